@@ -1,0 +1,9 @@
+//! Detector models: the JUNGFRAU module ([`jungfrau`]) and deterministic synthetic frames
+//! ([`synth`]) that stand in for a real detector in the emulator and the tests.
+
+pub mod jungfrau;
+pub mod rng;
+pub mod synth;
+
+pub use jungfrau::{Gain, ModuleCalibration, MODULE_BYTES, MODULE_COLS, MODULE_PIXELS, MODULE_ROWS};
+pub use synth::{ModuleSynth, Spot, SynthConfig};

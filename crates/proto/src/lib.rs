@@ -1,0 +1,15 @@
+//! Wire formats of rdaq, sans I/O: pure types and functions, no sockets, no allocation.
+//!
+//! - [`datagram`]: the rdaq datagram, our RDMA-over-UDP format (RASHPA style: the datagram
+//!   names its destination buffer, key and offset; the receiver only checks and places).
+//! - [`sls`]: the native JUNGFRAU (slsDetectorPackage) UDP header.
+//! - [`seq`]: wrap-safe sequence number arithmetic.
+//!
+//! The byte layouts are documented in `docs/protocol.md`.
+
+pub mod datagram;
+pub mod seq;
+pub mod sls;
+
+pub use datagram::{DecodeError, Flags, Header, HEADER_LEN, MAGIC, VERSION};
+pub use sls::{SlsError, SlsHeader, SLS_HEADER_LEN};

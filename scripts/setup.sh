@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what rdaq needs on a Debian 12 machine (root): apt packages, the Rust
+# toolchain check, the project Python venv (.venv) for the end-to-end tests, and
+# the release build. Idempotent: every step checks before it installs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(libhdf5-dev pkg-config iproute2 python3-venv)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing apt packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  # Debian 12's packaged rustc (1.63) is too old for the dependencies; rustup is the supported way.
+  echo "setup: cargo not found, installing the Rust toolchain with rustup"
+  curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import sys" 2>/dev/null; then
+  echo "setup: creating the Python venv in .venv"
+  python3 -m venv .venv
+fi
+if ! cmp -s tests/requirements.txt .venv/.requirements.installed 2>/dev/null; then
+  echo "setup: installing Python test packages into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -r tests/requirements.txt
+  cp tests/requirements.txt .venv/.requirements.installed
+fi
+
+echo "setup: building rdaq (release)"
+cargo build --release --workspace --quiet
