@@ -4,12 +4,14 @@
 //!   names its destination buffer, key and offset; the receiver only checks and places).
 //! - [`sls`]: the native JUNGFRAU (slsDetectorPackage) UDP header.
 //! - [`seq`]: wrap-safe sequence number arithmetic.
+//! - [`telegram`]: configuration documents (the receiver's buffer map).
 //!
 //! The byte layouts are documented in `docs/protocol.md`.
 
 pub mod datagram;
 pub mod seq;
 pub mod sls;
+pub mod telegram;
 
 pub use datagram::{DecodeError, Flags, Header, HEADER_LEN, MAGIC, VERSION};
 pub use sls::{SlsError, SlsHeader, SLS_HEADER_LEN};

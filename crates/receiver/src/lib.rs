@@ -1,0 +1,19 @@
+//! The data receiver (DR): owns registered local buffers, checks every datagram against the
+//! buffer it names (key, bounds, packet grid), places payloads, tracks a packet bitmap per
+//! frame and hands complete (or timed-out) frames to the consumer by slot ownership.
+//!
+//! - [`arena`]: the one memory allocation of a receiver, cut into frame slots with guards.
+//! - [`grid`]: the packet grid of a frame slot (modules x datagrams).
+//! - [`counters`]: every datagram is counted once: placed or dropped with a reason.
+//! - [`placement`]: the sans-socket core: targets, slot state, bitmaps, completion.
+//! - [`engine`]: the receive thread: sockets, batches, predicted landing, timeouts.
+
+pub mod arena;
+pub mod counters;
+pub mod engine;
+pub mod grid;
+pub mod placement;
+
+pub use counters::{Counters, DropReason};
+pub use engine::{Format, IncompletePolicy, Receiver, ReceiverConfig, ReceiverError};
+pub use placement::FrameReady;

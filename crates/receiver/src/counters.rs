@@ -1,0 +1,145 @@
+//! Counters of a receiver. Every datagram that reaches the receiver is counted exactly once,
+//! as placed or as dropped with a [`DropReason`].
+
+use std::fmt;
+
+/// Why a datagram was dropped. Nothing of a dropped datagram reaches a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Shorter than a header.
+    Truncated,
+    /// Longer than header + the largest payload the receiver accepts.
+    Oversized,
+    BadMagic,
+    BadVersion,
+    /// Reserved flag bits or fields set.
+    BadHeader,
+    /// Declared payload length differs from the datagram's.
+    LengthMismatch,
+    UnknownBuffer,
+    BadKey,
+    UnknownModule,
+    UnknownDataset,
+    /// Would write outside the buffer it names.
+    OutOfBounds,
+    /// Inside the buffer but not exactly one packet cell of its module.
+    Misaligned,
+    /// An sls packet that is not a valid JUNGFRAU packet for its port.
+    BadSlsPacket,
+    /// For a frame older than the one its slot already holds or held.
+    Stale,
+    /// Its slot is still held by the consumer (ring overrun).
+    SlotBusy,
+    /// Its cell was already filled.
+    Duplicate,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 16] = [
+        DropReason::Truncated,
+        DropReason::Oversized,
+        DropReason::BadMagic,
+        DropReason::BadVersion,
+        DropReason::BadHeader,
+        DropReason::LengthMismatch,
+        DropReason::UnknownBuffer,
+        DropReason::BadKey,
+        DropReason::UnknownModule,
+        DropReason::UnknownDataset,
+        DropReason::OutOfBounds,
+        DropReason::Misaligned,
+        DropReason::BadSlsPacket,
+        DropReason::Stale,
+        DropReason::SlotBusy,
+        DropReason::Duplicate,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Truncated => "truncated",
+            DropReason::Oversized => "oversized",
+            DropReason::BadMagic => "bad_magic",
+            DropReason::BadVersion => "bad_version",
+            DropReason::BadHeader => "bad_header",
+            DropReason::LengthMismatch => "length_mismatch",
+            DropReason::UnknownBuffer => "unknown_buffer",
+            DropReason::BadKey => "bad_key",
+            DropReason::UnknownModule => "unknown_module",
+            DropReason::UnknownDataset => "unknown_dataset",
+            DropReason::OutOfBounds => "out_of_bounds",
+            DropReason::Misaligned => "misaligned",
+            DropReason::BadSlsPacket => "bad_sls_packet",
+            DropReason::Stale => "stale",
+            DropReason::SlotBusy => "slot_busy",
+            DropReason::Duplicate => "duplicate",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Datagrams read from the sockets.
+    pub datagrams: u64,
+    /// Datagrams whose payload went into a frame.
+    pub placed: u64,
+    pub bytes_placed: u64,
+    /// Placed datagrams that landed directly at their destination (no user-space copy).
+    pub landed_in_place: u64,
+    pub frames_complete: u64,
+    /// Incomplete frames handed on with missing cells marked (policy keep).
+    pub frames_incomplete: u64,
+    /// Incomplete frames dropped (policy discard).
+    pub frames_discarded: u64,
+    /// Cells missing in incomplete frames (kept or discarded).
+    pub cells_missing: u64,
+    pub recv_syscalls: u64,
+    /// Drops the kernel reported for the sockets (buffer full), read at the end.
+    pub kernel_drops: u64,
+    pub dropped: [u64; DropReason::ALL.len()],
+}
+
+impl Counters {
+    #[inline]
+    pub fn drop(&mut self, r: DropReason) {
+        self.dropped[r as usize] += 1;
+    }
+
+    pub fn dropped(&self, r: DropReason) -> u64 {
+        self.dropped[r as usize]
+    }
+
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped.iter().sum()
+    }
+
+    /// The non-zero drop counters by name.
+    pub fn drops_by_reason(&self) -> Vec<(&'static str, u64)> {
+        DropReason::ALL.iter().filter(|r| self.dropped(**r) > 0).map(|r| (r.name(), self.dropped(*r))).collect()
+    }
+
+    /// Frames that left the receiver, in any state.
+    pub fn frames_finished(&self) -> u64 {
+        self.frames_complete + self.frames_incomplete + self.frames_discarded
+    }
+}
+
+impl fmt::Display for Counters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "datagrams {} placed {} ({} in place) dropped {} frames complete {} incomplete {} discarded {} kernel_drops {}",
+            self.datagrams,
+            self.placed,
+            self.landed_in_place,
+            self.dropped_total(),
+            self.frames_complete,
+            self.frames_incomplete,
+            self.frames_discarded,
+            self.kernel_drops
+        )?;
+        for (name, n) in self.drops_by_reason() {
+            write!(f, " {name}={n}")?;
+        }
+        Ok(())
+    }
+}

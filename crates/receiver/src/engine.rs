@@ -1,0 +1,396 @@
+//! The receive thread and its handle: binds one UDP socket per data channel, receives in
+//! `recvmmsg` batches with predicted landing, places, expires incomplete frames, and hands
+//! finished frames to the consumer over a channel (at most `slots` frames can be handed at
+//! once, so it never blocks the receive thread).
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver as ChanRx, Sender as ChanTx};
+use rdaq_net::recv::MmsgReceiver;
+use rdaq_net::socket;
+use rdaq_proto::sls::{JUNGFRAU_PACKETS_PER_FRAME, JUNGFRAU_PACKET_PAYLOAD};
+use rdaq_proto::telegram::{BufferMap, LocalBufferInfo, TELEGRAM_VERSION};
+use thiserror::Error;
+
+use crate::arena::Arena;
+use crate::counters::Counters;
+use crate::grid::Grid;
+pub use crate::placement::IncompletePolicy;
+use crate::placement::{FrameReady, FrameStatus, Placement, Source, SourceKind};
+
+/// What arrives on the data ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// rdaq datagrams; module `m` sends to `data_port + m`.
+    Rdaq,
+    /// Native JUNGFRAU packets; interface `i` of module `m` sends to
+    /// `data_port + m * interfaces + i`, each carrying `128 / interfaces` packets per frame.
+    /// (With `data_port` 0 every port is chosen by the kernel: see [`Receiver::ports`].)
+    Sls { interfaces: u8 },
+}
+
+#[derive(Clone, Debug)]
+pub struct ReceiverConfig {
+    pub format: Format,
+    pub bind: IpAddr,
+    pub data_port: u16,
+    pub modules: u16,
+    pub module_bytes: u64,
+    /// rdaq datagram payload size (the packet cell); fixed at 8192 for sls.
+    pub payload_bytes: u32,
+    /// Frame slots (local buffers) in the ring.
+    pub slots: usize,
+    /// Socket receive buffer per data port.
+    pub recv_buffer: usize,
+    /// Datagrams per recvmmsg call.
+    pub batch: usize,
+    /// An incomplete frame is finished this long after its first datagram.
+    pub frame_timeout: Duration,
+    pub policy: IncompletePolicy,
+    /// Id of the first local buffer.
+    pub buffer_base: u32,
+    /// Derive the access keys from this seed instead of the system's randomness.
+    pub key_seed: Option<u64>,
+    /// Land payloads at the predicted destination (off: every payload is copied from scratch).
+    pub predict: bool,
+    /// After `stop`, keep receiving until no datagram came for this long.
+    pub linger: Duration,
+    /// Stop by itself after this many frames finished.
+    pub frames: Option<u64>,
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        ReceiverConfig {
+            format: Format::Rdaq,
+            bind: IpAddr::from([127, 0, 0, 1]),
+            data_port: 50000,
+            modules: 1,
+            module_bytes: (512 * 1024 * 2) as u64,
+            payload_bytes: 8192,
+            slots: 64,
+            recv_buffer: 64 << 20,
+            batch: 64,
+            frame_timeout: Duration::from_millis(500),
+            policy: IncompletePolicy::Keep,
+            buffer_base: 1,
+            key_seed: None,
+            predict: true,
+            linger: Duration::from_millis(200),
+            frames: None,
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ReceiverError {
+    #[error("invalid receiver configuration: {0}")]
+    Config(String),
+    #[error("cannot allocate the {bytes}-byte frame ring: {source}")]
+    Memory { bytes: u64, source: io::Error },
+    #[error("cannot bind data port {addr}: {source}")]
+    Bind { addr: SocketAddr, source: io::Error },
+    #[error("receive failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// A running data receiver.
+pub struct Receiver {
+    arena: Arc<Arena>,
+    map: BufferMap,
+    grid: Grid,
+    ports: Vec<u16>,
+    frames: ChanRx<FrameReady>,
+    release_tx: ChanTx<(u32, u64)>,
+    stop: Arc<AtomicBool>,
+    counters: Arc<Mutex<Counters>>,
+    thread: Option<JoinHandle<Result<Counters, ReceiverError>>>,
+    recv_buffer_granted: usize,
+}
+
+fn keys(n: usize, seed: Option<u64>) -> Vec<u32> {
+    let seed = seed.unwrap_or_else(|| {
+        let mut b = [0u8; 8];
+        // SAFETY: writes at most 8 bytes into `b`.
+        let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+        if got == 8 {
+            u64::from_le_bytes(b)
+        } else {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        }
+    });
+    (0..n as u64)
+        .map(|i| {
+            let mut z = seed ^ (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            ((z ^ (z >> 31)) as u32).max(1)
+        })
+        .collect()
+}
+
+impl ReceiverConfig {
+    fn check(&self) -> Result<(Grid, Vec<(u16, SourceKind)>), ReceiverError> {
+        let bad = |m: String| Err(ReceiverError::Config(m));
+        if self.modules == 0 {
+            return bad("modules must be at least 1".into());
+        }
+        if self.slots == 0 {
+            return bad("slots must be at least 1".into());
+        }
+        let (cell, sources): (u64, Vec<(u16, SourceKind)>) = match self.format {
+            Format::Rdaq => {
+                if self.payload_bytes == 0 || self.payload_bytes as usize > 65_507 - rdaq_proto::HEADER_LEN {
+                    return bad(format!("payload_bytes {} must be 1..={}", self.payload_bytes, 65_507 - rdaq_proto::HEADER_LEN));
+                }
+                let ports = (0..self.modules).map(|m| (m, SourceKind::Rdaq)).collect();
+                (self.payload_bytes as u64, ports)
+            }
+            Format::Sls { interfaces } => {
+                if !(interfaces == 1 || interfaces == 2) {
+                    return bad(format!("JUNGFRAU has 1 or 2 interfaces, not {interfaces}"));
+                }
+                if self.module_bytes != JUNGFRAU_PACKETS_PER_FRAME as u64 * JUNGFRAU_PACKET_PAYLOAD as u64 {
+                    return bad("sls ingest needs JUNGFRAU module frames of 1048576 bytes".into());
+                }
+                let ppp = JUNGFRAU_PACKETS_PER_FRAME / interfaces as u32;
+                let ports = (0..self.modules)
+                    .flat_map(|m| {
+                        (0..interfaces as u32).map(move |i| (m, SourceKind::Sls { module: m, first_cell: i * ppp, packets: ppp }))
+                    })
+                    .collect();
+                (JUNGFRAU_PACKET_PAYLOAD as u64, ports)
+            }
+        };
+        if self.data_port as usize + sources.len() > 65_536 {
+            return bad(format!("data ports {}.. run past 65535", self.data_port));
+        }
+        Ok((Grid::new(self.modules, self.module_bytes, cell), sources))
+    }
+}
+
+impl Receiver {
+    /// Allocates the ring, binds the data ports and starts the receive thread.
+    pub fn start(cfg: ReceiverConfig) -> Result<Receiver, ReceiverError> {
+        let (grid, source_kinds) = cfg.check()?;
+        let slot_bytes = grid.slot_bytes() as usize;
+        let arena = Arc::new(
+            Arena::new(cfg.slots, slot_bytes)
+                .map_err(|source| ReceiverError::Memory { bytes: (cfg.slots * slot_bytes) as u64, source })?,
+        );
+        let mut socks = Vec::with_capacity(source_kinds.len());
+        let mut ports = Vec::with_capacity(source_kinds.len());
+        let mut granted = usize::MAX;
+        for (i, (module, kind)) in source_kinds.iter().enumerate() {
+            let port = if cfg.data_port == 0 { 0 } else { cfg.data_port + i as u16 };
+            let addr = SocketAddr::new(cfg.bind, port);
+            let (s, g) = socket::bind_receiver(addr, cfg.recv_buffer).map_err(|source| ReceiverError::Bind { addr, source })?;
+            granted = granted.min(g);
+            ports.push(s.local_addr()?.port());
+            socks.push((s, Source::new(*kind, *module, &grid)));
+        }
+        let keys = keys(cfg.slots, cfg.key_seed);
+        let map = BufferMap {
+            version: TELEGRAM_VERSION,
+            modules: cfg.modules,
+            module_bytes: cfg.module_bytes,
+            payload_bytes: grid.cell_bytes as u32,
+            data_ports: match cfg.format {
+                Format::Rdaq => ports.clone(),
+                Format::Sls { interfaces } => ports.iter().step_by(interfaces as usize).copied().collect(),
+            },
+            buffers: keys
+                .iter()
+                .enumerate()
+                .map(|(i, &key)| LocalBufferInfo { id: cfg.buffer_base + i as u32, key, size: slot_bytes as u64 })
+                .collect(),
+        };
+        let placement = Placement::new(arena.clone(), grid, cfg.buffer_base, keys, cfg.policy, cfg.batch);
+        // Unbounded: at most `slots` frames can be handed at once; what else queues are
+        // small notices of discarded frames, and losing a handed frame would leak its slot.
+        let (frames_tx, frames) = crossbeam_channel::unbounded();
+        let (release_tx, release_rx) = crossbeam_channel::unbounded();
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(Mutex::new(Counters::default()));
+        let ctx = Loop {
+            cfg: cfg.clone(),
+            placement,
+            socks,
+            frames_tx,
+            release_rx,
+            stop: stop.clone(),
+            shared: counters.clone(),
+        };
+        let thread = std::thread::Builder::new().name("rdaq-recv".into()).spawn(move || ctx.run())?;
+        Ok(Receiver { arena, map, grid, ports, frames, release_tx, stop, counters, thread: Some(thread), recv_buffer_granted: granted })
+    }
+
+    /// The buffer map to give the senders (ids, keys, sizes, layout).
+    pub fn buffer_map(&self) -> &BufferMap {
+        &self.map
+    }
+
+    pub fn grid(&self) -> &Grid {
+        &self.grid
+    }
+
+    /// The bound data ports, one per data channel (module, or module interface for sls).
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
+    }
+
+    /// Receive buffer the kernel granted per data port.
+    pub fn recv_buffer_granted(&self) -> usize {
+        self.recv_buffer_granted
+    }
+
+    /// Finished frames, in the order they finished.
+    pub fn frames(&self) -> &ChanRx<FrameReady> {
+        &self.frames
+    }
+
+    /// The bytes of a handed frame (complete, or incomplete with missing cells marked).
+    pub fn data<'a>(&'a self, f: &'a FrameReady) -> &'a [u8] {
+        assert!(f.status != FrameStatus::Discarded, "a discarded frame has no data");
+        // SAFETY: the slot is Handed and `f` stands for its ownership; the receive thread
+        // does not write a Handed slot, and `release` consumes `f`, so the slice cannot
+        // outlive the ownership.
+        unsafe { self.arena.slot(f.slot as usize) }
+    }
+
+    /// Gives the frame's slot back to the receiver.
+    pub fn release(&self, f: FrameReady) {
+        if f.status != FrameStatus::Discarded {
+            // the receive thread may have exited; then the slot is not needed any more
+            let _ = self.release_tx.send((f.slot, f.frame));
+        }
+    }
+
+    /// Counters as last published by the receive thread (at most ~10 ms old).
+    pub fn counters(&self) -> Counters {
+        *self.counters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Asks the receive thread to finish: it keeps receiving until the ports are quiet for
+    /// the linger time, then finishes the frames in progress under the policy.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// True when both guard regions around the ring are untouched.
+    pub fn guards_intact(&self) -> bool {
+        self.arena.guards_intact()
+    }
+
+    /// Waits for the receive thread and returns the final counters.
+    pub fn join(&mut self) -> Result<Counters, ReceiverError> {
+        match self.thread.take() {
+            Some(t) => t.join().map_err(|_| ReceiverError::Io(io::Error::other("receive thread panicked")))?,
+            None => Ok(self.counters()),
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.join();
+    }
+}
+
+struct Loop {
+    cfg: ReceiverConfig,
+    placement: Placement,
+    socks: Vec<(UdpSocket, Source)>,
+    frames_tx: ChanTx<FrameReady>,
+    release_rx: ChanRx<(u32, u64)>,
+    stop: Arc<AtomicBool>,
+    shared: Arc<Mutex<Counters>>,
+}
+
+/// Batches read from one socket before looking at the others.
+const BATCHES_PER_TURN: usize = 16;
+const PUBLISH_EVERY: Duration = Duration::from_millis(10);
+const EXPIRE_EVERY: Duration = Duration::from_millis(2);
+
+impl Loop {
+    fn run(mut self) -> Result<Counters, ReceiverError> {
+        let landing = self.placement.grid().cell_bytes as usize;
+        let mut rx = MmsgReceiver::new(self.cfg.batch, rdaq_proto::HEADER_LEN, landing);
+        let mut landings = vec![None; rx.batch()];
+        let mut pollfds: Vec<libc::pollfd> = self.socks.iter().map(|(s, _)| socket::pollfd(s)).collect();
+        let mut last_data = Instant::now();
+        let mut last_expire = Instant::now();
+        let mut last_publish = Instant::now();
+        loop {
+            while let Ok((slot, frame)) = self.release_rx.try_recv() {
+                self.placement.release(slot, frame);
+            }
+            let mut got = 0;
+            for (sock, src) in self.socks.iter_mut() {
+                for _ in 0..BATCHES_PER_TURN {
+                    if self.cfg.predict {
+                        self.placement.predict(src, landing, &mut landings);
+                    }
+                    // SAFETY: predicted landings are full cells of Free or Filling slots with
+                    // their bits clear, owned by this thread and read by no one until
+                    // place_batch has looked at the headers; distinct within the batch.
+                    let n = unsafe { rx.recv(sock.as_raw_fd(), |i| landings[i]) }?;
+                    if n == 0 {
+                        break;
+                    }
+                    let now = Instant::now();
+                    self.placement.place_batch(&rx, n, src, now);
+                    got += n;
+                    if n < rx.batch() {
+                        break;
+                    }
+                }
+            }
+            let now = Instant::now();
+            if got > 0 {
+                last_data = now;
+            }
+            if now.duration_since(last_expire) >= EXPIRE_EVERY {
+                self.placement.expire(now, self.cfg.frame_timeout);
+                last_expire = now;
+            }
+            self.hand_on();
+            if now.duration_since(last_publish) >= PUBLISH_EVERY {
+                self.publish(&rx);
+                last_publish = now;
+            }
+            let limit_reached = self.cfg.frames.is_some_and(|n| self.placement.counters.frames_finished() >= n);
+            let stopping = self.stop.load(Ordering::Relaxed) && now.duration_since(last_data) >= self.cfg.linger;
+            if limit_reached || stopping {
+                break;
+            }
+            if got == 0 {
+                socket::wait_readable(&mut pollfds, 2)?;
+            }
+        }
+        self.placement.finish_all();
+        self.hand_on();
+        self.placement.counters.kernel_drops = self.socks.iter().filter_map(|(s, _)| socket::kernel_drops(s)).sum();
+        self.publish(&rx);
+        Ok(self.placement.counters)
+    }
+
+    fn hand_on(&mut self) {
+        for f in self.placement.take_ready() {
+            // a consumer that went away needs no more frames; the counters still count them
+            let _ = self.frames_tx.send(f);
+        }
+    }
+
+    fn publish(&mut self, rx: &MmsgReceiver) {
+        self.placement.counters.recv_syscalls = rx.stats.syscalls;
+        *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = self.placement.counters;
+    }
+}

@@ -1,0 +1,453 @@
+//! The receiver's core, independent of sockets: where a datagram goes (target), whether it
+//! may go there (slot state, bitmap), placing it, and finishing frames.
+//!
+//! Slot state machine (one slot = one local buffer = one frame at a time):
+//! `Free -> Filling(frame) -> Handed(frame) -> Free`. The receive thread owns Free and
+//! Filling slots; the consumer owns Handed slots until it releases them. Payloads are only
+//! ever written into Free or Filling slots, and only into cells whose bitmap bit is clear.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdaq_net::recv::MmsgReceiver;
+use rdaq_proto::datagram::{DecodeError, Flags, Header, HEADER_LEN};
+use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN};
+
+use crate::arena::Arena;
+use crate::counters::{Counters, DropReason};
+use crate::grid::Grid;
+
+/// What happens to a frame that is still incomplete when its timeout expires, when a newer
+/// frame needs its slot, or at the end of the acquisition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IncompletePolicy {
+    /// Drop it; its slot is free again at once.
+    Discard,
+    /// Hand it on with every missing cell filled with [`MISSING_BYTE`] and its missing cells listed.
+    Keep,
+}
+
+/// Byte written over missing cells under [`IncompletePolicy::Keep`]: 0xFFFF words are the
+/// JUNGFRAU error word, so missing pixels can never be mistaken for data.
+pub const MISSING_BYTE: u8 = 0xff;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameStatus {
+    Complete,
+    /// Handed on with missing cells marked.
+    Incomplete,
+    /// Dropped; the slot was not handed on and must not be read or released.
+    Discarded,
+}
+
+/// A finished frame. For `Complete` and `Incomplete` the consumer owns the slot until it
+/// releases it.
+/// Not `Clone`: it stands for ownership of a handed slot, given back by `Receiver::release`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct FrameReady {
+    pub slot: u32,
+    pub frame: u64,
+    pub status: FrameStatus,
+    pub received_cells: u32,
+    pub total_cells: u32,
+    /// Missing cells (empty when complete); cell `c` covers `Grid::cell_offset(c)`.
+    pub missing: Vec<u32>,
+    /// Immediate value of the frame's last datagram, if it carried one.
+    pub imm: Option<u32>,
+}
+
+/// How datagrams on one socket are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceKind {
+    /// rdaq datagrams: the header names buffer, key, offset.
+    Rdaq,
+    /// Native JUNGFRAU packets of one module interface: packet `p` of frame `f` goes to the
+    /// slot of `f`, cell `module * cells_per_module + first_cell + p`.
+    Sls { module: u16, first_cell: u32, packets: u32 },
+}
+
+/// A socket's reading rules and its prediction of where the next datagram goes.
+#[derive(Clone, Copy, Debug)]
+pub struct Source {
+    pub kind: SourceKind,
+    next: Option<(u32, u32)>,
+}
+
+impl Source {
+    /// A source whose first datagram is guessed to be module `module`'s first cell of slot 0
+    /// (where a ring starting at frame 0 puts it).
+    pub fn new(kind: SourceKind, module: u16, grid: &Grid) -> Self {
+        let first = match kind {
+            SourceKind::Rdaq => 0,
+            SourceKind::Sls { first_cell, .. } => first_cell,
+        };
+        Source { kind, next: Some((0, module as u32 * grid.cells_per_module + first)) }
+    }
+}
+
+/// Where a datagram goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub slot: u32,
+    pub cell: u32,
+    pub frame: u64,
+    pub imm: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    Free,
+    Filling,
+    Handed,
+}
+
+struct Slot {
+    state: State,
+    frame: u64,
+    last_frame: Option<u64>,
+    first_seen: Instant,
+    received: u32,
+    bitmap: Box<[u64]>,
+    imm: Option<u32>,
+}
+
+/// Where a payload of the current batch is before it is placed.
+#[derive(Clone, Copy)]
+enum Src {
+    /// Already at its destination.
+    InPlace,
+    /// Somewhere else: scratch, or evacuated from a wrong prediction.
+    At(*const u8),
+}
+
+pub struct Placement {
+    arena: Arc<Arena>,
+    grid: Grid,
+    buffer_base: u32,
+    keys: Vec<u32>,
+    slots: Vec<Slot>,
+    policy: IncompletePolicy,
+    pub counters: Counters,
+    ready: Vec<FrameReady>,
+    evac: Vec<u8>,
+    pending: Vec<(Result<Target, DropReason>, Src, usize)>,
+}
+
+// SAFETY: the raw pointers in `pending` are only used within one `place_batch` call.
+unsafe impl Send for Placement {}
+
+impl Placement {
+    /// `keys[i]` is the access key of local buffer `buffer_base + i` (slot `i`).
+    pub fn new(arena: Arc<Arena>, grid: Grid, buffer_base: u32, keys: Vec<u32>, policy: IncompletePolicy, batch: usize) -> Self {
+        assert_eq!(arena.slots(), keys.len(), "one key per slot");
+        assert_eq!(arena.slot_bytes() as u64, grid.slot_bytes(), "slot size matches the grid");
+        let words = grid.cells().div_ceil(64) as usize;
+        let now = Instant::now();
+        let slots = (0..arena.slots())
+            .map(|_| Slot {
+                state: State::Free,
+                frame: 0,
+                last_frame: None,
+                first_seen: now,
+                received: 0,
+                bitmap: vec![0u64; words].into_boxed_slice(),
+                imm: None,
+            })
+            .collect();
+        Placement {
+            evac: vec![0; batch * grid.cell_bytes as usize],
+            pending: Vec::with_capacity(batch),
+            arena,
+            grid,
+            buffer_base,
+            keys,
+            slots,
+            policy,
+            counters: Counters::default(),
+            ready: Vec::new(),
+        }
+    }
+
+    pub fn grid(&self) -> &Grid {
+        &self.grid
+    }
+
+    /// Frames finished since the last call.
+    pub fn take_ready(&mut self) -> std::vec::Drain<'_, FrameReady> {
+        self.ready.drain(..)
+    }
+
+    /// Where an rdaq datagram goes; checks everything that does not depend on slot state.
+    pub fn target_rdaq(&self, hdr: &[u8], datagram_len: usize) -> Result<Target, DropReason> {
+        let hdr: &[u8; HEADER_LEN] = hdr.try_into().map_err(|_| DropReason::Truncated)?;
+        let h = Header::decode(hdr, datagram_len).map_err(|e| match e {
+            DecodeError::Truncated { .. } => DropReason::Truncated,
+            DecodeError::BadMagic(_) => DropReason::BadMagic,
+            DecodeError::BadVersion(_) => DropReason::BadVersion,
+            DecodeError::ReservedFlags(_) | DecodeError::ReservedField(_) => DropReason::BadHeader,
+            DecodeError::LengthMismatch { .. } => DropReason::LengthMismatch,
+            DecodeError::OffsetOverflow { .. } => DropReason::OutOfBounds,
+        })?;
+        let slot = h.buffer.wrapping_sub(self.buffer_base);
+        if slot as usize >= self.keys.len() {
+            return Err(DropReason::UnknownBuffer);
+        }
+        if self.keys[slot as usize] != h.key {
+            return Err(DropReason::BadKey);
+        }
+        if h.end() > self.grid.slot_bytes() {
+            return Err(DropReason::OutOfBounds);
+        }
+        if h.module >= self.grid.modules {
+            return Err(DropReason::UnknownModule);
+        }
+        if h.dataset != 0 {
+            return Err(DropReason::UnknownDataset);
+        }
+        let cell = self.grid.cell_at(h.module, h.offset, h.length as u64).ok_or(DropReason::Misaligned)?;
+        let imm = h.flags.contains(Flags::IMM).then_some(h.imm);
+        Ok(Target { slot, cell, frame: h.frame, imm })
+    }
+
+    /// Where a native JUNGFRAU packet read from an sls source goes.
+    pub fn target_sls(&self, hdr: &[u8], datagram_len: usize, kind: SourceKind) -> Result<Target, DropReason> {
+        let SourceKind::Sls { module, first_cell, packets } = kind else {
+            unreachable!("target_sls on an rdaq source")
+        };
+        let hdr: &[u8; SLS_HEADER_LEN] = hdr.try_into().map_err(|_| DropReason::Truncated)?;
+        let h = SlsHeader::decode(hdr);
+        h.check_jungfrau(datagram_len - SLS_HEADER_LEN, packets).map_err(|_| DropReason::BadSlsPacket)?;
+        let slot = (h.frame_number % self.slots.len() as u64) as u32;
+        let cell = module as u32 * self.grid.cells_per_module + first_cell + h.packet_number;
+        Ok(Target { slot, cell, frame: h.frame_number, imm: None })
+    }
+
+    #[inline]
+    fn dest(&self, t: &Target) -> *mut u8 {
+        // SAFETY: cell < grid.cells() and slot < slots, so the offset lies inside the slot.
+        unsafe { self.arena.slot_ptr(t.slot as usize).add(self.grid.cell_offset(t.cell) as usize) }
+    }
+
+    /// Predicted landings for the next batch on `src`, one per entry of `out`: the cells
+    /// after the last one placed from it, each only if it may take a full landing's bytes (a
+    /// full-size cell, bit clear, slot not handed); otherwise `None` (scratch).
+    pub fn predict(&self, src: &Source, landing_len: usize, out: &mut [Option<*mut u8>]) {
+        let mut next = src.next;
+        for o in out.iter_mut() {
+            *o = next.and_then(|(slot, cell)| {
+                let s = &self.slots[slot as usize];
+                let bit_set = s.state == State::Filling && s.bitmap[cell as usize / 64] & (1 << (cell % 64)) != 0;
+                let usable = s.state != State::Handed && !bit_set && self.grid.cell_len(cell) as usize == landing_len;
+                usable.then(|| self.dest(&Target { slot, cell, frame: 0, imm: None }))
+            });
+            next = next.map(|(slot, cell)| self.successor(src.kind, slot, cell));
+        }
+    }
+
+    fn successor(&self, kind: SourceKind, slot: u32, cell: u32) -> (u32, u32) {
+        let cpm = self.grid.cells_per_module;
+        let (lo, hi) = match kind {
+            SourceKind::Rdaq => (0, cpm),
+            SourceKind::Sls { first_cell, packets, .. } => (first_cell, first_cell + packets),
+        };
+        let m = cell / cpm;
+        if cell % cpm + 1 < hi {
+            (slot, cell + 1)
+        } else {
+            ((slot + 1) % self.slots.len() as u32, m * cpm + lo)
+        }
+    }
+
+    /// Places the `n` datagrams of the receive engine's last batch, read from `src`.
+    pub fn place_batch(&mut self, rx: &MmsgReceiver, n: usize, src: &mut Source, now: Instant) {
+        self.counters.datagrams += n as u64;
+        let cell_bytes = self.grid.cell_bytes as usize;
+        // Pass 1 (stateless): targets, and move every payload that landed in a wrong
+        // predicted cell out of the arena, so that pass 2 may write any cell of this batch.
+        self.pending.clear();
+        for i in 0..n {
+            let len = rx.datagram_len(i);
+            let t = if rx.truncated(i) {
+                Err(DropReason::Oversized)
+            } else {
+                match src.kind {
+                    SourceKind::Rdaq => self.target_rdaq(rx.header(i), len),
+                    SourceKind::Sls { .. } => self.target_sls(rx.header(i), len, src.kind),
+                }
+            };
+            let payload = len.saturating_sub(HEADER_LEN);
+            let landed = rx.landed(i);
+            let s = match &t {
+                Ok(t) if self.dest(t) == landed => Src::InPlace,
+                Ok(_) if self.arena.contains(landed, payload) => {
+                    // SAFETY: `landed` holds `payload` bytes the kernel just wrote inside the
+                    // arena; evac slot i is private and cell_bytes >= payload (target checked).
+                    let e = unsafe { self.evac.as_mut_ptr().add(i * cell_bytes) };
+                    unsafe { std::ptr::copy_nonoverlapping(landed, e, payload) };
+                    Src::At(e)
+                }
+                _ => Src::At(landed),
+            };
+            self.pending.push((t, s, payload));
+        }
+        // Pass 2 (stateful, in arrival order).
+        for k in 0..n {
+            let (t, s, payload) = self.pending[k];
+            match t.and_then(|t| self.place(t, s, payload, now).map(|()| t)) {
+                Ok(t) => src.next = Some(self.successor(src.kind, t.slot, t.cell)),
+                Err(r) => self.counters.drop(r),
+            }
+        }
+    }
+
+    /// Places one contiguous datagram read from `src` (the path for tests and fuzzing; the
+    /// engine uses [`Placement::place_batch`]). Returns the drop reason, if dropped.
+    pub fn place_datagram(&mut self, datagram: &[u8], src: SourceKind, now: Instant) -> Result<Target, DropReason> {
+        self.counters.datagrams += 1;
+        let hl = HEADER_LEN.min(datagram.len());
+        let t = match src {
+            SourceKind::Rdaq => self.target_rdaq(&datagram[..hl], datagram.len()),
+            SourceKind::Sls { .. } => self.target_sls(&datagram[..hl], datagram.len(), src),
+        };
+        let r = t.and_then(|t| self.place(t, Src::At(datagram[hl..].as_ptr()), datagram.len() - hl, now).map(|()| t));
+        if let Err(reason) = r {
+            self.counters.drop(reason);
+        }
+        r
+    }
+
+    fn place(&mut self, t: Target, src: Src, payload: usize, now: Instant) -> Result<(), DropReason> {
+        let si = t.slot as usize;
+        match self.slots[si].state {
+            State::Free => {
+                if self.slots[si].last_frame.is_some_and(|l| t.frame <= l) {
+                    return Err(DropReason::Stale);
+                }
+                self.claim(si, t.frame, now);
+            }
+            State::Filling if t.frame == self.slots[si].frame => {}
+            State::Filling if t.frame < self.slots[si].frame => return Err(DropReason::Stale),
+            State::Filling => {
+                // A newer frame wants the slot: the ring has wrapped past an unfinished frame.
+                self.finish(si, false);
+                if self.slots[si].state != State::Free {
+                    return Err(DropReason::SlotBusy);
+                }
+                self.claim(si, t.frame, now);
+            }
+            State::Handed if t.frame <= self.slots[si].frame => return Err(DropReason::Stale),
+            State::Handed => return Err(DropReason::SlotBusy),
+        }
+        let (w, b) = (t.cell as usize / 64, 1u64 << (t.cell % 64));
+        if self.slots[si].bitmap[w] & b != 0 {
+            return Err(DropReason::Duplicate);
+        }
+        match src {
+            Src::InPlace => self.counters.landed_in_place += 1,
+            // SAFETY: the target was checked to be one cell of this slot, `payload` is that
+            // cell's length, the slot is Filling (owned by this thread), and the source is
+            // scratch, evacuation space or the caller's datagram, none of which overlap it.
+            Src::At(p) => unsafe { std::ptr::copy_nonoverlapping(p, self.dest(&t), payload) },
+        }
+        let slot = &mut self.slots[si];
+        slot.bitmap[w] |= b;
+        slot.received += 1;
+        if t.imm.is_some() {
+            slot.imm = t.imm;
+        }
+        self.counters.placed += 1;
+        self.counters.bytes_placed += payload as u64;
+        if slot.received == self.grid.cells() {
+            self.finish(si, true);
+        }
+        Ok(())
+    }
+
+    fn claim(&mut self, si: usize, frame: u64, now: Instant) {
+        let s = &mut self.slots[si];
+        s.state = State::Filling;
+        s.frame = frame;
+        s.first_seen = now;
+        s.received = 0;
+        s.imm = None;
+        s.bitmap.fill(0);
+    }
+
+    /// Finishes the frame in slot `si`: complete, or incomplete under the policy.
+    fn finish(&mut self, si: usize, complete: bool) {
+        let total = self.grid.cells();
+        let s = &self.slots[si];
+        let mut missing = Vec::new();
+        if !complete {
+            missing.extend((0..total).filter(|c| s.bitmap[*c as usize / 64] & (1 << (c % 64)) == 0));
+            self.counters.cells_missing += missing.len() as u64;
+        }
+        let status = match (complete, self.policy) {
+            (true, _) => FrameStatus::Complete,
+            (false, IncompletePolicy::Keep) => FrameStatus::Incomplete,
+            (false, IncompletePolicy::Discard) => FrameStatus::Discarded,
+        };
+        if status == FrameStatus::Incomplete {
+            for &c in &missing {
+                // SAFETY: the slot is Filling, owned by this thread; the cell lies inside it.
+                unsafe {
+                    let p = self.arena.slot_ptr(si).add(self.grid.cell_offset(c) as usize);
+                    std::ptr::write_bytes(p, MISSING_BYTE, self.grid.cell_len(c) as usize);
+                }
+            }
+        }
+        let s = &mut self.slots[si];
+        s.last_frame = Some(s.frame);
+        s.state = if status == FrameStatus::Discarded { State::Free } else { State::Handed };
+        match status {
+            FrameStatus::Complete => self.counters.frames_complete += 1,
+            FrameStatus::Incomplete => self.counters.frames_incomplete += 1,
+            FrameStatus::Discarded => self.counters.frames_discarded += 1,
+        }
+        self.ready.push(FrameReady {
+            slot: si as u32,
+            frame: s.frame,
+            status,
+            received_cells: s.received,
+            total_cells: total,
+            missing,
+            imm: s.imm,
+        });
+    }
+
+    /// Finishes every frame whose first datagram is older than `timeout`.
+    pub fn expire(&mut self, now: Instant, timeout: Duration) {
+        for si in 0..self.slots.len() {
+            let s = &self.slots[si];
+            if s.state == State::Filling && now.duration_since(s.first_seen) >= timeout {
+                self.finish(si, false);
+            }
+        }
+    }
+
+    /// Finishes every frame still filling, oldest frame first (end of acquisition).
+    pub fn finish_all(&mut self) {
+        let mut filling: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].state == State::Filling).collect();
+        filling.sort_by_key(|&i| self.slots[i].frame);
+        for si in filling {
+            self.finish(si, false);
+        }
+    }
+
+    /// Gives a handed slot back. Returns false (and changes nothing) if the slot does not
+    /// hold that frame in the handed state.
+    pub fn release(&mut self, slot: u32, frame: u64) -> bool {
+        match self.slots.get_mut(slot as usize) {
+            Some(s) if s.state == State::Handed && s.frame == frame => {
+                s.state = State::Free;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Frames currently filling.
+    pub fn filling(&self) -> usize {
+        self.slots.iter().filter(|s| s.state == State::Filling).count()
+    }
+}

@@ -1,0 +1,197 @@
+//! Placement without sockets: every hostile datagram is dropped with its reason and writes
+//! nothing; incomplete frames follow the policy.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use rdaq_proto::datagram::{Flags, Header, HEADER_LEN};
+use rdaq_receiver::arena::Arena;
+use rdaq_receiver::grid::Grid;
+use rdaq_receiver::placement::{FrameStatus, Placement, SourceKind, MISSING_BYTE};
+use rdaq_receiver::{DropReason, IncompletePolicy};
+
+const MODULES: u16 = 2;
+const MODULE_BYTES: u64 = 4 * 1000;
+const CELL: u64 = 1000;
+const SLOTS: usize = 3;
+const BASE: u32 = 10;
+
+fn setup(policy: IncompletePolicy) -> (Arc<Arena>, Placement) {
+    let grid = Grid::new(MODULES, MODULE_BYTES, CELL);
+    let arena = Arc::new(Arena::new(SLOTS, grid.slot_bytes() as usize).unwrap());
+    let keys = (0..SLOTS as u32).map(|i| 0xabc0 + i).collect();
+    (arena.clone(), Placement::new(arena, grid, BASE, keys, policy, 8))
+}
+
+fn datagram(slot: u32, module: u16, cell_in_module: u64, frame: u64, fill: u8) -> Vec<u8> {
+    let h = Header {
+        flags: Flags::empty(),
+        module,
+        buffer: BASE + slot,
+        key: 0xabc0 + slot,
+        offset: module as u64 * MODULE_BYTES + cell_in_module * CELL,
+        length: CELL as u32,
+        seq: 0,
+        frame,
+        dataset: 0,
+        imm: 0,
+    };
+    let mut d = vec![fill; HEADER_LEN + CELL as usize];
+    h.encode((&mut d[..HEADER_LEN]).try_into().unwrap());
+    d
+}
+
+fn snapshot(arena: &Arena) -> Vec<u8> {
+    (0..SLOTS).flat_map(|i| unsafe { arena.slot(i) }.to_vec()).collect()
+}
+
+#[test]
+fn a_full_frame_completes_with_exact_bytes() {
+    let (arena, mut p) = setup(IncompletePolicy::Keep);
+    let now = Instant::now();
+    for m in 0..MODULES {
+        for c in (0..4).rev() {
+            p.place_datagram(&datagram(1, m, c, 7, (m as u8) * 10 + c as u8), SourceKind::Rdaq, now).unwrap();
+        }
+    }
+    let ready: Vec<_> = p.take_ready().collect();
+    assert_eq!(ready.len(), 1);
+    assert_eq!((ready[0].slot, ready[0].frame, ready[0].status), (1, 7, FrameStatus::Complete));
+    let data = unsafe { arena.slot(1) };
+    for m in 0..MODULES as usize {
+        for c in 0..4 {
+            let at = m * MODULE_BYTES as usize + c * CELL as usize;
+            assert!(data[at..at + CELL as usize].iter().all(|&b| b == (m as u8) * 10 + c as u8));
+        }
+    }
+    assert_eq!(p.counters.placed, 8);
+    assert!(p.release(1, 7));
+    assert!(!p.release(1, 7), "a second release changes nothing");
+}
+
+#[test]
+fn hostile_datagrams_are_dropped_by_reason_and_write_nothing() {
+    let (arena, mut p) = setup(IncompletePolicy::Keep);
+    let now = Instant::now();
+    let before = snapshot(&arena);
+    let good = datagram(0, 0, 0, 1, 0x55);
+    let mut cases: Vec<(Vec<u8>, DropReason)> = Vec::new();
+    cases.push((good[..20].to_vec(), DropReason::Truncated));
+    cases.push((good[..HEADER_LEN + 10].to_vec(), DropReason::LengthMismatch));
+    cases.push(({ let mut d = good.clone(); d.push(0); d }, DropReason::LengthMismatch));
+    cases.push(({ let mut d = good.clone(); d[0] = b'X'; d }, DropReason::BadMagic));
+    cases.push(({ let mut d = good.clone(); d[4] = 2; d }, DropReason::BadVersion));
+    cases.push(({ let mut d = good.clone(); d[5] = 0x40; d }, DropReason::BadHeader));
+    cases.push(({ let mut d = good.clone(); d[12] ^= 1; d }, DropReason::BadKey));
+    cases.push(({ let mut d = good.clone(); d[8..12].copy_from_slice(&(BASE + 99).to_le_bytes()); d }, DropReason::UnknownBuffer));
+    cases.push(({ let mut d = good.clone(); d[8..12].copy_from_slice(&(BASE - 1).to_le_bytes()); d }, DropReason::UnknownBuffer));
+    let oob = MODULES as u64 * MODULE_BYTES - CELL / 2;
+    cases.push(({ let mut d = good.clone(); d[16..24].copy_from_slice(&oob.to_le_bytes()); d }, DropReason::OutOfBounds));
+    cases.push(({ let mut d = good.clone(); d[16..24].copy_from_slice(&(u64::MAX - 10).to_le_bytes()); d }, DropReason::OutOfBounds));
+    cases.push(({ let mut d = good.clone(); d[16..24].copy_from_slice(&7u64.to_le_bytes()); d }, DropReason::Misaligned));
+    cases.push(({ let mut d = good.clone(); d[16..24].copy_from_slice(&MODULE_BYTES.to_le_bytes()); d }, DropReason::Misaligned));
+    cases.push(({ let mut d = good.clone(); d[6..8].copy_from_slice(&5u16.to_le_bytes()); d }, DropReason::UnknownModule));
+    cases.push(({ let mut d = good.clone(); d[40] = 1; d }, DropReason::UnknownDataset));
+    cases.push((vec![0u8; 3000], DropReason::BadMagic));
+    for (d, reason) in &cases {
+        assert_eq!(p.place_datagram(d, SourceKind::Rdaq, now), Err(*reason), "case {reason:?}");
+    }
+    assert_eq!(snapshot(&arena), before, "no byte of any buffer changed");
+    assert!(arena.guards_intact());
+    for r in DropReason::ALL {
+        let expect = cases.iter().filter(|(_, c)| *c == r).count() as u64;
+        assert_eq!(p.counters.dropped(r), expect, "{r:?}");
+    }
+    assert_eq!(p.counters.placed, 0);
+    assert_eq!(p.counters.datagrams, cases.len() as u64);
+
+    // duplicates and stale frames
+    p.place_datagram(&good, SourceKind::Rdaq, now).unwrap();
+    assert_eq!(p.place_datagram(&datagram(0, 0, 0, 1, 0x66), SourceKind::Rdaq, now), Err(DropReason::Duplicate));
+    assert_eq!(p.place_datagram(&datagram(0, 0, 1, 0, 0x66), SourceKind::Rdaq, now), Err(DropReason::Stale));
+    assert!(unsafe { arena.slot(0) }[..CELL as usize].iter().all(|&b| b == 0x55), "first copy wins");
+}
+
+#[test]
+fn incomplete_frames_keep_marks_missing_cells() {
+    let (arena, mut p) = setup(IncompletePolicy::Keep);
+    let t0 = Instant::now();
+    for c in [0, 1, 3] {
+        p.place_datagram(&datagram(2, 0, c, 5, 0x11), SourceKind::Rdaq, t0).unwrap();
+    }
+    p.place_datagram(&datagram(2, 1, 0, 5, 0x22), SourceKind::Rdaq, t0).unwrap();
+    p.expire(t0 + Duration::from_millis(10), Duration::from_millis(100));
+    assert_eq!(p.take_ready().count(), 0, "not yet timed out");
+    p.expire(t0 + Duration::from_millis(200), Duration::from_millis(100));
+    let f: Vec<_> = p.take_ready().collect();
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].status, FrameStatus::Incomplete);
+    assert_eq!(f[0].missing, vec![2, 5, 6, 7]);
+    assert_eq!(f[0].received_cells, 4);
+    let data = unsafe { arena.slot(2) };
+    let cell = |c: usize| &data[c * CELL as usize..(c + 1) * CELL as usize];
+    assert!(cell(2).iter().all(|&b| b == MISSING_BYTE));
+    assert!(cell(3).iter().all(|&b| b == 0x11));
+    assert!(cell(4).iter().all(|&b| b == 0x22));
+    assert!((5..8).all(|c| cell(c).iter().all(|&b| b == MISSING_BYTE)));
+    assert_eq!(p.counters.frames_incomplete, 1);
+    assert_eq!(p.counters.cells_missing, 4);
+    // late datagrams of a handed frame are stale, a newer frame waits for the release
+    assert_eq!(p.place_datagram(&datagram(2, 0, 2, 5, 0), SourceKind::Rdaq, t0), Err(DropReason::Stale));
+    assert_eq!(p.place_datagram(&datagram(2, 0, 2, 8, 0), SourceKind::Rdaq, t0), Err(DropReason::SlotBusy));
+    assert!(p.release(2, 5));
+    p.place_datagram(&datagram(2, 0, 2, 8, 0), SourceKind::Rdaq, t0).unwrap();
+}
+
+#[test]
+fn incomplete_frames_discard_frees_the_slot() {
+    let (_arena, mut p) = setup(IncompletePolicy::Discard);
+    let t0 = Instant::now();
+    p.place_datagram(&datagram(0, 0, 0, 3, 1), SourceKind::Rdaq, t0).unwrap();
+    // a newer frame for the same slot overtakes the unfinished one
+    p.place_datagram(&datagram(0, 0, 0, 6, 1), SourceKind::Rdaq, t0).unwrap();
+    let f: Vec<_> = p.take_ready().collect();
+    assert_eq!((f.len(), f[0].frame, f[0].status), (1, 3, FrameStatus::Discarded));
+    assert_eq!(f[0].missing.len(), 7);
+    p.finish_all();
+    let f: Vec<_> = p.take_ready().collect();
+    assert_eq!((f[0].frame, f[0].status), (6, FrameStatus::Discarded));
+    assert_eq!(p.counters.frames_discarded, 2);
+    assert_eq!(p.counters.frames_finished(), 2);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
+    /// The bounds invariant: whatever arrives, nothing outside the buffers changes, and a
+    /// dropped datagram changes nothing at all.
+    #[test]
+    fn arbitrary_bytes_never_escape_the_buffers(
+        bytes in proptest::collection::vec(any::<u8>(), 0..1100),
+        mutate_valid in any::<bool>(), at in 0usize..48, val: u8, slot in 0u32..4, cell in 0u64..5,
+    ) {
+        let (arena, mut p) = setup(IncompletePolicy::Keep);
+        let d = if mutate_valid {
+            let mut d = datagram(slot.min(2), 1, cell.min(3), 9, 0x77);
+            d[at] = val;
+            d
+        } else {
+            bytes
+        };
+        let before = snapshot(&arena);
+        let r = p.place_datagram(&d, SourceKind::Rdaq, Instant::now());
+        prop_assert!(arena.guards_intact());
+        match r {
+            Err(_) => prop_assert_eq!(snapshot(&arena), before),
+            Ok(t) => {
+                // exactly one cell of the named slot changed, and to the payload
+                let g = Grid::new(MODULES, MODULE_BYTES, CELL);
+                let off = t.slot as usize * g.slot_bytes() as usize + g.cell_offset(t.cell) as usize;
+                let after = snapshot(&arena);
+                prop_assert_eq!(&after[off..off + CELL as usize], &d[HEADER_LEN..]);
+                prop_assert_eq!(&after[..off], &before[..off]);
+                prop_assert_eq!(&after[off + CELL as usize..], &before[off + CELL as usize..]);
+            }
+        }
+    }
+}
