@@ -1,0 +1,215 @@
+//! Bitshuffle (Masui et al.) and the bitshuffle+LZ4 HDF5 chunk format.
+//!
+//! Transposition of a block of `n` elements (`n` a multiple of 8) of `size` bytes: output
+//! row `byte * 8 + bit` (n / 8 bytes long) holds that bit of that byte of every element,
+//! eight elements per output byte, least significant bit first.
+//!
+//! Chunk: 8-byte big-endian uncompressed size, 4-byte big-endian block size in bytes, then
+//! per block a 4-byte big-endian compressed length and a raw LZ4 block; the last partial
+//! block is rounded down to a multiple of 8 elements and the remaining `len % 8` elements
+//! are appended uncompressed.
+
+use thiserror::Error;
+
+/// The bitshuffle library's default block: 8 KiB of elements, a multiple of 8, at least 128.
+pub fn default_block_elems(elem_size: usize) -> usize {
+    ((8192 / elem_size) / 8 * 8).max(128)
+}
+
+/// Transposes one 8x8 bit matrix held in a u64 (byte i = row i): afterwards byte j, bit i
+/// is what was byte i, bit j.
+#[inline(always)]
+fn transpose8(mut x: u64) -> u64 {
+    let t = (x ^ (x >> 7)) & 0x00aa_00aa_00aa_00aa;
+    x = x ^ t ^ (t << 7);
+    let t = (x ^ (x >> 14)) & 0x0000_cccc_0000_cccc;
+    x = x ^ t ^ (t << 14);
+    let t = (x ^ (x >> 28)) & 0x0000_0000_f0f0_f0f0;
+    x ^ t ^ (t << 28)
+}
+
+/// Bit-transposes one block: `src` holds `n` elements of `size` bytes, `n % 8 == 0`.
+pub fn shuffle_block(src: &[u8], dst: &mut [u8], size: usize) {
+    let n = src.len() / size;
+    assert!(n % 8 == 0 && src.len() == n * size && dst.len() == src.len(), "block of whole 8-element groups");
+    let row = n / 8;
+    for k in 0..row {
+        let group = &src[k * 8 * size..(k + 1) * 8 * size];
+        for byte in 0..size {
+            let mut x = 0u64;
+            for l in 0..8 {
+                x |= (group[l * size + byte] as u64) << (8 * l);
+            }
+            let y = transpose8(x);
+            for bit in 0..8 {
+                dst[(byte * 8 + bit) * row + k] = (y >> (8 * bit)) as u8;
+            }
+        }
+    }
+}
+
+/// Inverse of [`shuffle_block`].
+pub fn unshuffle_block(src: &[u8], dst: &mut [u8], size: usize) {
+    let n = src.len() / size;
+    assert!(n % 8 == 0 && src.len() == n * size && dst.len() == src.len(), "block of whole 8-element groups");
+    let row = n / 8;
+    for k in 0..row {
+        for byte in 0..size {
+            let mut y = 0u64;
+            for bit in 0..8 {
+                y |= (src[(byte * 8 + bit) * row + k] as u64) << (8 * bit);
+            }
+            let x = transpose8(y);
+            for l in 0..8 {
+                dst[(k * 8 + l) * size + byte] = (x >> (8 * l)) as u8;
+            }
+        }
+    }
+}
+
+/// Reusable buffers for compressing chunks without allocating per frame.
+pub struct Compressor {
+    elem_size: usize,
+    block_elems: usize,
+    shuffled: Vec<u8>,
+}
+
+impl Compressor {
+    /// `block_elems` 0 picks the library default.
+    pub fn new(elem_size: usize, block_elems: usize) -> Self {
+        let block_elems = if block_elems == 0 { default_block_elems(elem_size) } else { block_elems };
+        assert!(block_elems % 8 == 0 && block_elems > 0, "block size must be a multiple of 8 elements");
+        Compressor { elem_size, block_elems, shuffled: vec![0; block_elems * elem_size] }
+    }
+
+    /// Compresses `src` (whole elements) into `out` (cleared first) as a bitshuffle+LZ4 chunk.
+    pub fn compress(&mut self, src: &[u8], out: &mut Vec<u8>) {
+        let es = self.elem_size;
+        assert_eq!(src.len() % es, 0, "whole elements");
+        let n = src.len() / es;
+        let block_bytes = self.block_elems * es;
+        out.clear();
+        out.extend_from_slice(&(src.len() as u64).to_be_bytes());
+        out.extend_from_slice(&(block_bytes as u32).to_be_bytes());
+        let full = n / self.block_elems;
+        let last = (n % self.block_elems) / 8 * 8;
+        let mut at = 0;
+        for b in 0..=full {
+            let elems = if b < full { self.block_elems } else { last };
+            if elems == 0 {
+                continue;
+            }
+            let bytes = elems * es;
+            let shuffled = &mut self.shuffled[..bytes];
+            shuffle_block(&src[at..at + bytes], shuffled, es);
+            let len_pos = out.len();
+            out.extend_from_slice(&[0; 4]);
+            let start = out.len();
+            out.resize(start + lz4_flex::block::get_maximum_output_size(bytes), 0);
+            let c = lz4_flex::block::compress_into(shuffled, &mut out[start..]).expect("output sized for the worst case");
+            out.truncate(start + c);
+            out[len_pos..len_pos + 4].copy_from_slice(&(c as u32).to_be_bytes());
+            at += bytes;
+        }
+        out.extend_from_slice(&src[at..]);
+    }
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ChunkError {
+    #[error("chunk is truncated")]
+    Truncated,
+    #[error("chunk block size {0} is not a positive multiple of 8 elements")]
+    BadBlockSize(u32),
+    #[error("LZ4 block does not decode to {0} bytes")]
+    BadBlock(usize),
+}
+
+/// Decodes a bitshuffle+LZ4 chunk of `elem_size`-byte elements (for tests and tools; the
+/// readers of our files are hdf5plugin and the bitshuffle library).
+pub fn decompress(chunk: &[u8], elem_size: usize) -> Result<Vec<u8>, ChunkError> {
+    let total = u64::from_be_bytes(chunk.get(0..8).ok_or(ChunkError::Truncated)?.try_into().unwrap()) as usize;
+    let block_bytes = u32::from_be_bytes(chunk.get(8..12).ok_or(ChunkError::Truncated)?.try_into().unwrap());
+    let be = block_bytes as usize / elem_size;
+    if be == 0 || be % 8 != 0 || block_bytes as usize % elem_size != 0 {
+        return Err(ChunkError::BadBlockSize(block_bytes));
+    }
+    let n = total / elem_size;
+    let mut out = vec![0u8; total];
+    let mut tmp = vec![0u8; block_bytes as usize];
+    let (mut pos, mut at) = (12usize, 0usize);
+    let blocks = n / be + usize::from((n % be) / 8 * 8 > 0);
+    for b in 0..blocks {
+        let elems = if b < n / be { be } else { (n % be) / 8 * 8 };
+        let bytes = elems * elem_size;
+        let clen = u32::from_be_bytes(chunk.get(pos..pos + 4).ok_or(ChunkError::Truncated)?.try_into().unwrap()) as usize;
+        pos += 4;
+        let cblock = chunk.get(pos..pos + clen).ok_or(ChunkError::Truncated)?;
+        pos += clen;
+        let got = lz4_flex::block::decompress_into(cblock, &mut tmp[..bytes]).map_err(|_| ChunkError::BadBlock(bytes))?;
+        if got != bytes {
+            return Err(ChunkError::BadBlock(bytes));
+        }
+        unshuffle_block(&tmp[..bytes], &mut out[at..at + bytes], elem_size);
+        at += bytes;
+    }
+    let rest = chunk.get(pos..pos + (total - at)).ok_or(ChunkError::Truncated)?;
+    out[at..].copy_from_slice(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The definition, one bit at a time: the oracle for the fast transposition.
+    fn shuffle_naive(src: &[u8], size: usize) -> Vec<u8> {
+        let n = src.len() / size;
+        let mut dst = vec![0u8; src.len()];
+        for e in 0..n {
+            for byte in 0..size {
+                for bit in 0..8 {
+                    if src[e * size + byte] >> bit & 1 == 1 {
+                        let out_bit = (byte * 8 + bit) * n + e;
+                        dst[out_bit / 8] |= 1 << (out_bit % 8);
+                    }
+                }
+            }
+        }
+        dst
+    }
+
+    proptest! {
+        #[test]
+        fn fast_shuffle_matches_definition(size in prop_oneof![Just(1usize), Just(2), Just(4), Just(8)],
+                                           groups in 1usize..40, seed: u64) {
+            let n = groups * 8;
+            let src: Vec<u8> = (0..n * size).map(|i| (seed.wrapping_mul(i as u64 + 1) >> 13) as u8).collect();
+            let mut dst = vec![0; src.len()];
+            shuffle_block(&src, &mut dst, size);
+            prop_assert_eq!(&dst, &shuffle_naive(&src, size));
+            let mut back = vec![0; src.len()];
+            unshuffle_block(&dst, &mut back, size);
+            prop_assert_eq!(back, src);
+        }
+
+        #[test]
+        fn chunks_roundtrip(size in prop_oneof![Just(2usize), Just(4)], n in 0usize..20_000, block in prop_oneof![Just(0usize), Just(128), Just(1000)], seed: u64) {
+            let src: Vec<u8> = (0..n * size).map(|i| ((seed ^ i as u64).wrapping_mul(0x9e37_79b9) >> 20) as u8 & 0x0f).collect();
+            let mut c = Compressor::new(size, block);
+            let mut out = Vec::new();
+            c.compress(&src, &mut out);
+            prop_assert_eq!(decompress(&out, size).unwrap(), src);
+        }
+    }
+
+    #[test]
+    fn header_is_big_endian_sizes() {
+        let mut c = Compressor::new(2, 0);
+        let mut out = Vec::new();
+        c.compress(&[0u8; 16384], &mut out);
+        assert_eq!(&out[..12], &[0, 0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0x20, 0]);
+        assert!(out.len() < 200, "zeros compress");
+    }
+}

@@ -1,0 +1,294 @@
+//! The NXmx HDF5 writer: `/entry/data/data` holds one frame per chunk, compressed here with
+//! bitshuffle+LZ4 and written by direct chunk write (H5Dwrite_chunk) with filter 32008
+//! registered OPTIONAL, so writing needs no plugin and readers with hdf5plugin decode it.
+//! Alongside: per-frame frame numbers and status, and for incomplete frames a per-frame
+//! pixel mask of the missing pixels.
+
+use std::path::{Path, PathBuf};
+
+use hdf5::types::VarLenUnicode;
+use hdf5::{Dataset, File, Group};
+use thiserror::Error;
+
+use crate::bitshuffle::Compressor;
+
+/// HDF5 filter id of bitshuffle.
+pub const BSHUF_FILTER: i32 = 32008;
+/// NXmx pixel_mask bit 1 ("dead"), used for pixels whose data was lost in transfer.
+pub const MASK_MISSING: u32 = 1 << 1;
+
+#[derive(Debug, Error)]
+pub enum SinkError {
+    #[error("HDF5 error on {path}: {source}")]
+    Hdf5 { path: PathBuf, source: hdf5::Error },
+    #[error("frame has {got} bytes, the dataset expects {want}")]
+    FrameSize { got: usize, want: usize },
+}
+
+/// What the file says about the experiment and the detector.
+#[derive(Clone, Debug)]
+pub struct NxmxMeta {
+    /// Image height and width in pixels (modules stacked along the slow axis).
+    pub height: usize,
+    pub width: usize,
+    /// Module count; module `m` covers rows `m * height / modules ..`.
+    pub modules: usize,
+    pub photon_energy_kev: f64,
+    pub frame_time_s: f64,
+    pub detector_distance_m: f64,
+    pub pixel_size_m: f64,
+    pub sensor_material: String,
+    pub sensor_thickness_m: f64,
+    pub start_time: String,
+    pub detector_name: String,
+}
+
+pub struct NxmxWriter {
+    path: PathBuf,
+    file: File,
+    data: Dataset,
+    mask: Option<Dataset>,
+    meta: NxmxMeta,
+    frames: usize,
+    capacity: usize,
+    frame_numbers: Vec<u64>,
+    complete: Vec<u8>,
+    incomplete_frames: Vec<u64>,
+    words: Compressor,
+    mask_words: Compressor,
+    chunk: Vec<u8>,
+    mask_buf: Vec<u32>,
+    pub bytes_written: u64,
+}
+
+/// Frames by which the datasets grow at a time.
+const GROW: usize = 256;
+
+fn str_attr(loc: &hdf5::Location, name: &str, value: &str) -> hdf5::Result<()> {
+    let v: VarLenUnicode = value.parse().map_err(|e| hdf5::Error::from(format!("{e:?}")))?;
+    loc.new_attr::<VarLenUnicode>().create(name)?.write_scalar(&v)
+}
+
+fn nx_group(parent: &Group, name: &str, class: &str) -> hdf5::Result<Group> {
+    let g = parent.create_group(name)?;
+    str_attr(&g, "NX_class", class)?;
+    Ok(g)
+}
+
+fn str_ds(g: &Group, name: &str, value: &str) -> hdf5::Result<Dataset> {
+    let v: VarLenUnicode = value.parse().map_err(|e| hdf5::Error::from(format!("{e:?}")))?;
+    let d = g.new_dataset::<VarLenUnicode>().create(name)?;
+    d.write_scalar(&v)?;
+    Ok(d)
+}
+
+fn f64_ds(g: &Group, name: &str, value: f64, units: &str) -> hdf5::Result<Dataset> {
+    let d = g.new_dataset::<f64>().create(name)?;
+    d.write_scalar(&value)?;
+    if !units.is_empty() {
+        str_attr(&d, "units", units)?;
+    }
+    Ok(d)
+}
+
+/// A translation axis in an NXtransformations group.
+fn axis(g: &Group, name: &str, value: f64, units: &str, vector: [f64; 3], depends_on: &str, offset: Option<[f64; 3]>) -> hdf5::Result<()> {
+    let d = f64_ds(g, name, value, units)?;
+    str_attr(&d, "transformation_type", "translation")?;
+    str_attr(&d, "depends_on", depends_on)?;
+    d.new_attr::<f64>().shape(3).create("vector")?.write(&vector)?;
+    if let Some(o) = offset {
+        d.new_attr::<f64>().shape(3).create("offset")?.write(&o)?;
+        str_attr(&d, "offset_units", units)?;
+    }
+    Ok(())
+}
+
+/// A chunked, resizable 3-D dataset with bitshuffle (optional) registered.
+fn frame_stack<T: hdf5::H5Type>(g: &Group, name: &str, h: usize, w: usize, elem: usize) -> hdf5::Result<Dataset> {
+    let dcpl = hdf5::plist::DatasetCreate::try_new()?;
+    // 0, 0: bitshuffle version fields (informational), element size, block size 0 (auto),
+    // 2: LZ4. Set through the C API because the filter need not be registered here.
+    let cd: [libc_uint; 5] = [0, 4, elem as libc_uint, 0, 2];
+    let rc = hdf5::sync::sync(|| unsafe {
+        hdf5_sys::h5p::H5Pset_filter(dcpl.id(), BSHUF_FILTER, hdf5_sys::h5z::H5Z_FLAG_OPTIONAL, cd.len(), cd.as_ptr())
+    });
+    if rc < 0 {
+        return Err("H5Pset_filter(bitshuffle) failed".into());
+    }
+    g.new_dataset::<T>().set_dcpl(&dcpl).chunk((1, h, w)).shape((0.., h, w)).create(name)
+}
+
+#[allow(non_camel_case_types)]
+type libc_uint = std::os::raw::c_uint;
+
+impl NxmxWriter {
+    pub fn create(path: &Path, meta: &NxmxMeta) -> Result<Self, SinkError> {
+        let err = |source| SinkError::Hdf5 { path: path.to_owned(), source };
+        Self::build(path, meta).map_err(err)
+    }
+
+    fn build(path: &Path, meta: &NxmxMeta) -> hdf5::Result<Self> {
+        let (h, w) = (meta.height, meta.width);
+        let file = File::create(path)?;
+        str_attr(&file, "default", "entry")?;
+        let entry = nx_group(&file, "entry", "NXentry")?;
+        str_attr(&entry, "default", "data")?;
+        str_ds(&entry, "definition", "NXmx")?;
+        str_ds(&entry, "start_time", &meta.start_time)?;
+        let data_g = nx_group(&entry, "data", "NXdata")?;
+        str_attr(&data_g, "signal", "data")?;
+        let data = frame_stack::<u16>(&data_g, "data", h, w, 2)?;
+        data_g.new_dataset::<u64>().chunk(1024).shape(0..).create("frame_number")?;
+        data_g.new_dataset::<u8>().chunk(1024).shape(0..).create("frame_complete")?;
+
+        let instrument = nx_group(&entry, "instrument", "NXinstrument")?;
+        let beam = nx_group(&instrument, "beam", "NXbeam")?;
+        f64_ds(&beam, "incident_wavelength", 12.398_419_843_320_026 / meta.photon_energy_kev, "angstrom")?;
+        let det = nx_group(&instrument, "detector", "NXdetector")?;
+        str_ds(&det, "description", &meta.detector_name)?;
+        f64_ds(&det, "beam_center_x", w as f64 / 2.0, "pixel")?;
+        f64_ds(&det, "beam_center_y", h as f64 / 2.0, "pixel")?;
+        f64_ds(&det, "distance", meta.detector_distance_m, "m")?;
+        f64_ds(&det, "count_time", meta.frame_time_s, "s")?;
+        f64_ds(&det, "frame_time", meta.frame_time_s, "s")?;
+        f64_ds(&det, "x_pixel_size", meta.pixel_size_m, "m")?;
+        f64_ds(&det, "y_pixel_size", meta.pixel_size_m, "m")?;
+        str_ds(&det, "sensor_material", &meta.sensor_material)?;
+        f64_ds(&det, "sensor_thickness", meta.sensor_thickness_m, "m")?;
+        det.new_dataset::<i64>().create("saturation_value")?.write_scalar(&0x3fff_i64)?;
+        det.new_dataset::<i64>().create("underload_value")?.write_scalar(&-1_i64)?;
+        det.new_dataset::<i32>().create("bit_depth_image")?.write_scalar(&16_i32)?;
+        // no static defects in the emulated detector; transfer losses go to the per-frame mask
+        det.new_dataset::<u32>().shape((h, w)).create("pixel_mask")?.write_raw(&vec![0u32; h * w])?;
+        str_ds(&det, "depends_on", "/entry/instrument/detector/transformations/translation")?;
+        let tr = nx_group(&det, "transformations", "NXtransformations")?;
+        axis(&tr, "translation", meta.detector_distance_m, "m", [0.0, 0.0, 1.0], ".", None)?;
+        let module_h = h / meta.modules.max(1);
+        for m in 0..meta.modules {
+            let mg = nx_group(&det, &format!("module_{m}"), "NXdetector_module")?;
+            mg.new_dataset::<i32>().shape(2).create("data_origin")?.write(&[(m * module_h) as i32, 0])?;
+            mg.new_dataset::<i32>().shape(2).create("data_size")?.write(&[module_h as i32, w as i32])?;
+            let origin = [-(w as f64) / 2.0 * meta.pixel_size_m, ((h as f64) / 2.0 - (m * module_h) as f64) * meta.pixel_size_m, 0.0];
+            let dep = "/entry/instrument/detector/transformations/translation";
+            let d = f64_ds(&mg, "fast_pixel_direction", meta.pixel_size_m, "m")?;
+            str_attr(&d, "transformation_type", "translation")?;
+            str_attr(&d, "depends_on", &format!("/entry/instrument/detector/module_{m}/module_offset"))?;
+            d.new_attr::<f64>().shape(3).create("vector")?.write(&[-1.0, 0.0, 0.0])?;
+            let d = f64_ds(&mg, "slow_pixel_direction", meta.pixel_size_m, "m")?;
+            str_attr(&d, "transformation_type", "translation")?;
+            str_attr(&d, "depends_on", &format!("/entry/instrument/detector/module_{m}/module_offset"))?;
+            d.new_attr::<f64>().shape(3).create("vector")?.write(&[0.0, -1.0, 0.0])?;
+            axis(&mg, "module_offset", 0.0, "m", [1.0, 0.0, 0.0], dep, Some(origin))?;
+        }
+        let sample = nx_group(&entry, "sample", "NXsample")?;
+        str_ds(&sample, "depends_on", ".")?;
+        let source = nx_group(&entry, "source", "NXsource")?;
+        str_ds(&source, "name", "rdaq detector emulator")?;
+        Ok(NxmxWriter {
+            path: path.to_owned(),
+            file,
+            data,
+            mask: None,
+            meta: meta.clone(),
+            frames: 0,
+            capacity: 0,
+            frame_numbers: Vec::new(),
+            complete: Vec::new(),
+            incomplete_frames: Vec::new(),
+            words: Compressor::new(2, 0),
+            mask_words: Compressor::new(4, 0),
+            chunk: Vec::new(),
+            mask_buf: Vec::new(),
+            bytes_written: 0,
+        })
+    }
+
+    fn err(&self) -> impl Fn(hdf5::Error) -> SinkError + '_ {
+        move |source| SinkError::Hdf5 { path: self.path.clone(), source }
+    }
+
+    /// Appends a frame of raw little-endian 16-bit words. `missing` lists byte ranges of the
+    /// frame that carry no data (incomplete frame); they are flagged in a per-frame mask.
+    pub fn write_frame(&mut self, frame_number: u64, words: &[u8], missing: &[(usize, usize)]) -> Result<(), SinkError> {
+        let want = self.meta.height * self.meta.width * 2;
+        if words.len() != want {
+            return Err(SinkError::FrameSize { got: words.len(), want });
+        }
+        if self.frames == self.capacity {
+            self.capacity += GROW;
+            self.data.resize((self.capacity, self.meta.height, self.meta.width)).map_err(self.err())?;
+        }
+        self.words.compress(words, &mut self.chunk);
+        write_chunk(&self.data, self.frames, &self.chunk).map_err(self.err())?;
+        self.bytes_written += self.chunk.len() as u64;
+        if !missing.is_empty() {
+            self.write_mask(missing).map_err(self.err())?;
+            self.incomplete_frames.push(frame_number);
+        }
+        self.frame_numbers.push(frame_number);
+        self.complete.push(missing.is_empty() as u8);
+        self.frames += 1;
+        Ok(())
+    }
+
+    fn write_mask(&mut self, missing: &[(usize, usize)]) -> hdf5::Result<()> {
+        let (h, w) = (self.meta.height, self.meta.width);
+        if self.mask.is_none() {
+            let g = self.file.group("entry/data")?;
+            self.mask = Some(frame_stack::<u32>(&g, "incomplete_pixel_mask", h, w, 4)?);
+        }
+        self.mask_buf.clear();
+        self.mask_buf.resize(h * w, 0);
+        for &(start, len) in missing {
+            self.mask_buf[start / 2..(start + len) / 2].fill(MASK_MISSING);
+        }
+        let mask = self.mask.as_ref().expect("created above");
+        let k = self.incomplete_frames.len();
+        mask.resize((k + 1, h, w))?;
+        // SAFETY: u32 has no padding; the host is little-endian like the HDF5 type.
+        let bytes = unsafe { std::slice::from_raw_parts(self.mask_buf.as_ptr().cast::<u8>(), self.mask_buf.len() * 4) };
+        self.mask_words.compress(bytes, &mut self.chunk);
+        write_chunk(mask, k, &self.chunk)?;
+        self.bytes_written += self.chunk.len() as u64;
+        Ok(())
+    }
+
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
+    /// Trims the datasets to the frames written and writes the per-frame tables.
+    pub fn finish(self) -> Result<PathBuf, SinkError> {
+        let e = self.err();
+        let (h, w) = (self.meta.height, self.meta.width);
+        self.data.resize((self.frames, h, w)).map_err(&e)?;
+        let g = self.file.group("entry/data").map_err(&e)?;
+        let fnum = g.dataset("frame_number").map_err(&e)?;
+        fnum.resize(self.frames).map_err(&e)?;
+        fnum.write(&self.frame_numbers).map_err(&e)?;
+        let comp = g.dataset("frame_complete").map_err(&e)?;
+        comp.resize(self.frames).map_err(&e)?;
+        comp.write(&self.complete).map_err(&e)?;
+        if !self.incomplete_frames.is_empty() {
+            g.new_dataset::<u64>().shape(self.incomplete_frames.len()).create("incomplete_frame_number").map_err(&e)?
+                .write(&self.incomplete_frames).map_err(&e)?;
+        }
+        self.file.flush().map_err(&e)?;
+        Ok(self.path.clone())
+    }
+}
+
+/// Writes one pre-compressed chunk at frame index `index`.
+fn write_chunk(ds: &Dataset, index: usize, chunk: &[u8]) -> hdf5::Result<()> {
+    let offset: [hdf5_sys::h5::hsize_t; 3] = [index as _, 0, 0];
+    let rc = hdf5::sync::sync(|| unsafe {
+        // SAFETY: `offset` has one entry per dataset dimension and `chunk` is a live buffer
+        // of the given size; filter mask 0 says the (only) filter was applied.
+        hdf5_sys::h5d::H5Dwrite_chunk(ds.id(), hdf5_sys::h5p::H5P_DEFAULT, 0, offset.as_ptr(), chunk.len(), chunk.as_ptr().cast())
+    });
+    if rc < 0 {
+        return Err(format!("H5Dwrite_chunk of frame {index} failed").into());
+    }
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! The writer's file reads back through the HDF5 library (the chunks are opaque to it
+//! without the plugin, so the chunk bytes are read raw and decoded here; h5py + hdf5plugin
+//! decode them in the Python end-to-end tests).
+
+use rdaq_sink::bitshuffle::decompress;
+use rdaq_sink::{NxmxMeta, NxmxWriter};
+
+fn meta(h: usize, w: usize) -> NxmxMeta {
+    NxmxMeta {
+        height: h,
+        width: w,
+        modules: 2,
+        photon_energy_kev: 12.4,
+        frame_time_s: 0.001,
+        detector_distance_m: 0.1,
+        pixel_size_m: 75e-6,
+        sensor_material: "Si".into(),
+        sensor_thickness_m: 320e-6,
+        start_time: "2026-11-22T00:00:00Z".into(),
+        detector_name: "test".into(),
+    }
+}
+
+#[test]
+fn frames_and_tables_land_in_the_file() {
+    let dir = std::env::temp_dir().join(format!("rdaq-sink-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.h5");
+    let (h, w) = (64, 128);
+    let mut wr = NxmxWriter::create(&path, &meta(h, w)).unwrap();
+    let frames: Vec<Vec<u8>> = (0..300u32).map(|f| (0..h * w * 2).map(|i| ((i as u32 * 7 + f) % 251) as u8).collect()).collect();
+    for (i, f) in frames.iter().enumerate() {
+        let missing = if i == 5 { vec![(256, 512)] } else { vec![] };
+        wr.write_frame(1000 + i as u64, f, &missing).unwrap();
+    }
+    assert!(wr.write_frame(0, &frames[0][..10], &[]).is_err(), "wrong size is refused");
+    wr.finish().unwrap();
+
+    let file = hdf5::File::open(&path).unwrap();
+    let ds = file.dataset("entry/data/data").unwrap();
+    assert_eq!(ds.shape(), vec![300, h, w]);
+    let fnum: Vec<u64> = file.dataset("entry/data/frame_number").unwrap().read_raw().unwrap();
+    assert_eq!(fnum, (1000..1300).collect::<Vec<_>>());
+    let complete: Vec<u8> = file.dataset("entry/data/frame_complete").unwrap().read_raw().unwrap();
+    assert_eq!(complete.iter().filter(|&&c| c == 0).count(), 1);
+    for i in [0usize, 5, 299] {
+        let (_mask, raw) = read_chunk(&ds, i);
+        assert_eq!(decompress(&raw, 2).unwrap(), frames[i], "frame {i}");
+    }
+    let mask_ds = file.dataset("entry/data/incomplete_pixel_mask").unwrap();
+    let (_, raw) = read_chunk(&mask_ds, 0);
+    let mask = decompress(&raw, 4).unwrap();
+    let m: Vec<u32> = mask.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert!(m[128..384].iter().all(|&v| v == 2) && m[..128].iter().all(|&v| v == 0) && m[384..].iter().all(|&v| v == 0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn read_chunk(ds: &hdf5::Dataset, i: usize) -> (u32, Vec<u8>) {
+    let offset = [i as u64, 0, 0];
+    // chunks are written in frame order, so chunk index i is frame i
+    let info = ds.chunk_info(i).expect("chunk exists");
+    assert_eq!(info.offset, offset);
+    let mut buf = vec![0u8; info.size as usize];
+    let mut filter_mask = 0u32;
+    let rc = unsafe {
+        hdf5_sys::h5d::H5Dread_chunk(ds.id(), hdf5_sys::h5p::H5P_DEFAULT, offset.as_ptr(), &mut filter_mask, buf.as_mut_ptr().cast())
+    };
+    assert!(rc >= 0);
+    (filter_mask, buf)
+}
