@@ -115,8 +115,9 @@ impl ModuleCalibration {
 
 #[inline(always)]
 fn adc_word(g: Gain, adc: f32) -> u16 {
-    // round half away from zero, then clamp to 14 bits; G1 with ADC 0 is an error word
-    let a = adc.round().clamp(0.0, ADC_MAX as f32) as u16;
+    // clamp to 14 bits, then round half away from zero (by truncation: non-negative now);
+    // G1 with ADC 0 is an error word
+    let a = (adc.clamp(0.0, ADC_MAX as f32) + 0.5) as u16;
     let a = if g == Gain::G1 && a == 0 { 1 } else { a };
     g.bits() | a
 }

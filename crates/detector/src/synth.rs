@@ -47,7 +47,8 @@ pub struct Spot {
     pub photons: f64,
 }
 
-const NOISE_TABLE: usize = 2048;
+/// Length of a module's table of normal draws (a power of two above the pixel count).
+const NOISE_TABLE: usize = 1 << 20;
 
 /// Generates the frames of one module.
 pub struct ModuleSynth {
@@ -56,10 +57,9 @@ pub struct ModuleSynth {
     cal: ModuleCalibration,
     /// Electronic noise in G0 ADU per pixel (gain * noise).
     noise_adc: Vec<f32>,
-    /// Standard normal draws indexed by 11 random bits.
+    /// Standard normal draws; frame `f` reads them from a shift that depends on `f`, so each
+    /// pixel sees a fresh draw per frame while the noise pass stays a branch-free loop.
     normals: Vec<f32>,
-    /// P(no background photon) scaled to 53 bits, for the branch-light fast path.
-    zero_photon_threshold: u64,
     spot_scratch: Vec<(u32, f32)>,
 }
 
@@ -67,10 +67,9 @@ impl ModuleSynth {
     pub fn new(cfg: SynthConfig, module: u16) -> Self {
         let cal = ModuleCalibration::synthetic(cfg.seed, module);
         let noise_adc = cal.gain[0].iter().map(|g| g * cfg.noise_kev).collect();
-        let kn = rng::key(&[cfg.seed, 0x401_5e]);
+        let kn = rng::key(&[cfg.seed, module as u64, 0x401_5e]);
         let normals = (0..NOISE_TABLE as u64).map(|i| rng::normal(rng::at(kn, i))).collect();
-        let zero_photon_threshold = ((-cfg.background_photons).exp() * (1u64 << 53) as f64) as u64;
-        ModuleSynth { cfg, module, cal, noise_adc, normals, zero_photon_threshold, spot_scratch: Vec::new() }
+        ModuleSynth { cfg, module, cal, noise_adc, normals, spot_scratch: Vec::new() }
     }
 
     pub fn calibration(&self) -> &ModuleCalibration {
@@ -99,20 +98,51 @@ impl ModuleSynth {
     pub fn frame(&mut self, frame: u64, out: &mut [u16]) {
         assert_eq!(out.len(), MODULE_PIXELS, "a module frame is {MODULE_PIXELS} words");
         let k = rng::key(&[self.cfg.seed, self.module as u64, frame, 0xf7a3e]);
-        let e_ph = self.cfg.photon_energy_kev;
-        let p0 = &self.cal.pedestal[0];
-        for (px, w) in out.iter_mut().enumerate() {
-            let h = rng::at(k, px as u64);
-            let z = self.normals[(h & (NOISE_TABLE as u64 - 1)) as usize];
-            if h >> 11 < self.zero_photon_threshold {
-                // no photon: G0, pedestal plus noise (the common case)
-                *w = (p0[px] + z * self.noise_adc[px]).round().clamp(0.0, 16383.0) as u16;
-            } else {
-                let n = rng::poisson(self.cfg.background_photons, h) as f32;
-                *w = self.cal.encode(px, n * e_ph + z * self.cfg.noise_kev);
+        self.noise(rng::at(k, 0) as usize % NOISE_TABLE, out);
+        self.background_photons(k, out);
+        self.add_spots(frame, k, out);
+    }
+
+    /// Every pixel: G0 pedestal plus electronic noise, no photon.
+    fn noise(&self, shift: usize, out: &mut [u16]) {
+        // two straight runs (before and after the table wraps) so each loop vectorizes
+        let first = (NOISE_TABLE - shift).min(MODULE_PIXELS);
+        let runs = [(0, &self.normals[shift..shift + first]), (first, &self.normals[..MODULE_PIXELS - first])];
+        for (at, z) in runs {
+            let n = z.len();
+            let (w, p, a) = (&mut out[at..at + n], &self.cal.pedestal[0][at..at + n], &self.noise_adc[at..at + n]);
+            for i in 0..n {
+                // clamp, then round half up by truncation (non-negative here); f32::round is
+                // a libm call on baseline x86-64
+                w[i] = ((p[i] + z[i] * a[i]).clamp(0.0, 16383.0) + 0.5) as u16;
             }
         }
-        self.add_spots(frame, k, out);
+    }
+
+    /// Pixels hit by background photons: positions by geometric gaps (each pixel is hit
+    /// with probability 1 - exp(-mean)), the count in a hit pixel from Poisson given >= 1.
+    fn background_photons(&self, k: u64, out: &mut [u16]) {
+        let lambda = self.cfg.background_photons;
+        if lambda <= 0.0 {
+            return;
+        }
+        let p_hit = 1.0 - (-lambda).exp();
+        let log_miss = (1.0 - p_hit).ln();
+        let mut s = rng::Stream::new(rng::key(&[k, 0xb9]));
+        let e_ph = self.cfg.photon_energy_kev;
+        let mut px = 0usize;
+        loop {
+            let gap = ((1.0 - s.unit()).ln() / log_miss).floor();
+            if !gap.is_finite() || gap >= (MODULE_PIXELS - px) as f64 {
+                return;
+            }
+            px += gap as usize;
+            // Poisson conditioned on at least one photon, by inversion from P(0)
+            let u = (-lambda).exp() + s.unit() * p_hit;
+            let n = rng::poisson(lambda, ((u * (1u64 << 53) as f64) as u64) << 11).max(1) as f32;
+            out[px] = self.cal.encode(px, n * e_ph + s.normal() * self.cfg.noise_kev);
+            px += 1;
+        }
     }
 
     fn add_spots(&mut self, frame: u64, k: u64, out: &mut [u16]) {
@@ -144,7 +174,7 @@ impl ModuleSynth {
                 i += 1;
             }
             let h = rng::at(k, px as u64);
-            let z = self.normals[(h & (NOISE_TABLE as u64 - 1)) as usize];
+            let z = rng::normal(rng::at(k ^ 0x2_0000_0000, px as u64));
             let n = rng::poisson(lambda, h) as f32;
             out[px as usize] = self.cal.encode(px as usize, n * e_ph + z * self.cfg.noise_kev);
         }

@@ -105,3 +105,25 @@ pub fn wait_readable(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<u6
 pub fn pollfd(sock: &UdpSocket) -> libc::pollfd {
     libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }
 }
+
+/// Pins the calling thread to one CPU (benchmarks pin sender and receiver apart).
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity(0) acts
+    // on the calling thread only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// CPU time (user + system) the calling thread has used.
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}

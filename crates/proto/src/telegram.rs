@@ -24,7 +24,8 @@ pub struct BufferMap {
     pub modules: u16,
     pub module_bytes: u64,
     pub payload_bytes: u32,
-    /// UDP port of each module's data channel: module `m` sends to `data_ports[m]`.
+    /// UDP port of each data channel: module `m` sends rdaq datagrams to `data_ports[m]`;
+    /// for native JUNGFRAU ingest, interface `i` of module `m` to `data_ports[m * interfaces + i]`.
     pub data_ports: Vec<u16>,
     pub buffers: Vec<LocalBufferInfo>,
 }

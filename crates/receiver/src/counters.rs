@@ -95,6 +95,8 @@ pub struct Counters {
     pub recv_syscalls: u64,
     /// Drops the kernel reported for the sockets (buffer full), read at the end.
     pub kernel_drops: u64,
+    /// CPU time of the receive thread, read at the end.
+    pub cpu_time: std::time::Duration,
     pub dropped: [u64; DropReason::ALL.len()],
 }
 

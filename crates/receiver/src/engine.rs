@@ -63,6 +63,8 @@ pub struct ReceiverConfig {
     pub linger: Duration,
     /// Stop by itself after this many frames finished.
     pub frames: Option<u64>,
+    /// Pin the receive thread to this CPU.
+    pub cpu: Option<usize>,
 }
 
 impl Default for ReceiverConfig {
@@ -84,6 +86,7 @@ impl Default for ReceiverConfig {
             predict: true,
             linger: Duration::from_millis(200),
             frames: None,
+            cpu: None,
         }
     }
 }
@@ -201,10 +204,7 @@ impl Receiver {
             modules: cfg.modules,
             module_bytes: cfg.module_bytes,
             payload_bytes: grid.cell_bytes as u32,
-            data_ports: match cfg.format {
-                Format::Rdaq => ports.clone(),
-                Format::Sls { interfaces } => ports.iter().step_by(interfaces as usize).copied().collect(),
-            },
+            data_ports: ports.clone(),
             buffers: keys
                 .iter()
                 .enumerate()
@@ -321,6 +321,9 @@ const EXPIRE_EVERY: Duration = Duration::from_millis(2);
 
 impl Loop {
     fn run(mut self) -> Result<Counters, ReceiverError> {
+        if let Some(cpu) = self.cfg.cpu {
+            socket::pin_current_thread(cpu)?;
+        }
         let landing = self.placement.grid().cell_bytes as usize;
         let mut rx = MmsgReceiver::new(self.cfg.batch, rdaq_proto::HEADER_LEN, landing);
         let mut landings = vec![None; rx.batch()];
@@ -378,6 +381,7 @@ impl Loop {
         self.placement.finish_all();
         self.hand_on();
         self.placement.counters.kernel_drops = self.socks.iter().filter_map(|(s, _)| socket::kernel_drops(s)).sum();
+        self.placement.counters.cpu_time = socket::thread_cpu_time();
         self.publish(&rx);
         Ok(self.placement.counters)
     }

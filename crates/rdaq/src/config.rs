@@ -1,0 +1,216 @@
+//! The TOML configuration of `rdaq run`: every field has a default, unknown fields are
+//! errors that name the field, and values are checked before anything starts.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub detector: Detector,
+    pub emulator: Emulator,
+    pub network: Network,
+    pub receiver: ReceiverCfg,
+    pub output: Output,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Detector {
+    /// JUNGFRAU modules (1024 x 512 pixels each), stacked along the slow axis.
+    pub modules: u16,
+    /// Seed of the synthetic frames: same seed, same bytes.
+    pub seed: u64,
+    pub photon_energy_kev: f64,
+    pub background_photons: f64,
+    pub spots_per_frame: f64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Emulator {
+    pub frames: u64,
+    /// Frames per second; 0 sends as fast as possible.
+    pub rate_hz: f64,
+    /// Use UDP generic segmentation offload where the kernel has it.
+    pub gso: bool,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Network {
+    /// Receiver data address.
+    pub bind: IpAddr,
+    /// First data port (module m uses port + m); 0 lets the kernel choose free ports.
+    pub data_port: u16,
+    /// Payload bytes per datagram.
+    pub payload_bytes: u32,
+    pub recv_buffer_mib: usize,
+    /// Datagrams per recvmmsg call.
+    pub batch: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReceiverCfg {
+    /// Memory for the frame ring; the slot count is this over the frame size.
+    pub ring_mib: usize,
+    /// An incomplete frame is finished this long after its first datagram.
+    pub frame_timeout_ms: u64,
+    /// "keep": hand on incomplete frames with missing pixels marked; "discard": drop them.
+    pub policy: String,
+    /// Land payloads at their predicted destination (no user-space copy for in-order data).
+    pub predict: bool,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Output {
+    pub dir: PathBuf,
+    /// Files are `<name>.h5` and `<name>_manifest.csv`.
+    pub name: String,
+    /// Exit 0 even if frames were lost or incomplete.
+    pub tolerate_loss: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            detector: Detector::default(),
+            emulator: Emulator::default(),
+            network: Network::default(),
+            receiver: ReceiverCfg::default(),
+            output: Output::default(),
+        }
+    }
+}
+
+impl Default for Detector {
+    fn default() -> Self {
+        Detector { modules: 2, seed: 1, photon_energy_kev: 12.4, background_photons: 0.01, spots_per_frame: 30.0 }
+    }
+}
+
+impl Default for Emulator {
+    fn default() -> Self {
+        Emulator { frames: 1000, rate_hz: 200.0, gso: true }
+    }
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Network { bind: IpAddr::from([127, 0, 0, 1]), data_port: 0, payload_bytes: 8192, recv_buffer_mib: 64, batch: 64 }
+    }
+}
+
+impl Default for ReceiverCfg {
+    fn default() -> Self {
+        ReceiverCfg { ring_mib: 512, frame_timeout_ms: 500, policy: "keep".into(), predict: true }
+    }
+}
+
+impl Default for Output {
+    fn default() -> Self {
+        Output { dir: PathBuf::from("out"), name: "rdaq_run".into(), tolerate_loss: false }
+    }
+}
+
+/// Largest rdaq payload: a UDP datagram over IPv4 less the 48-byte header.
+const MAX_PAYLOAD: u32 = 65_507 - 48;
+
+impl Config {
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let cfg: Config = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message().trim()))
+            .with_context(|| format!("invalid configuration {}", path.display()))?;
+        Ok(cfg)
+    }
+
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.detector.modules == 0 || self.detector.modules > 64 {
+            bail!("detector.modules must be 1..=64, not {}", self.detector.modules);
+        }
+        if !(self.detector.photon_energy_kev > 0.0) {
+            bail!("detector.photon_energy_kev must be positive");
+        }
+        if !(self.emulator.rate_hz >= 0.0) || !self.emulator.rate_hz.is_finite() {
+            bail!("emulator.rate_hz must be 0 (as fast as possible) or positive");
+        }
+        if self.network.payload_bytes == 0 || self.network.payload_bytes > MAX_PAYLOAD {
+            bail!("network.payload_bytes must be 1..={MAX_PAYLOAD}, not {}", self.network.payload_bytes);
+        }
+        if self.network.batch == 0 || self.network.batch > 1024 {
+            bail!("network.batch must be 1..=1024, not {}", self.network.batch);
+        }
+        if self.slots() < 2 {
+            bail!("receiver.ring_mib {} holds fewer than 2 frames of {} MiB", self.receiver.ring_mib, self.frame_bytes() >> 20);
+        }
+        self.policy()?;
+        if self.output.name.is_empty() || self.output.name.contains('/') {
+            bail!("output.name must be a plain file name, not {:?}", self.output.name);
+        }
+        Ok(())
+    }
+
+    pub fn frame_bytes(&self) -> usize {
+        self.detector.modules as usize * rdaq_detector::MODULE_BYTES
+    }
+
+    pub fn slots(&self) -> usize {
+        (self.receiver.ring_mib << 20) / self.frame_bytes()
+    }
+
+    pub fn policy(&self) -> anyhow::Result<rdaq_receiver::IncompletePolicy> {
+        parse_policy(&self.receiver.policy).context("receiver.policy")
+    }
+
+    pub fn frame_timeout(&self) -> Duration {
+        Duration::from_millis(self.receiver.frame_timeout_ms)
+    }
+
+    pub fn rate(&self) -> Option<f64> {
+        (self.emulator.rate_hz > 0.0).then_some(self.emulator.rate_hz)
+    }
+
+    pub fn synth(&self) -> rdaq_detector::SynthConfig {
+        rdaq_detector::SynthConfig {
+            seed: self.detector.seed,
+            photon_energy_kev: self.detector.photon_energy_kev as f32,
+            background_photons: self.detector.background_photons,
+            spots_per_frame: self.detector.spots_per_frame,
+            ..Default::default()
+        }
+    }
+}
+
+pub fn parse_policy(s: &str) -> anyhow::Result<rdaq_receiver::IncompletePolicy> {
+    match s {
+        "keep" => Ok(rdaq_receiver::IncompletePolicy::Keep),
+        "discard" => Ok(rdaq_receiver::IncompletePolicy::Discard),
+        other => bail!("policy must be \"keep\" or \"discard\", not {other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_files_are_checked() {
+        Config::default().check().unwrap();
+        let c: Config = toml::from_str("[emulator]\nframes = 5\n").unwrap();
+        assert_eq!((c.emulator.frames, c.detector.modules), (5, 2));
+        let e = toml::from_str::<Config>("[emulator]\nframez = 5\n").unwrap_err();
+        assert!(e.to_string().contains("framez"), "{e}");
+        let mut c = Config::default();
+        c.receiver.policy = "maybe".into();
+        assert!(format!("{:#}", c.check().unwrap_err()).contains("receiver.policy"));
+        let mut c = Config::default();
+        c.receiver.ring_mib = 2;
+        assert!(c.check().unwrap_err().to_string().contains("ring_mib"));
+    }
+}

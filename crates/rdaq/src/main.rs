@@ -1,0 +1,396 @@
+//! rdaq: data acquisition for high-rate 2D X-ray detectors.
+
+mod bench;
+mod config;
+mod consume;
+mod summary;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use rdaq_emulator::{EmulatorConfig, Progress};
+use rdaq_proto::telegram::BufferMap;
+use rdaq_receiver::{Format, Receiver, ReceiverConfig};
+use rdaq_sink::{NxmxMeta, NxmxWriter};
+
+use config::Config;
+
+#[derive(Parser)]
+#[command(name = "rdaq", version, about = "Data acquisition for high-rate 2D X-ray detectors")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// End-to-end acquisition on this host: emulated JUNGFRAU modules -> receiver -> NXmx file.
+    Run(RunArgs),
+    /// Emulate detector modules sending to a receiver's buffers (see `receive --buffers-out`).
+    Emulate(EmulateArgs),
+    /// Receive rdaq datagrams or native JUNGFRAU packets into a frame ring and an NXmx file.
+    Receive(ReceiveArgs),
+    /// Benchmarks (commands, not tests): print a table against a baseline measured in the same run.
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// TOML configuration; every field has a default (see rdaq.example.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    frames: Option<u64>,
+    #[arg(long)]
+    modules: Option<u16>,
+    /// Frames per second (0: as fast as possible).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Output directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Exit 0 even if frames were lost.
+    #[arg(long)]
+    tolerate_loss: bool,
+    /// Write the summary as JSON here too.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct EmulateArgs {
+    /// The receiver's buffer map (JSON written by `rdaq receive --buffers-out`).
+    #[arg(long)]
+    buffers: PathBuf,
+    /// Receiver data address.
+    #[arg(long, default_value = "127.0.0.1")]
+    target: IpAddr,
+    #[arg(long, default_value_t = 100)]
+    frames: u64,
+    #[arg(long, default_value_t = 0)]
+    first_frame: u64,
+    /// Frames per second (0: as fast as possible).
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    no_gso: bool,
+    /// Write the manifest (frame, module, xxh3 of the raw module frame) here.
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ReceiveArgs {
+    /// rdaq (RDMA-style datagrams) or sls (native JUNGFRAU packets).
+    #[arg(long, default_value = "rdaq")]
+    format: String,
+    /// UDP interfaces per JUNGFRAU module (sls format): 1 or 2.
+    #[arg(long, default_value_t = 1)]
+    interfaces: u8,
+    #[arg(long, default_value_t = 1)]
+    modules: u16,
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// First data port: module m (interface i) listens on port + m (* interfaces + i).
+    #[arg(long, default_value_t = 50000)]
+    port: u16,
+    #[arg(long, default_value_t = 8192)]
+    payload_bytes: u32,
+    #[arg(long, default_value_t = 256)]
+    ring_mib: usize,
+    #[arg(long, default_value_t = 64)]
+    recv_buffer_mib: usize,
+    #[arg(long, default_value_t = 500)]
+    frame_timeout_ms: u64,
+    /// keep or discard incomplete frames.
+    #[arg(long, default_value = "keep")]
+    policy: String,
+    /// Stop after this many frames.
+    #[arg(long)]
+    frames: Option<u64>,
+    /// Stop after this many seconds in any case.
+    #[arg(long)]
+    timeout_s: Option<f64>,
+    /// NXmx output file (none: frames are counted and dropped).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Write the buffer map (ids, keys, ports) for the senders here.
+    #[arg(long)]
+    buffers_out: Option<PathBuf>,
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Run(a) => run(a),
+        Cmd::Emulate(a) => emulate(a),
+        Cmd::Receive(a) => receive(a),
+        Cmd::Bench(b) => bench::bench(b),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("rdaq: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn progress_bar(len: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} frames ({per_sec})")
+            .expect("valid template"),
+    );
+    bar.set_prefix(what.to_string());
+    bar
+}
+
+pub fn nxmx_meta(modules: u16, photon_energy_kev: f64, frame_time_s: f64) -> NxmxMeta {
+    NxmxMeta {
+        height: modules as usize * rdaq_detector::MODULE_ROWS,
+        width: rdaq_detector::MODULE_COLS,
+        modules: modules as usize,
+        photon_energy_kev,
+        frame_time_s,
+        detector_distance_m: 0.1,
+        pixel_size_m: 75e-6,
+        sensor_material: "Si".into(),
+        sensor_thickness_m: 320e-6,
+        start_time: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        detector_name: format!("JUNGFRAU {modules}-module (rdaq)"),
+    }
+}
+
+/// Stops the emulator on Ctrl-C; the receiver then finishes as after a normal end.
+fn on_interrupt(progress: Arc<Progress>) {
+    let _ = ctrlc::set_handler(move || {
+        eprintln!("rdaq: interrupted, finishing");
+        progress.stop.store(true, Ordering::Relaxed);
+    });
+}
+
+fn write_manifest(path: &Path, m: &[rdaq_emulator::ManifestEntry]) -> anyhow::Result<()> {
+    let mut s = String::from("frame,module,xxh3\n");
+    for e in m {
+        s.push_str(&format!("{},{},{:016x}\n", e.frame, e.module, e.xxh3));
+    }
+    std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut cfg = match &a.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    if let Some(f) = a.frames {
+        cfg.emulator.frames = f;
+    }
+    if let Some(m) = a.modules {
+        cfg.detector.modules = m;
+    }
+    if let Some(r) = a.rate {
+        cfg.emulator.rate_hz = r;
+    }
+    if let Some(o) = a.out {
+        cfg.output.dir = o;
+    }
+    cfg.output.tolerate_loss |= a.tolerate_loss;
+    cfg.check()?;
+    std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
+    let h5 = cfg.output.dir.join(format!("{}.h5", cfg.output.name));
+    let manifest = cfg.output.dir.join(format!("{}_manifest.csv", cfg.output.name));
+
+    let rcfg = ReceiverConfig {
+        format: Format::Rdaq,
+        bind: cfg.network.bind,
+        data_port: cfg.network.data_port,
+        modules: cfg.detector.modules,
+        module_bytes: rdaq_detector::MODULE_BYTES as u64,
+        payload_bytes: cfg.network.payload_bytes,
+        slots: cfg.slots(),
+        recv_buffer: cfg.network.recv_buffer_mib << 20,
+        batch: cfg.network.batch,
+        frame_timeout: cfg.frame_timeout(),
+        policy: cfg.policy()?,
+        predict: cfg.receiver.predict,
+        linger: Duration::from_millis(300).max(cfg.frame_timeout()),
+        frames: Some(cfg.emulator.frames),
+        ..ReceiverConfig::default()
+    };
+    let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
+    let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
+    let mut writer = NxmxWriter::create(&h5, &nxmx_meta(cfg.detector.modules, cfg.detector.photon_energy_kev, frame_time))?;
+    let ecfg = EmulatorConfig {
+        modules: cfg.detector.modules,
+        frames: cfg.emulator.frames,
+        first_frame: 0,
+        rate_hz: cfg.rate(),
+        target: cfg.network.bind,
+        gso: cfg.emulator.gso,
+        send_buffer: 8 << 20,
+        synth: cfg.synth(),
+    };
+    let progress = Arc::new(Progress::default());
+    on_interrupt(progress.clone());
+    let bar = progress_bar(cfg.emulator.frames, "run");
+    eprintln!(
+        "rdaq run: {} modules, {} frames at {}, {} slots of {} MiB, ports {:?}",
+        cfg.detector.modules,
+        cfg.emulator.frames,
+        cfg.rate().map_or("full speed".to_string(), |r| format!("{r} Hz")),
+        cfg.slots(),
+        cfg.frame_bytes() >> 20,
+        rx.ports()
+    );
+    let start = Instant::now();
+    let (emu, consumed) = std::thread::scope(|s| {
+        let rx_ref = &rx;
+        let w = &mut writer;
+        let consumer = s.spawn(|| consume::consume(rx_ref, Some(w), &bar));
+        let emu = rdaq_emulator::run(&ecfg, rx.buffer_map(), progress.clone());
+        rx.stop();
+        (emu, consumer.join().expect("consumer thread panicked"))
+    });
+    bar.finish();
+    let elapsed = start.elapsed();
+    let counters = rx.join()?;
+    let emu = emu?;
+    let consumed = consumed?;
+    writer.finish()?;
+    write_manifest(&manifest, &emu.manifest)?;
+    let sum = summary::Summary::new(cfg.emulator.frames, &emu, &counters, &consumed, elapsed, Some(&h5), Some(&manifest));
+    sum.print();
+    if let Some(p) = a.summary_json {
+        sum.write_json(&p)?;
+    }
+    if !rx.guards_intact() {
+        bail!("a guard region around the frame ring was overwritten: this is a bug");
+    }
+    if sum.lost() && !cfg.output.tolerate_loss {
+        eprintln!("rdaq run: data was lost (use --tolerate-loss to exit 0 anyway)");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&a.buffers).with_context(|| format!("cannot read {}", a.buffers.display()))?;
+    let map: BufferMap = serde_json::from_str(&text).with_context(|| format!("{} is not a buffer map", a.buffers.display()))?;
+    if !(a.rate >= 0.0) {
+        bail!("--rate must be 0 (as fast as possible) or positive");
+    }
+    let cfg = EmulatorConfig {
+        modules: map.modules,
+        frames: a.frames,
+        first_frame: a.first_frame,
+        rate_hz: (a.rate > 0.0).then_some(a.rate),
+        target: a.target,
+        gso: !a.no_gso,
+        synth: rdaq_detector::SynthConfig { seed: a.seed, ..Default::default() },
+        ..EmulatorConfig::default()
+    };
+    let progress = Arc::new(Progress::default());
+    let p2 = progress.clone();
+    let _ = ctrlc::set_handler(move || p2.stop.store(true, Ordering::Relaxed));
+    let r = rdaq_emulator::run(&cfg, &map, progress)?;
+    if let Some(m) = &a.manifest {
+        write_manifest(m, &r.manifest)?;
+    }
+    let secs = r.elapsed.as_secs_f64();
+    println!(
+        "rdaq emulate: {} modules x {} frames, {} datagrams, {:.3} GB in {:.3} s ({:.2} GB/s), gso {}, late frames {}, refused {}",
+        map.modules,
+        a.frames,
+        r.sent.datagrams,
+        r.sent.bytes as f64 / 1e9,
+        secs,
+        r.sent.bytes as f64 / 1e9 / secs,
+        r.gso,
+        r.late_frames,
+        r.sent.refused
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
+    let format = match a.format.as_str() {
+        "rdaq" => Format::Rdaq,
+        "sls" => Format::Sls { interfaces: a.interfaces },
+        other => bail!("--format must be rdaq or sls, not {other:?}"),
+    };
+    let frame_bytes = a.modules as usize * rdaq_detector::MODULE_BYTES;
+    let slots = (a.ring_mib << 20) / frame_bytes.max(1);
+    if slots < 2 {
+        bail!("--ring-mib {} holds fewer than 2 frames of {} bytes", a.ring_mib, frame_bytes);
+    }
+    let rcfg = ReceiverConfig {
+        format,
+        bind: a.bind,
+        data_port: a.port,
+        modules: a.modules,
+        module_bytes: rdaq_detector::MODULE_BYTES as u64,
+        payload_bytes: a.payload_bytes,
+        slots,
+        recv_buffer: a.recv_buffer_mib << 20,
+        frame_timeout: Duration::from_millis(a.frame_timeout_ms),
+        policy: config::parse_policy(&a.policy).context("--policy")?,
+        frames: a.frames,
+        ..ReceiverConfig::default()
+    };
+    let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
+    if let Some(p) = &a.buffers_out {
+        std::fs::write(p, serde_json::to_string_pretty(rx.buffer_map())?).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    let ports: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(a.bind, p)).collect();
+    eprintln!("rdaq receive: listening on {ports:?}, {slots} slots, receive buffer {} KiB", rx.recv_buffer_granted() >> 10);
+    let mut writer = match &a.out {
+        Some(p) => Some(NxmxWriter::create(p, &nxmx_meta(a.modules, 12.4, 0.0))?),
+        None => None,
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let _ = ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed));
+    let bar = progress_bar(a.frames.unwrap_or(0), "receive");
+    let start = Instant::now();
+    let consumed = std::thread::scope(|s| {
+        let rx_ref = &rx;
+        let w = writer.as_mut();
+        let consumer = s.spawn(|| consume::consume(rx_ref, w, &bar));
+        let deadline = a.timeout_s.map(|t| start + Duration::from_secs_f64(t));
+        while !consumer.is_finished() {
+            if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+                rx.stop();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        consumer.join().expect("consumer thread panicked")
+    })?;
+    bar.finish();
+    let counters = rx.join()?;
+    let h5 = match writer {
+        Some(w) => Some(w.finish()?),
+        None => None,
+    };
+    let sum = summary::Summary::for_receiver(a.frames, &counters, &consumed, start.elapsed(), h5.as_deref());
+    sum.print();
+    if let Some(p) = a.summary_json {
+        sum.write_json(&p)?;
+    }
+    if !rx.guards_intact() {
+        bail!("a guard region around the frame ring was overwritten: this is a bug");
+    }
+    Ok(ExitCode::SUCCESS)
+}

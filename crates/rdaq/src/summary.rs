@@ -1,0 +1,126 @@
+//! The end-of-acquisition summary: printed for people, written as JSON for tools and tests.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use rdaq_emulator::EmulatorReport;
+use rdaq_receiver::Counters;
+use serde::Serialize;
+
+use crate::consume::ConsumeStats;
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub frames_expected: Option<u64>,
+    pub frames_complete: u64,
+    pub frames_incomplete: u64,
+    pub frames_discarded: u64,
+    pub frames_written: u64,
+    pub datagrams_sent: Option<u64>,
+    pub sends_refused: Option<u64>,
+    pub datagrams_received: u64,
+    pub datagrams_placed: u64,
+    pub landed_in_place: u64,
+    pub datagrams_dropped: u64,
+    pub dropped_by_reason: Vec<(String, u64)>,
+    pub kernel_drops: u64,
+    pub cells_missing: u64,
+    pub bytes_placed: u64,
+    pub gb_per_s: f64,
+    pub elapsed_s: f64,
+    pub receiver_cpu_s: f64,
+    pub compression_ratio: Option<f64>,
+    pub output: Option<PathBuf>,
+    pub manifest: Option<PathBuf>,
+}
+
+impl Summary {
+    pub fn new(
+        expected: u64,
+        emu: &EmulatorReport,
+        c: &Counters,
+        consumed: &ConsumeStats,
+        elapsed: Duration,
+        output: Option<&Path>,
+        manifest: Option<&Path>,
+    ) -> Summary {
+        let mut s = Summary::for_receiver(Some(expected), c, consumed, elapsed, output);
+        s.datagrams_sent = Some(emu.sent.datagrams);
+        s.sends_refused = Some(emu.sent.refused);
+        // the data rate over the sending time, which is what the detector produced
+        let secs = emu.elapsed.as_secs_f64().max(1e-9);
+        s.gb_per_s = c.bytes_placed as f64 / 1e9 / secs;
+        s.manifest = manifest.map(Path::to_owned);
+        s
+    }
+
+    pub fn for_receiver(expected: Option<u64>, c: &Counters, consumed: &ConsumeStats, elapsed: Duration, output: Option<&Path>) -> Summary {
+        let active = match (consumed.first, consumed.last) {
+            (Some(a), Some(b)) if b > a => (b - a).as_secs_f64(),
+            _ => elapsed.as_secs_f64(),
+        };
+        Summary {
+            frames_expected: expected,
+            frames_complete: c.frames_complete,
+            frames_incomplete: c.frames_incomplete,
+            frames_discarded: c.frames_discarded,
+            frames_written: consumed.written,
+            datagrams_sent: None,
+            sends_refused: None,
+            datagrams_received: c.datagrams,
+            datagrams_placed: c.placed,
+            landed_in_place: c.landed_in_place,
+            datagrams_dropped: c.dropped_total(),
+            dropped_by_reason: c.drops_by_reason().into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+            kernel_drops: c.kernel_drops,
+            cells_missing: c.cells_missing,
+            bytes_placed: c.bytes_placed,
+            gb_per_s: c.bytes_placed as f64 / 1e9 / active.max(1e-9),
+            elapsed_s: elapsed.as_secs_f64(),
+            receiver_cpu_s: c.cpu_time.as_secs_f64(),
+            compression_ratio: (consumed.bytes_out > 0).then(|| consumed.bytes_in as f64 / consumed.bytes_out as f64),
+            output: output.map(Path::to_owned),
+            manifest: None,
+        }
+    }
+
+    /// True when any frame did not arrive complete.
+    pub fn lost(&self) -> bool {
+        let short = self.frames_expected.is_some_and(|e| self.frames_complete < e);
+        short || self.frames_incomplete > 0 || self.frames_discarded > 0 || self.kernel_drops > 0
+    }
+
+    pub fn print(&self) {
+        let sent = self.datagrams_sent.map_or(String::new(), |s| format!("sent {s}, "));
+        println!("---- rdaq summary ----");
+        match self.frames_expected {
+            Some(e) => println!("frames      : {} complete of {e} expected, {} incomplete (kept), {} discarded, {} written",
+                self.frames_complete, self.frames_incomplete, self.frames_discarded, self.frames_written),
+            None => println!("frames      : {} complete, {} incomplete (kept), {} discarded, {} written",
+                self.frames_complete, self.frames_incomplete, self.frames_discarded, self.frames_written),
+        }
+        println!("datagrams   : {sent}received {}, placed {} ({} landed in place), dropped {}",
+            self.datagrams_received, self.datagrams_placed, self.landed_in_place, self.datagrams_dropped);
+        let reasons: Vec<String> = self.dropped_by_reason.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        println!("dropped     : {} (kernel socket drops {}, missing cells {}, refused sends {})",
+            if reasons.is_empty() { "none".into() } else { reasons.join(" ") }, self.kernel_drops, self.cells_missing,
+            self.sends_refused.unwrap_or(0));
+        println!("throughput  : {:.3} GB placed, {:.3} GB/s, receiver CPU {:.2} s", self.bytes_placed as f64 / 1e9, self.gb_per_s, self.receiver_cpu_s);
+        println!("elapsed     : {:.2} s", self.elapsed_s);
+        if let Some(r) = self.compression_ratio {
+            println!("compression : bitshuffle+LZ4 ratio {r:.2}");
+        }
+        if let Some(o) = &self.output {
+            println!("output      : {}", o.display());
+        }
+        if let Some(m) = &self.manifest {
+            println!("manifest    : {}", m.display());
+        }
+        println!("loss        : {}", if self.lost() { "YES" } else { "none" });
+    }
+
+    pub fn write_json(&self, path: &Path) -> anyhow::Result<()> {
+        std::fs::write(path, serde_json::to_string_pretty(self)?).with_context(|| format!("cannot write {}", path.display()))
+    }
+}
