@@ -1,0 +1,22 @@
+# rdaq: `make run` and `make test` install what is missing, then run. See README.md.
+.PHONY: setup run test test-rust test-e2e bench fmt
+
+setup:
+	./scripts/setup.sh
+
+run: setup
+	./target/release/rdaq run
+
+test: setup test-rust test-e2e
+
+test-rust:
+	cargo test --release --workspace
+
+# pytest exits 5 when it collected no tests: that is a failure of the suite here too,
+# except when a subset was selected on purpose with PYTEST_ARGS.
+test-e2e:
+	.venv/bin/python -m pytest -q tests $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ] && [ -n "$(PYTEST_ARGS)" ]; then exit 0; else exit $$rc; fi
+
+bench: setup
+	./target/release/rdaq bench ingest
