@@ -213,4 +213,12 @@ mod tests {
         c.receiver.ring_mib = 2;
         assert!(c.check().unwrap_err().to_string().contains("ring_mib"));
     }
+
+    #[test]
+    fn the_example_file_shows_the_defaults() {
+        let c: Config = toml::from_str(include_str!("../../../rdaq.example.toml")).unwrap();
+        c.check().unwrap();
+        let d = Config::default();
+        assert_eq!(format!("{c:?}"), format!("{d:?}"));
+    }
 }

@@ -26,14 +26,13 @@ impl Arena {
     pub fn new(slots: usize, slot_bytes: usize) -> io::Result<Arena> {
         let body = slots.checked_mul(slot_bytes).ok_or_else(|| io::Error::other("ring size overflows"))?;
         let map_len = body + 2 * GUARD_BYTES;
-        // SAFETY: anonymous private mapping, no fd; MAP_POPULATE pre-faults the pages so the
-        // receive path never takes a page fault.
+        // SAFETY: anonymous private mapping, no fd.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 map_len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
@@ -42,8 +41,12 @@ impl Arena {
             return Err(io::Error::last_os_error());
         }
         let base = p.cast::<u8>();
-        // SAFETY: both guard ranges lie inside the fresh mapping.
+        // SAFETY: advice and writes stay inside the fresh mapping. Huge pages (where the
+        // kernel grants them) cut the TLB misses of the kernel's copy into the ring; writing
+        // every page now pre-faults it, so the receive path never takes a page fault.
         unsafe {
+            libc::madvise(p, map_len, libc::MADV_HUGEPAGE);
+            std::ptr::write_bytes(base, 0, map_len);
             std::ptr::write_bytes(base, GUARD_PATTERN, GUARD_BYTES);
             std::ptr::write_bytes(base.add(GUARD_BYTES + body), GUARD_PATTERN, GUARD_BYTES);
         }
