@@ -85,9 +85,8 @@ pub fn gso_supported(sock: &UdpSocket) -> bool {
     setsockopt_int(sock, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok()
 }
 
-/// Waits until one of `socks` is readable or `timeout_ms` passes; returns the readable ones
-/// as a bit set (bit i for `socks[i]`, at most 64 sockets).
-pub fn wait_readable(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<u64> {
+/// Waits until one of `fds` is readable or `timeout_ms` passes; returns how many are.
+pub fn wait_readable(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     for p in fds.iter_mut() {
         p.events = libc::POLLIN;
         p.revents = 0;
@@ -98,7 +97,7 @@ pub fn wait_readable(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<u6
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::Interrupted { Ok(0) } else { Err(e) };
     }
-    Ok(fds.iter().enumerate().filter(|(_, p)| p.revents != 0).fold(0u64, |m, (i, _)| m | 1 << i))
+    Ok(rc as usize)
 }
 
 /// A pollfd for a socket.

@@ -19,7 +19,6 @@ use rdaq_net::recv::MmsgReceiver;
 use rdaq_net::send::BatchSender;
 use rdaq_net::socket;
 use rdaq_proto::telegram::{BufferMap, LocalBufferInfo, TELEGRAM_VERSION};
-use rdaq_receiver::placement::FrameStatus;
 use rdaq_receiver::{Format, IncompletePolicy, Receiver, ReceiverConfig};
 
 #[derive(clap::Subcommand)]
@@ -211,27 +210,25 @@ fn run_place(a: &IngestArgs, count: u64, rate: Option<f64>) -> anyhow::Result<Ou
     let mut rx = Receiver::start(cfg)?;
     let map = rx.buffer_map().clone();
     let dest = SocketAddr::from((Ipv4Addr::LOCALHOST, map.data_ports[0]));
-    let (sent, gso, first, last, complete) = std::thread::scope(|s| -> anyhow::Result<_> {
+    let (sent, gso, first, last) = std::thread::scope(|s| -> anyhow::Result<_> {
         let rx_ref = &rx;
         let consumer = s.spawn(move || {
-            let (mut first, mut last, mut complete) = (None, Instant::now(), 0u64);
+            let (mut first, mut last) = (None, Instant::now());
             for f in rx_ref.frames().iter() {
                 let now = Instant::now();
                 first.get_or_insert(now);
                 last = now;
-                complete += (f.status == FrameStatus::Complete) as u64;
                 rx_ref.release(f);
             }
-            (first, last, complete)
+            (first, last)
         });
         let (sent, gso) = send(&map, dest, count, rate, (!a.no_pin).then_some(0))?;
         rx.stop();
-        let (first, last, complete) = consumer.join().expect("consumer panicked");
-        Ok((sent, gso, first, last, complete))
+        let (first, last) = consumer.join().expect("consumer panicked");
+        Ok((sent, gso, first, last))
     })?;
     let c = rx.join()?;
     let window = first.map_or(Duration::ZERO, |f| last - f);
-    let _ = complete;
     Ok(Outcome {
         sent,
         received: c.placed,

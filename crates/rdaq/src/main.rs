@@ -148,12 +148,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn progress_bar(len: u64, what: &str) -> ProgressBar {
-    let bar = ProgressBar::new(len);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} frames ({per_sec})")
-            .expect("valid template"),
-    );
+/// A bar when the frame count is known, a counter otherwise (drawn only on a terminal).
+fn progress_bar(len: Option<u64>, what: &str) -> ProgressBar {
+    let (bar, template) = match len {
+        Some(n) => (ProgressBar::new(n), "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} frames ({per_sec})"),
+        None => (ProgressBar::new_spinner(), "{prefix} [{elapsed_precise}] {spinner} {pos} frames ({per_sec})"),
+    };
+    bar.set_style(ProgressStyle::with_template(template).expect("valid template"));
     bar.set_prefix(what.to_string());
     bar
 }
@@ -245,7 +246,7 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let progress = Arc::new(Progress::default());
     on_interrupt(progress.clone());
-    let bar = progress_bar(cfg.emulator.frames, "run");
+    let bar = progress_bar(Some(cfg.emulator.frames), "run");
     eprintln!(
         "rdaq run: {} modules, {} frames at {}, {} slots of {} MiB, ports {:?}",
         cfg.detector.modules,
@@ -363,7 +364,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();
     let _ = ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed));
-    let bar = progress_bar(a.frames.unwrap_or(0), "receive");
+    let bar = progress_bar(a.frames, "receive");
     let start = Instant::now();
     let consumed = std::thread::scope(|s| {
         let rx_ref = &rx;
