@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub detector: Detector,
@@ -75,18 +75,6 @@ pub struct Output {
     pub name: String,
     /// Exit 0 even if frames were lost or incomplete.
     pub tolerate_loss: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            detector: Detector::default(),
-            emulator: Emulator::default(),
-            network: Network::default(),
-            receiver: ReceiverCfg::default(),
-            output: Output::default(),
-        }
-    }
 }
 
 impl Default for Detector {
