@@ -1,9 +1,11 @@
 //! Detector models: the JUNGFRAU module ([`jungfrau`]) and deterministic synthetic frames
 //! ([`synth`]) that stand in for a real detector in the emulator and the tests.
 
+pub mod geometry;
 pub mod jungfrau;
 pub mod rng;
 pub mod synth;
 
+pub use geometry::Geometry;
 pub use jungfrau::{Gain, ModuleCalibration, MODULE_BYTES, MODULE_COLS, MODULE_PIXELS, MODULE_ROWS};
 pub use synth::{ModuleSynth, Spot, SynthConfig};

@@ -1,0 +1,122 @@
+//! Multi-module detector geometry: identical modules on a grid with gaps between them
+//! (FORMATS.md section 1: default gaps 8 px in x, 36 px in y; a 4M is 8 modules, arranged by
+//! configuration), and assembly of module frames into the full image.
+
+use crate::jungfrau::{MODULE_COLS, MODULE_ROWS};
+
+/// Gap pixels carry this word in assembled raw images (the JUNGFRAU error word), and are
+/// flagged with [`MASK_GAP`] in the pixel mask.
+pub const GAP_WORD: u16 = 0xffff;
+/// NXmx pixel_mask bit 0: gap between modules.
+pub const MASK_GAP: u32 = 1 << 0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub modules: u16,
+    /// Modules per grid row (along the fast axis).
+    pub module_cols: u16,
+    pub gap_x: usize,
+    pub gap_y: usize,
+}
+
+impl Geometry {
+    /// `modules` modules, `module_cols` per grid row, with the given gaps. `None` when the
+    /// modules do not fill whole grid rows.
+    pub fn new(modules: u16, module_cols: u16, gap_x: usize, gap_y: usize) -> Option<Geometry> {
+        (modules > 0 && module_cols > 0 && modules % module_cols == 0).then_some(Geometry { modules, module_cols, gap_x, gap_y })
+    }
+
+    pub fn module_rows(&self) -> usize {
+        (self.modules / self.module_cols) as usize
+    }
+
+    /// Full image width (fast axis) in pixels.
+    pub fn width(&self) -> usize {
+        let c = self.module_cols as usize;
+        c * MODULE_COLS + (c - 1) * self.gap_x
+    }
+
+    /// Full image height (slow axis) in pixels.
+    pub fn height(&self) -> usize {
+        let r = self.module_rows();
+        r * MODULE_ROWS + (r - 1) * self.gap_y
+    }
+
+    /// Pixel (row, column) of module `m`'s first pixel in the full image.
+    pub fn origin(&self, m: u16) -> (usize, usize) {
+        let (gr, gc) = ((m / self.module_cols) as usize, (m % self.module_cols) as usize);
+        (gr * (MODULE_ROWS + self.gap_y), gc * (MODULE_COLS + self.gap_x))
+    }
+
+    /// The pixel mask of the full image: [`MASK_GAP`] on every gap pixel.
+    pub fn gap_mask(&self) -> Vec<u32> {
+        let mut mask = vec![MASK_GAP; self.height() * self.width()];
+        for m in 0..self.modules {
+            let (r0, c0) = self.origin(m);
+            for r in 0..MODULE_ROWS {
+                let at = (r0 + r) * self.width() + c0;
+                mask[at..at + MODULE_COLS].fill(0);
+            }
+        }
+        mask
+    }
+
+    /// Assembles module frames into `out` (height x width words): module `m`'s words come
+    /// from `module(m)`; gaps get [`GAP_WORD`]. Each pixel is written exactly once.
+    pub fn assemble<'a>(&self, mut module: impl FnMut(u16) -> &'a [u16], out: &mut [u16]) {
+        let w = self.width();
+        assert_eq!(out.len(), self.height() * w, "output is the full image");
+        for gr in 0..self.module_rows() {
+            let row0 = gr * (MODULE_ROWS + self.gap_y);
+            let mods: Vec<&[u16]> = (0..self.module_cols).map(|gc| module(gr as u16 * self.module_cols + gc)).collect();
+            for r in 0..MODULE_ROWS {
+                let line = &mut out[(row0 + r) * w..(row0 + r + 1) * w];
+                for (gc, m) in mods.iter().enumerate() {
+                    let c0 = gc * (MODULE_COLS + self.gap_x);
+                    line[c0..c0 + MODULE_COLS].copy_from_slice(&m[r * MODULE_COLS..(r + 1) * MODULE_COLS]);
+                    if gc + 1 < mods.len() {
+                        line[c0 + MODULE_COLS..c0 + MODULE_COLS + self.gap_x].fill(GAP_WORD);
+                    }
+                }
+            }
+            if gr + 1 < self.module_rows() {
+                out[(row0 + MODULE_ROWS) * w..(row0 + MODULE_ROWS + self.gap_y) * w].fill(GAP_WORD);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jungfrau::MODULE_PIXELS;
+
+    #[test]
+    fn a_4m_is_8_modules_with_gaps() {
+        let g = Geometry::new(8, 2, 8, 36).unwrap();
+        assert_eq!((g.width(), g.height()), (2 * 1024 + 8, 4 * 512 + 3 * 36));
+        assert_eq!(g.origin(3), (548, 1032));
+        assert!(Geometry::new(7, 2, 8, 36).is_none());
+    }
+
+    #[test]
+    fn assembly_places_every_module_and_marks_gaps() {
+        let g = Geometry::new(4, 2, 8, 36).unwrap();
+        let frames: Vec<Vec<u16>> = (0..4u16).map(|m| (0..MODULE_PIXELS).map(|i| (m * 1000) + (i % 997) as u16).collect()).collect();
+        let mut out = vec![0u16; g.height() * g.width()];
+        g.assemble(|m| &frames[m as usize], &mut out);
+        let mask = g.gap_mask();
+        for m in 0..4u16 {
+            let (r0, c0) = g.origin(m);
+            for r in [0, 17, 511] {
+                for c in [0, 500, 1023] {
+                    assert_eq!(out[(r0 + r) * g.width() + c0 + c], frames[m as usize][r * 1024 + c]);
+                    assert_eq!(mask[(r0 + r) * g.width() + c0 + c], 0);
+                }
+            }
+        }
+        let gaps = mask.iter().filter(|&&b| b == MASK_GAP).count();
+        assert_eq!(gaps, g.height() * g.width() - 4 * MODULE_PIXELS);
+        assert_eq!(out.iter().zip(&mask).filter(|(&w, &b)| b == MASK_GAP && w != GAP_WORD).count(), 0);
+    }
+}
