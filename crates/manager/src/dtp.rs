@@ -1,0 +1,197 @@
+//! Data transfer processes: which receiver, buffer and offset each module's frame goes to.
+//!
+//! Receivers that take part are cut into groups (one per receiver in temporal mode, one of
+//! all in spatial mode, several in spatial-temporal mode). Frame `f` goes to group
+//! `f % groups` (or to every group when broadcasting); within a group, the modules are split
+//! into contiguous runs, one per receiver. A receiver stores each frame it gets in its next
+//! slot: its `k`-th frame in slot `k % slots`, module runs packed in module order.
+
+use crate::topology::{Topology, TopologyError, TransferMode, MODULE_FRAME_BYTES};
+
+/// What one receiver gets under the plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReceiverPlan {
+    /// Index into the topology's receivers.
+    pub receiver: usize,
+    /// Group index.
+    pub group: usize,
+    /// The modules it holds, in order; module `modules[i]` at byte `i * module_bytes`.
+    pub modules: Vec<u16>,
+    /// Frame slots its memory holds.
+    pub slots: u64,
+}
+
+impl ReceiverPlan {
+    pub fn slot_bytes(&self) -> u64 {
+        self.modules.len() as u64 * MODULE_FRAME_BYTES
+    }
+}
+
+/// Where one module frame goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Destination {
+    /// Index into the topology's receivers.
+    pub receiver: usize,
+    /// Slot (local buffer index) on that receiver.
+    pub slot: u64,
+    /// Byte offset of the module's data in the slot.
+    pub offset: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub mode: TransferMode,
+    pub receivers: Vec<ReceiverPlan>,
+    /// Plan indices (into `receivers`) per group.
+    pub groups: Vec<Vec<usize>>,
+    /// For each module, per group, the plan index of the receiver holding it.
+    holder: Vec<Vec<usize>>,
+}
+
+impl Plan {
+    pub fn new(t: &Topology) -> Result<Plan, TopologyError> {
+        let parts = t.participants();
+        let n = parts.len();
+        let modules = t.detector.modules;
+        let groups = match t.transfer.mode {
+            TransferMode::Temporal => n,
+            TransferMode::Spatial | TransferMode::Broadcast => 1,
+            TransferMode::SpatialTemporal => {
+                let g = t.transfer.groups as usize;
+                if g == 0 || n % g != 0 {
+                    return Err(TopologyError::Groups { receivers: n, groups: t.transfer.groups });
+                }
+                g
+            }
+        };
+        // broadcast: every receiver is its own group and gets all frames and modules
+        let (groups, per_group) = if t.transfer.mode == TransferMode::Broadcast { (n, 1) } else { (groups, n / groups) };
+        if per_group > modules as usize {
+            return Err(TopologyError::TooManyReceivers { receivers: per_group, modules });
+        }
+        let mut receivers = Vec::with_capacity(n);
+        let mut group_members = vec![Vec::new(); groups];
+        let mut holder = vec![vec![0usize; groups]; modules as usize];
+        for (i, &r) in parts.iter().enumerate() {
+            let (g, k) = (i / per_group, i % per_group);
+            // contiguous module runs, sizes differing by at most one
+            let lo = (k * modules as usize / per_group) as u16;
+            let hi = ((k + 1) * modules as usize / per_group) as u16;
+            let mods: Vec<u16> = (lo..hi).collect();
+            for &m in &mods {
+                holder[m as usize][g] = receivers.len();
+            }
+            group_members[g].push(receivers.len());
+            let slot = mods.len() as u64 * MODULE_FRAME_BYTES;
+            receivers.push(ReceiverPlan { receiver: r, group: g, modules: mods, slots: (t.receivers[r].memory_mib << 20) / slot });
+        }
+        Ok(Plan { mode: t.transfer.mode, receivers, groups: group_members, holder })
+    }
+
+    /// Appends where module `module`'s frame `frame` goes to `out` (several destinations when
+    /// broadcasting). `slots` of every receiver must be non-zero (the topology check).
+    pub fn destinations(&self, module: u16, frame: u64, out: &mut Vec<Destination>) {
+        let g_count = self.groups.len() as u64;
+        let groups: std::ops::Range<u64> = if self.mode == TransferMode::Broadcast { 0..g_count } else { frame % g_count..frame % g_count + 1 };
+        let k = if self.mode == TransferMode::Broadcast { frame } else { frame / g_count };
+        for g in groups {
+            let rp = &self.receivers[self.holder[module as usize][g as usize]];
+            let idx = rp.modules.iter().position(|&m| m == module).expect("holder holds the module") as u64;
+            out.push(Destination { receiver: rp.receiver, slot: k % rp.slots, offset: idx * MODULE_FRAME_BYTES });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Topology;
+
+    fn topo(mode: &str, receivers: usize, extra: &str) -> String {
+        let mut s = format!("[detector]\nmodules = 4\nmodule_cols = 2\n\n[transfer]\nmode = \"{mode}\"\n{extra}\n");
+        for i in 0..receivers {
+            s += &format!(
+                "\n[[receivers]]\nname = \"dr{i}\"\ncontrol = \"10.0.0.{}:7000\"\ndata = \"10.0.0.{}\"\ndata_port = 50000\nmemory_mib = 64\n",
+                i + 1,
+                i + 1
+            );
+        }
+        s
+    }
+
+    fn all(p: &Plan, frames: u64) -> Vec<(u16, u64, Destination)> {
+        let mut out = Vec::new();
+        for f in 0..frames {
+            for m in 0..4u16 {
+                let mut d = Vec::new();
+                p.destinations(m, f, &mut d);
+                out.extend(d.into_iter().map(|d| (m, f, d)));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn temporal_sends_whole_frames_round_robin() {
+        let t = Topology::from_toml(&topo("temporal", 2, "")).unwrap();
+        let p = Plan::new(&t).unwrap();
+        let d = all(&p, 10);
+        assert_eq!(d.len(), 40, "each module frame exactly once");
+        for (m, f, dst) in d {
+            assert_eq!(dst.receiver, (f % 2) as usize);
+            assert_eq!(dst.offset, m as u64 * MODULE_FRAME_BYTES);
+            assert_eq!(dst.slot, (f / 2) % p.receivers[dst.receiver].slots);
+        }
+        assert_eq!(p.receivers[0].slots, 16, "64 MiB of 4 MiB frames");
+    }
+
+    #[test]
+    fn spatial_gives_each_receiver_its_modules() {
+        let t = Topology::from_toml(&topo("spatial", 2, "")).unwrap();
+        let p = Plan::new(&t).unwrap();
+        assert_eq!(p.receivers[0].modules, vec![0, 1]);
+        assert_eq!(p.receivers[1].modules, vec![2, 3]);
+        for (m, f, dst) in all(&p, 6) {
+            assert_eq!(dst.receiver, (m / 2) as usize);
+            assert_eq!(dst.offset, (m % 2) as u64 * MODULE_FRAME_BYTES);
+            assert_eq!(dst.slot, f % 32);
+        }
+    }
+
+    #[test]
+    fn broadcast_and_spatial_temporal() {
+        let t = Topology::from_toml(&topo("broadcast", 3, "")).unwrap();
+        let p = Plan::new(&t).unwrap();
+        assert_eq!(all(&p, 4).len(), 4 * 4 * 3);
+        let t = Topology::from_toml(&topo("spatial-temporal", 4, "groups = 2")).unwrap();
+        let p = Plan::new(&t).unwrap();
+        for (m, f, dst) in all(&p, 8) {
+            let group = (f % 2) as usize;
+            assert_eq!(dst.receiver, group * 2 + (m / 2) as usize, "frame {f} module {m}");
+        }
+    }
+
+    #[test]
+    fn bad_topologies_are_refused_with_the_field() {
+        use TopologyError as E;
+        let bad = |s: &str| Topology::from_toml(s).unwrap_err();
+        assert_eq!(bad(&topo("temporal", 0, "")), E::NoReceivers);
+        assert!(matches!(bad(&topo("spatial-temporal", 3, "groups = 2")), E::Groups { .. }));
+        assert!(matches!(bad(&topo("spatial", 5, "")), E::TooManyReceivers { .. }));
+        assert_eq!(bad(&topo("temporal", 2, "receivers = [\"dr0\", \"dr9\"]")), E::UnknownReceiver("dr9".into()));
+        assert!(matches!(bad(&topo("sideways", 2, "")), E::Parse(_)));
+        let dup = topo("temporal", 2, "").replace("10.0.0.2:7000", "10.0.0.1:7000");
+        assert!(matches!(bad(&dup), E::DuplicateControl(..)));
+        let dup = topo("temporal", 2, "").replace("data = \"10.0.0.2\"", "data = \"10.0.0.1\"");
+        assert!(matches!(bad(&dup), E::DuplicateData(..)));
+        let small = topo("temporal", 2, "").replace("memory_mib = 64", "memory_mib = 6");
+        let e = bad(&small);
+        assert!(e.to_string().contains("receivers.dr0.memory_mib"), "{e}");
+        // spatial needs only 2 modules per receiver: 6 MiB holds 3 frames of 2 MiB
+        assert!(Topology::from_toml(&topo("spatial", 2, "").replace("memory_mib = 64", "memory_mib = 6")).is_ok());
+        let geo = topo("temporal", 1, "").replace("module_cols = 2", "module_cols = 3");
+        assert!(matches!(bad(&geo), E::Geometry { .. }));
+        let unknown = topo("temporal", 1, "").replace("[detector]", "[detector]\nmodulez = 3");
+        assert!(matches!(bad(&unknown), E::Parse(m) if m.contains("modulez")));
+    }
+}

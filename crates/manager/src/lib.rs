@@ -1,0 +1,12 @@
+//! The system manager (SM), sans I/O: what the detector and the receivers are
+//! ([`topology`]), one address space over all their buffers ([`ras`]), and which module's
+//! data goes where, frame by frame ([`dtp`]). The control API that uploads these to the
+//! modules and receivers is built on top (issue 3 continues there).
+
+pub mod dtp;
+pub mod ras;
+pub mod topology;
+
+pub use dtp::{Destination, Plan};
+pub use ras::AddressSpace;
+pub use topology::{Topology, TopologyError, TransferMode};

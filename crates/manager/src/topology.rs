@@ -1,0 +1,221 @@
+//! The topology file (TOML): the detector, the data receivers and the transfer mode. Every
+//! inconsistency is found before anything starts, with an error that names the field.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+
+use rdaq_detector::{Geometry, MODULE_BYTES};
+use serde::Deserialize;
+use thiserror::Error;
+
+/// Frames a receiver must be able to hold at once, at the least.
+pub const MIN_SLOTS: u64 = 2;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    pub detector: DetectorSpec,
+    #[serde(default)]
+    pub receivers: Vec<ReceiverSpec>,
+    #[serde(default)]
+    pub transfer: TransferSpec,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetectorSpec {
+    pub modules: u16,
+    /// Modules per grid row (fast axis); default 1 (modules stacked along the slow axis).
+    #[serde(default = "one")]
+    pub module_cols: u16,
+    #[serde(default = "gap_x")]
+    pub gap_x: usize,
+    #[serde(default = "gap_y")]
+    pub gap_y: usize,
+}
+
+fn one() -> u16 {
+    1
+}
+fn gap_x() -> usize {
+    8
+}
+fn gap_y() -> usize {
+    36
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiverSpec {
+    pub name: String,
+    /// Control API address (HTTP).
+    pub control: SocketAddr,
+    /// Data address the modules send to.
+    pub data: IpAddr,
+    /// First data port; the receiver uses one port per module it serves from here on.
+    pub data_port: u16,
+    /// Memory for frame buffers.
+    pub memory_mib: u64,
+}
+
+/// How frames and modules are spread over receivers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransferMode {
+    /// Whole frames round-robin over the receivers (PERCIVAL's backend).
+    #[default]
+    Temporal,
+    /// Modules split over the receivers; every receiver sees every frame.
+    Spatial,
+    /// Every receiver gets everything.
+    Broadcast,
+    /// Receivers in `groups` groups: frames round-robin over the groups, modules split
+    /// within a group.
+    SpatialTemporal,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransferSpec {
+    #[serde(default)]
+    pub mode: TransferMode,
+    /// Receivers taking part, by name; default all.
+    #[serde(default)]
+    pub receivers: Option<Vec<String>>,
+    /// Groups for spatial-temporal.
+    #[serde(default = "one")]
+    pub groups: u16,
+    #[serde(default = "payload")]
+    pub payload_bytes: u32,
+}
+
+fn payload() -> u32 {
+    8192
+}
+
+impl Default for TransferSpec {
+    fn default() -> Self {
+        TransferSpec { mode: TransferMode::default(), receivers: None, groups: 1, payload_bytes: payload() }
+    }
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum TopologyError {
+    #[error("topology file: {0}")]
+    Parse(String),
+    #[error("detector.modules must be at least 1")]
+    NoModules,
+    #[error("detector.module_cols {cols} does not divide detector.modules {modules} into whole rows")]
+    Geometry { modules: u16, cols: u16 },
+    #[error("receivers: at least one data receiver is needed")]
+    NoReceivers,
+    #[error("receivers: the name {0:?} is used twice")]
+    DuplicateName(String),
+    #[error("receivers.{0}.control: address {1} is used by another receiver")]
+    DuplicateControl(String, SocketAddr),
+    #[error("receivers.{0}.data_port: ports {1}..{2} on {3} overlap another receiver's")]
+    DuplicateData(String, u16, u16, IpAddr),
+    #[error("receivers.{0}.data_port: ports {1}.. run past 65535")]
+    PortRange(String, u16),
+    #[error("transfer.receivers: unknown receiver {0:?}")]
+    UnknownReceiver(String),
+    #[error("transfer.receivers: {0:?} is listed twice")]
+    ReceiverListedTwice(String),
+    #[error("transfer.groups: {receivers} receivers cannot form {groups} equal groups")]
+    Groups { receivers: usize, groups: u16 },
+    #[error("transfer: {receivers} receivers per group for {modules} modules; spatial modes need at most one receiver per module")]
+    TooManyReceivers { receivers: usize, modules: u16 },
+    #[error("transfer.payload_bytes must be 1..=65459, not {0}")]
+    Payload(u32),
+    #[error("receivers.{name}.memory_mib: {memory_mib} MiB holds {slots} frames of {slot_mib:.1} MiB for this plan; it needs at least {MIN_SLOTS}")]
+    BuffersTooSmall { name: String, memory_mib: u64, slots: u64, slot_mib: f64 },
+}
+
+impl Topology {
+    /// Parses and checks a topology.
+    pub fn from_toml(text: &str) -> Result<Topology, TopologyError> {
+        let t: Topology = toml::from_str(text).map_err(|e| TopologyError::Parse(e.message().trim().to_string()))?;
+        t.check()?;
+        Ok(t)
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        let d = &self.detector;
+        Geometry::new(d.modules, d.module_cols, d.gap_x, d.gap_y).expect("checked")
+    }
+
+    /// The receivers taking part, in transfer order (indices into `receivers`).
+    pub fn participants(&self) -> Vec<usize> {
+        match &self.transfer.receivers {
+            None => (0..self.receivers.len()).collect(),
+            Some(names) => names.iter().map(|n| self.receivers.iter().position(|r| &r.name == n).expect("checked")).collect(),
+        }
+    }
+
+    /// Everything that can be checked without talking to anyone, plan sizes included.
+    pub fn check(&self) -> Result<(), TopologyError> {
+        let d = &self.detector;
+        if d.modules == 0 {
+            return Err(TopologyError::NoModules);
+        }
+        if Geometry::new(d.modules, d.module_cols, d.gap_x, d.gap_y).is_none() {
+            return Err(TopologyError::Geometry { modules: d.modules, cols: d.module_cols });
+        }
+        if self.receivers.is_empty() {
+            return Err(TopologyError::NoReceivers);
+        }
+        let mut names = HashSet::new();
+        let mut controls = HashSet::new();
+        for r in &self.receivers {
+            if !names.insert(r.name.as_str()) {
+                return Err(TopologyError::DuplicateName(r.name.clone()));
+            }
+            if !controls.insert(r.control) {
+                return Err(TopologyError::DuplicateControl(r.name.clone(), r.control));
+            }
+        }
+        let p = self.transfer.payload_bytes;
+        if p == 0 || p > 65_507 - rdaq_proto::HEADER_LEN as u32 {
+            return Err(TopologyError::Payload(p));
+        }
+        if let Some(list) = &self.transfer.receivers {
+            let mut seen = HashSet::new();
+            for n in list {
+                if !names.contains(n.as_str()) {
+                    return Err(TopologyError::UnknownReceiver(n.clone()));
+                }
+                if !seen.insert(n.as_str()) {
+                    return Err(TopologyError::ReceiverListedTwice(n.clone()));
+                }
+            }
+        }
+        let plan = crate::dtp::Plan::new(self)?;
+        // data ports: each receiver listens on one port per module it serves
+        let mut ranges: Vec<(IpAddr, u32, u32)> = Vec::new();
+        for rp in &plan.receivers {
+            let spec = &self.receivers[rp.receiver];
+            let end = spec.data_port as u32 + rp.modules.len() as u32;
+            if end > 65_536 {
+                return Err(TopologyError::PortRange(spec.name.clone(), spec.data_port));
+            }
+            if ranges.iter().any(|(ip, a, b)| *ip == spec.data && (spec.data_port as u32) < *b && *a < end) {
+                return Err(TopologyError::DuplicateData(spec.name.clone(), spec.data_port, end as u16, spec.data));
+            }
+            ranges.push((spec.data, spec.data_port as u32, end));
+            let slot = rp.slot_bytes();
+            let slots = (spec.memory_mib << 20) / slot;
+            if slots < MIN_SLOTS {
+                return Err(TopologyError::BuffersTooSmall {
+                    name: spec.name.clone(),
+                    memory_mib: spec.memory_mib,
+                    slots,
+                    slot_mib: slot as f64 / (1u64 << 20) as f64,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of one module frame.
+pub const MODULE_FRAME_BYTES: u64 = MODULE_BYTES as u64;
