@@ -48,6 +48,19 @@ impl Geometry {
         (gr * (MODULE_ROWS + self.gap_y), gc * (MODULE_COLS + self.gap_x))
     }
 
+    /// Calls `f(image_pixel, len)` for each run of the full image that module `m`'s pixels
+    /// `[start, end)` (row-major within the module) cover.
+    pub fn module_span(&self, m: u16, start: usize, end: usize, mut f: impl FnMut(usize, usize)) {
+        let (r0, c0) = self.origin(m);
+        let mut p = start;
+        while p < end {
+            let (r, c) = (p / MODULE_COLS, p % MODULE_COLS);
+            let run = (MODULE_COLS - c).min(end - p);
+            f((r0 + r) * self.width() + c0 + c, run);
+            p += run;
+        }
+    }
+
     /// The pixel mask of the full image: [`MASK_GAP`] on every gap pixel.
     pub fn gap_mask(&self) -> Vec<u32> {
         let mut mask = vec![MASK_GAP; self.height() * self.width()];
@@ -97,6 +110,14 @@ mod tests {
         assert_eq!((g.width(), g.height()), (2 * 1024 + 8, 4 * 512 + 3 * 36));
         assert_eq!(g.origin(3), (548, 1032));
         assert!(Geometry::new(7, 2, 8, 36).is_none());
+    }
+
+    #[test]
+    fn module_spans_map_to_image_runs() {
+        let g = Geometry::new(2, 2, 8, 36).unwrap();
+        let mut runs = Vec::new();
+        g.module_span(1, 1020, 1030, |at, len| runs.push((at, len)));
+        assert_eq!(runs, vec![(1032 + 1020, 4), (g.width() + 1032, 6)]);
     }
 
     #[test]

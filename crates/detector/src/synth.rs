@@ -189,6 +189,15 @@ pub fn as_bytes(words: &[u16]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 2) }
 }
 
+/// The 16-bit words of little-endian bytes as they came off the wire, without a copy.
+/// Panics unless `bytes` is 2-aligned and of even length (frame slots always are).
+pub fn as_words(bytes: &[u8]) -> &[u16] {
+    assert!(bytes.as_ptr() as usize % 2 == 0 && bytes.len() % 2 == 0, "word-aligned whole words");
+    // SAFETY: alignment and length checked above; any bit pattern is a valid u16; the
+    // lifetime is tied to `bytes`; the host is little-endian (checked at compile time).
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<u16>(), bytes.len() / 2) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,8 +21,13 @@ pub struct Config {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Detector {
-    /// JUNGFRAU modules (1024 x 512 pixels each), stacked along the slow axis.
+    /// JUNGFRAU modules (1024 x 512 pixels each).
     pub modules: u16,
+    /// Modules per row of the module grid (fast axis); modules fill rows in order.
+    pub module_cols: u16,
+    /// Gap pixels between modules along the fast (x) and slow (y) axes.
+    pub gap_x: usize,
+    pub gap_y: usize,
     /// Seed of the synthetic frames: same seed, same bytes.
     pub seed: u64,
     pub photon_energy_kev: f64,
@@ -79,7 +84,16 @@ pub struct Output {
 
 impl Default for Detector {
     fn default() -> Self {
-        Detector { modules: 2, seed: 1, photon_energy_kev: 12.4, background_photons: 0.01, spots_per_frame: 30.0 }
+        Detector {
+            modules: 2,
+            module_cols: 1,
+            gap_x: 8,
+            gap_y: 36,
+            seed: 1,
+            photon_energy_kev: 12.4,
+            background_photons: 0.01,
+            spots_per_frame: 30.0,
+        }
     }
 }
 
@@ -122,6 +136,9 @@ impl Config {
         if self.detector.modules == 0 || self.detector.modules > 64 {
             bail!("detector.modules must be 1..=64, not {}", self.detector.modules);
         }
+        if self.geometry().is_none() {
+            bail!("detector.module_cols {} must divide detector.modules {} into whole rows", self.detector.module_cols, self.detector.modules);
+        }
         if !(self.detector.photon_energy_kev > 0.0) {
             bail!("detector.photon_energy_kev must be positive");
         }
@@ -142,6 +159,11 @@ impl Config {
             bail!("output.name must be a plain file name, not {:?}", self.output.name);
         }
         Ok(())
+    }
+
+    pub fn geometry(&self) -> Option<rdaq_detector::Geometry> {
+        let d = &self.detector;
+        rdaq_detector::Geometry::new(d.modules, d.module_cols, d.gap_x, d.gap_y)
     }
 
     pub fn frame_bytes(&self) -> usize {

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use indicatif::ProgressBar;
+use rdaq_detector::{as_bytes, as_words, Geometry, MODULE_BYTES};
 use rdaq_receiver::placement::{FrameReady, FrameStatus};
 use rdaq_receiver::Receiver;
 use rdaq_sink::NxmxWriter;
@@ -21,15 +22,24 @@ pub struct ConsumeStats {
     pub last: Option<Instant>,
 }
 
-/// Byte ranges of the frame that the missing cells cover.
-fn missing_ranges(rx: &Receiver, f: &FrameReady) -> Vec<(usize, usize)> {
-    let g = rx.grid();
-    f.missing.iter().map(|&c| (g.cell_offset(c) as usize, g.cell_len(c) as usize)).collect()
+/// Byte ranges of the assembled image that the frame's missing cells cover.
+fn missing_ranges(rx: &Receiver, geometry: &Geometry, f: &FrameReady) -> Vec<(usize, usize)> {
+    let grid = rx.grid();
+    let mut out = Vec::new();
+    for &c in &f.missing {
+        let (off, len) = (grid.cell_offset(c) as usize, grid.cell_len(c) as usize);
+        let m = off / MODULE_BYTES;
+        let start = (off - m * MODULE_BYTES) / 2;
+        geometry.module_span(m as u16, start, start + len / 2, |at, run| out.push((at * 2, run * 2)));
+    }
+    out
 }
 
-/// Consumes frames until the receiver finishes. Without a writer, frames are only counted.
-pub fn consume(rx: &Receiver, mut writer: Option<&mut NxmxWriter>, bar: &ProgressBar) -> anyhow::Result<ConsumeStats> {
+/// Consumes frames until the receiver finishes: assembles each frame's modules into the
+/// detector image (gaps marked) and writes it. Without a writer, frames are only counted.
+pub fn consume(rx: &Receiver, mut writer: Option<(&mut NxmxWriter, Geometry)>, bar: &ProgressBar) -> anyhow::Result<ConsumeStats> {
     let mut s = ConsumeStats::default();
+    let mut image = vec![0u16; writer.as_ref().map_or(0, |(_, g)| g.height() * g.width())];
     for f in rx.frames().iter() {
         let now = Instant::now();
         s.first.get_or_insert(now);
@@ -43,12 +53,13 @@ pub fn consume(rx: &Receiver, mut writer: Option<&mut NxmxWriter>, bar: &Progres
             FrameStatus::Complete => s.complete += 1,
             FrameStatus::Incomplete => s.incomplete += 1,
         }
-        if let Some(w) = writer.as_deref_mut() {
+        if let Some((w, geometry)) = writer.as_mut() {
             let before = w.bytes_written;
-            let missing = missing_ranges(rx, &f);
-            let data = rx.data(&f);
-            w.write_frame(f.frame, data, &missing).with_context(|| format!("writing frame {}", f.frame))?;
-            s.bytes_in += data.len() as u64;
+            let missing = missing_ranges(rx, geometry, &f);
+            let words = as_words(rx.data(&f));
+            geometry.assemble(|m| &words[m as usize * MODULE_BYTES / 2..(m as usize + 1) * MODULE_BYTES / 2], &mut image);
+            w.write_frame(f.frame, as_bytes(&image), &missing).with_context(|| format!("writing frame {}", f.frame))?;
+            s.bytes_in += words.len() as u64 * 2;
             s.bytes_out += w.bytes_written - before;
             s.written += 1;
         }

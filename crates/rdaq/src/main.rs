@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use rdaq_detector::Geometry;
 use rdaq_emulator::{EmulatorConfig, Progress};
 use rdaq_proto::telegram::BufferMap;
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
@@ -99,6 +100,14 @@ struct ReceiveArgs {
     interfaces: u8,
     #[arg(long, default_value_t = 1)]
     modules: u16,
+    /// Modules per row of the module grid in the assembled image.
+    #[arg(long, default_value_t = 1)]
+    module_cols: u16,
+    /// Gap pixels between modules (fast axis, slow axis).
+    #[arg(long, default_value_t = 8)]
+    gap_x: usize,
+    #[arg(long, default_value_t = 36)]
+    gap_y: usize,
     #[arg(long, default_value = "127.0.0.1")]
     bind: IpAddr,
     /// First data port: module m (interface i) listens on port + m (* interfaces + i).
@@ -159,11 +168,10 @@ fn progress_bar(len: Option<u64>, what: &str) -> ProgressBar {
     bar
 }
 
-pub fn nxmx_meta(modules: u16, photon_energy_kev: f64, frame_time_s: f64) -> NxmxMeta {
+pub fn nxmx_meta(geometry: Geometry, photon_energy_kev: f64, frame_time_s: f64) -> NxmxMeta {
+    let modules = geometry.modules;
     NxmxMeta {
-        height: modules as usize * rdaq_detector::MODULE_ROWS,
-        width: rdaq_detector::MODULE_COLS,
-        modules: modules as usize,
+        geometry,
         photon_energy_kev,
         frame_time_s,
         detector_distance_m: 0.1,
@@ -233,7 +241,8 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
     let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
-    let mut writer = NxmxWriter::create(&h5, &nxmx_meta(cfg.detector.modules, cfg.detector.photon_energy_kev, frame_time))?;
+    let geometry = cfg.geometry().expect("checked");
+    let mut writer = NxmxWriter::create(&h5, &nxmx_meta(geometry, cfg.detector.photon_energy_kev, frame_time))?;
     let ecfg = EmulatorConfig {
         modules: cfg.detector.modules,
         frames: cfg.emulator.frames,
@@ -260,7 +269,7 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let (emu, consumed) = std::thread::scope(|s| {
         let rx_ref = &rx;
         let w = &mut writer;
-        let consumer = s.spawn(|| consume::consume(rx_ref, Some(w), &bar));
+        let consumer = s.spawn(|| consume::consume(rx_ref, Some((w, geometry)), &bar));
         let emu = rdaq_emulator::run(&ecfg, rx.buffer_map(), progress.clone());
         rx.stop();
         (emu, consumer.join().expect("consumer thread panicked"))
@@ -332,6 +341,8 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
         "sls" => Format::Sls { interfaces: a.interfaces },
         other => bail!("--format must be rdaq or sls, not {other:?}"),
     };
+    let geometry = Geometry::new(a.modules, a.module_cols, a.gap_x, a.gap_y)
+        .with_context(|| format!("--module-cols {} must divide --modules {} into whole rows", a.module_cols, a.modules))?;
     let frame_bytes = a.modules as usize * rdaq_detector::MODULE_BYTES;
     let slots = (a.ring_mib << 20) / frame_bytes.max(1);
     if slots < 2 {
@@ -358,7 +369,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let ports: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(a.bind, p)).collect();
     eprintln!("rdaq receive: listening on {ports:?}, {slots} slots, receive buffer {} KiB", rx.recv_buffer_granted() >> 10);
     let mut writer = match &a.out {
-        Some(p) => Some(NxmxWriter::create(p, &nxmx_meta(a.modules, 12.4, 0.0))?),
+        Some(p) => Some(NxmxWriter::create(p, &nxmx_meta(geometry, 12.4, 0.0))?),
         None => None,
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -368,7 +379,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let consumed = std::thread::scope(|s| {
         let rx_ref = &rx;
-        let w = writer.as_mut();
+        let w = writer.as_mut().map(|w| (w, geometry));
         let consumer = s.spawn(|| consume::consume(rx_ref, w, &bar));
         let deadline = a.timeout_s.map(|t| start + Duration::from_secs_f64(t));
         while !consumer.is_finished() {

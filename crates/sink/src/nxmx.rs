@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, File, Group};
+use rdaq_detector::{Geometry, MODULE_COLS, MODULE_ROWS};
 use thiserror::Error;
 
 use crate::bitshuffle::Compressor;
@@ -28,11 +29,8 @@ pub enum SinkError {
 /// What the file says about the experiment and the detector.
 #[derive(Clone, Debug)]
 pub struct NxmxMeta {
-    /// Image height and width in pixels (modules stacked along the slow axis).
-    pub height: usize,
-    pub width: usize,
-    /// Module count; module `m` covers rows `m * height / modules ..`.
-    pub modules: usize,
+    /// Where the modules sit in the image (the image is `geometry.height() x width()`).
+    pub geometry: Geometry,
     pub photon_energy_kev: f64,
     pub frame_time_s: f64,
     pub detector_distance_m: f64,
@@ -129,7 +127,8 @@ impl NxmxWriter {
     }
 
     fn build(path: &Path, meta: &NxmxMeta) -> hdf5::Result<Self> {
-        let (h, w) = (meta.height, meta.width);
+        let g = meta.geometry;
+        let (h, w) = (g.height(), g.width());
         let file = File::create(path)?;
         str_attr(&file, "default", "entry")?;
         let entry = nx_group(&file, "entry", "NXentry")?;
@@ -159,17 +158,21 @@ impl NxmxWriter {
         det.new_dataset::<i64>().create("saturation_value")?.write_scalar(&0x3fff_i64)?;
         det.new_dataset::<i64>().create("underload_value")?.write_scalar(&-1_i64)?;
         det.new_dataset::<i32>().create("bit_depth_image")?.write_scalar(&16_i32)?;
-        // no static defects in the emulated detector; transfer losses go to the per-frame mask
-        det.new_dataset::<u32>().shape((h, w)).create("pixel_mask")?.write_raw(&vec![0u32; h * w])?;
+        // gaps between modules; the emulated detector has no static defects, and transfer
+        // losses go to the per-frame mask
+        det.new_dataset::<u32>().shape((h, w)).create("pixel_mask")?.write_raw(&g.gap_mask())?;
         str_ds(&det, "depends_on", "/entry/instrument/detector/transformations/translation")?;
         let tr = nx_group(&det, "transformations", "NXtransformations")?;
         axis(&tr, "translation", meta.detector_distance_m, "m", [0.0, 0.0, 1.0], ".", None)?;
-        let module_h = h / meta.modules.max(1);
-        for m in 0..meta.modules {
+        for m in 0..g.modules {
             let mg = nx_group(&det, &format!("module_{m}"), "NXdetector_module")?;
-            mg.new_dataset::<i32>().shape(2).create("data_origin")?.write(&[(m * module_h) as i32, 0])?;
-            mg.new_dataset::<i32>().shape(2).create("data_size")?.write(&[module_h as i32, w as i32])?;
-            let origin = [-(w as f64) / 2.0 * meta.pixel_size_m, ((h as f64) / 2.0 - (m * module_h) as f64) * meta.pixel_size_m, 0.0];
+            let (r0, c0) = g.origin(m);
+            mg.new_dataset::<i32>().shape(2).create("data_origin")?.write(&[r0 as i32, c0 as i32])?;
+            mg.new_dataset::<i32>().shape(2).create("data_size")?.write(&[MODULE_ROWS as i32, MODULE_COLS as i32])?;
+            // the module's first pixel relative to the beam centre (image centre), with the
+            // fast axis along -x and the slow axis along -y
+            let px = meta.pixel_size_m;
+            let origin = [(w as f64 / 2.0 - c0 as f64) * px, (h as f64 / 2.0 - r0 as f64) * px, 0.0];
             let dep = "/entry/instrument/detector/transformations/translation";
             let d = f64_ds(&mg, "fast_pixel_direction", meta.pixel_size_m, "m")?;
             str_attr(&d, "transformation_type", "translation")?;
@@ -208,16 +211,18 @@ impl NxmxWriter {
         move |source| SinkError::Hdf5 { path: self.path.clone(), source }
     }
 
-    /// Appends a frame of raw little-endian 16-bit words. `missing` lists byte ranges of the
-    /// frame that carry no data (incomplete frame); they are flagged in a per-frame mask.
+    /// Appends an assembled frame of raw little-endian 16-bit words. `missing` lists byte
+    /// ranges of the image that carry no data (incomplete frame); they are flagged in a
+    /// per-frame mask.
     pub fn write_frame(&mut self, frame_number: u64, words: &[u8], missing: &[(usize, usize)]) -> Result<(), SinkError> {
-        let want = self.meta.height * self.meta.width * 2;
+        let (h, w) = (self.meta.geometry.height(), self.meta.geometry.width());
+        let want = h * w * 2;
         if words.len() != want {
             return Err(SinkError::FrameSize { got: words.len(), want });
         }
         if self.frames == self.capacity {
             self.capacity += GROW;
-            self.data.resize((self.capacity, self.meta.height, self.meta.width)).map_err(self.err())?;
+            self.data.resize((self.capacity, h, w)).map_err(self.err())?;
         }
         self.words.compress(words, &mut self.chunk);
         write_chunk(&self.data, self.frames, &self.chunk).map_err(self.err())?;
@@ -233,7 +238,7 @@ impl NxmxWriter {
     }
 
     fn write_mask(&mut self, missing: &[(usize, usize)]) -> hdf5::Result<()> {
-        let (h, w) = (self.meta.height, self.meta.width);
+        let (h, w) = (self.meta.geometry.height(), self.meta.geometry.width());
         if self.mask.is_none() {
             let g = self.file.group("entry/data")?;
             self.mask = Some(frame_stack::<u32>(&g, "incomplete_pixel_mask", h, w, 4)?);
@@ -261,7 +266,7 @@ impl NxmxWriter {
     /// Trims the datasets to the frames written and writes the per-frame tables.
     pub fn finish(self) -> Result<PathBuf, SinkError> {
         let e = self.err();
-        let (h, w) = (self.meta.height, self.meta.width);
+        let (h, w) = (self.meta.geometry.height(), self.meta.geometry.width());
         self.data.resize((self.frames, h, w)).map_err(&e)?;
         let g = self.file.group("entry/data").map_err(&e)?;
         let fnum = g.dataset("frame_number").map_err(&e)?;

@@ -5,11 +5,9 @@
 use rdaq_sink::bitshuffle::decompress;
 use rdaq_sink::{NxmxMeta, NxmxWriter};
 
-fn meta(h: usize, w: usize) -> NxmxMeta {
+fn meta() -> NxmxMeta {
     NxmxMeta {
-        height: h,
-        width: w,
-        modules: 2,
+        geometry: rdaq_detector::Geometry::new(2, 2, 8, 36).unwrap(),
         photon_energy_kev: 12.4,
         frame_time_s: 0.001,
         detector_distance_m: 0.1,
@@ -26,9 +24,9 @@ fn frames_and_tables_land_in_the_file() {
     let dir = std::env::temp_dir().join(format!("rdaq-sink-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.h5");
-    let (h, w) = (64, 128);
-    let mut wr = NxmxWriter::create(&path, &meta(h, w)).unwrap();
-    let frames: Vec<Vec<u8>> = (0..300u32).map(|f| (0..h * w * 2).map(|i| ((i as u32 * 7 + f) % 251) as u8).collect()).collect();
+    let (h, w) = (512, 2 * 1024 + 8);
+    let mut wr = NxmxWriter::create(&path, &meta()).unwrap();
+    let frames: Vec<Vec<u8>> = (0..40u32).map(|f| (0..h * w * 2).map(|i| ((i as u32 * 7 + f) % 251) as u8).collect()).collect();
     for (i, f) in frames.iter().enumerate() {
         let missing = if i == 5 { vec![(256, 512)] } else { vec![] };
         wr.write_frame(1000 + i as u64, f, &missing).unwrap();
@@ -38,12 +36,12 @@ fn frames_and_tables_land_in_the_file() {
 
     let file = hdf5::File::open(&path).unwrap();
     let ds = file.dataset("entry/data/data").unwrap();
-    assert_eq!(ds.shape(), vec![300, h, w]);
+    assert_eq!(ds.shape(), vec![40, h, w]);
     let fnum: Vec<u64> = file.dataset("entry/data/frame_number").unwrap().read_raw().unwrap();
-    assert_eq!(fnum, (1000..1300).collect::<Vec<_>>());
+    assert_eq!(fnum, (1000..1040).collect::<Vec<_>>());
     let complete: Vec<u8> = file.dataset("entry/data/frame_complete").unwrap().read_raw().unwrap();
     assert_eq!(complete.iter().filter(|&&c| c == 0).count(), 1);
-    for i in [0usize, 5, 299] {
+    for i in [0usize, 5, 39] {
         let (_mask, raw) = read_chunk(&ds, i);
         assert_eq!(decompress(&raw, 2).unwrap(), frames[i], "frame {i}");
     }
@@ -52,6 +50,10 @@ fn frames_and_tables_land_in_the_file() {
     let mask = decompress(&raw, 4).unwrap();
     let m: Vec<u32> = mask.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
     assert!(m[128..384].iter().all(|&v| v == 2) && m[..128].iter().all(|&v| v == 0) && m[384..].iter().all(|&v| v == 0));
+    let gaps: Vec<u32> = file.dataset("entry/instrument/detector/pixel_mask").unwrap().read_raw().unwrap();
+    assert_eq!(gaps[1024..1032], [1; 8], "the 8-pixel gap between the two modules");
+    let origin: Vec<i32> = file.dataset("entry/instrument/detector/module_1/data_origin").unwrap().read_raw().unwrap();
+    assert_eq!(origin, vec![0, 1032]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
