@@ -1,12 +1,13 @@
 //! Emulated detector modules. Each module runs a RASHPA controller (RC) in its own thread:
-//! it synthesizes its frames ([`rdaq_detector::synth`]), cuts them into rdaq datagrams
-//! addressed by the receiver's buffer map ([`packetize`]), paces them over the frame period
-//! (or sends as fast as possible), and records a manifest of what it sent.
+//! it synthesizes its frames ([`rdaq_detector::synth`]), sends each to the destinations its
+//! data transfer process names ([`ModuleDtp`]), cut into rdaq datagrams ([`packetize`]) and
+//! paced over the frame period (or as fast as possible), and records a manifest of what it
+//! sent.
 
 pub mod packetize;
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use rdaq_detector::synth::{as_bytes, ModuleSynth, SynthConfig};
 use rdaq_detector::{MODULE_BYTES, MODULE_PIXELS};
 use rdaq_net::send::{BatchSender, SendStats};
-use rdaq_proto::telegram::BufferMap;
+use rdaq_proto::telegram::{LocalBufferInfo, ModuleDtp};
 use thiserror::Error;
 
 pub use packetize::Packetizer;
@@ -26,8 +27,6 @@ pub struct EmulatorConfig {
     pub first_frame: u64,
     /// Frames per second; `None` sends as fast as possible.
     pub rate_hz: Option<f64>,
-    /// Receiver data address (the ports come from the buffer map).
-    pub target: IpAddr,
     pub gso: bool,
     pub send_buffer: usize,
     pub synth: SynthConfig,
@@ -40,7 +39,6 @@ impl Default for EmulatorConfig {
             frames: 100,
             first_frame: 0,
             rate_hz: Some(100.0),
-            target: IpAddr::from([127, 0, 0, 1]),
             gso: true,
             send_buffer: 8 << 20,
             synth: SynthConfig::default(),
@@ -50,12 +48,12 @@ impl Default for EmulatorConfig {
 
 #[derive(Debug, Error)]
 pub enum EmulatorError {
-    #[error("the buffer map serves {map} modules, the emulator has {want}")]
-    ModuleCount { map: u16, want: u16 },
-    #[error("the buffer map expects {0}-byte module frames; a JUNGFRAU module frame is {MODULE_BYTES} bytes")]
-    ModuleBytes(u64),
-    #[error("the buffer map has no buffers")]
-    NoBuffers,
+    #[error("{dtps} data transfer processes for {want} modules")]
+    ModuleCount { dtps: usize, want: u16 },
+    #[error("module {0}: the DTP expects {1}-byte module frames; a JUNGFRAU module frame is {MODULE_BYTES} bytes")]
+    ModuleBytes(u16, u64),
+    #[error("module {0}: the DTP has no route, or a route without buffers")]
+    NoRoute(u16),
     #[error("module {module}: {source}")]
     Send { module: u16, source: io::Error },
 }
@@ -87,24 +85,28 @@ pub struct Progress {
     pub stop: AtomicBool,
 }
 
-/// Runs every module's RC to completion (or until `progress.stop`).
-pub fn run(cfg: &EmulatorConfig, map: &BufferMap, progress: Arc<Progress>) -> Result<EmulatorReport, EmulatorError> {
-    if map.modules != cfg.modules || map.data_ports.len() != cfg.modules as usize {
-        return Err(EmulatorError::ModuleCount { map: map.modules, want: cfg.modules });
+/// Runs every module's RC to completion (or until `progress.stop`); `dtps[m]` is module
+/// `m`'s data transfer process.
+pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], progress: Arc<Progress>) -> Result<EmulatorReport, EmulatorError> {
+    if dtps.len() != cfg.modules as usize {
+        return Err(EmulatorError::ModuleCount { dtps: dtps.len(), want: cfg.modules });
     }
-    if map.module_bytes != MODULE_BYTES as u64 {
-        return Err(EmulatorError::ModuleBytes(map.module_bytes));
-    }
-    if map.buffers.is_empty() {
-        return Err(EmulatorError::NoBuffers);
+    for (m, d) in dtps.iter().enumerate() {
+        if d.module_bytes != MODULE_BYTES as u64 {
+            return Err(EmulatorError::ModuleBytes(m as u16, d.module_bytes));
+        }
+        if d.routes.is_empty() || d.routes.iter().any(|r| r.buffers.is_empty()) {
+            return Err(EmulatorError::NoRoute(m as u16));
+        }
     }
     let start = Instant::now();
-    let handles: Vec<_> = (0..cfg.modules)
-        .map(|m| {
-            let (cfg, map, progress) = (cfg.clone(), map.clone(), progress.clone());
+    let handles: Vec<_> = dtps
+        .iter()
+        .map(|dtp| {
+            let (cfg, dtp, progress) = (cfg.clone(), dtp.clone(), progress.clone());
             std::thread::Builder::new()
-                .name(format!("rdaq-rc{m}"))
-                .spawn(move || run_module(&cfg, &map, m, start, &progress))
+                .name(format!("rdaq-rc{}", dtp.module))
+                .spawn(move || run_module(&cfg, &dtp, start, &progress))
                 .expect("spawn an RC thread")
         })
         .collect();
@@ -128,16 +130,25 @@ pub fn run(cfg: &EmulatorConfig, map: &BufferMap, progress: Arc<Progress>) -> Re
 /// Datagrams per paced send: one GSO group.
 const CHUNK: usize = 7;
 
-fn run_module(cfg: &EmulatorConfig, map: &BufferMap, module: u16, start: Instant, progress: &Progress) -> Result<EmulatorReport, EmulatorError> {
+fn run_module(cfg: &EmulatorConfig, dtp: &ModuleDtp, start: Instant, progress: &Progress) -> Result<EmulatorReport, EmulatorError> {
+    let module = dtp.module;
     let err = |source| EmulatorError::Send { module, source };
-    let dest = SocketAddr::new(cfg.target, map.data_ports[module as usize]);
-    let local = SocketAddr::new(if cfg.target.is_ipv4() { [0, 0, 0, 0].into() } else { [0u16; 8].into() }, 0);
-    let mut tx = BatchSender::connect(local, dest, cfg.gso, cfg.send_buffer).map_err(err)?;
+    // one data channel per route: its own socket and sequence
+    let mut channels = dtp
+        .routes
+        .iter()
+        .map(|r| {
+            let local = SocketAddr::new(if r.data.is_ipv4() { [0, 0, 0, 0].into() } else { [0u16; 8].into() }, 0);
+            let tx = BatchSender::connect(local, r.data, cfg.gso, cfg.send_buffer)?;
+            Ok((tx, Packetizer::new(module, dtp.module_bytes, dtp.payload_bytes)))
+        })
+        .collect::<io::Result<Vec<_>>>()
+        .map_err(err)?;
     let mut synth = ModuleSynth::new(cfg.synth.clone(), module);
-    let mut pk = Packetizer::new(map, module);
     let mut words = vec![0u16; MODULE_PIXELS];
-    let mut report = EmulatorReport { gso: tx.gso(), ..Default::default() };
+    let mut report = EmulatorReport { gso: channels.iter().all(|(tx, _)| tx.gso()), ..Default::default() };
     let period = cfg.rate_hz.map(|r| Duration::from_secs_f64(1.0 / r));
+    let mut dests: Vec<(usize, LocalBufferInfo)> = Vec::with_capacity(dtp.routes.len());
     for i in 0..cfg.frames {
         if progress.stop.load(Ordering::Relaxed) {
             break;
@@ -146,24 +157,39 @@ fn run_module(cfg: &EmulatorConfig, map: &BufferMap, module: u16, start: Instant
         synth.frame(frame, &mut words);
         let bytes = as_bytes(&words);
         report.manifest.push(ManifestEntry { frame, module, xxh3: xxhash_rust::xxh3::xxh3_64(bytes) });
-        let n = pk.frame(frame);
         let frame_start = period.map(|p| start + p.mul_f64(i as f64));
         if let (Some(t0), Some(p)) = (frame_start, period) {
             if Instant::now() > t0 + p {
                 report.late_frames += 1;
             }
         }
-        let mut k = 0;
-        while k < n {
-            let m = CHUNK.min(n - k);
-            if let (Some(t0), Some(p)) = (frame_start, period) {
-                rdaq_net::pace::wait_until(t0 + p.mul_f64(k as f64 / n as f64));
+        dests.clear();
+        dtp.destinations(frame, |r, b| dests.push((r, *b)));
+        // the packets of all destinations spread over the frame period
+        let total = dests.len() * channels.first().map_or(0, |(_, pk)| pk.datagrams());
+        let mut sent_in_frame = 0;
+        for &(r, buf) in &dests {
+            let (tx, pk) = &mut channels[r];
+            let n = pk.frame(frame, &buf, dtp.routes[r].offset);
+            let mut k = 0;
+            while k < n {
+                let m = CHUNK.min(n - k);
+                if let (Some(t0), Some(p)) = (frame_start, period) {
+                    rdaq_net::pace::wait_until(t0 + p.mul_f64(sent_in_frame as f64 / total as f64));
+                }
+                tx.send(m, |j| pk.datagram(k + j, bytes)).map_err(err)?;
+                k += m;
+                sent_in_frame += m;
             }
-            tx.send(m, |j| pk.datagram(k + j, bytes)).map_err(err)?;
-            k += m;
         }
         progress.module_frames.fetch_add(1, Ordering::Relaxed);
     }
-    report.sent = tx.stats;
+    for (tx, _) in &channels {
+        report.sent.datagrams += tx.stats.datagrams;
+        report.sent.bytes += tx.stats.bytes;
+        report.sent.syscalls += tx.stats.syscalls;
+        report.sent.refused += tx.stats.refused;
+        report.sent.retries += tx.stats.retries;
+    }
     Ok(report)
 }

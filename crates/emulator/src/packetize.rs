@@ -1,28 +1,28 @@
-//! The data transfer process of one module, as configured by hand from a receiver's buffer
-//! map: frame `f` goes to buffer `f % buffers`, module `m`'s bytes at `m * module_bytes`,
-//! cut into datagrams of `payload_bytes`; the last datagram of a module frame carries the
-//! LAST flag and the frame number as immediate value.
+//! Cuts a module frame into rdaq datagrams for one destination buffer: module `m`'s bytes
+//! at the route's offset in the buffer, datagrams of `payload_bytes`; the last datagram of
+//! a module frame carries the LAST flag and the frame number as immediate value. One
+//! packetizer per data channel (module to receiver), which owns that channel's sequence.
 
 use rdaq_proto::datagram::{Flags, Header, HEADER_LEN};
-use rdaq_proto::telegram::BufferMap;
+use rdaq_proto::telegram::LocalBufferInfo;
 
 pub struct Packetizer {
-    map: BufferMap,
     module: u16,
+    module_bytes: u64,
+    payload_bytes: u64,
     seq: u32,
     headers: Vec<[u8; HEADER_LEN]>,
 }
 
 impl Packetizer {
-    pub fn new(map: &BufferMap, module: u16) -> Self {
-        let n = map.module_bytes.div_ceil(map.payload_bytes as u64) as usize;
-        Packetizer { map: map.clone(), module, seq: 0, headers: vec![[0; HEADER_LEN]; n] }
+    pub fn new(module: u16, module_bytes: u64, payload_bytes: u32) -> Self {
+        let n = module_bytes.div_ceil(payload_bytes as u64) as usize;
+        Packetizer { module, module_bytes, payload_bytes: payload_bytes as u64, seq: 0, headers: vec![[0; HEADER_LEN]; n] }
     }
 
-    /// Writes the headers of frame `frame`; returns the number of datagrams.
-    pub fn frame(&mut self, frame: u64) -> usize {
-        let buf = *self.map.buffer_for(frame);
-        let (mb, pb) = (self.map.module_bytes, self.map.payload_bytes as u64);
+    /// Writes the headers of frame `frame` into `buf` at `offset`; returns the datagram count.
+    pub fn frame(&mut self, frame: u64, buf: &LocalBufferInfo, offset: u64) -> usize {
+        let (mb, pb) = (self.module_bytes, self.payload_bytes);
         let n = self.headers.len();
         for (k, hdr) in self.headers.iter_mut().enumerate() {
             let last = k + 1 == n;
@@ -32,7 +32,7 @@ impl Packetizer {
                 module: self.module,
                 buffer: buf.id,
                 key: buf.key,
-                offset: self.module as u64 * mb + rel,
+                offset: offset + rel,
                 length: pb.min(mb - rel) as u32,
                 seq: self.seq,
                 frame,
@@ -45,9 +45,14 @@ impl Packetizer {
         n
     }
 
+    /// Datagrams per module frame.
+    pub fn datagrams(&self) -> usize {
+        self.headers.len()
+    }
+
     /// Datagram `k` of the current frame: its header and its slice of the module frame.
     pub fn datagram<'a>(&'a self, k: usize, module_frame: &'a [u8]) -> (&'a [u8], &'a [u8]) {
-        let pb = self.map.payload_bytes as usize;
+        let pb = self.payload_bytes as usize;
         let start = k * pb;
         let end = (start + pb).min(module_frame.len());
         (&self.headers[k][..], &module_frame[start..end])
@@ -57,21 +62,13 @@ impl Packetizer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdaq_proto::telegram::{LocalBufferInfo, TELEGRAM_VERSION};
 
     #[test]
     fn cuts_a_module_frame_into_its_cells() {
-        let map = BufferMap {
-            version: TELEGRAM_VERSION,
-            modules: 2,
-            module_bytes: 20_000,
-            payload_bytes: 8192,
-            data_ports: vec![1, 2],
-            buffers: vec![LocalBufferInfo { id: 5, key: 9, size: 40_000 }, LocalBufferInfo { id: 6, key: 10, size: 40_000 }],
-        };
-        let mut p = Packetizer::new(&map, 1);
+        let buf = LocalBufferInfo { id: 6, key: 10, size: 40_000 };
+        let mut p = Packetizer::new(1, 20_000, 8192);
         let frame_bytes = vec![0u8; 20_000];
-        assert_eq!(p.frame(3), 3);
+        assert_eq!(p.frame(3, &buf, 20_000), 3);
         let mut total = 0;
         for k in 0..3 {
             let (h, payload) = p.datagram(k, &frame_bytes);

@@ -6,6 +6,10 @@
 //! into contiguous runs, one per receiver. A receiver stores each frame it gets in its next
 //! slot: its `k`-th frame in slot `k % slots`, module runs packed in module order.
 
+use std::net::SocketAddr;
+
+use rdaq_proto::telegram::{BufferMap, BufferRequest, ModuleDtp, Route, TELEGRAM_VERSION};
+
 use crate::topology::{Topology, TopologyError, TransferMode, MODULE_FRAME_BYTES};
 
 /// What one receiver gets under the plan.
@@ -86,6 +90,63 @@ impl Plan {
             receivers.push(ReceiverPlan { receiver: r, group: g, modules: mods, slots: (t.receivers[r].memory_mib << 20) / slot });
         }
         Ok(Plan { mode: t.transfer.mode, receivers, groups: group_members, holder })
+    }
+
+    /// What each receiver of the plan must define, with its index in the topology.
+    pub fn buffer_requests(&self, t: &Topology) -> Vec<(usize, BufferRequest)> {
+        self.receivers
+            .iter()
+            .map(|rp| {
+                let req = BufferRequest {
+                    version: TELEGRAM_VERSION,
+                    modules: rp.modules.clone(),
+                    module_bytes: MODULE_FRAME_BYTES,
+                    payload_bytes: t.transfer.payload_bytes,
+                    slots: rp.slots,
+                    data_port: t.receivers[rp.receiver].data_port,
+                };
+                (rp.receiver, req)
+            })
+            .collect()
+    }
+
+    /// Each module's DTP, from the buffer maps the receivers answered with (`maps[i]` for
+    /// plan receiver `i`, as ordered by [`Plan::buffer_requests`]). A receiver's buffer
+    /// map is authoritative for its ports, buffers and keys.
+    pub fn module_dtps(&self, t: &Topology, maps: &[BufferMap]) -> Result<Vec<ModuleDtp>, TopologyError> {
+        assert_eq!(maps.len(), self.receivers.len(), "one buffer map per plan receiver");
+        for (rp, map) in self.receivers.iter().zip(maps) {
+            let name = &t.receivers[rp.receiver].name;
+            if map.data_ports.len() != rp.modules.len() || map.buffers.is_empty() || map.module_bytes != MODULE_FRAME_BYTES {
+                return Err(TopologyError::BadBufferMap(name.clone()));
+            }
+        }
+        Ok((0..t.detector.modules)
+            .map(|m| {
+                let routes = (0..self.groups.len())
+                    .map(|g| {
+                        let pi = self.holder[m as usize][g];
+                        let (rp, map) = (&self.receivers[pi], &maps[pi]);
+                        let spec = &t.receivers[rp.receiver];
+                        let idx = rp.modules.iter().position(|&x| x == m).expect("holder holds the module");
+                        Route {
+                            receiver: spec.name.clone(),
+                            data: SocketAddr::new(spec.data, map.data_ports[idx]),
+                            buffers: map.buffers.clone(),
+                            offset: idx as u64 * MODULE_FRAME_BYTES,
+                        }
+                    })
+                    .collect();
+                ModuleDtp {
+                    version: TELEGRAM_VERSION,
+                    module: m,
+                    module_bytes: MODULE_FRAME_BYTES,
+                    payload_bytes: t.transfer.payload_bytes,
+                    broadcast: self.mode == TransferMode::Broadcast,
+                    routes,
+                }
+            })
+            .collect())
     }
 
     /// Appends where module `module`'s frame `frame` goes to `out` (several destinations when

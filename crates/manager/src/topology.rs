@@ -52,7 +52,8 @@ pub struct ReceiverSpec {
     pub control: SocketAddr,
     /// Data address the modules send to.
     pub data: IpAddr,
-    /// First data port; the receiver uses one port per module it serves from here on.
+    /// First data port; the receiver uses one port per module it serves from here on
+    /// (0: ports chosen by the receiver's kernel, reported in its buffer map).
     pub data_port: u16,
     /// Memory for frame buffers.
     pub memory_mib: u64,
@@ -127,6 +128,8 @@ pub enum TopologyError {
     TooManyReceivers { receivers: usize, modules: u16 },
     #[error("transfer.payload_bytes must be 1..=65459, not {0}")]
     Payload(u32),
+    #[error("receiver {0} answered with a buffer map that does not match its buffer request")]
+    BadBufferMap(String),
     #[error("receivers.{name}.memory_mib: {memory_mib} MiB holds {slots} frames of {slot_mib:.1} MiB for this plan; it needs at least {MIN_SLOTS}")]
     BuffersTooSmall { name: String, memory_mib: u64, slots: u64, slot_mib: f64 },
 }
@@ -198,10 +201,13 @@ impl Topology {
             if end > 65_536 {
                 return Err(TopologyError::PortRange(spec.name.clone(), spec.data_port));
             }
-            if ranges.iter().any(|(ip, a, b)| *ip == spec.data && (spec.data_port as u32) < *b && *a < end) {
+            let fixed = spec.data_port != 0;
+            if fixed && ranges.iter().any(|(ip, a, b)| *ip == spec.data && (spec.data_port as u32) < *b && *a < end) {
                 return Err(TopologyError::DuplicateData(spec.name.clone(), spec.data_port, end as u16, spec.data));
             }
-            ranges.push((spec.data, spec.data_port as u32, end));
+            if fixed {
+                ranges.push((spec.data, spec.data_port as u32, end));
+            }
             let slot = rp.slot_bytes();
             let slots = (spec.memory_mib << 20) / slot;
             if slots < MIN_SLOTS {

@@ -1,5 +1,8 @@
-//! Telegrams: the documents a data receiver and the detector modules exchange to agree on
-//! where data goes. This hand configuration needs one: the receiver's buffer map.
+//! Telegrams: the documents the system manager, the data receivers and the detector modules
+//! exchange to agree on where data goes: a receiver's buffer map, and a module's data
+//! transfer process (DTP).
+
+use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +40,87 @@ impl BufferMap {
     }
 }
 
+/// What the system manager asks a receiver to define: frame slots holding the given modules
+/// (global ids, in slot order), one data port per module from `data_port` on (0: any).
+/// The receiver answers with its [`BufferMap`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BufferRequest {
+    pub version: u32,
+    pub modules: Vec<u16>,
+    pub module_bytes: u64,
+    pub payload_bytes: u32,
+    pub slots: u64,
+    pub data_port: u16,
+}
+
+/// One way out of a module: a receiver's data port, its buffers, and where in each buffer
+/// this module's data goes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    pub receiver: String,
+    pub data: SocketAddr,
+    pub buffers: Vec<LocalBufferInfo>,
+    /// Byte offset of this module's frame in each buffer.
+    pub offset: u64,
+}
+
+/// A module's data transfer process: frame `f` goes through route `f % routes` as that
+/// route's `k = f / routes`-th frame, into buffer `k % buffers`; with `broadcast`, through
+/// every route as its `f`-th frame.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleDtp {
+    pub version: u32,
+    pub module: u16,
+    pub module_bytes: u64,
+    pub payload_bytes: u32,
+    pub broadcast: bool,
+    pub routes: Vec<Route>,
+}
+
+impl ModuleDtp {
+    /// The hand configuration of a single receiver: module `module` of `map`, every frame
+    /// to that receiver at `data` (the ring rule of [`BufferMap::buffer_for`]).
+    pub fn single(map: &BufferMap, module: u16, data: SocketAddr) -> ModuleDtp {
+        ModuleDtp {
+            version: TELEGRAM_VERSION,
+            module,
+            module_bytes: map.module_bytes,
+            payload_bytes: map.payload_bytes,
+            broadcast: false,
+            routes: vec![Route {
+                receiver: "receiver".into(),
+                data,
+                buffers: map.buffers.clone(),
+                offset: module as u64 * map.module_bytes,
+            }],
+        }
+    }
+
+    /// Calls `f(route index, buffer)` for each destination of frame `frame`.
+    pub fn destinations(&self, frame: u64, mut f: impl FnMut(usize, &LocalBufferInfo)) {
+        let n = self.routes.len() as u64;
+        if n == 0 {
+            return;
+        }
+        let pick = |r: usize, k: u64| {
+            let b = &self.routes[r].buffers;
+            (!b.is_empty()).then(|| &b[(k % b.len() as u64) as usize])
+        };
+        if self.broadcast {
+            for r in 0..n as usize {
+                if let Some(b) = pick(r, frame) {
+                    f(r, b);
+                }
+            }
+        } else {
+            let r = (frame % n) as usize;
+            if let Some(b) = pick(r, frame / n) {
+                f(r, b);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,5 +138,34 @@ mod tests {
         let j = serde_json::to_string(&m).unwrap();
         assert_eq!(serde_json::from_str::<BufferMap>(&j).unwrap(), m);
         assert_eq!(m.buffer_for(4).id, 1);
+        let dtp = ModuleDtp::single(&m, 1, "127.0.0.1:5".parse().unwrap());
+        let mut got = Vec::new();
+        dtp.destinations(4, |r, b| got.push((r, b.id)));
+        assert_eq!(got, vec![(0, 1)]);
+        assert_eq!(dtp.routes[0].offset, 1 << 20);
+    }
+
+    #[test]
+    fn dtp_round_robin_and_broadcast() {
+        let bufs = |base: u32| (0..3).map(|i| LocalBufferInfo { id: base + i, key: 0, size: 1 }).collect();
+        let route = |n: &str, base| Route { receiver: n.into(), data: "127.0.0.1:1".parse().unwrap(), buffers: bufs(base), offset: 0 };
+        let mut dtp = ModuleDtp {
+            version: TELEGRAM_VERSION,
+            module: 0,
+            module_bytes: 1,
+            payload_bytes: 1,
+            broadcast: false,
+            routes: vec![route("a", 10), route("b", 20)],
+        };
+        let dest = |d: &ModuleDtp, f| {
+            let mut v = Vec::new();
+            d.destinations(f, |r, b| v.push((r, b.id)));
+            v
+        };
+        assert_eq!(dest(&dtp, 0), vec![(0, 10)]);
+        assert_eq!(dest(&dtp, 1), vec![(1, 20)]);
+        assert_eq!(dest(&dtp, 7), vec![(1, 20)], "frame 7 is b's 4th frame: buffer 3 % 3 = 0");
+        dtp.broadcast = true;
+        assert_eq!(dest(&dtp, 4), vec![(0, 11), (1, 21)]);
     }
 }

@@ -97,12 +97,12 @@ fn send(map: &BufferMap, dest: SocketAddr, count: u64, rate: Option<f64>, pin: O
     }
     let mut tx = BatchSender::connect(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), dest, true, 16 << 20)?;
     let frame: Vec<u8> = (0..MODULE_BYTES as usize).map(|i| (i * 7 + i / 4096) as u8).collect();
-    let mut pk = Packetizer::new(map, 0);
+    let mut pk = Packetizer::new(0, map.module_bytes, map.payload_bytes);
     let start = Instant::now();
     let mut sent = 0u64;
     let mut f = 0u64;
     while sent < count {
-        let n = pk.frame(f).min((count - sent) as usize);
+        let n = pk.frame(f, map.buffer_for(f), 0).min((count - sent) as usize);
         let mut k = 0;
         while k < n {
             // paced: small chunks spread over time; full speed: the whole frame per call

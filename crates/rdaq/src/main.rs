@@ -17,7 +17,7 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use rdaq_detector::Geometry;
 use rdaq_emulator::{EmulatorConfig, Progress};
-use rdaq_proto::telegram::BufferMap;
+use rdaq_proto::telegram::{BufferMap, ModuleDtp};
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
 use rdaq_sink::{NxmxMeta, NxmxWriter};
 
@@ -248,7 +248,6 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         frames: cfg.emulator.frames,
         first_frame: 0,
         rate_hz: cfg.rate(),
-        target: cfg.network.bind,
         gso: cfg.emulator.gso,
         send_buffer: 8 << 20,
         synth: cfg.synth(),
@@ -270,7 +269,7 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         let rx_ref = &rx;
         let w = &mut writer;
         let consumer = s.spawn(|| consume::consume(rx_ref, Some((w, geometry)), &bar));
-        let emu = rdaq_emulator::run(&ecfg, rx.buffer_map(), progress.clone());
+        let emu = rdaq_emulator::run(&ecfg, &single_receiver_dtps(rx.buffer_map(), cfg.network.bind), progress.clone());
         rx.stop();
         (emu, consumer.join().expect("consumer thread panicked"))
     });
@@ -296,6 +295,11 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Hand configuration of one receiver: module m sends every frame to its port there.
+fn single_receiver_dtps(map: &BufferMap, data: IpAddr) -> Vec<ModuleDtp> {
+    (0..map.modules).map(|m| ModuleDtp::single(map, m, SocketAddr::new(data, map.data_ports[m as usize]))).collect()
+}
+
 fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&a.buffers).with_context(|| format!("cannot read {}", a.buffers.display()))?;
     let map: BufferMap = serde_json::from_str(&text).with_context(|| format!("{} is not a buffer map", a.buffers.display()))?;
@@ -307,7 +311,6 @@ fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         frames: a.frames,
         first_frame: a.first_frame,
         rate_hz: (a.rate > 0.0).then_some(a.rate),
-        target: a.target,
         gso: !a.no_gso,
         synth: rdaq_detector::SynthConfig { seed: a.seed, ..Default::default() },
         ..EmulatorConfig::default()
@@ -315,7 +318,10 @@ fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     let progress = Arc::new(Progress::default());
     let p2 = progress.clone();
     let _ = ctrlc::set_handler(move || p2.stop.store(true, Ordering::Relaxed));
-    let r = rdaq_emulator::run(&cfg, &map, progress)?;
+    if map.data_ports.len() != map.modules as usize {
+        bail!("{}: {} data ports for {} modules", a.buffers.display(), map.data_ports.len(), map.modules);
+    }
+    let r = rdaq_emulator::run(&cfg, &single_receiver_dtps(&map, a.target), progress)?;
     if let Some(m) = &a.manifest {
         write_manifest(m, &r.manifest)?;
     }

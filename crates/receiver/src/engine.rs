@@ -41,6 +41,9 @@ pub struct ReceiverConfig {
     pub bind: IpAddr,
     pub data_port: u16,
     pub modules: u16,
+    /// Global ids of the modules, in slot order (empty: 0..modules). A receiver of a
+    /// spatial plan holds some of the detector's modules.
+    pub module_ids: Vec<u16>,
     pub module_bytes: u64,
     /// rdaq datagram payload size (the packet cell); fixed at 8192 for sls.
     pub payload_bytes: u32,
@@ -74,6 +77,7 @@ impl Default for ReceiverConfig {
             bind: IpAddr::from([127, 0, 0, 1]),
             data_port: 50000,
             modules: 1,
+            module_ids: Vec::new(),
             module_bytes: (512 * 1024 * 2) as u64,
             payload_bytes: 8192,
             slots: 64,
@@ -147,6 +151,14 @@ impl ReceiverConfig {
         if self.slots == 0 {
             return bad("slots must be at least 1".into());
         }
+        if !self.module_ids.is_empty() {
+            let mut ids = self.module_ids.clone();
+            ids.sort_unstable();
+            ids.dedup();
+            if self.module_ids.len() != self.modules as usize || ids.len() != self.module_ids.len() {
+                return bad(format!("module_ids {:?} must name {} distinct modules", self.module_ids, self.modules));
+            }
+        }
         let (cell, sources): (u64, Vec<(u16, SourceKind)>) = match self.format {
             Format::Rdaq => {
                 if self.payload_bytes == 0 || self.payload_bytes as usize > 65_507 - rdaq_proto::HEADER_LEN {
@@ -211,7 +223,8 @@ impl Receiver {
                 .map(|(i, &key)| LocalBufferInfo { id: cfg.buffer_base + i as u32, key, size: slot_bytes as u64 })
                 .collect(),
         };
-        let placement = Placement::new(arena.clone(), grid, cfg.buffer_base, keys, cfg.policy, cfg.batch);
+        let ids: Vec<u16> = if cfg.module_ids.is_empty() { (0..cfg.modules).collect() } else { cfg.module_ids.clone() };
+        let placement = Placement::new(arena.clone(), grid, &ids, cfg.buffer_base, keys, cfg.policy, cfg.batch);
         // Unbounded: at most `slots` frames can be handed at once; what else queues are
         // small notices of discarded frames, and losing a handed frame would leak its slot.
         let (frames_tx, frames) = crossbeam_channel::unbounded();

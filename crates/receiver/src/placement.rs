@@ -123,6 +123,8 @@ enum Src {
 pub struct Placement {
     arena: Arc<Arena>,
     grid: Grid,
+    /// Global module id -> position in the slot (`u16::MAX`: not served here).
+    module_index: Vec<u16>,
     buffer_base: u32,
     keys: Vec<u32>,
     slots: Vec<Slot>,
@@ -137,9 +139,23 @@ pub struct Placement {
 unsafe impl Send for Placement {}
 
 impl Placement {
-    /// `keys[i]` is the access key of local buffer `buffer_base + i` (slot `i`).
-    pub fn new(arena: Arc<Arena>, grid: Grid, buffer_base: u32, keys: Vec<u32>, policy: IncompletePolicy, batch: usize) -> Self {
+    /// `keys[i]` is the access key of local buffer `buffer_base + i` (slot `i`);
+    /// `module_ids[i]` is the global id of the module at position `i` of a slot.
+    pub fn new(
+        arena: Arc<Arena>,
+        grid: Grid,
+        module_ids: &[u16],
+        buffer_base: u32,
+        keys: Vec<u32>,
+        policy: IncompletePolicy,
+        batch: usize,
+    ) -> Self {
         assert_eq!(arena.slots(), keys.len(), "one key per slot");
+        assert_eq!(module_ids.len(), grid.modules as usize, "one id per module of the grid");
+        let mut module_index = vec![u16::MAX; module_ids.iter().max().map_or(0, |&m| m as usize + 1)];
+        for (i, &m) in module_ids.iter().enumerate() {
+            module_index[m as usize] = i as u16;
+        }
         assert_eq!(arena.slot_bytes() as u64, grid.slot_bytes(), "slot size matches the grid");
         let words = grid.cells().div_ceil(64) as usize;
         let now = Instant::now();
@@ -155,6 +171,7 @@ impl Placement {
             })
             .collect();
         Placement {
+            module_index,
             evac: vec![0; batch * grid.cell_bytes as usize],
             pending: Vec::with_capacity(batch),
             arena,
@@ -198,13 +215,14 @@ impl Placement {
         if h.end() > self.grid.slot_bytes() {
             return Err(DropReason::OutOfBounds);
         }
-        if h.module >= self.grid.modules {
-            return Err(DropReason::UnknownModule);
-        }
+        let module = match self.module_index.get(h.module as usize) {
+            Some(&i) if i != u16::MAX => i,
+            _ => return Err(DropReason::UnknownModule),
+        };
         if h.dataset != 0 {
             return Err(DropReason::UnknownDataset);
         }
-        let cell = self.grid.cell_at(h.module, h.offset, h.length as u64).ok_or(DropReason::Misaligned)?;
+        let cell = self.grid.cell_at(module, h.offset, h.length as u64).ok_or(DropReason::Misaligned)?;
         let imm = h.flags.contains(Flags::IMM).then_some(h.imm);
         Ok(Target { slot, cell, frame: h.frame, imm })
     }

@@ -21,7 +21,7 @@ fn setup(policy: IncompletePolicy) -> (Arc<Arena>, Placement) {
     let grid = Grid::new(MODULES, MODULE_BYTES, CELL);
     let arena = Arc::new(Arena::new(SLOTS, grid.slot_bytes() as usize).unwrap());
     let keys = (0..SLOTS as u32).map(|i| 0xabc0 + i).collect();
-    (arena.clone(), Placement::new(arena, grid, BASE, keys, policy, 8))
+    (arena.clone(), Placement::new(arena, grid, &[0, 1], BASE, keys, policy, 8))
 }
 
 fn datagram(slot: u32, module: u16, cell_in_module: u64, frame: u64, fill: u8) -> Vec<u8> {
@@ -142,6 +142,26 @@ fn incomplete_frames_keep_marks_missing_cells() {
     assert_eq!(p.place_datagram(&datagram(2, 0, 2, 8, 0), SourceKind::Rdaq, t0), Err(DropReason::SlotBusy));
     assert!(p.release(2, 5));
     p.place_datagram(&datagram(2, 0, 2, 8, 0), SourceKind::Rdaq, t0).unwrap();
+}
+
+#[test]
+fn global_module_ids_map_to_slot_positions() {
+    let grid = Grid::new(MODULES, MODULE_BYTES, CELL);
+    let arena = Arc::new(Arena::new(SLOTS, grid.slot_bytes() as usize).unwrap());
+    let keys = (0..SLOTS as u32).map(|i| 0xabc0 + i).collect();
+    // this receiver holds modules 6 and 7 of a bigger detector, at positions 0 and 1
+    let mut p = Placement::new(arena.clone(), grid, &[6, 7], BASE, keys, IncompletePolicy::Keep, 8);
+    let mut d = datagram(0, 1, 2, 4, 0x3c);
+    d[6..8].copy_from_slice(&7u16.to_le_bytes());
+    let t = p.place_datagram(&d, SourceKind::Rdaq, Instant::now()).unwrap();
+    assert_eq!(t.cell, 4 + 2);
+    for wrong in [0u16, 1, 5, 8, 600] {
+        d[6..8].copy_from_slice(&wrong.to_le_bytes());
+        assert_eq!(p.place_datagram(&d, SourceKind::Rdaq, Instant::now()), Err(DropReason::UnknownModule), "module {wrong}");
+    }
+    // module 6 may not write module 7's part of the slot
+    d[6..8].copy_from_slice(&6u16.to_le_bytes());
+    assert_eq!(p.place_datagram(&d, SourceKind::Rdaq, Instant::now()), Err(DropReason::Misaligned));
 }
 
 #[test]
