@@ -115,6 +115,7 @@ pub struct Receiver {
     ports: Vec<u16>,
     frames: ChanRx<FrameReady>,
     release_tx: ChanTx<(u32, u64)>,
+    flush_tx: ChanTx<ChanTx<Counters>>,
     stop: Arc<AtomicBool>,
     counters: Arc<Mutex<Counters>>,
     thread: Option<JoinHandle<Result<Counters, ReceiverError>>>,
@@ -229,6 +230,7 @@ impl Receiver {
         // small notices of discarded frames, and losing a handed frame would leak its slot.
         let (frames_tx, frames) = crossbeam_channel::unbounded();
         let (release_tx, release_rx) = crossbeam_channel::unbounded();
+        let (flush_tx, flush_rx) = crossbeam_channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(Mutex::new(Counters::default()));
         let ctx = Loop {
@@ -237,11 +239,12 @@ impl Receiver {
             socks,
             frames_tx,
             release_rx,
+            flush_rx,
             stop: stop.clone(),
             shared: counters.clone(),
         };
         let thread = std::thread::Builder::new().name("rdaq-recv".into()).spawn(move || ctx.run())?;
-        Ok(Receiver { arena, map, grid, ports, frames, release_tx, stop, counters, thread: Some(thread), recv_buffer_granted: granted })
+        Ok(Receiver { arena, map, grid, ports, frames, release_tx, flush_tx, stop, counters, thread: Some(thread), recv_buffer_granted: granted })
     }
 
     /// The buffer map to give the senders (ids, keys, sizes, layout).
@@ -290,6 +293,16 @@ impl Receiver {
         *self.counters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Finishes every frame in progress now, under the policy (the end of an acquisition
+    /// whose receiver stays up for the next); returns the counters after it. Frames finished
+    /// by the flush are in [`Receiver::frames`] before this returns. `None` if the receive
+    /// thread has ended.
+    pub fn flush(&self) -> Option<Counters> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.flush_tx.send(tx).ok()?;
+        rx.recv().ok()
+    }
+
     /// Asks the receive thread to finish: it keeps receiving until the ports are quiet for
     /// the linger time, then finishes the frames in progress under the policy.
     pub fn stop(&self) {
@@ -323,6 +336,7 @@ struct Loop {
     socks: Vec<(UdpSocket, Source)>,
     frames_tx: ChanTx<FrameReady>,
     release_rx: ChanRx<(u32, u64)>,
+    flush_rx: ChanRx<ChanTx<Counters>>,
     stop: Arc<AtomicBool>,
     shared: Arc<Mutex<Counters>>,
 }
@@ -347,6 +361,12 @@ impl Loop {
         loop {
             while let Ok((slot, frame)) = self.release_rx.try_recv() {
                 self.placement.release(slot, frame);
+            }
+            while let Ok(ack) = self.flush_rx.try_recv() {
+                self.placement.finish_all();
+                self.hand_on();
+                self.publish(&rx);
+                let _ = ack.send(self.placement.counters);
             }
             let mut got = 0;
             for (sock, src) in self.socks.iter_mut() {

@@ -148,3 +148,42 @@ fn in_order_lands_in_place() {
 fn reordered_duplicated_and_lost_without_prediction() {
     run(false, true);
 }
+
+#[test]
+fn flush_finishes_frames_in_progress_and_keeps_receiving() {
+    let cfg = ReceiverConfig {
+        data_port: 0,
+        modules: 1,
+        module_bytes: MODULE_BYTES,
+        payload_bytes: CELL as u32,
+        slots: 4,
+        frame_timeout: Duration::from_secs(60),
+        ..ReceiverConfig::default()
+    };
+    let rx = Receiver::start(cfg).unwrap();
+    let map = rx.buffer_map().clone();
+    let mut tx = BatchSender::connect("127.0.0.1:0".parse().unwrap(), SocketAddr::from(([127, 0, 0, 1], map.data_ports[0])), true, 1 << 20).unwrap();
+    let send = |tx: &mut BatchSender, frame: u64, cells: std::ops::Range<u64>| {
+        let buf = map.buffer_for(frame);
+        let dgrams: Vec<(Vec<u8>, Vec<u8>)> = cells
+            .map(|c| {
+                let h = Header { module: 0, buffer: buf.id, key: buf.key, offset: c * CELL as u64, length: CELL as u32, frame, ..Header::default() };
+                let mut hb = vec![0u8; HEADER_LEN];
+                h.encode((&mut hb[..]).try_into().unwrap());
+                (hb, vec![frame as u8; CELL])
+            })
+            .collect();
+        tx.send(dgrams.len(), |i| (&dgrams[i].0, &dgrams[i].1)).unwrap();
+    };
+    send(&mut tx, 0, 0..3); // 3 of 8 cells, and the timeout is long
+    std::thread::sleep(Duration::from_millis(100));
+    let c = rx.flush().unwrap();
+    assert_eq!((c.frames_incomplete, c.placed), (1, 3));
+    let f = rx.frames().try_recv().expect("the flushed frame is there when flush returns");
+    assert_eq!((f.frame, f.status, f.missing.len()), (0, FrameStatus::Incomplete, 5));
+    rx.release(f);
+    send(&mut tx, 1, 0..CELLS); // the receiver is still up
+    let f = rx.frames().recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!((f.frame, f.status), (1, FrameStatus::Complete));
+    rx.release(f);
+}
