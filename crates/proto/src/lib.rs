@@ -4,11 +4,13 @@
 //!   names its destination buffer, key and offset; the receiver only checks and places).
 //! - [`sls`]: the native JUNGFRAU (slsDetectorPackage) UDP header.
 //! - [`seq`]: wrap-safe sequence number arithmetic.
-//! - [`telegram`]: configuration documents (the receiver's buffer map).
+//! - [`telegram`]: configuration documents (buffer requests and maps, module DTPs).
+//! - [`events`]: the event channel's events and a bounded event log.
 //!
 //! The byte layouts are documented in `docs/protocol.md`.
 
 pub mod datagram;
+pub mod events;
 pub mod seq;
 pub mod sls;
 pub mod telegram;
