@@ -6,15 +6,17 @@
 
 pub mod packetize;
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use rdaq_detector::synth::{as_bytes, ModuleSynth, SynthConfig};
 use rdaq_detector::{MODULE_BYTES, MODULE_PIXELS};
 use rdaq_net::send::{BatchSender, SendStats};
+use rdaq_proto::events::{Event, EventLog};
 use rdaq_proto::telegram::{LocalBufferInfo, ModuleDtp};
 use thiserror::Error;
 
@@ -54,6 +56,10 @@ pub enum EmulatorError {
     ModuleBytes(u16, u64),
     #[error("module {0}: the DTP has no route, or a route without buffers")]
     NoRoute(u16),
+    #[error("DTP {0} is for module {1}: DTPs must come in module order")]
+    ModuleOrder(u16, u16),
+    #[error("a DTP update must apply from a later frame than the last one, not from {0}")]
+    UpdateOrder(u64),
     #[error("module {module}: {source}")]
     Send { module: u16, source: io::Error },
 }
@@ -77,21 +83,63 @@ pub struct EmulatorReport {
     pub late_frames: u64,
 }
 
-/// Shared progress of a running emulator.
-#[derive(Default)]
-pub struct Progress {
+/// Events kept for readers of a running emulator.
+const EVENT_LOG: usize = 1 << 16;
+
+/// Shared state of a running emulator: progress, stop, DTP updates and events.
+pub struct Control {
     /// Module frames fully sent.
     pub module_frames: AtomicU64,
     pub stop: AtomicBool,
+    /// DTP sets with the frame they apply from, in increasing order of that frame.
+    plans: RwLock<Vec<(u64, Arc<Vec<ModuleDtp>>)>>,
+    plans_version: AtomicU64,
+    pub events: Mutex<EventLog>,
 }
 
-/// Runs every module's RC to completion (or until `progress.stop`); `dtps[m]` is module
-/// `m`'s data transfer process.
-pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], progress: Arc<Progress>) -> Result<EmulatorReport, EmulatorError> {
-    if dtps.len() != cfg.modules as usize {
-        return Err(EmulatorError::ModuleCount { dtps: dtps.len(), want: cfg.modules });
+impl Default for Control {
+    fn default() -> Self {
+        Control {
+            module_frames: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            plans: RwLock::new(Vec::new()),
+            plans_version: AtomicU64::new(0),
+            events: Mutex::new(EventLog::new(EVENT_LOG)),
+        }
+    }
+}
+
+impl Control {
+    /// Makes `dtps` apply to frames `from_frame` and later (the frames before keep the DTPs
+    /// they had). Fails if `from_frame` is not after the newest update's.
+    pub fn update(&self, from_frame: u64, dtps: Vec<ModuleDtp>) -> Result<(), EmulatorError> {
+        check_dtps(dtps.len() as u16, &dtps)?;
+        let mut plans = self.plans.write().unwrap_or_else(|e| e.into_inner());
+        if plans.last().is_some_and(|(f, _)| *f >= from_frame) {
+            return Err(EmulatorError::UpdateOrder(from_frame));
+        }
+        plans.push((from_frame, Arc::new(dtps)));
+        self.plans_version.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    fn event(&self, e: Event) {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).push(e);
+    }
+
+    fn plans(&self) -> Vec<(u64, Arc<Vec<ModuleDtp>>)> {
+        self.plans.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+fn check_dtps(modules: u16, dtps: &[ModuleDtp]) -> Result<(), EmulatorError> {
+    if dtps.len() != modules as usize {
+        return Err(EmulatorError::ModuleCount { dtps: dtps.len(), want: modules });
     }
     for (m, d) in dtps.iter().enumerate() {
+        if d.module != m as u16 {
+            return Err(EmulatorError::ModuleOrder(m as u16, d.module));
+        }
         if d.module_bytes != MODULE_BYTES as u64 {
             return Err(EmulatorError::ModuleBytes(m as u16, d.module_bytes));
         }
@@ -99,14 +147,28 @@ pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], progress: Arc<Progress>) ->
             return Err(EmulatorError::NoRoute(m as u16));
         }
     }
+    Ok(())
+}
+
+/// Runs every module's RC to completion (or until `control.stop`); `dtps[m]` is module
+/// `m`'s data transfer process from the first frame on (later ones through
+/// [`Control::update`]).
+pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], control: Arc<Control>) -> Result<EmulatorReport, EmulatorError> {
+    check_dtps(cfg.modules, dtps)?;
+    {
+        // updates made before the start for later frames stay
+        let mut plans = control.plans.write().unwrap_or_else(|e| e.into_inner());
+        plans.retain(|(from, _)| *from > cfg.first_frame);
+        plans.insert(0, (cfg.first_frame, Arc::new(dtps.to_vec())));
+        control.plans_version.fetch_add(1, Ordering::Release);
+    }
     let start = Instant::now();
-    let handles: Vec<_> = dtps
-        .iter()
-        .map(|dtp| {
-            let (cfg, dtp, progress) = (cfg.clone(), dtp.clone(), progress.clone());
+    let handles: Vec<_> = (0..cfg.modules)
+        .map(|m| {
+            let (cfg, control) = (cfg.clone(), control.clone());
             std::thread::Builder::new()
-                .name(format!("rdaq-rc{}", dtp.module))
-                .spawn(move || run_module(&cfg, &dtp, start, &progress))
+                .name(format!("rdaq-rc{m}"))
+                .spawn(move || run_module(&cfg, m, start, &control))
                 .expect("spawn an RC thread")
         })
         .collect();
@@ -130,30 +192,43 @@ pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], progress: Arc<Progress>) ->
 /// Datagrams per paced send: one GSO group.
 const CHUNK: usize = 7;
 
-fn run_module(cfg: &EmulatorConfig, dtp: &ModuleDtp, start: Instant, progress: &Progress) -> Result<EmulatorReport, EmulatorError> {
-    let module = dtp.module;
+/// A data channel: one connected socket and its sequence, per destination address.
+type Channels = HashMap<SocketAddr, (BatchSender, Packetizer)>;
+
+fn channel<'a>(channels: &'a mut Channels, cfg: &EmulatorConfig, dtp: &ModuleDtp, data: SocketAddr) -> io::Result<&'a mut (BatchSender, Packetizer)> {
+    if !channels.contains_key(&data) {
+        let local = SocketAddr::new(if data.is_ipv4() { [0, 0, 0, 0].into() } else { [0u16; 8].into() }, 0);
+        let tx = BatchSender::connect(local, data, cfg.gso, cfg.send_buffer)?;
+        channels.insert(data, (tx, Packetizer::new(dtp.module, dtp.module_bytes, dtp.payload_bytes)));
+    }
+    Ok(channels.get_mut(&data).expect("inserted above"))
+}
+
+fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Control) -> Result<EmulatorReport, EmulatorError> {
     let err = |source| EmulatorError::Send { module, source };
-    // one data channel per route: its own socket and sequence
-    let mut channels = dtp
-        .routes
-        .iter()
-        .map(|r| {
-            let local = SocketAddr::new(if r.data.is_ipv4() { [0, 0, 0, 0].into() } else { [0u16; 8].into() }, 0);
-            let tx = BatchSender::connect(local, r.data, cfg.gso, cfg.send_buffer)?;
-            Ok((tx, Packetizer::new(module, dtp.module_bytes, dtp.payload_bytes)))
-        })
-        .collect::<io::Result<Vec<_>>>()
-        .map_err(err)?;
+    let mut channels = Channels::new();
     let mut synth = ModuleSynth::new(cfg.synth.clone(), module);
     let mut words = vec![0u16; MODULE_PIXELS];
-    let mut report = EmulatorReport { gso: channels.iter().all(|(tx, _)| tx.gso()), ..Default::default() };
+    let mut report = EmulatorReport { gso: true, ..Default::default() };
     let period = cfg.rate_hz.map(|r| Duration::from_secs_f64(1.0 / r));
-    let mut dests: Vec<(usize, LocalBufferInfo)> = Vec::with_capacity(dtp.routes.len());
+    let mut dests: Vec<(SocketAddr, u64, LocalBufferInfo)> = Vec::new();
+    // the version before the plans: an update in between makes the first frame re-read them
+    let mut version = control.plans_version.load(Ordering::Acquire);
+    let mut plans = control.plans();
     for i in 0..cfg.frames {
-        if progress.stop.load(Ordering::Relaxed) {
+        if control.stop.load(Ordering::Relaxed) {
             break;
         }
         let frame = cfg.first_frame + i;
+        let v = control.plans_version.load(Ordering::Acquire);
+        if v != version {
+            version = v;
+            plans = control.plans();
+        }
+        let Some((_, dtps)) = plans.iter().rev().find(|(from, _)| *from <= frame) else {
+            continue;
+        };
+        let dtp = &dtps[module as usize];
         synth.frame(frame, &mut words);
         let bytes = as_bytes(&words);
         report.manifest.push(ManifestEntry { frame, module, xxh3: xxhash_rust::xxh3::xxh3_64(bytes) });
@@ -164,13 +239,14 @@ fn run_module(cfg: &EmulatorConfig, dtp: &ModuleDtp, start: Instant, progress: &
             }
         }
         dests.clear();
-        dtp.destinations(frame, |r, b| dests.push((r, *b)));
+        dtp.destinations(frame, |r, b| dests.push((dtp.routes[r].data, dtp.routes[r].offset, *b)));
         // the packets of all destinations spread over the frame period
-        let total = dests.len() * channels.first().map_or(0, |(_, pk)| pk.datagrams());
+        let per_dest = dtp.module_bytes.div_ceil(dtp.payload_bytes as u64) as usize;
+        let total = dests.len() * per_dest;
         let mut sent_in_frame = 0;
-        for &(r, buf) in &dests {
-            let (tx, pk) = &mut channels[r];
-            let n = pk.frame(frame, &buf, dtp.routes[r].offset);
+        for &(data, offset, buf) in &dests {
+            let (tx, pk) = channel(&mut channels, cfg, dtp, data).map_err(err)?;
+            let n = pk.frame(frame, &buf, offset);
             let mut k = 0;
             while k < n {
                 let m = CHUNK.min(n - k);
@@ -182,14 +258,20 @@ fn run_module(cfg: &EmulatorConfig, dtp: &ModuleDtp, start: Instant, progress: &
                 sent_in_frame += m;
             }
         }
-        progress.module_frames.fetch_add(1, Ordering::Relaxed);
+        control.event(Event::EndOfFrame { module, frame, imm: frame as u32 });
+        control.module_frames.fetch_add(1, Ordering::Relaxed);
     }
-    for (tx, _) in &channels {
+    for (tx, _) in channels.values() {
         report.sent.datagrams += tx.stats.datagrams;
         report.sent.bytes += tx.stats.bytes;
         report.sent.syscalls += tx.stats.syscalls;
         report.sent.refused += tx.stats.refused;
         report.sent.retries += tx.stats.retries;
+        report.gso &= tx.gso();
     }
+    if report.late_frames > 0 {
+        control.event(Event::SourceOverflow { module, late_frames: report.late_frames });
+    }
+    control.event(Event::EndOfTransfer { module, frames: report.manifest.len() as u64, datagrams: report.sent.datagrams });
     Ok(report)
 }

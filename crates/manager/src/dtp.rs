@@ -110,10 +110,22 @@ impl Plan {
             .collect()
     }
 
-    /// Each module's DTP, from the buffer maps the receivers answered with (`maps[i]` for
-    /// plan receiver `i`, as ordered by [`Plan::buffer_requests`]). A receiver's buffer
-    /// map is authoritative for its ports, buffers and keys.
+    /// Each module's DTP from the first frame, from the buffer maps the receivers answered
+    /// with (`maps[i]` for plan receiver `i`, as ordered by [`Plan::buffer_requests`]). A
+    /// receiver's buffer map is authoritative for its ports, buffers and keys.
     pub fn module_dtps(&self, t: &Topology, maps: &[BufferMap]) -> Result<Vec<ModuleDtp>, TopologyError> {
+        self.module_dtps_from(t, maps, 0, |_| 0)
+    }
+
+    /// Each module's DTP for frames from `from_frame` on, each receiver's ring continuing at
+    /// `ring_start(name)` (see `ModuleDtp::ring_next` of the plan it replaces).
+    pub fn module_dtps_from(
+        &self,
+        t: &Topology,
+        maps: &[BufferMap],
+        from_frame: u64,
+        ring_start: impl Fn(&str) -> u64,
+    ) -> Result<Vec<ModuleDtp>, TopologyError> {
         assert_eq!(maps.len(), self.receivers.len(), "one buffer map per plan receiver");
         for (rp, map) in self.receivers.iter().zip(maps) {
             let name = &t.receivers[rp.receiver].name;
@@ -134,12 +146,14 @@ impl Plan {
                             data: SocketAddr::new(spec.data, map.data_ports[idx]),
                             buffers: map.buffers.clone(),
                             offset: idx as u64 * MODULE_FRAME_BYTES,
+                            ring_start: ring_start(&spec.name),
                         }
                     })
                     .collect();
                 ModuleDtp {
                     version: TELEGRAM_VERSION,
                     module: m,
+                    from_frame,
                     module_bytes: MODULE_FRAME_BYTES,
                     payload_bytes: t.transfer.payload_bytes,
                     broadcast: self.mode == TransferMode::Broadcast,

@@ -62,15 +62,22 @@ pub struct Route {
     pub buffers: Vec<LocalBufferInfo>,
     /// Byte offset of this module's frame in each buffer.
     pub offset: u64,
+    /// Ring position of this route's first frame: a re-plan continues each receiver's ring
+    /// where the previous plan left it, so no frame lands in a slot still in use.
+    #[serde(default)]
+    pub ring_start: u64,
 }
 
-/// A module's data transfer process: frame `f` goes through route `f % routes` as that
-/// route's `k = f / routes`-th frame, into buffer `k % buffers`; with `broadcast`, through
-/// every route as its `f`-th frame.
+/// A module's data transfer process, for frames from `from_frame` on: with
+/// `j = f - from_frame`, frame `f` goes through route `j % routes` at ring position
+/// `k = ring_start + j / routes`, into buffer `k % buffers`; with `broadcast`, through every
+/// route at ring position `ring_start + j`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModuleDtp {
     pub version: u32,
     pub module: u16,
+    #[serde(default)]
+    pub from_frame: u64,
     pub module_bytes: u64,
     pub payload_bytes: u32,
     pub broadcast: bool,
@@ -84,6 +91,7 @@ impl ModuleDtp {
         ModuleDtp {
             version: TELEGRAM_VERSION,
             module,
+            from_frame: 0,
             module_bytes: map.module_bytes,
             payload_bytes: map.payload_bytes,
             broadcast: false,
@@ -92,32 +100,51 @@ impl ModuleDtp {
                 data,
                 buffers: map.buffers.clone(),
                 offset: module as u64 * map.module_bytes,
+                ring_start: 0,
             }],
         }
     }
 
-    /// Calls `f(route index, buffer)` for each destination of frame `frame`.
+    /// Calls `f(route index, buffer)` for each destination of frame `frame` (none before
+    /// `from_frame`).
     pub fn destinations(&self, frame: u64, mut f: impl FnMut(usize, &LocalBufferInfo)) {
         let n = self.routes.len() as u64;
-        if n == 0 {
+        if n == 0 || frame < self.from_frame {
             return;
         }
+        let j = frame - self.from_frame;
         let pick = |r: usize, k: u64| {
-            let b = &self.routes[r].buffers;
-            (!b.is_empty()).then(|| &b[(k % b.len() as u64) as usize])
+            let route = &self.routes[r];
+            let b = &route.buffers;
+            (!b.is_empty()).then(|| &b[((route.ring_start + k) % b.len() as u64) as usize])
         };
         if self.broadcast {
             for r in 0..n as usize {
-                if let Some(b) = pick(r, frame) {
+                if let Some(b) = pick(r, j) {
                     f(r, b);
                 }
             }
         } else {
-            let r = (frame % n) as usize;
-            if let Some(b) = pick(r, frame / n) {
+            let r = (j % n) as usize;
+            if let Some(b) = pick(r, j / n) {
                 f(r, b);
             }
         }
+    }
+
+    /// Each route's receiver and the ring position its next frame would take if this DTP
+    /// stopped at frame `until` (exclusive): where a following plan continues that ring.
+    pub fn ring_next(&self, until: u64) -> Vec<(&str, u64)> {
+        let n = self.routes.len() as u64;
+        let frames = until.saturating_sub(self.from_frame);
+        self.routes
+            .iter()
+            .enumerate()
+            .map(|(r, route)| {
+                let count = if self.broadcast { frames } else { (frames + n - 1 - r as u64) / n };
+                (route.receiver.as_str(), route.ring_start + count)
+            })
+            .collect()
     }
 }
 
@@ -148,10 +175,11 @@ mod tests {
     #[test]
     fn dtp_round_robin_and_broadcast() {
         let bufs = |base: u32| (0..3).map(|i| LocalBufferInfo { id: base + i, key: 0, size: 1 }).collect();
-        let route = |n: &str, base| Route { receiver: n.into(), data: "127.0.0.1:1".parse().unwrap(), buffers: bufs(base), offset: 0 };
+        let route = |n: &str, base| Route { receiver: n.into(), data: "127.0.0.1:1".parse().unwrap(), buffers: bufs(base), offset: 0, ring_start: 0 };
         let mut dtp = ModuleDtp {
             version: TELEGRAM_VERSION,
             module: 0,
+            from_frame: 0,
             module_bytes: 1,
             payload_bytes: 1,
             broadcast: false,
@@ -165,7 +193,16 @@ mod tests {
         assert_eq!(dest(&dtp, 0), vec![(0, 10)]);
         assert_eq!(dest(&dtp, 1), vec![(1, 20)]);
         assert_eq!(dest(&dtp, 7), vec![(1, 20)], "frame 7 is b's 4th frame: buffer 3 % 3 = 0");
+        assert_eq!(dtp.ring_next(7), vec![("a", 4), ("b", 3)], "a got 0,2,4,6; b got 1,3,5");
+        // a re-plan from frame 7 that continues b's ring
+        let mut next = dtp.clone();
+        next.from_frame = 7;
+        next.routes = vec![Route { ring_start: 3, ..dtp.routes[1].clone() }];
+        assert_eq!(dest(&next, 6), vec![]);
+        assert_eq!(dest(&next, 7), vec![(0, 20)], "ring position 3 of 3 buffers");
+        assert_eq!(dest(&next, 8), vec![(0, 21)]);
         dtp.broadcast = true;
         assert_eq!(dest(&dtp, 4), vec![(0, 11), (1, 21)]);
+        assert_eq!(dtp.ring_next(5), vec![("a", 5), ("b", 5)]);
     }
 }

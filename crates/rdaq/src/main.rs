@@ -16,7 +16,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use rdaq_detector::Geometry;
-use rdaq_emulator::{EmulatorConfig, Progress};
+use rdaq_emulator::{Control, EmulatorConfig};
 use rdaq_proto::telegram::{BufferMap, ModuleDtp};
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
 use rdaq_sink::{NxmxMeta, NxmxWriter};
@@ -184,7 +184,7 @@ pub fn nxmx_meta(geometry: Geometry, photon_energy_kev: f64, frame_time_s: f64) 
 }
 
 /// Stops the emulator on Ctrl-C; the receiver then finishes as after a normal end.
-fn on_interrupt(progress: Arc<Progress>) {
+fn on_interrupt(progress: Arc<Control>) {
     let _ = ctrlc::set_handler(move || {
         eprintln!("rdaq: interrupted, finishing");
         progress.stop.store(true, Ordering::Relaxed);
@@ -252,7 +252,7 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         send_buffer: 8 << 20,
         synth: cfg.synth(),
     };
-    let progress = Arc::new(Progress::default());
+    let progress = Arc::new(Control::default());
     on_interrupt(progress.clone());
     let bar = progress_bar(Some(cfg.emulator.frames), "run");
     eprintln!(
@@ -315,7 +315,7 @@ fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         synth: rdaq_detector::SynthConfig { seed: a.seed, ..Default::default() },
         ..EmulatorConfig::default()
     };
-    let progress = Arc::new(Progress::default());
+    let progress = Arc::new(Control::default());
     let p2 = progress.clone();
     let _ = ctrlc::set_handler(move || p2.stop.store(true, Ordering::Relaxed));
     if map.data_ports.len() != map.modules as usize {

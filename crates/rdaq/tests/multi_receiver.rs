@@ -7,18 +7,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdaq_detector::MODULE_BYTES;
-use rdaq_emulator::{EmulatorConfig, Progress};
+use rdaq_emulator::{Control, EmulatorConfig};
 use rdaq_manager::{Plan, Topology};
 use rdaq_receiver::placement::FrameStatus;
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
 
 const FRAMES: u64 = 12;
 
+/// One acquisition at a time: in parallel on a 2-core machine the module threads fall far
+/// enough behind each other to overrun the rings (counted drops, but not what these tests are
+/// about).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn topology(mode: &str, extra: &str) -> Topology {
     let mut s = format!("[detector]\nmodules = 4\nmodule_cols = 2\n[transfer]\nmode = \"{mode}\"\n{extra}\n");
     for i in 0..2 {
         s += &format!(
-            "[[receivers]]\nname = \"dr{i}\"\ncontrol = \"127.0.0.1:{}\"\ndata = \"127.0.0.1\"\ndata_port = 0\nmemory_mib = 32\n",
+            "[[receivers]]\nname = \"dr{i}\"\ncontrol = \"127.0.0.1:{}\"\ndata = \"127.0.0.1\"\ndata_port = 0\nmemory_mib = 128\n",
             7000 + i
         );
     }
@@ -29,6 +34,15 @@ fn topology(mode: &str, extra: &str) -> Topology {
 type Seen = Vec<(u64, FrameStatus, Vec<u64>)>;
 
 fn acquire(t: &Topology) -> (Plan, Vec<Seen>, HashMap<(u64, u16), u64>) {
+    acquire_with(t, |_, _, _, _| {})
+}
+
+/// Runs an acquisition; `during(control, plan, maps, dtps)` runs once the emulator started.
+fn acquire_with(
+    t: &Topology,
+    during: impl FnOnce(&Control, &Plan, &[rdaq_proto::telegram::BufferMap], &[rdaq_proto::telegram::ModuleDtp]) + Send,
+) -> (Plan, Vec<Seen>, HashMap<(u64, u16), u64>) {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let plan = Plan::new(t).unwrap();
     let mut receivers: Vec<Receiver> = plan
         .buffer_requests(t)
@@ -67,7 +81,13 @@ fn acquire(t: &Topology) -> (Plan, Vec<Seen>, HashMap<(u64, u16), u64>) {
                 })
             })
             .collect();
-        let report = rdaq_emulator::run(&cfg, &dtps, Arc::new(Progress::default())).unwrap();
+        let control = Arc::new(Control::default());
+        let emu = {
+            let (control, dtps, cfg) = (control.clone(), &dtps, &cfg);
+            s.spawn(move || rdaq_emulator::run(cfg, dtps, control).unwrap())
+        };
+        during(&control, &plan, &maps, &dtps);
+        let report = emu.join().unwrap();
         for rx in &receivers {
             rx.stop();
         }
@@ -127,6 +147,39 @@ fn broadcast_mode_copies_everything_to_everyone() {
     for frames in &seen {
         assert_eq!(frames.len() as u64, FRAMES);
         for (frame, _, hashes) in frames {
+            for m in 0..4u16 {
+                assert_eq!(hashes[m as usize], manifest[&(*frame, m)]);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_dtp_update_moves_the_rest_of_the_run() {
+    let t = topology("temporal", "");
+    // from frame 6 on, everything to dr1 alone (dr1's buffers do not change: reused)
+    let mut t1 = t.clone();
+    t1.transfer.receivers = Some(vec!["dr1".into()]);
+    let (_, seen, manifest) = acquire_with(&t, |control, plan, maps, dtps| {
+        let p1 = Plan::new(&t1).unwrap();
+        let dr1 = plan.receivers.iter().position(|rp| t.receivers[rp.receiver].name == "dr1").unwrap();
+        assert_eq!(p1.buffer_requests(&t1)[0].1, plan.buffer_requests(&t)[dr1].1, "same request: same buffers");
+        // dr1's ring continues after the frames the first plan gave it before frame 6
+        let next = dtps[0].ring_next(6);
+        let start = |name: &str| next.iter().find(|(n, _)| *n == name).map_or(0, |(_, k)| *k);
+        control.update(6, p1.module_dtps_from(&t1, &maps[dr1..dr1 + 1], 6, start).unwrap()).unwrap();
+        assert!(control.update(6, Vec::new()).is_err(), "updates go forward");
+    });
+    let on = |r: usize| -> Vec<u64> {
+        let mut v: Vec<u64> = seen[r].iter().map(|s| s.0).collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(on(0), vec![0, 2, 4]);
+    assert_eq!(on(1), vec![1, 3, 5, 6, 7, 8, 9, 10, 11]);
+    for frames in &seen {
+        for (frame, status, hashes) in frames {
+            assert_eq!(*status, FrameStatus::Complete);
             for m in 0..4u16 {
                 assert_eq!(hashes[m as usize], manifest[&(*frame, m)]);
             }
