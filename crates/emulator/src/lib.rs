@@ -60,6 +60,8 @@ pub enum EmulatorError {
     ModuleOrder(u16, u16),
     #[error("a DTP update must apply from a later frame than the last one, not from {0}")]
     UpdateOrder(u64),
+    #[error("a DTP update from frame {from_frame} comes too late: frames up to {frontier} have started")]
+    UpdateTooLate { from_frame: u64, frontier: u64 },
     #[error("module {module}: {source}")]
     Send { module: u16, source: io::Error },
 }
@@ -93,7 +95,9 @@ pub struct Control {
     pub stop: AtomicBool,
     /// DTP sets with the frame they apply from, in increasing order of that frame.
     plans: RwLock<Vec<(u64, Arc<Vec<ModuleDtp>>)>>,
-    plans_version: AtomicU64,
+    /// One past the highest frame any module has started (taken under the plans' lock, so
+    /// an update can never apply to a frame already on its way).
+    frontier: AtomicU64,
     pub events: Mutex<EventLog>,
 }
 
@@ -103,7 +107,7 @@ impl Default for Control {
             module_frames: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             plans: RwLock::new(Vec::new()),
-            plans_version: AtomicU64::new(0),
+            frontier: AtomicU64::new(0),
             events: Mutex::new(EventLog::new(EVENT_LOG)),
         }
     }
@@ -111,25 +115,38 @@ impl Default for Control {
 
 impl Control {
     /// Makes `dtps` apply to frames `from_frame` and later (the frames before keep the DTPs
-    /// they had). Fails if `from_frame` is not after the newest update's.
+    /// they had). Fails if `from_frame` is not after the newest update's, or if a module has
+    /// already started that frame ([`Control::frontier`] says the first frame still free).
     pub fn update(&self, from_frame: u64, dtps: Vec<ModuleDtp>) -> Result<(), EmulatorError> {
         check_dtps(dtps.len() as u16, &dtps)?;
         let mut plans = self.plans.write().unwrap_or_else(|e| e.into_inner());
         if plans.last().is_some_and(|(f, _)| *f >= from_frame) {
             return Err(EmulatorError::UpdateOrder(from_frame));
         }
+        let frontier = self.frontier.load(Ordering::Acquire);
+        if from_frame < frontier {
+            return Err(EmulatorError::UpdateTooLate { from_frame, frontier });
+        }
         plans.push((from_frame, Arc::new(dtps)));
-        self.plans_version.fetch_add(1, Ordering::Release);
         Ok(())
+    }
+
+    /// The first frame no module has started yet.
+    pub fn frontier(&self) -> u64 {
+        self.frontier.load(Ordering::Acquire)
+    }
+
+    /// The DTPs for `frame`, marking it started.
+    fn start_frame(&self, frame: u64) -> Option<Arc<Vec<ModuleDtp>>> {
+        let plans = self.plans.read().unwrap_or_else(|e| e.into_inner());
+        self.frontier.fetch_max(frame + 1, Ordering::AcqRel);
+        plans.iter().rev().find(|(from, _)| *from <= frame).map(|(_, d)| d.clone())
     }
 
     fn event(&self, e: Event) {
         self.events.lock().unwrap_or_else(|e| e.into_inner()).push(e);
     }
 
-    fn plans(&self) -> Vec<(u64, Arc<Vec<ModuleDtp>>)> {
-        self.plans.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
 }
 
 fn check_dtps(modules: u16, dtps: &[ModuleDtp]) -> Result<(), EmulatorError> {
@@ -160,7 +177,6 @@ pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], control: Arc<Control>) -> R
         let mut plans = control.plans.write().unwrap_or_else(|e| e.into_inner());
         plans.retain(|(from, _)| *from > cfg.first_frame);
         plans.insert(0, (cfg.first_frame, Arc::new(dtps.to_vec())));
-        control.plans_version.fetch_add(1, Ordering::Release);
     }
     let start = Instant::now();
     let handles: Vec<_> = (0..cfg.modules)
@@ -212,20 +228,12 @@ fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Contr
     let mut report = EmulatorReport { gso: true, ..Default::default() };
     let period = cfg.rate_hz.map(|r| Duration::from_secs_f64(1.0 / r));
     let mut dests: Vec<(SocketAddr, u64, LocalBufferInfo)> = Vec::new();
-    // the version before the plans: an update in between makes the first frame re-read them
-    let mut version = control.plans_version.load(Ordering::Acquire);
-    let mut plans = control.plans();
     for i in 0..cfg.frames {
         if control.stop.load(Ordering::Relaxed) {
             break;
         }
         let frame = cfg.first_frame + i;
-        let v = control.plans_version.load(Ordering::Acquire);
-        if v != version {
-            version = v;
-            plans = control.plans();
-        }
-        let Some((_, dtps)) = plans.iter().rev().find(|(from, _)| *from <= frame) else {
+        let Some(dtps) = control.start_frame(frame) else {
             continue;
         };
         let dtp = &dtps[module as usize];

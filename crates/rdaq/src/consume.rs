@@ -1,7 +1,10 @@
 //! The consumer side of a receiver: takes finished frames, writes them to the NXmx file,
 //! gives the slots back, and counts what it saw.
 
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::RecvTimeoutError;
 
 use anyhow::Context;
 use indicatif::ProgressBar;
@@ -35,12 +38,29 @@ fn missing_ranges(rx: &Receiver, geometry: &Geometry, f: &FrameReady) -> Vec<(us
     out
 }
 
-/// Consumes frames until the receiver finishes: assembles each frame's modules into the
-/// detector image (gaps marked) and writes it. Without a writer, frames are only counted.
-pub fn consume(rx: &Receiver, mut writer: Option<(&mut NxmxWriter, Geometry)>, bar: &ProgressBar) -> anyhow::Result<ConsumeStats> {
+/// How long the consumer waits for a frame before looking at its stop flag.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Consumes frames until the receiver finishes, or until `until` is set and no frame is
+/// waiting: assembles each frame's modules into the detector image (gaps marked) and writes
+/// it. Without a writer, frames are only counted. `on_frame` sees every frame first.
+pub fn consume(
+    rx: &Receiver,
+    mut writer: Option<(&mut NxmxWriter, Geometry)>,
+    bar: &ProgressBar,
+    until: Option<&AtomicBool>,
+    mut on_frame: impl FnMut(&FrameReady),
+) -> anyhow::Result<ConsumeStats> {
     let mut s = ConsumeStats::default();
     let mut image = vec![0u16; writer.as_ref().map_or(0, |(_, g)| g.height() * g.width())];
-    for f in rx.frames().iter() {
+    loop {
+        let f = match rx.frames().recv_timeout(POLL) {
+            Ok(f) => f,
+            Err(RecvTimeoutError::Timeout) if until.is_some_and(|u| u.load(Ordering::Relaxed)) => break,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        on_frame(&f);
         let now = Instant::now();
         s.first.get_or_insert(now);
         s.last = Some(now);

@@ -268,7 +268,7 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let (emu, consumed) = std::thread::scope(|s| {
         let rx_ref = &rx;
         let w = &mut writer;
-        let consumer = s.spawn(|| consume::consume(rx_ref, Some((w, geometry)), &bar));
+        let consumer = s.spawn(|| consume::consume(rx_ref, Some((w, geometry)), &bar, None, |_| {}));
         let emu = rdaq_emulator::run(&ecfg, &single_receiver_dtps(rx.buffer_map(), cfg.network.bind), progress.clone());
         rx.stop();
         (emu, consumer.join().expect("consumer thread panicked"))
@@ -386,7 +386,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let consumed = std::thread::scope(|s| {
         let rx_ref = &rx;
         let w = writer.as_mut().map(|w| (w, geometry));
-        let consumer = s.spawn(|| consume::consume(rx_ref, w, &bar));
+        let consumer = s.spawn(|| consume::consume(rx_ref, w, &bar, None, |_| {}));
         let deadline = a.timeout_s.map(|t| start + Duration::from_secs_f64(t));
         while !consumer.is_finished() {
             if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
