@@ -25,6 +25,9 @@ pub struct Topology {
 #[serde(deny_unknown_fields)]
 pub struct DetectorSpec {
     pub modules: u16,
+    /// Control API of the detector (the emulator daemon), for `rdaq manage`.
+    #[serde(default)]
+    pub control: Option<SocketAddr>,
     /// Modules per grid row (fast axis); default 1 (modules stacked along the slow axis).
     #[serde(default = "one")]
     pub module_cols: u16,

@@ -72,6 +72,11 @@ impl EventLog {
         self.events.push_back(e);
     }
 
+    /// The number the next event will get.
+    pub fn next(&self) -> u64 {
+        self.first + self.events.len() as u64
+    }
+
     /// Events numbered `since` and after (from the oldest kept one if `since` was dropped),
     /// at most `limit`.
     pub fn since(&self, since: u64, limit: usize) -> EventPage {

@@ -40,6 +40,35 @@ impl BufferMap {
     }
 }
 
+/// A data receiver's capabilities, published on its control API.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReceiverTelegram {
+    pub version: u32,
+    pub name: String,
+    /// Address the modules send data to.
+    pub data: std::net::IpAddr,
+    /// Memory it may register as local buffers.
+    pub memory_bytes: u64,
+    /// Receive engines it can run.
+    pub engines: Vec<String>,
+    pub max_payload_bytes: u32,
+}
+
+/// A detector's capabilities, published on its control API.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DetectorTelegram {
+    pub version: u32,
+    pub name: String,
+    pub modules: u16,
+    pub module_bytes: u64,
+    /// Links (UDP sources) per module.
+    pub links_per_module: u16,
+    pub max_payload_bytes: u32,
+    /// Highest frame rate it can produce per module, measured when it started (frame
+    /// synthesis is the limit of the emulator).
+    pub max_rate_hz: f64,
+}
+
 /// What the system manager asks a receiver to define: frame slots holding the given modules
 /// (global ids, in slot order), one data port per module from `data_port` on (0: any).
 /// The receiver answers with its [`BufferMap`].

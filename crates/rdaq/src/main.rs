@@ -3,6 +3,8 @@
 mod bench;
 mod config;
 mod consume;
+mod daemon;
+mod manage;
 mod summary;
 
 use std::net::{IpAddr, SocketAddr};
@@ -38,6 +40,8 @@ enum Cmd {
     Emulate(EmulateArgs),
     /// Receive rdaq datagrams or native JUNGFRAU packets into a frame ring and an NXmx file.
     Receive(ReceiveArgs),
+    /// System manager: plan and run an acquisition over detector and receiver daemons.
+    Manage(manage::ManageArgs),
     /// Benchmarks (commands, not tests): print a table against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -68,9 +72,17 @@ struct RunArgs {
 
 #[derive(Args)]
 struct EmulateArgs {
-    /// The receiver's buffer map (JSON written by `rdaq receive --buffers-out`).
+    /// Run as a daemon with a control API on this address (the system manager configures it).
     #[arg(long)]
-    buffers: PathBuf,
+    serve: Option<SocketAddr>,
+    /// Daemon: detector name and module count.
+    #[arg(long, default_value = "det")]
+    name: String,
+    #[arg(long, default_value_t = 1)]
+    modules: u16,
+    /// The receiver's buffer map (JSON written by `rdaq receive --buffers-out`).
+    #[arg(long, required_unless_present = "serve")]
+    buffers: Option<PathBuf>,
     /// Receiver data address.
     #[arg(long, default_value = "127.0.0.1")]
     target: IpAddr,
@@ -92,6 +104,17 @@ struct EmulateArgs {
 
 #[derive(Args)]
 struct ReceiveArgs {
+    /// Run as a daemon with a control API on this address: buffers are defined by the system
+    /// manager, data arrives on --bind.
+    #[arg(long)]
+    serve: Option<SocketAddr>,
+    /// Daemon: receiver name, memory for buffers, directory for output files.
+    #[arg(long, default_value = "dr0")]
+    name: String,
+    #[arg(long, default_value_t = 1024)]
+    memory_mib: u64,
+    #[arg(long, default_value = ".")]
+    out_dir: PathBuf,
     /// rdaq (RDMA-style datagrams) or sls (native JUNGFRAU packets).
     #[arg(long, default_value = "rdaq")]
     format: String,
@@ -146,6 +169,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run(a),
         Cmd::Emulate(a) => emulate(a),
         Cmd::Receive(a) => receive(a),
+        Cmd::Manage(a) => manage::manage(a),
         Cmd::Bench(b) => bench::bench(b),
     };
     match r {
@@ -191,12 +215,17 @@ fn on_interrupt(progress: Arc<Control>) {
     });
 }
 
-fn write_manifest(path: &Path, m: &[rdaq_emulator::ManifestEntry]) -> anyhow::Result<()> {
+/// The manifest as CSV: frame, module, xxh3 of the raw module frame.
+pub fn manifest_csv(m: &[rdaq_emulator::ManifestEntry]) -> String {
     let mut s = String::from("frame,module,xxh3\n");
     for e in m {
         s.push_str(&format!("{},{},{:016x}\n", e.frame, e.module, e.xxh3));
     }
-    std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
+    s
+}
+
+fn write_manifest(path: &Path, m: &[rdaq_emulator::ManifestEntry]) -> anyhow::Result<()> {
+    std::fs::write(path, manifest_csv(m)).with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
@@ -301,8 +330,17 @@ fn single_receiver_dtps(map: &BufferMap, data: IpAddr) -> Vec<ModuleDtp> {
 }
 
 fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&a.buffers).with_context(|| format!("cannot read {}", a.buffers.display()))?;
-    let map: BufferMap = serde_json::from_str(&text).with_context(|| format!("{} is not a buffer map", a.buffers.display()))?;
+    if let Some(addr) = a.serve {
+        if a.modules == 0 || a.modules > 64 {
+            bail!("--modules must be 1..=64");
+        }
+        let opts = daemon::detector::Options { name: a.name, modules: a.modules, seed: a.seed };
+        daemon::serve(addr, daemon::detector::router(opts), "emulate")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let buffers = a.buffers.expect("clap requires --buffers without --serve");
+    let text = std::fs::read_to_string(&buffers).with_context(|| format!("cannot read {}", buffers.display()))?;
+    let map: BufferMap = serde_json::from_str(&text).with_context(|| format!("{} is not a buffer map", buffers.display()))?;
     if !(a.rate >= 0.0) {
         bail!("--rate must be 0 (as fast as possible) or positive");
     }
@@ -319,7 +357,7 @@ fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     let p2 = progress.clone();
     let _ = ctrlc::set_handler(move || p2.stop.store(true, Ordering::Relaxed));
     if map.data_ports.len() != map.modules as usize {
-        bail!("{}: {} data ports for {} modules", a.buffers.display(), map.data_ports.len(), map.modules);
+        bail!("{}: {} data ports for {} modules", buffers.display(), map.data_ports.len(), map.modules);
     }
     let r = rdaq_emulator::run(&cfg, &single_receiver_dtps(&map, a.target), progress)?;
     if let Some(m) = &a.manifest {
@@ -342,6 +380,20 @@ fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
+    if let Some(addr) = a.serve {
+        std::fs::create_dir_all(&a.out_dir).with_context(|| format!("cannot create {}", a.out_dir.display()))?;
+        let opts = daemon::receiver::Options {
+            name: a.name,
+            data: a.bind,
+            memory_bytes: a.memory_mib << 20,
+            out_dir: a.out_dir,
+            policy: config::parse_policy(&a.policy).context("--policy")?,
+            frame_timeout: Duration::from_millis(a.frame_timeout_ms),
+            recv_buffer: a.recv_buffer_mib << 20,
+        };
+        daemon::serve(addr, daemon::receiver::router(opts), "receive")?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let format = match a.format.as_str() {
         "rdaq" => Format::Rdaq,
         "sls" => Format::Sls { interfaces: a.interfaces },

@@ -115,7 +115,7 @@ pub struct Receiver {
     ports: Vec<u16>,
     frames: ChanRx<FrameReady>,
     release_tx: ChanTx<(u32, u64)>,
-    flush_tx: ChanTx<ChanTx<Counters>>,
+    flush_tx: ChanTx<(Control, ChanTx<Counters>)>,
     stop: Arc<AtomicBool>,
     counters: Arc<Mutex<Counters>>,
     thread: Option<JoinHandle<Result<Counters, ReceiverError>>>,
@@ -298,8 +298,18 @@ impl Receiver {
     /// by the flush are in [`Receiver::frames`] before this returns. `None` if the receive
     /// thread has ended.
     pub fn flush(&self) -> Option<Counters> {
+        self.control(Control::Flush)
+    }
+
+    /// Like [`Receiver::flush`], and forgets which frames the slots held: a new acquisition
+    /// may number its frames from 0 again without its frames counting as stale.
+    pub fn reset(&self) -> Option<Counters> {
+        self.control(Control::Reset)
+    }
+
+    fn control(&self, c: Control) -> Option<Counters> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        self.flush_tx.send(tx).ok()?;
+        self.flush_tx.send((c, tx)).ok()?;
         rx.recv().ok()
     }
 
@@ -336,9 +346,15 @@ struct Loop {
     socks: Vec<(UdpSocket, Source)>,
     frames_tx: ChanTx<FrameReady>,
     release_rx: ChanRx<(u32, u64)>,
-    flush_rx: ChanRx<ChanTx<Counters>>,
+    flush_rx: ChanRx<(Control, ChanTx<Counters>)>,
     stop: Arc<AtomicBool>,
     shared: Arc<Mutex<Counters>>,
+}
+
+/// Requests to the receive thread between batches.
+enum Control {
+    Flush,
+    Reset,
 }
 
 /// Batches read from one socket before looking at the others.
@@ -362,8 +378,11 @@ impl Loop {
             while let Ok((slot, frame)) = self.release_rx.try_recv() {
                 self.placement.release(slot, frame);
             }
-            while let Ok(ack) = self.flush_rx.try_recv() {
-                self.placement.finish_all();
+            while let Ok((c, ack)) = self.flush_rx.try_recv() {
+                match c {
+                    Control::Flush => self.placement.finish_all(),
+                    Control::Reset => self.placement.reset_history(),
+                }
                 self.hand_on();
                 self.publish(&rx);
                 let _ = ack.send(self.placement.counters);

@@ -452,6 +452,15 @@ impl Placement {
         }
     }
 
+    /// Forgets which frames the slots held, so that a new acquisition may start its frame
+    /// numbers again (frames in progress are finished first).
+    pub fn reset_history(&mut self) {
+        self.finish_all();
+        for s in &mut self.slots {
+            s.last_frame = None;
+        }
+    }
+
     /// Gives a handed slot back. Returns false (and changes nothing) if the slot does not
     /// hold that frame in the handed state.
     pub fn release(&mut self, slot: u32, frame: u64) -> bool {

@@ -1,0 +1,222 @@
+//! The detector daemon: emulated modules that take their data transfer processes from the
+//! system manager (`PUT /dtp`, also while running: a live re-plan from a given frame) and
+//! send on `POST /start`.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use rdaq_detector::{ModuleSynth, SynthConfig, MODULE_BYTES, MODULE_PIXELS};
+use rdaq_emulator::{Control, EmulatorConfig, EmulatorError, EmulatorReport};
+use rdaq_proto::events::EventPage;
+use rdaq_proto::telegram::{DetectorTelegram, ModuleDtp, TELEGRAM_VERSION};
+use serde::{Deserialize, Serialize};
+
+use super::{bad, conflict, events_page, internal, ApiError, Since};
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub name: String,
+    pub modules: u16,
+    pub seed: u64,
+}
+
+struct Det {
+    opts: Options,
+    max_rate_hz: f64,
+    dtps: Option<Vec<ModuleDtp>>,
+    control: Arc<Control>,
+    run: Option<JoinHandle<Result<EmulatorReport, EmulatorError>>>,
+    report: Option<EmulatorReport>,
+}
+
+type Shared = Arc<Mutex<Det>>;
+
+fn lock(s: &Shared) -> std::sync::MutexGuard<'_, Det> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Frames per second one module's synthesis reaches on this machine (measured once).
+fn measure_rate(seed: u64) -> f64 {
+    let mut synth = ModuleSynth::new(SynthConfig { seed, ..Default::default() }, 0);
+    let mut words = vec![0u16; MODULE_PIXELS];
+    let t = Instant::now();
+    for f in 0..5 {
+        synth.frame(f, &mut words);
+    }
+    5.0 / t.elapsed().as_secs_f64()
+}
+
+pub fn router(opts: Options) -> Router {
+    let max_rate_hz = measure_rate(opts.seed);
+    let state: Shared = Arc::new(Mutex::new(Det { opts, max_rate_hz, dtps: None, control: Arc::new(Control::default()), run: None, report: None }));
+    Router::new()
+        .route("/telegram", get(telegram))
+        .route("/dtp", put(dtp))
+        .route("/start", post(start))
+        .route("/stop", post(stop))
+        .route("/status", get(status))
+        .route("/events", get(events))
+        .route("/manifest", get(manifest))
+        .with_state(state)
+}
+
+async fn telegram(State(s): State<Shared>) -> Json<DetectorTelegram> {
+    let d = lock(&s);
+    Json(DetectorTelegram {
+        version: TELEGRAM_VERSION,
+        name: d.opts.name.clone(),
+        modules: d.opts.modules,
+        module_bytes: MODULE_BYTES as u64,
+        links_per_module: 1,
+        max_payload_bytes: (65_507 - rdaq_proto::HEADER_LEN) as u32,
+        max_rate_hz: d.max_rate_hz,
+    })
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DtpUpload {
+    /// While running: the first frame the new DTPs apply to.
+    #[serde(default)]
+    pub from_frame: Option<u64>,
+    pub dtps: Vec<ModuleDtp>,
+}
+
+fn running(d: &Det) -> bool {
+    d.run.as_ref().is_some_and(|h| !h.is_finished())
+}
+
+async fn dtp(State(s): State<Shared>, Json(up): Json<DtpUpload>) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut d = lock(&s);
+    if up.dtps.len() != d.opts.modules as usize {
+        return Err(bad(format!("dtps: {} DTPs for {} modules", up.dtps.len(), d.opts.modules)));
+    }
+    if running(&d) {
+        let Some(from) = up.from_frame else {
+            return Err(conflict("running: a live update needs from_frame"));
+        };
+        return match d.control.update(from, up.dtps.clone()) {
+            Ok(()) => Ok(Json(serde_json::json!({ "applied_from": from }))),
+            Err(EmulatorError::UpdateTooLate { frontier, .. }) => Err(ApiError(
+                StatusCode::CONFLICT,
+                format!("from_frame {from} has started already; the first free frame is {frontier}"),
+            )),
+            Err(e) => Err(bad(format!("dtps: {e}"))),
+        };
+    }
+    if up.from_frame.is_some() {
+        return Err(conflict("not running: a live update (from_frame) has nothing to update"));
+    }
+    d.dtps = Some(up.dtps);
+    Ok(Json(serde_json::json!({ "applied_from": 0 })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartRequest {
+    pub frames: u64,
+    /// Frames per second; 0 as fast as possible.
+    #[serde(default)]
+    pub rate_hz: f64,
+    #[serde(default)]
+    pub first_frame: u64,
+}
+
+async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut d = lock(&s);
+    if running(&d) {
+        return Err(conflict("already running"));
+    }
+    let Some(dtps) = d.dtps.clone() else {
+        return Err(conflict("no DTPs: PUT /dtp first"));
+    };
+    if !(req.rate_hz >= 0.0 && req.rate_hz.is_finite()) {
+        return Err(bad("rate_hz: 0 (as fast as possible) or positive"));
+    }
+    let cfg = EmulatorConfig {
+        modules: d.opts.modules,
+        frames: req.frames,
+        first_frame: req.first_frame,
+        rate_hz: (req.rate_hz > 0.0).then_some(req.rate_hz),
+        synth: SynthConfig { seed: d.opts.seed, ..Default::default() },
+        ..EmulatorConfig::default()
+    };
+    let control = Arc::new(Control::default());
+    d.control = control.clone();
+    d.report = None;
+    let handle = std::thread::Builder::new()
+        .name("rdaq-emulate".into())
+        .spawn(move || rdaq_emulator::run(&cfg, &dtps, control))
+        .map_err(internal)?;
+    d.run = Some(handle);
+    Ok(Json(serde_json::json!({ "state": "running" })))
+}
+
+#[derive(Serialize)]
+pub struct StopAnswer {
+    pub module_frames: u64,
+    pub datagrams: u64,
+    pub bytes: u64,
+    pub late_frames: u64,
+    pub refused: u64,
+    pub elapsed_s: f64,
+}
+
+async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
+    let handle = {
+        let mut d = lock(&s);
+        d.control.stop.store(true, Ordering::Relaxed);
+        d.run.take()
+    };
+    let Some(handle) = handle else {
+        return Err(conflict("not running"));
+    };
+    let r = tokio::task::spawn_blocking(move || handle.join()).await.map_err(internal)?.map_err(|_| internal("emulator panicked"))?;
+    let r = r.map_err(internal)?;
+    let answer = StopAnswer {
+        module_frames: r.manifest.len() as u64,
+        datagrams: r.sent.datagrams,
+        bytes: r.sent.bytes,
+        late_frames: r.late_frames,
+        refused: r.sent.refused,
+        elapsed_s: r.elapsed.as_secs_f64(),
+    };
+    lock(&s).report = Some(r);
+    Ok(Json(answer))
+}
+
+async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
+    let d = lock(&s);
+    let state = match &d.run {
+        Some(h) if !h.is_finished() => "running",
+        Some(_) => "done",
+        None if d.report.is_some() => "stopped",
+        None => "idle",
+    };
+    Json(serde_json::json!({
+        "name": d.opts.name,
+        "state": state,
+        "module_frames": d.control.module_frames.load(Ordering::Relaxed),
+        "frontier": d.control.frontier(),
+        "dtps": d.dtps.is_some(),
+    }))
+}
+
+async fn events(State(s): State<Shared>, Query(q): Query<Since>) -> Json<EventPage> {
+    let control = lock(&s).control.clone();
+    Json(events_page(&control.events, &q))
+}
+
+async fn manifest(State(s): State<Shared>) -> Result<String, ApiError> {
+    let d = lock(&s);
+    let Some(r) = &d.report else {
+        return Err(conflict("no finished run: POST /stop first"));
+    };
+    Ok(crate::manifest_csv(&r.manifest))
+}

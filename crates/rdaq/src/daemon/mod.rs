@@ -1,0 +1,74 @@
+//! The daemons' control API: HTTP/JSON on axum. `rdaq receive --serve` and
+//! `rdaq emulate --serve` run until Ctrl-C; `rdaq manage` drives them.
+
+pub mod detector;
+pub mod receiver;
+
+use std::net::SocketAddr;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use rdaq_proto::events::{EventLog, EventPage};
+use serde::Deserialize;
+
+/// An error answer: status and a one-line message, as `{"error": "..."}`.
+pub struct ApiError(pub StatusCode, pub String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+pub fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, msg.into())
+}
+
+pub fn conflict(msg: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::CONFLICT, msg.into())
+}
+
+pub fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"))
+}
+
+#[derive(Deserialize)]
+pub struct Since {
+    #[serde(default)]
+    pub since: u64,
+    #[serde(default = "page")]
+    pub limit: usize,
+}
+
+fn page() -> usize {
+    10_000
+}
+
+pub fn events_page(log: &std::sync::Mutex<EventLog>, q: &Since) -> EventPage {
+    log.lock().unwrap_or_else(|e| e.into_inner()).since(q.since, q.limit.min(100_000))
+}
+
+/// Serves `app` on `addr` until Ctrl-C.
+pub fn serve(addr: SocketAddr, app: axum::Router, what: &str) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+        eprintln!("rdaq {what}: control API on http://{}", listener.local_addr()?);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        Ok(())
+    })
+}
+
+/// Prometheus text exposition of `(name, help, value)` counters with one label set.
+pub fn prometheus(labels: &str, metrics: &[(&str, &str, f64)]) -> String {
+    let mut s = String::new();
+    for (name, help, v) in metrics {
+        s.push_str(&format!("# HELP rdaq_{name} {help}\n# TYPE rdaq_{name} counter\nrdaq_{name}{{{labels}}} {v}\n"));
+    }
+    s
+}

@@ -1,0 +1,321 @@
+//! The data receiver daemon. Buffers are defined by the system manager (`PUT /buffers`);
+//! an unchanged request keeps the buffers, keys and ports it had (reconfiguring is
+//! idempotent). `POST /start` writes the frames to an NXmx file, `POST /stop` finishes the
+//! frames in progress and closes it; the receiver stays up for the next acquisition.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use indicatif::ProgressBar;
+use rdaq_detector::{Geometry, MODULE_BYTES};
+use rdaq_proto::events::{ranges, Event, EventLog, EventPage};
+use rdaq_proto::telegram::{BufferMap, BufferRequest, ReceiverTelegram, TELEGRAM_VERSION};
+use rdaq_receiver::placement::FrameStatus;
+use rdaq_receiver::{Counters, Format, IncompletePolicy, Receiver, ReceiverConfig};
+use rdaq_sink::NxmxWriter;
+use serde::{Deserialize, Serialize};
+
+use super::{bad, conflict, events_page, internal, ApiError, Since};
+use crate::consume::{consume, ConsumeStats};
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub name: String,
+    pub data: IpAddr,
+    pub memory_bytes: u64,
+    pub out_dir: PathBuf,
+    pub policy: IncompletePolicy,
+    pub frame_timeout: Duration,
+    pub recv_buffer: usize,
+}
+
+type Outcome = anyhow::Result<(ConsumeStats, Option<PathBuf>)>;
+
+struct Acquisition {
+    stop: Arc<AtomicBool>,
+    consumer: JoinHandle<Outcome>,
+}
+
+struct Active {
+    request: BufferRequest,
+    rx: Arc<Receiver>,
+    acq: Option<Acquisition>,
+}
+
+struct Dr {
+    opts: Options,
+    active: Option<Active>,
+    events: Arc<Mutex<EventLog>>,
+}
+
+type Shared = Arc<Mutex<Dr>>;
+
+fn lock(s: &Shared) -> std::sync::MutexGuard<'_, Dr> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn router(opts: Options) -> Router {
+    let state: Shared = Arc::new(Mutex::new(Dr { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))) }));
+    Router::new()
+        .route("/telegram", get(telegram))
+        .route("/buffers", put(buffers))
+        .route("/start", post(start))
+        .route("/stop", post(stop))
+        .route("/status", get(status))
+        .route("/events", get(events))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn telegram(State(s): State<Shared>) -> Json<ReceiverTelegram> {
+    let d = lock(&s);
+    Json(ReceiverTelegram {
+        version: TELEGRAM_VERSION,
+        name: d.opts.name.clone(),
+        data: d.opts.data,
+        memory_bytes: d.opts.memory_bytes,
+        engines: vec!["recvmmsg".into()],
+        max_payload_bytes: (65_507 - rdaq_proto::HEADER_LEN) as u32,
+    })
+}
+
+fn check_request(opts: &Options, r: &BufferRequest) -> Result<(), ApiError> {
+    if r.version != TELEGRAM_VERSION {
+        return Err(bad(format!("version: telegram version {} is not {TELEGRAM_VERSION}", r.version)));
+    }
+    if r.modules.is_empty() || r.modules.len() > 64 {
+        return Err(bad("modules: 1 to 64 modules"));
+    }
+    if r.module_bytes != MODULE_BYTES as u64 {
+        return Err(bad(format!("module_bytes: this receiver takes JUNGFRAU modules of {MODULE_BYTES} bytes")));
+    }
+    if r.slots < 2 {
+        return Err(bad("slots: at least 2"));
+    }
+    let need = r.slots.saturating_mul(r.modules.len() as u64 * r.module_bytes);
+    if need > opts.memory_bytes {
+        return Err(bad(format!("slots: {} slots need {need} bytes, this receiver has {}", r.slots, opts.memory_bytes)));
+    }
+    Ok(())
+}
+
+async fn buffers(State(s): State<Shared>, Json(req): Json<BufferRequest>) -> Result<Json<BufferMap>, ApiError> {
+    let old = {
+        let mut d = lock(&s);
+        check_request(&d.opts, &req)?;
+        match &d.active {
+            Some(a) if a.acq.is_some() => return Err(conflict("an acquisition is running: stop it first")),
+            Some(a) if a.request == req => return Ok(Json(a.rx.buffer_map().clone())),
+            _ => d.active.take(),
+        }
+    };
+    let opts = lock(&s).opts.clone();
+    let rx = tokio::task::spawn_blocking(move || {
+        // the old receiver (if any) goes first: its ports may be the ones asked for
+        drop(old);
+        Receiver::start(ReceiverConfig {
+            format: Format::Rdaq,
+            bind: opts.data,
+            data_port: req.data_port,
+            modules: req.modules.len() as u16,
+            module_ids: req.modules.clone(),
+            module_bytes: req.module_bytes,
+            payload_bytes: req.payload_bytes,
+            slots: req.slots as usize,
+            recv_buffer: opts.recv_buffer,
+            frame_timeout: opts.frame_timeout,
+            policy: opts.policy,
+            ..ReceiverConfig::default()
+        })
+        .map(|rx| (rx, req))
+    })
+    .await
+    .map_err(internal)?;
+    let (rx, req) = rx.map_err(|e| bad(format!("{e}")))?;
+    let map = rx.buffer_map().clone();
+    lock(&s).active = Some(Active { request: req, rx: Arc::new(rx), acq: None });
+    Ok(Json(map))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartRequest {
+    /// Output file name in the daemon's output directory (none: frames are counted only).
+    #[serde(default)]
+    pub output: Option<String>,
+    /// Geometry of the modules this receiver holds, for assembly.
+    #[serde(default = "one")]
+    pub module_cols: u16,
+    #[serde(default = "gap_x")]
+    pub gap_x: usize,
+    #[serde(default = "gap_y")]
+    pub gap_y: usize,
+}
+
+fn one() -> u16 {
+    1
+}
+fn gap_x() -> usize {
+    8
+}
+fn gap_y() -> usize {
+    36
+}
+
+async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut d = lock(&s);
+    let (name, out_dir, events) = (d.opts.name.clone(), d.opts.out_dir.clone(), d.events.clone());
+    let Some(active) = d.active.as_mut() else {
+        return Err(conflict("no buffers: PUT /buffers first"));
+    };
+    if active.acq.is_some() {
+        return Err(conflict("an acquisition is already running"));
+    }
+    let modules = active.request.modules.len() as u16;
+    let geometry = Geometry::new(modules, req.module_cols, req.gap_x, req.gap_y)
+        .ok_or_else(|| bad(format!("module_cols: {} does not divide the {modules} modules held here into rows", req.module_cols)))?;
+    let path = match &req.output {
+        Some(f) if f.is_empty() || f.contains('/') || f.starts_with('.') => return Err(bad(format!("output: {f:?} is not a plain file name"))),
+        Some(f) => Some(out_dir.join(f)),
+        None => None,
+    };
+    let writer = match &path {
+        Some(p) => Some(NxmxWriter::create(p, &crate::nxmx_meta(geometry, 12.4, 0.0)).map_err(|e| bad(format!("output: {e}")))?),
+        None => None,
+    };
+    // a new acquisition: frame numbers may start again; whatever was in progress is finished
+    // and goes nowhere (no consumer yet), so drain it
+    active.rx.reset();
+    while let Ok(f) = active.rx.frames().try_recv() {
+        active.rx.release(f);
+    }
+    let events_from = events.lock().unwrap_or_else(|e| e.into_inner()).next();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (rx, flag) = (active.rx.clone(), stop.clone());
+    let consumer = std::thread::Builder::new()
+        .name("rdaq-consume".into())
+        .spawn(move || -> Outcome {
+            let mut writer = writer;
+            let on_frame = |f: &rdaq_receiver::FrameReady| {
+                let e = match f.status {
+                    FrameStatus::Complete => Event::FrameComplete { receiver: name.clone(), frame: f.frame, imm: f.imm },
+                    st => Event::FrameIncomplete {
+                        receiver: name.clone(),
+                        frame: f.frame,
+                        received: f.received_cells,
+                        total: f.total_cells,
+                        missing: ranges(&f.missing),
+                        kept: st == FrameStatus::Incomplete,
+                    },
+                };
+                events.lock().unwrap_or_else(|e| e.into_inner()).push(e);
+            };
+            let stats = consume(&rx, writer.as_mut().map(|w| (w, geometry)), &ProgressBar::hidden(), Some(&flag), on_frame)?;
+            let path = match writer {
+                Some(w) => Some(w.finish()?),
+                None => None,
+            };
+            Ok((stats, path))
+        })
+        .map_err(internal)?;
+    active.acq = Some(Acquisition { stop, consumer });
+    Ok(Json(serde_json::json!({ "state": "acquiring", "output": path, "events_from": events_from })))
+}
+
+#[derive(Serialize)]
+pub struct StopAnswer {
+    pub frames_complete: u64,
+    pub frames_incomplete: u64,
+    pub frames_discarded: u64,
+    pub frames_written: u64,
+    pub output: Option<PathBuf>,
+    pub counters: serde_json::Value,
+}
+
+async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
+    let (rx, acq) = {
+        let mut d = lock(&s);
+        let Some(active) = d.active.as_mut() else {
+            return Err(conflict("no acquisition to stop"));
+        };
+        let Some(acq) = active.acq.take() else {
+            return Err(conflict("no acquisition to stop"));
+        };
+        (active.rx.clone(), acq)
+    };
+    let (stats, output, counters) = tokio::task::spawn_blocking(move || {
+        // frames in progress are finished (under the policy) and queued before the flag
+        let counters = rx.flush().unwrap_or_else(|| rx.counters());
+        acq.stop.store(true, Ordering::Relaxed);
+        acq.consumer.join().map_err(|_| anyhow::anyhow!("consumer panicked"))?.map(|(s, p)| (s, p, counters))
+    })
+    .await
+    .map_err(internal)?
+    .map_err(internal)?;
+    Ok(Json(StopAnswer {
+        frames_complete: stats.complete,
+        frames_incomplete: stats.incomplete,
+        frames_discarded: stats.discarded,
+        frames_written: stats.written,
+        output,
+        counters: counters_json(&counters),
+    }))
+}
+
+pub fn counters_json(c: &Counters) -> serde_json::Value {
+    serde_json::json!({
+        "datagrams": c.datagrams,
+        "placed": c.placed,
+        "bytes_placed": c.bytes_placed,
+        "landed_in_place": c.landed_in_place,
+        "frames_complete": c.frames_complete,
+        "frames_incomplete": c.frames_incomplete,
+        "frames_discarded": c.frames_discarded,
+        "cells_missing": c.cells_missing,
+        "dropped": c.dropped_total(),
+        "dropped_by_reason": c.drops_by_reason().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+    })
+}
+
+async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
+    let d = lock(&s);
+    let (state, request, counters) = match &d.active {
+        None => ("idle", None, None),
+        Some(a) => (if a.acq.is_some() { "acquiring" } else { "configured" }, Some(&a.request), Some(counters_json(&a.rx.counters()))),
+    };
+    let dropped_events = d.events.lock().unwrap_or_else(|e| e.into_inner()).dropped;
+    Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events }))
+}
+
+async fn events(State(s): State<Shared>, Query(q): Query<Since>) -> Json<EventPage> {
+    let log = lock(&s).events.clone();
+    Json(events_page(&log, &q))
+}
+
+async fn metrics(State(s): State<Shared>) -> String {
+    let d = lock(&s);
+    let labels = format!("receiver=\"{}\"", d.opts.name);
+    let c = d.active.as_ref().map(|a| a.rx.counters()).unwrap_or_default();
+    let mut m: Vec<(String, String, f64)> = vec![
+        ("datagrams_total".into(), "Datagrams read from the data ports".into(), c.datagrams as f64),
+        ("placed_total".into(), "Datagrams placed into frames".into(), c.placed as f64),
+        ("bytes_placed_total".into(), "Payload bytes placed".into(), c.bytes_placed as f64),
+        ("frames_complete_total".into(), "Frames completed".into(), c.frames_complete as f64),
+        ("frames_incomplete_total".into(), "Incomplete frames kept".into(), c.frames_incomplete as f64),
+        ("frames_discarded_total".into(), "Incomplete frames discarded".into(), c.frames_discarded as f64),
+        ("events_dropped_total".into(), "Events pushed out of the event log unread".into(),
+            d.events.lock().unwrap_or_else(|e| e.into_inner()).dropped as f64),
+    ];
+    for r in rdaq_receiver::DropReason::ALL {
+        m.push((format!("dropped_{}_total", r.name()), format!("Datagrams dropped: {}", r.name()), c.dropped(r) as f64));
+    }
+    let refs: Vec<(&str, &str, f64)> = m.iter().map(|(a, b, v)| (a.as_str(), b.as_str(), *v)).collect();
+    super::prometheus(&labels, &refs)
+}

@@ -1,0 +1,422 @@
+//! `rdaq manage`: the system manager's acquisition, over the daemons' control APIs, in the
+//! RASHPA initialization order: telegrams (components), buffers on each receiver (buffers,
+//! RAS), DTPs to the detector (RAS map, DTP), start. While it runs, the manager checks every
+//! receiver's heartbeat; when one stops answering, it re-plans the remaining frames over the
+//! receivers left (where the plan allows it without touching their buffers). At the end it
+//! gathers the events and writes a report in which a frame counts as received only if every
+//! receiver it was sent to is alive and reported it complete.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rdaq_manager::{Plan, Topology};
+use rdaq_proto::events::{Event, EventPage};
+use rdaq_proto::telegram::{BufferMap, DetectorTelegram, ModuleDtp, ReceiverTelegram};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::daemon::detector::DtpUpload;
+
+#[derive(clap::Args)]
+pub struct ManageArgs {
+    /// Topology file (TOML): detector (with its control address), receivers, transfer mode.
+    #[arg(long)]
+    topology: PathBuf,
+    #[arg(long, default_value_t = 100)]
+    frames: u64,
+    /// Frames per second (0: as fast as possible).
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Directory for the report, the events and the manifest (on the manager's host).
+    #[arg(long, default_value = "out")]
+    out: PathBuf,
+    /// Heartbeat period.
+    #[arg(long, default_value_t = 200)]
+    heartbeat_ms: u64,
+    /// Heartbeats a receiver may miss before it counts as dead.
+    #[arg(long, default_value_t = 3)]
+    misses: u32,
+    /// Give up waiting for the detector after this long.
+    #[arg(long, default_value_t = 600.0)]
+    timeout_s: f64,
+    #[arg(long)]
+    tolerate_loss: bool,
+}
+
+/// A blocking JSON client of the control APIs.
+struct Api {
+    agent: ureq::Agent,
+}
+
+impl Api {
+    fn new(timeout: Duration) -> Api {
+        Api { agent: ureq::AgentBuilder::new().timeout_connect(Duration::from_millis(1000)).timeout(timeout).build() }
+    }
+
+    fn answer<T: DeserializeOwned>(url: &str, r: Result<ureq::Response, ureq::Error>) -> anyhow::Result<T> {
+        match r {
+            Ok(resp) => resp.into_json::<T>().with_context(|| format!("{url}: unexpected answer")),
+            Err(ureq::Error::Status(code, resp)) => {
+                let msg = resp.into_json::<serde_json::Value>().ok().and_then(|v| v["error"].as_str().map(String::from)).unwrap_or_default();
+                bail!("{url}: {code} {msg}")
+            }
+            Err(e) => bail!("{url}: {e}"),
+        }
+    }
+
+    fn get<T: DeserializeOwned>(&self, host: SocketAddr, path: &str) -> anyhow::Result<T> {
+        let url = format!("http://{host}{path}");
+        Self::answer(&url, self.agent.get(&url).call())
+    }
+
+    fn text(&self, host: SocketAddr, path: &str) -> anyhow::Result<String> {
+        let url = format!("http://{host}{path}");
+        let r = self.agent.get(&url).call().map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+        r.into_string().with_context(|| format!("{url}: unreadable answer"))
+    }
+
+    fn send<T: DeserializeOwned>(&self, method: &str, host: SocketAddr, path: &str, body: &impl Serialize) -> anyhow::Result<T> {
+        let url = format!("http://{host}{path}");
+        Self::answer(&url, self.agent.request(method, &url).send_json(serde_json::to_value(body)?))
+    }
+}
+
+/// A span of frames routed by one set of DTPs.
+#[derive(Serialize)]
+struct Epoch {
+    from_frame: u64,
+    receivers: Vec<String>,
+    reason: String,
+    #[serde(skip)]
+    dtps: Vec<ModuleDtp>,
+}
+
+#[derive(Serialize, Default)]
+struct ReceiverReport {
+    alive: bool,
+    frames_complete: u64,
+    frames_incomplete: u64,
+    frames_discarded: u64,
+    output: Option<PathBuf>,
+    counters: serde_json::Value,
+    events_dropped: u64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    topology: PathBuf,
+    mode: String,
+    frames_expected: u64,
+    frames_complete: u64,
+    /// Frames sent to a receiver that died, or never reported by a receiver they were sent to.
+    frames_lost: Vec<u64>,
+    /// Frames some receiver finished incomplete (missing data marked or discarded).
+    frames_incomplete: Vec<u64>,
+    epochs: Vec<Epoch>,
+    receivers: BTreeMap<String, ReceiverReport>,
+    detector: serde_json::Value,
+    modules: Vec<serde_json::Value>,
+    elapsed_s: f64,
+}
+
+/// Events from number `since` on (an acquisition's own start on a daemon that ran others).
+fn all_events(api: &Api, host: SocketAddr, since: u64) -> anyhow::Result<(Vec<Event>, u64)> {
+    let (mut out, mut since, mut dropped) = (Vec::new(), since, 0);
+    loop {
+        let page: EventPage = api.get(host, &format!("/events?since={since}&limit=10000"))?;
+        dropped = dropped.max(page.dropped);
+        if page.events.is_empty() {
+            return Ok((out, dropped));
+        }
+        since = page.next;
+        out.extend(page.events);
+    }
+}
+
+/// Where each receiver's ring stands at frame `until` under `dtps` (over all modules).
+fn ring_positions(dtps: &[ModuleDtp], until: u64) -> HashMap<String, u64> {
+    let mut pos = HashMap::new();
+    for d in dtps {
+        for (name, k) in d.ring_next(until) {
+            let e = pos.entry(name.to_string()).or_insert(0);
+            *e = (*e).max(k);
+        }
+    }
+    pos
+}
+
+pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&a.topology).with_context(|| format!("cannot read {}", a.topology.display()))?;
+    let t = Topology::from_toml(&text).with_context(|| format!("invalid topology {}", a.topology.display()))?;
+    let det_ctl = t.detector.control.context("detector.control: the detector's control address is needed")?;
+    if !(a.rate >= 0.0 && a.rate.is_finite()) {
+        bail!("--rate must be 0 (as fast as possible) or positive");
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    let api = Api::new(Duration::from_secs(60));
+    let heartbeat = Api::new(Duration::from_millis(a.heartbeat_ms.max(100)));
+
+    // components: telegrams
+    let det: DetectorTelegram = api.get(det_ctl, "/telegram").context("detector")?;
+    if det.modules != t.detector.modules {
+        bail!("detector.modules: the topology says {}, the detector at {det_ctl} has {}", t.detector.modules, det.modules);
+    }
+    for &r in &t.participants() {
+        let spec = &t.receivers[r];
+        let tel: ReceiverTelegram = api.get(spec.control, "/telegram").with_context(|| format!("receiver {}", spec.name))?;
+        if tel.name != spec.name {
+            bail!("receivers.{}.control: {} answers as {:?}", spec.name, spec.control, tel.name);
+        }
+        if tel.data != spec.data {
+            bail!("receivers.{}.data: the topology says {}, the receiver listens on {}", spec.name, spec.data, tel.data);
+        }
+    }
+    // buffers and RAS, then the DTPs
+    let plan = Plan::new(&t)?;
+    let requests = plan.buffer_requests(&t);
+    let mut maps: Vec<BufferMap> = Vec::new();
+    for (r, req) in &requests {
+        let spec = &t.receivers[*r];
+        maps.push(api.send("PUT", spec.control, "/buffers", req).with_context(|| format!("defining buffers on {}", spec.name))?);
+    }
+    let ras = rdaq_manager::AddressSpace::new(&plan);
+    let dtps = plan.module_dtps(&t, &maps)?;
+    let _: serde_json::Value = api.send("PUT", det_ctl, "/dtp", &DtpUpload { from_frame: None, dtps: dtps.clone() }).context("uploading DTPs")?;
+    let names = |p: &Plan| p.receivers.iter().map(|rp| t.receivers[rp.receiver].name.clone()).collect::<Vec<_>>();
+    let mut epochs = vec![Epoch { from_frame: 0, receivers: names(&plan), reason: "initial plan".into(), dtps }];
+    eprintln!(
+        "rdaq manage: {} modules -> {} receivers ({:?} mode), address space {} MiB",
+        t.detector.modules,
+        plan.receivers.len(),
+        t.transfer.mode,
+        ras.len() >> 20
+    );
+    // start the receivers, then the detector
+    let full = t.geometry();
+    let mut events_from: HashMap<usize, u64> = HashMap::new();
+    for (rp, (r, _)) in plan.receivers.iter().zip(&requests) {
+        let spec = &t.receivers[*r];
+        let (cols, gx, gy) = if rp.modules.len() == t.detector.modules as usize { (full.module_cols, full.gap_x, full.gap_y) } else { (1, full.gap_x, full.gap_y) };
+        let body = serde_json::json!({ "output": format!("{}.h5", spec.name), "module_cols": cols, "gap_x": gx, "gap_y": gy });
+        let v: serde_json::Value = api.send("POST", spec.control, "/start", &body).with_context(|| format!("starting {}", spec.name))?;
+        events_from.insert(*r, v["events_from"].as_u64().unwrap_or(0));
+    }
+    let start = Instant::now();
+    let _: serde_json::Value =
+        api.send("POST", det_ctl, "/start", &serde_json::json!({ "frames": a.frames, "rate_hz": a.rate, "first_frame": 0 })).context("starting the detector")?;
+
+    // watch: the detector's progress, the receivers' heartbeats
+    let mut live: Vec<usize> = requests.iter().map(|(r, _)| *r).collect();
+    let mut dead: BTreeSet<String> = BTreeSet::new();
+    let mut misses: HashMap<usize, u32> = HashMap::new();
+    let deadline = start + Duration::from_secs_f64(a.timeout_s);
+    loop {
+        std::thread::sleep(Duration::from_millis(a.heartbeat_ms));
+        let st: serde_json::Value = api.get(det_ctl, "/status").context("detector status")?;
+        if st["state"] != "running" || Instant::now() > deadline {
+            break;
+        }
+        let mut lost_now = Vec::new();
+        for &r in &live {
+            let spec = &t.receivers[r];
+            match heartbeat.get::<serde_json::Value>(spec.control, "/status") {
+                Ok(_) => {
+                    misses.insert(r, 0);
+                }
+                Err(e) => {
+                    let n = misses.entry(r).or_insert(0);
+                    *n += 1;
+                    if *n >= a.misses {
+                        eprintln!("rdaq manage: receiver {} stopped answering ({e:#})", spec.name);
+                        lost_now.push(r);
+                    }
+                }
+            }
+        }
+        if lost_now.is_empty() {
+            continue;
+        }
+        live.retain(|r| !lost_now.contains(r));
+        for &r in &lost_now {
+            dead.insert(t.receivers[r].name.clone());
+        }
+        replan(&api, det_ctl, &t, &requests, &maps, &live, &mut epochs, &dead, st["frontier"].as_u64().unwrap_or(0));
+    }
+    let elapsed = start.elapsed();
+    let det_stop: serde_json::Value = api.send("POST", det_ctl, "/stop", &serde_json::json!({})).context("stopping the detector")?;
+    let manifest = api.text(det_ctl, "/manifest").context("detector manifest")?;
+    std::fs::write(a.out.join("manifest.csv"), manifest)?;
+    // the detector's event log starts anew with each run
+    let (det_events, _) = all_events(&api, det_ctl, 0)?;
+
+    // gather: stop answers and events of every receiver still alive
+    let mut receivers: BTreeMap<String, ReceiverReport> = BTreeMap::new();
+    let mut complete: HashSet<(String, u64)> = HashSet::new();
+    let mut incomplete: BTreeSet<u64> = BTreeSet::new();
+    let mut events_out = String::new();
+    for (r, _) in &requests {
+        let spec = &t.receivers[*r];
+        let mut rep = ReceiverReport::default();
+        if live.contains(r) {
+            match api.send::<serde_json::Value>("POST", spec.control, "/stop", &serde_json::json!({})) {
+                Ok(v) => {
+                    rep.alive = true;
+                    rep.frames_complete = v["frames_complete"].as_u64().unwrap_or(0);
+                    rep.frames_incomplete = v["frames_incomplete"].as_u64().unwrap_or(0);
+                    rep.frames_discarded = v["frames_discarded"].as_u64().unwrap_or(0);
+                    rep.output = v["output"].as_str().map(PathBuf::from);
+                    rep.counters = v["counters"].clone();
+                }
+                Err(e) => {
+                    eprintln!("rdaq manage: receiver {} failed at the end: {e:#}", spec.name);
+                    dead.insert(spec.name.clone());
+                }
+            }
+            if rep.alive {
+                let (evs, dropped) = all_events(&api, spec.control, events_from.get(r).copied().unwrap_or(0))?;
+                rep.events_dropped = dropped;
+                for e in evs {
+                    events_out.push_str(&serde_json::to_string(&e)?);
+                    events_out.push('\n');
+                    match e {
+                        Event::FrameComplete { receiver, frame, .. } => {
+                            complete.insert((receiver, frame));
+                        }
+                        Event::FrameIncomplete { frame, .. } => {
+                            incomplete.insert(frame);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        receivers.insert(spec.name.clone(), rep);
+    }
+    for e in &det_events {
+        events_out.push_str(&serde_json::to_string(e)?);
+        events_out.push('\n');
+    }
+    std::fs::write(a.out.join("events.jsonl"), events_out)?;
+
+    // a frame is received when every receiver it went to is alive and reported it complete
+    let mut lost = Vec::new();
+    let mut n_complete = 0;
+    for f in 0..a.frames {
+        let epoch = epochs.iter().rev().find(|e| e.from_frame <= f).expect("epoch 0 covers frame 0");
+        let mut to: BTreeSet<String> = BTreeSet::new();
+        for d in &epoch.dtps {
+            d.destinations(f, |r, _| {
+                to.insert(d.routes[r].receiver.clone());
+            });
+        }
+        let ok = to.iter().all(|name| !dead.contains(name) && complete.contains(&(name.clone(), f)));
+        if ok {
+            n_complete += 1;
+        } else if !incomplete.contains(&f) || to.iter().any(|n| dead.contains(n)) {
+            lost.push(f);
+        }
+    }
+    let modules = det_events
+        .iter()
+        .filter_map(|e| match e {
+            Event::EndOfTransfer { module, frames, datagrams } => Some(serde_json::json!({ "module": module, "frames": frames, "datagrams": datagrams })),
+            _ => None,
+        })
+        .collect();
+    let report = Report {
+        topology: a.topology.clone(),
+        mode: format!("{:?}", t.transfer.mode),
+        frames_expected: a.frames,
+        frames_complete: n_complete,
+        frames_lost: lost,
+        frames_incomplete: incomplete.into_iter().collect(),
+        epochs,
+        receivers,
+        detector: det_stop,
+        modules,
+        elapsed_s: elapsed.as_secs_f64(),
+    };
+    std::fs::write(a.out.join("report.json"), serde_json::to_string_pretty(&report)?)?;
+    println!("---- rdaq manage report ----");
+    println!("frames     : {} complete of {}, {} lost, {} incomplete", report.frames_complete, a.frames, report.frames_lost.len(), report.frames_incomplete.len());
+    for (name, r) in &report.receivers {
+        println!("receiver {name:<8}: {} complete, {} incomplete, {} discarded{}", r.frames_complete, r.frames_incomplete, r.frames_discarded, if r.alive { "" } else { " (DEAD)" });
+    }
+    for e in &report.epochs {
+        println!("from frame {:>6}: {:?} ({})", e.from_frame, e.receivers, e.reason);
+    }
+    println!("report     : {}", a.out.join("report.json").display());
+    let loss = report.frames_complete < a.frames;
+    if loss && !a.tolerate_loss {
+        eprintln!("rdaq manage: data was lost (use --tolerate-loss to exit 0 anyway)");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Re-plans the frames still to come over the receivers left, if the transfer mode allows it
+/// with the buffers they already have; records the new epoch.
+#[allow(clippy::too_many_arguments)]
+fn replan(
+    api: &Api,
+    det_ctl: SocketAddr,
+    t: &Topology,
+    requests: &[(usize, rdaq_proto::telegram::BufferRequest)],
+    maps: &[BufferMap],
+    live: &[usize],
+    epochs: &mut Vec<Epoch>,
+    dead: &BTreeSet<String>,
+    frontier: u64,
+) {
+    let reason = format!("{} stopped answering", dead.iter().cloned().collect::<Vec<_>>().join(", "));
+    let mut t2 = t.clone();
+    t2.transfer.receivers = Some(live.iter().map(|&r| t.receivers[r].name.clone()).collect());
+    let plan2 = match Plan::new(&t2) {
+        Ok(p) if !live.is_empty() => p,
+        Ok(_) => {
+            eprintln!("rdaq manage: no receiver left; the rest of the run is lost");
+            return;
+        }
+        Err(e) => {
+            eprintln!("rdaq manage: cannot re-plan over the receivers left ({e}); their frames are lost");
+            return;
+        }
+    };
+    // only plans that keep every remaining receiver's buffers as they are
+    let mut maps2 = Vec::new();
+    for (rp, (_, req2)) in plan2.receivers.iter().zip(plan2.buffer_requests(&t2)) {
+        match requests.iter().position(|(r, req)| *r == rp.receiver && *req == req2) {
+            Some(i) => maps2.push(maps[i].clone()),
+            None => {
+                eprintln!("rdaq manage: re-planning would change {}'s buffers during the run; not re-planned", t.receivers[rp.receiver].name);
+                return;
+            }
+        }
+    }
+    let mut from = frontier + 2;
+    for _ in 0..10 {
+        let positions = ring_positions(&epochs.last().expect("initial epoch").dtps, from);
+        let dtps = match plan2.module_dtps_from(&t2, &maps2, from, |name| positions.get(name).copied().unwrap_or(0)) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("rdaq manage: cannot re-plan: {e}");
+                return;
+            }
+        };
+        match api.send::<serde_json::Value>("PUT", det_ctl, "/dtp", &DtpUpload { from_frame: Some(from), dtps: dtps.clone() }) {
+            Ok(_) => {
+                eprintln!("rdaq manage: re-planned from frame {from} over {:?}", t2.transfer.receivers.as_deref().unwrap_or_default());
+                epochs.push(Epoch { from_frame: from, receivers: t2.transfer.receivers.clone().unwrap_or_default(), reason, dtps });
+                return;
+            }
+            Err(e) => {
+                eprintln!("rdaq manage: re-plan from frame {from} refused ({e:#}), trying later");
+                from += 5;
+            }
+        }
+    }
+}
