@@ -47,3 +47,10 @@ def read_capture(path):
         out.append(data[off:off + ln])
         off += ln
     return out
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

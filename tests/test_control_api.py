@@ -1,0 +1,112 @@
+"""Bad topologies and bad control requests get clear errors and change nothing."""
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import free_port
+
+
+def call(method, url, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        text = e.read().decode()
+        try:
+            return e.code, json.loads(text)
+        except json.JSONDecodeError:
+            return e.code, {"error": text}
+
+
+@pytest.fixture
+def daemons(rdaq, tmp_path):
+    ports = {"det": free_port(), "dr0": free_port()}
+    procs = [
+        subprocess.Popen([str(rdaq), "emulate", "--serve", f"127.0.0.1:{ports['det']}", "--modules", "2"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        subprocess.Popen([str(rdaq), "receive", "--serve", f"127.0.0.1:{ports['dr0']}", "--name", "dr0",
+                          "--memory-mib", "64", "--out-dir", str(tmp_path)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+    ]
+    urls = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
+    deadline = time.monotonic() + 20
+    for url in urls.values():
+        while True:
+            try:
+                urllib.request.urlopen(url + "/telegram", timeout=1)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"{url} did not come up"
+                time.sleep(0.1)
+    yield urls
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def request(**kw):
+    r = {"version": 1, "modules": [0, 1], "module_bytes": 1048576, "payload_bytes": 8192, "slots": 4, "data_port": 0}
+    r.update(kw)
+    return r
+
+
+def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons):
+    dr = daemons["dr0"]
+    assert call("POST", dr + "/start", {})[0] == 409, "no buffers yet"
+    assert call("POST", dr + "/stop", {})[0] == 409, "nothing to stop"
+    code, body = call("PUT", dr + "/buffers", request(slots=100))
+    assert code == 400 and "slots" in body["error"], body
+    code, body = call("PUT", dr + "/buffers", request(module_bytes=1000))
+    assert code == 400 and "module_bytes" in body["error"], body
+    assert call("PUT", dr + "/buffers", {"modules": "x"})[0] in (400, 422)
+    assert call("GET", dr + "/status")[1]["state"] == "idle", "refused requests changed nothing"
+    code, first = call("PUT", dr + "/buffers", request())
+    assert code == 200 and len(first["buffers"]) == 4
+    code, again = call("PUT", dr + "/buffers", request())
+    assert again == first, "the same request keeps the same buffers, keys and ports"
+    code, body = call("POST", dr + "/start", {"output": "../escape.h5"})
+    assert code == 400 and "output" in body["error"]
+    assert call("POST", dr + "/start", {"output": "ok.h5"})[0] == 200
+    assert call("POST", dr + "/start", {})[0] == 409, "started twice"
+    code, body = call("PUT", dr + "/buffers", request(slots=3))
+    assert code == 409, "no reconfiguration mid-run"
+    code, stop = call("POST", dr + "/stop", {})
+    assert code == 200 and stop["frames_complete"] == 0
+    assert call("GET", dr + "/status")[1]["state"] == "configured"
+    metrics = urllib.request.urlopen(dr + "/metrics").read().decode()
+    assert 'rdaq_dropped_bad_key_total{receiver="dr0"} 0' in metrics
+
+
+def test_detector_api_refuses_bad_requests(daemons):
+    det = daemons["det"]
+    assert call("POST", det + "/start", {"frames": 1})[0] == 409, "no DTPs yet"
+    code, body = call("PUT", det + "/dtp", {"dtps": []})
+    assert code == 400 and "dtps" in body["error"]
+    assert call("POST", det + "/stop", {})[0] == 409
+
+
+def test_manage_refuses_bad_topologies_before_touching_anything(rdaq, daemons, tmp_path):
+    det, dr = daemons["det"], daemons["dr0"]
+    base = (f'[detector]\nmodules = 2\ncontrol = "{det[7:]}"\n'
+            f'[[receivers]]\nname = "dr0"\ncontrol = "{dr[7:]}"\ndata = "127.0.0.1"\ndata_port = 0\nmemory_mib = 64\n')
+    cases = {
+        "transfer.receivers": base + '[transfer]\nreceivers = ["dr9"]\n',
+        "memory_mib": base.replace("memory_mib = 64", "memory_mib = 2"),
+        "module_cols": base.replace("modules = 2", "modules = 2\nmodule_cols = 3"),
+        "detector.modules": base.replace("modules = 2", "modules = 4"),
+        "answers as": base.replace('name = "dr0"', 'name = "drX"'),
+    }
+    for needle, text in cases.items():
+        topo = tmp_path / "t.toml"
+        topo.write_text(text)
+        r = subprocess.run([str(rdaq), "manage", "--topology", str(topo), "--frames", "2", "--out", str(tmp_path / "o")],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, (needle, r.stderr)
+        assert needle in r.stderr, (needle, r.stderr)
+        assert call("GET", dr + "/status")[1]["state"] == "idle", needle
