@@ -54,3 +54,39 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def frames_in(path):
+    """{frame number: [xxh3 of each module]} of an NXmx file, modules found by data_origin."""
+    import h5py
+    import hdf5plugin  # noqa: F401
+    import numpy as np
+    import xxhash
+    out = {}
+    with h5py.File(path, "r") as f:
+        data = f["entry/data/data"]
+        numbers = f["entry/data/frame_number"][:]
+        det = f["entry/instrument/detector"]
+        names = sorted((k for k in det if k.startswith("module_")), key=lambda k: int(k.split("_")[1]))
+        origins = [tuple(det[k]["data_origin"][:]) for k in names]
+        for i in range(data.shape[0]):
+            img = data[i]
+            out[int(numbers[i])] = [xxhash.xxh3_64_hexdigest(np.ascontiguousarray(img[r:r + 512, c:c + 1024]).tobytes())
+                                    for r, c in origins]
+    return out
+
+
+def manifest(path):
+    """{(frame, module): xxh3} of a manifest CSV."""
+    import csv
+    return {(int(r["frame"]), int(r["module"])): r["xxh3"] for r in csv.DictReader(open(path))}
+
+
+@pytest.fixture(autouse=True)
+def drop_outputs(tmp_path):
+    """Deletes each test's HDF5 files after it: gigabytes of dirty pages left behind would
+    make the disk's writeback stall the next test's writer (a real overrun, but of the test
+    machine, not of what the next test checks)."""
+    yield
+    for f in tmp_path.rglob("*.h5"):
+        f.unlink(missing_ok=True)

@@ -1,18 +1,14 @@
 """The system manager with a detector host, two receiver hosts and a manager host, each in
 its own network namespace: temporal and spatial transfer, and a receiver killed mid-run."""
-import csv
 import json
 import subprocess
 import time
 import urllib.request
 
-import h5py
-import hdf5plugin  # noqa: F401
-import numpy as np
 import pytest
-import xxhash
 
 import netns
+from conftest import frames_in, manifest
 
 pytestmark = pytest.mark.skipif(not netns.available(), reason="needs root and network namespaces")
 
@@ -72,32 +68,13 @@ def manage(hosts, rdaq, topo, out, frames, rate, extra=()):
     return p.returncode, stdout + stderr, json.loads((out / "report.json").read_text())
 
 
-def frames_in(path):
-    """{frame number: {global module: xxh3}} of an NXmx file, modules found by data_origin."""
-    out = {}
-    with h5py.File(path, "r") as f:
-        data = f["entry/data/data"]
-        numbers = f["entry/data/frame_number"][:]
-        det = f["entry/instrument/detector"]
-        origins = [tuple(det[k]["data_origin"][:]) for k in sorted(k for k in det if k.startswith("module_"))]
-        for i in range(data.shape[0]):
-            img = data[i]
-            out[int(numbers[i])] = [xxhash.xxh3_64_hexdigest(np.ascontiguousarray(img[r:r + 512, c:c + 1024]).tobytes())
-                                    for r, c in origins]
-    return out
-
-
-def manifest(out):
-    return {(int(r["frame"]), int(r["module"])): r["xxh3"] for r in csv.DictReader(open(out / "manifest.csv"))}
-
-
 def test_temporal_every_frame_once_on_its_receiver(hosts, rdaq, tmp_path):
     topo, _ = start_system(hosts, rdaq, tmp_path, "temporal")
     out = tmp_path / "out"
     rc, log, report = manage(hosts, rdaq, topo, out, 60, 50)
     assert rc == 0, log
     assert report["frames_complete"] == 60 and report["frames_lost"] == []
-    man = manifest(out)
+    man = manifest(out / "manifest.csv")
     seen = {}
     for r, name in enumerate(("dr0", "dr1")):
         for frame, hashes in frames_in(tmp_path / name / f"{name}.h5").items():
@@ -113,7 +90,7 @@ def test_spatial_each_receiver_holds_its_modules(hosts, rdaq, tmp_path):
     out = tmp_path / "out"
     rc, log, report = manage(hosts, rdaq, topo, out, 40, 50)
     assert rc == 0, log
-    man = manifest(out)
+    man = manifest(out / "manifest.csv")
     for name, modules in (("dr0", [0, 1]), ("dr1", [2, 3])):
         frames = frames_in(tmp_path / name / f"{name}.h5")
         assert sorted(frames) == list(range(40))
@@ -124,9 +101,11 @@ def test_spatial_each_receiver_holds_its_modules(hosts, rdaq, tmp_path):
 def test_a_killed_receiver_loses_exactly_its_frames_and_the_rest_arrives(hosts, rdaq, tmp_path):
     topo, procs = start_system(hosts, rdaq, tmp_path, "temporal")
     out = tmp_path / "out"
-    frames = 300
+    # 50 Hz: after the re-plan one receiver takes every frame (8 MiB to compress and write
+    # each), which this 2-core machine sustains at that rate
+    frames = 200
     killer = subprocess.Popen(["bash", "-c", f"sleep 1.2; kill -9 {procs['dr0'].pid}"])
-    rc, log, report = manage(hosts, rdaq, topo, out, frames, 100)
+    rc, log, report = manage(hosts, rdaq, topo, out, frames, 50)
     killer.wait()
     assert rc == 1, log
     epochs = report["epochs"]
@@ -139,7 +118,7 @@ def test_a_killed_receiver_loses_exactly_its_frames_and_the_rest_arrives(hosts, 
     expect = [f for f in range(frames) if f >= switch or f % 2 == 1]
     assert sorted(received) == expect
     assert report["frames_complete"] == len(expect)
-    man = manifest(out)
+    man = manifest(out / "manifest.csv")
     for frame, hashes in received.items():
         assert hashes == [man[(frame, m)] for m in range(4)], f"frame {frame}"
     assert report["receivers"]["dr0"]["alive"] is False

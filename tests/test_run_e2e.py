@@ -67,7 +67,7 @@ def test_run_assembles_a_module_grid(rdaq, tmp_path):
     """4 modules as 2 x 2 with gaps: every module is where data_origin says, bit-exact."""
     cfg = tmp_path / "grid.toml"
     cfg.write_text("[detector]\nmodules = 4\nmodule_cols = 2\n[emulator]\nframes = 40\nrate_hz = 100.0\n"
-                   "[receiver]\nring_mib = 128\n")
+                   "[receiver]\nring_mib = 512\n")
     out = tmp_path / "out"
     r = subprocess.run([str(rdaq), "run", "--config", str(cfg), "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -86,3 +86,25 @@ def test_run_assembles_a_module_grid(rdaq, tmp_path):
             for m, (r0, c0) in enumerate(origins):
                 h = xxhash.xxh3_64_hexdigest(np.ascontiguousarray(img[r0:r0 + 512, c0:c0 + 1024]).tobytes())
                 assert h == manifest[(int(frame_numbers[i]), m)], f"frame {frame_numbers[i]} module {m}"
+
+
+def test_run_with_a_topology_spreads_modules_over_receivers(rdaq, tmp_path):
+    """`rdaq run --topology`, spatial mode on loopback: each receiver's file holds exactly
+    its modules of every frame."""
+    from conftest import frames_in, manifest
+    topo = tmp_path / "t.toml"
+    text = '[detector]\nmodules = 4\nmodule_cols = 2\n[transfer]\nmode = "spatial"\n'
+    for i in range(2):
+        text += (f'[[receivers]]\nname = "dr{i}"\ncontrol = "127.0.0.1:{7000 + i}"\ndata = "127.0.0.1"\n'
+                 f'data_port = 0\nmemory_mib = 64\n')
+    topo.write_text(text)
+    out = tmp_path / "out"
+    r = subprocess.run([str(rdaq), "run", "--topology", str(topo), "--frames", "30", "--rate", "100", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    man = manifest(out / "rdaq_run_manifest.csv")
+    for name, modules in (("dr0", [0, 1]), ("dr1", [2, 3])):
+        frames = frames_in(out / f"{name}.h5")
+        assert sorted(frames) == list(range(30))
+        for frame, hashes in frames.items():
+            assert hashes == [man[(frame, m)] for m in modules], f"{name} frame {frame}"

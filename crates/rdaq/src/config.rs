@@ -99,7 +99,7 @@ impl Default for Detector {
 
 impl Default for Emulator {
     fn default() -> Self {
-        Emulator { frames: 1000, rate_hz: 200.0, gso: true }
+        Emulator { frames: 1000, rate_hz: 100.0, gso: true }
     }
 }
 

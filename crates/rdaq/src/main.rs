@@ -68,6 +68,10 @@ struct RunArgs {
     /// Write the summary as JSON here too.
     #[arg(long)]
     summary_json: Option<PathBuf>,
+    /// Topology file: run the planned system (several receivers, any transfer mode) in this
+    /// process, over the receivers' data addresses (which must be local). Default: one receiver.
+    #[arg(long)]
+    topology: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -247,6 +251,9 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     cfg.output.tolerate_loss |= a.tolerate_loss;
     cfg.check()?;
+    if let Some(t) = &a.topology {
+        return run_topology(&cfg, t);
+    }
     std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
     let h5 = cfg.output.dir.join(format!("{}.h5", cfg.output.name));
     let manifest = cfg.output.dir.join(format!("{}_manifest.csv", cfg.output.name));
@@ -318,6 +325,103 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         bail!("a guard region around the frame ring was overwritten: this is a bug");
     }
     if sum.lost() && !cfg.output.tolerate_loss {
+        eprintln!("rdaq run: data was lost (use --tolerate-loss to exit 0 anyway)");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `rdaq run --topology`: every receiver of the plan in this process, one NXmx file each.
+fn run_topology(cfg: &Config, path: &Path) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let t = rdaq_manager::Topology::from_toml(&text).with_context(|| format!("invalid topology {}", path.display()))?;
+    let plan = rdaq_manager::Plan::new(&t)?;
+    std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
+    let full = t.geometry();
+    let mut receivers = Vec::new();
+    let mut writers = Vec::new();
+    for (rp, (r, req)) in plan.receivers.iter().zip(plan.buffer_requests(&t)) {
+        let spec = &t.receivers[r];
+        let rx = Receiver::start(ReceiverConfig {
+            format: Format::Rdaq,
+            bind: spec.data,
+            data_port: req.data_port,
+            modules: req.modules.len() as u16,
+            module_ids: req.modules.clone(),
+            module_bytes: req.module_bytes,
+            payload_bytes: req.payload_bytes,
+            slots: req.slots as usize,
+            recv_buffer: cfg.network.recv_buffer_mib << 20,
+            batch: cfg.network.batch,
+            frame_timeout: cfg.frame_timeout(),
+            policy: cfg.policy()?,
+            predict: cfg.receiver.predict,
+            linger: Duration::from_millis(300).max(cfg.frame_timeout()),
+            ..ReceiverConfig::default()
+        })
+        .with_context(|| format!("starting receiver {}", spec.name))?;
+        let geometry = if rp.modules.len() == t.detector.modules as usize {
+            full
+        } else {
+            Geometry::new(rp.modules.len() as u16, 1, full.gap_x, full.gap_y).expect("one column fits any count")
+        };
+        let h5 = cfg.output.dir.join(format!("{}.h5", spec.name));
+        let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
+        writers.push((NxmxWriter::create(&h5, &nxmx_meta(geometry, cfg.detector.photon_energy_kev, frame_time))?, geometry, spec.name.clone()));
+        receivers.push(rx);
+    }
+    let maps: Vec<BufferMap> = receivers.iter().map(|r| r.buffer_map().clone()).collect();
+    let dtps = plan.module_dtps(&t, &maps)?;
+    let ecfg = EmulatorConfig {
+        modules: t.detector.modules,
+        frames: cfg.emulator.frames,
+        rate_hz: cfg.rate(),
+        gso: cfg.emulator.gso,
+        synth: cfg.synth(),
+        ..EmulatorConfig::default()
+    };
+    let control = Arc::new(Control::default());
+    on_interrupt(control.clone());
+    eprintln!("rdaq run: {} modules -> {} receivers ({:?} mode), {} frames", t.detector.modules, receivers.len(), t.transfer.mode, cfg.emulator.frames);
+    let start = Instant::now();
+    let (emu, consumed) = std::thread::scope(|s| {
+        let consumers: Vec<_> = receivers
+            .iter()
+            .zip(writers.iter_mut())
+            .map(|(rx, (w, g, _))| {
+                let g = *g;
+                s.spawn(move || consume::consume(rx, Some((w, g)), &ProgressBar::hidden(), None, |_| {}))
+            })
+            .collect();
+        let emu = rdaq_emulator::run(&ecfg, &dtps, control.clone());
+        for rx in &receivers {
+            rx.stop();
+        }
+        (emu, consumers.into_iter().map(|c| c.join().expect("consumer thread panicked")).collect::<Vec<_>>())
+    });
+    let elapsed = start.elapsed();
+    let emu = emu?;
+    write_manifest(&cfg.output.dir.join(format!("{}_manifest.csv", cfg.output.name)), &emu.manifest)?;
+    let mut lost = false;
+    for ((rx, (w, _, name)), stats) in receivers.iter_mut().zip(writers).zip(consumed) {
+        let counters = rx.join()?;
+        let stats = stats?;
+        let path = w.finish()?;
+        // frames the plan sends to this receiver
+        let expected = (0..cfg.emulator.frames)
+            .filter(|&f| {
+                let mut to = false;
+                dtps.iter().for_each(|d| d.destinations(f, |r, _| to |= d.routes[r].receiver == *name));
+                to
+            })
+            .count() as u64;
+        println!("---- receiver {name} ----");
+        let sum = summary::Summary::for_receiver(Some(expected), &counters, &stats, elapsed, Some(&path));
+        sum.print();
+        lost |= sum.lost();
+    }
+    println!("sent: {} datagrams, {:.3} GB in {:.2} s", emu.sent.datagrams, emu.sent.bytes as f64 / 1e9, emu.elapsed.as_secs_f64());
+    if lost && !cfg.output.tolerate_loss {
         eprintln!("rdaq run: data was lost (use --tolerate-loss to exit 0 anyway)");
         return Ok(ExitCode::from(1));
     }
