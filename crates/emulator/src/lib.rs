@@ -32,6 +32,10 @@ pub struct EmulatorConfig {
     pub gso: bool,
     pub send_buffer: usize,
     pub synth: SynthConfig,
+    /// For throughput benchmarks: synthesize this many frames once and send them in turn
+    /// (frame `f` carries the content of frame `f % pool`; the manifest records what was
+    /// sent). 0: every frame is synthesized (the default; distinct frames).
+    pub frame_pool: usize,
 }
 
 impl Default for EmulatorConfig {
@@ -44,6 +48,7 @@ impl Default for EmulatorConfig {
             gso: true,
             send_buffer: 8 << 20,
             synth: SynthConfig::default(),
+            frame_pool: 0,
         }
     }
 }
@@ -225,6 +230,13 @@ fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Contr
     let mut channels = Channels::new();
     let mut synth = ModuleSynth::new(cfg.synth.clone(), module);
     let mut words = vec![0u16; MODULE_PIXELS];
+    let pool: Vec<Vec<u16>> = (0..cfg.frame_pool as u64)
+        .map(|f| {
+            let mut w = vec![0u16; MODULE_PIXELS];
+            synth.frame(f, &mut w);
+            w
+        })
+        .collect();
     let mut report = EmulatorReport { gso: true, ..Default::default() };
     let period = cfg.rate_hz.map(|r| Duration::from_secs_f64(1.0 / r));
     let mut dests: Vec<(SocketAddr, u64, LocalBufferInfo)> = Vec::new();
@@ -237,8 +249,12 @@ fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Contr
             continue;
         };
         let dtp = &dtps[module as usize];
-        synth.frame(frame, &mut words);
-        let bytes = as_bytes(&words);
+        let bytes = if pool.is_empty() {
+            synth.frame(frame, &mut words);
+            as_bytes(&words)
+        } else {
+            as_bytes(&pool[(frame % pool.len() as u64) as usize])
+        };
         report.manifest.push(ManifestEntry { frame, module, xxh3: xxhash_rust::xxh3::xxh3_64(bytes) });
         let frame_start = period.map(|p| start + p.mul_f64(i as f64));
         if let (Some(t0), Some(p)) = (frame_start, period) {

@@ -285,8 +285,8 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         first_frame: 0,
         rate_hz: cfg.rate(),
         gso: cfg.emulator.gso,
-        send_buffer: 8 << 20,
         synth: cfg.synth(),
+        ..EmulatorConfig::default()
     };
     let progress = Arc::new(Control::default());
     on_interrupt(progress.clone());
