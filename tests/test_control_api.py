@@ -110,3 +110,37 @@ def test_manage_refuses_bad_topologies_before_touching_anything(rdaq, daemons, t
         assert r.returncode == 2, (needle, r.stderr)
         assert needle in r.stderr, (needle, r.stderr)
         assert call("GET", dr + "/status")[1]["state"] == "idle", needle
+
+
+def test_manager_api_shows_events_and_the_report(rdaq, daemons, tmp_path):
+    import signal
+    det, dr = daemons["det"], daemons["dr0"]
+    topo = tmp_path / "t.toml"
+    topo.write_text(f'[detector]\nmodules = 2\ncontrol = "{det[7:]}"\n'
+                    f'[[receivers]]\nname = "dr0"\ncontrol = "{dr[7:]}"\ndata = "127.0.0.1"\ndata_port = 0\nmemory_mib = 64\n')
+    port = free_port()
+    mgr = subprocess.Popen([str(rdaq), "manage", "--topology", str(topo), "--frames", "20", "--rate", "50",
+                            "--out", str(tmp_path / "o"), "--serve", f"127.0.0.1:{port}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            assert mgr.poll() is None and time.monotonic() < deadline, "manager ended or hung"
+            try:
+                if call("GET", url + "/status")[1]["state"] == "done":
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        code, report = call("GET", url + "/report")
+        assert code == 200 and report["frames_complete"] == 20 and report["frames_lost"] == []
+        code, page = call("GET", url + "/events?since=0&limit=100000")
+        kinds = [e["type"] for e in page["events"]]
+        assert kinds.count("frame_complete") == 20
+        assert kinds.count("end_of_frame") == 40 and kinds.count("end_of_transfer") == 2
+        mgr.send_signal(signal.SIGINT)
+        assert mgr.wait(timeout=20) == 0
+    finally:
+        if mgr.poll() is None:
+            mgr.kill()

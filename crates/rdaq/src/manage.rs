@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use rdaq_manager::{Plan, Topology};
-use rdaq_proto::events::{Event, EventPage};
+use rdaq_proto::events::{Event, EventLog, EventPage};
 use rdaq_proto::telegram::{BufferMap, DetectorTelegram, ModuleDtp, ReceiverTelegram};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -45,6 +45,57 @@ pub struct ManageArgs {
     timeout_s: f64,
     #[arg(long)]
     tolerate_loss: bool,
+    /// Serve the manager's API here (/status, /events, /report): events as they are gathered,
+    /// the report at the end; keeps serving after the run until Ctrl-C.
+    #[arg(long)]
+    serve: Option<SocketAddr>,
+}
+
+/// What the manager's API shows.
+#[derive(Default)]
+struct Board {
+    status: serde_json::Value,
+    events: Option<EventLog>,
+    report: Option<serde_json::Value>,
+}
+
+type SharedBoard = std::sync::Arc<std::sync::Mutex<Board>>;
+
+fn board(b: &SharedBoard) -> std::sync::MutexGuard<'_, Board> {
+    b.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts the manager's API in a background thread.
+fn serve_board(addr: SocketAddr, b: SharedBoard) -> anyhow::Result<()> {
+    use axum::extract::{Query, State};
+    use axum::routing::get;
+    use axum::Json;
+    let app = axum::Router::new()
+        .route("/status", get(|State(b): State<SharedBoard>| async move { Json(board(&b).status.clone()) }))
+        .route(
+            "/events",
+            get(|State(b): State<SharedBoard>, Query(q): Query<crate::daemon::Since>| async move {
+                let g = board(&b);
+                Json(g.events.as_ref().map(|l| l.since(q.since, q.limit.min(100_000))))
+            }),
+        )
+        .route(
+            "/report",
+            get(|State(b): State<SharedBoard>| async move {
+                match board(&b).report.clone() {
+                    Some(r) => Ok(Json(r)),
+                    None => Err(crate::daemon::conflict("the acquisition is still running")),
+                }
+            }),
+        )
+        .with_state(b);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let listener = rt.block_on(tokio::net::TcpListener::bind(addr)).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    eprintln!("rdaq manage: API on http://{}", listener.local_addr()?);
+    std::thread::Builder::new().name("rdaq-manage-api".into()).spawn(move || {
+        let _ = rt.block_on(async move { axum::serve(listener, app).await });
+    })?;
+    Ok(())
 }
 
 /// A blocking JSON client of the control APIs.
@@ -123,17 +174,43 @@ struct Report {
     elapsed_s: f64,
 }
 
-/// Events from number `since` on (an acquisition's own start on a daemon that ran others).
-fn all_events(api: &Api, host: SocketAddr, since: u64) -> anyhow::Result<(Vec<Event>, u64)> {
-    let (mut out, mut since, mut dropped) = (Vec::new(), since, 0);
-    loop {
-        let page: EventPage = api.get(host, &format!("/events?since={since}&limit=10000"))?;
-        dropped = dropped.max(page.dropped);
-        if page.events.is_empty() {
-            return Ok((out, dropped));
+/// Events of one component, gathered as they come: `next` is the number to ask for next
+/// (an acquisition's own start on a daemon that ran others).
+struct Feed {
+    host: SocketAddr,
+    next: u64,
+    dropped: u64,
+    events: Vec<Event>,
+}
+
+impl Feed {
+    fn new(host: SocketAddr, next: u64) -> Feed {
+        Feed { host, next, dropped: 0, events: Vec::new() }
+    }
+
+    /// Fetches what is new; copies it to the manager's log.
+    fn pull(&mut self, api: &Api, log: &SharedBoard) -> anyhow::Result<()> {
+        loop {
+            let page: EventPage = api.get(self.host, &format!("/events?since={}&limit=10000", self.next))?;
+            self.dropped = self.dropped.max(page.dropped);
+            if page.first > self.next {
+                // the component's log dropped events before we read them: say so in ours
+                let lost = page.first - self.next;
+                let e = Event::Error { source: self.host.to_string(), message: format!("{lost} events dropped before they were read") };
+                board(log).events.get_or_insert_with(|| EventLog::new(1 << 20)).push(e);
+            }
+            if page.events.is_empty() {
+                return Ok(());
+            }
+            self.next = page.next;
+            let mut b = board(log);
+            let l = b.events.get_or_insert_with(|| EventLog::new(1 << 20));
+            for e in &page.events {
+                l.push(e.clone());
+            }
+            drop(b);
+            self.events.extend(page.events);
         }
-        since = page.next;
-        out.extend(page.events);
     }
 }
 
@@ -157,6 +234,11 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
         bail!("--rate must be 0 (as fast as possible) or positive");
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    let shared: SharedBoard = Default::default();
+    board(&shared).status = serde_json::json!({ "state": "configuring" });
+    if let Some(addr) = a.serve {
+        serve_board(addr, shared.clone())?;
+    }
     let api = Api::new(Duration::from_secs(60));
     let heartbeat = Api::new(Duration::from_millis(a.heartbeat_ms.max(100)));
 
@@ -197,17 +279,19 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     );
     // start the receivers, then the detector
     let full = t.geometry();
-    let mut events_from: HashMap<usize, u64> = HashMap::new();
+    let mut feeds: HashMap<usize, Feed> = HashMap::new();
     for (rp, (r, _)) in plan.receivers.iter().zip(&requests) {
         let spec = &t.receivers[*r];
         let (cols, gx, gy) = if rp.modules.len() == t.detector.modules as usize { (full.module_cols, full.gap_x, full.gap_y) } else { (1, full.gap_x, full.gap_y) };
         let body = serde_json::json!({ "output": format!("{}.h5", spec.name), "module_cols": cols, "gap_x": gx, "gap_y": gy });
         let v: serde_json::Value = api.send("POST", spec.control, "/start", &body).with_context(|| format!("starting {}", spec.name))?;
-        events_from.insert(*r, v["events_from"].as_u64().unwrap_or(0));
+        feeds.insert(*r, Feed::new(spec.control, v["events_from"].as_u64().unwrap_or(0)));
     }
     let start = Instant::now();
     let _: serde_json::Value =
         api.send("POST", det_ctl, "/start", &serde_json::json!({ "frames": a.frames, "rate_hz": a.rate, "first_frame": 0 })).context("starting the detector")?;
+    // the detector's event log starts anew with each run
+    let mut det_feed = Feed::new(det_ctl, 0);
 
     // watch: the detector's progress, the receivers' heartbeats
     let mut live: Vec<usize> = requests.iter().map(|(r, _)| *r).collect();
@@ -217,15 +301,21 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     loop {
         std::thread::sleep(Duration::from_millis(a.heartbeat_ms));
         let st: serde_json::Value = api.get(det_ctl, "/status").context("detector status")?;
+        board(&shared).status = serde_json::json!({ "state": "running", "detector": st, "dead": dead });
         if st["state"] != "running" || Instant::now() > deadline {
             break;
         }
+        det_feed.pull(&api, &shared)?;
         let mut lost_now = Vec::new();
         for &r in &live {
             let spec = &t.receivers[r];
             match heartbeat.get::<serde_json::Value>(spec.control, "/status") {
                 Ok(_) => {
                     misses.insert(r, 0);
+                    if let Some(f) = feeds.get_mut(&r) {
+                        // a failed pull is a missed heartbeat next time round, not an error
+                        let _ = f.pull(&heartbeat, &shared);
+                    }
                 }
                 Err(e) => {
                     let n = misses.entry(r).or_insert(0);
@@ -250,8 +340,8 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     let det_stop: serde_json::Value = api.send("POST", det_ctl, "/stop", &serde_json::json!({})).context("stopping the detector")?;
     let manifest = api.text(det_ctl, "/manifest").context("detector manifest")?;
     std::fs::write(a.out.join("manifest.csv"), manifest)?;
-    // the detector's event log starts anew with each run
-    let (det_events, _) = all_events(&api, det_ctl, 0)?;
+    det_feed.pull(&api, &shared)?;
+    let det_events = det_feed.events;
 
     // gather: stop answers and events of every receiver still alive
     let mut receivers: BTreeMap<String, ReceiverReport> = BTreeMap::new();
@@ -277,9 +367,10 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
                 }
             }
             if rep.alive {
-                let (evs, dropped) = all_events(&api, spec.control, events_from.get(r).copied().unwrap_or(0))?;
-                rep.events_dropped = dropped;
-                for e in evs {
+                let feed = feeds.get_mut(r).expect("a feed per started receiver");
+                feed.pull(&api, &shared)?;
+                rep.events_dropped = feed.dropped;
+                for e in std::mem::take(&mut feed.events) {
                     events_out.push_str(&serde_json::to_string(&e)?);
                     events_out.push('\n');
                     match e {
@@ -341,6 +432,11 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
         elapsed_s: elapsed.as_secs_f64(),
     };
     std::fs::write(a.out.join("report.json"), serde_json::to_string_pretty(&report)?)?;
+    {
+        let mut b = board(&shared);
+        b.report = Some(serde_json::to_value(&report)?);
+        b.status = serde_json::json!({ "state": "done", "frames_complete": report.frames_complete, "frames_lost": report.frames_lost.len() });
+    }
     println!("---- rdaq manage report ----");
     println!("frames     : {} complete of {}, {} lost, {} incomplete", report.frames_complete, a.frames, report.frames_lost.len(), report.frames_incomplete.len());
     for (name, r) in &report.receivers {
@@ -351,6 +447,14 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     }
     println!("report     : {}", a.out.join("report.json").display());
     let loss = report.frames_complete < a.frames;
+    if a.serve.is_some() {
+        eprintln!("rdaq manage: done; the API keeps serving the report until Ctrl-C");
+        let (tx, rx) = std::sync::mpsc::channel();
+        ctrlc::set_handler(move || {
+            let _ = tx.send(());
+        })?;
+        let _ = rx.recv();
+    }
     if loss && !a.tolerate_loss {
         eprintln!("rdaq manage: data was lost (use --tolerate-loss to exit 0 anyway)");
         return Ok(ExitCode::from(1));
