@@ -247,6 +247,14 @@ mod tests {
     }
 
     #[test]
+    fn the_example_topology_is_valid() {
+        let t = Topology::from_toml(include_str!("../../../topology.example.toml")).unwrap();
+        let p = Plan::new(&t).unwrap();
+        assert_eq!((t.detector.modules, p.receivers.len(), p.receivers[0].slots), (8, 2, 128));
+        assert_eq!((t.geometry().width(), t.geometry().height()), (2 * 1024 + 8, 4 * 512 + 3 * 36));
+    }
+
+    #[test]
     fn bad_topologies_are_refused_with_the_field() {
         use TopologyError as E;
         let bad = |s: &str| Topology::from_toml(s).unwrap_err();
