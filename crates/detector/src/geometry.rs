@@ -4,6 +4,10 @@
 
 use crate::jungfrau::{MODULE_COLS, MODULE_ROWS};
 
+/// Default gaps between modules (pixels), fast and slow axis.
+pub const DEFAULT_GAP_X: usize = 8;
+pub const DEFAULT_GAP_Y: usize = 36;
+
 /// Gap pixels carry this word in assembled raw images (the JUNGFRAU error word), and are
 /// flagged with [`MASK_GAP`] in the pixel mask.
 pub const GAP_WORD: u16 = 0xffff;

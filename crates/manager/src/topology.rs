@@ -41,10 +41,10 @@ fn one() -> u16 {
     1
 }
 fn gap_x() -> usize {
-    8
+    rdaq_detector::geometry::DEFAULT_GAP_X
 }
 fn gap_y() -> usize {
-    36
+    rdaq_detector::geometry::DEFAULT_GAP_Y
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -103,16 +103,10 @@ fn hosts_run(a: &HostsArgs, n: usize, rate: f64) -> anyhow::Result<HostsOutcome>
         .into_iter()
         .map(|(_, req)| {
             Receiver::start(ReceiverConfig {
-                data_port: 0,
-                modules: req.modules.len() as u16,
-                module_ids: req.modules.clone(),
-                module_bytes: req.module_bytes,
-                payload_bytes: req.payload_bytes,
-                slots: req.slots as usize,
                 recv_buffer: 256 << 20,
                 policy: IncompletePolicy::Discard,
                 linger: Duration::from_millis(300),
-                ..ReceiverConfig::default()
+                ..ReceiverConfig::for_request(&req)
             })
         })
         .collect::<Result<Vec<_>, _>>()?;

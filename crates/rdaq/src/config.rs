@@ -87,8 +87,8 @@ impl Default for Detector {
         Detector {
             modules: 2,
             module_cols: 1,
-            gap_x: 8,
-            gap_y: 36,
+            gap_x: rdaq_detector::geometry::DEFAULT_GAP_X,
+            gap_y: rdaq_detector::geometry::DEFAULT_GAP_Y,
             seed: 1,
             photon_energy_kev: 12.4,
             background_photons: 0.01,

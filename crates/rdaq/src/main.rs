@@ -131,9 +131,9 @@ struct ReceiveArgs {
     #[arg(long, default_value_t = 1)]
     module_cols: u16,
     /// Gap pixels between modules (fast axis, slow axis).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = rdaq_detector::geometry::DEFAULT_GAP_X)]
     gap_x: usize,
-    #[arg(long, default_value_t = 36)]
+    #[arg(long, default_value_t = rdaq_detector::geometry::DEFAULT_GAP_Y)]
     gap_y: usize,
     #[arg(long, default_value = "127.0.0.1")]
     bind: IpAddr,
@@ -343,21 +343,14 @@ fn run_topology(cfg: &Config, path: &Path) -> anyhow::Result<ExitCode> {
     for (rp, (r, req)) in plan.receivers.iter().zip(plan.buffer_requests(&t)) {
         let spec = &t.receivers[r];
         let rx = Receiver::start(ReceiverConfig {
-            format: Format::Rdaq,
             bind: spec.data,
-            data_port: req.data_port,
-            modules: req.modules.len() as u16,
-            module_ids: req.modules.clone(),
-            module_bytes: req.module_bytes,
-            payload_bytes: req.payload_bytes,
-            slots: req.slots as usize,
             recv_buffer: cfg.network.recv_buffer_mib << 20,
             batch: cfg.network.batch,
             frame_timeout: cfg.frame_timeout(),
             policy: cfg.policy()?,
             predict: cfg.receiver.predict,
             linger: Duration::from_millis(300).max(cfg.frame_timeout()),
-            ..ReceiverConfig::default()
+            ..ReceiverConfig::for_request(&req)
         })
         .with_context(|| format!("starting receiver {}", spec.name))?;
         let geometry = if rp.modules.len() == t.detector.modules as usize {

@@ -10,7 +10,7 @@ use rdaq_detector::MODULE_BYTES;
 use rdaq_emulator::{Control, EmulatorConfig};
 use rdaq_manager::{Plan, Topology};
 use rdaq_receiver::placement::FrameStatus;
-use rdaq_receiver::{Format, Receiver, ReceiverConfig};
+use rdaq_receiver::{Receiver, ReceiverConfig};
 
 const FRAMES: u64 = 12;
 
@@ -48,17 +48,7 @@ fn acquire_with(
         .buffer_requests(t)
         .into_iter()
         .map(|(_, req)| {
-            Receiver::start(ReceiverConfig {
-                format: Format::Rdaq,
-                data_port: req.data_port,
-                modules: req.modules.len() as u16,
-                module_ids: req.modules.clone(),
-                module_bytes: req.module_bytes,
-                payload_bytes: req.payload_bytes,
-                slots: req.slots as usize,
-                linger: Duration::from_millis(300),
-                ..ReceiverConfig::default()
-            })
+            Receiver::start(ReceiverConfig { linger: Duration::from_millis(300), ..ReceiverConfig::for_request(&req) })
             .unwrap()
         })
         .collect();

@@ -15,7 +15,7 @@ use crossbeam_channel::{Receiver as ChanRx, Sender as ChanTx};
 use rdaq_net::recv::MmsgReceiver;
 use rdaq_net::socket;
 use rdaq_proto::sls::{JUNGFRAU_PACKETS_PER_FRAME, JUNGFRAU_PACKET_PAYLOAD};
-use rdaq_proto::telegram::{BufferMap, LocalBufferInfo, TELEGRAM_VERSION};
+use rdaq_proto::telegram::{BufferMap, BufferRequest, LocalBufferInfo, TELEGRAM_VERSION};
 use thiserror::Error;
 
 use crate::arena::Arena;
@@ -144,6 +144,21 @@ fn keys(n: usize, seed: Option<u64>) -> Vec<u32> {
 }
 
 impl ReceiverConfig {
+    /// The configuration that defines what a system manager's buffer request asks for (rdaq
+    /// datagrams); the rest is the default, to be set by the caller.
+    pub fn for_request(req: &BufferRequest) -> ReceiverConfig {
+        ReceiverConfig {
+            format: Format::Rdaq,
+            data_port: req.data_port,
+            modules: req.modules.len() as u16,
+            module_ids: req.modules.clone(),
+            module_bytes: req.module_bytes,
+            payload_bytes: req.payload_bytes,
+            slots: req.slots as usize,
+            ..ReceiverConfig::default()
+        }
+    }
+
     fn check(&self) -> Result<(Grid, Vec<(u16, SourceKind)>), ReceiverError> {
         let bad = |m: String| Err(ReceiverError::Config(m));
         if self.modules == 0 {

@@ -18,7 +18,7 @@ use rdaq_detector::{Geometry, MODULE_BYTES};
 use rdaq_proto::events::{ranges, Event, EventLog, EventPage};
 use rdaq_proto::telegram::{BufferMap, BufferRequest, ReceiverTelegram, TELEGRAM_VERSION};
 use rdaq_receiver::placement::FrameStatus;
-use rdaq_receiver::{Counters, Format, IncompletePolicy, Receiver, ReceiverConfig};
+use rdaq_receiver::{Counters, IncompletePolicy, Receiver, ReceiverConfig};
 use rdaq_sink::NxmxWriter;
 use serde::{Deserialize, Serialize};
 
@@ -121,18 +121,11 @@ async fn buffers(State(s): State<Shared>, Json(req): Json<BufferRequest>) -> Res
         // the old receiver (if any) goes first: its ports may be the ones asked for
         drop(old);
         Receiver::start(ReceiverConfig {
-            format: Format::Rdaq,
             bind: opts.data,
-            data_port: req.data_port,
-            modules: req.modules.len() as u16,
-            module_ids: req.modules.clone(),
-            module_bytes: req.module_bytes,
-            payload_bytes: req.payload_bytes,
-            slots: req.slots as usize,
             recv_buffer: opts.recv_buffer,
             frame_timeout: opts.frame_timeout,
             policy: opts.policy,
-            ..ReceiverConfig::default()
+            ..ReceiverConfig::for_request(&req)
         })
         .map(|rx| (rx, req))
     })
@@ -163,10 +156,10 @@ fn one() -> u16 {
     1
 }
 fn gap_x() -> usize {
-    8
+    rdaq_detector::geometry::DEFAULT_GAP_X
 }
 fn gap_y() -> usize {
-    36
+    rdaq_detector::geometry::DEFAULT_GAP_Y
 }
 
 async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<serde_json::Value>, ApiError> {
