@@ -197,11 +197,7 @@ pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], control: Arc<Control>) -> R
     for h in handles {
         let r = h.join().expect("RC thread panicked")?;
         report.manifest.extend(r.manifest);
-        report.sent.datagrams += r.sent.datagrams;
-        report.sent.bytes += r.sent.bytes;
-        report.sent.syscalls += r.sent.syscalls;
-        report.sent.refused += r.sent.refused;
-        report.sent.retries += r.sent.retries;
+        report.sent.add(&r.sent);
         report.gso = r.gso;
         report.late_frames += r.late_frames;
     }
@@ -286,11 +282,7 @@ fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Contr
         control.module_frames.fetch_add(1, Ordering::Relaxed);
     }
     for (tx, _) in channels.values() {
-        report.sent.datagrams += tx.stats.datagrams;
-        report.sent.bytes += tx.stats.bytes;
-        report.sent.syscalls += tx.stats.syscalls;
-        report.sent.refused += tx.stats.refused;
-        report.sent.retries += tx.stats.retries;
+        report.sent.add(&tx.stats);
         report.gso &= tx.gso();
     }
     if report.late_frames > 0 {

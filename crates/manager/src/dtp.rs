@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 
+use rdaq_detector::Geometry;
 use rdaq_proto::telegram::{BufferMap, BufferRequest, ModuleDtp, Route, TELEGRAM_VERSION};
 
 use crate::topology::{Topology, TopologyError, TransferMode, MODULE_FRAME_BYTES};
@@ -28,6 +29,16 @@ pub struct ReceiverPlan {
 impl ReceiverPlan {
     pub fn slot_bytes(&self) -> u64 {
         self.modules.len() as u64 * MODULE_FRAME_BYTES
+    }
+
+    /// How this receiver assembles its frames: the detector's geometry when it holds every
+    /// module, else its modules stacked in one column with the detector's gaps.
+    pub fn geometry(&self, detector: Geometry) -> Geometry {
+        if self.modules.len() == detector.modules as usize {
+            detector
+        } else {
+            Geometry::new(self.modules.len() as u16, 1, detector.gap_x, detector.gap_y).expect("one column fits any count")
+        }
     }
 }
 

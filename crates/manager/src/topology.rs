@@ -129,7 +129,7 @@ pub enum TopologyError {
     Groups { receivers: usize, groups: u16 },
     #[error("transfer: {receivers} receivers per group for {modules} modules; spatial modes need at most one receiver per module")]
     TooManyReceivers { receivers: usize, modules: u16 },
-    #[error("transfer.payload_bytes must be 1..=65459, not {0}")]
+    #[error("transfer.payload_bytes must be 1..={max}, not {0}", max = rdaq_proto::MAX_PAYLOAD)]
     Payload(u32),
     #[error("receiver {0} answered with a buffer map that does not match its buffer request")]
     BadBufferMap(String),
@@ -181,7 +181,7 @@ impl Topology {
             }
         }
         let p = self.transfer.payload_bytes;
-        if p == 0 || p > 65_507 - rdaq_proto::HEADER_LEN as u32 {
+        if p == 0 || p as usize > rdaq_proto::MAX_PAYLOAD {
             return Err(TopologyError::Payload(p));
         }
         if let Some(list) = &self.transfer.receivers {

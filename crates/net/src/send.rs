@@ -28,6 +28,17 @@ pub struct SendStats {
     pub retries: u64,
 }
 
+impl SendStats {
+    /// Adds another sender's counts (several channels, several modules).
+    pub fn add(&mut self, o: &SendStats) {
+        self.datagrams += o.datagrams;
+        self.bytes += o.bytes;
+        self.syscalls += o.syscalls;
+        self.refused += o.refused;
+        self.retries += o.retries;
+    }
+}
+
 #[repr(C, align(8))]
 #[derive(Clone, Copy)]
 struct CmsgBuf([u8; 32]);

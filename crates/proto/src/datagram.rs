@@ -8,6 +8,8 @@ use thiserror::Error;
 
 /// Header length in bytes; the payload starts right after it.
 pub const HEADER_LEN: usize = 48;
+/// Largest payload: a UDP datagram over IPv4 (65,507 bytes) less the header.
+pub const MAX_PAYLOAD: usize = 65_507 - HEADER_LEN;
 /// The four magic bytes at offset 0.
 pub const MAGIC: [u8; 4] = *b"RDAQ";
 /// The header version this crate encodes and accepts.

@@ -15,5 +15,5 @@ pub mod seq;
 pub mod sls;
 pub mod telegram;
 
-pub use datagram::{DecodeError, Flags, Header, HEADER_LEN, MAGIC, VERSION};
+pub use datagram::{DecodeError, Flags, Header, HEADER_LEN, MAGIC, MAX_PAYLOAD, VERSION};
 pub use sls::{SlsError, SlsHeader, SLS_HEADER_LEN};

@@ -121,8 +121,7 @@ impl Default for Output {
     }
 }
 
-/// Largest rdaq payload: a UDP datagram over IPv4 less the 48-byte header.
-const MAX_PAYLOAD: u32 = 65_507 - 48;
+const MAX_PAYLOAD: u32 = rdaq_proto::MAX_PAYLOAD as u32;
 
 impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
@@ -184,6 +183,31 @@ impl Config {
 
     pub fn rate(&self) -> Option<f64> {
         (self.emulator.rate_hz > 0.0).then_some(self.emulator.rate_hz)
+    }
+
+    /// `base` with this configuration's network and receiver settings.
+    pub fn tune(&self, base: rdaq_receiver::ReceiverConfig) -> anyhow::Result<rdaq_receiver::ReceiverConfig> {
+        Ok(rdaq_receiver::ReceiverConfig {
+            recv_buffer: self.network.recv_buffer_mib << 20,
+            batch: self.network.batch,
+            frame_timeout: self.frame_timeout(),
+            policy: self.policy()?,
+            predict: self.receiver.predict,
+            linger: Duration::from_millis(300).max(self.frame_timeout()),
+            ..base
+        })
+    }
+
+    /// The emulator for `modules` modules with this configuration's frames, rate and data.
+    pub fn emulator(&self, modules: u16) -> rdaq_emulator::EmulatorConfig {
+        rdaq_emulator::EmulatorConfig {
+            modules,
+            frames: self.emulator.frames,
+            rate_hz: self.rate(),
+            gso: self.emulator.gso,
+            synth: self.synth(),
+            ..Default::default()
+        }
     }
 
     pub fn synth(&self) -> rdaq_detector::SynthConfig {

@@ -258,7 +258,7 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let h5 = cfg.output.dir.join(format!("{}.h5", cfg.output.name));
     let manifest = cfg.output.dir.join(format!("{}_manifest.csv", cfg.output.name));
 
-    let rcfg = ReceiverConfig {
+    let rcfg = cfg.tune(ReceiverConfig {
         format: Format::Rdaq,
         bind: cfg.network.bind,
         data_port: cfg.network.data_port,
@@ -266,28 +266,14 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         module_bytes: rdaq_detector::MODULE_BYTES as u64,
         payload_bytes: cfg.network.payload_bytes,
         slots: cfg.slots(),
-        recv_buffer: cfg.network.recv_buffer_mib << 20,
-        batch: cfg.network.batch,
-        frame_timeout: cfg.frame_timeout(),
-        policy: cfg.policy()?,
-        predict: cfg.receiver.predict,
-        linger: Duration::from_millis(300).max(cfg.frame_timeout()),
         frames: Some(cfg.emulator.frames),
         ..ReceiverConfig::default()
-    };
+    })?;
     let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
     let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
     let geometry = cfg.geometry().expect("checked");
     let mut writer = NxmxWriter::create(&h5, &nxmx_meta(geometry, cfg.detector.photon_energy_kev, frame_time))?;
-    let ecfg = EmulatorConfig {
-        modules: cfg.detector.modules,
-        frames: cfg.emulator.frames,
-        first_frame: 0,
-        rate_hz: cfg.rate(),
-        gso: cfg.emulator.gso,
-        synth: cfg.synth(),
-        ..EmulatorConfig::default()
-    };
+    let ecfg = cfg.emulator(cfg.detector.modules);
     let progress = Arc::new(Control::default());
     on_interrupt(progress.clone());
     let bar = progress_bar(Some(cfg.emulator.frames), "run");
@@ -342,22 +328,9 @@ fn run_topology(cfg: &Config, path: &Path) -> anyhow::Result<ExitCode> {
     let mut writers = Vec::new();
     for (rp, (r, req)) in plan.receivers.iter().zip(plan.buffer_requests(&t)) {
         let spec = &t.receivers[r];
-        let rx = Receiver::start(ReceiverConfig {
-            bind: spec.data,
-            recv_buffer: cfg.network.recv_buffer_mib << 20,
-            batch: cfg.network.batch,
-            frame_timeout: cfg.frame_timeout(),
-            policy: cfg.policy()?,
-            predict: cfg.receiver.predict,
-            linger: Duration::from_millis(300).max(cfg.frame_timeout()),
-            ..ReceiverConfig::for_request(&req)
-        })
-        .with_context(|| format!("starting receiver {}", spec.name))?;
-        let geometry = if rp.modules.len() == t.detector.modules as usize {
-            full
-        } else {
-            Geometry::new(rp.modules.len() as u16, 1, full.gap_x, full.gap_y).expect("one column fits any count")
-        };
+        let rx = Receiver::start(cfg.tune(ReceiverConfig { bind: spec.data, ..ReceiverConfig::for_request(&req) })?)
+            .with_context(|| format!("starting receiver {}", spec.name))?;
+        let geometry = rp.geometry(full);
         let h5 = cfg.output.dir.join(format!("{}.h5", spec.name));
         let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
         writers.push((NxmxWriter::create(&h5, &nxmx_meta(geometry, cfg.detector.photon_energy_kev, frame_time))?, geometry, spec.name.clone()));
@@ -365,14 +338,7 @@ fn run_topology(cfg: &Config, path: &Path) -> anyhow::Result<ExitCode> {
     }
     let maps: Vec<BufferMap> = receivers.iter().map(|r| r.buffer_map().clone()).collect();
     let dtps = plan.module_dtps(&t, &maps)?;
-    let ecfg = EmulatorConfig {
-        modules: t.detector.modules,
-        frames: cfg.emulator.frames,
-        rate_hz: cfg.rate(),
-        gso: cfg.emulator.gso,
-        synth: cfg.synth(),
-        ..EmulatorConfig::default()
-    };
+    let ecfg = cfg.emulator(t.detector.modules);
     let control = Arc::new(Control::default());
     on_interrupt(control.clone());
     eprintln!("rdaq run: {} modules -> {} receivers ({:?} mode), {} frames", t.detector.modules, receivers.len(), t.transfer.mode, cfg.emulator.frames);

@@ -61,9 +61,7 @@ struct Board {
 
 type SharedBoard = std::sync::Arc<std::sync::Mutex<Board>>;
 
-fn board(b: &SharedBoard) -> std::sync::MutexGuard<'_, Board> {
-    b.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::daemon::lock as board;
 
 /// Starts the manager's API in a background thread.
 fn serve_board(addr: SocketAddr, b: SharedBoard) -> anyhow::Result<()> {
@@ -282,8 +280,8 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     let mut feeds: HashMap<usize, Feed> = HashMap::new();
     for (rp, (r, _)) in plan.receivers.iter().zip(&requests) {
         let spec = &t.receivers[*r];
-        let (cols, gx, gy) = if rp.modules.len() == t.detector.modules as usize { (full.module_cols, full.gap_x, full.gap_y) } else { (1, full.gap_x, full.gap_y) };
-        let body = serde_json::json!({ "output": format!("{}.h5", spec.name), "module_cols": cols, "gap_x": gx, "gap_y": gy });
+        let g = rp.geometry(full);
+        let body = serde_json::json!({ "output": format!("{}.h5", spec.name), "module_cols": g.module_cols, "gap_x": g.gap_x, "gap_y": g.gap_y });
         let v: serde_json::Value = api.send("POST", spec.control, "/start", &body).with_context(|| format!("starting {}", spec.name))?;
         feeds.insert(*r, Feed::new(spec.control, v["events_from"].as_u64().unwrap_or(0)));
     }

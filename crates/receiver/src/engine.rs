@@ -177,8 +177,8 @@ impl ReceiverConfig {
         }
         let (cell, sources): (u64, Vec<(u16, SourceKind)>) = match self.format {
             Format::Rdaq => {
-                if self.payload_bytes == 0 || self.payload_bytes as usize > 65_507 - rdaq_proto::HEADER_LEN {
-                    return bad(format!("payload_bytes {} must be 1..={}", self.payload_bytes, 65_507 - rdaq_proto::HEADER_LEN));
+                if self.payload_bytes == 0 || self.payload_bytes as usize > rdaq_proto::MAX_PAYLOAD {
+                    return bad(format!("payload_bytes {} must be 1..={}", self.payload_bytes, rdaq_proto::MAX_PAYLOAD));
                 }
                 let ports = (0..self.modules).map(|m| (m, SourceKind::Rdaq)).collect();
                 (self.payload_bytes as u64, ports)

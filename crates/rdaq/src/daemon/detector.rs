@@ -17,7 +17,7 @@ use rdaq_proto::events::EventPage;
 use rdaq_proto::telegram::{DetectorTelegram, ModuleDtp, TELEGRAM_VERSION};
 use serde::{Deserialize, Serialize};
 
-use super::{bad, conflict, events_page, internal, ApiError, Since};
+use super::{bad, conflict, events_page, internal, lock, ApiError, Since};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -36,10 +36,6 @@ struct Det {
 }
 
 type Shared = Arc<Mutex<Det>>;
-
-fn lock(s: &Shared) -> std::sync::MutexGuard<'_, Det> {
-    s.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Frames per second one module's synthesis reaches on this machine (measured once).
 fn measure_rate(seed: u64) -> f64 {
@@ -74,7 +70,7 @@ async fn telegram(State(s): State<Shared>) -> Json<DetectorTelegram> {
         modules: d.opts.modules,
         module_bytes: MODULE_BYTES as u64,
         links_per_module: 1,
-        max_payload_bytes: (65_507 - rdaq_proto::HEADER_LEN) as u32,
+        max_payload_bytes: rdaq_proto::MAX_PAYLOAD as u32,
         max_rate_hz: d.max_rate_hz,
     })
 }

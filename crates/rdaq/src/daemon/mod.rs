@@ -5,6 +5,7 @@ pub mod detector;
 pub mod receiver;
 
 use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -45,8 +46,14 @@ fn page() -> usize {
     10_000
 }
 
-pub fn events_page(log: &std::sync::Mutex<EventLog>, q: &Since) -> EventPage {
-    log.lock().unwrap_or_else(|e| e.into_inner()).since(q.since, q.limit.min(100_000))
+/// Locks shared state; a panicked holder leaves counters and logs that are still worth
+/// serving, so a poisoned lock is taken as it is.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn events_page(log: &Mutex<EventLog>, q: &Since) -> EventPage {
+    lock(log).since(q.since, q.limit.min(100_000))
 }
 
 /// Serves `app` on `addr` until Ctrl-C.

@@ -22,7 +22,7 @@ use rdaq_receiver::{Counters, IncompletePolicy, Receiver, ReceiverConfig};
 use rdaq_sink::NxmxWriter;
 use serde::{Deserialize, Serialize};
 
-use super::{bad, conflict, events_page, internal, ApiError, Since};
+use super::{bad, conflict, events_page, internal, lock, ApiError, Since};
 use crate::consume::{consume, ConsumeStats};
 
 #[derive(Clone, Debug)]
@@ -57,10 +57,6 @@ struct Dr {
 
 type Shared = Arc<Mutex<Dr>>;
 
-fn lock(s: &Shared) -> std::sync::MutexGuard<'_, Dr> {
-    s.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 pub fn router(opts: Options) -> Router {
     let state: Shared = Arc::new(Mutex::new(Dr { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))) }));
     Router::new()
@@ -82,7 +78,7 @@ async fn telegram(State(s): State<Shared>) -> Json<ReceiverTelegram> {
         data: d.opts.data,
         memory_bytes: d.opts.memory_bytes,
         engines: vec!["recvmmsg".into()],
-        max_payload_bytes: (65_507 - rdaq_proto::HEADER_LEN) as u32,
+        max_payload_bytes: rdaq_proto::MAX_PAYLOAD as u32,
     })
 }
 
@@ -189,7 +185,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     while let Ok(f) = active.rx.frames().try_recv() {
         active.rx.release(f);
     }
-    let events_from = events.lock().unwrap_or_else(|e| e.into_inner()).next();
+    let events_from = lock(&events).next();
     let stop = Arc::new(AtomicBool::new(false));
     let (rx, flag) = (active.rx.clone(), stop.clone());
     let consumer = std::thread::Builder::new()
@@ -208,7 +204,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
                         kept: st == FrameStatus::Incomplete,
                     },
                 };
-                events.lock().unwrap_or_else(|e| e.into_inner()).push(e);
+                lock(&events).push(e);
             };
             let stats = consume(&rx, writer.as_mut().map(|w| (w, geometry)), &ProgressBar::hidden(), Some(&flag), on_frame)?;
             let path = match writer {
@@ -283,7 +279,7 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
         None => ("idle", None, None),
         Some(a) => (if a.acq.is_some() { "acquiring" } else { "configured" }, Some(&a.request), Some(counters_json(&a.rx.counters()))),
     };
-    let dropped_events = d.events.lock().unwrap_or_else(|e| e.into_inner()).dropped;
+    let dropped_events = lock(&d.events).dropped;
     Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events }))
 }
 
@@ -304,7 +300,7 @@ async fn metrics(State(s): State<Shared>) -> String {
         ("frames_incomplete_total".into(), "Incomplete frames kept".into(), c.frames_incomplete as f64),
         ("frames_discarded_total".into(), "Incomplete frames discarded".into(), c.frames_discarded as f64),
         ("events_dropped_total".into(), "Events pushed out of the event log unread".into(),
-            d.events.lock().unwrap_or_else(|e| e.into_inner()).dropped as f64),
+            lock(&d.events).dropped as f64),
     ];
     for r in rdaq_receiver::DropReason::ALL {
         m.push((format!("dropped_{}_total", r.name()), format!("Datagrams dropped: {}", r.name()), c.dropped(r) as f64));
