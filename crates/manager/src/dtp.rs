@@ -158,6 +158,7 @@ impl Plan {
                             buffers: map.buffers.clone(),
                             offset: idx as u64 * MODULE_FRAME_BYTES,
                             ring_start: ring_start(&spec.name),
+                            checksum: map.checksum,
                         }
                     })
                     .collect();

@@ -6,6 +6,7 @@
 //! Without a landing the payload goes to internal scratch, which is the bare receive loop.
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
 /// Counters of one receive engine.
@@ -26,6 +27,7 @@ pub struct MmsgReceiver {
     scratch: Vec<u8>,
     iov: Vec<[libc::iovec; 2]>,
     msgs: Vec<libc::mmsghdr>,
+    names: Vec<libc::sockaddr_storage>,
     landed: Vec<*mut u8>,
     pub stats: RecvStats,
 }
@@ -47,6 +49,8 @@ impl MmsgReceiver {
             iov: vec![[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 2]; batch],
             // SAFETY: all-zero is a valid mmsghdr.
             msgs: vec![unsafe { std::mem::zeroed() }; batch],
+            // SAFETY: all-zero is a valid sockaddr_storage (family AF_UNSPEC).
+            names: vec![unsafe { std::mem::zeroed() }; batch],
             landed: vec![std::ptr::null_mut(); batch],
             stats: RecvStats::default(),
         }
@@ -79,6 +83,8 @@ impl MmsgReceiver {
             let m = &mut self.msgs[i];
             m.msg_hdr.msg_iov = self.iov[i].as_mut_ptr();
             m.msg_hdr.msg_iovlen = 2;
+            m.msg_hdr.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             m.msg_hdr.msg_flags = 0;
             m.msg_len = 0;
         }
@@ -122,10 +128,34 @@ impl MmsgReceiver {
         self.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0
     }
 
+    /// The address datagram `i` came from.
+    pub fn source(&self, i: usize) -> Option<SocketAddr> {
+        sockaddr(&self.names[i], self.msgs[i].msg_hdr.msg_namelen)
+    }
+
     /// Where the payload of datagram `i` landed.
     #[inline]
     pub fn landed(&self, i: usize) -> *mut u8 {
         self.landed[i]
+    }
+}
+
+/// The socket address in `ss` as the kernel filled it (IPv4 or IPv6).
+pub fn sockaddr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    match ss.ss_family as i32 {
+        libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, and it is large enough.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddr::new(ip.into(), u16::from_be(a.sin_port)))
+        }
+        libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(SocketAddr::new(ip.into(), u16::from_be(a.sin6_port)))
+        }
+        _ => None,
     }
 }
 
@@ -160,6 +190,7 @@ mod tests {
                 let seq = u64::from_le_bytes(rxe.header(i).try_into().unwrap()) as usize;
                 assert_eq!(seq, first + i, "in order on loopback");
                 assert_eq!(rxe.datagram_len(i), 8 + payloads[seq].len());
+                assert_eq!(rxe.source(i), Some(tx.local_addr().unwrap()));
             }
             got += k;
         }

@@ -84,6 +84,26 @@ impl BatchSender {
         self.sock.local_addr()
     }
 
+    /// The socket, for polling: the peer may answer on it (retransmission requests).
+    pub fn socket(&self) -> &UdpSocket {
+        &self.sock
+    }
+
+    /// Reads one datagram the peer sent back, without blocking; `None` when there is none
+    /// (or the peer's port was unreachable).
+    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        // SAFETY: `buf` is valid for writes of its length.
+        let rc = unsafe { libc::recv(self.sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if rc >= 0 {
+            return Ok(Some(rc as usize));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ECONNREFUSED) => Ok(None),
+            _ => Err(e),
+        }
+    }
+
     /// Sends `n` datagrams, datagram `i` being `part(i) = (header, payload)`, in order.
     /// Blocks until the kernel has taken all of them.
     pub fn send<'a>(&mut self, n: usize, mut part: impl FnMut(usize) -> (&'a [u8], &'a [u8])) -> io::Result<()> {

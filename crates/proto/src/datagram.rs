@@ -6,10 +6,14 @@
 
 use thiserror::Error;
 
-/// Header length in bytes; the payload starts right after it.
+/// Header length in bytes; the payload starts right after it (or after the checksum
+/// extension when [`Flags::CHECKSUM`] is set).
 pub const HEADER_LEN: usize = 48;
-/// Largest payload: a UDP datagram over IPv4 (65,507 bytes) less the header.
-pub const MAX_PAYLOAD: usize = 65_507 - HEADER_LEN;
+/// Length of the checksum extension that follows the header when [`Flags::CHECKSUM`] is set.
+pub const CHECKSUM_LEN: usize = 4;
+/// Largest payload: a UDP datagram over IPv4 (65,507 bytes) less the header and the
+/// checksum extension.
+pub const MAX_PAYLOAD: usize = 65_507 - HEADER_LEN - CHECKSUM_LEN;
 /// The four magic bytes at offset 0.
 pub const MAGIC: [u8; 4] = *b"RDAQ";
 /// The header version this crate encodes and accepts.
@@ -26,7 +30,9 @@ impl Flags {
     pub const IMM: Flags = Flags(1 << 1);
     /// Sent again in answer to a retransmission request.
     pub const RETRANSMIT: Flags = Flags(1 << 2);
-    const KNOWN: u8 = 0b111;
+    /// A CRC32C of the header and the payload follows the header ([`checksum`]).
+    pub const CHECKSUM: Flags = Flags(1 << 3);
+    const KNOWN: u8 = 0b1111;
 
     pub const fn empty() -> Self {
         Flags(0)
@@ -92,6 +98,16 @@ pub enum DecodeError {
     LengthMismatch { declared: u32, actual: usize },
     #[error("offset {offset} + length {length} overflows")]
     OffsetOverflow { offset: u64, length: u32 },
+    #[error("checksum mismatch")]
+    BadChecksum,
+}
+
+/// CRC32C (Castagnoli) of a datagram's 48 header bytes followed by its payload: the value
+/// of the checksum extension, written little-endian. Covering the header too means a flipped
+/// bit in the buffer, key or offset is caught as surely as one in the data.
+#[inline]
+pub fn checksum(header: &[u8; HEADER_LEN], payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(header), payload)
 }
 
 #[inline(always)]
@@ -141,8 +157,8 @@ impl Header {
             dataset: u16_at(b, 40),
             imm: u32_at(b, 44),
         };
-        let actual = datagram_len - HEADER_LEN;
-        if h.length as usize != actual {
+        let actual = datagram_len.saturating_sub(h.header_len());
+        if h.length as usize != actual || datagram_len < h.header_len() {
             return Err(DecodeError::LengthMismatch { declared: h.length, actual });
         }
         if h.offset.checked_add(h.length as u64).is_none() {
@@ -151,14 +167,32 @@ impl Header {
         Ok(h)
     }
 
-    /// Splits a contiguous datagram into its checked header and payload.
+    /// Bytes before the payload: the header, and the checksum extension if flagged.
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        if self.flags.contains(Flags::CHECKSUM) {
+            HEADER_LEN + CHECKSUM_LEN
+        } else {
+            HEADER_LEN
+        }
+    }
+
+    /// Splits a contiguous datagram into its checked header and payload, verifying the
+    /// checksum when the datagram carries one.
     pub fn parse(datagram: &[u8]) -> Result<(Header, &[u8]), DecodeError> {
         let hdr: &[u8; HEADER_LEN] = datagram
             .get(..HEADER_LEN)
             .and_then(|s| s.try_into().ok())
             .ok_or(DecodeError::Truncated { len: datagram.len() })?;
         let h = Header::decode(hdr, datagram.len())?;
-        Ok((h, &datagram[HEADER_LEN..]))
+        let payload = &datagram[h.header_len()..];
+        if h.flags.contains(Flags::CHECKSUM) {
+            let stored = u32::from_le_bytes(datagram[HEADER_LEN..HEADER_LEN + CHECKSUM_LEN].try_into().expect("4 bytes"));
+            if stored != checksum(hdr, payload) {
+                return Err(DecodeError::BadChecksum);
+            }
+        }
+        Ok((h, payload))
     }
 
     /// Writes the header into `out`; never allocates.
@@ -192,7 +226,7 @@ mod tests {
 
     fn arb_header() -> impl Strategy<Value = Header> {
         (
-            0u8..8,
+            0u8..16,
             any::<u16>(),
             any::<u32>(),
             any::<u32>(),
@@ -218,9 +252,14 @@ mod tests {
     }
 
     fn datagram(h: &Header) -> Vec<u8> {
-        let mut v = vec![0xA5u8; HEADER_LEN + h.length as usize];
+        let mut v: Vec<u8> = (0..h.header_len() + h.length as usize).map(|i| (i * 7) as u8).collect();
         let hdr: &mut [u8; HEADER_LEN] = (&mut v[..HEADER_LEN]).try_into().unwrap();
         h.encode(hdr);
+        if h.flags.contains(Flags::CHECKSUM) {
+            let hdr: [u8; HEADER_LEN] = v[..HEADER_LEN].try_into().unwrap();
+            let c = checksum(&hdr, &v[HEADER_LEN + CHECKSUM_LEN..]);
+            v[HEADER_LEN..HEADER_LEN + CHECKSUM_LEN].copy_from_slice(&c.to_le_bytes());
+        }
         v
     }
 
@@ -254,12 +293,24 @@ mod tests {
 
         #[test]
         fn any_flip_in_checked_bytes_is_detected(h in arb_header(), bit in 0usize..48) {
-            // magic (0..4), version (4), reserved flags (5, bits 3..7), reserved field (42..44)
+            // magic (0..4), version (4), reserved flags (5, bits 4..7), reserved field (42..44)
             let mut d = datagram(&h);
             if bit < 5 || bit == 42 || bit == 43 {
                 d[bit] ^= 1;
                 prop_assert!(Header::parse(&d).is_err());
             }
+        }
+
+        #[test]
+        fn with_a_checksum_any_single_bit_flip_is_detected(
+            h in arb_header(), pos in any::<prop::sample::Index>(), bit in 0u8..8,
+        ) {
+            let h = Header { flags: h.flags.with(Flags::CHECKSUM), length: h.length % 2000, ..h };
+            let mut d = datagram(&h);
+            prop_assert!(Header::parse(&d).is_ok());
+            let at = pos.index(d.len());
+            d[at] ^= 1 << bit;
+            prop_assert!(Header::parse(&d).is_err());
         }
     }
 
@@ -276,6 +327,8 @@ mod tests {
         d[4] = VERSION;
         d[5] = 0x80;
         assert_eq!(Header::parse(&d), Err(DecodeError::ReservedFlags(0x80)));
+        d[5] = Flags::CHECKSUM.bits();
+        assert!(matches!(Header::parse(&d), Err(DecodeError::LengthMismatch { .. })), "no room for the extension");
         d[5] = 0;
         d[16..24].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
         assert!(matches!(Header::parse(&d), Err(DecodeError::OffsetOverflow { .. })));
@@ -302,6 +355,28 @@ mod tests {
             "00000000", "24232221", "3837363534333231", "4241", "0000", "54535251"
         );
         assert_eq!(hex(&b), expect);
+    }
+
+    #[test]
+    fn checksum_golden_vector() {
+        // CRC32C check value of RFC 3720 (iSCSI): "123456789" -> 0xe3069283
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xe306_9283);
+        // header and payload are one stream: the CRC of their concatenation
+        let whole: Vec<u8> = (0..100u8).collect();
+        let h: [u8; HEADER_LEN] = whole[..HEADER_LEN].try_into().unwrap();
+        assert_eq!(checksum(&h, &whole[HEADER_LEN..]), bitwise_crc32c(&whole));
+    }
+
+    /// The textbook bit-at-a-time CRC32C (reflected polynomial 0x82f63b78), as an oracle.
+    fn bitwise_crc32c(data: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in data {
+            crc ^= b as u32;
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82f6_3b78 } else { crc >> 1 };
+            }
+        }
+        !crc
     }
 
     fn hex(b: &[u8]) -> String {

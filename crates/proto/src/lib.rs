@@ -3,6 +3,7 @@
 //! - [`datagram`]: the rdaq datagram, our RDMA-over-UDP format (RASHPA style: the datagram
 //!   names its destination buffer, key and offset; the receiver only checks and places).
 //! - [`sls`]: the native JUNGFRAU (slsDetectorPackage) UDP header.
+//! - [`nack`]: retransmission requests from a receiver to a module's controller.
 //! - [`seq`]: wrap-safe sequence number arithmetic.
 //! - [`telegram`]: configuration documents (buffer requests and maps, module DTPs).
 //! - [`events`]: the event channel's events and a bounded event log.
@@ -11,9 +12,10 @@
 
 pub mod datagram;
 pub mod events;
+pub mod nack;
 pub mod seq;
 pub mod sls;
 pub mod telegram;
 
-pub use datagram::{DecodeError, Flags, Header, HEADER_LEN, MAGIC, MAX_PAYLOAD, VERSION};
+pub use datagram::{checksum, DecodeError, Flags, Header, CHECKSUM_LEN, HEADER_LEN, MAGIC, MAX_PAYLOAD, VERSION};
 pub use sls::{SlsError, SlsHeader, SLS_HEADER_LEN};

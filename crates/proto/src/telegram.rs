@@ -31,6 +31,9 @@ pub struct BufferMap {
     /// for native JUNGFRAU ingest, interface `i` of module `m` to `data_ports[m * interfaces + i]`.
     pub data_ports: Vec<u16>,
     pub buffers: Vec<LocalBufferInfo>,
+    /// The receiver requires the CRC32C extension on every rdaq datagram.
+    #[serde(default)]
+    pub checksum: bool,
 }
 
 impl BufferMap {
@@ -95,6 +98,9 @@ pub struct Route {
     /// where the previous plan left it, so no frame lands in a slot still in use.
     #[serde(default)]
     pub ring_start: u64,
+    /// Datagrams on this route carry the CRC32C extension (the receiver's map says so).
+    #[serde(default)]
+    pub checksum: bool,
 }
 
 /// A module's data transfer process, for frames from `from_frame` on: with
@@ -130,6 +136,7 @@ impl ModuleDtp {
                 buffers: map.buffers.clone(),
                 offset: module as u64 * map.module_bytes,
                 ring_start: 0,
+                checksum: map.checksum,
             }],
         }
     }
@@ -190,6 +197,7 @@ mod tests {
             payload_bytes: 8192,
             data_ports: vec![50000, 50001],
             buffers: (0..3).map(|i| LocalBufferInfo { id: i, key: 100 + i, size: 2 << 20 }).collect(),
+            checksum: true,
         };
         let j = serde_json::to_string(&m).unwrap();
         assert_eq!(serde_json::from_str::<BufferMap>(&j).unwrap(), m);
@@ -204,7 +212,7 @@ mod tests {
     #[test]
     fn dtp_round_robin_and_broadcast() {
         let bufs = |base: u32| (0..3).map(|i| LocalBufferInfo { id: base + i, key: 0, size: 1 }).collect();
-        let route = |n: &str, base| Route { receiver: n.into(), data: "127.0.0.1:1".parse().unwrap(), buffers: bufs(base), offset: 0, ring_start: 0 };
+        let route = |n: &str, base| Route { receiver: n.into(), data: "127.0.0.1:1".parse().unwrap(), buffers: bufs(base), offset: 0, ring_start: 0, checksum: false };
         let mut dtp = ModuleDtp {
             version: TELEGRAM_VERSION,
             module: 0,

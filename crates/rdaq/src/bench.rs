@@ -29,6 +29,9 @@ pub enum BenchCmd {
     /// Highest lossless aggregate throughput of one and of two receivers (temporal mode) fed
     /// by the same emulated detector; per-receiver efficiency against the single one.
     Hosts(HostsArgs),
+    /// Many small frames through injected loss, reordering, duplication and corruption:
+    /// every frame must arrive bit-exact (checksums, loss window, retransmission).
+    Soak(crate::soak::SoakArgs),
 }
 
 #[derive(clap::Args)]
@@ -69,6 +72,7 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
     match b {
         BenchCmd::Ingest(a) => ingest(a),
         BenchCmd::Hosts(a) => hosts(a),
+        BenchCmd::Soak(a) => crate::soak::soak(a),
     }
 }
 
@@ -280,12 +284,12 @@ fn send(map: &BufferMap, dest: SocketAddr, count: u64, rate: Option<f64>, pin: O
     }
     let mut tx = BatchSender::connect(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), dest, true, 16 << 20)?;
     let frame: Vec<u8> = (0..MODULE_BYTES as usize).map(|i| (i * 7 + i / 4096) as u8).collect();
-    let mut pk = Packetizer::new(0, map.module_bytes, map.payload_bytes);
+    let mut pk = Packetizer::new(0, map.module_bytes, map.payload_bytes, map.checksum);
     let start = Instant::now();
     let mut sent = 0u64;
     let mut f = 0u64;
     while sent < count {
-        let n = pk.frame(f, map.buffer_for(f), 0).min((count - sent) as usize);
+        let n = pk.frame(f, map.buffer_for(f), 0, &frame).min((count - sent) as usize);
         let mut k = 0;
         while k < n {
             // paced: small chunks spread over time; full speed: the whole frame per call
@@ -310,6 +314,7 @@ fn map_for(buffers: &[LocalBufferInfo], payload: u32, port: u16) -> BufferMap {
         payload_bytes: payload,
         data_ports: vec![port],
         buffers: buffers.to_vec(),
+        checksum: false,
     }
 }
 

@@ -5,6 +5,7 @@ mod config;
 mod consume;
 mod daemon;
 mod manage;
+mod soak;
 mod summary;
 
 use std::net::{IpAddr, SocketAddr};

@@ -1,5 +1,5 @@
-//! Counters of a receiver. Every datagram that reaches the receiver is counted exactly once,
-//! as placed or as dropped with a [`DropReason`].
+//! Counters of a receiver. Every datagram that reaches the receiver is counted exactly once:
+//! placed, redundant (a retransmission no longer needed), or dropped with a [`DropReason`].
 
 use std::fmt;
 
@@ -32,10 +32,16 @@ pub enum DropReason {
     SlotBusy,
     /// Its cell was already filled.
     Duplicate,
+    /// Its checksum does not match its bytes (corrupted on the way).
+    BadChecksum,
+    /// It carries a checksum and the receiver expects none, or the other way round.
+    ChecksumMode,
+    /// It came from an address the receiver was not configured to accept.
+    UnknownSource,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 16] = [
+    pub const ALL: [DropReason; 19] = [
         DropReason::Truncated,
         DropReason::Oversized,
         DropReason::BadMagic,
@@ -52,6 +58,9 @@ impl DropReason {
         DropReason::Stale,
         DropReason::SlotBusy,
         DropReason::Duplicate,
+        DropReason::BadChecksum,
+        DropReason::ChecksumMode,
+        DropReason::UnknownSource,
     ];
 
     pub fn name(self) -> &'static str {
@@ -72,6 +81,9 @@ impl DropReason {
             DropReason::Stale => "stale",
             DropReason::SlotBusy => "slot_busy",
             DropReason::Duplicate => "duplicate",
+            DropReason::BadChecksum => "bad_checksum",
+            DropReason::ChecksumMode => "checksum_mode",
+            DropReason::UnknownSource => "unknown_source",
         }
     }
 }
@@ -97,6 +109,29 @@ pub struct Counters {
     pub kernel_drops: u64,
     /// CPU time of the receive thread, read at the end.
     pub cpu_time: std::time::Duration,
+    /// Sequence numbers the loss windows declared missing.
+    pub seq_missing: u64,
+    /// Declared-missing sequence numbers that arrived afterwards (late or retransmitted).
+    pub seq_recovered: u64,
+    /// Datagrams that arrived behind a later one of their channel, within the lag.
+    pub seq_reordered: u64,
+    /// Loss reports not delivered because the consumer of them was behind.
+    pub loss_reports_dropped: u64,
+    /// Retransmission requests sent, and the ranges they named.
+    pub nacks_sent: u64,
+    pub nack_ranges: u64,
+    /// Ranges not asked for: the per-channel request queue was full, the rate limit was
+    /// reached, or the send failed.
+    pub nack_ranges_dropped: u64,
+    /// Placed datagrams that were retransmissions.
+    pub placed_retransmitted: u64,
+    /// Retransmissions that came after their cell was filled or their frame finished
+    /// (answers to a request overtaken by the original, or the sender's tail probes).
+    pub redundant: u64,
+    /// Frames completed thanks to at least one retransmitted datagram.
+    pub frames_recovered: u64,
+    /// Frames finished incomplete although retransmission was requested for them.
+    pub frames_given_up: u64,
     pub dropped: [u64; DropReason::ALL.len()],
 }
 

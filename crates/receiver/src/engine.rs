@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver as ChanRx, Sender as ChanTx};
 use rdaq_net::recv::MmsgReceiver;
 use rdaq_net::socket;
+use rdaq_proto::nack::{self, Missing, NACK_ENTRY_LEN, NACK_HEADER_LEN, NACK_MAX_ENTRIES};
 use rdaq_proto::sls::{JUNGFRAU_PACKETS_PER_FRAME, JUNGFRAU_PACKET_PAYLOAD};
 use rdaq_proto::telegram::{BufferMap, BufferRequest, LocalBufferInfo, TELEGRAM_VERSION};
 use thiserror::Error;
@@ -22,7 +23,7 @@ use crate::arena::Arena;
 use crate::counters::Counters;
 use crate::grid::Grid;
 pub use crate::placement::IncompletePolicy;
-use crate::placement::{FrameReady, FrameStatus, Placement, Source, SourceKind};
+use crate::placement::{FrameReady, FrameStatus, Loss, Placement, Source, SourceKind};
 
 /// What arrives on the data ports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,6 +34,28 @@ pub enum Format {
     /// `data_port + m * interfaces + i`, each carrying `128 / interfaces` packets per frame.
     /// (With `data_port` 0 every port is chosen by the kernel: see [`Receiver::ports`].)
     Sls { interfaces: u8 },
+}
+
+/// Retransmission requests (rdaq channels): when and how often the receiver asks a module's
+/// controller for what it lacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NackConfig {
+    /// A frame that has had nothing new for this long is asked for what it lacks, and a
+    /// channel quiet for this long has its loss window flushed.
+    pub quiet: Duration,
+    /// Between two requests for the same frame.
+    pub interval: Duration,
+    /// Requests per frame before the receiver waits for the frame timeout.
+    pub retries: u32,
+    /// Requests per second, all channels together (a token bucket with a tenth of a second
+    /// of burst): a receiver losing everything must not flood its senders.
+    pub rate: u32,
+}
+
+impl Default for NackConfig {
+    fn default() -> Self {
+        NackConfig { quiet: Duration::from_millis(5), interval: Duration::from_millis(20), retries: 10, rate: 20_000 }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -68,6 +91,14 @@ pub struct ReceiverConfig {
     pub frames: Option<u64>,
     /// Pin the receive thread to this CPU.
     pub cpu: Option<usize>,
+    /// rdaq datagrams carry the CRC32C extension, verified here (and must carry it).
+    pub checksum: bool,
+    /// Accept datagrams only from these addresses (empty: from any).
+    pub sources: Vec<IpAddr>,
+    /// Loss window per rdaq channel: `(size, lag)` in sequence numbers.
+    pub loss_window: (u32, u32),
+    /// Ask for retransmission of what is lost (`None`: only detect and report it).
+    pub nack: Option<NackConfig>,
 }
 
 impl Default for ReceiverConfig {
@@ -91,6 +122,10 @@ impl Default for ReceiverConfig {
             linger: Duration::from_millis(200),
             frames: None,
             cpu: None,
+            checksum: false,
+            sources: Vec::new(),
+            loss_window: (1024, 512),
+            nack: Some(NackConfig::default()),
         }
     }
 }
@@ -116,6 +151,7 @@ pub struct Receiver {
     frames: ChanRx<FrameReady>,
     release_tx: ChanTx<(u32, u64)>,
     flush_tx: ChanTx<(Control, ChanTx<Counters>)>,
+    losses: ChanRx<Loss>,
     stop: Arc<AtomicBool>,
     counters: Arc<Mutex<Counters>>,
     thread: Option<JoinHandle<Result<Counters, ReceiverError>>>,
@@ -199,6 +235,13 @@ impl ReceiverConfig {
                 (JUNGFRAU_PACKET_PAYLOAD as u64, ports)
             }
         };
+        let (size, lag) = self.loss_window;
+        if size < 64 || size % 64 != 0 || lag >= size {
+            return bad(format!("loss_window ({size}, {lag}): the size must be a positive multiple of 64 and the lag below it"));
+        }
+        if self.nack.is_some_and(|n| n.rate == 0 || n.retries == 0) {
+            return bad("nack rate and retries must be at least 1 (or retransmission off)".into());
+        }
         if self.data_port as usize + sources.len() > 65_536 {
             return bad(format!("data ports {}.. run past 65535", self.data_port));
         }
@@ -215,6 +258,7 @@ impl Receiver {
             Arena::new(cfg.slots, slot_bytes)
                 .map_err(|source| ReceiverError::Memory { bytes: (cfg.slots * slot_bytes) as u64, source })?,
         );
+        let ids: Vec<u16> = if cfg.module_ids.is_empty() { (0..cfg.modules).collect() } else { cfg.module_ids.clone() };
         let mut socks = Vec::with_capacity(source_kinds.len());
         let mut ports = Vec::with_capacity(source_kinds.len());
         let mut granted = usize::MAX;
@@ -224,7 +268,7 @@ impl Receiver {
             let (s, g) = socket::bind_receiver(addr, cfg.recv_buffer).map_err(|source| ReceiverError::Bind { addr, source })?;
             granted = granted.min(g);
             ports.push(s.local_addr()?.port());
-            socks.push((s, Source::new(*kind, *module, &grid)));
+            socks.push((s, Source::new(*kind, *module, ids[*module as usize], &grid, Some(cfg.loss_window))));
         }
         let keys = keys(cfg.slots, cfg.key_seed);
         let map = BufferMap {
@@ -238,14 +282,17 @@ impl Receiver {
                 .enumerate()
                 .map(|(i, &key)| LocalBufferInfo { id: cfg.buffer_base + i as u32, key, size: slot_bytes as u64 })
                 .collect(),
+            checksum: cfg.checksum,
         };
-        let ids: Vec<u16> = if cfg.module_ids.is_empty() { (0..cfg.modules).collect() } else { cfg.module_ids.clone() };
-        let placement = Placement::new(arena.clone(), grid, &ids, cfg.buffer_base, keys, cfg.policy, cfg.batch);
+        let placement = Placement::new(arena.clone(), grid, &ids, cfg.buffer_base, keys, cfg.policy, cfg.batch)
+            .with_checksum(cfg.checksum)
+            .with_allowed_sources(cfg.sources.clone());
         // Unbounded: at most `slots` frames can be handed at once; what else queues are
         // small notices of discarded frames, and losing a handed frame would leak its slot.
         let (frames_tx, frames) = crossbeam_channel::unbounded();
         let (release_tx, release_rx) = crossbeam_channel::unbounded();
         let (flush_tx, flush_rx) = crossbeam_channel::unbounded();
+        let (losses_tx, losses) = crossbeam_channel::bounded(LOSS_REPORTS);
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(Mutex::new(Counters::default()));
         let ctx = Loop {
@@ -255,11 +302,27 @@ impl Receiver {
             frames_tx,
             release_rx,
             flush_rx,
+            losses_tx,
             stop: stop.clone(),
             shared: counters.clone(),
+            tokens: 0.0,
+            last_refill: Instant::now(),
         };
         let thread = std::thread::Builder::new().name("rdaq-recv".into()).spawn(move || ctx.run())?;
-        Ok(Receiver { arena, map, grid, ports, frames, release_tx, flush_tx, stop, counters, thread: Some(thread), recv_buffer_granted: granted })
+        Ok(Receiver {
+            arena,
+            map,
+            grid,
+            ports,
+            frames,
+            release_tx,
+            flush_tx,
+            losses,
+            stop,
+            counters,
+            thread: Some(thread),
+            recv_buffer_granted: granted,
+        })
     }
 
     /// The buffer map to give the senders (ids, keys, sizes, layout).
@@ -284,6 +347,13 @@ impl Receiver {
     /// Finished frames, in the order they finished.
     pub fn frames(&self) -> &ChanRx<FrameReady> {
         &self.frames
+    }
+
+    /// Runs of sequence numbers the channels' loss windows declared missing, as found (at
+    /// most [`LOSS_REPORTS`] wait; beyond that they are counted in
+    /// [`Counters::loss_reports_dropped`]).
+    pub fn losses(&self) -> &ChanRx<Loss> {
+        &self.losses
     }
 
     /// The bytes of a handed frame (complete, or incomplete with missing cells marked).
@@ -362,9 +432,16 @@ struct Loop {
     frames_tx: ChanTx<FrameReady>,
     release_rx: ChanRx<(u32, u64)>,
     flush_rx: ChanRx<(Control, ChanTx<Counters>)>,
+    losses_tx: ChanTx<Loss>,
     stop: Arc<AtomicBool>,
     shared: Arc<Mutex<Counters>>,
+    /// Retransmission requests that may be sent now (token bucket).
+    tokens: f64,
+    last_refill: Instant,
 }
+
+/// Loss reports waiting for the consumer.
+pub const LOSS_REPORTS: usize = 4096;
 
 /// Requests to the receive thread between batches.
 enum Control {
@@ -383,7 +460,11 @@ impl Loop {
             socket::pin_current_thread(cpu)?;
         }
         let landing = self.placement.grid().cell_bytes as usize;
-        let mut rx = MmsgReceiver::new(self.cfg.batch, rdaq_proto::HEADER_LEN, landing);
+        let hdr_len = match self.cfg.format {
+            Format::Rdaq => self.placement.header_len(),
+            Format::Sls { .. } => rdaq_proto::SLS_HEADER_LEN,
+        };
+        let mut rx = MmsgReceiver::new(self.cfg.batch, hdr_len, landing);
         let mut landings = vec![None; rx.batch()];
         let mut pollfds: Vec<libc::pollfd> = self.socks.iter().map(|(s, _)| socket::pollfd(s)).collect();
         let mut last_data = Instant::now();
@@ -396,7 +477,12 @@ impl Loop {
             while let Ok((c, ack)) = self.flush_rx.try_recv() {
                 match c {
                     Control::Flush => self.placement.finish_all(),
-                    Control::Reset => self.placement.reset_history(),
+                    Control::Reset => {
+                        self.placement.reset_history();
+                        for (_, src) in self.socks.iter_mut() {
+                            src.reset();
+                        }
+                    }
                 }
                 self.hand_on();
                 self.publish(&rx);
@@ -428,6 +514,9 @@ impl Loop {
                 last_data = now;
             }
             if now.duration_since(last_expire) >= EXPIRE_EVERY {
+                if let Some(nc) = self.cfg.nack {
+                    self.request_retransmissions(now, nc);
+                }
                 self.placement.expire(now, self.cfg.frame_timeout);
                 last_expire = now;
             }
@@ -457,6 +546,61 @@ impl Loop {
         for f in self.placement.take_ready() {
             // a consumer that went away needs no more frames; the counters still count them
             let _ = self.frames_tx.send(f);
+        }
+        for l in self.placement.losses.drain(..) {
+            if self.losses_tx.try_send(l).is_err() {
+                self.placement.counters.loss_reports_dropped += 1;
+            }
+        }
+    }
+
+    /// Finds what quiet channels and stalled frames lack, and asks the senders for it.
+    fn request_retransmissions(&mut self, now: Instant, nc: NackConfig) {
+        let Loop { placement, socks, .. } = self;
+        for (_, src) in socks.iter_mut() {
+            if src.last_data.is_some_and(|t| now.duration_since(t) >= nc.quiet) {
+                src.flush_window(&mut placement.counters, &mut placement.losses);
+                src.last_data = None;
+            }
+        }
+        if self.cfg.format == Format::Rdaq {
+            let mut full = 0;
+            self.placement.stalled(now, nc.quiet, nc.interval, nc.retries, |m, frame, start, end| {
+                // rdaq sources are one per local module, in module order
+                if !socks[m as usize].1.request(Missing::Frame { frame, start, end }) {
+                    full += 1;
+                }
+            });
+            self.placement.counters.nack_ranges_dropped += full;
+        }
+        let elapsed = now.duration_since(self.last_refill).as_secs_f64();
+        self.last_refill = now;
+        self.tokens = (self.tokens + elapsed * nc.rate as f64).min((nc.rate as f64 / 10.0).max(1.0));
+        let mut buf = [0u8; NACK_HEADER_LEN + NACK_MAX_ENTRIES * NACK_ENTRY_LEN];
+        let counters = &mut self.placement.counters;
+        for (sock, src) in self.socks.iter_mut() {
+            let Some(peer) = src.peer else {
+                // nobody to ask: nothing of this channel ever arrived
+                counters.nack_ranges_dropped += src.nacks.len() as u64;
+                src.nacks.clear();
+                continue;
+            };
+            for chunk in src.nacks.chunks(NACK_MAX_ENTRIES) {
+                if self.tokens < 1.0 {
+                    counters.nack_ranges_dropped += chunk.len() as u64;
+                    continue;
+                }
+                let n = nack::encode(src.module_id, chunk, &mut buf);
+                match sock.send_to(&buf[..n], peer) {
+                    Ok(_) => {
+                        self.tokens -= 1.0;
+                        counters.nacks_sent += 1;
+                        counters.nack_ranges += chunk.len() as u64;
+                    }
+                    Err(_) => counters.nack_ranges_dropped += chunk.len() as u64,
+                }
+            }
+            src.nacks.clear();
         }
     }
 

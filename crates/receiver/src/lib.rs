@@ -6,6 +6,7 @@
 //! - [`grid`]: the packet grid of a frame slot (modules x datagrams).
 //! - [`counters`]: every datagram is counted once: placed or dropped with a reason.
 //! - [`placement`]: the sans-socket core: targets, slot state, bitmaps, completion.
+//! - [`window`]: loss detection per data channel over sequence numbers.
 //! - [`engine`]: the receive thread: sockets, batches, predicted landing, timeouts.
 
 pub mod arena;
@@ -13,6 +14,7 @@ pub mod counters;
 pub mod engine;
 pub mod grid;
 pub mod placement;
+pub mod window;
 
 pub use counters::{Counters, DropReason};
 pub use engine::{Format, IncompletePolicy, Receiver, ReceiverConfig, ReceiverError};

@@ -6,16 +6,35 @@
 //! Filling slots; the consumer owns Handed slots until it releases them. Payloads are only
 //! ever written into Free or Filling slots, and only into cells whose bitmap bit is clear.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdaq_net::recv::MmsgReceiver;
-use rdaq_proto::datagram::{DecodeError, Flags, Header, HEADER_LEN};
+use rdaq_proto::datagram::{checksum, DecodeError, Flags, Header, CHECKSUM_LEN, HEADER_LEN};
+use rdaq_proto::nack::Missing;
 use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN};
 
 use crate::arena::Arena;
 use crate::counters::{Counters, DropReason};
 use crate::grid::Grid;
+use crate::window::{LossWindow, Seen};
+
+/// Retransmission requests a source may queue before they are sent; beyond it ranges are
+/// counted as dropped (a channel losing that much needs the frame timeout, not more NACKs).
+pub const NACK_QUEUE: usize = 4 * rdaq_proto::nack::NACK_MAX_ENTRIES;
+/// Loss reports kept between two reads by the engine.
+const LOSS_LOG: usize = 4096;
+
+/// A run of sequence numbers a data channel's loss window declared missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loss {
+    /// Global id of the module whose channel it is.
+    pub module: u16,
+    pub start: u32,
+    /// Exclusive (wrapping).
+    pub end: u32,
+}
 
 /// What happens to a frame that is still incomplete when its timeout expires, when a newer
 /// frame needs its slot, or at the end of the acquisition.
@@ -66,22 +85,89 @@ pub enum SourceKind {
     Sls { module: u16, first_cell: u32, packets: u32 },
 }
 
-/// A socket's reading rules and its prediction of where the next datagram goes.
-#[derive(Clone, Copy, Debug)]
+/// A socket's reading rules, its prediction of where the next datagram goes, and (for
+/// rdaq channels) its loss window and the retransmission requests waiting to be sent.
+#[derive(Clone, Debug)]
 pub struct Source {
     pub kind: SourceKind,
+    /// Global id of the module sending on it.
+    pub module_id: u16,
     next: Option<(u32, u32)>,
+    window: Option<LossWindow>,
+    /// Where its accepted datagrams last came from: where requests go.
+    pub peer: Option<SocketAddr>,
+    /// When it last delivered an accepted datagram.
+    pub last_data: Option<Instant>,
+    /// Requests waiting to be sent (at most [`NACK_QUEUE`]).
+    pub nacks: Vec<Missing>,
 }
 
 impl Source {
-    /// A source whose first datagram is guessed to be module `module`'s first cell of slot 0
-    /// (where a ring starting at frame 0 puts it).
-    pub fn new(kind: SourceKind, module: u16, grid: &Grid) -> Self {
+    /// A source whose first datagram is guessed to be local module `module`'s first cell of
+    /// slot 0 (where a ring starting at frame 0 puts it); `window` is `(size, lag)` of its
+    /// loss window (rdaq sources only).
+    pub fn new(kind: SourceKind, module: u16, module_id: u16, grid: &Grid, window: Option<(u32, u32)>) -> Self {
         let first = match kind {
             SourceKind::Rdaq => 0,
             SourceKind::Sls { first_cell, .. } => first_cell,
         };
-        Source { kind, next: Some((0, module as u32 * grid.cells_per_module + first)) }
+        let window = window.filter(|_| kind == SourceKind::Rdaq).map(|(size, lag)| LossWindow::new(size, lag));
+        Source {
+            kind,
+            module_id,
+            next: Some((0, module as u32 * grid.cells_per_module + first)),
+            window,
+            peer: None,
+            last_data: None,
+            nacks: Vec::with_capacity(NACK_QUEUE),
+        }
+    }
+
+    /// Queues a request; false (and nothing queued) when the queue is full.
+    pub fn request(&mut self, m: Missing) -> bool {
+        if self.nacks.len() >= NACK_QUEUE {
+            return false;
+        }
+        self.nacks.push(m);
+        true
+    }
+
+    /// The channel went quiet: everything below the window's head that has not arrived is
+    /// lost; queue requests for it.
+    pub fn flush_window(&mut self, counters: &mut Counters, losses: &mut Vec<Loss>) {
+        let Some(w) = self.window.as_mut() else { return };
+        let (nacks, module) = (&mut self.nacks, self.module_id);
+        w.flush(|a, b| declare_lost(counters, losses, nacks, module, a, b));
+    }
+
+    /// Forgets the channel's history (a new acquisition).
+    pub fn reset(&mut self) {
+        if let Some(w) = self.window.as_mut() {
+            w.reset();
+        }
+        self.nacks.clear();
+        self.last_data = None;
+    }
+}
+
+/// Records a run of lost sequence numbers: counted, reported, and queued as a request. A
+/// burst is declared one number per arrival as the head moves on, so a run that continues
+/// the previous one extends it.
+fn declare_lost(counters: &mut Counters, losses: &mut Vec<Loss>, nacks: &mut Vec<Missing>, module: u16, a: u32, b: u32) {
+    counters.seq_missing += b.wrapping_sub(a) as u64;
+    if let Some(l) = losses.last_mut().filter(|l| l.module == module && l.end == a) {
+        l.end = b;
+    } else if losses.len() < LOSS_LOG {
+        losses.push(Loss { module, start: a, end: b });
+    } else {
+        counters.loss_reports_dropped += 1;
+    }
+    if let Some(Missing::Seq { end, .. }) = nacks.last_mut().filter(|m| matches!(m, Missing::Seq { end, .. } if *end == a)) {
+        *end = b;
+    } else if nacks.len() < NACK_QUEUE {
+        nacks.push(Missing::Seq { start: a, end: b });
+    } else {
+        counters.nack_ranges_dropped += 1;
     }
 }
 
@@ -92,6 +178,9 @@ pub struct Target {
     pub cell: u32,
     pub frame: u64,
     pub imm: Option<u32>,
+    /// The channel's sequence number (rdaq only).
+    pub seq: u32,
+    pub retransmit: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -109,6 +198,11 @@ struct Slot {
     received: u32,
     bitmap: Box<[u64]>,
     imm: Option<u32>,
+    /// When a datagram was last placed into it.
+    last_activity: Instant,
+    last_nack: Option<Instant>,
+    nacks: u32,
+    retransmitted: u32,
 }
 
 /// Where a payload of the current batch is before it is placed.
@@ -129,8 +223,15 @@ pub struct Placement {
     keys: Vec<u32>,
     slots: Vec<Slot>,
     policy: IncompletePolicy,
+    /// Datagrams carry the checksum extension (and must).
+    checksum: bool,
+    hdr_len: usize,
+    /// Source addresses accepted (empty: any).
+    allowed: Vec<IpAddr>,
     pub counters: Counters,
     ready: Vec<FrameReady>,
+    /// Loss reports since the engine last took them.
+    pub losses: Vec<Loss>,
     evac: Vec<u8>,
     pending: Vec<(Result<Target, DropReason>, Src, usize)>,
 }
@@ -168,6 +269,10 @@ impl Placement {
                 received: 0,
                 bitmap: vec![0u64; words].into_boxed_slice(),
                 imm: None,
+                last_activity: now,
+                last_nack: None,
+                nacks: 0,
+                retransmitted: 0,
             })
             .collect();
         Placement {
@@ -180,9 +285,31 @@ impl Placement {
             keys,
             slots,
             policy,
+            checksum: false,
+            hdr_len: HEADER_LEN,
+            allowed: Vec::new(),
             counters: Counters::default(),
             ready: Vec::new(),
+            losses: Vec::with_capacity(LOSS_LOG),
         }
+    }
+
+    /// Requires every rdaq datagram to carry the checksum extension, and verifies it.
+    pub fn with_checksum(mut self, on: bool) -> Self {
+        self.checksum = on;
+        self.hdr_len = HEADER_LEN + if on { CHECKSUM_LEN } else { 0 };
+        self
+    }
+
+    /// Accepts datagrams only from these addresses (empty: from any).
+    pub fn with_allowed_sources(mut self, allowed: Vec<IpAddr>) -> Self {
+        self.allowed = allowed;
+        self
+    }
+
+    /// Bytes before the payload of an rdaq datagram here: what the engine reads as header.
+    pub fn header_len(&self) -> usize {
+        self.hdr_len
     }
 
     pub fn grid(&self) -> &Grid {
@@ -195,8 +322,13 @@ impl Placement {
     }
 
     /// Where an rdaq datagram goes; checks everything that does not depend on slot state.
+    /// `hdr` is the header area as read: [`Placement::header_len`] bytes (fewer if the
+    /// datagram was shorter).
     pub fn target_rdaq(&self, hdr: &[u8], datagram_len: usize) -> Result<Target, DropReason> {
-        let hdr: &[u8; HEADER_LEN] = hdr.try_into().map_err(|_| DropReason::Truncated)?;
+        if hdr.len() < self.hdr_len {
+            return Err(DropReason::Truncated);
+        }
+        let hdr: &[u8; HEADER_LEN] = hdr[..HEADER_LEN].try_into().map_err(|_| DropReason::Truncated)?;
         let h = Header::decode(hdr, datagram_len).map_err(|e| match e {
             DecodeError::Truncated { .. } => DropReason::Truncated,
             DecodeError::BadMagic(_) => DropReason::BadMagic,
@@ -204,7 +336,11 @@ impl Placement {
             DecodeError::ReservedFlags(_) | DecodeError::ReservedField(_) => DropReason::BadHeader,
             DecodeError::LengthMismatch { .. } => DropReason::LengthMismatch,
             DecodeError::OffsetOverflow { .. } => DropReason::OutOfBounds,
+            DecodeError::BadChecksum => DropReason::BadChecksum,
         })?;
+        if h.flags.contains(Flags::CHECKSUM) != self.checksum {
+            return Err(DropReason::ChecksumMode);
+        }
         let slot = h.buffer.wrapping_sub(self.buffer_base);
         if slot as usize >= self.keys.len() {
             return Err(DropReason::UnknownBuffer);
@@ -224,7 +360,21 @@ impl Placement {
         }
         let cell = self.grid.cell_at(module, h.offset, h.length as u64).ok_or(DropReason::Misaligned)?;
         let imm = h.flags.contains(Flags::IMM).then_some(h.imm);
-        Ok(Target { slot, cell, frame: h.frame, imm })
+        Ok(Target { slot, cell, frame: h.frame, imm, seq: h.seq, retransmit: h.flags.contains(Flags::RETRANSMIT) })
+    }
+
+    /// Checks the checksum extension of an rdaq datagram whose target was found.
+    fn verify(&self, hdr: &[u8], payload: &[u8]) -> Result<(), DropReason> {
+        if !self.checksum {
+            return Ok(());
+        }
+        let head: &[u8; HEADER_LEN] = hdr[..HEADER_LEN].try_into().map_err(|_| DropReason::Truncated)?;
+        let stored = u32::from_le_bytes(hdr[HEADER_LEN..HEADER_LEN + CHECKSUM_LEN].try_into().map_err(|_| DropReason::Truncated)?);
+        if checksum(head, payload) == stored {
+            Ok(())
+        } else {
+            Err(DropReason::BadChecksum)
+        }
     }
 
     /// Where a native JUNGFRAU packet read from an sls source goes.
@@ -237,7 +387,7 @@ impl Placement {
         h.check_jungfrau(datagram_len - SLS_HEADER_LEN, packets).map_err(|_| DropReason::BadSlsPacket)?;
         let slot = (h.frame_number % self.slots.len() as u64) as u32;
         let cell = module as u32 * self.grid.cells_per_module + first_cell + h.packet_number;
-        Ok(Target { slot, cell, frame: h.frame_number, imm: None })
+        Ok(Target { slot, cell, frame: h.frame_number, imm: None, seq: 0, retransmit: false })
     }
 
     #[inline]
@@ -256,7 +406,7 @@ impl Placement {
                 let s = &self.slots[slot as usize];
                 let bit_set = s.state == State::Filling && s.bitmap[cell as usize / 64] & (1 << (cell % 64)) != 0;
                 let usable = s.state != State::Handed && !bit_set && self.grid.cell_len(cell) as usize == landing_len;
-                usable.then(|| self.dest(&Target { slot, cell, frame: 0, imm: None }))
+                usable.then(|| self.dest(&Target { slot, cell, frame: 0, imm: None, seq: 0, retransmit: false }))
             });
             next = next.map(|(slot, cell)| self.successor(src.kind, slot, cell));
         }
@@ -283,18 +433,32 @@ impl Placement {
         // Pass 1 (stateless): targets, and move every payload that landed in a wrong
         // predicted cell out of the arena, so that pass 2 may write any cell of this batch.
         self.pending.clear();
+        let hdr_len = match src.kind {
+            SourceKind::Rdaq => self.hdr_len,
+            SourceKind::Sls { .. } => SLS_HEADER_LEN,
+        };
         for i in 0..n {
             let len = rx.datagram_len(i);
+            let payload = len.saturating_sub(hdr_len);
+            let landed = rx.landed(i);
             let t = if rx.truncated(i) {
                 Err(DropReason::Oversized)
+            } else if !self.allowed.is_empty() && !rx.source(i).is_some_and(|a| self.allowed.contains(&a.ip())) {
+                Err(DropReason::UnknownSource)
             } else {
                 match src.kind {
-                    SourceKind::Rdaq => self.target_rdaq(rx.header(i), len),
+                    SourceKind::Rdaq => self.target_rdaq(rx.header(i), len).and_then(|t| {
+                        // SAFETY: the datagram was not truncated, so its `payload` bytes lie
+                        // at `landed`, written by the kernel during the last receive.
+                        let p = unsafe { std::slice::from_raw_parts(landed, payload) };
+                        self.verify(rx.header(i), p).map(|()| t)
+                    }),
                     SourceKind::Sls { .. } => self.target_sls(rx.header(i), len, src.kind),
                 }
             };
-            let payload = len.saturating_sub(HEADER_LEN);
-            let landed = rx.landed(i);
+            if t.is_ok() {
+                src.peer = rx.source(i);
+            }
             let s = match &t {
                 Ok(t) if self.dest(t) == landed => Src::InPlace,
                 Ok(_) if self.arena.contains(landed, payload) => {
@@ -311,10 +475,25 @@ impl Placement {
         // Pass 2 (stateful, in arrival order).
         for k in 0..n {
             let (t, s, payload) = self.pending[k];
+            if let Ok(t) = &t {
+                src.last_data = Some(now);
+                self.observe(src, t.seq);
+            }
             match t.and_then(|t| self.place(t, s, payload, now).map(|()| t)) {
                 Ok(t) => src.next = Some(self.successor(src.kind, t.slot, t.cell)),
-                Err(r) => self.counters.drop(r),
+                Err(r) => self.count_drop(&t, r),
             }
+        }
+    }
+
+    /// Feeds an accepted datagram's sequence number to its channel's loss window.
+    fn observe(&mut self, src: &mut Source, seq: u32) {
+        let Some(w) = src.window.as_mut() else { return };
+        let (counters, losses, nacks, module) = (&mut self.counters, &mut self.losses, &mut src.nacks, src.module_id);
+        match w.observe(seq, |a, b| declare_lost(counters, losses, nacks, module, a, b)) {
+            Seen::Recovered => self.counters.seq_recovered += 1,
+            Seen::Reordered => self.counters.seq_reordered += 1,
+            Seen::New | Seen::Duplicate | Seen::TooOld => {}
         }
     }
 
@@ -322,16 +501,33 @@ impl Placement {
     /// engine uses [`Placement::place_batch`]). Returns the drop reason, if dropped.
     pub fn place_datagram(&mut self, datagram: &[u8], src: SourceKind, now: Instant) -> Result<Target, DropReason> {
         self.counters.datagrams += 1;
-        let hl = HEADER_LEN.min(datagram.len());
         let t = match src {
-            SourceKind::Rdaq => self.target_rdaq(&datagram[..hl], datagram.len()),
-            SourceKind::Sls { .. } => self.target_sls(&datagram[..hl], datagram.len(), src),
+            SourceKind::Rdaq => {
+                let hl = self.hdr_len.min(datagram.len());
+                self.target_rdaq(&datagram[..hl], datagram.len())
+                    .and_then(|t| self.verify(&datagram[..hl], &datagram[hl..]).map(|()| t))
+            }
+            SourceKind::Sls { .. } => self.target_sls(&datagram[..SLS_HEADER_LEN.min(datagram.len())], datagram.len(), src),
         };
+        let hl = match src {
+            SourceKind::Rdaq => self.hdr_len,
+            SourceKind::Sls { .. } => SLS_HEADER_LEN,
+        }
+        .min(datagram.len());
         let r = t.and_then(|t| self.place(t, Src::At(datagram[hl..].as_ptr()), datagram.len() - hl, now).map(|()| t));
         if let Err(reason) = r {
-            self.counters.drop(reason);
+            self.count_drop(&t, reason);
         }
         r
+    }
+
+    /// Counts a datagram not placed: a retransmission that is no longer needed (its cell is
+    /// filled or its frame finished) is redundant, not a fault; everything else is a drop.
+    fn count_drop(&mut self, t: &Result<Target, DropReason>, r: DropReason) {
+        match t {
+            Ok(t) if t.retransmit && matches!(r, DropReason::Duplicate | DropReason::Stale) => self.counters.redundant += 1,
+            _ => self.counters.drop(r),
+        }
     }
 
     fn place(&mut self, t: Target, src: Src, payload: usize, now: Instant) -> Result<(), DropReason> {
@@ -370,6 +566,11 @@ impl Placement {
         let slot = &mut self.slots[si];
         slot.bitmap[w] |= b;
         slot.received += 1;
+        slot.last_activity = now;
+        if t.retransmit {
+            slot.retransmitted += 1;
+            self.counters.placed_retransmitted += 1;
+        }
         if t.imm.is_some() {
             slot.imm = t.imm;
         }
@@ -389,6 +590,10 @@ impl Placement {
         s.received = 0;
         s.imm = None;
         s.bitmap.fill(0);
+        s.last_activity = now;
+        s.last_nack = None;
+        s.nacks = 0;
+        s.retransmitted = 0;
     }
 
     /// Finishes the frame in slot `si`: complete, or incomplete under the policy.
@@ -417,6 +622,12 @@ impl Placement {
         let s = &mut self.slots[si];
         s.last_frame = Some(s.frame);
         s.state = if status == FrameStatus::Discarded { State::Free } else { State::Handed };
+        if complete && s.retransmitted > 0 {
+            self.counters.frames_recovered += 1;
+        }
+        if !complete && s.nacks > 0 {
+            self.counters.frames_given_up += 1;
+        }
         match status {
             FrameStatus::Complete => self.counters.frames_complete += 1,
             FrameStatus::Incomplete => self.counters.frames_incomplete += 1,
@@ -439,6 +650,43 @@ impl Placement {
             let s = &self.slots[si];
             if s.state == State::Filling && now.duration_since(s.first_seen) >= timeout {
                 self.finish(si, false);
+            }
+        }
+    }
+
+    /// Frames still filling that have had nothing placed for `quiet`: calls
+    /// `out(local module, frame, first, end)` for each run of datagrams (indices within the
+    /// module frame) they lack, at most `retries` times per frame and every `interval`.
+    /// (The loss windows cannot see such a gap when nothing follows it on the channel.)
+    pub fn stalled(&mut self, now: Instant, quiet: Duration, interval: Duration, retries: u32, mut out: impl FnMut(u16, u64, u32, u32)) {
+        let cpm = self.grid.cells_per_module;
+        for s in self.slots.iter_mut() {
+            let due = s.state == State::Filling
+                && s.nacks < retries
+                && now.duration_since(s.last_activity) >= quiet
+                && s.last_nack.is_none_or(|t| now.duration_since(t) >= interval);
+            if !due {
+                continue;
+            }
+            s.nacks += 1;
+            s.last_nack = Some(now);
+            for m in 0..self.grid.modules {
+                let mut run: Option<u32> = None;
+                for k in 0..cpm {
+                    let c = m as u32 * cpm + k;
+                    let have = s.bitmap[c as usize / 64] & (1 << (c % 64)) != 0;
+                    match (have, run) {
+                        (false, None) => run = Some(k),
+                        (true, Some(r)) => {
+                            out(m, s.frame, r, k);
+                            run = None;
+                        }
+                        _ => {}
+                    }
+                }
+                if let Some(r) = run {
+                    out(m, s.frame, r, cpm);
+                }
             }
         }
     }

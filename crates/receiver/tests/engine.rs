@@ -45,7 +45,7 @@ fn run(predict: bool, disorder: bool) {
         .map(|&p| BatchSender::connect("127.0.0.1:0".parse().unwrap(), SocketAddr::from(([127, 0, 0, 1], p)), true, 1 << 20).unwrap())
         .collect();
     let mut seen = Vec::new();
-    let mut check = |rx: &Receiver, seen: &mut Vec<(u64, FrameStatus, Vec<u32>)>| {
+    let check = |rx: &Receiver, seen: &mut Vec<(u64, FrameStatus, Vec<u32>)>| {
         while let Ok(f) = frames_rx.try_recv() {
             let data = rx.data(&f);
             for m in 0..2u16 {

@@ -1,0 +1,257 @@
+//! `rdaq bench soak`: many small frames through the emulator with injected faults (loss in
+//! bursts, reordering, duplication, corruption) to one receiver that verifies checksums,
+//! detects loss and asks for retransmission; every frame must arrive bit-exact (its xxh3
+//! against the emulator's manifest). A clean run of the same frames first is the baseline.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rdaq_emulator::{Control, EmulatorConfig, EmulatorReport, FaultConfig};
+use rdaq_proto::telegram::ModuleDtp;
+use rdaq_receiver::placement::FrameStatus;
+use rdaq_receiver::{Counters, IncompletePolicy, Receiver, ReceiverConfig};
+
+#[derive(clap::Args, Clone)]
+pub struct SoakArgs {
+    #[arg(long, default_value_t = 1_000_000)]
+    frames: u64,
+    /// Bytes per frame (one module).
+    #[arg(long, default_value_t = 65_536)]
+    frame_bytes: u64,
+    #[arg(long, default_value_t = 8192)]
+    payload_bytes: u32,
+    /// Frames per second.
+    #[arg(long, default_value_t = 20_000.0)]
+    rate: f64,
+    /// Frames of the clean baseline run (0: none).
+    #[arg(long, default_value_t = 100_000)]
+    baseline_frames: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fraction of datagrams lost, in bursts of `burst` on average.
+    #[arg(long, default_value_t = 0.001)]
+    loss: f64,
+    #[arg(long, default_value_t = 4.0)]
+    burst: f64,
+    #[arg(long, default_value_t = 0.01)]
+    reorder: f64,
+    #[arg(long, default_value_t = 0.0001)]
+    duplicate: f64,
+    #[arg(long, default_value_t = 0.00001)]
+    corrupt: f64,
+    /// Receiver ring slots and sender history, in frames.
+    #[arg(long, default_value_t = 2048)]
+    slots: usize,
+    #[arg(long, default_value_t = 1024)]
+    history_frames: u64,
+    /// Print the result as JSON (for tests) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What one run delivered.
+struct Outcome {
+    /// From the start to the last frame handed on (the senders' lingering not included).
+    elapsed: Duration,
+    sent: u64,
+    exact: u64,
+    mismatched: u64,
+    incomplete: u64,
+    missing: u64,
+    rx: Counters,
+    tx: EmulatorReport,
+}
+
+fn run(a: &SoakArgs, frames: u64, faults: Option<FaultConfig>, progress: bool) -> anyhow::Result<Outcome> {
+    let mut receiver = Receiver::start(ReceiverConfig {
+        modules: 1,
+        module_bytes: a.frame_bytes,
+        payload_bytes: a.payload_bytes,
+        slots: a.slots,
+        data_port: 0,
+        checksum: true,
+        policy: IncompletePolicy::Keep,
+        frame_timeout: Duration::from_secs(1),
+        recv_buffer: 64 << 20,
+        linger: Duration::from_millis(100),
+        ..ReceiverConfig::default()
+    })?;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], receiver.ports()[0]));
+    let dtp = ModuleDtp::single(receiver.buffer_map(), 0, addr);
+    let cfg = EmulatorConfig {
+        modules: 1,
+        frames,
+        rate_hz: Some(a.rate),
+        module_bytes: a.frame_bytes,
+        history_bytes: a.history_frames * a.frame_bytes,
+        faults,
+        synth: rdaq_detector::synth::SynthConfig { seed: a.seed, ..Default::default() },
+        ..EmulatorConfig::default()
+    };
+    let control = Arc::new(Control::default());
+    let bar = progress.then(|| crate::progress_bar(Some(frames), if cfg.faults.is_some() { "soak" } else { "clean" }));
+    let start = Instant::now();
+    let (tx, hashes, incomplete, last) = std::thread::scope(|s| -> anyhow::Result<_> {
+        let consumer = s.spawn(|| {
+            let mut hashes: Vec<Option<u64>> = vec![None; frames as usize];
+            let mut incomplete = 0u64;
+            let mut last = start;
+            for f in receiver.frames().iter() {
+                last = Instant::now();
+                if let Some(b) = &bar {
+                    b.inc(1);
+                }
+                match f.status {
+                    FrameStatus::Discarded => continue,
+                    FrameStatus::Incomplete => incomplete += 1,
+                    FrameStatus::Complete => {
+                        if let Some(h) = hashes.get_mut(f.frame as usize) {
+                            *h = Some(xxhash_rust::xxh3::xxh3_64(receiver.data(&f)));
+                        }
+                    }
+                }
+                receiver.release(f);
+            }
+            (hashes, incomplete, last)
+        });
+        let tx = rdaq_emulator::run(&cfg, &[dtp], control.clone()).context("emulator")?;
+        receiver.stop();
+        let (hashes, incomplete, last) = consumer.join().expect("consumer panicked");
+        Ok((tx, hashes, incomplete, last))
+    })?;
+    let rx = receiver.join()?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let mut o = Outcome { elapsed: last - start, sent: tx.manifest.len() as u64, exact: 0, mismatched: 0, incomplete, missing: 0, rx, tx };
+    for e in &o.tx.manifest {
+        match hashes.get(e.frame as usize).copied().flatten() {
+            Some(h) if h == e.xxh3 => o.exact += 1,
+            Some(_) => o.mismatched += 1,
+            None => o.missing += 1,
+        }
+    }
+    Ok(o)
+}
+
+pub fn soak(a: SoakArgs) -> anyhow::Result<ExitCode> {
+    let faults = FaultConfig {
+        seed: a.seed,
+        loss: a.loss,
+        burst: a.burst,
+        reorder: a.reorder,
+        duplicate: a.duplicate,
+        corrupt: a.corrupt,
+        ..FaultConfig::default()
+    };
+    faults.check().map_err(anyhow::Error::msg)?;
+    let baseline = if a.baseline_frames > 0 { Some(run(&a, a.baseline_frames.min(a.frames), None, !a.json)?) } else { None };
+    let soak = run(&a, a.frames, Some(faults), !a.json)?;
+    let ok = soak.exact == a.frames;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&json(&a, &soak, baseline.as_ref()))?);
+    } else {
+        print_table(&a, &soak, baseline.as_ref());
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn rate(o: &Outcome) -> f64 {
+    o.sent as f64 / o.elapsed.as_secs_f64()
+}
+
+fn json(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) -> serde_json::Value {
+    let (rx, tx) = (&o.rx, &o.tx);
+    serde_json::json!({
+        "frames": a.frames,
+        "frame_bytes": a.frame_bytes,
+        "sent": o.sent,
+        "bit_exact": o.exact,
+        "mismatched": o.mismatched,
+        "incomplete": o.incomplete,
+        "missing": o.missing,
+        "elapsed_s": o.elapsed.as_secs_f64(),
+        "frames_per_s": rate(o),
+        "baseline_frames_per_s": base.map(rate),
+        "injected": {
+            "dropped": tx.faults.dropped, "reordered": tx.faults.reordered,
+            "duplicated": tx.faults.duplicated, "corrupted": tx.faults.corrupted, "delayed": tx.faults.delayed,
+        },
+        "receiver": {
+            "datagrams": rx.datagrams, "placed": rx.placed, "placed_retransmitted": rx.placed_retransmitted,
+            "redundant": rx.redundant, "dropped": rx.drops_by_reason().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+            "seq_missing": rx.seq_missing, "seq_recovered": rx.seq_recovered, "seq_reordered": rx.seq_reordered,
+            "nacks_sent": rx.nacks_sent, "nack_ranges": rx.nack_ranges, "nack_ranges_dropped": rx.nack_ranges_dropped,
+            "frames_recovered": rx.frames_recovered, "frames_given_up": rx.frames_given_up,
+            "kernel_drops": rx.kernel_drops,
+        },
+        "controller": {
+            "nacks": tx.retransmit.nacks, "bad_nacks": tx.retransmit.bad_nacks, "requested": tx.retransmit.requested,
+            "resent": tx.retransmit.resent, "history_misses": tx.retransmit.history_misses, "probes": tx.retransmit.probes,
+        },
+    })
+}
+
+fn print_table(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) {
+    let (rx, tx) = (&o.rx, &o.tx);
+    println!(
+        "soak: {} frames of {} bytes ({} datagrams of {} B each) at {} frames/s asked",
+        a.frames,
+        a.frame_bytes,
+        a.frame_bytes.div_ceil(a.payload_bytes as u64),
+        a.payload_bytes,
+        a.rate
+    );
+    println!(
+        "faults (seed {}): loss {} in bursts of {} on average, reorder {}, duplicate {}, corrupt {}",
+        a.seed, a.loss, a.burst, a.reorder, a.duplicate, a.corrupt
+    );
+    println!();
+    println!("{:<44} {:>14}", "frames", "");
+    println!("{:<44} {:>14}", "  sent", o.sent);
+    println!("{:<44} {:>14}", "  bit-exact (xxh3 = manifest)", o.exact);
+    println!("{:<44} {:>14}", "  wrong bytes", o.mismatched);
+    println!("{:<44} {:>14}", "  incomplete (not recovered)", o.incomplete);
+    println!("{:<44} {:>14}", "  never delivered", o.missing);
+    println!("{:<44} {:>14}", "injected by the emulator", "");
+    println!("{:<44} {:>14}", "  datagrams dropped", tx.faults.dropped);
+    println!("{:<44} {:>14}", "  datagrams reordered", tx.faults.reordered);
+    println!("{:<44} {:>14}", "  datagrams duplicated", tx.faults.duplicated);
+    println!("{:<44} {:>14}", "  datagrams corrupted", tx.faults.corrupted);
+    println!("{:<44} {:>14}", "detected and recovered by the receiver", "");
+    println!("{:<44} {:>14}", "  sequence numbers declared missing", rx.seq_missing);
+    println!("{:<44} {:>14}", "  ... of which arrived late", rx.seq_recovered);
+    println!("{:<44} {:>14}", "  reordered within the lag", rx.seq_reordered);
+    println!("{:<44} {:>14}", "  bad checksums dropped", rx.dropped(rdaq_receiver::DropReason::BadChecksum));
+    println!("{:<44} {:>14}", "  duplicates dropped", rx.dropped(rdaq_receiver::DropReason::Duplicate));
+    println!("{:<44} {:>14}", "  retransmission requests sent", rx.nacks_sent);
+    println!("{:<44} {:>14}", "  ... naming ranges", rx.nack_ranges);
+    println!("{:<44} {:>14}", "  retransmitted datagrams placed", rx.placed_retransmitted);
+    println!("{:<44} {:>14}", "  retransmissions no longer needed", rx.redundant);
+    println!("{:<44} {:>14}", "  frames completed by retransmission", rx.frames_recovered);
+    println!("{:<44} {:>14}", "  frames given up", rx.frames_given_up);
+    println!("{:<44} {:>14}", "  kernel drops", rx.kernel_drops);
+    println!("{:<44} {:>14}", "controller (sender's history)", "");
+    println!("{:<44} {:>14}", "  requests received", tx.retransmit.nacks);
+    println!("{:<44} {:>14}", "  datagrams asked for", tx.retransmit.requested);
+    println!("{:<44} {:>14}", "  datagrams resent", tx.retransmit.resent);
+    println!("{:<44} {:>14}", "  asked for but out of history", tx.retransmit.history_misses);
+    println!();
+    println!("{:<30} {:>12} {:>12} {:>10}", "run", "frames/s", "GB/s", "vs clean");
+    if let Some(b) = base {
+        println!("{:<30} {:>12.0} {:>12.3} {:>10}", format!("clean ({} frames)", b.sent), rate(b), rate(b) * a.frame_bytes as f64 / 1e9, "1.00");
+    }
+    let vs = base.map_or("-".to_string(), |b| format!("{:.2}", rate(o) / rate(b)));
+    println!("{:<30} {:>12.0} {:>12.3} {:>10}", format!("with faults ({} frames)", o.sent), rate(o), rate(o) * a.frame_bytes as f64 / 1e9, vs);
+    println!();
+    println!(
+        "{}",
+        if o.exact == a.frames {
+            format!("PASS: all {} frames bit-exact", a.frames)
+        } else {
+            format!("FAIL: {} of {} frames bit-exact", o.exact, a.frames)
+        }
+    );
+}
