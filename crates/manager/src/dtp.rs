@@ -115,6 +115,7 @@ impl Plan {
                     payload_bytes: t.transfer.payload_bytes,
                     slots: rp.slots,
                     data_port: t.receivers[rp.receiver].data_port,
+                    checksum: t.transfer.checksum,
                 };
                 (rp.receiver, req)
             })

@@ -91,6 +91,9 @@ pub struct TransferSpec {
     pub groups: u16,
     #[serde(default = "payload")]
     pub payload_bytes: u32,
+    /// Every rdaq datagram carries a CRC32C of header and payload, verified by the receivers.
+    #[serde(default)]
+    pub checksum: bool,
 }
 
 fn payload() -> u32 {
@@ -99,7 +102,7 @@ fn payload() -> u32 {
 
 impl Default for TransferSpec {
     fn default() -> Self {
-        TransferSpec { mode: TransferMode::default(), receivers: None, groups: 1, payload_bytes: payload() }
+        TransferSpec { mode: TransferMode::default(), receivers: None, groups: 1, payload_bytes: payload(), checksum: false }
     }
 }
 

@@ -83,6 +83,9 @@ pub struct BufferRequest {
     pub payload_bytes: u32,
     pub slots: u64,
     pub data_port: u16,
+    /// Require the CRC32C extension on every rdaq datagram.
+    #[serde(default)]
+    pub checksum: bool,
 }
 
 /// One way out of a module: a receiver's data port, its buffers, and where in each buffer

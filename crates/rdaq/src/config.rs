@@ -15,7 +15,44 @@ pub struct Config {
     pub emulator: Emulator,
     pub network: Network,
     pub receiver: ReceiverCfg,
+    pub reliability: Reliability,
+    pub faults: Faults,
     pub output: Output,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Reliability {
+    /// Every rdaq datagram carries a CRC32C of header and payload, verified by the receiver
+    /// (corrupted datagrams are dropped and asked for again).
+    pub checksum: bool,
+    /// The receiver asks the modules to resend what was lost.
+    pub retransmit: bool,
+    /// Memory per module for the frames it can resend.
+    pub history_mib: u64,
+    /// Loss window per data channel, in sequence numbers, and how far behind the newest a
+    /// missing one counts as lost.
+    pub loss_window: u32,
+    pub loss_lag: u32,
+    /// A frame with nothing new for this long is asked for what it lacks; again every
+    /// interval, at most `nack_retries` times.
+    pub nack_quiet_ms: u64,
+    pub nack_interval_ms: u64,
+    pub nack_retries: u32,
+}
+
+/// Faults injected into the emulator's sending (for tests; all zero: none).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Faults {
+    pub seed: u64,
+    pub loss: f64,
+    pub burst: f64,
+    pub reorder: f64,
+    pub duplicate: f64,
+    pub delay: f64,
+    pub delay_ms: f64,
+    pub corrupt: f64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -115,6 +152,56 @@ impl Default for ReceiverCfg {
     }
 }
 
+impl Default for Reliability {
+    fn default() -> Self {
+        let n = rdaq_receiver::engine::NackConfig::default();
+        Reliability {
+            checksum: false,
+            retransmit: true,
+            history_mib: 64,
+            loss_window: 1024,
+            loss_lag: 512,
+            nack_quiet_ms: n.quiet.as_millis() as u64,
+            nack_interval_ms: n.interval.as_millis() as u64,
+            nack_retries: n.retries,
+        }
+    }
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        let f = rdaq_emulator::FaultConfig::default();
+        Faults {
+            seed: f.seed,
+            loss: f.loss,
+            burst: f.burst,
+            reorder: f.reorder,
+            duplicate: f.duplicate,
+            delay: f.delay,
+            delay_ms: f.delay_time.as_secs_f64() * 1e3,
+            corrupt: f.corrupt,
+        }
+    }
+}
+
+impl Faults {
+    /// The emulator's fault configuration; `None` when no fault is asked for.
+    pub fn config(&self) -> Option<rdaq_emulator::FaultConfig> {
+        let f = rdaq_emulator::FaultConfig {
+            seed: self.seed,
+            loss: self.loss,
+            burst: self.burst,
+            reorder: self.reorder,
+            duplicate: self.duplicate,
+            delay: self.delay,
+            delay_time: Duration::from_secs_f64(self.delay_ms.max(0.0) / 1e3),
+            corrupt: self.corrupt,
+            ..Default::default()
+        };
+        (!f.is_clean()).then_some(f)
+    }
+}
+
 impl Default for Output {
     fn default() -> Self {
         Output { dir: PathBuf::from("out"), name: "rdaq_run".into(), tolerate_loss: false }
@@ -154,6 +241,16 @@ impl Config {
             bail!("receiver.ring_mib {} holds fewer than 2 frames of {} MiB", self.receiver.ring_mib, self.frame_bytes() >> 20);
         }
         self.policy()?;
+        let r = &self.reliability;
+        if r.loss_window < 64 || r.loss_window % 64 != 0 || r.loss_lag >= r.loss_window {
+            bail!("reliability.loss_window {} must be a multiple of 64 and larger than reliability.loss_lag {}", r.loss_window, r.loss_lag);
+        }
+        if r.retransmit && (r.nack_retries == 0 || r.history_mib == 0) {
+            bail!("reliability.nack_retries and reliability.history_mib must be at least 1 with retransmission on");
+        }
+        if let Some(f) = self.faults.config() {
+            f.check().map_err(anyhow::Error::msg)?;
+        }
         if self.output.name.is_empty() || self.output.name.contains('/') {
             bail!("output.name must be a plain file name, not {:?}", self.output.name);
         }
@@ -194,6 +291,14 @@ impl Config {
             policy: self.policy()?,
             predict: self.receiver.predict,
             linger: Duration::from_millis(300).max(self.frame_timeout()),
+            checksum: self.reliability.checksum,
+            loss_window: (self.reliability.loss_window, self.reliability.loss_lag),
+            nack: self.reliability.retransmit.then(|| rdaq_receiver::engine::NackConfig {
+                quiet: Duration::from_millis(self.reliability.nack_quiet_ms),
+                interval: Duration::from_millis(self.reliability.nack_interval_ms),
+                retries: self.reliability.nack_retries,
+                ..Default::default()
+            }),
             ..base
         })
     }
@@ -206,6 +311,8 @@ impl Config {
             rate_hz: self.rate(),
             gso: self.emulator.gso,
             synth: self.synth(),
+            history_bytes: if self.reliability.retransmit { self.reliability.history_mib << 20 } else { 0 },
+            faults: self.faults.config(),
             ..Default::default()
         }
     }

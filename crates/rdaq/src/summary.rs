@@ -26,6 +26,19 @@ pub struct Summary {
     pub dropped_by_reason: Vec<(String, u64)>,
     pub kernel_drops: u64,
     pub cells_missing: u64,
+    /// Sequence numbers the loss windows declared missing.
+    pub seq_missing: u64,
+    pub nacks_sent: u64,
+    pub datagrams_retransmitted_placed: u64,
+    /// Retransmissions no longer needed when they came.
+    pub datagrams_redundant: u64,
+    pub frames_recovered: u64,
+    pub frames_given_up: u64,
+    /// Datagrams the modules sent again, and requests their history could not answer.
+    pub datagrams_resent: Option<u64>,
+    pub history_misses: Option<u64>,
+    /// Faults the emulator injected: dropped, reordered, duplicated, corrupted, delayed.
+    pub faults_injected: Option<[u64; 5]>,
     pub bytes_placed: u64,
     pub gb_per_s: f64,
     pub elapsed_s: f64,
@@ -48,6 +61,10 @@ impl Summary {
         let mut s = Summary::for_receiver(Some(expected), c, consumed, elapsed, output);
         s.datagrams_sent = Some(emu.sent.datagrams);
         s.sends_refused = Some(emu.sent.refused);
+        s.datagrams_resent = Some(emu.retransmit.resent);
+        s.history_misses = Some(emu.retransmit.history_misses);
+        let f = &emu.faults;
+        s.faults_injected = Some([f.dropped, f.reordered, f.duplicated, f.corrupted, f.delayed]).filter(|v| v.iter().any(|&x| x > 0));
         // the data rate over the sending time, which is what the detector produced
         let secs = emu.elapsed.as_secs_f64().max(1e-9);
         s.gb_per_s = c.bytes_placed as f64 / 1e9 / secs;
@@ -75,6 +92,15 @@ impl Summary {
             dropped_by_reason: c.drops_by_reason().into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
             kernel_drops: c.kernel_drops,
             cells_missing: c.cells_missing,
+            seq_missing: c.seq_missing,
+            nacks_sent: c.nacks_sent,
+            datagrams_retransmitted_placed: c.placed_retransmitted,
+            datagrams_redundant: c.redundant,
+            frames_recovered: c.frames_recovered,
+            frames_given_up: c.frames_given_up,
+            datagrams_resent: None,
+            history_misses: None,
+            faults_injected: None,
             bytes_placed: c.bytes_placed,
             gb_per_s: c.bytes_placed as f64 / 1e9 / active.max(1e-9),
             elapsed_s: elapsed.as_secs_f64(),
@@ -106,6 +132,16 @@ impl Summary {
         println!("dropped     : {} (kernel socket drops {}, missing cells {}, refused sends {})",
             if reasons.is_empty() { "none".into() } else { reasons.join(" ") }, self.kernel_drops, self.cells_missing,
             self.sends_refused.unwrap_or(0));
+        if let Some([d, r, u, c, l]) = self.faults_injected {
+            println!("injected    : dropped {d}, reordered {r}, duplicated {u}, corrupted {c}, delayed {l}");
+        }
+        if self.seq_missing > 0 || self.nacks_sent > 0 || self.datagrams_retransmitted_placed > 0 {
+            let resent = self.datagrams_resent.map_or(String::new(), |r| format!(", resent {r}"));
+            let misses = self.history_misses.map_or(String::new(), |m| format!(", not in history {m}"));
+            println!("recovery    : seq missing {}, requests {}{resent}{misses}, placed {} (redundant {}), frames recovered {}, given up {}",
+                self.seq_missing, self.nacks_sent, self.datagrams_retransmitted_placed, self.datagrams_redundant,
+                self.frames_recovered, self.frames_given_up);
+        }
         println!("throughput  : {:.3} GB placed, {:.3} GB/s, receiver CPU {:.2} s", self.bytes_placed as f64 / 1e9, self.gb_per_s, self.receiver_cpu_s);
         println!("elapsed     : {:.2} s", self.elapsed_s);
         if let Some(r) = self.compression_ratio {

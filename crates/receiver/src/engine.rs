@@ -54,7 +54,7 @@ pub struct NackConfig {
 
 impl Default for NackConfig {
     fn default() -> Self {
-        NackConfig { quiet: Duration::from_millis(5), interval: Duration::from_millis(20), retries: 10, rate: 20_000 }
+        NackConfig { quiet: Duration::from_millis(20), interval: Duration::from_millis(50), retries: 10, rate: 20_000 }
     }
 }
 
@@ -191,6 +191,7 @@ impl ReceiverConfig {
             module_bytes: req.module_bytes,
             payload_bytes: req.payload_bytes,
             slots: req.slots as usize,
+            checksum: req.checksum,
             ..ReceiverConfig::default()
         }
     }
@@ -558,15 +559,22 @@ impl Loop {
     fn request_retransmissions(&mut self, now: Instant, nc: NackConfig) {
         let Loop { placement, socks, .. } = self;
         for (_, src) in socks.iter_mut() {
-            if src.last_data.is_some_and(|t| now.duration_since(t) >= nc.quiet) {
+            if !src.flushed && src.last_data.is_some_and(|t| now.duration_since(t) >= nc.quiet) {
                 src.flush_window(&mut placement.counters, &mut placement.losses);
-                src.last_data = None;
+                src.flushed = true;
             }
         }
         if self.cfg.format == Format::Rdaq {
             let mut full = 0;
-            self.placement.stalled(now, nc.quiet, nc.interval, nc.retries, |m, frame, start, end| {
-                // rdaq sources are one per local module, in module order
+            // rdaq sources are one per local module, in module order; a module is asked for
+            // a frame only once the frame is behind it (a later frame came, or it went quiet),
+            // not while it may still be sending it
+            let past: Vec<(Option<u64>, Option<Instant>)> = socks.iter().map(|(_, s)| (s.newest_frame, s.last_data)).collect();
+            let is_past = |m: u16, frame: u64| {
+                let (newest, last) = past[m as usize];
+                newest.is_some_and(|n| n > frame) || last.is_none_or(|t| now.duration_since(t) >= nc.quiet)
+            };
+            self.placement.stalled(now, nc.quiet, nc.interval, nc.retries, is_past, |m, frame, start, end| {
                 if !socks[m as usize].1.request(Missing::Frame { frame, start, end }) {
                     full += 1;
                 }

@@ -98,6 +98,10 @@ pub struct Source {
     pub peer: Option<SocketAddr>,
     /// When it last delivered an accepted datagram.
     pub last_data: Option<Instant>,
+    /// Its loss window was flushed since the last datagram.
+    pub flushed: bool,
+    /// The newest frame it delivered a datagram of.
+    pub newest_frame: Option<u64>,
     /// Requests waiting to be sent (at most [`NACK_QUEUE`]).
     pub nacks: Vec<Missing>,
 }
@@ -119,6 +123,8 @@ impl Source {
             window,
             peer: None,
             last_data: None,
+            flushed: false,
+            newest_frame: None,
             nacks: Vec::with_capacity(NACK_QUEUE),
         }
     }
@@ -147,6 +153,8 @@ impl Source {
         }
         self.nacks.clear();
         self.last_data = None;
+        self.flushed = false;
+        self.newest_frame = None;
     }
 }
 
@@ -477,6 +485,8 @@ impl Placement {
             let (t, s, payload) = self.pending[k];
             if let Ok(t) = &t {
                 src.last_data = Some(now);
+                src.flushed = false;
+                src.newest_frame = Some(src.newest_frame.map_or(t.frame, |n| n.max(t.frame)));
                 self.observe(src, t.seq);
             }
             match t.and_then(|t| self.place(t, s, payload, now).map(|()| t)) {
@@ -656,9 +666,18 @@ impl Placement {
 
     /// Frames still filling that have had nothing placed for `quiet`: calls
     /// `out(local module, frame, first, end)` for each run of datagrams (indices within the
-    /// module frame) they lack, at most `retries` times per frame and every `interval`.
+    /// module frame) they lack from the modules for which `past(module, frame)` says that
+    /// the frame is behind them, at most `retries` times per frame and every `interval`.
     /// (The loss windows cannot see such a gap when nothing follows it on the channel.)
-    pub fn stalled(&mut self, now: Instant, quiet: Duration, interval: Duration, retries: u32, mut out: impl FnMut(u16, u64, u32, u32)) {
+    pub fn stalled(
+        &mut self,
+        now: Instant,
+        quiet: Duration,
+        interval: Duration,
+        retries: u32,
+        past: impl Fn(u16, u64) -> bool,
+        mut out: impl FnMut(u16, u64, u32, u32),
+    ) {
         let cpm = self.grid.cells_per_module;
         for s in self.slots.iter_mut() {
             let due = s.state == State::Filling
@@ -668,9 +687,8 @@ impl Placement {
             if !due {
                 continue;
             }
-            s.nacks += 1;
-            s.last_nack = Some(now);
-            for m in 0..self.grid.modules {
+            let mut asked = false;
+            for m in (0..self.grid.modules).filter(|&m| past(m, s.frame)) {
                 let mut run: Option<u32> = None;
                 for k in 0..cpm {
                     let c = m as u32 * cpm + k;
@@ -679,6 +697,7 @@ impl Placement {
                         (false, None) => run = Some(k),
                         (true, Some(r)) => {
                             out(m, s.frame, r, k);
+                            asked = true;
                             run = None;
                         }
                         _ => {}
@@ -686,7 +705,12 @@ impl Placement {
                 }
                 if let Some(r) = run {
                     out(m, s.frame, r, cpm);
+                    asked = true;
                 }
+            }
+            if asked {
+                s.nacks += 1;
+                s.last_nack = Some(now);
             }
         }
     }
