@@ -19,6 +19,9 @@ pub enum Event {
     /// A receiver finished a frame with cells missing: `missing` lists half-open cell
     /// ranges of the frame's packet grid; `kept` says whether it was handed on (policy keep).
     FrameIncomplete { receiver: String, frame: u64, received: u32, total: u32, missing: Vec<(u32, u32)>, kept: bool },
+    /// A receiver's loss window declared sequence numbers `start..end` (wrapping) of a
+    /// module's data channel missing; retransmission may still recover them.
+    PacketLoss { receiver: String, module: u16, start: u32, end: u32 },
     /// The manager changed the data transfer processes from `from_frame` on.
     Replanned { from_frame: u64, receivers: Vec<String>, reason: String },
     Error { source: String, message: String },

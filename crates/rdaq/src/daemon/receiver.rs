@@ -188,6 +188,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let events_from = lock(&events).next();
     let stop = Arc::new(AtomicBool::new(false));
     let (rx, flag) = (active.rx.clone(), stop.clone());
+    let loss_rx = active.rx.clone();
     let consumer = std::thread::Builder::new()
         .name("rdaq-consume".into())
         .spawn(move || -> Outcome {
@@ -204,7 +205,11 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
                         kept: st == FrameStatus::Incomplete,
                     },
                 };
-                lock(&events).push(e);
+                let mut log = lock(&events);
+                log.push(e);
+                for l in loss_rx.losses().try_iter() {
+                    log.push(Event::PacketLoss { receiver: name.clone(), module: l.module, start: l.start, end: l.end });
+                }
             };
             let stats = consume(&rx, writer.as_mut().map(|w| (w, geometry)), &ProgressBar::hidden(), Some(&flag), on_frame)?;
             let path = match writer {
@@ -270,6 +275,15 @@ pub fn counters_json(c: &Counters) -> serde_json::Value {
         "cells_missing": c.cells_missing,
         "dropped": c.dropped_total(),
         "dropped_by_reason": c.drops_by_reason().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "seq_missing": c.seq_missing,
+        "seq_recovered": c.seq_recovered,
+        "nacks_sent": c.nacks_sent,
+        "nack_ranges_dropped": c.nack_ranges_dropped,
+        "placed_retransmitted": c.placed_retransmitted,
+        "redundant": c.redundant,
+        "frames_recovered": c.frames_recovered,
+        "frames_given_up": c.frames_given_up,
+        "loss_reports_dropped": c.loss_reports_dropped,
     })
 }
 
@@ -301,6 +315,15 @@ async fn metrics(State(s): State<Shared>) -> String {
         ("frames_discarded_total".into(), "Incomplete frames discarded".into(), c.frames_discarded as f64),
         ("events_dropped_total".into(), "Events pushed out of the event log unread".into(),
             lock(&d.events).dropped as f64),
+        ("seq_missing_total".into(), "Sequence numbers the loss windows declared missing".into(), c.seq_missing as f64),
+        ("nacks_sent_total".into(), "Retransmission requests sent".into(), c.nacks_sent as f64),
+        ("nack_ranges_dropped_total".into(), "Missing ranges not asked for (queue full, rate limit, send failed)".into(),
+            c.nack_ranges_dropped as f64),
+        ("placed_retransmitted_total".into(), "Retransmitted datagrams placed".into(), c.placed_retransmitted as f64),
+        ("redundant_total".into(), "Retransmissions no longer needed".into(), c.redundant as f64),
+        ("frames_recovered_total".into(), "Frames completed by retransmission".into(), c.frames_recovered as f64),
+        ("frames_given_up_total".into(), "Frames left incomplete after retransmission requests".into(), c.frames_given_up as f64),
+        ("loss_reports_dropped_total".into(), "Loss reports not delivered (consumer behind)".into(), c.loss_reports_dropped as f64),
     ];
     for r in rdaq_receiver::DropReason::ALL {
         m.push((format!("dropped_{}_total", r.name()), format!("Datagrams dropped: {}", r.name()), c.dropped(r) as f64));
