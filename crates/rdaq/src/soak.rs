@@ -208,36 +208,46 @@ fn print_table(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) {
         "faults (seed {}): loss {} in bursts of {} on average, reorder {}, duplicate {}, corrupt {}",
         a.seed, a.loss, a.burst, a.reorder, a.duplicate, a.corrupt
     );
+    use rdaq_receiver::DropReason::{BadChecksum, Duplicate};
+    // section headings have no value
+    let rows: [(&str, Option<u64>); 32] = [
+        ("frames", None),
+        ("  sent", Some(o.sent)),
+        ("  bit-exact (xxh3 = manifest)", Some(o.exact)),
+        ("  wrong bytes", Some(o.mismatched)),
+        ("  incomplete (not recovered)", Some(o.incomplete)),
+        ("  never delivered", Some(o.missing)),
+        ("injected by the emulator", None),
+        ("  datagrams dropped", Some(tx.faults.dropped)),
+        ("  datagrams reordered", Some(tx.faults.reordered)),
+        ("  datagrams duplicated", Some(tx.faults.duplicated)),
+        ("  datagrams corrupted", Some(tx.faults.corrupted)),
+        ("detected and recovered by the receiver", None),
+        ("  sequence numbers declared missing", Some(rx.seq_missing)),
+        ("  ... of which arrived late", Some(rx.seq_recovered)),
+        ("  reordered within the lag", Some(rx.seq_reordered)),
+        ("  bad checksums dropped", Some(rx.dropped(BadChecksum))),
+        ("  duplicates dropped", Some(rx.dropped(Duplicate))),
+        ("  retransmission requests sent", Some(rx.nacks_sent)),
+        ("  ... naming ranges", Some(rx.nack_ranges)),
+        ("  retransmitted datagrams placed", Some(rx.placed_retransmitted)),
+        ("  retransmissions no longer needed", Some(rx.redundant)),
+        ("  frames completed by retransmission", Some(rx.frames_recovered)),
+        ("  frames given up", Some(rx.frames_given_up)),
+        ("  kernel drops", Some(rx.kernel_drops)),
+        ("controller (sender's history)", None),
+        ("  requests received", Some(tx.retransmit.nacks)),
+        ("  datagrams asked for", Some(tx.retransmit.requested)),
+        ("  datagrams resent", Some(tx.retransmit.resent)),
+        ("  asked for but out of history", Some(tx.retransmit.history_misses)),
+        ("  tail probes", Some(tx.retransmit.probes)),
+        ("  malformed requests", Some(tx.retransmit.bad_nacks)),
+        ("  other drops at the receiver", Some(rx.dropped_total() - rx.dropped(BadChecksum) - rx.dropped(Duplicate))),
+    ];
     println!();
-    println!("{:<44} {:>14}", "frames", "");
-    println!("{:<44} {:>14}", "  sent", o.sent);
-    println!("{:<44} {:>14}", "  bit-exact (xxh3 = manifest)", o.exact);
-    println!("{:<44} {:>14}", "  wrong bytes", o.mismatched);
-    println!("{:<44} {:>14}", "  incomplete (not recovered)", o.incomplete);
-    println!("{:<44} {:>14}", "  never delivered", o.missing);
-    println!("{:<44} {:>14}", "injected by the emulator", "");
-    println!("{:<44} {:>14}", "  datagrams dropped", tx.faults.dropped);
-    println!("{:<44} {:>14}", "  datagrams reordered", tx.faults.reordered);
-    println!("{:<44} {:>14}", "  datagrams duplicated", tx.faults.duplicated);
-    println!("{:<44} {:>14}", "  datagrams corrupted", tx.faults.corrupted);
-    println!("{:<44} {:>14}", "detected and recovered by the receiver", "");
-    println!("{:<44} {:>14}", "  sequence numbers declared missing", rx.seq_missing);
-    println!("{:<44} {:>14}", "  ... of which arrived late", rx.seq_recovered);
-    println!("{:<44} {:>14}", "  reordered within the lag", rx.seq_reordered);
-    println!("{:<44} {:>14}", "  bad checksums dropped", rx.dropped(rdaq_receiver::DropReason::BadChecksum));
-    println!("{:<44} {:>14}", "  duplicates dropped", rx.dropped(rdaq_receiver::DropReason::Duplicate));
-    println!("{:<44} {:>14}", "  retransmission requests sent", rx.nacks_sent);
-    println!("{:<44} {:>14}", "  ... naming ranges", rx.nack_ranges);
-    println!("{:<44} {:>14}", "  retransmitted datagrams placed", rx.placed_retransmitted);
-    println!("{:<44} {:>14}", "  retransmissions no longer needed", rx.redundant);
-    println!("{:<44} {:>14}", "  frames completed by retransmission", rx.frames_recovered);
-    println!("{:<44} {:>14}", "  frames given up", rx.frames_given_up);
-    println!("{:<44} {:>14}", "  kernel drops", rx.kernel_drops);
-    println!("{:<44} {:>14}", "controller (sender's history)", "");
-    println!("{:<44} {:>14}", "  requests received", tx.retransmit.nacks);
-    println!("{:<44} {:>14}", "  datagrams asked for", tx.retransmit.requested);
-    println!("{:<44} {:>14}", "  datagrams resent", tx.retransmit.resent);
-    println!("{:<44} {:>14}", "  asked for but out of history", tx.retransmit.history_misses);
+    for (label, v) in rows {
+        println!("{label:<44} {:>14}", v.map_or(String::new(), |v| v.to_string()));
+    }
     println!();
     println!("{:<30} {:>12} {:>12} {:>10}", "run", "frames/s", "GB/s", "vs clean");
     if let Some(b) = base {
