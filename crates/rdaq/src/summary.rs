@@ -118,7 +118,11 @@ impl Summary {
     }
 
     pub fn print(&self) {
-        let sent = self.datagrams_sent.map_or(String::new(), |s| format!("sent {s}, "));
+        let sent = match (self.datagrams_sent, self.datagrams_resent) {
+            (Some(s), Some(r)) if r > 0 => format!("sent {s} ({r} of them again: requested, or tail probes), "),
+            (Some(s), _) => format!("sent {s}, "),
+            _ => String::new(),
+        };
         println!("---- rdaq summary ----");
         match self.frames_expected {
             Some(e) => println!("frames      : {} complete of {e} expected, {} incomplete (kept), {} discarded, {} written",
