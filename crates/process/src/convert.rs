@@ -1,0 +1,254 @@
+//! JUNGFRAU conversion (FORMATS.md section 1): raw 16-bit words (gain bits 15..14, ADC
+//! 13..0) to energy in keV, `E = (adc - P[g]) / G[g]`, or to photon counts for a photon
+//! energy, `n = E / E_photon` rounded half away from zero, saturating.
+//!
+//! Conventions (configurable where FORMATS.md says implementations disagree):
+//! - The invalid gain code 10 is an error by default ([`InvalidGain`]); aare converts it as
+//!   G0, which [`InvalidGain::AsG0`] reproduces.
+//! - The special words 0xC000 (saturated), 0x4000 (G1 with ADC 0) and 0xFFFF (error), and
+//!   masked pixels, are not converted. In keV they become +inf (saturated) or NaN (error,
+//!   masked); in photon counts the type's maximum (saturated) or minimum (error, masked), so
+//!   that a real count saturates one below them.
+//! - The arithmetic is the formula's in f32, subtraction then division (not a multiplication
+//!   by a reciprocal), so the keV result is bit-exact with aare's `apply_calibration`.
+
+use rdaq_detector::jungfrau::{ADC_MAX, WORD_ERROR, WORD_SATURATED};
+use thiserror::Error;
+
+/// What the invalid gain code 10 means.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InvalidGain {
+    /// An error pixel (Jungfraujoch's choice).
+    #[default]
+    Error,
+    /// Converted with the G0 calibration (aare's choice).
+    AsG0,
+    /// Converted with the G2 calibration.
+    AsG2,
+}
+
+/// The G1 word with ADC 0: Jungfraujoch's marker of a broken readout.
+const WORD_G1_ZERO: u16 = 0x4000;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum CalibrationError {
+    #[error("calibration arrays hold {got} pixels, the module has {want}")]
+    Size { got: usize, want: usize },
+    #[error("{what} of pixel {pixel} in gain {gain} is not a finite number (or a zero gain)")]
+    NotFinite { what: &'static str, pixel: usize, gain: usize },
+}
+
+/// Per-pixel calibration of one module: pedestal (ADU) and gain (ADU/keV) for each gain
+/// stage, indexed `[gain][pixel]`, and a pixel mask (non-zero: do not convert).
+#[derive(Clone, Debug)]
+pub struct Calibration {
+    pub pedestal: [Vec<f32>; 3],
+    pub gain: [Vec<f32>; 3],
+    pub mask: Vec<u32>,
+}
+
+impl Calibration {
+    /// Checks sizes and values: every array has `pixels` entries, pedestals are finite and
+    /// gains finite and non-zero.
+    pub fn check(&self, pixels: usize) -> Result<(), CalibrationError> {
+        for a in self.pedestal.iter().chain(self.gain.iter()).map(Vec::len).chain([self.mask.len()]) {
+            if a != pixels {
+                return Err(CalibrationError::Size { got: a, want: pixels });
+            }
+        }
+        for g in 0..3 {
+            if let Some(pixel) = self.pedestal[g].iter().position(|p| !p.is_finite()) {
+                return Err(CalibrationError::NotFinite { what: "pedestal", pixel, gain: g });
+            }
+            if let Some(pixel) = self.gain[g].iter().position(|x| !x.is_finite() || *x == 0.0) {
+                return Err(CalibrationError::NotFinite { what: "gain", pixel, gain: g });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Photon count types: the saturation and error markers and the conversion with saturation.
+pub trait Count: Copy + Default + Send + Sync {
+    const SATURATED: Self;
+    const ERROR: Self;
+    /// Rounds half away from zero and saturates one inside the markers.
+    fn from_f32(x: f32) -> Self;
+}
+
+impl Count for i16 {
+    const SATURATED: i16 = i16::MAX;
+    const ERROR: i16 = i16::MIN;
+    #[inline(always)]
+    fn from_f32(x: f32) -> i16 {
+        // `as` saturates; NaN cannot come here (calibrations are checked finite)
+        x.round().clamp(i16::MIN as f32 + 1.0, i16::MAX as f32 - 1.0) as i16
+    }
+}
+
+impl Count for i32 {
+    const SATURATED: i32 = i32::MAX;
+    const ERROR: i32 = i32::MIN;
+    #[inline(always)]
+    fn from_f32(x: f32) -> i32 {
+        // f32 cannot represent i32::MAX - 1: clamp below 2^31 - 128, the largest f32 under it
+        x.round().clamp(-2_147_483_520.0, 2_147_483_520.0) as i32
+    }
+}
+
+/// What a word is, before any arithmetic.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Value(usize),
+    Saturated,
+    Error,
+}
+
+/// The conversion of one module.
+pub struct Converter {
+    cal: Calibration,
+    invalid: InvalidGain,
+}
+
+impl Converter {
+    pub fn new(cal: Calibration, invalid: InvalidGain) -> Result<Converter, CalibrationError> {
+        cal.check(cal.mask.len())?;
+        Ok(Converter { cal, invalid })
+    }
+
+    pub fn pixels(&self) -> usize {
+        self.cal.mask.len()
+    }
+
+    #[inline(always)]
+    fn kind(&self, word: u16, masked: bool) -> Kind {
+        if masked || word == WORD_ERROR || word == WORD_G1_ZERO {
+            return Kind::Error;
+        }
+        if word == WORD_SATURATED {
+            return Kind::Saturated;
+        }
+        match (word >> 14, self.invalid) {
+            (0, _) => Kind::Value(0),
+            (1, _) => Kind::Value(1),
+            (3, _) => Kind::Value(2),
+            (_, InvalidGain::AsG0) => Kind::Value(0),
+            (_, InvalidGain::AsG2) => Kind::Value(2),
+            (_, InvalidGain::Error) => Kind::Error,
+        }
+    }
+
+    #[inline(always)]
+    fn kev(&self, px: usize, g: usize, word: u16) -> f32 {
+        ((word & ADC_MAX) as f32 - self.cal.pedestal[g][px]) / self.cal.gain[g][px]
+    }
+
+    /// Converts a module frame to keV.
+    pub fn to_kev(&self, raw: &[u16], out: &mut [f32]) {
+        assert!(raw.len() == self.pixels() && out.len() == self.pixels(), "one module frame in and out");
+        for (px, (o, &w)) in out.iter_mut().zip(raw).enumerate() {
+            *o = match self.kind(w, self.cal.mask[px] != 0) {
+                Kind::Value(g) => self.kev(px, g, w),
+                Kind::Saturated => f32::INFINITY,
+                Kind::Error => f32::NAN,
+            };
+        }
+    }
+
+    /// Converts a module frame to photon counts of `photon_kev` each.
+    pub fn to_photons<T: Count>(&self, raw: &[u16], photon_kev: f32, out: &mut [T]) {
+        assert!(raw.len() == self.pixels() && out.len() == self.pixels(), "one module frame in and out");
+        assert!(photon_kev.is_finite() && photon_kev > 0.0, "a positive photon energy");
+        for (px, (o, &w)) in out.iter_mut().zip(raw).enumerate() {
+            *o = match self.kind(w, self.cal.mask[px] != 0) {
+                Kind::Value(g) => T::from_f32(self.kev(px, g, w) / photon_kev),
+                Kind::Saturated => T::SATURATED,
+                Kind::Error => T::ERROR,
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdaq_detector::jungfrau::{ModuleCalibration, MODULE_PIXELS};
+    use rdaq_detector::rng;
+
+    fn calibration(pixels: usize) -> Calibration {
+        let m = ModuleCalibration::synthetic(3, 0);
+        Calibration {
+            pedestal: m.pedestal.map(|v| v[..pixels].to_vec()),
+            gain: m.gain.map(|v| v[..pixels].to_vec()),
+            mask: vec![0; pixels],
+        }
+    }
+
+    #[test]
+    fn kev_matches_the_detector_model_for_every_valid_word() {
+        let n = 4096;
+        let conv = Converter::new(calibration(n), InvalidGain::Error).unwrap();
+        let model = ModuleCalibration::synthetic(3, 0);
+        let raw: Vec<u16> = (0..n as u64).map(|i| rng::at(77, i) as u16).collect();
+        let mut out = vec![0f32; n];
+        conv.to_kev(&raw, &mut out);
+        for px in 0..n {
+            match model.energy_kev(px, raw[px]) {
+                Some(e) => assert_eq!(out[px].to_bits(), e.to_bits(), "pixel {px} word {:#06x}", raw[px]),
+                None if raw[px] == WORD_SATURATED => assert_eq!(out[px], f32::INFINITY),
+                None => assert!(out[px].is_nan(), "pixel {px} word {:#06x}", raw[px]),
+            }
+        }
+    }
+
+    #[test]
+    fn special_words_invalid_gain_and_mask() {
+        let mut cal = calibration(6);
+        cal.mask[5] = 1 << 1;
+        let raw = [WORD_SATURATED, WORD_ERROR, WORD_G1_ZERO, 0x8000 | 1000, 0x8000 | 1000, 0x0100];
+        let mut out = [0f32; 6];
+        let conv = Converter::new(cal.clone(), InvalidGain::Error).unwrap();
+        conv.to_kev(&raw, &mut out);
+        assert_eq!(out[0], f32::INFINITY);
+        assert!(out[1].is_nan() && out[2].is_nan() && out[3].is_nan() && out[5].is_nan());
+        let conv = Converter::new(cal.clone(), InvalidGain::AsG0).unwrap();
+        conv.to_kev(&raw, &mut out);
+        assert_eq!(out[4], (1000.0 - cal.pedestal[0][4]) / cal.gain[0][4]);
+        let conv = Converter::new(cal.clone(), InvalidGain::AsG2).unwrap();
+        conv.to_kev(&raw, &mut out);
+        assert_eq!(out[4], (1000.0 - cal.pedestal[2][4]) / cal.gain[2][4]);
+        let mut counts = [0i16; 6];
+        conv.to_photons(&raw, 12.4, &mut counts);
+        assert_eq!((counts[0], counts[1], counts[5]), (i16::MAX, i16::MIN, i16::MIN));
+    }
+
+    #[test]
+    fn photon_counts_round_half_away_from_zero_and_saturate() {
+        // pedestal 0, gain 1 ADU/keV, photon 1 keV: the count is the ADC value, or minus it
+        let one = |g: f32| Calibration { pedestal: [vec![0.0; 4], vec![0.0; 4], vec![0.0; 4]], gain: [vec![g; 4], vec![g; 4], vec![g; 4]], mask: vec![0; 4] };
+        let conv = Converter::new(one(2.0), InvalidGain::Error).unwrap();
+        let mut c = [0i16; 4];
+        conv.to_photons(&[5, 3, 1, 0x3fff], 1.0, &mut c); // 2.5, 1.5, 0.5, 8191.5
+        assert_eq!(c, [3, 2, 1, 8192]);
+        let conv = Converter::new(one(-2.0), InvalidGain::Error).unwrap();
+        conv.to_photons(&[5, 3, 1, 0], 1.0, &mut c);
+        assert_eq!(c, [-3, -2, -1, 0]);
+        let conv = Converter::new(one(0.01), InvalidGain::Error).unwrap();
+        conv.to_photons(&[0x3fff, 1, 2, 3], 1.0, &mut c);
+        assert_eq!(c[0], i16::MAX - 1, "saturates below the saturation marker");
+        let mut w = [0i32; 4];
+        conv.to_photons(&[0x3fff, 1, 2, 3], 1.0, &mut w);
+        assert_eq!(w, [1_638_300, 100, 200, 300]);
+    }
+
+    #[test]
+    fn bad_calibrations_are_refused() {
+        let mut cal = calibration(8);
+        cal.gain[1][3] = 0.0;
+        assert_eq!(Converter::new(cal, InvalidGain::Error).err(), Some(CalibrationError::NotFinite { what: "gain", pixel: 3, gain: 1 }));
+        let mut cal = calibration(8);
+        cal.pedestal[2].pop();
+        assert!(matches!(Converter::new(cal, InvalidGain::Error), Err(CalibrationError::Size { got: 7, want: 8 })));
+        assert_eq!(calibration(MODULE_PIXELS).check(MODULE_PIXELS), Ok(()));
+    }
+}
