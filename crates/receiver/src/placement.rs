@@ -406,10 +406,21 @@ impl Placement {
 
     /// Predicted landings for the next batch on `src`, one per entry of `out`: the cells
     /// after the last one placed from it, each only if it may take a full landing's bytes (a
-    /// full-size cell, bit clear, slot not handed); otherwise `None` (scratch).
+    /// full-size cell, bit clear, slot not handed); otherwise `None` (scratch). The walk
+    /// stops before it comes round the ring to a cell it already named: two datagrams of one
+    /// batch must never land in the same place (a batch can be longer than the ring).
     pub fn predict(&self, src: &Source, landing_len: usize, out: &mut [Option<*mut u8>]) {
+        let span = match src.kind {
+            SourceKind::Rdaq => self.grid.cells_per_module,
+            SourceKind::Sls { packets, .. } => packets,
+        } as usize;
+        let distinct = span * self.slots.len();
         let mut next = src.next;
-        for o in out.iter_mut() {
+        for (k, o) in out.iter_mut().enumerate() {
+            if k >= distinct {
+                *o = None;
+                continue;
+            }
             *o = next.and_then(|(slot, cell)| {
                 let s = &self.slots[slot as usize];
                 let bit_set = s.state == State::Filling && s.bitmap[cell as usize / 64] & (1 << (cell % 64)) != 0;

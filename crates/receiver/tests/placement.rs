@@ -215,3 +215,21 @@ proptest! {
         }
     }
 }
+
+/// A batch longer than the ring must not name any landing twice: two datagrams written into
+/// one cell by the kernel would corrupt the one that belongs there (found by the hostile-input
+/// test, where floods made batches of 64 on a ring of 32 cells per channel).
+#[test]
+fn predicted_landings_of_one_batch_are_distinct_even_past_the_ring() {
+    use rdaq_receiver::placement::Source;
+    let (_, p) = setup(IncompletePolicy::Keep);
+    let src = Source::new(SourceKind::Rdaq, 1, 1, p.grid(), None);
+    let mut out = vec![None; 64];
+    p.predict(&src, CELL as usize, &mut out);
+    let named: Vec<*mut u8> = out.iter().flatten().copied().collect();
+    let mut unique = named.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), named.len(), "a landing named twice");
+    assert_eq!(named.len(), SLOTS * (MODULE_BYTES / CELL) as usize, "every cell of the module's ring is named once");
+}
