@@ -8,6 +8,18 @@ use crate::jungfrau::{MODULE_COLS, MODULE_ROWS};
 pub const DEFAULT_GAP_X: usize = 8;
 pub const DEFAULT_GAP_Y: usize = 36;
 
+/// Defaults of the geometry fields, for the file and wire types that carry them (serde's
+/// `default = "..."` takes a function).
+pub fn default_module_cols() -> u16 {
+    1
+}
+pub fn default_gap_x() -> usize {
+    DEFAULT_GAP_X
+}
+pub fn default_gap_y() -> usize {
+    DEFAULT_GAP_Y
+}
+
 /// Gap pixels carry this word in assembled raw images (the JUNGFRAU error word), and are
 /// flagged with [`MASK_GAP`] in the pixel mask.
 pub const GAP_WORD: u16 = 0xffff;

@@ -643,7 +643,6 @@ fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Contr
         let dtp = &dtps[module as usize];
         if rc.store.pool.is_empty() {
             let slot = (frame % ring_len as u64) as usize;
-            rc.store.tags[slot] = None;
             content.make(frame, &mut rc.store.ring[slot]);
             rc.store.tags[slot] = Some(frame);
         }

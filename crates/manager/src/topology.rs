@@ -29,22 +29,16 @@ pub struct DetectorSpec {
     #[serde(default)]
     pub control: Option<SocketAddr>,
     /// Modules per grid row (fast axis); default 1 (modules stacked along the slow axis).
-    #[serde(default = "one")]
+    #[serde(default = "rdaq_detector::geometry::default_module_cols")]
     pub module_cols: u16,
-    #[serde(default = "gap_x")]
+    #[serde(default = "rdaq_detector::geometry::default_gap_x")]
     pub gap_x: usize,
-    #[serde(default = "gap_y")]
+    #[serde(default = "rdaq_detector::geometry::default_gap_y")]
     pub gap_y: usize,
 }
 
 fn one() -> u16 {
     1
-}
-fn gap_x() -> usize {
-    rdaq_detector::geometry::DEFAULT_GAP_X
-}
-fn gap_y() -> usize {
-    rdaq_detector::geometry::DEFAULT_GAP_Y
 }
 
 #[derive(Clone, Debug, Deserialize)]

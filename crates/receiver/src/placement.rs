@@ -320,6 +320,14 @@ impl Placement {
         self.hdr_len
     }
 
+    /// Bytes before the payload of a datagram from a source of this kind.
+    fn header_len_of(&self, kind: SourceKind) -> usize {
+        match kind {
+            SourceKind::Rdaq => self.hdr_len,
+            SourceKind::Sls { .. } => SLS_HEADER_LEN,
+        }
+    }
+
     pub fn grid(&self) -> &Grid {
         &self.grid
     }
@@ -452,17 +460,15 @@ impl Placement {
         // Pass 1 (stateless): targets, and move every payload that landed in a wrong
         // predicted cell out of the arena, so that pass 2 may write any cell of this batch.
         self.pending.clear();
-        let hdr_len = match src.kind {
-            SourceKind::Rdaq => self.hdr_len,
-            SourceKind::Sls { .. } => SLS_HEADER_LEN,
-        };
+        let hdr_len = self.header_len_of(src.kind);
         for i in 0..n {
             let len = rx.datagram_len(i);
             let payload = len.saturating_sub(hdr_len);
             let landed = rx.landed(i);
+            let from = rx.source(i);
             let t = if rx.truncated(i) {
                 Err(DropReason::Oversized)
-            } else if !self.allowed.is_empty() && !rx.source(i).is_some_and(|a| self.allowed.contains(&a.ip())) {
+            } else if !self.allowed.is_empty() && !from.is_some_and(|a| self.allowed.contains(&a.ip())) {
                 Err(DropReason::UnknownSource)
             } else {
                 match src.kind {
@@ -476,7 +482,7 @@ impl Placement {
                 }
             };
             if t.is_ok() {
-                src.peer = rx.source(i);
+                src.peer = from;
             }
             let s = match &t {
                 Ok(t) if self.dest(t) == landed => Src::InPlace,
@@ -522,19 +528,12 @@ impl Placement {
     /// engine uses [`Placement::place_batch`]). Returns the drop reason, if dropped.
     pub fn place_datagram(&mut self, datagram: &[u8], src: SourceKind, now: Instant) -> Result<Target, DropReason> {
         self.counters.datagrams += 1;
+        let hl = self.header_len_of(src).min(datagram.len());
         let t = match src {
-            SourceKind::Rdaq => {
-                let hl = self.hdr_len.min(datagram.len());
-                self.target_rdaq(&datagram[..hl], datagram.len())
-                    .and_then(|t| self.verify(&datagram[..hl], &datagram[hl..]).map(|()| t))
-            }
-            SourceKind::Sls { .. } => self.target_sls(&datagram[..SLS_HEADER_LEN.min(datagram.len())], datagram.len(), src),
+            SourceKind::Rdaq => self.target_rdaq(&datagram[..hl], datagram.len())
+                .and_then(|t| self.verify(&datagram[..hl], &datagram[hl..]).map(|()| t)),
+            SourceKind::Sls { .. } => self.target_sls(&datagram[..hl], datagram.len(), src),
         };
-        let hl = match src {
-            SourceKind::Rdaq => self.hdr_len,
-            SourceKind::Sls { .. } => SLS_HEADER_LEN,
-        }
-        .min(datagram.len());
         let r = t.and_then(|t| self.place(t, Src::At(datagram[hl..].as_ptr()), datagram.len() - hl, now).map(|()| t));
         if let Err(reason) = r {
             self.count_drop(&t, reason);

@@ -140,23 +140,14 @@ pub struct StartRequest {
     #[serde(default)]
     pub output: Option<String>,
     /// Geometry of the modules this receiver holds, for assembly.
-    #[serde(default = "one")]
+    #[serde(default = "rdaq_detector::geometry::default_module_cols")]
     pub module_cols: u16,
-    #[serde(default = "gap_x")]
+    #[serde(default = "rdaq_detector::geometry::default_gap_x")]
     pub gap_x: usize,
-    #[serde(default = "gap_y")]
+    #[serde(default = "rdaq_detector::geometry::default_gap_y")]
     pub gap_y: usize,
 }
 
-fn one() -> u16 {
-    1
-}
-fn gap_x() -> usize {
-    rdaq_detector::geometry::DEFAULT_GAP_X
-}
-fn gap_y() -> usize {
-    rdaq_detector::geometry::DEFAULT_GAP_Y
-}
 
 async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<serde_json::Value>, ApiError> {
     let mut d = lock(&s);
