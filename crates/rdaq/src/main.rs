@@ -429,7 +429,8 @@ fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     }
     let secs = r.elapsed.as_secs_f64();
     println!(
-        "rdaq emulate: {} modules x {} frames, {} datagrams, {:.3} GB in {:.3} s ({:.2} GB/s), gso {}, late frames {}, refused {}",
+        "rdaq emulate: {} modules x {} frames, {} datagrams, {:.3} GB in {:.3} s ({:.2} GB/s), gso {}, late frames {}, refused {}, \
+         requests {} (malformed {}), resent {}, not in history {}",
         map.modules,
         a.frames,
         r.sent.datagrams,
@@ -438,7 +439,11 @@ fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         r.sent.bytes as f64 / 1e9 / secs,
         r.gso,
         r.late_frames,
-        r.sent.refused
+        r.sent.refused,
+        r.retransmit.nacks,
+        r.retransmit.bad_nacks,
+        r.retransmit.resent,
+        r.retransmit.history_misses
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -34,6 +34,12 @@ pub struct Summary {
     pub datagrams_redundant: u64,
     pub frames_recovered: u64,
     pub frames_given_up: u64,
+    /// Missing ranges not asked for (queue full, rate limit, send failed), and loss reports
+    /// not delivered.
+    pub nack_ranges_dropped: u64,
+    pub loss_reports_dropped: u64,
+    /// Requests the modules refused as malformed or for another module.
+    pub bad_nacks: Option<u64>,
     /// Datagrams the modules sent again, and requests their history could not answer.
     pub datagrams_resent: Option<u64>,
     pub history_misses: Option<u64>,
@@ -63,6 +69,7 @@ impl Summary {
         s.sends_refused = Some(emu.sent.refused);
         s.datagrams_resent = Some(emu.retransmit.resent);
         s.history_misses = Some(emu.retransmit.history_misses);
+        s.bad_nacks = Some(emu.retransmit.bad_nacks);
         let f = &emu.faults;
         s.faults_injected = Some([f.dropped, f.reordered, f.duplicated, f.corrupted, f.delayed]).filter(|v| v.iter().any(|&x| x > 0));
         // the data rate over the sending time, which is what the detector produced
@@ -98,6 +105,9 @@ impl Summary {
             datagrams_redundant: c.redundant,
             frames_recovered: c.frames_recovered,
             frames_given_up: c.frames_given_up,
+            nack_ranges_dropped: c.nack_ranges_dropped,
+            loss_reports_dropped: c.loss_reports_dropped,
+            bad_nacks: None,
             datagrams_resent: None,
             history_misses: None,
             faults_injected: None,
@@ -145,6 +155,11 @@ impl Summary {
             println!("recovery    : seq missing {}, requests {}{resent}{misses}, placed {} (redundant {}), frames recovered {}, given up {}",
                 self.seq_missing, self.nacks_sent, self.datagrams_retransmitted_placed, self.datagrams_redundant,
                 self.frames_recovered, self.frames_given_up);
+        }
+        let unasked = self.nack_ranges_dropped + self.loss_reports_dropped + self.bad_nacks.unwrap_or(0);
+        if unasked > 0 {
+            println!("not asked   : {} missing ranges not requested, {} loss reports dropped, {} requests refused by the modules",
+                self.nack_ranges_dropped, self.loss_reports_dropped, self.bad_nacks.unwrap_or(0));
         }
         println!("throughput  : {:.3} GB placed, {:.3} GB/s, receiver CPU {:.2} s", self.bytes_placed as f64 / 1e9, self.gb_per_s, self.receiver_cpu_s);
         println!("elapsed     : {:.2} s", self.elapsed_s);

@@ -161,6 +161,12 @@ pub struct StopAnswer {
     pub bytes: u64,
     pub late_frames: u64,
     pub refused: u64,
+    /// Retransmission: requests received (and refused as malformed or for another module),
+    /// datagrams sent again, datagrams asked for that the history no longer held.
+    pub nacks: u64,
+    pub bad_nacks: u64,
+    pub resent: u64,
+    pub history_misses: u64,
     pub elapsed_s: f64,
 }
 
@@ -181,6 +187,10 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
         bytes: r.sent.bytes,
         late_frames: r.late_frames,
         refused: r.sent.refused,
+        nacks: r.retransmit.nacks,
+        bad_nacks: r.retransmit.bad_nacks,
+        resent: r.retransmit.resent,
+        history_misses: r.retransmit.history_misses,
         elapsed_s: r.elapsed.as_secs_f64(),
     };
     lock(&s).report = Some(r);
