@@ -11,7 +11,7 @@ use hdf5::{Dataset, File, Group};
 use rdaq_detector::{Geometry, MODULE_COLS, MODULE_ROWS};
 use thiserror::Error;
 
-use crate::bitshuffle::Compressor;
+use rdaq_process::bitshuffle::{Codec, Compressor};
 
 /// HDF5 filter id of bitshuffle.
 pub const BSHUF_FILTER: i32 = 32008;
@@ -199,8 +199,8 @@ impl NxmxWriter {
             frame_numbers: Vec::new(),
             complete: Vec::new(),
             incomplete_frames: Vec::new(),
-            words: Compressor::new(2, 0),
-            mask_words: Compressor::new(4, 0),
+            words: Compressor::new(2, 0, Codec::Lz4),
+            mask_words: Compressor::new(4, 0, Codec::Lz4),
             chunk: Vec::new(),
             mask_buf: Vec::new(),
             bytes_written: 0,

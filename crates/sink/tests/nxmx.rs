@@ -2,7 +2,7 @@
 //! without the plugin, so the chunk bytes are read raw and decoded here; h5py + hdf5plugin
 //! decode them in the Python end-to-end tests).
 
-use rdaq_sink::bitshuffle::decompress;
+use rdaq_process::bitshuffle::{decompress, Codec};
 use rdaq_sink::{NxmxMeta, NxmxWriter};
 
 fn meta() -> NxmxMeta {
@@ -43,11 +43,11 @@ fn frames_and_tables_land_in_the_file() {
     assert_eq!(complete.iter().filter(|&&c| c == 0).count(), 1);
     for i in [0usize, 5, 39] {
         let (_mask, raw) = read_chunk(&ds, i);
-        assert_eq!(decompress(&raw, 2).unwrap(), frames[i], "frame {i}");
+        assert_eq!(decompress(&raw, 2, Codec::Lz4).unwrap(), frames[i], "frame {i}");
     }
     let mask_ds = file.dataset("entry/data/incomplete_pixel_mask").unwrap();
     let (_, raw) = read_chunk(&mask_ds, 0);
-    let mask = decompress(&raw, 4).unwrap();
+    let mask = decompress(&raw, 4, Codec::Lz4).unwrap();
     let m: Vec<u32> = mask.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
     assert!(m[128..384].iter().all(|&v| v == 2) && m[..128].iter().all(|&v| v == 0) && m[384..].iter().all(|&v| v == 0));
     let gaps: Vec<u32> = file.dataset("entry/instrument/detector/pixel_mask").unwrap().read_raw().unwrap();

@@ -1,11 +1,14 @@
-//! Bitshuffle (Masui et al.) and the bitshuffle+LZ4 HDF5 chunk format.
+//! Bitshuffle (Masui et al.) and the bitshuffle+LZ4 / bitshuffle+Zstd HDF5 chunk format
+//! (filter 32008, FORMATS.md section 3), written here because no maintained Rust crate
+//! implements it; LZ4 blocks come from `lz4_flex`, Zstd frames from `zstd` (libzstd).
 //!
 //! Transposition of a block of `n` elements (`n` a multiple of 8) of `size` bytes: output
 //! row `byte * 8 + bit` (n / 8 bytes long) holds that bit of that byte of every element,
 //! eight elements per output byte, least significant bit first.
 //!
 //! Chunk: 8-byte big-endian uncompressed size, 4-byte big-endian block size in bytes, then
-//! per block a 4-byte big-endian compressed length and a raw LZ4 block; the last partial
+//! per block a 4-byte big-endian compressed length and a raw LZ4 block (or a Zstd frame);
+//! the last partial
 //! block is rounded down to a multiple of 8 elements and the remaining `len % 8` elements
 //! are appended uncompressed.
 
@@ -124,22 +127,55 @@ pub fn unshuffle_block(src: &[u8], dst: &mut [u8], size: usize) {
     }
 }
 
-/// Reusable buffers for compressing chunks without allocating per frame.
+/// The codec of the blocks after transposition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codec {
+    Lz4,
+    /// Zstd at this compression level.
+    Zstd(i32),
+}
+
+impl Codec {
+    /// The HDF5 cd_values entries 4 and 5 of filter 32008: 2 = LZ4, 3 = Zstd, then the level.
+    pub fn cd_values(self) -> [u32; 2] {
+        match self {
+            Codec::Lz4 => [2, 0],
+            Codec::Zstd(level) => [3, level as u32],
+        }
+    }
+}
+
+/// Reusable buffers (and the Zstd context) for compressing chunks without allocating per
+/// frame once `out` has grown to its working size.
 pub struct Compressor {
     elem_size: usize,
     block_elems: usize,
+    codec: Codec,
     shuffled: Vec<u8>,
+    zstd: Option<zstd::bulk::Compressor<'static>>,
 }
 
 impl Compressor {
     /// `block_elems` 0 picks the library default.
-    pub fn new(elem_size: usize, block_elems: usize) -> Self {
+    pub fn new(elem_size: usize, block_elems: usize, codec: Codec) -> Self {
         let block_elems = if block_elems == 0 { default_block_elems(elem_size) } else { block_elems };
         assert!(block_elems % 8 == 0 && block_elems > 0, "block size must be a multiple of 8 elements");
-        Compressor { elem_size, block_elems, shuffled: vec![0; block_elems * elem_size] }
+        let zstd = match codec {
+            Codec::Lz4 => None,
+            Codec::Zstd(level) => Some(zstd::bulk::Compressor::new(level).expect("libzstd accepts every level (it clamps)")),
+        };
+        Compressor { elem_size, block_elems, codec, shuffled: vec![0; block_elems * elem_size], zstd }
     }
 
-    /// Compresses `src` (whole elements) into `out` (cleared first) as a bitshuffle+LZ4 chunk.
+    pub fn codec(&self) -> Codec {
+        self.codec
+    }
+
+    pub fn elem_size(&self) -> usize {
+        self.elem_size
+    }
+
+    /// Compresses `src` (whole elements) into `out` (cleared first) as one chunk.
     pub fn compress(&mut self, src: &[u8], out: &mut Vec<u8>) {
         let es = self.elem_size;
         assert_eq!(src.len() % es, 0, "whole elements");
@@ -162,8 +198,16 @@ impl Compressor {
             let len_pos = out.len();
             out.extend_from_slice(&[0; 4]);
             let start = out.len();
-            out.resize(start + lz4_flex::block::get_maximum_output_size(bytes), 0);
-            let c = lz4_flex::block::compress_into(shuffled, &mut out[start..]).expect("output sized for the worst case");
+            let c = match self.zstd.as_mut() {
+                None => {
+                    out.resize(start + lz4_flex::block::get_maximum_output_size(bytes), 0);
+                    lz4_flex::block::compress_into(shuffled, &mut out[start..]).expect("output sized for the worst case")
+                }
+                Some(z) => {
+                    out.resize(start + zstd::zstd_safe::compress_bound(bytes), 0);
+                    z.compress_to_buffer(shuffled, &mut out[start..]).expect("output sized for the worst case")
+                }
+            };
             out.truncate(start + c);
             out[len_pos..len_pos + 4].copy_from_slice(&(c as u32).to_be_bytes());
             at += bytes;
@@ -178,13 +222,13 @@ pub enum ChunkError {
     Truncated,
     #[error("chunk block size {0} is not a positive multiple of 8 elements")]
     BadBlockSize(u32),
-    #[error("LZ4 block does not decode to {0} bytes")]
+    #[error("compressed block does not decode to {0} bytes")]
     BadBlock(usize),
 }
 
-/// Decodes a bitshuffle+LZ4 chunk of `elem_size`-byte elements (for tests and tools; the
-/// readers of our files are hdf5plugin and the bitshuffle library).
-pub fn decompress(chunk: &[u8], elem_size: usize) -> Result<Vec<u8>, ChunkError> {
+/// Decodes a bitshuffle chunk of `elem_size`-byte elements (for tests and tools; the readers
+/// of our files are hdf5plugin and the bitshuffle library).
+pub fn decompress(chunk: &[u8], elem_size: usize, codec: Codec) -> Result<Vec<u8>, ChunkError> {
     let total = u64::from_be_bytes(chunk.get(0..8).ok_or(ChunkError::Truncated)?.try_into().unwrap()) as usize;
     let block_bytes = u32::from_be_bytes(chunk.get(8..12).ok_or(ChunkError::Truncated)?.try_into().unwrap());
     let be = block_bytes as usize / elem_size;
@@ -203,7 +247,10 @@ pub fn decompress(chunk: &[u8], elem_size: usize) -> Result<Vec<u8>, ChunkError>
         pos += 4;
         let cblock = chunk.get(pos..pos + clen).ok_or(ChunkError::Truncated)?;
         pos += clen;
-        let got = lz4_flex::block::decompress_into(cblock, &mut tmp[..bytes]).map_err(|_| ChunkError::BadBlock(bytes))?;
+        let got = match codec {
+            Codec::Lz4 => lz4_flex::block::decompress_into(cblock, &mut tmp[..bytes]).map_err(|_| ChunkError::BadBlock(bytes))?,
+            Codec::Zstd(_) => zstd::bulk::decompress_to_buffer(cblock, &mut tmp[..bytes]).map_err(|_| ChunkError::BadBlock(bytes))?,
+        };
         if got != bytes {
             return Err(ChunkError::BadBlock(bytes));
         }
@@ -252,18 +299,19 @@ mod tests {
         }
 
         #[test]
-        fn chunks_roundtrip(size in prop_oneof![Just(2usize), Just(4)], n in 0usize..20_000, block in prop_oneof![Just(0usize), Just(128), Just(1000)], seed: u64) {
+        fn chunks_roundtrip(size in prop_oneof![Just(2usize), Just(4)], n in 0usize..20_000, block in prop_oneof![Just(0usize), Just(128), Just(1000)],
+                            codec in prop_oneof![Just(Codec::Lz4), Just(Codec::Zstd(1)), Just(Codec::Zstd(5))], seed: u64) {
             let src: Vec<u8> = (0..n * size).map(|i| ((seed ^ i as u64).wrapping_mul(0x9e37_79b9) >> 20) as u8 & 0x0f).collect();
-            let mut c = Compressor::new(size, block);
+            let mut c = Compressor::new(size, block, codec);
             let mut out = Vec::new();
             c.compress(&src, &mut out);
-            prop_assert_eq!(decompress(&out, size).unwrap(), src);
+            prop_assert_eq!(decompress(&out, size, codec).unwrap(), src);
         }
     }
 
     #[test]
     fn header_is_big_endian_sizes() {
-        let mut c = Compressor::new(2, 0);
+        let mut c = Compressor::new(2, 0, Codec::Lz4);
         let mut out = Vec::new();
         c.compress(&[0u8; 16384], &mut out);
         assert_eq!(&out[..12], &[0, 0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0x20, 0]);

@@ -1,0 +1,299 @@
+//! Pedestal tracking (FORMATS.md section 1; Jungfraujoch PedestalCalc, aare `Pedestal`):
+//! per pixel of one gain stage, a running window of `N` frames. For the first `N` frames
+//! `S += x; S2 += x*x`; afterwards `S += x - S/N; S2 += x*x - S2/N`. The pedestal is
+//! `S/n` and its variance `S2/n - P*P` (n = frames so far, at most `N`), in the order of
+//! operations of aare so that the results are bit-exact with `aare.Pedestal_f` (f32 sums)
+//! and `aare.Pedestal_d` (f64 sums).
+//!
+//! Frames whose gain bits do not match the stage being tracked are counted per pixel, not
+//! averaged. [`Pedestal::mask`] flags pixels with too few frames, wrong-gain frames, or (G0)
+//! an RMS above a limit.
+
+use rdaq_detector::jungfrau::ADC_MAX;
+
+/// The running sums' number type: f32 (aare `Pedestal_f`) or f64 (`Pedestal_d`).
+pub trait Sum: Copy + Send + Sync + Default + 'static {
+    fn from_adc(x: u16) -> Self;
+    fn from_count(n: u32) -> Self;
+    fn add(self, o: Self) -> Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn div(self, o: Self) -> Self;
+    fn to_f32(self) -> f32;
+}
+
+macro_rules! impl_sum {
+    ($t:ty) => {
+        impl Sum for $t {
+            #[inline(always)]
+            fn from_adc(x: u16) -> Self {
+                x as $t
+            }
+            #[inline(always)]
+            fn from_count(n: u32) -> Self {
+                n as $t
+            }
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                self + o
+            }
+            #[inline(always)]
+            fn sub(self, o: Self) -> Self {
+                self - o
+            }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self {
+                self * o
+            }
+            #[inline(always)]
+            fn div(self, o: Self) -> Self {
+                self / o
+            }
+            #[inline(always)]
+            fn to_f32(self) -> f32 {
+                self as f32
+            }
+        }
+    };
+}
+impl_sum!(f32);
+impl_sum!(f64);
+
+/// NXmx pixel_mask bits the pedestal sets (FORMATS.md section 1).
+pub mod mask_bits {
+    /// Bit 1 "dead": fewer frames than the minimum.
+    pub const TOO_FEW_FRAMES: u32 = 1 << 1;
+    /// Bit 3 "over-responding": the pixel left the tracked gain stage in dark frames.
+    pub const WRONG_GAIN: u32 = 1 << 3;
+    /// Bit 4 "noisy": the G0 pedestal RMS is above the limit.
+    pub const NOISY: u32 = 1 << 4;
+}
+
+/// The running pedestal of one gain stage (0, 1 or 2) over `pixels` pixels.
+#[derive(Clone, Debug)]
+pub struct Pedestal<S: Sum = f64> {
+    stage: u8,
+    window: u32,
+    sum: Vec<S>,
+    sum2: Vec<S>,
+    samples: Vec<u32>,
+    wrong_gain: Vec<u32>,
+    frames: u64,
+}
+
+/// The gain code (word bits 15..14) of each stage.
+const STAGE_CODE: [u16; 3] = [0, 1, 3];
+
+impl<S: Sum> Pedestal<S> {
+    pub fn new(pixels: usize, stage: u8, window: u32) -> Self {
+        assert!(stage < 3 && window > 0, "stage 0..2 and a window of at least one frame");
+        Pedestal {
+            stage,
+            window,
+            sum: vec![S::default(); pixels],
+            sum2: vec![S::default(); pixels],
+            samples: vec![0; pixels],
+            wrong_gain: vec![0; pixels],
+            frames: 0,
+        }
+    }
+
+    pub fn pixels(&self) -> usize {
+        self.samples.len()
+    }
+
+    pub fn stage(&self) -> u8 {
+        self.stage
+    }
+
+    pub fn window(&self) -> u32 {
+        self.window
+    }
+
+    /// Frames pushed so far.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Adds one dark frame of raw words.
+    pub fn push(&mut self, raw: &[u16]) {
+        self.push_at(0, raw);
+        self.frames += 1;
+    }
+
+    /// Adds the words of pixels `first..first + raw.len()` of a frame (a module's span of an
+    /// assembled image); call [`Pedestal::frame_done`] once per frame.
+    pub fn push_at(&mut self, first: usize, raw: &[u16]) {
+        let end = first + raw.len();
+        assert!(end <= self.pixels(), "pixels inside the tracked image");
+        let code = STAGE_CODE[self.stage as usize];
+        let n = S::from_count(self.window);
+        let (sum, sum2) = (&mut self.sum[first..end], &mut self.sum2[first..end]);
+        let (samples, wrong) = (&mut self.samples[first..end], &mut self.wrong_gain[first..end]);
+        for i in 0..raw.len() {
+            let w = raw[i];
+            if w >> 14 != code {
+                wrong[i] += 1;
+                continue;
+            }
+            let x = S::from_adc(w & ADC_MAX);
+            if samples[i] < self.window {
+                sum[i] = sum[i].add(x);
+                sum2[i] = sum2[i].add(x.mul(x));
+                samples[i] += 1;
+            } else {
+                sum[i] = sum[i].add(x.sub(sum[i].div(n)));
+                sum2[i] = sum2[i].add(x.mul(x).sub(sum2[i].div(n)));
+            }
+        }
+    }
+
+    /// Counts a frame that was pushed with [`Pedestal::push_at`].
+    pub fn frame_done(&mut self) {
+        self.frames += 1;
+    }
+
+    #[inline]
+    fn mean_of(&self, px: usize) -> S {
+        match self.samples[px] {
+            0 => S::default(),
+            n => self.sum[px].div(S::from_count(n)),
+        }
+    }
+
+    #[inline]
+    fn variance_of(&self, px: usize) -> S {
+        match self.samples[px] {
+            0 => S::default(),
+            n => {
+                let m = self.mean_of(px);
+                self.sum2[px].div(S::from_count(n)).sub(m.mul(m))
+            }
+        }
+    }
+
+    /// The pedestal per pixel (0 where no frame arrived).
+    pub fn mean_into(&self, out: &mut [f32]) {
+        assert_eq!(out.len(), self.pixels());
+        for (px, o) in out.iter_mut().enumerate() {
+            *o = self.mean_of(px).to_f32();
+        }
+    }
+
+    /// The variance per pixel in the sums' type (as aare returns it).
+    pub fn variance(&self) -> Vec<S> {
+        (0..self.pixels()).map(|px| self.variance_of(px)).collect()
+    }
+
+    /// The RMS per pixel, `sqrt(variance)` computed in the sums' type. The running update
+    /// loses precision in f32 (a constant input can end with a slightly negative variance,
+    /// which aare returns as is); such a variance counts as 0 here.
+    pub fn rms_into(&self, out: &mut [f32]) {
+        assert_eq!(out.len(), self.pixels());
+        for (px, o) in out.iter_mut().enumerate() {
+            *o = self.rms_of(px);
+        }
+    }
+
+    #[inline]
+    fn rms_of(&self, px: usize) -> f32 {
+        self.variance_of(px).to_f32().max(0.0).sqrt()
+    }
+
+    /// Frames per pixel that carried another gain stage.
+    pub fn wrong_gain(&self) -> &[u32] {
+        &self.wrong_gain
+    }
+
+    /// Frames per pixel in the window.
+    pub fn samples(&self) -> &[u32] {
+        &self.samples
+    }
+
+    /// ORs the mask bits of this stage into `mask`: fewer than `min_frames` frames, any
+    /// wrong-gain frame, or (stage 0 only) an RMS above `max_rms_g0` ADU.
+    pub fn mask(&self, min_frames: u32, max_rms_g0: f32, mask: &mut [u32]) {
+        assert_eq!(mask.len(), self.pixels());
+        for (px, m) in mask.iter_mut().enumerate() {
+            if self.samples[px] < min_frames {
+                *m |= mask_bits::TOO_FEW_FRAMES;
+            }
+            if self.wrong_gain[px] > 0 {
+                *m |= mask_bits::WRONG_GAIN;
+            }
+            if self.stage == 0 && self.samples[px] > 0 && self.rms_of(px) > max_rms_g0 {
+                *m |= mask_bits::NOISY;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_switches_from_sum_to_running_update() {
+        let mut p = Pedestal::<f64>::new(1, 0, 4);
+        for x in [10u16, 20, 30, 40] {
+            p.push(&[x]);
+        }
+        let mut m = [0f32];
+        p.mean_into(&mut m);
+        assert_eq!(m[0], 25.0);
+        p.push(&[100]);
+        // S = 100 + (100 - 100/4) = 175 over 4 frames
+        p.mean_into(&mut m);
+        assert_eq!(m[0], 43.75);
+        assert_eq!(p.samples(), &[4]);
+    }
+
+    #[test]
+    fn constant_input_has_that_pedestal_and_no_noise() {
+        let mut p = Pedestal::<f64>::new(3, 0, 128);
+        for _ in 0..300 {
+            p.push(&[2450, 2451, 3000]);
+        }
+        let mut m = [0f32; 3];
+        p.mean_into(&mut m);
+        assert_eq!(m, [2450.0, 2451.0, 3000.0]);
+        let mut r = [1f32; 3];
+        p.rms_into(&mut r);
+        assert!(r.iter().all(|&x| x.abs() < 1e-3), "{r:?}");
+        // f32 sums drift under the running update; the RMS stays a number
+        let mut p = Pedestal::<f32>::new(3, 0, 128);
+        for _ in 0..300 {
+            p.push(&[2450, 2451, 3000]);
+        }
+        p.rms_into(&mut r);
+        assert!(r.iter().all(|&x| x.is_finite() && x < 5.0), "{r:?}");
+    }
+
+    #[test]
+    fn wrong_gain_frames_are_counted_not_averaged_and_masked() {
+        let mut p = Pedestal::<f64>::new(2, 1, 8);
+        for i in 0..10u16 {
+            // pixel 0 is in G1 (code 01); pixel 1 switches to G2 every other frame
+            let w1 = if i % 2 == 0 { 0x4000 | 13600 } else { 0xC000 | 14100 };
+            p.push(&[0x4000 | 13600, w1]);
+        }
+        let mut m = [0f32; 2];
+        p.mean_into(&mut m);
+        assert_eq!(m, [13600.0, 13600.0]);
+        assert_eq!(p.wrong_gain(), &[0, 5]);
+        let mut mask = [0u32; 2];
+        p.mask(8, 100.0, &mut mask);
+        assert_eq!(mask, [0, mask_bits::TOO_FEW_FRAMES | mask_bits::WRONG_GAIN]);
+    }
+
+    #[test]
+    fn noisy_g0_pixels_are_masked() {
+        let mut p = Pedestal::<f64>::new(2, 0, 16);
+        for i in 0..32u16 {
+            p.push(&[2450 + i % 2, 2000 + (i % 2) * 400]);
+        }
+        let mut mask = [0u32; 2];
+        p.mask(16, 100.0, &mut mask);
+        assert_eq!(mask, [0, mask_bits::NOISY]);
+    }
+}
