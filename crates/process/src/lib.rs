@@ -2,12 +2,14 @@
 //!
 //! - [`convert`]: JUNGFRAU raw words to energy (keV) or photon counts, with the conventions
 //!   for special words, the invalid gain code and masked pixels.
+//! - [`calfile`]: calibration files (HDF5).
 //! - [`pedestal`]: pedestal tracking over a running window of dark frames, per gain stage.
 //! - [`spots`]: Bragg spot finding (local SNR; peakfinder8) and the hit veto.
 //! - [`bitshuffle`]: bitshuffle + LZ4 / Zstd chunks (HDF5 filter 32008).
 //! - [`sparse`]: the CSR form of the pixels above a threshold.
 
 pub mod bitshuffle;
+pub mod calfile;
 pub mod convert;
 pub mod pedestal;
 pub mod sparse;

@@ -22,7 +22,8 @@ use rdaq_detector::Geometry;
 use rdaq_emulator::{Control, EmulatorConfig};
 use rdaq_proto::telegram::{BufferMap, ModuleDtp};
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
-use rdaq_sink::{NxmxMeta, NxmxWriter};
+use rdaq_process::bitshuffle::Codec;
+use rdaq_sink::{NxmxMeta, NxmxWriter, PixelType};
 
 use config::Config;
 
@@ -209,6 +210,9 @@ pub fn nxmx_meta(geometry: Geometry, photon_energy_kev: f64, frame_time_s: f64) 
         sensor_thickness_m: 320e-6,
         start_time: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
         detector_name: format!("JUNGFRAU {modules}-module (rdaq)"),
+        pixel: PixelType::Raw,
+        codec: Codec::Lz4,
+        max_spots: 0,
     }
 }
 

@@ -5,4 +5,4 @@
 
 pub mod nxmx;
 
-pub use nxmx::{NxmxMeta, NxmxWriter, SinkError};
+pub use nxmx::{NxmxMeta, NxmxWriter, PixelType, SinkError};

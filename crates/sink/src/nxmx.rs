@@ -1,17 +1,20 @@
-//! The NXmx HDF5 writer: `/entry/data/data` holds one frame per chunk, compressed here with
-//! bitshuffle+LZ4 and written by direct chunk write (H5Dwrite_chunk) with filter 32008
-//! registered OPTIONAL, so writing needs no plugin and readers with hdf5plugin decode it.
-//! Alongside: per-frame frame numbers and status, and for incomplete frames a per-frame
-//! pixel mask of the missing pixels.
+//! The NXmx HDF5 writer: `/entry/data/data` holds one frame per chunk, compressed with
+//! bitshuffle+LZ4 or bitshuffle+Zstd (here, or before by a pipeline stage) and written by
+//! direct chunk write (H5Dwrite_chunk) with filter 32008 registered OPTIONAL, so writing
+//! needs no plugin and readers with hdf5plugin decode it. Pixels are raw 16-bit words,
+//! energies in keV (float32) or photon counts (int16/int32).
+//! Alongside: per-frame frame numbers and status, for incomplete frames a per-frame pixel
+//! mask of the missing pixels, and with spot finding the spot lists and hit flags in
+//! `/entry/result_1` (the CXI peak-list layout CrystFEL reads with `peak_list`).
 
 use std::path::{Path, PathBuf};
 
 use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, File, Group};
 use rdaq_detector::{Geometry, MODULE_COLS, MODULE_ROWS};
-use thiserror::Error;
-
 use rdaq_process::bitshuffle::{Codec, Compressor};
+use rdaq_process::spots::Spot;
+use thiserror::Error;
 
 /// HDF5 filter id of bitshuffle.
 pub const BSHUF_FILTER: i32 = 32008;
@@ -24,6 +27,28 @@ pub enum SinkError {
     Hdf5 { path: PathBuf, source: hdf5::Error },
     #[error("frame has {got} bytes, the dataset expects {want}")]
     FrameSize { got: usize, want: usize },
+}
+
+/// What a pixel of `/entry/data/data` holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PixelType {
+    /// Raw JUNGFRAU words (gain bits and ADC), uint16.
+    Raw,
+    /// Energy in keV, float32 (+inf saturated, NaN error or masked).
+    Kev,
+    /// Photon counts, int16 (max saturated, min error or masked).
+    Photons16,
+    /// Photon counts, int32.
+    Photons32,
+}
+
+impl PixelType {
+    pub fn bytes(self) -> usize {
+        match self {
+            PixelType::Raw | PixelType::Photons16 => 2,
+            PixelType::Kev | PixelType::Photons32 => 4,
+        }
+    }
 }
 
 /// What the file says about the experiment and the detector.
@@ -39,6 +64,10 @@ pub struct NxmxMeta {
     pub sensor_thickness_m: f64,
     pub start_time: String,
     pub detector_name: String,
+    pub pixel: PixelType,
+    pub codec: Codec,
+    /// Spot lists hold at most this many spots per frame (the rest are counted in nPeaks).
+    pub max_spots: usize,
 }
 
 pub struct NxmxWriter {
@@ -56,7 +85,25 @@ pub struct NxmxWriter {
     mask_words: Compressor,
     chunk: Vec<u8>,
     mask_buf: Vec<u32>,
+    results: Option<Results>,
     pub bytes_written: u64,
+}
+
+/// Spot lists, buffered and written a block of [`GROW`] frames at a time.
+struct Results {
+    n_peaks: Dataset,
+    x: Dataset,
+    y: Dataset,
+    intensity: Dataset,
+    pixels: Dataset,
+    hit: Dataset,
+    written: usize,
+    buf_n: Vec<u32>,
+    buf_x: Vec<f32>,
+    buf_y: Vec<f32>,
+    buf_i: Vec<f32>,
+    buf_p: Vec<u32>,
+    buf_hit: Vec<u8>,
 }
 
 /// Frames by which the datasets grow at a time.
@@ -103,11 +150,13 @@ fn axis(g: &Group, name: &str, value: f64, units: &str, vector: [f64; 3], depend
 }
 
 /// A chunked, resizable 3-D dataset with bitshuffle (optional) registered.
-fn frame_stack<T: hdf5::H5Type>(g: &Group, name: &str, h: usize, w: usize, elem: usize) -> hdf5::Result<Dataset> {
+fn frame_stack<T: hdf5::H5Type>(g: &Group, name: &str, h: usize, w: usize, codec: Codec) -> hdf5::Result<Dataset> {
     let dcpl = hdf5::plist::DatasetCreate::try_new()?;
-    // 0, 0: bitshuffle version fields (informational), element size, block size 0 (auto),
-    // 2: LZ4. Set through the C API because the filter need not be registered here.
-    let cd: [libc_uint; 5] = [0, 4, elem as libc_uint, 0, 2];
+    // 0, 4: bitshuffle version fields (informational), element size, block size 0 (auto),
+    // codec (2 LZ4, 3 Zstd) and level. Set through the C API because the filter need not
+    // be registered here.
+    let [c, level] = codec.cd_values();
+    let cd: [libc_uint; 6] = [0, 4, std::mem::size_of::<T>() as libc_uint, 0, c, level];
     let rc = hdf5::sync::sync(|| unsafe {
         hdf5_sys::h5p::H5Pset_filter(dcpl.id(), BSHUF_FILTER, hdf5_sys::h5z::H5Z_FLAG_OPTIONAL, cd.len(), cd.as_ptr())
     });
@@ -137,7 +186,15 @@ impl NxmxWriter {
         str_ds(&entry, "start_time", &meta.start_time)?;
         let data_g = nx_group(&entry, "data", "NXdata")?;
         str_attr(&data_g, "signal", "data")?;
-        let data = frame_stack::<u16>(&data_g, "data", h, w, 2)?;
+        let data = match meta.pixel {
+            PixelType::Raw => frame_stack::<u16>(&data_g, "data", h, w, meta.codec)?,
+            PixelType::Kev => frame_stack::<f32>(&data_g, "data", h, w, meta.codec)?,
+            PixelType::Photons16 => frame_stack::<i16>(&data_g, "data", h, w, meta.codec)?,
+            PixelType::Photons32 => frame_stack::<i32>(&data_g, "data", h, w, meta.codec)?,
+        };
+        if meta.pixel == PixelType::Kev {
+            str_attr(&data, "units", "keV")?;
+        }
         data_g.new_dataset::<u64>().chunk(1024).shape(0..).create("frame_number")?;
         data_g.new_dataset::<u8>().chunk(1024).shape(0..).create("frame_complete")?;
 
@@ -155,9 +212,22 @@ impl NxmxWriter {
         f64_ds(&det, "y_pixel_size", meta.pixel_size_m, "m")?;
         str_ds(&det, "sensor_material", &meta.sensor_material)?;
         f64_ds(&det, "sensor_thickness", meta.sensor_thickness_m, "m")?;
-        det.new_dataset::<i64>().create("saturation_value")?.write_scalar(&0x3fff_i64)?;
-        det.new_dataset::<i64>().create("underload_value")?.write_scalar(&-1_i64)?;
-        det.new_dataset::<i32>().create("bit_depth_image")?.write_scalar(&16_i32)?;
+        // the markers of each pixel type: saturated pixels read the saturation value, error
+        // and masked pixels the underload value (NaN for keV, which no threshold passes)
+        let (sat, under) = match meta.pixel {
+            PixelType::Raw => (0x3fff as f64, -1.0),
+            PixelType::Kev => (f64::INFINITY, f64::NAN),
+            PixelType::Photons16 => (i16::MAX as f64, i16::MIN as f64),
+            PixelType::Photons32 => (i32::MAX as f64, i32::MIN as f64),
+        };
+        if meta.pixel == PixelType::Kev {
+            det.new_dataset::<f64>().create("saturation_value")?.write_scalar(&sat)?;
+            det.new_dataset::<f64>().create("underload_value")?.write_scalar(&under)?;
+        } else {
+            det.new_dataset::<i64>().create("saturation_value")?.write_scalar(&(sat as i64))?;
+            det.new_dataset::<i64>().create("underload_value")?.write_scalar(&(under as i64))?;
+        }
+        det.new_dataset::<i32>().create("bit_depth_image")?.write_scalar(&(meta.pixel.bytes() as i32 * 8))?;
         // gaps between modules; the emulated detector has no static defects, and transfer
         // losses go to the per-frame mask
         det.new_dataset::<u32>().shape((h, w)).create("pixel_mask")?.write_raw(&g.gap_mask())?;
@@ -199,10 +269,11 @@ impl NxmxWriter {
             frame_numbers: Vec::new(),
             complete: Vec::new(),
             incomplete_frames: Vec::new(),
-            words: Compressor::new(2, 0, Codec::Lz4),
+            words: Compressor::new(meta.pixel.bytes(), 0, meta.codec),
             mask_words: Compressor::new(4, 0, Codec::Lz4),
             chunk: Vec::new(),
             mask_buf: Vec::new(),
+            results: None,
             bytes_written: 0,
         })
     }
@@ -211,22 +282,32 @@ impl NxmxWriter {
         move |source| SinkError::Hdf5 { path: self.path.clone(), source }
     }
 
-    /// Appends an assembled frame of raw little-endian 16-bit words. `missing` lists byte
-    /// ranges of the image that carry no data (incomplete frame); they are flagged in a
-    /// per-frame mask.
-    pub fn write_frame(&mut self, frame_number: u64, words: &[u8], missing: &[(usize, usize)]) -> Result<(), SinkError> {
-        let (h, w) = (self.meta.geometry.height(), self.meta.geometry.width());
-        let want = h * w * 2;
-        if words.len() != want {
-            return Err(SinkError::FrameSize { got: words.len(), want });
+    /// Appends an assembled frame of little-endian pixels of the file's pixel type,
+    /// compressing it here. `missing` lists byte ranges of the image that carry no data
+    /// (incomplete frame); they are flagged in a per-frame mask.
+    pub fn write_frame(&mut self, frame_number: u64, pixels: &[u8], missing: &[(usize, usize)]) -> Result<(), SinkError> {
+        let want = self.meta.geometry.height() * self.meta.geometry.width() * self.meta.pixel.bytes();
+        if pixels.len() != want {
+            return Err(SinkError::FrameSize { got: pixels.len(), want });
         }
+        let mut chunk = std::mem::take(&mut self.chunk);
+        self.words.compress(pixels, &mut chunk);
+        let r = self.write_chunk(frame_number, &chunk, missing);
+        self.chunk = chunk;
+        r
+    }
+
+    /// Appends a frame already compressed as a chunk of the file's codec and pixel type
+    /// (by a pipeline stage). `missing` as in [`NxmxWriter::write_frame`] (byte ranges of
+    /// the raw 16-bit image: the mask is per pixel whatever the type).
+    pub fn write_chunk(&mut self, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)]) -> Result<(), SinkError> {
+        let (h, w) = (self.meta.geometry.height(), self.meta.geometry.width());
         if self.frames == self.capacity {
             self.capacity += GROW;
             self.data.resize((self.capacity, h, w)).map_err(self.err())?;
         }
-        self.words.compress(words, &mut self.chunk);
-        write_chunk(&self.data, self.frames, &self.chunk).map_err(self.err())?;
-        self.bytes_written += self.chunk.len() as u64;
+        write_chunk(&self.data, self.frames, chunk).map_err(self.err())?;
+        self.bytes_written += chunk.len() as u64;
         if !missing.is_empty() {
             self.write_mask(missing).map_err(self.err())?;
             self.incomplete_frames.push(frame_number);
@@ -237,11 +318,86 @@ impl NxmxWriter {
         Ok(())
     }
 
+    /// Records the spots and the hit decision of the frame written last (call once per
+    /// frame written, from the first frame on, or never).
+    pub fn write_spots(&mut self, spots: &[Spot], total: usize, hit: bool) -> Result<(), SinkError> {
+        if self.results.is_none() {
+            let r = self.create_results().map_err(self.err())?;
+            self.results = Some(r);
+        }
+        let max = self.meta.max_spots;
+        let r = self.results.as_mut().expect("created above");
+        r.buf_n.push(total as u32);
+        for k in 0..max {
+            let s = spots.get(k);
+            r.buf_x.push(s.map_or(0.0, |s| s.x));
+            r.buf_y.push(s.map_or(0.0, |s| s.y));
+            r.buf_i.push(s.map_or(0.0, |s| s.intensity));
+            r.buf_p.push(s.map_or(0, |s| s.pixels));
+        }
+        r.buf_hit.push(hit as u8);
+        if r.buf_n.len() == GROW {
+            self.flush_results().map_err(self.err())?;
+        }
+        Ok(())
+    }
+
+    fn create_results(&self) -> hdf5::Result<Results> {
+        let entry = self.file.group("entry")?;
+        let g = nx_group(&entry, "result_1", "NXcollection")?;
+        str_attr(&g, "description", "Bragg spots per frame (CXI peak-list layout); positions in pixels, fast (x) and slow (y)")?;
+        let m = self.meta.max_spots;
+        let per_frame = |name: &str| g.new_dataset::<f32>().chunk((GROW, m.max(1))).shape((0.., m)).create(name);
+        Ok(Results {
+            n_peaks: g.new_dataset::<u32>().chunk(GROW).shape(0..).create("nPeaks")?,
+            x: per_frame("peakXPosRaw")?,
+            y: per_frame("peakYPosRaw")?,
+            intensity: per_frame("peakTotalIntensity")?,
+            pixels: g.new_dataset::<u32>().chunk((GROW, m.max(1))).shape((0.., m)).create("peakNPixels")?,
+            hit: g.new_dataset::<u8>().chunk(GROW).shape(0..).create("hit")?,
+            written: 0,
+            buf_n: Vec::with_capacity(GROW),
+            buf_x: Vec::with_capacity(GROW * m),
+            buf_y: Vec::with_capacity(GROW * m),
+            buf_i: Vec::with_capacity(GROW * m),
+            buf_p: Vec::with_capacity(GROW * m),
+            buf_hit: Vec::with_capacity(GROW),
+        })
+    }
+
+    fn flush_results(&mut self) -> hdf5::Result<()> {
+        let m = self.meta.max_spots;
+        let Some(r) = self.results.as_mut() else { return Ok(()) };
+        let (a, n) = (r.written, r.buf_n.len());
+        if n == 0 {
+            return Ok(());
+        }
+        let to_err = |e: ndarray::ShapeError| hdf5::Error::from(e.to_string());
+        r.n_peaks.resize(a + n)?;
+        r.n_peaks.write_slice(&r.buf_n, a..a + n)?;
+        r.hit.resize(a + n)?;
+        r.hit.write_slice(&r.buf_hit, a..a + n)?;
+        for (ds, buf) in [(&r.x, &r.buf_x), (&r.y, &r.buf_y), (&r.intensity, &r.buf_i)] {
+            ds.resize((a + n, m))?;
+            ds.write_slice(ndarray::ArrayView2::from_shape((n, m), buf).map_err(to_err)?, ndarray::s![a..a + n, ..])?;
+        }
+        r.pixels.resize((a + n, m))?;
+        r.pixels.write_slice(ndarray::ArrayView2::from_shape((n, m), &r.buf_p).map_err(to_err)?, ndarray::s![a..a + n, ..])?;
+        r.written += n;
+        r.buf_n.clear();
+        r.buf_x.clear();
+        r.buf_y.clear();
+        r.buf_i.clear();
+        r.buf_p.clear();
+        r.buf_hit.clear();
+        Ok(())
+    }
+
     fn write_mask(&mut self, missing: &[(usize, usize)]) -> hdf5::Result<()> {
         let (h, w) = (self.meta.geometry.height(), self.meta.geometry.width());
         if self.mask.is_none() {
             let g = self.file.group("entry/data")?;
-            self.mask = Some(frame_stack::<u32>(&g, "incomplete_pixel_mask", h, w, 4)?);
+            self.mask = Some(frame_stack::<u32>(&g, "incomplete_pixel_mask", h, w, Codec::Lz4)?);
         }
         self.mask_buf.clear();
         self.mask_buf.resize(h * w, 0);
@@ -264,7 +420,8 @@ impl NxmxWriter {
     }
 
     /// Trims the datasets to the frames written and writes the per-frame tables.
-    pub fn finish(self) -> Result<PathBuf, SinkError> {
+    pub fn finish(mut self) -> Result<PathBuf, SinkError> {
+        self.flush_results().map_err(self.err())?;
         let e = self.err();
         let (h, w) = (self.meta.geometry.height(), self.meta.geometry.width());
         self.data.resize((self.frames, h, w)).map_err(&e)?;

@@ -3,7 +3,8 @@
 //! decode them in the Python end-to-end tests).
 
 use rdaq_process::bitshuffle::{decompress, Codec};
-use rdaq_sink::{NxmxMeta, NxmxWriter};
+use rdaq_process::spots::Spot;
+use rdaq_sink::{NxmxMeta, NxmxWriter, PixelType};
 
 fn meta() -> NxmxMeta {
     NxmxMeta {
@@ -16,6 +17,9 @@ fn meta() -> NxmxMeta {
         sensor_thickness_m: 320e-6,
         start_time: "2026-11-22T00:00:00Z".into(),
         detector_name: "test".into(),
+        pixel: PixelType::Raw,
+        codec: Codec::Lz4,
+        max_spots: 4,
     }
 }
 
@@ -54,6 +58,48 @@ fn frames_and_tables_land_in_the_file() {
     assert_eq!(gaps[1024..1032], [1; 8], "the 8-pixel gap between the two modules");
     let origin: Vec<i32> = file.dataset("entry/instrument/detector/module_1/data_origin").unwrap().read_raw().unwrap();
     assert_eq!(origin, vec![0, 1032]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn converted_frames_and_spot_lists() {
+    let dir = std::env::temp_dir().join(format!("rdaq-sink-kev-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("k.h5");
+    let m = NxmxMeta { pixel: PixelType::Kev, codec: Codec::Zstd(3), geometry: rdaq_detector::Geometry::new(1, 1, 8, 36).unwrap(), ..meta() };
+    let mut wr = NxmxWriter::create(&path, &m).unwrap();
+    let (h, w) = (512, 1024);
+    // 300 frames: more than one block of buffered spot lists
+    let mut last = Vec::new();
+    for f in 0..300u32 {
+        let img: Vec<f32> = (0..h * w).map(|i| ((i as u32 ^ f) % 97) as f32 * 0.5).collect();
+        let bytes: Vec<u8> = img.iter().flat_map(|v| v.to_le_bytes()).collect();
+        wr.write_frame(f as u64, &bytes, &[]).unwrap();
+        let spots: Vec<Spot> = (0..f % 6).map(|k| Spot { x: k as f32, y: f as f32, intensity: 10.0 * k as f32, pixels: k + 1 }).collect();
+        wr.write_spots(&spots, spots.len(), spots.len() >= 3).unwrap();
+        last = bytes;
+    }
+    wr.finish().unwrap();
+    {
+        {
+            let file = hdf5::File::open(&path).unwrap();
+            let ds = file.dataset("entry/data/data").unwrap();
+            assert_eq!(ds.shape(), vec![300, h, w]);
+            let (_, raw) = read_chunk(&ds, 299);
+            assert_eq!(decompress(&raw, 4, Codec::Zstd(3)).unwrap(), last);
+            let n: Vec<u32> = file.dataset("entry/result_1/nPeaks").unwrap().read_raw().unwrap();
+            assert_eq!(n, (0..300u32).map(|f| f % 6).collect::<Vec<_>>());
+            let hit: Vec<u8> = file.dataset("entry/result_1/hit").unwrap().read_raw().unwrap();
+            assert_eq!(hit[5], 1);
+            assert_eq!(hit[2], 0);
+            let x = file.dataset("entry/result_1/peakXPosRaw").unwrap();
+            assert_eq!(x.shape(), vec![300, 4], "at most max_spots per frame");
+            let px: Vec<u32> = file.dataset("entry/result_1/peakNPixels").unwrap().read_raw().unwrap();
+            assert_eq!(&px[299 * 4..], &[1, 2, 3, 4], "frame 299 had 5 spots, 4 kept");
+            let y: Vec<f32> = file.dataset("entry/result_1/peakYPosRaw").unwrap().read_raw().unwrap();
+            assert_eq!(y[257 * 4], 257.0);
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
