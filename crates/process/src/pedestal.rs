@@ -19,6 +19,7 @@ pub trait Sum: Copy + Send + Sync + Default + 'static {
     fn sub(self, o: Self) -> Self;
     fn mul(self, o: Self) -> Self;
     fn div(self, o: Self) -> Self;
+    fn sqrt(self) -> Self;
     fn to_f32(self) -> f32;
 }
 
@@ -48,6 +49,10 @@ macro_rules! impl_sum {
             #[inline(always)]
             fn div(self, o: Self) -> Self {
                 self / o
+            }
+            #[inline(always)]
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
             }
             #[inline(always)]
             fn to_f32(self) -> f32 {
@@ -185,9 +190,10 @@ impl<S: Sum> Pedestal<S> {
         (0..self.pixels()).map(|px| self.variance_of(px)).collect()
     }
 
-    /// The RMS per pixel, `sqrt(variance)` computed in the sums' type. The running update
-    /// loses precision in f32 (a constant input can end with a slightly negative variance,
-    /// which aare returns as is); such a variance counts as 0 here.
+    /// The RMS per pixel, `sqrt(variance)` computed in the sums' type (as aare's `std`).
+    /// The running update loses precision in f32 (a constant input can end with a slightly
+    /// negative variance, which aare returns as is, and its std as NaN); such a variance
+    /// counts as 0 here.
     pub fn rms_into(&self, out: &mut [f32]) {
         assert_eq!(out.len(), self.pixels());
         for (px, o) in out.iter_mut().enumerate() {
@@ -197,7 +203,12 @@ impl<S: Sum> Pedestal<S> {
 
     #[inline]
     fn rms_of(&self, px: usize) -> f32 {
-        self.variance_of(px).to_f32().max(0.0).sqrt()
+        let v = self.variance_of(px);
+        if v.to_f32() > 0.0 {
+            v.sqrt().to_f32()
+        } else {
+            0.0
+        }
     }
 
     /// Frames per pixel that carried another gain stage.

@@ -5,6 +5,7 @@ mod config;
 mod consume;
 mod daemon;
 mod manage;
+mod offline;
 mod soak;
 mod summary;
 
@@ -44,6 +45,9 @@ enum Cmd {
     Receive(ReceiveArgs),
     /// System manager: plan and run an acquisition over detector and receiver daemons.
     Manage(manage::ManageArgs),
+    /// Processing stages on HDF5 files: conversion, pedestal from dark runs, spot finding.
+    #[command(subcommand)]
+    Process(offline::ProcessCmd),
     /// Benchmarks (commands, not tests): print a table against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -176,6 +180,7 @@ fn main() -> ExitCode {
         Cmd::Emulate(a) => emulate(a),
         Cmd::Receive(a) => receive(a),
         Cmd::Manage(a) => manage::manage(a),
+        Cmd::Process(p) => offline::process(p).map(|()| ExitCode::SUCCESS),
         Cmd::Bench(b) => bench::bench(b),
     };
     match r {

@@ -5,4 +5,4 @@
 
 pub mod nxmx;
 
-pub use nxmx::{NxmxMeta, NxmxWriter, PixelType, SinkError};
+pub use nxmx::{frame_stack, write_chunk, NxmxMeta, NxmxWriter, PixelType, SinkError};

@@ -150,7 +150,7 @@ fn axis(g: &Group, name: &str, value: f64, units: &str, vector: [f64; 3], depend
 }
 
 /// A chunked, resizable 3-D dataset with bitshuffle (optional) registered.
-fn frame_stack<T: hdf5::H5Type>(g: &Group, name: &str, h: usize, w: usize, codec: Codec) -> hdf5::Result<Dataset> {
+pub fn frame_stack<T: hdf5::H5Type>(g: &Group, name: &str, h: usize, w: usize, codec: Codec) -> hdf5::Result<Dataset> {
     let dcpl = hdf5::plist::DatasetCreate::try_new()?;
     // 0, 4: bitshuffle version fields (informational), element size, block size 0 (auto),
     // codec (2 LZ4, 3 Zstd) and level. Set through the C API because the filter need not
@@ -442,7 +442,7 @@ impl NxmxWriter {
 }
 
 /// Writes one pre-compressed chunk at frame index `index`.
-fn write_chunk(ds: &Dataset, index: usize, chunk: &[u8]) -> hdf5::Result<()> {
+pub fn write_chunk(ds: &Dataset, index: usize, chunk: &[u8]) -> hdf5::Result<()> {
     let offset: [hdf5_sys::h5::hsize_t; 3] = [index as _, 0, 0];
     let rc = hdf5::sync::sync(|| unsafe {
         // SAFETY: `offset` has one entry per dataset dimension and `chunk` is a live buffer
