@@ -4,6 +4,7 @@
 //!   for special words, the invalid gain code and masked pixels.
 //! - [`calfile`]: calibration files (HDF5).
 //! - [`pedestal`]: pedestal tracking over a running window of dark frames, per gain stage.
+//! - [`pipeline`]: the graph of stages, bounded rings and worker pools.
 //! - [`spots`]: Bragg spot finding (local SNR; peakfinder8) and the hit veto.
 //! - [`bitshuffle`]: bitshuffle + LZ4 / Zstd chunks (HDF5 filter 32008).
 //! - [`sparse`]: the CSR form of the pixels above a threshold.
@@ -12,6 +13,7 @@ pub mod bitshuffle;
 pub mod calfile;
 pub mod convert;
 pub mod pedestal;
+pub mod pipeline;
 pub mod sparse;
 pub mod spots;
 
