@@ -8,4 +8,4 @@ pub mod synth;
 
 pub use geometry::Geometry;
 pub use jungfrau::{Gain, ModuleCalibration, MODULE_BYTES, MODULE_COLS, MODULE_PIXELS, MODULE_ROWS};
-pub use synth::{as_bytes, as_words, ModuleSynth, Spot, SynthConfig};
+pub use synth::{as_bytes, as_words, Chopper, ModuleSynth, Spot, SynthConfig};

@@ -1,6 +1,10 @@
 //! Deterministic synthetic JUNGFRAU frames: per-pixel pedestals and gains, electronic noise,
 //! a Poisson photon background and Gaussian Bragg spots, encoded to raw words by the inverse
 //! of the conversion. The same seed, module and frame number always give the same bytes.
+//!
+//! A beam chopper ([`Chopper`]) makes some frames dark (noise only: no photon at all), and
+//! of the signal frames only a fraction are hits (a crystal in the beam: Bragg spots); the
+//! others carry the background alone.
 
 use crate::jungfrau::{ModuleCalibration, MODULE_COLS, MODULE_PIXELS, MODULE_ROWS};
 use crate::rng;
@@ -23,6 +27,24 @@ pub struct SynthConfig {
     pub spot_sigma_px: f64,
     /// Electronic noise, keV RMS.
     pub noise_kev: f32,
+    /// Which frames are dark.
+    pub chopper: Chopper,
+    /// Fraction of signal frames with a crystal in the beam (the same frames for every module).
+    pub hit_fraction: f64,
+}
+
+/// The beam chopper's schedule: repeating `dark` dark frames then `signal` signal frames,
+/// from frame 0. `dark = 0`: no chopper, every frame is a signal frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Chopper {
+    pub dark: u32,
+    pub signal: u32,
+}
+
+impl Chopper {
+    pub fn is_dark(&self, frame: u64) -> bool {
+        self.dark > 0 && frame % (self.dark as u64 + self.signal as u64) < self.dark as u64
+    }
 }
 
 impl Default for SynthConfig {
@@ -35,6 +57,8 @@ impl Default for SynthConfig {
             spot_photons: (50.0, 5000.0),
             spot_sigma_px: 1.0,
             noise_kev: 0.3,
+            chopper: Chopper::default(),
+            hit_fraction: 1.0,
         }
     }
 }
@@ -80,8 +104,21 @@ impl ModuleSynth {
         self.module
     }
 
+    /// Whether a frame is dark (no photons).
+    pub fn is_dark(&self, frame: u64) -> bool {
+        self.cfg.chopper.is_dark(frame)
+    }
+
+    /// Whether a signal frame has a crystal in the beam (decided per frame, not per module).
+    pub fn is_hit(&self, frame: u64) -> bool {
+        !self.is_dark(frame) && rng::unit(rng::at(rng::key(&[self.cfg.seed, 0x417]), frame)) < self.cfg.hit_fraction
+    }
+
     /// The Bragg spots of a frame (the ground truth for spot finders).
     pub fn spots(&self, frame: u64) -> Vec<Spot> {
+        if !self.is_hit(frame) {
+            return Vec::new();
+        }
         let mut s = rng::Stream::new(rng::key(&[self.cfg.seed, self.module as u64, frame, 0x5b07]));
         let n = s.poisson(self.cfg.spots_per_frame);
         let (lo, hi) = self.cfg.spot_photons;
@@ -99,6 +136,9 @@ impl ModuleSynth {
         assert_eq!(out.len(), MODULE_PIXELS, "a module frame is {MODULE_PIXELS} words");
         let k = rng::key(&[self.cfg.seed, self.module as u64, frame, 0xf7a3e]);
         self.noise(rng::at(k, 0) as usize % NOISE_TABLE, out);
+        if self.is_dark(frame) {
+            return;
+        }
         self.background_photons(k, out);
         self.add_spots(frame, k, out);
     }

@@ -12,6 +12,8 @@
 //! - The arithmetic is the formula's in f32, subtraction then division (not a multiplication
 //!   by a reciprocal), so the keV result is bit-exact with aare's `apply_calibration`.
 
+use std::sync::Arc;
+
 use rdaq_detector::jungfrau::{ADC_MAX, WORD_ERROR, WORD_SATURATED};
 use thiserror::Error;
 
@@ -96,6 +98,21 @@ impl Count for i32 {
     }
 }
 
+/// Photon counts from keV values as [`Converter::to_photons`] makes them (the same f32
+/// division and rounding): +inf is saturated, NaN an error or masked pixel.
+pub fn kev_to_photons<T: Count>(kev: &[f32], photon_kev: f32, out: &mut [T]) {
+    assert_eq!(kev.len(), out.len());
+    for (o, &e) in out.iter_mut().zip(kev) {
+        *o = if e.is_nan() {
+            T::ERROR
+        } else if e == f32::INFINITY {
+            T::SATURATED
+        } else {
+            T::from_f32(e / photon_kev)
+        };
+    }
+}
+
 /// What a word is, before any arithmetic.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
@@ -104,16 +121,26 @@ enum Kind {
     Error,
 }
 
-/// The conversion of one module.
+/// The conversion of a module or an assembled image (the calibration's pixels).
 pub struct Converter {
-    cal: Calibration,
+    cal: Arc<Calibration>,
     invalid: InvalidGain,
 }
 
 impl Converter {
     pub fn new(cal: Calibration, invalid: InvalidGain) -> Result<Converter, CalibrationError> {
+        Self::shared(Arc::new(cal), invalid)
+    }
+
+    /// A converter on a calibration shared with others (a pipeline's workers, which take
+    /// a new one when the tracked pedestal is published).
+    pub fn shared(cal: Arc<Calibration>, invalid: InvalidGain) -> Result<Converter, CalibrationError> {
         cal.check(cal.mask.len())?;
         Ok(Converter { cal, invalid })
+    }
+
+    pub fn calibration(&self) -> &Arc<Calibration> {
+        &self.cal
     }
 
     pub fn pixels(&self) -> usize {
@@ -143,10 +170,18 @@ impl Converter {
         ((word & ADC_MAX) as f32 - self.cal.pedestal[g][px]) / self.cal.gain[g][px]
     }
 
-    /// Converts a module frame to keV.
+    /// Converts a whole frame (the calibration's pixels) to keV.
     pub fn to_kev(&self, raw: &[u16], out: &mut [f32]) {
-        assert!(raw.len() == self.pixels() && out.len() == self.pixels(), "one module frame in and out");
-        for (px, (o, &w)) in out.iter_mut().zip(raw).enumerate() {
+        assert!(raw.len() == self.pixels(), "one frame in");
+        self.to_kev_at(0, raw, out);
+    }
+
+    /// Converts the words of pixels `first..first + raw.len()` (a module's row in an
+    /// assembled image) to keV.
+    pub fn to_kev_at(&self, first: usize, raw: &[u16], out: &mut [f32]) {
+        assert!(raw.len() == out.len() && first + raw.len() <= self.pixels(), "pixels inside the calibration");
+        for (i, (o, &w)) in out.iter_mut().zip(raw).enumerate() {
+            let px = first + i;
             *o = match self.kind(w, self.cal.mask[px] != 0) {
                 Kind::Value(g) => self.kev(px, g, w),
                 Kind::Saturated => f32::INFINITY,
@@ -155,9 +190,9 @@ impl Converter {
         }
     }
 
-    /// Converts a module frame to photon counts of `photon_kev` each.
+    /// Converts a whole frame to photon counts of `photon_kev` each.
     pub fn to_photons<T: Count>(&self, raw: &[u16], photon_kev: f32, out: &mut [T]) {
-        assert!(raw.len() == self.pixels() && out.len() == self.pixels(), "one module frame in and out");
+        assert!(raw.len() == self.pixels() && out.len() == self.pixels(), "one frame in and out");
         assert!(photon_kev.is_finite() && photon_kev > 0.0, "a positive photon energy");
         for (px, (o, &w)) in out.iter_mut().zip(raw).enumerate() {
             *o = match self.kind(w, self.cal.mask[px] != 0) {
@@ -239,6 +274,21 @@ mod tests {
         let mut w = [0i32; 4];
         conv.to_photons(&[0x3fff, 1, 2, 3], 1.0, &mut w);
         assert_eq!(w, [1_638_300, 100, 200, 300]);
+    }
+
+    #[test]
+    fn counts_from_kev_equal_counts_from_words() {
+        let n = 4096;
+        let conv = Converter::new(calibration(n), InvalidGain::Error).unwrap();
+        let raw: Vec<u16> = (0..n as u64).map(|i| rng::at(78, i) as u16).collect();
+        let (mut kev, mut a, mut b) = (vec![0f32; n], vec![0i16; n], vec![0i16; n]);
+        conv.to_kev(&raw, &mut kev);
+        conv.to_photons(&raw, 12.4, &mut a);
+        kev_to_photons(&kev, 12.4, &mut b);
+        assert_eq!(a, b);
+        let mut half = vec![0f32; n / 2];
+        conv.to_kev_at(n / 2, &raw[n / 2..], &mut half);
+        assert_eq!(half.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), kev[n / 2..].iter().map(|v| v.to_bits()).collect::<Vec<_>>());
     }
 
     #[test]

@@ -17,4 +17,4 @@ pub mod pipeline;
 pub mod sparse;
 pub mod spots;
 
-pub use convert::{Calibration, CalibrationError, Converter, Count, InvalidGain};
+pub use convert::{kev_to_photons, Calibration, CalibrationError, Converter, Count, InvalidGain};
