@@ -1,5 +1,5 @@
-"""`rdaq run` end to end: every frame in the NXmx file, read with h5py + hdf5plugin, matches
-the emulator's manifest hash. Modules are found in the assembled image through the file's own
+"""`rdaq run --raw` end to end: every frame in the NXmx file, read with h5py + hdf5plugin,
+matches the emulator's manifest hash. Modules are found in the assembled image through the file's own
 NXmx module description (data_origin), so the test checks the geometry too."""
 import csv
 import json
@@ -14,7 +14,7 @@ import xxhash
 def test_run_writes_every_frame_bit_exact(rdaq, tmp_path):
     out = tmp_path / "out"
     summary = tmp_path / "summary.json"
-    r = subprocess.run([str(rdaq), "run", "--out", str(out), "--summary-json", str(summary)],
+    r = subprocess.run([str(rdaq), "run", "--raw", "--out", str(out), "--summary-json", str(summary)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "loss        : none" in r.stdout
@@ -69,7 +69,7 @@ def test_run_assembles_a_module_grid(rdaq, tmp_path):
     cfg.write_text("[detector]\nmodules = 4\nmodule_cols = 2\n[emulator]\nframes = 40\nrate_hz = 100.0\n"
                    "[receiver]\nring_mib = 512\n")
     out = tmp_path / "out"
-    r = subprocess.run([str(rdaq), "run", "--config", str(cfg), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([str(rdaq), "run", "--raw", "--config", str(cfg), "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     manifest = {(int(row["frame"]), int(row["module"])): row["xxh3"]
                 for row in csv.DictReader(open(out / "rdaq_run_manifest.csv"))}

@@ -17,7 +17,48 @@ pub struct Config {
     pub receiver: ReceiverCfg,
     pub reliability: Reliability,
     pub faults: Faults,
+    pub process: Process,
     pub output: Output,
+}
+
+/// Online processing of JUNGFRAU frames (docs/processing.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Process {
+    /// "jungfrau": convert, track the pedestal on dark frames, find spots, veto, compress;
+    /// "raw": write the raw words.
+    pub mode: String,
+    /// Pixels written: "kev" (float32), "photons16" or "photons32" (counts, int16/int32).
+    pub output: String,
+    /// The invalid gain code 10: "error", "g0" or "g2".
+    pub invalid_gain: String,
+    /// Calibration file; empty: the emulated detector's own calibration.
+    pub calibration: PathBuf,
+    /// Dark frames in the pedestal's running window, and how often (in dark frames, once
+    /// the window is full) the converters take the tracked G0 pedestal.
+    pub pedestal_window: u32,
+    pub pedestal_publish: u32,
+    /// Local-SNR spot finder: threshold in photons, SNR, box half-size, pixels per spot.
+    pub threshold_photons: f32,
+    pub snr: f32,
+    pub box_half: usize,
+    pub min_pixels: u32,
+    pub max_pixels: u32,
+    /// A frame is a hit with at least this many spots; with `veto`, other signal frames
+    /// are not written.
+    pub min_spots: usize,
+    pub veto: bool,
+    /// Spots kept per frame in the file (all are counted).
+    pub max_spots: usize,
+    /// Chunk codec: "lz4" or "zstd" (at zstd_level).
+    pub codec: String,
+    pub zstd_level: i32,
+    /// Worker threads of the conversion, spot-finding and compression stages.
+    pub convert_workers: usize,
+    pub spot_workers: usize,
+    pub compress_workers: usize,
+    /// Frames each stage worker's input ring holds.
+    pub ring_frames: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -70,6 +111,12 @@ pub struct Detector {
     pub photon_energy_kev: f64,
     pub background_photons: f64,
     pub spots_per_frame: f64,
+    /// Fraction of signal frames with a crystal in the beam (Bragg spots).
+    pub hit_fraction: f64,
+    /// Beam chopper: `chopper_dark` dark frames then `chopper_signal` signal frames,
+    /// repeating from frame 0 (chopper_dark = 0: no chopper).
+    pub chopper_dark: u32,
+    pub chopper_signal: u32,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -130,6 +177,36 @@ impl Default for Detector {
             photon_energy_kev: 12.4,
             background_photons: 0.01,
             spots_per_frame: 30.0,
+            hit_fraction: 0.5,
+            chopper_dark: 1,
+            chopper_signal: 1,
+        }
+    }
+}
+
+impl Default for Process {
+    fn default() -> Self {
+        Process {
+            mode: "jungfrau".into(),
+            output: "photons32".into(),
+            invalid_gain: "error".into(),
+            calibration: PathBuf::new(),
+            pedestal_window: 128,
+            pedestal_publish: 32,
+            threshold_photons: 0.5,
+            snr: 3.0,
+            box_half: 15,
+            min_pixels: 4,
+            max_pixels: 200,
+            min_spots: 10,
+            veto: true,
+            max_spots: 500,
+            codec: "lz4".into(),
+            zstd_level: 3,
+            convert_workers: 1,
+            spot_workers: 1,
+            compress_workers: 1,
+            ring_frames: 4,
         }
     }
 }
@@ -251,6 +328,28 @@ impl Config {
         if let Some(f) = self.faults.config() {
             f.check().map_err(anyhow::Error::msg)?;
         }
+        let p = &self.process;
+        if p.mode != "jungfrau" && p.mode != "raw" {
+            bail!("process.mode must be \"jungfrau\" or \"raw\", not {:?}", p.mode);
+        }
+        self.pixel_type()?;
+        crate::offline::parse_invalid_gain(&p.invalid_gain).context("process.invalid_gain")?;
+        crate::offline::parse_codec(&p.codec, p.zstd_level).context("process.codec")?;
+        if p.pedestal_window == 0 || p.pedestal_publish == 0 {
+            bail!("process.pedestal_window and process.pedestal_publish must be at least 1");
+        }
+        if !(p.threshold_photons > 0.0) || !(p.snr >= 0.0) || p.min_pixels == 0 || p.max_pixels < p.min_pixels {
+            bail!("process: threshold_photons must be positive, snr not negative, and 1 <= min_pixels <= max_pixels");
+        }
+        if p.convert_workers == 0 || p.spot_workers == 0 || p.compress_workers == 0 || p.ring_frames == 0 {
+            bail!("process: every stage needs at least 1 worker and process.ring_frames at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.detector.hit_fraction) {
+            bail!("detector.hit_fraction must be in 0..=1, not {}", self.detector.hit_fraction);
+        }
+        if self.detector.chopper_dark > 0 && self.detector.chopper_signal == 0 {
+            bail!("detector.chopper_signal must be at least 1 with a chopper (only dark frames otherwise)");
+        }
         if self.output.name.is_empty() || self.output.name.contains('/') {
             bail!("output.name must be a plain file name, not {:?}", self.output.name);
         }
@@ -323,8 +422,32 @@ impl Config {
             photon_energy_kev: self.detector.photon_energy_kev as f32,
             background_photons: self.detector.background_photons,
             spots_per_frame: self.detector.spots_per_frame,
+            chopper: self.chopper(),
+            hit_fraction: self.detector.hit_fraction,
             ..Default::default()
         }
+    }
+
+    pub fn chopper(&self) -> rdaq_detector::Chopper {
+        rdaq_detector::Chopper { dark: self.detector.chopper_dark, signal: self.detector.chopper_signal }
+    }
+
+    pub fn processing(&self) -> bool {
+        self.process.mode == "jungfrau"
+    }
+
+    /// What the file's pixels hold.
+    pub fn pixel_type(&self) -> anyhow::Result<rdaq_sink::PixelType> {
+        use rdaq_sink::PixelType;
+        if !self.processing() {
+            return Ok(PixelType::Raw);
+        }
+        Ok(match self.process.output.as_str() {
+            "kev" => PixelType::Kev,
+            "photons16" => PixelType::Photons16,
+            "photons32" => PixelType::Photons32,
+            o => bail!("process.output must be \"kev\", \"photons16\" or \"photons32\", not {o:?}"),
+        })
     }
 }
 

@@ -26,7 +26,7 @@ pub struct ConsumeStats {
 }
 
 /// Byte ranges of the assembled image that the frame's missing cells cover.
-fn missing_ranges(rx: &Receiver, geometry: &Geometry, f: &FrameReady) -> Vec<(usize, usize)> {
+pub fn missing_ranges(rx: &Receiver, geometry: &Geometry, f: &FrameReady) -> Vec<(usize, usize)> {
     let grid = rx.grid();
     let mut out = Vec::new();
     for &c in &f.missing {

@@ -6,6 +6,7 @@ mod consume;
 mod daemon;
 mod manage;
 mod offline;
+mod online;
 mod soak;
 mod summary;
 
@@ -71,6 +72,9 @@ struct RunArgs {
     /// Exit 0 even if frames were lost.
     #[arg(long)]
     tolerate_loss: bool,
+    /// Write the raw words, no processing (process.mode = "raw").
+    #[arg(long)]
+    raw: bool,
     /// Write the summary as JSON here too.
     #[arg(long)]
     summary_json: Option<PathBuf>,
@@ -238,6 +242,25 @@ pub fn manifest_csv(m: &[rdaq_emulator::ManifestEntry]) -> String {
     s
 }
 
+/// The synthetic detector's ground truth for the processing: per frame whether it was dark
+/// and a hit, and every Bragg spot in image pixel coordinates (column x, row y).
+fn write_truth(cfg: &Config, g: &Geometry, path: &Path) -> anyhow::Result<()> {
+    use std::fmt::Write;
+    let synths: Vec<_> = (0..g.modules).map(|m| rdaq_detector::ModuleSynth::new(cfg.synth(), m)).collect();
+    let mut s = String::from("frame,dark,hit,x,y,photons\n");
+    for frame in 0..cfg.emulator.frames {
+        let (dark, hit) = (synths[0].is_dark(frame), synths[0].is_hit(frame));
+        let _ = writeln!(s, "{frame},{},{},,,", dark as u8, hit as u8);
+        for (m, syn) in synths.iter().enumerate() {
+            let (r0, c0) = g.origin(m as u16);
+            for sp in syn.spots(frame) {
+                let _ = writeln!(s, "{frame},{},{},{:.4},{:.4},{:.1}", dark as u8, hit as u8, c0 as f64 + sp.x, r0 as f64 + sp.y, sp.photons);
+            }
+        }
+    }
+    std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
+}
+
 fn write_manifest(path: &Path, m: &[rdaq_emulator::ManifestEntry]) -> anyhow::Result<()> {
     std::fs::write(path, manifest_csv(m)).with_context(|| format!("cannot write {}", path.display()))
 }
@@ -260,6 +283,9 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         cfg.output.dir = o;
     }
     cfg.output.tolerate_loss |= a.tolerate_loss;
+    if a.raw {
+        cfg.process.mode = "raw".into();
+    }
     cfg.check()?;
     if let Some(t) = &a.topology {
         return run_topology(&cfg, t);
@@ -282,25 +308,37 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
     let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
     let geometry = cfg.geometry().expect("checked");
-    let mut writer = NxmxWriter::create(&h5, &nxmx_meta(geometry, cfg.detector.photon_energy_kev, frame_time))?;
+    let mut meta = nxmx_meta(geometry, cfg.detector.photon_energy_kev, frame_time);
+    meta.pixel = cfg.pixel_type()?;
+    if cfg.processing() {
+        meta.codec = offline::parse_codec(&cfg.process.codec, cfg.process.zstd_level)?;
+        meta.max_spots = cfg.process.max_spots;
+    }
+    let setup = if cfg.processing() { Some(processing_setup(&cfg, &meta)?) } else { None };
+    let mut writer = NxmxWriter::create(&h5, &meta)?;
     let ecfg = cfg.emulator(cfg.detector.modules);
     let progress = Arc::new(Control::default());
     on_interrupt(progress.clone());
     let bar = progress_bar(Some(cfg.emulator.frames), "run");
     eprintln!(
-        "rdaq run: {} modules, {} frames at {}, {} slots of {} MiB, ports {:?}",
+        "rdaq run: {} modules, {} frames at {}, {} slots of {} MiB, ports {:?}, {}",
         cfg.detector.modules,
         cfg.emulator.frames,
         cfg.rate().map_or("full speed".to_string(), |r| format!("{r} Hz")),
         cfg.slots(),
         cfg.frame_bytes() >> 20,
-        rx.ports()
+        rx.ports(),
+        if cfg.processing() { format!("processing to {}", cfg.process.output) } else { "raw".to_string() }
     );
     let start = Instant::now();
     let (emu, consumed) = std::thread::scope(|s| {
         let rx_ref = &rx;
         let w = &mut writer;
-        let consumer = s.spawn(|| consume::consume(rx_ref, Some((w, geometry)), &bar, None, |_| {}));
+        let bar = &bar;
+        let consumer = s.spawn(move || match setup {
+            Some(setup) => online::run(rx_ref, w, setup, bar, None).map(|(c, r)| (c, Some(r))),
+            None => consume::consume(rx_ref, Some((w, geometry)), bar, None, |_| {}).map(|c| (c, None)),
+        });
         let emu = rdaq_emulator::run(&ecfg, &single_receiver_dtps(rx.buffer_map(), cfg.network.bind), progress.clone());
         rx.stop();
         (emu, consumer.join().expect("consumer thread panicked"))
@@ -309,10 +347,20 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let elapsed = start.elapsed();
     let counters = rx.join()?;
     let emu = emu?;
-    let consumed = consumed?;
+    let (consumed, processed) = consumed?;
     writer.finish()?;
     write_manifest(&manifest, &emu.manifest)?;
-    let sum = summary::Summary::new(cfg.emulator.frames, &emu, &counters, &consumed, elapsed, Some(&h5), Some(&manifest));
+    let mut sum = summary::Summary::new(cfg.emulator.frames, &emu, &counters, &consumed, elapsed, Some(&h5), Some(&manifest));
+    if let Some(mut p) = processed {
+        write_truth(&cfg, &geometry, &cfg.output.dir.join(format!("{}_truth.csv", cfg.output.name)))?;
+        if let Some(cal) = p.calibration.take() {
+            let path = cfg.output.dir.join(format!("{}_calibration.h5", cfg.output.name));
+            let cf = rdaq_process::calfile::CalFile { rows: geometry.height(), cols: geometry.width(), cal: (*cal).clone(), rms: None, frames: None };
+            cf.save(&path)?;
+            sum.calibration = Some(path);
+        }
+        sum.processing = Some(p);
+    }
     sum.print();
     if let Some(p) = a.summary_json {
         sum.write_json(&p)?;
@@ -327,11 +375,46 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The processing graph's settings from the configuration and the file's pixel type.
+fn processing_setup(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<online::Setup> {
+    let p = &cfg.process;
+    let g = meta.geometry;
+    let calibration = if p.calibration.as_os_str().is_empty() {
+        online::emulated_calibration(cfg.detector.seed, &g)
+    } else {
+        let cf = rdaq_process::calfile::CalFile::load(&p.calibration)?;
+        if (cf.rows, cf.cols) != (g.height(), g.width()) {
+            bail!("process.calibration {} is {}x{} pixels, the detector image {}x{}", p.calibration.display(), cf.rows, cf.cols, g.height(), g.width());
+        }
+        cf.cal
+    };
+    let e = cfg.detector.photon_energy_kev as f32;
+    Ok(online::Setup {
+        geometry: g,
+        calibration,
+        invalid: offline::parse_invalid_gain(&p.invalid_gain)?,
+        chopper: cfg.chopper(),
+        photon_kev: e,
+        pixel: meta.pixel,
+        codec: meta.codec,
+        finder: rdaq_process::spots::LocalSnrParams { threshold: p.threshold_photons * e, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels },
+        min_spots: p.min_spots,
+        veto: p.veto,
+        window: p.pedestal_window,
+        publish: p.pedestal_publish,
+        workers: [p.convert_workers, p.spot_workers, p.compress_workers],
+        ring_frames: p.ring_frames,
+    })
+}
+
 /// `rdaq run --topology`: every receiver of the plan in this process, one NXmx file each.
 fn run_topology(cfg: &Config, path: &Path) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let t = rdaq_manager::Topology::from_toml(&text).with_context(|| format!("invalid topology {}", path.display()))?;
     let plan = rdaq_manager::Plan::new(&t)?;
+    if cfg.processing() {
+        eprintln!("rdaq run --topology: receivers write raw frames (the processing graph runs in single-receiver runs)");
+    }
     std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
     let full = t.geometry();
     let mut receivers = Vec::new();

@@ -52,6 +52,9 @@ pub struct Summary {
     pub compression_ratio: Option<f64>,
     pub output: Option<PathBuf>,
     pub manifest: Option<PathBuf>,
+    /// The calibration at the end of the run (with the tracked pedestal).
+    pub calibration: Option<PathBuf>,
+    pub processing: Option<crate::online::ProcessReport>,
 }
 
 impl Summary {
@@ -118,6 +121,8 @@ impl Summary {
             compression_ratio: (consumed.bytes_out > 0).then(|| consumed.bytes_in as f64 / consumed.bytes_out as f64),
             output: output.map(Path::to_owned),
             manifest: None,
+            calibration: None,
+            processing: None,
         }
     }
 
@@ -163,14 +168,29 @@ impl Summary {
         }
         println!("throughput  : {:.3} GB placed, {:.3} GB/s, receiver CPU {:.2} s", self.bytes_placed as f64 / 1e9, self.gb_per_s, self.receiver_cpu_s);
         println!("elapsed     : {:.2} s", self.elapsed_s);
+        if let Some(p) = &self.processing {
+            println!("processing  : {} dark frames ({} incomplete, not tracked), {} pedestal updates; {} signal frames, {} hits, {} vetoed ({:.1}%), {} spots; {} frames written",
+                p.dark_frames, p.dark_incomplete, p.pedestal_updates, p.signal_frames, p.hits, p.vetoed, 100.0 * p.vetoed_fraction, p.spots_found, p.frames_written);
+            println!("  stage       workers  frames   ms/frame  busy s  waits  dropped  discarded  ring max");
+            for s in &p.stages {
+                println!("  {:<10} {:>7} {:>7} {:>10.3} {:>7.2} {:>6} {:>8} {:>10} {:>9}",
+                    s.name, s.workers, s.frames, s.ms_per_frame, s.busy_s, s.blocked, s.dropped, s.discarded, s.high_water);
+            }
+            if p.pool_waits > 0 {
+                println!("  the receiver side waited {} times for a free frame buffer (back-pressure)", p.pool_waits);
+            }
+        }
         if let Some(r) = self.compression_ratio {
-            println!("compression : bitshuffle+LZ4 ratio {r:.2}");
+            println!("compression : ratio {r:.2} (bitshuffle chunks of the written pixels)");
         }
         if let Some(o) = &self.output {
             println!("output      : {}", o.display());
         }
         if let Some(m) = &self.manifest {
             println!("manifest    : {}", m.display());
+        }
+        if let Some(c) = &self.calibration {
+            println!("calibration : {} (with the tracked pedestal)", c.display());
         }
         println!("loss        : {}", if self.lost() { "YES" } else { "none" });
     }

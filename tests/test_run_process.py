@@ -1,0 +1,95 @@
+"""`rdaq run` with the default online processing: chopper dark frames feed the pedestal,
+signal frames are converted to photon counts, spots are found, empty frames vetoed, and
+what remains is in the NXmx file with its spot lists. Checked against the synthetic
+detector's ground truth (`<name>_truth.csv`)."""
+import csv
+import json
+import subprocess
+
+import h5py
+import hdf5plugin  # noqa: F401  (registers the bitshuffle filter with h5py)
+import numpy as np
+
+
+def truth(path):
+    frames, spots = {}, {}
+    for r in csv.DictReader(open(path)):
+        f = int(r["frame"])
+        frames[f] = (r["dark"] == "1", r["hit"] == "1")
+        if r["x"]:
+            spots.setdefault(f, []).append((float(r["x"]), float(r["y"]), float(r["photons"])))
+    return frames, spots
+
+
+def test_run_processes_by_default(rdaq, tmp_path):
+    out = tmp_path / "out"
+    summary = tmp_path / "s.json"
+    r = subprocess.run([str(rdaq), "run", "--frames", "240", "--out", str(out), "--summary-json", str(summary)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "processing  :" in r.stdout and "vetoed" in r.stdout
+    s = json.loads(summary.read_text())
+    p = s["processing"]
+    frames, spots = truth(out / "rdaq_run_truth.csv")
+    dark = {f for f, (d, _) in frames.items() if d}
+    hits = {f for f, (_, h) in frames.items() if h}
+    assert p["dark_frames"] == len(dark) == 120 and p["signal_frames"] == 120
+    with h5py.File(out / "rdaq_run.h5", "r") as f:
+        data = f["entry/data/data"]
+        assert data.dtype == np.int32 and data.shape[1:] == (1060, 1024)
+        numbers = f["entry/data/frame_number"][:].tolist()
+        res = f["entry/result_1"]
+        n_peaks, hit = res["nPeaks"][:], res["hit"][:]
+        xs, ys = res["peakXPosRaw"][:], res["peakYPosRaw"][:]
+        # the veto kept exactly the frames with a crystal in the beam
+        assert sorted(numbers) == sorted(hits)
+        assert hit.all() and len(numbers) == p["hits"] == p["frames_written"]
+        assert p["vetoed"] == 120 - len(hits)
+        assert abs(p["vetoed_fraction"] - p["vetoed"] / 120) < 1e-9
+        matched = total = 0
+        for i, fr in enumerate(numbers):
+            found = list(zip(xs[i, :n_peaks[i]], ys[i, :n_peaks[i]]))
+            for (x, y, _) in spots.get(fr, []):
+                total += 1
+                matched += any((fx - x) ** 2 + (fy - y) ** 2 <= 0.25 for fx, fy in found)
+        assert total > 500 and matched / total >= 0.95, f"recall {matched}/{total}"
+        # photon counts: gaps carry the error marker; a frame's photons are the spots'
+        # photons plus the background (0.01 per pixel)
+        img = data[0]
+        assert (img[512:548] == np.iinfo(np.int32).min).all()
+        valid = img[img > np.iinfo(np.int32).min]
+        expected = sum(ph for (_, _, ph) in spots[numbers[0]]) + 0.01 * 2 * 512 * 1024
+        assert abs(valid.sum() - expected) < 0.05 * expected, (valid.sum(), expected)
+    with h5py.File(out / "rdaq_run_calibration.h5", "r") as f:
+        assert f["pedestal"].shape == (3, 1060, 1024)
+        g0 = f["pedestal"][0][:512]
+        assert 2300 < np.median(g0) < 2600
+
+
+def test_pedestal_tracking_corrects_a_wrong_pedestal(rdaq, tmp_path):
+    """The run starts from a calibration whose G0 pedestal is 300 ADU too high (empty pixels
+    read -0.6 photons: -1); dark frames fill a 16-frame window and the tracked pedestal is
+    published every 8 of them, after which empty pixels read 0."""
+    first = tmp_path / "first"
+    r = subprocess.run([str(rdaq), "run", "--frames", "40", "--rate", "200", "--out", str(first)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with h5py.File(first / "rdaq_run_calibration.h5", "r") as f, h5py.File(tmp_path / "wrong.h5", "w") as g:
+        for k in ("pedestal", "gain", "pixel_mask"):
+            g[k] = f[k][()]
+        g["pedestal"][0] += np.where(f["pixel_mask"][()] == 0, 300, 0).astype(np.float32)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[emulator]\nframes = 160\nrate_hz = 200.0\n[process]\ncalibration = "{tmp_path / "wrong.h5"}"\n'
+                   "pedestal_window = 16\npedestal_publish = 8\nveto = false\n")
+    out = tmp_path / "out"
+    r = subprocess.run([str(rdaq), "run", "--config", str(cfg), "--out", str(out), "--summary-json", str(tmp_path / "s.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    p = json.loads((tmp_path / "s.json").read_text())["processing"]
+    assert p["pedestal_updates"] == (80 - 16) // 8 + 1
+    assert p["frames_written"] == 80 and p["vetoed"] == 0
+    with h5py.File(out / "rdaq_run.h5", "r") as f:
+        order = np.argsort(f["entry/data/frame_number"][:])
+        first_img, last_img = f["entry/data/data"][order[0]], f["entry/data/data"][order[-1]]
+    assert (first_img[:512] == -1).mean() > 0.9, "before any dark frame: the wrong pedestal"
+    assert (last_img[:512] == 0).mean() > 0.95, "after tracking: the dark frames' pedestal"
