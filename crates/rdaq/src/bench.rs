@@ -32,6 +32,9 @@ pub enum BenchCmd {
     /// Many small frames through injected loss, reordering, duplication and corruption:
     /// every frame must arrive bit-exact (checksums, loss window, retransmission).
     Soak(crate::soak::SoakArgs),
+    /// Each processing stage on one core against memory copy bandwidth and the reference
+    /// libraries (aare, cfelpyutils peakfinder8, bitshuffle) on the same frames.
+    Process(crate::bench_process::ProcessBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -73,6 +76,7 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
         BenchCmd::Ingest(a) => ingest(a),
         BenchCmd::Hosts(a) => hosts(a),
         BenchCmd::Soak(a) => crate::soak::soak(a),
+        BenchCmd::Process(a) => crate::bench_process::bench(a),
     }
 }
 

@@ -1,6 +1,7 @@
 //! rdaq: data acquisition for high-rate 2D X-ray detectors.
 
 mod bench;
+mod bench_process;
 mod config;
 mod consume;
 mod daemon;

@@ -1,0 +1,232 @@
+//! `rdaq bench process`: each processing stage on one core, in pixels/s and GB/s, beside
+//! baselines measured in the same run: single-core memory copy bandwidth (the floor for the
+//! stage's byte traffic), and the reference libraries on the same frames (aare conversion
+//! and pedestal, cfelpyutils peakfinder8, the bitshuffle package's LZ4 and Zstd), run
+//! through `bench/process_baselines.py` with one thread.
+//!
+//! Byte traffic per pixel counts what the stage must read and write at least once:
+//! conversion 2 (raw) + 4 (pedestal) + 4 (gain) + 4 (mask) + 4 (keV out) = 18 bytes for a
+//! G0 pixel; pedestal 2 + 2x8 (sums read and written) x2 + 4 (count) = 38; spot finding 4
+//! (the keV image); compression 4 in (int32 counts or keV) plus the chunk out.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use anyhow::Context;
+use rdaq_detector::jungfrau::{MODULE_COLS, MODULE_PIXELS, MODULE_ROWS};
+use rdaq_detector::synth::{ModuleSynth, SynthConfig};
+use rdaq_process::bitshuffle::{Codec, Compressor};
+use rdaq_process::pedestal::Pedestal;
+use rdaq_process::sparse::Csr;
+use rdaq_process::spots::{LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params};
+use rdaq_process::{kev_to_photons, Calibration, Converter, InvalidGain};
+
+#[derive(clap::Args)]
+pub struct ProcessBenchArgs {
+    /// Distinct module frames (1024 x 512) cycled through.
+    #[arg(long, default_value_t = 16)]
+    frames: usize,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Python with aare, cfelpyutils and bitshuffle (the project venv by default).
+    #[arg(long)]
+    python: Option<PathBuf>,
+    /// Write the results as JSON here too.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// Seconds per frame of `f` over the frames, run until `seconds` passed.
+fn per_frame(seconds: f64, n: usize, mut f: impl FnMut(usize)) -> f64 {
+    let t0 = Instant::now();
+    let mut calls = 0usize;
+    loop {
+        for i in 0..n {
+            f(i);
+            calls += 1;
+        }
+        let dt = t0.elapsed().as_secs_f64();
+        if dt >= seconds {
+            return dt / calls as f64;
+        }
+    }
+}
+
+/// Single-core copy bandwidth (bytes copied per second) of a buffer far larger than the caches.
+fn copy_bandwidth(seconds: f64) -> f64 {
+    let n = 256 << 20;
+    let src = vec![1u8; n];
+    let mut dst = vec![0u8; n];
+    dst.copy_from_slice(&src);
+    let t = per_frame(seconds, 1, |_| {
+        dst.copy_from_slice(black_box(&src));
+        black_box(&dst);
+    });
+    n as f64 / t
+}
+
+#[derive(serde::Serialize)]
+struct Row {
+    stage: String,
+    ms_per_frame: f64,
+    mpixel_per_s: f64,
+    gb_per_s: f64,
+    floor_ms: Option<f64>,
+    baseline: Option<String>,
+    baseline_ms: Option<f64>,
+    speedup: Option<f64>,
+}
+
+pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
+    rdaq_net::socket::pin_current_thread(0).context("pinning the bench to core 0")?;
+    let n = a.frames.max(1);
+    let cfg = SynthConfig::default();
+    let e = cfg.photon_energy_kev;
+    let mut synth = ModuleSynth::new(cfg, 0);
+    let mc = synth.calibration();
+    let cal = Calibration { pedestal: mc.pedestal.clone(), gain: mc.gain.clone(), mask: vec![0; MODULE_PIXELS] };
+    let conv = Converter::new(cal.clone(), InvalidGain::Error)?;
+    let mut raw = vec![vec![0u16; MODULE_PIXELS]; n];
+    for (i, r) in raw.iter_mut().enumerate() {
+        synth.frame(i as u64, r);
+    }
+    let mut kev = vec![vec![0f32; MODULE_PIXELS]; n];
+    let mut photons = vec![vec![0i32; MODULE_PIXELS]; n];
+    for i in 0..n {
+        conv.to_kev(&raw[i], &mut kev[i]);
+        kev_to_photons(&kev[i], e, &mut photons[i]);
+    }
+    eprintln!("rdaq bench process: {n} module frames of {MODULE_COLS} x {MODULE_ROWS}, {} s per measurement, pinned to core 0", a.seconds);
+
+    let copy = copy_bandwidth(a.seconds);
+    let floor = |bytes_per_px: f64| bytes_per_px * MODULE_PIXELS as f64 / (2.0 * copy) * 1e3;
+    let base = baselines(&a, &raw, &kev, &photons, &cal)?;
+    let mut rows = Vec::new();
+    let mut row = |stage: &str, t: f64, bytes_px: f64, with_floor: bool, baseline: Option<(&str, Option<f64>)>| {
+        let (bname, bt) = match baseline {
+            Some((name, t)) => (Some(name.to_string()), t),
+            None => (None, None),
+        };
+        rows.push(Row {
+            stage: stage.to_string(),
+            ms_per_frame: t * 1e3,
+            mpixel_per_s: MODULE_PIXELS as f64 / t / 1e6,
+            gb_per_s: bytes_px * MODULE_PIXELS as f64 / t / 1e9,
+            floor_ms: with_floor.then(|| floor(bytes_px)),
+            baseline: bname,
+            baseline_ms: bt.map(|b| b * 1e3),
+            speedup: bt.map(|b| b / t),
+        });
+    };
+
+    let mut out = vec![0f32; MODULE_PIXELS];
+    let t = per_frame(a.seconds, n, |i| conv.to_kev(black_box(&raw[i]), &mut out));
+    row("convert keV", t, 18.0, true, Some(("aare apply_calibration", secs(&base, "aare_convert"))));
+    let mut counts = vec![0i32; MODULE_PIXELS];
+    let t = per_frame(a.seconds, n, |i| conv.to_photons(black_box(&raw[i]), e, &mut counts));
+    row("convert photons32", t, 18.0, true, None);
+
+    let mut ped = Pedestal::<f64>::new(MODULE_PIXELS, 0, 128);
+    let t = per_frame(a.seconds, n, |i| ped.push(black_box(&raw[i])));
+    row("pedestal f64", t, 38.0, true, Some(("aare Pedestal_d.push", secs(&base, "aare_pedestal"))));
+
+    let mut finder = LocalSnr::new(LocalSnrParams::for_photon_energy(e));
+    let mut spots = Vec::new();
+    let t = per_frame(a.seconds, n, |i| finder.find(black_box(&kev[i]), MODULE_COLS, MODULE_ROWS, &mut spots));
+    row("spots local SNR", t, 4.0, true, Some(("cfelpyutils peakfinder8", secs(&base, "peakfinder8"))));
+    let radius = Peakfinder8::radius_map(MODULE_COLS, MODULE_ROWS, MODULE_COLS as f32 / 2.0, MODULE_ROWS as f32 / 2.0);
+    let p8 = Peakfinder8Params { adc_threshold: 0.5 * e, ..Peakfinder8Params::jungfrau_module() };
+    let mut pf8 = Peakfinder8::new(p8, radius, &vec![true; MODULE_PIXELS]);
+    let t = per_frame(a.seconds, n, |i| pf8.find(black_box(&kev[i]), &mut spots));
+    row("spots peakfinder8", t, 4.0, true, Some(("cfelpyutils peakfinder8", secs(&base, "peakfinder8"))));
+
+    let mut chunk = Vec::new();
+    let mut c = Compressor::new(4, 0, Codec::Lz4);
+    let t = per_frame(a.seconds, n, |i| c.compress(black_box(pod(&photons[i])), &mut chunk));
+    row("bslz4 photons32", t, 4.0, true, Some(("bitshuffle.compress_lz4", secs(&base, "bitshuffle_lz4_photons"))));
+    let t = per_frame(a.seconds, n, |i| c.compress(black_box(pod(&kev[i])), &mut chunk));
+    row("bslz4 keV", t, 4.0, true, Some(("bitshuffle.compress_lz4", secs(&base, "bitshuffle_lz4_kev"))));
+    let mut z = Compressor::new(4, 0, Codec::Zstd(3));
+    let t = per_frame(a.seconds, n, |i| z.compress(black_box(pod(&photons[i])), &mut chunk));
+    row("bszstd3 photons32", t, 4.0, true, Some(("bitshuffle.compress_zstd", secs(&base, "bitshuffle_zstd_photons"))));
+    let mut csr = Csr::default();
+    let t = per_frame(a.seconds, n, |i| csr.fill(black_box(&photons[i]), MODULE_ROWS, MODULE_COLS, 0));
+    row("sparse CSR > 0", t, 4.0, true, None);
+
+    let mut ratio_lz4 = 0.0;
+    for p in &photons {
+        c.compress(pod(p), &mut chunk);
+        ratio_lz4 += (MODULE_PIXELS * 4) as f64 / chunk.len() as f64 / n as f64;
+    }
+    println!("copy bandwidth (one core, 256 MiB buffers): {:.2} GB/s copied ({:.2} GB/s of traffic)", copy / 1e9, 2.0 * copy / 1e9);
+    println!("{:<20} {:>9} {:>9} {:>8} {:>9} {:>7}   {:<26} {:>9} {:>8}", "stage", "ms/frame", "Mpx/s", "GB/s", "floor ms", "/floor", "baseline (same data)", "ms/frame", "speedup");
+    for r in &rows {
+        let fl = r.floor_ms.map_or("-".into(), |f| format!("{f:.3}"));
+        let over = r.floor_ms.map_or("-".into(), |f| format!("{:.2}x", r.ms_per_frame / f));
+        let (bn, bm, sp) = match (&r.baseline, r.baseline_ms, r.speedup) {
+            (Some(n), Some(m), Some(s)) => (n.clone(), format!("{m:.3}"), format!("{s:.2}x")),
+            (Some(n), _, _) => (n.clone(), "n/a".into(), "-".into()),
+            _ => ("-".into(), "-".into(), "-".into()),
+        };
+        println!("{:<20} {:>9.3} {:>9.1} {:>8.2} {:>9} {:>7}   {:<26} {:>9} {:>8}", r.stage, r.ms_per_frame, r.mpixel_per_s, r.gb_per_s, fl, over, bn, bm, sp);
+    }
+    println!("bitshuffle+LZ4 ratio of the photon counts: {ratio_lz4:.1}");
+    if let Some(p) = a.json {
+        let j = serde_json::json!({ "copy_gb_per_s": copy / 1e9, "rows": rows, "lz4_ratio_photons": ratio_lz4 });
+        std::fs::write(&p, serde_json::to_string_pretty(&j)?).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn pod<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: called with i32 and f32 slices only: no padding, every byte initialized.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// The reference libraries on the same frames, in a Python process pinned to the same core.
+fn baselines(a: &ProcessBenchArgs, raw: &[Vec<u16>], kev: &[Vec<f32>], photons: &[Vec<i32>], cal: &Calibration) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = a.python.clone().unwrap_or_else(|| root.join(".venv/bin/python"));
+    let script = root.join("bench/process_baselines.py");
+    if !python.exists() || !script.exists() {
+        eprintln!("rdaq bench process: no {} or {}: baselines skipped (run make setup)", python.display(), script.display());
+        return Ok(Default::default());
+    }
+    let dir = std::env::temp_dir().join(format!("rdaq-bench-process-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let f = hdf5::File::create(dir.join("bench_inputs.h5"))?;
+    let n = raw.len();
+    f.new_dataset::<u16>().shape((n, MODULE_ROWS, MODULE_COLS)).create("raw")?.write_raw(&flat(raw))?;
+    f.new_dataset::<f32>().shape((n, MODULE_ROWS, MODULE_COLS)).create("kev")?.write_raw(&flat(kev))?;
+    f.new_dataset::<i32>().shape((n, MODULE_ROWS, MODULE_COLS)).create("photons")?.write_raw(&flat(photons))?;
+    let stack = |a: &[Vec<f32>; 3]| a.iter().flatten().copied().collect::<Vec<f32>>();
+    f.new_dataset::<f32>().shape((3, MODULE_ROWS, MODULE_COLS)).create("pedestal")?.write_raw(&stack(&cal.pedestal))?;
+    f.new_dataset::<f32>().shape((3, MODULE_ROWS, MODULE_COLS)).create("gain")?.write_raw(&stack(&cal.gain))?;
+    drop(f);
+    eprintln!("rdaq bench process: baselines in {} (aare, cfelpyutils, bitshuffle; one thread)", python.display());
+    let out = Command::new("taskset").arg("-c").arg("0").arg(&python).arg(&script).arg(&dir).arg(a.seconds.to_string())
+        .env("OMP_NUM_THREADS", "1").output();
+    let out = match out {
+        Ok(o) => o,
+        // no taskset: run unpinned
+        Err(_) => Command::new(&python).arg(&script).arg(&dir).arg(a.seconds.to_string()).env("OMP_NUM_THREADS", "1").output()?,
+    };
+    std::fs::remove_dir_all(&dir).ok();
+    if !out.status.success() {
+        eprintln!("rdaq bench process: baselines failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        return Ok(Default::default());
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("baseline output")?;
+    Ok(v.as_object().cloned().unwrap_or_default())
+}
+
+fn flat<T: Copy>(v: &[Vec<T>]) -> Vec<T> {
+    v.iter().flatten().copied().collect()
+}
+
+fn secs(base: &serde_json::Map<String, serde_json::Value>, k: &str) -> Option<f64> {
+    base.get(k).and_then(|v| v.as_f64())
+}
