@@ -36,7 +36,12 @@ pub fn shuffle_block(src: &[u8], dst: &mut [u8], size: usize) {
     let n = src.len() / size;
     assert!(n % 8 == 0 && src.len() == n * size && dst.len() == src.len(), "block of whole 8-element groups");
     #[cfg(target_arch = "x86_64")]
-    let done = sse2::shuffle_groups_of_16(src, dst, size);
+    let done = if (size == 2 || size == 4) && std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        unsafe { avx2::shuffle_groups_of_32(src, dst, size) }
+    } else {
+        sse2::shuffle_groups_of_16(src, dst, size)
+    };
     #[cfg(not(target_arch = "x86_64"))]
     let done = 0;
     shuffle_groups_of_8(src, dst, size, done / 8);
@@ -58,6 +63,67 @@ fn shuffle_groups_of_8(src: &[u8], dst: &mut [u8], size: usize, from: usize) {
                 dst[(byte * 8 + bit) * row + k] = (y >> (8 * bit)) as u8;
             }
         }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// Transposes whole groups of 32 elements of 2 or 4 bytes: byte shuffles gather each
+    /// byte plane of the group into one register, then `movemask` takes one bit of all 32
+    /// bytes at once. Returns the elements done.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `size` is 2 or 4, `src.len() == dst.len()`, a multiple of
+    /// 8 elements (as [`super::shuffle_block`] asserts).
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn shuffle_groups_of_32(src: &[u8], dst: &mut [u8], size: usize) -> usize {
+        let n = src.len() / size;
+        let groups = n / 32;
+        let row = n / 8;
+        let mut planes = [_mm256_setzero_si256(); 4];
+        for g in 0..groups {
+            // SAFETY (loads): group g spans bytes [g*32*size, (g+1)*32*size) of src, inside
+            // it since g < n / 32.
+            let p = src.as_ptr().add(g * 32 * size);
+            if size == 2 {
+                // per 128-bit lane: the 8 low bytes, then the 8 high bytes
+                let m = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+                let a = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(_mm256_loadu_si256(p.cast()), m));
+                let b = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(_mm256_loadu_si256(p.add(32).cast()), m));
+                planes[0] = _mm256_permute2x128_si256::<0x20>(a, b);
+                planes[1] = _mm256_permute2x128_si256::<0x31>(a, b);
+            } else {
+                // per 128-bit lane (4 elements): byte 0 of each, byte 1, byte 2, byte 3
+                let m = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+                let idx = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+                let mut q = [_mm256_setzero_si256(); 4];
+                for (k, v) in q.iter_mut().enumerate() {
+                    let x = _mm256_shuffle_epi8(_mm256_loadu_si256(p.add(32 * k).cast()), m);
+                    // 64-bit word j now holds byte plane j of these 8 elements
+                    *v = _mm256_permutevar8x32_epi32(x, idx);
+                }
+                let (lo_ab, hi_ab) = (_mm256_unpacklo_epi64(q[0], q[1]), _mm256_unpackhi_epi64(q[0], q[1]));
+                let (lo_cd, hi_cd) = (_mm256_unpacklo_epi64(q[2], q[3]), _mm256_unpackhi_epi64(q[2], q[3]));
+                planes[0] = _mm256_permute2x128_si256::<0x20>(lo_ab, lo_cd);
+                planes[1] = _mm256_permute2x128_si256::<0x20>(hi_ab, hi_cd);
+                planes[2] = _mm256_permute2x128_si256::<0x31>(lo_ab, lo_cd);
+                planes[3] = _mm256_permute2x128_si256::<0x31>(hi_ab, hi_cd);
+            }
+            for (byte, plane) in planes.iter().take(size).enumerate() {
+                let mut v = *plane;
+                for bit in (0..8).rev() {
+                    let mask = _mm256_movemask_epi8(v) as u32;
+                    // SAFETY (store): 4 bytes at (byte*8 + bit)*row + 4g; 4g + 4 <= row
+                    // since g < n/32, and (byte*8 + bit) < 8*size, so inside dst.
+                    let at = (byte * 8 + bit) * row + 4 * g;
+                    dst.as_mut_ptr().add(at).cast::<u32>().write_unaligned(mask.to_le());
+                    v = _mm256_add_epi8(v, v);
+                }
+            }
+        }
+        groups * 32
     }
 }
 

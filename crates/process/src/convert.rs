@@ -78,13 +78,23 @@ pub trait Count: Copy + Default + Send + Sync {
     fn from_f32(x: f32) -> Self;
 }
 
+/// `x` (finite, |x| < 2^31) rounded half away from zero, without a libm call: truncate,
+/// then step away from zero when the (exact) remainder is at least one half. Equal to
+/// `f32::round` for every such `x`, and vectorizable.
+#[inline(always)]
+fn round_half_away(x: f32) -> i32 {
+    let t = x as i32;
+    let frac = x - t as f32;
+    t + (frac >= 0.5) as i32 - (frac <= -0.5) as i32
+}
+
 impl Count for i16 {
     const SATURATED: i16 = i16::MAX;
     const ERROR: i16 = i16::MIN;
     #[inline(always)]
     fn from_f32(x: f32) -> i16 {
-        // `as` saturates; NaN cannot come here (calibrations are checked finite)
-        x.round().clamp(i16::MIN as f32 + 1.0, i16::MAX as f32 - 1.0) as i16
+        // clamping to integer bounds first gives the same as rounding first
+        round_half_away(x.clamp(i16::MIN as f32 + 1.0, i16::MAX as f32 - 1.0)) as i16
     }
 }
 
@@ -93,8 +103,8 @@ impl Count for i32 {
     const ERROR: i32 = i32::MIN;
     #[inline(always)]
     fn from_f32(x: f32) -> i32 {
-        // f32 cannot represent i32::MAX - 1: clamp below 2^31 - 128, the largest f32 under it
-        x.round().clamp(-2_147_483_520.0, 2_147_483_520.0) as i32
+        // f32 cannot represent i32::MAX - 1: clamp at 2^31 - 128, the largest f32 under it
+        round_half_away(x.clamp(-2_147_483_520.0, 2_147_483_520.0))
     }
 }
 
@@ -102,14 +112,27 @@ impl Count for i32 {
 /// division and rounding): +inf is saturated, NaN an error or masked pixel.
 pub fn kev_to_photons<T: Count>(kev: &[f32], photon_kev: f32, out: &mut [T]) {
     assert_eq!(kev.len(), out.len());
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        unsafe { kev_to_photons_avx2(kev, photon_kev, out) };
+        return;
+    }
+    kev_to_photons_loop(kev, photon_kev, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn kev_to_photons_avx2<T: Count>(kev: &[f32], photon_kev: f32, out: &mut [T]) {
+    kev_to_photons_loop(kev, photon_kev, out);
+}
+
+#[inline(always)]
+fn kev_to_photons_loop<T: Count>(kev: &[f32], photon_kev: f32, out: &mut [T]) {
     for (o, &e) in out.iter_mut().zip(kev) {
-        *o = if e.is_nan() {
-            T::ERROR
-        } else if e == f32::INFINITY {
-            T::SATURATED
-        } else {
-            T::from_f32(e / photon_kev)
-        };
+        // the markers by selection (NaN fails both comparisons), so the loop has no branch
+        let n = T::from_f32(if e.is_finite() { e / photon_kev } else { 0.0 });
+        *o = if e.is_nan() { T::ERROR } else if e == f32::INFINITY { T::SATURATED } else { n };
     }
 }
 
@@ -125,7 +148,14 @@ enum Kind {
 pub struct Converter {
     cal: Arc<Calibration>,
     invalid: InvalidGain,
+    /// One bit per pixel: masked (kept apart from the u32 mask so that the fast path reads
+    /// 1/8 byte per pixel for it, not 4).
+    masked: Vec<u64>,
 }
+
+/// Pixels per block of the fast path: the block is converted as G0, then the pixels that
+/// are not plain G0 words (other gains, special words, masked) are redone one by one.
+const BLOCK: usize = 512;
 
 impl Converter {
     pub fn new(cal: Calibration, invalid: InvalidGain) -> Result<Converter, CalibrationError> {
@@ -136,7 +166,30 @@ impl Converter {
     /// a new one when the tracked pedestal is published).
     pub fn shared(cal: Arc<Calibration>, invalid: InvalidGain) -> Result<Converter, CalibrationError> {
         cal.check(cal.mask.len())?;
-        Ok(Converter { cal, invalid })
+        let mut masked = vec![0u64; cal.mask.len().div_ceil(64)];
+        for (px, &m) in cal.mask.iter().enumerate() {
+            if m != 0 {
+                masked[px / 64] |= 1 << (px % 64);
+            }
+        }
+        Ok(Converter { cal, invalid, masked })
+    }
+
+    #[inline(always)]
+    fn is_masked(&self, px: usize) -> bool {
+        self.masked[px / 64] >> (px % 64) & 1 == 1
+    }
+
+    /// Whether any pixel of `first..first + n` is masked.
+    #[inline(always)]
+    fn any_masked(&self, first: usize, n: usize) -> bool {
+        let (a, b) = (first / 64, (first + n - 1) / 64);
+        (a..=b).any(|k| {
+            let lo = if k == a { first % 64 } else { 0 };
+            let hi = if k == b { (first + n - 1) % 64 } else { 63 };
+            let m = (u64::MAX >> (63 - hi)) & (u64::MAX << lo);
+            self.masked[k] & m != 0
+        })
     }
 
     pub fn calibration(&self) -> &Arc<Calibration> {
@@ -180,26 +233,65 @@ impl Converter {
     /// assembled image) to keV.
     pub fn to_kev_at(&self, first: usize, raw: &[u16], out: &mut [f32]) {
         assert!(raw.len() == out.len() && first + raw.len() <= self.pixels(), "pixels inside the calibration");
-        for (i, (o, &w)) in out.iter_mut().zip(raw).enumerate() {
-            let px = first + i;
-            *o = match self.kind(w, self.cal.mask[px] != 0) {
-                Kind::Value(g) => self.kev(px, g, w),
-                Kind::Saturated => f32::INFINITY,
-                Kind::Error => f32::NAN,
-            };
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            unsafe { self.to_kev_avx2(first, raw, out) };
+            return;
+        }
+        self.to_kev_blocks(first, raw, out);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn to_kev_avx2(&self, first: usize, raw: &[u16], out: &mut [f32]) {
+        self.to_kev_blocks(first, raw, out);
+    }
+
+    /// The fast path: each block as G0 in a loop the compiler vectorizes, then the block's
+    /// exceptions (any word with gain bits, or a masked pixel) one by one.
+    #[inline(always)]
+    fn to_kev_blocks(&self, first: usize, raw: &[u16], out: &mut [f32]) {
+        let (p0, g0) = (&self.cal.pedestal[0][first..first + raw.len()], &self.cal.gain[0][first..first + raw.len()]);
+        for (b, (w, o)) in raw.chunks(BLOCK).zip(out.chunks_mut(BLOCK)).enumerate() {
+            let at = b * BLOCK;
+            let (p, g) = (&p0[at..at + w.len()], &g0[at..at + w.len()]);
+            let mut gain_bits = 0u16;
+            for i in 0..w.len() {
+                gain_bits |= w[i];
+                o[i] = (w[i] as f32 - p[i]) / g[i];
+            }
+            if gain_bits >> 14 != 0 || self.any_masked(first + at, w.len()) {
+                for i in 0..w.len() {
+                    let px = first + at + i;
+                    if w[i] >> 14 != 0 || self.is_masked(px) {
+                        o[i] = self.kev_word(px, w[i]);
+                    }
+                }
+            }
         }
     }
 
-    /// Converts a whole frame to photon counts of `photon_kev` each.
+    /// One word, every case.
+    #[inline]
+    fn kev_word(&self, px: usize, w: u16) -> f32 {
+        match self.kind(w, self.is_masked(px)) {
+            Kind::Value(g) => self.kev(px, g, w),
+            Kind::Saturated => f32::INFINITY,
+            Kind::Error => f32::NAN,
+        }
+    }
+
+    /// Converts a whole frame to photon counts of `photon_kev` each: keV as
+    /// [`Converter::to_kev`], then [`kev_to_photons`], a block at a time.
     pub fn to_photons<T: Count>(&self, raw: &[u16], photon_kev: f32, out: &mut [T]) {
         assert!(raw.len() == self.pixels() && out.len() == self.pixels(), "one frame in and out");
         assert!(photon_kev.is_finite() && photon_kev > 0.0, "a positive photon energy");
-        for (px, (o, &w)) in out.iter_mut().zip(raw).enumerate() {
-            *o = match self.kind(w, self.cal.mask[px] != 0) {
-                Kind::Value(g) => T::from_f32(self.kev(px, g, w) / photon_kev),
-                Kind::Saturated => T::SATURATED,
-                Kind::Error => T::ERROR,
-            };
+        let mut kev = [0f32; 1024];
+        for (k, (w, o)) in raw.chunks(1024).zip(out.chunks_mut(1024)).enumerate() {
+            let kev = &mut kev[..w.len()];
+            self.to_kev_at(k * 1024, w, kev);
+            kev_to_photons(kev, photon_kev, o);
         }
     }
 }
@@ -274,6 +366,36 @@ mod tests {
         let mut w = [0i32; 4];
         conv.to_photons(&[0x3fff, 1, 2, 3], 1.0, &mut w);
         assert_eq!(w, [1_638_300, 100, 200, 300]);
+    }
+
+    #[test]
+    fn rounding_without_libm_equals_round() {
+        let mut xs = vec![0.5f32, -0.5, 1.5, -1.5, 2.5, 0.49999997, -0.49999997, 8388607.5, -8388607.5, 16777215.0, 1e9, -1e9, 2147483520.0];
+        xs.extend((0..200_000u64).map(|i| f32::from_bits(rng::at(9, i) as u32)).filter(|x| x.is_finite() && x.abs() < 2.1e9));
+        for x in xs {
+            assert_eq!(round_half_away(x), x.round() as i32, "{x}");
+            assert_eq!(i16::from_f32(x), x.round().clamp(-32767.0, 32766.0) as i16, "{x}");
+        }
+    }
+
+    #[test]
+    fn the_fast_path_equals_the_word_by_word_conversion() {
+        let n = 4096 + 17;
+        let mut cal = calibration(n);
+        for px in [3, 64, 65, 700, 4100] {
+            cal.mask[px] = 1 << 4;
+        }
+        let conv = Converter::new(cal, InvalidGain::AsG2).unwrap();
+        // mostly G0 words, some blocks all G0, some with exceptions
+        let raw: Vec<u16> = (0..n as u64).map(|i| { let r = rng::at(79, i); if r % 13 == 0 { r as u16 } else { (r as u16) & 0x3fff } }).collect();
+        for first in [0, 1, 63] {
+            let mut out = vec![0f32; n - first];
+            conv.to_kev_at(first, &raw[first..], &mut out);
+            for (i, o) in out.iter().enumerate() {
+                let want = conv.kev_word(first + i, raw[first + i]);
+                assert!(o.to_bits() == want.to_bits() || (o.is_nan() && want.is_nan()), "pixel {} word {:#06x}: {o} vs {want}", first + i, raw[first + i]);
+            }
+        }
     }
 
     #[test]

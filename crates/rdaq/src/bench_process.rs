@@ -5,8 +5,9 @@
 //! through `bench/process_baselines.py` with one thread.
 //!
 //! Byte traffic per pixel counts what the stage must read and write at least once:
-//! conversion 2 (raw) + 4 (pedestal) + 4 (gain) + 4 (mask) + 4 (keV out) = 18 bytes for a
-//! G0 pixel; pedestal 2 + 2x8 (sums read and written) x2 + 4 (count) = 38; spot finding 4
+//! conversion 2 (raw) + 4 (G0 pedestal) + 4 (G0 gain) + 1/8 (mask bit) + 4 (out) = 14.125
+//! bytes for a G0 pixel; pedestal 2 + 2x8 (sums read and written) x2 + 4 (count) = 38;
+//! spot finding 4
 //! (the keV image); compression 4 in (int32 counts or keV) plus the chunk out.
 
 use std::hint::black_box;
@@ -124,10 +125,10 @@ pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
 
     let mut out = vec![0f32; MODULE_PIXELS];
     let t = per_frame(a.seconds, n, |i| conv.to_kev(black_box(&raw[i]), &mut out));
-    row("convert keV", t, 18.0, true, Some(("aare apply_calibration", secs(&base, "aare_convert"))));
+    row("convert keV", t, 14.125, true, Some(("aare apply_calibration", secs(&base, "aare_convert"))));
     let mut counts = vec![0i32; MODULE_PIXELS];
     let t = per_frame(a.seconds, n, |i| conv.to_photons(black_box(&raw[i]), e, &mut counts));
-    row("convert photons32", t, 18.0, true, None);
+    row("convert photons32", t, 14.125, true, None);
 
     let mut ped = Pedestal::<f64>::new(MODULE_PIXELS, 0, 128);
     let t = per_frame(a.seconds, n, |i| ped.push(black_box(&raw[i])));
