@@ -5,8 +5,9 @@
 //!   over the `(2n+1)^2` box around it without the pixel itself and without pixels that are
 //!   not finite (masked, error, gaps). Strong pixels are joined into 8-connected groups;
 //!   groups of `min_pixels..=max_pixels` pixels are spots. The box statistics come from
-//!   running column sums (two image rows per row, whatever the box size), so the cost is
-//!   one pass over the image plus work per candidate pixel (those above the threshold).
+//!   running column sums (two image rows per row, whatever the box size) summed over the
+//!   box's columns at each candidate pixel (those above the threshold), so the cost is one
+//!   pass over the image plus work per candidate.
 //! - [`Peakfinder8`]: the peakfinder8 algorithm of Cheetah/CrystFEL as built in
 //!   `cfelpyutils` (same parameters, same peaks): five iterations of radial statistics,
 //!   seeds above `max(mean + min_snr*sigma, threshold)` of their radius bin, flood fill
@@ -53,9 +54,6 @@ pub struct LocalSnr {
     col_sum: Vec<f64>,
     col_sum2: Vec<f64>,
     col_n: Vec<u32>,
-    pre_sum: Vec<f64>,
-    pre_sum2: Vec<f64>,
-    pre_n: Vec<u32>,
     row_candidates: Vec<u32>,
     strong: Vec<u32>,
     parent: Vec<u32>,
@@ -75,9 +73,6 @@ impl LocalSnr {
             col_sum: Vec::new(),
             col_sum2: Vec::new(),
             col_n: Vec::new(),
-            pre_sum: Vec::new(),
-            pre_sum2: Vec::new(),
-            pre_n: Vec::new(),
             row_candidates: Vec::new(),
             strong: Vec::new(),
             parent: Vec::new(),
@@ -89,17 +84,17 @@ impl LocalSnr {
         &self.p
     }
 
+    /// Adds (`sign` 1) or removes (-1) a row from the column sums, branch-free so that it
+    /// vectorizes: pixels that are not finite count as nothing.
     fn add_row(&mut self, row: &[f32], sign: f64) {
-        for (c, &v) in row.iter().enumerate() {
-            if let Some(x) = finite(v) {
-                self.col_sum[c] += sign * x;
-                self.col_sum2[c] += sign * x * x;
-                if sign > 0.0 {
-                    self.col_n[c] += 1;
-                } else {
-                    self.col_n[c] -= 1;
-                }
-            }
+        let (s1, s2, n) = (&mut self.col_sum[..row.len()], &mut self.col_sum2[..row.len()], &mut self.col_n[..row.len()]);
+        let dn = sign as i32;
+        for c in 0..row.len() {
+            let ok = row[c].is_finite();
+            let x = if ok { row[c] as f64 } else { 0.0 };
+            s1[c] += sign * x;
+            s2[c] += sign * x * x;
+            n[c] = n[c].wrapping_add_signed(dn * ok as i32);
         }
     }
 
@@ -116,9 +111,6 @@ impl LocalSnr {
         self.col_sum2.resize(width, 0.0);
         self.col_n.clear();
         self.col_n.resize(width, 0);
-        self.pre_sum.resize(width + 1, 0.0);
-        self.pre_sum2.resize(width + 1, 0.0);
-        self.pre_n.resize(width + 1, 0);
         // the column sums cover rows r-n..=r; rows are added as the window moves down
         for r in 0..n.min(height) {
             self.add_row(&image[r * width..(r + 1) * width], 1.0);
@@ -146,11 +138,6 @@ impl LocalSnr {
             if self.row_candidates.is_empty() {
                 continue;
             }
-            for c in 0..width {
-                self.pre_sum[c + 1] = self.pre_sum[c] + self.col_sum[c];
-                self.pre_sum2[c + 1] = self.pre_sum2[c] + self.col_sum2[c];
-                self.pre_n[c + 1] = self.pre_n[c] + self.col_n[c];
-            }
             for &c in &self.row_candidates {
                 let c = c as usize;
                 let v = row[c];
@@ -159,14 +146,16 @@ impl LocalSnr {
                     self.strong.push((r * width + c) as u32);
                     continue;
                 }
+                // the box: the window's columns of the column sums (a few per row are
+                // candidates, so summing here costs less than prefix sums of every row)
                 let (lo, hi) = (c.saturating_sub(n), (c + n + 1).min(width));
                 let x = v as f64;
-                let cnt = self.pre_n[hi] - self.pre_n[lo] - 1;
+                let cnt = self.col_n[lo..hi].iter().sum::<u32>() - 1;
                 if cnt == 0 {
                     continue;
                 }
-                let s = self.pre_sum[hi] - self.pre_sum[lo] - x;
-                let s2 = self.pre_sum2[hi] - self.pre_sum2[lo] - x * x;
+                let s = self.col_sum[lo..hi].iter().sum::<f64>() - x;
+                let s2 = self.col_sum2[lo..hi].iter().sum::<f64>() - x * x;
                 let mean = s / cnt as f64;
                 let var = (s2 / cnt as f64 - mean * mean).max(0.0);
                 let d = x - mean;
