@@ -18,3 +18,27 @@ pub mod sparse;
 pub mod spots;
 
 pub use convert::{kev_to_photons, Calibration, CalibrationError, Converter, Count, InvalidGain};
+
+/// Numeric types without padding whose every byte pattern is valid: their slices can be
+/// seen as bytes (pixels on their way to a compressor or a file).
+pub trait Plain: Copy + private::Sealed {}
+
+mod private {
+    pub trait Sealed {}
+}
+
+macro_rules! plain {
+    ($($t:ty),*) => {$(
+        impl private::Sealed for $t {}
+        impl Plain for $t {}
+    )*};
+}
+plain!(u8, u16, i16, u32, i32, f32, f64);
+
+/// The bytes of a slice of plain numbers, without a copy (host byte order: little-endian,
+/// as the files and the wire).
+pub fn bytes_of<T: Plain>(v: &[T]) -> &[u8] {
+    // SAFETY: `Plain` is sealed to numeric types without padding, so every byte is
+    // initialized; the length in bytes is exact and the lifetime tied to `v`.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}

@@ -22,7 +22,7 @@ use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::pedestal::Pedestal;
 use rdaq_process::sparse::Csr;
 use rdaq_process::spots::{LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params};
-use rdaq_process::{kev_to_photons, Calibration, Converter, InvalidGain};
+use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain};
 
 #[derive(clap::Args)]
 pub struct ProcessBenchArgs {
@@ -146,12 +146,12 @@ pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
 
     let mut chunk = Vec::new();
     let mut c = Compressor::new(4, 0, Codec::Lz4);
-    let t = per_frame(a.seconds, n, |i| c.compress(black_box(pod(&photons[i])), &mut chunk));
+    let t = per_frame(a.seconds, n, |i| c.compress(black_box(bytes_of(&photons[i])), &mut chunk));
     row("bslz4 photons32", t, 4.0, true, Some(("bitshuffle.compress_lz4", secs(&base, "bitshuffle_lz4_photons"))));
-    let t = per_frame(a.seconds, n, |i| c.compress(black_box(pod(&kev[i])), &mut chunk));
+    let t = per_frame(a.seconds, n, |i| c.compress(black_box(bytes_of(&kev[i])), &mut chunk));
     row("bslz4 keV", t, 4.0, true, Some(("bitshuffle.compress_lz4", secs(&base, "bitshuffle_lz4_kev"))));
     let mut z = Compressor::new(4, 0, Codec::Zstd(3));
-    let t = per_frame(a.seconds, n, |i| z.compress(black_box(pod(&photons[i])), &mut chunk));
+    let t = per_frame(a.seconds, n, |i| z.compress(black_box(bytes_of(&photons[i])), &mut chunk));
     row("bszstd3 photons32", t, 4.0, true, Some(("bitshuffle.compress_zstd", secs(&base, "bitshuffle_zstd_photons"))));
     let mut csr = Csr::default();
     let t = per_frame(a.seconds, n, |i| csr.fill(black_box(&photons[i]), MODULE_ROWS, MODULE_COLS, 0));
@@ -159,7 +159,7 @@ pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
 
     let mut ratio_lz4 = 0.0;
     for p in &photons {
-        c.compress(pod(p), &mut chunk);
+        c.compress(bytes_of(p), &mut chunk);
         ratio_lz4 += (MODULE_PIXELS * 4) as f64 / chunk.len() as f64 / n as f64;
     }
     println!("copy bandwidth (one core, 256 MiB buffers): {:.2} GB/s copied ({:.2} GB/s of traffic)", copy / 1e9, 2.0 * copy / 1e9);
@@ -180,11 +180,6 @@ pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
         std::fs::write(&p, serde_json::to_string_pretty(&j)?).with_context(|| format!("cannot write {}", p.display()))?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn pod<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: called with i32 and f32 slices only: no padding, every byte initialized.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
 
 /// The reference libraries on the same frames, in a Python process pinned to the same core.

@@ -41,6 +41,19 @@ pub fn missing_ranges(rx: &Receiver, geometry: &Geometry, f: &FrameReady) -> Vec
 /// How long the consumer waits for a frame before looking at its stop flag.
 const POLL: Duration = Duration::from_millis(50);
 
+/// The next finished frame; `None` once the receiver has finished, or once `until` is set
+/// and no frame is waiting.
+pub fn next_frame(rx: &Receiver, until: Option<&AtomicBool>) -> Option<FrameReady> {
+    loop {
+        match rx.frames().recv_timeout(POLL) {
+            Ok(f) => return Some(f),
+            Err(RecvTimeoutError::Timeout) if until.is_some_and(|u| u.load(Ordering::Relaxed)) => return None,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}
+
 /// Consumes frames until the receiver finishes, or until `until` is set and no frame is
 /// waiting: assembles each frame's modules into the detector image (gaps marked) and writes
 /// it. Without a writer, frames are only counted. `on_frame` sees every frame first.
@@ -53,13 +66,7 @@ pub fn consume(
 ) -> anyhow::Result<ConsumeStats> {
     let mut s = ConsumeStats::default();
     let mut image = vec![0u16; writer.as_ref().map_or(0, |(_, g)| g.height() * g.width())];
-    loop {
-        let f = match rx.frames().recv_timeout(POLL) {
-            Ok(f) => f,
-            Err(RecvTimeoutError::Timeout) if until.is_some_and(|u| u.load(Ordering::Relaxed)) => break,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
+    while let Some(f) = next_frame(rx, until) {
         on_frame(&f);
         let now = Instant::now();
         s.first.get_or_insert(now);

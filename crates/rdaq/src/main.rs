@@ -392,7 +392,7 @@ fn processing_setup(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<online::Set
     let e = cfg.detector.photon_energy_kev as f32;
     Ok(online::Setup {
         geometry: g,
-        calibration,
+        calibration: std::sync::Arc::new(calibration),
         invalid: offline::parse_invalid_gain(&p.invalid_gain)?,
         chopper: cfg.chopper(),
         photon_kev: e,

@@ -13,7 +13,7 @@ use rdaq_process::bitshuffle::{decompress, Codec, Compressor};
 use rdaq_process::calfile::CalFile;
 use rdaq_process::pedestal::{Pedestal, Sum};
 use rdaq_process::spots::{LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params, Spot};
-use rdaq_process::{Calibration, Converter, InvalidGain};
+use rdaq_process::{bytes_of, Calibration, Converter, InvalidGain, Plain};
 
 #[derive(clap::Subcommand)]
 pub enum ProcessCmd {
@@ -186,16 +186,17 @@ impl Frames {
         Ok((f, Frames { n: s[0], rows: s[1], cols: s[2], ds, bitshuffle }))
     }
 
-    fn read<T: hdf5::H5Type + Copy + Default>(&self, i: usize, out: &mut Vec<T>) -> anyhow::Result<()> {
+    fn read<T: hdf5::H5Type + Plain + Default>(&self, i: usize, out: &mut Vec<T>) -> anyhow::Result<()> {
         let px = self.rows * self.cols;
         if let Some(codec) = self.bitshuffle {
             let raw = read_raw_chunk(&self.ds, i).with_context(|| format!("reading chunk of frame {i}"))?;
             let bytes = decompress(&raw, std::mem::size_of::<T>(), codec).with_context(|| format!("decoding frame {i}"))?;
+            anyhow::ensure!(bytes.len() == px * std::mem::size_of::<T>(), "frame {i} decodes to {} bytes", bytes.len());
             out.clear();
             out.resize(px, T::default());
-            // SAFETY: `out` holds `px` plain-data elements of size_of::<T>() bytes and
-            // `bytes` is exactly that long (checked); the host is little-endian like the file.
-            anyhow::ensure!(bytes.len() == px * std::mem::size_of::<T>(), "frame {i} decodes to {} bytes", bytes.len());
+            // SAFETY: `out` holds `px` elements of a `Plain` type (no padding, any byte
+            // pattern valid) and `bytes` is exactly that long (checked above); the host is
+            // little-endian like the file.
             unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast::<u8>(), bytes.len()) };
         } else {
             let a: ndarray::Array3<T> = self.ds.read_slice(ndarray::s![i..i + 1, .., ..]).with_context(|| format!("reading frame {i}"))?;
@@ -237,11 +238,6 @@ fn read_raw_chunk(ds: &Dataset, i: usize) -> anyhow::Result<Vec<u8>> {
     Ok(buf)
 }
 
-fn as_bytes<T>(v: &[T]) -> &[u8] {
-    // SAFETY: callers pass plain numeric types without padding; length in bytes is exact.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-}
-
 fn convert(a: ConvertArgs) -> anyhow::Result<()> {
     let cal = CalFile::load(&a.calibration)?;
     let (_f, frames) = Frames::open(&a.input)?;
@@ -269,15 +265,15 @@ fn convert(a: ConvertArgs) -> anyhow::Result<()> {
         let bytes = match (a.photon_kev, elem) {
             (None, _) => {
                 conv.to_kev(&raw, &mut kev);
-                as_bytes(&kev)
+                bytes_of(&kev)
             }
             (Some(e), 2) => {
                 conv.to_photons(&raw, e, &mut c16);
-                as_bytes(&c16)
+                bytes_of(&c16)
             }
             (Some(e), _) => {
                 conv.to_photons(&raw, e, &mut c32);
-                as_bytes(&c32)
+                bytes_of(&c32)
             }
         };
         comp.compress(bytes, &mut chunk);

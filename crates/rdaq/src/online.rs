@@ -13,9 +13,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crossbeam_channel::{bounded, RecvTimeoutError};
+use crossbeam_channel::bounded;
 use indicatif::ProgressBar;
 use rdaq_detector::jungfrau::{ModuleCalibration, MODULE_PIXELS};
 use rdaq_detector::{as_words, Chopper, Geometry};
@@ -23,18 +23,18 @@ use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::pedestal::Pedestal;
 use rdaq_process::pipeline::{Emit, Pipeline, Policy, StageStats, WhenFull};
 use rdaq_process::spots::{is_hit, LocalSnr, LocalSnrParams, Spot};
-use rdaq_process::{kev_to_photons, Calibration, Converter, InvalidGain};
+use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain};
 use rdaq_receiver::placement::{FrameReady, FrameStatus};
 use rdaq_receiver::Receiver;
 use rdaq_sink::{NxmxWriter, PixelType};
 use serde::Serialize;
 
-use crate::consume::{missing_ranges, ConsumeStats};
+use crate::consume::{missing_ranges, next_frame, ConsumeStats};
 
 /// What the graph needs besides the receiver and the writer.
 pub struct Setup {
     pub geometry: Geometry,
-    pub calibration: Calibration,
+    pub calibration: Arc<Calibration>,
     pub invalid: InvalidGain,
     pub chopper: Chopper,
     pub photon_kev: f32,
@@ -137,13 +137,11 @@ struct SharedCal {
     generation: AtomicU64,
 }
 
-const POLL: Duration = Duration::from_millis(50);
-
 /// Runs the graph until the receiver finishes (or `until` is set and no frame waits).
-pub fn run(rx: &Receiver, writer: &mut NxmxWriter, mut setup: Setup, bar: &ProgressBar, until: Option<&AtomicBool>) -> anyhow::Result<(ConsumeStats, ProcessReport)> {
+pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressBar, until: Option<&AtomicBool>) -> anyhow::Result<(ConsumeStats, ProcessReport)> {
     let g = setup.geometry;
     let (h, w) = (g.height(), g.width());
-    let shared = SharedCal { cal: RwLock::new(Arc::new(std::mem::replace(&mut setup.calibration, Calibration { pedestal: Default::default(), gain: Default::default(), mask: Vec::new() }))), generation: AtomicU64::new(0) };
+    let shared = SharedCal { cal: RwLock::new(setup.calibration.clone()), generation: AtomicU64::new(0) };
     Converter::shared(shared.cal.read().expect("not poisoned").clone(), setup.invalid)?;
     let pool_size = (setup.workers.iter().sum::<usize>() + 2) * setup.ring_frames + 4;
     let (pool_tx, pool_rx) = bounded::<Box<Work>>(pool_size);
@@ -264,14 +262,14 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, mut setup: Setup, bar: &Progr
                     PixelType::Photons16 => {
                         c16.resize(wk.image.len(), 0);
                         kev_to_photons(&wk.image, setup.photon_kev, &mut c16);
-                        comp.compress(pod_bytes(&c16), &mut chunk);
+                        comp.compress(bytes_of(&c16), &mut chunk);
                     }
                     PixelType::Photons32 => {
                         c32.resize(wk.image.len(), 0);
                         kev_to_photons(&wk.image, setup.photon_kev, &mut c32);
-                        comp.compress(pod_bytes(&c32), &mut chunk);
+                        comp.compress(bytes_of(&c32), &mut chunk);
                     }
-                    _ => comp.compress(pod_bytes(&wk.image), &mut chunk),
+                    _ => comp.compress(bytes_of(&wk.image), &mut chunk),
                 }
                 wk.chunk = chunk;
                 e.send(0, wk);
@@ -310,13 +308,7 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, mut setup: Setup, bar: &Progr
 
         // the source: finished frames from the receiver, by the chopper to their stage
         let mut pool_waits = 0u64;
-        loop {
-            let f = match rx.frames().recv_timeout(POLL) {
-                Ok(f) => f,
-                Err(RecvTimeoutError::Timeout) if until.is_some_and(|u| u.load(Ordering::Relaxed)) => break,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => break,
-            };
+        while let Some(f) = next_frame(rx, until) {
             let now = Instant::now();
             {
                 let mut st = stats_ref.lock().expect("not poisoned");
@@ -377,10 +369,4 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, mut setup: Setup, bar: &Progr
     let st = stats.into_inner().expect("not poisoned");
     r.frames_written = st.written;
     Ok((st, r))
-}
-
-fn pod_bytes<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: only called with f32, i16 and i32 slices: no padding, every byte initialized;
-    // the length in bytes is exact and the lifetime tied to `v`.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
