@@ -2,7 +2,7 @@
 //! (FORMATS.md section 1: default gaps 8 px in x, 36 px in y; a 4M is 8 modules, arranged by
 //! configuration), and assembly of module frames into the full image.
 
-use crate::jungfrau::{MODULE_COLS, MODULE_ROWS};
+use crate::jungfrau::{MODULE_COLS, MODULE_PIXELS, MODULE_ROWS};
 
 /// Default gaps between modules (pixels), fast and slow axis.
 pub const DEFAULT_GAP_X: usize = 8;
@@ -77,6 +77,16 @@ impl Geometry {
         }
     }
 
+    /// Calls `f(module_pixel, image_pixel, len)` for each row run of module `m`: its pixels
+    /// `module_pixel..+len` sit at `image_pixel..+len` of the full image.
+    pub fn module_runs(&self, m: u16, mut f: impl FnMut(usize, usize, usize)) {
+        let mut at = 0;
+        self.module_span(m, 0, MODULE_PIXELS, |image, run| {
+            f(at, image, run);
+            at += run;
+        });
+    }
+
     /// The pixel mask of the full image: [`MASK_GAP`] on every gap pixel.
     pub fn gap_mask(&self) -> Vec<u32> {
         let mut mask = vec![MASK_GAP; self.height() * self.width()];
@@ -118,7 +128,6 @@ impl Geometry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jungfrau::MODULE_PIXELS;
 
     #[test]
     fn a_4m_is_8_modules_with_gaps() {

@@ -216,7 +216,6 @@ impl Codec {
 pub struct Compressor {
     elem_size: usize,
     block_elems: usize,
-    codec: Codec,
     shuffled: Vec<u8>,
     zstd: Option<zstd::bulk::Compressor<'static>>,
 }
@@ -230,15 +229,7 @@ impl Compressor {
             Codec::Lz4 => None,
             Codec::Zstd(level) => Some(zstd::bulk::Compressor::new(level).expect("libzstd accepts every level (it clamps)")),
         };
-        Compressor { elem_size, block_elems, codec, shuffled: vec![0; block_elems * elem_size], zstd }
-    }
-
-    pub fn codec(&self) -> Codec {
-        self.codec
-    }
-
-    pub fn elem_size(&self) -> usize {
-        self.elem_size
+        Compressor { elem_size, block_elems, shuffled: vec![0; block_elems * elem_size], zstd }
     }
 
     /// Compresses `src` (whole elements) into `out` (cleared first) as one chunk.

@@ -192,10 +192,6 @@ impl Converter {
         })
     }
 
-    pub fn calibration(&self) -> &Arc<Calibration> {
-        &self.cal
-    }
-
     pub fn pixels(&self) -> usize {
         self.cal.mask.len()
     }

@@ -107,14 +107,6 @@ impl<S: Sum> Pedestal<S> {
         self.samples.len()
     }
 
-    pub fn stage(&self) -> u8 {
-        self.stage
-    }
-
-    pub fn window(&self) -> u32 {
-        self.window
-    }
-
     /// Frames pushed so far.
     pub fn frames(&self) -> u64 {
         self.frames
@@ -183,11 +175,6 @@ impl<S: Sum> Pedestal<S> {
         for (px, o) in out.iter_mut().enumerate() {
             *o = self.mean_of(px).to_f32();
         }
-    }
-
-    /// The variance per pixel in the sums' type (as aare returns it).
-    pub fn variance(&self) -> Vec<S> {
-        (0..self.pixels()).map(|px| self.variance_of(px)).collect()
     }
 
     /// The RMS per pixel, `sqrt(variance)` computed in the sums' type (as aare's `std`).

@@ -35,11 +35,6 @@ impl<T: Copy + PartialOrd> Csr<T> {
         }
     }
 
-    /// Bytes of the three arrays.
-    pub fn bytes(&self) -> usize {
-        self.values.len() * std::mem::size_of::<T>() + (self.cols.len() + self.row_ptr.len()) * 4
-    }
-
     /// The dense image with `fill` where nothing is stored (for tests and tools).
     pub fn to_dense(&self, fill: T) -> Vec<T> {
         let mut out = vec![fill; self.rows * self.cols_total];

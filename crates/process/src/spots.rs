@@ -58,6 +58,7 @@ pub struct LocalSnr {
     strong: Vec<u32>,
     parent: Vec<u32>,
     acc: Vec<(f64, f64, f64, u32)>,
+    roots: Vec<usize>,
 }
 
 #[inline(always)]
@@ -77,6 +78,7 @@ impl LocalSnr {
             strong: Vec::new(),
             parent: Vec::new(),
             acc: Vec::new(),
+            roots: Vec::new(),
         }
     }
 
@@ -208,11 +210,11 @@ impl LocalSnr {
         }
         self.acc.clear();
         self.acc.resize(s.len(), (0.0, 0.0, 0.0, 0));
-        let mut roots = Vec::new();
+        self.roots.clear();
         for (i, &p) in s.iter().enumerate() {
             let root = Self::find_root(&mut self.parent, i as u32) as usize;
             if root == i {
-                roots.push(i);
+                self.roots.push(i);
             }
             let a = &mut self.acc[root];
             a.3 += 1;
@@ -223,7 +225,7 @@ impl LocalSnr {
                 a.2 += v * (r as f64 + 0.5);
             }
         }
-        for root in roots {
+        for &root in &self.roots {
             let (sum, sx, sy, count) = self.acc[root];
             if count < self.p.min_pixels || count > self.p.max_pixels || sum <= 0.0 {
                 continue;

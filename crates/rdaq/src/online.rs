@@ -56,13 +56,11 @@ pub fn emulated_calibration(seed: u64, g: &Geometry) -> Calibration {
     let mut cal = Calibration { pedestal: [vec![0.0; px], vec![0.0; px], vec![0.0; px]], gain: [vec![1.0; px], vec![1.0; px], vec![1.0; px]], mask: g.gap_mask() };
     for m in 0..g.modules {
         let mc = ModuleCalibration::synthetic(seed, m);
-        let mut at_module = 0;
-        g.module_span(m, 0, MODULE_PIXELS, |at, run| {
+        g.module_runs(m, |from, at, run| {
             for s in 0..3 {
-                cal.pedestal[s][at..at + run].copy_from_slice(&mc.pedestal[s][at_module..at_module + run]);
-                cal.gain[s][at..at + run].copy_from_slice(&mc.gain[s][at_module..at_module + run]);
+                cal.pedestal[s][at..at + run].copy_from_slice(&mc.pedestal[s][from..from + run]);
+                cal.gain[s][at..at + run].copy_from_slice(&mc.gain[s][from..from + run]);
             }
-            at_module += run;
         });
     }
     cal
@@ -149,17 +147,16 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
         let image = vec![f32::NAN; h * w];
         pool_tx.send(Box::new(Work { frame: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, chunk: Vec::new() })).expect("pool has room");
     }
-    let report = Mutex::new(ProcessReport::default());
     let write_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
     let stats = Mutex::new(ConsumeStats::default());
     let counts = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
     let [hits, vetoed, spots_found, updates, dark_incomplete] = &counts;
-    let (shared_ref, report_ref, write_error_ref, stats_ref) = (&shared, &report, &write_error, &stats);
+    let (shared_ref, write_error_ref, stats_ref) = (&shared, &write_error, &stats);
     let writer = Mutex::new(writer);
     let writer_ref = &writer;
     let setup = &setup;
 
-    let stage_stats = std::thread::scope(|s| -> anyhow::Result<Vec<Arc<StageStats>>> {
+    let (stage_stats, mut r) = std::thread::scope(|s| -> anyhow::Result<(Vec<Arc<StageStats>>, ProcessReport)> {
         let mut p: Pipeline<Box<Work>> = Pipeline::default();
         let rf = setup.ring_frames;
 
@@ -174,11 +171,7 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
                     let words = as_words(rx.data(&f));
                     for m in 0..g.modules {
                         let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
-                        let mut at_module = 0;
-                        g.module_span(m, 0, MODULE_PIXELS, |at, run| {
-                            tracker.push_at(at, &module[at_module..at_module + run]);
-                            at_module += run;
-                        });
+                        g.module_runs(m, |from, at, run| tracker.push_at(at, &module[from..from + run]));
                     }
                     tracker.frame_done();
                     since_publish += 1;
@@ -220,11 +213,7 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
                 let image = &mut wk.image;
                 for m in 0..g.modules {
                     let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
-                    let mut at_module = 0;
-                    g.module_span(m, 0, MODULE_PIXELS, |at, run| {
-                        conv.to_kev_at(at, &module[at_module..at_module + run], &mut image[at..at + run]);
-                        at_module += run;
-                    });
+                    g.module_runs(m, |from, at, run| conv.to_kev_at(at, &module[from..from + run], &mut image[at..at + run]));
                 }
                 rx.release(f);
                 e.send(0, wk);
@@ -307,7 +296,8 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
         let running = p.spawn(s);
 
         // the source: finished frames from the receiver, by the chopper to their stage
-        let mut pool_waits = 0u64;
+        // the source's own counts (one thread): dark, signal, waits for a buffer
+        let mut source = ProcessReport::default();
         while let Some(f) = next_frame(rx, until) {
             let now = Instant::now();
             {
@@ -328,7 +318,7 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
             let mut wk = match pool_rx.try_recv() {
                 Ok(wk) => wk,
                 Err(_) => {
-                    pool_waits += 1;
+                    source.pool_waits += 1;
                     pool_rx.recv().expect("the pool outlives the graph")
                 }
             };
@@ -338,26 +328,22 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
             wk.hit = false;
             let dark = setup.chopper.is_dark(f.frame);
             wk.ready = Some(f);
-            {
-                let mut r = report_ref.lock().expect("not poisoned");
-                if dark {
-                    r.dark_frames += 1;
-                } else {
-                    r.signal_frames += 1;
-                }
+            if dark {
+                source.dark_frames += 1;
+                to_pedestal.send(wk);
+            } else {
+                source.signal_frames += 1;
+                to_convert.send(wk);
             }
-            if dark { to_pedestal.send(wk) } else { to_convert.send(wk) };
         }
         drop(to_pedestal);
         drop(to_convert);
-        report_ref.lock().expect("not poisoned").pool_waits = pool_waits;
-        Ok(running.join())
+        Ok((running.join(), source))
     })?;
 
     if let Some(e) = write_error.into_inner().expect("not poisoned") {
         return Err(e);
     }
-    let mut r = report.into_inner().expect("not poisoned");
     r.hits = hits.load(Ordering::Relaxed);
     r.vetoed = vetoed.load(Ordering::Relaxed);
     r.spots_found = spots_found.load(Ordering::Relaxed);
