@@ -1,10 +1,12 @@
 //! The system manager (SM), sans I/O: what the detector and the receivers are
 //! ([`topology`]), one address space over all their buffers ([`ras`]), and which module's
-//! data goes where, frame by frame ([`dtp`]). The control API that uploads these to the
-//! modules and receivers is built on top (issue 3 continues there).
+//! data goes where, frame by frame ([`dtp`]). TOML documents are parsed with errors that name
+//! the field ([`tomldoc`]). The control API that uploads these to the modules and receivers
+//! is built on top, in the binary.
 
 pub mod dtp;
 pub mod ras;
+pub mod tomldoc;
 pub mod topology;
 
 pub use dtp::{Destination, Plan};

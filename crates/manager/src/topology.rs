@@ -103,7 +103,7 @@ impl Default for TransferSpec {
 #[derive(Debug, Error, PartialEq)]
 pub enum TopologyError {
     #[error("topology file: {0}")]
-    Parse(String),
+    Parse(crate::tomldoc::TomlError),
     #[error("detector.modules must be at least 1")]
     NoModules,
     #[error("detector.module_cols {cols} does not divide detector.modules {modules} into whole rows")]
@@ -137,7 +137,7 @@ pub enum TopologyError {
 impl Topology {
     /// Parses and checks a topology.
     pub fn from_toml(text: &str) -> Result<Topology, TopologyError> {
-        let t: Topology = toml::from_str(text).map_err(|e| TopologyError::Parse(e.message().trim().to_string()))?;
+        let t: Topology = crate::tomldoc::parse(text).map_err(TopologyError::Parse)?;
         t.check()?;
         Ok(t)
     }

@@ -290,9 +290,7 @@ const MAX_PAYLOAD: u32 = rdaq_proto::MAX_PAYLOAD as u32;
 impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let cfg: Config = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message().trim()))
-            .with_context(|| format!("invalid configuration {}", path.display()))?;
-        Ok(cfg)
+        rdaq_manager::tomldoc::parse(&text).with_context(|| format!("invalid configuration {}", path.display()))
     }
 
     pub fn check(&self) -> anyhow::Result<()> {
@@ -476,6 +474,17 @@ mod tests {
         let mut c = Config::default();
         c.receiver.ring_mib = 2;
         assert!(c.check().unwrap_err().to_string().contains("ring_mib"));
+    }
+
+    #[test]
+    fn a_wrong_type_names_the_field() {
+        let dir = std::env::temp_dir().join(format!("rdaq-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("bad.toml");
+        std::fs::write(&p, "[detector]\nmodules = \"two\"\n").unwrap();
+        let e = format!("{:#}", Config::load(&p).unwrap_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(e.contains("bad.toml") && e.contains("detector.modules (line 2, column 11)"), "{e}");
     }
 
     #[test]
