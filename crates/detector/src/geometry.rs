@@ -2,7 +2,7 @@
 //! (FORMATS.md section 1: default gaps 8 px in x, 36 px in y; a 4M is 8 modules, arranged by
 //! configuration), and assembly of module frames into the full image.
 
-use crate::jungfrau::{MODULE_COLS, MODULE_PIXELS, MODULE_ROWS};
+use crate::jungfrau::{MODULE_COLS, MODULE_ROWS};
 
 /// Default gaps between modules (pixels), fast and slow axis.
 pub const DEFAULT_GAP_X: usize = 8;
@@ -33,13 +33,32 @@ pub struct Geometry {
     pub module_cols: u16,
     pub gap_x: usize,
     pub gap_y: usize,
+    /// Pixel rows of each module's frame: 512, or fewer in a partial readout (`readnrows`).
+    pub module_height: usize,
 }
 
 impl Geometry {
     /// `modules` modules, `module_cols` per grid row, with the given gaps. `None` when the
     /// modules do not fill whole grid rows.
     pub fn new(modules: u16, module_cols: u16, gap_x: usize, gap_y: usize) -> Option<Geometry> {
-        (modules > 0 && module_cols > 0 && modules % module_cols == 0).then_some(Geometry { modules, module_cols, gap_x, gap_y })
+        (modules > 0 && module_cols > 0 && modules % module_cols == 0)
+            .then_some(Geometry { modules, module_cols, gap_x, gap_y, module_height: MODULE_ROWS })
+    }
+
+    /// The same detector with module frames of `rows` pixel rows (a partial readout).
+    pub fn with_module_height(self, rows: usize) -> Geometry {
+        assert!(rows > 0 && rows <= MODULE_ROWS, "a module frame has 1 to {MODULE_ROWS} rows");
+        Geometry { module_height: rows, ..self }
+    }
+
+    /// Pixels of one module frame.
+    pub fn module_pixels(&self) -> usize {
+        self.module_height * MODULE_COLS
+    }
+
+    /// Bytes of one module frame of 16-bit words.
+    pub fn module_bytes(&self) -> usize {
+        self.module_pixels() * 2
     }
 
     pub fn module_rows(&self) -> usize {
@@ -55,13 +74,13 @@ impl Geometry {
     /// Full image height (slow axis) in pixels.
     pub fn height(&self) -> usize {
         let r = self.module_rows();
-        r * MODULE_ROWS + (r - 1) * self.gap_y
+        r * self.module_height + (r - 1) * self.gap_y
     }
 
     /// Pixel (row, column) of module `m`'s first pixel in the full image.
     pub fn origin(&self, m: u16) -> (usize, usize) {
         let (gr, gc) = ((m / self.module_cols) as usize, (m % self.module_cols) as usize);
-        (gr * (MODULE_ROWS + self.gap_y), gc * (MODULE_COLS + self.gap_x))
+        (gr * (self.module_height + self.gap_y), gc * (MODULE_COLS + self.gap_x))
     }
 
     /// Calls `f(image_pixel, len)` for each run of the full image that module `m`'s pixels
@@ -81,7 +100,7 @@ impl Geometry {
     /// `module_pixel..+len` sit at `image_pixel..+len` of the full image.
     pub fn module_runs(&self, m: u16, mut f: impl FnMut(usize, usize, usize)) {
         let mut at = 0;
-        self.module_span(m, 0, MODULE_PIXELS, |image, run| {
+        self.module_span(m, 0, self.module_pixels(), |image, run| {
             f(at, image, run);
             at += run;
         });
@@ -92,7 +111,7 @@ impl Geometry {
         let mut mask = vec![MASK_GAP; self.height() * self.width()];
         for m in 0..self.modules {
             let (r0, c0) = self.origin(m);
-            for r in 0..MODULE_ROWS {
+            for r in 0..self.module_height {
                 let at = (r0 + r) * self.width() + c0;
                 mask[at..at + MODULE_COLS].fill(0);
             }
@@ -106,9 +125,9 @@ impl Geometry {
         let w = self.width();
         assert_eq!(out.len(), self.height() * w, "output is the full image");
         for gr in 0..self.module_rows() {
-            let row0 = gr * (MODULE_ROWS + self.gap_y);
+            let row0 = gr * (self.module_height + self.gap_y);
             let mods: Vec<&[u16]> = (0..self.module_cols).map(|gc| module(gr as u16 * self.module_cols + gc)).collect();
-            for r in 0..MODULE_ROWS {
+            for r in 0..self.module_height {
                 let line = &mut out[(row0 + r) * w..(row0 + r + 1) * w];
                 for (gc, m) in mods.iter().enumerate() {
                     let c0 = gc * (MODULE_COLS + self.gap_x);
@@ -119,7 +138,7 @@ impl Geometry {
                 }
             }
             if gr + 1 < self.module_rows() {
-                out[(row0 + MODULE_ROWS) * w..(row0 + MODULE_ROWS + self.gap_y) * w].fill(GAP_WORD);
+                out[(row0 + self.module_height) * w..(row0 + self.module_height + self.gap_y) * w].fill(GAP_WORD);
             }
         }
     }
@@ -128,6 +147,7 @@ impl Geometry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jungfrau::MODULE_PIXELS;
 
     #[test]
     fn a_4m_is_8_modules_with_gaps() {
@@ -135,6 +155,17 @@ mod tests {
         assert_eq!((g.width(), g.height()), (2 * 1024 + 8, 4 * 512 + 3 * 36));
         assert_eq!(g.origin(3), (548, 1032));
         assert!(Geometry::new(7, 2, 8, 36).is_none());
+    }
+
+    #[test]
+    fn a_partial_readout_has_shorter_modules() {
+        let g = Geometry::new(2, 1, 8, 36).unwrap().with_module_height(256);
+        assert_eq!((g.width(), g.height(), g.origin(1)), (1024, 2 * 256 + 36, (256 + 36, 0)));
+        let frames: Vec<Vec<u16>> = (0..2u16).map(|m| vec![m + 1; g.module_pixels()]).collect();
+        let mut out = vec![0u16; g.height() * g.width()];
+        g.assemble(|m| &frames[m as usize], &mut out);
+        assert!(out[..256 * 1024].iter().all(|&w| w == 1) && out[(256 + 36) * 1024..].iter().all(|&w| w == 2));
+        assert!(out[256 * 1024..(256 + 36) * 1024].iter().all(|&w| w == GAP_WORD));
     }
 
     #[test]

@@ -4,9 +4,12 @@
 //! paced over the frame period (or as fast as possible), and records a manifest of what it
 //! sent. It keeps the frames it sent in a bounded history (the sender's memory) and resends
 //! what receivers ask for ([`rdaq_proto::nack`]); [`faults`] can spoil its sending on purpose.
+//! The modules share a [`trigger`]: none runs more than [`TRIGGER_LEAD`] frames ahead of the
+//! slowest, as real modules on one trigger signal.
 
 pub mod faults;
 pub mod packetize;
+pub mod trigger;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -28,6 +31,10 @@ use thiserror::Error;
 
 pub use faults::{Fate, FaultConfig, FaultStats, Faults};
 pub use packetize::{Packetizer, MAX_HEADER};
+pub use trigger::Trigger;
+
+/// Frames a module may run ahead of the slowest module of the detector.
+pub const TRIGGER_LEAD: u64 = 2;
 
 #[derive(Clone, Debug)]
 pub struct EmulatorConfig {
@@ -113,6 +120,8 @@ pub struct EmulatorReport {
     pub elapsed: Duration,
     /// Frames that started later than their scheduled time by more than one frame period.
     pub late_frames: u64,
+    /// Frames a module started only after waiting for a slower module (the common trigger).
+    pub held_back: u64,
     pub retransmit: RetransmitStats,
     pub faults: FaultStats,
 }
@@ -244,12 +253,17 @@ pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], control: Arc<Control>) -> R
         plans.insert(0, (cfg.first_frame, Arc::new(dtps.to_vec())));
     }
     let start = Instant::now();
+    let trigger = Arc::new(Trigger::new(cfg.modules, TRIGGER_LEAD));
     let handles: Vec<_> = (0..cfg.modules)
         .map(|m| {
-            let (cfg, control) = (cfg.clone(), control.clone());
+            let (cfg, control, trigger) = (cfg.clone(), control.clone(), trigger.clone());
             std::thread::Builder::new()
                 .name(format!("rdaq-rc{m}"))
-                .spawn(move || run_module(&cfg, m, start, &control))
+                .spawn(move || {
+                    let r = run_module(&cfg, m, start, &control, &trigger);
+                    trigger.leave(m);
+                    r
+                })
                 .expect("spawn an RC thread")
         })
         .collect();
@@ -260,6 +274,7 @@ pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], control: Arc<Control>) -> R
         report.sent.add(&r.sent);
         report.gso = r.gso;
         report.late_frames += r.late_frames;
+        report.held_back += r.held_back;
         report.retransmit.add(&r.retransmit);
         report.faults.add(&r.faults);
     }
@@ -598,7 +613,7 @@ impl Rc<'_> {
     }
 }
 
-fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Control) -> Result<EmulatorReport, EmulatorError> {
+fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Control, trigger: &Trigger) -> Result<EmulatorReport, EmulatorError> {
     let err = |source| EmulatorError::Send { module, source };
     let words = (cfg.module_bytes / 2) as usize;
     let mut content = if cfg.module_bytes == MODULE_BYTES as u64 {
@@ -636,8 +651,12 @@ fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Contr
                 rc.serve(ch).map_err(err)?;
             }
         }
+        if trigger.wait(i, &control.stop) {
+            rc.report.held_back += 1;
+        }
         let frame = cfg.first_frame + i;
         let Some(dtps) = control.start_frame(frame) else {
+            trigger.finished(module, i);
             continue;
         };
         let dtp = &dtps[module as usize];
@@ -680,7 +699,9 @@ fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Contr
         }
         control.event(Event::EndOfFrame { module, frame, imm: frame as u32 });
         control.module_frames.fetch_add(1, Ordering::Relaxed);
+        trigger.finished(module, i);
     }
+    trigger.leave(module);
     rc.linger(&mut channels, cfg.linger).map_err(err)?;
     let mut report = rc.report;
     for ch in channels.values() {

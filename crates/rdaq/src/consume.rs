@@ -8,7 +8,7 @@ use crossbeam_channel::RecvTimeoutError;
 
 use anyhow::Context;
 use indicatif::ProgressBar;
-use rdaq_detector::{as_bytes, as_words, Geometry, MODULE_BYTES};
+use rdaq_detector::{as_bytes, as_words, Geometry};
 use rdaq_receiver::placement::{FrameReady, FrameStatus};
 use rdaq_receiver::Receiver;
 use rdaq_sink::NxmxWriter;
@@ -31,8 +31,9 @@ pub fn missing_ranges(rx: &Receiver, geometry: &Geometry, f: &FrameReady) -> Vec
     let mut out = Vec::new();
     for &c in &f.missing {
         let (off, len) = (grid.cell_offset(c) as usize, grid.cell_len(c) as usize);
-        let m = off / MODULE_BYTES;
-        let start = (off - m * MODULE_BYTES) / 2;
+        let mb = geometry.module_bytes();
+        let m = off / mb;
+        let start = (off - m * mb) / 2;
         geometry.module_span(m as u16, start, start + len / 2, |at, run| out.push((at * 2, run * 2)));
     }
     out
@@ -84,7 +85,8 @@ pub fn consume(
             let before = w.bytes_written;
             let missing = missing_ranges(rx, geometry, &f);
             let words = as_words(rx.data(&f));
-            geometry.assemble(|m| &words[m as usize * MODULE_BYTES / 2..(m as usize + 1) * MODULE_BYTES / 2], &mut image);
+            let mp = geometry.module_pixels();
+            geometry.assemble(|m| &words[m as usize * mp..(m as usize + 1) * mp], &mut image);
             w.write_frame(f.frame, as_bytes(&image), &missing).with_context(|| format!("writing frame {}", f.frame))?;
             s.bytes_in += words.len() as u64 * 2;
             s.bytes_out += w.bytes_written - before;

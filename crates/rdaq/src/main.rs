@@ -136,6 +136,10 @@ struct ReceiveArgs {
     /// UDP interfaces per JUNGFRAU module (sls format): 1 or 2.
     #[arg(long, default_value_t = 1)]
     interfaces: u8,
+    /// Rows the JUNGFRAU reads out around the module centre (sls format; the detector's
+    /// `readnrows`): 8 to 512, a multiple of 8. Frames are that many rows high.
+    #[arg(long, default_value_t = rdaq_receiver::engine::JUNGFRAU_ROWS)]
+    read_rows: u16,
     #[arg(long, default_value_t = 1)]
     modules: u16,
     /// Modules per row of the module grid in the assembled image.
@@ -146,10 +150,14 @@ struct ReceiveArgs {
     gap_x: usize,
     #[arg(long, default_value_t = rdaq_detector::geometry::DEFAULT_GAP_Y)]
     gap_y: usize,
+    /// Address the data ports listen on. The default takes only local senders (an emulator
+    /// on this host, PSI's virtual detector); for a detector on a network card use that
+    /// card's address (the detector's `udp_dstip`), or 0.0.0.0 for every interface.
     #[arg(long, default_value = "127.0.0.1")]
     bind: IpAddr,
     /// First data port: module m (interface i) listens on port + m (* interfaces + i).
-    #[arg(long, default_value_t = 50000)]
+    /// 50001 is the slsDetectorPackage default (`udp_dstport`).
+    #[arg(long, default_value_t = 50001)]
     port: u16,
     #[arg(long, default_value_t = 8192)]
     payload_bytes: u32,
@@ -557,13 +565,18 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let format = match a.format.as_str() {
+        "rdaq" if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS => bail!("--read-rows is a setting of native JUNGFRAU packets (--format sls)"),
         "rdaq" => Format::Rdaq,
-        "sls" => Format::Sls { interfaces: a.interfaces },
+        "sls" => Format::Sls { interfaces: a.interfaces, rows: a.read_rows },
         other => bail!("--format must be rdaq or sls, not {other:?}"),
     };
+    if a.read_rows == 0 || a.read_rows > 512 || a.read_rows % 8 != 0 {
+        bail!("--read-rows {} must be 8 to 512, a multiple of 8", a.read_rows);
+    }
     let geometry = Geometry::new(a.modules, a.module_cols, a.gap_x, a.gap_y)
-        .with_context(|| format!("--module-cols {} must divide --modules {} into whole rows", a.module_cols, a.modules))?;
-    let frame_bytes = a.modules as usize * rdaq_detector::MODULE_BYTES;
+        .with_context(|| format!("--module-cols {} must divide --modules {} into whole rows", a.module_cols, a.modules))?
+        .with_module_height(a.read_rows as usize);
+    let frame_bytes = a.modules as usize * geometry.module_bytes();
     let slots = (a.ring_mib << 20) / frame_bytes.max(1);
     if slots < 2 {
         bail!("--ring-mib {} holds fewer than 2 frames of {} bytes", a.ring_mib, frame_bytes);
@@ -573,7 +586,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
         bind: a.bind,
         data_port: a.port,
         modules: a.modules,
-        module_bytes: rdaq_detector::MODULE_BYTES as u64,
+        module_bytes: geometry.module_bytes() as u64,
         payload_bytes: a.payload_bytes,
         slots,
         recv_buffer: a.recv_buffer_mib << 20,

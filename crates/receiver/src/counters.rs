@@ -24,12 +24,16 @@ pub enum DropReason {
     OutOfBounds,
     /// Inside the buffer but not exactly one packet cell of its module.
     Misaligned,
-    /// An sls packet that is not a valid JUNGFRAU packet for its port.
+    /// An sls packet that is not a valid JUNGFRAU packet.
     BadSlsPacket,
+    /// A valid sls packet whose packet number its port does not expect: another interface's
+    /// packet, or rows outside the readout (`--interfaces`, `--read-rows`).
+    UnexpectedPacket,
     /// For a frame older than the one its slot already holds or held.
     Stale,
-    /// Its slot is still held by the consumer (ring overrun).
-    SlotBusy,
+    /// Its frame was refused: the slot was still held by the consumer when the frame's first
+    /// datagram came (the ring was full; see [`Counters::frames_refused`]).
+    RingFull,
     /// Its cell was already filled.
     Duplicate,
     /// Its checksum does not match its bytes (corrupted on the way).
@@ -41,7 +45,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 19] = [
+    pub const ALL: [DropReason; 20] = [
         DropReason::Truncated,
         DropReason::Oversized,
         DropReason::BadMagic,
@@ -55,8 +59,9 @@ impl DropReason {
         DropReason::OutOfBounds,
         DropReason::Misaligned,
         DropReason::BadSlsPacket,
+        DropReason::UnexpectedPacket,
         DropReason::Stale,
-        DropReason::SlotBusy,
+        DropReason::RingFull,
         DropReason::Duplicate,
         DropReason::BadChecksum,
         DropReason::ChecksumMode,
@@ -78,8 +83,9 @@ impl DropReason {
             DropReason::OutOfBounds => "out_of_bounds",
             DropReason::Misaligned => "misaligned",
             DropReason::BadSlsPacket => "bad_sls_packet",
+            DropReason::UnexpectedPacket => "unexpected_packet",
             DropReason::Stale => "stale",
-            DropReason::SlotBusy => "slot_busy",
+            DropReason::RingFull => "ring_full",
             DropReason::Duplicate => "duplicate",
             DropReason::BadChecksum => "bad_checksum",
             DropReason::ChecksumMode => "checksum_mode",
@@ -102,6 +108,9 @@ pub struct Counters {
     pub frames_incomplete: u64,
     /// Incomplete frames dropped (policy discard).
     pub frames_discarded: u64,
+    /// Frames refused whole because their slot was still held by the consumer when their
+    /// first datagram came (the consumer was slower than the detector).
+    pub frames_refused: u64,
     /// Cells missing in incomplete frames (kept or discarded).
     pub cells_missing: u64,
     pub recv_syscalls: u64,
@@ -154,7 +163,7 @@ impl Counters {
         DropReason::ALL.iter().filter(|r| self.dropped(**r) > 0).map(|r| (r.name(), self.dropped(*r))).collect()
     }
 
-    /// Frames that left the receiver, in any state.
+    /// Frames that left the receiver, in any state (refused frames not included).
     pub fn frames_finished(&self) -> u64 {
         self.frames_complete + self.frames_incomplete + self.frames_discarded
     }
@@ -164,7 +173,7 @@ impl fmt::Display for Counters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "datagrams {} placed {} ({} in place) dropped {} frames complete {} incomplete {} discarded {} kernel_drops {}",
+            "datagrams {} placed {} ({} in place) dropped {} frames complete {} incomplete {} discarded {} refused {} kernel_drops {}",
             self.datagrams,
             self.placed,
             self.landed_in_place,
@@ -172,6 +181,7 @@ impl fmt::Display for Counters {
             self.frames_complete,
             self.frames_incomplete,
             self.frames_discarded,
+            self.frames_refused,
             self.kernel_drops
         )?;
         for (name, n) in self.drops_by_reason() {

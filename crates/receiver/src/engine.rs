@@ -21,7 +21,9 @@ use thiserror::Error;
 
 use crate::arena::Arena;
 use crate::counters::Counters;
+use crate::diagnose;
 use crate::grid::Grid;
+use crate::ledger::Ledger;
 pub use crate::placement::IncompletePolicy;
 use crate::placement::{FrameReady, FrameStatus, Loss, Placement, Source, SourceKind};
 
@@ -32,8 +34,37 @@ pub enum Format {
     Rdaq,
     /// Native JUNGFRAU packets; interface `i` of module `m` sends to
     /// `data_port + m * interfaces + i`, each carrying `128 / interfaces` packets per frame.
+    /// `rows` is the partial readout (`readnrows`): the detector reads out that many rows
+    /// around the module's centre (512: all of them), and a frame is that many rows high.
     /// (With `data_port` 0 every port is chosen by the kernel: see [`Receiver::ports`].)
-    Sls { interfaces: u8 },
+    Sls { interfaces: u8, rows: u16 },
+}
+
+impl Format {
+    /// Native JUNGFRAU packets of a full readout on `interfaces` interfaces.
+    pub fn sls(interfaces: u8) -> Format {
+        Format::Sls { interfaces, rows: JUNGFRAU_ROWS }
+    }
+}
+
+/// Pixel rows of a JUNGFRAU module, and rows per packet (one interface).
+pub const JUNGFRAU_ROWS: u16 = 512;
+const ROWS_PER_PACKET: u32 = 4;
+
+/// The sources of one JUNGFRAU module read out `rows` rows around its centre on
+/// `interfaces` interfaces: interface `i` sends the packets of rows `i * 512 / interfaces ..`,
+/// numbered from 0 on each interface, and a partial readout sends only the packets of the
+/// rows read (numbered as in a full frame). Cells follow the rows read, in order.
+pub fn sls_sources(module: u16, interfaces: u8, rows: u16) -> Vec<SourceKind> {
+    let per_if = JUNGFRAU_PACKETS_PER_FRAME / interfaces as u32;
+    let lo = (JUNGFRAU_ROWS - rows) as u32 / 2 / ROWS_PER_PACKET;
+    let hi = lo + rows as u32 / ROWS_PER_PACKET;
+    (0..interfaces as u32)
+        .map(|i| {
+            let (a, b) = (lo.max(i * per_if), hi.min((i + 1) * per_if));
+            SourceKind::Sls { module, first_cell: a - lo, first_packet: a - i * per_if, packets: b.saturating_sub(a) }
+        })
+        .collect()
 }
 
 /// Retransmission requests (rdaq channels): when and how often the receiver asks a module's
@@ -142,6 +173,14 @@ pub enum ReceiverError {
     Io(#[from] io::Error),
 }
 
+/// What a receiver made of an acquisition beyond its counters: which frames it finished or
+/// refused, and hints at a wrong setting (see [`crate::diagnose`]).
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub ledger: Ledger,
+    pub hints: Vec<String>,
+}
+
 /// A running data receiver.
 pub struct Receiver {
     arena: Arc<Arena>,
@@ -154,6 +193,7 @@ pub struct Receiver {
     losses: ChanRx<Loss>,
     stop: Arc<AtomicBool>,
     counters: Arc<Mutex<Counters>>,
+    outcome: Arc<Mutex<Outcome>>,
     thread: Option<JoinHandle<Result<Counters, ReceiverError>>>,
     recv_buffer_granted: usize,
 }
@@ -220,19 +260,18 @@ impl ReceiverConfig {
                 let ports = (0..self.modules).map(|m| (m, SourceKind::Rdaq)).collect();
                 (self.payload_bytes as u64, ports)
             }
-            Format::Sls { interfaces } => {
+            Format::Sls { interfaces, rows } => {
                 if !(interfaces == 1 || interfaces == 2) {
                     return bad(format!("JUNGFRAU has 1 or 2 interfaces, not {interfaces}"));
                 }
-                if self.module_bytes != JUNGFRAU_PACKETS_PER_FRAME as u64 * JUNGFRAU_PACKET_PAYLOAD as u64 {
-                    return bad("sls ingest needs JUNGFRAU module frames of 1048576 bytes".into());
+                if rows == 0 || rows > JUNGFRAU_ROWS || rows % 8 != 0 {
+                    return bad(format!("read rows {rows}: JUNGFRAU reads 8 to 512 rows, a multiple of 8"));
                 }
-                let ppp = JUNGFRAU_PACKETS_PER_FRAME / interfaces as u32;
-                let ports = (0..self.modules)
-                    .flat_map(|m| {
-                        (0..interfaces as u32).map(move |i| (m, SourceKind::Sls { module: m, first_cell: i * ppp, packets: ppp }))
-                    })
-                    .collect();
+                let want = rows as u64 / ROWS_PER_PACKET as u64 * JUNGFRAU_PACKET_PAYLOAD as u64;
+                if self.module_bytes != want {
+                    return bad(format!("sls ingest of {rows} rows needs JUNGFRAU module frames of {want} bytes, not {}", self.module_bytes));
+                }
+                let ports = (0..self.modules).flat_map(|m| sls_sources(m, interfaces, rows).into_iter().map(move |k| (m, k))).collect();
                 (JUNGFRAU_PACKET_PAYLOAD as u64, ports)
             }
         };
@@ -260,7 +299,8 @@ impl Receiver {
                 .map_err(|source| ReceiverError::Memory { bytes: (cfg.slots * slot_bytes) as u64, source })?,
         );
         let ids: Vec<u16> = if cfg.module_ids.is_empty() { (0..cfg.modules).collect() } else { cfg.module_ids.clone() };
-        let mut socks = Vec::with_capacity(source_kinds.len());
+        let mut sockets = Vec::with_capacity(source_kinds.len());
+        let mut sources = Vec::with_capacity(source_kinds.len());
         let mut ports = Vec::with_capacity(source_kinds.len());
         let mut granted = usize::MAX;
         for (i, (module, kind)) in source_kinds.iter().enumerate() {
@@ -269,7 +309,8 @@ impl Receiver {
             let (s, g) = socket::bind_receiver(addr, cfg.recv_buffer).map_err(|source| ReceiverError::Bind { addr, source })?;
             granted = granted.min(g);
             ports.push(s.local_addr()?.port());
-            socks.push((s, Source::new(*kind, *module, ids[*module as usize], &grid, Some(cfg.loss_window))));
+            sockets.push(s);
+            sources.push(Source::new(*kind, *module, ids[*module as usize], &grid, Some(cfg.loss_window)));
         }
         let keys = keys(cfg.slots, cfg.key_seed);
         let map = BufferMap {
@@ -296,16 +337,21 @@ impl Receiver {
         let (losses_tx, losses) = crossbeam_channel::bounded(LOSS_REPORTS);
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(Mutex::new(Counters::default()));
+        let outcome = Arc::new(Mutex::new(Outcome::default()));
         let ctx = Loop {
             cfg: cfg.clone(),
             placement,
-            socks,
+            progress: Vec::with_capacity(sources.len()),
+            sockets,
+            sources,
             frames_tx,
             release_rx,
             flush_rx,
             losses_tx,
             stop: stop.clone(),
             shared: counters.clone(),
+            outcome: outcome.clone(),
+            ports: ports.clone(),
             tokens: 0.0,
             last_refill: Instant::now(),
         };
@@ -321,6 +367,7 @@ impl Receiver {
             losses,
             stop,
             counters,
+            outcome,
             thread: Some(thread),
             recv_buffer_granted: granted,
         })
@@ -379,6 +426,12 @@ impl Receiver {
         *self.counters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Which frames were finished or refused, and hints at a wrong setting: as of the end
+    /// of the receive thread, or of the last [`Receiver::flush`].
+    pub fn outcome(&self) -> Outcome {
+        self.outcome.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Finishes every frame in progress now, under the policy (the end of an acquisition
     /// whose receiver stays up for the next); returns the counters after it. Frames finished
     /// by the flush are in [`Receiver::frames`] before this returns. `None` if the receive
@@ -429,13 +482,19 @@ impl Drop for Receiver {
 struct Loop {
     cfg: ReceiverConfig,
     placement: Placement,
-    socks: Vec<(UdpSocket, Source)>,
+    /// One socket per data channel, and the channel's source state beside it.
+    sockets: Vec<UdpSocket>,
+    sources: Vec<Source>,
+    /// Newest frame and last datagram of each source, reused by every request round.
+    progress: Vec<(Option<u64>, Option<Instant>)>,
     frames_tx: ChanTx<FrameReady>,
     release_rx: ChanRx<(u32, u64)>,
     flush_rx: ChanRx<(Control, ChanTx<Counters>)>,
     losses_tx: ChanTx<Loss>,
     stop: Arc<AtomicBool>,
     shared: Arc<Mutex<Counters>>,
+    outcome: Arc<Mutex<Outcome>>,
+    ports: Vec<u16>,
     /// Retransmission requests that may be sent now (token bucket).
     tokens: f64,
     last_refill: Instant,
@@ -467,7 +526,7 @@ impl Loop {
         };
         let mut rx = MmsgReceiver::new(self.cfg.batch, hdr_len, landing);
         let mut landings = vec![None; rx.batch()];
-        let mut pollfds: Vec<libc::pollfd> = self.socks.iter().map(|(s, _)| socket::pollfd(s)).collect();
+        let mut pollfds: Vec<libc::pollfd> = self.sockets.iter().map(socket::pollfd).collect();
         let mut last_data = Instant::now();
         let mut last_expire = Instant::now();
         let mut last_publish = Instant::now();
@@ -477,10 +536,13 @@ impl Loop {
             }
             while let Ok((c, ack)) = self.flush_rx.try_recv() {
                 match c {
-                    Control::Flush => self.placement.finish_all(),
+                    Control::Flush => {
+                        self.placement.finish_all();
+                        self.publish_outcome();
+                    }
                     Control::Reset => {
                         self.placement.reset_history();
-                        for (_, src) in self.socks.iter_mut() {
+                        for src in self.sources.iter_mut() {
                             src.reset();
                         }
                     }
@@ -490,7 +552,7 @@ impl Loop {
                 let _ = ack.send(self.placement.counters);
             }
             let mut got = 0;
-            for (sock, src) in self.socks.iter_mut() {
+            for (sock, src) in self.sockets.iter().zip(self.sources.iter_mut()) {
                 for _ in 0..BATCHES_PER_TURN {
                     if self.cfg.predict {
                         self.placement.predict(src, landing, &mut landings);
@@ -518,7 +580,7 @@ impl Loop {
                 if let Some(nc) = self.cfg.nack {
                     self.request_retransmissions(now, nc);
                 }
-                self.placement.expire(now, self.cfg.frame_timeout);
+                self.placement.expire(now, self.cfg.frame_timeout, &self.sources);
                 last_expire = now;
             }
             self.hand_on();
@@ -537,10 +599,26 @@ impl Loop {
         }
         self.placement.finish_all();
         self.hand_on();
-        self.placement.counters.kernel_drops = self.socks.iter().filter_map(|(s, _)| socket::kernel_drops(s)).sum();
+        self.placement.counters.kernel_drops = self.sockets.iter().filter_map(socket::kernel_drops).sum();
         self.placement.counters.cpu_time = socket::thread_cpu_time();
         self.publish(&rx);
+        self.publish_outcome();
         Ok(self.placement.counters)
+    }
+
+    fn publish_outcome(&mut self) {
+        let c = &self.placement.counters;
+        let seen = diagnose::Seen {
+            format: self.cfg.format,
+            grid: self.placement.grid(),
+            sources: &self.sources,
+            ports: &self.ports,
+            always_missing: self.placement.always_missing.as_deref(),
+            frames_complete: c.frames_complete,
+            frames_incomplete: c.frames_incomplete + c.frames_discarded,
+        };
+        let outcome = Outcome { ledger: self.placement.ledger.clone(), hints: diagnose::hints(&seen) };
+        *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = outcome;
     }
 
     fn hand_on(&mut self) {
@@ -557,8 +635,8 @@ impl Loop {
 
     /// Finds what quiet channels and stalled frames lack, and asks the senders for it.
     fn request_retransmissions(&mut self, now: Instant, nc: NackConfig) {
-        let Loop { placement, socks, .. } = self;
-        for (_, src) in socks.iter_mut() {
+        let Loop { placement, sources, progress, .. } = self;
+        for src in sources.iter_mut() {
             if !src.flushed && src.last_data.is_some_and(|t| now.duration_since(t) >= nc.quiet) {
                 src.flush_window(&mut placement.counters, &mut placement.losses);
                 src.flushed = true;
@@ -566,27 +644,28 @@ impl Loop {
         }
         if self.cfg.format == Format::Rdaq {
             let mut full = 0;
-            // rdaq sources are one per local module, in module order; a module is asked for
-            // a frame only once the frame is behind it (a later frame came, or it went quiet),
-            // not while it may still be sending it
-            let past: Vec<(Option<u64>, Option<Instant>)> = socks.iter().map(|(_, s)| (s.newest_frame, s.last_data)).collect();
+            // rdaq sources are one per local module, in module order. A module is asked only
+            // for what it has sent: a frame behind its newest one, or its newest frame once it
+            // went quiet (a lost tail); never for a frame it has not started (it may be late).
+            progress.clear();
+            progress.extend(sources.iter().map(|s| (s.newest_frame, s.last_data)));
             let is_past = |m: u16, frame: u64| {
-                let (newest, last) = past[m as usize];
-                newest.is_some_and(|n| n > frame) || last.is_none_or(|t| now.duration_since(t) >= nc.quiet)
+                let (newest, last) = progress[m as usize];
+                newest.is_some_and(|n| n > frame || (n == frame && last.is_some_and(|t| now.duration_since(t) >= nc.quiet)))
             };
-            self.placement.stalled(now, nc.quiet, nc.interval, nc.retries, is_past, |m, frame, start, end| {
-                if !socks[m as usize].1.request(Missing::Frame { frame, start, end }) {
+            placement.stalled(now, nc.quiet, nc.interval, nc.retries, is_past, |m, frame, start, end| {
+                if !sources[m as usize].request(Missing::Frame { frame, start, end }) {
                     full += 1;
                 }
             });
-            self.placement.counters.nack_ranges_dropped += full;
+            placement.counters.nack_ranges_dropped += full;
         }
         let elapsed = now.duration_since(self.last_refill).as_secs_f64();
         self.last_refill = now;
         self.tokens = (self.tokens + elapsed * nc.rate as f64).min((nc.rate as f64 / 10.0).max(1.0));
         let mut buf = [0u8; NACK_HEADER_LEN + NACK_MAX_ENTRIES * NACK_ENTRY_LEN];
         let counters = &mut self.placement.counters;
-        for (sock, src) in self.socks.iter_mut() {
+        for (sock, src) in self.sockets.iter().zip(self.sources.iter_mut()) {
             let Some(peer) = src.peer else {
                 // nobody to ask: nothing of this channel ever arrived
                 counters.nack_ranges_dropped += src.nacks.len() as u64;

@@ -7,15 +7,20 @@
 //! - [`counters`]: every datagram is counted once: placed or dropped with a reason.
 //! - [`placement`]: the sans-socket core: targets, slot state, bitmaps, completion.
 //! - [`window`]: loss detection per data channel over sequence numbers.
+//! - [`ledger`]: which frame numbers were finished or refused, for the frames never seen.
+//! - [`diagnose`]: hints that name a wrong setting (interfaces, read rows, a silent port).
 //! - [`engine`]: the receive thread: sockets, batches, predicted landing, timeouts.
 
 pub mod arena;
 pub mod counters;
+pub mod diagnose;
 pub mod engine;
 pub mod grid;
+pub mod ledger;
 pub mod placement;
 pub mod window;
 
 pub use counters::{Counters, DropReason};
-pub use engine::{Format, IncompletePolicy, Receiver, ReceiverConfig, ReceiverError};
+pub use engine::{Format, IncompletePolicy, Outcome, Receiver, ReceiverConfig, ReceiverError};
+pub use ledger::{FrameSet, Ledger};
 pub use placement::FrameReady;

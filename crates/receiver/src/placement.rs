@@ -18,6 +18,7 @@ use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN};
 use crate::arena::Arena;
 use crate::counters::{Counters, DropReason};
 use crate::grid::Grid;
+use crate::ledger::Ledger;
 use crate::window::{LossWindow, Seen};
 
 /// Retransmission requests a source may queue before they are sent; beyond it ranges are
@@ -80,9 +81,42 @@ pub struct FrameReady {
 pub enum SourceKind {
     /// rdaq datagrams: the header names buffer, key, offset.
     Rdaq,
-    /// Native JUNGFRAU packets of one module interface: packet `p` of frame `f` goes to the
-    /// slot of `f`, cell `module * cells_per_module + first_cell + p`.
-    Sls { module: u16, first_cell: u32, packets: u32 },
+    /// Native JUNGFRAU packets of one module interface: packet `p` (expected in
+    /// `first_packet..first_packet + packets`) of frame `f` goes to the slot of `f`, cell
+    /// `module * cells_per_module + first_cell + p - first_packet`. A partial readout
+    /// (`readnrows`) sends only the packets of the rows read, numbered as in a full frame.
+    Sls { module: u16, first_cell: u32, first_packet: u32, packets: u32 },
+}
+
+impl SourceKind {
+    /// The cells of a slot this source fills, given the local module it sends for.
+    pub fn cells(self, module: u16, grid: &Grid) -> std::ops::Range<u32> {
+        let base = module as u32 * grid.cells_per_module;
+        match self {
+            SourceKind::Rdaq => base..base + grid.cells_per_module,
+            SourceKind::Sls { first_cell, packets, .. } => base + first_cell..base + first_cell + packets,
+        }
+    }
+}
+
+/// Packets an sls source received with a packet number it does not expect (another
+/// interface's, or rows outside the readout): what the diagnosis of a wrong setting needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unexpected {
+    pub packets: u64,
+    pub lowest: u32,
+    pub highest: u32,
+}
+
+impl Unexpected {
+    fn record(&mut self, packet: u32) {
+        if self.packets == 0 {
+            (self.lowest, self.highest) = (packet, packet);
+        }
+        self.packets += 1;
+        self.lowest = self.lowest.min(packet);
+        self.highest = self.highest.max(packet);
+    }
 }
 
 /// A socket's reading rules, its prediction of where the next datagram goes, and (for
@@ -90,7 +124,8 @@ pub enum SourceKind {
 #[derive(Clone, Debug)]
 pub struct Source {
     pub kind: SourceKind,
-    /// Global id of the module sending on it.
+    /// Position in the slot of the module sending on it, and its global id.
+    pub module: u16,
     pub module_id: u16,
     next: Option<(u32, u32)>,
     window: Option<LossWindow>,
@@ -104,6 +139,10 @@ pub struct Source {
     pub newest_frame: Option<u64>,
     /// Requests waiting to be sent (at most [`NACK_QUEUE`]).
     pub nacks: Vec<Missing>,
+    /// Datagrams accepted from it.
+    pub accepted: u64,
+    /// sls packets it got with a packet number it does not expect.
+    pub unexpected: Unexpected,
 }
 
 impl Source {
@@ -118,6 +157,7 @@ impl Source {
         let window = window.filter(|_| kind == SourceKind::Rdaq).map(|(size, lag)| LossWindow::new(size, lag));
         Source {
             kind,
+            module,
             module_id,
             next: Some((0, module as u32 * grid.cells_per_module + first)),
             window,
@@ -126,7 +166,16 @@ impl Source {
             flushed: false,
             newest_frame: None,
             nacks: Vec::with_capacity(NACK_QUEUE),
+            accepted: 0,
+            unexpected: Unexpected::default(),
         }
+    }
+
+    /// Whether this source still has frame `frame` to come: it is sending older frames
+    /// (newest below `frame`) and was heard from within `silence`. A module that is only
+    /// late must not have its frame expired; one that went silent may.
+    pub fn on_its_way_to(&self, frame: u64, now: Instant, silence: Duration) -> bool {
+        self.newest_frame.is_some_and(|n| n < frame) && self.last_data.is_some_and(|t| now.duration_since(t) < silence)
     }
 
     /// Queues a request; false (and nothing queued) when the queue is full.
@@ -155,7 +204,14 @@ impl Source {
         self.last_data = None;
         self.flushed = false;
         self.newest_frame = None;
+        self.accepted = 0;
+        self.unexpected = Unexpected::default();
     }
+}
+
+/// The packet number of an sls header that was decoded before (so is long enough).
+fn sls_packet_number(hdr: &[u8]) -> u32 {
+    hdr.get(12..16).and_then(|b| b.try_into().ok()).map_or(u32::MAX, u32::from_le_bytes)
 }
 
 /// Records a run of lost sequence numbers: counted, reported, and queued as a request. A
@@ -211,6 +267,10 @@ struct Slot {
     last_nack: Option<Instant>,
     nacks: u32,
     retransmitted: u32,
+    /// A frame refused because the slot was still held when its first datagram came: its
+    /// other datagrams are refused too, even after the slot is free again, so that a frame
+    /// is either received whole or not at all.
+    refused: Option<u64>,
 }
 
 /// Where a payload of the current batch is before it is placed.
@@ -237,6 +297,11 @@ pub struct Placement {
     /// Source addresses accepted (empty: any).
     allowed: Vec<IpAddr>,
     pub counters: Counters,
+    /// Frame numbers finished and refused.
+    pub ledger: Ledger,
+    /// Cells missing from every incomplete frame so far (for the diagnosis of a wrong
+    /// setting: a pattern that repeats in every frame is not loss).
+    pub always_missing: Option<Box<[u64]>>,
     ready: Vec<FrameReady>,
     /// Loss reports since the engine last took them.
     pub losses: Vec<Loss>,
@@ -281,6 +346,7 @@ impl Placement {
                 last_nack: None,
                 nacks: 0,
                 retransmitted: 0,
+                refused: None,
             })
             .collect();
         Placement {
@@ -297,6 +363,8 @@ impl Placement {
             hdr_len: HEADER_LEN,
             allowed: Vec::new(),
             counters: Counters::default(),
+            ledger: Ledger::default(),
+            always_missing: None,
             ready: Vec::new(),
             losses: Vec::with_capacity(LOSS_LOG),
         }
@@ -395,14 +463,18 @@ impl Placement {
 
     /// Where a native JUNGFRAU packet read from an sls source goes.
     pub fn target_sls(&self, hdr: &[u8], datagram_len: usize, kind: SourceKind) -> Result<Target, DropReason> {
-        let SourceKind::Sls { module, first_cell, packets } = kind else {
+        let SourceKind::Sls { module, first_cell, first_packet, packets } = kind else {
             unreachable!("target_sls on an rdaq source")
         };
         let hdr: &[u8; SLS_HEADER_LEN] = hdr.try_into().map_err(|_| DropReason::Truncated)?;
         let h = SlsHeader::decode(hdr);
-        h.check_jungfrau(datagram_len - SLS_HEADER_LEN, packets).map_err(|_| DropReason::BadSlsPacket)?;
+        h.check_jungfrau(datagram_len - SLS_HEADER_LEN, u32::MAX).map_err(|_| DropReason::BadSlsPacket)?;
+        let k = h.packet_number.wrapping_sub(first_packet);
+        if k >= packets {
+            return Err(DropReason::UnexpectedPacket);
+        }
         let slot = (h.frame_number % self.slots.len() as u64) as u32;
-        let cell = module as u32 * self.grid.cells_per_module + first_cell + h.packet_number;
+        let cell = module as u32 * self.grid.cells_per_module + first_cell + k;
         Ok(Target { slot, cell, frame: h.frame_number, imm: None, seq: 0, retransmit: false })
     }
 
@@ -481,8 +553,13 @@ impl Placement {
                     SourceKind::Sls { .. } => self.target_sls(rx.header(i), len, src.kind),
                 }
             };
-            if t.is_ok() {
-                src.peer = from;
+            match &t {
+                Ok(_) => {
+                    src.peer = from;
+                    src.accepted += 1;
+                }
+                Err(DropReason::UnexpectedPacket) => src.unexpected.record(sls_packet_number(rx.header(i))),
+                Err(_) => {}
             }
             let s = match &t {
                 Ok(t) if self.dest(t) == landed => Src::InPlace,
@@ -552,6 +629,9 @@ impl Placement {
 
     fn place(&mut self, t: Target, src: Src, payload: usize, now: Instant) -> Result<(), DropReason> {
         let si = t.slot as usize;
+        if self.slots[si].refused == Some(t.frame) {
+            return Err(DropReason::RingFull);
+        }
         match self.slots[si].state {
             State::Free => {
                 if self.slots[si].last_frame.is_some_and(|l| t.frame <= l) {
@@ -565,12 +645,12 @@ impl Placement {
                 // A newer frame wants the slot: the ring has wrapped past an unfinished frame.
                 self.finish(si, false);
                 if self.slots[si].state != State::Free {
-                    return Err(DropReason::SlotBusy);
+                    return Err(self.refuse(si, t.frame));
                 }
                 self.claim(si, t.frame, now);
             }
             State::Handed if t.frame <= self.slots[si].frame => return Err(DropReason::Stale),
-            State::Handed => return Err(DropReason::SlotBusy),
+            State::Handed => return Err(self.refuse(si, t.frame)),
         }
         let (w, b) = (t.cell as usize / 64, 1u64 << (t.cell % 64));
         if self.slots[si].bitmap[w] & b != 0 {
@@ -602,6 +682,19 @@ impl Placement {
         Ok(())
     }
 
+    /// Refuses frame `frame`, whose slot `si` the consumer still holds: the ring is full.
+    /// A refused frame is refused whole (see `Slot::refused`) and counted once.
+    fn refuse(&mut self, si: usize, frame: u64) -> DropReason {
+        let s = &mut self.slots[si];
+        if s.refused.is_none_or(|r| r < frame) {
+            s.refused = Some(frame);
+            if self.ledger.refused.insert(frame) {
+                self.counters.frames_refused += 1;
+            }
+        }
+        DropReason::RingFull
+    }
+
     fn claim(&mut self, si: usize, frame: u64, now: Instant) {
         let s = &mut self.slots[si];
         s.state = State::Filling;
@@ -624,7 +717,12 @@ impl Placement {
         if !complete {
             missing.extend((0..total).filter(|c| s.bitmap[*c as usize / 64] & (1 << (c % 64)) == 0));
             self.counters.cells_missing += missing.len() as u64;
+            match self.always_missing.as_mut() {
+                Some(always) => always.iter_mut().zip(s.bitmap.iter()).for_each(|(a, have)| *a &= !have),
+                None => self.always_missing = Some(s.bitmap.iter().map(|have| !have).collect()),
+            }
         }
+        self.ledger.finished.insert(s.frame);
         let status = match (complete, self.policy) {
             (true, _) => FrameStatus::Complete,
             (false, IncompletePolicy::Keep) => FrameStatus::Incomplete,
@@ -664,11 +762,20 @@ impl Placement {
         });
     }
 
-    /// Finishes every frame whose first datagram is older than `timeout`.
-    pub fn expire(&mut self, now: Instant, timeout: Duration) {
+    /// Finishes every frame whose first datagram is older than `timeout`, unless a source
+    /// whose cells it lacks is still on its way to it ([`Source::on_its_way_to`]: sending
+    /// older frames, heard from within `timeout`). A late module is waited for; a silent
+    /// one is not (and a frame whose slot a newer frame needs is finished in any case).
+    pub fn expire(&mut self, now: Instant, timeout: Duration, sources: &[Source]) {
         for si in 0..self.slots.len() {
             let s = &self.slots[si];
-            if s.state == State::Filling && now.duration_since(s.first_seen) >= timeout {
+            if s.state != State::Filling || now.duration_since(s.first_seen) < timeout {
+                continue;
+            }
+            let waiting = sources.iter().any(|src| {
+                src.on_its_way_to(s.frame, now, timeout) && src.kind.cells(src.module, &self.grid).any(|c| s.bitmap[c as usize / 64] & (1 << (c % 64)) == 0)
+            });
+            if !waiting {
                 self.finish(si, false);
             }
         }
@@ -740,7 +847,10 @@ impl Placement {
         self.finish_all();
         for s in &mut self.slots {
             s.last_frame = None;
+            s.refused = None;
         }
+        self.ledger.clear();
+        self.always_missing = None;
     }
 
     /// Gives a handed slot back. Returns false (and changes nothing) if the slot does not

@@ -121,9 +121,9 @@ fn incomplete_frames_keep_marks_missing_cells() {
         p.place_datagram(&datagram(2, 0, c, 5, 0x11), SourceKind::Rdaq, t0).unwrap();
     }
     p.place_datagram(&datagram(2, 1, 0, 5, 0x22), SourceKind::Rdaq, t0).unwrap();
-    p.expire(t0 + Duration::from_millis(10), Duration::from_millis(100));
+    p.expire(t0 + Duration::from_millis(10), Duration::from_millis(100), &[]);
     assert_eq!(p.take_ready().count(), 0, "not yet timed out");
-    p.expire(t0 + Duration::from_millis(200), Duration::from_millis(100));
+    p.expire(t0 + Duration::from_millis(200), Duration::from_millis(100), &[]);
     let f: Vec<_> = p.take_ready().collect();
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].status, FrameStatus::Incomplete);
@@ -137,11 +137,73 @@ fn incomplete_frames_keep_marks_missing_cells() {
     assert!((5..8).all(|c| cell(c).iter().all(|&b| b == MISSING_BYTE)));
     assert_eq!(p.counters.frames_incomplete, 1);
     assert_eq!(p.counters.cells_missing, 4);
-    // late datagrams of a handed frame are stale, a newer frame waits for the release
+    // late datagrams of a handed frame are stale
     assert_eq!(p.place_datagram(&datagram(2, 0, 2, 5, 0), SourceKind::Rdaq, t0), Err(DropReason::Stale));
-    assert_eq!(p.place_datagram(&datagram(2, 0, 2, 8, 0), SourceKind::Rdaq, t0), Err(DropReason::SlotBusy));
-    assert!(p.release(2, 5));
-    p.place_datagram(&datagram(2, 0, 2, 8, 0), SourceKind::Rdaq, t0).unwrap();
+}
+
+/// A frame whose slot the consumer still holds is refused whole, at its first datagram: its
+/// other datagrams are refused even once the slot is free, nothing of it is written, and the
+/// next frame for the slot is received whole.
+#[test]
+fn a_full_ring_refuses_whole_frames() {
+    let (arena, mut p) = setup(IncompletePolicy::Keep);
+    let t0 = Instant::now();
+    let fill = |p: &mut Placement, slot: u32, frame: u64, cells: std::ops::Range<u64>| {
+        let mut r = Vec::new();
+        for m in 0..MODULES {
+            for c in cells.clone() {
+                r.push(p.place_datagram(&datagram(slot, m, c, frame, frame as u8), SourceKind::Rdaq, t0));
+            }
+        }
+        r
+    };
+    assert!(fill(&mut p, 1, 4, 0..4).iter().all(Result::is_ok));
+    assert_eq!(p.take_ready().count(), 1, "frame 4 is handed and held");
+    let before = snapshot(&arena);
+    assert!(fill(&mut p, 1, 7, 0..2).iter().all(|r| *r == Err(DropReason::RingFull)));
+    assert!(p.release(1, 4));
+    assert!(fill(&mut p, 1, 7, 2..4).iter().all(|r| *r == Err(DropReason::RingFull)), "the rest of a refused frame is refused too");
+    assert_eq!(snapshot(&arena), before, "nothing of the refused frame was written");
+    assert_eq!((p.counters.frames_refused, p.counters.dropped(DropReason::RingFull)), (1, 8));
+    assert!(p.ledger.refused.contains(7) && !p.ledger.finished.contains(7) && p.ledger.finished.contains(4));
+    assert_eq!(p.take_ready().count(), 0, "no partial frame is handed on");
+    assert!(fill(&mut p, 1, 10, 0..4).iter().all(Result::is_ok));
+    let f: Vec<_> = p.take_ready().collect();
+    assert_eq!((f[0].frame, f[0].status), (10, FrameStatus::Complete));
+}
+
+/// A frame past its timeout waits while a module it lacks is still sending older frames
+/// (late, not lost), and is finished once that module has gone silent for the timeout.
+#[test]
+fn expiry_waits_for_a_late_module_not_for_a_silent_one() {
+    use rdaq_receiver::placement::Source;
+    let (_arena, mut p) = setup(IncompletePolicy::Keep);
+    let t0 = Instant::now();
+    let timeout = Duration::from_millis(100);
+    for c in 0..4 {
+        p.place_datagram(&datagram(0, 0, c, 9, 1), SourceKind::Rdaq, t0).unwrap();
+    }
+    let mut sources: Vec<Source> = (0..MODULES).map(|m| Source::new(SourceKind::Rdaq, m, m, p.grid(), None)).collect();
+    sources[0].newest_frame = Some(9);
+    sources[0].last_data = Some(t0);
+    // module 1 is at frame 5 and still sending
+    sources[1].newest_frame = Some(5);
+    sources[1].last_data = Some(t0 + Duration::from_millis(150));
+    p.expire(t0 + Duration::from_millis(200), timeout, &sources);
+    assert_eq!(p.take_ready().count(), 0, "module 1 is late, not lost");
+    // module 1 went silent
+    p.expire(t0 + Duration::from_millis(260), timeout, &sources);
+    let f: Vec<_> = p.take_ready().collect();
+    assert_eq!((f.len(), f[0].frame, f[0].status), (1, 9, FrameStatus::Incomplete));
+    assert_eq!(f[0].missing, vec![4, 5, 6, 7]);
+    // a module past the frame (it lost the datagrams) is not waited for either
+    for c in 0..4 {
+        p.place_datagram(&datagram(1, 0, c, 10, 1), SourceKind::Rdaq, t0).unwrap();
+    }
+    sources[1].newest_frame = Some(12);
+    sources[1].last_data = Some(t0 + Duration::from_millis(150));
+    p.expire(t0 + Duration::from_millis(120), timeout, &sources);
+    assert_eq!(p.take_ready().count(), 1);
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, File, Group};
-use rdaq_detector::{Geometry, MODULE_COLS, MODULE_ROWS};
+use rdaq_detector::{Geometry, MODULE_COLS};
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::spots::Spot;
 use thiserror::Error;
@@ -238,7 +238,7 @@ impl NxmxWriter {
             let mg = nx_group(&det, &format!("module_{m}"), "NXdetector_module")?;
             let (r0, c0) = g.origin(m);
             mg.new_dataset::<i32>().shape(2).create("data_origin")?.write(&[r0 as i32, c0 as i32])?;
-            mg.new_dataset::<i32>().shape(2).create("data_size")?.write(&[MODULE_ROWS as i32, MODULE_COLS as i32])?;
+            mg.new_dataset::<i32>().shape(2).create("data_size")?.write(&[g.module_height as i32, MODULE_COLS as i32])?;
             // the module's first pixel relative to the beam centre (image centre), with the
             // fast axis along -x and the slow axis along -y
             let px = meta.pixel_size_m;
