@@ -164,6 +164,9 @@ pub struct Output {
     pub name: String,
     /// Exit 0 even if frames were lost or incomplete.
     pub tolerate_loss: bool,
+    /// Replace the files of an earlier run of the same name (default: number this run,
+    /// `<name>_000002`, and keep the earlier files).
+    pub overwrite: bool,
 }
 
 impl Default for Detector {
@@ -281,7 +284,7 @@ impl Faults {
 
 impl Default for Output {
     fn default() -> Self {
-        Output { dir: PathBuf::from("out"), name: "rdaq_run".into(), tolerate_loss: false }
+        Output { dir: PathBuf::from("out"), name: "rdaq_run".into(), tolerate_loss: false, overwrite: false }
     }
 }
 
@@ -302,6 +305,9 @@ impl Config {
         }
         if !(self.detector.photon_energy_kev > 0.0) {
             bail!("detector.photon_energy_kev must be positive");
+        }
+        if self.emulator.frames == 0 {
+            bail!("emulator.frames must be at least 1");
         }
         if !(self.emulator.rate_hz >= 0.0) || !self.emulator.rate_hz.is_finite() {
             bail!("emulator.rate_hz must be 0 (as fast as possible) or positive");

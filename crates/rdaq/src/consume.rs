@@ -6,23 +6,39 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
 
-use anyhow::Context;
 use indicatif::ProgressBar;
 use rdaq_detector::{as_bytes, as_words, Geometry};
 use rdaq_receiver::placement::{FrameReady, FrameStatus};
 use rdaq_receiver::Receiver;
 use rdaq_sink::NxmxWriter;
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ConsumeStats {
     pub written: u64,
     pub complete: u64,
     pub incomplete: u64,
     pub discarded: u64,
+    /// Frames received after writing failed, so not saved.
+    pub not_saved: u64,
+    /// The first write failure (the file, the frame and the operating system's reason).
+    pub write_error: Option<String>,
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub first: Option<Instant>,
     pub last: Option<Instant>,
+    /// What the consumer did with the frames, for the summary.
+    pub what: &'static str,
+}
+
+impl ConsumeStats {
+    /// Records a failed write: writing stops, the frame is counted as not saved.
+    pub fn write_failed(&mut self, e: impl std::fmt::Display) {
+        if self.write_error.is_none() {
+            eprintln!("rdaq: {e}: writing stops; frames still arriving are counted as not saved");
+            self.write_error = Some(e.to_string());
+        }
+        self.not_saved += 1;
+    }
 }
 
 /// Byte ranges of the assembled image that the frame's missing cells cover.
@@ -65,7 +81,7 @@ pub fn consume(
     until: Option<&AtomicBool>,
     mut on_frame: impl FnMut(&FrameReady),
 ) -> anyhow::Result<ConsumeStats> {
-    let mut s = ConsumeStats::default();
+    let mut s = ConsumeStats { what: if writer.is_some() { "assembling and writing frames" } else { "counting frames" }, ..Default::default() };
     let mut image = vec![0u16; writer.as_ref().map_or(0, |(_, g)| g.height() * g.width())];
     while let Some(f) = next_frame(rx, until) {
         on_frame(&f);
@@ -82,15 +98,23 @@ pub fn consume(
             FrameStatus::Incomplete => s.incomplete += 1,
         }
         if let Some((w, geometry)) = writer.as_mut() {
-            let before = w.bytes_written;
-            let missing = missing_ranges(rx, geometry, &f);
-            let words = as_words(rx.data(&f));
-            let mp = geometry.module_pixels();
-            geometry.assemble(|m| &words[m as usize * mp..(m as usize + 1) * mp], &mut image);
-            w.write_frame(f.frame, as_bytes(&image), &missing).with_context(|| format!("writing frame {}", f.frame))?;
-            s.bytes_in += words.len() as u64 * 2;
-            s.bytes_out += w.bytes_written - before;
-            s.written += 1;
+            if s.write_error.is_some() {
+                s.not_saved += 1;
+            } else {
+                let before = w.bytes_written;
+                let missing = missing_ranges(rx, geometry, &f);
+                let words = as_words(rx.data(&f));
+                let mp = geometry.module_pixels();
+                geometry.assemble(|m| &words[m as usize * mp..(m as usize + 1) * mp], &mut image);
+                match w.write_frame(f.frame, as_bytes(&image), &missing) {
+                    Ok(()) => {
+                        s.bytes_in += words.len() as u64 * 2;
+                        s.bytes_out += w.bytes_written - before;
+                        s.written += 1;
+                    }
+                    Err(e) => s.write_failed(e),
+                }
+            }
         }
         rx.release(f);
     }

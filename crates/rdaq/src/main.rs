@@ -8,6 +8,7 @@ mod daemon;
 mod manage;
 mod offline;
 mod online;
+mod outputs;
 mod soak;
 mod summary;
 
@@ -73,6 +74,9 @@ struct RunArgs {
     /// Exit 0 even if frames were lost.
     #[arg(long)]
     tolerate_loss: bool,
+    /// Replace the files of an earlier run of the same name (default: number this run).
+    #[arg(long)]
+    overwrite: bool,
     /// Write the raw words, no processing (process.mode = "raw").
     #[arg(long)]
     raw: bool,
@@ -115,6 +119,9 @@ struct EmulateArgs {
     /// Write the manifest (frame, module, xxh3 of the raw module frame) here.
     #[arg(long)]
     manifest: Option<PathBuf>,
+    /// Replace an existing manifest file.
+    #[arg(long)]
+    overwrite: bool,
 }
 
 #[derive(Args)]
@@ -176,9 +183,16 @@ struct ReceiveArgs {
     /// Stop after this many seconds in any case.
     #[arg(long)]
     timeout_s: Option<f64>,
-    /// NXmx output file (none: frames are counted and dropped).
+    /// NXmx output file (none: frames are counted and dropped). An existing file is refused
+    /// unless --overwrite.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Replace the --out file if it exists.
+    #[arg(long)]
+    overwrite: bool,
+    /// Exit 0 even if frames were lost or incomplete.
+    #[arg(long)]
+    tolerate_loss: bool,
     /// Write the buffer map (ids, keys, ports) for the senders here.
     #[arg(long)]
     buffers_out: Option<PathBuf>,
@@ -292,6 +306,7 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         cfg.output.dir = o;
     }
     cfg.output.tolerate_loss |= a.tolerate_loss;
+    cfg.output.overwrite |= a.overwrite;
     if a.raw {
         cfg.process.mode = "raw".into();
     }
@@ -300,8 +315,12 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         return run_topology(&cfg, t);
     }
     std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
-    let h5 = cfg.output.dir.join(format!("{}.h5", cfg.output.name));
-    let manifest = cfg.output.dir.join(format!("{}_manifest.csv", cfg.output.name));
+    let name = outputs::free_run_name(&cfg.output.dir, &cfg.output.name, &RUN_FILES, cfg.output.overwrite);
+    if name != cfg.output.name {
+        eprintln!("rdaq run: {} has files of an earlier run: this run is {name} (--overwrite replaces instead)", cfg.output.name);
+    }
+    let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));
+    let (h5, manifest) = (out(".h5"), out("_manifest.csv"));
 
     let rcfg = cfg.tune(ReceiverConfig {
         format: Format::Rdaq,
@@ -324,20 +343,25 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         meta.max_spots = cfg.process.max_spots;
     }
     let setup = if cfg.processing() { Some(processing_setup(&cfg, &meta)?) } else { None };
+    let frame_bytes = (geometry.height() * geometry.width() * meta.pixel.bytes()) as u64;
+    let what = format!("{} frames of {:.1} MB before compression", cfg.emulator.frames, frame_bytes as f64 / 1e6);
+    outputs::warn_if_short(&cfg.output.dir, cfg.emulator.frames * frame_bytes, &what);
     let mut writer = NxmxWriter::create(&h5, &meta)?;
+    outputs::warn_without_reserve(&writer, &h5);
     let ecfg = cfg.emulator(cfg.detector.modules);
     let progress = Arc::new(Control::default());
     on_interrupt(progress.clone());
     let bar = progress_bar(Some(cfg.emulator.frames), "run");
     eprintln!(
-        "rdaq run: {} modules, {} frames at {}, {} slots of {} MiB, ports {:?}, {}",
+        "rdaq run: {} modules, {} frames at {}, {} slots of {} MiB, ports {:?}, {}; {}",
         cfg.detector.modules,
         cfg.emulator.frames,
         cfg.rate().map_or("full speed".to_string(), |r| format!("{r} Hz")),
         cfg.slots(),
         cfg.frame_bytes() >> 20,
         rx.ports(),
-        if cfg.processing() { format!("processing to {}", cfg.process.output) } else { "raw".to_string() }
+        if cfg.processing() { format!("processing to {}", cfg.process.output) } else { "raw".to_string() },
+        recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted())
     );
     let start = Instant::now();
     let (emu, consumed) = std::thread::scope(|s| {
@@ -357,13 +381,14 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let counters = rx.join()?;
     let emu = emu?;
     let (consumed, processed) = consumed?;
-    writer.finish()?;
+    let mut consumed = consumed;
+    let h5 = outputs::close(writer, &mut consumed)?;
     write_manifest(&manifest, &emu.manifest)?;
-    let mut sum = summary::Summary::new(cfg.emulator.frames, &emu, &counters, &consumed, elapsed, Some(&h5), Some(&manifest));
+    let mut sum = summary::Summary::new(cfg.emulator.frames, &emu, &counters, &rx.outcome(), &consumed, elapsed, h5.as_deref(), Some(&manifest));
     if let Some(mut p) = processed {
-        write_truth(&cfg, &geometry, &cfg.output.dir.join(format!("{}_truth.csv", cfg.output.name)))?;
+        write_truth(&cfg, &geometry, &out("_truth.csv"))?;
         if let Some(cal) = p.calibration.take() {
-            let path = cfg.output.dir.join(format!("{}_calibration.h5", cfg.output.name));
+            let path = out("_calibration.h5");
             let cf = rdaq_process::calfile::CalFile { rows: geometry.height(), cols: geometry.width(), cal: (*cal).clone(), rms: None, frames: None };
             cf.save(&path)?;
             sum.calibration = Some(path);
@@ -377,11 +402,17 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     if !rx.guards_intact() {
         bail!("a guard region around the frame ring was overwritten: this is a bug");
     }
-    if sum.lost() && !cfg.output.tolerate_loss {
-        eprintln!("rdaq run: data was lost (use --tolerate-loss to exit 0 anyway)");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(sum.exit_code("run", cfg.output.tolerate_loss))
+}
+
+/// The files of a run named `<name>`, in the output directory.
+const RUN_FILES: [&str; 4] = [".h5", "_manifest.csv", "_truth.csv", "_calibration.h5"];
+
+/// The socket receive buffer asked for and what the kernel granted (Linux reports twice the
+/// request, half of it for its own bookkeeping; less means a cap such as net.core.rmem_max).
+fn recv_buffer_line(asked: usize, granted: usize) -> String {
+    let capped = if granted < asked { " (capped by the kernel: raise net.core.rmem_max, or run as root)" } else { "" };
+    format!("receive buffer {} MiB asked, {} MiB granted{capped}", asked >> 20, granted >> 20)
 }
 
 /// The processing graph's settings from the configuration and the file's pixel type.
@@ -425,6 +456,9 @@ fn run_topology(cfg: &Config, path: &Path) -> anyhow::Result<ExitCode> {
         eprintln!("rdaq run --topology: receivers write raw frames (the processing graph runs in single-receiver runs)");
     }
     std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
+    let manifest = cfg.output.dir.join(format!("{}_manifest.csv", cfg.output.name));
+    let files: Vec<PathBuf> = plan.receivers.iter().map(|rp| cfg.output.dir.join(format!("{}.h5", t.receivers[rp.receiver].name))).collect();
+    outputs::refuse_existing(files.iter().chain([&manifest]).map(PathBuf::as_path), cfg.output.overwrite)?;
     let full = t.geometry();
     let mut receivers = Vec::new();
     let mut writers = Vec::new();
@@ -462,31 +496,31 @@ fn run_topology(cfg: &Config, path: &Path) -> anyhow::Result<ExitCode> {
     });
     let elapsed = start.elapsed();
     let emu = emu?;
-    write_manifest(&cfg.output.dir.join(format!("{}_manifest.csv", cfg.output.name)), &emu.manifest)?;
-    let mut lost = false;
+    write_manifest(&manifest, &emu.manifest)?;
+    let mut worst = ExitCode::SUCCESS;
     for ((rx, (w, _, name)), stats) in receivers.iter_mut().zip(writers).zip(consumed) {
         let counters = rx.join()?;
         let stats = stats?;
-        let path = w.finish()?;
+        let mut stats = stats;
+        let path = outputs::close(w, &mut stats)?;
         // frames the plan sends to this receiver
-        let expected = (0..cfg.emulator.frames)
-            .filter(|&f| {
-                let mut to = false;
-                dtps.iter().for_each(|d| d.destinations(f, |r, _| to |= d.routes[r].receiver == *name));
-                to
-            })
-            .count() as u64;
+        let mut expected = rdaq_receiver::FrameSet::default();
+        for f in 0..cfg.emulator.frames {
+            let mut to = false;
+            dtps.iter().for_each(|d| d.destinations(f, |r, _| to |= d.routes[r].receiver == *name));
+            if to {
+                expected.insert(f);
+            }
+        }
         println!("---- receiver {name} ----");
-        let sum = summary::Summary::for_receiver(Some(expected), &counters, &stats, elapsed, Some(&path));
+        let sum = summary::Summary::for_receiver(summary::Expected::Frames(expected), &counters, &rx.outcome(), &stats, elapsed, path.as_deref());
         sum.print();
-        lost |= sum.lost();
+        if sum.lost() {
+            worst = sum.exit_code("run", cfg.output.tolerate_loss);
+        }
     }
     println!("sent: {} datagrams, {:.3} GB in {:.2} s", emu.sent.datagrams, emu.sent.bytes as f64 / 1e9, emu.elapsed.as_secs_f64());
-    if lost && !cfg.output.tolerate_loss {
-        eprintln!("rdaq run: data was lost (use --tolerate-loss to exit 0 anyway)");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(worst)
 }
 
 /// Hand configuration of one receiver: module m sends every frame to its port there.
@@ -524,14 +558,15 @@ fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     if map.data_ports.len() != map.modules as usize {
         bail!("{}: {} data ports for {} modules", buffers.display(), map.data_ports.len(), map.modules);
     }
+    outputs::refuse_existing(a.manifest.as_deref(), a.overwrite)?;
     let r = rdaq_emulator::run(&cfg, &single_receiver_dtps(&map, a.target), progress)?;
     if let Some(m) = &a.manifest {
         write_manifest(m, &r.manifest)?;
     }
     let secs = r.elapsed.as_secs_f64();
     println!(
-        "rdaq emulate: {} modules x {} frames, {} datagrams, {:.3} GB in {:.3} s ({:.2} GB/s), gso {}, late frames {}, refused {}, \
-         requests {} (malformed {}), resent {}, not in history {}",
+        "rdaq emulate: {} modules x {} frames, {} datagrams, {:.3} GB in {:.3} s ({:.2} GB/s), gso {}, late frames {}, \
+         held back by a slower module {}, refused {}, requests {} (malformed {}), resent {}, not in history {}",
         map.modules,
         a.frames,
         r.sent.datagrams,
@@ -540,12 +575,17 @@ fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         r.sent.bytes as f64 / 1e9 / secs,
         r.gso,
         r.late_frames,
+        r.held_back,
         r.sent.refused,
         r.retransmit.nacks,
         r.retransmit.bad_nacks,
         r.retransmit.resent,
         r.retransmit.history_misses
     );
+    if r.sent.refused > 0 {
+        eprintln!("rdaq emulate: {} datagrams were refused: nothing listened at the receiver's port (exit 1)", r.sent.refused);
+        return Ok(ExitCode::from(1));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -595,14 +635,24 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
         frames: a.frames,
         ..ReceiverConfig::default()
     };
+    outputs::refuse_existing(a.out.as_deref(), a.overwrite)?;
     let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
     if let Some(p) = &a.buffers_out {
         std::fs::write(p, serde_json::to_string_pretty(rx.buffer_map())?).with_context(|| format!("cannot write {}", p.display()))?;
     }
     let ports: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(a.bind, p)).collect();
-    eprintln!("rdaq receive: listening on {ports:?}, {slots} slots, receive buffer {} KiB", rx.recv_buffer_granted() >> 10);
+    eprintln!("rdaq receive: listening on {ports:?}, {slots} slots, {}", recv_buffer_line(a.recv_buffer_mib << 20, rx.recv_buffer_granted()));
     let mut writer = match &a.out {
-        Some(p) => Some(NxmxWriter::create(p, &nxmx_meta(geometry, 12.4, 0.0))?),
+        Some(p) => {
+            let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if let Some(n) = a.frames {
+                let frame = (geometry.height() * geometry.width() * 2) as u64;
+                outputs::warn_if_short(dir, n * frame, &format!("{n} frames of {:.1} MB before compression", frame as f64 / 1e6));
+            }
+            let w = NxmxWriter::create(p, &nxmx_meta(geometry, 12.4, 0.0))?;
+            outputs::warn_without_reserve(&w, p);
+            Some(w)
+        }
         None => None,
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -610,7 +660,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let _ = ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed));
     let bar = progress_bar(a.frames, "receive");
     let start = Instant::now();
-    let consumed = std::thread::scope(|s| {
+    let mut consumed = std::thread::scope(|s| {
         let rx_ref = &rx;
         let w = writer.as_mut().map(|w| (w, geometry));
         let consumer = s.spawn(|| consume::consume(rx_ref, w, &bar, None, |_| {}));
@@ -626,10 +676,11 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     bar.finish();
     let counters = rx.join()?;
     let h5 = match writer {
-        Some(w) => Some(w.finish()?),
+        Some(w) => outputs::close(w, &mut consumed)?,
         None => None,
     };
-    let sum = summary::Summary::for_receiver(a.frames, &counters, &consumed, start.elapsed(), h5.as_deref());
+    let expected = a.frames.map_or(summary::Expected::Unknown, summary::Expected::Count);
+    let sum = summary::Summary::for_receiver(expected, &counters, &rx.outcome(), &consumed, start.elapsed(), h5.as_deref());
     sum.print();
     if let Some(p) = a.summary_json {
         sum.write_json(&p)?;
@@ -637,5 +688,8 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if !rx.guards_intact() {
         bail!("a guard region around the frame ring was overwritten: this is a bug");
     }
-    Ok(ExitCode::SUCCESS)
+    if counters.datagrams == 0 && a.bind.is_loopback() {
+        eprintln!("rdaq receive: nothing arrived on {ports:?}: a detector on a network card sends to that card's address; use --bind <its address> or --bind 0.0.0.0");
+    }
+    Ok(sum.exit_code("receive", a.tolerate_loss))
 }

@@ -45,6 +45,10 @@ pub struct ManageArgs {
     timeout_s: f64,
     #[arg(long)]
     tolerate_loss: bool,
+    /// Replace the report, events and manifest in --out, and the receivers' files of the same
+    /// names (default: refuse, naming the file, before anything starts).
+    #[arg(long)]
+    overwrite: bool,
     /// Serve the manager's API here (/status, /events, /report): events as they are gathered,
     /// the report at the end; keeps serving after the run until Ctrl-C.
     #[arg(long)]
@@ -151,6 +155,9 @@ struct ReceiverReport {
     frames_incomplete: u64,
     frames_discarded: u64,
     output: Option<PathBuf>,
+    /// Frames it received after writing failed, and why writing failed.
+    frames_not_saved: u64,
+    write_error: Option<String>,
     counters: serde_json::Value,
     events_dropped: u64,
 }
@@ -232,6 +239,8 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
         bail!("--rate must be 0 (as fast as possible) or positive");
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    let files = ["report.json", "events.jsonl", "manifest.csv"].map(|f| a.out.join(f));
+    crate::outputs::refuse_existing(files.iter().map(PathBuf::as_path), a.overwrite)?;
     let shared: SharedBoard = Default::default();
     board(&shared).status = serde_json::json!({ "state": "configuring" });
     if let Some(addr) = a.serve {
@@ -281,8 +290,17 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     for (rp, (r, _)) in plan.receivers.iter().zip(&requests) {
         let spec = &t.receivers[*r];
         let g = rp.geometry(full);
-        let body = serde_json::json!({ "output": format!("{}.h5", spec.name), "module_cols": g.module_cols, "gap_x": g.gap_x, "gap_y": g.gap_y });
-        let v: serde_json::Value = api.send("POST", spec.control, "/start", &body).with_context(|| format!("starting {}", spec.name))?;
+        let body = serde_json::json!({ "output": format!("{}.h5", spec.name), "module_cols": g.module_cols, "gap_x": g.gap_x, "gap_y": g.gap_y, "overwrite": a.overwrite });
+        let v: serde_json::Value = match api.send("POST", spec.control, "/start", &body) {
+            Ok(v) => v,
+            Err(e) => {
+                // the receivers started so far go back to waiting: nothing was sent yet
+                for started in feeds.keys() {
+                    let _ = api.send::<serde_json::Value>("POST", t.receivers[*started].control, "/stop", &serde_json::json!({}));
+                }
+                return Err(e.context(format!("starting {}", spec.name)));
+            }
+        };
         feeds.insert(*r, Feed::new(spec.control, v["events_from"].as_u64().unwrap_or(0)));
     }
     let start = Instant::now();
@@ -358,6 +376,8 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
                     rep.frames_discarded = v["frames_discarded"].as_u64().unwrap_or(0);
                     rep.output = v["output"].as_str().map(PathBuf::from);
                     rep.counters = v["counters"].clone();
+                    rep.frames_not_saved = v["frames_not_saved"].as_u64().unwrap_or(0);
+                    rep.write_error = v["write_error"].as_str().map(str::to_string);
                 }
                 Err(e) => {
                     eprintln!("rdaq manage: receiver {} failed at the end: {e:#}", spec.name);
@@ -439,12 +459,15 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     println!("frames     : {} complete of {}, {} lost, {} incomplete", report.frames_complete, a.frames, report.frames_lost.len(), report.frames_incomplete.len());
     for (name, r) in &report.receivers {
         println!("receiver {name:<8}: {} complete, {} incomplete, {} discarded{}", r.frames_complete, r.frames_incomplete, r.frames_discarded, if r.alive { "" } else { " (DEAD)" });
+        if let Some(e) = &r.write_error {
+            println!("receiver {name:<8}: {e}; {} frames not saved", r.frames_not_saved);
+        }
     }
     for e in &report.epochs {
         println!("from frame {:>6}: {:?} ({})", e.from_frame, e.receivers, e.reason);
     }
     println!("report     : {}", a.out.join("report.json").display());
-    let loss = report.frames_complete < a.frames;
+    let loss = report.frames_complete < a.frames || report.receivers.values().any(|r| r.write_error.is_some());
     if a.serve.is_some() {
         eprintln!("rdaq manage: done; the API keeps serving the report until Ctrl-C");
         let (tx, rx) = std::sync::mpsc::channel();

@@ -147,11 +147,10 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
         let image = vec![f32::NAN; h * w];
         pool_tx.send(Box::new(Work { frame: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, chunk: Vec::new() })).expect("pool has room");
     }
-    let write_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
-    let stats = Mutex::new(ConsumeStats::default());
+    let stats = Mutex::new(ConsumeStats { what: "processing and writing frames", ..Default::default() });
     let counts = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
     let [hits, vetoed, spots_found, updates, dark_incomplete] = &counts;
-    let (shared_ref, write_error_ref, stats_ref) = (&shared, &write_error, &stats);
+    let (shared_ref, stats_ref) = (&shared, &stats);
     let writer = Mutex::new(writer);
     let writer_ref = &writer;
     let setup = &setup;
@@ -269,21 +268,22 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
         let write = p.stage("write", 1, rf, |_| {
             let pool = pool.clone();
             Box::new(move |wk: Box<Work>, _: &Emit<Box<Work>>| {
-                let mut failed = write_error_ref.lock().expect("not poisoned");
-                if failed.is_none() {
+                let mut st = stats_ref.lock().expect("not poisoned");
+                if st.write_error.is_some() {
+                    st.not_saved += 1;
+                } else {
                     let mut wr = writer_ref.lock().expect("not poisoned");
                     let before = wr.bytes_written;
-                    let r = wr.write_chunk(wk.frame, &wk.chunk, &wk.missing).and_then(|()| wr.write_spots(&wk.spots, wk.spots.len(), wk.hit));
-                    match r {
+                    match wr.write_chunk(wk.frame, &wk.chunk, &wk.missing).and_then(|()| wr.write_spots(&wk.spots, wk.spots.len(), wk.hit)) {
                         Ok(()) => {
-                            let mut st = stats_ref.lock().expect("not poisoned");
                             st.written += 1;
                             st.bytes_out += wr.bytes_written - before;
                             st.bytes_in += (h * w * setup.pixel.bytes()) as u64;
                         }
-                        Err(err) => *failed = Some(anyhow::Error::new(err).context(format!("writing frame {}", wk.frame))),
+                        Err(e) => st.write_failed(e),
                     }
                 }
+                drop(st);
                 let _ = pool.send(wk);
             })
         });
@@ -341,9 +341,6 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
         Ok((running.join(), source))
     })?;
 
-    if let Some(e) = write_error.into_inner().expect("not poisoned") {
-        return Err(e);
-    }
     r.hits = hits.load(Ordering::Relaxed);
     r.vetoed = vetoed.load(Ordering::Relaxed);
     r.spots_found = spots_found.load(Ordering::Relaxed);

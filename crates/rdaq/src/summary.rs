@@ -1,14 +1,21 @@
-//! The end-of-acquisition summary: printed for people, written as JSON for tools and tests.
+//! The end-of-acquisition summary: printed for people, written as JSON for tools and tests,
+//! and the exit status (docs/exit-codes in the README): 0 when every frame expected arrived
+//! complete and was saved, 1 when data was lost, incomplete or not saved, 2 for errors.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use rdaq_emulator::EmulatorReport;
-use rdaq_receiver::Counters;
+use rdaq_receiver::ledger::describe_runs;
+use rdaq_receiver::{Counters, FrameSet, Outcome};
 use serde::Serialize;
 
 use crate::consume::ConsumeStats;
+
+/// Runs of frame numbers listed at most, in the summary and its JSON.
+const RUNS_SHOWN: usize = 20;
 
 #[derive(Debug, Serialize)]
 pub struct Summary {
@@ -16,7 +23,18 @@ pub struct Summary {
     pub frames_complete: u64,
     pub frames_incomplete: u64,
     pub frames_discarded: u64,
+    /// Frames refused whole because the ring was full (the consumer was behind).
+    pub frames_refused: u64,
+    pub frames_refused_runs: Vec<(u64, u64)>,
+    /// Frames of which nothing arrived; `frames_never_seen_runs` lists the ones whose numbers
+    /// are known (the rest lie before the first or after the last frame seen).
+    pub frames_never_seen: u64,
+    pub frames_never_seen_runs: Vec<(u64, u64)>,
     pub frames_written: u64,
+    /// Frames received but not saved because writing had failed.
+    pub frames_not_saved: u64,
+    /// Why writing stopped (the file and the operating system's reason).
+    pub write_error: Option<String>,
     pub datagrams_sent: Option<u64>,
     pub sends_refused: Option<u64>,
     pub datagrams_received: u64,
@@ -43,11 +61,21 @@ pub struct Summary {
     /// Datagrams the modules sent again, and requests their history could not answer.
     pub datagrams_resent: Option<u64>,
     pub history_misses: Option<u64>,
+    /// Frames the emulated modules started late, and frames a module waited for a slower one.
+    pub late_frames: Option<u64>,
+    pub held_back: Option<u64>,
     /// Faults the emulator injected: dropped, reordered, duplicated, corrupted, delayed.
     pub faults_injected: Option<[u64; 5]>,
     pub bytes_placed: u64,
+    /// Placed bytes over the data window (first to last frame handed on).
     pub gb_per_s: f64,
+    pub data_window_s: f64,
+    /// Start to end of the command, waits included.
     pub elapsed_s: f64,
+    /// Frames per second the consumer (writing, processing) took over the data window, and
+    /// what it was.
+    pub consumer_frames_per_s: f64,
+    pub consumer: String,
     pub receiver_cpu_s: f64,
     pub compression_ratio: Option<f64>,
     pub output: Option<PathBuf>,
@@ -55,44 +83,71 @@ pub struct Summary {
     /// The calibration at the end of the run (with the tracked pedestal).
     pub calibration: Option<PathBuf>,
     pub processing: Option<crate::online::ProcessReport>,
+    /// What points to a wrong setting (interfaces, read rows, a silent port).
+    pub hints: Vec<String>,
+}
+
+/// Frames expected of an acquisition: an exact range of numbers (the emulator's), or only a
+/// count (a detector whose numbering starts anywhere).
+#[derive(Clone, Debug)]
+pub enum Expected {
+    Range { first: u64, count: u64 },
+    /// These frame numbers (a receiver of a temporal plan gets every n-th frame).
+    Frames(FrameSet),
+    Count(u64),
+    Unknown,
 }
 
 impl Summary {
+    /// The summary of `rdaq run`: the emulator's report beside the receiver's.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        expected: u64,
+        frames: u64,
         emu: &EmulatorReport,
         c: &Counters,
+        outcome: &Outcome,
         consumed: &ConsumeStats,
         elapsed: Duration,
         output: Option<&Path>,
         manifest: Option<&Path>,
     ) -> Summary {
-        let mut s = Summary::for_receiver(Some(expected), c, consumed, elapsed, output);
+        let mut s = Summary::for_receiver(Expected::Range { first: 0, count: frames }, c, outcome, consumed, elapsed, output);
         s.datagrams_sent = Some(emu.sent.datagrams);
         s.sends_refused = Some(emu.sent.refused);
         s.datagrams_resent = Some(emu.retransmit.resent);
         s.history_misses = Some(emu.retransmit.history_misses);
         s.bad_nacks = Some(emu.retransmit.bad_nacks);
+        s.late_frames = Some(emu.late_frames);
+        s.held_back = Some(emu.held_back);
         let f = &emu.faults;
         s.faults_injected = Some([f.dropped, f.reordered, f.duplicated, f.corrupted, f.delayed]).filter(|v| v.iter().any(|&x| x > 0));
-        // the data rate over the sending time, which is what the detector produced
-        let secs = emu.elapsed.as_secs_f64().max(1e-9);
-        s.gb_per_s = c.bytes_placed as f64 / 1e9 / secs;
         s.manifest = manifest.map(Path::to_owned);
         s
     }
 
-    pub fn for_receiver(expected: Option<u64>, c: &Counters, consumed: &ConsumeStats, elapsed: Duration, output: Option<&Path>) -> Summary {
-        let active = match (consumed.first, consumed.last) {
+    pub fn for_receiver(expected: Expected, c: &Counters, outcome: &Outcome, consumed: &ConsumeStats, elapsed: Duration, output: Option<&Path>) -> Summary {
+        let window = match (consumed.first, consumed.last) {
             (Some(a), Some(b)) if b > a => (b - a).as_secs_f64(),
-            _ => elapsed.as_secs_f64(),
+            _ => 0.0,
         };
+        let (never, never_runs) = never_seen(&expected, outcome);
+        let seen = consumed.complete + consumed.incomplete + consumed.discarded;
         Summary {
-            frames_expected: expected,
+            frames_expected: match &expected {
+                Expected::Range { count, .. } | Expected::Count(count) => Some(*count),
+                Expected::Frames(set) => Some(set.len()),
+                Expected::Unknown => None,
+            },
             frames_complete: c.frames_complete,
             frames_incomplete: c.frames_incomplete,
             frames_discarded: c.frames_discarded,
+            frames_refused: c.frames_refused,
+            frames_refused_runs: outcome.ledger.refused.runs().iter().take(RUNS_SHOWN).copied().collect(),
+            frames_never_seen: never,
+            frames_never_seen_runs: never_runs,
             frames_written: consumed.written,
+            frames_not_saved: consumed.not_saved,
+            write_error: consumed.write_error.clone(),
             datagrams_sent: None,
             sends_refused: None,
             datagrams_received: c.datagrams,
@@ -113,78 +168,174 @@ impl Summary {
             bad_nacks: None,
             datagrams_resent: None,
             history_misses: None,
+            late_frames: None,
+            held_back: None,
             faults_injected: None,
             bytes_placed: c.bytes_placed,
-            gb_per_s: c.bytes_placed as f64 / 1e9 / active.max(1e-9),
+            gb_per_s: if window > 0.0 { c.bytes_placed as f64 / 1e9 / window } else { 0.0 },
+            data_window_s: window,
             elapsed_s: elapsed.as_secs_f64(),
+            consumer_frames_per_s: if window > 0.0 { seen as f64 / window } else { 0.0 },
+            consumer: consumed.what.to_string(),
             receiver_cpu_s: c.cpu_time.as_secs_f64(),
             compression_ratio: (consumed.bytes_out > 0).then(|| consumed.bytes_in as f64 / consumed.bytes_out as f64),
             output: output.map(Path::to_owned),
             manifest: None,
             calibration: None,
             processing: None,
+            hints: outcome.hints.clone(),
         }
     }
 
-    /// True when any frame did not arrive complete.
+    /// True when any frame expected did not arrive complete, or was not saved.
     pub fn lost(&self) -> bool {
         let short = self.frames_expected.is_some_and(|e| self.frames_complete < e);
-        short || self.frames_incomplete > 0 || self.frames_discarded > 0 || self.kernel_drops > 0
+        short
+            || self.frames_incomplete > 0
+            || self.frames_discarded > 0
+            || self.frames_refused > 0
+            || self.frames_never_seen > 0
+            || self.kernel_drops > 0
+            || self.frames_not_saved > 0
+            || self.write_error.is_some()
+            || self.frames_complete + self.frames_incomplete + self.frames_discarded == 0
+    }
+
+    /// The exit status: 0 nothing lost, 1 data lost (unless `tolerate`).
+    pub fn exit_code(&self, command: &str, tolerate: bool) -> ExitCode {
+        if !self.lost() {
+            return ExitCode::SUCCESS;
+        }
+        if tolerate {
+            eprintln!("rdaq {command}: data was lost; exit 0 as --tolerate-loss asks");
+            return ExitCode::SUCCESS;
+        }
+        eprintln!("rdaq {command}: data was lost (exit 1; --tolerate-loss exits 0 anyway)");
+        ExitCode::from(1)
     }
 
     pub fn print(&self) {
+        println!("---- rdaq summary ----");
+        self.print_frames();
+        self.print_datagrams();
+        self.print_recovery();
+        self.print_rates();
+        self.print_processing();
+        self.print_outputs();
+        for h in &self.hints {
+            println!("hint        : {h}");
+        }
+        println!("loss        : {}", if self.lost() { "YES" } else { "none" });
+    }
+
+    fn print_frames(&self) {
+        let arrived = format!(
+            "{} complete, {} incomplete (kept), {} discarded, {} refused (ring full), {} never arrived",
+            self.frames_complete, self.frames_incomplete, self.frames_discarded, self.frames_refused, self.frames_never_seen
+        );
+        match self.frames_expected {
+            Some(e) => println!("frames      : {e} expected: {arrived}"),
+            None => println!("frames      : {arrived}"),
+        }
+        if self.frames_never_seen > 0 {
+            let known: u64 = self.frames_never_seen_runs.iter().map(|(a, b)| b - a).sum();
+            let unknown = self.frames_never_seen - known;
+            let mut parts = Vec::new();
+            if !self.frames_never_seen_runs.is_empty() {
+                parts.push(format!("frames {}", describe_runs(&self.frames_never_seen_runs, RUNS_SHOWN)));
+            }
+            if unknown > 0 {
+                parts.push(format!("{unknown} whose numbers are unknown (before the first or after the last frame seen)"));
+            }
+            println!("never seen  : {}", parts.join("; "));
+        }
+        if self.frames_refused > 0 {
+            println!("refused     : frames {} (the ring was full: the consumer was behind; each refused whole)", describe_runs(&self.frames_refused_runs, RUNS_SHOWN));
+        }
+        let not_saved = if self.frames_not_saved > 0 { format!(", {} received but not saved", self.frames_not_saved) } else { String::new() };
+        println!("saved       : {} frames written{not_saved}", self.frames_written);
+    }
+
+    fn print_datagrams(&self) {
         let sent = match (self.datagrams_sent, self.datagrams_resent) {
             (Some(s), Some(r)) if r > 0 => format!("sent {s} ({r} of them again: requested, or tail probes), "),
             (Some(s), _) => format!("sent {s}, "),
             _ => String::new(),
         };
-        println!("---- rdaq summary ----");
-        match self.frames_expected {
-            Some(e) => println!("frames      : {} complete of {e} expected, {} incomplete (kept), {} discarded, {} written",
-                self.frames_complete, self.frames_incomplete, self.frames_discarded, self.frames_written),
-            None => println!("frames      : {} complete, {} incomplete (kept), {} discarded, {} written",
-                self.frames_complete, self.frames_incomplete, self.frames_discarded, self.frames_written),
-        }
-        println!("datagrams   : {sent}received {}, placed {} ({} landed in place), dropped {}",
+        println!("datagrams   : {sent}received {}, placed {} ({} landed in place), rejected {}",
             self.datagrams_received, self.datagrams_placed, self.landed_in_place, self.datagrams_dropped);
-        let reasons: Vec<String> = self.dropped_by_reason.iter().map(|(n, v)| format!("{n}={v}")).collect();
-        println!("dropped     : {} (kernel socket drops {}, missing cells {}, refused sends {})",
-            if reasons.is_empty() { "none".into() } else { reasons.join(" ") }, self.kernel_drops, self.cells_missing,
-            self.sends_refused.unwrap_or(0));
+        if self.datagrams_dropped > 0 {
+            let reasons: Vec<String> = self.dropped_by_reason.iter().map(|(n, v)| format!("{n}={v}")).collect();
+            println!("rejected    : {}", reasons.join(" "));
+        }
+        if self.cells_missing > 0 || self.kernel_drops > 0 || self.sends_refused.unwrap_or(0) > 0 {
+            println!("missing     : {} datagram cells missing in {} incomplete or discarded frames; {} datagrams dropped by the kernel (socket buffer full); {} sends refused by the sender's kernel",
+                self.cells_missing, self.frames_incomplete + self.frames_discarded, self.kernel_drops, self.sends_refused.unwrap_or(0));
+        }
         if let Some([d, r, u, c, l]) = self.faults_injected {
             println!("injected    : dropped {d}, reordered {r}, duplicated {u}, corrupted {c}, delayed {l}");
         }
+    }
+
+    fn print_recovery(&self) {
         if self.seq_missing > 0 || self.nacks_sent > 0 || self.datagrams_retransmitted_placed > 0 {
             let resent = self.datagrams_resent.map_or(String::new(), |r| format!(", resent {r}"));
-            let misses = self.history_misses.map_or(String::new(), |m| format!(", not in history {m}"));
+            let misses = self.history_misses.map_or(String::new(), |m| format!(", not in the sender's history {m}"));
             println!("recovery    : seq missing {}, requests {}{resent}{misses}, placed {} (redundant {}), frames recovered {}, given up {}",
                 self.seq_missing, self.nacks_sent, self.datagrams_retransmitted_placed, self.datagrams_redundant,
                 self.frames_recovered, self.frames_given_up);
         }
+        // gaps that were not asked for only matter when something stayed missing; the
+        // counts are in the JSON either way
         let unasked = self.nack_ranges_dropped + self.loss_reports_dropped + self.bad_nacks.unwrap_or(0);
-        if unasked > 0 {
-            println!("not asked   : {} missing ranges not requested, {} loss reports dropped, {} requests refused by the modules",
+        if unasked > 0 && self.lost() {
+            println!("not asked   : {} missing ranges were not asked for again (request queue full, rate limit, or nobody to ask), {} loss reports dropped, {} requests refused by the modules",
                 self.nack_ranges_dropped, self.loss_reports_dropped, self.bad_nacks.unwrap_or(0));
         }
-        println!("throughput  : {:.3} GB placed, {:.3} GB/s, receiver CPU {:.2} s", self.bytes_placed as f64 / 1e9, self.gb_per_s, self.receiver_cpu_s);
-        println!("elapsed     : {:.2} s", self.elapsed_s);
-        if let Some(p) = &self.processing {
-            println!("processing  : {} dark frames ({} incomplete, not tracked), {} pedestal updates; {} signal frames, {} hits, {} vetoed ({:.1}%), {} spots; {} frames written",
-                p.dark_frames, p.dark_incomplete, p.pedestal_updates, p.signal_frames, p.hits, p.vetoed, 100.0 * p.vetoed_fraction, p.spots_found, p.frames_written);
-            println!("  stage       workers  frames   ms/frame  busy s  waits  dropped  discarded  ring max");
-            for s in &p.stages {
-                println!("  {:<10} {:>7} {:>7} {:>10.3} {:>7.2} {:>6} {:>8} {:>10} {:>9}",
-                    s.name, s.workers, s.frames, s.ms_per_frame, s.busy_s, s.blocked, s.dropped, s.discarded, s.high_water);
-            }
-            if p.pool_waits > 0 {
-                println!("  the receiver side waited {} times for a free frame buffer (back-pressure)", p.pool_waits);
+        if let (Some(late), Some(held)) = (self.late_frames, self.held_back) {
+            if late > 0 {
+                println!("detector    : {late} module frames started more than a frame period late; {held} times a module waited for a slower one (common trigger)");
             }
         }
+    }
+
+    fn print_rates(&self) {
+        println!("throughput  : {:.3} GB placed; {:.3} GB/s over the {:.2} s data window (first to last frame); receiver CPU {:.2} s",
+            self.bytes_placed as f64 / 1e9, self.gb_per_s, self.data_window_s, self.receiver_cpu_s);
+        println!("elapsed     : {:.2} s (start to end, waits included)", self.elapsed_s);
+        if self.frames_refused > 0 {
+            let sent = self.frames_complete + self.frames_incomplete + self.frames_discarded + self.frames_refused;
+            let arriving = if self.data_window_s > 0.0 { sent as f64 / self.data_window_s } else { 0.0 };
+            println!("limit       : the consumer ({}) was the limit: it took {:.0} frames/s while frames arrived at {:.0} frames/s",
+                self.consumer, self.consumer_frames_per_s, arriving);
+        }
+    }
+
+    fn print_processing(&self) {
+        let Some(p) = &self.processing else { return };
+        println!("processing  : {} dark frames ({} incomplete, not tracked), {} pedestal updates; {} signal frames, {} hits, {} vetoed ({:.1}%), {} spots; {} frames written",
+            p.dark_frames, p.dark_incomplete, p.pedestal_updates, p.signal_frames, p.hits, p.vetoed, 100.0 * p.vetoed_fraction, p.spots_found, p.frames_written);
+        println!("  stage       workers  frames   ms/frame  busy s  waits  dropped  discarded  ring max");
+        for s in &p.stages {
+            println!("  {:<10} {:>7} {:>7} {:>10.3} {:>7.2} {:>6} {:>8} {:>10} {:>9}",
+                s.name, s.workers, s.frames, s.ms_per_frame, s.busy_s, s.blocked, s.dropped, s.discarded, s.high_water);
+        }
+        if p.pool_waits > 0 {
+            println!("  the receiver side waited {} times for a free frame buffer (back-pressure)", p.pool_waits);
+        }
+    }
+
+    fn print_outputs(&self) {
         if let Some(r) = self.compression_ratio {
             println!("compression : ratio {r:.2} (bitshuffle chunks of the written pixels)");
         }
-        if let Some(o) = &self.output {
-            println!("output      : {}", o.display());
+        match &self.output {
+            Some(o) => println!("output      : {}", o.display()),
+            None if self.frames_written == 0 => println!("output      : none (no frame was written, so no data file was kept)"),
+            None => {}
+        }
+        if let Some(e) = &self.write_error {
+            println!("write error : {e}");
         }
         if let Some(m) = &self.manifest {
             println!("manifest    : {}", m.display());
@@ -192,10 +343,70 @@ impl Summary {
         if let Some(c) = &self.calibration {
             println!("calibration : {} (with the tracked pedestal)", c.display());
         }
-        println!("loss        : {}", if self.lost() { "YES" } else { "none" });
     }
 
     pub fn write_json(&self, path: &Path) -> anyhow::Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(self)?).with_context(|| format!("cannot write {}", path.display()))
+    }
+}
+
+/// Frames expected of which nothing arrived: how many, and the runs whose numbers are known.
+/// With only a count expected, the gaps between the first and the last frame seen have
+/// known numbers, and the rest of the shortfall does not.
+fn never_seen(expected: &Expected, outcome: &Outcome) -> (u64, Vec<(u64, u64)>) {
+    let l = &outcome.ledger;
+    let runs = match (expected, l.span()) {
+        (Expected::Range { first, count }, _) => l.never_seen(*first, first + count),
+        (Expected::Frames(set), _) => set.runs().iter().flat_map(|&(a, b)| l.never_seen(a, b)).collect(),
+        (_, Some((lo, hi))) => l.never_seen(lo, hi + 1),
+        (_, None) => Vec::new(),
+    };
+    let known: u64 = runs.iter().map(|(a, b)| b - a).sum();
+    let total = match expected {
+        Expected::Count(count) => count.saturating_sub(l.finished.len() + l.refused.len()).max(known),
+        Expected::Range { .. } | Expected::Frames(_) | Expected::Unknown => known,
+    };
+    (total, runs.into_iter().take(RUNS_SHOWN).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdaq_receiver::Ledger;
+
+    fn ledger(finished: &[u64], refused: &[u64]) -> Outcome {
+        let mut l = Ledger::default();
+        finished.iter().for_each(|&f| drop(l.finished.insert(f)));
+        refused.iter().for_each(|&f| drop(l.refused.insert(f)));
+        Outcome { ledger: l, hints: Vec::new() }
+    }
+
+    #[test]
+    fn frames_never_seen_are_counted_with_their_numbers() {
+        let o = ledger(&(0..50).collect::<Vec<_>>(), &[]);
+        assert_eq!(never_seen(&Expected::Range { first: 0, count: 100 }, &o), (50, vec![(50, 100)]));
+        // a count only: the 50 missing after frame 49 have no known numbers
+        assert_eq!(never_seen(&Expected::Count(100), &o), (50, vec![]));
+        let o = ledger(&[14, 15, 18], &[16]);
+        assert_eq!(never_seen(&Expected::Count(5), &o), (1, vec![(17, 18)]));
+        assert_eq!(never_seen(&Expected::Count(8), &o), (4, vec![(17, 18)]));
+        assert_eq!(never_seen(&Expected::Count(3), &ledger(&[], &[])), (3, vec![]));
+    }
+
+    #[test]
+    fn every_frame_expected_is_in_exactly_one_count() {
+        let c = Counters { frames_complete: 40, frames_incomplete: 5, frames_discarded: 2, frames_refused: 3, ..Default::default() };
+        let finished: Vec<u64> = (0..47).collect();
+        let o = ledger(&finished, &[60, 61, 62]);
+        let s = Summary::for_receiver(Expected::Range { first: 0, count: 100 }, &c, &o, &ConsumeStats::default(), Duration::ZERO, None);
+        assert_eq!(s.frames_complete + s.frames_incomplete + s.frames_discarded + s.frames_refused + s.frames_never_seen, 100);
+        assert_eq!(s.frames_never_seen_runs, vec![(47, 60), (63, 100)]);
+        assert!(s.lost());
+    }
+
+    #[test]
+    fn a_run_that_received_nothing_lost_everything() {
+        let s = Summary::for_receiver(Expected::Unknown, &Counters::default(), &Outcome::default(), &ConsumeStats::default(), Duration::ZERO, None);
+        assert!(s.lost(), "nothing arrived: exit 1, not 0");
     }
 }

@@ -118,7 +118,7 @@ pub struct ReceiverConfig {
     pub predict: bool,
     /// After `stop`, keep receiving until no datagram came for this long.
     pub linger: Duration,
-    /// Stop by itself after this many frames finished.
+    /// Stop by itself after this many frames finished or refused.
     pub frames: Option<u64>,
     /// Pin the receive thread to this CPU.
     pub cpu: Option<usize>,
@@ -588,7 +588,8 @@ impl Loop {
                 self.publish(&rx);
                 last_publish = now;
             }
-            let limit_reached = self.cfg.frames.is_some_and(|n| self.placement.counters.frames_finished() >= n);
+            let c = &self.placement.counters;
+            let limit_reached = self.cfg.frames.is_some_and(|n| c.frames_finished() + c.frames_refused >= n);
             let stopping = self.stop.load(Ordering::Relaxed) && now.duration_since(last_data) >= self.cfg.linger;
             if limit_reached || stopping {
                 break;

@@ -16,6 +16,8 @@ use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::spots::Spot;
 use thiserror::Error;
 
+use crate::space::Reserve;
+
 /// HDF5 filter id of bitshuffle.
 pub const BSHUF_FILTER: i32 = 32008;
 /// NXmx pixel_mask bit 1 ("dead"), used for pixels whose data was lost in transfer.
@@ -27,7 +29,22 @@ pub enum SinkError {
     Hdf5 { path: PathBuf, source: hdf5::Error },
     #[error("frame has {got} bytes, the dataset expects {want}")]
     FrameSize { got: usize, want: usize },
+    /// Writing a frame failed (a full disk, an I/O error). The writer stops: the file keeps
+    /// the frames written before, and [`NxmxWriter::finish`] still closes it cleanly.
+    #[error("writing frame {frame} to {path} failed: {cause}")]
+    Write { path: PathBuf, frame: u64, cause: String, no_space: bool },
+    /// A write after a failed one.
+    #[error("{path}: writing stopped after an earlier failure")]
+    Stopped { path: PathBuf },
 }
+
+/// Disk space the writer holds back from the start, given back when a write fails so that
+/// the file's metadata can still be written and the file closed (see [`crate::space`]).
+pub const RESERVE_BYTES: u64 = 8 << 20;
+/// Free space a frame's chunk must leave on the filesystem, besides the reserve, for the
+/// metadata that grows with it: below it the writer stops as if the disk were full, before
+/// HDF5 meets the full disk in the middle of an update.
+pub const HEADROOM_BYTES: u64 = 1 << 20;
 
 /// What a pixel of `/entry/data/data` holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,7 +94,6 @@ pub struct NxmxWriter {
     mask: Option<Dataset>,
     meta: NxmxMeta,
     frames: usize,
-    capacity: usize,
     frame_numbers: Vec<u64>,
     complete: Vec<u8>,
     incomplete_frames: Vec<u64>,
@@ -87,6 +103,11 @@ pub struct NxmxWriter {
     mask_buf: Vec<u32>,
     results: Option<Results>,
     pub bytes_written: u64,
+    reserve: Option<Reserve>,
+    /// Set by the first failed write; nothing is written after it.
+    failed: bool,
+    /// Frames whose rows of the per-frame tables are in the file.
+    tables_written: usize,
 }
 
 /// Spot lists, buffered and written a block of [`GROW`] frames at a time.
@@ -106,7 +127,29 @@ struct Results {
     buf_hit: Vec<u8>,
 }
 
-/// Frames by which the datasets grow at a time.
+impl Results {
+    /// Keeps the rows of the first `n` frames only (after a failed write took frames back).
+    fn truncate(&mut self, n: usize, per_frame: usize) {
+        let keep = n.saturating_sub(self.written);
+        self.buf_n.truncate(keep);
+        self.buf_hit.truncate(keep);
+        for b in [&mut self.buf_x, &mut self.buf_y, &mut self.buf_i] {
+            b.truncate(keep * per_frame);
+        }
+        self.buf_p.truncate(keep * per_frame);
+        if self.written > n {
+            // best effort: the file is being rescued after a failure
+            let _ = self.n_peaks.resize(n);
+            let _ = self.hit.resize(n);
+            for ds in [&self.x, &self.y, &self.intensity, &self.pixels] {
+                let _ = ds.resize((n, per_frame));
+            }
+            self.written = n;
+        }
+    }
+}
+
+/// Frames by which the spot lists grow at a time, and between two checkpoints of the file.
 const GROW: usize = 256;
 
 fn str_attr(loc: &hdf5::Location, name: &str, value: &str) -> hdf5::Result<()> {
@@ -170,9 +213,48 @@ pub fn frame_stack<T: hdf5::H5Type>(g: &Group, name: &str, h: usize, w: usize, c
 type libc_uint = std::os::raw::c_uint;
 
 impl NxmxWriter {
+    /// Creates the file (replacing one of the same name: the caller decides whether that
+    /// is allowed) and holds [`RESERVE_BYTES`] of disk space beside it for closing it.
     pub fn create(path: &Path, meta: &NxmxMeta) -> Result<Self, SinkError> {
         let err = |source| SinkError::Hdf5 { path: path.to_owned(), source };
-        Self::build(path, meta).map_err(err)
+        let mut w = Self::build(path, meta).map_err(err)?;
+        w.reserve = Reserve::hold(path, RESERVE_BYTES).ok();
+        Ok(w)
+    }
+
+    /// Whether disk space is held back for closing the file after a failed write (false when
+    /// the filesystem could not give [`RESERVE_BYTES`]: then a full disk may spoil the file).
+    pub fn has_reserve(&self) -> bool {
+        self.reserve.is_some()
+    }
+
+    /// Whether a write failed (nothing more is written; `finish` still closes the file).
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Stops writing after a failed write of `frame`, saying why in terms of the operating
+    /// system where HDF5 knows it.
+    fn fail(&mut self, frame: u64, e: hdf5::Error) -> SinkError {
+        let os = os_error(&e);
+        let no_space = os.as_ref().is_some_and(|o| o.raw_os_error() == Some(libc::ENOSPC));
+        let cause = os.map_or_else(|| e.to_string(), |o| o.to_string());
+        self.stop_writing(frame, cause, no_space)
+    }
+
+    /// Stops writing and gives the reserve back, so that closing the file has room.
+    fn stop_writing(&mut self, frame: u64, cause: String, no_space: bool) -> SinkError {
+        self.failed = true;
+        if let Some(r) = self.reserve.as_mut() {
+            r.release();
+        }
+        SinkError::Write { path: self.path.clone(), frame, cause, no_space }
+    }
+
+    /// The filesystem's free space when it is short of `bytes` plus [`HEADROOM_BYTES`].
+    fn short_of_space(&self, bytes: usize) -> Option<u64> {
+        let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        crate::space::free_bytes(dir).ok().filter(|&free| free < bytes as u64 + HEADROOM_BYTES)
     }
 
     fn build(path: &Path, meta: &NxmxMeta) -> hdf5::Result<Self> {
@@ -265,7 +347,6 @@ impl NxmxWriter {
             mask: None,
             meta: meta.clone(),
             frames: 0,
-            capacity: 0,
             frame_numbers: Vec::new(),
             complete: Vec::new(),
             incomplete_frames: Vec::new(),
@@ -275,6 +356,9 @@ impl NxmxWriter {
             mask_buf: Vec::new(),
             results: None,
             bytes_written: 0,
+            reserve: None,
+            failed: false,
+            tables_written: 0,
         })
     }
 
@@ -301,21 +385,83 @@ impl NxmxWriter {
     /// (by a pipeline stage). `missing` as in [`NxmxWriter::write_frame`] (byte ranges of
     /// the raw 16-bit image: the mask is per pixel whatever the type).
     pub fn write_chunk(&mut self, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)]) -> Result<(), SinkError> {
-        let (h, w) = (self.meta.geometry.height(), self.meta.geometry.width());
-        if self.frames == self.capacity {
-            self.capacity += GROW;
-            self.data.resize((self.capacity, h, w)).map_err(self.err())?;
+        if self.failed {
+            return Err(SinkError::Stopped { path: self.path.clone() });
         }
-        write_chunk(&self.data, self.frames, chunk).map_err(self.err())?;
+        let (h, w) = (self.meta.geometry.height(), self.meta.geometry.width());
+        // one row at a time: a failed write leaves at most its own row behind
+        self.data.resize((self.frames + 1, h, w)).map_err(self.err())?;
+        if let Some(free) = self.short_of_space(chunk.len()) {
+            let cause = format!("{} ({free} bytes free for a {}-byte frame)", std::io::Error::from_raw_os_error(libc::ENOSPC), chunk.len());
+            return Err(self.stop_writing(frame_number, cause, true));
+        }
+        if let Err(e) = write_chunk(&self.data, self.frames, chunk) {
+            return Err(self.fail(frame_number, e));
+        }
         self.bytes_written += chunk.len() as u64;
         if !missing.is_empty() {
-            self.write_mask(missing).map_err(self.err())?;
+            if let Err(e) = self.write_mask(missing) {
+                return Err(self.fail(frame_number, e));
+            }
             self.incomplete_frames.push(frame_number);
         }
         self.frame_numbers.push(frame_number);
         self.complete.push(missing.is_empty() as u8);
         self.frames += 1;
+        if self.frames % GROW == 0 {
+            if let Err(e) = self.checkpoint() {
+                return Err(self.fail(frame_number, e));
+            }
+        }
         Ok(())
+    }
+
+    /// Writes the per-frame tables so far and flushes the file: what is on disk is a
+    /// complete, readable file up to here, whatever happens to the process later.
+    fn checkpoint(&mut self) -> hdf5::Result<()> {
+        self.write_tables()?;
+        self.file.flush()
+    }
+
+    /// Appends the rows of the per-frame tables not yet in the file.
+    fn write_tables(&mut self) -> hdf5::Result<()> {
+        let (a, b) = (self.tables_written, self.frames);
+        let g = self.file.group("entry/data")?;
+        let fnum = g.dataset("frame_number")?;
+        fnum.resize(b)?;
+        fnum.write_slice(&self.frame_numbers[a..b], a..b)?;
+        let comp = g.dataset("frame_complete")?;
+        comp.resize(b)?;
+        comp.write_slice(&self.complete[a..b], a..b)?;
+        self.tables_written = b;
+        Ok(())
+    }
+
+    /// After a failed write, the frames whose chunks HDF5 really holds: the first `n` with
+    /// a chunk allocated (a full disk can cost the index entry of a chunk written just
+    /// before). Later frames are dropped from the tables, so that no frame reads as zeros.
+    fn trim_to_allocated(&mut self) {
+        let mut have = vec![false; self.frames];
+        for i in 0..self.data.num_chunks().unwrap_or(0) {
+            if let Some(c) = self.data.chunk_info(i) {
+                if let Some(h) = have.get_mut(c.offset[0] as usize) {
+                    *h = true;
+                }
+            }
+        }
+        let n = have.iter().position(|h| !h).unwrap_or(self.frames);
+        if n < self.frames {
+            self.frames = n;
+            self.frame_numbers.truncate(n);
+            self.complete.truncate(n);
+            let kept: std::collections::HashSet<u64> = self.frame_numbers.iter().copied().collect();
+            self.incomplete_frames.retain(|f| kept.contains(f));
+            self.tables_written = self.tables_written.min(n);
+            let per_frame = self.meta.max_spots;
+            if let Some(r) = self.results.as_mut() {
+                r.truncate(n, per_frame);
+            }
+        }
     }
 
     /// Records the spots and the hit decision of the frame written last (call once per
@@ -337,7 +483,10 @@ impl NxmxWriter {
         }
         r.buf_hit.push(hit as u8);
         if r.buf_n.len() == GROW {
-            self.flush_results().map_err(self.err())?;
+            if let Err(e) = self.flush_results() {
+                let frame = self.frame_numbers.last().copied().unwrap_or(0);
+                return Err(self.fail(frame, e));
+            }
         }
         Ok(())
     }
@@ -419,38 +568,76 @@ impl NxmxWriter {
         self.frames
     }
 
-    /// Trims the datasets to the frames written and writes the per-frame tables.
-    pub fn finish(mut self) -> Result<PathBuf, SinkError> {
+
+
+    /// Trims the datasets to the frames written and writes the per-frame tables: the file
+    /// holds exactly the frames whose writes succeeded, also after a failed write.
+    pub fn finish(mut self) -> Result<Closed, SinkError> {
+        if let Some(r) = self.reserve.as_mut() {
+            r.release();
+        }
+        if self.failed {
+            self.trim_to_allocated();
+        }
         self.flush_results().map_err(self.err())?;
-        let e = self.err();
+        self.write_tables().map_err(self.err())?;
         let (h, w) = (self.meta.geometry.height(), self.meta.geometry.width());
-        self.data.resize((self.frames, h, w)).map_err(&e)?;
+        let untrimmed = match self.data.resize((self.frames, h, w)) {
+            Ok(()) => None,
+            Err(err) if self.failed => {
+                // HDF5 met the full disk mid-update and cannot drop the failed frame's row;
+                // the tables say which rows are frames, and the rest of the file closes
+                Some(err.to_string())
+            }
+            Err(err) => return Err(self.err()(err)),
+        };
+        let e = self.err();
         let g = self.file.group("entry/data").map_err(&e)?;
-        let fnum = g.dataset("frame_number").map_err(&e)?;
-        fnum.resize(self.frames).map_err(&e)?;
-        fnum.write(&self.frame_numbers).map_err(&e)?;
-        let comp = g.dataset("frame_complete").map_err(&e)?;
-        comp.resize(self.frames).map_err(&e)?;
-        comp.write(&self.complete).map_err(&e)?;
+        if let Some(mask) = &self.mask {
+            mask.resize((self.incomplete_frames.len(), h, w)).map_err(&e)?;
+        }
         if !self.incomplete_frames.is_empty() {
             g.new_dataset::<u64>().shape(self.incomplete_frames.len()).create("incomplete_frame_number").map_err(&e)?
                 .write(&self.incomplete_frames).map_err(&e)?;
         }
         self.file.flush().map_err(&e)?;
-        Ok(self.path.clone())
+        Ok(Closed { path: self.path.clone(), frames: self.frames as u64, untrimmed })
     }
 }
 
-/// Writes one pre-compressed chunk at frame index `index`.
+/// A file the writer closed.
+#[derive(Debug)]
+pub struct Closed {
+    pub path: PathBuf,
+    /// Frames in the file (after a failed write, those HDF5 really holds).
+    pub frames: u64,
+    /// After a failed write whose row HDF5 could not drop: why. `/entry/data/data` then has
+    /// one row more than `/entry/data/frame_number` (the failed frame's, not data).
+    pub untrimmed: Option<String>,
+}
+
+/// Writes one pre-compressed chunk at frame index `index`. On failure the error carries
+/// HDF5's error stack (see [`os_error`]).
 pub fn write_chunk(ds: &Dataset, index: usize, chunk: &[u8]) -> hdf5::Result<()> {
     let offset: [hdf5_sys::h5::hsize_t; 3] = [index as _, 0, 0];
-    let rc = hdf5::sync::sync(|| unsafe {
+    hdf5::sync::sync(|| {
         // SAFETY: `offset` has one entry per dataset dimension and `chunk` is a live buffer
         // of the given size; filter mask 0 says the (only) filter was applied.
-        hdf5_sys::h5d::H5Dwrite_chunk(ds.id(), hdf5_sys::h5p::H5P_DEFAULT, 0, offset.as_ptr(), chunk.len(), chunk.as_ptr().cast())
-    });
-    if rc < 0 {
-        return Err(format!("H5Dwrite_chunk of frame {index} failed").into());
-    }
-    Ok(())
+        let rc = unsafe {
+            hdf5_sys::h5d::H5Dwrite_chunk(ds.id(), hdf5_sys::h5p::H5P_DEFAULT, 0, offset.as_ptr(), chunk.len(), chunk.as_ptr().cast())
+        };
+        // the stack is read under the same lock, before another call can replace it
+        hdf5::h5check(rc).map(drop)
+    })
+}
+
+/// The operating system's error behind an HDF5 error, where HDF5's file driver recorded
+/// one (its messages say `errno = 28, error message = 'No space left on device'`).
+pub fn os_error(e: &hdf5::Error) -> Option<std::io::Error> {
+    let stack = e.stack()?;
+    stack.iter().find_map(|f| {
+        let at = f.desc().find("errno = ")? + "errno = ".len();
+        let digits: String = f.desc()[at..].chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok().map(std::io::Error::from_raw_os_error)
+    })
 }

@@ -146,6 +146,9 @@ pub struct StartRequest {
     pub gap_x: usize,
     #[serde(default = "rdaq_detector::geometry::default_gap_y")]
     pub gap_y: usize,
+    /// Replace an existing output file (default: refuse to start).
+    #[serde(default)]
+    pub overwrite: bool,
 }
 
 
@@ -166,6 +169,9 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         Some(f) => Some(out_dir.join(f)),
         None => None,
     };
+    if let Some(p) = path.as_ref().filter(|p| p.exists() && !req.overwrite) {
+        return Err(conflict(format!("output: {} exists: the receiver does not overwrite data (start with \"overwrite\": true to replace it)", p.display())));
+    }
     let writer = match &path {
         Some(p) => Some(NxmxWriter::create(p, &crate::nxmx_meta(geometry, 12.4, 0.0)).map_err(|e| bad(format!("output: {e}")))?),
         None => None,
@@ -180,6 +186,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let stop = Arc::new(AtomicBool::new(false));
     let (rx, flag) = (active.rx.clone(), stop.clone());
     let loss_rx = active.rx.clone();
+    let (events_w, name_w) = (events.clone(), name.clone());
     let consumer = std::thread::Builder::new()
         .name("rdaq-consume".into())
         .spawn(move || -> Outcome {
@@ -202,11 +209,14 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
                     log.push(Event::PacketLoss { receiver: name.clone(), module: l.module, start: l.start, end: l.end });
                 }
             };
-            let stats = consume(&rx, writer.as_mut().map(|w| (w, geometry)), &ProgressBar::hidden(), Some(&flag), on_frame)?;
+            let mut stats = consume(&rx, writer.as_mut().map(|w| (w, geometry)), &ProgressBar::hidden(), Some(&flag), on_frame)?;
             let path = match writer {
-                Some(w) => Some(w.finish()?),
+                Some(w) => crate::outputs::close(w, &mut stats)?,
                 None => None,
             };
+            if let Some(e) = &stats.write_error {
+                lock(&events_w).push(Event::Error { source: name_w.clone(), message: e.clone() });
+            }
             Ok((stats, path))
         })
         .map_err(internal)?;
@@ -220,6 +230,9 @@ pub struct StopAnswer {
     pub frames_incomplete: u64,
     pub frames_discarded: u64,
     pub frames_written: u64,
+    /// Frames received after writing failed, and why it failed.
+    pub frames_not_saved: u64,
+    pub write_error: Option<String>,
     pub output: Option<PathBuf>,
     pub counters: serde_json::Value,
 }
@@ -249,6 +262,8 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
         frames_incomplete: stats.incomplete,
         frames_discarded: stats.discarded,
         frames_written: stats.written,
+        frames_not_saved: stats.not_saved,
+        write_error: stats.write_error,
         output,
         counters: counters_json(&counters),
     }))
@@ -263,6 +278,7 @@ pub fn counters_json(c: &Counters) -> serde_json::Value {
         "frames_complete": c.frames_complete,
         "frames_incomplete": c.frames_incomplete,
         "frames_discarded": c.frames_discarded,
+        "frames_refused": c.frames_refused,
         "cells_missing": c.cells_missing,
         "dropped": c.dropped_total(),
         "dropped_by_reason": c.drops_by_reason().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
@@ -304,6 +320,7 @@ async fn metrics(State(s): State<Shared>) -> String {
         ("frames_complete_total".into(), "Frames completed".into(), c.frames_complete as f64),
         ("frames_incomplete_total".into(), "Incomplete frames kept".into(), c.frames_incomplete as f64),
         ("frames_discarded_total".into(), "Incomplete frames discarded".into(), c.frames_discarded as f64),
+        ("frames_refused_total".into(), "Frames refused whole because the ring was full (consumer behind)".into(), c.frames_refused as f64),
         ("events_dropped_total".into(), "Events pushed out of the event log unread".into(),
             lock(&d.events).dropped as f64),
         ("seq_missing_total".into(), "Sequence numbers the loss windows declared missing".into(), c.seq_missing as f64),
