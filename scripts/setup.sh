@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(libhdf5-dev pkg-config iproute2 python3-venv)
+APT_PACKAGES=(libhdf5-dev pkg-config iproute2 python3-venv stress-ng)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -9,8 +9,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RDAQ = ROOT / "target" / "release" / "rdaq"
-SHARED = ROOT.parent / "shared"
-INTEROP = SHARED / "interop" / "sls-jungfrau-virtual"
+# real packets of PSI's virtual JUNGFRAU (slsDetectorPackage 9.2.0); the format is in the README there
+INTEROP = ROOT / "tests" / "data" / "sls-jungfrau-virtual"
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +36,7 @@ def wait_for_file(path, proc, timeout=20.0):
 def read_capture(path):
     """Records of an SLSCAP01 file: list of UDP payloads."""
     path = pathlib.Path(path)
-    assert path.exists(), f"{path} is missing: the tests expect shared/ beside the repository"
+    assert path.exists(), f"{path} is missing"
     data = path.read_bytes()
     assert data[:8] == b"SLSCAP01"
     count = int.from_bytes(data[8:12], "little")

@@ -60,6 +60,11 @@ def test_run_refuses_a_bad_configuration(rdaq, tmp_path):
     cfg.write_text("[emulator]\nframez = 3\n")
     r = subprocess.run([str(rdaq), "run", "--config", str(cfg), "--out", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 2 and "framez" in r.stderr
+    cfg.write_text("[detector]\nmodules = \"two\"\n")
+    r = subprocess.run([str(rdaq), "run", "--config", str(cfg), "--out", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 2 and "detector.modules (line 2, column 11)" in r.stderr, r.stderr
+    r = subprocess.run([str(rdaq), "run", "--frames", "0", "--out", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 2 and "emulator.frames" in r.stderr, r.stderr
     assert not (tmp_path / "rdaq_run.h5").exists(), "nothing starts half-configured"
 
 

@@ -23,15 +23,16 @@ def expected_frame():
     return adc | gain[None, :]
 
 
-def start_receiver(rdaq, tmp_path, interfaces, frames, policy="keep"):
+def start_receiver(rdaq, tmp_path, interfaces, frames, policy="keep", extra=(), port="0", timeout_s="20"):
     ready = tmp_path / "ports.json"
     out = tmp_path / "sls.h5"
     summary = tmp_path / "summary.json"
+    port_args = [] if port is None else ["--port", port]
     proc = subprocess.Popen(
         [str(rdaq), "receive", "--format", "sls", "--interfaces", str(interfaces), "--modules", "1",
-         "--port", "0", "--frames", str(frames), "--timeout-s", "20", "--frame-timeout-ms", "200",
+         *port_args, "--frames", str(frames), "--timeout-s", timeout_s, "--frame-timeout-ms", "200",
          "--policy", policy, "--ring-mib", "16", "--out", str(out), "--buffers-out", str(ready),
-         "--summary-json", str(summary)],
+         "--summary-json", str(summary), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ports = wait_for_file(ready, proc)["data_ports"]
     assert len(ports) == interfaces
@@ -46,10 +47,14 @@ def replay(captures_and_ports):
     s.close()
 
 
-def finish(proc, summary):
+def finish(proc, summary, rc=0):
+    """The summary of a receiver that ran to its end, which must exit with `rc`: 0 when every
+    frame arrived complete, 1 when data was lost or incomplete."""
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, out + err
-    return json.loads(summary.read_text())
+    assert proc.returncode == rc, out + err
+    s = json.loads(summary.read_text())
+    s["stdout"], s["stderr"] = out, err
+    return s
 
 
 @pytest.mark.parametrize("capture,frames", [("jungfrau_virtual.bin", [14, 15, 16]),
@@ -80,12 +85,16 @@ def test_two_interfaces(rdaq, tmp_path):
 
 
 def test_partial_readout_is_kept_with_missing_pixels_marked(rdaq, tmp_path):
-    """256-row readout: packets 32..95 only. Policy keep: the frame is written, the rows of
-    the missing packets hold the error word 0xFFFF and are flagged in the per-frame mask."""
+    """256-row readout into a receiver that expects all 512 rows: packets 32..95 only. Policy
+    keep: the frame is written, the rows of the missing packets hold the error word 0xFFFF
+    and are flagged in the per-frame mask; the exit status says data is missing, and the
+    summary names the setting that is likely wrong."""
     proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 1)
     replay([("jungfrau_virtual_readnrows256.bin", ports[0])])
-    s = finish(proc, summary)
+    s = finish(proc, summary, rc=1)
     assert s["frames_incomplete"] == 1 and s["frames_complete"] == 0 and s["cells_missing"] == 64
+    assert any("--read-rows 256" in h for h in s["hints"]), s["hints"]
+    assert "hint        : " in s["stdout"]
     with h5py.File(out, "r") as f:
         img = f["entry/data/data"][0]
         assert f["entry/data/frame_complete"][:].tolist() == [0]
@@ -100,10 +109,10 @@ def test_partial_readout_is_kept_with_missing_pixels_marked(rdaq, tmp_path):
 def test_partial_readout_is_discarded_under_discard(rdaq, tmp_path):
     proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 1, policy="discard")
     replay([("jungfrau_virtual_readnrows256.bin", ports[0])])
-    s = finish(proc, summary)
+    s = finish(proc, summary, rc=1)
     assert s["frames_discarded"] == 1 and s["frames_written"] == 0
-    with h5py.File(out, "r") as f:
-        assert f["entry/data/data"].shape[0] == 0
+    assert not out.exists() and s["output"] is None, "no frame written: no data file kept"
+    assert "no data file was kept" in s["stdout"]
 
 
 def test_garbage_on_the_port_is_counted_and_the_stream_survives(rdaq, tmp_path):
@@ -121,3 +130,100 @@ def test_garbage_on_the_port_is_counted_and_the_stream_survives(rdaq, tmp_path):
     reasons = dict(st["dropped_by_reason"])
     assert sum(reasons.values()) == len(garbage), reasons
     assert reasons == {"truncated": 2, "bad_sls_packet": 2, "oversized": 1}, reasons
+
+
+def test_partial_readout_with_read_rows_gives_complete_frames_of_that_height(rdaq, tmp_path):
+    """`--read-rows 256` (the detector's readnrows): packets 32..95 make a complete frame of
+    the 256 central rows, exact, and the run exits 0."""
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 1, extra=["--read-rows", "256"])
+    replay([("jungfrau_virtual_readnrows256.bin", ports[0])])
+    s = finish(proc, summary)
+    assert s["frames_complete"] == 1 and s["frames_incomplete"] == 0 and s["hints"] == []
+    with h5py.File(out, "r") as f:
+        data = f["entry/data/data"]
+        assert data.shape == (1, 256, 1024)
+        assert np.array_equal(data[0], expected_frame()[128:384])
+        assert f["entry/data/frame_complete"][:].tolist() == [1]
+        assert f["entry/instrument/detector/module_0/data_size"][:].tolist() == [256, 1024]
+
+
+def test_full_readout_into_read_rows_is_named(rdaq, tmp_path):
+    """A full 512-row readout sent to a receiver set for 256 rows: the packets outside the
+    rows read are counted as unexpected and the hint says the detector reads more rows."""
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 3, extra=["--read-rows", "256"])
+    replay([("jungfrau_virtual.bin", ports[0])])
+    s = finish(proc, summary)
+    assert s["frames_complete"] == 3
+    assert dict(s["dropped_by_reason"]) == {"unexpected_packet": 3 * 64}
+    assert any("more rows than --read-rows 256" in h for h in s["hints"]), s["hints"]
+
+
+def test_two_interfaces_into_a_receiver_for_one_is_named(rdaq, tmp_path):
+    """The detector sends on two interfaces; the receiver listens for one. Half of every
+    frame never comes: the summary says so, names --interfaces 2, and exits 1."""
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 2, timeout_s="4")
+    closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    closed.bind(("127.0.0.1", 0))  # the second interface's port: nobody receives there
+    replay([("jungfrau_virtual_2if_port50001.bin", ports[0]), ("jungfrau_virtual_2if_port50002.bin", closed.getsockname()[1])])
+    closed.close()
+    s = finish(proc, summary, rc=1)
+    assert s["frames_incomplete"] == 2 and s["frames_complete"] == 0
+    assert any("--interfaces 2" in h for h in s["hints"]), s["hints"]
+
+
+def test_one_interface_into_a_receiver_for_two_is_named(rdaq, tmp_path):
+    """The detector sends on one interface; the receiver expects two. The packets numbered
+    past one interface's range are counted as unexpected and the hint names --interfaces 1."""
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 2, 3, timeout_s="4")
+    replay([("jungfrau_virtual.bin", ports[0])])
+    s = finish(proc, summary, rc=1)
+    assert dict(s["dropped_by_reason"]) == {"unexpected_packet": 3 * 64}
+    assert any("--interfaces 1" in h and "received nothing" in h for h in s["hints"]), s["hints"]
+
+
+def test_default_port_is_the_sls_default(rdaq, tmp_path):
+    """Without --port the receiver listens where slsDetectorPackage sends by default."""
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 3, port=None)
+    assert ports == [50001]
+    replay([("jungfrau_virtual.bin", 50001)])
+    assert finish(proc, summary)["frames_complete"] == 3
+
+
+def test_frames_that_never_arrived_are_counted_with_their_numbers(rdaq, tmp_path):
+    """Frames 14 and 16 of the capture arrive, 15 does not: 15 is counted as never seen,
+    by number, apart from incomplete frames; nothing is reported dropped that was not."""
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 3, timeout_s="3")
+    records = read_capture(INTEROP / "jungfrau_virtual.bin")
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for payload in records:
+        if int.from_bytes(payload[:8], "little") != 15:
+            s.sendto(payload, ("127.0.0.1", ports[0]))
+    s.close()
+    st = finish(proc, summary, rc=1)
+    assert (st["frames_complete"], st["frames_incomplete"], st["frames_never_seen"]) == (2, 0, 1)
+    assert st["frames_never_seen_runs"] == [[15, 16]]
+    assert st["datagrams_dropped"] == 0 and st["cells_missing"] == 0
+    assert "never seen  : frames 15" in st["stdout"]
+
+
+def test_an_existing_output_is_refused_before_anything_starts(rdaq, tmp_path):
+    """`--out EXISTING` exits 2 naming the file, which is left as it was; --overwrite replaces it."""
+    out = tmp_path / "precious.h5"
+    out.write_bytes(b"900 frames of data")
+    r = subprocess.run([str(rdaq), "receive", "--format", "sls", "--port", "0", "--out", str(out), "--timeout-s", "1",
+                        "--buffers-out", str(tmp_path / "map.json")], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert str(out) in r.stderr and "--overwrite" in r.stderr
+    assert out.read_bytes() == b"900 frames of data"
+    assert not (tmp_path / "map.json").exists(), "refused before the receiver started"
+
+
+def test_a_receiver_that_gets_nothing_keeps_no_file_and_exits_1(rdaq, tmp_path):
+    """Nothing arrives before the timeout: no empty data file is left, and the exit status
+    says that data is missing."""
+    out = tmp_path / "empty.h5"
+    r = subprocess.run([str(rdaq), "receive", "--format", "sls", "--port", "0", "--out", str(out), "--timeout-s", "0.5"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert not out.exists()
+    assert "no data file was kept" in r.stdout and "--bind" in r.stderr

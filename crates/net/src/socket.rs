@@ -126,3 +126,12 @@ pub fn thread_cpu_time() -> std::time::Duration {
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
+
+/// Times the calling thread has given up the CPU to wait (voluntary context switches): its
+/// wake-ups, each of which costs CPU of its own.
+pub fn thread_waits() -> u64 {
+    // SAFETY: getrusage writes one rusage struct for the calling thread.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    ru.ru_nvcsw as u64
+}

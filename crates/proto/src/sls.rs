@@ -122,7 +122,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// First record of `shared/interop/sls-jungfrau-virtual/jungfrau_virtual.bin`
+    /// First record of `tests/data/sls-jungfrau-virtual/jungfrau_virtual.bin`
     /// (frame 14, packet 0, modId 1234), as printed by its decode.py.
     #[test]
     fn decodes_captured_header() {

@@ -24,7 +24,8 @@ use rdaq_receiver::{Format, IncompletePolicy, Receiver, ReceiverConfig};
 #[derive(clap::Subcommand)]
 pub enum BenchCmd {
     /// Highest lossless receive rate of rdaq datagrams over loopback: placement vs a bare
-    /// recvmmsg loop, measured in the same run.
+    /// recvmmsg loop, measured in the same run; with --format sls, CPU per native JUNGFRAU
+    /// packet against slsReceiver's recvfrom + copy at the same rates.
     Ingest(IngestArgs),
     /// Highest lossless aggregate throughput of one and of two receivers (temporal mode) fed
     /// by the same emulated detector; per-receiver efficiency against the single one.
@@ -54,26 +55,40 @@ pub struct HostsArgs {
 
 #[derive(clap::Args)]
 pub struct IngestArgs {
-    /// Datagrams per measured run.
+    /// rdaq: highest lossless rate of rdaq datagrams against a bare recvmmsg loop. sls: CPU
+    /// per native JUNGFRAU packet against slsReceiver's recvfrom + copy, at the same rates.
+    #[arg(long, default_value = "rdaq")]
+    format: String,
+    /// Datagrams per measured run (rdaq).
     #[arg(long, default_value_t = 10_000_000)]
     datagrams: u64,
-    /// Datagrams per probe while searching for the lossless rate.
+    /// Datagrams per probe while searching for the lossless rate (rdaq).
     #[arg(long, default_value_t = 1_000_000)]
     probe: u64,
     #[arg(long, default_value_t = 8192)]
     payload_bytes: u32,
     #[arg(long, default_value_t = 64)]
-    batch: usize,
+    pub(crate) batch: usize,
     #[arg(long, default_value_t = 256)]
-    recv_buffer_mib: usize,
+    pub(crate) recv_buffer_mib: usize,
     /// Do not pin sender and receiver to CPUs 0 and 1.
     #[arg(long)]
-    no_pin: bool,
+    pub(crate) no_pin: bool,
+    /// Frame rates of one JUNGFRAU module to measure at (sls), comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [100.0, 1000.0, 2000.0])]
+    pub(crate) frame_rates: Vec<f64>,
+    /// Seconds of stream per measurement (sls).
+    #[arg(long, default_value_t = 3.0)]
+    pub(crate) seconds: f64,
 }
 
 pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
     match b {
-        BenchCmd::Ingest(a) => ingest(a),
+        BenchCmd::Ingest(a) => match a.format.as_str() {
+            "rdaq" => ingest(a),
+            "sls" => crate::bench_sls::ingest_sls(&a),
+            other => bail!("--format must be rdaq or sls, not {other:?}"),
+        },
         BenchCmd::Hosts(a) => hosts(a),
         BenchCmd::Soak(a) => crate::soak::soak(a),
         BenchCmd::Process(a) => crate::bench_process::bench(a),

@@ -94,6 +94,9 @@ pub struct Faults {
     pub delay: f64,
     pub delay_ms: f64,
     pub corrupt: f64,
+    /// The consumer (writing, processing) waits this long per frame: a consumer slower than
+    /// the detector, to test a full ring.
+    pub consumer_delay_ms: f64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -141,6 +144,9 @@ pub struct Network {
     pub recv_buffer_mib: usize,
     /// Datagrams per recvmmsg call.
     pub batch: usize,
+    /// Longest the receiver lets datagrams gather between two reads of a running stream
+    /// (fewer wake-ups for slow streams, at most this much latency; 0: read at once).
+    pub coalesce_ms: f64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -222,7 +228,8 @@ impl Default for Emulator {
 
 impl Default for Network {
     fn default() -> Self {
-        Network { bind: IpAddr::from([127, 0, 0, 1]), data_port: 0, payload_bytes: 8192, recv_buffer_mib: 64, batch: 64 }
+        let coalesce = rdaq_receiver::ReceiverConfig::default().coalesce;
+        Network { bind: IpAddr::from([127, 0, 0, 1]), data_port: 0, payload_bytes: 8192, recv_buffer_mib: 64, batch: 64, coalesce_ms: coalesce.as_secs_f64() * 1e3 }
     }
 }
 
@@ -260,11 +267,17 @@ impl Default for Faults {
             delay: f.delay,
             delay_ms: f.delay_time.as_secs_f64() * 1e3,
             corrupt: f.corrupt,
+            consumer_delay_ms: 0.0,
         }
     }
 }
 
 impl Faults {
+    /// The consumer's wait per frame (zero: none).
+    pub fn consumer_delay(&self) -> Duration {
+        Duration::from_secs_f64(self.consumer_delay_ms.max(0.0) / 1e3)
+    }
+
     /// The emulator's fault configuration; `None` when no fault is asked for.
     pub fn config(&self) -> Option<rdaq_emulator::FaultConfig> {
         let f = rdaq_emulator::FaultConfig {
@@ -318,6 +331,9 @@ impl Config {
         if self.network.batch == 0 || self.network.batch > 1024 {
             bail!("network.batch must be 1..=1024, not {}", self.network.batch);
         }
+        if !(0.0..=100.0).contains(&self.network.coalesce_ms) {
+            bail!("network.coalesce_ms must be 0 to 100, not {}", self.network.coalesce_ms);
+        }
         if self.slots() < 2 {
             bail!("receiver.ring_mib {} holds fewer than 2 frames of {} MiB", self.receiver.ring_mib, self.frame_bytes() >> 20);
         }
@@ -331,6 +347,9 @@ impl Config {
         }
         if let Some(f) = self.faults.config() {
             f.check().map_err(anyhow::Error::msg)?;
+        }
+        if !(0.0..=10_000.0).contains(&self.faults.consumer_delay_ms) {
+            bail!("faults.consumer_delay_ms must be 0 to 10000, not {}", self.faults.consumer_delay_ms);
         }
         let p = &self.process;
         if p.mode != "jungfrau" && p.mode != "raw" {
@@ -390,6 +409,7 @@ impl Config {
         Ok(rdaq_receiver::ReceiverConfig {
             recv_buffer: self.network.recv_buffer_mib << 20,
             batch: self.network.batch,
+            coalesce: Duration::from_secs_f64(self.network.coalesce_ms / 1e3),
             frame_timeout: self.frame_timeout(),
             policy: self.policy()?,
             predict: self.receiver.predict,

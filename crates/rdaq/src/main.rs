@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_process;
+mod bench_sls;
 mod config;
 mod consume;
 mod daemon;
@@ -172,6 +173,10 @@ struct ReceiveArgs {
     ring_mib: usize,
     #[arg(long, default_value_t = 64)]
     recv_buffer_mib: usize,
+    /// Longest the receiver lets datagrams gather between two reads of a running stream
+    /// (fewer wake-ups for slow streams, at most this much latency; 0: read at once).
+    #[arg(long, default_value_t = 4.0)]
+    coalesce_ms: f64,
     #[arg(long, default_value_t = 500)]
     frame_timeout_ms: u64,
     /// keep or discard incomplete frames.
@@ -364,13 +369,14 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted())
     );
     let start = Instant::now();
+    let delay = cfg.faults.consumer_delay();
     let (emu, consumed) = std::thread::scope(|s| {
         let rx_ref = &rx;
         let w = &mut writer;
         let bar = &bar;
         let consumer = s.spawn(move || match setup {
             Some(setup) => online::run(rx_ref, w, setup, bar, None).map(|(c, r)| (c, Some(r))),
-            None => consume::consume(rx_ref, Some((w, geometry)), bar, None, |_| {}).map(|c| (c, None)),
+            None => consume::consume(rx_ref, Some((w, geometry)), bar, None, |_| std::thread::sleep(delay)).map(|c| (c, None)),
         });
         let emu = rdaq_emulator::run(&ecfg, &single_receiver_dtps(rx.buffer_map(), cfg.network.bind), progress.clone());
         rx.stop();
@@ -444,6 +450,7 @@ fn processing_setup(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<online::Set
         publish: p.pedestal_publish,
         workers: [p.convert_workers, p.spot_workers, p.compress_workers],
         ring_frames: p.ring_frames,
+        consumer_delay: cfg.faults.consumer_delay(),
     })
 }
 
@@ -630,6 +637,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
         payload_bytes: a.payload_bytes,
         slots,
         recv_buffer: a.recv_buffer_mib << 20,
+        coalesce: Duration::try_from_secs_f64(a.coalesce_ms / 1e3).ok().filter(|d| *d <= Duration::from_millis(100)).context("--coalesce-ms must be 0 to 100")?,
         frame_timeout: Duration::from_millis(a.frame_timeout_ms),
         policy: config::parse_policy(&a.policy).context("--policy")?,
         frames: a.frames,

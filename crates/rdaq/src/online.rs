@@ -47,6 +47,8 @@ pub struct Setup {
     pub publish: u32,
     pub workers: [usize; 3],
     pub ring_frames: usize,
+    /// The source waits this long per frame (testing: a consumer slower than the detector).
+    pub consumer_delay: std::time::Duration,
 }
 
 /// The calibration of the emulated detector in image coordinates: each module's synthetic
@@ -299,6 +301,7 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
         // the source's own counts (one thread): dark, signal, waits for a buffer
         let mut source = ProcessReport::default();
         while let Some(f) = next_frame(rx, until) {
+            std::thread::sleep(setup.consumer_delay);
             let now = Instant::now();
             {
                 let mut st = stats_ref.lock().expect("not poisoned");

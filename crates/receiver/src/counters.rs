@@ -113,11 +113,15 @@ pub struct Counters {
     pub frames_refused: u64,
     /// Cells missing in incomplete frames (kept or discarded).
     pub cells_missing: u64,
+    /// recvmmsg calls, and calls that waited for data (poll) or for a batch to gather.
     pub recv_syscalls: u64,
+    pub recv_waits: u64,
     /// Drops the kernel reported for the sockets (buffer full), read at the end.
     pub kernel_drops: u64,
-    /// CPU time of the receive thread, read at the end.
+    /// CPU time of the receive thread, and the times it went to sleep (its wake-ups), read
+    /// at the end.
     pub cpu_time: std::time::Duration,
+    pub sleeps: u64,
     /// Sequence numbers the loss windows declared missing.
     pub seq_missing: u64,
     /// Declared-missing sequence numbers that arrived afterwards (late or retransmitted).

@@ -20,6 +20,7 @@ use rdaq_proto::telegram::{BufferMap, BufferRequest, LocalBufferInfo, TELEGRAM_V
 use thiserror::Error;
 
 use crate::arena::Arena;
+use crate::coalesce::{Coalesce, Next};
 use crate::counters::Counters;
 use crate::diagnose;
 use crate::grid::Grid;
@@ -116,6 +117,11 @@ pub struct ReceiverConfig {
     pub key_seed: Option<u64>,
     /// Land payloads at the predicted destination (off: every payload is copied from scratch).
     pub predict: bool,
+    /// The longest the receive thread lets datagrams gather in the socket buffers between
+    /// two reads of a running stream (see [`crate::coalesce`]; zero: read as soon as data
+    /// is there). A slow stream then costs one wake-up per about two batches instead of one
+    /// per datagram, at the price of at most this much latency.
+    pub coalesce: Duration,
     /// After `stop`, keep receiving until no datagram came for this long.
     pub linger: Duration,
     /// Stop by itself after this many frames finished or refused.
@@ -150,6 +156,7 @@ impl Default for ReceiverConfig {
             buffer_base: 1,
             key_seed: None,
             predict: true,
+            coalesce: Duration::from_millis(4),
             linger: Duration::from_millis(200),
             frames: None,
             cpu: None,
@@ -513,6 +520,10 @@ enum Control {
 const BATCHES_PER_TURN: usize = 16;
 const PUBLISH_EVERY: Duration = Duration::from_millis(10);
 const EXPIRE_EVERY: Duration = Duration::from_millis(2);
+/// Shortest sleep between two reads of a running stream.
+const COALESCE_MIN: Duration = Duration::from_millis(1);
+/// Longest wait for data while nothing is in progress (the stop flag is read between).
+const IDLE_WAIT: Duration = Duration::from_millis(20);
 
 impl Loop {
     fn run(mut self) -> Result<Counters, ReceiverError> {
@@ -526,6 +537,7 @@ impl Loop {
         };
         let mut rx = MmsgReceiver::new(self.cfg.batch, hdr_len, landing);
         let mut landings = vec![None; rx.batch()];
+        let mut pace = Coalesce::new(COALESCE_MIN, self.cfg.coalesce, 2 * rx.batch());
         let mut pollfds: Vec<libc::pollfd> = self.sockets.iter().map(socket::pollfd).collect();
         let mut last_data = Instant::now();
         let mut last_expire = Instant::now();
@@ -551,27 +563,7 @@ impl Loop {
                 self.publish(&rx);
                 let _ = ack.send(self.placement.counters);
             }
-            let mut got = 0;
-            for (sock, src) in self.sockets.iter().zip(self.sources.iter_mut()) {
-                for _ in 0..BATCHES_PER_TURN {
-                    if self.cfg.predict {
-                        self.placement.predict(src, landing, &mut landings);
-                    }
-                    // SAFETY: predicted landings are full cells of Free or Filling slots with
-                    // their bits clear, owned by this thread and read by no one until
-                    // place_batch has looked at the headers; distinct within the batch.
-                    let n = unsafe { rx.recv(sock.as_raw_fd(), |i| landings[i]) }?;
-                    if n == 0 {
-                        break;
-                    }
-                    let now = Instant::now();
-                    self.placement.place_batch(&rx, n, src, now);
-                    got += n;
-                    if n < rx.batch() {
-                        break;
-                    }
-                }
-            }
+            let (got, more) = self.receive_round(&mut rx, &mut landings)?;
             let now = Instant::now();
             if got > 0 {
                 last_data = now;
@@ -594,14 +586,23 @@ impl Loop {
             if limit_reached || stopping {
                 break;
             }
-            if got == 0 {
-                socket::wait_readable(&mut pollfds, 2)?;
+            match pace.next(got, more, self.placement.filling() > 0) {
+                Next::Now => {}
+                Next::Sleep(d) => {
+                    std::thread::sleep(d);
+                    self.placement.counters.recv_waits += 1;
+                }
+                Next::Idle => {
+                    socket::wait_readable(&mut pollfds, self.idle_wait_ms())?;
+                    self.placement.counters.recv_waits += 1;
+                }
             }
         }
         self.placement.finish_all();
         self.hand_on();
         self.placement.counters.kernel_drops = self.sockets.iter().filter_map(socket::kernel_drops).sum();
         self.placement.counters.cpu_time = socket::thread_cpu_time();
+        self.placement.counters.sleeps = socket::thread_waits();
         self.publish(&rx);
         self.publish_outcome();
         Ok(self.placement.counters)
@@ -620,6 +621,46 @@ impl Loop {
         };
         let outcome = Outcome { ledger: self.placement.ledger.clone(), hints: diagnose::hints(&seen) };
         *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = outcome;
+    }
+
+    /// Reads every socket, up to [`BATCHES_PER_TURN`] batches each, and places what came;
+    /// returns the datagrams read and whether a socket had more waiting.
+    fn receive_round(&mut self, rx: &mut MmsgReceiver, landings: &mut [Option<*mut u8>]) -> Result<(usize, bool), ReceiverError> {
+        let landing = rx.landing_len();
+        let (mut got, mut more) = (0, false);
+        for (sock, src) in self.sockets.iter().zip(self.sources.iter_mut()) {
+            let mut full = 0;
+            while full < BATCHES_PER_TURN {
+                if self.cfg.predict {
+                    self.placement.predict(src, landing, landings);
+                }
+                // SAFETY: predicted landings are full cells of Free or Filling slots with
+                // their bits clear, owned by this thread and read by no one until place_batch
+                // has looked at the headers; distinct within the batch.
+                let n = unsafe { rx.recv(sock.as_raw_fd(), |i| landings[i]) }?;
+                if n > 0 {
+                    self.placement.place_batch(rx, n, src, Instant::now());
+                    got += n;
+                }
+                if n < rx.batch() {
+                    break;
+                }
+                full += 1;
+            }
+            more |= full == BATCHES_PER_TURN;
+        }
+        Ok((got, more))
+    }
+
+    /// How long to wait for data when none came: briefly while frames are in progress
+    /// (their timeouts and retransmission requests are due in milliseconds), longer when
+    /// the receiver is idle.
+    fn idle_wait_ms(&self) -> i32 {
+        if self.placement.filling() > 0 || self.sources.iter().any(|s| !s.nacks.is_empty()) {
+            EXPIRE_EVERY.as_millis() as i32
+        } else {
+            IDLE_WAIT.as_millis() as i32
+        }
     }
 
     fn hand_on(&mut self) {

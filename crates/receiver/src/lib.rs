@@ -10,8 +10,10 @@
 //! - [`ledger`]: which frame numbers were finished or refused, for the frames never seen.
 //! - [`diagnose`]: hints that name a wrong setting (interfaces, read rows, a silent port).
 //! - [`engine`]: the receive thread: sockets, batches, predicted landing, timeouts.
+//! - [`coalesce`]: when the receive thread reads next (few wake-ups for slow streams).
 
 pub mod arena;
+pub mod coalesce;
 pub mod counters;
 pub mod diagnose;
 pub mod engine;

@@ -303,6 +303,8 @@ pub struct Placement {
     /// setting: a pattern that repeats in every frame is not loss).
     pub always_missing: Option<Box<[u64]>>,
     ready: Vec<FrameReady>,
+    /// Slots in the Filling state.
+    filling: usize,
     /// Loss reports since the engine last took them.
     pub losses: Vec<Loss>,
     evac: Vec<u8>,
@@ -366,6 +368,7 @@ impl Placement {
             ledger: Ledger::default(),
             always_missing: None,
             ready: Vec::new(),
+            filling: 0,
             losses: Vec::with_capacity(LOSS_LOG),
         }
     }
@@ -698,6 +701,7 @@ impl Placement {
     fn claim(&mut self, si: usize, frame: u64, now: Instant) {
         let s = &mut self.slots[si];
         s.state = State::Filling;
+        self.filling += 1;
         s.frame = frame;
         s.first_seen = now;
         s.received = 0;
@@ -740,6 +744,7 @@ impl Placement {
         let s = &mut self.slots[si];
         s.last_frame = Some(s.frame);
         s.state = if status == FrameStatus::Discarded { State::Free } else { State::Handed };
+        self.filling -= 1;
         if complete && s.retransmitted > 0 {
             self.counters.frames_recovered += 1;
         }
@@ -867,6 +872,6 @@ impl Placement {
 
     /// Frames currently filling.
     pub fn filling(&self) -> usize {
-        self.slots.iter().filter(|s| s.state == State::Filling).count()
+        self.filling
     }
 }
