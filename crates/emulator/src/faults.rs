@@ -3,7 +3,8 @@
 //! function of (seed, module, sequence number, attempt). A first transmission therefore
 //! meets the same fate in every run with the same seed, whatever the timing; the fate of a
 //! retransmission depends on how many resends came before it on its channel, which depends
-//! on timing, so only first transmissions are exactly reproducible.
+//! on timing, so only first transmissions are exactly reproducible. A slow module takes longer
+//! for every frame than the others (a thread that a busy machine runs less often).
 
 use std::time::Duration;
 
@@ -27,6 +28,15 @@ pub struct FaultConfig {
     pub delay_time: Duration,
     /// Fraction with one bit flipped (anywhere in the datagram).
     pub corrupt: f64,
+    /// One module slower than the others, as a busy machine runs one thread less often.
+    pub slow: Option<Slow>,
+}
+
+/// Module `module` takes `per_frame` longer for every frame than it would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slow {
+    pub module: u16,
+    pub per_frame: Duration,
 }
 
 impl Default for FaultConfig {
@@ -41,6 +51,7 @@ impl Default for FaultConfig {
             delay: 0.0,
             delay_time: Duration::from_millis(2),
             corrupt: 0.0,
+            slow: None,
         }
     }
 }
@@ -70,7 +81,7 @@ impl FaultConfig {
 
     /// True when no fault is asked for.
     pub fn is_clean(&self) -> bool {
-        self.loss == 0.0 && self.reorder == 0.0 && self.duplicate == 0.0 && self.delay == 0.0 && self.corrupt == 0.0
+        self.loss == 0.0 && self.reorder == 0.0 && self.duplicate == 0.0 && self.delay == 0.0 && self.corrupt == 0.0 && self.slow.is_none()
     }
 }
 

@@ -29,7 +29,7 @@ use rdaq_proto::seq::distance;
 use rdaq_proto::telegram::{LocalBufferInfo, ModuleDtp, Route};
 use thiserror::Error;
 
-pub use faults::{Fate, FaultConfig, FaultStats, Faults};
+pub use faults::{Fate, FaultConfig, FaultStats, Faults, Slow};
 pub use packetize::{Packetizer, MAX_HEADER};
 pub use trigger::Trigger;
 
@@ -245,6 +245,9 @@ pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], control: Arc<Control>) -> R
     }
     if let Some(f) = &cfg.faults {
         f.check().map_err(EmulatorError::Config)?;
+        if f.slow.is_some_and(|s| s.module >= cfg.modules) {
+            return Err(EmulatorError::Config(format!("faults: the slow module must be below {}", cfg.modules)));
+        }
     }
     {
         // updates made before the start for later frames stay
@@ -651,10 +654,13 @@ fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Contr
                 rc.serve(ch).map_err(err)?;
             }
         }
+        let frame = cfg.first_frame + i;
+        if let Some(slow) = cfg.faults.as_ref().and_then(|f| f.slow).filter(|s| s.module == module) {
+            std::thread::sleep(slow.per_frame);
+        }
         if trigger.wait(i, &control.stop) {
             rc.report.held_back += 1;
         }
-        let frame = cfg.first_frame + i;
         let Some(dtps) = control.start_frame(frame) else {
             trigger.finished(module, i);
             continue;

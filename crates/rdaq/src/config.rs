@@ -97,6 +97,10 @@ pub struct Faults {
     /// The consumer (writing, processing) waits this long per frame: a consumer slower than
     /// the detector, to test a full ring.
     pub consumer_delay_ms: f64,
+    /// Emulated module `slow_module` takes `slow_ms` longer for every frame (0: none): a
+    /// module thread that a busy machine runs less often than the others.
+    pub slow_module: u16,
+    pub slow_ms: f64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -268,6 +272,8 @@ impl Default for Faults {
             delay_ms: f.delay_time.as_secs_f64() * 1e3,
             corrupt: f.corrupt,
             consumer_delay_ms: 0.0,
+            slow_module: 0,
+            slow_ms: 0.0,
         }
     }
 }
@@ -289,6 +295,8 @@ impl Faults {
             delay: self.delay,
             delay_time: Duration::from_secs_f64(self.delay_ms.max(0.0) / 1e3),
             corrupt: self.corrupt,
+            slow: (self.slow_ms > 0.0)
+                .then(|| rdaq_emulator::Slow { module: self.slow_module, per_frame: Duration::from_secs_f64(self.slow_ms / 1e3) }),
             ..Default::default()
         };
         (!f.is_clean()).then_some(f)
@@ -350,6 +358,12 @@ impl Config {
         }
         if !(0.0..=10_000.0).contains(&self.faults.consumer_delay_ms) {
             bail!("faults.consumer_delay_ms must be 0 to 10000, not {}", self.faults.consumer_delay_ms);
+        }
+        if !(0.0..=10_000.0).contains(&self.faults.slow_ms) {
+            bail!("faults.slow_ms must be 0 to 10000, not {}", self.faults.slow_ms);
+        }
+        if self.faults.slow_ms > 0.0 && self.faults.slow_module >= self.detector.modules {
+            bail!("faults.slow_module {} must be a module of the detector (below {})", self.faults.slow_module, self.detector.modules);
         }
         let p = &self.process;
         if p.mode != "jungfrau" && p.mode != "raw" {
