@@ -104,9 +104,14 @@ def test_a_killed_receiver_loses_exactly_its_frames_and_the_rest_arrives(hosts, 
     # 50 Hz: after the re-plan one receiver takes every frame (8 MiB to compress and write
     # each), which this 2-core machine sustains at that rate
     frames = 200
-    killer = subprocess.Popen(["bash", "-c", f"sleep 1.2; kill -9 {procs['dr0'].pid}"])
+    # kill dr0 once the detector has sent 40 module frames (10 frames): by progress, not by
+    # time, so that a slow start on a busy machine does not kill it before the run began
+    det = f"http://{hosts.addr['det']}:7000/status"
+    wait = ("import json,time,urllib.request\n"
+            "while json.load(urllib.request.urlopen('%s', timeout=5))['module_frames'] < 40: time.sleep(0.02)\n" % det)
+    killer = subprocess.Popen(["bash", "-c", f"ip netns exec {hosts.tag}det python3 -c \"{wait}\" && kill -9 {procs['dr0'].pid}"])
     rc, log, report = manage(hosts, rdaq, topo, out, frames, 50)
-    killer.wait()
+    assert killer.wait(timeout=30) == 0, "the killer saw the run start"
     assert rc == 1, log
     epochs = report["epochs"]
     assert len(epochs) == 2 and epochs[1]["receivers"] == ["dr1"], log

@@ -155,6 +155,8 @@ struct ReceiverReport {
     frames_incomplete: u64,
     frames_discarded: u64,
     output: Option<PathBuf>,
+    /// Frames it refused whole because its ring was full (its consumer was behind).
+    frames_refused: u64,
     /// Frames it received after writing failed, and why writing failed.
     frames_not_saved: u64,
     write_error: Option<String>,
@@ -377,6 +379,7 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
                     rep.output = v["output"].as_str().map(PathBuf::from);
                     rep.counters = v["counters"].clone();
                     rep.frames_not_saved = v["frames_not_saved"].as_u64().unwrap_or(0);
+                    rep.frames_refused = v["counters"]["frames_refused"].as_u64().unwrap_or(0);
                     rep.write_error = v["write_error"].as_str().map(str::to_string);
                 }
                 Err(e) => {
@@ -458,7 +461,7 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     println!("---- rdaq manage report ----");
     println!("frames     : {} complete of {}, {} lost, {} incomplete", report.frames_complete, a.frames, report.frames_lost.len(), report.frames_incomplete.len());
     for (name, r) in &report.receivers {
-        println!("receiver {name:<8}: {} complete, {} incomplete, {} discarded{}", r.frames_complete, r.frames_incomplete, r.frames_discarded, if r.alive { "" } else { " (DEAD)" });
+        println!("receiver {name:<8}: {} complete, {} incomplete, {} discarded, {} refused (ring full){}", r.frames_complete, r.frames_incomplete, r.frames_discarded, r.frames_refused, if r.alive { "" } else { " (DEAD)" });
         if let Some(e) = &r.write_error {
             println!("receiver {name:<8}: {e}; {} frames not saved", r.frames_not_saved);
         }

@@ -253,7 +253,8 @@ impl Summary {
             println!("refused     : frames {} (the ring was full: the consumer was behind; each refused whole)", describe_runs(&self.frames_refused_runs, RUNS_SHOWN));
         }
         let not_saved = if self.frames_not_saved > 0 { format!(", {} received but not saved", self.frames_not_saved) } else { String::new() };
-        println!("saved       : {} frames written{not_saved}", self.frames_written);
+        let which = if self.processing.is_some() { " (the signal frames that were hits: see processing)" } else { "" };
+        println!("saved       : {} frames written{which}{not_saved}", self.frames_written);
     }
 
     fn print_datagrams(&self) {

@@ -26,6 +26,9 @@ use crate::window::{LossWindow, Seen};
 pub const NACK_QUEUE: usize = 4 * rdaq_proto::nack::NACK_MAX_ENTRIES;
 /// Loss reports kept between two reads by the engine.
 const LOSS_LOG: usize = 4096;
+/// How many frame timeouts a frame waits while every source is quiet (see
+/// [`Placement::expire`]).
+pub const QUIET_FACTOR: u32 = 10;
 
 /// A run of sequence numbers a data channel's loss window declared missing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -770,11 +773,16 @@ impl Placement {
     /// Finishes every frame whose first datagram is older than `timeout`, unless a source
     /// whose cells it lacks is still on its way to it ([`Source::on_its_way_to`]: sending
     /// older frames, heard from within `timeout`). A late module is waited for; a silent
-    /// one is not (and a frame whose slot a newer frame needs is finished in any case).
+    /// one is not, while the others go on sending. When every source has been quiet for the
+    /// timeout, the detector as a whole has stopped or stalled (a machine too busy to run its
+    /// modules, which share a trigger): frames then wait [`QUIET_FACTOR`] times longer for
+    /// it to resume. A frame whose slot a newer frame needs is finished in any case.
     pub fn expire(&mut self, now: Instant, timeout: Duration, sources: &[Source]) {
+        let active = sources.iter().any(|s| s.last_data.is_some_and(|t| now.duration_since(t) < timeout));
+        let bound = if active || sources.is_empty() { timeout } else { timeout * QUIET_FACTOR };
         for si in 0..self.slots.len() {
             let s = &self.slots[si];
-            if s.state != State::Filling || now.duration_since(s.first_seen) < timeout {
+            if s.state != State::Filling || now.duration_since(s.first_seen) < bound {
                 continue;
             }
             let waiting = sources.iter().any(|src| {

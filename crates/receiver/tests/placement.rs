@@ -173,7 +173,8 @@ fn a_full_ring_refuses_whole_frames() {
 }
 
 /// A frame past its timeout waits while a module it lacks is still sending older frames
-/// (late, not lost), and is finished once that module has gone silent for the timeout.
+/// (late, not lost), and is finished once that module has gone silent for the timeout while
+/// the others go on; when every module is quiet, it waits longer.
 #[test]
 fn expiry_waits_for_a_late_module_not_for_a_silent_one() {
     use rdaq_receiver::placement::Source;
@@ -191,11 +192,25 @@ fn expiry_waits_for_a_late_module_not_for_a_silent_one() {
     sources[1].last_data = Some(t0 + Duration::from_millis(150));
     p.expire(t0 + Duration::from_millis(200), timeout, &sources);
     assert_eq!(p.take_ready().count(), 0, "module 1 is late, not lost");
-    // module 1 went silent
+    // module 1 went silent while module 0 goes on
+    sources[0].last_data = Some(t0 + Duration::from_millis(250));
     p.expire(t0 + Duration::from_millis(260), timeout, &sources);
     let f: Vec<_> = p.take_ready().collect();
     assert_eq!((f.len(), f[0].frame, f[0].status), (1, 9, FrameStatus::Incomplete));
     assert_eq!(f[0].missing, vec![4, 5, 6, 7]);
+    // when every module is quiet (the detector stalled as a whole) the frame waits longer
+    for c in 0..4 {
+        p.place_datagram(&datagram(2, 0, c, 11, 1), SourceKind::Rdaq, t0).unwrap();
+    }
+    sources[0].newest_frame = Some(11);
+    sources[0].last_data = Some(t0);
+    sources[1].newest_frame = Some(10);
+    sources[1].last_data = Some(t0);
+    p.expire(t0 + Duration::from_millis(900), timeout, &sources);
+    assert_eq!(p.take_ready().count(), 0, "all quiet: wait for the detector to resume");
+    p.expire(t0 + timeout * rdaq_receiver::placement::QUIET_FACTOR, timeout, &sources);
+    let f: Vec<_> = p.take_ready().collect();
+    assert_eq!((f.len(), f[0].frame), (1, 11), "up to a bound");
     // a module past the frame (it lost the datagrams) is not waited for either
     for c in 0..4 {
         p.place_datagram(&datagram(1, 0, c, 10, 1), SourceKind::Rdaq, t0).unwrap();
