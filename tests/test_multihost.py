@@ -99,10 +99,11 @@ def test_spatial_each_receiver_holds_its_modules(hosts, rdaq, tmp_path):
 
 
 def test_a_killed_receiver_loses_exactly_its_frames_and_the_rest_arrives(hosts, rdaq, tmp_path):
-    topo, procs = start_system(hosts, rdaq, tmp_path, "temporal")
-    out = tmp_path / "out"
     # 50 Hz: after the re-plan one receiver takes every frame (8 MiB to compress and write
-    # each), which this 2-core machine sustains at that rate
+    # each), which this 2-core machine sustains at that rate; a ring of 128 frames (2.5 s)
+    # rides out a disk slowed down by other writers
+    topo, procs = start_system(hosts, rdaq, tmp_path, "temporal", memory_mib=1024)
+    out = tmp_path / "out"
     frames = 200
     # kill dr0 once the detector has sent 40 module frames (10 frames): by progress, not by
     # time, so that a slow start on a busy machine does not kill it before the run began

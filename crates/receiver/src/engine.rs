@@ -439,10 +439,10 @@ impl Receiver {
         self.outcome.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Finishes every frame in progress now, under the policy (the end of an acquisition
-    /// whose receiver stays up for the next); returns the counters after it. Frames finished
-    /// by the flush are in [`Receiver::frames`] before this returns. `None` if the receive
-    /// thread has ended.
+    /// Places what has already arrived, then finishes every frame in progress, under the
+    /// policy (the end of an acquisition whose receiver stays up for the next); returns the
+    /// counters after it. Frames finished by the flush are in [`Receiver::frames`] before
+    /// this returns. `None` if the receive thread has ended.
     pub fn flush(&self) -> Option<Counters> {
         self.control(Control::Flush)
     }
@@ -549,6 +549,8 @@ impl Loop {
             while let Ok((c, ack)) = self.flush_rx.try_recv() {
                 match c {
                     Control::Flush => {
+                        // what already arrived belongs to the acquisition being finished
+                        while self.receive_round(&mut rx, &mut landings)?.0 > 0 {}
                         self.placement.finish_all();
                         self.publish_outcome();
                     }

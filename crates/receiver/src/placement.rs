@@ -308,6 +308,9 @@ pub struct Placement {
     ready: Vec<FrameReady>,
     /// Slots in the Filling state.
     filling: usize,
+    /// Since when the sources have been sending without a pause of a frame timeout (`None`
+    /// while they are quiet).
+    active_since: Option<Instant>,
     /// Loss reports since the engine last took them.
     pub losses: Vec<Loss>,
     evac: Vec<u8>,
@@ -372,6 +375,7 @@ impl Placement {
             always_missing: None,
             ready: Vec::new(),
             filling: 0,
+            active_since: None,
             losses: Vec::with_capacity(LOSS_LOG),
         }
     }
@@ -773,16 +777,29 @@ impl Placement {
     /// Finishes every frame whose first datagram is older than `timeout`, unless a source
     /// whose cells it lacks is still on its way to it ([`Source::on_its_way_to`]: sending
     /// older frames, heard from within `timeout`). A late module is waited for; a silent
-    /// one is not, while the others go on sending. When every source has been quiet for the
-    /// timeout, the detector as a whole has stopped or stalled (a machine too busy to run its
-    /// modules, which share a trigger): frames then wait [`QUIET_FACTOR`] times longer for
-    /// it to resume. A frame whose slot a newer frame needs is finished in any case.
+    /// one is not, while the others go on sending. The timeout counts only time in which the
+    /// sources have been sending for a whole timeout: when every source has been quiet for
+    /// the timeout, the detector as a whole has stopped or stalled (a machine too busy to run
+    /// its modules, which share a trigger), and frames wait [`QUIET_FACTOR`] times longer for
+    /// it to resume; once it resumes, they get another timeout. A frame whose slot a newer
+    /// frame needs is finished in any case. Without sources (tests of placement alone) only
+    /// the age counts.
     pub fn expire(&mut self, now: Instant, timeout: Duration, sources: &[Source]) {
-        let active = sources.iter().any(|s| s.last_data.is_some_and(|t| now.duration_since(t) < timeout));
-        let bound = if active || sources.is_empty() { timeout } else { timeout * QUIET_FACTOR };
+        let heard = sources.iter().filter_map(|s| s.last_data).max();
+        let active = heard.is_some_and(|t| now.duration_since(t) < timeout);
+        // the timeout runs while the detector sends: a frame begun before a pause (a slow
+        // start, a stall) is given a whole timeout of sending after the pause
+        match (active, self.active_since) {
+            (false, _) => self.active_since = None,
+            (true, None) => self.active_since = heard,
+            (true, Some(_)) => {}
+        }
+        let sending = self.active_since.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
         for si in 0..self.slots.len() {
             let s = &self.slots[si];
-            if s.state != State::Filling || now.duration_since(s.first_seen) < bound {
+            let age = now.duration_since(s.first_seen);
+            let due = if active || sources.is_empty() { age >= timeout && (sending >= timeout || sources.is_empty()) } else { age >= timeout * QUIET_FACTOR };
+            if s.state != State::Filling || !due {
                 continue;
             }
             let waiting = sources.iter().any(|src| {
@@ -864,6 +881,7 @@ impl Placement {
         }
         self.ledger.clear();
         self.always_missing = None;
+        self.active_since = None;
     }
 
     /// Gives a handed slot back. Returns false (and changes nothing) if the slot does not

@@ -26,7 +26,7 @@ fn run(predict: bool, disorder: bool) {
         module_bytes: MODULE_BYTES,
         payload_bytes: CELL as u32,
         slots: 4,
-        frame_timeout: Duration::from_millis(300),
+        frame_timeout: Duration::from_millis(100),
         policy: IncompletePolicy::Keep,
         predict,
         linger: Duration::from_millis(100),
@@ -101,8 +101,8 @@ fn run(predict: bool, disorder: bool) {
         }
         // pace so the 4-slot ring is released in time; let the incomplete frame time out
         // before its slot comes round again (else the newer frame overtakes it: tested in
-        // the placement tests)
-        std::thread::sleep(Duration::from_millis(if frame == 17 { 450 } else { 3 }));
+        // the placement tests): with the stream paused, that takes QUIET_FACTOR timeouts
+        std::thread::sleep(Duration::from_millis(if frame == 17 { 1200 } else { 3 }));
         check(&rx, &mut seen);
     }
     rx.stop();

@@ -211,14 +211,21 @@ fn expiry_waits_for_a_late_module_not_for_a_silent_one() {
     p.expire(t0 + timeout * rdaq_receiver::placement::QUIET_FACTOR, timeout, &sources);
     let f: Vec<_> = p.take_ready().collect();
     assert_eq!((f.len(), f[0].frame), (1, 11), "up to a bound");
-    // a module past the frame (it lost the datagrams) is not waited for either
+    // a module past the frame (it lost the datagrams) is not waited for either, once the
+    // detector has been sending again for a timeout: a frame begun before a pause gets a
+    // whole timeout of sending after it
     for c in 0..4 {
         p.place_datagram(&datagram(1, 0, c, 10, 1), SourceKind::Rdaq, t0).unwrap();
     }
+    let resumed = t0 + Duration::from_millis(1100);
     sources[1].newest_frame = Some(12);
-    sources[1].last_data = Some(t0 + Duration::from_millis(150));
-    p.expire(t0 + Duration::from_millis(120), timeout, &sources);
-    assert_eq!(p.take_ready().count(), 1);
+    sources[1].last_data = Some(resumed);
+    p.expire(resumed, timeout, &sources);
+    assert_eq!(p.take_ready().count(), 0, "the detector has only just resumed");
+    sources[1].last_data = Some(resumed + Duration::from_millis(140));
+    p.expire(resumed + Duration::from_millis(150), timeout, &sources);
+    let f: Vec<_> = p.take_ready().collect();
+    assert_eq!((f.len(), f[0].frame), (1, 10));
 }
 
 #[test]
