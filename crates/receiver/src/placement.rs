@@ -777,13 +777,14 @@ impl Placement {
     /// Finishes every frame whose first datagram is older than `timeout`, unless a source
     /// whose cells it lacks is still on its way to it ([`Source::on_its_way_to`]: sending
     /// older frames, heard from within `timeout`). A late module is waited for; a silent
-    /// one is not, while the others go on sending. The timeout counts only time in which the
-    /// sources have been sending for a whole timeout: when every source has been quiet for
-    /// the timeout, the detector as a whole has stopped or stalled (a machine too busy to run
-    /// its modules, which share a trigger), and frames wait [`QUIET_FACTOR`] times longer for
-    /// it to resume; once it resumes, they get another timeout. A frame whose slot a newer
-    /// frame needs is finished in any case. Without sources (tests of placement alone) only
-    /// the age counts.
+    /// one is not, while the others go on sending (one never heard from is waited for
+    /// [`QUIET_FACTOR`] timeouts: it may not have started). The timeout counts only time in
+    /// which the sources have been sending for a whole timeout: when every source has been
+    /// quiet for the timeout, the detector as a whole has stopped or stalled (a machine too
+    /// busy to run its modules, which share a trigger), and frames wait [`QUIET_FACTOR`]
+    /// times longer for it to resume; once it resumes, they get another timeout. A frame
+    /// whose slot a newer frame needs is finished in any case. Without sources (tests of
+    /// placement alone) only the age counts.
     pub fn expire(&mut self, now: Instant, timeout: Duration, sources: &[Source]) {
         let heard = sources.iter().filter_map(|s| s.last_data).max();
         let active = heard.is_some_and(|t| now.duration_since(t) < timeout);
@@ -802,9 +803,11 @@ impl Placement {
             if s.state != State::Filling || !due {
                 continue;
             }
-            let waiting = sources.iter().any(|src| {
-                src.on_its_way_to(s.frame, now, timeout) && src.kind.cells(src.module, &self.grid).any(|c| s.bitmap[c as usize / 64] & (1 << (c % 64)) == 0)
-            });
+            // a source never heard from has not started yet (a module whose start was slow,
+            // or whose packets a busy machine delivers late): it is waited for as long as a
+            // stalled detector, not written off after one timeout
+            let late = |src: &Source| src.on_its_way_to(s.frame, now, timeout) || (src.last_data.is_none() && age < timeout * QUIET_FACTOR);
+            let waiting = sources.iter().any(|src| late(src) && src.kind.cells(src.module, &self.grid).any(|c| s.bitmap[c as usize / 64] & (1 << (c % 64)) == 0));
             if !waiting {
                 self.finish(si, false);
             }

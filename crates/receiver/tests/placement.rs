@@ -228,6 +228,30 @@ fn expiry_waits_for_a_late_module_not_for_a_silent_one() {
     assert_eq!((f.len(), f[0].frame), (1, 10));
 }
 
+/// A module never heard from may not have started: its frames wait for it up to the bound
+/// of a stalled detector while the other module goes on sending.
+#[test]
+fn a_module_not_yet_heard_from_is_waited_for_up_to_a_bound() {
+    use rdaq_receiver::placement::{Source, QUIET_FACTOR};
+    let (_arena, mut p) = setup(IncompletePolicy::Keep);
+    let t0 = Instant::now();
+    let timeout = Duration::from_millis(100);
+    for c in 0..4 {
+        p.place_datagram(&datagram(0, 0, c, 3, 1), SourceKind::Rdaq, t0).unwrap();
+    }
+    let mut sources: Vec<Source> = (0..MODULES).map(|m| Source::new(SourceKind::Rdaq, m, m, p.grid(), None)).collect();
+    sources[0].newest_frame = Some(5);
+    for ms in [0u64, 200, 500, 900] {
+        sources[0].last_data = Some(t0 + Duration::from_millis(ms));
+        p.expire(t0 + Duration::from_millis(ms), timeout, &sources);
+    }
+    assert_eq!(p.take_ready().count(), 0, "module 1 has not started: late, not lost");
+    let end = t0 + timeout * QUIET_FACTOR;
+    sources[0].last_data = Some(end);
+    p.expire(end, timeout, &sources);
+    assert_eq!(p.take_ready().count(), 1, "bounded");
+}
+
 #[test]
 fn global_module_ids_map_to_slot_positions() {
     let grid = Grid::new(MODULES, MODULE_BYTES, CELL);
