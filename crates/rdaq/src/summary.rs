@@ -270,7 +270,7 @@ impl Summary {
             println!("rejected    : {}", reasons.join(" "));
         }
         if self.cells_missing > 0 || self.kernel_drops > 0 || self.sends_refused.unwrap_or(0) > 0 {
-            println!("missing     : {} datagram cells missing in {} incomplete or discarded frames; {} datagrams dropped by the kernel (socket buffer full); {} sends refused by the sender's kernel",
+            println!("missing     : {} datagram cells missing in {} incomplete or discarded frames; {} datagrams dropped by the kernel (socket buffer full); {} sends refused (nothing listened at the receiver's port)",
                 self.cells_missing, self.frames_incomplete + self.frames_discarded, self.kernel_drops, self.sends_refused.unwrap_or(0));
         }
         if let Some([d, r, u, c, l]) = self.faults_injected {
