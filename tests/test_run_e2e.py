@@ -3,6 +3,7 @@ matches the emulator's manifest hash. Modules are found in the assembled image t
 NXmx module description (data_origin), so the test checks the geometry too."""
 import csv
 import json
+import re
 import subprocess
 
 import h5py
@@ -18,7 +19,14 @@ def test_run_writes_every_frame_bit_exact(rdaq, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "loss        : none" in r.stdout
+    # each time and rate says what it measures
+    assert re.search(r"receive buffer 64 MiB asked, \d+ MiB granted", r.stderr), r.stderr
+    assert re.search(r"GB/s over the [\d.]+ s data window \(first to last frame\)", r.stdout), r.stdout
+    assert re.search(r"elapsed     : [\d.]+ s \(start to end, waits included\)", r.stdout), r.stdout
+    assert "not asked" not in r.stdout, "nothing to explain when nothing was lost"
     s = json.loads(summary.read_text())
+    assert 0 < s["data_window_s"] < s["elapsed_s"]
+    assert abs(s["gb_per_s"] - s["bytes_placed"] / 1e9 / s["data_window_s"]) < 1e-6
     assert s["frames_complete"] == s["frames_expected"] == 1000
     assert s["datagrams_dropped"] == 0 and s["kernel_drops"] == 0
 

@@ -520,6 +520,8 @@ enum Control {
 const BATCHES_PER_TURN: usize = 16;
 const PUBLISH_EVERY: Duration = Duration::from_millis(10);
 const EXPIRE_EVERY: Duration = Duration::from_millis(2);
+/// Longest a flush goes on placing what keeps arriving before it finishes the frames.
+const DRAIN_AT_MOST: Duration = Duration::from_millis(200);
 /// Shortest sleep between two reads of a running stream.
 const COALESCE_MIN: Duration = Duration::from_millis(1);
 /// Longest wait for data while nothing is in progress (the stop flag is read between).
@@ -549,8 +551,10 @@ impl Loop {
             while let Ok((c, ack)) = self.flush_rx.try_recv() {
                 match c {
                     Control::Flush => {
-                        // what already arrived belongs to the acquisition being finished
-                        while self.receive_round(&mut rx, &mut landings)?.0 > 0 {}
+                        // what already arrived belongs to the acquisition being finished (a
+                        // sender still streaming cannot keep the flush going for long)
+                        let until = Instant::now() + DRAIN_AT_MOST;
+                        while self.receive_round(&mut rx, &mut landings)?.0 > 0 && Instant::now() < until {}
                         self.placement.finish_all();
                         self.publish_outcome();
                     }
