@@ -31,6 +31,16 @@ def busy_machine(tmp_path):
     p.wait(timeout=30)
 
 
+def run_config(rdaq, tmp_path, toml):
+    """`rdaq run --raw` with this configuration; the completed process and its summary."""
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(toml)
+    summary = tmp_path / "summary.json"
+    r = subprocess.run([str(rdaq), "run", "--raw", "--config", str(cfg), "--out", str(tmp_path / "out"), "--summary-json", str(summary)],
+                       capture_output=True, text=True, timeout=300)
+    return r, json.loads(summary.read_text()) if summary.exists() else None
+
+
 def check_bit_exact(out, name="rdaq_run"):
     frames = frames_in(out / f"{name}.h5")
     man = manifest(out / f"{name}_manifest.csv")
@@ -59,37 +69,26 @@ def test_a_slow_module_holds_the_others_back_and_loses_nothing(rdaq, tmp_path):
     would fall further behind every frame until its frames expired at the receiver and its
     late data was dropped as stale; with the trigger the detector runs late, says so, and
     every frame arrives complete."""
-    cfg = tmp_path / "slow.toml"
-    cfg.write_text("[emulator]\nframes = 200\n[faults]\nslow_module = 1\nslow_ms = 15.0\n")
-    out = tmp_path / "out"
-    summary = tmp_path / "summary.json"
-    r = subprocess.run([str(rdaq), "run", "--raw", "--config", str(cfg), "--out", str(out), "--summary-json", str(summary)],
-                       capture_output=True, text=True, timeout=300)
+    r, s = run_config(rdaq, tmp_path, "[emulator]\nframes = 200\n[faults]\nslow_module = 1\nslow_ms = 15.0\n")
     assert r.returncode == 0, r.stdout + r.stderr
-    s = json.loads(summary.read_text())
     assert s["frames_complete"] == 200 and s["dropped_by_reason"] == [], s
     assert s["late_frames"] > 0 and s["held_back"] > 0, "the detector says it ran late"
     assert "module frames started more than a frame period late" in r.stdout
-    assert sorted(check_bit_exact(out)) == list(range(200))
+    assert sorted(check_bit_exact(tmp_path / "out")) == list(range(200))
 
 
 def test_a_slow_consumer_gets_whole_frames_and_is_named_the_limit(rdaq, tmp_path):
-    cfg = tmp_path / "slow.toml"
     # 200 frames/s into a consumer that takes 50 frames/s, with a ring of 16 frames
-    cfg.write_text("[emulator]\nframes = 200\nrate_hz = 200.0\n[receiver]\nring_mib = 32\n[faults]\nconsumer_delay_ms = 20.0\n")
-    out = tmp_path / "out"
-    summary = tmp_path / "summary.json"
-    r = subprocess.run([str(rdaq), "run", "--raw", "--config", str(cfg), "--out", str(out), "--summary-json", str(summary)],
-                       capture_output=True, text=True, timeout=300)
+    r, s = run_config(rdaq, tmp_path, "[emulator]\nframes = 200\nrate_hz = 200.0\n[receiver]\nring_mib = 32\n"
+                                      "[faults]\nconsumer_delay_ms = 20.0\n")
     assert r.returncode == 1, r.stdout + r.stderr
-    s = json.loads(summary.read_text())
     assert s["frames_refused"] > 0 and s["frames_refused_runs"]
     assert s["frames_incomplete"] == 0, "no partial frame: refused frames are refused whole"
     counted = s["frames_complete"] + s["frames_incomplete"] + s["frames_discarded"] + s["frames_refused"] + s["frames_never_seen"]
     assert counted == 200, s
     assert s["history_misses"] == 0, "no retransmission was asked that could not help"
     assert "the consumer (assembling and writing frames) was the limit" in r.stdout
-    frames = check_bit_exact(out)
+    frames = check_bit_exact(tmp_path / "out")
     assert len(frames) == s["frames_complete"] == s["frames_written"]
     refused = {f for a, b in s["frames_refused_runs"] for f in range(a, b)}
     assert not refused & set(frames), "a refused frame is not in the file"
