@@ -377,8 +377,12 @@ mod tests {
 
     fn ledger(finished: &[u64], refused: &[u64]) -> Outcome {
         let mut l = Ledger::default();
-        finished.iter().for_each(|&f| drop(l.finished.insert(f)));
-        refused.iter().for_each(|&f| drop(l.refused.insert(f)));
+        for &f in finished {
+            l.finished.insert(f);
+        }
+        for &f in refused {
+            l.refused.insert(f);
+        }
         Outcome { ledger: l, hints: Vec::new() }
     }
 
