@@ -122,6 +122,10 @@ pub struct EmulatorReport {
     pub late_frames: u64,
     /// Frames a module started only after waiting for a slower module (the common trigger).
     pub held_back: u64,
+    /// Sends refused (nothing listened at the destination port) while frames were being sent;
+    /// `sent.refused` also counts the tail probes and answers after the last frame, which a
+    /// receiver that has all its frames and closed its ports refuses harmlessly.
+    pub refused_in_frames: u64,
     pub retransmit: RetransmitStats,
     pub faults: FaultStats,
 }
@@ -278,6 +282,7 @@ pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], control: Arc<Control>) -> R
         report.gso = r.gso;
         report.late_frames += r.late_frames;
         report.held_back += r.held_back;
+        report.refused_in_frames += r.refused_in_frames;
         report.retransmit.add(&r.retransmit);
         report.faults.add(&r.faults);
     }
@@ -708,6 +713,7 @@ fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Contr
         trigger.finished(module, i);
     }
     trigger.leave(module);
+    rc.report.refused_in_frames = channels.values().map(|c| c.link.tx.stats.refused).sum();
     rc.linger(&mut channels, cfg.linger).map_err(err)?;
     let mut report = rc.report;
     for ch in channels.values() {

@@ -589,8 +589,8 @@ fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         r.retransmit.resent,
         r.retransmit.history_misses
     );
-    if r.sent.refused > 0 {
-        eprintln!("rdaq emulate: {} datagrams were refused: nothing listened at the receiver's port (exit 1)", r.sent.refused);
+    if r.refused_in_frames > 0 {
+        eprintln!("rdaq emulate: {} sends of frames were refused: nothing listened at the receiver's port (exit 1)", r.refused_in_frames);
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

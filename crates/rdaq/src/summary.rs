@@ -36,6 +36,7 @@ pub struct Summary {
     /// Why writing stopped (the file and the operating system's reason).
     pub write_error: Option<String>,
     pub datagrams_sent: Option<u64>,
+    /// Sends of frames refused by the receiver's host (nothing listened at the port).
     pub sends_refused: Option<u64>,
     pub datagrams_received: u64,
     pub datagrams_placed: u64,
@@ -113,7 +114,7 @@ impl Summary {
     ) -> Summary {
         let mut s = Summary::for_receiver(Expected::Range { first: 0, count: frames }, c, outcome, consumed, elapsed, output);
         s.datagrams_sent = Some(emu.sent.datagrams);
-        s.sends_refused = Some(emu.sent.refused);
+        s.sends_refused = Some(emu.refused_in_frames);
         s.datagrams_resent = Some(emu.retransmit.resent);
         s.history_misses = Some(emu.retransmit.history_misses);
         s.bad_nacks = Some(emu.retransmit.bad_nacks);

@@ -149,7 +149,7 @@ impl Results {
     }
 }
 
-/// Frames by which the spot lists grow at a time, and between two checkpoints of the file.
+/// Frames by which the spot lists and the per-frame tables are written at a time.
 const GROW: usize = 256;
 
 fn str_attr(loc: &hdf5::Location, name: &str, value: &str) -> hdf5::Result<()> {
@@ -408,19 +408,14 @@ impl NxmxWriter {
         self.frame_numbers.push(frame_number);
         self.complete.push(missing.is_empty() as u8);
         self.frames += 1;
+        // the tables go out a block at a time, so that closing the file after a failed
+        // write has little left to write
         if self.frames % GROW == 0 {
-            if let Err(e) = self.checkpoint() {
+            if let Err(e) = self.write_tables() {
                 return Err(self.fail(frame_number, e));
             }
         }
         Ok(())
-    }
-
-    /// Writes the per-frame tables so far and flushes the file: what is on disk is a
-    /// complete, readable file up to here, whatever happens to the process later.
-    fn checkpoint(&mut self) -> hdf5::Result<()> {
-        self.write_tables()?;
-        self.file.flush()
     }
 
     /// Appends the rows of the per-frame tables not yet in the file.
