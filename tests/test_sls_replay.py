@@ -154,7 +154,10 @@ def test_full_readout_into_read_rows_is_named(rdaq, tmp_path):
     replay([("jungfrau_virtual.bin", ports[0])])
     s = finish(proc, summary)
     assert s["frames_complete"] == 3
-    assert dict(s["dropped_by_reason"]) == {"unexpected_packet": 3 * 64}
+    # the receiver stops when its third frame is complete, at the packet of row 383 of frame
+    # 16: the packets of the rows before it are counted, those after it may come too late
+    reasons = dict(s["dropped_by_reason"])
+    assert set(reasons) == {"unexpected_packet"} and 2 * 64 + 32 <= reasons["unexpected_packet"] <= 3 * 64, reasons
     assert any("more rows than --read-rows 256" in h for h in s["hints"]), s["hints"]
 
 
