@@ -44,10 +44,10 @@ impl ConsumeStats {
 /// Byte ranges of the assembled image that the frame's missing cells cover.
 pub fn missing_ranges(rx: &Receiver, geometry: &Geometry, f: &FrameReady) -> Vec<(usize, usize)> {
     let grid = rx.grid();
+    let mb = geometry.module_bytes();
     let mut out = Vec::new();
     for &c in &f.missing {
         let (off, len) = (grid.cell_offset(c) as usize, grid.cell_len(c) as usize);
-        let mb = geometry.module_bytes();
         let m = off / mb;
         let start = (off - m * mb) / 2;
         geometry.module_span(m as u16, start, start + len / 2, |at, run| out.push((at * 2, run * 2)));

@@ -1,11 +1,11 @@
 //! When the receive thread reads next. Every wake-up of a thread costs CPU of its own (on a
 //! virtual machine tens of microseconds, more than receiving a packet), so the thread reads
-//! in rounds: when a round found data, it sleeps and lets the next datagrams gather in the
-//! socket buffer; when it found none, or every frame is complete, it waits until something
-//! arrives. The sleep adapts so
-//! that a round finds about [`Coalesce::target`] datagrams: a detector at 100 frames/s is
-//! read about once per frame, one at kHz rates about every millisecond, and a stream faster
-//! than one round can take is read without sleeping at all.
+//! in rounds: when a round found data and frames are in progress, it sleeps and lets the next
+//! datagrams gather in the socket buffer; when it found none, or every frame is complete, it
+//! waits until something arrives. The sleep adapts so that a round finds about the target
+//! given to [`Coalesce::new`] (in datagrams). A detector at 100 frames/s is read in about two
+//! rounds per frame (the wake-up at its first datagram, one after a sleep), one at kHz rates
+//! about every millisecond, and a stream faster than one round can take without sleeping.
 
 use std::time::Duration;
 
@@ -36,11 +36,6 @@ impl Coalesce {
     pub fn new(min: Duration, max: Duration, target: usize) -> Coalesce {
         let min = min.min(max);
         Coalesce { min, max, target: target.max(1), sleep: min, after_sleep: false }
-    }
-
-    /// The datagrams a round should find.
-    pub fn target(&self) -> usize {
-        self.target
     }
 
     /// After a round that read `got` datagrams; `more` when a socket still had data,

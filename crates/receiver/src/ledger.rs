@@ -1,18 +1,14 @@
 //! Which frame numbers a receiver finished (complete, incomplete or discarded) and which it
 //! refused because the ring was full: sets of frame numbers kept as sorted runs, so that the
 //! summary can say which frames never arrived at all. Frames come nearly in order, so a
-//! million frames with a few gaps cost a few runs.
-
-/// Runs kept at most; a frame that would need another run is only counted (see
-/// [`FrameSet::unrecorded`]).
-pub const MAX_RUNS: usize = 1 << 16;
+//! million frames with a few gaps cost a few runs, and in-order frames extend the last run.
+//! A receiver of a temporal plan holds every n-th frame: one run (16 bytes) per frame.
 
 /// A set of frame numbers as sorted, disjoint, non-adjacent half-open runs `[start, end)`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FrameSet {
     runs: Vec<(u64, u64)>,
     count: u64,
-    unrecorded: u64,
 }
 
 impl FrameSet {
@@ -39,12 +35,8 @@ impl FrameSet {
                 return true;
             }
         }
-        if self.runs.len() >= MAX_RUNS {
-            self.unrecorded += 1;
-        } else {
-            self.runs.insert(i, (frame, end));
-            self.count += 1;
-        }
+        self.runs.insert(i, (frame, end));
+        self.count += 1;
         true
     }
 
@@ -53,18 +45,13 @@ impl FrameSet {
         self.runs.get(i).is_some_and(|&(s, _)| s <= frame)
     }
 
-    /// Frames in the set (those in [`FrameSet::unrecorded`] included).
+    /// Frames in the set.
     pub fn len(&self) -> u64 {
-        self.count + self.unrecorded
+        self.count
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// Frames counted but not kept because the set had [`MAX_RUNS`] runs already.
-    pub fn unrecorded(&self) -> u64 {
-        self.unrecorded
     }
 
     /// The runs, sorted.

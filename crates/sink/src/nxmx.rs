@@ -32,7 +32,7 @@ pub enum SinkError {
     /// Writing a frame failed (a full disk, an I/O error). The writer stops: the file keeps
     /// the frames written before, and [`NxmxWriter::finish`] still closes it cleanly.
     #[error("writing frame {frame} to {path} failed: {cause}")]
-    Write { path: PathBuf, frame: u64, cause: String, no_space: bool },
+    Write { path: PathBuf, frame: u64, cause: String },
     /// A write after a failed one.
     #[error("{path}: writing stopped after an earlier failure")]
     Stopped { path: PathBuf },
@@ -228,27 +228,20 @@ impl NxmxWriter {
         self.reserve.is_some()
     }
 
-    /// Whether a write failed (nothing more is written; `finish` still closes the file).
-    pub fn failed(&self) -> bool {
-        self.failed
-    }
-
     /// Stops writing after a failed write of `frame`, saying why in terms of the operating
     /// system where HDF5 knows it.
     fn fail(&mut self, frame: u64, e: hdf5::Error) -> SinkError {
-        let os = os_error(&e);
-        let no_space = os.as_ref().is_some_and(|o| o.raw_os_error() == Some(libc::ENOSPC));
-        let cause = os.map_or_else(|| e.to_string(), |o| o.to_string());
-        self.stop_writing(frame, cause, no_space)
+        let cause = os_error(&e).map_or_else(|| e.to_string(), |o| o.to_string());
+        self.stop_writing(frame, cause)
     }
 
     /// Stops writing and gives the reserve back, so that closing the file has room.
-    fn stop_writing(&mut self, frame: u64, cause: String, no_space: bool) -> SinkError {
+    fn stop_writing(&mut self, frame: u64, cause: String) -> SinkError {
         self.failed = true;
         if let Some(r) = self.reserve.as_mut() {
             r.release();
         }
-        SinkError::Write { path: self.path.clone(), frame, cause, no_space }
+        SinkError::Write { path: self.path.clone(), frame, cause }
     }
 
     /// The filesystem's free space when it is short of `bytes` plus [`HEADROOM_BYTES`].
@@ -388,13 +381,13 @@ impl NxmxWriter {
         if self.failed {
             return Err(SinkError::Stopped { path: self.path.clone() });
         }
+        if let Some(free) = self.short_of_space(chunk.len()) {
+            let cause = format!("{} ({free} bytes free for a {}-byte frame)", std::io::Error::from_raw_os_error(libc::ENOSPC), chunk.len());
+            return Err(self.stop_writing(frame_number, cause));
+        }
         let (h, w) = (self.meta.geometry.height(), self.meta.geometry.width());
         // one row at a time: a failed write leaves at most its own row behind
         self.data.resize((self.frames + 1, h, w)).map_err(self.err())?;
-        if let Some(free) = self.short_of_space(chunk.len()) {
-            let cause = format!("{} ({free} bytes free for a {}-byte frame)", std::io::Error::from_raw_os_error(libc::ENOSPC), chunk.len());
-            return Err(self.stop_writing(frame_number, cause, true));
-        }
         if let Err(e) = write_chunk(&self.data, self.frames, chunk) {
             return Err(self.fail(frame_number, e));
         }
@@ -562,8 +555,6 @@ impl NxmxWriter {
     pub fn frames(&self) -> usize {
         self.frames
     }
-
-
 
     /// Trims the datasets to the frames written and writes the per-frame tables: the file
     /// holds exactly the frames whose writes succeeded, also after a failed write.
