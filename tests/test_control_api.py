@@ -56,7 +56,7 @@ def request(**kw):
     return r
 
 
-def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons):
+def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
     dr = daemons["dr0"]
     assert call("POST", dr + "/start", {})[0] == 409, "no buffers yet"
     assert call("POST", dr + "/stop", {})[0] == 409, "nothing to stop"
@@ -78,6 +78,14 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons):
     assert code == 409, "no reconfiguration mid-run"
     code, stop = call("POST", dr + "/stop", {})
     assert code == 200 and stop["frames_complete"] == 0
+    assert stop["output"] is None and not (tmp_path / "ok.h5").exists(), "an acquisition that saved nothing keeps no file"
+    # an existing output is refused, and kept, unless the start asks to overwrite it
+    (tmp_path / "precious.h5").write_bytes(b"data")
+    code, body = call("POST", dr + "/start", {"output": "precious.h5"})
+    assert code == 409 and "precious.h5 exists" in body["error"], body
+    assert (tmp_path / "precious.h5").read_bytes() == b"data"
+    assert call("POST", dr + "/start", {"output": "precious.h5", "overwrite": True})[0] == 200
+    assert call("POST", dr + "/stop", {})[0] == 200
     assert call("GET", dr + "/status")[1]["state"] == "configured"
     metrics = urllib.request.urlopen(dr + "/metrics").read().decode()
     assert 'rdaq_dropped_bad_key_total{receiver="dr0"} 0' in metrics
@@ -141,6 +149,11 @@ def test_manager_api_shows_events_and_the_report(rdaq, daemons, tmp_path):
         assert kinds.count("end_of_frame") == 40 and kinds.count("end_of_transfer") == 2
         mgr.send_signal(signal.SIGINT)
         assert mgr.wait(timeout=20) == 0
+        # a second run into the same directory would replace the report: refused before anything starts
+        r = subprocess.run([str(rdaq), "manage", "--topology", str(topo), "--frames", "2", "--out", str(tmp_path / "o")],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "report.json exists" in r.stderr, r.stderr
+        assert call("GET", dr + "/status")[1]["state"] != "acquiring"
     finally:
         if mgr.poll() is None:
             mgr.kill()

@@ -174,11 +174,13 @@ impl Source {
         }
     }
 
-    /// Whether this source still has frame `frame` to come: it is sending older frames
-    /// (newest below `frame`) and was heard from within `silence`. A module that is only
-    /// late must not have its frame expired; one that went silent may.
+    /// Whether this source still has frame `frame` to come: it is sending that frame or older
+    /// ones (newest not past `frame`) and was heard from within `silence`. A module that is
+    /// only late (a busy machine running its thread slowly, in the middle of the frame or
+    /// before it) must not have its frame expired; one that went silent, or went on to later
+    /// frames, may.
     pub fn on_its_way_to(&self, frame: u64, now: Instant, silence: Duration) -> bool {
-        self.newest_frame.is_some_and(|n| n < frame) && self.last_data.is_some_and(|t| now.duration_since(t) < silence)
+        self.newest_frame.is_some_and(|n| n <= frame) && self.last_data.is_some_and(|t| now.duration_since(t) < silence)
     }
 
     /// Queues a request; false (and nothing queued) when the queue is full.
@@ -776,7 +778,7 @@ impl Placement {
 
     /// Finishes every frame whose first datagram is older than `timeout`, unless a source
     /// whose cells it lacks is still on its way to it ([`Source::on_its_way_to`]: sending
-    /// older frames, heard from within `timeout`). A late module is waited for; a silent
+    /// this frame or older ones, heard from within `timeout`). A late module is waited for; a silent
     /// one is not, while the others go on sending (one never heard from is waited for
     /// [`QUIET_FACTOR`] timeouts: it may not have started). The timeout counts only time in
     /// which the sources have been sending for a whole timeout: when every source has been

@@ -192,6 +192,13 @@ fn expiry_waits_for_a_late_module_not_for_a_silent_one() {
     sources[1].last_data = Some(t0 + Duration::from_millis(150));
     p.expire(t0 + Duration::from_millis(200), timeout, &sources);
     assert_eq!(p.take_ready().count(), 0, "module 1 is late, not lost");
+    // module 1 has begun frame 9 and is still sending it, slowly
+    sources[0].last_data = Some(t0 + Duration::from_millis(240));
+    sources[1].newest_frame = Some(9);
+    sources[1].last_data = Some(t0 + Duration::from_millis(240));
+    p.expire(t0 + Duration::from_millis(245), timeout, &sources);
+    assert_eq!(p.take_ready().count(), 0, "module 1 is in the middle of the frame");
+    sources[1].last_data = Some(t0 + Duration::from_millis(150));
     // module 1 went silent while module 0 goes on
     sources[0].last_data = Some(t0 + Duration::from_millis(250));
     p.expire(t0 + Duration::from_millis(260), timeout, &sources);
