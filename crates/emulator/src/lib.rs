@@ -7,6 +7,8 @@
 //! The modules share a [`trigger`]: none runs more than [`TRIGGER_LEAD`] frames ahead of the
 //! slowest, as real modules on one trigger signal.
 
+#![forbid(unsafe_code)]
+
 pub mod faults;
 pub mod packetize;
 pub mod trigger;

@@ -4,6 +4,8 @@
 //! the field ([`tomldoc`]). The control API that uploads these to the modules and receivers
 //! is built on top, in the binary.
 
+#![forbid(unsafe_code)]
+
 pub mod dtp;
 pub mod ras;
 pub mod tomldoc;

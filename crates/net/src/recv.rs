@@ -19,8 +19,13 @@ pub struct RecvStats {
     pub oversized: u64,
 }
 
+/// The most datagrams one `recvmmsg` call reads (the kernel's `UIO_MAXIOV`).
+pub const MAX_BATCH: usize = 1024;
+
 pub struct MmsgReceiver {
     batch: usize,
+    /// Datagrams the last call received.
+    received: usize,
     hdr_len: usize,
     landing_len: usize,
     headers: Vec<u8>,
@@ -37,11 +42,13 @@ pub struct MmsgReceiver {
 unsafe impl Send for MmsgReceiver {}
 
 impl MmsgReceiver {
-    /// `batch` datagrams per call, each at most `hdr_len + landing_len` bytes.
+    /// `batch` datagrams per call (1..=[`MAX_BATCH`]), each at most `hdr_len + landing_len`
+    /// bytes.
     pub fn new(batch: usize, hdr_len: usize, landing_len: usize) -> Self {
-        let batch = batch.clamp(1, 1024);
+        assert!((1..=MAX_BATCH).contains(&batch), "batch {batch} must be 1..={MAX_BATCH}");
         MmsgReceiver {
             batch,
+            received: 0,
             hdr_len,
             landing_len,
             headers: vec![0; batch * hdr_len],
@@ -70,9 +77,10 @@ impl MmsgReceiver {
     ///
     /// # Safety
     /// Every pointer returned by `land` must be valid for writes of [`Self::landing_len`]
-    /// bytes, and nothing may read or write that memory until this call has returned and the
-    /// caller has looked at the headers (the kernel writes into it during the call).
+    /// bytes during the call, and for reads until the next call or the receiver's drop
+    /// ([`Self::payload`] reads it); nothing else may write that memory in that time.
     pub unsafe fn recv(&mut self, fd: RawFd, mut land: impl FnMut(usize) -> Option<*mut u8>) -> io::Result<usize> {
+        self.received = 0;
         for i in 0..self.batch {
             let dst = land(i).unwrap_or_else(|| self.scratch.as_mut_ptr().add(i * self.landing_len));
             self.landed[i] = dst;
@@ -98,6 +106,7 @@ impl MmsgReceiver {
             };
         }
         let n = rc as usize;
+        self.received = n;
         self.stats.datagrams += n as u64;
         for m in &self.msgs[..n] {
             self.stats.bytes += m.msg_len as u64;
@@ -133,10 +142,20 @@ impl MmsgReceiver {
         sockaddr(&self.names[i], self.msgs[i].msg_hdr.msg_namelen)
     }
 
-    /// Where the payload of datagram `i` landed.
+    /// Datagrams the last call received.
+    pub fn received(&self) -> usize {
+        self.received
+    }
+
+    /// The payload of datagram `i` of the last call, where it landed.
     #[inline]
-    pub fn landed(&self, i: usize) -> *mut u8 {
-        self.landed[i]
+    pub fn payload(&self, i: usize) -> &[u8] {
+        assert!(i < self.received, "datagram {i} of a call that received {}", self.received);
+        let len = (self.msgs[i].msg_len as usize).saturating_sub(self.hdr_len).min(self.landing_len);
+        // SAFETY: datagram i was received by the last call, so `landed[i]` is the scratch or
+        // the caller's landing it was given, which `recv`'s contract keeps readable for
+        // `landing_len >= len` bytes until the next call; the kernel wrote those `len` bytes.
+        unsafe { std::slice::from_raw_parts(self.landed[i], len) }
     }
 }
 

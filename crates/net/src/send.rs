@@ -147,10 +147,12 @@ impl BatchSender {
     /// Points message `m` at the last `count` datagrams pushed to `iov`.
     fn build_msg(&mut self, m: usize, count: usize, seg: usize) {
         let start = self.iov.len() - 2 * count;
-        // SAFETY: zeroed mmsghdr is valid; the iov pointer stays valid until `flush` returns
-        // because `iov` has enough reserved capacity and is not reallocated before then.
         let msg = &mut self.msgs[m];
+        // SAFETY: an all-zero mmsghdr is valid (null pointers, zero lengths).
         *msg = unsafe { std::mem::zeroed() };
+        // SAFETY: start + 2 * count == iov.len(), so the pointer stays inside `iov`; it stays
+        // valid until `flush` returns because `iov` has enough reserved capacity and is not
+        // reallocated before then.
         msg.msg_hdr.msg_iov = unsafe { self.iov.as_mut_ptr().add(start) };
         msg.msg_hdr.msg_iovlen = 2 * count;
         if self.gso && count > 1 {

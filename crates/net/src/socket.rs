@@ -130,8 +130,9 @@ pub fn thread_cpu_time() -> std::time::Duration {
 /// Times the calling thread has given up the CPU to wait (voluntary context switches): its
 /// wake-ups, each of which costs CPU of its own.
 pub fn thread_waits() -> u64 {
-    // SAFETY: getrusage writes one rusage struct for the calling thread.
+    // SAFETY: an all-zero rusage is valid (plain integers).
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage struct for the calling thread into `ru`.
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     ru.ru_nvcsw as u64
 }

@@ -121,6 +121,10 @@ pub fn kev_to_photons<T: Count>(kev: &[f32], photon_kev: f32, out: &mut [T]) {
     kev_to_photons_loop(kev, photon_kev, out);
 }
 
+/// [`kev_to_photons_loop`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must have AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn kev_to_photons_avx2<T: Count>(kev: &[f32], photon_kev: f32, out: &mut [T]) {
@@ -238,6 +242,10 @@ impl Converter {
         self.to_kev_blocks(first, raw, out);
     }
 
+    /// [`Converter::to_kev_blocks`] compiled for AVX2.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn to_kev_avx2(&self, first: usize, raw: &[u16], out: &mut [f32]) {

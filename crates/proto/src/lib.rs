@@ -10,6 +10,8 @@
 //!
 //! The byte layouts are documented in `docs/protocol.md`.
 
+#![forbid(unsafe_code)]
+
 pub mod datagram;
 pub mod events;
 pub mod nack;

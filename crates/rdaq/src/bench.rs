@@ -67,7 +67,8 @@ pub struct IngestArgs {
     probe: u64,
     #[arg(long, default_value_t = 8192)]
     payload_bytes: u32,
-    #[arg(long, default_value_t = 64)]
+    /// Datagrams per read (1..=1024).
+    #[arg(long, default_value_t = 64, value_parser = batch_size)]
     pub(crate) batch: usize,
     #[arg(long, default_value_t = 256)]
     pub(crate) recv_buffer_mib: usize,
@@ -146,7 +147,7 @@ fn hosts_run(a: &HostsArgs, n: usize, rate: f64) -> anyhow::Result<HostsOutcome>
                         let now = Instant::now();
                         first.get_or_insert(now);
                         last = now;
-                        rx.release(f);
+                        rx.release(f).expect("a frame of this receiver");
                     }
                     (first, last)
                 })
@@ -356,6 +357,15 @@ fn run_bare(a: &IngestArgs, count: u64, rate: Option<f64>, ring: bool) -> anyhow
 /// Receives into scratch and discards; returns (received, first..last, datagrams in that
 /// window, thread CPU time).
 #[allow(clippy::too_many_arguments)]
+/// A `--batch` value: what one read of the receiver takes.
+fn batch_size(s: &str) -> Result<usize, String> {
+    let max = rdaq_receiver::engine::MAX_BATCH;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("must be a number of datagrams from 1 to {max}")),
+    }
+}
+
 fn bare_loop(sock: UdpSocket, batch: usize, payload: usize, count: u64, pin: Option<usize>, ring: bool, done: &AtomicBool) -> anyhow::Result<(u64, Duration, u64, Duration)> {
     if let Some(cpu) = pin {
         socket::pin_current_thread(cpu)?;
@@ -425,7 +435,7 @@ fn run_place(a: &IngestArgs, count: u64, rate: Option<f64>) -> anyhow::Result<Ou
                 let now = Instant::now();
                 first.get_or_insert(now);
                 last = now;
-                rx_ref.release(f);
+                rx_ref.release(f).expect("a frame of this receiver");
             }
             (first, last)
         });

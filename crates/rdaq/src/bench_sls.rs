@@ -158,7 +158,7 @@ fn run_rdaq(a: &IngestArgs, frames: u64, rate: f64, pattern: Pattern) -> anyhow:
         let consumer = s.spawn(move || {
             let (cpu0, sleeps0) = (socket::thread_cpu_time(), socket::thread_waits());
             for f in rx_ref.frames().iter() {
-                rx_ref.release(f);
+                rx_ref.release(f).expect("a frame of this receiver");
             }
             (socket::thread_cpu_time() - cpu0, socket::thread_waits() - sleeps0)
         });

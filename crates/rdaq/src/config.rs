@@ -336,8 +336,8 @@ impl Config {
         if self.network.payload_bytes == 0 || self.network.payload_bytes > MAX_PAYLOAD {
             bail!("network.payload_bytes must be 1..={MAX_PAYLOAD}, not {}", self.network.payload_bytes);
         }
-        if self.network.batch == 0 || self.network.batch > 1024 {
-            bail!("network.batch must be 1..=1024, not {}", self.network.batch);
+        if !(1..=rdaq_receiver::engine::MAX_BATCH).contains(&self.network.batch) {
+            bail!("network.batch must be 1..={}, not {}", rdaq_receiver::engine::MAX_BATCH, self.network.batch);
         }
         if !(0.0..=100.0).contains(&self.network.coalesce_ms) {
             bail!("network.coalesce_ms must be 0 to 100, not {}", self.network.coalesce_ms);

@@ -8,7 +8,7 @@ use crossbeam_channel::RecvTimeoutError;
 
 use indicatif::ProgressBar;
 use rdaq_detector::{as_bytes, as_words, Geometry};
-use rdaq_receiver::placement::{FrameReady, FrameStatus};
+use rdaq_receiver::{FrameReady, FrameStatus};
 use rdaq_receiver::Receiver;
 use rdaq_sink::NxmxWriter;
 
@@ -46,7 +46,7 @@ pub fn missing_ranges(rx: &Receiver, geometry: &Geometry, f: &FrameReady) -> Vec
     let grid = rx.grid();
     let mb = geometry.module_bytes();
     let mut out = Vec::new();
-    for &c in &f.missing {
+    for &c in f.missing() {
         let (off, len) = (grid.cell_offset(c) as usize, grid.cell_len(c) as usize);
         let m = off / mb;
         let start = (off - m * mb) / 2;
@@ -89,7 +89,7 @@ pub fn consume(
         s.first.get_or_insert(now);
         s.last = Some(now);
         bar.inc(1);
-        match f.status {
+        match f.status() {
             FrameStatus::Discarded => {
                 s.discarded += 1;
                 continue;
@@ -103,10 +103,10 @@ pub fn consume(
             } else {
                 let before = w.bytes_written;
                 let missing = missing_ranges(rx, geometry, &f);
-                let words = as_words(rx.data(&f));
+                let words = as_words(rx.data(&f)?);
                 let mp = geometry.module_pixels();
                 geometry.assemble(|m| &words[m as usize * mp..(m as usize + 1) * mp], &mut image);
-                match w.write_frame(f.frame, as_bytes(&image), &missing) {
+                match w.write_frame(f.frame(), as_bytes(&image), &missing) {
                     Ok(()) => {
                         s.bytes_in += words.len() as u64 * 2;
                         s.bytes_out += w.bytes_written - before;
@@ -116,7 +116,7 @@ pub fn consume(
                 }
             }
         }
-        rx.release(f);
+        rx.release(f)?;
     }
     Ok(s)
 }

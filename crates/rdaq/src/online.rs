@@ -24,10 +24,13 @@ use rdaq_process::pedestal::Pedestal;
 use rdaq_process::pipeline::{Emit, Pipeline, Policy, StageStats, WhenFull};
 use rdaq_process::spots::{is_hit, LocalSnr, LocalSnrParams, Spot};
 use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain};
-use rdaq_receiver::placement::{FrameReady, FrameStatus};
+use rdaq_receiver::{FrameReady, FrameStatus};
 use rdaq_receiver::Receiver;
 use rdaq_sink::{NxmxWriter, PixelType};
 use serde::Serialize;
+
+/// What a stage expects of the frames it is given: taken from the receiver it reads.
+const OWN_FRAME: &str = "a handed frame of this receiver";
 
 use crate::consume::{missing_ranges, next_frame, ConsumeStats};
 
@@ -168,8 +171,8 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
             let pool = pool.clone();
             Box::new(move |mut wk: Box<Work>, _: &Emit<Box<Work>>| {
                 let f = wk.ready.take().expect("dark frames come with their slot");
-                if f.status == FrameStatus::Complete {
-                    let words = as_words(rx.data(&f));
+                if f.status() == FrameStatus::Complete {
+                    let words = as_words(rx.data(&f).expect(OWN_FRAME));
                     for m in 0..g.modules {
                         let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
                         g.module_runs(m, |from, at, run| tracker.push_at(at, &module[from..from + run]));
@@ -179,7 +182,7 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
                 } else {
                     dark_incomplete.fetch_add(1, Ordering::Relaxed);
                 }
-                rx.release(f);
+                rx.release(f).expect(OWN_FRAME);
                 // publish once the window is full, then every `publish` dark frames
                 if tracker.frames() >= setup.window as u64 && since_publish >= setup.publish {
                     since_publish = 0;
@@ -210,13 +213,13 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
                     conv = Converter::shared(shared_ref.cal.read().expect("not poisoned").clone(), setup.invalid).expect("the tracked pedestal is finite");
                 }
                 let f = wk.ready.take().expect("signal frames come with their slot");
-                let words = as_words(rx.data(&f));
+                let words = as_words(rx.data(&f).expect(OWN_FRAME));
                 let image = &mut wk.image;
                 for m in 0..g.modules {
                     let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
                     g.module_runs(m, |from, at, run| conv.to_kev_at(at, &module[from..from + run], &mut image[at..at + run]));
                 }
-                rx.release(f);
+                rx.release(f).expect(OWN_FRAME);
                 e.send(0, wk);
             })
         });
@@ -307,7 +310,7 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
                 let mut st = stats_ref.lock().expect("not poisoned");
                 st.first.get_or_insert(now);
                 st.last = Some(now);
-                match f.status {
+                match f.status() {
                     FrameStatus::Discarded => {
                         st.discarded += 1;
                         bar.inc(1);
@@ -325,11 +328,11 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
                     pool_rx.recv().expect("the pool outlives the graph")
                 }
             };
-            wk.frame = f.frame;
+            wk.frame = f.frame();
             wk.missing = missing_ranges(rx, &g, &f);
             wk.spots.clear();
             wk.hit = false;
-            let dark = setup.chopper.is_dark(f.frame);
+            let dark = setup.chopper.is_dark(f.frame());
             wk.ready = Some(f);
             if dark {
                 source.dark_frames += 1;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use rdaq_emulator::{Control, EmulatorConfig, EmulatorReport, FaultConfig};
 use rdaq_proto::telegram::ModuleDtp;
-use rdaq_receiver::placement::FrameStatus;
+use rdaq_receiver::FrameStatus;
 use rdaq_receiver::{Counters, IncompletePolicy, Receiver, ReceiverConfig};
 
 #[derive(clap::Args, Clone)]
@@ -103,16 +103,16 @@ fn run(a: &SoakArgs, frames: u64, faults: Option<FaultConfig>, progress: bool) -
                 if let Some(b) = &bar {
                     b.inc(1);
                 }
-                match f.status {
+                match f.status() {
                     FrameStatus::Discarded => continue,
                     FrameStatus::Incomplete => incomplete += 1,
                     FrameStatus::Complete => {
-                        if let Some(h) = hashes.get_mut(f.frame as usize) {
-                            *h = Some(xxhash_rust::xxh3::xxh3_64(receiver.data(&f)));
+                        if let Some(h) = hashes.get_mut(f.frame() as usize) {
+                            *h = Some(xxhash_rust::xxh3::xxh3_64(receiver.data(&f).expect("a complete frame of this receiver")));
                         }
                     }
                 }
-                receiver.release(f);
+                receiver.release(f).expect("a frame of this receiver");
             }
             (hashes, incomplete, last)
         });

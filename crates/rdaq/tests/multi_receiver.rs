@@ -9,7 +9,7 @@ use std::time::Duration;
 use rdaq_detector::MODULE_BYTES;
 use rdaq_emulator::{Control, EmulatorConfig};
 use rdaq_manager::{Plan, Topology};
-use rdaq_receiver::placement::FrameStatus;
+use rdaq_receiver::FrameStatus;
 use rdaq_receiver::{Receiver, ReceiverConfig};
 
 const FRAMES: u64 = 12;
@@ -62,10 +62,10 @@ fn acquire_with(
                 s.spawn(move || {
                     let mut seen = Seen::new();
                     for f in rx.frames().iter() {
-                        let data = rx.data(&f);
+                        let data = rx.data(&f).unwrap();
                         let hashes = data.chunks(MODULE_BYTES).map(xxhash_rust::xxh3::xxh3_64).collect();
-                        seen.push((f.frame, f.status, hashes));
-                        rx.release(f);
+                        seen.push((f.frame(), f.status(), hashes));
+                        rx.release(f).unwrap();
                     }
                     seen
                 })

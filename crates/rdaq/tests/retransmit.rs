@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rdaq_emulator::{Control, EmulatorConfig, EmulatorReport, Fate, FaultConfig, Faults};
 use rdaq_proto::telegram::ModuleDtp;
-use rdaq_receiver::placement::{FrameStatus, MISSING_BYTE};
+use rdaq_receiver::{FrameStatus, MISSING_BYTE};
 use rdaq_receiver::{Counters, DropReason, IncompletePolicy, Receiver, ReceiverConfig};
 
 const FRAME_BYTES: u64 = 64 * 1024;
@@ -48,16 +48,16 @@ fn acquire(frames: u64, history_frames: u64, faults: FaultConfig) -> (Seen, Emul
         let consumer = s.spawn(|| {
             let mut seen = Seen::new();
             for f in rx.frames().iter() {
-                if f.status == FrameStatus::Discarded {
+                if f.status() == FrameStatus::Discarded {
                     continue;
                 }
-                let data = rx.data(&f);
-                let marked = f.missing.iter().all(|&c| {
+                let data = rx.data(&f).unwrap();
+                let marked = f.missing().iter().all(|&c| {
                     let at = (c * CELL) as usize;
                     data[at..at + CELL as usize].iter().all(|&b| b == MISSING_BYTE)
                 });
-                seen.insert(f.frame, (f.status, f.missing.clone(), xxhash_rust::xxh3::xxh3_64(data), marked));
-                rx.release(f);
+                seen.insert(f.frame(), (f.status(), f.missing().to_vec(), xxhash_rust::xxh3::xxh3_64(data), marked));
+                rx.release(f).unwrap();
             }
             seen
         });

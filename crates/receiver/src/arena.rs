@@ -20,6 +20,8 @@ pub struct Arena {
 // decided by the slot state machine in `placement` (receive thread while Free/Filling,
 // consumer while Handed), never by the Arena itself.
 unsafe impl Send for Arena {}
+// SAFETY: as for Send: shared access only hands out pointers and, through the unsafe
+// `slot`, slices whose callers vouch that nothing writes them.
 unsafe impl Sync for Arena {}
 
 impl Arena {
@@ -61,28 +63,33 @@ impl Arena {
         self.slot_bytes
     }
 
-    /// Start of slot `i` (`i < slots`).
+    /// Start of slot `i`.
+    ///
+    /// # Panics
+    /// When `i >= slots` (checked in release builds too: the pointer is written through).
     #[inline]
     pub fn slot_ptr(&self, i: usize) -> *mut u8 {
-        debug_assert!(i < self.slots);
-        // SAFETY: in bounds of the mapping for i < slots.
+        assert!(i < self.slots, "slot {i} of a {}-slot ring", self.slots);
+        // SAFETY: i < slots, so the offset lies inside the mapping (guard + slots).
         unsafe { self.base.add(GUARD_BYTES + i * self.slot_bytes) }
     }
 
     /// Whether `p .. p + len` lies inside the slot area.
     #[inline]
     pub fn contains(&self, p: *const u8, len: usize) -> bool {
-        let lo = self.slot_ptr(0) as usize;
+        let lo = self.base as usize + GUARD_BYTES;
         let hi = lo + self.slots * self.slot_bytes;
         (p as usize) >= lo && (p as usize).saturating_add(len) <= hi
     }
 
-    /// The bytes of slot `i`.
+    /// The bytes of slot `i` (panics when `i >= slots`).
     ///
     /// # Safety
-    /// No other thread may write the slot while the slice lives (the caller owns the slot).
+    /// Nothing may write the slot while the slice lives (the caller owns the slot).
     pub unsafe fn slot(&self, i: usize) -> &[u8] {
-        std::slice::from_raw_parts(self.slot_ptr(i), self.slot_bytes)
+        // SAFETY: slot_ptr checks i; the slot's bytes lie inside the mapping and were
+        // initialised at start; the caller guarantees no writer.
+        unsafe { std::slice::from_raw_parts(self.slot_ptr(i), self.slot_bytes) }
     }
 
     /// True when both guard regions still hold only the guard pattern.

@@ -7,7 +7,7 @@
 
 use crate::engine::{Format, JUNGFRAU_ROWS};
 use crate::grid::Grid;
-use crate::placement::{Source, SourceKind};
+use crate::source::{Source, SourceKind};
 
 /// Pixel rows per JUNGFRAU packet.
 const ROWS_PER_CELL: u32 = 4;

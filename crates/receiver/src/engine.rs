@@ -24,9 +24,25 @@ use crate::coalesce::{Coalesce, Next};
 use crate::counters::Counters;
 use crate::diagnose;
 use crate::grid::Grid;
+use crate::batch::Batch;
+use crate::frame::{FrameError, FrameReady, FrameStatus, Owner};
 use crate::ledger::Ledger;
-pub use crate::placement::IncompletePolicy;
-use crate::placement::{FrameReady, FrameStatus, Loss, Placement, Source, SourceKind};
+use crate::placement::Placement;
+use crate::source::{Loss, Source, SourceKind};
+
+pub use crate::frame::IncompletePolicy;
+
+/// The most datagrams one read may take: what both a `recvmmsg` call and placement's batch
+/// space hold.
+pub const MAX_BATCH: usize = min(rdaq_net::recv::MAX_BATCH, crate::placement::MAX_BATCH);
+
+const fn min(a: usize, b: usize) -> usize {
+    if a < b {
+        a
+    } else {
+        b
+    }
+}
 
 /// What arrives on the data ports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,6 +188,9 @@ impl Default for ReceiverConfig {
 pub enum ReceiverError {
     #[error("invalid receiver configuration: {0}")]
     Config(String),
+    /// Datagrams per read outside what one `recvmmsg` call and placement's batch space take.
+    #[error("invalid receiver configuration: batch {batch} must be 1..={max}", max = MAX_BATCH)]
+    Batch { batch: usize },
     #[error("cannot allocate the {bytes}-byte frame ring: {source}")]
     Memory { bytes: u64, source: io::Error },
     #[error("cannot bind data port {addr}: {source}")]
@@ -195,7 +214,9 @@ pub struct Receiver {
     grid: Grid,
     ports: Vec<u16>,
     frames: ChanRx<FrameReady>,
-    release_tx: ChanTx<(u32, u64)>,
+    release_tx: ChanTx<FrameReady>,
+    /// Whose frame tokens this receiver takes.
+    owner: Owner,
     flush_tx: ChanTx<(Control, ChanTx<Counters>)>,
     losses: ChanRx<Loss>,
     stop: Arc<AtomicBool>,
@@ -250,6 +271,9 @@ impl ReceiverConfig {
         }
         if self.slots == 0 {
             return bad("slots must be at least 1".into());
+        }
+        if !(1..=MAX_BATCH).contains(&self.batch) {
+            return Err(ReceiverError::Batch { batch: self.batch });
         }
         if !self.module_ids.is_empty() {
             let mut ids = self.module_ids.clone();
@@ -336,6 +360,7 @@ impl Receiver {
         let placement = Placement::new(arena.clone(), grid, &ids, cfg.buffer_base, keys, cfg.policy, cfg.batch)
             .with_checksum(cfg.checksum)
             .with_allowed_sources(cfg.sources.clone());
+        let placement_owner = placement.owner();
         // Unbounded: at most `slots` frames can be handed at once; what else queues are
         // small notices of discarded frames, and losing a handed frame would leak its slot.
         let (frames_tx, frames) = crossbeam_channel::unbounded();
@@ -370,6 +395,7 @@ impl Receiver {
             ports,
             frames,
             release_tx,
+            owner: placement_owner,
             flush_tx,
             losses,
             stop,
@@ -412,20 +438,28 @@ impl Receiver {
     }
 
     /// The bytes of a handed frame (complete, or incomplete with missing cells marked).
-    pub fn data<'a>(&'a self, f: &'a FrameReady) -> &'a [u8] {
-        assert!(f.status != FrameStatus::Discarded, "a discarded frame has no data");
-        // SAFETY: the slot is Handed and `f` stands for its ownership; the receive thread
-        // does not write a Handed slot, and `release` consumes `f`, so the slice cannot
-        // outlive the ownership.
-        unsafe { self.arena.slot(f.slot as usize) }
+    /// A discarded frame, or one of another receiver, has none here.
+    pub fn data<'a>(&'a self, f: &'a FrameReady) -> Result<&'a [u8], FrameError> {
+        f.check_owner(self.owner)?;
+        if f.status() == FrameStatus::Discarded {
+            return Err(FrameError::Discarded { frame: f.frame() });
+        }
+        // SAFETY: `f` is this receiver's token of a handed slot (checked above; tokens
+        // cannot be forged or copied): the receive thread does not write a handed slot, and
+        // the slice borrows `f`, which `release` consumes, so it cannot outlive the
+        // ownership. `slot` checks the index.
+        Ok(unsafe { self.arena.slot(f.slot() as usize) })
     }
 
-    /// Gives the frame's slot back to the receiver.
-    pub fn release(&self, f: FrameReady) {
-        if f.status != FrameStatus::Discarded {
+    /// Gives the frame's slot back to the receiver (nothing to give for a discarded frame).
+    /// A frame of another receiver is refused and changes nothing.
+    pub fn release(&self, f: FrameReady) -> Result<(), FrameError> {
+        f.check_owner(self.owner)?;
+        if f.status() != FrameStatus::Discarded {
             // the receive thread may have exited; then the slot is not needed any more
-            let _ = self.release_tx.send((f.slot, f.frame));
+            let _ = self.release_tx.send(f);
         }
+        Ok(())
     }
 
     /// Counters as last published by the receive thread (at most ~10 ms old).
@@ -495,7 +529,7 @@ struct Loop {
     /// Newest frame and last datagram of each source, reused by every request round.
     progress: Vec<(Option<u64>, Option<Instant>)>,
     frames_tx: ChanTx<FrameReady>,
-    release_rx: ChanRx<(u32, u64)>,
+    release_rx: ChanRx<FrameReady>,
     flush_rx: ChanRx<(Control, ChanTx<Counters>)>,
     losses_tx: ChanTx<Loss>,
     stop: Arc<AtomicBool>,
@@ -545,8 +579,9 @@ impl Loop {
         let mut last_expire = Instant::now();
         let mut last_publish = Instant::now();
         loop {
-            while let Ok((slot, frame)) = self.release_rx.try_recv() {
-                self.placement.release(slot, frame);
+            while let Ok(f) = self.release_rx.try_recv() {
+                // `Receiver::release` sends only this placement's tokens
+                self.placement.release(f).expect("a token of this receiver");
             }
             while let Ok((c, ack)) = self.flush_rx.try_recv() {
                 match c {
@@ -645,7 +680,7 @@ impl Loop {
                 // has looked at the headers; distinct within the batch.
                 let n = unsafe { rx.recv(sock.as_raw_fd(), |i| landings[i]) }?;
                 if n > 0 {
-                    self.placement.place_batch(rx, n, src, Instant::now());
+                    self.placement.place_batch(&*rx, src, Instant::now());
                     got += n;
                 }
                 if n < rx.batch() {
@@ -742,5 +777,31 @@ impl Loop {
     fn publish(&mut self, rx: &MmsgReceiver) {
         self.placement.counters.recv_syscalls = rx.stats.syscalls;
         *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = self.placement.counters;
+    }
+}
+
+impl Batch for MmsgReceiver {
+    fn count(&self) -> usize {
+        self.received()
+    }
+
+    fn header(&self, i: usize) -> &[u8] {
+        MmsgReceiver::header(self, i)
+    }
+
+    fn datagram_len(&self, i: usize) -> usize {
+        MmsgReceiver::datagram_len(self, i)
+    }
+
+    fn truncated(&self, i: usize) -> bool {
+        MmsgReceiver::truncated(self, i)
+    }
+
+    fn source(&self, i: usize) -> Option<SocketAddr> {
+        MmsgReceiver::source(self, i)
+    }
+
+    fn payload(&self, i: usize) -> &[u8] {
+        MmsgReceiver::payload(self, i)
     }
 }

@@ -1,256 +1,28 @@
-//! The receiver's core, independent of sockets: where a datagram goes (target), whether it
-//! may go there (slot state, bitmap), placing it, and finishing frames.
+//! The receiver's core, independent of sockets: whether a datagram may go where its header
+//! says ([`crate::target`]; slot state, bitmap), placing it, and finishing frames.
 //!
 //! Slot state machine (one slot = one local buffer = one frame at a time):
 //! `Free -> Filling(frame) -> Handed(frame) -> Free`. The receive thread owns Free and
 //! Filling slots; the consumer owns Handed slots until it releases them. Payloads are only
 //! ever written into Free or Filling slots, and only into cells whose bitmap bit is clear.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdaq_net::recv::MmsgReceiver;
-use rdaq_proto::datagram::{checksum, DecodeError, Flags, Header, CHECKSUM_LEN, HEADER_LEN};
-use rdaq_proto::nack::Missing;
-use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN};
-
 use crate::arena::Arena;
+use crate::batch::Batch;
 use crate::counters::{Counters, DropReason};
+use crate::frame::{FrameError, FrameReady, FrameStatus, IncompletePolicy, Owner, MISSING_BYTE};
 use crate::grid::Grid;
 use crate::ledger::Ledger;
-use crate::window::{LossWindow, Seen};
+use crate::source::{declare_lost, sls_packet_number, Loss, Source, SourceKind, LOSS_LOG};
+use crate::target::{Target, Targets};
+use crate::window::Seen;
 
-/// Retransmission requests a source may queue before they are sent; beyond it ranges are
-/// counted as dropped (a channel losing that much needs the frame timeout, not more NACKs).
-pub const NACK_QUEUE: usize = 4 * rdaq_proto::nack::NACK_MAX_ENTRIES;
-/// Loss reports kept between two reads by the engine.
-const LOSS_LOG: usize = 4096;
 /// How many frame timeouts a frame waits while every source is quiet (see
 /// [`Placement::expire`]).
 pub const QUIET_FACTOR: u32 = 10;
-
-/// A run of sequence numbers a data channel's loss window declared missing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Loss {
-    /// Global id of the module whose channel it is.
-    pub module: u16,
-    pub start: u32,
-    /// Exclusive (wrapping).
-    pub end: u32,
-}
-
-/// What happens to a frame that is still incomplete when its timeout expires, when a newer
-/// frame needs its slot, or at the end of the acquisition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IncompletePolicy {
-    /// Drop it; its slot is free again at once.
-    Discard,
-    /// Hand it on with every missing cell filled with [`MISSING_BYTE`] and its missing cells listed.
-    Keep,
-}
-
-/// Byte written over missing cells under [`IncompletePolicy::Keep`]: 0xFFFF words are the
-/// JUNGFRAU error word, so missing pixels can never be mistaken for data.
-pub const MISSING_BYTE: u8 = 0xff;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FrameStatus {
-    Complete,
-    /// Handed on with missing cells marked.
-    Incomplete,
-    /// Dropped; the slot was not handed on and must not be read or released.
-    Discarded,
-}
-
-/// A finished frame. For `Complete` and `Incomplete` the consumer owns the slot until it
-/// releases it.
-/// Not `Clone`: it stands for ownership of a handed slot, given back by `Receiver::release`.
-#[derive(Debug, PartialEq, Eq)]
-pub struct FrameReady {
-    pub slot: u32,
-    pub frame: u64,
-    pub status: FrameStatus,
-    pub received_cells: u32,
-    pub total_cells: u32,
-    /// Missing cells (empty when complete); cell `c` covers `Grid::cell_offset(c)`.
-    pub missing: Vec<u32>,
-    /// Immediate value of the frame's last datagram, if it carried one.
-    pub imm: Option<u32>,
-}
-
-/// How datagrams on one socket are read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SourceKind {
-    /// rdaq datagrams: the header names buffer, key, offset.
-    Rdaq,
-    /// Native JUNGFRAU packets of one module interface: packet `p` (expected in
-    /// `first_packet..first_packet + packets`) of frame `f` goes to the slot of `f`, cell
-    /// `module * cells_per_module + first_cell + p - first_packet`. A partial readout
-    /// (`readnrows`) sends only the packets of the rows read, numbered as in a full frame.
-    Sls { module: u16, first_cell: u32, first_packet: u32, packets: u32 },
-}
-
-impl SourceKind {
-    /// The cells of a slot this source fills, given the local module it sends for.
-    pub fn cells(self, module: u16, grid: &Grid) -> std::ops::Range<u32> {
-        let base = module as u32 * grid.cells_per_module;
-        match self {
-            SourceKind::Rdaq => base..base + grid.cells_per_module,
-            SourceKind::Sls { first_cell, packets, .. } => base + first_cell..base + first_cell + packets,
-        }
-    }
-}
-
-/// Packets an sls source received with a packet number it does not expect (another
-/// interface's, or rows outside the readout): what the diagnosis of a wrong setting needs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Unexpected {
-    pub packets: u64,
-    pub lowest: u32,
-    pub highest: u32,
-}
-
-impl Unexpected {
-    fn record(&mut self, packet: u32) {
-        if self.packets == 0 {
-            (self.lowest, self.highest) = (packet, packet);
-        }
-        self.packets += 1;
-        self.lowest = self.lowest.min(packet);
-        self.highest = self.highest.max(packet);
-    }
-}
-
-/// A socket's reading rules, its prediction of where the next datagram goes, and (for
-/// rdaq channels) its loss window and the retransmission requests waiting to be sent.
-#[derive(Clone, Debug)]
-pub struct Source {
-    pub kind: SourceKind,
-    /// Position in the slot of the module sending on it, and its global id.
-    pub module: u16,
-    pub module_id: u16,
-    next: Option<(u32, u32)>,
-    window: Option<LossWindow>,
-    /// Where its accepted datagrams last came from: where requests go.
-    pub peer: Option<SocketAddr>,
-    /// When it last delivered an accepted datagram.
-    pub last_data: Option<Instant>,
-    /// Its loss window was flushed since the last datagram.
-    pub flushed: bool,
-    /// The newest frame it delivered a datagram of.
-    pub newest_frame: Option<u64>,
-    /// Requests waiting to be sent (at most [`NACK_QUEUE`]).
-    pub nacks: Vec<Missing>,
-    /// Datagrams accepted from it.
-    pub accepted: u64,
-    /// sls packets it got with a packet number it does not expect.
-    pub unexpected: Unexpected,
-}
-
-impl Source {
-    /// A source whose first datagram is guessed to be local module `module`'s first cell of
-    /// slot 0 (where a ring starting at frame 0 puts it); `window` is `(size, lag)` of its
-    /// loss window (rdaq sources only).
-    pub fn new(kind: SourceKind, module: u16, module_id: u16, grid: &Grid, window: Option<(u32, u32)>) -> Self {
-        let first = match kind {
-            SourceKind::Rdaq => 0,
-            SourceKind::Sls { first_cell, .. } => first_cell,
-        };
-        let window = window.filter(|_| kind == SourceKind::Rdaq).map(|(size, lag)| LossWindow::new(size, lag));
-        Source {
-            kind,
-            module,
-            module_id,
-            next: Some((0, module as u32 * grid.cells_per_module + first)),
-            window,
-            peer: None,
-            last_data: None,
-            flushed: false,
-            newest_frame: None,
-            nacks: Vec::with_capacity(NACK_QUEUE),
-            accepted: 0,
-            unexpected: Unexpected::default(),
-        }
-    }
-
-    /// Whether this source still has frame `frame` to come: it is sending that frame or older
-    /// ones (newest not past `frame`) and was heard from within `silence`. A module that is
-    /// only late (a busy machine running its thread slowly, in the middle of the frame or
-    /// before it) must not have its frame expired; one that went silent, or went on to later
-    /// frames, may.
-    pub fn on_its_way_to(&self, frame: u64, now: Instant, silence: Duration) -> bool {
-        self.newest_frame.is_some_and(|n| n <= frame) && self.last_data.is_some_and(|t| now.duration_since(t) < silence)
-    }
-
-    /// Queues a request; false (and nothing queued) when the queue is full.
-    pub fn request(&mut self, m: Missing) -> bool {
-        if self.nacks.len() >= NACK_QUEUE {
-            return false;
-        }
-        self.nacks.push(m);
-        true
-    }
-
-    /// The channel went quiet: everything below the window's head that has not arrived is
-    /// lost; queue requests for it.
-    pub fn flush_window(&mut self, counters: &mut Counters, losses: &mut Vec<Loss>) {
-        let Some(w) = self.window.as_mut() else { return };
-        let (nacks, module) = (&mut self.nacks, self.module_id);
-        w.flush(|a, b| declare_lost(counters, losses, nacks, module, a, b));
-    }
-
-    /// Forgets the channel's history (a new acquisition).
-    pub fn reset(&mut self) {
-        if let Some(w) = self.window.as_mut() {
-            w.reset();
-        }
-        self.nacks.clear();
-        self.last_data = None;
-        self.flushed = false;
-        self.newest_frame = None;
-        self.accepted = 0;
-        self.unexpected = Unexpected::default();
-    }
-}
-
-/// The packet number of an sls header that was decoded before (so is long enough).
-fn sls_packet_number(hdr: &[u8]) -> u32 {
-    hdr.get(12..16).and_then(|b| b.try_into().ok()).map_or(u32::MAX, u32::from_le_bytes)
-}
-
-/// Records a run of lost sequence numbers: counted, reported, and queued as a request. A
-/// burst is declared one number per arrival as the head moves on, so a run that continues
-/// the previous one extends it.
-fn declare_lost(counters: &mut Counters, losses: &mut Vec<Loss>, nacks: &mut Vec<Missing>, module: u16, a: u32, b: u32) {
-    counters.seq_missing += b.wrapping_sub(a) as u64;
-    if let Some(l) = losses.last_mut().filter(|l| l.module == module && l.end == a) {
-        l.end = b;
-    } else if losses.len() < LOSS_LOG {
-        losses.push(Loss { module, start: a, end: b });
-    } else {
-        counters.loss_reports_dropped += 1;
-    }
-    if let Some(Missing::Seq { end, .. }) = nacks.last_mut().filter(|m| matches!(m, Missing::Seq { end, .. } if *end == a)) {
-        *end = b;
-    } else if nacks.len() < NACK_QUEUE {
-        nacks.push(Missing::Seq { start: a, end: b });
-    } else {
-        counters.nack_ranges_dropped += 1;
-    }
-}
-
-/// Where a datagram goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Target {
-    pub slot: u32,
-    pub cell: u32,
-    pub frame: u64,
-    pub imm: Option<u32>,
-    /// The channel's sequence number (rdaq only).
-    pub seq: u32,
-    pub retransmit: bool,
-}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum State {
@@ -288,17 +60,13 @@ enum Src {
 }
 
 pub struct Placement {
+    /// Whose frame tokens are these.
+    owner: Owner,
     arena: Arc<Arena>,
     grid: Grid,
-    /// Global module id -> position in the slot (`u16::MAX`: not served here).
-    module_index: Vec<u16>,
-    buffer_base: u32,
-    keys: Vec<u32>,
+    targets: Targets,
     slots: Vec<Slot>,
     policy: IncompletePolicy,
-    /// Datagrams carry the checksum extension (and must).
-    checksum: bool,
-    hdr_len: usize,
     /// Source addresses accepted (empty: any).
     allowed: Vec<IpAddr>,
     pub counters: Counters,
@@ -315,6 +83,10 @@ pub struct Placement {
     active_since: Option<Instant>,
     /// Loss reports since the engine last took them.
     pub losses: Vec<Loss>,
+    /// Datagrams one batch may hold: the bound of `evac` and `pending`.
+    batch: usize,
+    /// Where payloads that landed in a wrong cell of the ring wait during a batch: one cell's
+    /// bytes for each datagram of the batch.
     evac: Vec<u8>,
     pending: Vec<(Result<Target, DropReason>, Src, usize)>,
 }
@@ -322,9 +94,17 @@ pub struct Placement {
 // SAFETY: the raw pointers in `pending` are only used within one `place_batch` call.
 unsafe impl Send for Placement {}
 
+/// The most datagrams a batch may hold ([`Placement::new`]).
+pub const MAX_BATCH: usize = 1024;
+
 impl Placement {
     /// `keys[i]` is the access key of local buffer `buffer_base + i` (slot `i`);
-    /// `module_ids[i]` is the global id of the module at position `i` of a slot.
+    /// `module_ids[i]` is the global id of the module at position `i` of a slot; `batch`
+    /// (1..=[`MAX_BATCH`]) is the most datagrams [`Placement::place_batch`] is given at once.
+    ///
+    /// # Panics
+    /// When the arguments disagree with each other or `batch` is out of range (a
+    /// [`crate::ReceiverConfig`] is checked for these before it gets here).
     pub fn new(
         arena: Arc<Arena>,
         grid: Grid,
@@ -336,10 +116,7 @@ impl Placement {
     ) -> Self {
         assert_eq!(arena.slots(), keys.len(), "one key per slot");
         assert_eq!(module_ids.len(), grid.modules as usize, "one id per module of the grid");
-        let mut module_index = vec![u16::MAX; module_ids.iter().max().map_or(0, |&m| m as usize + 1)];
-        for (i, &m) in module_ids.iter().enumerate() {
-            module_index[m as usize] = i as u16;
-        }
+        assert!((1..=MAX_BATCH).contains(&batch), "batch {batch} must be 1..={MAX_BATCH}");
         assert_eq!(arena.slot_bytes() as u64, grid.slot_bytes(), "slot size matches the grid");
         let words = grid.cells().div_ceil(64) as usize;
         let now = Instant::now();
@@ -360,17 +137,15 @@ impl Placement {
             })
             .collect();
         Placement {
-            module_index,
+            owner: Owner::new(),
+            targets: Targets::new(grid, module_ids, buffer_base, keys),
+            batch,
             evac: vec![0; batch * grid.cell_bytes as usize],
             pending: Vec::with_capacity(batch),
             arena,
             grid,
-            buffer_base,
-            keys,
             slots,
             policy,
-            checksum: false,
-            hdr_len: HEADER_LEN,
             allowed: Vec::new(),
             counters: Counters::default(),
             ledger: Ledger::default(),
@@ -384,8 +159,7 @@ impl Placement {
 
     /// Requires every rdaq datagram to carry the checksum extension, and verifies it.
     pub fn with_checksum(mut self, on: bool) -> Self {
-        self.checksum = on;
-        self.hdr_len = HEADER_LEN + if on { CHECKSUM_LEN } else { 0 };
+        self.targets.set_checksum(on);
         self
     }
 
@@ -397,15 +171,12 @@ impl Placement {
 
     /// Bytes before the payload of an rdaq datagram here: what the engine reads as header.
     pub fn header_len(&self) -> usize {
-        self.hdr_len
+        self.targets.hdr_len
     }
 
-    /// Bytes before the payload of a datagram from a source of this kind.
-    fn header_len_of(&self, kind: SourceKind) -> usize {
-        match kind {
-            SourceKind::Rdaq => self.hdr_len,
-            SourceKind::Sls { .. } => SLS_HEADER_LEN,
-        }
+    /// The identity frame tokens of this placement carry.
+    pub(crate) fn owner(&self) -> Owner {
+        self.owner
     }
 
     pub fn grid(&self) -> &Grid {
@@ -417,82 +188,11 @@ impl Placement {
         self.ready.drain(..)
     }
 
-    /// Where an rdaq datagram goes; checks everything that does not depend on slot state.
-    /// `hdr` is the header area as read: [`Placement::header_len`] bytes (fewer if the
-    /// datagram was shorter).
-    pub fn target_rdaq(&self, hdr: &[u8], datagram_len: usize) -> Result<Target, DropReason> {
-        if hdr.len() < self.hdr_len {
-            return Err(DropReason::Truncated);
-        }
-        let hdr: &[u8; HEADER_LEN] = hdr[..HEADER_LEN].try_into().map_err(|_| DropReason::Truncated)?;
-        let h = Header::decode(hdr, datagram_len).map_err(|e| match e {
-            DecodeError::Truncated { .. } => DropReason::Truncated,
-            DecodeError::BadMagic(_) => DropReason::BadMagic,
-            DecodeError::BadVersion(_) => DropReason::BadVersion,
-            DecodeError::ReservedFlags(_) | DecodeError::ReservedField(_) => DropReason::BadHeader,
-            DecodeError::LengthMismatch { .. } => DropReason::LengthMismatch,
-            DecodeError::OffsetOverflow { .. } => DropReason::OutOfBounds,
-            DecodeError::BadChecksum => DropReason::BadChecksum,
-        })?;
-        if h.flags.contains(Flags::CHECKSUM) != self.checksum {
-            return Err(DropReason::ChecksumMode);
-        }
-        let slot = h.buffer.wrapping_sub(self.buffer_base);
-        if slot as usize >= self.keys.len() {
-            return Err(DropReason::UnknownBuffer);
-        }
-        if self.keys[slot as usize] != h.key {
-            return Err(DropReason::BadKey);
-        }
-        if h.end() > self.grid.slot_bytes() {
-            return Err(DropReason::OutOfBounds);
-        }
-        let module = match self.module_index.get(h.module as usize) {
-            Some(&i) if i != u16::MAX => i,
-            _ => return Err(DropReason::UnknownModule),
-        };
-        if h.dataset != 0 {
-            return Err(DropReason::UnknownDataset);
-        }
-        let cell = self.grid.cell_at(module, h.offset, h.length as u64).ok_or(DropReason::Misaligned)?;
-        let imm = h.flags.contains(Flags::IMM).then_some(h.imm);
-        Ok(Target { slot, cell, frame: h.frame, imm, seq: h.seq, retransmit: h.flags.contains(Flags::RETRANSMIT) })
-    }
-
-    /// Checks the checksum extension of an rdaq datagram whose target was found.
-    fn verify(&self, hdr: &[u8], payload: &[u8]) -> Result<(), DropReason> {
-        if !self.checksum {
-            return Ok(());
-        }
-        let head: &[u8; HEADER_LEN] = hdr[..HEADER_LEN].try_into().map_err(|_| DropReason::Truncated)?;
-        let stored = u32::from_le_bytes(hdr[HEADER_LEN..HEADER_LEN + CHECKSUM_LEN].try_into().map_err(|_| DropReason::Truncated)?);
-        if checksum(head, payload) == stored {
-            Ok(())
-        } else {
-            Err(DropReason::BadChecksum)
-        }
-    }
-
-    /// Where a native JUNGFRAU packet read from an sls source goes.
-    pub fn target_sls(&self, hdr: &[u8], datagram_len: usize, kind: SourceKind) -> Result<Target, DropReason> {
-        let SourceKind::Sls { module, first_cell, first_packet, packets } = kind else {
-            unreachable!("target_sls on an rdaq source")
-        };
-        let hdr: &[u8; SLS_HEADER_LEN] = hdr.try_into().map_err(|_| DropReason::Truncated)?;
-        let h = SlsHeader::decode(hdr);
-        h.check_jungfrau(datagram_len - SLS_HEADER_LEN, u32::MAX).map_err(|_| DropReason::BadSlsPacket)?;
-        let k = h.packet_number.wrapping_sub(first_packet);
-        if k >= packets {
-            return Err(DropReason::UnexpectedPacket);
-        }
-        let slot = (h.frame_number % self.slots.len() as u64) as u32;
-        let cell = module as u32 * self.grid.cells_per_module + first_cell + k;
-        Ok(Target { slot, cell, frame: h.frame_number, imm: None, seq: 0, retransmit: false })
-    }
-
     #[inline]
     fn dest(&self, t: &Target) -> *mut u8 {
-        // SAFETY: cell < grid.cells() and slot < slots, so the offset lies inside the slot.
+        assert!(t.cell < self.grid.cells(), "cell {} of a {}-cell slot", t.cell, self.grid.cells());
+        // SAFETY: slot_ptr checks slot < slots, and cell < grid.cells() (checked above), so
+        // the cell's offset lies inside the slot.
         unsafe { self.arena.slot_ptr(t.slot as usize).add(self.grid.cell_offset(t.cell) as usize) }
     }
 
@@ -537,54 +237,22 @@ impl Placement {
         }
     }
 
-    /// Places the `n` datagrams of the receive engine's last batch, read from `src`.
-    pub fn place_batch(&mut self, rx: &MmsgReceiver, n: usize, src: &mut Source, now: Instant) {
+    /// Places the datagrams of a batch read from `src`.
+    ///
+    /// # Panics
+    /// When the batch holds more datagrams than announced to [`Placement::new`].
+    pub fn place_batch(&mut self, batch: &impl Batch, src: &mut Source, now: Instant) {
+        let n = batch.count();
+        assert!(n <= self.batch, "a batch of {n} datagrams, where at most {} were announced", self.batch);
         self.counters.datagrams += n as u64;
-        let cell_bytes = self.grid.cell_bytes as usize;
         // Pass 1 (stateless): targets, and move every payload that landed in a wrong
         // predicted cell out of the arena, so that pass 2 may write any cell of this batch.
         self.pending.clear();
-        let hdr_len = self.header_len_of(src.kind);
         for i in 0..n {
-            let len = rx.datagram_len(i);
-            let payload = len.saturating_sub(hdr_len);
-            let landed = rx.landed(i);
-            let from = rx.source(i);
-            let t = if rx.truncated(i) {
-                Err(DropReason::Oversized)
-            } else if !self.allowed.is_empty() && !from.is_some_and(|a| self.allowed.contains(&a.ip())) {
-                Err(DropReason::UnknownSource)
-            } else {
-                match src.kind {
-                    SourceKind::Rdaq => self.target_rdaq(rx.header(i), len).and_then(|t| {
-                        // SAFETY: the datagram was not truncated, so its `payload` bytes lie
-                        // at `landed`, written by the kernel during the last receive.
-                        let p = unsafe { std::slice::from_raw_parts(landed, payload) };
-                        self.verify(rx.header(i), p).map(|()| t)
-                    }),
-                    SourceKind::Sls { .. } => self.target_sls(rx.header(i), len, src.kind),
-                }
-            };
-            match &t {
-                Ok(_) => {
-                    src.peer = from;
-                    src.accepted += 1;
-                }
-                Err(DropReason::UnexpectedPacket) => src.unexpected.record(sls_packet_number(rx.header(i))),
-                Err(_) => {}
-            }
-            let s = match &t {
-                Ok(t) if self.dest(t) == landed => Src::InPlace,
-                Ok(_) if self.arena.contains(landed, payload) => {
-                    // SAFETY: `landed` holds `payload` bytes the kernel just wrote inside the
-                    // arena; evac slot i is private and cell_bytes >= payload (target checked).
-                    let e = unsafe { self.evac.as_mut_ptr().add(i * cell_bytes) };
-                    unsafe { std::ptr::copy_nonoverlapping(landed, e, payload) };
-                    Src::At(e)
-                }
-                _ => Src::At(landed),
-            };
-            self.pending.push((t, s, payload));
+            let t = self.accept(batch, i, src);
+            let payload = batch.payload(i);
+            let s = self.stage(&t, payload, i);
+            self.pending.push((t, s, payload.len()));
         }
         // Pass 2 (stateful, in arrival order).
         for k in 0..n {
@@ -599,6 +267,45 @@ impl Placement {
                 Ok(t) => src.next = Some(self.successor(src.kind, t.slot, t.cell)),
                 Err(r) => self.count_drop(&t, r),
             }
+        }
+    }
+
+    /// Where datagram `i` of the batch goes, with the checks that need its source; notes
+    /// on the source where it came from (or what unexpected packet it was).
+    fn accept(&self, batch: &impl Batch, i: usize, src: &mut Source) -> Result<Target, DropReason> {
+        let from = batch.source(i);
+        let t = if batch.truncated(i) {
+            Err(DropReason::Oversized)
+        } else if !self.allowed.is_empty() && !from.is_some_and(|a| self.allowed.contains(&a.ip())) {
+            Err(DropReason::UnknownSource)
+        } else {
+            self.targets.find(src.kind, batch.header(i), batch.datagram_len(i), batch.payload(i))
+        };
+        match &t {
+            Ok(_) => {
+                src.peer = from;
+                src.accepted += 1;
+            }
+            Err(DropReason::UnexpectedPacket) => src.unexpected.record(sls_packet_number(batch.header(i))),
+            Err(_) => {}
+        }
+        t
+    }
+
+    /// Where the payload of datagram `i` of the batch waits for pass 2: at its destination,
+    /// in `evac` when it landed in another cell of the ring (which pass 2 may write), or
+    /// where it is (scratch).
+    fn stage(&mut self, t: &Result<Target, DropReason>, payload: &[u8], i: usize) -> Src {
+        let landed = payload.as_ptr();
+        match t {
+            Ok(t) if self.dest(t).cast_const() == landed => Src::InPlace,
+            Ok(_) if self.arena.contains(landed, payload.len()) => {
+                // indexing checks that the batch fits the space `new` set aside for it
+                let e = &mut self.evac[i * self.grid.cell_bytes as usize..][..payload.len()];
+                e.copy_from_slice(payload);
+                Src::At(e.as_ptr())
+            }
+            _ => Src::At(landed),
         }
     }
 
@@ -617,13 +324,10 @@ impl Placement {
     /// engine uses [`Placement::place_batch`]). Returns the drop reason, if dropped.
     pub fn place_datagram(&mut self, datagram: &[u8], src: SourceKind, now: Instant) -> Result<Target, DropReason> {
         self.counters.datagrams += 1;
-        let hl = self.header_len_of(src).min(datagram.len());
-        let t = match src {
-            SourceKind::Rdaq => self.target_rdaq(&datagram[..hl], datagram.len())
-                .and_then(|t| self.verify(&datagram[..hl], &datagram[hl..]).map(|()| t)),
-            SourceKind::Sls { .. } => self.target_sls(&datagram[..hl], datagram.len(), src),
-        };
-        let r = t.and_then(|t| self.place(t, Src::At(datagram[hl..].as_ptr()), datagram.len() - hl, now).map(|()| t));
+        let hl = self.targets.header_len(src).min(datagram.len());
+        let (hdr, payload) = datagram.split_at(hl);
+        let t = self.targets.find(src, hdr, datagram.len(), payload);
+        let r = t.and_then(|t| self.place(t, Src::At(payload.as_ptr()), payload.len(), now).map(|()| t));
         if let Err(reason) = r {
             self.count_drop(&t, reason);
         }
@@ -668,11 +372,15 @@ impl Placement {
         if self.slots[si].bitmap[w] & b != 0 {
             return Err(DropReason::Duplicate);
         }
+        if payload != self.grid.cell_len(t.cell) as usize {
+            return Err(DropReason::LengthMismatch);
+        }
         match src {
             Src::InPlace => self.counters.landed_in_place += 1,
-            // SAFETY: the target was checked to be one cell of this slot, `payload` is that
-            // cell's length, the slot is Filling (owned by this thread), and the source is
-            // scratch, evacuation space or the caller's datagram, none of which overlap it.
+            // SAFETY: `dest` checks that the target is one cell of this slot, `payload` is
+            // that cell's length (checked above), the slot is Filling (owned by this thread),
+            // and the source is scratch, evacuation space or the caller's datagram, none of
+            // which overlap it, holding `payload` bytes.
             Src::At(p) => unsafe { std::ptr::copy_nonoverlapping(p, self.dest(&t), payload) },
         }
         let slot = &mut self.slots[si];
@@ -766,6 +474,7 @@ impl Placement {
             FrameStatus::Discarded => self.counters.frames_discarded += 1,
         }
         self.ready.push(FrameReady {
+            owner: self.owner,
             slot: si as u32,
             frame: s.frame,
             status,
@@ -889,16 +598,31 @@ impl Placement {
         self.active_since = None;
     }
 
-    /// Gives a handed slot back. Returns false (and changes nothing) if the slot does not
-    /// hold that frame in the handed state.
-    pub fn release(&mut self, slot: u32, frame: u64) -> bool {
-        match self.slots.get_mut(slot as usize) {
-            Some(s) if s.state == State::Handed && s.frame == frame => {
-                s.state = State::Free;
-                true
-            }
-            _ => false,
+    /// Gives the slot of a handed frame back (a discarded frame has none: nothing to do).
+    /// A frame of another placement is refused and changes nothing.
+    pub fn release(&mut self, f: FrameReady) -> Result<(), FrameError> {
+        f.check_owner(self.owner)?;
+        if f.status == FrameStatus::Discarded {
+            return Ok(());
         }
+        let s = &mut self.slots[f.slot as usize];
+        // a token of this placement is the one claim on its handed slot (it cannot be
+        // copied, forged or given back twice)
+        assert!(s.state == State::Handed && s.frame == f.frame, "frame {} is not handed in slot {}", f.frame, f.slot);
+        s.state = State::Free;
+        Ok(())
+    }
+
+    /// The bytes of a handed frame (complete, or incomplete with its missing cells marked).
+    pub fn data<'a>(&'a self, f: &'a FrameReady) -> Result<&'a [u8], FrameError> {
+        f.check_owner(self.owner)?;
+        if f.status == FrameStatus::Discarded {
+            return Err(FrameError::Discarded { frame: f.frame });
+        }
+        // SAFETY: `f` is this placement's token of a handed slot: nothing writes a handed
+        // slot, and the slice borrows `f`, which `release` consumes, so it cannot outlive
+        // the consumer's ownership.
+        Ok(unsafe { self.arena.slot(f.slot as usize) })
     }
 
     /// Frames currently filling.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rdaq_net::send::BatchSender;
 use rdaq_proto::datagram::{Flags, Header, HEADER_LEN};
-use rdaq_receiver::placement::FrameStatus;
+use rdaq_receiver::FrameStatus;
 use rdaq_receiver::{Format, IncompletePolicy, Receiver, ReceiverConfig};
 
 const MODULE_BYTES: u64 = 64 * 1024;
@@ -34,11 +34,7 @@ fn run(predict: bool, disorder: bool) {
     };
     let mut rx = Receiver::start(cfg).unwrap();
     let map = rx.buffer_map().clone();
-    let consumer = {
-        let frames_rx = rx.frames().clone();
-        std::thread::spawn(move || frames_rx)
-    };
-    let frames_rx = consumer.join().unwrap();
+    let frames_rx = rx.frames().clone();
     let mut senders: Vec<BatchSender> = map
         .data_ports
         .iter()
@@ -47,20 +43,20 @@ fn run(predict: bool, disorder: bool) {
     let mut seen = Vec::new();
     let check = |rx: &Receiver, seen: &mut Vec<(u64, FrameStatus, Vec<u32>)>| {
         while let Ok(f) = frames_rx.try_recv() {
-            let data = rx.data(&f);
+            let data = rx.data(&f).unwrap();
             for m in 0..2u16 {
                 for c in 0..CELLS {
                     let cell = (m as u64 * CELLS + c) as u32;
                     let at = (m as u64 * MODULE_BYTES + c * CELL as u64) as usize;
-                    let expect_missing = f.missing.contains(&cell);
+                    let expect_missing = f.missing().contains(&cell);
                     for i in (0..CELL).step_by(97) {
-                        let want = if expect_missing { 0xff } else { byte(f.frame, m, c, i) };
-                        assert_eq!(data[at + i], want, "frame {} module {m} cell {c} byte {i}", f.frame);
+                        let want = if expect_missing { 0xff } else { byte(f.frame(), m, c, i) };
+                        assert_eq!(data[at + i], want, "frame {} module {m} cell {c} byte {i}", f.frame());
                     }
                 }
             }
-            seen.push((f.frame, f.status, f.missing.clone()));
-            rx.release(f);
+            seen.push((f.frame(), f.status(), f.missing().to_vec()));
+            rx.release(f).unwrap();
         }
     };
     for frame in 0..frames {
@@ -180,10 +176,10 @@ fn flush_finishes_frames_in_progress_and_keeps_receiving() {
     let c = rx.flush().unwrap();
     assert_eq!((c.frames_incomplete, c.placed), (1, 3));
     let f = rx.frames().try_recv().expect("the flushed frame is there when flush returns");
-    assert_eq!((f.frame, f.status, f.missing.len()), (0, FrameStatus::Incomplete, 5));
-    rx.release(f);
+    assert_eq!((f.frame(), f.status(), f.missing().len()), (0, FrameStatus::Incomplete, 5));
+    rx.release(f).unwrap();
     send(&mut tx, 1, 0..CELLS); // the receiver is still up
     let f = rx.frames().recv_timeout(Duration::from_secs(5)).unwrap();
-    assert_eq!((f.frame, f.status), (1, FrameStatus::Complete));
-    rx.release(f);
+    assert_eq!((f.frame(), f.status()), (1, FrameStatus::Complete));
+    rx.release(f).unwrap();
 }

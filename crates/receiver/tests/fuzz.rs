@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use rdaq_proto::datagram::{checksum, Flags, Header, CHECKSUM_LEN, HEADER_LEN};
 use rdaq_receiver::arena::Arena;
 use rdaq_receiver::grid::Grid;
-use rdaq_receiver::placement::{FrameStatus, Placement, SourceKind, MISSING_BYTE};
+use rdaq_receiver::placement::Placement;
+use rdaq_receiver::source::SourceKind;
+use rdaq_receiver::{FrameReady, FrameStatus, MISSING_BYTE};
 use rdaq_receiver::IncompletePolicy;
 
 const MODULES: u16 = 2;
@@ -138,7 +140,7 @@ fn fuzz_decoders_and_placement() {
             (arena, p, ck)
         })
         .collect();
-    let mut handed: [Vec<(u32, u64)>; 2] = [Vec::new(), Vec::new()];
+    let mut handed: [Vec<FrameReady>; 2] = [Vec::new(), Vec::new()];
     let (mut before, mut after, mut marked) = (Vec::new(), Vec::new(), Vec::new());
     let deadline = Instant::now() + Duration::from_secs(secs);
     let (mut cases, mut placed) = (0u64, 0u64);
@@ -168,16 +170,16 @@ fn fuzz_decoders_and_placement() {
             marked.clear();
             marked.resize(after.len(), false);
             for f in p.take_ready() {
-                assert!(f.status != FrameStatus::Incomplete || !f.missing.is_empty(), "{}", ctx());
-                if f.status == FrameStatus::Incomplete {
-                    for &c in &f.missing {
-                        let r = cell_range(f.slot, c);
+                assert!(f.status() != FrameStatus::Incomplete || !f.missing().is_empty(), "{}", ctx());
+                if f.status() == FrameStatus::Incomplete {
+                    for &c in f.missing() {
+                        let r = cell_range(f.slot(), c);
                         assert!(after[r.clone()].iter().all(|&b| b == MISSING_BYTE), "missing cell not marked: {}", ctx());
                         marked[r].fill(true);
                     }
                 }
-                if f.status != FrameStatus::Discarded {
-                    handed[lane].push((f.slot, f.frame));
+                if f.status() != FrameStatus::Discarded {
+                    handed[lane].push(f);
                 }
             }
             if let Ok(t) = r {
@@ -195,10 +197,10 @@ fn fuzz_decoders_and_placement() {
         for (lane, (_, p, _)) in lanes.iter_mut().enumerate() {
             if rng.below(4) == 0 {
                 p.finish_all();
-                handed[lane].extend(p.take_ready().filter(|f| f.status != FrameStatus::Discarded).map(|f| (f.slot, f.frame)));
+                handed[lane].extend(p.take_ready().filter(|f| f.status() != FrameStatus::Discarded));
             }
-            for (slot, frame) in handed[lane].drain(..) {
-                assert!(p.release(slot, frame), "a handed frame can be released");
+            for f in handed[lane].drain(..) {
+                p.release(f).expect("a handed frame can be released");
             }
         }
     }

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use rdaq_proto::datagram::{checksum, Flags, Header, CHECKSUM_LEN, HEADER_LEN};
-use rdaq_receiver::placement::FrameStatus;
+use rdaq_receiver::FrameStatus;
 use rdaq_receiver::{DropReason, IncompletePolicy, Receiver, ReceiverConfig};
 
 const MODULE_BYTES: u64 = 32 * 1024;
@@ -123,21 +123,21 @@ fn every_hostile_datagram_is_dropped_by_reason_and_the_real_stream_completes() {
         }
         std::thread::sleep(Duration::from_millis(2));
         while let Ok(fr) = rx.frames().try_recv() {
-            frames_seen.push((fr.frame, fr.status));
-            let data = rx.data(&fr);
+            frames_seen.push((fr.frame(), fr.status()));
+            let data = rx.data(&fr).unwrap();
             for c in 0..CELLS {
                 for i in (0..CELL).step_by(61) {
-                    assert_eq!(data[c as usize * CELL + i], byte(fr.frame, c, i), "frame {} cell {c}", fr.frame);
+                    assert_eq!(data[c as usize * CELL + i], byte(fr.frame(), c, i), "frame {} cell {c}", fr.frame());
                 }
             }
-            rx.release(fr);
+            rx.release(fr).unwrap();
         }
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     while frames_seen.len() < FRAMES as usize && Instant::now() < deadline {
         if let Ok(fr) = rx.frames().recv_timeout(Duration::from_millis(50)) {
-            frames_seen.push((fr.frame, fr.status));
-            rx.release(fr);
+            frames_seen.push((fr.frame(), fr.status()));
+            rx.release(fr).unwrap();
         }
     }
     rx.stop();

@@ -8,7 +8,9 @@ use proptest::prelude::*;
 use rdaq_proto::datagram::{Flags, Header, HEADER_LEN};
 use rdaq_receiver::arena::Arena;
 use rdaq_receiver::grid::Grid;
-use rdaq_receiver::placement::{FrameStatus, Placement, SourceKind, MISSING_BYTE};
+use rdaq_receiver::placement::Placement;
+use rdaq_receiver::source::SourceKind;
+use rdaq_receiver::{FrameError, FrameStatus, MISSING_BYTE};
 use rdaq_receiver::{DropReason, IncompletePolicy};
 
 const MODULES: u16 = 2;
@@ -43,6 +45,8 @@ fn datagram(slot: u32, module: u16, cell_in_module: u64, frame: u64, fill: u8) -
 }
 
 fn snapshot(arena: &Arena) -> Vec<u8> {
+    // SAFETY: placement writes only in the test's own calls, none of which runs while the
+    // slices live.
     (0..SLOTS).flat_map(|i| unsafe { arena.slot(i) }.to_vec()).collect()
 }
 
@@ -55,10 +59,13 @@ fn a_full_frame_completes_with_exact_bytes() {
             p.place_datagram(&datagram(1, m, c, 7, (m as u8) * 10 + c as u8), SourceKind::Rdaq, now).unwrap();
         }
     }
-    let ready: Vec<_> = p.take_ready().collect();
+    let mut ready: Vec<_> = p.take_ready().collect();
     assert_eq!(ready.len(), 1);
-    assert_eq!((ready[0].slot, ready[0].frame, ready[0].status), (1, 7, FrameStatus::Complete));
-    let data = unsafe { arena.slot(1) };
+    let f = ready.pop().unwrap();
+    assert_eq!((f.slot(), f.frame(), f.status()), (1, 7, FrameStatus::Complete));
+    let data = p.data(&f).unwrap();
+    // SAFETY: as in `snapshot`.
+    assert_eq!(data.as_ptr(), unsafe { arena.slot(1) }.as_ptr());
     for m in 0..MODULES as usize {
         for c in 0..4 {
             let at = m * MODULE_BYTES as usize + c * CELL as usize;
@@ -66,8 +73,40 @@ fn a_full_frame_completes_with_exact_bytes() {
         }
     }
     assert_eq!(p.counters.placed, 8);
-    assert!(p.release(1, 7));
-    assert!(!p.release(1, 7), "a second release changes nothing");
+    p.release(f).unwrap();
+}
+
+#[test]
+fn a_frame_of_another_placement_is_neither_read_nor_released() {
+    let (_, mut a) = setup(IncompletePolicy::Keep);
+    let (_, mut b) = setup(IncompletePolicy::Keep);
+    let now = Instant::now();
+    for p in [&mut a, &mut b] {
+        for m in 0..MODULES {
+            for c in 0..4 {
+                p.place_datagram(&datagram(1, m, c, 7, 1), SourceKind::Rdaq, now).unwrap();
+            }
+        }
+    }
+    let (fa, fb) = (a.take_ready().next().unwrap(), b.take_ready().next().unwrap());
+    assert_eq!((fa.slot(), fa.frame()), (fb.slot(), fb.frame()), "the same slot and frame in both");
+    assert_eq!(b.data(&fa), Err(FrameError::OtherReceiver { frame: 7 }));
+    assert_eq!(b.release(fa), Err(FrameError::OtherReceiver { frame: 7 }));
+    // b's slot is still handed: a datagram of a newer frame for it is refused, not written
+    assert_eq!(b.place_datagram(&datagram(1, 0, 0, 10, 2), SourceKind::Rdaq, now), Err(DropReason::RingFull));
+    assert!(b.data(&fb).unwrap().iter().all(|&x| x == 1));
+    b.release(fb).unwrap();
+}
+
+#[test]
+fn a_discarded_frame_has_no_data() {
+    let (_, mut p) = setup(IncompletePolicy::Discard);
+    p.place_datagram(&datagram(0, 0, 0, 3, 1), SourceKind::Rdaq, Instant::now()).unwrap();
+    p.finish_all();
+    let f = p.take_ready().next().unwrap();
+    assert_eq!(f.status(), FrameStatus::Discarded);
+    assert_eq!(p.data(&f), Err(FrameError::Discarded { frame: 3 }));
+    p.release(f).unwrap();
 }
 
 #[test]
@@ -110,12 +149,13 @@ fn hostile_datagrams_are_dropped_by_reason_and_write_nothing() {
     p.place_datagram(&good, SourceKind::Rdaq, now).unwrap();
     assert_eq!(p.place_datagram(&datagram(0, 0, 0, 1, 0x66), SourceKind::Rdaq, now), Err(DropReason::Duplicate));
     assert_eq!(p.place_datagram(&datagram(0, 0, 1, 0, 0x66), SourceKind::Rdaq, now), Err(DropReason::Stale));
+    // SAFETY: as in `snapshot`.
     assert!(unsafe { arena.slot(0) }[..CELL as usize].iter().all(|&b| b == 0x55), "first copy wins");
 }
 
 #[test]
 fn incomplete_frames_keep_marks_missing_cells() {
-    let (arena, mut p) = setup(IncompletePolicy::Keep);
+    let (_, mut p) = setup(IncompletePolicy::Keep);
     let t0 = Instant::now();
     for c in [0, 1, 3] {
         p.place_datagram(&datagram(2, 0, c, 5, 0x11), SourceKind::Rdaq, t0).unwrap();
@@ -126,10 +166,10 @@ fn incomplete_frames_keep_marks_missing_cells() {
     p.expire(t0 + Duration::from_millis(200), Duration::from_millis(100), &[]);
     let f: Vec<_> = p.take_ready().collect();
     assert_eq!(f.len(), 1);
-    assert_eq!(f[0].status, FrameStatus::Incomplete);
-    assert_eq!(f[0].missing, vec![2, 5, 6, 7]);
-    assert_eq!(f[0].received_cells, 4);
-    let data = unsafe { arena.slot(2) };
+    assert_eq!(f[0].status(), FrameStatus::Incomplete);
+    assert_eq!(f[0].missing(), vec![2, 5, 6, 7]);
+    assert_eq!(f[0].received_cells(), 4);
+    let data = p.data(&f[0]).unwrap();
     let cell = |c: usize| &data[c * CELL as usize..(c + 1) * CELL as usize];
     assert!(cell(2).iter().all(|&b| b == MISSING_BYTE));
     assert!(cell(3).iter().all(|&b| b == 0x11));
@@ -158,10 +198,11 @@ fn a_full_ring_refuses_whole_frames() {
         r
     };
     assert!(fill(&mut p, 1, 4, 0..4).iter().all(Result::is_ok));
-    assert_eq!(p.take_ready().count(), 1, "frame 4 is handed and held");
+    let held: Vec<_> = p.take_ready().collect();
+    assert_eq!(held.len(), 1, "frame 4 is handed and held");
     let before = snapshot(&arena);
     assert!(fill(&mut p, 1, 7, 0..2).iter().all(|r| *r == Err(DropReason::RingFull)));
-    assert!(p.release(1, 4));
+    held.into_iter().try_for_each(|f| p.release(f)).unwrap();
     assert!(fill(&mut p, 1, 7, 2..4).iter().all(|r| *r == Err(DropReason::RingFull)), "the rest of a refused frame is refused too");
     assert_eq!(snapshot(&arena), before, "nothing of the refused frame was written");
     assert_eq!((p.counters.frames_refused, p.counters.dropped(DropReason::RingFull)), (1, 8));
@@ -169,7 +210,7 @@ fn a_full_ring_refuses_whole_frames() {
     assert_eq!(p.take_ready().count(), 0, "no partial frame is handed on");
     assert!(fill(&mut p, 1, 10, 0..4).iter().all(Result::is_ok));
     let f: Vec<_> = p.take_ready().collect();
-    assert_eq!((f[0].frame, f[0].status), (10, FrameStatus::Complete));
+    assert_eq!((f[0].frame(), f[0].status()), (10, FrameStatus::Complete));
 }
 
 /// A frame past its timeout waits while a module it lacks is still sending older frames
@@ -177,7 +218,7 @@ fn a_full_ring_refuses_whole_frames() {
 /// the others go on; when every module is quiet, it waits longer.
 #[test]
 fn expiry_waits_for_a_late_module_not_for_a_silent_one() {
-    use rdaq_receiver::placement::Source;
+    use rdaq_receiver::source::Source;
     let (_arena, mut p) = setup(IncompletePolicy::Keep);
     let t0 = Instant::now();
     let timeout = Duration::from_millis(100);
@@ -203,8 +244,8 @@ fn expiry_waits_for_a_late_module_not_for_a_silent_one() {
     sources[0].last_data = Some(t0 + Duration::from_millis(250));
     p.expire(t0 + Duration::from_millis(260), timeout, &sources);
     let f: Vec<_> = p.take_ready().collect();
-    assert_eq!((f.len(), f[0].frame, f[0].status), (1, 9, FrameStatus::Incomplete));
-    assert_eq!(f[0].missing, vec![4, 5, 6, 7]);
+    assert_eq!((f.len(), f[0].frame(), f[0].status()), (1, 9, FrameStatus::Incomplete));
+    assert_eq!(f[0].missing(), vec![4, 5, 6, 7]);
     // when every module is quiet (the detector stalled as a whole) the frame waits longer
     for c in 0..4 {
         p.place_datagram(&datagram(2, 0, c, 11, 1), SourceKind::Rdaq, t0).unwrap();
@@ -217,7 +258,7 @@ fn expiry_waits_for_a_late_module_not_for_a_silent_one() {
     assert_eq!(p.take_ready().count(), 0, "all quiet: wait for the detector to resume");
     p.expire(t0 + timeout * rdaq_receiver::placement::QUIET_FACTOR, timeout, &sources);
     let f: Vec<_> = p.take_ready().collect();
-    assert_eq!((f.len(), f[0].frame), (1, 11), "up to a bound");
+    assert_eq!((f.len(), f[0].frame()), (1, 11), "up to a bound");
     // a module past the frame (it lost the datagrams) is not waited for either, once the
     // detector has been sending again for a timeout: a frame begun before a pause gets a
     // whole timeout of sending after it
@@ -232,14 +273,15 @@ fn expiry_waits_for_a_late_module_not_for_a_silent_one() {
     sources[1].last_data = Some(resumed + Duration::from_millis(140));
     p.expire(resumed + Duration::from_millis(150), timeout, &sources);
     let f: Vec<_> = p.take_ready().collect();
-    assert_eq!((f.len(), f[0].frame), (1, 10));
+    assert_eq!((f.len(), f[0].frame()), (1, 10));
 }
 
 /// A module never heard from may not have started: its frames wait for it up to the bound
 /// of a stalled detector while the other module goes on sending.
 #[test]
 fn a_module_not_yet_heard_from_is_waited_for_up_to_a_bound() {
-    use rdaq_receiver::placement::{Source, QUIET_FACTOR};
+    use rdaq_receiver::placement::QUIET_FACTOR;
+    use rdaq_receiver::source::Source;
     let (_arena, mut p) = setup(IncompletePolicy::Keep);
     let t0 = Instant::now();
     let timeout = Duration::from_millis(100);
@@ -287,11 +329,11 @@ fn incomplete_frames_discard_frees_the_slot() {
     // a newer frame for the same slot overtakes the unfinished one
     p.place_datagram(&datagram(0, 0, 0, 6, 1), SourceKind::Rdaq, t0).unwrap();
     let f: Vec<_> = p.take_ready().collect();
-    assert_eq!((f.len(), f[0].frame, f[0].status), (1, 3, FrameStatus::Discarded));
-    assert_eq!(f[0].missing.len(), 7);
+    assert_eq!((f.len(), f[0].frame(), f[0].status()), (1, 3, FrameStatus::Discarded));
+    assert_eq!(f[0].missing().len(), 7);
     p.finish_all();
     let f: Vec<_> = p.take_ready().collect();
-    assert_eq!((f[0].frame, f[0].status), (6, FrameStatus::Discarded));
+    assert_eq!((f[0].frame(), f[0].status()), (6, FrameStatus::Discarded));
     assert_eq!(p.counters.frames_discarded, 2);
     assert_eq!(p.counters.frames_finished(), 2);
 }
@@ -336,7 +378,7 @@ proptest! {
 /// test, where floods made batches of 64 on a ring of 32 cells per channel).
 #[test]
 fn predicted_landings_of_one_batch_are_distinct_even_past_the_ring() {
-    use rdaq_receiver::placement::Source;
+    use rdaq_receiver::source::Source;
     let (_, p) = setup(IncompletePolicy::Keep);
     let src = Source::new(SourceKind::Rdaq, 1, 1, p.grid(), None);
     let mut out = vec![None; 64];

@@ -200,6 +200,8 @@ pub fn frame_stack<T: hdf5::H5Type>(g: &Group, name: &str, h: usize, w: usize, c
     // be registered here.
     let [c, level] = codec.cd_values();
     let cd: [libc_uint; 6] = [0, 4, std::mem::size_of::<T>() as libc_uint, 0, c, level];
+    // SAFETY: `dcpl` is a live dataset-creation property list for the call, and `cd` holds
+    // the `cd.len()` values the call reads; HDF5's global lock is held (`sync`).
     let rc = hdf5::sync::sync(|| unsafe {
         hdf5_sys::h5p::H5Pset_filter(dcpl.id(), BSHUF_FILTER, hdf5_sys::h5z::H5Z_FLAG_OPTIONAL, cd.len(), cd.as_ptr())
     });

@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 /// Bytes the filesystem holding `path` has free for an unprivileged writer.
 pub fn free_bytes(path: &Path) -> io::Result<u64> {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: statvfs writes one struct into `st`; `c` is a valid NUL-terminated path.
+    // SAFETY: an all-zero statvfs is valid (plain integers).
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs writes one struct into `st`; `c` is a valid NUL-terminated path.
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }

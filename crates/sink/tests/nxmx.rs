@@ -110,6 +110,8 @@ fn read_chunk(ds: &hdf5::Dataset, i: usize) -> (u32, Vec<u8>) {
     assert_eq!(info.offset, offset);
     let mut buf = vec![0u8; info.size as usize];
     let mut filter_mask = 0u32;
+    // SAFETY: `ds` is open, `offset` names one chunk's origin (rank entries) and `buf` holds
+    // the chunk's stored size, as H5Dget_chunk_info reported it.
     let rc = unsafe {
         hdf5_sys::h5d::H5Dread_chunk(ds.id(), hdf5_sys::h5p::H5P_DEFAULT, offset.as_ptr(), &mut filter_mask, buf.as_mut_ptr().cast())
     };

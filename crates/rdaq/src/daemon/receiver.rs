@@ -17,7 +17,7 @@ use indicatif::ProgressBar;
 use rdaq_detector::{Geometry, MODULE_BYTES};
 use rdaq_proto::events::{ranges, Event, EventLog, EventPage};
 use rdaq_proto::telegram::{BufferMap, BufferRequest, ReceiverTelegram, TELEGRAM_VERSION};
-use rdaq_receiver::placement::FrameStatus;
+use rdaq_receiver::FrameStatus;
 use rdaq_receiver::{Counters, IncompletePolicy, Receiver, ReceiverConfig};
 use rdaq_sink::NxmxWriter;
 use serde::{Deserialize, Serialize};
@@ -180,7 +180,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     // and goes nowhere (no consumer yet), so drain it
     active.rx.reset();
     while let Ok(f) = active.rx.frames().try_recv() {
-        active.rx.release(f);
+        active.rx.release(f).expect("a frame of this receiver");
     }
     let events_from = lock(&events).next();
     let stop = Arc::new(AtomicBool::new(false));
@@ -192,14 +192,14 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         .spawn(move || -> Outcome {
             let mut writer = writer;
             let on_frame = |f: &rdaq_receiver::FrameReady| {
-                let e = match f.status {
-                    FrameStatus::Complete => Event::FrameComplete { receiver: name.clone(), frame: f.frame, imm: f.imm },
+                let e = match f.status() {
+                    FrameStatus::Complete => Event::FrameComplete { receiver: name.clone(), frame: f.frame(), imm: f.imm() },
                     st => Event::FrameIncomplete {
                         receiver: name.clone(),
-                        frame: f.frame,
-                        received: f.received_cells,
-                        total: f.total_cells,
-                        missing: ranges(&f.missing),
+                        frame: f.frame(),
+                        received: f.received_cells(),
+                        total: f.total_cells(),
+                        missing: ranges(f.missing()),
                         kept: st == FrameStatus::Incomplete,
                     },
                 };
