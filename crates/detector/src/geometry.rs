@@ -1,5 +1,5 @@
 //! Multi-module detector geometry: identical modules on a grid with gaps between them
-//! (FORMATS.md section 1: default gaps 8 px in x, 36 px in y; a 4M is 8 modules, arranged by
+//! (docs/formats.md section 1: default gaps 8 px in x, 36 px in y; a 4M is 8 modules, arranged by
 //! configuration), and assembly of module frames into the full image.
 
 use crate::jungfrau::{MODULE_COLS, MODULE_ROWS};

@@ -1,4 +1,4 @@
-//! The JUNGFRAU module model (FORMATS.md section 1): geometry, pixel words with gain bits,
+//! The JUNGFRAU module model (docs/formats.md section 1): geometry, pixel words with gain bits,
 //! and a per-pixel calibration (pedestal and gain for each of the three gain stages).
 
 use crate::rng;

@@ -114,6 +114,15 @@ pub struct ManifestEntry {
     pub xxh3: u64,
 }
 
+/// The manifest as CSV: frame, module, xxh3 of the raw module frame (hex).
+pub fn manifest_csv(m: &[ManifestEntry]) -> String {
+    let mut s = String::from("frame,module,xxh3\n");
+    for e in m {
+        s.push_str(&format!("{},{},{:016x}\n", e.frame, e.module, e.xxh3));
+    }
+    s
+}
+
 #[derive(Debug, Default)]
 pub struct EmulatorReport {
     pub manifest: Vec<ManifestEntry>,

@@ -1,5 +1,5 @@
 //! Bitshuffle (Masui et al.) and the bitshuffle+LZ4 / bitshuffle+Zstd HDF5 chunk format
-//! (filter 32008, FORMATS.md section 3), written here because no maintained Rust crate
+//! (filter 32008, docs/formats.md section 2), written here because no maintained Rust crate
 //! implements it; LZ4 blocks come from `lz4_flex`, Zstd frames from `zstd` (libzstd).
 //!
 //! Transposition of a block of `n` elements (`n` a multiple of 8) of `size` bytes: output
@@ -202,6 +202,15 @@ pub enum Codec {
 }
 
 impl Codec {
+    /// The codec named `name` (`lz4` or `zstd`; Zstd at `zstd_level`).
+    pub fn parse(name: &str, zstd_level: i32) -> Result<Codec, crate::UnknownName> {
+        match name {
+            "lz4" => Ok(Codec::Lz4),
+            "zstd" => Ok(Codec::Zstd(zstd_level)),
+            _ => Err(crate::UnknownName { what: "codec", name: name.into(), expected: "lz4 or zstd" }),
+        }
+    }
+
     /// The HDF5 cd_values entries 4 and 5 of filter 32008: 2 = LZ4, 3 = Zstd, then the level.
     pub fn cd_values(self) -> [u32; 2] {
         match self {

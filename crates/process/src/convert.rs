@@ -1,8 +1,8 @@
-//! JUNGFRAU conversion (FORMATS.md section 1): raw 16-bit words (gain bits 15..14, ADC
+//! JUNGFRAU conversion (docs/formats.md section 1): raw 16-bit words (gain bits 15..14, ADC
 //! 13..0) to energy in keV, `E = (adc - P[g]) / G[g]`, or to photon counts for a photon
 //! energy, `n = E / E_photon` rounded half away from zero, saturating.
 //!
-//! Conventions (configurable where FORMATS.md says implementations disagree):
+//! Conventions (configurable where docs/formats.md says implementations disagree):
 //! - The invalid gain code 10 is an error by default ([`InvalidGain`]); aare converts it as
 //!   G0, which [`InvalidGain::AsG0`] reproduces.
 //! - The special words 0xC000 (saturated), 0x4000 (G1 with ADC 0) and 0xFFFF (error), and
@@ -27,6 +27,18 @@ pub enum InvalidGain {
     AsG0,
     /// Converted with the G2 calibration.
     AsG2,
+}
+
+impl InvalidGain {
+    /// The policy named `name`: `error`, `g0` or `g2`.
+    pub fn parse(name: &str) -> Result<InvalidGain, crate::UnknownName> {
+        match name {
+            "error" => Ok(InvalidGain::Error),
+            "g0" => Ok(InvalidGain::AsG0),
+            "g2" => Ok(InvalidGain::AsG2),
+            _ => Err(crate::UnknownName { what: "invalid gain policy", name: name.into(), expected: "error, g0 or g2" }),
+        }
+    }
 }
 
 /// The G1 word with ADC 0: Jungfraujoch's marker of a broken readout.

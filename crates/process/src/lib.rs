@@ -1,4 +1,4 @@
-//! Online processing of detector frames (DESIGN.md: process).
+//! Online processing of detector frames (docs/concepts.md).
 //!
 //! - [`convert`]: JUNGFRAU raw words to energy (keV) or photon counts, with the conventions
 //!   for special words, the invalid gain code and masked pixels.
@@ -18,6 +18,15 @@ pub mod sparse;
 pub mod spots;
 
 pub use convert::{kev_to_photons, Calibration, CalibrationError, Converter, Count, InvalidGain};
+
+/// A setting named by a word that is not one of its choices.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {name:?}: expected {expected}")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub name: String,
+    pub expected: &'static str,
+}
 
 /// Numeric types without padding whose every byte pattern is valid: their slices can be
 /// seen as bytes (pixels on their way to a compressor or a file).

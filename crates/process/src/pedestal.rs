@@ -1,4 +1,4 @@
-//! Pedestal tracking (FORMATS.md section 1; Jungfraujoch PedestalCalc, aare `Pedestal`):
+//! Pedestal tracking (docs/formats.md section 1; Jungfraujoch PedestalCalc, aare `Pedestal`):
 //! per pixel of one gain stage, a running window of `N` frames. For the first `N` frames
 //! `S += x; S2 += x*x`; afterwards `S += x - S/N; S2 += x*x - S2/N`. The pedestal is
 //! `S/n` and its variance `S2/n - P*P` (n = frames so far, at most `N`), in the order of
@@ -64,7 +64,7 @@ macro_rules! impl_sum {
 impl_sum!(f32);
 impl_sum!(f64);
 
-/// NXmx pixel_mask bits the pedestal sets (FORMATS.md section 1).
+/// NXmx pixel_mask bits the pedestal sets (docs/formats.md section 1).
 pub mod mask_bits {
     /// Bit 1 "dead": fewer frames than the minimum.
     pub const TOO_FEW_FRAMES: u32 = 1 << 1;

@@ -1,4 +1,4 @@
-//! Bragg spot finding (FORMATS.md section 6) and the hit veto.
+//! Bragg spot finding (docs/formats.md section 4) and the hit veto.
 //!
 //! - [`LocalSnr`]: a pixel is strong if it is at least `threshold` and
 //!   `(I - mean)^2 > snr^2 * variance`, with `I > mean`, where mean and variance are taken
@@ -259,7 +259,7 @@ pub struct Peakfinder8Params {
 }
 
 impl Peakfinder8Params {
-    /// FORMATS.md section 6 defaults for a JUNGFRAU module (8 ASICs of 256 x 256).
+    /// docs/formats.md section 4 defaults for a JUNGFRAU module (8 ASICs of 256 x 256).
     pub fn jungfrau_module() -> Self {
         Peakfinder8Params {
             max_num_peaks: 2048,

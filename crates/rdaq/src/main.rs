@@ -1,36 +1,27 @@
 //! rdaq: data acquisition for high-rate 2D X-ray detectors.
 
-mod bench;
-mod bench_process;
-mod bench_sls;
-mod config;
-mod consume;
-mod daemon;
-mod manage;
 mod offline;
-mod online;
-mod outputs;
-mod soak;
-mod summary;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 use rdaq_detector::Geometry;
 use rdaq_emulator::{Control, EmulatorConfig};
-use rdaq_proto::telegram::{BufferMap, ModuleDtp};
+use rdaq_proto::telegram::BufferMap;
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
-use rdaq_process::bitshuffle::Codec;
-use rdaq_sink::{NxmxMeta, NxmxWriter, PixelType};
+use rdaq_sink::{NxmxMeta, NxmxWriter};
 
-use config::Config;
+use rdaq_control::{detector, manage, receiver as daemon};
+use rdaq_run::config::{self, Config};
+use rdaq_run::run::{recv_buffer_line, single_receiver_dtps, write_manifest};
+use rdaq_run::summary::{Expected, Summary};
+use rdaq_run::{consume, outputs, progress_bar};
 
 #[derive(Parser)]
 #[command(name = "rdaq", version, about = "Data acquisition for high-rate 2D X-ray detectors")]
@@ -54,7 +45,7 @@ enum Cmd {
     Process(offline::ProcessCmd),
     /// Benchmarks (commands, not tests): print a table against a baseline measured in the same run.
     #[command(subcommand)]
-    Bench(bench::BenchCmd),
+    Bench(rdaq_bench::BenchCmd),
 }
 
 #[derive(Args)]
@@ -213,7 +204,7 @@ fn main() -> ExitCode {
         Cmd::Receive(a) => receive(a),
         Cmd::Manage(a) => manage::manage(a),
         Cmd::Process(p) => offline::process(p).map(|()| ExitCode::SUCCESS),
-        Cmd::Bench(b) => bench::bench(b),
+        Cmd::Bench(b) => rdaq_bench::bench(b),
     };
     match r {
         Ok(code) => code,
@@ -224,73 +215,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// A bar when the frame count is known, a counter otherwise (drawn only on a terminal).
-fn progress_bar(len: Option<u64>, what: &str) -> ProgressBar {
-    let (bar, template) = match len {
-        Some(n) => (ProgressBar::new(n), "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} frames ({per_sec})"),
-        None => (ProgressBar::new_spinner(), "{prefix} [{elapsed_precise}] {spinner} {pos} frames ({per_sec})"),
-    };
-    bar.set_style(ProgressStyle::with_template(template).expect("valid template"));
-    bar.set_prefix(what.to_string());
-    bar
-}
-
-pub fn nxmx_meta(geometry: Geometry, photon_energy_kev: f64, frame_time_s: f64) -> NxmxMeta {
-    let modules = geometry.modules;
-    NxmxMeta {
-        geometry,
-        photon_energy_kev,
-        frame_time_s,
-        detector_distance_m: 0.1,
-        pixel_size_m: 75e-6,
-        sensor_material: "Si".into(),
-        sensor_thickness_m: 320e-6,
-        start_time: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-        detector_name: format!("JUNGFRAU {modules}-module (rdaq)"),
-        pixel: PixelType::Raw,
-        codec: Codec::Lz4,
-        max_spots: 0,
-    }
-}
-
 /// Stops the emulator on Ctrl-C; the receiver then finishes as after a normal end.
 fn on_interrupt(progress: Arc<Control>) {
     let _ = ctrlc::set_handler(move || {
         eprintln!("rdaq: interrupted, finishing");
         progress.stop.store(true, Ordering::Relaxed);
     });
-}
-
-/// The manifest as CSV: frame, module, xxh3 of the raw module frame.
-pub fn manifest_csv(m: &[rdaq_emulator::ManifestEntry]) -> String {
-    let mut s = String::from("frame,module,xxh3\n");
-    for e in m {
-        s.push_str(&format!("{},{},{:016x}\n", e.frame, e.module, e.xxh3));
-    }
-    s
-}
-
-/// The synthetic detector's ground truth for the processing: per frame whether it was dark
-/// and a hit, and every Bragg spot in image pixel coordinates (column x, row y).
-fn write_truth(cfg: &Config, g: &Geometry, path: &Path) -> anyhow::Result<()> {
-    use std::fmt::Write;
-    let synths: Vec<_> = (0..g.modules).map(|m| rdaq_detector::ModuleSynth::new(cfg.synth(), m)).collect();
-    let mut s = String::from("frame,dark,hit,x,y,photons\n");
-    for frame in 0..cfg.emulator.frames {
-        let (dark, hit) = (synths[0].is_dark(frame), synths[0].is_hit(frame));
-        let _ = writeln!(s, "{frame},{},{},,,", dark as u8, hit as u8);
-        for (m, syn) in synths.iter().enumerate() {
-            let (r0, c0) = g.origin(m as u16);
-            for sp in syn.spots(frame) {
-                let _ = writeln!(s, "{frame},{},{},{:.4},{:.4},{:.1}", dark as u8, hit as u8, c0 as f64 + sp.x, r0 as f64 + sp.y, sp.photons);
-            }
-        }
-    }
-    std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
-}
-
-fn write_manifest(path: &Path, m: &[rdaq_emulator::ManifestEntry]) -> anyhow::Result<()> {
-    std::fs::write(path, manifest_csv(m)).with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
@@ -316,211 +246,25 @@ fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         cfg.process.mode = "raw".into();
     }
     cfg.check()?;
+    let control = Arc::new(Control::default());
+    on_interrupt(control.clone());
     if let Some(t) = &a.topology {
-        return run_topology(&cfg, t);
+        return run_topology(&cfg, t, control);
     }
-    std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
-    let name = outputs::free_run_name(&cfg.output.dir, &cfg.output.name, &RUN_FILES, cfg.output.overwrite);
-    if name != cfg.output.name {
-        eprintln!("rdaq run: {} has files of an earlier run: this run is {name} (--overwrite replaces instead)", cfg.output.name);
-    }
-    let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));
-    let (h5, manifest) = (out(".h5"), out("_manifest.csv"));
-
-    let rcfg = cfg.tune(ReceiverConfig {
-        format: Format::Rdaq,
-        bind: cfg.network.bind,
-        data_port: cfg.network.data_port,
-        modules: cfg.detector.modules,
-        module_bytes: rdaq_detector::MODULE_BYTES as u64,
-        payload_bytes: cfg.network.payload_bytes,
-        slots: cfg.slots(),
-        frames: Some(cfg.emulator.frames),
-        ..ReceiverConfig::default()
-    })?;
-    let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
-    let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
-    let geometry = cfg.geometry().expect("checked");
-    let mut meta = nxmx_meta(geometry, cfg.detector.photon_energy_kev, frame_time);
-    meta.pixel = cfg.pixel_type()?;
-    if cfg.processing() {
-        meta.codec = offline::parse_codec(&cfg.process.codec, cfg.process.zstd_level)?;
-        meta.max_spots = cfg.process.max_spots;
-    }
-    let setup = if cfg.processing() { Some(processing_setup(&cfg, &meta)?) } else { None };
-    let frame_bytes = (geometry.height() * geometry.width() * meta.pixel.bytes()) as u64;
-    let what = format!("{} frames of {:.1} MB before compression", cfg.emulator.frames, frame_bytes as f64 / 1e6);
-    outputs::warn_if_short(&cfg.output.dir, cfg.emulator.frames * frame_bytes, &what);
-    let mut writer = NxmxWriter::create(&h5, &meta)?;
-    outputs::warn_without_reserve(&writer, &h5);
-    let ecfg = cfg.emulator(cfg.detector.modules);
-    let progress = Arc::new(Control::default());
-    on_interrupt(progress.clone());
-    let bar = progress_bar(Some(cfg.emulator.frames), "run");
-    eprintln!(
-        "rdaq run: {} modules, {} frames at {}, {} slots of {} MiB, ports {:?}, {}; {}",
-        cfg.detector.modules,
-        cfg.emulator.frames,
-        cfg.rate().map_or("full speed".to_string(), |r| format!("{r} Hz")),
-        cfg.slots(),
-        cfg.frame_bytes() >> 20,
-        rx.ports(),
-        if cfg.processing() { format!("processing to {}", cfg.process.output) } else { "raw".to_string() },
-        recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted())
-    );
-    let start = Instant::now();
-    let delay = cfg.faults.consumer_delay();
-    let (emu, consumed) = std::thread::scope(|s| {
-        let rx_ref = &rx;
-        let w = &mut writer;
-        let bar = &bar;
-        let consumer = s.spawn(move || match setup {
-            Some(setup) => online::run(rx_ref, w, setup, bar, None).map(|(c, r)| (c, Some(r))),
-            None => consume::consume(rx_ref, Some((w, geometry)), bar, None, |_| std::thread::sleep(delay)).map(|c| (c, None)),
-        });
-        let emu = rdaq_emulator::run(&ecfg, &single_receiver_dtps(rx.buffer_map(), cfg.network.bind), progress.clone());
-        rx.stop();
-        (emu, consumer.join().expect("consumer thread panicked"))
-    });
-    bar.finish();
-    let elapsed = start.elapsed();
-    let counters = rx.join()?;
-    let emu = emu?;
-    let (consumed, processed) = consumed?;
-    let mut consumed = consumed;
-    let h5 = outputs::close(writer, &mut consumed)?;
-    write_manifest(&manifest, &emu.manifest)?;
-    let mut sum = summary::Summary::new(cfg.emulator.frames, &emu, &counters, &rx.outcome(), &consumed, elapsed, h5.as_deref(), Some(&manifest));
-    if let Some(mut p) = processed {
-        write_truth(&cfg, &geometry, &out("_truth.csv"))?;
-        if let Some(cal) = p.calibration.take() {
-            let path = out("_calibration.h5");
-            let cf = rdaq_process::calfile::CalFile { rows: geometry.height(), cols: geometry.width(), cal: (*cal).clone(), rms: None, frames: None };
-            cf.save(&path)?;
-            sum.calibration = Some(path);
-        }
-        sum.processing = Some(p);
-    }
+    let sum = rdaq_run::run::run(&cfg, control, &progress_bar(Some(cfg.emulator.frames), "run"))?;
     sum.print();
     if let Some(p) = a.summary_json {
         sum.write_json(&p)?;
     }
-    if !rx.guards_intact() {
-        bail!("a guard region around the frame ring was overwritten: this is a bug");
-    }
     Ok(sum.exit_code("run", cfg.output.tolerate_loss))
 }
 
-/// The files of a run named `<name>`, in the output directory.
-const RUN_FILES: [&str; 4] = [".h5", "_manifest.csv", "_truth.csv", "_calibration.h5"];
-
-/// The socket receive buffer asked for and what the kernel granted (Linux reports twice the
-/// request, half of it for its own bookkeeping; less means a cap such as net.core.rmem_max).
-fn recv_buffer_line(asked: usize, granted: usize) -> String {
-    let capped = if granted < asked { " (capped by the kernel: raise net.core.rmem_max, or run as root)" } else { "" };
-    format!("receive buffer {} MiB asked, {} MiB granted{capped}", asked >> 20, granted >> 20)
-}
-
-/// The processing graph's settings from the configuration and the file's pixel type.
-fn processing_setup(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<online::Setup> {
-    let p = &cfg.process;
-    let g = meta.geometry;
-    let calibration = if p.calibration.as_os_str().is_empty() {
-        online::emulated_calibration(cfg.detector.seed, &g)
-    } else {
-        let cf = rdaq_process::calfile::CalFile::load(&p.calibration)?;
-        if (cf.rows, cf.cols) != (g.height(), g.width()) {
-            bail!("process.calibration {} is {}x{} pixels, the detector image {}x{}", p.calibration.display(), cf.rows, cf.cols, g.height(), g.width());
-        }
-        cf.cal
-    };
-    let e = cfg.detector.photon_energy_kev as f32;
-    Ok(online::Setup {
-        geometry: g,
-        calibration: std::sync::Arc::new(calibration),
-        invalid: offline::parse_invalid_gain(&p.invalid_gain)?,
-        chopper: cfg.chopper(),
-        photon_kev: e,
-        pixel: meta.pixel,
-        codec: meta.codec,
-        finder: rdaq_process::spots::LocalSnrParams { threshold: p.threshold_photons * e, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels },
-        min_spots: p.min_spots,
-        veto: p.veto,
-        window: p.pedestal_window,
-        publish: p.pedestal_publish,
-        workers: [p.convert_workers, p.spot_workers, p.compress_workers],
-        ring_frames: p.ring_frames,
-        consumer_delay: cfg.faults.consumer_delay(),
-    })
-}
-
-/// `rdaq run --topology`: every receiver of the plan in this process, one NXmx file each.
-fn run_topology(cfg: &Config, path: &Path) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let t = rdaq_manager::Topology::from_toml(&text).with_context(|| format!("invalid topology {}", path.display()))?;
-    let plan = rdaq_manager::Plan::new(&t)?;
-    if cfg.processing() {
-        eprintln!("rdaq run --topology: receivers write raw frames (the processing graph runs in single-receiver runs)");
-    }
-    std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
-    let manifest = cfg.output.dir.join(format!("{}_manifest.csv", cfg.output.name));
-    let files: Vec<PathBuf> = plan.receivers.iter().map(|rp| cfg.output.dir.join(format!("{}.h5", t.receivers[rp.receiver].name))).collect();
-    outputs::refuse_existing(files.iter().chain([&manifest]).map(PathBuf::as_path), cfg.output.overwrite)?;
-    let full = t.geometry();
-    let mut receivers = Vec::new();
-    let mut writers = Vec::new();
-    for (rp, (r, req)) in plan.receivers.iter().zip(plan.buffer_requests(&t)) {
-        let spec = &t.receivers[r];
-        let rx = Receiver::start(cfg.tune(ReceiverConfig { bind: spec.data, ..ReceiverConfig::for_request(&req) })?)
-            .with_context(|| format!("starting receiver {}", spec.name))?;
-        let geometry = rp.geometry(full);
-        let h5 = cfg.output.dir.join(format!("{}.h5", spec.name));
-        let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
-        writers.push((NxmxWriter::create(&h5, &nxmx_meta(geometry, cfg.detector.photon_energy_kev, frame_time))?, geometry, spec.name.clone()));
-        receivers.push(rx);
-    }
-    let maps: Vec<BufferMap> = receivers.iter().map(|r| r.buffer_map().clone()).collect();
-    let dtps = plan.module_dtps(&t, &maps)?;
-    let ecfg = cfg.emulator(t.detector.modules);
-    let control = Arc::new(Control::default());
-    on_interrupt(control.clone());
-    eprintln!("rdaq run: {} modules -> {} receivers ({:?} mode), {} frames", t.detector.modules, receivers.len(), t.transfer.mode, cfg.emulator.frames);
-    let start = Instant::now();
-    let (emu, consumed) = std::thread::scope(|s| {
-        let consumers: Vec<_> = receivers
-            .iter()
-            .zip(writers.iter_mut())
-            .map(|(rx, (w, g, _))| {
-                let g = *g;
-                s.spawn(move || consume::consume(rx, Some((w, g)), &ProgressBar::hidden(), None, |_| {}))
-            })
-            .collect();
-        let emu = rdaq_emulator::run(&ecfg, &dtps, control.clone());
-        for rx in &receivers {
-            rx.stop();
-        }
-        (emu, consumers.into_iter().map(|c| c.join().expect("consumer thread panicked")).collect::<Vec<_>>())
-    });
-    let elapsed = start.elapsed();
-    let emu = emu?;
-    write_manifest(&manifest, &emu.manifest)?;
+/// Prints each receiver's summary of a run of a plan; the exit status is the worst.
+fn run_topology(cfg: &Config, path: &Path, control: Arc<Control>) -> anyhow::Result<ExitCode> {
+    let (sums, emu) = rdaq_run::topology::run(cfg, path, control)?;
     let mut worst = ExitCode::SUCCESS;
-    for ((rx, (w, _, name)), stats) in receivers.iter_mut().zip(writers).zip(consumed) {
-        let counters = rx.join()?;
-        let stats = stats?;
-        let mut stats = stats;
-        let path = outputs::close(w, &mut stats)?;
-        // frames the plan sends to this receiver
-        let mut expected = rdaq_receiver::FrameSet::default();
-        for f in 0..cfg.emulator.frames {
-            let mut to = false;
-            dtps.iter().for_each(|d| d.destinations(f, |r, _| to |= d.routes[r].receiver == *name));
-            if to {
-                expected.insert(f);
-            }
-        }
+    for (name, sum) in sums {
         println!("---- receiver {name} ----");
-        let sum = summary::Summary::for_receiver(summary::Expected::Frames(expected), &counters, &rx.outcome(), &stats, elapsed, path.as_deref());
         sum.print();
         if sum.lost() {
             worst = sum.exit_code("run", cfg.output.tolerate_loss);
@@ -530,18 +274,13 @@ fn run_topology(cfg: &Config, path: &Path) -> anyhow::Result<ExitCode> {
     Ok(worst)
 }
 
-/// Hand configuration of one receiver: module m sends every frame to its port there.
-fn single_receiver_dtps(map: &BufferMap, data: IpAddr) -> Vec<ModuleDtp> {
-    (0..map.modules).map(|m| ModuleDtp::single(map, m, SocketAddr::new(data, map.data_ports[m as usize]))).collect()
-}
-
 fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = a.serve {
         if a.modules == 0 || a.modules > 64 {
             bail!("--modules must be 1..=64");
         }
-        let opts = daemon::detector::Options { name: a.name, modules: a.modules, seed: a.seed };
-        daemon::serve(addr, daemon::detector::router(opts), "emulate")?;
+        let opts = detector::Options { name: a.name, modules: a.modules, seed: a.seed };
+        rdaq_control::http::serve(addr, detector::router(opts), "emulate")?;
         return Ok(ExitCode::SUCCESS);
     }
     let buffers = a.buffers.expect("clap requires --buffers without --serve");
@@ -599,7 +338,7 @@ fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
 fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = a.serve {
         std::fs::create_dir_all(&a.out_dir).with_context(|| format!("cannot create {}", a.out_dir.display()))?;
-        let opts = daemon::receiver::Options {
+        let opts = daemon::Options {
             name: a.name,
             data: a.bind,
             memory_bytes: a.memory_mib << 20,
@@ -608,7 +347,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
             frame_timeout: Duration::from_millis(a.frame_timeout_ms),
             recv_buffer: a.recv_buffer_mib << 20,
         };
-        daemon::serve(addr, daemon::receiver::router(opts), "receive")?;
+        rdaq_control::http::serve(addr, daemon::router(opts), "receive")?;
         return Ok(ExitCode::SUCCESS);
     }
     let format = match a.format.as_str() {
@@ -657,7 +396,7 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
                 let frame = (geometry.height() * geometry.width() * 2) as u64;
                 outputs::warn_if_short(dir, n * frame, &format!("{n} frames of {:.1} MB before compression", frame as f64 / 1e6));
             }
-            let w = NxmxWriter::create(p, &nxmx_meta(geometry, 12.4, 0.0))?;
+            let w = NxmxWriter::create(p, &NxmxMeta::jungfrau(geometry, 12.4, 0.0))?;
             outputs::warn_without_reserve(&w, p);
             Some(w)
         }
@@ -687,8 +426,8 @@ fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
         Some(w) => outputs::close(w, &mut consumed)?,
         None => None,
     };
-    let expected = a.frames.map_or(summary::Expected::Unknown, summary::Expected::Count);
-    let sum = summary::Summary::for_receiver(expected, &counters, &rx.outcome(), &consumed, start.elapsed(), h5.as_deref());
+    let expected = a.frames.map_or(Expected::Unknown, Expected::Count);
+    let sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &consumed, start.elapsed(), h5.as_deref());
     sum.print();
     if let Some(p) = a.summary_json {
         sum.write_json(&p)?;

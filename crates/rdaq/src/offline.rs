@@ -7,13 +7,13 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use hdf5::Dataset;
+use rdaq_sink::FrameReader;
 use rdaq_detector::jungfrau::{TYPICAL_GAIN, TYPICAL_PEDESTAL};
-use rdaq_process::bitshuffle::{decompress, Codec, Compressor};
+use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::calfile::CalFile;
 use rdaq_process::pedestal::{Pedestal, Sum};
 use rdaq_process::spots::{LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params, Spot};
-use rdaq_process::{bytes_of, Calibration, Converter, InvalidGain, Plain};
+use rdaq_process::{bytes_of, Calibration, Converter, InvalidGain};
 
 #[derive(clap::Subcommand)]
 pub enum ProcessCmd {
@@ -147,105 +147,19 @@ pub fn process(cmd: ProcessCmd) -> anyhow::Result<()> {
     }
 }
 
-pub fn parse_invalid_gain(s: &str) -> anyhow::Result<InvalidGain> {
-    Ok(match s {
-        "error" => InvalidGain::Error,
-        "g0" => InvalidGain::AsG0,
-        "g2" => InvalidGain::AsG2,
-        _ => bail!("invalid gain policy {s:?}: expected error, g0 or g2"),
-    })
-}
-
-pub fn parse_codec(s: &str, level: i32) -> anyhow::Result<Codec> {
-    Ok(match s {
-        "lz4" => Codec::Lz4,
-        "zstd" => Codec::Zstd(level),
-        _ => bail!("codec {s:?}: expected lz4 or zstd"),
-    })
-}
-
-/// Frames of a 3-D dataset, one at a time.
-struct Frames {
-    ds: Dataset,
-    n: usize,
-    rows: usize,
-    cols: usize,
-    /// The dataset's bitshuffle codec when its chunks are rdaq's (one frame per chunk).
-    bitshuffle: Option<Codec>,
-}
-
-impl Frames {
-    fn open(i: &Input) -> anyhow::Result<(hdf5::File, Frames)> {
-        let f = hdf5::File::open(&i.input).with_context(|| format!("cannot open {}", i.input.display()))?;
-        let ds = f.dataset(&i.dataset).with_context(|| format!("{}: no dataset {}", i.input.display(), i.dataset))?;
-        let s = ds.shape();
-        if s.len() != 3 {
-            bail!("{}: {} has shape {s:?}, expected (frames, rows, cols)", i.input.display(), i.dataset);
-        }
-        let bitshuffle = bitshuffle_codec(&ds);
-        Ok((f, Frames { n: s[0], rows: s[1], cols: s[2], ds, bitshuffle }))
-    }
-
-    fn read<T: hdf5::H5Type + Plain + Default>(&self, i: usize, out: &mut Vec<T>) -> anyhow::Result<()> {
-        let px = self.rows * self.cols;
-        if let Some(codec) = self.bitshuffle {
-            let raw = read_raw_chunk(&self.ds, i).with_context(|| format!("reading chunk of frame {i}"))?;
-            let bytes = decompress(&raw, std::mem::size_of::<T>(), codec).with_context(|| format!("decoding frame {i}"))?;
-            anyhow::ensure!(bytes.len() == px * std::mem::size_of::<T>(), "frame {i} decodes to {} bytes", bytes.len());
-            out.clear();
-            out.resize(px, T::default());
-            // SAFETY: `out` holds `px` elements of a `Plain` type (no padding, any byte
-            // pattern valid) and `bytes` is exactly that long (checked above); the host is
-            // little-endian like the file.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast::<u8>(), bytes.len()) };
-        } else {
-            let a: ndarray::Array3<T> = self.ds.read_slice(ndarray::s![i..i + 1, .., ..]).with_context(|| format!("reading frame {i}"))?;
-            out.clear();
-            out.extend(a.iter().copied());
-        }
-        Ok(())
-    }
-}
-
-/// The codec of filter 32008 when the dataset has it (cd_values[4]: 2 LZ4, 3 Zstd).
-fn bitshuffle_codec(ds: &Dataset) -> Option<Codec> {
-    let dcpl = ds.dcpl().ok()?;
-    let mut flags = 0u32;
-    let mut n: usize = 8;
-    let mut cd = [0u32; 8];
-    let mut name = [0 as std::os::raw::c_char; 16];
-    let mut config = 0u32;
-    // SAFETY: every out-pointer points at a live local of the declared size; `n` says how
-    // many cd values fit.
-    let rc = hdf5::sync::sync(|| unsafe {
-        hdf5_sys::h5p::H5Pget_filter_by_id2(dcpl.id(), rdaq_sink::nxmx::BSHUF_FILTER, &mut flags, &mut n, cd.as_mut_ptr(), name.len(), name.as_mut_ptr(), &mut config)
-    });
-    if rc < 0 {
-        return None;
-    }
-    Some(if n > 4 && cd[4] == 3 { Codec::Zstd(if n > 5 { cd[5] as i32 } else { 0 }) } else { Codec::Lz4 })
-}
-
-fn read_raw_chunk(ds: &Dataset, i: usize) -> anyhow::Result<Vec<u8>> {
-    let info = ds.chunk_info(i).with_context(|| format!("no chunk {i}"))?;
-    let mut buf = vec![0u8; info.size as usize];
-    let mut filter_mask = 0u32;
-    // SAFETY: the offset has one entry per dimension and `buf` is the chunk's stored size.
-    let rc = hdf5::sync::sync(|| unsafe {
-        hdf5_sys::h5d::H5Dread_chunk(ds.id(), hdf5_sys::h5p::H5P_DEFAULT, info.offset.as_ptr(), &mut filter_mask, buf.as_mut_ptr().cast())
-    });
-    anyhow::ensure!(rc >= 0, "H5Dread_chunk failed");
-    Ok(buf)
+/// Opens the frames named by `i`.
+fn open_frames(i: &Input) -> anyhow::Result<FrameReader> {
+    Ok(FrameReader::open(&i.input, &i.dataset)?)
 }
 
 fn convert(a: ConvertArgs) -> anyhow::Result<()> {
     let cal = CalFile::load(&a.calibration)?;
-    let (_f, frames) = Frames::open(&a.input)?;
+    let frames = open_frames(&a.input)?;
     if (cal.rows, cal.cols) != (frames.rows, frames.cols) {
         bail!("calibration is {}x{} pixels, the frames {}x{}", cal.rows, cal.cols, frames.rows, frames.cols);
     }
-    let conv = Converter::new(cal.cal, parse_invalid_gain(&a.invalid_gain)?)?;
-    let codec = parse_codec(&a.codec, a.zstd_level)?;
+    let conv = Converter::new(cal.cal, InvalidGain::parse(&a.invalid_gain)?)?;
+    let codec = Codec::parse(&a.codec, a.zstd_level)?;
     let out = hdf5::File::create(&a.output).with_context(|| format!("cannot create {}", a.output.display()))?;
     let g = out.create_group("entry")?.create_group("data")?;
     let (r, c) = (frames.rows, frames.cols);
@@ -255,12 +169,12 @@ fn convert(a: ConvertArgs) -> anyhow::Result<()> {
         (Some(_), "i32") => rdaq_sink::frame_stack::<i32>(&g, "data", r, c, codec)?,
         (Some(_), t) => bail!("count type {t:?}: expected i16 or i32"),
     };
-    ds.resize((frames.n, r, c))?;
+    ds.resize((frames.frames, r, c))?;
     let elem = if a.photon_kev.is_some() && a.counts == "i16" { 2 } else { 4 };
     let mut comp = Compressor::new(elem, 0, codec);
     let (mut raw, mut chunk) = (Vec::<u16>::new(), Vec::new());
     let (mut kev, mut c16, mut c32) = (vec![0f32; r * c], vec![0i16; r * c], vec![0i32; r * c]);
-    for i in 0..frames.n {
+    for i in 0..frames.frames {
         frames.read(i, &mut raw)?;
         let bytes = match (a.photon_kev, elem) {
             (None, _) => {
@@ -280,7 +194,7 @@ fn convert(a: ConvertArgs) -> anyhow::Result<()> {
         rdaq_sink::write_chunk(&ds, i, &chunk)?;
     }
     out.flush()?;
-    eprintln!("rdaq process convert: {} frames -> {}", frames.n, a.output.display());
+    eprintln!("rdaq process convert: {} frames -> {}", frames.frames, a.output.display());
     Ok(())
 }
 
@@ -296,11 +210,11 @@ fn pedestal_with<S: Sum>(a: PedestalArgs) -> anyhow::Result<()> {
     if a.stage > 2 || a.window == 0 {
         bail!("--stage must be 0, 1 or 2 and --window at least 1");
     }
-    let (_f, frames) = Frames::open(&a.input)?;
+    let frames = open_frames(&a.input)?;
     let px = frames.rows * frames.cols;
     let mut p = Pedestal::<S>::new(px, a.stage, a.window);
     let mut raw = Vec::<u16>::new();
-    for i in 0..frames.n {
+    for i in 0..frames.frames {
         frames.read(i, &mut raw)?;
         p.push(&raw);
     }
@@ -329,7 +243,7 @@ fn pedestal_with<S: Sum>(a: PedestalArgs) -> anyhow::Result<()> {
     p.rms_into(&mut rms[g]);
     base.rms = Some(rms);
     let mut n = base.frames.unwrap_or([0; 3]);
-    n[g] = frames.n as u32;
+    n[g] = frames.frames as u32;
     base.frames = Some(n);
     // pixels that never arrived get the typical value, so the file stays convertible; the
     // mask says they are bad
@@ -341,12 +255,12 @@ fn pedestal_with<S: Sum>(a: PedestalArgs) -> anyhow::Result<()> {
     p.mask(a.min_frames.unwrap_or(a.window), a.max_rms, &mut base.cal.mask);
     let masked = base.cal.mask.iter().filter(|&&m| m != 0).count();
     base.save(&a.output)?;
-    eprintln!("rdaq process pedestal: G{} from {} dark frames (window {}), {masked} of {px} pixels masked -> {}", a.stage, frames.n, a.window, a.output.display());
+    eprintln!("rdaq process pedestal: G{} from {} dark frames (window {}), {masked} of {px} pixels masked -> {}", a.stage, frames.frames, a.window, a.output.display());
     Ok(())
 }
 
 fn spots(a: SpotsArgs) -> anyhow::Result<()> {
-    let (_f, frames) = Frames::open(&a.input)?;
+    let frames = open_frames(&a.input)?;
     let (r, c) = (frames.rows, frames.cols);
     enum Finder {
         Local(LocalSnr),
@@ -378,8 +292,8 @@ fn spots(a: SpotsArgs) -> anyhow::Result<()> {
         f => bail!("finder {f:?}: expected local or peakfinder8"),
     };
     let (mut img, mut found) = (Vec::<f32>::new(), Vec::<Spot>::new());
-    let mut all: Vec<Vec<Spot>> = Vec::with_capacity(frames.n);
-    for i in 0..frames.n {
+    let mut all: Vec<Vec<Spot>> = Vec::with_capacity(frames.frames);
+    for i in 0..frames.frames {
         frames.read(i, &mut img)?;
         match &mut finder {
             Finder::Local(f) => f.find(&img, c, r, &mut found),
@@ -388,7 +302,7 @@ fn spots(a: SpotsArgs) -> anyhow::Result<()> {
         all.push(found.clone());
     }
     write_spot_file(&a.output, &all)?;
-    eprintln!("rdaq process spots: {} frames, {} spots -> {}", frames.n, all.iter().map(Vec::len).sum::<usize>(), a.output.display());
+    eprintln!("rdaq process spots: {} frames, {} spots -> {}", frames.frames, all.iter().map(Vec::len).sum::<usize>(), a.output.display());
     Ok(())
 }
 

@@ -87,6 +87,29 @@ pub struct NxmxMeta {
     pub max_spots: usize,
 }
 
+impl NxmxMeta {
+    /// What rdaq writes for a JUNGFRAU detector of this geometry: 75 µm silicon pixels,
+    /// 320 µm thick, 0.1 m from the sample (a placeholder until the beamline says), started
+    /// now; raw pixels, LZ4.
+    pub fn jungfrau(geometry: Geometry, photon_energy_kev: f64, frame_time_s: f64) -> NxmxMeta {
+        let modules = geometry.modules;
+        NxmxMeta {
+            geometry,
+            photon_energy_kev,
+            frame_time_s,
+            detector_distance_m: 0.1,
+            pixel_size_m: 75e-6,
+            sensor_material: "Si".into(),
+            sensor_thickness_m: 320e-6,
+            start_time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            detector_name: format!("JUNGFRAU {modules}-module (rdaq)"),
+            pixel: PixelType::Raw,
+            codec: Codec::Lz4,
+            max_spots: 0,
+        }
+    }
+}
+
 pub struct NxmxWriter {
     path: PathBuf,
     file: File,

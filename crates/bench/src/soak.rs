@@ -91,7 +91,7 @@ fn run(a: &SoakArgs, frames: u64, faults: Option<FaultConfig>, progress: bool) -
         ..EmulatorConfig::default()
     };
     let control = Arc::new(Control::default());
-    let bar = progress.then(|| crate::progress_bar(Some(frames), if cfg.faults.is_some() { "soak" } else { "clean" }));
+    let bar = progress.then(|| rdaq_run::progress_bar(Some(frames), if cfg.faults.is_some() { "soak" } else { "clean" }));
     let start = Instant::now();
     let (tx, hashes, incomplete, last) = std::thread::scope(|s| -> anyhow::Result<_> {
         let consumer = s.spawn(|| {

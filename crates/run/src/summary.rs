@@ -83,7 +83,7 @@ pub struct Summary {
     pub manifest: Option<PathBuf>,
     /// The calibration at the end of the run (with the tracked pedestal).
     pub calibration: Option<PathBuf>,
-    pub processing: Option<crate::online::ProcessReport>,
+    pub processing: Option<crate::graph::ProcessReport>,
     /// What points to a wrong setting (interfaces, read rows, a silent port).
     pub hints: Vec<String>,
 }

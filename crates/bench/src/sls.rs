@@ -20,7 +20,7 @@ use rdaq_net::socket;
 use rdaq_proto::sls::{SlsHeader, DET_TYPE_JUNGFRAU, JUNGFRAU_PACKETS_PER_FRAME, JUNGFRAU_PACKET_PAYLOAD, SLS_HEADER_LEN, SLS_HEADER_VERSION};
 use rdaq_receiver::{Format, IncompletePolicy, Receiver, ReceiverConfig};
 
-use crate::bench::IngestArgs;
+use crate::ingest::IngestArgs;
 
 const PACKETS: usize = JUNGFRAU_PACKETS_PER_FRAME as usize;
 const FRAME_BYTES: usize = PACKETS * JUNGFRAU_PACKET_PAYLOAD;

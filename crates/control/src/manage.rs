@@ -19,7 +19,7 @@ use rdaq_proto::telegram::{BufferMap, DetectorTelegram, ModuleDtp, ReceiverTeleg
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::daemon::detector::DtpUpload;
+use crate::detector::DtpUpload;
 
 #[derive(clap::Args)]
 pub struct ManageArgs {
@@ -65,7 +65,7 @@ struct Board {
 
 type SharedBoard = std::sync::Arc<std::sync::Mutex<Board>>;
 
-use crate::daemon::lock as board;
+use crate::http::lock as board;
 
 /// Starts the manager's API in a background thread.
 fn serve_board(addr: SocketAddr, b: SharedBoard) -> anyhow::Result<()> {
@@ -76,7 +76,7 @@ fn serve_board(addr: SocketAddr, b: SharedBoard) -> anyhow::Result<()> {
         .route("/status", get(|State(b): State<SharedBoard>| async move { Json(board(&b).status.clone()) }))
         .route(
             "/events",
-            get(|State(b): State<SharedBoard>, Query(q): Query<crate::daemon::Since>| async move {
+            get(|State(b): State<SharedBoard>, Query(q): Query<crate::http::Since>| async move {
                 let g = board(&b);
                 Json(g.events.as_ref().map(|l| l.since(q.since, q.limit.min(100_000))))
             }),
@@ -86,7 +86,7 @@ fn serve_board(addr: SocketAddr, b: SharedBoard) -> anyhow::Result<()> {
             get(|State(b): State<SharedBoard>| async move {
                 match board(&b).report.clone() {
                     Some(r) => Ok(Json(r)),
-                    None => Err(crate::daemon::conflict("the acquisition is still running")),
+                    None => Err(crate::http::conflict("the acquisition is still running")),
                 }
             }),
         )
@@ -242,7 +242,7 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
     let files = ["report.json", "events.jsonl", "manifest.csv"].map(|f| a.out.join(f));
-    crate::outputs::refuse_existing(files.iter().map(PathBuf::as_path), a.overwrite)?;
+    rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), a.overwrite)?;
     let shared: SharedBoard = Default::default();
     board(&shared).status = serde_json::json!({ "state": "configuring" });
     if let Some(addr) = a.serve {

@@ -17,7 +17,7 @@ use rdaq_proto::events::EventPage;
 use rdaq_proto::telegram::{DetectorTelegram, ModuleDtp, TELEGRAM_VERSION};
 use serde::{Deserialize, Serialize};
 
-use super::{bad, conflict, events_page, internal, lock, ApiError, Since};
+use crate::http::{bad, conflict, events_page, internal, lock, ApiError, Since};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -224,5 +224,5 @@ async fn manifest(State(s): State<Shared>) -> Result<String, ApiError> {
     let Some(r) = &d.report else {
         return Err(conflict("no finished run: POST /stop first"));
     };
-    Ok(crate::manifest_csv(&r.manifest))
+    Ok(rdaq_emulator::manifest_csv(&r.manifest))
 }

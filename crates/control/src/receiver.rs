@@ -22,8 +22,8 @@ use rdaq_receiver::{Counters, IncompletePolicy, Receiver, ReceiverConfig};
 use rdaq_sink::NxmxWriter;
 use serde::{Deserialize, Serialize};
 
-use super::{bad, conflict, events_page, internal, lock, ApiError, Since};
-use crate::consume::{consume, ConsumeStats};
+use crate::http::{bad, conflict, events_page, internal, lock, ApiError, Since};
+use rdaq_run::consume::{consume, ConsumeStats};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -173,7 +173,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         return Err(conflict(format!("output: {} exists: the receiver does not overwrite data (start with \"overwrite\": true to replace it)", p.display())));
     }
     let writer = match &path {
-        Some(p) => Some(NxmxWriter::create(p, &crate::nxmx_meta(geometry, 12.4, 0.0)).map_err(|e| bad(format!("output: {e}")))?),
+        Some(p) => Some(NxmxWriter::create(p, &rdaq_sink::NxmxMeta::jungfrau(geometry, 12.4, 0.0)).map_err(|e| bad(format!("output: {e}")))?),
         None => None,
     };
     // a new acquisition: frame numbers may start again; whatever was in progress is finished
@@ -211,7 +211,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
             };
             let mut stats = consume(&rx, writer.as_mut().map(|w| (w, geometry)), &ProgressBar::hidden(), Some(&flag), on_frame)?;
             let path = match writer {
-                Some(w) => crate::outputs::close(w, &mut stats)?,
+                Some(w) => rdaq_run::outputs::close(w, &mut stats)?,
                 None => None,
             };
             if let Some(e) = &stats.write_error {
@@ -337,5 +337,5 @@ async fn metrics(State(s): State<Shared>) -> String {
         m.push((format!("dropped_{}_total", r.name()), format!("Datagrams dropped: {}", r.name()), c.dropped(r) as f64));
     }
     let refs: Vec<(&str, &str, f64)> = m.iter().map(|(a, b, v)| (a.as_str(), b.as_str(), *v)).collect();
-    super::prometheus(&labels, &refs)
+    crate::http::prometheus(&labels, &refs)
 }

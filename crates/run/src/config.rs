@@ -370,8 +370,8 @@ impl Config {
             bail!("process.mode must be \"jungfrau\" or \"raw\", not {:?}", p.mode);
         }
         self.pixel_type()?;
-        crate::offline::parse_invalid_gain(&p.invalid_gain).context("process.invalid_gain")?;
-        crate::offline::parse_codec(&p.codec, p.zstd_level).context("process.codec")?;
+        rdaq_process::InvalidGain::parse(&p.invalid_gain).context("process.invalid_gain")?;
+        rdaq_process::bitshuffle::Codec::parse(&p.codec, p.zstd_level).context("process.codec")?;
         if p.pedestal_window == 0 || p.pedestal_publish == 0 {
             bail!("process.pedestal_window and process.pedestal_publish must be at least 1");
         }

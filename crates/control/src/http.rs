@@ -1,8 +1,5 @@
-//! The daemons' control API: HTTP/JSON on axum. `rdaq receive --serve` and
-//! `rdaq emulate --serve` run until Ctrl-C; `rdaq manage` drives them.
-
-pub mod detector;
-pub mod receiver;
+//! What the control APIs share: HTTP/JSON on axum, error answers, event pages, serving
+//! until Ctrl-C, and the Prometheus text format.
 
 use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard};

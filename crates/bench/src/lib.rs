@@ -1,0 +1,51 @@
+//! `rdaq bench`: benchmarks as commands, one module per benchmark. Each prints a table
+//! against a baseline measured in the same run, and says what the rows compare.
+//!
+//! - [`ingest`]: the receive path for rdaq datagrams against a bare `recvmmsg` loop into the
+//!   same kind of ring; [`sls`]: CPU per native JUNGFRAU packet against slsReceiver's loop.
+//! - [`hosts`]: one against two receivers fed by the same emulated detector.
+//! - [`soak`]: many small frames through injected faults, every frame bit-exact.
+//! - [`process`]: each processing stage on one core against memory bandwidth and the
+//!   reference libraries.
+
+pub mod hosts;
+pub mod ingest;
+pub mod process;
+pub mod sls;
+pub mod soak;
+
+use std::process::ExitCode;
+
+use anyhow::bail;
+
+#[derive(clap::Subcommand)]
+pub enum BenchCmd {
+    /// Highest lossless receive rate of rdaq datagrams over loopback: placement vs a bare
+    /// recvmmsg loop, measured in the same run; with --format sls, CPU per native JUNGFRAU
+    /// packet against slsReceiver's recvfrom + copy at the same rates.
+    Ingest(ingest::IngestArgs),
+    /// Highest lossless aggregate throughput of one and of two receivers (temporal mode) fed
+    /// by the same emulated detector; per-receiver efficiency against the single one.
+    Hosts(hosts::HostsArgs),
+    /// Many small frames through injected loss, reordering, duplication and corruption:
+    /// every frame must arrive bit-exact (checksums, loss window, retransmission).
+    Soak(soak::SoakArgs),
+    /// Each processing stage on one core against memory copy bandwidth and the reference
+    /// libraries (aare, cfelpyutils peakfinder8, bitshuffle) on the same frames.
+    Process(process::ProcessBenchArgs),
+}
+
+/// Runs the benchmark `b`.
+pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
+    match b {
+        BenchCmd::Ingest(a) => match a.format.as_str() {
+            "rdaq" => ingest::ingest(a),
+            "sls" => sls::ingest_sls(&a),
+            other => bail!("--format must be rdaq or sls, not {other:?}"),
+        },
+        BenchCmd::Hosts(a) => hosts::hosts(a),
+        BenchCmd::Soak(a) => soak::soak(a),
+        BenchCmd::Process(a) => process::bench(a),
+    }
+}
+

@@ -1,0 +1,16 @@
+//! The control plane's I/O, beside the sans-I/O [`rdaq_manager`] (as quinn beside
+//! quinn-proto): the daemons' HTTP/JSON control APIs and the system manager's runtime that
+//! drives them.
+//!
+//! - [`receiver`]: the data receiver daemon (`rdaq receive --serve`): buffers defined by
+//!   the manager, acquisitions to NXmx files, events, counters, `/metrics`.
+//! - [`detector`]: the detector daemon (`rdaq emulate --serve`): emulated modules that take
+//!   their DTPs from the manager.
+//! - [`manage`]: the system manager's acquisition over both (`rdaq manage`): telegrams,
+//!   buffers, DTPs, start, heartbeats, re-planning, the report.
+//! - [`http`]: what the APIs share.
+
+pub mod detector;
+pub mod http;
+pub mod manage;
+pub mod receiver;

@@ -1,0 +1,41 @@
+//! rdaq acquisitions as a library, below the command line: what `rdaq run`, `rdaq receive`
+//! and the receiver daemon do with the frames a receiver hands on.
+//!
+//! - [`config`]: the TOML configuration of a run, checked before anything starts.
+//! - [`consume`]: the plain consumer: frames to the NXmx file, slots back, counts.
+//! - [`graph`]: the online processing graph (pedestal, conversion, spots and veto,
+//!   compression, writing) over the receiver's ring.
+//! - [`run`]: a single-receiver run with the emulated detector; [`topology`]: a run of a
+//!   whole plan (several receivers) in one process.
+//! - [`outputs`]: the output files and the rule that protects them (no silent overwrite).
+//! - [`summary`]: the end-of-acquisition summary and the exit status it implies.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! let cfg = rdaq_run::config::Config::default();
+//! cfg.check()?;
+//! let summary = rdaq_run::run::run(&cfg, Arc::default(), &rdaq_run::progress_bar(None, "run"))?;
+//! summary.print();
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+
+pub mod config;
+pub mod consume;
+pub mod graph;
+pub mod outputs;
+pub mod run;
+pub mod summary;
+pub mod topology;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// A bar when the frame count is known, a counter otherwise (drawn only on a terminal).
+pub fn progress_bar(len: Option<u64>, what: &str) -> ProgressBar {
+    let (bar, template) = match len {
+        Some(n) => (ProgressBar::new(n), "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} frames ({per_sec})"),
+        None => (ProgressBar::new_spinner(), "{prefix} [{elapsed_precise}] {spinner} {pos} frames ({per_sec})"),
+    };
+    bar.set_style(ProgressStyle::with_template(template).expect("valid template"));
+    bar.set_prefix(what.to_string());
+    bar
+}

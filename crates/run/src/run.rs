@@ -1,0 +1,210 @@
+//! A single-receiver run (`rdaq run`): the emulated detector sends to one receiver in this
+//! process, and its frames go through the online processing graph ([`crate::graph`]) or
+//! straight to the NXmx file ([`crate::consume`]). The files of a run are named after it:
+//! `<name>.h5`, `<name>_manifest.csv`, and with processing `<name>_truth.csv` and
+//! `<name>_calibration.h5`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use indicatif::ProgressBar;
+use rdaq_detector::Geometry;
+use rdaq_emulator::Control;
+use rdaq_process::bitshuffle::Codec;
+use rdaq_proto::telegram::{BufferMap, ModuleDtp};
+use rdaq_receiver::{Format, Receiver, ReceiverConfig};
+use rdaq_sink::{NxmxMeta, NxmxWriter};
+
+use crate::config::Config;
+use crate::consume::consume;
+use crate::graph::{self, ProcessReport};
+use crate::{outputs, summary};
+
+/// The files of a run named `<name>`, in the output directory.
+pub const RUN_FILES: [&str; 4] = [".h5", "_manifest.csv", "_truth.csv", "_calibration.h5"];
+
+/// Runs the acquisition `cfg` describes (checked with [`Config::check`]) with one receiver;
+/// `control` stops the detector early. Returns the summary, not yet printed.
+pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Result<summary::Summary> {
+    let name = run_name(cfg)?;
+    let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));
+    let mut rx = Receiver::start(receiver_config(cfg)?).context("starting the receiver")?;
+    let geometry = cfg.geometry().expect("checked");
+    let meta = file_meta(cfg, geometry)?;
+    let setup = if cfg.processing() { Some(processing_setup(cfg, &meta)?) } else { None };
+    let frame_bytes = (geometry.height() * geometry.width() * meta.pixel.bytes()) as u64;
+    let what = format!("{} frames of {:.1} MB before compression", cfg.emulator.frames, frame_bytes as f64 / 1e6);
+    outputs::warn_if_short(&cfg.output.dir, cfg.emulator.frames * frame_bytes, &what);
+    let h5 = out(".h5");
+    let mut writer = NxmxWriter::create(&h5, &meta)?;
+    outputs::warn_without_reserve(&writer, &h5);
+    eprintln!("{}", start_line(cfg, &rx));
+    let start = Instant::now();
+    let (emu, consumed) = std::thread::scope(|s| {
+        let (rx_ref, w) = (&rx, &mut writer);
+        let delay = cfg.faults.consumer_delay();
+        let consumer = s.spawn(move || match setup {
+            Some(setup) => graph::run(rx_ref, w, setup, bar, None).map(|(c, r)| (c, Some(r))),
+            None => consume(rx_ref, Some((w, geometry)), bar, None, |_| std::thread::sleep(delay)).map(|c| (c, None)),
+        });
+        let dtps = single_receiver_dtps(rx.buffer_map(), cfg.network.bind);
+        let emu = rdaq_emulator::run(&cfg.emulator(cfg.detector.modules), &dtps, control);
+        rx.stop();
+        (emu, consumer.join().expect("consumer thread panicked"))
+    });
+    bar.finish();
+    let elapsed = start.elapsed();
+    let counters = rx.join()?;
+    let emu = emu?;
+    let (mut consumed, processed) = consumed?;
+    let h5 = outputs::close(writer, &mut consumed)?;
+    let manifest = out("_manifest.csv");
+    write_manifest(&manifest, &emu.manifest)?;
+    let mut sum = summary::Summary::new(cfg.emulator.frames, &emu, &counters, &rx.outcome(), &consumed, elapsed, h5.as_deref(), Some(&manifest));
+    if let Some(p) = processed {
+        save_processing(cfg, geometry, p, &out, &mut sum)?;
+    }
+    if !rx.guards_intact() {
+        bail!("a guard region around the frame ring was overwritten: this is a bug");
+    }
+    Ok(sum)
+}
+
+/// The run's name: the configured one, or the next free numbered one when files of an
+/// earlier run have it (unless told to overwrite).
+fn run_name(cfg: &Config) -> anyhow::Result<String> {
+    std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
+    let name = outputs::free_run_name(&cfg.output.dir, &cfg.output.name, &RUN_FILES, cfg.output.overwrite);
+    if name != cfg.output.name {
+        eprintln!("rdaq run: {} has files of an earlier run: this run is {name} (--overwrite replaces instead)", cfg.output.name);
+    }
+    Ok(name)
+}
+
+fn receiver_config(cfg: &Config) -> anyhow::Result<ReceiverConfig> {
+    cfg.tune(ReceiverConfig {
+        format: Format::Rdaq,
+        bind: cfg.network.bind,
+        data_port: cfg.network.data_port,
+        modules: cfg.detector.modules,
+        module_bytes: rdaq_detector::MODULE_BYTES as u64,
+        payload_bytes: cfg.network.payload_bytes,
+        slots: cfg.slots(),
+        frames: Some(cfg.emulator.frames),
+        ..ReceiverConfig::default()
+    })
+}
+
+/// What the file says: the detector, the pixel type, and with processing its codec and
+/// spot lists.
+fn file_meta(cfg: &Config, geometry: Geometry) -> anyhow::Result<NxmxMeta> {
+    let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
+    let mut meta = NxmxMeta::jungfrau(geometry, cfg.detector.photon_energy_kev, frame_time);
+    meta.pixel = cfg.pixel_type()?;
+    if cfg.processing() {
+        meta.codec = Codec::parse(&cfg.process.codec, cfg.process.zstd_level)?;
+        meta.max_spots = cfg.process.max_spots;
+    }
+    Ok(meta)
+}
+
+fn start_line(cfg: &Config, rx: &Receiver) -> String {
+    format!(
+        "rdaq run: {} modules, {} frames at {}, {} slots of {} MiB, ports {:?}, {}; {}",
+        cfg.detector.modules,
+        cfg.emulator.frames,
+        cfg.rate().map_or("full speed".to_string(), |r| format!("{r} Hz")),
+        cfg.slots(),
+        cfg.frame_bytes() >> 20,
+        rx.ports(),
+        if cfg.processing() { format!("processing to {}", cfg.process.output) } else { "raw".to_string() },
+        recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted())
+    )
+}
+
+/// The socket receive buffer asked for and what the kernel granted (Linux reports twice the
+/// request, half of it for its own bookkeeping; less means a cap such as net.core.rmem_max).
+pub fn recv_buffer_line(asked: usize, granted: usize) -> String {
+    let capped = if granted < asked { " (capped by the kernel: raise net.core.rmem_max, or run as root)" } else { "" };
+    format!("receive buffer {} MiB asked, {} MiB granted{capped}", asked >> 20, granted >> 20)
+}
+
+/// The processing graph's settings from the configuration and the file's pixel type.
+fn processing_setup(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<graph::Setup> {
+    let p = &cfg.process;
+    let g = meta.geometry;
+    let calibration = if p.calibration.as_os_str().is_empty() {
+        graph::emulated_calibration(cfg.detector.seed, &g)
+    } else {
+        let cf = rdaq_process::calfile::CalFile::load(&p.calibration)?;
+        if (cf.rows, cf.cols) != (g.height(), g.width()) {
+            bail!("process.calibration {} is {}x{} pixels, the detector image {}x{}", p.calibration.display(), cf.rows, cf.cols, g.height(), g.width());
+        }
+        cf.cal
+    };
+    let e = cfg.detector.photon_energy_kev as f32;
+    Ok(graph::Setup {
+        geometry: g,
+        calibration: Arc::new(calibration),
+        invalid: rdaq_process::InvalidGain::parse(&p.invalid_gain)?,
+        chopper: cfg.chopper(),
+        photon_kev: e,
+        pixel: meta.pixel,
+        codec: meta.codec,
+        finder: rdaq_process::spots::LocalSnrParams { threshold: p.threshold_photons * e, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels },
+        min_spots: p.min_spots,
+        veto: p.veto,
+        window: p.pedestal_window,
+        publish: p.pedestal_publish,
+        workers: [p.convert_workers, p.spot_workers, p.compress_workers],
+        ring_frames: p.ring_frames,
+        consumer_delay: cfg.faults.consumer_delay(),
+    })
+}
+
+/// Writes what the processing leaves beside the data file (the emulated detector's truth,
+/// the tracked calibration) and adds its report to the summary.
+fn save_processing(cfg: &Config, geometry: Geometry, mut p: ProcessReport, out: &dyn Fn(&str) -> PathBuf, sum: &mut summary::Summary) -> anyhow::Result<()> {
+    write_truth(cfg, &geometry, &out("_truth.csv"))?;
+    if let Some(cal) = p.calibration.take() {
+        let path = out("_calibration.h5");
+        let cf = rdaq_process::calfile::CalFile { rows: geometry.height(), cols: geometry.width(), cal: (*cal).clone(), rms: None, frames: None };
+        cf.save(&path)?;
+        sum.calibration = Some(path);
+    }
+    sum.processing = Some(p);
+    Ok(())
+}
+
+/// The synthetic detector's ground truth for the processing: per frame whether it was dark
+/// and a hit, and every Bragg spot in image pixel coordinates (column x, row y).
+fn write_truth(cfg: &Config, g: &Geometry, path: &Path) -> anyhow::Result<()> {
+    use std::fmt::Write;
+    let synths: Vec<_> = (0..g.modules).map(|m| rdaq_detector::ModuleSynth::new(cfg.synth(), m)).collect();
+    let mut s = String::from("frame,dark,hit,x,y,photons\n");
+    for frame in 0..cfg.emulator.frames {
+        let (dark, hit) = (synths[0].is_dark(frame), synths[0].is_hit(frame));
+        let _ = writeln!(s, "{frame},{},{},,,", dark as u8, hit as u8);
+        for (m, syn) in synths.iter().enumerate() {
+            let (r0, c0) = g.origin(m as u16);
+            for sp in syn.spots(frame) {
+                let _ = writeln!(s, "{frame},{},{},{:.4},{:.4},{:.1}", dark as u8, hit as u8, c0 as f64 + sp.x, r0 as f64 + sp.y, sp.photons);
+            }
+        }
+    }
+    std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Writes what the modules sent (see [`rdaq_emulator::manifest_csv`]).
+pub fn write_manifest(path: &Path, m: &[rdaq_emulator::ManifestEntry]) -> anyhow::Result<()> {
+    std::fs::write(path, rdaq_emulator::manifest_csv(m)).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Hand configuration of one receiver: module m sends every frame to its port there.
+pub fn single_receiver_dtps(map: &BufferMap, data: IpAddr) -> Vec<ModuleDtp> {
+    (0..map.modules).map(|m| ModuleDtp::single(map, m, SocketAddr::new(data, map.data_ports[m as usize]))).collect()
+}
+
