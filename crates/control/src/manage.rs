@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use rdaq_manager::{Plan, Topology};
 use rdaq_proto::events::{Event, EventLog, EventPage};
-use rdaq_proto::telegram::{BufferMap, DetectorTelegram, ModuleDtp, ReceiverTelegram};
+use rdaq_proto::telegram::{BufferMap, BufferRequest, DetectorTelegram, ModuleDtp, ReceiverTelegram};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::detector::DtpUpload;
+use crate::receiver::StopAnswer;
 
 #[derive(clap::Args)]
 pub struct ManageArgs {
@@ -233,243 +234,42 @@ fn ring_positions(dtps: &[ModuleDtp], until: u64) -> HashMap<String, u64> {
     pos
 }
 
+/// The manager's acquisition: configure, start, watch, gather, report. Exit 1 when data was
+/// lost (unless `--tolerate-loss`).
 pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&a.topology).with_context(|| format!("cannot read {}", a.topology.display()))?;
-    let t = Topology::from_toml(&text).with_context(|| format!("invalid topology {}", a.topology.display()))?;
-    let det_ctl = t.detector.control.context("detector.control: the detector's control address is needed")?;
-    if !(a.rate >= 0.0 && a.rate.is_finite()) {
-        bail!("--rate must be 0 (as fast as possible) or positive");
-    }
-    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
-    let files = ["report.json", "events.jsonl", "manifest.csv"].map(|f| a.out.join(f));
-    rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), a.overwrite)?;
-    let shared: SharedBoard = Default::default();
-    board(&shared).status = serde_json::json!({ "state": "configuring" });
-    if let Some(addr) = a.serve {
-        serve_board(addr, shared.clone())?;
-    }
-    let api = Api::new(Duration::from_secs(60));
-    let heartbeat = Api::new(Duration::from_millis(a.heartbeat_ms.max(100)));
-
-    // components: telegrams
-    let det: DetectorTelegram = api.get(det_ctl, "/telegram").context("detector")?;
-    if det.modules != t.detector.modules {
-        bail!("detector.modules: the topology says {}, the detector at {det_ctl} has {}", t.detector.modules, det.modules);
-    }
-    for &r in &t.participants() {
-        let spec = &t.receivers[r];
-        let tel: ReceiverTelegram = api.get(spec.control, "/telegram").with_context(|| format!("receiver {}", spec.name))?;
-        if tel.name != spec.name {
-            bail!("receivers.{}.control: {} answers as {:?}", spec.name, spec.control, tel.name);
-        }
-        if tel.data != spec.data {
-            bail!("receivers.{}.data: the topology says {}, the receiver listens on {}", spec.name, spec.data, tel.data);
-        }
-    }
-    // buffers and RAS, then the DTPs
-    let plan = Plan::new(&t)?;
-    let requests = plan.buffer_requests(&t);
-    let mut maps: Vec<BufferMap> = Vec::new();
-    for (r, req) in &requests {
-        let spec = &t.receivers[*r];
-        maps.push(api.send("PUT", spec.control, "/buffers", req).with_context(|| format!("defining buffers on {}", spec.name))?);
-    }
-    let ras = rdaq_manager::AddressSpace::new(&plan);
-    let dtps = plan.module_dtps(&t, &maps)?;
-    let _: serde_json::Value = api.send("PUT", det_ctl, "/dtp", &DtpUpload { from_frame: None, dtps: dtps.clone() }).context("uploading DTPs")?;
-    let names = |p: &Plan| p.receivers.iter().map(|rp| t.receivers[rp.receiver].name.clone()).collect::<Vec<_>>();
-    let mut epochs = vec![Epoch { from_frame: 0, receivers: names(&plan), reason: "initial plan".into(), dtps }];
-    eprintln!(
-        "rdaq manage: {} modules -> {} receivers ({:?} mode), address space {} MiB",
-        t.detector.modules,
-        plan.receivers.len(),
-        t.transfer.mode,
-        ras.len() >> 20
-    );
-    // start the receivers, then the detector
-    let full = t.geometry();
-    let mut feeds: HashMap<usize, Feed> = HashMap::new();
-    for (rp, (r, _)) in plan.receivers.iter().zip(&requests) {
-        let spec = &t.receivers[*r];
-        let g = rp.geometry(full);
-        let body = serde_json::json!({ "output": format!("{}.h5", spec.name), "module_cols": g.module_cols, "gap_x": g.gap_x, "gap_y": g.gap_y, "overwrite": a.overwrite });
-        let v: serde_json::Value = match api.send("POST", spec.control, "/start", &body) {
-            Ok(v) => v,
-            Err(e) => {
-                // the receivers started so far go back to waiting: nothing was sent yet
-                for started in feeds.keys() {
-                    let _ = api.send::<serde_json::Value>("POST", t.receivers[*started].control, "/stop", &serde_json::json!({}));
-                }
-                return Err(e.context(format!("starting {}", spec.name)));
-            }
-        };
-        feeds.insert(*r, Feed::new(spec.control, v["events_from"].as_u64().unwrap_or(0)));
-    }
+    let s = Session::open(&a)?;
+    s.check_telegrams()?;
+    let mut c = s.configure()?;
+    let mut feeds = s.start_receivers(&c)?;
     let start = Instant::now();
     let _: serde_json::Value =
-        api.send("POST", det_ctl, "/start", &serde_json::json!({ "frames": a.frames, "rate_hz": a.rate, "first_frame": 0 })).context("starting the detector")?;
+        s.api.send("POST", s.det_ctl, "/start", &serde_json::json!({ "frames": a.frames, "rate_hz": a.rate, "first_frame": 0 })).context("starting the detector")?;
     // the detector's event log starts anew with each run
-    let mut det_feed = Feed::new(det_ctl, 0);
-
-    // watch: the detector's progress, the receivers' heartbeats
-    let mut live: Vec<usize> = requests.iter().map(|(r, _)| *r).collect();
-    let mut dead: BTreeSet<String> = BTreeSet::new();
-    let mut misses: HashMap<usize, u32> = HashMap::new();
-    let deadline = start + Duration::from_secs_f64(a.timeout_s);
-    loop {
-        std::thread::sleep(Duration::from_millis(a.heartbeat_ms));
-        let st: serde_json::Value = api.get(det_ctl, "/status").context("detector status")?;
-        board(&shared).status = serde_json::json!({ "state": "running", "detector": st, "dead": dead });
-        if st["state"] != "running" || Instant::now() > deadline {
-            break;
-        }
-        det_feed.pull(&api, &shared)?;
-        let mut lost_now = Vec::new();
-        for &r in &live {
-            let spec = &t.receivers[r];
-            match heartbeat.get::<serde_json::Value>(spec.control, "/status") {
-                Ok(_) => {
-                    misses.insert(r, 0);
-                    if let Some(f) = feeds.get_mut(&r) {
-                        // a failed pull is a missed heartbeat next time round, not an error
-                        let _ = f.pull(&heartbeat, &shared);
-                    }
-                }
-                Err(e) => {
-                    let n = misses.entry(r).or_insert(0);
-                    *n += 1;
-                    if *n >= a.misses {
-                        eprintln!("rdaq manage: receiver {} stopped answering ({e:#})", spec.name);
-                        lost_now.push(r);
-                    }
-                }
-            }
-        }
-        if lost_now.is_empty() {
-            continue;
-        }
-        live.retain(|r| !lost_now.contains(r));
-        for &r in &lost_now {
-            dead.insert(t.receivers[r].name.clone());
-        }
-        replan(&api, det_ctl, &t, &requests, &maps, &live, &mut epochs, &dead, st["frontier"].as_u64().unwrap_or(0));
-    }
+    let mut det_feed = Feed::new(s.det_ctl, 0);
+    let mut w = Watch { live: c.requests.iter().map(|(r, _)| *r).collect(), dead: BTreeSet::new() };
+    s.watch(&mut c, &mut w, &mut feeds, &mut det_feed, start)?;
     let elapsed = start.elapsed();
-    let det_stop: serde_json::Value = api.send("POST", det_ctl, "/stop", &serde_json::json!({})).context("stopping the detector")?;
-    let manifest = api.text(det_ctl, "/manifest").context("detector manifest")?;
+    let det_stop: serde_json::Value = s.api.send("POST", s.det_ctl, "/stop", &serde_json::json!({})).context("stopping the detector")?;
+    let manifest = s.api.text(s.det_ctl, "/manifest").context("detector manifest")?;
     std::fs::write(a.out.join("manifest.csv"), manifest)?;
-    det_feed.pull(&api, &shared)?;
-    let det_events = det_feed.events;
-
-    // gather: stop answers and events of every receiver still alive
-    let mut receivers: BTreeMap<String, ReceiverReport> = BTreeMap::new();
-    let mut complete: HashSet<(String, u64)> = HashSet::new();
-    let mut incomplete: BTreeSet<u64> = BTreeSet::new();
-    let mut events_out = String::new();
-    for (r, _) in &requests {
-        let spec = &t.receivers[*r];
-        let mut rep = ReceiverReport::default();
-        if live.contains(r) {
-            match api.send::<serde_json::Value>("POST", spec.control, "/stop", &serde_json::json!({})) {
-                Ok(v) => {
-                    rep.alive = true;
-                    rep.frames_complete = v["frames_complete"].as_u64().unwrap_or(0);
-                    rep.frames_incomplete = v["frames_incomplete"].as_u64().unwrap_or(0);
-                    rep.frames_discarded = v["frames_discarded"].as_u64().unwrap_or(0);
-                    rep.output = v["output"].as_str().map(PathBuf::from);
-                    rep.counters = v["counters"].clone();
-                    rep.frames_not_saved = v["frames_not_saved"].as_u64().unwrap_or(0);
-                    rep.frames_refused = v["counters"]["frames_refused"].as_u64().unwrap_or(0);
-                    rep.write_error = v["write_error"].as_str().map(str::to_string);
-                }
-                Err(e) => {
-                    eprintln!("rdaq manage: receiver {} failed at the end: {e:#}", spec.name);
-                    dead.insert(spec.name.clone());
-                }
-            }
-            if rep.alive {
-                let feed = feeds.get_mut(r).expect("a feed per started receiver");
-                feed.pull(&api, &shared)?;
-                rep.events_dropped = feed.dropped;
-                for e in std::mem::take(&mut feed.events) {
-                    events_out.push_str(&serde_json::to_string(&e)?);
-                    events_out.push('\n');
-                    match e {
-                        Event::FrameComplete { receiver, frame, .. } => {
-                            complete.insert((receiver, frame));
-                        }
-                        Event::FrameIncomplete { frame, .. } => {
-                            incomplete.insert(frame);
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        }
-        receivers.insert(spec.name.clone(), rep);
-    }
-    for e in &det_events {
-        events_out.push_str(&serde_json::to_string(e)?);
-        events_out.push('\n');
-    }
-    std::fs::write(a.out.join("events.jsonl"), events_out)?;
-
-    // a frame is received when every receiver it went to is alive and reported it complete
-    let mut lost = Vec::new();
-    let mut n_complete = 0;
-    for f in 0..a.frames {
-        let epoch = epochs.iter().rev().find(|e| e.from_frame <= f).expect("epoch 0 covers frame 0");
-        let mut to: BTreeSet<String> = BTreeSet::new();
-        for d in &epoch.dtps {
-            d.destinations(f, |r, _| {
-                to.insert(d.routes[r].receiver.clone());
-            });
-        }
-        let ok = to.iter().all(|name| !dead.contains(name) && complete.contains(&(name.clone(), f)));
-        if ok {
-            n_complete += 1;
-        } else if !incomplete.contains(&f) || to.iter().any(|n| dead.contains(n)) {
-            lost.push(f);
-        }
-    }
-    let modules = det_events
-        .iter()
-        .filter_map(|e| match e {
-            Event::EndOfTransfer { module, frames, datagrams } => Some(serde_json::json!({ "module": module, "frames": frames, "datagrams": datagrams })),
-            _ => None,
-        })
-        .collect();
+    det_feed.pull(&s.api, &s.shared)?;
+    let g = s.gather(&c, &mut w, &mut feeds, &det_feed.events)?;
+    let (frames_complete, frames_lost) = tally(a.frames, &c.epochs, &w.dead, &g.complete, &g.incomplete);
     let report = Report {
         topology: a.topology.clone(),
-        mode: format!("{:?}", t.transfer.mode),
+        mode: format!("{:?}", s.t.transfer.mode),
         frames_expected: a.frames,
-        frames_complete: n_complete,
-        frames_lost: lost,
-        frames_incomplete: incomplete.into_iter().collect(),
-        epochs,
-        receivers,
+        frames_complete,
+        frames_lost,
+        frames_incomplete: g.incomplete.into_iter().collect(),
+        epochs: c.epochs,
+        receivers: g.receivers,
         detector: det_stop,
-        modules,
+        modules: module_ends(&det_feed.events),
         elapsed_s: elapsed.as_secs_f64(),
     };
-    std::fs::write(a.out.join("report.json"), serde_json::to_string_pretty(&report)?)?;
-    {
-        let mut b = board(&shared);
-        b.report = Some(serde_json::to_value(&report)?);
-        b.status = serde_json::json!({ "state": "done", "frames_complete": report.frames_complete, "frames_lost": report.frames_lost.len() });
-    }
-    println!("---- rdaq manage report ----");
-    println!("frames     : {} complete of {}, {} lost, {} incomplete", report.frames_complete, a.frames, report.frames_lost.len(), report.frames_incomplete.len());
-    for (name, r) in &report.receivers {
-        println!("receiver {name:<8}: {} complete, {} incomplete, {} discarded, {} refused (ring full){}", r.frames_complete, r.frames_incomplete, r.frames_discarded, r.frames_refused, if r.alive { "" } else { " (DEAD)" });
-        if let Some(e) = &r.write_error {
-            println!("receiver {name:<8}: {e}; {} frames not saved", r.frames_not_saved);
-        }
-    }
-    for e in &report.epochs {
-        println!("from frame {:>6}: {:?} ({})", e.from_frame, e.receivers, e.reason);
-    }
-    println!("report     : {}", a.out.join("report.json").display());
+    s.publish(&report)?;
+    print_report(&report, &a.out);
     let loss = report.frames_complete < a.frames || report.receivers.values().any(|r| r.write_error.is_some());
     if a.serve.is_some() {
         eprintln!("rdaq manage: done; the API keeps serving the report until Ctrl-C");
@@ -486,65 +286,349 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Re-plans the frames still to come over the receivers left, if the transfer mode allows it
-/// with the buffers they already have; records the new epoch.
-#[allow(clippy::too_many_arguments)]
-fn replan(
-    api: &Api,
+/// One acquisition of the manager: its options, the topology, the control clients and what
+/// its API shows.
+struct Session<'a> {
+    a: &'a ManageArgs,
+    t: Topology,
     det_ctl: SocketAddr,
-    t: &Topology,
-    requests: &[(usize, rdaq_proto::telegram::BufferRequest)],
-    maps: &[BufferMap],
-    live: &[usize],
-    epochs: &mut Vec<Epoch>,
-    dead: &BTreeSet<String>,
-    frontier: u64,
-) {
+    api: Api,
+    /// Short timeouts: a receiver that does not answer in a heartbeat misses it.
+    heartbeat: Api,
+    shared: SharedBoard,
+}
+
+/// What the manager configured: the plan's buffer requests, the receivers' answers, and the
+/// epochs of DTPs (one more for each re-plan).
+struct Configured {
+    plan: Plan,
+    requests: Vec<(usize, BufferRequest)>,
+    maps: Vec<BufferMap>,
+    epochs: Vec<Epoch>,
+}
+
+/// The receivers still answering, and the names of those that stopped.
+struct Watch {
+    live: Vec<usize>,
+    dead: BTreeSet<String>,
+}
+
+/// What the receivers said at the end.
+struct Gathered {
+    receivers: BTreeMap<String, ReceiverReport>,
+    complete: HashSet<(String, u64)>,
+    incomplete: BTreeSet<u64>,
+}
+
+impl<'a> Session<'a> {
+    /// Reads and checks the topology and the options, refuses existing output files, and
+    /// starts the manager's API if asked.
+    fn open(a: &'a ManageArgs) -> anyhow::Result<Session<'a>> {
+        let text = std::fs::read_to_string(&a.topology).with_context(|| format!("cannot read {}", a.topology.display()))?;
+        let t = Topology::from_toml(&text).with_context(|| format!("invalid topology {}", a.topology.display()))?;
+        let det_ctl = t.detector.control.context("detector.control: the detector's control address is needed")?;
+        if !(a.rate >= 0.0 && a.rate.is_finite()) {
+            bail!("--rate must be 0 (as fast as possible) or positive");
+        }
+        std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+        let files = ["report.json", "events.jsonl", "manifest.csv"].map(|f| a.out.join(f));
+        rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), a.overwrite)?;
+        let shared: SharedBoard = Default::default();
+        board(&shared).status = serde_json::json!({ "state": "configuring" });
+        if let Some(addr) = a.serve {
+            serve_board(addr, shared.clone())?;
+        }
+        let api = Api::new(Duration::from_secs(60));
+        let heartbeat = Api::new(Duration::from_millis(a.heartbeat_ms.max(100)));
+        Ok(Session { a, t, det_ctl, api, heartbeat, shared })
+    }
+
+    /// Components: the detector and every receiver of the plan are the ones the topology
+    /// names.
+    fn check_telegrams(&self) -> anyhow::Result<()> {
+        let t = &self.t;
+        let det: DetectorTelegram = self.api.get(self.det_ctl, "/telegram").context("detector")?;
+        if det.modules != t.detector.modules {
+            bail!("detector.modules: the topology says {}, the detector at {} has {}", t.detector.modules, self.det_ctl, det.modules);
+        }
+        for &r in &t.participants() {
+            let spec = &t.receivers[r];
+            let tel: ReceiverTelegram = self.api.get(spec.control, "/telegram").with_context(|| format!("receiver {}", spec.name))?;
+            if tel.name != spec.name {
+                bail!("receivers.{}.control: {} answers as {:?}", spec.name, spec.control, tel.name);
+            }
+            if tel.data != spec.data {
+                bail!("receivers.{}.data: the topology says {}, the receiver listens on {}", spec.name, spec.data, tel.data);
+            }
+        }
+        Ok(())
+    }
+
+    /// Buffers on every receiver, the address space, then the DTPs to the detector.
+    fn configure(&self) -> anyhow::Result<Configured> {
+        let t = &self.t;
+        let plan = Plan::new(t)?;
+        let requests = plan.buffer_requests(t);
+        let mut maps: Vec<BufferMap> = Vec::new();
+        for (r, req) in &requests {
+            let spec = &t.receivers[*r];
+            maps.push(self.api.send("PUT", spec.control, "/buffers", req).with_context(|| format!("defining buffers on {}", spec.name))?);
+        }
+        let ras = rdaq_manager::AddressSpace::new(&plan);
+        let dtps = plan.module_dtps(t, &maps)?;
+        let _: serde_json::Value = self.api.send("PUT", self.det_ctl, "/dtp", &DtpUpload { from_frame: None, dtps: dtps.clone() }).context("uploading DTPs")?;
+        let receivers = plan.receivers.iter().map(|rp| t.receivers[rp.receiver].name.clone()).collect();
+        eprintln!("rdaq manage: {} modules -> {} receivers ({:?} mode), address space {} MiB", t.detector.modules, plan.receivers.len(), t.transfer.mode, ras.len() >> 20);
+        Ok(Configured { plan, requests, maps, epochs: vec![Epoch { from_frame: 0, receivers, reason: "initial plan".into(), dtps }] })
+    }
+
+    /// Starts every receiver of the plan (each writes its part of the image); if one fails,
+    /// those started go back to waiting (nothing was sent yet).
+    fn start_receivers(&self, c: &Configured) -> anyhow::Result<HashMap<usize, Feed>> {
+        let t = &self.t;
+        let full = t.geometry();
+        let mut feeds: HashMap<usize, Feed> = HashMap::new();
+        for (rp, (r, _)) in c.plan.receivers.iter().zip(&c.requests) {
+            let spec = &t.receivers[*r];
+            let g = rp.geometry(full);
+            let body = serde_json::json!({ "output": format!("{}.h5", spec.name), "module_cols": g.module_cols, "gap_x": g.gap_x, "gap_y": g.gap_y, "overwrite": self.a.overwrite });
+            let v: serde_json::Value = match self.api.send("POST", spec.control, "/start", &body) {
+                Ok(v) => v,
+                Err(e) => {
+                    for started in feeds.keys() {
+                        let _ = self.api.send::<serde_json::Value>("POST", t.receivers[*started].control, "/stop", &serde_json::json!({}));
+                    }
+                    return Err(e.context(format!("starting {}", spec.name)));
+                }
+            };
+            feeds.insert(*r, Feed::new(spec.control, v["events_from"].as_u64().unwrap_or(0)));
+        }
+        Ok(feeds)
+    }
+
+    /// Until the detector has sent everything (or the timeout): its progress, the receivers'
+    /// heartbeats and events; re-plans when receivers stop answering.
+    fn watch(&self, c: &mut Configured, w: &mut Watch, feeds: &mut HashMap<usize, Feed>, det_feed: &mut Feed, start: Instant) -> anyhow::Result<()> {
+        let mut misses: HashMap<usize, u32> = HashMap::new();
+        let deadline = start + Duration::from_secs_f64(self.a.timeout_s);
+        loop {
+            std::thread::sleep(Duration::from_millis(self.a.heartbeat_ms));
+            let st: serde_json::Value = self.api.get(self.det_ctl, "/status").context("detector status")?;
+            board(&self.shared).status = serde_json::json!({ "state": "running", "detector": st, "dead": w.dead });
+            if st["state"] != "running" || Instant::now() > deadline {
+                return Ok(());
+            }
+            det_feed.pull(&self.api, &self.shared)?;
+            let lost_now = self.heartbeats(&w.live, &mut misses, feeds);
+            if lost_now.is_empty() {
+                continue;
+            }
+            w.live.retain(|r| !lost_now.contains(r));
+            for &r in &lost_now {
+                w.dead.insert(self.t.receivers[r].name.clone());
+            }
+            match replan(&self.api, self.det_ctl, &self.t, c, &w.live, &w.dead, st["frontier"].as_u64().unwrap_or(0)) {
+                Ok(e) => {
+                    eprintln!("rdaq manage: re-planned from frame {} over {:?}", e.from_frame, e.receivers);
+                    c.epochs.push(e);
+                }
+                Err(why) => eprintln!("rdaq manage: {why}"),
+            }
+        }
+    }
+
+    /// One heartbeat round: the receivers that just reached `--misses` missed heartbeats.
+    fn heartbeats(&self, live: &[usize], misses: &mut HashMap<usize, u32>, feeds: &mut HashMap<usize, Feed>) -> Vec<usize> {
+        let mut lost_now = Vec::new();
+        for &r in live {
+            let spec = &self.t.receivers[r];
+            match self.heartbeat.get::<serde_json::Value>(spec.control, "/status") {
+                Ok(_) => {
+                    misses.insert(r, 0);
+                    if let Some(f) = feeds.get_mut(&r) {
+                        // a failed pull is a missed heartbeat next time round, not an error
+                        let _ = f.pull(&self.heartbeat, &self.shared);
+                    }
+                }
+                Err(e) => {
+                    let n = misses.entry(r).or_insert(0);
+                    *n += 1;
+                    if *n >= self.a.misses {
+                        eprintln!("rdaq manage: receiver {} stopped answering ({e:#})", spec.name);
+                        lost_now.push(r);
+                    }
+                }
+            }
+        }
+        lost_now
+    }
+
+    /// Stops every receiver still alive and gathers its answer and events; writes the
+    /// events of all components to `events.jsonl`.
+    fn gather(&self, c: &Configured, w: &mut Watch, feeds: &mut HashMap<usize, Feed>, det_events: &[Event]) -> anyhow::Result<Gathered> {
+        let mut g = Gathered { receivers: BTreeMap::new(), complete: HashSet::new(), incomplete: BTreeSet::new() };
+        let mut events_out = String::new();
+        for (r, _) in &c.requests {
+            let spec = &self.t.receivers[*r];
+            let mut rep = ReceiverReport::default();
+            if w.live.contains(r) {
+                match self.api.send::<StopAnswer>("POST", spec.control, "/stop", &serde_json::json!({})) {
+                    Ok(v) => rep = ReceiverReport::from_stop(v),
+                    Err(e) => {
+                        eprintln!("rdaq manage: receiver {} failed at the end: {e:#}", spec.name);
+                        w.dead.insert(spec.name.clone());
+                    }
+                }
+            }
+            if rep.alive {
+                let feed = feeds.get_mut(r).expect("a feed per started receiver");
+                feed.pull(&self.api, &self.shared)?;
+                rep.events_dropped = feed.dropped;
+                for e in std::mem::take(&mut feed.events) {
+                    events_out.push_str(&serde_json::to_string(&e)?);
+                    events_out.push('\n');
+                    g.note(e);
+                }
+            }
+            g.receivers.insert(spec.name.clone(), rep);
+        }
+        for e in det_events {
+            events_out.push_str(&serde_json::to_string(e)?);
+            events_out.push('\n');
+        }
+        std::fs::write(self.a.out.join("events.jsonl"), events_out)?;
+        Ok(g)
+    }
+
+    /// Writes the report and shows it on the manager's API.
+    fn publish(&self, report: &Report) -> anyhow::Result<()> {
+        std::fs::write(self.a.out.join("report.json"), serde_json::to_string_pretty(report)?)?;
+        let mut b = board(&self.shared);
+        b.report = Some(serde_json::to_value(report)?);
+        b.status = serde_json::json!({ "state": "done", "frames_complete": report.frames_complete, "frames_lost": report.frames_lost.len() });
+        Ok(())
+    }
+}
+
+impl Gathered {
+    /// Notes a receiver's frame event.
+    fn note(&mut self, e: Event) {
+        match e {
+            Event::FrameComplete { receiver, frame, .. } => {
+                self.complete.insert((receiver, frame));
+            }
+            Event::FrameIncomplete { frame, .. } => {
+                self.incomplete.insert(frame);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl ReceiverReport {
+    fn from_stop(v: StopAnswer) -> ReceiverReport {
+        ReceiverReport {
+            alive: true,
+            frames_complete: v.frames_complete,
+            frames_incomplete: v.frames_incomplete,
+            frames_discarded: v.frames_discarded,
+            output: v.output,
+            frames_refused: v.counters["frames_refused"].as_u64().unwrap_or(0),
+            frames_not_saved: v.frames_not_saved,
+            write_error: v.write_error,
+            counters: v.counters,
+            events_dropped: 0,
+        }
+    }
+}
+
+/// Frames received and frames lost. A frame is received when every receiver its epoch sent
+/// it to is alive and reported it complete; it is lost when one of them died, or when no
+/// receiver reported it at all (an incomplete frame is counted as incomplete, not lost).
+fn tally(frames: u64, epochs: &[Epoch], dead: &BTreeSet<String>, complete: &HashSet<(String, u64)>, incomplete: &BTreeSet<u64>) -> (u64, Vec<u64>) {
+    let mut lost = Vec::new();
+    let mut n_complete = 0;
+    for f in 0..frames {
+        let epoch = epochs.iter().rev().find(|e| e.from_frame <= f).expect("epoch 0 covers frame 0");
+        let mut to: BTreeSet<String> = BTreeSet::new();
+        for d in &epoch.dtps {
+            d.destinations(f, |r, _| {
+                to.insert(d.routes[r].receiver.clone());
+            });
+        }
+        let ok = to.iter().all(|name| !dead.contains(name) && complete.contains(&(name.clone(), f)));
+        if ok {
+            n_complete += 1;
+        } else if !incomplete.contains(&f) || to.iter().any(|n| dead.contains(n)) {
+            lost.push(f);
+        }
+    }
+    (n_complete, lost)
+}
+
+/// What each module said it sent, from its end-of-transfer event.
+fn module_ends(det_events: &[Event]) -> Vec<serde_json::Value> {
+    det_events
+        .iter()
+        .filter_map(|e| match e {
+            Event::EndOfTransfer { module, frames, datagrams } => Some(serde_json::json!({ "module": module, "frames": frames, "datagrams": datagrams })),
+            _ => None,
+        })
+        .collect()
+}
+
+fn print_report(report: &Report, out: &std::path::Path) {
+    println!("---- rdaq manage report ----");
+    println!(
+        "frames     : {} complete of {}, {} lost, {} incomplete",
+        report.frames_complete,
+        report.frames_expected,
+        report.frames_lost.len(),
+        report.frames_incomplete.len()
+    );
+    for (name, r) in &report.receivers {
+        println!("receiver {name:<8}: {} complete, {} incomplete, {} discarded, {} refused (ring full){}", r.frames_complete, r.frames_incomplete, r.frames_discarded, r.frames_refused, if r.alive { "" } else { " (DEAD)" });
+        if let Some(e) = &r.write_error {
+            println!("receiver {name:<8}: {e}; {} frames not saved", r.frames_not_saved);
+        }
+    }
+    for e in &report.epochs {
+        println!("from frame {:>6}: {:?} ({})", e.from_frame, e.receivers, e.reason);
+    }
+    println!("report     : {}", out.join("report.json").display());
+}
+
+/// Re-plans the frames still to come over the receivers left, if the transfer mode allows it
+/// with the buffers they already have. Returns the new epoch, or why there is none.
+fn replan(api: &Api, det_ctl: SocketAddr, t: &Topology, c: &Configured, live: &[usize], dead: &BTreeSet<String>, frontier: u64) -> Result<Epoch, String> {
     let reason = format!("{} stopped answering", dead.iter().cloned().collect::<Vec<_>>().join(", "));
     let mut t2 = t.clone();
     t2.transfer.receivers = Some(live.iter().map(|&r| t.receivers[r].name.clone()).collect());
     let plan2 = match Plan::new(&t2) {
         Ok(p) if !live.is_empty() => p,
-        Ok(_) => {
-            eprintln!("rdaq manage: no receiver left; the rest of the run is lost");
-            return;
-        }
-        Err(e) => {
-            eprintln!("rdaq manage: cannot re-plan over the receivers left ({e}); their frames are lost");
-            return;
-        }
+        Ok(_) => return Err("no receiver left; the rest of the run is lost".into()),
+        Err(e) => return Err(format!("cannot re-plan over the receivers left ({e}); their frames are lost")),
     };
     // only plans that keep every remaining receiver's buffers as they are
     let mut maps2 = Vec::new();
     for (rp, (_, req2)) in plan2.receivers.iter().zip(plan2.buffer_requests(&t2)) {
-        match requests.iter().position(|(r, req)| *r == rp.receiver && *req == req2) {
-            Some(i) => maps2.push(maps[i].clone()),
-            None => {
-                eprintln!("rdaq manage: re-planning would change {}'s buffers during the run; not re-planned", t.receivers[rp.receiver].name);
-                return;
-            }
+        match c.requests.iter().position(|(r, req)| *r == rp.receiver && *req == req2) {
+            Some(i) => maps2.push(c.maps[i].clone()),
+            None => return Err(format!("re-planning would change {}'s buffers during the run; not re-planned", t.receivers[rp.receiver].name)),
         }
     }
+    let receivers = t2.transfer.receivers.clone().unwrap_or_default();
     let mut from = frontier + 2;
     for _ in 0..10 {
-        let positions = ring_positions(&epochs.last().expect("initial epoch").dtps, from);
-        let dtps = match plan2.module_dtps_from(&t2, &maps2, from, |name| positions.get(name).copied().unwrap_or(0)) {
-            Ok(d) => d,
-            Err(e) => {
-                eprintln!("rdaq manage: cannot re-plan: {e}");
-                return;
-            }
-        };
+        let positions = ring_positions(&c.epochs.last().expect("initial epoch").dtps, from);
+        let dtps = plan2.module_dtps_from(&t2, &maps2, from, |name| positions.get(name).copied().unwrap_or(0)).map_err(|e| format!("cannot re-plan: {e}"))?;
         match api.send::<serde_json::Value>("PUT", det_ctl, "/dtp", &DtpUpload { from_frame: Some(from), dtps: dtps.clone() }) {
-            Ok(_) => {
-                eprintln!("rdaq manage: re-planned from frame {from} over {:?}", t2.transfer.receivers.as_deref().unwrap_or_default());
-                epochs.push(Epoch { from_frame: from, receivers: t2.transfer.receivers.clone().unwrap_or_default(), reason, dtps });
-                return;
-            }
+            Ok(_) => return Ok(Epoch { from_frame: from, receivers, reason, dtps }),
             Err(e) => {
                 eprintln!("rdaq manage: re-plan from frame {from} refused ({e:#}), trying later");
                 from += 5;
             }
         }
     }
+    Err("the detector refused every re-plan; the dead receivers' frames are lost".into())
 }

@@ -224,7 +224,9 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     Ok(Json(serde_json::json!({ "state": "acquiring", "output": path, "events_from": events_from })))
 }
 
-#[derive(Serialize)]
+/// The receiver daemon's answer to `POST /stop`: what the acquisition came to. The manager
+/// reads it with the same type.
+#[derive(Serialize, Deserialize)]
 pub struct StopAnswer {
     pub frames_complete: u64,
     pub frames_incomplete: u64,

@@ -178,7 +178,8 @@ impl<M> Emit<M> {
     }
 }
 
-type WorkerFn<'a, M> = Box<dyn FnMut(M, &Emit<M>) + Send + 'a>;
+/// One worker of a stage: takes a message and emits what it makes of it.
+pub type WorkerFn<'a, M> = Box<dyn FnMut(M, &Emit<M>) + Send + 'a>;
 
 struct StageSpec<'a, M> {
     stats: Arc<StageStats>,

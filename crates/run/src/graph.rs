@@ -15,13 +15,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
-use crossbeam_channel::bounded;
+use crossbeam_channel::{bounded, Receiver as ChanRx, Sender};
 use indicatif::ProgressBar;
 use rdaq_detector::jungfrau::{ModuleCalibration, MODULE_PIXELS};
 use rdaq_detector::{as_words, Chopper, Geometry};
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::pedestal::Pedestal;
-use rdaq_process::pipeline::{Emit, Pipeline, Policy, StageStats, WhenFull};
+use rdaq_process::pipeline::{Emit, Pipeline, Policy, Port, StageStats, WhenFull, WorkerFn};
 use rdaq_process::spots::{is_hit, LocalSnr, LocalSnrParams, Spot};
 use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain};
 use rdaq_receiver::{FrameReady, FrameStatus};
@@ -140,199 +140,97 @@ struct SharedCal {
     generation: AtomicU64,
 }
 
+/// The pooled frame buffers: enough for every ring of the graph to be full.
+fn work_pool(setup: &Setup) -> (Sender<Box<Work>>, ChanRx<Box<Work>>) {
+    let pixels = setup.geometry.height() * setup.geometry.width();
+    let pool_size = (setup.workers.iter().sum::<usize>() + 2) * setup.ring_frames + 4;
+    let (tx, rx) = bounded::<Box<Work>>(pool_size);
+    for _ in 0..pool_size {
+        let image = vec![f32::NAN; pixels];
+        tx.send(Box::new(Work { frame: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, chunk: Vec::new() })).expect("pool has room");
+    }
+    (tx, rx)
+}
+
+/// Counts the stages keep for the summary.
+#[derive(Default)]
+struct Counts {
+    hits: AtomicU64,
+    vetoed: AtomicU64,
+    spots_found: AtomicU64,
+    pedestal_updates: AtomicU64,
+    dark_incomplete: AtomicU64,
+}
+
+/// What the stages share: the receiver they read, the settings, the calibration in use,
+/// the file, the counts, and the pool their buffers go back to.
+struct Graph<'a> {
+    rx: &'a Receiver,
+    setup: &'a Setup,
+    cal: SharedCal,
+    stats: Mutex<ConsumeStats>,
+    writer: Mutex<&'a mut NxmxWriter>,
+    counts: Counts,
+    pool: Sender<Box<Work>>,
+}
+
 /// Runs the graph until the receiver finishes (or `until` is set and no frame waits).
 pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressBar, until: Option<&AtomicBool>) -> anyhow::Result<(ConsumeStats, ProcessReport)> {
-    let g = setup.geometry;
-    let (h, w) = (g.height(), g.width());
-    let shared = SharedCal { cal: RwLock::new(setup.calibration.clone()), generation: AtomicU64::new(0) };
-    Converter::shared(shared.cal.read().expect("not poisoned").clone(), setup.invalid)?;
-    let pool_size = (setup.workers.iter().sum::<usize>() + 2) * setup.ring_frames + 4;
-    let (pool_tx, pool_rx) = bounded::<Box<Work>>(pool_size);
-    for _ in 0..pool_size {
-        let image = vec![f32::NAN; h * w];
-        pool_tx.send(Box::new(Work { frame: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, chunk: Vec::new() })).expect("pool has room");
-    }
-    let stats = Mutex::new(ConsumeStats { what: "processing and writing frames", ..Default::default() });
-    let counts = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
-    let [hits, vetoed, spots_found, updates, dark_incomplete] = &counts;
-    let (shared_ref, stats_ref) = (&shared, &stats);
-    let writer = Mutex::new(writer);
-    let writer_ref = &writer;
-    let setup = &setup;
-
-    let (stage_stats, mut r) = std::thread::scope(|s| -> anyhow::Result<(Vec<Arc<StageStats>>, ProcessReport)> {
+    Converter::shared(setup.calibration.clone(), setup.invalid)?;
+    let (pool, pool_rx) = work_pool(&setup);
+    let g = Graph {
+        rx,
+        setup: &setup,
+        cal: SharedCal { cal: RwLock::new(setup.calibration.clone()), generation: AtomicU64::new(0) },
+        stats: Mutex::new(ConsumeStats { what: "processing and writing frames", ..Default::default() }),
+        writer: Mutex::new(writer),
+        counts: Counts::default(),
+        pool,
+    };
+    let (stage_stats, source) = std::thread::scope(|s| {
         let mut p: Pipeline<Box<Work>> = Pipeline::default();
         let rf = setup.ring_frames;
-
-        let pool = pool_tx.clone();
-        let pedestal = p.stage("pedestal", 1, rf, move |_| {
-            let mut tracker = Pedestal::<f64>::new(h * w, 0, setup.window);
-            let mut since_publish = 0u32;
-            let pool = pool.clone();
-            Box::new(move |mut wk: Box<Work>, _: &Emit<Box<Work>>| {
-                let f = wk.ready.take().expect("dark frames come with their slot");
-                if f.status() == FrameStatus::Complete {
-                    let words = as_words(rx.data(&f).expect(OWN_FRAME));
-                    for m in 0..g.modules {
-                        let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
-                        g.module_runs(m, |from, at, run| tracker.push_at(at, &module[from..from + run]));
-                    }
-                    tracker.frame_done();
-                    since_publish += 1;
-                } else {
-                    dark_incomplete.fetch_add(1, Ordering::Relaxed);
-                }
-                rx.release(f).expect(OWN_FRAME);
-                // publish once the window is full, then every `publish` dark frames
-                if tracker.frames() >= setup.window as u64 && since_publish >= setup.publish {
-                    since_publish = 0;
-                    let old = shared_ref.cal.read().expect("not poisoned").clone();
-                    let mut cal = (*old).clone();
-                    tracker.mean_into(&mut cal.pedestal[0]);
-                    // gap pixels keep their placeholder pedestal (they are masked)
-                    for (p, (&m, &o)) in cal.pedestal[0].iter_mut().zip(old.mask.iter().zip(&old.pedestal[0])) {
-                        if m & rdaq_detector::geometry::MASK_GAP != 0 {
-                            *p = o;
-                        }
-                    }
-                    *shared_ref.cal.write().expect("not poisoned") = Arc::new(cal);
-                    shared_ref.generation.fetch_add(1, Ordering::Release);
-                    updates.fetch_add(1, Ordering::Relaxed);
-                }
-                let _ = pool.send(wk);
-            })
-        });
-
-        let convert = p.stage("convert", setup.workers[0], rf, |_| {
-            let mut conv = Converter::shared(shared_ref.cal.read().expect("not poisoned").clone(), setup.invalid).expect("checked above");
-            let mut seen = 0u64;
-            Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
-                let gen = shared_ref.generation.load(Ordering::Acquire);
-                if gen != seen {
-                    seen = gen;
-                    conv = Converter::shared(shared_ref.cal.read().expect("not poisoned").clone(), setup.invalid).expect("the tracked pedestal is finite");
-                }
-                let f = wk.ready.take().expect("signal frames come with their slot");
-                let words = as_words(rx.data(&f).expect(OWN_FRAME));
-                let image = &mut wk.image;
-                for m in 0..g.modules {
-                    let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
-                    g.module_runs(m, |from, at, run| conv.to_kev_at(at, &module[from..from + run], &mut image[at..at + run]));
-                }
-                rx.release(f).expect(OWN_FRAME);
-                e.send(0, wk);
-            })
-        });
-
-        let pool = pool_tx.clone();
-        let spots = p.stage("spots", setup.workers[1], rf, |_| {
-            let mut finder = LocalSnr::new(setup.finder);
-            let pool = pool.clone();
-            Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
-                let mut found = std::mem::take(&mut wk.spots);
-                finder.find(&wk.image, w, h, &mut found);
-                wk.spots = found;
-                wk.hit = is_hit(&wk.spots, setup.min_spots);
-                spots_found.fetch_add(wk.spots.len() as u64, Ordering::Relaxed);
-                if wk.hit {
-                    hits.fetch_add(1, Ordering::Relaxed);
-                } else if setup.veto {
-                    vetoed.fetch_add(1, Ordering::Relaxed);
-                    e.discard();
-                    let _ = pool.send(wk);
-                    return;
-                }
-                e.send(0, wk);
-            })
-        });
-
-        let compress = p.stage("compress", setup.workers[2], rf, |_| {
-            let mut comp = Compressor::new(setup.pixel.bytes(), 0, setup.codec);
-            let (mut c16, mut c32) = (Vec::<i16>::new(), Vec::<i32>::new());
-            Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
-                let mut chunk = std::mem::take(&mut wk.chunk);
-                match setup.pixel {
-                    PixelType::Photons16 => {
-                        c16.resize(wk.image.len(), 0);
-                        kev_to_photons(&wk.image, setup.photon_kev, &mut c16);
-                        comp.compress(bytes_of(&c16), &mut chunk);
-                    }
-                    PixelType::Photons32 => {
-                        c32.resize(wk.image.len(), 0);
-                        kev_to_photons(&wk.image, setup.photon_kev, &mut c32);
-                        comp.compress(bytes_of(&c32), &mut chunk);
-                    }
-                    _ => comp.compress(bytes_of(&wk.image), &mut chunk),
-                }
-                wk.chunk = chunk;
-                e.send(0, wk);
-            })
-        });
-
-        let pool = pool_tx.clone();
-        let write = p.stage("write", 1, rf, |_| {
-            let pool = pool.clone();
-            Box::new(move |wk: Box<Work>, _: &Emit<Box<Work>>| {
-                let mut st = stats_ref.lock().expect("not poisoned");
-                if st.write_error.is_some() {
-                    st.not_saved += 1;
-                } else {
-                    let mut wr = writer_ref.lock().expect("not poisoned");
-                    let before = wr.bytes_written;
-                    match wr.write_chunk(wk.frame, &wk.chunk, &wk.missing).and_then(|()| wr.write_spots(&wk.spots, wk.spots.len(), wk.hit)) {
-                        Ok(()) => {
-                            st.written += 1;
-                            st.bytes_out += wr.bytes_written - before;
-                            st.bytes_in += (h * w * setup.pixel.bytes()) as u64;
-                        }
-                        Err(e) => st.write_failed(e),
-                    }
-                }
-                drop(st);
-                let _ = pool.send(wk);
-            })
-        });
-
+        let pedestal = p.stage("pedestal", 1, rf, |_| g.pedestal_worker());
+        let convert = p.stage("convert", setup.workers[0], rf, |_| g.convert_worker());
+        let spots = p.stage("spots", setup.workers[1], rf, |_| g.spots_worker());
+        let compress = p.stage("compress", setup.workers[2], rf, |_| g.compress_worker());
+        let write = p.stage("write", 1, rf, |_| g.write_worker());
         p.connect(convert, spots, Policy::LeastLoaded, WhenFull::Block);
         p.connect(spots, compress, Policy::LeastLoaded, WhenFull::Block);
         p.connect(compress, write, Policy::RoundRobin, WhenFull::Block);
         let to_pedestal = p.source(pedestal, Policy::RoundRobin, WhenFull::Block);
         let to_convert = p.source(convert, Policy::LeastLoaded, WhenFull::Block);
         let running = p.spawn(s);
+        let source = g.feed(&pool_rx, [to_pedestal, to_convert], bar, until);
+        (running.join(), source)
+    });
+    Ok(g.report(stage_stats, source))
+}
 
-        // the source: finished frames from the receiver, by the chopper to their stage
-        // the source's own counts (one thread): dark, signal, waits for a buffer
+impl Graph<'_> {
+    /// The source: finished frames from the receiver, sent by the chopper to the pedestal
+    /// (dark) or the conversion (signal). Returns its own counts; the ports close when it
+    /// returns.
+    fn feed(&self, pool: &ChanRx<Box<Work>>, [to_pedestal, to_convert]: [Port<Box<Work>>; 2], bar: &ProgressBar, until: Option<&AtomicBool>) -> ProcessReport {
         let mut source = ProcessReport::default();
-        while let Some(f) = next_frame(rx, until) {
-            std::thread::sleep(setup.consumer_delay);
-            let now = Instant::now();
-            {
-                let mut st = stats_ref.lock().expect("not poisoned");
-                st.first.get_or_insert(now);
-                st.last = Some(now);
-                match f.status() {
-                    FrameStatus::Discarded => {
-                        st.discarded += 1;
-                        bar.inc(1);
-                        continue;
-                    }
-                    FrameStatus::Complete => st.complete += 1,
-                    FrameStatus::Incomplete => st.incomplete += 1,
-                }
-            }
+        while let Some(f) = next_frame(self.rx, until) {
+            std::thread::sleep(self.setup.consumer_delay);
             bar.inc(1);
-            let mut wk = match pool_rx.try_recv() {
+            if !self.count_arrival(&f) {
+                continue;
+            }
+            let mut wk = match pool.try_recv() {
                 Ok(wk) => wk,
                 Err(_) => {
                     source.pool_waits += 1;
-                    pool_rx.recv().expect("the pool outlives the graph")
+                    pool.recv().expect("the pool outlives the graph")
                 }
             };
             wk.frame = f.frame();
-            wk.missing = missing_ranges(rx, &g, &f);
+            wk.missing = missing_ranges(self.rx, &self.setup.geometry, &f);
             wk.spots.clear();
             wk.hit = false;
-            let dark = setup.chopper.is_dark(f.frame());
+            let dark = self.setup.chopper.is_dark(f.frame());
             wk.ready = Some(f);
             if dark {
                 source.dark_frames += 1;
@@ -342,20 +240,178 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
                 to_convert.send(wk);
             }
         }
-        drop(to_pedestal);
-        drop(to_convert);
-        Ok((running.join(), source))
-    })?;
+        source
+    }
 
-    r.hits = hits.load(Ordering::Relaxed);
-    r.vetoed = vetoed.load(Ordering::Relaxed);
-    r.spots_found = spots_found.load(Ordering::Relaxed);
-    r.pedestal_updates = updates.load(Ordering::Relaxed);
-    r.dark_incomplete = dark_incomplete.load(Ordering::Relaxed);
-    r.vetoed_fraction = if r.signal_frames > 0 { r.vetoed as f64 / r.signal_frames as f64 } else { 0.0 };
-    r.stages = stage_stats.iter().map(|s| StageReport::of(s)).collect();
-    r.calibration = Some(shared.cal.into_inner().expect("not poisoned"));
-    let st = stats.into_inner().expect("not poisoned");
-    r.frames_written = st.written;
-    Ok((st, r))
+    /// Counts a finished frame; false for a discarded one (it has no data to process).
+    fn count_arrival(&self, f: &FrameReady) -> bool {
+        let now = Instant::now();
+        let mut st = self.stats.lock().expect("not poisoned");
+        st.first.get_or_insert(now);
+        st.last = Some(now);
+        match f.status() {
+            FrameStatus::Discarded => st.discarded += 1,
+            FrameStatus::Complete => st.complete += 1,
+            FrameStatus::Incomplete => st.incomplete += 1,
+        }
+        f.status() != FrameStatus::Discarded
+    }
+
+    /// Pedestal tracking of the dark frames (raw words, read from the slot), published to
+    /// the converters once the window is full and then every `publish` dark frames.
+    fn pedestal_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
+        let g = self.setup.geometry;
+        let mut tracker = Pedestal::<f64>::new(g.height() * g.width(), 0, self.setup.window);
+        let mut since_publish = 0u32;
+        Box::new(move |mut wk: Box<Work>, _: &Emit<Box<Work>>| {
+            let f = wk.ready.take().expect("dark frames come with their slot");
+            if f.status() == FrameStatus::Complete {
+                let words = as_words(self.rx.data(&f).expect(OWN_FRAME));
+                for m in 0..g.modules {
+                    let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
+                    g.module_runs(m, |from, at, run| tracker.push_at(at, &module[from..from + run]));
+                }
+                tracker.frame_done();
+                since_publish += 1;
+            } else {
+                self.counts.dark_incomplete.fetch_add(1, Ordering::Relaxed);
+            }
+            self.rx.release(f).expect(OWN_FRAME);
+            if tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish {
+                since_publish = 0;
+                self.publish_pedestal(&tracker);
+            }
+            let _ = self.pool.send(wk);
+        })
+    }
+
+    /// Replaces the converters' G0 pedestal with the tracked one.
+    fn publish_pedestal(&self, tracker: &Pedestal<f64>) {
+        let old = self.cal.cal.read().expect("not poisoned").clone();
+        let mut cal = (*old).clone();
+        tracker.mean_into(&mut cal.pedestal[0]);
+        // gap pixels keep their placeholder pedestal (they are masked)
+        for (p, (&m, &o)) in cal.pedestal[0].iter_mut().zip(old.mask.iter().zip(&old.pedestal[0])) {
+            if m & rdaq_detector::geometry::MASK_GAP != 0 {
+                *p = o;
+            }
+        }
+        *self.cal.cal.write().expect("not poisoned") = Arc::new(cal);
+        self.cal.generation.fetch_add(1, Ordering::Release);
+        self.counts.pedestal_updates.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Conversion to keV, module by module straight from the slot into the assembled
+    /// image; the slot goes back to the receiver at once.
+    fn convert_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
+        let (g, setup, cal) = (self.setup.geometry, self.setup, &self.cal);
+        let mut conv = Converter::shared(cal.cal.read().expect("not poisoned").clone(), setup.invalid).expect("checked by run");
+        let mut seen = 0u64;
+        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
+            let gen = cal.generation.load(Ordering::Acquire);
+            if gen != seen {
+                seen = gen;
+                conv = Converter::shared(cal.cal.read().expect("not poisoned").clone(), setup.invalid).expect("the tracked pedestal is finite");
+            }
+            let f = wk.ready.take().expect("signal frames come with their slot");
+            let words = as_words(self.rx.data(&f).expect(OWN_FRAME));
+            let image = &mut wk.image;
+            for m in 0..g.modules {
+                let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
+                g.module_runs(m, |from, at, run| conv.to_kev_at(at, &module[from..from + run], &mut image[at..at + run]));
+            }
+            self.rx.release(f).expect(OWN_FRAME);
+            e.send(0, wk);
+        })
+    }
+
+    /// Spot finding and the hit veto: a vetoed frame goes back to the pool here.
+    fn spots_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
+        let (setup, counts) = (self.setup, &self.counts);
+        let (w, h) = (setup.geometry.width(), setup.geometry.height());
+        let mut finder = LocalSnr::new(setup.finder);
+        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
+            let mut found = std::mem::take(&mut wk.spots);
+            finder.find(&wk.image, w, h, &mut found);
+            wk.spots = found;
+            wk.hit = is_hit(&wk.spots, setup.min_spots);
+            counts.spots_found.fetch_add(wk.spots.len() as u64, Ordering::Relaxed);
+            if wk.hit {
+                counts.hits.fetch_add(1, Ordering::Relaxed);
+            } else if setup.veto {
+                counts.vetoed.fetch_add(1, Ordering::Relaxed);
+                e.discard();
+                let _ = self.pool.send(wk);
+                return;
+            }
+            e.send(0, wk);
+        })
+    }
+
+    /// The file's pixel type (photon counts, or keV as they are), compressed into a chunk.
+    fn compress_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
+        let setup = self.setup;
+        let mut comp = Compressor::new(setup.pixel.bytes(), 0, setup.codec);
+        let (mut c16, mut c32) = (Vec::<i16>::new(), Vec::<i32>::new());
+        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
+            let mut chunk = std::mem::take(&mut wk.chunk);
+            match setup.pixel {
+                PixelType::Photons16 => {
+                    c16.resize(wk.image.len(), 0);
+                    kev_to_photons(&wk.image, setup.photon_kev, &mut c16);
+                    comp.compress(bytes_of(&c16), &mut chunk);
+                }
+                PixelType::Photons32 => {
+                    c32.resize(wk.image.len(), 0);
+                    kev_to_photons(&wk.image, setup.photon_kev, &mut c32);
+                    comp.compress(bytes_of(&c32), &mut chunk);
+                }
+                _ => comp.compress(bytes_of(&wk.image), &mut chunk),
+            }
+            wk.chunk = chunk;
+            e.send(0, wk);
+        })
+    }
+
+    /// Writes the chunk and the spot list; after a write error, frames are counted as not
+    /// saved.
+    fn write_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
+        let frame_bytes = (self.setup.geometry.height() * self.setup.geometry.width() * self.setup.pixel.bytes()) as u64;
+        Box::new(move |wk: Box<Work>, _: &Emit<Box<Work>>| {
+            let mut st = self.stats.lock().expect("not poisoned");
+            if st.write_error.is_some() {
+                st.not_saved += 1;
+            } else {
+                let mut wr = self.writer.lock().expect("not poisoned");
+                let before = wr.bytes_written;
+                match wr.write_chunk(wk.frame, &wk.chunk, &wk.missing).and_then(|()| wr.write_spots(&wk.spots, wk.spots.len(), wk.hit)) {
+                    Ok(()) => {
+                        st.written += 1;
+                        st.bytes_out += wr.bytes_written - before;
+                        st.bytes_in += frame_bytes;
+                    }
+                    Err(e) => st.write_failed(e),
+                }
+            }
+            drop(st);
+            let _ = self.pool.send(wk);
+        })
+    }
+
+    /// The consumer's statistics and the processing report, from the source's counts, the
+    /// stages' and the tracked calibration.
+    fn report(self, stages: Vec<Arc<StageStats>>, mut r: ProcessReport) -> (ConsumeStats, ProcessReport) {
+        let c = &self.counts;
+        r.hits = c.hits.load(Ordering::Relaxed);
+        r.vetoed = c.vetoed.load(Ordering::Relaxed);
+        r.spots_found = c.spots_found.load(Ordering::Relaxed);
+        r.pedestal_updates = c.pedestal_updates.load(Ordering::Relaxed);
+        r.dark_incomplete = c.dark_incomplete.load(Ordering::Relaxed);
+        r.vetoed_fraction = if r.signal_frames > 0 { r.vetoed as f64 / r.signal_frames as f64 } else { 0.0 };
+        r.stages = stages.iter().map(|s| StageReport::of(s)).collect();
+        r.calibration = Some(self.cal.cal.into_inner().expect("not poisoned"));
+        let st = self.stats.into_inner().expect("not poisoned");
+        r.frames_written = st.written;
+        (st, r)
+    }
 }

@@ -1,0 +1,114 @@
+//! `rdaq emulate`: emulated JUNGFRAU modules sending to a receiver's buffers, or the
+//! detector daemon (`--serve`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use rdaq_control::detector;
+use rdaq_emulator::{Control, EmulatorConfig};
+use rdaq_proto::telegram::BufferMap;
+use rdaq_run::outputs;
+use rdaq_run::run::{single_receiver_dtps, write_manifest};
+
+#[derive(Args)]
+pub struct EmulateArgs {
+    /// Run as a daemon with a control API on this address (the system manager configures it).
+    #[arg(long)]
+    serve: Option<SocketAddr>,
+    /// Daemon: detector name and module count.
+    #[arg(long, default_value = "det")]
+    name: String,
+    #[arg(long, default_value_t = 1)]
+    modules: u16,
+    /// The receiver's buffer map (JSON written by `rdaq receive --buffers-out`).
+    #[arg(long, required_unless_present = "serve")]
+    buffers: Option<PathBuf>,
+    /// Receiver data address.
+    #[arg(long, default_value = "127.0.0.1")]
+    target: IpAddr,
+    #[arg(long, default_value_t = 100)]
+    frames: u64,
+    #[arg(long, default_value_t = 0)]
+    first_frame: u64,
+    /// Frames per second (0: as fast as possible).
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    no_gso: bool,
+    /// Write the manifest (frame, module, xxh3 of the raw module frame) here.
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+    /// Replace an existing manifest file.
+    #[arg(long)]
+    overwrite: bool,
+}
+
+
+pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
+    if let Some(addr) = a.serve {
+        if a.modules == 0 || a.modules > 64 {
+            bail!("--modules must be 1..=64");
+        }
+        let opts = detector::Options { name: a.name, modules: a.modules, seed: a.seed };
+        rdaq_control::http::serve(addr, detector::router(opts), "emulate")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let buffers = a.buffers.expect("clap requires --buffers without --serve");
+    let text = std::fs::read_to_string(&buffers).with_context(|| format!("cannot read {}", buffers.display()))?;
+    let map: BufferMap = serde_json::from_str(&text).with_context(|| format!("{} is not a buffer map", buffers.display()))?;
+    if !(a.rate >= 0.0) {
+        bail!("--rate must be 0 (as fast as possible) or positive");
+    }
+    let cfg = EmulatorConfig {
+        modules: map.modules,
+        frames: a.frames,
+        first_frame: a.first_frame,
+        rate_hz: (a.rate > 0.0).then_some(a.rate),
+        gso: !a.no_gso,
+        synth: rdaq_detector::SynthConfig { seed: a.seed, ..Default::default() },
+        ..EmulatorConfig::default()
+    };
+    let progress = Arc::new(Control::default());
+    let p2 = progress.clone();
+    let _ = ctrlc::set_handler(move || p2.stop.store(true, Ordering::Relaxed));
+    if map.data_ports.len() != map.modules as usize {
+        bail!("{}: {} data ports for {} modules", buffers.display(), map.data_ports.len(), map.modules);
+    }
+    outputs::refuse_existing(a.manifest.as_deref(), a.overwrite)?;
+    let r = rdaq_emulator::run(&cfg, &single_receiver_dtps(&map, a.target), progress)?;
+    if let Some(m) = &a.manifest {
+        write_manifest(m, &r.manifest)?;
+    }
+    let secs = r.elapsed.as_secs_f64();
+    println!(
+        "rdaq emulate: {} modules x {} frames, {} datagrams, {:.3} GB in {:.3} s ({:.2} GB/s), gso {}, late frames {}, \
+         held back by a slower module {}, refused {}, requests {} (malformed {}), resent {}, not in history {}",
+        map.modules,
+        a.frames,
+        r.sent.datagrams,
+        r.sent.bytes as f64 / 1e9,
+        secs,
+        r.sent.bytes as f64 / 1e9 / secs,
+        r.gso,
+        r.late_frames,
+        r.held_back,
+        r.sent.refused,
+        r.retransmit.nacks,
+        r.retransmit.bad_nacks,
+        r.retransmit.resent,
+        r.retransmit.history_misses
+    );
+    if r.refused_in_frames > 0 {
+        eprintln!("rdaq emulate: {} sends of frames were refused: nothing listened at the receiver's port (exit 1)", r.refused_in_frames);
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+

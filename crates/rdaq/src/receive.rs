@@ -1,0 +1,224 @@
+//! `rdaq receive`: a receiver on its own (rdaq datagrams or native JUNGFRAU packets into a
+//! frame ring and an NXmx file), or the receiver daemon (`--serve`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use indicatif::ProgressBar;
+use rdaq_control::receiver as daemon;
+use rdaq_detector::Geometry;
+use rdaq_receiver::{Format, Receiver, ReceiverConfig};
+use rdaq_run::config;
+use rdaq_run::run::recv_buffer_line;
+use rdaq_run::summary::{Expected, Summary};
+use rdaq_run::{consume, outputs, progress_bar};
+use rdaq_sink::{NxmxMeta, NxmxWriter};
+
+#[derive(Args)]
+pub struct ReceiveArgs {
+    /// Run as a daemon with a control API on this address: buffers are defined by the system
+    /// manager, data arrives on --bind.
+    #[arg(long)]
+    serve: Option<SocketAddr>,
+    /// Daemon: receiver name, memory for buffers, directory for output files.
+    #[arg(long, default_value = "dr0")]
+    name: String,
+    #[arg(long, default_value_t = 1024)]
+    memory_mib: u64,
+    #[arg(long, default_value = ".")]
+    out_dir: PathBuf,
+    /// rdaq (RDMA-style datagrams) or sls (native JUNGFRAU packets).
+    #[arg(long, default_value = "rdaq")]
+    format: String,
+    /// UDP interfaces per JUNGFRAU module (sls format): 1 or 2.
+    #[arg(long, default_value_t = 1)]
+    interfaces: u8,
+    /// Rows the JUNGFRAU reads out around the module centre (sls format; the detector's
+    /// `readnrows`): 8 to 512, a multiple of 8. Frames are that many rows high.
+    #[arg(long, default_value_t = rdaq_receiver::engine::JUNGFRAU_ROWS)]
+    read_rows: u16,
+    #[arg(long, default_value_t = 1)]
+    modules: u16,
+    /// Modules per row of the module grid in the assembled image.
+    #[arg(long, default_value_t = 1)]
+    module_cols: u16,
+    /// Gap pixels between modules (fast axis, slow axis).
+    #[arg(long, default_value_t = rdaq_detector::geometry::DEFAULT_GAP_X)]
+    gap_x: usize,
+    #[arg(long, default_value_t = rdaq_detector::geometry::DEFAULT_GAP_Y)]
+    gap_y: usize,
+    /// Address the data ports listen on. The default takes only local senders (an emulator
+    /// on this host, PSI's virtual detector); for a detector on a network card use that
+    /// card's address (the detector's `udp_dstip`), or 0.0.0.0 for every interface.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// First data port: module m (interface i) listens on port + m (* interfaces + i).
+    /// 50001 is the slsDetectorPackage default (`udp_dstport`).
+    #[arg(long, default_value_t = 50001)]
+    port: u16,
+    #[arg(long, default_value_t = 8192)]
+    payload_bytes: u32,
+    #[arg(long, default_value_t = 256)]
+    ring_mib: usize,
+    #[arg(long, default_value_t = 64)]
+    recv_buffer_mib: usize,
+    /// Longest the receiver lets datagrams gather between two reads of a running stream
+    /// (fewer wake-ups for slow streams, at most this much latency; 0: read at once).
+    #[arg(long, default_value_t = 4.0)]
+    coalesce_ms: f64,
+    #[arg(long, default_value_t = 500)]
+    frame_timeout_ms: u64,
+    /// keep or discard incomplete frames.
+    #[arg(long, default_value = "keep")]
+    policy: String,
+    /// Stop after this many frames.
+    #[arg(long)]
+    frames: Option<u64>,
+    /// Stop after this many seconds in any case.
+    #[arg(long)]
+    timeout_s: Option<f64>,
+    /// NXmx output file (none: frames are counted and dropped). An existing file is refused
+    /// unless --overwrite.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Replace the --out file if it exists.
+    #[arg(long)]
+    overwrite: bool,
+    /// Exit 0 even if frames were lost or incomplete.
+    #[arg(long)]
+    tolerate_loss: bool,
+    /// Write the buffer map (ids, keys, ports) for the senders here.
+    #[arg(long)]
+    buffers_out: Option<PathBuf>,
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+}
+
+
+pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
+    if let Some(addr) = a.serve {
+        return serve_receiver(a, addr);
+    }
+    let (rcfg, geometry) = receiver_config(&a)?;
+    outputs::refuse_existing(a.out.as_deref(), a.overwrite)?;
+    let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
+    if let Some(p) = &a.buffers_out {
+        std::fs::write(p, serde_json::to_string_pretty(rx.buffer_map())?).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    let ports: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(a.bind, p)).collect();
+    let slots = rx.buffer_map().buffers.len();
+    eprintln!("rdaq receive: listening on {ports:?}, {slots} slots, {}", recv_buffer_line(a.recv_buffer_mib << 20, rx.recv_buffer_granted()));
+    let mut writer = open_output(&a, geometry)?;
+    let bar = progress_bar(a.frames, "receive");
+    let start = Instant::now();
+    let mut consumed = consume_until_stopped(&rx, writer.as_mut().map(|w| (w, geometry)), &bar, a.timeout_s.map(|t| start + Duration::from_secs_f64(t)))?;
+    bar.finish();
+    let counters = rx.join()?;
+    let h5 = match writer {
+        Some(w) => outputs::close(w, &mut consumed)?,
+        None => None,
+    };
+    let expected = a.frames.map_or(Expected::Unknown, Expected::Count);
+    let sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &consumed, start.elapsed(), h5.as_deref());
+    sum.print();
+    if let Some(p) = a.summary_json {
+        sum.write_json(&p)?;
+    }
+    if !rx.guards_intact() {
+        bail!("a guard region around the frame ring was overwritten: this is a bug");
+    }
+    if counters.datagrams == 0 && a.bind.is_loopback() {
+        eprintln!("rdaq receive: nothing arrived on {ports:?}: a detector on a network card sends to that card's address; use --bind <its address> or --bind 0.0.0.0");
+    }
+    Ok(sum.exit_code("receive", a.tolerate_loss))
+}
+
+/// `rdaq receive --serve`: the receiver daemon, its buffers defined by the manager.
+fn serve_receiver(a: ReceiveArgs, addr: SocketAddr) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(&a.out_dir).with_context(|| format!("cannot create {}", a.out_dir.display()))?;
+    let opts = daemon::Options {
+        name: a.name,
+        data: a.bind,
+        memory_bytes: a.memory_mib << 20,
+        out_dir: a.out_dir,
+        policy: config::parse_policy(&a.policy).context("--policy")?,
+        frame_timeout: Duration::from_millis(a.frame_timeout_ms),
+        recv_buffer: a.recv_buffer_mib << 20,
+    };
+    rdaq_control::http::serve(addr, daemon::router(opts), "receive")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The receiver a standalone `rdaq receive` starts, and the image its frames make.
+fn receiver_config(a: &ReceiveArgs) -> anyhow::Result<(ReceiverConfig, Geometry)> {
+    let format = match a.format.as_str() {
+        "rdaq" if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS => bail!("--read-rows is a setting of native JUNGFRAU packets (--format sls)"),
+        "rdaq" => Format::Rdaq,
+        "sls" => Format::Sls { interfaces: a.interfaces, rows: a.read_rows },
+        other => bail!("--format must be rdaq or sls, not {other:?}"),
+    };
+    if a.read_rows == 0 || a.read_rows > 512 || a.read_rows % 8 != 0 {
+        bail!("--read-rows {} must be 8 to 512, a multiple of 8", a.read_rows);
+    }
+    let geometry = Geometry::new(a.modules, a.module_cols, a.gap_x, a.gap_y)
+        .with_context(|| format!("--module-cols {} must divide --modules {} into whole rows", a.module_cols, a.modules))?
+        .with_module_height(a.read_rows as usize);
+    let frame_bytes = a.modules as usize * geometry.module_bytes();
+    let slots = (a.ring_mib << 20) / frame_bytes.max(1);
+    if slots < 2 {
+        bail!("--ring-mib {} holds fewer than 2 frames of {} bytes", a.ring_mib, frame_bytes);
+    }
+    let rcfg = ReceiverConfig {
+        format,
+        bind: a.bind,
+        data_port: a.port,
+        modules: a.modules,
+        module_bytes: geometry.module_bytes() as u64,
+        payload_bytes: a.payload_bytes,
+        slots,
+        recv_buffer: a.recv_buffer_mib << 20,
+        coalesce: Duration::try_from_secs_f64(a.coalesce_ms / 1e3).ok().filter(|d| *d <= Duration::from_millis(100)).context("--coalesce-ms must be 0 to 100")?,
+        frame_timeout: Duration::from_millis(a.frame_timeout_ms),
+        policy: config::parse_policy(&a.policy).context("--policy")?,
+        frames: a.frames,
+        ..ReceiverConfig::default()
+    };
+    Ok((rcfg, geometry))
+}
+
+/// The `--out` file, after a look at the free space when the frame count is known.
+fn open_output(a: &ReceiveArgs, geometry: Geometry) -> anyhow::Result<Option<NxmxWriter>> {
+    let Some(p) = &a.out else { return Ok(None) };
+    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if let Some(n) = a.frames {
+        let frame = (geometry.height() * geometry.width() * 2) as u64;
+        outputs::warn_if_short(dir, n * frame, &format!("{n} frames of {:.1} MB before compression", frame as f64 / 1e6));
+    }
+    let w = NxmxWriter::create(p, &NxmxMeta::jungfrau(geometry, 12.4, 0.0))?;
+    outputs::warn_without_reserve(&w, p);
+    Ok(Some(w))
+}
+
+/// Consumes frames until the receiver stops by itself (its frame count), Ctrl-C, or the
+/// deadline.
+fn consume_until_stopped(rx: &Receiver, writer: Option<(&mut NxmxWriter, Geometry)>, bar: &ProgressBar, deadline: Option<Instant>) -> anyhow::Result<consume::ConsumeStats> {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let _ = ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed));
+    std::thread::scope(|s| {
+        let consumer = s.spawn(|| consume::consume(rx, writer, bar, None, |_| {}));
+        while !consumer.is_finished() {
+            if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+                rx.stop();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        consumer.join().expect("consumer thread panicked")
+    })
+}

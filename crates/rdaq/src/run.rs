@@ -1,0 +1,107 @@
+//! `rdaq run`: the main job, an acquisition on this host with the emulated detector
+//! (`rdaq_run::run`), or a whole plan of receivers (`rdaq_run::topology`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use clap::Args;
+use rdaq_emulator::Control;
+use rdaq_run::config::Config;
+use rdaq_run::progress_bar;
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// TOML configuration; every field has a default (see rdaq.example.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    frames: Option<u64>,
+    #[arg(long)]
+    modules: Option<u16>,
+    /// Frames per second (0: as fast as possible).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Output directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Exit 0 even if frames were lost.
+    #[arg(long)]
+    tolerate_loss: bool,
+    /// Replace the files of an earlier run of the same name (default: number this run).
+    #[arg(long)]
+    overwrite: bool,
+    /// Write the raw words, no processing (process.mode = "raw").
+    #[arg(long)]
+    raw: bool,
+    /// Write the summary as JSON here too.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+    /// Topology file: run the planned system (several receivers, any transfer mode) in this
+    /// process, over the receivers' data addresses (which must be local). Default: one receiver.
+    #[arg(long)]
+    topology: Option<PathBuf>,
+}
+
+
+/// Stops the emulator on Ctrl-C; the receiver then finishes as after a normal end.
+fn on_interrupt(progress: Arc<Control>) {
+    let _ = ctrlc::set_handler(move || {
+        eprintln!("rdaq: interrupted, finishing");
+        progress.stop.store(true, Ordering::Relaxed);
+    });
+}
+
+
+pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut cfg = match &a.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    if let Some(f) = a.frames {
+        cfg.emulator.frames = f;
+    }
+    if let Some(m) = a.modules {
+        cfg.detector.modules = m;
+    }
+    if let Some(r) = a.rate {
+        cfg.emulator.rate_hz = r;
+    }
+    if let Some(o) = a.out {
+        cfg.output.dir = o;
+    }
+    cfg.output.tolerate_loss |= a.tolerate_loss;
+    cfg.output.overwrite |= a.overwrite;
+    if a.raw {
+        cfg.process.mode = "raw".into();
+    }
+    cfg.check()?;
+    let control = Arc::new(Control::default());
+    on_interrupt(control.clone());
+    if let Some(t) = &a.topology {
+        return run_topology(&cfg, t, control);
+    }
+    let sum = rdaq_run::run::run(&cfg, control, &progress_bar(Some(cfg.emulator.frames), "run"))?;
+    sum.print();
+    if let Some(p) = a.summary_json {
+        sum.write_json(&p)?;
+    }
+    Ok(sum.exit_code("run", cfg.output.tolerate_loss))
+}
+
+/// Prints each receiver's summary of a run of a plan; the exit status is the worst.
+fn run_topology(cfg: &Config, path: &Path, control: Arc<Control>) -> anyhow::Result<ExitCode> {
+    let (sums, emu) = rdaq_run::topology::run(cfg, path, control)?;
+    let mut worst = ExitCode::SUCCESS;
+    for (name, sum) in sums {
+        println!("---- receiver {name} ----");
+        sum.print();
+        if sum.lost() {
+            worst = sum.exit_code("run", cfg.output.tolerate_loss);
+        }
+    }
+    println!("sent: {} datagrams, {:.3} GB in {:.2} s", emu.sent.datagrams, emu.sent.bytes as f64 / 1e9, emu.elapsed.as_secs_f64());
+    Ok(worst)
+}
+
