@@ -69,16 +69,7 @@ fn hosts_run(a: &HostsArgs, n: usize, rate: f64) -> anyhow::Result<HostsOutcome>
         let consumers: Vec<_> = receivers
             .iter()
             .map(|rx| {
-                s.spawn(move || {
-                    let (mut first, mut last) = (None, Instant::now());
-                    for f in rx.frames().iter() {
-                        let now = Instant::now();
-                        first.get_or_insert(now);
-                        last = now;
-                        rx.release(f).expect("a frame of this receiver");
-                    }
-                    (first, last)
-                })
+                s.spawn(move || crate::drain(rx))
             })
             .collect();
         let r = rdaq_emulator::run(&cfg, &dtps, std::sync::Arc::new(rdaq_emulator::Control::default()));

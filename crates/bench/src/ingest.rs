@@ -217,16 +217,7 @@ fn run_place(a: &IngestArgs, count: u64, rate: Option<f64>) -> anyhow::Result<Ou
     let dest = SocketAddr::from((Ipv4Addr::LOCALHOST, map.data_ports[0]));
     let (sent, gso, first, last) = std::thread::scope(|s| -> anyhow::Result<_> {
         let rx_ref = &rx;
-        let consumer = s.spawn(move || {
-            let (mut first, mut last) = (None, Instant::now());
-            for f in rx_ref.frames().iter() {
-                let now = Instant::now();
-                first.get_or_insert(now);
-                last = now;
-                rx_ref.release(f).expect("a frame of this receiver");
-            }
-            (first, last)
-        });
+        let consumer = s.spawn(move || crate::drain(rx_ref));
         let (sent, gso) = send(&map, dest, count, rate, (!a.no_pin).then_some(0))?;
         rx.stop();
         let (first, last) = consumer.join().expect("consumer panicked");

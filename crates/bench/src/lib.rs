@@ -15,8 +15,10 @@ pub mod sls;
 pub mod soak;
 
 use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::bail;
+use rdaq_receiver::Receiver;
 
 #[derive(clap::Subcommand)]
 pub enum BenchCmd {
@@ -49,3 +51,17 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
     }
 }
 
+
+/// Takes every frame `rx` hands on and gives its slot straight back, until the receiver
+/// ends; returns when the first and the last frame came (the consumer of the receive
+/// benchmarks, which measure the receive path alone).
+pub(crate) fn drain(rx: &Receiver) -> (Option<Instant>, Instant) {
+    let (mut first, mut last) = (None, Instant::now());
+    for f in rx.frames().iter() {
+        let now = Instant::now();
+        first.get_or_insert(now);
+        last = now;
+        rx.release(f).expect("a frame of this receiver");
+    }
+    (first, last)
+}

@@ -3,11 +3,11 @@
 //! send on `POST /start`.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -17,7 +17,7 @@ use rdaq_proto::events::EventPage;
 use rdaq_proto::telegram::{DetectorTelegram, ModuleDtp, TELEGRAM_VERSION};
 use serde::{Deserialize, Serialize};
 
-use crate::http::{bad, conflict, events_page, internal, lock, ApiError, Since};
+use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -26,7 +26,7 @@ pub struct Options {
     pub seed: u64,
 }
 
-struct Det {
+struct DetectorDaemon {
     opts: Options,
     max_rate_hz: f64,
     dtps: Option<Vec<ModuleDtp>>,
@@ -35,7 +35,13 @@ struct Det {
     report: Option<EmulatorReport>,
 }
 
-type Shared = Arc<Mutex<Det>>;
+type Shared = crate::http::Shared<DetectorDaemon>;
+
+impl Daemon for DetectorDaemon {
+    fn event_page(&self, q: &Since) -> EventPage {
+        events_page(&self.control.events, q)
+    }
+}
 
 /// Frames per second one module's synthesis reaches on this machine (measured once).
 fn measure_rate(seed: u64) -> f64 {
@@ -50,16 +56,15 @@ fn measure_rate(seed: u64) -> f64 {
 
 pub fn router(opts: Options) -> Router {
     let max_rate_hz = measure_rate(opts.seed);
-    let state: Shared = Arc::new(Mutex::new(Det { opts, max_rate_hz, dtps: None, control: Arc::new(Control::default()), run: None, report: None }));
-    Router::new()
+    let d = DetectorDaemon { opts, max_rate_hz, dtps: None, control: Arc::new(Control::default()), run: None, report: None };
+    let routes = Router::new()
         .route("/telegram", get(telegram))
         .route("/dtp", put(dtp))
         .route("/start", post(start))
         .route("/stop", post(stop))
         .route("/status", get(status))
-        .route("/events", get(events))
-        .route("/manifest", get(manifest))
-        .with_state(state)
+        .route("/manifest", get(manifest));
+    daemon_router(d, routes)
 }
 
 async fn telegram(State(s): State<Shared>) -> Json<DetectorTelegram> {
@@ -84,7 +89,7 @@ pub struct DtpUpload {
     pub dtps: Vec<ModuleDtp>,
 }
 
-fn running(d: &Det) -> bool {
+fn running(d: &DetectorDaemon) -> bool {
     d.run.as_ref().is_some_and(|h| !h.is_finished())
 }
 
@@ -212,11 +217,6 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
         "frontier": d.control.frontier(),
         "dtps": d.dtps.is_some(),
     }))
-}
-
-async fn events(State(s): State<Shared>, Query(q): Query<Since>) -> Json<EventPage> {
-    let control = lock(&s).control.clone();
-    Json(events_page(&control.events, &q))
 }
 
 async fn manifest(State(s): State<Shared>) -> Result<String, ApiError> {

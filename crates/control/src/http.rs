@@ -2,11 +2,13 @@
 //! until Ctrl-C, and the Prometheus text format.
 
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::routing::get;
+use axum::{Json, Router};
 use rdaq_proto::events::{EventLog, EventPage};
 use serde::Deserialize;
 
@@ -51,6 +53,24 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub fn events_page(log: &Mutex<EventLog>, q: &Since) -> EventPage {
     lock(log).since(q.since, q.limit.min(100_000))
+}
+
+/// A daemon's state, shared by the handlers of its API.
+pub type Shared<D> = Arc<Mutex<D>>;
+
+/// What every daemon serves besides its own routes: its event log.
+pub trait Daemon: Send + 'static {
+    /// The page of its events that `q` asks for.
+    fn event_page(&self, q: &Since) -> EventPage;
+}
+
+/// The router of daemon `d`: its own `routes`, `/events`, and the state they share.
+pub fn daemon_router<D: Daemon>(d: D, routes: Router<Shared<D>>) -> Router {
+    routes.route("/events", get(events::<D>)).with_state(Arc::new(Mutex::new(d)))
+}
+
+async fn events<D: Daemon>(State(s): State<Shared<D>>, Query(q): Query<Since>) -> Json<EventPage> {
+    Json(lock(&s).event_page(&q))
 }
 
 /// Serves `app` on `addr` until Ctrl-C.

@@ -291,6 +291,7 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
 struct Session<'a> {
     a: &'a ManageArgs,
     t: Topology,
+    plan: Plan,
     det_ctl: SocketAddr,
     api: Api,
     /// Short timeouts: a receiver that does not answer in a heartbeat misses it.
@@ -301,7 +302,6 @@ struct Session<'a> {
 /// What the manager configured: the plan's buffer requests, the receivers' answers, and the
 /// epochs of DTPs (one more for each re-plan).
 struct Configured {
-    plan: Plan,
     requests: Vec<(usize, BufferRequest)>,
     maps: Vec<BufferMap>,
     epochs: Vec<Epoch>,
@@ -326,6 +326,7 @@ impl<'a> Session<'a> {
     fn open(a: &'a ManageArgs) -> anyhow::Result<Session<'a>> {
         let text = std::fs::read_to_string(&a.topology).with_context(|| format!("cannot read {}", a.topology.display()))?;
         let t = Topology::from_toml(&text).with_context(|| format!("invalid topology {}", a.topology.display()))?;
+        let plan = Plan::new(&t).with_context(|| format!("invalid topology {}", a.topology.display()))?;
         let det_ctl = t.detector.control.context("detector.control: the detector's control address is needed")?;
         if !(a.rate >= 0.0 && a.rate.is_finite()) {
             bail!("--rate must be 0 (as fast as possible) or positive");
@@ -340,7 +341,7 @@ impl<'a> Session<'a> {
         }
         let api = Api::new(Duration::from_secs(60));
         let heartbeat = Api::new(Duration::from_millis(a.heartbeat_ms.max(100)));
-        Ok(Session { a, t, det_ctl, api, heartbeat, shared })
+        Ok(Session { a, t, plan, det_ctl, api, heartbeat, shared })
     }
 
     /// Components: the detector and every receiver of the plan are the ones the topology
@@ -366,20 +367,19 @@ impl<'a> Session<'a> {
 
     /// Buffers on every receiver, the address space, then the DTPs to the detector.
     fn configure(&self) -> anyhow::Result<Configured> {
-        let t = &self.t;
-        let plan = Plan::new(t)?;
+        let (t, plan) = (&self.t, &self.plan);
         let requests = plan.buffer_requests(t);
         let mut maps: Vec<BufferMap> = Vec::new();
         for (r, req) in &requests {
             let spec = &t.receivers[*r];
             maps.push(self.api.send("PUT", spec.control, "/buffers", req).with_context(|| format!("defining buffers on {}", spec.name))?);
         }
-        let ras = rdaq_manager::AddressSpace::new(&plan);
+        let ras = rdaq_manager::AddressSpace::new(plan);
         let dtps = plan.module_dtps(t, &maps)?;
         let _: serde_json::Value = self.api.send("PUT", self.det_ctl, "/dtp", &DtpUpload { from_frame: None, dtps: dtps.clone() }).context("uploading DTPs")?;
         let receivers = plan.receivers.iter().map(|rp| t.receivers[rp.receiver].name.clone()).collect();
         eprintln!("rdaq manage: {} modules -> {} receivers ({:?} mode), address space {} MiB", t.detector.modules, plan.receivers.len(), t.transfer.mode, ras.len() >> 20);
-        Ok(Configured { plan, requests, maps, epochs: vec![Epoch { from_frame: 0, receivers, reason: "initial plan".into(), dtps }] })
+        Ok(Configured { requests, maps, epochs: vec![Epoch { from_frame: 0, receivers, reason: "initial plan".into(), dtps }] })
     }
 
     /// Starts every receiver of the plan (each writes its part of the image); if one fails,
@@ -388,7 +388,7 @@ impl<'a> Session<'a> {
         let t = &self.t;
         let full = t.geometry();
         let mut feeds: HashMap<usize, Feed> = HashMap::new();
-        for (rp, (r, _)) in c.plan.receivers.iter().zip(&c.requests) {
+        for (rp, (r, _)) in self.plan.receivers.iter().zip(&c.requests) {
             let spec = &t.receivers[*r];
             let g = rp.geometry(full);
             let body = serde_json::json!({ "output": format!("{}.h5", spec.name), "module_cols": g.module_cols, "gap_x": g.gap_x, "gap_y": g.gap_y, "overwrite": self.a.overwrite });

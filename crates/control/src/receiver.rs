@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use indicatif::ProgressBar;
@@ -22,7 +22,7 @@ use rdaq_receiver::{Counters, IncompletePolicy, Receiver, ReceiverConfig};
 use rdaq_sink::NxmxWriter;
 use serde::{Deserialize, Serialize};
 
-use crate::http::{bad, conflict, events_page, internal, lock, ApiError, Since};
+use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
 use rdaq_run::consume::{consume, ConsumeStats};
 
 #[derive(Clone, Debug)]
@@ -49,25 +49,30 @@ struct Active {
     acq: Option<Acquisition>,
 }
 
-struct Dr {
+struct ReceiverDaemon {
     opts: Options,
     active: Option<Active>,
     events: Arc<Mutex<EventLog>>,
 }
 
-type Shared = Arc<Mutex<Dr>>;
+type Shared = crate::http::Shared<ReceiverDaemon>;
+
+impl Daemon for ReceiverDaemon {
+    fn event_page(&self, q: &Since) -> EventPage {
+        events_page(&self.events, q)
+    }
+}
 
 pub fn router(opts: Options) -> Router {
-    let state: Shared = Arc::new(Mutex::new(Dr { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))) }));
-    Router::new()
+    let d = ReceiverDaemon { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))) };
+    let routes = Router::new()
         .route("/telegram", get(telegram))
         .route("/buffers", put(buffers))
         .route("/start", post(start))
         .route("/stop", post(stop))
         .route("/status", get(status))
-        .route("/events", get(events))
-        .route("/metrics", get(metrics))
-        .with_state(state)
+        .route("/metrics", get(metrics));
+    daemon_router(d, routes)
 }
 
 async fn telegram(State(s): State<Shared>) -> Json<ReceiverTelegram> {
@@ -304,11 +309,6 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
     };
     let dropped_events = lock(&d.events).dropped;
     Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events }))
-}
-
-async fn events(State(s): State<Shared>, Query(q): Query<Since>) -> Json<EventPage> {
-    let log = lock(&s).events.clone();
-    Json(events_page(&log, &q))
 }
 
 async fn metrics(State(s): State<Shared>) -> String {

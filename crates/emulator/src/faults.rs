@@ -99,7 +99,7 @@ pub enum Fate {
 }
 
 /// What the injector did, by kind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, derive_more::AddAssign)]
 pub struct FaultStats {
     pub dropped: u64,
     pub duplicated: u64,
@@ -109,14 +109,6 @@ pub struct FaultStats {
 }
 
 impl FaultStats {
-    pub fn add(&mut self, o: &FaultStats) {
-        self.dropped += o.dropped;
-        self.duplicated += o.duplicated;
-        self.corrupted += o.corrupted;
-        self.reordered += o.reordered;
-        self.delayed += o.delayed;
-    }
-
     pub fn count(&mut self, f: Fate) {
         match f {
             Fate::Pass => {}

@@ -6,12 +6,12 @@
 //! into contiguous runs, one per receiver. A receiver stores each frame it gets in its next
 //! slot: its `k`-th frame in slot `k % slots`, module runs packed in module order.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use rdaq_detector::Geometry;
 use rdaq_proto::telegram::{BufferMap, BufferRequest, ModuleDtp, Route, TELEGRAM_VERSION};
 
-use crate::topology::{Topology, TopologyError, TransferMode, MODULE_FRAME_BYTES};
+use crate::topology::{Topology, TopologyError, TransferMode, MIN_SLOTS, MODULE_FRAME_BYTES};
 
 /// What one receiver gets under the plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,7 +100,41 @@ impl Plan {
             let slot = mods.len() as u64 * MODULE_FRAME_BYTES;
             receivers.push(ReceiverPlan { receiver: r, group: g, modules: mods, slots: (t.receivers[r].memory_mib << 20) / slot });
         }
-        Ok(Plan { mode: t.transfer.mode, receivers, groups: group_members, holder })
+        let plan = Plan { mode: t.transfer.mode, receivers, groups: group_members, holder };
+        plan.check_receivers(t)?;
+        Ok(plan)
+    }
+
+    /// Checks what depends on the plan: each receiver's data ports (one per module it
+    /// serves) fit and do not overlap another's, and its memory holds enough frame slots.
+    fn check_receivers(&self, t: &Topology) -> Result<(), TopologyError> {
+        // data ports: each receiver listens on one port per module it serves
+        let mut ranges: Vec<(IpAddr, u32, u32)> = Vec::new();
+        for rp in &self.receivers {
+            let spec = &t.receivers[rp.receiver];
+            let end = spec.data_port as u32 + rp.modules.len() as u32;
+            if end > 65_536 {
+                return Err(TopologyError::PortRange(spec.name.clone(), spec.data_port));
+            }
+            let fixed = spec.data_port != 0;
+            if fixed && ranges.iter().any(|(ip, a, b)| *ip == spec.data && (spec.data_port as u32) < *b && *a < end) {
+                return Err(TopologyError::DuplicateData(spec.name.clone(), spec.data_port, end as u16, spec.data));
+            }
+            if fixed {
+                ranges.push((spec.data, spec.data_port as u32, end));
+            }
+            let slot = rp.slot_bytes();
+            let slots = (spec.memory_mib << 20) / slot;
+            if slots < MIN_SLOTS {
+                return Err(TopologyError::BuffersTooSmall {
+                    name: spec.name.clone(),
+                    memory_mib: spec.memory_mib,
+                    slots,
+                    slot_mib: slot as f64 / (1u64 << 20) as f64,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// What each receiver of the plan must define, with its index in the topology.
@@ -270,7 +304,8 @@ mod tests {
     #[test]
     fn bad_topologies_are_refused_with_the_field() {
         use TopologyError as E;
-        let bad = |s: &str| Topology::from_toml(s).unwrap_err();
+        // what the document says, then what the plan of it needs
+        let bad = |s: &str| Topology::from_toml(s).and_then(|t| Plan::new(&t).map(|_| ())).unwrap_err();
         assert_eq!(bad(&topo("temporal", 0, "")), E::NoReceivers);
         assert!(matches!(bad(&topo("spatial-temporal", 3, "groups = 2")), E::Groups { .. }));
         assert!(matches!(bad(&topo("spatial", 5, "")), E::TooManyReceivers { .. }));
@@ -284,7 +319,7 @@ mod tests {
         let e = bad(&small);
         assert!(e.to_string().contains("receivers.dr0.memory_mib"), "{e}");
         // spatial needs only 2 modules per receiver: 6 MiB holds 3 frames of 2 MiB
-        assert!(Topology::from_toml(&topo("spatial", 2, "").replace("memory_mib = 64", "memory_mib = 6")).is_ok());
+        assert!(Plan::new(&Topology::from_toml(&topo("spatial", 2, "").replace("memory_mib = 64", "memory_mib = 6")).unwrap()).is_ok());
         let geo = topo("temporal", 1, "").replace("module_cols = 2", "module_cols = 3");
         assert!(matches!(bad(&geo), E::Geometry { .. }));
         let unknown = topo("temporal", 1, "").replace("[detector]", "[detector]\nmodulez = 3");

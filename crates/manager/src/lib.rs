@@ -1,8 +1,9 @@
 //! The system manager (SM), sans I/O: what the detector and the receivers are
 //! ([`topology`]), one address space over all their buffers ([`ras`]), and which module's
 //! data goes where, frame by frame ([`dtp`]). TOML documents are parsed with errors that name
-//! the field ([`tomldoc`]). The control API that uploads these to the modules and receivers
-//! is built on top, in the binary.
+//! the field ([`tomldoc`]). A topology is checked in two steps: the document
+//! ([`Topology::from_toml`]), then what its plan needs of each receiver ([`Plan::new`]). The
+//! control plane that uploads these to the modules and receivers is `rdaq-control`.
 
 #![forbid(unsafe_code)]
 

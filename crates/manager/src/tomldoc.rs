@@ -57,12 +57,12 @@ mod tests {
     #[serde(deny_unknown_fields)]
     struct Doc {
         #[serde(default)]
-        detector: Det,
+        detector: Detector,
     }
 
     #[derive(Debug, Default, Deserialize)]
     #[serde(deny_unknown_fields)]
-    struct Det {
+    struct Detector {
         #[serde(default)]
         modules: u16,
     }

@@ -192,33 +192,6 @@ impl Topology {
                 }
             }
         }
-        let plan = crate::dtp::Plan::new(self)?;
-        // data ports: each receiver listens on one port per module it serves
-        let mut ranges: Vec<(IpAddr, u32, u32)> = Vec::new();
-        for rp in &plan.receivers {
-            let spec = &self.receivers[rp.receiver];
-            let end = spec.data_port as u32 + rp.modules.len() as u32;
-            if end > 65_536 {
-                return Err(TopologyError::PortRange(spec.name.clone(), spec.data_port));
-            }
-            let fixed = spec.data_port != 0;
-            if fixed && ranges.iter().any(|(ip, a, b)| *ip == spec.data && (spec.data_port as u32) < *b && *a < end) {
-                return Err(TopologyError::DuplicateData(spec.name.clone(), spec.data_port, end as u16, spec.data));
-            }
-            if fixed {
-                ranges.push((spec.data, spec.data_port as u32, end));
-            }
-            let slot = rp.slot_bytes();
-            let slots = (spec.memory_mib << 20) / slot;
-            if slots < MIN_SLOTS {
-                return Err(TopologyError::BuffersTooSmall {
-                    name: spec.name.clone(),
-                    memory_mib: spec.memory_mib,
-                    slots,
-                    slot_mib: slot as f64 / (1u64 << 20) as f64,
-                });
-            }
-        }
         Ok(())
     }
 }

@@ -17,7 +17,7 @@ const MAX_GSO_SEGMENTS: usize = 64;
 const MAX_MSGS: usize = 64;
 
 /// Counters of one sender.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, derive_more::AddAssign)]
 pub struct SendStats {
     pub datagrams: u64,
     pub bytes: u64,
@@ -28,16 +28,6 @@ pub struct SendStats {
     pub retries: u64,
 }
 
-impl SendStats {
-    /// Adds another sender's counts (several channels, several modules).
-    pub fn add(&mut self, o: &SendStats) {
-        self.datagrams += o.datagrams;
-        self.bytes += o.bytes;
-        self.syscalls += o.syscalls;
-        self.refused += o.refused;
-        self.retries += o.retries;
-    }
-}
 
 #[repr(C, align(8))]
 #[derive(Clone, Copy)]

@@ -52,7 +52,7 @@ struct Slot {
 
 /// Where a payload of the current batch is before it is placed.
 #[derive(Clone, Copy)]
-enum Src {
+enum Payload {
     /// Already at its destination.
     InPlace,
     /// Somewhere else: scratch, or evacuated from a wrong prediction.
@@ -88,7 +88,7 @@ pub struct Placement {
     /// Where payloads that landed in a wrong cell of the ring wait during a batch: one cell's
     /// bytes for each datagram of the batch.
     evac: Vec<u8>,
-    pending: Vec<(Result<Target, DropReason>, Src, usize)>,
+    pending: Vec<(Result<Target, DropReason>, Payload, usize)>,
 }
 
 // SAFETY: the raw pointers in `pending` are only used within one `place_batch` call.
@@ -295,17 +295,17 @@ impl Placement {
     /// Where the payload of datagram `i` of the batch waits for pass 2: at its destination,
     /// in `evac` when it landed in another cell of the ring (which pass 2 may write), or
     /// where it is (scratch).
-    fn stage(&mut self, t: &Result<Target, DropReason>, payload: &[u8], i: usize) -> Src {
+    fn stage(&mut self, t: &Result<Target, DropReason>, payload: &[u8], i: usize) -> Payload {
         let landed = payload.as_ptr();
         match t {
-            Ok(t) if self.dest(t).cast_const() == landed => Src::InPlace,
+            Ok(t) if self.dest(t).cast_const() == landed => Payload::InPlace,
             Ok(_) if self.arena.contains(landed, payload.len()) => {
                 // indexing checks that the batch fits the space `new` set aside for it
                 let e = &mut self.evac[i * self.grid.cell_bytes as usize..][..payload.len()];
                 e.copy_from_slice(payload);
-                Src::At(e.as_ptr())
+                Payload::At(e.as_ptr())
             }
-            _ => Src::At(landed),
+            _ => Payload::At(landed),
         }
     }
 
@@ -327,7 +327,7 @@ impl Placement {
         let hl = self.targets.header_len(src).min(datagram.len());
         let (hdr, payload) = datagram.split_at(hl);
         let t = self.targets.find(src, hdr, datagram.len(), payload);
-        let r = t.and_then(|t| self.place(t, Src::At(payload.as_ptr()), payload.len(), now).map(|()| t));
+        let r = t.and_then(|t| self.place(t, Payload::At(payload.as_ptr()), payload.len(), now).map(|()| t));
         if let Err(reason) = r {
             self.count_drop(&t, reason);
         }
@@ -343,7 +343,7 @@ impl Placement {
         }
     }
 
-    fn place(&mut self, t: Target, src: Src, payload: usize, now: Instant) -> Result<(), DropReason> {
+    fn place(&mut self, t: Target, from: Payload, payload: usize, now: Instant) -> Result<(), DropReason> {
         let si = t.slot as usize;
         if self.slots[si].refused == Some(t.frame) {
             return Err(DropReason::RingFull);
@@ -375,13 +375,13 @@ impl Placement {
         if payload != self.grid.cell_len(t.cell) as usize {
             return Err(DropReason::LengthMismatch);
         }
-        match src {
-            Src::InPlace => self.counters.landed_in_place += 1,
+        match from {
+            Payload::InPlace => self.counters.landed_in_place += 1,
             // SAFETY: `dest` checks that the target is one cell of this slot, `payload` is
             // that cell's length (checked above), the slot is Filling (owned by this thread),
             // and the source is scratch, evacuation space or the caller's datagram, none of
             // which overlap it, holding `payload` bytes.
-            Src::At(p) => unsafe { std::ptr::copy_nonoverlapping(p, self.dest(&t), payload) },
+            Payload::At(p) => unsafe { std::ptr::copy_nonoverlapping(p, self.dest(&t), payload) },
         }
         let slot = &mut self.slots[si];
         slot.bitmap[w] |= b;

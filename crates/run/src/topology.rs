@@ -33,7 +33,7 @@ struct Station {
 pub fn run(cfg: &Config, path: &Path, control: Arc<Control>) -> anyhow::Result<(Vec<(String, Summary)>, rdaq_emulator::EmulatorReport)> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let t = Topology::from_toml(&text).with_context(|| format!("invalid topology {}", path.display()))?;
-    let plan = Plan::new(&t)?;
+    let plan = Plan::new(&t).with_context(|| format!("invalid topology {}", path.display()))?;
     if cfg.processing() {
         eprintln!("rdaq run --topology: receivers write raw frames (the processing graph runs in single-receiver runs)");
     }

@@ -1,0 +1,109 @@
+//! What an emulator run is asked to do, and what can be wrong with it.
+
+use std::io;
+use std::time::Duration;
+
+use rdaq_detector::synth::SynthConfig;
+use rdaq_detector::MODULE_BYTES;
+use rdaq_proto::telegram::ModuleDtp;
+use thiserror::Error;
+
+use crate::faults::FaultConfig;
+
+/// What an emulator run does: how many modules send how many frames, how fast, with what
+/// content, how much history they keep for resending, and which faults (testing only).
+#[derive(Clone, Debug)]
+pub struct EmulatorConfig {
+    pub modules: u16,
+    pub frames: u64,
+    pub first_frame: u64,
+    /// Frames per second; `None` sends as fast as possible.
+    pub rate_hz: Option<f64>,
+    pub gso: bool,
+    pub send_buffer: usize,
+    pub synth: SynthConfig,
+    /// For throughput benchmarks: synthesize this many frames once and send them in turn
+    /// (frame `f` carries the content of frame `f % pool`; the manifest records what was
+    /// sent). 0: every frame is synthesized (the default; distinct frames).
+    pub frame_pool: usize,
+    /// Bytes of a module frame. A JUNGFRAU module frame (the default) carries synthetic
+    /// detector images; any other (even) size carries a pseudo-random test pattern, which
+    /// soak tests use for small frames.
+    pub module_bytes: u64,
+    /// Memory per module for the retransmission history: the last
+    /// `history_bytes / module_bytes` frames can be sent again. 0: no retransmission.
+    pub history_bytes: u64,
+    /// After the last frame, keep answering retransmission requests until none came for
+    /// this long.
+    pub linger: Duration,
+    /// Spoil the sending on purpose (testing only).
+    pub faults: Option<FaultConfig>,
+}
+
+impl Default for EmulatorConfig {
+    fn default() -> Self {
+        EmulatorConfig {
+            modules: 1,
+            frames: 100,
+            first_frame: 0,
+            rate_hz: Some(100.0),
+            gso: true,
+            send_buffer: 8 << 20,
+            synth: SynthConfig::default(),
+            frame_pool: 0,
+            module_bytes: MODULE_BYTES as u64,
+            history_bytes: 64 << 20,
+            linger: Duration::from_millis(200),
+            faults: None,
+        }
+    }
+}
+
+/// Why an emulator run cannot start, or stopped.
+#[derive(Debug, Error)]
+pub enum EmulatorError {
+    /// Not one DTP per module.
+    #[error("{dtps} data transfer processes for {want} modules")]
+    ModuleCount { dtps: usize, want: u16 },
+    /// A DTP expects module frames of another size than the emulator makes.
+    #[error("module {module}: the DTP expects {dtp}-byte module frames; the emulator makes {made}-byte frames")]
+    ModuleBytes { module: u16, dtp: u64, made: u64 },
+    /// A setting out of range (the message names it).
+    #[error("invalid emulator configuration: {0}")]
+    Config(String),
+    /// A DTP that sends nowhere.
+    #[error("module {module}: the DTP has no route, or a route without buffers")]
+    NoRoute { module: u16 },
+    /// The DTPs are not in module order.
+    #[error("DTP {position} is for module {module}: DTPs must come in module order")]
+    ModuleOrder { position: u16, module: u16 },
+    /// A DTP update that does not apply from a later frame than the previous one.
+    #[error("a DTP update must apply from a later frame than the last one, not from {from_frame}")]
+    UpdateOrder { from_frame: u64 },
+    /// A DTP update for frames a module has already started.
+    #[error("a DTP update from frame {from_frame} comes too late: frames up to {frontier} have started")]
+    UpdateTooLate { from_frame: u64, frontier: u64 },
+    /// Sending failed.
+    #[error("module {module}: {source}")]
+    Send { module: u16, source: io::Error },
+}
+
+/// Checks that `dtps` is one DTP per module, in module order, each with routes to buffers
+/// and the module frame size the emulator makes.
+pub(crate) fn check_dtps(modules: u16, module_bytes: u64, dtps: &[ModuleDtp]) -> Result<(), EmulatorError> {
+    if dtps.len() != modules as usize {
+        return Err(EmulatorError::ModuleCount { dtps: dtps.len(), want: modules });
+    }
+    for (m, d) in dtps.iter().enumerate() {
+        if d.module != m as u16 {
+            return Err(EmulatorError::ModuleOrder { position: m as u16, module: d.module });
+        }
+        if d.module_bytes != module_bytes {
+            return Err(EmulatorError::ModuleBytes { module: m as u16, dtp: d.module_bytes, made: module_bytes });
+        }
+        if d.routes.is_empty() || d.routes.iter().any(|r| r.buffers.is_empty()) {
+            return Err(EmulatorError::NoRoute { module: m as u16 });
+        }
+    }
+    Ok(())
+}
