@@ -1,8 +1,11 @@
 //! `rdaq bench process`: each processing stage on one core, in pixels/s and GB/s, beside
 //! baselines measured in the same run: single-core memory copy bandwidth (the floor for the
 //! stage's byte traffic), and the reference libraries on the same frames (aare conversion
-//! and pedestal, cfelpyutils peakfinder8, the bitshuffle package's LZ4 and Zstd), run
-//! through `bench/process_baselines.py` with one thread.
+//! and pedestal, cfelpyutils peakfinder8, the bitshuffle package's LZ4 and Zstd, and the
+//! local-SNR rule in numpy + scipy.ndimage), run through `bench/process_baselines.py` with
+//! one thread. The spot finders' parameters go to the baselines with the frames, so both
+//! sides run the same ones. The reference libraries allocate their outputs (their Python
+//! APIs take no output buffer); rdaq's stages write into buffers made once.
 //!
 //! Byte traffic per pixel counts what the stage must read and write at least once:
 //! conversion 2 (raw) + 4 (G0 pedestal) + 4 (G0 gain) + 1/8 (mask bit) + 4 (out) = 14.125
@@ -81,90 +84,153 @@ struct Row {
     speedup: Option<f64>,
 }
 
-pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
-    rdaq_net::socket::pin_current_thread(0).context("pinning the bench to core 0")?;
-    let n = a.frames.max(1);
-    let cfg = SynthConfig::default();
-    let e = cfg.photon_energy_kev;
-    let mut synth = ModuleSynth::new(cfg, 0);
-    let mc = synth.calibration();
-    let cal = Calibration { pedestal: mc.pedestal.clone(), gain: mc.gain.clone(), mask: vec![0; MODULE_PIXELS] };
-    let conv = Converter::new(cal.clone(), InvalidGain::Error)?;
-    let mut raw = vec![vec![0u16; MODULE_PIXELS]; n];
-    for (i, r) in raw.iter_mut().enumerate() {
-        synth.frame(i as u64, r);
-    }
-    let mut kev = vec![vec![0f32; MODULE_PIXELS]; n];
-    let mut photons = vec![vec![0i32; MODULE_PIXELS]; n];
-    for i in 0..n {
-        conv.to_kev(&raw[i], &mut kev[i]);
-        kev_to_photons(&kev[i], e, &mut photons[i]);
-    }
-    eprintln!("rdaq bench process: {n} module frames of {MODULE_COLS} x {MODULE_ROWS}, {} s per measurement, pinned to core 0", a.seconds);
+/// The frames every stage and baseline runs on, and the settings they share.
+struct Data {
+    photon_kev: f32,
+    cal: Calibration,
+    conv: Converter,
+    raw: Vec<Vec<u16>>,
+    kev: Vec<Vec<f32>>,
+    photons: Vec<Vec<i32>>,
+    lsnr: LocalSnrParams,
+    p8: Peakfinder8Params,
+}
 
-    let copy = copy_bandwidth(a.seconds);
-    let floor = |bytes_per_px: f64| bytes_per_px * MODULE_PIXELS as f64 / (2.0 * copy) * 1e3;
-    let base = baselines(&a, &raw, &kev, &photons, &cal)?;
-    let mut rows = Vec::new();
-    let mut row = |stage: &str, t: f64, bytes_px: f64, with_floor: bool, baseline: Option<(&str, Option<f64>)>| {
-        let (bname, bt) = match baseline {
-            Some((name, t)) => (Some(name.to_string()), t),
-            None => (None, None),
-        };
-        rows.push(Row {
+impl Data {
+    /// `n` synthetic module frames, converted to keV and photon counts.
+    fn new(n: usize) -> anyhow::Result<Data> {
+        let cfg = SynthConfig::default();
+        let e = cfg.photon_energy_kev;
+        let mut synth = ModuleSynth::new(cfg, 0);
+        let mc = synth.calibration();
+        let cal = Calibration { pedestal: mc.pedestal.clone(), gain: mc.gain.clone(), mask: vec![0; MODULE_PIXELS] };
+        let conv = Converter::new(cal.clone(), InvalidGain::Error)?;
+        let mut raw = vec![vec![0u16; MODULE_PIXELS]; n];
+        for (i, r) in raw.iter_mut().enumerate() {
+            synth.frame(i as u64, r);
+        }
+        let mut kev = vec![vec![0f32; MODULE_PIXELS]; n];
+        let mut photons = vec![vec![0i32; MODULE_PIXELS]; n];
+        for i in 0..n {
+            conv.to_kev(&raw[i], &mut kev[i]);
+            kev_to_photons(&kev[i], e, &mut photons[i]);
+        }
+        let lsnr = LocalSnrParams::for_photon_energy(e);
+        let p8 = Peakfinder8Params { adc_threshold: 0.5 * e, ..Peakfinder8Params::jungfrau_module() };
+        Ok(Data { photon_kev: e, cal, conv, raw, kev, photons, lsnr, p8 })
+    }
+}
+
+/// The rows measured so far, with what they are compared with.
+struct Table {
+    seconds: f64,
+    frames: usize,
+    copy: f64,
+    base: serde_json::Map<String, serde_json::Value>,
+    rows: Vec<Row>,
+}
+
+impl Table {
+    /// Seconds per frame of `f`, over the frames.
+    fn time(&self, f: impl FnMut(usize)) -> f64 {
+        per_frame(self.seconds, self.frames, f)
+    }
+
+    /// A stage's row: `t` seconds per frame, `bytes_px` its least byte traffic per pixel,
+    /// and the baseline (its name and its key in the baselines' answer).
+    fn row(&mut self, stage: &str, t: f64, bytes_px: f64, baseline: Option<(&str, &str)>) {
+        let bt = baseline.and_then(|(_, k)| secs(&self.base, k));
+        self.rows.push(Row {
             stage: stage.to_string(),
             ms_per_frame: t * 1e3,
             mpixel_per_s: MODULE_PIXELS as f64 / t / 1e6,
             gb_per_s: bytes_px * MODULE_PIXELS as f64 / t / 1e9,
-            floor_ms: with_floor.then(|| floor(bytes_px)),
-            baseline: bname,
+            floor_ms: Some(bytes_px * MODULE_PIXELS as f64 / (2.0 * self.copy) * 1e3),
+            baseline: baseline.map(|(name, _)| name.to_string()),
             baseline_ms: bt.map(|b| b * 1e3),
             speedup: bt.map(|b| b / t),
         });
-    };
+    }
+}
 
+pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
+    rdaq_net::socket::pin_current_thread(0).context("pinning the bench to core 0")?;
+    let n = a.frames.max(1);
+    let d = Data::new(n)?;
+    eprintln!("rdaq bench process: {n} module frames of {MODULE_COLS} x {MODULE_ROWS}, {} s per measurement, pinned to core 0", a.seconds);
+    let copy = copy_bandwidth(a.seconds);
+    let base = baselines(&a, &d)?;
+    let mut t = Table { seconds: a.seconds, frames: n, copy, base, rows: Vec::new() };
+    conversion(&d, &mut t);
+    let found = spot_finding(&d, &mut t);
+    let ratio_lz4 = compression(&d, &mut t);
+    print_table(&t, found, ratio_lz4);
+    if let Some(p) = a.json {
+        let j = serde_json::json!({ "copy_gb_per_s": copy / 1e9, "rows": t.rows, "lz4_ratio_photons": ratio_lz4 });
+        std::fs::write(&p, serde_json::to_string_pretty(&j)?).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Conversion to keV and photon counts, and pedestal tracking.
+fn conversion(d: &Data, t: &mut Table) {
     let mut out = vec![0f32; MODULE_PIXELS];
-    let t = per_frame(a.seconds, n, |i| conv.to_kev(black_box(&raw[i]), &mut out));
-    row("convert keV", t, 14.125, true, Some(("aare apply_calibration", secs(&base, "aare_convert"))));
+    let s = t.time(|i| d.conv.to_kev(black_box(&d.raw[i]), &mut out));
+    t.row("convert keV", s, 14.125, Some(("aare apply_calibration", "aare_convert")));
     let mut counts = vec![0i32; MODULE_PIXELS];
-    let t = per_frame(a.seconds, n, |i| conv.to_photons(black_box(&raw[i]), e, &mut counts));
-    row("convert photons32", t, 14.125, true, None);
-
+    let s = t.time(|i| d.conv.to_photons(black_box(&d.raw[i]), d.photon_kev, &mut counts));
+    t.row("convert photons32", s, 14.125, None);
     let mut ped = Pedestal::<f64>::new(MODULE_PIXELS, 0, 128);
-    let t = per_frame(a.seconds, n, |i| ped.push(black_box(&raw[i])));
-    row("pedestal f64", t, 38.0, true, Some(("aare Pedestal_d.push", secs(&base, "aare_pedestal"))));
+    let s = t.time(|i| ped.push(black_box(&d.raw[i])));
+    t.row("pedestal f64", s, 38.0, Some(("aare Pedestal_d.push", "aare_pedestal")));
+}
 
-    let mut finder = LocalSnr::new(LocalSnrParams::for_photon_energy(e));
+/// Both spot finders; returns the spots each found over the frames.
+fn spot_finding(d: &Data, t: &mut Table) -> [usize; 2] {
     let mut spots = Vec::new();
-    let t = per_frame(a.seconds, n, |i| finder.find(black_box(&kev[i]), MODULE_COLS, MODULE_ROWS, &mut spots));
-    row("spots local SNR", t, 4.0, true, Some(("cfelpyutils peakfinder8", secs(&base, "peakfinder8"))));
+    let mut finder = LocalSnr::new(d.lsnr);
+    let s = t.time(|i| finder.find(black_box(&d.kev[i]), MODULE_COLS, MODULE_ROWS, &mut spots));
+    t.row("spots local SNR", s, 4.0, Some(("numpy+scipy local SNR (same rule)", "local_snr")));
+    let lsnr: usize = d.kev.iter().map(|k| {
+        finder.find(k, MODULE_COLS, MODULE_ROWS, &mut spots);
+        spots.len()
+    }).sum();
     let radius = Peakfinder8::radius_map(MODULE_COLS, MODULE_ROWS, MODULE_COLS as f32 / 2.0, MODULE_ROWS as f32 / 2.0);
-    let p8 = Peakfinder8Params { adc_threshold: 0.5 * e, ..Peakfinder8Params::jungfrau_module() };
-    let mut pf8 = Peakfinder8::new(p8, radius, &vec![true; MODULE_PIXELS]);
-    let t = per_frame(a.seconds, n, |i| pf8.find(black_box(&kev[i]), &mut spots));
-    row("spots peakfinder8", t, 4.0, true, Some(("cfelpyutils peakfinder8", secs(&base, "peakfinder8"))));
+    let mut pf8 = Peakfinder8::new(d.p8, radius, &vec![true; MODULE_PIXELS]);
+    let s = t.time(|i| pf8.find(black_box(&d.kev[i]), &mut spots));
+    t.row("spots peakfinder8", s, 4.0, Some(("cfelpyutils peakfinder8", "peakfinder8")));
+    let pf8_spots: usize = d.kev.iter().map(|k| {
+        pf8.find(k, &mut spots);
+        spots.len()
+    }).sum();
+    [lsnr, pf8_spots]
+}
 
+/// Bitshuffle with LZ4 and Zstd, and the sparse form; returns the LZ4 ratio of the counts.
+fn compression(d: &Data, t: &mut Table) -> f64 {
     let mut chunk = Vec::new();
     let mut c = Compressor::new(4, 0, Codec::Lz4);
-    let t = per_frame(a.seconds, n, |i| c.compress(black_box(bytes_of(&photons[i])), &mut chunk));
-    row("bslz4 photons32", t, 4.0, true, Some(("bitshuffle.compress_lz4", secs(&base, "bitshuffle_lz4_photons"))));
-    let t = per_frame(a.seconds, n, |i| c.compress(black_box(bytes_of(&kev[i])), &mut chunk));
-    row("bslz4 keV", t, 4.0, true, Some(("bitshuffle.compress_lz4", secs(&base, "bitshuffle_lz4_kev"))));
+    let s = t.time(|i| c.compress(black_box(bytes_of(&d.photons[i])), &mut chunk));
+    t.row("bslz4 photons32", s, 4.0, Some(("bitshuffle.compress_lz4", "bitshuffle_lz4_photons")));
+    let s = t.time(|i| c.compress(black_box(bytes_of(&d.kev[i])), &mut chunk));
+    t.row("bslz4 keV", s, 4.0, Some(("bitshuffle.compress_lz4", "bitshuffle_lz4_kev")));
     let mut z = Compressor::new(4, 0, Codec::Zstd(3));
-    let t = per_frame(a.seconds, n, |i| z.compress(black_box(bytes_of(&photons[i])), &mut chunk));
-    row("bszstd3 photons32", t, 4.0, true, Some(("bitshuffle.compress_zstd", secs(&base, "bitshuffle_zstd_photons"))));
+    let s = t.time(|i| z.compress(black_box(bytes_of(&d.photons[i])), &mut chunk));
+    t.row("bszstd3 photons32", s, 4.0, Some(("bitshuffle.compress_zstd", "bitshuffle_zstd_photons")));
     let mut csr = Csr::default();
-    let t = per_frame(a.seconds, n, |i| csr.fill(black_box(&photons[i]), MODULE_ROWS, MODULE_COLS, 0));
-    row("sparse CSR > 0", t, 4.0, true, None);
-
-    let mut ratio_lz4 = 0.0;
-    for p in &photons {
+    let s = t.time(|i| csr.fill(black_box(&d.photons[i]), MODULE_ROWS, MODULE_COLS, 0));
+    t.row("sparse CSR > 0", s, 4.0, None);
+    let n = d.photons.len() as f64;
+    d.photons.iter().map(|p| {
         c.compress(bytes_of(p), &mut chunk);
-        ratio_lz4 += (MODULE_PIXELS * 4) as f64 / chunk.len() as f64 / n as f64;
-    }
-    println!("copy bandwidth (one core, 256 MiB buffers): {:.2} GB/s copied ({:.2} GB/s of traffic)", copy / 1e9, 2.0 * copy / 1e9);
-    println!("{:<20} {:>9} {:>9} {:>8} {:>9} {:>7}   {:<26} {:>9} {:>8}", "stage", "ms/frame", "Mpx/s", "GB/s", "floor ms", "/floor", "baseline (same data)", "ms/frame", "speedup");
-    for r in &rows {
+        (MODULE_PIXELS * 4) as f64 / chunk.len() as f64 / n
+    }).sum()
+}
+
+fn print_table(t: &Table, [lsnr_spots, pf8_spots]: [usize; 2], ratio_lz4: f64) {
+    println!("copy bandwidth (one core, 256 MiB buffers): {:.2} GB/s copied ({:.2} GB/s of traffic)", t.copy / 1e9, 2.0 * t.copy / 1e9);
+    println!("{:<20} {:>9} {:>9} {:>8} {:>9} {:>7}   {:<34} {:>9} {:>8}", "stage", "ms/frame", "Mpx/s", "GB/s", "floor ms", "/floor", "baseline (same data)", "ms/frame", "speedup");
+    for r in &t.rows {
         let fl = r.floor_ms.map_or("-".into(), |f| format!("{f:.3}"));
         let over = r.floor_ms.map_or("-".into(), |f| format!("{:.2}x", r.ms_per_frame / f));
         let (bn, bm, sp) = match (&r.baseline, r.baseline_ms, r.speedup) {
@@ -172,18 +238,23 @@ pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
             (Some(n), _, _) => (n.clone(), "n/a".into(), "-".into()),
             _ => ("-".into(), "-".into(), "-".into()),
         };
-        println!("{:<20} {:>9.3} {:>9.1} {:>8.2} {:>9} {:>7}   {:<26} {:>9} {:>8}", r.stage, r.ms_per_frame, r.mpixel_per_s, r.gb_per_s, fl, over, bn, bm, sp);
+        println!("{:<20} {:>9.3} {:>9.1} {:>8.2} {:>9} {:>7}   {:<34} {:>9} {:>8}", r.stage, r.ms_per_frame, r.mpixel_per_s, r.gb_per_s, fl, over, bn, bm, sp);
     }
     println!("bitshuffle+LZ4 ratio of the photon counts: {ratio_lz4:.1}");
-    if let Some(p) = a.json {
-        let j = serde_json::json!({ "copy_gb_per_s": copy / 1e9, "rows": rows, "lz4_ratio_photons": ratio_lz4 });
-        std::fs::write(&p, serde_json::to_string_pretty(&j)?).with_context(|| format!("cannot write {}", p.display()))?;
-    }
-    Ok(ExitCode::SUCCESS)
+    let count = |k: &str| t.base.get(k).and_then(|v| v.as_u64()).map_or("n/a".into(), |v| v.to_string());
+    println!(
+        "spots found in the {} frames: local SNR rdaq {lsnr_spots}, numpy+scipy {}; peakfinder8 rdaq {pf8_spots}, cfelpyutils {}",
+        t.frames,
+        count("local_snr_spots"),
+        count("peakfinder8_spots")
+    );
+    println!("baselines: aare, cfelpyutils and bitshuffle allocate their outputs (their APIs take none); the");
+    println!("local-SNR baseline is rdaq's rule over the whole image in numpy (summed-area box sums, scipy labels).");
 }
 
 /// The reference libraries on the same frames, in a Python process pinned to the same core.
-fn baselines(a: &ProcessBenchArgs, raw: &[Vec<u16>], kev: &[Vec<f32>], photons: &[Vec<i32>], cal: &Calibration) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+fn baselines(a: &ProcessBenchArgs, d: &Data) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    let (raw, kev, photons, cal, lsnr, p8) = (&d.raw, &d.kev, &d.photons, &d.cal, d.lsnr, d.p8);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let python = a.python.clone().unwrap_or_else(|| root.join(".venv/bin/python"));
     let script = root.join("bench/process_baselines.py");
@@ -201,6 +272,23 @@ fn baselines(a: &ProcessBenchArgs, raw: &[Vec<u16>], kev: &[Vec<f32>], photons: 
     let stack = |a: &[Vec<f32>; 3]| a.iter().flatten().copied().collect::<Vec<f32>>();
     f.new_dataset::<f32>().shape((3, MODULE_ROWS, MODULE_COLS)).create("pedestal")?.write_raw(&stack(&cal.pedestal))?;
     f.new_dataset::<f32>().shape((3, MODULE_ROWS, MODULE_COLS)).create("gain")?.write_raw(&stack(&cal.gain))?;
+    let lsnr = [lsnr.threshold as f64, lsnr.snr as f64, lsnr.box_half as f64, lsnr.min_pixels as f64, lsnr.max_pixels as f64];
+    f.new_attr::<f64>().shape(lsnr.len()).create("local_snr")?.write_raw(&lsnr)?;
+    let p8 = [
+        p8.max_num_peaks as f64,
+        p8.asic_nx as f64,
+        p8.asic_ny as f64,
+        p8.nasics_x as f64,
+        p8.nasics_y as f64,
+        p8.adc_threshold as f64,
+        p8.minimum_snr as f64,
+        p8.min_pixel_count as f64,
+        p8.max_pixel_count as f64,
+        p8.local_bg_radius as f64,
+        p8.min_res as f64,
+        p8.max_res as f64,
+    ];
+    f.new_attr::<f64>().shape(p8.len()).create("peakfinder8")?.write_raw(&p8)?;
     drop(f);
     eprintln!("rdaq bench process: baselines in {} (aare, cfelpyutils, bitshuffle; one thread)", python.display());
     let out = Command::new("taskset").arg("-c").arg("0").arg(&python).arg(&script).arg(&dir).arg(a.seconds.to_string())

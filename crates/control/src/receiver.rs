@@ -282,6 +282,8 @@ pub fn counters_json(c: &Counters) -> serde_json::Value {
         "placed": c.placed,
         "bytes_placed": c.bytes_placed,
         "landed_in_place": c.landed_in_place,
+        "copied": c.copied,
+        "evacuated": c.evacuated,
         "frames_complete": c.frames_complete,
         "frames_incomplete": c.frames_incomplete,
         "frames_discarded": c.frames_discarded,

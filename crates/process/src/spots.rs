@@ -240,6 +240,17 @@ pub fn is_hit(spots: &[Spot], min_spots: usize) -> bool {
     spots.len() >= min_spots
 }
 
+/// One ASIC (panel) of the image as peakfinder8 walks it: its size, the image width, and
+/// its offset in the image.
+#[derive(Clone, Copy)]
+struct Panel {
+    afs: i32,
+    ass: i32,
+    wfs: i32,
+    ofs: i32,
+    oss: i32,
+}
+
 /// Parameters of peakfinder8 (names as in cfelpyutils' `Peakfinder8PeakDetection`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Peakfinder8Params {
@@ -404,92 +415,105 @@ impl Peakfinder8 {
 
     fn panel(&mut self, data: &[f32], aifs: usize, aiss: usize, count: &mut usize, peaks: &mut Vec<Spot>) {
         let (afs, ass) = (self.p.asic_nx as i32, self.p.asic_ny as i32);
-        let wfs = (self.p.asic_nx * self.p.nasics_x) as i32;
-        let (ofs, oss) = (aifs as i32 * afs, aiss as i32 * ass);
+        let o = Panel { afs, ass, wfs: (self.p.asic_nx * self.p.nasics_x) as i32, ofs: aifs as i32 * afs, oss: aiss as i32 * ass };
         for pxss in 1..ass - 1 {
             for pxfs in 1..afs - 1 {
-                let idx = ((pxss + oss) * wfs + pxfs + ofs) as usize;
+                let idx = ((pxss + o.oss) * o.wfs + pxfs + o.ofs) as usize;
                 if !(data[idx] > self.rthreshold[self.bin[idx] as usize] && self.in_peak[idx] == 0 && self.mask[idx]) {
                     continue;
                 }
-                // flood fill from the seed, in the reference's visiting order
-                self.peak_fs[0] = pxfs;
-                self.peak_ss[0] = pxss;
-                self.peak_pixels[0] = idx;
-                let mut npix = 0usize;
-                let (mut sum_i, mut sum_fs, mut sum_ss) = (0f32, 0f32, 0f32);
-                loop {
-                    let before = npix;
-                    let mut k = 0;
-                    while k <= npix {
-                        for (dfs, dss) in [(0, 0), (-1, -1), (0, -1), (1, -1), (-1, 0), (1, 0), (-1, 1), (0, 1), (1, 1)] {
-                            let (fs, ss) = (self.peak_fs[k] + dfs, self.peak_ss[k] + dss);
-                            if fs < 0 || fs >= afs || ss < 0 || ss >= ass {
-                                continue;
-                            }
-                            let (gfs, gss) = (fs + ofs, ss + oss);
-                            let pi = (gfs + gss * wfs) as usize;
-                            let b = self.bin[pi] as usize;
-                            if data[pi] > self.rthreshold[b] && self.in_peak[pi] == 0 && self.mask[pi] {
-                                let ci = data[pi] - self.roffset[b];
-                                sum_i += ci;
-                                sum_fs += ci * gfs as f32;
-                                sum_ss += ci * gss as f32;
-                                self.peak_ss[npix] = ss;
-                                self.peak_fs[npix] = fs;
-                                self.in_peak[pi] = 1;
-                                if npix < self.p.max_pixel_count {
-                                    self.peak_pixels[npix] = pi;
-                                }
-                                npix += 1;
-                            }
-                        }
-                        k += 1;
-                    }
-                    if npix == before {
-                        break;
-                    }
-                }
-                if npix < self.p.min_pixel_count || npix > self.p.max_pixel_count || sum_i.abs() < 1e-10 {
+                let (npix, sums) = self.flood(data, pxfs, pxss, idx, o);
+                if npix < self.p.min_pixel_count || npix > self.p.max_pixel_count || sums[0].abs() < 1e-10 {
                     continue;
                 }
-                let com_fs = sum_fs / sum_i.abs();
-                let com_ss = sum_ss / sum_i.abs();
-                let com_idx = (rint(com_fs) + rint(com_ss) * wfs) as usize;
-                let (cfs, css) = (rint(com_fs) - ofs, rint(com_ss) - oss);
-                let (local_offset, local_sigma, bg_max) = self.background_ring(data, cfs, css, ofs, oss, com_idx);
-                let (mut tot, mut tot_raw, mut max_i, mut sfs, mut sss) = (0f32, 0f32, 0f32, 0f32, 0f32);
-                for &ci in &self.peak_pixels[..npix.min(self.p.max_pixel_count)] {
-                    let raw = data[ci];
-                    let v = raw - local_offset;
-                    tot += v;
-                    tot_raw += raw;
-                    sfs += raw * (ci as i32 % wfs) as f32;
-                    sss += raw * (ci as i32 / wfs) as f32;
-                    if v > max_i {
-                        max_i = v;
-                    }
-                }
-                if tot_raw.abs() < 1e-10 {
-                    continue;
-                }
-                let (pfs, pss) = (sfs / tot_raw.abs(), sss / tot_raw.abs());
-                let snr = if local_sigma.abs() > 1e-10 { tot / local_sigma } else { 0.0 };
-                if snr < self.p.minimum_snr || max_i < bg_max - local_offset {
-                    continue;
-                }
-                if pfs < ofs as f32 || pfs > (ofs + afs - 1) as f32 || pss < oss as f32 || pss > (oss + ass - 1) as f32 {
-                    continue;
-                }
+                let Some(spot) = self.measure(data, npix, sums, o) else { continue };
                 for &ci in &self.peak_pixels[..npix.min(self.p.max_pixel_count)] {
                     self.in_peak[ci] = 2;
                 }
                 if *count < self.p.max_num_peaks {
-                    peaks.push(Spot { x: pfs, y: pss, intensity: tot, pixels: npix as u32 });
+                    peaks.push(spot);
                 }
                 *count += 1;
             }
         }
+    }
+
+    /// Grows a peak from the seed at panel pixel `(pxfs, pxss)` (image index `idx`) in the
+    /// reference's visiting order: its pixel count, and the sums of intensity over the
+    /// radial offset and of intensity times fast and slow position. Its pixels are in
+    /// `peak_pixels` (at most `max_pixel_count`).
+    fn flood(&mut self, data: &[f32], pxfs: i32, pxss: i32, idx: usize, o: Panel) -> (usize, [f32; 3]) {
+        self.peak_fs[0] = pxfs;
+        self.peak_ss[0] = pxss;
+        self.peak_pixels[0] = idx;
+        let mut npix = 0usize;
+        let (mut sum_i, mut sum_fs, mut sum_ss) = (0f32, 0f32, 0f32);
+        loop {
+            let before = npix;
+            let mut k = 0;
+            while k <= npix {
+                for (dfs, dss) in [(0, 0), (-1, -1), (0, -1), (1, -1), (-1, 0), (1, 0), (-1, 1), (0, 1), (1, 1)] {
+                    let (fs, ss) = (self.peak_fs[k] + dfs, self.peak_ss[k] + dss);
+                    if fs < 0 || fs >= o.afs || ss < 0 || ss >= o.ass {
+                        continue;
+                    }
+                    let (gfs, gss) = (fs + o.ofs, ss + o.oss);
+                    let pi = (gfs + gss * o.wfs) as usize;
+                    let b = self.bin[pi] as usize;
+                    if data[pi] > self.rthreshold[b] && self.in_peak[pi] == 0 && self.mask[pi] {
+                        let ci = data[pi] - self.roffset[b];
+                        sum_i += ci;
+                        sum_fs += ci * gfs as f32;
+                        sum_ss += ci * gss as f32;
+                        self.peak_ss[npix] = ss;
+                        self.peak_fs[npix] = fs;
+                        self.in_peak[pi] = 1;
+                        if npix < self.p.max_pixel_count {
+                            self.peak_pixels[npix] = pi;
+                        }
+                        npix += 1;
+                    }
+                }
+                k += 1;
+            }
+            if npix == before {
+                return (npix, [sum_i, sum_fs, sum_ss]);
+            }
+        }
+    }
+
+    /// The integrated-SNR test of a grown peak against its local background, and its centre
+    /// of mass; `None` when it fails or its centre lies outside the panel.
+    fn measure(&self, data: &[f32], npix: usize, [sum_i, sum_fs, sum_ss]: [f32; 3], o: Panel) -> Option<Spot> {
+        let com_fs = sum_fs / sum_i.abs();
+        let com_ss = sum_ss / sum_i.abs();
+        let com_idx = (rint(com_fs) + rint(com_ss) * o.wfs) as usize;
+        let (cfs, css) = (rint(com_fs) - o.ofs, rint(com_ss) - o.oss);
+        let (local_offset, local_sigma, bg_max) = self.background_ring(data, cfs, css, o.ofs, o.oss, com_idx);
+        let (mut tot, mut tot_raw, mut max_i, mut sfs, mut sss) = (0f32, 0f32, 0f32, 0f32, 0f32);
+        for &ci in &self.peak_pixels[..npix.min(self.p.max_pixel_count)] {
+            let raw = data[ci];
+            let v = raw - local_offset;
+            tot += v;
+            tot_raw += raw;
+            sfs += raw * (ci as i32 % o.wfs) as f32;
+            sss += raw * (ci as i32 / o.wfs) as f32;
+            if v > max_i {
+                max_i = v;
+            }
+        }
+        if tot_raw.abs() < 1e-10 {
+            return None;
+        }
+        let (pfs, pss) = (sfs / tot_raw.abs(), sss / tot_raw.abs());
+        let snr = if local_sigma.abs() > 1e-10 { tot / local_sigma } else { 0.0 };
+        if snr < self.p.minimum_snr || max_i < bg_max - local_offset {
+            return None;
+        }
+        if pfs < o.ofs as f32 || pfs > (o.ofs + o.afs - 1) as f32 || pss < o.oss as f32 || pss > (o.oss + o.ass - 1) as f32 {
+            return None;
+        }
+        Some(Spot { x: pfs, y: pss, intensity: tot, pixels: npix as u32 })
     }
 
     /// The local background around a peak: mean, sigma and maximum of the pixels below their

@@ -150,16 +150,44 @@ mod tests {
         }
 
         #[test]
-        fn garbage_is_checked(bytes in proptest::collection::vec(any::<u8>(), 0..100)) {
-            match SlsHeader::parse(&bytes) {
-                Ok((h, p)) => {
-                    if h.check_jungfrau(p.len(), 128).is_ok() {
-                        prop_assert_eq!(p.len(), JUNGFRAU_PACKET_PAYLOAD);
-                    }
-                }
-                Err(SlsError::Truncated { len }) => prop_assert!(len < SLS_HEADER_LEN),
-                Err(e) => prop_assert!(false, "unexpected {e}"),
+        fn every_check_names_what_is_wrong(
+            head in proptest::collection::vec(any::<u8>(), SLS_HEADER_LEN),
+            det in prop_oneof![Just(DET_TYPE_JUNGFRAU), any::<u8>()],
+            version in prop_oneof![Just(SLS_HEADER_VERSION), any::<u8>()],
+            packet in prop_oneof![0u32..128, any::<u32>()],
+            payload in prop_oneof![Just(JUNGFRAU_PACKET_PAYLOAD), 0usize..9000],
+            cut in proptest::option::of(0usize..SLS_HEADER_LEN),
+        ) {
+            // random headers whose checked fields are often right, so that each check (and
+            // acceptance) is reached
+            let mut bytes = head;
+            bytes[12..16].copy_from_slice(&packet.to_le_bytes());
+            bytes[46] = det;
+            bytes[47] = version;
+            bytes.resize(SLS_HEADER_LEN + payload, 0xab);
+            if let Some(c) = cut {
+                bytes.truncate(c);
             }
+            let (h, p) = match SlsHeader::parse(&bytes) {
+                Ok(hp) => hp,
+                Err(SlsError::Truncated { len }) => {
+                    prop_assert!(cut.is_some() && len < SLS_HEADER_LEN);
+                    return Ok(());
+                }
+                Err(e) => return Err(TestCaseError::fail(format!("unexpected {e}"))),
+            };
+            let expected = if det != DET_TYPE_JUNGFRAU {
+                Err(SlsError::NotJungfrau(det))
+            } else if version != SLS_HEADER_VERSION {
+                Err(SlsError::BadVersion(version))
+            } else if payload != JUNGFRAU_PACKET_PAYLOAD {
+                Err(SlsError::BadPayload(payload))
+            } else if packet >= 128 {
+                Err(SlsError::PacketOutOfRange { packet, limit: 128 })
+            } else {
+                Ok(())
+            };
+            prop_assert_eq!(h.check_jungfrau(p.len(), 128), expected);
         }
     }
 }

@@ -103,6 +103,12 @@ pub struct Counters {
     pub bytes_placed: u64,
     /// Placed datagrams that landed directly at their destination (no user-space copy).
     pub landed_in_place: u64,
+    /// Placed datagrams copied into their cell by placement (from scratch, or back from
+    /// evacuation): one user-space copy beside the kernel's.
+    pub copied: u64,
+    /// Payloads that landed in a wrongly predicted cell of the ring and were moved out
+    /// before the batch was placed: each costs a second user-space copy.
+    pub evacuated: u64,
     pub frames_complete: u64,
     /// Incomplete frames handed on with missing cells marked (policy keep).
     pub frames_incomplete: u64,

@@ -320,6 +320,43 @@ impl ReceiverConfig {
     }
 }
 
+/// The data channels of a receiver: one socket each, bound in port order, with its source
+/// state; the ports the kernel gave, and the smallest receive buffer it granted.
+struct Bound {
+    sockets: Vec<UdpSocket>,
+    sources: Vec<Source>,
+    ports: Vec<u16>,
+    granted: usize,
+}
+
+/// Binds a socket per source (`data_port + i`, or any port when `data_port` is 0).
+fn bind(cfg: &ReceiverConfig, grid: &Grid, ids: &[u16], kinds: &[(u16, SourceKind)]) -> Result<Bound, ReceiverError> {
+    let mut b = Bound { sockets: Vec::with_capacity(kinds.len()), sources: Vec::with_capacity(kinds.len()), ports: Vec::with_capacity(kinds.len()), granted: usize::MAX };
+    for (i, (module, kind)) in kinds.iter().enumerate() {
+        let port = if cfg.data_port == 0 { 0 } else { cfg.data_port + i as u16 };
+        let addr = SocketAddr::new(cfg.bind, port);
+        let (s, g) = socket::bind_receiver(addr, cfg.recv_buffer).map_err(|source| ReceiverError::Bind { addr, source })?;
+        b.granted = b.granted.min(g);
+        b.ports.push(s.local_addr()?.port());
+        b.sockets.push(s);
+        b.sources.push(Source::new(*kind, *module, ids[*module as usize], grid, Some(cfg.loss_window)));
+    }
+    Ok(b)
+}
+
+/// What senders need to know of the receiver's buffers: ids, keys, sizes, data ports.
+fn buffer_map(cfg: &ReceiverConfig, grid: &Grid, keys: &[u32], ports: &[u16]) -> BufferMap {
+    BufferMap {
+        version: TELEGRAM_VERSION,
+        modules: cfg.modules,
+        module_bytes: cfg.module_bytes,
+        payload_bytes: grid.cell_bytes as u32,
+        data_ports: ports.to_vec(),
+        buffers: keys.iter().enumerate().map(|(i, &key)| LocalBufferInfo { id: cfg.buffer_base + i as u32, key, size: grid.slot_bytes() }).collect(),
+        checksum: cfg.checksum,
+    }
+}
+
 impl Receiver {
     /// Allocates the ring, binds the data ports and starts the receive thread.
     pub fn start(cfg: ReceiverConfig) -> Result<Receiver, ReceiverError> {
@@ -330,33 +367,9 @@ impl Receiver {
                 .map_err(|source| ReceiverError::Memory { bytes: (cfg.slots * slot_bytes) as u64, source })?,
         );
         let ids: Vec<u16> = if cfg.module_ids.is_empty() { (0..cfg.modules).collect() } else { cfg.module_ids.clone() };
-        let mut sockets = Vec::with_capacity(source_kinds.len());
-        let mut sources = Vec::with_capacity(source_kinds.len());
-        let mut ports = Vec::with_capacity(source_kinds.len());
-        let mut granted = usize::MAX;
-        for (i, (module, kind)) in source_kinds.iter().enumerate() {
-            let port = if cfg.data_port == 0 { 0 } else { cfg.data_port + i as u16 };
-            let addr = SocketAddr::new(cfg.bind, port);
-            let (s, g) = socket::bind_receiver(addr, cfg.recv_buffer).map_err(|source| ReceiverError::Bind { addr, source })?;
-            granted = granted.min(g);
-            ports.push(s.local_addr()?.port());
-            sockets.push(s);
-            sources.push(Source::new(*kind, *module, ids[*module as usize], &grid, Some(cfg.loss_window)));
-        }
+        let Bound { sockets, sources, ports, granted } = bind(&cfg, &grid, &ids, &source_kinds)?;
         let keys = keys(cfg.slots, cfg.key_seed);
-        let map = BufferMap {
-            version: TELEGRAM_VERSION,
-            modules: cfg.modules,
-            module_bytes: cfg.module_bytes,
-            payload_bytes: grid.cell_bytes as u32,
-            data_ports: ports.clone(),
-            buffers: keys
-                .iter()
-                .enumerate()
-                .map(|(i, &key)| LocalBufferInfo { id: cfg.buffer_base + i as u32, key, size: slot_bytes as u64 })
-                .collect(),
-            checksum: cfg.checksum,
-        };
+        let map = buffer_map(&cfg, &grid, &keys, &ports);
         let placement = Placement::new(arena.clone(), grid, &ids, cfg.buffer_base, keys, cfg.policy, cfg.batch)
             .with_checksum(cfg.checksum)
             .with_allowed_sources(cfg.sources.clone());
@@ -579,31 +592,7 @@ impl Loop {
         let mut last_expire = Instant::now();
         let mut last_publish = Instant::now();
         loop {
-            while let Ok(f) = self.release_rx.try_recv() {
-                // `Receiver::release` sends only this placement's tokens
-                self.placement.release(f).expect("a token of this receiver");
-            }
-            while let Ok((c, ack)) = self.flush_rx.try_recv() {
-                match c {
-                    Control::Flush => {
-                        // what already arrived belongs to the acquisition being finished (a
-                        // sender still streaming cannot keep the flush going for long)
-                        let until = Instant::now() + DRAIN_AT_MOST;
-                        while self.receive_round(&mut rx, &mut landings)?.0 > 0 && Instant::now() < until {}
-                        self.placement.finish_all();
-                        self.publish_outcome();
-                    }
-                    Control::Reset => {
-                        self.placement.reset_history();
-                        for src in self.sources.iter_mut() {
-                            src.reset();
-                        }
-                    }
-                }
-                self.hand_on();
-                self.publish(&rx);
-                let _ = ack.send(self.placement.counters);
-            }
+            self.serve_consumer(&mut rx, &mut landings)?;
             let (got, more) = self.receive_round(&mut rx, &mut landings)?;
             let now = Instant::now();
             if got > 0 {
@@ -647,6 +636,36 @@ impl Loop {
         self.publish(&rx);
         self.publish_outcome();
         Ok(self.placement.counters)
+    }
+
+    /// Takes the slots the consumer gave back, and its flush and reset requests.
+    fn serve_consumer(&mut self, rx: &mut MmsgReceiver, landings: &mut [Option<*mut u8>]) -> Result<(), ReceiverError> {
+        while let Ok(f) = self.release_rx.try_recv() {
+            // `Receiver::release` sends only this placement's tokens
+            self.placement.release(f).expect("a token of this receiver");
+        }
+        while let Ok((c, ack)) = self.flush_rx.try_recv() {
+            match c {
+                Control::Flush => {
+                    // what already arrived belongs to the acquisition being finished (a
+                    // sender still streaming cannot keep the flush going for long)
+                    let until = Instant::now() + DRAIN_AT_MOST;
+                    while self.receive_round(rx, landings)?.0 > 0 && Instant::now() < until {}
+                    self.placement.finish_all();
+                    self.publish_outcome();
+                }
+                Control::Reset => {
+                    self.placement.reset_history();
+                    for src in self.sources.iter_mut() {
+                        src.reset();
+                    }
+                }
+            }
+            self.hand_on();
+            self.publish(rx);
+            let _ = ack.send(self.placement.counters);
+        }
+        Ok(())
     }
 
     fn publish_outcome(&mut self) {

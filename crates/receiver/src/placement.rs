@@ -300,6 +300,7 @@ impl Placement {
         match t {
             Ok(t) if self.dest(t).cast_const() == landed => Payload::InPlace,
             Ok(_) if self.arena.contains(landed, payload.len()) => {
+                self.counters.evacuated += 1;
                 // indexing checks that the batch fits the space `new` set aside for it
                 let e = &mut self.evac[i * self.grid.cell_bytes as usize..][..payload.len()];
                 e.copy_from_slice(payload);
@@ -377,11 +378,14 @@ impl Placement {
         }
         match from {
             Payload::InPlace => self.counters.landed_in_place += 1,
-            // SAFETY: `dest` checks that the target is one cell of this slot, `payload` is
-            // that cell's length (checked above), the slot is Filling (owned by this thread),
-            // and the source is scratch, evacuation space or the caller's datagram, none of
-            // which overlap it, holding `payload` bytes.
-            Payload::At(p) => unsafe { std::ptr::copy_nonoverlapping(p, self.dest(&t), payload) },
+            Payload::At(p) => {
+                self.counters.copied += 1;
+                // SAFETY: `dest` checks that the target is one cell of this slot, `payload`
+                // is that cell's length (checked above), the slot is Filling (owned by this
+                // thread), and the source is scratch, evacuation space or the caller's
+                // datagram, none of which overlap it, holding `payload` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(p, self.dest(&t), payload) }
+            }
         }
         let slot = &mut self.slots[si];
         slot.bitmap[w] |= b;

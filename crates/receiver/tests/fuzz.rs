@@ -123,6 +123,62 @@ fn snapshot(arena: &Arena, out: &mut Vec<u8>) {
     out.extend_from_slice(all);
 }
 
+/// One placement under test, with or without checksums, and the frames it handed on.
+struct Lane {
+    arena: Arc<Arena>,
+    p: Placement,
+    checksum: bool,
+    handed: Vec<FrameReady>,
+}
+
+/// The ring's bytes before and after a datagram, and which of them may have changed.
+#[derive(Default)]
+struct Memory {
+    before: Vec<u8>,
+    after: Vec<u8>,
+    marked: Vec<bool>,
+}
+
+/// Places datagram `d` on the lane and checks that the guards hold and that no byte
+/// changed outside the placed cell and the marked missing cells of frames it finished.
+/// Returns whether it was placed; `ctx` describes the case for a failure.
+fn place_and_check(l: &mut Lane, m: &mut Memory, d: &[u8], ctx: &dyn Fn(&str) -> String) -> bool {
+    let grid = *l.p.grid();
+    snapshot(&l.arena, &mut m.before);
+    let r = l.p.place_datagram(d, SourceKind::Rdaq, Instant::now());
+    let ctx = || ctx(&format!("{r:?}"));
+    assert!(l.arena.guards_intact(), "guards: {}", ctx());
+    snapshot(&l.arena, &mut m.after);
+    let cell_range = |slot: u32, cell: u32| {
+        let off = slot as usize * grid.slot_bytes() as usize + grid.cell_offset(cell) as usize;
+        off..off + grid.cell_len(cell) as usize
+    };
+    m.marked.clear();
+    m.marked.resize(m.after.len(), false);
+    for f in l.p.take_ready() {
+        assert!(f.status() != FrameStatus::Incomplete || !f.missing().is_empty(), "{}", ctx());
+        if f.status() == FrameStatus::Incomplete {
+            for &c in f.missing() {
+                let r = cell_range(f.slot(), c);
+                assert!(m.after[r.clone()].iter().all(|&b| b == MISSING_BYTE), "missing cell not marked: {}", ctx());
+                m.marked[r].fill(true);
+            }
+        }
+        if f.status() != FrameStatus::Discarded {
+            l.handed.push(f);
+        }
+    }
+    if let Ok(t) = r {
+        let r = cell_range(t.slot, t.cell);
+        let hl = if l.checksum { HEADER_LEN + CHECKSUM_LEN } else { HEADER_LEN };
+        assert_eq!(&m.after[r.clone()], &d[hl..], "{}", ctx());
+        m.marked[r].fill(true);
+    }
+    let stray = (0..m.after.len()).find(|&i| m.after[i] != m.before[i] && !m.marked[i]);
+    assert!(stray.is_none(), "byte {stray:?} changed outside the placed cell and marked cells: {}", ctx());
+    r.is_ok()
+}
+
 #[test]
 fn fuzz_decoders_and_placement() {
     let secs = env("RDAQ_FUZZ_SECS").unwrap_or(3);
@@ -132,75 +188,42 @@ fn fuzz_decoders_and_placement() {
     let mut rng = Rng(seed | 1);
     let grid = Grid::new(MODULES, MODULE_BYTES, CELL);
     let keys: Vec<u32> = (0..SLOTS as u32).map(|i| 0x5eed_0000 + i).collect();
-    let mut lanes: Vec<(Arc<Arena>, Placement, bool)> = [false, true]
+    let mut lanes: Vec<Lane> = [false, true]
         .into_iter()
-        .map(|ck| {
+        .map(|checksum| {
             let arena = Arc::new(Arena::new(SLOTS, grid.slot_bytes() as usize).unwrap());
-            let p = Placement::new(arena.clone(), grid, &[0, 1], BASE, keys.clone(), IncompletePolicy::Keep, 8).with_checksum(ck);
-            (arena, p, ck)
+            let p = Placement::new(arena.clone(), grid, &[0, 1], BASE, keys.clone(), IncompletePolicy::Keep, 8).with_checksum(checksum);
+            Lane { arena, p, checksum, handed: Vec::new() }
         })
         .collect();
-    let mut handed: [Vec<FrameReady>; 2] = [Vec::new(), Vec::new()];
-    let (mut before, mut after, mut marked) = (Vec::new(), Vec::new(), Vec::new());
+    let mut mem = Memory::default();
     let deadline = Instant::now() + Duration::from_secs(secs);
     let (mut cases, mut placed) = (0u64, 0u64);
     while Instant::now() < deadline {
         for _ in 0..256 {
             let lane = rng.below(2) as usize;
-            let (arena, p, ck) = &mut lanes[lane];
+            let l = &mut lanes[lane];
             let mut d = if rng.below(8) == 0 {
                 (0..rng.below(1200)).map(|_| rng.next() as u8).collect()
             } else {
-                let with_checksum = if rng.below(16) == 0 { !*ck } else { *ck };
+                let with_checksum = if rng.below(16) == 0 { !l.checksum } else { l.checksum };
                 valid(&mut rng, with_checksum, cases / 64)
             };
             mutate(&mut rng, &mut d);
             let _ = Header::parse(&d);
             let _ = rdaq_proto::nack::decode(&d).map(|(_, e)| e.count());
-            snapshot(arena, &mut before);
-            let r = p.place_datagram(&d, SourceKind::Rdaq, Instant::now());
-            let ctx = || format!("seed {seed} case {cases} lane {lane}: {r:?} datagram {d:02x?}");
-            assert!(arena.guards_intact(), "guards: {}", ctx());
-            snapshot(arena, &mut after);
-            // where bytes may have changed: the placed cell, and missing cells of finished frames
-            let cell_range = |slot: u32, cell: u32| {
-                let off = slot as usize * grid.slot_bytes() as usize + grid.cell_offset(cell) as usize;
-                off..off + grid.cell_len(cell) as usize
-            };
-            marked.clear();
-            marked.resize(after.len(), false);
-            for f in p.take_ready() {
-                assert!(f.status() != FrameStatus::Incomplete || !f.missing().is_empty(), "{}", ctx());
-                if f.status() == FrameStatus::Incomplete {
-                    for &c in f.missing() {
-                        let r = cell_range(f.slot(), c);
-                        assert!(after[r.clone()].iter().all(|&b| b == MISSING_BYTE), "missing cell not marked: {}", ctx());
-                        marked[r].fill(true);
-                    }
-                }
-                if f.status() != FrameStatus::Discarded {
-                    handed[lane].push(f);
-                }
-            }
-            if let Ok(t) = r {
-                placed += 1;
-                let r = cell_range(t.slot, t.cell);
-                let hl = if *ck { HEADER_LEN + CHECKSUM_LEN } else { HEADER_LEN };
-                assert_eq!(&after[r.clone()], &d[hl..], "{}", ctx());
-                marked[r].fill(true);
-            }
-            let stray = (0..after.len()).find(|&i| after[i] != before[i] && !marked[i]);
-            assert!(stray.is_none(), "byte {stray:?} changed outside the placed cell and marked cells: {}", ctx());
+            let ctx = |r: &str| format!("seed {seed} case {cases} lane {lane}: {r} datagram {d:02x?}");
+            placed += place_and_check(l, &mut mem, &d, &ctx) as u64;
             cases += 1;
         }
         // let frames finish and slots come back, so that every slot state is exercised
-        for (lane, (_, p, _)) in lanes.iter_mut().enumerate() {
+        for l in lanes.iter_mut() {
             if rng.below(4) == 0 {
-                p.finish_all();
-                handed[lane].extend(p.take_ready().filter(|f| f.status() != FrameStatus::Discarded));
+                l.p.finish_all();
+                l.handed.extend(l.p.take_ready().filter(|f| f.status() != FrameStatus::Discarded));
             }
-            for f in handed[lane].drain(..) {
-                p.release(f).expect("a handed frame can be released");
+            for f in l.handed.drain(..) {
+                l.p.release(f).expect("a handed frame can be released");
             }
         }
     }

@@ -8,7 +8,8 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use rdaq_proto::datagram::{checksum, Flags, Header, CHECKSUM_LEN, HEADER_LEN};
-use rdaq_receiver::FrameStatus;
+use rdaq_proto::telegram::BufferMap;
+use rdaq_receiver::{FrameReady, FrameStatus};
 use rdaq_receiver::{DropReason, IncompletePolicy, Receiver, ReceiverConfig};
 
 const MODULE_BYTES: u64 = 32 * 1024;
@@ -51,6 +52,53 @@ fn seal(h: &Header, d: &mut [u8]) {
     d[HEADER_LEN..HEADER_LEN + CHECKSUM_LEN].copy_from_slice(&c.to_le_bytes());
 }
 
+/// The hostile variant sent before real datagram `d` (cell `c` of frame `f`), and the reason
+/// it must be dropped for: each kind in turn.
+fn hostile_variant(map: &BufferMap, d: &[u8], f: u64, c: u64) -> Option<(Vec<u8>, DropReason)> {
+    let (h, _) = Header::parse(d).unwrap();
+    let sealed = |h: Header| {
+        let mut x = d.to_vec();
+        seal(&h, &mut x);
+        x
+    };
+    let flipped = |at: usize, x: u8| {
+        let mut v = d.to_vec();
+        v[at] ^= x;
+        v
+    };
+    Some(match (f * CELLS + c) % 12 {
+        0 => (d[..30].to_vec(), DropReason::Truncated),
+        1 => (vec![0xAB; 60_000], DropReason::Oversized),
+        2 => (flipped(0, b'Z' ^ d[0]), DropReason::BadMagic),
+        3 => (flipped(4, 7 ^ d[4]), DropReason::BadVersion),
+        4 => (sealed(Header { key: h.key ^ 1, ..h }), DropReason::BadKey),
+        5 => (sealed(Header { offset: MODULE_BYTES, ..h }), DropReason::OutOfBounds),
+        6 => (sealed(Header { module: 3, ..h }), DropReason::UnknownModule),
+        7 => (flipped(HEADER_LEN + 100, 0x10), DropReason::BadChecksum),
+        8 => {
+            // the same datagram without the extension: not what this receiver takes
+            let mut x = vec![0u8; HEADER_LEN + CELL];
+            Header { flags: Flags::empty(), ..h }.encode((&mut x[..HEADER_LEN]).try_into().unwrap());
+            x[HEADER_LEN..].copy_from_slice(&d[HEADER_LEN + CHECKSUM_LEN..]);
+            (x, DropReason::ChecksumMode)
+        }
+        9 => (sealed(Header { buffer: 999, ..h }), DropReason::UnknownBuffer),
+        // a replay of a frame that finished long ago (its slot has moved on)
+        10 if f >= 10 => (datagram(map, f - 8, c, 0), DropReason::Stale),
+        _ => return None,
+    })
+}
+
+/// Checks a sample of a handed frame's bytes against what was sent.
+fn check_bytes(rx: &Receiver, fr: &FrameReady) {
+    let data = rx.data(fr).unwrap();
+    for c in 0..CELLS {
+        for i in (0..CELL).step_by(61) {
+            assert_eq!(data[c as usize * CELL + i], byte(fr.frame(), c, i), "frame {} cell {c}", fr.frame());
+        }
+    }
+}
+
 #[test]
 fn every_hostile_datagram_is_dropped_by_reason_and_the_real_stream_completes() {
     let mut rx = Receiver::start(ReceiverConfig {
@@ -89,29 +137,8 @@ fn every_hostile_datagram_is_dropped_by_reason_and_the_real_stream_completes() {
             let d = datagram(&map, f, c, seq);
             seq += 1;
             // before each real datagram, one hostile variant of it
-            let (h, _) = Header::parse(&d).unwrap();
-            match (f * CELLS + c) % 12 {
-                0 => send_bad(&d[..30], DropReason::Truncated),
-                1 => send_bad(&vec![0xAB; 60_000], DropReason::Oversized),
-                2 => send_bad(&{ let mut x = d.clone(); x[0] = b'Z'; x }, DropReason::BadMagic),
-                3 => send_bad(&{ let mut x = d.clone(); x[4] = 7; x }, DropReason::BadVersion),
-                4 => send_bad(&{ let mut x = d.clone(); seal(&Header { key: h.key ^ 1, ..h }, &mut x); x }, DropReason::BadKey),
-                5 => send_bad(&{ let mut x = d.clone(); seal(&Header { offset: MODULE_BYTES, ..h }, &mut x); x }, DropReason::OutOfBounds),
-                6 => send_bad(&{ let mut x = d.clone(); seal(&Header { module: 3, ..h }, &mut x); x }, DropReason::UnknownModule),
-                7 => send_bad(&{ let mut x = d.clone(); x[HEADER_LEN + 100] ^= 0x10; x }, DropReason::BadChecksum),
-                8 => {
-                    // the same datagram without the extension: not what this receiver takes
-                    let mut x = vec![0u8; HEADER_LEN + CELL];
-                    Header { flags: Flags::empty(), ..h }.encode((&mut x[..HEADER_LEN]).try_into().unwrap());
-                    x[HEADER_LEN..].copy_from_slice(&d[HEADER_LEN + CHECKSUM_LEN..]);
-                    send_bad(&x, DropReason::ChecksumMode)
-                }
-                9 => send_bad(&{ let mut x = d.clone(); seal(&Header { buffer: 999, ..h }, &mut x); x }, DropReason::UnknownBuffer),
-                10 if f >= 10 => {
-                    // a replay of a frame that finished long ago (its slot has moved on)
-                    send_bad(&datagram(&map, f - 8, c, 0), DropReason::Stale)
-                }
-                _ => {}
+            if let Some((bad, reason)) = hostile_variant(&map, &d, f, c) {
+                send_bad(&bad, reason);
             }
             // the stranger's copy of the real datagram must not be taken either
             stranger.send_to(&d, port).unwrap();
@@ -124,12 +151,7 @@ fn every_hostile_datagram_is_dropped_by_reason_and_the_real_stream_completes() {
         std::thread::sleep(Duration::from_millis(2));
         while let Ok(fr) = rx.frames().try_recv() {
             frames_seen.push((fr.frame(), fr.status()));
-            let data = rx.data(&fr).unwrap();
-            for c in 0..CELLS {
-                for i in (0..CELL).step_by(61) {
-                    assert_eq!(data[c as usize * CELL + i], byte(fr.frame(), c, i), "frame {} cell {c}", fr.frame());
-                }
-            }
+            check_bytes(&rx, &fr);
             rx.release(fr).unwrap();
         }
     }

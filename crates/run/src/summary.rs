@@ -41,6 +41,10 @@ pub struct Summary {
     pub datagrams_received: u64,
     pub datagrams_placed: u64,
     pub landed_in_place: u64,
+    /// Placed datagrams copied once by placement, and those of them that were first moved
+    /// out of a wrongly predicted cell (a second copy).
+    pub copied: u64,
+    pub evacuated: u64,
     pub datagrams_dropped: u64,
     pub dropped_by_reason: Vec<(String, u64)>,
     pub kernel_drops: u64,
@@ -154,6 +158,8 @@ impl Summary {
             datagrams_received: c.datagrams,
             datagrams_placed: c.placed,
             landed_in_place: c.landed_in_place,
+            copied: c.copied,
+            evacuated: c.evacuated,
             datagrams_dropped: c.dropped_total(),
             dropped_by_reason: c.drops_by_reason().into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
             kernel_drops: c.kernel_drops,
@@ -264,8 +270,11 @@ impl Summary {
             (Some(s), _) => format!("sent {s}, "),
             _ => String::new(),
         };
-        println!("datagrams   : {sent}received {}, placed {} ({} landed in place), rejected {}",
-            self.datagrams_received, self.datagrams_placed, self.landed_in_place, self.datagrams_dropped);
+        println!("datagrams   : {sent}received {}, placed {} ({} landed in place, {} copied), rejected {}",
+            self.datagrams_received, self.datagrams_placed, self.landed_in_place, self.copied, self.datagrams_dropped);
+        if self.evacuated > 0 {
+            println!("moved       : {} payloads landed in a wrongly predicted cell and were moved out first (two copies)", self.evacuated);
+        }
         if self.datagrams_dropped > 0 {
             let reasons: Vec<String> = self.dropped_by_reason.iter().map(|(n, v)| format!("{n}={v}")).collect();
             println!("rejected    : {}", reasons.join(" "));

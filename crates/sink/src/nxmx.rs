@@ -276,84 +276,17 @@ impl NxmxWriter {
     }
 
     fn build(path: &Path, meta: &NxmxMeta) -> hdf5::Result<Self> {
-        let g = meta.geometry;
-        let (h, w) = (g.height(), g.width());
         let file = File::create(path)?;
         str_attr(&file, "default", "entry")?;
         let entry = nx_group(&file, "entry", "NXentry")?;
         str_attr(&entry, "default", "data")?;
         str_ds(&entry, "definition", "NXmx")?;
         str_ds(&entry, "start_time", &meta.start_time)?;
-        let data_g = nx_group(&entry, "data", "NXdata")?;
-        str_attr(&data_g, "signal", "data")?;
-        let data = match meta.pixel {
-            PixelType::Raw => frame_stack::<u16>(&data_g, "data", h, w, meta.codec)?,
-            PixelType::Kev => frame_stack::<f32>(&data_g, "data", h, w, meta.codec)?,
-            PixelType::Photons16 => frame_stack::<i16>(&data_g, "data", h, w, meta.codec)?,
-            PixelType::Photons32 => frame_stack::<i32>(&data_g, "data", h, w, meta.codec)?,
-        };
-        if meta.pixel == PixelType::Kev {
-            str_attr(&data, "units", "keV")?;
-        }
-        data_g.new_dataset::<u64>().chunk(1024).shape(0..).create("frame_number")?;
-        data_g.new_dataset::<u8>().chunk(1024).shape(0..).create("frame_complete")?;
-
+        let data = data_group(&entry, meta)?;
         let instrument = nx_group(&entry, "instrument", "NXinstrument")?;
         let beam = nx_group(&instrument, "beam", "NXbeam")?;
         f64_ds(&beam, "incident_wavelength", 12.398_419_843_320_026 / meta.photon_energy_kev, "angstrom")?;
-        let det = nx_group(&instrument, "detector", "NXdetector")?;
-        str_ds(&det, "description", &meta.detector_name)?;
-        f64_ds(&det, "beam_center_x", w as f64 / 2.0, "pixel")?;
-        f64_ds(&det, "beam_center_y", h as f64 / 2.0, "pixel")?;
-        f64_ds(&det, "distance", meta.detector_distance_m, "m")?;
-        f64_ds(&det, "count_time", meta.frame_time_s, "s")?;
-        f64_ds(&det, "frame_time", meta.frame_time_s, "s")?;
-        f64_ds(&det, "x_pixel_size", meta.pixel_size_m, "m")?;
-        f64_ds(&det, "y_pixel_size", meta.pixel_size_m, "m")?;
-        str_ds(&det, "sensor_material", &meta.sensor_material)?;
-        f64_ds(&det, "sensor_thickness", meta.sensor_thickness_m, "m")?;
-        // the markers of each pixel type: saturated pixels read the saturation value, error
-        // and masked pixels the underload value (NaN for keV, which no threshold passes)
-        let (sat, under) = match meta.pixel {
-            PixelType::Raw => (0x3fff as f64, -1.0),
-            PixelType::Kev => (f64::INFINITY, f64::NAN),
-            PixelType::Photons16 => (i16::MAX as f64, i16::MIN as f64),
-            PixelType::Photons32 => (i32::MAX as f64, i32::MIN as f64),
-        };
-        if meta.pixel == PixelType::Kev {
-            det.new_dataset::<f64>().create("saturation_value")?.write_scalar(&sat)?;
-            det.new_dataset::<f64>().create("underload_value")?.write_scalar(&under)?;
-        } else {
-            det.new_dataset::<i64>().create("saturation_value")?.write_scalar(&(sat as i64))?;
-            det.new_dataset::<i64>().create("underload_value")?.write_scalar(&(under as i64))?;
-        }
-        det.new_dataset::<i32>().create("bit_depth_image")?.write_scalar(&(meta.pixel.bytes() as i32 * 8))?;
-        // gaps between modules; the emulated detector has no static defects, and transfer
-        // losses go to the per-frame mask
-        det.new_dataset::<u32>().shape((h, w)).create("pixel_mask")?.write_raw(&g.gap_mask())?;
-        str_ds(&det, "depends_on", "/entry/instrument/detector/transformations/translation")?;
-        let tr = nx_group(&det, "transformations", "NXtransformations")?;
-        axis(&tr, "translation", meta.detector_distance_m, "m", [0.0, 0.0, 1.0], ".", None)?;
-        for m in 0..g.modules {
-            let mg = nx_group(&det, &format!("module_{m}"), "NXdetector_module")?;
-            let (r0, c0) = g.origin(m);
-            mg.new_dataset::<i32>().shape(2).create("data_origin")?.write(&[r0 as i32, c0 as i32])?;
-            mg.new_dataset::<i32>().shape(2).create("data_size")?.write(&[g.module_height as i32, MODULE_COLS as i32])?;
-            // the module's first pixel relative to the beam centre (image centre), with the
-            // fast axis along -x and the slow axis along -y
-            let px = meta.pixel_size_m;
-            let origin = [(w as f64 / 2.0 - c0 as f64) * px, (h as f64 / 2.0 - r0 as f64) * px, 0.0];
-            let dep = "/entry/instrument/detector/transformations/translation";
-            let d = f64_ds(&mg, "fast_pixel_direction", meta.pixel_size_m, "m")?;
-            str_attr(&d, "transformation_type", "translation")?;
-            str_attr(&d, "depends_on", &format!("/entry/instrument/detector/module_{m}/module_offset"))?;
-            d.new_attr::<f64>().shape(3).create("vector")?.write(&[-1.0, 0.0, 0.0])?;
-            let d = f64_ds(&mg, "slow_pixel_direction", meta.pixel_size_m, "m")?;
-            str_attr(&d, "transformation_type", "translation")?;
-            str_attr(&d, "depends_on", &format!("/entry/instrument/detector/module_{m}/module_offset"))?;
-            d.new_attr::<f64>().shape(3).create("vector")?.write(&[0.0, -1.0, 0.0])?;
-            axis(&mg, "module_offset", 0.0, "m", [1.0, 0.0, 0.0], dep, Some(origin))?;
-        }
+        detector_group(&instrument, meta)?;
         let sample = nx_group(&entry, "sample", "NXsample")?;
         str_ds(&sample, "depends_on", ".")?;
         let source = nx_group(&entry, "source", "NXsource")?;
@@ -651,4 +584,95 @@ pub fn os_error(e: &hdf5::Error) -> Option<std::io::Error> {
         let digits: String = f.desc()[at..].chars().take_while(char::is_ascii_digit).collect();
         digits.parse().ok().map(std::io::Error::from_raw_os_error)
     })
+}
+
+/// `/entry/data`: the frame stack of the file's pixel type (one frame per chunk) and the
+/// per-frame tables.
+fn data_group(entry: &Group, meta: &NxmxMeta) -> hdf5::Result<Dataset> {
+    let (h, w) = (meta.geometry.height(), meta.geometry.width());
+    let data_g = nx_group(entry, "data", "NXdata")?;
+    str_attr(&data_g, "signal", "data")?;
+    let data = match meta.pixel {
+        PixelType::Raw => frame_stack::<u16>(&data_g, "data", h, w, meta.codec)?,
+        PixelType::Kev => frame_stack::<f32>(&data_g, "data", h, w, meta.codec)?,
+        PixelType::Photons16 => frame_stack::<i16>(&data_g, "data", h, w, meta.codec)?,
+        PixelType::Photons32 => frame_stack::<i32>(&data_g, "data", h, w, meta.codec)?,
+    };
+    if meta.pixel == PixelType::Kev {
+        str_attr(&data, "units", "keV")?;
+    }
+    data_g.new_dataset::<u64>().chunk(1024).shape(0..).create("frame_number")?;
+    data_g.new_dataset::<u8>().chunk(1024).shape(0..).create("frame_complete")?;
+    Ok(data)
+}
+
+/// `/entry/instrument/detector`: the detector's description, the pixel markers and mask,
+/// its position, and its modules.
+fn detector_group(instrument: &Group, meta: &NxmxMeta) -> hdf5::Result<()> {
+    let g = meta.geometry;
+    let (h, w) = (g.height(), g.width());
+    let det = nx_group(instrument, "detector", "NXdetector")?;
+    str_ds(&det, "description", &meta.detector_name)?;
+    f64_ds(&det, "beam_center_x", w as f64 / 2.0, "pixel")?;
+    f64_ds(&det, "beam_center_y", h as f64 / 2.0, "pixel")?;
+    f64_ds(&det, "distance", meta.detector_distance_m, "m")?;
+    f64_ds(&det, "count_time", meta.frame_time_s, "s")?;
+    f64_ds(&det, "frame_time", meta.frame_time_s, "s")?;
+    f64_ds(&det, "x_pixel_size", meta.pixel_size_m, "m")?;
+    f64_ds(&det, "y_pixel_size", meta.pixel_size_m, "m")?;
+    str_ds(&det, "sensor_material", &meta.sensor_material)?;
+    f64_ds(&det, "sensor_thickness", meta.sensor_thickness_m, "m")?;
+    pixel_markers(&det, meta.pixel)?;
+    // gaps between modules; the emulated detector has no static defects, and transfer
+    // losses go to the per-frame mask
+    det.new_dataset::<u32>().shape((h, w)).create("pixel_mask")?.write_raw(&g.gap_mask())?;
+    str_ds(&det, "depends_on", "/entry/instrument/detector/transformations/translation")?;
+    let tr = nx_group(&det, "transformations", "NXtransformations")?;
+    axis(&tr, "translation", meta.detector_distance_m, "m", [0.0, 0.0, 1.0], ".", None)?;
+    for m in 0..g.modules {
+        module_group(&det, meta, m)?;
+    }
+    Ok(())
+}
+
+/// The markers of each pixel type: saturated pixels read the saturation value, error and
+/// masked pixels the underload value (NaN for keV, which no threshold passes).
+fn pixel_markers(det: &Group, pixel: PixelType) -> hdf5::Result<()> {
+    let (sat, under) = match pixel {
+        PixelType::Raw => (0x3fff as f64, -1.0),
+        PixelType::Kev => (f64::INFINITY, f64::NAN),
+        PixelType::Photons16 => (i16::MAX as f64, i16::MIN as f64),
+        PixelType::Photons32 => (i32::MAX as f64, i32::MIN as f64),
+    };
+    if pixel == PixelType::Kev {
+        det.new_dataset::<f64>().create("saturation_value")?.write_scalar(&sat)?;
+        det.new_dataset::<f64>().create("underload_value")?.write_scalar(&under)?;
+    } else {
+        det.new_dataset::<i64>().create("saturation_value")?.write_scalar(&(sat as i64))?;
+        det.new_dataset::<i64>().create("underload_value")?.write_scalar(&(under as i64))?;
+    }
+    det.new_dataset::<i32>().create("bit_depth_image")?.write_scalar(&(pixel.bytes() as i32 * 8))?;
+    Ok(())
+}
+
+/// `module_<m>`: where module `m` sits in the image and in space.
+fn module_group(det: &Group, meta: &NxmxMeta, m: u16) -> hdf5::Result<()> {
+    let g = meta.geometry;
+    let (h, w) = (g.height(), g.width());
+    let mg = nx_group(det, &format!("module_{m}"), "NXdetector_module")?;
+    let (r0, c0) = g.origin(m);
+    mg.new_dataset::<i32>().shape(2).create("data_origin")?.write(&[r0 as i32, c0 as i32])?;
+    mg.new_dataset::<i32>().shape(2).create("data_size")?.write(&[g.module_height as i32, MODULE_COLS as i32])?;
+    // the module's first pixel relative to the beam centre (image centre), with the fast
+    // axis along -x and the slow axis along -y
+    let px = meta.pixel_size_m;
+    let origin = [(w as f64 / 2.0 - c0 as f64) * px, (h as f64 / 2.0 - r0 as f64) * px, 0.0];
+    let offset = format!("/entry/instrument/detector/module_{m}/module_offset");
+    for (name, vector) in [("fast_pixel_direction", [-1.0, 0.0, 0.0]), ("slow_pixel_direction", [0.0, -1.0, 0.0])] {
+        let d = f64_ds(&mg, name, px, "m")?;
+        str_attr(&d, "transformation_type", "translation")?;
+        str_attr(&d, "depends_on", &offset)?;
+        d.new_attr::<f64>().shape(3).create("vector")?.write(&vector)?;
+    }
+    axis(&mg, "module_offset", 0.0, "m", [1.0, 0.0, 0.0], "/entry/instrument/detector/transformations/translation", Some(origin))
 }
