@@ -118,7 +118,8 @@ async fn dtp(State(s): State<Shared>, Json(up): Json<DtpUpload>) -> Result<Json<
     Ok(Json(serde_json::json!({ "applied_from": 0 })))
 }
 
-#[derive(Deserialize)]
+/// `POST /start`: send frames `first_frame..first_frame + frames` at `rate_hz`.
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StartRequest {
     pub frames: u64,
@@ -202,21 +203,44 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
     Ok(Json(answer))
 }
 
-async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
+/// Where the detector daemon is: idle, sending, done sending, or stopped (its report kept).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DetectorState {
+    Idle,
+    Running,
+    Done,
+    Stopped,
+}
+
+/// `GET /status` of the detector daemon.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DetectorStatus {
+    pub name: String,
+    pub state: DetectorState,
+    /// Module frames fully sent.
+    pub module_frames: u64,
+    /// The first frame no module has started yet (a re-plan applies from a later one).
+    pub frontier: u64,
+    /// Whether DTPs were uploaded.
+    pub dtps: bool,
+}
+
+async fn status(State(s): State<Shared>) -> Json<DetectorStatus> {
     let d = lock(&s);
     let state = match &d.run {
-        Some(h) if !h.is_finished() => "running",
-        Some(_) => "done",
-        None if d.report.is_some() => "stopped",
-        None => "idle",
+        Some(h) if !h.is_finished() => DetectorState::Running,
+        Some(_) => DetectorState::Done,
+        None if d.report.is_some() => DetectorState::Stopped,
+        None => DetectorState::Idle,
     };
-    Json(serde_json::json!({
-        "name": d.opts.name,
-        "state": state,
-        "module_frames": d.control.module_frames.load(Ordering::Relaxed),
-        "frontier": d.control.frontier(),
-        "dtps": d.dtps.is_some(),
-    }))
+    Json(DetectorStatus {
+        name: d.opts.name.clone(),
+        state,
+        module_frames: d.control.module_frames.load(Ordering::Relaxed),
+        frontier: d.control.frontier(),
+        dtps: d.dtps.is_some(),
+    })
 }
 
 async fn manifest(State(s): State<Shared>) -> Result<String, ApiError> {

@@ -19,8 +19,8 @@ use rdaq_proto::telegram::{BufferMap, BufferRequest, DetectorTelegram, ModuleDtp
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::detector::DtpUpload;
-use crate::receiver::StopAnswer;
+use crate::detector::{self, DetectorState, DetectorStatus, DtpUpload};
+use crate::receiver::{self as daemon, StartAnswer, StopAnswer};
 
 #[derive(clap::Args)]
 pub struct ManageArgs {
@@ -242,8 +242,8 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     let mut c = s.configure()?;
     let mut feeds = s.start_receivers(&c)?;
     let start = Instant::now();
-    let _: serde_json::Value =
-        s.api.send("POST", s.det_ctl, "/start", &serde_json::json!({ "frames": a.frames, "rate_hz": a.rate, "first_frame": 0 })).context("starting the detector")?;
+    let run = detector::StartRequest { frames: a.frames, rate_hz: a.rate, first_frame: 0 };
+    let _: serde_json::Value = s.api.send("POST", s.det_ctl, "/start", &run).context("starting the detector")?;
     // the detector's event log starts anew with each run
     let mut det_feed = Feed::new(s.det_ctl, 0);
     let mut w = Watch { live: c.requests.iter().map(|(r, _)| *r).collect(), dead: BTreeSet::new() };
@@ -391,8 +391,8 @@ impl<'a> Session<'a> {
         for (rp, (r, _)) in self.plan.receivers.iter().zip(&c.requests) {
             let spec = &t.receivers[*r];
             let g = rp.geometry(full);
-            let body = serde_json::json!({ "output": format!("{}.h5", spec.name), "module_cols": g.module_cols, "gap_x": g.gap_x, "gap_y": g.gap_y, "overwrite": self.a.overwrite });
-            let v: serde_json::Value = match self.api.send("POST", spec.control, "/start", &body) {
+            let body = daemon::StartRequest { output: Some(format!("{}.h5", spec.name)), module_cols: g.module_cols, gap_x: g.gap_x, gap_y: g.gap_y, overwrite: self.a.overwrite };
+            let v: StartAnswer = match self.api.send("POST", spec.control, "/start", &body) {
                 Ok(v) => v,
                 Err(e) => {
                     for started in feeds.keys() {
@@ -401,7 +401,7 @@ impl<'a> Session<'a> {
                     return Err(e.context(format!("starting {}", spec.name)));
                 }
             };
-            feeds.insert(*r, Feed::new(spec.control, v["events_from"].as_u64().unwrap_or(0)));
+            feeds.insert(*r, Feed::new(spec.control, v.events_from));
         }
         Ok(feeds)
     }
@@ -413,9 +413,9 @@ impl<'a> Session<'a> {
         let deadline = start + Duration::from_secs_f64(self.a.timeout_s);
         loop {
             std::thread::sleep(Duration::from_millis(self.a.heartbeat_ms));
-            let st: serde_json::Value = self.api.get(self.det_ctl, "/status").context("detector status")?;
+            let st: DetectorStatus = self.api.get(self.det_ctl, "/status").context("detector status")?;
             board(&self.shared).status = serde_json::json!({ "state": "running", "detector": st, "dead": w.dead });
-            if st["state"] != "running" || Instant::now() > deadline {
+            if st.state != DetectorState::Running || Instant::now() > deadline {
                 return Ok(());
             }
             det_feed.pull(&self.api, &self.shared)?;
@@ -427,7 +427,7 @@ impl<'a> Session<'a> {
             for &r in &lost_now {
                 w.dead.insert(self.t.receivers[r].name.clone());
             }
-            match replan(&self.api, self.det_ctl, &self.t, c, &w.live, &w.dead, st["frontier"].as_u64().unwrap_or(0)) {
+            match replan(&self.api, self.det_ctl, &self.t, c, &w.live, &w.dead, st.frontier) {
                 Ok(e) => {
                     eprintln!("rdaq manage: re-planned from frame {} over {:?}", e.from_frame, e.receivers);
                     c.epochs.push(e);

@@ -138,7 +138,8 @@ async fn buffers(State(s): State<Shared>, Json(req): Json<BufferRequest>) -> Res
     Ok(Json(map))
 }
 
-#[derive(Deserialize)]
+/// `POST /start`: an acquisition into this file, with the geometry of the modules held here.
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StartRequest {
     /// Output file name in the daemon's output directory (none: frames are counted only).
@@ -157,7 +158,16 @@ pub struct StartRequest {
 }
 
 
-async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<serde_json::Value>, ApiError> {
+/// The answer to `POST /start`: the file being written, and the number of the acquisition's
+/// first event (its events are those from there on).
+#[derive(Serialize, Deserialize)]
+pub struct StartAnswer {
+    pub state: String,
+    pub output: Option<PathBuf>,
+    pub events_from: u64,
+}
+
+async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<StartAnswer>, ApiError> {
     let mut d = lock(&s);
     let (name, out_dir, events) = (d.opts.name.clone(), d.opts.out_dir.clone(), d.events.clone());
     let Some(active) = d.active.as_mut() else {
@@ -226,7 +236,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         })
         .map_err(internal)?;
     active.acq = Some(Acquisition { stop, consumer });
-    Ok(Json(serde_json::json!({ "state": "acquiring", "output": path, "events_from": events_from })))
+    Ok(Json(StartAnswer { state: "acquiring".into(), output: path, events_from }))
 }
 
 /// The receiver daemon's answer to `POST /stop`: what the acquisition came to. The manager
