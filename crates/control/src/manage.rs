@@ -6,14 +6,14 @@
 //! gathers the events and writes a report in which a frame counts as received only if every
 //! receiver it was sent to is alive and reported it complete.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use rdaq_manager::{Plan, Topology};
+use rdaq_manager::{tally, Epoch, Heartbeats, Plan, Reported, Topology};
 use rdaq_proto::events::{Event, EventLog, EventPage};
 use rdaq_proto::telegram::{BufferMap, BufferRequest, DetectorTelegram, ModuleDtp, ReceiverTelegram};
 use serde::de::DeserializeOwned;
@@ -139,16 +139,6 @@ impl Api {
     }
 }
 
-/// A span of frames routed by one set of DTPs.
-#[derive(Serialize)]
-struct Epoch {
-    from_frame: u64,
-    receivers: Vec<String>,
-    reason: String,
-    #[serde(skip)]
-    dtps: Vec<ModuleDtp>,
-}
-
 #[derive(Serialize, Default)]
 struct ReceiverReport {
     alive: bool,
@@ -254,14 +244,14 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     std::fs::write(a.out.join("manifest.csv"), manifest)?;
     det_feed.pull(&s.api, &s.shared)?;
     let g = s.gather(&c, &mut w, &mut feeds, &det_feed.events)?;
-    let (frames_complete, frames_lost) = tally(a.frames, &c.epochs, &w.dead, &g.complete, &g.incomplete);
+    let (frames_complete, frames_lost) = tally(a.frames, &c.epochs, &w.dead, &g.reported);
     let report = Report {
         topology: a.topology.clone(),
         mode: format!("{:?}", s.t.transfer.mode),
         frames_expected: a.frames,
         frames_complete,
         frames_lost,
-        frames_incomplete: g.incomplete.into_iter().collect(),
+        frames_incomplete: g.reported.incomplete.into_iter().collect(),
         epochs: c.epochs,
         receivers: g.receivers,
         detector: det_stop,
@@ -316,8 +306,7 @@ struct Watch {
 /// What the receivers said at the end.
 struct Gathered {
     receivers: BTreeMap<String, ReceiverReport>,
-    complete: HashSet<(String, u64)>,
-    incomplete: BTreeSet<u64>,
+    reported: Reported,
 }
 
 impl<'a> Session<'a> {
@@ -409,7 +398,7 @@ impl<'a> Session<'a> {
     /// Until the detector has sent everything (or the timeout): its progress, the receivers'
     /// heartbeats and events; re-plans when receivers stop answering.
     fn watch(&self, c: &mut Configured, w: &mut Watch, feeds: &mut HashMap<usize, Feed>, det_feed: &mut Feed, start: Instant) -> anyhow::Result<()> {
-        let mut misses: HashMap<usize, u32> = HashMap::new();
+        let mut beats = Heartbeats::new(self.a.misses);
         let deadline = start + Duration::from_secs_f64(self.a.timeout_s);
         loop {
             std::thread::sleep(Duration::from_millis(self.a.heartbeat_ms));
@@ -419,7 +408,7 @@ impl<'a> Session<'a> {
                 return Ok(());
             }
             det_feed.pull(&self.api, &self.shared)?;
-            let lost_now = self.heartbeats(&w.live, &mut misses, feeds);
+            let lost_now = self.heartbeats(&w.live, &mut beats, feeds);
             if lost_now.is_empty() {
                 continue;
             }
@@ -438,26 +427,21 @@ impl<'a> Session<'a> {
     }
 
     /// One heartbeat round: the receivers that just reached `--misses` missed heartbeats.
-    fn heartbeats(&self, live: &[usize], misses: &mut HashMap<usize, u32>, feeds: &mut HashMap<usize, Feed>) -> Vec<usize> {
+    fn heartbeats(&self, live: &[usize], beats: &mut Heartbeats, feeds: &mut HashMap<usize, Feed>) -> Vec<usize> {
         let mut lost_now = Vec::new();
         for &r in live {
             let spec = &self.t.receivers[r];
-            match self.heartbeat.get::<serde_json::Value>(spec.control, "/status") {
-                Ok(_) => {
-                    misses.insert(r, 0);
-                    if let Some(f) = feeds.get_mut(&r) {
-                        // a failed pull is a missed heartbeat next time round, not an error
-                        let _ = f.pull(&self.heartbeat, &self.shared);
-                    }
+            let answer = self.heartbeat.get::<serde_json::Value>(spec.control, "/status");
+            if answer.is_ok() {
+                if let Some(f) = feeds.get_mut(&r) {
+                    // a failed pull is a missed heartbeat next time round, not an error
+                    let _ = f.pull(&self.heartbeat, &self.shared);
                 }
-                Err(e) => {
-                    let n = misses.entry(r).or_insert(0);
-                    *n += 1;
-                    if *n >= self.a.misses {
-                        eprintln!("rdaq manage: receiver {} stopped answering ({e:#})", spec.name);
-                        lost_now.push(r);
-                    }
-                }
+            }
+            if beats.answer(r, answer.is_ok()) {
+                let why = answer.err().map_or(String::new(), |e| format!("{e:#}"));
+                eprintln!("rdaq manage: receiver {} stopped answering ({why})", spec.name);
+                lost_now.push(r);
             }
         }
         lost_now
@@ -466,7 +450,7 @@ impl<'a> Session<'a> {
     /// Stops every receiver still alive and gathers its answer and events; writes the
     /// events of all components to `events.jsonl`.
     fn gather(&self, c: &Configured, w: &mut Watch, feeds: &mut HashMap<usize, Feed>, det_events: &[Event]) -> anyhow::Result<Gathered> {
-        let mut g = Gathered { receivers: BTreeMap::new(), complete: HashSet::new(), incomplete: BTreeSet::new() };
+        let mut g = Gathered { receivers: BTreeMap::new(), reported: Reported::default() };
         let mut events_out = String::new();
         for (r, _) in &c.requests {
             let spec = &self.t.receivers[*r];
@@ -515,10 +499,10 @@ impl Gathered {
     fn note(&mut self, e: Event) {
         match e {
             Event::FrameComplete { receiver, frame, .. } => {
-                self.complete.insert((receiver, frame));
+                self.reported.complete.insert((receiver, frame));
             }
             Event::FrameIncomplete { frame, .. } => {
-                self.incomplete.insert(frame);
+                self.reported.incomplete.insert(frame);
             }
             _ => {}
         }
@@ -540,30 +524,6 @@ impl ReceiverReport {
             events_dropped: 0,
         }
     }
-}
-
-/// Frames received and frames lost. A frame is received when every receiver its epoch sent
-/// it to is alive and reported it complete; it is lost when one of them died, or when no
-/// receiver reported it at all (an incomplete frame is counted as incomplete, not lost).
-fn tally(frames: u64, epochs: &[Epoch], dead: &BTreeSet<String>, complete: &HashSet<(String, u64)>, incomplete: &BTreeSet<u64>) -> (u64, Vec<u64>) {
-    let mut lost = Vec::new();
-    let mut n_complete = 0;
-    for f in 0..frames {
-        let epoch = epochs.iter().rev().find(|e| e.from_frame <= f).expect("epoch 0 covers frame 0");
-        let mut to: BTreeSet<String> = BTreeSet::new();
-        for d in &epoch.dtps {
-            d.destinations(f, |r, _| {
-                to.insert(d.routes[r].receiver.clone());
-            });
-        }
-        let ok = to.iter().all(|name| !dead.contains(name) && complete.contains(&(name.clone(), f)));
-        if ok {
-            n_complete += 1;
-        } else if !incomplete.contains(&f) || to.iter().any(|n| dead.contains(n)) {
-            lost.push(f);
-        }
-    }
-    (n_complete, lost)
 }
 
 /// What each module said it sent, from its end-of-transfer event.
