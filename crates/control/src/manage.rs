@@ -517,7 +517,7 @@ impl ReceiverReport {
             frames_incomplete: v.frames_incomplete,
             frames_discarded: v.frames_discarded,
             output: v.output,
-            frames_refused: v.counters["frames_refused"].as_u64().unwrap_or(0),
+            frames_refused: v.frames_refused,
             frames_not_saved: v.frames_not_saved,
             write_error: v.write_error,
             counters: v.counters,

@@ -246,6 +246,8 @@ pub struct StopAnswer {
     pub frames_complete: u64,
     pub frames_incomplete: u64,
     pub frames_discarded: u64,
+    /// Frames refused whole because the ring was full (the consumer was behind).
+    pub frames_refused: u64,
     pub frames_written: u64,
     /// Frames received after writing failed, and why it failed.
     pub frames_not_saved: u64,
@@ -278,6 +280,7 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
         frames_complete: stats.complete,
         frames_incomplete: stats.incomplete,
         frames_discarded: stats.discarded,
+        frames_refused: counters.frames_refused,
         frames_written: stats.written,
         frames_not_saved: stats.not_saved,
         write_error: stats.write_error,
