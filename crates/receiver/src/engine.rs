@@ -20,12 +20,12 @@ use rdaq_proto::telegram::{BufferMap, BufferRequest, LocalBufferInfo, TELEGRAM_V
 use thiserror::Error;
 
 use crate::arena::Arena;
+use crate::batch::Batch;
 use crate::coalesce::{Coalesce, Next};
 use crate::counters::Counters;
 use crate::diagnose;
-use crate::grid::Grid;
-use crate::batch::Batch;
 use crate::frame::{FrameError, FrameReady, FrameStatus, Owner};
+use crate::grid::Grid;
 use crate::ledger::Ledger;
 use crate::placement::Placement;
 use crate::source::{Loss, Source, SourceKind};

@@ -8,8 +8,7 @@ use crossbeam_channel::RecvTimeoutError;
 
 use indicatif::ProgressBar;
 use rdaq_detector::{as_bytes, as_words, Geometry};
-use rdaq_receiver::{FrameReady, FrameStatus};
-use rdaq_receiver::Receiver;
+use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_sink::NxmxWriter;
 
 #[derive(Clone, Debug, Default)]

@@ -24,15 +24,14 @@ use rdaq_process::pedestal::Pedestal;
 use rdaq_process::pipeline::{Emit, Pipeline, Policy, Port, StageStats, WhenFull, WorkerFn};
 use rdaq_process::spots::{is_hit, LocalSnr, LocalSnrParams, Spot};
 use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain};
-use rdaq_receiver::{FrameReady, FrameStatus};
-use rdaq_receiver::Receiver;
+use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_sink::{NxmxWriter, PixelType};
 use serde::Serialize;
 
+use crate::consume::{missing_ranges, next_frame, ConsumeStats};
+
 /// What a stage expects of the frames it is given: taken from the receiver it reads.
 const OWN_FRAME: &str = "a handed frame of this receiver";
-
-use crate::consume::{missing_ranges, next_frame, ConsumeStats};
 
 /// What the graph needs besides the receiver and the writer.
 pub struct Setup {
