@@ -226,6 +226,8 @@ pub struct Receiver {
     recv_buffer_granted: usize,
 }
 
+/// Access keys of `n` local buffers: derived from `seed` (reproducible runs and tests), or
+/// from the system's randomness.
 fn keys(n: usize, seed: Option<u64>) -> Vec<u32> {
     let seed = seed.unwrap_or_else(|| {
         let mut b = [0u8; 8];
@@ -237,14 +239,8 @@ fn keys(n: usize, seed: Option<u64>) -> Vec<u32> {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
         }
     });
-    (0..n as u64)
-        .map(|i| {
-            let mut z = seed ^ (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            ((z ^ (z >> 31)) as u32).max(1)
-        })
-        .collect()
+    // key i: a hash of i under the seed (never 0, which no buffer has)
+    (0..n as u64).map(|i| (xxhash_rust::xxh3::xxh3_64_with_seed(&i.to_le_bytes(), seed) as u32).max(1)).collect()
 }
 
 impl ReceiverConfig {
