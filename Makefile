@@ -1,5 +1,5 @@
 # rdaq: `make run` and `make test` install what is missing, then run. See README.md.
-.PHONY: setup run test test-rust test-e2e bench fmt
+.PHONY: setup run test test-rust test-e2e bench fmt miri
 
 setup:
 	./scripts/setup.sh
@@ -20,3 +20,8 @@ test-e2e:
 
 bench: setup
 	./target/release/rdaq bench ingest
+
+# Undefined-behaviour check of the receiver's placement (its unsafe code) under Miri; needs
+# the nightly toolchain with the miri component, and minutes (not part of `make test`).
+miri:
+	PROPTEST_CASES=8 MIRIFLAGS=-Zmiri-disable-isolation cargo +nightly miri test -p rdaq-receiver --test placement

@@ -301,10 +301,19 @@ impl Placement {
             Ok(t) if self.dest(t).cast_const() == landed => Payload::InPlace,
             Ok(_) if self.arena.contains(landed, payload.len()) => {
                 self.counters.evacuated += 1;
-                // indexing checks that the batch fits the space `new` set aside for it
-                let e = &mut self.evac[i * self.grid.cell_bytes as usize..][..payload.len()];
-                e.copy_from_slice(payload);
-                Payload::At(e.as_ptr())
+                let at = i * self.grid.cell_bytes as usize;
+                assert!(at + payload.len() <= self.evac.len(), "the batch fits the space `new` set aside for it");
+                // Raw pointers from `as_mut_ptr` (no reference to the whole buffer is made),
+                // so that the pointers of earlier datagrams of the batch stay valid for pass 2.
+                // SAFETY: `at + payload.len()` lies inside `evac` (checked above), which
+                // nothing else uses during the batch; `payload` is the caller's slice, not
+                // part of `evac`.
+                let e = unsafe {
+                    let e = self.evac.as_mut_ptr().add(at);
+                    std::ptr::copy_nonoverlapping(payload.as_ptr(), e, payload.len());
+                    e
+                };
+                Payload::At(e)
             }
             _ => Payload::At(landed),
         }

@@ -390,3 +390,59 @@ fn predicted_landings_of_one_batch_are_distinct_even_past_the_ring() {
     assert_eq!(unique.len(), named.len(), "a landing named twice");
     assert_eq!(named.len(), SLOTS * (MODULE_BYTES / CELL) as usize, "every cell of the module's ring is named once");
 }
+
+/// A batch whose payloads lie where a receive call put them: in the ring (at the cells the
+/// prediction named) or elsewhere.
+struct Landed<'a> {
+    headers: Vec<Vec<u8>>,
+    payloads: Vec<&'a [u8]>,
+}
+
+impl rdaq_receiver::batch::Batch for Landed<'_> {
+    fn count(&self) -> usize {
+        self.headers.len()
+    }
+    fn header(&self, i: usize) -> &[u8] {
+        &self.headers[i]
+    }
+    fn datagram_len(&self, i: usize) -> usize {
+        self.headers[i].len() + self.payloads[i].len()
+    }
+    fn truncated(&self, _: usize) -> bool {
+        false
+    }
+    fn source(&self, _: usize) -> Option<std::net::SocketAddr> {
+        None
+    }
+    fn payload(&self, i: usize) -> &[u8] {
+        self.payloads[i]
+    }
+}
+
+#[test]
+fn payloads_landed_in_the_wrong_cells_are_moved_out_before_any_is_placed() {
+    // the path of predicted landing: a receive call wrote the payloads of cells 0 and 1 of
+    // frame 1 into each other's cells, and cell 2's where it belongs (run under Miri too)
+    let (arena, mut p) = setup(IncompletePolicy::Keep);
+    let grid = *p.grid();
+    let cell_ptr = |c: u32| arena.slot_ptr(1).wrapping_add(grid.cell_offset(c) as usize);
+    let landed_at = [1u32, 0, 2];
+    for (c, &at) in landed_at.iter().enumerate() {
+        // SAFETY: each write fills one whole cell of slot 1, which nothing else uses here.
+        unsafe { std::ptr::write_bytes(cell_ptr(at), 0x10 + c as u8, CELL as usize) };
+    }
+    let headers = (0..3u64).map(|c| datagram(1, 0, c, 1, 0)[..HEADER_LEN].to_vec()).collect();
+    // SAFETY: the slices cover whole cells of slot 1 that hold the bytes written above;
+    // placement reads them before it writes any cell (that is what is tested).
+    let payloads = landed_at.iter().map(|&at| unsafe { std::slice::from_raw_parts(cell_ptr(at).cast_const(), CELL as usize) }).collect();
+    let mut src = rdaq_receiver::source::Source::new(SourceKind::Rdaq, 0, 0, &grid, None);
+    p.place_batch(&Landed { headers, payloads }, &mut src, Instant::now());
+    let c = p.counters;
+    assert_eq!((c.placed, c.landed_in_place, c.copied, c.evacuated), (3, 1, 2, 2));
+    // SAFETY: placement is done writing; nothing writes the arena while the slice lives.
+    let data = unsafe { arena.slot(1) };
+    for cell in 0..3usize {
+        let bytes = &data[cell * CELL as usize..(cell + 1) * CELL as usize];
+        assert!(bytes.iter().all(|&b| b == 0x10 + cell as u8), "cell {cell} holds its own payload");
+    }
+}
