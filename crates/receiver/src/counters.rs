@@ -106,8 +106,8 @@ pub struct Counters {
     /// Placed datagrams copied into their cell by placement (from scratch, or back from
     /// evacuation): one user-space copy beside the kernel's.
     pub copied: u64,
-    /// Payloads that landed in a wrongly predicted cell of the ring and were moved out
-    /// before the batch was placed: each costs a second user-space copy.
+    /// Of the copied: payloads that had landed in a wrongly predicted cell of the ring and
+    /// were moved out before the batch was placed, so each cost a second user-space copy.
     pub evacuated: u64,
     pub frames_complete: u64,
     /// Incomplete frames handed on with missing cells marked (policy keep).

@@ -55,8 +55,10 @@ struct Slot {
 enum Payload {
     /// Already at its destination.
     InPlace,
-    /// Somewhere else: scratch, or evacuated from a wrong prediction.
+    /// Somewhere else: scratch, or the caller's datagram.
     At(*const u8),
+    /// Moved out of a wrongly predicted cell of the ring into evacuation space.
+    Evacuated(*const u8),
 }
 
 pub struct Placement {
@@ -300,7 +302,6 @@ impl Placement {
         match t {
             Ok(t) if self.dest(t).cast_const() == landed => Payload::InPlace,
             Ok(_) if self.arena.contains(landed, payload.len()) => {
-                self.counters.evacuated += 1;
                 let at = i * self.grid.cell_bytes as usize;
                 assert!(at + payload.len() <= self.evac.len(), "the batch fits the space `new` set aside for it");
                 // Raw pointers from `as_mut_ptr` (no reference to the whole buffer is made),
@@ -313,7 +314,7 @@ impl Placement {
                     std::ptr::copy_nonoverlapping(payload.as_ptr(), e, payload.len());
                     e
                 };
-                Payload::At(e)
+                Payload::Evacuated(e)
             }
             _ => Payload::At(landed),
         }
@@ -387,8 +388,9 @@ impl Placement {
         }
         match from {
             Payload::InPlace => self.counters.landed_in_place += 1,
-            Payload::At(p) => {
+            Payload::At(p) | Payload::Evacuated(p) => {
                 self.counters.copied += 1;
+                self.counters.evacuated += matches!(from, Payload::Evacuated(_)) as u64;
                 // SAFETY: `dest` checks that the target is one cell of this slot, `payload`
                 // is that cell's length (checked above), the slot is Filling (owned by this
                 // thread), and the source is scratch, evacuation space or the caller's
