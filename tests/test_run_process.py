@@ -46,13 +46,22 @@ def test_run_processes_by_default(rdaq, tmp_path):
         assert hit.all() and len(numbers) == p["hits"] == p["frames_written"]
         assert p["vetoed"] == 120 - len(hits)
         assert abs(p["vetoed_fraction"] - p["vetoed"] / 120) < 1e-9
+        its = res["peakTotalIntensity"]
+        assert its.attrs["units"] == "photons" and data.attrs["units"] == "photons"
         matched = total = 0
+        ratios = []
         for i, fr in enumerate(numbers):
             found = list(zip(xs[i, :n_peaks[i]], ys[i, :n_peaks[i]]))
-            for (x, y, _) in spots.get(fr, []):
+            for (x, y, ph) in spots.get(fr, []):
                 total += 1
-                matched += any((fx - x) ** 2 + (fy - y) ** 2 <= 0.25 for fx, fy in found)
+                d = [(fx - x) ** 2 + (fy - y) ** 2 for fx, fy in found]
+                if d and min(d) <= 0.25:
+                    matched += 1
+                    ratios.append(its[i, int(np.argmin(d))] / ph)
         assert total > 500 and matched / total >= 0.95, f"recall {matched}/{total}"
+        # the spot list speaks the image's unit: a spot's intensity is the photons of its
+        # strong pixels, most of the spot's photons (in keV it would be 12.4 times more)
+        assert 0.6 < np.median(ratios) < 1.1, np.median(ratios)
         # photon counts: gaps carry the error marker; a frame's photons are the spots'
         # photons plus the background (0.01 per pixel)
         img = data[0]

@@ -332,6 +332,10 @@ impl Graph<'_> {
         Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
             let mut found = std::mem::take(&mut wk.spots);
             finder.find(&wk.image, w, h, &mut found);
+            // the finder sums keV; the file's spot list speaks the unit of its image
+            if matches!(setup.pixel, PixelType::Photons16 | PixelType::Photons32) {
+                found.iter_mut().for_each(|s| s.intensity /= setup.photon_kev);
+            }
             wk.spots = found;
             wk.hit = is_hit(&wk.spots, setup.min_spots);
             counts.spots_found.fetch_add(wk.spots.len() as u64, Ordering::Relaxed);

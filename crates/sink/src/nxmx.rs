@@ -66,6 +66,15 @@ impl PixelType {
             PixelType::Kev | PixelType::Photons32 => 4,
         }
     }
+
+    /// The unit of a pixel value (and of sums of them, such as a spot's intensity).
+    pub fn units(self) -> &'static str {
+        match self {
+            PixelType::Raw => "ADU",
+            PixelType::Kev => "keV",
+            PixelType::Photons16 | PixelType::Photons32 => "photons",
+        }
+    }
 }
 
 /// What the file says about the experiment and the detector.
@@ -443,11 +452,13 @@ impl NxmxWriter {
         str_attr(&g, "description", "Bragg spots per frame (CXI peak-list layout); positions in pixels, fast (x) and slow (y)")?;
         let m = self.meta.max_spots;
         let per_frame = |name: &str| g.new_dataset::<f32>().chunk((GROW, m.max(1))).shape((0.., m)).create(name);
+        let intensity = per_frame("peakTotalIntensity")?;
+        str_attr(&intensity, "units", self.meta.pixel.units())?;
         Ok(Results {
             n_peaks: g.new_dataset::<u32>().chunk(GROW).shape(0..).create("nPeaks")?,
             x: per_frame("peakXPosRaw")?,
             y: per_frame("peakYPosRaw")?,
-            intensity: per_frame("peakTotalIntensity")?,
+            intensity,
             pixels: g.new_dataset::<u32>().chunk((GROW, m.max(1))).shape((0.., m)).create("peakNPixels")?,
             hit: g.new_dataset::<u8>().chunk(GROW).shape(0..).create("hit")?,
             written: 0,
@@ -598,9 +609,7 @@ fn data_group(entry: &Group, meta: &NxmxMeta) -> hdf5::Result<Dataset> {
         PixelType::Photons16 => frame_stack::<i16>(&data_g, "data", h, w, meta.codec)?,
         PixelType::Photons32 => frame_stack::<i32>(&data_g, "data", h, w, meta.codec)?,
     };
-    if meta.pixel == PixelType::Kev {
-        str_attr(&data, "units", "keV")?;
-    }
+    str_attr(&data, "units", meta.pixel.units())?;
     data_g.new_dataset::<u64>().chunk(1024).shape(0..).create("frame_number")?;
     data_g.new_dataset::<u8>().chunk(1024).shape(0..).create("frame_complete")?;
     Ok(data)
