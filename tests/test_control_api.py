@@ -89,6 +89,7 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
     assert call("GET", dr + "/status")[1]["state"] == "configured"
     metrics = urllib.request.urlopen(dr + "/metrics").read().decode()
     assert 'rdaq_dropped_bad_key_total{receiver="dr0"} 0' in metrics
+    assert all(f'rdaq_{k}_total{{receiver="dr0"}}' in metrics for k in ("landed_in_place", "copied", "evacuated"))
 
 
 def test_detector_api_refuses_bad_requests(daemons):

@@ -17,8 +17,7 @@ use indicatif::ProgressBar;
 use rdaq_detector::{Geometry, MODULE_BYTES};
 use rdaq_proto::events::{ranges, Event, EventLog, EventPage};
 use rdaq_proto::telegram::{BufferMap, BufferRequest, ReceiverTelegram, TELEGRAM_VERSION};
-use rdaq_receiver::FrameStatus;
-use rdaq_receiver::{Counters, IncompletePolicy, Receiver, ReceiverConfig};
+use rdaq_receiver::{Counters, FrameStatus, IncompletePolicy, Receiver, ReceiverConfig};
 use rdaq_sink::NxmxWriter;
 use serde::{Deserialize, Serialize};
 
@@ -334,6 +333,9 @@ async fn metrics(State(s): State<Shared>) -> String {
         ("datagrams_total".into(), "Datagrams read from the data ports".into(), c.datagrams as f64),
         ("placed_total".into(), "Datagrams placed into frames".into(), c.placed as f64),
         ("bytes_placed_total".into(), "Payload bytes placed".into(), c.bytes_placed as f64),
+        ("landed_in_place_total".into(), "Placed datagrams the kernel wrote at their destination".into(), c.landed_in_place as f64),
+        ("copied_total".into(), "Placed datagrams copied once by placement".into(), c.copied as f64),
+        ("evacuated_total".into(), "Of the copied: moved out of a wrongly predicted cell first (two copies)".into(), c.evacuated as f64),
         ("frames_complete_total".into(), "Frames completed".into(), c.frames_complete as f64),
         ("frames_incomplete_total".into(), "Incomplete frames kept".into(), c.frames_incomplete as f64),
         ("frames_discarded_total".into(), "Incomplete frames discarded".into(), c.frames_discarded as f64),

@@ -15,7 +15,7 @@ use rdaq_control::receiver as daemon;
 use rdaq_detector::Geometry;
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
 use rdaq_run::config;
-use rdaq_run::run::recv_buffer_line;
+use rdaq_run::run::{check_guards, recv_buffer_line};
 use rdaq_run::summary::{Expected, Summary};
 use rdaq_run::{consume, outputs, progress_bar};
 use rdaq_sink::{NxmxMeta, NxmxWriter};
@@ -130,9 +130,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if let Some(p) = a.summary_json {
         sum.write_json(&p)?;
     }
-    if !rx.guards_intact() {
-        bail!("a guard region around the frame ring was overwritten: this is a bug");
-    }
+    check_guards(&rx)?;
     if counters.datagrams == 0 && a.bind.is_loopback() {
         eprintln!("rdaq receive: nothing arrived on {ports:?}: a detector on a network card sends to that card's address; use --bind <its address> or --bind 0.0.0.0");
     }

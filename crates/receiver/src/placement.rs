@@ -251,8 +251,8 @@ impl Placement {
         // predicted cell out of the arena, so that pass 2 may write any cell of this batch.
         self.pending.clear();
         for i in 0..n {
-            let t = self.accept(batch, i, src);
             let payload = batch.payload(i);
+            let t = self.accept(batch, i, payload, src);
             let s = self.stage(&t, payload, i);
             self.pending.push((t, s, payload.len()));
         }
@@ -274,14 +274,14 @@ impl Placement {
 
     /// Where datagram `i` of the batch goes, with the checks that need its source; notes
     /// on the source where it came from (or what unexpected packet it was).
-    fn accept(&self, batch: &impl Batch, i: usize, src: &mut Source) -> Result<Target, DropReason> {
+    fn accept(&self, batch: &impl Batch, i: usize, payload: &[u8], src: &mut Source) -> Result<Target, DropReason> {
         let from = batch.source(i);
         let t = if batch.truncated(i) {
             Err(DropReason::Oversized)
         } else if !self.allowed.is_empty() && !from.is_some_and(|a| self.allowed.contains(&a.ip())) {
             Err(DropReason::UnknownSource)
         } else {
-            self.targets.find(src.kind, batch.header(i), batch.datagram_len(i), batch.payload(i))
+            self.targets.find(src.kind, batch.header(i), batch.datagram_len(i), payload)
         };
         match &t {
             Ok(_) => {

@@ -30,6 +30,20 @@ pub struct ConsumeStats {
 }
 
 impl ConsumeStats {
+    /// Counts a finished frame as it arrives; false for a discarded one (it has no data to
+    /// write or process).
+    pub fn arrived(&mut self, f: &FrameReady) -> bool {
+        let now = Instant::now();
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+        match f.status() {
+            FrameStatus::Discarded => self.discarded += 1,
+            FrameStatus::Complete => self.complete += 1,
+            FrameStatus::Incomplete => self.incomplete += 1,
+        }
+        f.status() != FrameStatus::Discarded
+    }
+
     /// Records a failed write: writing stops, the frame is counted as not saved.
     pub fn write_failed(&mut self, e: impl std::fmt::Display) {
         if self.write_error.is_none() {
@@ -84,17 +98,9 @@ pub fn consume(
     let mut image = vec![0u16; writer.as_ref().map_or(0, |(_, g)| g.height() * g.width())];
     while let Some(f) = next_frame(rx, until) {
         on_frame(&f);
-        let now = Instant::now();
-        s.first.get_or_insert(now);
-        s.last = Some(now);
         bar.inc(1);
-        match f.status() {
-            FrameStatus::Discarded => {
-                s.discarded += 1;
-                continue;
-            }
-            FrameStatus::Complete => s.complete += 1,
-            FrameStatus::Incomplete => s.incomplete += 1,
+        if !s.arrived(&f) {
+            continue;
         }
         if let Some((w, geometry)) = writer.as_mut() {
             if s.write_error.is_some() {

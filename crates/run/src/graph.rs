@@ -13,7 +13,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
 
 use crossbeam_channel::{bounded, Receiver as ChanRx, Sender};
 use indicatif::ProgressBar;
@@ -215,7 +214,7 @@ impl Graph<'_> {
         while let Some(f) = next_frame(self.rx, until) {
             std::thread::sleep(self.setup.consumer_delay);
             bar.inc(1);
-            if !self.count_arrival(&f) {
+            if !self.stats.lock().expect("not poisoned").arrived(&f) {
                 continue;
             }
             let mut wk = match pool.try_recv() {
@@ -240,20 +239,6 @@ impl Graph<'_> {
             }
         }
         source
-    }
-
-    /// Counts a finished frame; false for a discarded one (it has no data to process).
-    fn count_arrival(&self, f: &FrameReady) -> bool {
-        let now = Instant::now();
-        let mut st = self.stats.lock().expect("not poisoned");
-        st.first.get_or_insert(now);
-        st.last = Some(now);
-        match f.status() {
-            FrameStatus::Discarded => st.discarded += 1,
-            FrameStatus::Complete => st.complete += 1,
-            FrameStatus::Incomplete => st.incomplete += 1,
-        }
-        f.status() != FrameStatus::Discarded
     }
 
     /// Pedestal tracking of the dark frames (raw words, read from the slot), published to

@@ -67,10 +67,17 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
     if let Some(p) = processed {
         save_processing(cfg, geometry, p, &out, &mut sum)?;
     }
+    check_guards(&rx)?;
+    Ok(sum)
+}
+
+/// Fails when a guard region around the receiver's ring was overwritten (a bug of rdaq's:
+/// nothing may write outside its buffers).
+pub fn check_guards(rx: &Receiver) -> anyhow::Result<()> {
     if !rx.guards_intact() {
         bail!("a guard region around the frame ring was overwritten: this is a bug");
     }
-    Ok(sum)
+    Ok(())
 }
 
 /// The run's name: the configured one, or the next free numbered one when files of an
