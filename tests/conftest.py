@@ -56,19 +56,22 @@ def free_port():
         return s.getsockname()[1]
 
 
-def frames_in(path):
-    """{frame number: [xxh3 of each module]} of an NXmx file, modules found by data_origin."""
+def frames_in(path, swmr=False, origins=None):
+    """{frame number: [xxh3 of each module]} of an NXmx file, modules found by data_origin
+    (or given, for a data file, which has no geometry); `swmr` reads a file being written
+    or left by a killed writer."""
     import h5py
     import hdf5plugin  # noqa: F401
     import numpy as np
     import xxhash
     out = {}
-    with h5py.File(path, "r") as f:
+    with h5py.File(path, "r", swmr=swmr) as f:
         data = f["entry/data/data"]
         numbers = f["entry/data/frame_number"][:]
-        det = f["entry/instrument/detector"]
-        names = sorted((k for k in det if k.startswith("module_")), key=lambda k: int(k.split("_")[1]))
-        origins = [tuple(det[k]["data_origin"][:]) for k in names]
+        if origins is None:
+            det = f["entry/instrument/detector"]
+            names = sorted((k for k in det if k.startswith("module_")), key=lambda k: int(k.split("_")[1]))
+            origins = [tuple(det[k]["data_origin"][:]) for k in names]
         for i in range(data.shape[0]):
             img = data[i]
             out[int(numbers[i])] = [xxhash.xxh3_64_hexdigest(np.ascontiguousarray(img[r:r + 512, c:c + 1024]).tobytes())

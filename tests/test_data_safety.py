@@ -20,17 +20,17 @@ def test_a_second_run_is_numbered_and_the_first_is_kept(rdaq, tmp_path):
     out = tmp_path / "out"
     r = run(rdaq, out, "--frames", "5")
     assert r.returncode == 0, r.stdout + r.stderr
-    first = (out / "rdaq_run.h5").read_bytes()
+    first = (out / "rdaq_run_master.h5").read_bytes()
     r = run(rdaq, out, "--frames", "5")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "this run is rdaq_run_000002" in r.stderr
-    assert (out / "rdaq_run.h5").read_bytes() == first, "the earlier run's file is untouched"
-    assert sorted(frames_in(out / "rdaq_run_000002.h5")) == list(range(5))
+    assert (out / "rdaq_run_master.h5").read_bytes() == first, "the earlier run's file is untouched"
+    assert sorted(frames_in(out / "rdaq_run_000002_master.h5")) == list(range(5))
     assert (out / "rdaq_run_000002_manifest.csv").exists()
     r = run(rdaq, out, "--frames", "3", "--overwrite")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert sorted(frames_in(out / "rdaq_run.h5")) == list(range(3)), "--overwrite replaces"
-    assert not (out / "rdaq_run_000003.h5").exists()
+    assert sorted(frames_in(out / "rdaq_run_master.h5")) == list(range(3)), "--overwrite replaces"
+    assert not (out / "rdaq_run_000003_master.h5").exists()
 
 
 @pytest.fixture
@@ -50,8 +50,8 @@ def test_a_full_disk_keeps_what_was_written(rdaq, small_disk, tmp_path):
     r = run(rdaq, small_disk, "--frames", "200", "--summary-json", str(summary))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "warning:" in r.stderr and "may write up to" in r.stderr, "the free space was checked at the start"
-    h5 = small_disk / "rdaq_run.h5"
-    assert "No space left on device" in r.stderr and str(h5) in r.stderr
+    h5 = small_disk / "rdaq_run_master.h5"
+    assert "No space left on device" in r.stderr and str(small_disk / "rdaq_run_data_000001.h5") in r.stderr
     assert "---- rdaq summary ----" in r.stdout and "received but not saved" in r.stdout
     s = json.loads(summary.read_text())
     assert s["frames_complete"] == 200, "every frame was received"

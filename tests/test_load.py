@@ -42,7 +42,7 @@ def run_config(rdaq, tmp_path, toml):
 
 
 def check_bit_exact(out, name="rdaq_run"):
-    frames = frames_in(out / f"{name}.h5")
+    frames = frames_in(out / f"{name}_master.h5")
     man = manifest(out / f"{name}_manifest.csv")
     for frame, hashes in frames.items():
         assert hashes == [man[(frame, m)] for m in range(len(hashes))], f"frame {frame}"

@@ -77,7 +77,7 @@ def test_temporal_every_frame_once_on_its_receiver(hosts, rdaq, tmp_path):
     man = manifest(out / "manifest.csv")
     seen = {}
     for r, name in enumerate(("dr0", "dr1")):
-        for frame, hashes in frames_in(tmp_path / name / f"{name}.h5").items():
+        for frame, hashes in frames_in(tmp_path / name / f"{name}_master.h5").items():
             assert frame % 2 == r, f"frame {frame} on {name}, its DTP names dr{frame % 2}"
             assert frame not in seen, f"frame {frame} twice"
             seen[frame] = name
@@ -92,7 +92,7 @@ def test_spatial_each_receiver_holds_its_modules(hosts, rdaq, tmp_path):
     assert rc == 0, log
     man = manifest(out / "manifest.csv")
     for name, modules in (("dr0", [0, 1]), ("dr1", [2, 3])):
-        frames = frames_in(tmp_path / name / f"{name}.h5")
+        frames = frames_in(tmp_path / name / f"{name}_master.h5")
         assert sorted(frames) == list(range(40))
         for frame, hashes in frames.items():
             assert hashes == [man[(frame, m)] for m in modules], f"{name} frame {frame}"
@@ -120,7 +120,7 @@ def test_a_killed_receiver_loses_exactly_its_frames_and_the_rest_arrives(hosts, 
     assert 0 < switch < frames
     # lost: exactly the frames the first plan sent to dr0
     assert report["frames_lost"] == [f for f in range(switch) if f % 2 == 0], log
-    received = frames_in(tmp_path / "dr1" / "dr1.h5")
+    received = frames_in(tmp_path / "dr1" / "dr1_master.h5")
     expect = [f for f in range(frames) if f >= switch or f % 2 == 1]
     assert sorted(received) == expect
     assert report["frames_complete"] == len(expect)

@@ -33,19 +33,22 @@ def test_run_writes_every_frame_bit_exact(rdaq, tmp_path):
     manifest = {(int(row["frame"]), int(row["module"])): row["xxh3"]
                 for row in csv.DictReader(open(out / "rdaq_run_manifest.csv"))}
     assert len(manifest) == 2000
-    with h5py.File(out / "rdaq_run.h5", "r") as f:
+    with h5py.File(out / "rdaq_run_master.h5", "r") as f:
         assert f["entry"].attrs["NX_class"] == "NXentry"
         assert f["entry/definition"][()] == b"NXmx"
         data = f["entry/data/data"]
         # 2 modules stacked along the slow axis with the default 36-pixel gap
         assert data.shape == (1000, 512 + 36 + 512, 1024) and data.dtype == np.uint16
-        assert data.chunks == (1, 1060, 1024)
+        # the master's virtual dataset reads the data files; in them, one frame per chunk
+        assert data.is_virtual and [v.file_name for v in data.virtual_sources()] == ["rdaq_run_data_000001.h5"]
+        stored = f["entry/data/data_000001"]  # the external link XDS/Durin follow
+        assert stored.shape == data.shape and stored.chunks == (1, 1060, 1024)
         det = f["entry/instrument/detector"]
         origins = [tuple(det[f"module_{m}/data_origin"][:]) for m in range(2)]
         assert origins == [(0, 0), (548, 0)]
         mask = det["pixel_mask"][:]
         assert (mask[512:548] == 1).all() and (mask[:512] == 0).all() and (mask[548:] == 0).all()
-        assert 32008 in [int(k) for k in data._filters]
+        assert 32008 in [int(k) for k in stored._filters]
         frame_numbers = f["entry/data/frame_number"][:]
         assert sorted(frame_numbers.tolist()) == list(range(1000))
         assert f["entry/data/frame_complete"][:].all()
@@ -73,7 +76,7 @@ def test_run_refuses_a_bad_configuration(rdaq, tmp_path):
     assert r.returncode == 2 and "detector.modules (line 2, column 11)" in r.stderr, r.stderr
     r = subprocess.run([str(rdaq), "run", "--frames", "0", "--out", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 2 and "emulator.frames" in r.stderr, r.stderr
-    assert not (tmp_path / "rdaq_run.h5").exists(), "nothing starts half-configured"
+    assert not (tmp_path / "rdaq_run_master.h5").exists(), "nothing starts half-configured"
 
 
 def test_run_assembles_a_module_grid(rdaq, tmp_path):
@@ -86,7 +89,7 @@ def test_run_assembles_a_module_grid(rdaq, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     manifest = {(int(row["frame"]), int(row["module"])): row["xxh3"]
                 for row in csv.DictReader(open(out / "rdaq_run_manifest.csv"))}
-    with h5py.File(out / "rdaq_run.h5", "r") as f:
+    with h5py.File(out / "rdaq_run_master.h5", "r") as f:
         data = f["entry/data/data"]
         assert data.shape == (40, 2 * 512 + 36, 2 * 1024 + 8)
         det = f["entry/instrument/detector"]
@@ -117,7 +120,7 @@ def test_run_with_a_topology_spreads_modules_over_receivers(rdaq, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     man = manifest(out / "rdaq_run_manifest.csv")
     for name, modules in (("dr0", [0, 1]), ("dr1", [2, 3])):
-        frames = frames_in(out / f"{name}.h5")
+        frames = frames_in(out / f"{name}_master.h5")
         assert sorted(frames) == list(range(30))
         for frame, hashes in frames.items():
             assert hashes == [man[(frame, m)] for m in modules], f"{name} frame {frame}"

@@ -34,7 +34,7 @@ def test_run_processes_by_default(rdaq, tmp_path):
     dark = {f for f, (d, _) in frames.items() if d}
     hits = {f for f, (_, h) in frames.items() if h}
     assert p["dark_frames"] == len(dark) == 120 and p["signal_frames"] == 120
-    with h5py.File(out / "rdaq_run.h5", "r") as f:
+    with h5py.File(out / "rdaq_run_master.h5", "r") as f:
         data = f["entry/data/data"]
         assert data.dtype == np.int32 and data.shape[1:] == (1060, 1024)
         numbers = f["entry/data/frame_number"][:].tolist()
@@ -97,7 +97,7 @@ def test_pedestal_tracking_corrects_a_wrong_pedestal(rdaq, tmp_path):
     p = json.loads((tmp_path / "s.json").read_text())["processing"]
     assert p["pedestal_updates"] == (80 - 16) // 8 + 1
     assert p["frames_written"] == 80 and p["vetoed"] == 0
-    with h5py.File(out / "rdaq_run.h5", "r") as f:
+    with h5py.File(out / "rdaq_run_master.h5", "r") as f:
         order = np.argsort(f["entry/data/frame_number"][:])
         first_img, last_img = f["entry/data/data"][order[0]], f["entry/data/data"][order[-1]]
     assert (first_img[:512] == -1).mean() > 0.9, "before any dark frame: the wrong pedestal"

@@ -380,7 +380,7 @@ impl<'a> Session<'a> {
         for (rp, (r, _)) in self.plan.receivers.iter().zip(&c.requests) {
             let spec = &t.receivers[*r];
             let g = rp.geometry(full);
-            let body = daemon::StartRequest { output: Some(format!("{}.h5", spec.name)), module_cols: g.module_cols, gap_x: g.gap_x, gap_y: g.gap_y, overwrite: self.a.overwrite };
+            let body = daemon::StartRequest { output: Some(format!("{}_master.h5", spec.name)), module_cols: g.module_cols, gap_x: g.gap_x, gap_y: g.gap_y, overwrite: self.a.overwrite };
             let v: StartAnswer = match self.api.send("POST", spec.control, "/start", &body) {
                 Ok(v) => v,
                 Err(e) => {

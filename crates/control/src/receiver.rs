@@ -183,7 +183,8 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         Some(f) => Some(out_dir.join(f)),
         None => None,
     };
-    if let Some(p) = path.as_ref().filter(|p| p.exists() && !req.overwrite) {
+    let series = path.as_deref().map(rdaq_run::outputs::series_files);
+    if let Some(p) = series.iter().flatten().find(|p| p.exists() && !req.overwrite) {
         return Err(conflict(format!("output: {} exists: the receiver does not overwrite data (start with \"overwrite\": true to replace it)", p.display())));
     }
     let writer = match &path {

@@ -106,7 +106,8 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
         return serve_receiver(a, addr);
     }
     let (rcfg, geometry) = receiver_config(&a)?;
-    outputs::refuse_existing(a.out.as_deref(), a.overwrite)?;
+    let series = a.out.as_deref().map(outputs::series_files);
+    outputs::refuse_existing(series.iter().flatten().map(PathBuf::as_path), a.overwrite)?;
     let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
     if let Some(p) = &a.buffers_out {
         std::fs::write(p, serde_json::to_string_pretty(rx.buffer_map())?).with_context(|| format!("cannot write {}", p.display()))?;

@@ -26,6 +26,9 @@ pub struct RunArgs {
     /// Output directory.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Images per data file (output.images_per_file, default 1000).
+    #[arg(long)]
+    images_per_file: Option<usize>,
     /// Exit 0 even if frames were lost.
     #[arg(long)]
     tolerate_loss: bool,
@@ -70,6 +73,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(o) = a.out {
         cfg.output.dir = o;
+    }
+    if let Some(n) = a.images_per_file {
+        cfg.output.images_per_file = n;
     }
     cfg.output.tolerate_loss |= a.tolerate_loss;
     cfg.output.overwrite |= a.overwrite;

@@ -170,8 +170,10 @@ pub struct ReceiverCfg {
 #[serde(deny_unknown_fields, default)]
 pub struct Output {
     pub dir: PathBuf,
-    /// Files are `<name>.h5` and `<name>_manifest.csv`.
+    /// Files are `<name>_master.h5`, `<name>_data_000001.h5`, ... and `<name>_manifest.csv`.
     pub name: String,
+    /// Images per data file (default 1000, as Dectris detectors write them).
+    pub images_per_file: usize,
     /// Exit 0 even if frames were lost or incomplete.
     pub tolerate_loss: bool,
     /// Replace the files of an earlier run of the same name (default: number this run,
@@ -305,7 +307,13 @@ impl Faults {
 
 impl Default for Output {
     fn default() -> Self {
-        Output { dir: PathBuf::from("out"), name: "rdaq_run".into(), tolerate_loss: false, overwrite: false }
+        Output {
+            dir: PathBuf::from("out"),
+            name: "rdaq_run".into(),
+            images_per_file: rdaq_sink::IMAGES_PER_FILE,
+            tolerate_loss: false,
+            overwrite: false,
+        }
     }
 }
 
@@ -326,6 +334,9 @@ impl Config {
         }
         if !(self.detector.photon_energy_kev > 0.0) {
             bail!("detector.photon_energy_kev must be positive");
+        }
+        if self.output.images_per_file == 0 {
+            bail!("output.images_per_file must be at least 1");
         }
         if self.emulator.frames == 0 {
             bail!("emulator.frames must be at least 1");

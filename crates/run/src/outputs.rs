@@ -23,6 +23,12 @@ pub fn refuse_existing<'a>(paths: impl IntoIterator<Item = &'a Path>, overwrite:
     Ok(())
 }
 
+/// The files of the series whose master is `master` that an earlier run would have left:
+/// the master and its first data file (refused like any other existing file).
+pub fn series_files(master: &Path) -> [PathBuf; 2] {
+    [master.to_owned(), master.with_file_name(rdaq_sink::data_file_name(master, 1))]
+}
+
 /// The run name whose files (`<name><suffix>` in `dir` for each suffix) do not exist yet:
 /// `name` itself, else `name_000002`, `name_000003`, ...; with `overwrite`, `name`.
 pub fn free_run_name(dir: &Path, name: &str, suffixes: &[&str], overwrite: bool) -> String {

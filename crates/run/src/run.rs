@@ -1,8 +1,8 @@
 //! A single-receiver run (`rdaq run`): the emulated detector sends to one receiver in this
 //! process, and its frames go through the online processing graph ([`crate::graph`]) or
 //! straight to the NXmx file ([`crate::consume`]). The files of a run are named after it:
-//! `<name>.h5`, `<name>_manifest.csv`, and with processing `<name>_truth.csv` and
-//! `<name>_calibration.h5`.
+//! `<name>_master.h5` with `<name>_data_000001.h5`, ..., `<name>_manifest.csv`, and with
+//! processing `<name>_truth.csv` and `<name>_calibration.h5`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -24,7 +24,7 @@ use crate::graph::{self, ProcessReport};
 use crate::{outputs, summary};
 
 /// The files of a run named `<name>`, in the output directory.
-pub const RUN_FILES: [&str; 4] = [".h5", "_manifest.csv", "_truth.csv", "_calibration.h5"];
+pub const RUN_FILES: [&str; 5] = ["_master.h5", "_data_000001.h5", "_manifest.csv", "_truth.csv", "_calibration.h5"];
 
 /// Runs the acquisition `cfg` describes (checked with [`Config::check`]) with one receiver;
 /// `control` stops the detector early. Returns the summary, not yet printed.
@@ -38,7 +38,7 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
     let frame_bytes = (geometry.height() * geometry.width() * meta.pixel.bytes()) as u64;
     let what = format!("{} frames of {:.1} MB before compression", cfg.emulator.frames, frame_bytes as f64 / 1e6);
     outputs::warn_if_short(&cfg.output.dir, cfg.emulator.frames * frame_bytes, &what);
-    let h5 = out(".h5");
+    let h5 = out("_master.h5");
     let mut writer = NxmxWriter::create(&h5, &meta)?;
     outputs::warn_without_reserve(&writer, &h5);
     eprintln!("{}", start_line(cfg, &rx));
@@ -111,6 +111,8 @@ fn file_meta(cfg: &Config, geometry: Geometry) -> anyhow::Result<NxmxMeta> {
     let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
     let mut meta = NxmxMeta::jungfrau(geometry, cfg.detector.photon_energy_kev, frame_time);
     meta.pixel = cfg.pixel_type()?;
+    meta.images_per_file = cfg.output.images_per_file;
+    meta.number_of_images = Some(cfg.emulator.frames);
     if cfg.processing() {
         meta.codec = Codec::parse(&cfg.process.codec, cfg.process.zstd_level)?;
         meta.max_spots = cfg.process.max_spots;

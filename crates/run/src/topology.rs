@@ -39,7 +39,8 @@ pub fn run(cfg: &Config, path: &Path, control: Arc<Control>) -> anyhow::Result<(
     }
     std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
     let manifest = cfg.output.dir.join(format!("{}_manifest.csv", cfg.output.name));
-    let files: Vec<PathBuf> = plan.receivers.iter().map(|rp| cfg.output.dir.join(format!("{}.h5", t.receivers[rp.receiver].name))).collect();
+    let masters = plan.receivers.iter().map(|rp| cfg.output.dir.join(format!("{}_master.h5", t.receivers[rp.receiver].name)));
+    let files: Vec<PathBuf> = masters.flat_map(|m| outputs::series_files(&m)).collect();
     outputs::refuse_existing(files.iter().chain([&manifest]).map(PathBuf::as_path), cfg.output.overwrite)?;
     let (mut stations, mut writers) = start_stations(cfg, &t, &plan)?;
     let maps: Vec<BufferMap> = stations.iter().map(|s| s.rx.buffer_map().clone()).collect();
@@ -85,8 +86,9 @@ fn start_stations(cfg: &Config, t: &Topology, plan: &Plan) -> anyhow::Result<(Ve
         let rx = Receiver::start(cfg.tune(ReceiverConfig { bind: spec.data, ..ReceiverConfig::for_request(&req) })?)
             .with_context(|| format!("starting receiver {}", spec.name))?;
         let geometry = rp.geometry(full);
-        let h5 = cfg.output.dir.join(format!("{}.h5", spec.name));
-        writers.push(NxmxWriter::create(&h5, &NxmxMeta::jungfrau(geometry, cfg.detector.photon_energy_kev, frame_time))?);
+        let h5 = cfg.output.dir.join(format!("{}_master.h5", spec.name));
+        let meta = NxmxMeta { images_per_file: cfg.output.images_per_file, ..NxmxMeta::jungfrau(geometry, cfg.detector.photon_energy_kev, frame_time) };
+        writers.push(NxmxWriter::create(&h5, &meta)?);
         stations.push(Station { name: spec.name.clone(), rx, geometry });
     }
     Ok((stations, writers))

@@ -1,15 +1,26 @@
 //! Sinks: where frames leave rdaq.
 //!
-//! - [`nxmx`]: the NXmx HDF5 file writer, one compressed frame per chunk by direct chunk
-//!   write, with the minimal NXmx metadata of `docs/formats.md`.
+//! - [`nxmx`]: the NXmx series writer: a master file ([`master`], metadata from
+//!   [`instrument`]) and SWMR data files ([`data_file`]), one compressed frame per chunk by
+//!   direct chunk write, in the layout of `docs/formats.md`.
+//! - [`nexus`]: the NeXus/HDF5 building blocks they share.
 //! - [`reader`]: frames read back from a file, rdaq's bitshuffle chunks decoded without a
 //!   filter plugin.
-//! - [`space`]: free disk space, and the reserve that lets a writer close its file after the
-//!   disk filled up.
+//! - [`space`]: free disk space, and the reserve that lets a writer close its files after
+//!   the disk filled up.
 
+pub mod data_file;
+pub mod instrument;
+pub mod master;
+pub mod meta;
+pub mod nexus;
 pub mod nxmx;
 pub mod reader;
 pub mod space;
 
+pub use data_file::MASK_MISSING;
+pub use master::{data_file_name, Part};
+pub use meta::{NxmxMeta, PixelType, Rotation, IMAGES_PER_FILE};
+pub use nexus::{frame_stack, os_error, write_chunk, BSHUF_FILTER};
+pub use nxmx::{Closed, NxmxWriter, SinkError, FLUSH_EVERY, RESERVE_BYTES};
 pub use reader::{FrameReader, ReadError};
-pub use nxmx::{frame_stack, Closed, os_error, write_chunk, NxmxMeta, NxmxWriter, PixelType, SinkError, RESERVE_BYTES};

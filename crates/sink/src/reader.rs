@@ -8,7 +8,7 @@ use hdf5::Dataset;
 use rdaq_process::bitshuffle::{decompress, Codec};
 use rdaq_process::Plain;
 
-use crate::nxmx::BSHUF_FILTER;
+use crate::nexus::BSHUF_FILTER;
 
 /// Why frames cannot be read.
 #[derive(Debug, thiserror::Error)]

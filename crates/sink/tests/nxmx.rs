@@ -20,6 +20,10 @@ fn meta() -> NxmxMeta {
         pixel: PixelType::Raw,
         codec: Codec::Lz4,
         max_spots: 4,
+        beam_center: [100.0, 200.0],
+        images_per_file: 16,
+        number_of_images: None,
+        rotation: None,
     }
 }
 
@@ -27,29 +31,41 @@ fn meta() -> NxmxMeta {
 fn frames_and_tables_land_in_the_file() {
     let dir = std::env::temp_dir().join(format!("rdaq-sink-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("t.h5");
+    let path = dir.join("t_master.h5");
     let (h, w) = (512, 2 * 1024 + 8);
-    let mut wr = NxmxWriter::create(&path, &meta()).unwrap();
+    let m = NxmxMeta { max_spots: 0, number_of_images: Some(40), ..meta() };
+    let mut wr = NxmxWriter::create(&path, &m).unwrap();
     let frames: Vec<Vec<u8>> = (0..40u32).map(|f| (0..h * w * 2).map(|i| ((i as u32 * 7 + f) % 251) as u8).collect()).collect();
     for (i, f) in frames.iter().enumerate() {
         let missing = if i == 5 { vec![(256, 512)] } else { vec![] };
         wr.write_frame(1000 + i as u64, f, &missing).unwrap();
     }
     assert!(wr.write_frame(0, &frames[0][..10], &[]).is_err(), "wrong size is refused");
-    wr.finish().unwrap();
+    let closed = wr.finish().unwrap();
+    assert_eq!(closed.frames, 40);
+    let names: Vec<_> = closed.data_files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["t_data_000001.h5", "t_data_000002.h5", "t_data_000003.h5"], "16 images per file");
 
+    // the master joins the data files: one virtual array, and a link per file
     let file = hdf5::File::open(&path).unwrap();
     let ds = file.dataset("entry/data/data").unwrap();
     assert_eq!(ds.shape(), vec![40, h, w]);
+    assert_eq!(ds.layout(), hdf5::plist::dataset_create::Layout::Virtual);
+    assert_eq!(file.dataset("entry/data/data_000003").unwrap().shape(), vec![8, h, w]);
     let fnum: Vec<u64> = file.dataset("entry/data/frame_number").unwrap().read_raw().unwrap();
     assert_eq!(fnum, (1000..1040).collect::<Vec<_>>());
     let complete: Vec<u8> = file.dataset("entry/data/frame_complete").unwrap().read_raw().unwrap();
     assert_eq!(complete.iter().filter(|&&c| c == 0).count(), 1);
-    for i in [0usize, 5, 39] {
-        let (_mask, raw) = read_chunk(&ds, i);
+    let incomplete: Vec<u64> = file.dataset("entry/data/incomplete_frame_number").unwrap().read_raw().unwrap();
+    assert_eq!(incomplete, [1005]);
+    // the chunks are opaque to HDF5 without the plugin: read them raw from the data files
+    for i in [0usize, 5, 17, 39] {
+        let df = hdf5::File::open(&closed.data_files[i / 16]).unwrap();
+        let (_mask, raw) = read_chunk(&df.dataset("entry/data/data").unwrap(), i % 16);
         assert_eq!(decompress(&raw, 2, Codec::Lz4).unwrap(), frames[i], "frame {i}");
     }
-    let mask_ds = file.dataset("entry/data/incomplete_pixel_mask").unwrap();
+    let first = hdf5::File::open(&closed.data_files[0]).unwrap();
+    let mask_ds = first.dataset("entry/data/incomplete_pixel_mask").unwrap();
     let (_, raw) = read_chunk(&mask_ds, 0);
     let mask = decompress(&raw, 4, Codec::Lz4).unwrap();
     let m: Vec<u32> = mask.chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
@@ -65,8 +81,8 @@ fn frames_and_tables_land_in_the_file() {
 fn converted_frames_and_spot_lists() {
     let dir = std::env::temp_dir().join(format!("rdaq-sink-kev-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("k.h5");
-    let m = NxmxMeta { pixel: PixelType::Kev, codec: Codec::Zstd(3), geometry: rdaq_detector::Geometry::new(1, 1, 8, 36).unwrap(), ..meta() };
+    let path = dir.join("k_master.h5");
+    let m = NxmxMeta { max_spots: 4, images_per_file: 1000, pixel: PixelType::Kev, codec: Codec::Zstd(3), geometry: rdaq_detector::Geometry::new(1, 1, 8, 36).unwrap(), ..meta() };
     let mut wr = NxmxWriter::create(&path, &m).unwrap();
     let (h, w) = (512, 1024);
     // 300 frames: more than one block of buffered spot lists
@@ -85,7 +101,8 @@ fn converted_frames_and_spot_lists() {
             let file = hdf5::File::open(&path).unwrap();
             let ds = file.dataset("entry/data/data").unwrap();
             assert_eq!(ds.shape(), vec![300, h, w]);
-            let (_, raw) = read_chunk(&ds, 299);
+            let data = hdf5::File::open(dir.join("k_data_000001.h5")).unwrap();
+            let (_, raw) = read_chunk(&data.dataset("entry/data/data").unwrap(), 299);
             assert_eq!(decompress(&raw, 4, Codec::Zstd(3)).unwrap(), last);
             let n: Vec<u32> = file.dataset("entry/result_1/nPeaks").unwrap().read_raw().unwrap();
             assert_eq!(n, (0..300u32).map(|f| f % 6).collect::<Vec<_>>());

@@ -1,0 +1,335 @@
+//! One data file of a series (`<name>_data_000001.h5`): `/entry/data/data` with one
+//! compressed frame per chunk, written by direct chunk write with filter 32008 registered
+//! OPTIONAL (writing needs no plugin; readers with hdf5plugin decode it), beside the
+//! per-frame tables (frame number, completeness, for incomplete frames a mask of the
+//! missing pixels) and with spot finding the spot lists and hit flags in `/entry/result_1`
+//! (the CXI peak-list layout CrystFEL reads with `peak_list`).
+//!
+//! The file is written in HDF5's single-writer/multiple-reader mode (SWMR): every object
+//! exists before the first frame, and HDF5 orders its metadata writes so that the file on
+//! disk is consistent at every flush. A reader (`h5py.File(path, "r", swmr=True)`) follows
+//! the file while it grows, and after the writer is killed it still reads every frame up
+//! to the writer's last flush.
+
+use std::path::Path;
+
+use hdf5::{Dataset, File, Group};
+use rdaq_process::bitshuffle::{Codec, Compressor};
+use rdaq_process::spots::Spot;
+
+use crate::meta::{NxmxMeta, PixelType};
+use crate::nexus::{frame_stack, nx_group, str_attr, write_chunk};
+
+/// NXmx pixel_mask bit 1 ("dead"), used for pixels whose data was lost in transfer.
+pub const MASK_MISSING: u32 = 1 << 1;
+
+/// Rows by which the per-frame tables and spot lists are chunked.
+const GROW: usize = 256;
+
+pub(crate) struct DataFile {
+    file: File,
+    data: Dataset,
+    tables: Tables,
+    results: Option<Results>,
+    meta_hw: (usize, usize),
+    max_spots: usize,
+    /// Frames whose chunks are in the file.
+    pub frames: usize,
+    mask_words: Compressor,
+    mask_chunk: Vec<u8>,
+    mask_buf: Vec<u32>,
+}
+
+/// The per-frame tables of `/entry/data`, buffered until the next flush.
+struct Tables {
+    frame_number: Dataset,
+    complete: Dataset,
+    incomplete_mask: Dataset,
+    incomplete_number: Dataset,
+    numbers: Vec<u64>,
+    flags: Vec<u8>,
+    incomplete: Vec<u64>,
+    /// Rows of `numbers` and `flags` in the file.
+    written: usize,
+    incomplete_written: usize,
+}
+
+/// Spot lists of the frames not yet flushed.
+struct Results {
+    n_peaks: Dataset,
+    x: Dataset,
+    y: Dataset,
+    intensity: Dataset,
+    pixels: Dataset,
+    hit: Dataset,
+    written: usize,
+    buf_n: Vec<u32>,
+    buf_x: Vec<f32>,
+    buf_y: Vec<f32>,
+    buf_i: Vec<f32>,
+    buf_p: Vec<u32>,
+    buf_hit: Vec<u8>,
+}
+
+impl DataFile {
+    /// Creates the file with every dataset it will hold, and starts SWMR writing.
+    pub fn create(path: &Path, meta: &NxmxMeta, first_image: u64) -> hdf5::Result<DataFile> {
+        let file = File::with_options().with_fapl(|p| p.libver_v110()).create(path)?;
+        let entry = nx_group(&file, "entry", "NXentry")?;
+        let (data, tables) = data_group(&entry, meta, first_image)?;
+        let results = if meta.max_spots > 0 { Some(Results::create(&entry, meta)?) } else { None };
+        file.start_swmr()?;
+        Ok(DataFile {
+            file,
+            data,
+            tables,
+            results,
+            meta_hw: (meta.geometry.height(), meta.geometry.width()),
+            max_spots: meta.max_spots,
+            frames: 0,
+            mask_words: Compressor::new(4, 0, Codec::Lz4),
+            mask_chunk: Vec::new(),
+            mask_buf: Vec::new(),
+        })
+    }
+
+    /// Appends one compressed frame; `missing` lists the byte ranges of the raw 16-bit image
+    /// that carry no data (the mask is per pixel whatever the type). Returns the bytes
+    /// written.
+    pub fn append(&mut self, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)]) -> hdf5::Result<u64> {
+        let (h, w) = self.meta_hw;
+        // one row at a time: a failed write leaves at most its own row behind
+        self.data.resize((self.frames + 1, h, w))?;
+        write_chunk(&self.data, self.frames, chunk)?;
+        let mut bytes = chunk.len() as u64;
+        if !missing.is_empty() {
+            bytes += self.write_mask(missing)?;
+            self.tables.incomplete.push(frame_number);
+        }
+        self.tables.numbers.push(frame_number);
+        self.tables.flags.push(missing.is_empty() as u8);
+        self.frames += 1;
+        Ok(bytes)
+    }
+
+    /// Records the spots and the hit decision of the frame appended last.
+    pub fn spots(&mut self, spots: &[Spot], total: usize, hit: bool) -> bool {
+        let Some(r) = self.results.as_mut() else { return false };
+        r.push(spots, total, hit, self.max_spots);
+        true
+    }
+
+    /// Writes the buffered table rows and spot lists and flushes the file: what a reader
+    /// (or a reader after a crash) sees is consistent up to here.
+    pub fn flush(&mut self) -> hdf5::Result<()> {
+        self.tables.write()?;
+        if let Some(r) = self.results.as_mut() {
+            r.write(self.max_spots)?;
+        }
+        self.file.flush()
+    }
+
+    fn write_mask(&mut self, missing: &[(usize, usize)]) -> hdf5::Result<u64> {
+        let (h, w) = self.meta_hw;
+        self.mask_buf.clear();
+        self.mask_buf.resize(h * w, 0);
+        for &(start, len) in missing {
+            self.mask_buf[start / 2..(start + len) / 2].fill(MASK_MISSING);
+        }
+        let k = self.tables.incomplete.len();
+        self.tables.incomplete_mask.resize((k + 1, h, w))?;
+        // SAFETY: u32 has no padding; the host is little-endian like the HDF5 type.
+        let bytes = unsafe { std::slice::from_raw_parts(self.mask_buf.as_ptr().cast::<u8>(), self.mask_buf.len() * 4) };
+        self.mask_words.compress(bytes, &mut self.mask_chunk);
+        write_chunk(&self.tables.incomplete_mask, k, &self.mask_chunk)?;
+        Ok(self.mask_chunk.len() as u64)
+    }
+
+    /// After a failed write, keeps only the first frames whose chunks HDF5 really holds (a
+    /// full disk can cost the index entry of a chunk written just before), so that no frame
+    /// reads as zeros.
+    pub fn trim_to_allocated(&mut self) {
+        let mut have = vec![false; self.frames];
+        for i in 0..self.data.num_chunks().unwrap_or(0) {
+            if let Some(c) = self.data.chunk_info(i) {
+                if let Some(h) = have.get_mut(c.offset[0] as usize) {
+                    *h = true;
+                }
+            }
+        }
+        let n = have.iter().position(|h| !h).unwrap_or(self.frames);
+        if n < self.frames {
+            self.frames = n;
+            self.tables.truncate(n);
+            if let Some(r) = self.results.as_mut() {
+                r.truncate(n, self.max_spots);
+            }
+        }
+    }
+
+    /// Flushes and trims the frame stack to the frames written. Returns why the stack kept a
+    /// failed frame's row, when HDF5 could not drop it (after a full disk).
+    pub fn finish(mut self, failed: bool) -> hdf5::Result<(u64, Option<String>)> {
+        if failed {
+            self.trim_to_allocated();
+        }
+        self.flush()?;
+        let (h, w) = self.meta_hw;
+        let untrimmed = match self.data.resize((self.frames, h, w)) {
+            Ok(()) => None,
+            // HDF5 met the full disk mid-update and cannot drop the failed frame's row; the
+            // tables say which rows are frames, and the rest of the file closes
+            Err(err) if failed => Some(err.to_string()),
+            Err(err) => return Err(err),
+        };
+        self.file.flush()?;
+        Ok((self.frames as u64, untrimmed))
+    }
+
+    /// Frame numbers of the incomplete frames in this file.
+    pub fn incomplete(&self) -> &[u64] {
+        &self.tables.incomplete
+    }
+}
+
+/// `/entry/data`: the frame stack of the series' pixel type (one frame per chunk) and the
+/// per-frame tables.
+fn data_group(entry: &Group, meta: &NxmxMeta, first_image: u64) -> hdf5::Result<(Dataset, Tables)> {
+    let (h, w) = (meta.geometry.height(), meta.geometry.width());
+    let g = nx_group(entry, "data", "NXdata")?;
+    str_attr(&g, "signal", "data")?;
+    let data = match meta.pixel {
+        PixelType::Raw => frame_stack::<u16>(&g, "data", h, w, meta.codec)?,
+        PixelType::Kev => frame_stack::<f32>(&g, "data", h, w, meta.codec)?,
+        PixelType::Photons16 => frame_stack::<i16>(&g, "data", h, w, meta.codec)?,
+        PixelType::Photons32 => frame_stack::<i32>(&g, "data", h, w, meta.codec)?,
+    };
+    str_attr(&data, "units", meta.pixel.units())?;
+    // the series' image number of this file's first image (1-based, as Dectris counts)
+    data.new_attr::<u64>().create("image_nr_low")?.write_scalar(&(first_image + 1))?;
+    let tables = Tables {
+        frame_number: g.new_dataset::<u64>().chunk(GROW).shape(0..).create("frame_number")?,
+        complete: g.new_dataset::<u8>().chunk(GROW).shape(0..).create("frame_complete")?,
+        incomplete_mask: frame_stack::<u32>(&g, "incomplete_pixel_mask", h, w, Codec::Lz4)?,
+        incomplete_number: g.new_dataset::<u64>().chunk(GROW).shape(0..).create("incomplete_frame_number")?,
+        numbers: Vec::new(),
+        flags: Vec::new(),
+        incomplete: Vec::new(),
+        written: 0,
+        incomplete_written: 0,
+    };
+    Ok((data, tables))
+}
+
+impl Tables {
+    fn write(&mut self) -> hdf5::Result<()> {
+        let (a, b) = (self.written, self.numbers.len());
+        if b > a {
+            self.frame_number.resize(b)?;
+            self.frame_number.write_slice(&self.numbers[a..b], a..b)?;
+            self.complete.resize(b)?;
+            self.complete.write_slice(&self.flags[a..b], a..b)?;
+            self.written = b;
+        }
+        let (a, b) = (self.incomplete_written, self.incomplete.len());
+        if b > a {
+            self.incomplete_number.resize(b)?;
+            self.incomplete_number.write_slice(&self.incomplete[a..b], a..b)?;
+            self.incomplete_written = b;
+        }
+        Ok(())
+    }
+
+    fn truncate(&mut self, n: usize) {
+        self.numbers.truncate(n);
+        self.flags.truncate(n);
+        let kept: std::collections::HashSet<u64> = self.numbers.iter().copied().collect();
+        self.incomplete.retain(|f| kept.contains(f));
+        self.written = self.written.min(n);
+        self.incomplete_written = self.incomplete_written.min(self.incomplete.len());
+    }
+}
+
+impl Results {
+    fn create(entry: &Group, meta: &NxmxMeta) -> hdf5::Result<Results> {
+        let g = nx_group(entry, "result_1", "NXcollection")?;
+        str_attr(&g, "description", "Bragg spots per frame (CXI peak-list layout); positions in pixels, fast (x) and slow (y)")?;
+        let m = meta.max_spots;
+        let per_frame = |name: &str| g.new_dataset::<f32>().chunk((GROW, m)).shape((0.., m)).create(name);
+        let intensity = per_frame("peakTotalIntensity")?;
+        str_attr(&intensity, "units", meta.pixel.units())?;
+        Ok(Results {
+            n_peaks: g.new_dataset::<u32>().chunk(GROW).shape(0..).create("nPeaks")?,
+            x: per_frame("peakXPosRaw")?,
+            y: per_frame("peakYPosRaw")?,
+            intensity,
+            pixels: g.new_dataset::<u32>().chunk((GROW, m)).shape((0.., m)).create("peakNPixels")?,
+            hit: g.new_dataset::<u8>().chunk(GROW).shape(0..).create("hit")?,
+            written: 0,
+            buf_n: Vec::with_capacity(GROW),
+            buf_x: Vec::with_capacity(GROW * m),
+            buf_y: Vec::with_capacity(GROW * m),
+            buf_i: Vec::with_capacity(GROW * m),
+            buf_p: Vec::with_capacity(GROW * m),
+            buf_hit: Vec::with_capacity(GROW),
+        })
+    }
+
+    fn push(&mut self, spots: &[Spot], total: usize, hit: bool, max: usize) {
+        self.buf_n.push(total as u32);
+        for k in 0..max {
+            let s = spots.get(k);
+            self.buf_x.push(s.map_or(0.0, |s| s.x));
+            self.buf_y.push(s.map_or(0.0, |s| s.y));
+            self.buf_i.push(s.map_or(0.0, |s| s.intensity));
+            self.buf_p.push(s.map_or(0, |s| s.pixels));
+        }
+        self.buf_hit.push(hit as u8);
+    }
+
+    fn write(&mut self, m: usize) -> hdf5::Result<()> {
+        let (a, n) = (self.written, self.buf_n.len());
+        if n == 0 {
+            return Ok(());
+        }
+        let to_err = |e: ndarray::ShapeError| hdf5::Error::from(e.to_string());
+        self.n_peaks.resize(a + n)?;
+        self.n_peaks.write_slice(&self.buf_n, a..a + n)?;
+        self.hit.resize(a + n)?;
+        self.hit.write_slice(&self.buf_hit, a..a + n)?;
+        for (ds, buf) in [(&self.x, &self.buf_x), (&self.y, &self.buf_y), (&self.intensity, &self.buf_i)] {
+            ds.resize((a + n, m))?;
+            ds.write_slice(ndarray::ArrayView2::from_shape((n, m), buf).map_err(to_err)?, ndarray::s![a..a + n, ..])?;
+        }
+        self.pixels.resize((a + n, m))?;
+        self.pixels.write_slice(ndarray::ArrayView2::from_shape((n, m), &self.buf_p).map_err(to_err)?, ndarray::s![a..a + n, ..])?;
+        self.written += n;
+        self.buf_n.clear();
+        self.buf_x.clear();
+        self.buf_y.clear();
+        self.buf_i.clear();
+        self.buf_p.clear();
+        self.buf_hit.clear();
+        Ok(())
+    }
+
+    /// Keeps the rows of the first `n` frames only (after a failed write took frames back).
+    fn truncate(&mut self, n: usize, per_frame: usize) {
+        let keep = n.saturating_sub(self.written);
+        self.buf_n.truncate(keep);
+        self.buf_hit.truncate(keep);
+        for b in [&mut self.buf_x, &mut self.buf_y, &mut self.buf_i] {
+            b.truncate(keep * per_frame);
+        }
+        self.buf_p.truncate(keep * per_frame);
+        if self.written > n {
+            // best effort: the file is being rescued after a failure
+            let _ = self.n_peaks.resize(n);
+            let _ = self.hit.resize(n);
+            for ds in [&self.x, &self.y, &self.intensity, &self.pixels] {
+                let _ = ds.resize((n, per_frame));
+            }
+            self.written = n;
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! The master file of a series (`<name>_master.h5`, as Dectris detectors and Jungfraujoch
+//! write it): all metadata, and the data files joined without copying a byte. `/entry/data`
+//! holds an external link per data file (`data_000001` -> `<name>_data_000001.h5:/entry/data/data`,
+//! what XDS/Durin follow) and virtual datasets that read as one array across the files:
+//! `data` (the images; what DIALS and h5py read), the per-frame tables and, with spot
+//! finding, `/entry/result_1`.
+//!
+//! It is written twice: at the start, covering the images planned (so that it reads the
+//! data files while they are written, and after a crash), and at the end with the images
+//! the files hold. Each time it is written beside and renamed over the old one, so that a
+//! master file is always whole.
+
+use std::path::Path;
+
+use hdf5::{Dataset, Extents, File, Group, H5Type, Hyperslab, Selection, SliceOrIndex};
+
+use crate::instrument::write_metadata;
+use crate::meta::{NxmxMeta, PixelType};
+use crate::nexus::{nx_group, str_attr, str_ds};
+
+/// One data file of the series as the master sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    /// The data file's name, relative to the master's directory.
+    pub file: String,
+    pub frames: u64,
+}
+
+/// The data files that `frames` images fill, `images_per_file` to a file, for the series
+/// whose master is `master`.
+pub fn planned_parts(master: &Path, frames: u64, images_per_file: usize) -> Vec<Part> {
+    let per = images_per_file as u64;
+    (0..frames.div_ceil(per)).map(|k| Part { file: data_file_name(master, k as usize + 1), frames: per.min(frames - k * per) }).collect()
+}
+
+/// The name of data file `k` (from 1) of the series whose master is `master`:
+/// `<name>_data_00000k.h5` for `<name>_master.h5` (or for `<name>.h5`).
+pub fn data_file_name(master: &Path, k: usize) -> String {
+    let stem = master.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = stem.strip_suffix("_master").unwrap_or(&stem);
+    format!("{name}_data_{k:06}.h5")
+}
+
+/// What the master says beyond the metadata.
+pub struct Contents<'a> {
+    pub parts: &'a [Part],
+    /// Frame numbers of the incomplete frames (known at the end).
+    pub incomplete: &'a [u64],
+    pub end_time: Option<&'a str>,
+}
+
+/// Writes the master file `path` (beside it first, then renamed over it).
+pub fn write_master(path: &Path, meta: &NxmxMeta, c: &Contents) -> hdf5::Result<()> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    {
+        let file = File::create(&tmp)?;
+        let frames: u64 = c.parts.iter().map(|p| p.frames).sum();
+        let entry = write_metadata(&file, meta, frames)?;
+        if let Some(t) = c.end_time {
+            str_ds(&entry, "end_time", t)?;
+        }
+        data_group(&entry, meta, c)?;
+        if meta.max_spots > 0 {
+            results_group(&entry, meta, c.parts)?;
+        }
+        file.flush()?;
+    }
+    std::fs::rename(&tmp, path).map_err(|e| hdf5::Error::from(format!("cannot rename {} to {}: {e}", tmp.display(), path.display())))
+}
+
+/// `/entry/data`: the links to the data files and the virtual datasets across them.
+fn data_group(entry: &Group, meta: &NxmxMeta, c: &Contents) -> hdf5::Result<()> {
+    let g = nx_group(entry, "data", "NXdata")?;
+    str_attr(&g, "signal", "data")?;
+    for (k, p) in c.parts.iter().enumerate() {
+        g.link_external(&p.file, "/entry/data/data", &format!("data_{:06}", k + 1))?;
+    }
+    let (h, w) = (meta.geometry.height(), meta.geometry.width());
+    let src = "/entry/data/data";
+    let data = match meta.pixel {
+        PixelType::Raw => join::<u16>(&g, "data", c.parts, src, &[h, w])?,
+        PixelType::Kev => join::<f32>(&g, "data", c.parts, src, &[h, w])?,
+        PixelType::Photons16 => join::<i16>(&g, "data", c.parts, src, &[h, w])?,
+        PixelType::Photons32 => join::<i32>(&g, "data", c.parts, src, &[h, w])?,
+    };
+    str_attr(&data, "units", meta.pixel.units())?;
+    join::<u64>(&g, "frame_number", c.parts, "/entry/data/frame_number", &[])?;
+    join::<u8>(&g, "frame_complete", c.parts, "/entry/data/frame_complete", &[])?;
+    g.new_dataset::<u64>().shape(c.incomplete.len()).create("incomplete_frame_number")?.write(c.incomplete)?;
+    Ok(())
+}
+
+/// `/entry/result_1`: the spot lists across the data files.
+fn results_group(entry: &Group, meta: &NxmxMeta, parts: &[Part]) -> hdf5::Result<()> {
+    let g = nx_group(entry, "result_1", "NXcollection")?;
+    str_attr(&g, "description", "Bragg spots per frame (CXI peak-list layout); positions in pixels, fast (x) and slow (y)")?;
+    let m = [meta.max_spots];
+    let src = |name: &str| format!("/entry/result_1/{name}");
+    join::<u32>(&g, "nPeaks", parts, &src("nPeaks"), &[])?;
+    join::<u8>(&g, "hit", parts, &src("hit"), &[])?;
+    join::<f32>(&g, "peakXPosRaw", parts, &src("peakXPosRaw"), &m)?;
+    join::<f32>(&g, "peakYPosRaw", parts, &src("peakYPosRaw"), &m)?;
+    let intensity = join::<f32>(&g, "peakTotalIntensity", parts, &src("peakTotalIntensity"), &m)?;
+    str_attr(&intensity, "units", meta.pixel.units())?;
+    join::<u32>(&g, "peakNPixels", parts, &src("peakNPixels"), &m)?;
+    Ok(())
+}
+
+/// A virtual dataset `name` of rows of shape `row`: the rows of dataset `src` of each part's
+/// file, one part after the other.
+fn join<T: H5Type>(g: &Group, name: &str, parts: &[Part], src: &str, row: &[usize]) -> hdf5::Result<Dataset> {
+    let total: usize = parts.iter().map(|p| p.frames as usize).sum();
+    let dims = |n: usize| Extents::from([&[n][..], row].concat());
+    let rows = |a: usize, b: usize| {
+        let mut s = vec![SliceOrIndex::from(a..b)];
+        s.extend(row.iter().map(|_| SliceOrIndex::from(..)));
+        Selection::from(Hyperslab::from(s))
+    };
+    let mut b = g.new_dataset::<T>().shape(dims(total));
+    let mut at = 0;
+    for p in parts.iter().filter(|p| p.frames > 0) {
+        let n = p.frames as usize;
+        b = b.virtual_map(&p.file, src, dims(n), rows(0, n), dims(total), rows(at, at + n));
+        at += n;
+    }
+    b.create(name)
+}

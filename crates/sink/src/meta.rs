@@ -1,0 +1,136 @@
+//! What a series of NXmx files (and the Stream V2 start message) says about the experiment:
+//! the detector, its pixels, the beam and the sample, and how the images are split over files.
+
+use rdaq_detector::Geometry;
+use rdaq_process::bitshuffle::Codec;
+
+/// What a pixel of `/entry/data/data` holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PixelType {
+    /// Raw JUNGFRAU words (gain bits and ADC), uint16.
+    Raw,
+    /// Energy in keV, float32 (+inf saturated, NaN error or masked).
+    Kev,
+    /// Photon counts, int16 (max saturated, min error or masked).
+    Photons16,
+    /// Photon counts, int32.
+    Photons32,
+}
+
+impl PixelType {
+    pub fn bytes(self) -> usize {
+        match self {
+            PixelType::Raw | PixelType::Photons16 => 2,
+            PixelType::Kev | PixelType::Photons32 => 4,
+        }
+    }
+
+    /// The unit of a pixel value (and of sums of them, such as a spot's intensity).
+    pub fn units(self) -> &'static str {
+        match self {
+            PixelType::Raw => "ADU",
+            PixelType::Kev => "keV",
+            PixelType::Photons16 | PixelType::Photons32 => "photons",
+        }
+    }
+
+    /// The saturation and underload markers of the pixel type: saturated pixels read the
+    /// saturation value, error and masked pixels the underload value (NaN for keV, which no
+    /// threshold passes).
+    pub fn markers(self) -> (f64, f64) {
+        match self {
+            PixelType::Raw => (0x3fff as f64, -1.0),
+            PixelType::Kev => (f64::INFINITY, f64::NAN),
+            PixelType::Photons16 => (i16::MAX as f64, i16::MIN as f64),
+            PixelType::Photons32 => (i32::MAX as f64, i32::MIN as f64),
+        }
+    }
+
+    /// The name of the element type (numpy's and Stream V2's `image_dtype`).
+    pub fn dtype(self) -> &'static str {
+        match self {
+            PixelType::Raw => "uint16",
+            PixelType::Kev => "float32",
+            PixelType::Photons16 => "int16",
+            PixelType::Photons32 => "int32",
+        }
+    }
+}
+
+/// A rotation series: the sample turns about omega (the x axis) by `increment_deg` per
+/// image from `start_deg`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rotation {
+    pub start_deg: f64,
+    pub increment_deg: f64,
+}
+
+/// What the files say about the experiment and the detector.
+#[derive(Clone, Debug)]
+pub struct NxmxMeta {
+    /// Where the modules sit in the image (the image is `geometry.height() x width()`).
+    pub geometry: Geometry,
+    pub photon_energy_kev: f64,
+    pub frame_time_s: f64,
+    pub detector_distance_m: f64,
+    /// Where the direct beam meets the detector, in pixels: (x fast, y slow).
+    pub beam_center: [f64; 2],
+    pub pixel_size_m: f64,
+    pub sensor_material: String,
+    pub sensor_thickness_m: f64,
+    pub start_time: String,
+    pub detector_name: String,
+    pub pixel: PixelType,
+    pub codec: Codec,
+    /// Spot lists hold at most this many spots per frame (the rest are counted in nPeaks);
+    /// 0: no spot lists.
+    pub max_spots: usize,
+    /// Images per data file (`<name>_data_000001.h5`, ...).
+    pub images_per_file: usize,
+    /// The images the series is to hold, when known at its start: the master file then
+    /// covers them from the start, so that it reads the data files while they are written
+    /// and after a crash.
+    pub number_of_images: Option<u64>,
+    /// Stills when `None`.
+    pub rotation: Option<Rotation>,
+}
+
+/// Images per data file unless told otherwise (as Dectris detectors write them).
+pub const IMAGES_PER_FILE: usize = 1000;
+
+impl NxmxMeta {
+    /// What rdaq writes for a JUNGFRAU detector of this geometry: 75 µm silicon pixels,
+    /// 320 µm thick, 0.1 m from the sample with the beam at the image centre (placeholders
+    /// until the beamline says), stills, started now; raw pixels, LZ4.
+    pub fn jungfrau(geometry: Geometry, photon_energy_kev: f64, frame_time_s: f64) -> NxmxMeta {
+        let modules = geometry.modules;
+        NxmxMeta {
+            geometry,
+            photon_energy_kev,
+            frame_time_s,
+            detector_distance_m: 0.1,
+            beam_center: [geometry.width() as f64 / 2.0, geometry.height() as f64 / 2.0],
+            pixel_size_m: 75e-6,
+            sensor_material: "Si".into(),
+            sensor_thickness_m: 320e-6,
+            start_time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            detector_name: format!("JUNGFRAU {modules}-module (rdaq)"),
+            pixel: PixelType::Raw,
+            codec: Codec::Lz4,
+            max_spots: 0,
+            images_per_file: IMAGES_PER_FILE,
+            number_of_images: None,
+            rotation: None,
+        }
+    }
+
+    /// The wavelength of the beam in Ångström.
+    pub fn wavelength_angstrom(&self) -> f64 {
+        12.398_419_843_320_026 / self.photon_energy_kev
+    }
+
+    /// Bytes of one uncompressed image.
+    pub fn image_bytes(&self) -> usize {
+        self.geometry.height() * self.geometry.width() * self.pixel.bytes()
+    }
+}

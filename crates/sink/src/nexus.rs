@@ -1,0 +1,108 @@
+//! NeXus building blocks over the HDF5 library: classed groups, scalar fields with units,
+//! transformation axes, the bitshuffle frame stack and its direct chunk write.
+
+use hdf5::types::VarLenUnicode;
+use hdf5::{Dataset, Group};
+use rdaq_process::bitshuffle::Codec;
+
+/// HDF5 filter id of bitshuffle.
+pub const BSHUF_FILTER: i32 = 32008;
+
+pub(crate) fn str_attr(loc: &hdf5::Location, name: &str, value: &str) -> hdf5::Result<()> {
+    let v: VarLenUnicode = value.parse().map_err(|e| hdf5::Error::from(format!("{e:?}")))?;
+    loc.new_attr::<VarLenUnicode>().create(name)?.write_scalar(&v)
+}
+
+pub(crate) fn nx_group(parent: &Group, name: &str, class: &str) -> hdf5::Result<Group> {
+    let g = parent.create_group(name)?;
+    str_attr(&g, "NX_class", class)?;
+    Ok(g)
+}
+
+pub(crate) fn str_ds(g: &Group, name: &str, value: &str) -> hdf5::Result<Dataset> {
+    let v: VarLenUnicode = value.parse().map_err(|e| hdf5::Error::from(format!("{e:?}")))?;
+    let d = g.new_dataset::<VarLenUnicode>().create(name)?;
+    d.write_scalar(&v)?;
+    Ok(d)
+}
+
+pub(crate) fn f64_ds(g: &Group, name: &str, value: f64, units: &str) -> hdf5::Result<Dataset> {
+    let d = g.new_dataset::<f64>().create(name)?;
+    d.write_scalar(&value)?;
+    if !units.is_empty() {
+        str_attr(&d, "units", units)?;
+    }
+    Ok(d)
+}
+
+/// One axis of an NXtransformations chain.
+pub(crate) struct Axis<'a> {
+    pub kind: &'a str,
+    pub value: f64,
+    pub units: &'a str,
+    pub vector: [f64; 3],
+    pub depends_on: &'a str,
+    pub offset: Option<[f64; 3]>,
+}
+
+/// Writes `axis` as the field `name` of `g`.
+pub(crate) fn axis(g: &Group, name: &str, a: &Axis) -> hdf5::Result<Dataset> {
+    let d = f64_ds(g, name, a.value, a.units)?;
+    str_attr(&d, "transformation_type", a.kind)?;
+    str_attr(&d, "depends_on", a.depends_on)?;
+    d.new_attr::<f64>().shape(3).create("vector")?.write(&a.vector)?;
+    if let Some(o) = a.offset {
+        d.new_attr::<f64>().shape(3).create("offset")?.write(&o)?;
+        str_attr(&d, "offset_units", "m")?;
+    }
+    Ok(d)
+}
+
+#[allow(non_camel_case_types)]
+type libc_uint = std::os::raw::c_uint;
+
+/// A chunked, resizable 3-D dataset with bitshuffle (optional) registered.
+pub fn frame_stack<T: hdf5::H5Type>(g: &Group, name: &str, h: usize, w: usize, codec: Codec) -> hdf5::Result<Dataset> {
+    let dcpl = hdf5::plist::DatasetCreate::try_new()?;
+    // 0, 4: bitshuffle version fields (informational), element size, block size 0 (auto),
+    // codec (2 LZ4, 3 Zstd) and level. Set through the C API because the filter need not
+    // be registered here.
+    let [c, level] = codec.cd_values();
+    let cd: [libc_uint; 6] = [0, 4, std::mem::size_of::<T>() as libc_uint, 0, c, level];
+    // SAFETY: `dcpl` is a live dataset-creation property list for the call, and `cd` holds
+    // the `cd.len()` values the call reads; HDF5's global lock is held (`sync`).
+    let rc = hdf5::sync::sync(|| unsafe {
+        hdf5_sys::h5p::H5Pset_filter(dcpl.id(), BSHUF_FILTER, hdf5_sys::h5z::H5Z_FLAG_OPTIONAL, cd.len(), cd.as_ptr())
+    });
+    if rc < 0 {
+        return Err("H5Pset_filter(bitshuffle) failed".into());
+    }
+    g.new_dataset::<T>().set_dcpl(&dcpl).chunk((1, h, w)).shape((0.., h, w)).create(name)
+}
+
+/// Writes one pre-compressed chunk at frame index `index`. On failure the error carries
+/// HDF5's error stack (see [`os_error`]).
+pub fn write_chunk(ds: &Dataset, index: usize, chunk: &[u8]) -> hdf5::Result<()> {
+    let offset: [hdf5_sys::h5::hsize_t; 3] = [index as _, 0, 0];
+    hdf5::sync::sync(|| {
+        // SAFETY: `offset` has one entry per dataset dimension and `chunk` is a live buffer
+        // of the given size; filter mask 0 says the (only) filter was applied.
+        let rc = unsafe {
+            hdf5_sys::h5d::H5Dwrite_chunk(ds.id(), hdf5_sys::h5p::H5P_DEFAULT, 0, offset.as_ptr(), chunk.len(), chunk.as_ptr().cast())
+        };
+        // the stack is read under the same lock, before another call can replace it
+        hdf5::h5check(rc).map(drop)
+    })
+}
+
+/// The operating system's error behind an HDF5 error, where HDF5's file driver recorded
+/// one (its messages say `errno = 28, error message = 'No space left on device'`).
+pub fn os_error(e: &hdf5::Error) -> Option<std::io::Error> {
+    let stack = e.stack()?;
+    stack.iter().find_map(|f| {
+        let at = f.desc().find("errno = ")? + "errno = ".len();
+        let digits: String = f.desc()[at..].chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok().map(std::io::Error::from_raw_os_error)
+    })
+}
+
