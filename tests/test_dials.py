@@ -1,0 +1,95 @@
+"""The field's tools read rdaq's files: DIALS (Debian's package) imports a run's master file
+with the geometry rdaq wrote and finds the Bragg spots rdaq found; the `nxmx` package reads
+the master without a warning."""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import warnings
+
+import h5py
+import hdf5plugin
+import numpy as np
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def processed_run(rdaq, tmp_path_factory):
+    out = tmp_path_factory.mktemp("dials")
+    # 20 frames: every other one dark (pedestal), half the rest hits; 3 images per data file
+    r = subprocess.run([rdaq, "run", "--frames", "20", "--images-per-file", "3", "--out", out], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return out / "rdaq_run_master.h5"
+
+
+def dials(cmd, *args, cwd):
+    # DIALS decodes the bitshuffle chunks with hdf5plugin's filters, as a user sets it up
+    env = dict(os.environ, HDF5_PLUGIN_PATH=hdf5plugin.PLUGIN_PATH)
+    r = subprocess.run([cmd, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+@pytest.mark.skipif(shutil.which("dials.import") is None, reason="DIALS is installed by scripts/setup.sh")
+def test_dials_imports_the_geometry_and_finds_rdaqs_spots(processed_run, tmp_path):
+    dials("dials.import", processed_run, cwd=tmp_path)
+    dials("dials.find_spots", "imported.expt", "nproc=1", cwd=tmp_path)
+    dump = subprocess.run(["/usr/bin/python3", HERE / "dials_dump.py", "imported.expt", "strong.refl"],
+                          capture_output=True, text=True, cwd=tmp_path, check=True)
+    seen = json.loads(dump.stdout)
+    with h5py.File(processed_run, "r") as f:
+        images = f["entry/data/data"].shape[0]
+        assert len(f["entry/data"]) - 4 > 1, "the run spans several data files"  # data_00000k links
+        det = f["entry/instrument/detector"]
+        bx, by = det["beam_center_x"][()], det["beam_center_y"][()]
+        px_m, dist_m = det["x_pixel_size"][()], det["distance"][()]
+        origins = [tuple(det[f"module_{m}/data_origin"][:]) for m in range(2)]
+        wavelength = f["entry/instrument/beam/incident_wavelength"][()]
+        r1 = f["entry/result_1"]
+        n, xs, ys = r1["nPeaks"][:], r1["peakXPosRaw"][:], r1["peakYPosRaw"][:]
+    assert seen["images"] == images > 0
+    assert abs(seen["wavelength"] - wavelength) < 1e-9
+    px, dist = px_m * 1e3, dist_m * 1e3  # DIALS speaks mm
+    for p, (r0, c0) in zip(seen["panels"], origins):
+        assert p["image_size"] == [1024, 512] and p["pixel_size"] == pytest.approx([px, px])
+        assert p["distance"] == pytest.approx(dist)
+        # DIALS' frame: x opposite to NeXus' (McStas) x, the detector at -z
+        assert p["origin"] == pytest.approx([-(bx - c0) * px, (by - r0) * px, -dist])
+    # nearly every spot rdaq found has a DIALS spot within a pixel (DIALS' panel coordinates
+    # shifted by the module's place in the image)
+    found = {}
+    for img, panel, x, y in seen["spots"]:
+        r0, c0 = origins[panel]
+        found.setdefault(img, []).append((x + c0, y + r0))
+    ours = matched = 0
+    for img in range(images):
+        theirs = np.array(found.get(img, [(-1e9, -1e9)]))
+        for k in range(min(n[img], xs.shape[1])):
+            ours += 1
+            d = np.hypot(theirs[:, 0] - xs[img, k], theirs[:, 1] - ys[img, k]).min()
+            matched += d <= 1.0
+    assert ours > 100 and matched >= 0.95 * ours, f"{matched} of {ours} spots matched"
+
+
+def test_nxmx_reads_the_master_without_warnings(processed_run):
+    import nxmx
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with h5py.File(processed_run, "r") as f:
+            entry = nxmx.NXmx(f).entries[0]
+            assert entry.definition == "NXmx"
+            assert entry.samples[0].depends_on is None, "stills: no goniometer"
+            beam = entry.instruments[0].beams[0]
+            assert beam.incident_wavelength.to("angstrom").magnitude == pytest.approx(12.398419843320026 / 12.4)
+            det = entry.instruments[0].detectors[0]
+            assert det.sensor_material == "Si" and det.pixel_mask.shape == (1060, 1024)
+            assert [list(m.data_origin) for m in det.modules] == [[0, 0], [548, 0]]
+            for m in det.modules:
+                chain = nxmx.get_dependency_chain(m.fast_pixel_direction)
+                assert chain[-1].path == "/entry/instrument/detector/transformations/translation"
+                origin = nxmx.get_cumulative_transformation(chain)[0][:3, 3]
+                assert origin[2] == pytest.approx(100.0), "the modules hang on the detector's distance (mm)"
+            assert entry.data[0].signal == "data"
