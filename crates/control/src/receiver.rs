@@ -224,7 +224,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
                     log.push(Event::PacketLoss { receiver: name.clone(), module: l.module, start: l.start, end: l.end });
                 }
             };
-            let mut stats = consume(&rx, writer.as_mut().map(|w| (w, geometry)), &ProgressBar::hidden(), Some(&flag), on_frame)?;
+            let mut stats = consume(&rx, writer.as_mut().map(|w| (w, geometry)), None, &ProgressBar::hidden(), Some(&flag), on_frame)?;
             let path = match writer {
                 Some(w) => rdaq_run::outputs::close(w, &mut stats)?,
                 None => None,

@@ -211,7 +211,7 @@ fn consume_until_stopped(rx: &Receiver, writer: Option<(&mut NxmxWriter, Geometr
     let s2 = stop.clone();
     let _ = ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed));
     std::thread::scope(|s| {
-        let consumer = s.spawn(|| consume::consume(rx, writer, bar, None, |_| {}));
+        let consumer = s.spawn(|| consume::consume(rx, writer, None, bar, None, |_| {}));
         while !consumer.is_finished() {
             if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
                 rx.stop();

@@ -29,6 +29,12 @@ pub struct RunArgs {
     /// Images per data file (output.images_per_file, default 1000).
     #[arg(long)]
     images_per_file: Option<usize>,
+    /// Stream V2 endpoint to publish on (stream.endpoint, default tcp://*:31001; "none": off).
+    #[arg(long)]
+    stream: Option<String>,
+    /// When stream consumers are slower: "drop" images (default) or "block" the acquisition.
+    #[arg(long)]
+    stream_policy: Option<String>,
     /// Exit 0 even if frames were lost.
     #[arg(long)]
     tolerate_loss: bool,
@@ -76,6 +82,12 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(n) = a.images_per_file {
         cfg.output.images_per_file = n;
+    }
+    if let Some(e) = a.stream {
+        cfg.stream.endpoint = e;
+    }
+    if let Some(p) = a.stream_policy {
+        cfg.stream.policy = p;
     }
     cfg.output.tolerate_loss |= a.tolerate_loss;
     cfg.output.overwrite |= a.overwrite;

@@ -19,6 +19,52 @@ pub struct Config {
     pub faults: Faults,
     pub process: Process,
     pub output: Output,
+    pub stream: Stream,
+}
+
+/// The Stream V2 publisher (docs/stream.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Stream {
+    /// ZeroMQ endpoint to bind; "none" publishes nothing.
+    pub endpoint: String,
+    /// "push" (consumers share the images round-robin) or "pub" (each subscriber sees all).
+    pub socket: String,
+    /// Images queued at most before the policy applies.
+    pub hwm: i32,
+    /// "drop" (acquisition never waits for the stream; dropped images are counted) or
+    /// "block" (nothing dropped; a slow consumer slows the acquisition, counted as waits).
+    pub policy: String,
+}
+
+impl Default for Stream {
+    fn default() -> Self {
+        Stream { endpoint: "tcp://*:31001".into(), socket: "push".into(), hwm: 100, policy: "drop".into() }
+    }
+}
+
+impl Stream {
+    /// The publisher's settings; `None` when the stream is off.
+    pub fn config(&self) -> anyhow::Result<Option<rdaq_stream::StreamConfig>> {
+        use rdaq_stream::{Policy, SocketKind};
+        if self.endpoint == "none" {
+            return Ok(None);
+        }
+        let socket = match self.socket.as_str() {
+            "push" => SocketKind::Push,
+            "pub" => SocketKind::Pub,
+            s => bail!("stream.socket must be \"push\" or \"pub\", not {s:?}"),
+        };
+        let policy = match self.policy.as_str() {
+            "drop" => Policy::Drop,
+            "block" => Policy::Block,
+            p => bail!("stream.policy must be \"drop\" or \"block\", not {p:?}"),
+        };
+        if self.hwm < 1 {
+            bail!("stream.hwm must be at least 1, not {}", self.hwm);
+        }
+        Ok(Some(rdaq_stream::StreamConfig { endpoint: self.endpoint.clone(), socket, hwm: self.hwm, policy }))
+    }
 }
 
 /// Online processing of JUNGFRAU frames (docs/processing.md).
@@ -334,6 +380,9 @@ impl Config {
         }
         if !(self.detector.photon_energy_kev > 0.0) {
             bail!("detector.photon_energy_kev must be positive");
+        }
+        if self.stream.config()?.is_some() && self.processing() && self.process.codec != "lz4" {
+            bail!("stream: Stream V2 carries bitshuffle-LZ4 images only; set process.codec = \"lz4\" or stream.endpoint = \"none\"");
         }
         if self.output.images_per_file == 0 {
             bail!("output.images_per_file must be at least 1");

@@ -9,7 +9,10 @@ use crossbeam_channel::RecvTimeoutError;
 use indicatif::ProgressBar;
 use rdaq_detector::{as_bytes, as_words, Geometry};
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
+use rdaq_process::bitshuffle::Compressor;
 use rdaq_sink::NxmxWriter;
+
+use crate::stream::Stream;
 
 #[derive(Clone, Debug, Default)]
 pub struct ConsumeStats {
@@ -85,17 +88,21 @@ pub fn next_frame(rx: &Receiver, until: Option<&AtomicBool>) -> Option<FrameRead
 }
 
 /// Consumes frames until the receiver finishes, or until `until` is set and no frame is
-/// waiting: assembles each frame's modules into the detector image (gaps marked) and writes
-/// it. Without a writer, frames are only counted. `on_frame` sees every frame first.
+/// waiting: assembles each frame's modules into the detector image (gaps marked),
+/// compresses it once, writes the chunk and publishes it on the stream. Without a writer,
+/// frames are only counted. `on_frame` sees every frame first.
 pub fn consume(
     rx: &Receiver,
     mut writer: Option<(&mut NxmxWriter, Geometry)>,
+    mut stream: Option<&mut Stream>,
     bar: &ProgressBar,
     until: Option<&AtomicBool>,
     mut on_frame: impl FnMut(&FrameReady),
 ) -> anyhow::Result<ConsumeStats> {
     let mut s = ConsumeStats { what: if writer.is_some() { "assembling and writing frames" } else { "counting frames" }, ..Default::default() };
     let mut image = vec![0u16; writer.as_ref().map_or(0, |(_, g)| g.height() * g.width())];
+    let mut comp = writer.as_ref().map(|(w, _)| Compressor::new(w.meta().pixel.bytes(), 0, w.meta().codec));
+    let mut chunk = Vec::new();
     while let Some(f) = next_frame(rx, until) {
         on_frame(&f);
         bar.inc(1);
@@ -111,7 +118,11 @@ pub fn consume(
                 let words = as_words(rx.data(&f)?);
                 let mp = geometry.module_pixels();
                 geometry.assemble(|m| &words[m as usize * mp..(m as usize + 1) * mp], &mut image);
-                match w.write_frame(f.frame(), as_bytes(&image), &missing) {
+                comp.as_mut().expect("made with the writer").compress(as_bytes(&image), &mut chunk);
+                if let Some(st) = stream.as_deref_mut() {
+                    st.image(f.frame(), &chunk, &missing, None);
+                }
+                match w.write_chunk(f.frame(), &chunk, &missing) {
                     Ok(()) => {
                         s.bytes_in += words.len() as u64 * 2;
                         s.bytes_out += w.bytes_written - before;

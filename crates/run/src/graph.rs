@@ -25,6 +25,8 @@ use rdaq_process::spots::{is_hit, LocalSnr, LocalSnrParams, Spot};
 use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain};
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_sink::{NxmxWriter, PixelType};
+
+use crate::stream::Stream;
 use serde::Serialize;
 
 use crate::consume::{missing_ranges, next_frame, ConsumeStats};
@@ -168,12 +170,13 @@ struct Graph<'a> {
     cal: SharedCal,
     stats: Mutex<ConsumeStats>,
     writer: Mutex<&'a mut NxmxWriter>,
+    stream: Mutex<Option<&'a mut Stream>>,
     counts: Counts,
     pool: Sender<Box<Work>>,
 }
 
 /// Runs the graph until the receiver finishes (or `until` is set and no frame waits).
-pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressBar, until: Option<&AtomicBool>) -> anyhow::Result<(ConsumeStats, ProcessReport)> {
+pub fn run(rx: &Receiver, writer: &mut NxmxWriter, stream: Option<&mut Stream>, setup: Setup, bar: &ProgressBar, until: Option<&AtomicBool>) -> anyhow::Result<(ConsumeStats, ProcessReport)> {
     Converter::shared(setup.calibration.clone(), setup.invalid)?;
     let (pool, pool_rx) = work_pool(&setup);
     let g = Graph {
@@ -182,6 +185,7 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, setup: Setup, bar: &ProgressB
         cal: SharedCal { cal: RwLock::new(setup.calibration.clone()), generation: AtomicU64::new(0) },
         stats: Mutex::new(ConsumeStats { what: "processing and writing frames", ..Default::default() }),
         writer: Mutex::new(writer),
+        stream: Mutex::new(stream),
         counts: Counts::default(),
         pool,
     };
@@ -361,11 +365,14 @@ impl Graph<'_> {
         })
     }
 
-    /// Writes the chunk and the spot list; after a write error, frames are counted as not
-    /// saved.
+    /// Publishes the chunk with its spot list on the stream, and writes both; after a
+    /// write error, frames are counted as not saved.
     fn write_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
         let frame_bytes = (self.setup.geometry.height() * self.setup.geometry.width() * self.setup.pixel.bytes()) as u64;
         Box::new(move |wk: Box<Work>, _: &Emit<Box<Work>>| {
+            if let Some(s) = self.stream.lock().expect("not poisoned").as_deref_mut() {
+                s.image(wk.frame, &wk.chunk, &wk.missing, Some((&wk.spots, wk.hit)));
+            }
             let mut st = self.stats.lock().expect("not poisoned");
             if st.write_error.is_some() {
                 st.not_saved += 1;

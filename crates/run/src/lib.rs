@@ -24,6 +24,7 @@ pub mod consume;
 pub mod graph;
 pub mod outputs;
 pub mod run;
+pub mod stream;
 pub mod summary;
 pub mod topology;
 

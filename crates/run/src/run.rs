@@ -21,6 +21,7 @@ use rdaq_sink::{NxmxMeta, NxmxWriter};
 use crate::config::Config;
 use crate::consume::consume;
 use crate::graph::{self, ProcessReport};
+use crate::stream::Stream;
 use crate::{outputs, summary};
 
 /// The files of a run named `<name>`, in the output directory.
@@ -41,14 +42,18 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
     let h5 = out("_master.h5");
     let mut writer = NxmxWriter::create(&h5, &meta)?;
     outputs::warn_without_reserve(&writer, &h5);
+    let mut stream = match cfg.stream.config()? {
+        Some(sc) => Some(Stream::open(&sc, &meta, 1)?),
+        None => None,
+    };
     eprintln!("{}", start_line(cfg, &rx));
     let start = Instant::now();
     let (emu, consumed) = std::thread::scope(|s| {
-        let (rx_ref, w) = (&rx, &mut writer);
+        let (rx_ref, w, st) = (&rx, &mut writer, stream.as_mut());
         let delay = cfg.faults.consumer_delay();
         let consumer = s.spawn(move || match setup {
-            Some(setup) => graph::run(rx_ref, w, setup, bar, None).map(|(c, r)| (c, Some(r))),
-            None => consume(rx_ref, Some((w, geometry)), bar, None, |_| std::thread::sleep(delay)).map(|c| (c, None)),
+            Some(setup) => graph::run(rx_ref, w, st, setup, bar, None).map(|(c, r)| (c, Some(r))),
+            None => consume(rx_ref, Some((w, geometry)), st, bar, None, |_| std::thread::sleep(delay)).map(|c| (c, None)),
         });
         let dtps = single_receiver_dtps(rx.buffer_map(), cfg.network.bind);
         let emu = rdaq_emulator::run(&cfg.emulator(cfg.detector.modules), &dtps, control);
@@ -57,6 +62,8 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
     });
     bar.finish();
     let elapsed = start.elapsed();
+    // the stream ends also when the run failed
+    let streamed = stream.map(Stream::finish);
     let counters = rx.join()?;
     let emu = emu?;
     let (mut consumed, processed) = consumed?;
@@ -64,6 +71,7 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
     let manifest = out("_manifest.csv");
     write_manifest(&manifest, &emu.manifest)?;
     let mut sum = summary::Summary::new(cfg.emulator.frames, &emu, &counters, &rx.outcome(), &consumed, elapsed, h5.as_deref(), Some(&manifest));
+    sum.stream = streamed;
     if let Some(p) = processed {
         save_processing(cfg, geometry, p, &out, &mut sum)?;
     }

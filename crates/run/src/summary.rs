@@ -88,6 +88,8 @@ pub struct Summary {
     /// The calibration at the end of the run (with the tracked pedestal).
     pub calibration: Option<PathBuf>,
     pub processing: Option<crate::graph::ProcessReport>,
+    /// What the Stream V2 publisher did.
+    pub stream: Option<crate::stream::StreamReport>,
     /// What points to a wrong setting (interfaces, read rows, a silent port).
     pub hints: Vec<String>,
 }
@@ -190,6 +192,7 @@ impl Summary {
             manifest: None,
             calibration: None,
             processing: None,
+            stream: None,
             hints: outcome.hints.clone(),
         }
     }
@@ -353,6 +356,9 @@ impl Summary {
         }
         if let Some(c) = &self.calibration {
             println!("calibration : {} (with the tracked pedestal)", c.display());
+        }
+        if let Some(s) = &self.stream {
+            println!("stream      : {}", s.line());
         }
     }
 

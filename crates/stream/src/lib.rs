@@ -1,0 +1,12 @@
+//! Stream V2 (Dectris SIMPLON, `docs/formats.md` section 5): every image of a series as one
+//! CBOR message over ZeroMQ, between a `start` with the series' metadata and an `end`.
+//!
+//! - [`message`]: the messages, encoded without I/O (sans-I/O: testable byte for byte).
+//! - [`publisher`]: the ZeroMQ socket, its high-water mark and what happens when consumers
+//!   are slower (block or drop, counted).
+
+pub mod message;
+pub mod publisher;
+
+pub use message::{Encoder, ImageInfo};
+pub use publisher::{Policy, Publisher, SocketKind, StreamConfig, StreamError, StreamStats};

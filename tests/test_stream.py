@@ -1,0 +1,77 @@
+"""Stream V2 out of `rdaq run`, read by a consumer written with pyzmq + cbor2 + bitshuffle
+(tests/stream_consumer.py): every image arrives, equal bit for bit to the same frame of
+the HDF5 files; the start message carries the metadata; two consumers share the images,
+each exactly once; with the drop policy and no consumer, the images are counted as dropped."""
+import json
+import subprocess
+import threading
+
+import h5py
+import hdf5plugin  # noqa: F401
+import numpy as np
+import pytest
+
+import stream_consumer as sc
+from conftest import free_port
+
+
+def run_with_consumers(rdaq, out, n_consumers, *args):
+    port = free_port()
+    got = [None] * n_consumers
+    threads = [threading.Thread(target=lambda k=k: got.__setitem__(k, sc.receive(f"tcp://127.0.0.1:{port}", until_end=False, timeout_ms=8000)))
+               for k in range(n_consumers)]
+    for t in threads:
+        t.start()
+    r = subprocess.run([rdaq, "run", "--out", out, "--stream", f"tcp://127.0.0.1:{port}", "--summary-json", out / "s.json", *args],
+                       capture_output=True, text=True, timeout=180)
+    for t in threads:
+        t.join()
+    assert r.returncode == 0, r.stdout + r.stderr
+    return got, json.loads((out / "s.json").read_text()), r.stdout
+
+
+@pytest.mark.parametrize("mode", ["processed", "raw"])
+def test_every_image_reaches_the_consumer_equal_to_the_file(rdaq, tmp_path, mode):
+    extra = ["--raw"] if mode == "raw" else []
+    (got,), s, stdout = run_with_consumers(rdaq, tmp_path, 1, "--frames", "40", "--stream-policy", "block", *extra)
+    assert [m["type"] for m in got[:1] + got[-1:]] == ["start", "end"]
+    images = [m for m in got if m["type"] == "image"]
+    assert s["stream"]["images_sent"] == len(images) == s["frames_written"] > 0
+    assert s["stream"]["images_dropped"] == 0 and "stream      : tcp://127.0.0.1" in stdout
+    start = got[0]
+    with h5py.File(tmp_path / "rdaq_run_master.h5", "r") as f:
+        data, det = f["entry/data/data"], f["entry/instrument/detector"]
+        assert start["number_of_images"] == 40
+        assert (start["image_size_y"], start["image_size_x"]) == data.shape[1:]
+        assert start["image_dtype"] == data.dtype.name
+        assert start["pixel_size_x"] == det["x_pixel_size"][()] and start["beam_center_y"] == det["beam_center_y"][()]
+        assert start["detector_translation"][2] == det["distance"][()]
+        assert start["incident_wavelength"] == pytest.approx(f["entry/instrument/beam/incident_wavelength"][()])
+        assert np.array_equal(sc.decode_array(start["pixel_mask"]["data"]), det["pixel_mask"][:])
+        numbers = f["entry/data/frame_number"][:]
+        for i, m in enumerate(images):
+            assert m["image_id"] == i and m["user_data"]["rdaq"]["frame_number"] == numbers[i]
+            assert np.array_equal(sc.decode_array(m["data"]["data"]), data[i]), f"image {i}"
+        if mode == "processed":
+            r1 = f["entry/result_1"]
+            for i, m in enumerate(images):
+                spots = m["user_data"]["rdaq"]["spots"]
+                k = r1["nPeaks"][i]
+                assert len(spots["x"]) == k and np.allclose(spots["x"], r1["peakXPosRaw"][i, :k])
+                assert np.allclose(spots["intensity"], r1["peakTotalIntensity"][i, :k]), "the same units as the file"
+
+
+def test_two_consumers_share_the_images_exactly_once(rdaq, tmp_path):
+    got, s, _ = run_with_consumers(rdaq, tmp_path, 2, "--frames", "60", "--raw", "--stream-policy", "block")
+    ids = [m["image_id"] for g in got for m in g if m["type"] == "image"]
+    assert sorted(ids) == list(range(s["frames_written"])) == list(range(60))
+    assert all(any(m["type"] == "image" for m in g) for g in got), "round-robin: both got images"
+
+
+def test_without_a_consumer_images_are_dropped_and_counted(rdaq, tmp_path):
+    r = subprocess.run([rdaq, "run", "--raw", "--frames", "20", "--out", tmp_path, "--stream", f"tcp://127.0.0.1:{free_port()}",
+                        "--summary-json", tmp_path / "s.json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    s = json.loads((tmp_path / "s.json").read_text())["stream"]
+    assert s["images_sent"] == 0 and s["images_dropped"] == 20 and not s["start_sent"]
+    assert "20 dropped" in r.stdout
