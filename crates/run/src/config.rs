@@ -594,4 +594,22 @@ mod tests {
         let d = Config::default();
         assert_eq!(format!("{c:?}"), format!("{d:?}"));
     }
+
+    #[test]
+    fn stream_settings_are_checked_by_name() {
+        let mut c = Config::default();
+        c.stream.policy = "sometimes".into();
+        assert!(format!("{:#}", c.check().unwrap_err()).contains("stream.policy"));
+        let mut c = Config::default();
+        c.stream.hwm = 0;
+        assert!(format!("{:#}", c.check().unwrap_err()).contains("stream.hwm"));
+        let mut c = Config::default();
+        c.process.codec = "zstd".into();
+        assert!(format!("{:#}", c.check().unwrap_err()).contains("bitshuffle-LZ4"));
+        c.stream.endpoint = "none".into();
+        c.check().unwrap();
+        let mut c = Config::default();
+        c.output.images_per_file = 0;
+        assert!(format!("{:#}", c.check().unwrap_err()).contains("output.images_per_file"));
+    }
 }
