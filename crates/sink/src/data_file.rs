@@ -167,9 +167,10 @@ impl DataFile {
         }
     }
 
-    /// Flushes and trims the frame stack to the frames written. Returns why the stack kept a
-    /// failed frame's row, when HDF5 could not drop it (after a full disk).
-    pub fn finish(mut self, failed: bool) -> hdf5::Result<(u64, Option<String>)> {
+    /// Flushes and trims the frame stack to the frames written. Returns the frames kept, the
+    /// frame numbers of the incomplete ones, and why the stack kept a failed frame's row,
+    /// when HDF5 could not drop it (after a full disk).
+    pub fn finish(mut self, failed: bool) -> hdf5::Result<(u64, Vec<u64>, Option<String>)> {
         if failed {
             self.trim_to_allocated();
         }
@@ -183,12 +184,7 @@ impl DataFile {
             Err(err) => return Err(err),
         };
         self.file.flush()?;
-        Ok((self.frames as u64, untrimmed))
-    }
-
-    /// Frame numbers of the incomplete frames in this file.
-    pub fn incomplete(&self) -> &[u64] {
-        &self.tables.incomplete
+        Ok((self.frames as u64, std::mem::take(&mut self.tables.incomplete), untrimmed))
     }
 }
 

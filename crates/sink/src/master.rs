@@ -24,13 +24,15 @@ pub struct Part {
     /// The data file's name, relative to the master's directory.
     pub file: String,
     pub frames: u64,
+    /// Incomplete frames in the file (rows of its `incomplete_pixel_mask`).
+    pub incomplete: u64,
 }
 
 /// The data files that `frames` images fill, `images_per_file` to a file, for the series
 /// whose master is `master`.
 pub fn planned_parts(master: &Path, frames: u64, images_per_file: usize) -> Vec<Part> {
     let per = images_per_file as u64;
-    (0..frames.div_ceil(per)).map(|k| Part { file: data_file_name(master, k as usize + 1), frames: per.min(frames - k * per) }).collect()
+    (0..frames.div_ceil(per)).map(|k| Part { file: data_file_name(master, k as usize + 1), frames: per.min(frames - k * per), incomplete: 0 }).collect()
 }
 
 /// The name of data file `k` (from 1) of the series whose master is `master`:
@@ -88,6 +90,9 @@ fn data_group(entry: &Group, meta: &NxmxMeta, c: &Contents) -> hdf5::Result<()> 
     join::<u64>(&g, "frame_number", c.parts, "/entry/data/frame_number", &[])?;
     join::<u8>(&g, "frame_complete", c.parts, "/entry/data/frame_complete", &[])?;
     g.new_dataset::<u64>().shape(c.incomplete.len()).create("incomplete_frame_number")?.write(c.incomplete)?;
+    // the missing pixels of the incomplete frames, one mask per incomplete frame
+    let masks: Vec<Part> = c.parts.iter().map(|p| Part { frames: p.incomplete, ..p.clone() }).collect();
+    join::<u32>(&g, "incomplete_pixel_mask", &masks, "/entry/data/incomplete_pixel_mask", &[h, w])?;
     Ok(())
 }
 

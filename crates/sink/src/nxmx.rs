@@ -196,12 +196,12 @@ impl NxmxWriter {
 
     fn close_current(&mut self) -> hdf5::Result<()> {
         let Some(f) = self.current.take() else { return Ok(()) };
-        self.incomplete.extend_from_slice(f.incomplete());
         let file = data_file_name(&self.master, self.parts.len() + 1);
         let failed = self.failed;
-        let (frames, untrimmed) = f.finish(failed)?;
+        let (frames, incomplete, untrimmed) = f.finish(failed)?;
+        self.incomplete.extend_from_slice(&incomplete);
         self.untrimmed = self.untrimmed.take().or(untrimmed);
-        self.parts.push(Part { file, frames });
+        self.parts.push(Part { file, frames, incomplete: incomplete.len() as u64 });
         Ok(())
     }
 

@@ -58,6 +58,7 @@ fn frames_and_tables_land_in_the_file() {
     assert_eq!(complete.iter().filter(|&&c| c == 0).count(), 1);
     let incomplete: Vec<u64> = file.dataset("entry/data/incomplete_frame_number").unwrap().read_raw().unwrap();
     assert_eq!(incomplete, [1005]);
+    assert_eq!(file.dataset("entry/data/incomplete_pixel_mask").unwrap().shape(), vec![1, h, w], "joined from the data files");
     // the chunks are opaque to HDF5 without the plugin: read them raw from the data files
     for i in [0usize, 5, 17, 39] {
         let df = hdf5::File::open(&closed.data_files[i / 16]).unwrap();
