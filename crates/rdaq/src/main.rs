@@ -6,6 +6,7 @@ mod emulate;
 mod offline;
 mod receive;
 mod run;
+mod write;
 
 use std::process::ExitCode;
 
@@ -23,6 +24,8 @@ struct Cli {
 enum Cmd {
     /// End-to-end acquisition on this host: emulated JUNGFRAU modules -> receiver -> NXmx file.
     Run(run::RunArgs),
+    /// Write NXmx files from a Stream V2 stream (a receiver's, on another host).
+    Write(write::WriteArgs),
     /// Emulate detector modules sending to a receiver's buffers (see `receive --buffers-out`).
     Emulate(emulate::EmulateArgs),
     /// Receive rdaq datagrams or native JUNGFRAU packets into a frame ring and an NXmx file.
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Run(a) => run::run(a),
+        Cmd::Write(a) => write::write(a),
         Cmd::Emulate(a) => emulate::emulate(a),
         Cmd::Receive(a) => receive::receive(a),
         Cmd::Manage(a) => manage::manage(a),

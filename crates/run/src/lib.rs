@@ -9,6 +9,8 @@
 //!   whole plan (several receivers) in one process.
 //! - [`outputs`]: the output files and the rule that protects them (no silent overwrite).
 //! - [`summary`]: the end-of-acquisition summary and the exit status it implies.
+//! - [`stream`]: a run's series on the Stream V2 publisher; [`write`]: the file writer on
+//!   the other end of a stream (`rdaq write`).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -27,6 +29,7 @@ pub mod run;
 pub mod stream;
 pub mod summary;
 pub mod topology;
+pub mod write;
 
 use indicatif::{ProgressBar, ProgressStyle};
 

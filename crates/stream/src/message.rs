@@ -162,8 +162,14 @@ impl Encoder {
             c.float("increment", r.increment_deg);
         }
         c.map("user_data", 1);
-        c.map("rdaq", 4);
+        c.map("rdaq", 9);
         c.string("detector", &m.detector_name);
+        // the module grid, for a writer that rebuilds the NXmx geometry from the stream
+        c.uint("modules", g.modules as u64);
+        c.uint("module_cols", g.module_cols as u64);
+        c.uint("gap_x", g.gap_x as u64);
+        c.uint("gap_y", g.gap_y as u64);
+        c.uint("module_height", g.module_height as u64);
         c.string("units", m.pixel.units());
         c.uint("images_per_file", m.images_per_file as u64);
         c.uint("max_spots", m.max_spots as u64);

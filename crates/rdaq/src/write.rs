@@ -1,0 +1,76 @@
+//! `rdaq write`: NXmx files from a Stream V2 stream (`rdaq_run::write`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use rdaq_run::progress_bar;
+use rdaq_run::write::{write as write_series, WriteOptions};
+use rdaq_stream::SocketKind;
+
+#[derive(Args)]
+pub struct WriteArgs {
+    /// The publisher's endpoint, e.g. tcp://receiver-host:31001.
+    #[arg(long)]
+    from: String,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// Files are <NAME>_master.h5, <NAME>_data_000001.h5, ...
+    #[arg(long, default_value = "series")]
+    name: String,
+    /// Images per data file (default: what the source says, else 1000).
+    #[arg(long)]
+    images_per_file: Option<usize>,
+    /// The publisher's socket is PUB (subscribe to every image) instead of PUSH.
+    #[arg(long)]
+    sub: bool,
+    /// Give up after this many seconds without a message (default: wait for the end).
+    #[arg(long)]
+    idle_timeout_s: Option<f64>,
+    /// Replace existing files of that name.
+    #[arg(long)]
+    overwrite: bool,
+    /// Write the report as JSON here too.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+}
+
+pub fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
+    if a.images_per_file == Some(0) {
+        anyhow::bail!("--images-per-file must be at least 1");
+    }
+    let idle_timeout = match a.idle_timeout_s {
+        Some(s) if !(s > 0.0 && s.is_finite()) => anyhow::bail!("--idle-timeout-s must be positive"),
+        s => s.map(Duration::from_secs_f64),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let _ = ctrlc::set_handler(move || {
+        eprintln!("rdaq write: interrupted, closing the files");
+        flag.store(true, Ordering::Relaxed);
+    });
+    let o = WriteOptions {
+        from: a.from,
+        socket: if a.sub { SocketKind::Pub } else { SocketKind::Push },
+        dir: a.out,
+        name: Some(a.name),
+        images_per_file: a.images_per_file,
+        overwrite: a.overwrite,
+        idle_timeout,
+    };
+    eprintln!("rdaq write: waiting for a series from {}", o.from);
+    let report = write_series(&o, &stop, &progress_bar(None, "write"))?;
+    report.print();
+    if let Some(p) = a.summary_json {
+        std::fs::write(&p, serde_json::to_string_pretty(&report)?).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
+    }
+    if report.complete() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("rdaq write: the series did not arrive whole (exit 1)");
+    Ok(ExitCode::from(1))
+}
