@@ -4,6 +4,7 @@
 
 mod emulate;
 mod offline;
+mod preview;
 mod receive;
 mod run;
 mod write;
@@ -26,6 +27,9 @@ enum Cmd {
     Run(run::RunArgs),
     /// Write NXmx files from a Stream V2 stream (a receiver's, on another host).
     Write(write::WriteArgs),
+    /// The picture a scientist looks at: the latest image of a run's preview, or a frame of
+    /// a master file, as a PNG with its spots circled and a scale bar.
+    Preview(preview::PreviewArgs),
     /// Emulate detector modules sending to a receiver's buffers (see `receive --buffers-out`).
     Emulate(emulate::EmulateArgs),
     /// Receive rdaq datagrams or native JUNGFRAU packets into a frame ring and an NXmx file.
@@ -45,6 +49,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Run(a) => run::run(a),
         Cmd::Write(a) => write::write(a),
+        Cmd::Preview(a) => preview::preview(a).map(|()| ExitCode::SUCCESS),
         Cmd::Emulate(a) => emulate::emulate(a),
         Cmd::Receive(a) => receive::receive(a),
         Cmd::Manage(a) => manage::manage(a),

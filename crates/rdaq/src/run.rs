@@ -35,6 +35,9 @@ pub struct RunArgs {
     /// When stream consumers are slower: "drop" images (default) or "block" the acquisition.
     #[arg(long)]
     stream_policy: Option<String>,
+    /// Live preview endpoint (stream.preview, default tcp://*:31002; "none": off).
+    #[arg(long)]
+    preview: Option<String>,
     /// Exit 0 even if frames were lost.
     #[arg(long)]
     tolerate_loss: bool,
@@ -88,6 +91,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(p) = a.stream_policy {
         cfg.stream.policy = p;
+    }
+    if let Some(p) = a.preview {
+        cfg.stream.preview = p;
     }
     cfg.output.tolerate_loss |= a.tolerate_loss;
     cfg.output.overwrite |= a.overwrite;

@@ -35,11 +35,22 @@ pub struct Stream {
     /// "drop" (acquisition never waits for the stream; dropped images are counted) or
     /// "block" (nothing dropped; a slow consumer slows the acquisition, counted as waits).
     pub policy: String,
+    /// ZeroMQ PUB endpoint of the live preview (`rdaq preview --from`); "none": off.
+    pub preview: String,
+    /// Preview images per second.
+    pub preview_hz: f64,
 }
 
 impl Default for Stream {
     fn default() -> Self {
-        Stream { endpoint: "tcp://*:31001".into(), socket: "push".into(), hwm: 100, policy: "drop".into() }
+        Stream {
+            endpoint: "tcp://*:31001".into(),
+            socket: "push".into(),
+            hwm: 100,
+            policy: "drop".into(),
+            preview: "tcp://*:31002".into(),
+            preview_hz: 2.0,
+        }
     }
 }
 
@@ -64,6 +75,18 @@ impl Stream {
             bail!("stream.hwm must be at least 1, not {}", self.hwm);
         }
         Ok(Some(rdaq_stream::StreamConfig { endpoint: self.endpoint.clone(), socket, hwm: self.hwm, policy }))
+    }
+
+    /// The preview publisher's settings and its period; `None` when the preview is off.
+    pub fn preview_config(&self) -> anyhow::Result<Option<(rdaq_stream::StreamConfig, Duration)>> {
+        if self.preview == "none" {
+            return Ok(None);
+        }
+        if !(self.preview_hz > 0.0 && self.preview_hz.is_finite()) {
+            bail!("stream.preview_hz must be positive, not {}", self.preview_hz);
+        }
+        let cfg = rdaq_stream::StreamConfig { endpoint: self.preview.clone(), socket: rdaq_stream::SocketKind::Pub, hwm: 4, policy: rdaq_stream::Policy::Drop };
+        Ok(Some((cfg, Duration::from_secs_f64(1.0 / self.preview_hz))))
     }
 }
 
@@ -381,8 +404,9 @@ impl Config {
         if !(self.detector.photon_energy_kev > 0.0) {
             bail!("detector.photon_energy_kev must be positive");
         }
-        if self.stream.config()?.is_some() && self.processing() && self.process.codec != "lz4" {
-            bail!("stream: Stream V2 carries bitshuffle-LZ4 images only; set process.codec = \"lz4\" or stream.endpoint = \"none\"");
+        let streams = self.stream.config()?.is_some() || self.stream.preview_config()?.is_some();
+        if streams && self.processing() && self.process.codec != "lz4" {
+            bail!("stream: Stream V2 carries bitshuffle-LZ4 images only; set process.codec = \"lz4\", or stream.endpoint and stream.preview = \"none\"");
         }
         if self.output.images_per_file == 0 {
             bail!("output.images_per_file must be at least 1");
@@ -607,7 +631,12 @@ mod tests {
         c.process.codec = "zstd".into();
         assert!(format!("{:#}", c.check().unwrap_err()).contains("bitshuffle-LZ4"));
         c.stream.endpoint = "none".into();
+        assert!(c.check().is_err(), "the preview is a stream too");
+        c.stream.preview = "none".into();
         c.check().unwrap();
+        let mut c = Config::default();
+        c.stream.preview_hz = 0.0;
+        assert!(format!("{:#}", c.check().unwrap_err()).contains("stream.preview_hz"));
         let mut c = Config::default();
         c.output.images_per_file = 0;
         assert!(format!("{:#}", c.check().unwrap_err()).contains("output.images_per_file"));

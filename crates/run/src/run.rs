@@ -42,10 +42,8 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
     let h5 = out("_master.h5");
     let mut writer = NxmxWriter::create(&h5, &meta)?;
     outputs::warn_without_reserve(&writer, &h5);
-    let mut stream = match cfg.stream.config()? {
-        Some(sc) => Some(Stream::open(&sc, &meta, 1)?),
-        None => None,
-    };
+    let preview = cfg.stream.preview_config()?;
+    let mut stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     eprintln!("{}", start_line(cfg, &rx));
     let start = Instant::now();
     let (emu, consumed) = std::thread::scope(|s| {

@@ -1,8 +1,9 @@
-//! A series on the Stream V2 publisher: `start` when it opens, one `image` per frame
-//! written (the chunk the file got, compressed once for both), `end` when it finishes,
-//! also after an error.
+//! A series on the Stream V2 publisher: `start` when it opens, one `image` per frame written
+//! (the chunk the file got, compressed once for both), `end` when it finishes, also after an
+//! error. Beside it the live preview: a few times a second the series' `start` and the latest
+//! image (with its spots) on a PUB socket, never waiting for anyone.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rdaq_process::spots::Spot;
 use rdaq_sink::NxmxMeta;
@@ -10,38 +11,62 @@ use rdaq_stream::{Encoder, ImageInfo, Publisher, StreamConfig, StreamStats};
 
 pub struct Stream {
     enc: Encoder,
-    publisher: Publisher,
+    main: Option<Publisher>,
+    preview: Option<Preview>,
     images: u64,
     t0: Instant,
-    endpoint: String,
-    /// The first failure of the socket; nothing is sent after it.
+    /// The first failure of a socket; nothing is sent after it.
     pub error: Option<String>,
+}
+
+/// The preview publisher and its clock.
+struct Preview {
+    publisher: Publisher,
+    every: Duration,
+    last: Option<Instant>,
+    start: Vec<u8>,
 }
 
 /// What the stream did, for the summary.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct StreamReport {
-    pub endpoint: String,
+    /// Where the stream went (none: only the preview).
+    pub endpoint: Option<String>,
     pub images_sent: u64,
     pub images_dropped: u64,
     pub waits: u64,
     pub bytes_sent: u64,
     pub start_sent: bool,
     pub end_sent: bool,
+    pub preview: Option<String>,
+    pub preview_images: u64,
     pub error: Option<String>,
 }
 
 impl Stream {
-    /// Binds the publisher and sends `start` (waiting a little for a consumer).
-    pub fn open(cfg: &StreamConfig, meta: &NxmxMeta, series_id: u64) -> anyhow::Result<Stream> {
-        let mut publisher = Publisher::bind(cfg)?;
+    /// Binds the publishers that are configured and sends `start` (waiting a little for a
+    /// consumer). `None` when neither is.
+    pub fn open(main: Option<&StreamConfig>, preview: Option<(&StreamConfig, Duration)>, meta: &NxmxMeta, series_id: u64) -> anyhow::Result<Option<Stream>> {
+        if main.is_none() && preview.is_none() {
+            return Ok(None);
+        }
         let mut enc = Encoder::new(meta, series_id);
-        publisher.stats.start_sent = publisher.control(enc.start())?;
-        let endpoint = publisher.endpoint();
-        Ok(Stream { enc, publisher, images: 0, t0: Instant::now(), endpoint, error: None })
+        let main = match main {
+            Some(cfg) => {
+                let mut p = Publisher::bind(cfg)?;
+                p.stats.start_sent = p.control(enc.start())?;
+                Some(p)
+            }
+            None => None,
+        };
+        let preview = match preview {
+            Some((cfg, every)) => Some(Preview { publisher: Publisher::bind(cfg)?, every, last: None, start: enc.start().to_vec() }),
+            None => None,
+        };
+        Ok(Some(Stream { enc, main, preview, images: 0, t0: Instant::now(), error: None }))
     }
 
-    /// Publishes the next image of the series.
+    /// Publishes the next image of the series (and, when it is time, as the preview).
     pub fn image(&mut self, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)], spots: Option<(&[Spot], bool)>) {
         if self.error.is_some() {
             return;
@@ -49,7 +74,13 @@ impl Stream {
         let now = self.t0.elapsed().as_nanos() as u64;
         let info = ImageInfo { image_id: self.images, frame_number, missing, spots, time_ns: (now, now) };
         self.images += 1;
-        if let Err(e) = self.publisher.image(self.enc.image(&info, chunk)) {
+        let msg = self.enc.image(&info, chunk);
+        let mut r = self.main.as_mut().map_or(Ok(()), |p| p.image(msg));
+        if let Some(pv) = self.preview.as_mut().filter(|pv| pv.last.is_none_or(|t| t.elapsed() >= pv.every)) {
+            pv.last = Some(Instant::now());
+            r = r.and_then(|()| pv.publisher.image(&pv.start)).and_then(|()| pv.publisher.image(msg));
+        }
+        if let Err(e) = r {
             eprintln!("rdaq: {e}: the stream stops, the files go on");
             self.error = Some(e.to_string());
         }
@@ -57,18 +88,23 @@ impl Stream {
 
     /// Sends `end` and reports.
     pub fn finish(mut self) -> StreamReport {
-        let StreamStats { images_sent, images_dropped, .. } = self.publisher.stats;
-        let end = self.enc.end(images_sent, images_dropped).to_vec();
-        self.publisher.stats.end_sent = self.error.is_none() && self.publisher.control(&end).unwrap_or(false);
-        let s = &self.publisher.stats;
+        let mut stats = StreamStats::default();
+        if let Some(p) = self.main.as_mut() {
+            let end = self.enc.end(p.stats.images_sent, p.stats.images_dropped).to_vec();
+            p.stats.end_sent = self.error.is_none() && p.control(&end).unwrap_or(false);
+            stats = p.stats.clone();
+        }
         StreamReport {
-            endpoint: self.endpoint.clone(),
-            images_sent: s.images_sent,
-            images_dropped: s.images_dropped,
-            waits: s.waits,
-            bytes_sent: s.bytes_sent,
-            start_sent: s.start_sent,
-            end_sent: s.end_sent,
+            endpoint: self.main.as_ref().map(Publisher::endpoint),
+            images_sent: stats.images_sent,
+            images_dropped: stats.images_dropped,
+            waits: stats.waits,
+            bytes_sent: stats.bytes_sent,
+            start_sent: stats.start_sent,
+            end_sent: stats.end_sent,
+            preview: self.preview.as_ref().map(|p| p.publisher.endpoint()),
+            // each preview sends the start and the image
+            preview_images: self.preview.as_ref().map_or(0, |p| p.publisher.stats.images_sent / 2),
             error: self.error.take(),
         }
     }
@@ -77,16 +113,21 @@ impl Stream {
 impl StreamReport {
     /// The summary's line.
     pub fn line(&self) -> String {
-        let mut l = format!(
-            "{}: {} images sent ({:.1} MB), {} dropped (no consumer, or its queue full), {} waits for a consumer; start {}, end {}",
-            self.endpoint,
-            self.images_sent,
-            self.bytes_sent as f64 / 1e6,
-            self.images_dropped,
-            self.waits,
-            if self.start_sent { "sent" } else { "not sent (no consumer)" },
-            if self.end_sent { "sent" } else { "not sent (no consumer)" }
-        );
+        let mut l = match &self.endpoint {
+            Some(e) => format!(
+                "{e}: {} images sent ({:.1} MB), {} dropped (no consumer, or its queue full), {} waits for a consumer; start {}, end {}",
+                self.images_sent,
+                self.bytes_sent as f64 / 1e6,
+                self.images_dropped,
+                self.waits,
+                if self.start_sent { "sent" } else { "not sent (no consumer)" },
+                if self.end_sent { "sent" } else { "not sent (no consumer)" }
+            ),
+            None => "off".to_string(),
+        };
+        if let Some(p) = &self.preview {
+            l.push_str(&format!("; preview on {p}: {} images", self.preview_images));
+        }
         if let Some(e) = &self.error {
             l.push_str(&format!("; stopped: {e}"));
         }
