@@ -31,7 +31,7 @@ def daemons(rdaq, tmp_path):
         subprocess.Popen([str(rdaq), "emulate", "--serve", f"127.0.0.1:{ports['det']}", "--modules", "2"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         subprocess.Popen([str(rdaq), "receive", "--serve", f"127.0.0.1:{ports['dr0']}", "--name", "dr0",
-                          "--memory-mib", "64", "--out-dir", str(tmp_path)],
+                          "--memory-mib", "64", "--out-dir", str(tmp_path), "--stream", f"tcp://127.0.0.1:{free_port()}"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
     ]
     urls = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
@@ -87,6 +87,12 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
     assert call("POST", dr + "/start", {"output": "precious.h5", "overwrite": True})[0] == 200
     assert call("POST", dr + "/stop", {})[0] == 200
     assert call("GET", dr + "/status")[1]["state"] == "configured"
+    # an acquisition publishes a stream; its counts reach /status, /metrics and the answer
+    assert call("POST", dr + "/start", {})[0] == 200
+    assert call("GET", dr + "/status")[1]["stream"] == {"images_sent": 0, "images_dropped": 0, "waits": 0}
+    assert 'rdaq_stream_images_dropped_total{receiver="dr0"} 0' in urllib.request.urlopen(dr + "/metrics").read().decode()
+    code, stopped = call("POST", dr + "/stop", {})
+    assert code == 200 and stopped["stream"]["endpoint"].startswith("tcp://127.0.0.1:") and stopped["stream"]["images_sent"] == 0
     metrics = urllib.request.urlopen(dr + "/metrics").read().decode()
     assert 'rdaq_dropped_bad_key_total{receiver="dr0"} 0' in metrics
     assert all(f'rdaq_{k}_total{{receiver="dr0"}}' in metrics for k in ("landed_in_place", "copied", "evacuated"))

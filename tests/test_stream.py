@@ -5,6 +5,7 @@ each exactly once; with the drop policy and no consumer, the images are counted 
 import json
 import subprocess
 import threading
+import time
 
 import h5py
 import hdf5plugin  # noqa: F401
@@ -75,3 +76,27 @@ def test_without_a_consumer_images_are_dropped_and_counted(rdaq, tmp_path):
     s = json.loads((tmp_path / "s.json").read_text())["stream"]
     assert s["images_sent"] == 0 and s["images_dropped"] == 20 and not s["start_sent"]
     assert "20 dropped" in r.stdout
+
+
+def test_a_standalone_receiver_streams_what_it_writes(rdaq, tmp_path):
+    port = free_port()
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("m", sc.receive(f"tcp://127.0.0.1:{port}", timeout_ms=30000)))
+    t.start()
+    rx = subprocess.Popen([rdaq, "receive", "--modules", "2", "--port", str(free_port()), "--frames", "30", "--out", tmp_path / "r.h5",
+                           "--buffers-out", tmp_path / "map.json", "--stream", f"tcp://127.0.0.1:{port}", "--stream-policy", "block",
+                           "--timeout-s", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "map.json").exists():
+        assert rx.poll() is None and time.monotonic() < deadline, rx.stderr.read()
+        time.sleep(0.05)
+    subprocess.run([rdaq, "emulate", "--buffers", tmp_path / "map.json", "--frames", "30", "--rate", "100"], check=True, capture_output=True, timeout=60)
+    out, err = rx.communicate(timeout=60)
+    t.join()
+    assert rx.returncode == 0, out + err
+    images = [m for m in got["m"] if m["type"] == "image"]
+    assert got["m"][0]["type"] == "start" and got["m"][-1]["type"] == "end" and len(images) == 30
+    with h5py.File(tmp_path / "r.h5", "r") as f:
+        data = f["entry/data/data"]
+        for i, m in enumerate(images):
+            assert np.array_equal(sc.decode_array(m["data"]["data"]), data[i]), f"image {i}"

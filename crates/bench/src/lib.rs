@@ -7,12 +7,16 @@
 //! - [`soak`]: many small frames through injected faults, every frame bit-exact.
 //! - [`process`]: each processing stage on one core against memory bandwidth and the
 //!   reference libraries.
+//! - [`stream`]: the Stream V2 publisher against bare ZeroMQ; [`write`]: the NXmx writer
+//!   against a plain sequential write of the same bytes.
 
 pub mod hosts;
 pub mod ingest;
 pub mod process;
 pub mod sls;
 pub mod soak;
+pub mod stream;
+pub mod write;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -35,6 +39,12 @@ pub enum BenchCmd {
     /// Each processing stage on one core against memory copy bandwidth and the reference
     /// libraries (aare, cfelpyutils peakfinder8, bitshuffle) on the same frames.
     Process(process::ProcessBenchArgs),
+    /// Images through the Stream V2 publisher to a consumer, beside a bare ZeroMQ PUSH/PULL
+    /// pair with messages of the same size.
+    Stream(stream::StreamBenchArgs),
+    /// The NXmx writer's sustained rate beside a plain sequential write of the same bytes,
+    /// both ending with fdatasync.
+    Write(write::WriteBenchArgs),
 }
 
 /// Runs the benchmark `b`.
@@ -48,6 +58,8 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
         BenchCmd::Hosts(a) => hosts::hosts(a),
         BenchCmd::Soak(a) => soak::soak(a),
         BenchCmd::Process(a) => process::bench(a),
+        BenchCmd::Stream(a) => stream::bench(a),
+        BenchCmd::Write(a) => write::bench(a),
     }
 }
 

@@ -22,7 +22,8 @@ use rdaq_sink::NxmxWriter;
 use serde::{Deserialize, Serialize};
 
 use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
-use rdaq_run::consume::{consume, ConsumeStats};
+use rdaq_run::consume::{consume, ConsumeStats, Sinks};
+use rdaq_run::stream::{Stream, StreamReport};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -33,13 +34,17 @@ pub struct Options {
     pub policy: IncompletePolicy,
     pub frame_timeout: Duration,
     pub recv_buffer: usize,
+    /// The Stream V2 publisher each acquisition binds (none: no stream).
+    pub stream: Option<rdaq_stream::StreamConfig>,
 }
 
-type Outcome = anyhow::Result<(ConsumeStats, Option<PathBuf>)>;
+type Outcome = anyhow::Result<(ConsumeStats, Option<PathBuf>, Option<StreamReport>)>;
 
 struct Acquisition {
     stop: Arc<AtomicBool>,
     consumer: JoinHandle<Outcome>,
+    /// The stream's counts while it runs.
+    stream: Option<Arc<rdaq_run::stream::Live>>,
 }
 
 struct Active {
@@ -168,7 +173,7 @@ pub struct StartAnswer {
 
 async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<StartAnswer>, ApiError> {
     let mut d = lock(&s);
-    let (name, out_dir, events) = (d.opts.name.clone(), d.opts.out_dir.clone(), d.events.clone());
+    let (name, out_dir, events, stream_cfg) = (d.opts.name.clone(), d.opts.out_dir.clone(), d.events.clone(), d.opts.stream.clone());
     let Some(active) = d.active.as_mut() else {
         return Err(conflict("no buffers: PUT /buffers first"));
     };
@@ -187,10 +192,13 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     if let Some(p) = series.iter().flatten().find(|p| p.exists() && !req.overwrite) {
         return Err(conflict(format!("output: {} exists: the receiver does not overwrite data (start with \"overwrite\": true to replace it)", p.display())));
     }
+    let meta = rdaq_sink::NxmxMeta::jungfrau(geometry, 12.4, 0.0);
     let writer = match &path {
-        Some(p) => Some(NxmxWriter::create(p, &rdaq_sink::NxmxMeta::jungfrau(geometry, 12.4, 0.0)).map_err(|e| bad(format!("output: {e}")))?),
+        Some(p) => Some(NxmxWriter::create(p, &meta).map_err(|e| bad(format!("output: {e}")))?),
         None => None,
     };
+    let stream = Stream::open(stream_cfg.as_ref(), None, &meta, events_series(&events)).map_err(|e| internal(format!("stream: {e:#}")))?;
+    let live = stream.as_ref().map(Stream::live);
     // a new acquisition: frame numbers may start again; whatever was in progress is finished
     // and goes nowhere (no consumer yet), so drain it
     active.rx.reset();
@@ -205,7 +213,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let consumer = std::thread::Builder::new()
         .name("rdaq-consume".into())
         .spawn(move || -> Outcome {
-            let mut writer = writer;
+            let (mut writer, mut stream) = (writer, stream);
             let on_frame = |f: &rdaq_receiver::FrameReady| {
                 let e = match f.status() {
                     FrameStatus::Complete => Event::FrameComplete { receiver: name.clone(), frame: f.frame(), imm: f.imm() },
@@ -224,7 +232,10 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
                     log.push(Event::PacketLoss { receiver: name.clone(), module: l.module, start: l.start, end: l.end });
                 }
             };
-            let mut stats = consume(&rx, writer.as_mut().map(|w| (w, geometry)), None, &ProgressBar::hidden(), Some(&flag), on_frame)?;
+            let consumed = consume(&rx, Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut() }, &ProgressBar::hidden(), Some(&flag), on_frame);
+            // the stream ends also when consuming failed
+            let streamed = stream.map(Stream::finish);
+            let mut stats = consumed?;
             let path = match writer {
                 Some(w) => rdaq_run::outputs::close(w, &mut stats)?,
                 None => None,
@@ -232,10 +243,10 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
             if let Some(e) = &stats.write_error {
                 lock(&events_w).push(Event::Error { source: name_w.clone(), message: e.clone() });
             }
-            Ok((stats, path))
+            Ok((stats, path, streamed))
         })
         .map_err(internal)?;
-    active.acq = Some(Acquisition { stop, consumer });
+    active.acq = Some(Acquisition { stop, consumer, stream: live });
     Ok(Json(StartAnswer { state: "acquiring".into(), output: path, events_from }))
 }
 
@@ -254,6 +265,9 @@ pub struct StopAnswer {
     pub write_error: Option<String>,
     pub output: Option<PathBuf>,
     pub counters: serde_json::Value,
+    /// What the Stream V2 publisher did (none: no stream).
+    #[serde(default)]
+    pub stream: Option<StreamReport>,
 }
 
 async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
@@ -267,11 +281,11 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
         };
         (active.rx.clone(), acq)
     };
-    let (stats, output, counters) = tokio::task::spawn_blocking(move || {
+    let (stats, output, stream, counters) = tokio::task::spawn_blocking(move || {
         // frames in progress are finished (under the policy) and queued before the flag
         let counters = rx.flush().unwrap_or_else(|| rx.counters());
         acq.stop.store(true, Ordering::Relaxed);
-        acq.consumer.join().map_err(|_| anyhow::anyhow!("consumer panicked"))?.map(|(s, p)| (s, p, counters))
+        acq.consumer.join().map_err(|_| anyhow::anyhow!("consumer panicked"))?.map(|(s, p, st)| (s, p, st, counters))
     })
     .await
     .map_err(internal)?
@@ -286,6 +300,7 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
         write_error: stats.write_error,
         output,
         counters: counters_json(&counters),
+        stream,
     }))
 }
 
@@ -323,7 +338,19 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
         Some(a) => (if a.acq.is_some() { "acquiring" } else { "configured" }, Some(&a.request), Some(counters_json(&a.rx.counters()))),
     };
     let dropped_events = lock(&d.events).dropped;
-    Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events }))
+    let stream = stream_live(&d).map(|(sent, dropped, waits)| serde_json::json!({ "images_sent": sent, "images_dropped": dropped, "waits": waits }));
+    Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream }))
+}
+
+/// The running acquisition's stream counts: sent, dropped, waits.
+fn stream_live(d: &ReceiverDaemon) -> Option<(u64, u64, u64)> {
+    let live = d.active.as_ref()?.acq.as_ref()?.stream.as_ref()?;
+    Some((live.images_sent.load(Ordering::Relaxed), live.images_dropped.load(Ordering::Relaxed), live.waits.load(Ordering::Relaxed)))
+}
+
+/// A series number for the stream: the acquisition's first event number (unique per daemon).
+fn events_series(events: &Arc<Mutex<EventLog>>) -> u64 {
+    lock(events).next()
 }
 
 async fn metrics(State(s): State<Shared>) -> String {
@@ -353,6 +380,10 @@ async fn metrics(State(s): State<Shared>) -> String {
         ("frames_given_up_total".into(), "Frames left incomplete after retransmission requests".into(), c.frames_given_up as f64),
         ("loss_reports_dropped_total".into(), "Loss reports not delivered (consumer behind)".into(), c.loss_reports_dropped as f64),
     ];
+    let (sent, dropped, waits) = stream_live(&d).unwrap_or_default();
+    m.push(("stream_images_sent_total".into(), "Images published on the Stream V2 stream (this acquisition)".into(), sent as f64));
+    m.push(("stream_images_dropped_total".into(), "Images the stream dropped: no consumer, or its queue full (this acquisition)".into(), dropped as f64));
+    m.push(("stream_waits_total".into(), "Images that waited for a stream consumer (block policy; this acquisition)".into(), waits as f64));
     for r in rdaq_receiver::DropReason::ALL {
         m.push((format!("dropped_{}_total", r.name()), format!("Datagrams dropped: {}", r.name()), c.dropped(r) as f64));
     }

@@ -17,6 +17,7 @@ use rdaq_receiver::{Format, Receiver, ReceiverConfig};
 use rdaq_run::config;
 use rdaq_run::run::{check_guards, recv_buffer_line};
 use rdaq_run::summary::{Expected, Summary};
+use rdaq_run::stream::Stream;
 use rdaq_run::{consume, outputs, progress_bar};
 use rdaq_sink::{NxmxMeta, NxmxWriter};
 
@@ -87,6 +88,12 @@ pub struct ReceiveArgs {
     /// unless --overwrite.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Stream V2 endpoint to publish the frames on ("none": off).
+    #[arg(long, default_value = "tcp://*:31001")]
+    stream: String,
+    /// When stream consumers are slower: "drop" images or "block" the receiver's consumer.
+    #[arg(long, default_value = "drop")]
+    stream_policy: String,
     /// Replace the --out file if it exists.
     #[arg(long)]
     overwrite: bool,
@@ -116,17 +123,22 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let slots = rx.buffer_map().buffers.len();
     eprintln!("rdaq receive: listening on {ports:?}, {slots} slots, {}", recv_buffer_line(a.recv_buffer_mib << 20, rx.recv_buffer_granted()));
     let mut writer = open_output(&a, geometry)?;
+    let meta = writer.as_ref().map_or_else(|| receive_meta(geometry), |w| w.meta().clone());
+    let mut stream = Stream::open(stream_config(&a.stream, &a.stream_policy)?.as_ref(), None, &meta, 1)?;
     let bar = progress_bar(a.frames, "receive");
     let start = Instant::now();
-    let mut consumed = consume_until_stopped(&rx, writer.as_mut().map(|w| (w, geometry)), &bar, a.timeout_s.map(|t| start + Duration::from_secs_f64(t)))?;
+    let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut() };
+    let mut consumed = consume_until_stopped(&rx, sinks, &bar, a.timeout_s.map(|t| start + Duration::from_secs_f64(t)))?;
     bar.finish();
+    let streamed = stream.map(Stream::finish);
     let counters = rx.join()?;
     let h5 = match writer {
         Some(w) => outputs::close(w, &mut consumed)?,
         None => None,
     };
     let expected = a.frames.map_or(Expected::Unknown, Expected::Count);
-    let sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &consumed, start.elapsed(), h5.as_deref());
+    let mut sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &consumed, start.elapsed(), h5.as_deref());
+    sum.stream = streamed;
     sum.print();
     if let Some(p) = a.summary_json {
         sum.write_json(&p)?;
@@ -149,6 +161,7 @@ fn serve_receiver(a: ReceiveArgs, addr: SocketAddr) -> anyhow::Result<ExitCode> 
         policy: config::parse_policy(&a.policy).context("--policy")?,
         frame_timeout: Duration::from_millis(a.frame_timeout_ms),
         recv_buffer: a.recv_buffer_mib << 20,
+        stream: stream_config(&a.stream, &a.stream_policy)?,
     };
     rdaq_control::http::serve(addr, daemon::router(opts), "receive")?;
     Ok(ExitCode::SUCCESS)
@@ -199,19 +212,31 @@ fn open_output(a: &ReceiveArgs, geometry: Geometry) -> anyhow::Result<Option<Nxm
         let frame = (geometry.height() * geometry.width() * 2) as u64;
         outputs::warn_if_short(dir, n * frame, &format!("{n} frames of {:.1} MB before compression", frame as f64 / 1e6));
     }
-    let w = NxmxWriter::create(p, &NxmxMeta::jungfrau(geometry, 12.4, 0.0))?;
+    let w = NxmxWriter::create(p, &receive_meta(geometry))?;
     outputs::warn_without_reserve(&w, p);
     Ok(Some(w))
 }
 
+/// What a standalone receiver's files and stream say: raw frames of a JUNGFRAU of this
+/// geometry (12.4 keV and no frame time: the receiver is not told them).
+fn receive_meta(geometry: Geometry) -> NxmxMeta {
+    NxmxMeta::jungfrau(geometry, 12.4, 0.0)
+}
+
+/// The publisher's settings of `--stream` and `--stream-policy`; `None` for "none".
+pub fn stream_config(endpoint: &str, policy: &str) -> anyhow::Result<Option<rdaq_stream::StreamConfig>> {
+    let s = rdaq_run::config::Stream { endpoint: endpoint.into(), policy: policy.into(), ..Default::default() };
+    s.config().map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("stream.policy", "--stream-policy")))
+}
+
 /// Consumes frames until the receiver stops by itself (its frame count), Ctrl-C, or the
 /// deadline.
-fn consume_until_stopped(rx: &Receiver, writer: Option<(&mut NxmxWriter, Geometry)>, bar: &ProgressBar, deadline: Option<Instant>) -> anyhow::Result<consume::ConsumeStats> {
+fn consume_until_stopped(rx: &Receiver, sinks: consume::Sinks, bar: &ProgressBar, deadline: Option<Instant>) -> anyhow::Result<consume::ConsumeStats> {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();
     let _ = ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed));
     std::thread::scope(|s| {
-        let consumer = s.spawn(|| consume::consume(rx, writer, None, bar, None, |_| {}));
+        let consumer = s.spawn(|| consume::consume(rx, sinks, bar, None, |_| {}));
         while !consumer.is_finished() {
             if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
                 rx.stop();

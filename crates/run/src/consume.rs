@@ -9,7 +9,7 @@ use crossbeam_channel::RecvTimeoutError;
 use indicatif::ProgressBar;
 use rdaq_detector::{as_bytes, as_words, Geometry};
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
-use rdaq_process::bitshuffle::Compressor;
+use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_sink::NxmxWriter;
 
 use crate::stream::Stream;
@@ -87,52 +87,68 @@ pub fn next_frame(rx: &Receiver, until: Option<&AtomicBool>) -> Option<FrameRead
     }
 }
 
+/// Where the consumer puts frames: the assembled image (the detector's `geometry`) goes
+/// to the NXmx files and the stream, compressed once for both.
+pub struct Sinks<'a> {
+    pub geometry: Geometry,
+    pub writer: Option<&'a mut NxmxWriter>,
+    pub stream: Option<&'a mut Stream>,
+}
+
 /// Consumes frames until the receiver finishes, or until `until` is set and no frame is
 /// waiting: assembles each frame's modules into the detector image (gaps marked),
-/// compresses it once, writes the chunk and publishes it on the stream. Without a writer,
-/// frames are only counted. `on_frame` sees every frame first.
-pub fn consume(
-    rx: &Receiver,
-    mut writer: Option<(&mut NxmxWriter, Geometry)>,
-    mut stream: Option<&mut Stream>,
-    bar: &ProgressBar,
-    until: Option<&AtomicBool>,
-    mut on_frame: impl FnMut(&FrameReady),
-) -> anyhow::Result<ConsumeStats> {
-    let mut s = ConsumeStats { what: if writer.is_some() { "assembling and writing frames" } else { "counting frames" }, ..Default::default() };
-    let mut image = vec![0u16; writer.as_ref().map_or(0, |(_, g)| g.height() * g.width())];
-    let mut comp = writer.as_ref().map(|(w, _)| Compressor::new(w.meta().pixel.bytes(), 0, w.meta().codec));
+/// compresses it once, publishes the chunk on the stream and writes it. Without a writer and
+/// a stream, frames are only counted. `on_frame` sees every frame first.
+pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option<&AtomicBool>, mut on_frame: impl FnMut(&FrameReady)) -> anyhow::Result<ConsumeStats> {
+    let assemble = sinks.writer.is_some() || sinks.stream.is_some();
+    let what = match (sinks.writer.is_some(), sinks.stream.is_some()) {
+        (true, _) => "assembling and writing frames",
+        (false, true) => "assembling and streaming frames",
+        (false, false) => "counting frames",
+    };
+    let mut s = ConsumeStats { what, ..Default::default() };
+    let g = sinks.geometry;
+    let mut image = vec![0u16; if assemble { g.height() * g.width() } else { 0 }];
+    let codec = sinks.writer.as_ref().map_or(Codec::Lz4, |w| w.meta().codec);
+    let mut comp = Compressor::new(2, 0, codec);
     let mut chunk = Vec::new();
     while let Some(f) = next_frame(rx, until) {
         on_frame(&f);
         bar.inc(1);
-        if !s.arrived(&f) {
+        if !s.arrived(&f) || !assemble {
+            rx.release(f)?;
             continue;
         }
-        if let Some((w, geometry)) = writer.as_mut() {
-            if s.write_error.is_some() {
-                s.not_saved += 1;
-            } else {
-                let before = w.bytes_written;
-                let missing = missing_ranges(rx, geometry, &f);
-                let words = as_words(rx.data(&f)?);
-                let mp = geometry.module_pixels();
-                geometry.assemble(|m| &words[m as usize * mp..(m as usize + 1) * mp], &mut image);
-                comp.as_mut().expect("made with the writer").compress(as_bytes(&image), &mut chunk);
-                if let Some(st) = stream.as_deref_mut() {
-                    st.image(f.frame(), &chunk, &missing, None);
-                }
-                match w.write_chunk(f.frame(), &chunk, &missing) {
-                    Ok(()) => {
-                        s.bytes_in += words.len() as u64 * 2;
-                        s.bytes_out += w.bytes_written - before;
-                        s.written += 1;
-                    }
-                    Err(e) => s.write_failed(e),
-                }
-            }
+        let missing = missing_ranges(rx, &g, &f);
+        let words = as_words(rx.data(&f)?);
+        let mp = g.module_pixels();
+        g.assemble(|m| &words[m as usize * mp..(m as usize + 1) * mp], &mut image);
+        comp.compress(as_bytes(&image), &mut chunk);
+        if let Some(st) = sinks.stream.as_deref_mut() {
+            st.image(f.frame(), &chunk, &missing, None);
+        }
+        if let Some(w) = sinks.writer.as_deref_mut() {
+            write_one(w, &mut s, f.frame(), &chunk, &missing, words.len() as u64 * 2);
         }
         rx.release(f)?;
     }
     Ok(s)
+}
+
+/// Writes one frame's chunk and counts it; after a write error, frames are counted as not
+/// saved.
+fn write_one(w: &mut NxmxWriter, s: &mut ConsumeStats, frame: u64, chunk: &[u8], missing: &[(usize, usize)], bytes_in: u64) {
+    if s.write_error.is_some() {
+        s.not_saved += 1;
+        return;
+    }
+    let before = w.bytes_written;
+    match w.write_chunk(frame, chunk, missing) {
+        Ok(()) => {
+            s.bytes_in += bytes_in;
+            s.bytes_out += w.bytes_written - before;
+            s.written += 1;
+        }
+        Err(e) => s.write_failed(e),
+    }
 }

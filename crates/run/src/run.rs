@@ -19,7 +19,7 @@ use rdaq_receiver::{Format, Receiver, ReceiverConfig};
 use rdaq_sink::{NxmxMeta, NxmxWriter};
 
 use crate::config::Config;
-use crate::consume::consume;
+use crate::consume::{consume, Sinks};
 use crate::graph::{self, ProcessReport};
 use crate::stream::Stream;
 use crate::{outputs, summary};
@@ -51,7 +51,7 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
         let delay = cfg.faults.consumer_delay();
         let consumer = s.spawn(move || match setup {
             Some(setup) => graph::run(rx_ref, w, st, setup, bar, None).map(|(c, r)| (c, Some(r))),
-            None => consume(rx_ref, Some((w, geometry)), st, bar, None, |_| std::thread::sleep(delay)).map(|c| (c, None)),
+            None => consume(rx_ref, Sinks { geometry, writer: Some(w), stream: st }, bar, None, |_| std::thread::sleep(delay)).map(|c| (c, None)),
         });
         let dtps = single_receiver_dtps(rx.buffer_map(), cfg.network.bind);
         let emu = rdaq_emulator::run(&cfg.emulator(cfg.detector.modules), &dtps, control);

@@ -3,6 +3,8 @@
 //! error. Beside it the live preview: a few times a second the series' `start` and the latest
 //! image (with its spots) on a PUB socket, never waiting for anyone.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdaq_process::spots::Spot;
@@ -15,8 +17,17 @@ pub struct Stream {
     preview: Option<Preview>,
     images: u64,
     t0: Instant,
+    live: Arc<Live>,
     /// The first failure of a socket; nothing is sent after it.
     pub error: Option<String>,
+}
+
+/// The stream's counts while it runs, for a daemon's `/status` and `/metrics`.
+#[derive(Debug, Default)]
+pub struct Live {
+    pub images_sent: AtomicU64,
+    pub images_dropped: AtomicU64,
+    pub waits: AtomicU64,
 }
 
 /// The preview publisher and its clock.
@@ -28,7 +39,7 @@ struct Preview {
 }
 
 /// What the stream did, for the summary.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct StreamReport {
     /// Where the stream went (none: only the preview).
     pub endpoint: Option<String>,
@@ -63,7 +74,12 @@ impl Stream {
             Some((cfg, every)) => Some(Preview { publisher: Publisher::bind(cfg)?, every, last: None, start: enc.start().to_vec() }),
             None => None,
         };
-        Ok(Some(Stream { enc, main, preview, images: 0, t0: Instant::now(), error: None }))
+        Ok(Some(Stream { enc, main, preview, images: 0, t0: Instant::now(), live: Arc::default(), error: None }))
+    }
+
+    /// The counts as they go.
+    pub fn live(&self) -> Arc<Live> {
+        self.live.clone()
     }
 
     /// Publishes the next image of the series (and, when it is time, as the preview).
@@ -76,6 +92,11 @@ impl Stream {
         self.images += 1;
         let msg = self.enc.image(&info, chunk);
         let mut r = self.main.as_mut().map_or(Ok(()), |p| p.image(msg));
+        if let Some(p) = &self.main {
+            self.live.images_sent.store(p.stats.images_sent, Ordering::Relaxed);
+            self.live.images_dropped.store(p.stats.images_dropped, Ordering::Relaxed);
+            self.live.waits.store(p.stats.waits, Ordering::Relaxed);
+        }
         if let Some(pv) = self.preview.as_mut().filter(|pv| pv.last.is_none_or(|t| t.elapsed() >= pv.every)) {
             pv.last = Some(Instant::now());
             r = r.and_then(|()| pv.publisher.image(&pv.start)).and_then(|()| pv.publisher.image(msg));

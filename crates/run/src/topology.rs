@@ -16,7 +16,7 @@ use rdaq_receiver::{FrameSet, Receiver, ReceiverConfig};
 use rdaq_sink::{NxmxMeta, NxmxWriter};
 
 use crate::config::Config;
-use crate::consume::consume;
+use crate::consume::{consume, Sinks};
 use crate::run::write_manifest;
 use crate::summary::{Expected, Summary};
 use crate::outputs;
@@ -53,7 +53,7 @@ pub fn run(cfg: &Config, path: &Path, control: Arc<Control>) -> anyhow::Result<(
             .zip(writers.iter_mut())
             .map(|(st, w)| {
                 let (rx, g) = (&st.rx, st.geometry);
-                s.spawn(move || consume(rx, Some((w, g)), None, &ProgressBar::hidden(), None, |_| {}))
+                s.spawn(move || consume(rx, Sinks { geometry: g, writer: Some(w), stream: None }, &ProgressBar::hidden(), None, |_| {}))
             })
             .collect();
         let emu = rdaq_emulator::run(&cfg.emulator(t.detector.modules), &dtps, control);
