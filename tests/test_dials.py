@@ -93,3 +93,20 @@ def test_nxmx_reads_the_master_without_warnings(processed_run):
                 origin = nxmx.get_cumulative_transformation(chain)[0][:3, 3]
                 assert origin[2] == pytest.approx(100.0), "the modules hang on the detector's distance (mm)"
             assert entry.data[0].signal == "data"
+
+
+@pytest.mark.skipif(shutil.which("dials.import") is None, reason="DIALS is installed by scripts/setup.sh")
+def test_a_rotation_series_imports_as_one_sweep(rdaq, tmp_path):
+    cfg = tmp_path / "rot.toml"
+    cfg.write_text('[goniometer]\nomega_start_deg = 10.0\nomega_increment_deg = 0.1\n[stream]\nendpoint = "none"\npreview = "none"\n')
+    r = subprocess.run([rdaq, "run", "--raw", "--config", cfg, "--frames", "12", "--images-per-file", "5", "--out", tmp_path],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    with h5py.File(tmp_path / "rdaq_run_master.h5", "r") as f:
+        omega = f["entry/sample/transformations/omega"]
+        assert f["entry/sample/depends_on"][()] == b"/entry/sample/transformations/omega"
+        assert np.allclose(omega[:], 10.0 + 0.1 * f["entry/data/frame_number"][:])
+    out = dials("dials.import", tmp_path / "rdaq_run_master.h5", cwd=tmp_path)
+    assert "sweep:    1" in out and "num stills: 0" in out, out
+    show = dials("dials.show", "imported.expt", cwd=tmp_path)
+    assert "oscillation:   {10,0.1}" in show and "number of images:   12" in show, show

@@ -3,7 +3,10 @@
 the HDF5 files; the start message carries the metadata; two consumers share the images,
 each exactly once; with the drop policy and no consumer, the images are counted as dropped."""
 import json
+import pathlib
+import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -100,3 +103,59 @@ def test_a_standalone_receiver_streams_what_it_writes(rdaq, tmp_path):
         data = f["entry/data/data"]
         for i, m in enumerate(images):
             assert np.array_equal(sc.decode_array(m["data"]["data"]), data[i]), f"image {i}"
+
+
+CONSUMER = """
+import sys
+sys.path.insert(0, {tests!r})
+import stream_consumer as sc, zmq, cbor2
+s = zmq.Context.instance().socket(zmq.PULL)
+s.setsockopt(zmq.RCVHWM, 10)
+s.connect({endpoint!r})
+while True:
+    m = sc.decode(s.recv())
+    if m["type"] == "image":
+        print(m["image_id"], flush=True)
+"""
+
+
+def test_a_consumer_killed_mid_run_loses_only_what_the_policy_counts(rdaq, tmp_path):
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    tests = str(pathlib.Path(__file__).parent)
+    consumer = subprocess.Popen([sys.executable, "-c", CONSUMER.format(tests=tests, endpoint=endpoint)], stdout=subprocess.PIPE, text=True)
+    run = subprocess.Popen([rdaq, "run", "--raw", "--frames", "500", "--out", tmp_path, "--stream", endpoint, "--stream-policy", "drop",
+                            "--summary-json", tmp_path / "s.json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    got = []
+    for line in consumer.stdout:
+        got.append(int(line))
+        if len(got) == 100:
+            break
+    consumer.kill()
+    got += [int(line) for line in consumer.stdout.read().split()]
+    consumer.wait()
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, out + err
+    s = json.loads((tmp_path / "s.json").read_text())
+    st = s["stream"]
+    # every image is counted once: sent or dropped; the consumer got the first ones, in order
+    assert st["images_sent"] + st["images_dropped"] == s["frames_written"] == 500
+    assert st["images_dropped"] > 0, "with nobody left, the drop policy dropped (and counted) the rest"
+    assert got == list(range(len(got))) and 100 <= len(got) <= st["images_sent"]
+    assert "dropped (no consumer, or its queue full)" in out
+
+
+def test_an_interrupted_run_still_ends_its_stream(rdaq, tmp_path):
+    port = free_port()
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("m", sc.receive(f"tcp://127.0.0.1:{port}", timeout_ms=30000)))
+    t.start()
+    run = subprocess.Popen([rdaq, "run", "--raw", "--frames", "5000", "--out", tmp_path, "--stream", f"tcp://127.0.0.1:{port}",
+                            "--stream-policy", "block"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    t.join()
+    assert "interrupted" in err
+    msgs = got["m"]
+    assert msgs[0]["type"] == "start" and msgs[-1]["type"] == "end", "end goes out after an interrupted run"
+    assert msgs[-1]["user_data"]["rdaq"]["images_sent"] == len(msgs) - 2 < 5000

@@ -20,6 +20,23 @@ pub struct Config {
     pub process: Process,
     pub output: Output,
     pub stream: Stream,
+    pub goniometer: Goniometer,
+}
+
+/// The sample's rotation: a rotation series turns it about omega by `omega_increment_deg`
+/// per image; 0 means stills (no goniometer in the files).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Goniometer {
+    pub omega_start_deg: f64,
+    pub omega_increment_deg: f64,
+}
+
+impl Goniometer {
+    /// The rotation the files describe; `None` for stills.
+    pub fn rotation(&self) -> Option<rdaq_sink::Rotation> {
+        (self.omega_increment_deg != 0.0).then_some(rdaq_sink::Rotation { start_deg: self.omega_start_deg, increment_deg: self.omega_increment_deg })
+    }
 }
 
 /// The Stream V2 publisher (docs/stream.md).
@@ -407,6 +424,9 @@ impl Config {
         let streams = self.stream.config()?.is_some() || self.stream.preview_config()?.is_some();
         if streams && self.processing() && self.process.codec != "lz4" {
             bail!("stream: Stream V2 carries bitshuffle-LZ4 images only; set process.codec = \"lz4\", or stream.endpoint and stream.preview = \"none\"");
+        }
+        if !(self.goniometer.omega_start_deg.is_finite() && self.goniometer.omega_increment_deg.is_finite()) {
+            bail!("goniometer.omega_start_deg and omega_increment_deg must be finite");
         }
         if self.output.images_per_file == 0 {
             bail!("output.images_per_file must be at least 1");

@@ -119,6 +119,7 @@ fn file_meta(cfg: &Config, geometry: Geometry) -> anyhow::Result<NxmxMeta> {
     meta.pixel = cfg.pixel_type()?;
     meta.images_per_file = cfg.output.images_per_file;
     meta.number_of_images = Some(cfg.emulator.frames);
+    meta.rotation = cfg.goniometer.rotation();
     if cfg.processing() {
         meta.codec = Codec::parse(&cfg.process.codec, cfg.process.zstd_level)?;
         meta.max_spots = cfg.process.max_spots;

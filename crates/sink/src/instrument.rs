@@ -12,9 +12,9 @@ use crate::nexus::{axis, f64_ds, nx_group, str_attr, str_ds, Axis};
 
 const DETECTOR_AXIS: &str = "/entry/instrument/detector/transformations/translation";
 
-/// Writes `/entry` and everything in it but `/entry/data`; `images` sizes the rotation
-/// angles of a rotation series.
-pub(crate) fn write_metadata(file: &File, meta: &NxmxMeta, images: u64) -> hdf5::Result<Group> {
+/// Writes `/entry` and everything in it but `/entry/data`; `frames` are the detector frame
+/// numbers of the images, which set the rotation angle of each image of a rotation series.
+pub(crate) fn write_metadata(file: &File, meta: &NxmxMeta, frames: &[u64]) -> hdf5::Result<Group> {
     str_attr(file, "default", "entry")?;
     let entry = nx_group(file, "entry", "NXentry")?;
     str_attr(&entry, "default", "data")?;
@@ -25,15 +25,15 @@ pub(crate) fn write_metadata(file: &File, meta: &NxmxMeta, images: u64) -> hdf5:
     let beam = nx_group(&instrument, "beam", "NXbeam")?;
     f64_ds(&beam, "incident_wavelength", meta.wavelength_angstrom(), "angstrom")?;
     detector_group(&instrument, meta)?;
-    sample_group(&entry, meta, images)?;
+    sample_group(&entry, meta, frames)?;
     let source = nx_group(&entry, "source", "NXsource")?;
     str_ds(&source, "name", "rdaq detector emulator")?;
     Ok(entry)
 }
 
 /// `/entry/sample`: no goniometer for stills; for a rotation series the omega angle of
-/// every image.
-fn sample_group(entry: &Group, meta: &NxmxMeta, images: u64) -> hdf5::Result<()> {
+/// every image, from its frame number (frames the processing vetoed leave gaps in the angles).
+fn sample_group(entry: &Group, meta: &NxmxMeta, frames: &[u64]) -> hdf5::Result<()> {
     let sample = nx_group(entry, "sample", "NXsample")?;
     let Some(rot) = meta.rotation else {
         str_ds(&sample, "depends_on", ".")?;
@@ -41,7 +41,7 @@ fn sample_group(entry: &Group, meta: &NxmxMeta, images: u64) -> hdf5::Result<()>
     };
     str_ds(&sample, "depends_on", "/entry/sample/transformations/omega")?;
     let tr = nx_group(&sample, "transformations", "NXtransformations")?;
-    let angles: Vec<f64> = (0..images).map(|i| rot.start_deg + i as f64 * rot.increment_deg).collect();
+    let angles: Vec<f64> = frames.iter().map(|&f| rot.start_deg + f as f64 * rot.increment_deg).collect();
     let omega = tr.new_dataset::<f64>().shape(angles.len()).create("omega")?;
     omega.write(&angles)?;
     str_attr(&omega, "units", "deg")?;

@@ -48,6 +48,8 @@ pub struct Contents<'a> {
     pub parts: &'a [Part],
     /// Frame numbers of the incomplete frames (known at the end).
     pub incomplete: &'a [u64],
+    /// Frame numbers of all images, in order.
+    pub frames: &'a [u64],
     pub end_time: Option<&'a str>,
 }
 
@@ -57,8 +59,7 @@ pub fn write_master(path: &Path, meta: &NxmxMeta, c: &Contents) -> hdf5::Result<
     let tmp = path.with_file_name(format!(".{name}.tmp"));
     {
         let file = File::create(&tmp)?;
-        let frames: u64 = c.parts.iter().map(|p| p.frames).sum();
-        let entry = write_metadata(&file, meta, frames)?;
+        let entry = write_metadata(&file, meta, c.frames)?;
         if let Some(t) = c.end_time {
             str_ds(&entry, "end_time", t)?;
         }

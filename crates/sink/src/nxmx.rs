@@ -59,6 +59,8 @@ pub struct NxmxWriter {
     /// The data files closed so far.
     parts: Vec<Part>,
     incomplete: Vec<u64>,
+    /// Frame numbers of the frames written, in order.
+    numbers: Vec<u64>,
     frames: usize,
     words: Compressor,
     chunk: Vec<u8>,
@@ -80,7 +82,9 @@ impl NxmxWriter {
             return Err(SinkError::ImagesPerFile);
         }
         let parts = meta.number_of_images.map_or_else(Vec::new, |n| planned_parts(master, n, meta.images_per_file));
-        write_master(master, meta, &Contents { parts: &parts, incomplete: &[], end_time: None })
+        // planned: frames 0, 1, ... (the end says which came)
+        let planned: Vec<u64> = (0..meta.number_of_images.unwrap_or(0)).collect();
+        write_master(master, meta, &Contents { parts: &parts, incomplete: &[], frames: &planned, end_time: None })
             .map_err(|source| SinkError::Hdf5 { path: master.to_owned(), source })?;
         Ok(NxmxWriter {
             master: master.to_owned(),
@@ -88,6 +92,7 @@ impl NxmxWriter {
             current: None,
             parts: Vec::new(),
             incomplete: Vec::new(),
+            numbers: Vec::new(),
             frames: 0,
             words: Compressor::new(meta.pixel.bytes(), 0, meta.codec),
             chunk: Vec::new(),
@@ -174,6 +179,7 @@ impl NxmxWriter {
             Err(e) => return Err(self.fail(frame_number, e)),
         }
         self.frames += 1;
+        self.numbers.push(frame_number);
         if self.last_flush.elapsed() >= FLUSH_EVERY {
             self.last_flush = Instant::now();
             if let Err(e) = self.current.as_mut().expect("open").flush() {
@@ -229,7 +235,9 @@ impl NxmxWriter {
         let path = self.data_path();
         self.close_current().map_err(|source| SinkError::Hdf5 { path, source })?;
         let end = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-        let c = Contents { parts: &self.parts, incomplete: &self.incomplete, end_time: Some(&end) };
+        // after a failed write, the files hold the first frames only
+        self.numbers.truncate(self.parts.iter().map(|p| p.frames as usize).sum());
+        let c = Contents { parts: &self.parts, incomplete: &self.incomplete, frames: &self.numbers, end_time: Some(&end) };
         write_master(&self.master, &self.meta, &c).map_err(|source| SinkError::Hdf5 { path: self.master.clone(), source })?;
         let dir = self.master.parent().unwrap_or(Path::new(""));
         Ok(Closed {
