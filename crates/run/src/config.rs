@@ -411,6 +411,21 @@ impl Config {
         rdaq_manager::tomldoc::parse(&text).with_context(|| format!("invalid configuration {}", path.display()))
     }
 
+    /// The files, the stream and what they say about the sample.
+    fn check_outputs(&self) -> anyhow::Result<()> {
+        let (stream, preview) = (self.stream.config()?, self.stream.preview_config()?);
+        if (stream.is_some() || preview.is_some()) && self.processing() && self.process.codec != "lz4" {
+            bail!("stream: Stream V2 carries bitshuffle-LZ4 images only; set process.codec = \"lz4\", or stream.endpoint and stream.preview = \"none\"");
+        }
+        if !(self.goniometer.omega_start_deg.is_finite() && self.goniometer.omega_increment_deg.is_finite()) {
+            bail!("goniometer.omega_start_deg and omega_increment_deg must be finite");
+        }
+        if self.output.images_per_file == 0 {
+            bail!("output.images_per_file must be at least 1");
+        }
+        Ok(())
+    }
+
     pub fn check(&self) -> anyhow::Result<()> {
         if self.detector.modules == 0 || self.detector.modules > 64 {
             bail!("detector.modules must be 1..=64, not {}", self.detector.modules);
@@ -421,16 +436,7 @@ impl Config {
         if !(self.detector.photon_energy_kev > 0.0) {
             bail!("detector.photon_energy_kev must be positive");
         }
-        let streams = self.stream.config()?.is_some() || self.stream.preview_config()?.is_some();
-        if streams && self.processing() && self.process.codec != "lz4" {
-            bail!("stream: Stream V2 carries bitshuffle-LZ4 images only; set process.codec = \"lz4\", or stream.endpoint and stream.preview = \"none\"");
-        }
-        if !(self.goniometer.omega_start_deg.is_finite() && self.goniometer.omega_increment_deg.is_finite()) {
-            bail!("goniometer.omega_start_deg and omega_increment_deg must be finite");
-        }
-        if self.output.images_per_file == 0 {
-            bail!("output.images_per_file must be at least 1");
-        }
+        self.check_outputs()?;
         if self.emulator.frames == 0 {
             bail!("emulator.frames must be at least 1");
         }

@@ -43,12 +43,8 @@ struct Preview {
 pub struct StreamReport {
     /// Where the stream went (none: only the preview).
     pub endpoint: Option<String>,
-    pub images_sent: u64,
-    pub images_dropped: u64,
-    pub waits: u64,
-    pub bytes_sent: u64,
-    pub start_sent: bool,
-    pub end_sent: bool,
+    #[serde(flatten)]
+    pub stats: StreamStats,
     pub preview: Option<String>,
     pub preview_images: u64,
     pub error: Option<String>,
@@ -90,6 +86,10 @@ impl Stream {
         let now = self.t0.elapsed().as_nanos() as u64;
         let info = ImageInfo { image_id: self.images, frame_number, missing, spots, time_ns: (now, now) };
         self.images += 1;
+        let due = self.preview.as_ref().is_some_and(|pv| pv.last.is_none_or(|t| t.elapsed() >= pv.every));
+        if self.main.is_none() && !due {
+            return;
+        }
         let msg = self.enc.image(&info, chunk);
         let mut r = self.main.as_mut().map_or(Ok(()), |p| p.image(msg));
         if let Some(p) = &self.main {
@@ -97,7 +97,7 @@ impl Stream {
             self.live.images_dropped.store(p.stats.images_dropped, Ordering::Relaxed);
             self.live.waits.store(p.stats.waits, Ordering::Relaxed);
         }
-        if let Some(pv) = self.preview.as_mut().filter(|pv| pv.last.is_none_or(|t| t.elapsed() >= pv.every)) {
+        if let Some(pv) = self.preview.as_mut().filter(|_| due) {
             pv.last = Some(Instant::now());
             r = r.and_then(|()| pv.publisher.image(&pv.start)).and_then(|()| pv.publisher.image(msg));
         }
@@ -117,12 +117,7 @@ impl Stream {
         }
         StreamReport {
             endpoint: self.main.as_ref().map(Publisher::endpoint),
-            images_sent: stats.images_sent,
-            images_dropped: stats.images_dropped,
-            waits: stats.waits,
-            bytes_sent: stats.bytes_sent,
-            start_sent: stats.start_sent,
-            end_sent: stats.end_sent,
+            stats,
             preview: self.preview.as_ref().map(|p| p.publisher.endpoint()),
             // each preview sends the start and the image
             preview_images: self.preview.as_ref().map_or(0, |p| p.publisher.stats.images_sent / 2),
@@ -134,15 +129,16 @@ impl Stream {
 impl StreamReport {
     /// The summary's line.
     pub fn line(&self) -> String {
+        let s = &self.stats;
         let mut l = match &self.endpoint {
             Some(e) => format!(
                 "{e}: {} images sent ({:.1} MB), {} dropped (no consumer, or its queue full), {} waits for a consumer; start {}, end {}",
-                self.images_sent,
-                self.bytes_sent as f64 / 1e6,
-                self.images_dropped,
-                self.waits,
-                if self.start_sent { "sent" } else { "not sent (no consumer)" },
-                if self.end_sent { "sent" } else { "not sent (no consumer)" }
+                s.images_sent,
+                s.bytes_sent as f64 / 1e6,
+                s.images_dropped,
+                s.waits,
+                if s.start_sent { "sent" } else { "not sent (no consumer)" },
+                if s.end_sent { "sent" } else { "not sent (no consumer)" }
             ),
             None => "off".to_string(),
         };

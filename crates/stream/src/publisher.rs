@@ -52,7 +52,7 @@ pub enum StreamError {
 }
 
 /// What the publisher did, for the summary, `/status` and `/metrics`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StreamStats {
     pub images_sent: u64,
     /// Images dropped by the `Drop` policy (the queue was full).
