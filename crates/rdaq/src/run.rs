@@ -44,6 +44,9 @@ pub struct RunArgs {
     /// Replace the files of an earlier run of the same name (default: number this run).
     #[arg(long)]
     overwrite: bool,
+    /// Where the processing stages run: cpu or gpu (process.backend).
+    #[arg(long)]
+    backend: Option<String>,
     /// Write the raw words, no processing (process.mode = "raw").
     #[arg(long)]
     raw: bool,
@@ -97,6 +100,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     cfg.output.tolerate_loss |= a.tolerate_loss;
     cfg.output.overwrite |= a.overwrite;
+    if let Some(b) = a.backend {
+        cfg.process.backend = b;
+    }
     if a.raw {
         cfg.process.mode = "raw".into();
     }

@@ -114,6 +114,9 @@ pub struct Process {
     /// "jungfrau": convert, track the pedestal on dark frames, find spots, veto, compress;
     /// "raw": write the raw words.
     pub mode: String,
+    /// Where the stages run: "cpu", or "gpu" (issue 13: not part of the graph yet; on this
+    /// build it says what it found and stops).
+    pub backend: String,
     /// Pixels written: "kev" (float32), "photons16" or "photons32" (counts, int16/int32).
     pub output: String,
     /// The invalid gain code 10: "error", "g0" or "g2".
@@ -304,6 +307,7 @@ impl Default for Process {
             max_spots: 500,
             codec: "lz4".into(),
             zstd_level: 3,
+            backend: "cpu".into(),
             convert_workers: 1,
             spot_workers: 1,
             compress_workers: 1,
@@ -411,6 +415,22 @@ impl Config {
         rdaq_manager::tomldoc::parse(&text).with_context(|| format!("invalid configuration {}", path.display()))
     }
 
+    /// The processing backend: "cpu", or "gpu" where this machine has one (a one-line error
+    /// naming what is missing otherwise).
+    fn check_backend(&self) -> anyhow::Result<()> {
+        match self.process.backend.as_str() {
+            "cpu" => Ok(()),
+            "gpu" => {
+                let dev = rdaq_gpu::probe().map_err(|e| anyhow::anyhow!("process.backend = \"gpu\": {e}"))?;
+                bail!(
+                    "process.backend = \"gpu\": found {}, but the GPU stages are not part of the processing graph yet (only the conversion kernels exist); use \"cpu\"",
+                    dev.name
+                )
+            }
+            b => bail!("process.backend must be \"cpu\" or \"gpu\", not {b:?}"),
+        }
+    }
+
     /// The files, the stream and what they say about the sample.
     fn check_outputs(&self) -> anyhow::Result<()> {
         let (stream, preview) = (self.stream.config()?, self.stream.preview_config()?);
@@ -437,6 +457,7 @@ impl Config {
             bail!("detector.photon_energy_kev must be positive");
         }
         self.check_outputs()?;
+        self.check_backend()?;
         if self.emulator.frames == 0 {
             bail!("emulator.frames must be at least 1");
         }

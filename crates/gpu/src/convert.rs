@@ -1,0 +1,99 @@
+//! JUNGFRAU conversion on the GPU (`kernels/convert.cu`): raw words to keV, keV to photon
+//! counts. The calibration lives on the device; frames go in and out through
+//! `memcpy`s here (the pinned, overlapped pipeline of issue 13 is still to come).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use rdaq_process::{Calibration, InvalidGain};
+
+use crate::probe::{Device, GpuError};
+
+const SOURCE: &str = include_str!("../kernels/convert.cu");
+const FILE: &str = "kernels/convert.cu";
+
+/// NVRTC's options for results equal to the CPU's: no contraction into fused multiply-adds,
+/// IEEE division, no flush of subnormals to zero (the kernels also spell the rounding out
+/// with intrinsics).
+pub fn exact_options() -> CompileOptions {
+    CompileOptions { fmad: Some(false), prec_div: Some(true), prec_sqrt: Some(true), ftz: Some(false), use_fast_math: Some(false), ..Default::default() }
+}
+
+/// The conversion kernels with one module's (or image's) calibration on the device.
+pub struct GpuConverter {
+    stream: Arc<CudaStream>,
+    kev: CudaFunction,
+    photons_i32: CudaFunction,
+    pedestal: CudaSlice<f32>,
+    gain: CudaSlice<f32>,
+    mask: CudaSlice<u32>,
+    invalid: i32,
+    pixels: usize,
+}
+
+impl GpuConverter {
+    /// Compiles the kernels and copies the calibration to the device.
+    pub fn new(dev: &Device, cal: &Calibration, invalid: InvalidGain) -> Result<GpuConverter, GpuError> {
+        let pixels = cal.mask.len();
+        cal.check(pixels).map_err(|e| GpuError::Input(e.to_string()))?;
+        let ptx = compile_ptx_with_opts(SOURCE, exact_options()).map_err(|e| GpuError::Compile { file: FILE, message: e.to_string() })?;
+        let module = dev.ctx.load_module(ptx)?;
+        let stream = dev.ctx.default_stream();
+        let planes = |p: &[Vec<f32>; 3]| -> Vec<f32> { p.iter().flatten().copied().collect() };
+        Ok(GpuConverter {
+            kev: module.load_function("jf_convert_kev")?,
+            photons_i32: module.load_function("kev_to_photons_i32")?,
+            pedestal: stream.memcpy_stod(&planes(&cal.pedestal))?,
+            gain: stream.memcpy_stod(&planes(&cal.gain))?,
+            mask: stream.memcpy_stod(&cal.mask)?,
+            invalid: match invalid {
+                InvalidGain::Error => 0,
+                InvalidGain::AsG0 => 1,
+                InvalidGain::AsG2 => 2,
+            },
+            stream,
+            pixels,
+        })
+    }
+
+    fn check(&self, n: usize) -> Result<i32, GpuError> {
+        if n != self.pixels {
+            return Err(GpuError::Input(format!("a frame of {n} pixels for a calibration of {}", self.pixels)));
+        }
+        i32::try_from(n).map_err(|_| GpuError::Input(format!("{n} pixels is more than one launch takes")))
+    }
+
+    /// One frame to keV on the device; the result stays there.
+    pub fn kev_on_device(&self, raw: &[u16]) -> Result<CudaSlice<f32>, GpuError> {
+        let n = self.check(raw.len())?;
+        let d_raw = self.stream.memcpy_stod(raw)?;
+        let mut out = self.stream.alloc_zeros::<f32>(raw.len())?;
+        let mut b = self.stream.launch_builder(&self.kev);
+        b.arg(&d_raw).arg(&self.pedestal).arg(&self.gain).arg(&self.mask).arg(&self.invalid).arg(&mut out).arg(&n);
+        // SAFETY: the kernel's parameters are, in order, the device buffers and values pushed
+        // above (raw and mask of n pixels, pedestal and gain of 3n, out of n), and it touches
+        // no pixel at or beyond n.
+        unsafe { b.launch(LaunchConfig::for_num_elems(n as u32)) }?;
+        Ok(out)
+    }
+
+    /// One frame to keV, back in host memory.
+    pub fn to_kev(&self, raw: &[u16]) -> Result<Vec<f32>, GpuError> {
+        let d = self.kev_on_device(raw)?;
+        Ok(self.stream.memcpy_dtov(&d)?)
+    }
+
+    /// One frame to photon counts (int32) for photons of `photon_kev`.
+    pub fn to_photons(&self, raw: &[u16], photon_kev: f32) -> Result<Vec<i32>, GpuError> {
+        let kev = self.kev_on_device(raw)?;
+        let n = self.check(raw.len())?;
+        let mut out = self.stream.alloc_zeros::<i32>(raw.len())?;
+        let mut b = self.stream.launch_builder(&self.photons_i32);
+        b.arg(&kev).arg(&photon_kev).arg(&mut out).arg(&n);
+        // SAFETY: kev and out hold n elements on the device, the kernel's parameters are the
+        // values pushed above in order, and it touches no element at or beyond n.
+        unsafe { b.launch(LaunchConfig::for_num_elems(n as u32)) }?;
+        Ok(self.stream.memcpy_dtov(&out)?)
+    }
+}

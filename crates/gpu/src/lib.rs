@@ -1,0 +1,16 @@
+//! The GPU backend of the processing stages (issue 13, in progress): CUDA through `cudarc`
+//! with the driver and NVRTC loaded at run time, so that rdaq builds and every test passes on
+//! machines without CUDA; kernels are CUDA C sources in `kernels/`, compiled at run time.
+//!
+//! - [`probe`]: whether this machine can run them, as a one-line answer, never a crash.
+//! - [`convert`]: JUNGFRAU conversion to keV and photon counts, the CPU stage being the
+//!   reference (bit-exact by construction: same operations, correctly rounded).
+//!
+//! Status: written and built without a GPU; the kernels have not run on one yet. The tests
+//! that compare them with the CPU stages skip on a machine without a GPU and say so.
+
+pub mod convert;
+pub mod probe;
+
+pub use convert::GpuConverter;
+pub use probe::{probe, Device, GpuError};
