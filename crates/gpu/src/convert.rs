@@ -5,20 +5,10 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use rdaq_process::{Calibration, InvalidGain};
 
+use crate::kernels::{compile, Kernels};
 use crate::probe::{Device, GpuError};
-
-const SOURCE: &str = include_str!("../kernels/convert.cu");
-const FILE: &str = "kernels/convert.cu";
-
-/// NVRTC's options for results equal to the CPU's: no contraction into fused multiply-adds,
-/// IEEE division, no flush of subnormals to zero (the kernels also spell the rounding out
-/// with intrinsics).
-pub fn exact_options() -> CompileOptions {
-    CompileOptions { fmad: Some(false), prec_div: Some(true), prec_sqrt: Some(true), ftz: Some(false), use_fast_math: Some(false), ..Default::default() }
-}
 
 /// The conversion kernels with one module's (or image's) calibration on the device.
 pub struct GpuConverter {
@@ -37,8 +27,7 @@ impl GpuConverter {
     pub fn new(dev: &Device, cal: &Calibration, invalid: InvalidGain) -> Result<GpuConverter, GpuError> {
         let pixels = cal.mask.len();
         cal.check(pixels).map_err(|e| GpuError::Input(e.to_string()))?;
-        let ptx = compile_ptx_with_opts(SOURCE, exact_options()).map_err(|e| GpuError::Compile { file: FILE, message: e.to_string() })?;
-        let module = dev.ctx.load_module(ptx)?;
+        let module = compile(dev, Kernels::Convert)?;
         let stream = dev.ctx.default_stream();
         let planes = |p: &[Vec<f32>; 3]| -> Vec<f32> { p.iter().flatten().copied().collect() };
         Ok(GpuConverter {

@@ -3,14 +3,23 @@
 //! machines without CUDA; kernels are CUDA C sources in `kernels/`, compiled at run time.
 //!
 //! - [`probe`]: whether this machine can run them, as a one-line answer, never a crash.
+//! - [`kernels`]: the sources and their compilation with the options that keep results
+//!   equal to the CPU's.
 //! - [`convert`]: JUNGFRAU conversion to keV and photon counts, the CPU stage being the
 //!   reference (bit-exact by construction: same operations, correctly rounded).
+//! - [`pedestal`]: pedestal tracking on dark frames, equal to the CPU tracker (f64 sums).
+//! - [`shuffle`]: the bitshuffle transposition, block by block as the chunk writer cuts.
 //!
 //! Status: written and built without a GPU; the kernels have not run on one yet. The tests
 //! that compare them with the CPU stages skip on a machine without a GPU and say so.
 
 pub mod convert;
+pub mod kernels;
+pub mod pedestal;
 pub mod probe;
+pub mod shuffle;
 
 pub use convert::GpuConverter;
+pub use pedestal::GpuPedestal;
+pub use shuffle::GpuShuffle;
 pub use probe::{probe, Device, GpuError};

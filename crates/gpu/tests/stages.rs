@@ -1,0 +1,51 @@
+//! The GPU pedestal tracker and bitshuffle transposition against the CPU's: equal. Skip,
+//! saying why, on a machine without a usable GPU.
+
+use rdaq_detector::jungfrau::MODULE_PIXELS;
+use rdaq_detector::synth::{ModuleSynth, SynthConfig};
+use rdaq_gpu::{probe, Device, GpuPedestal, GpuShuffle};
+use rdaq_process::bitshuffle::{default_block_elems, shuffle_block};
+use rdaq_process::pedestal::Pedestal;
+
+fn device() -> Option<Device> {
+    probe().map_err(|e| eprintln!("skipped: {e}")).ok()
+}
+
+#[test]
+fn pedestal_tracking_equals_the_cpu() {
+    let Some(dev) = device() else { return };
+    let mut synth = ModuleSynth::new(SynthConfig::default(), 0);
+    // a window of 4 over 10 frames: the filling and the running update
+    let (mut cpu, mut gpu) = (Pedestal::<f64>::new(MODULE_PIXELS, 0, 4), GpuPedestal::new(&dev, MODULE_PIXELS, 0, 4).unwrap());
+    let mut raw = vec![0u16; MODULE_PIXELS];
+    for f in 0..10 {
+        synth.frame(f, &mut raw);
+        raw[7] = 0x4123; // a word of another gain stage
+        cpu.push(&raw);
+        gpu.push(&raw).unwrap();
+    }
+    let mut want = vec![0f32; MODULE_PIXELS];
+    cpu.mean_into(&mut want);
+    let got = gpu.mean().unwrap();
+    assert!(want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "pedestals differ on {}", dev.name);
+    assert_eq!(gpu.wrong_gain().unwrap(), cpu.wrong_gain());
+}
+
+#[test]
+fn bitshuffle_transposition_equals_the_cpu() {
+    let Some(dev) = device() else { return };
+    let gpu = GpuShuffle::new(&dev).unwrap();
+    for (size, n) in [(2usize, MODULE_PIXELS), (4, MODULE_PIXELS), (4, 5000 * 8 + 5), (2, 13)] {
+        let data: Vec<u8> = (0..n * size).map(|i| (i as u32).wrapping_mul(2_654_435_761) as u8).collect();
+        let block = default_block_elems(size);
+        let mut want = vec![0u8; data.len()];
+        for b0 in (0..n).step_by(block) {
+            let whole = (n - b0).min(block) / 8 * 8;
+            let (s, d) = (b0 * size, (b0 + whole) * size);
+            shuffle_block(&data[s..d], &mut want[s..d], size);
+        }
+        let tail = n / 8 * 8 * size;
+        want[tail..].copy_from_slice(&data[tail..]);
+        assert_eq!(gpu.shuffle(&data, size, block).unwrap(), want, "{n} elements of {size} bytes");
+    }
+}
