@@ -14,6 +14,7 @@ pub enum Kernels {
     Convert,
     Pedestal,
     Bitshuffle,
+    Spots,
 }
 
 impl Kernels {
@@ -22,6 +23,7 @@ impl Kernels {
             Kernels::Convert => "kernels/convert.cu",
             Kernels::Pedestal => "kernels/pedestal.cu",
             Kernels::Bitshuffle => "kernels/bitshuffle.cu",
+            Kernels::Spots => "kernels/spots.cu",
         }
     }
 
@@ -30,6 +32,7 @@ impl Kernels {
             Kernels::Convert => include_str!("../kernels/convert.cu"),
             Kernels::Pedestal => include_str!("../kernels/pedestal.cu"),
             Kernels::Bitshuffle => include_str!("../kernels/bitshuffle.cu"),
+            Kernels::Spots => include_str!("../kernels/spots.cu"),
         }
     }
 }

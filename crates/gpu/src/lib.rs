@@ -9,6 +9,8 @@
 //!   reference (bit-exact by construction: same operations, correctly rounded).
 //! - [`pedestal`]: pedestal tracking on dark frames, equal to the CPU tracker (f64 sums).
 //! - [`shuffle`]: the bitshuffle transposition, block by block as the chunk writer cuts.
+//! - [`spots`]: the local-SNR strong-pixel test on the device, grouped into spots on the host
+//!   by the CPU finder's own code.
 //!
 //! Status: written and built without a GPU; the kernels have not run on one yet. The tests
 //! that compare them with the CPU stages skip on a machine without a GPU and say so.
@@ -18,8 +20,10 @@ pub mod kernels;
 pub mod pedestal;
 pub mod probe;
 pub mod shuffle;
+pub mod spots;
 
 pub use convert::GpuConverter;
 pub use pedestal::GpuPedestal;
 pub use shuffle::GpuShuffle;
+pub use spots::GpuLocalSnr;
 pub use probe::{probe, Device, GpuError};

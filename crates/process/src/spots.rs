@@ -169,6 +169,17 @@ impl LocalSnr {
         self.group(image, width, spots);
     }
 
+    /// The spots of `image` given its strong pixels (row-major indices, ascending), found
+    /// elsewhere by the same rule (the GPU backend's kernels): grouped as [`LocalSnr::find`]
+    /// groups its own.
+    pub fn group_strong(&mut self, image: &[f32], width: usize, strong: &[u32], spots: &mut Vec<Spot>) {
+        assert!(strong.windows(2).all(|w| w[0] < w[1]), "strong pixels ascending");
+        spots.clear();
+        self.strong.clear();
+        self.strong.extend_from_slice(strong);
+        self.group(image, width, spots);
+    }
+
     fn find_root(parent: &mut [u32], mut i: u32) -> u32 {
         while parent[i as usize] != i {
             let up = parent[parent[i as usize] as usize];
