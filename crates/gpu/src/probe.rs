@@ -24,6 +24,7 @@ pub enum GpuError {
 }
 
 /// The GPU the stages run on.
+#[derive(Clone)]
 pub struct Device {
     pub ctx: Arc<CudaContext>,
     pub name: String,

@@ -31,6 +31,8 @@ use serde::Serialize;
 
 use crate::consume::{missing_ranges, next_frame, ConsumeStats};
 
+mod gpu;
+
 /// What a stage expects of the frames it is given: taken from the receiver it reads.
 const OWN_FRAME: &str = "a handed frame of this receiver";
 
@@ -52,6 +54,8 @@ pub struct Setup {
     pub ring_frames: usize,
     /// The source waits this long per frame (testing: a consumer slower than the detector).
     pub consumer_delay: std::time::Duration,
+    /// Conversion and spot finding on this GPU instead of the CPU (issue 13, in progress).
+    pub gpu: Option<rdaq_gpu::Device>,
 }
 
 /// The calibration of the emulated detector in image coordinates: each module's synthetic
@@ -189,19 +193,35 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, stream: Option<&mut Stream>, 
         counts: Counts::default(),
         pool,
     };
+    let mut gpu = match &setup.gpu {
+        Some(dev) => Some(gpu::GpuParts::new(dev, &setup)?),
+        None => None,
+    };
     let (stage_stats, source) = std::thread::scope(|s| {
         let mut p: Pipeline<Box<Work>> = Pipeline::default();
         let rf = setup.ring_frames;
         let pedestal = p.stage("pedestal", 1, rf, |_| g.pedestal_worker());
-        let convert = p.stage("convert", setup.workers[0], rf, |_| g.convert_worker());
-        let spots = p.stage("spots", setup.workers[1], rf, |_| g.spots_worker());
         let compress = p.stage("compress", setup.workers[2], rf, |_| g.compress_worker());
         let write = p.stage("write", 1, rf, |_| g.write_worker());
-        p.connect(convert, spots, Policy::LeastLoaded, WhenFull::Block);
-        p.connect(spots, compress, Policy::LeastLoaded, WhenFull::Block);
+        let first = match gpu.take() {
+            // one stage converts and finds the strong pixels on the device
+            Some(parts) => {
+                let mut parts = Some(parts);
+                let gpu = p.stage("gpu", 1, rf, |_| g.gpu_worker(parts.take().expect("one GPU worker")));
+                p.connect(gpu, compress, Policy::LeastLoaded, WhenFull::Block);
+                gpu
+            }
+            None => {
+                let convert = p.stage("convert", setup.workers[0], rf, |_| g.convert_worker());
+                let spots = p.stage("spots", setup.workers[1], rf, |_| g.spots_worker());
+                p.connect(convert, spots, Policy::LeastLoaded, WhenFull::Block);
+                p.connect(spots, compress, Policy::LeastLoaded, WhenFull::Block);
+                convert
+            }
+        };
         p.connect(compress, write, Policy::RoundRobin, WhenFull::Block);
         let to_pedestal = p.source(pedestal, Policy::RoundRobin, WhenFull::Block);
-        let to_convert = p.source(convert, Policy::LeastLoaded, WhenFull::Block);
+        let to_convert = p.source(first, Policy::LeastLoaded, WhenFull::Block);
         let running = p.spawn(s);
         let source = g.feed(&pool_rx, [to_pedestal, to_convert], bar, until);
         (running.join(), source)
@@ -315,29 +335,37 @@ impl Graph<'_> {
 
     /// Spot finding and the hit veto: a vetoed frame goes back to the pool here.
     fn spots_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
-        let (setup, counts) = (self.setup, &self.counts);
+        let setup = self.setup;
         let (w, h) = (setup.geometry.width(), setup.geometry.height());
         let mut finder = LocalSnr::new(setup.finder);
         Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
             let mut found = std::mem::take(&mut wk.spots);
             finder.find(&wk.image, w, h, &mut found);
-            // the finder sums keV; the file's spot list speaks the unit of its image
-            if matches!(setup.pixel, PixelType::Photons16 | PixelType::Photons32) {
-                found.iter_mut().for_each(|s| s.intensity /= setup.photon_kev);
-            }
             wk.spots = found;
-            wk.hit = is_hit(&wk.spots, setup.min_spots);
-            counts.spots_found.fetch_add(wk.spots.len() as u64, Ordering::Relaxed);
-            if wk.hit {
-                counts.hits.fetch_add(1, Ordering::Relaxed);
-            } else if setup.veto {
-                counts.vetoed.fetch_add(1, Ordering::Relaxed);
-                e.discard();
-                let _ = self.pool.send(wk);
-                return;
-            }
-            e.send(0, wk);
+            self.judge(wk, e);
         })
+    }
+
+    /// The hit decision on a frame whose spots (found on keV) are in `wk.spots`: the spot
+    /// list in the unit of the file's image, the counts, and the veto (a vetoed frame goes
+    /// back to the pool here).
+    fn judge(&self, mut wk: Box<Work>, e: &Emit<Box<Work>>) {
+        let (setup, counts) = (self.setup, &self.counts);
+        // the finder sums keV; the file's spot list speaks the unit of its image
+        if matches!(setup.pixel, PixelType::Photons16 | PixelType::Photons32) {
+            wk.spots.iter_mut().for_each(|s| s.intensity /= setup.photon_kev);
+        }
+        wk.hit = is_hit(&wk.spots, setup.min_spots);
+        counts.spots_found.fetch_add(wk.spots.len() as u64, Ordering::Relaxed);
+        if wk.hit {
+            counts.hits.fetch_add(1, Ordering::Relaxed);
+        } else if setup.veto {
+            counts.vetoed.fetch_add(1, Ordering::Relaxed);
+            e.discard();
+            let _ = self.pool.send(wk);
+            return;
+        }
+        e.send(0, wk);
     }
 
     /// The file's pixel type (photon counts, or keV as they are), compressed into a chunk.

@@ -178,6 +178,7 @@ fn processing_setup(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<graph::Setu
         workers: [p.convert_workers, p.spot_workers, p.compress_workers],
         ring_frames: p.ring_frames,
         consumer_delay: cfg.faults.consumer_delay(),
+        gpu: if p.backend == "gpu" { Some(rdaq_gpu::probe().map_err(|e| anyhow::anyhow!("process.backend = \"gpu\": {e}"))?) } else { None },
     })
 }
 

@@ -1,0 +1,59 @@
+//! The graph's GPU stage (issue 13, in progress; not yet run on a GPU): one worker that
+//! assembles a signal frame's raw words from its slot (gaps as the error word, masked by the
+//! calibration), gives the slot back, converts the frame to keV on the device
+//! (`rdaq_gpu::GpuConverter`), finds its strong pixels there and groups them on the host
+//! (`rdaq_gpu::GpuLocalSnr`), then judges the frame as the CPU's spot stage does. It takes a
+//! newly published pedestal before the next frame. Synchronous per frame: the overlapped
+//! three-stream pipeline is still to come, and so is turning a device error in the middle
+//! of a run into a counted error (today it stops the run: the worker panics).
+
+use std::sync::atomic::Ordering;
+
+use rdaq_detector::as_words;
+use rdaq_detector::jungfrau::{MODULE_PIXELS, WORD_ERROR};
+use rdaq_gpu::{Device, GpuConverter, GpuLocalSnr};
+use rdaq_process::pipeline::{Emit, WorkerFn};
+
+use super::{Graph, Setup, Work, OWN_FRAME};
+
+/// What the GPU worker holds: made before the graph starts, so that a kernel that does not
+/// compile is an error of the run, not a panic of a worker.
+pub(super) struct GpuParts {
+    conv: GpuConverter,
+    finder: GpuLocalSnr,
+}
+
+impl GpuParts {
+    pub(super) fn new(dev: &Device, setup: &Setup) -> anyhow::Result<GpuParts> {
+        Ok(GpuParts { conv: GpuConverter::new(dev, &setup.calibration, setup.invalid)?, finder: GpuLocalSnr::new(dev, setup.finder)? })
+    }
+}
+
+impl Graph<'_> {
+    pub(super) fn gpu_worker<'g>(&'g self, mut parts: GpuParts) -> WorkerFn<'g, Box<Work>> {
+        let g = self.setup.geometry;
+        let (w, h) = (g.width(), g.height());
+        let mut raw = vec![WORD_ERROR; w * h];
+        let mut seen = 0u64;
+        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
+            let gen = self.cal.generation.load(Ordering::Acquire);
+            if gen != seen {
+                seen = gen;
+                let cal = self.cal.cal.read().expect("not poisoned").clone();
+                parts.conv.set_calibration(&cal).expect("the tracked pedestal is finite and of the image's size");
+            }
+            let f = wk.ready.take().expect("signal frames come with their slot");
+            let words = as_words(self.rx.data(&f).expect(OWN_FRAME));
+            for m in 0..g.modules {
+                let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
+                g.module_runs(m, |from, at, run| raw[at..at + run].copy_from_slice(&module[from..from + run]));
+            }
+            self.rx.release(f).expect(OWN_FRAME);
+            parts.conv.to_kev_into(&raw, &mut wk.image).expect("the GPU converts a frame");
+            let mut found = std::mem::take(&mut wk.spots);
+            parts.finder.find(&wk.image, w, h, &mut found).expect("the GPU finds the strong pixels");
+            wk.spots = found;
+            self.judge(wk, e);
+        })
+    }
+}
