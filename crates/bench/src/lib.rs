@@ -7,9 +7,11 @@
 //! - [`soak`]: many small frames through injected faults, every frame bit-exact.
 //! - [`process`]: each processing stage on one core against memory bandwidth and the
 //!   reference libraries.
+//! - [`gpu`]: the GPU stages against the device's own limits (needs a GPU).
 //! - [`stream`]: the Stream V2 publisher against bare ZeroMQ; [`write`]: the NXmx writer
 //!   against a plain sequential write of the same bytes.
 
+pub mod gpu;
 pub mod hosts;
 pub mod ingest;
 pub mod process;
@@ -39,6 +41,9 @@ pub enum BenchCmd {
     /// Each processing stage on one core against memory copy bandwidth and the reference
     /// libraries (aare, cfelpyutils peakfinder8, bitshuffle) on the same frames.
     Process(process::ProcessBenchArgs),
+    /// The GPU stages against the device's copy bandwidth and the CPU (issue 13, in progress;
+    /// needs a GPU).
+    Gpu(gpu::GpuBenchArgs),
     /// Images through the Stream V2 publisher to a consumer, beside a bare ZeroMQ PUSH/PULL
     /// pair with messages of the same size.
     Stream(stream::StreamBenchArgs),
@@ -59,6 +64,7 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
         BenchCmd::Soak(a) => soak::soak(a),
         BenchCmd::Process(a) => process::bench(a),
         BenchCmd::Stream(a) => stream::bench(a),
+        BenchCmd::Gpu(a) => gpu::bench(a),
         BenchCmd::Write(a) => write::bench(a),
     }
 }

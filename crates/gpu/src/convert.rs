@@ -77,16 +77,26 @@ impl GpuConverter {
 
     /// One frame to keV on the device; the result stays there.
     pub fn kev_on_device(&self, raw: &[u16]) -> Result<CudaSlice<f32>, GpuError> {
-        let n = self.check(raw.len())?;
         let d_raw = self.stream.memcpy_stod(raw)?;
         let mut out = self.stream.alloc_zeros::<f32>(raw.len())?;
-        let mut b = self.stream.launch_builder(&self.kev);
-        b.arg(&d_raw).arg(&self.pedestal).arg(&self.gain).arg(&self.mask).arg(&self.invalid).arg(&mut out).arg(&n);
-        // SAFETY: the kernel's parameters are, in order, the device buffers and values pushed
-        // above (raw and mask of n pixels, pedestal and gain of 3n, out of n), and it touches
-        // no pixel at or beyond n.
-        unsafe { b.launch(LaunchConfig::for_num_elems(n as u32)) }?;
+        self.launch_kev(&self.stream, &d_raw, &mut out)?;
         Ok(out)
+    }
+
+    /// Queues the conversion of the device frame `raw` into `out` on `stream` (cudarc makes
+    /// the stream wait for the buffers' earlier work on other streams).
+    pub fn launch_kev(&self, stream: &Arc<CudaStream>, raw: &CudaSlice<u16>, out: &mut CudaSlice<f32>) -> Result<(), GpuError> {
+        let n = self.check(raw.len())?;
+        if out.len() != raw.len() {
+            return Err(GpuError::Input(format!("{} pixels out for {} in", out.len(), raw.len())));
+        }
+        let mut b = stream.launch_builder(&self.kev);
+        b.arg(raw).arg(&self.pedestal).arg(&self.gain).arg(&self.mask).arg(&self.invalid).arg(out).arg(&n);
+        // SAFETY: the kernel's parameters are, in order, the device buffers and values pushed
+        // above (raw, mask and out of n pixels, pedestal and gain of 3n), and it touches no
+        // pixel at or beyond n.
+        unsafe { b.launch(LaunchConfig::for_num_elems(n as u32)) }?;
+        Ok(())
     }
 
     /// One frame to keV, back in host memory.

@@ -15,6 +15,7 @@ pub enum Kernels {
     Pedestal,
     Bitshuffle,
     Spots,
+    Csr,
 }
 
 impl Kernels {
@@ -24,6 +25,7 @@ impl Kernels {
             Kernels::Pedestal => "kernels/pedestal.cu",
             Kernels::Bitshuffle => "kernels/bitshuffle.cu",
             Kernels::Spots => "kernels/spots.cu",
+            Kernels::Csr => "kernels/csr.cu",
         }
     }
 
@@ -33,6 +35,7 @@ impl Kernels {
             Kernels::Pedestal => include_str!("../kernels/pedestal.cu"),
             Kernels::Bitshuffle => include_str!("../kernels/bitshuffle.cu"),
             Kernels::Spots => include_str!("../kernels/spots.cu"),
+            Kernels::Csr => include_str!("../kernels/csr.cu"),
         }
     }
 }

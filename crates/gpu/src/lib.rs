@@ -9,6 +9,9 @@
 //!   reference (bit-exact by construction: same operations, correctly rounded).
 //! - [`pedestal`]: pedestal tracking on dark frames, equal to the CPU tracker (f64 sums).
 //! - [`shuffle`]: the bitshuffle transposition, block by block as the chunk writer cuts.
+//! - [`overlap`]: the three-stream transfer pipeline (first form: staging buffers, per-frame
+//!   launches).
+//! - [`csr`]: CSR compaction of sparse frames, so that only their entries leave the device.
 //! - [`spots`]: the local-SNR strong-pixel test on the device, grouped into spots on the host
 //!   by the CPU finder's own code.
 //!
@@ -16,13 +19,17 @@
 //! that compare them with the CPU stages skip on a machine without a GPU and say so.
 
 pub mod convert;
+pub mod csr;
 pub mod kernels;
+pub mod overlap;
 pub mod pedestal;
 pub mod probe;
 pub mod shuffle;
 pub mod spots;
 
 pub use convert::GpuConverter;
+pub use csr::GpuCsr;
+pub use overlap::Overlapped;
 pub use pedestal::GpuPedestal;
 pub use shuffle::GpuShuffle;
 pub use spots::GpuLocalSnr;

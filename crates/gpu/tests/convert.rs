@@ -40,3 +40,43 @@ fn conversion_equals_the_cpu_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn the_overlapped_pipeline_hands_back_every_frame_in_order() {
+    let dev = match probe() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let mut synth = ModuleSynth::new(SynthConfig::default(), 0);
+    let mc = synth.calibration();
+    let cal = Calibration { pedestal: mc.pedestal.clone(), gain: mc.gain.clone(), mask: vec![0; MODULE_PIXELS] };
+    let cpu = Converter::new(cal.clone(), InvalidGain::Error).unwrap();
+    let mut pipe = rdaq_gpu::Overlapped::new(&dev, GpuConverter::new(&dev, &cal, InvalidGain::Error).unwrap(), MODULE_PIXELS).unwrap();
+    let frames: Vec<Vec<u16>> = (0..6)
+        .map(|f| {
+            let mut raw = vec![0u16; MODULE_PIXELS];
+            synth.frame(f, &mut raw);
+            raw
+        })
+        .collect();
+    let mut out = vec![0f32; MODULE_PIXELS];
+    let check = |tag: u64, got: &[f32]| {
+        let mut want = vec![0f32; MODULE_PIXELS];
+        cpu.to_kev(&frames[tag as usize], &mut want);
+        assert!(want.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()), "frame {tag}");
+        tag
+    };
+    let mut seen = Vec::new();
+    for (i, raw) in frames.iter().enumerate() {
+        if let Some(tag) = pipe.submit(raw, i as u64, &mut out).unwrap() {
+            seen.push(check(tag, &out));
+        }
+    }
+    while let Some(tag) = pipe.finish_oldest(&mut out).unwrap() {
+        seen.push(check(tag, &out));
+    }
+    assert_eq!(seen, (0..6).collect::<Vec<u64>>());
+}

@@ -49,3 +49,24 @@ fn bitshuffle_transposition_equals_the_cpu() {
         assert_eq!(gpu.shuffle(&data, size, block).unwrap(), want, "{n} elements of {size} bytes");
     }
 }
+
+#[test]
+fn csr_compaction_equals_the_cpu() {
+    let Some(dev) = device() else { return };
+    let gpu = rdaq_gpu::GpuCsr::new(&dev).unwrap();
+    let (rows, cols) = (37, 1024);
+    let mut img: Vec<f32> = (0..rows * cols).map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 24) as f32 / 16.0).collect();
+    img[5] = f32::NAN;
+    img[6] = f32::INFINITY;
+    let (mut want, mut got) = (rdaq_process::sparse::Csr::default(), rdaq_process::sparse::Csr::default());
+    want.fill(&img, rows, cols, 12.0);
+    gpu.fill_host(&img, rows, cols, 12.0, &mut got).unwrap();
+    assert_eq!(got.row_ptr, want.row_ptr);
+    assert_eq!(got.cols, want.cols);
+    assert!(got.values.iter().zip(&want.values).all(|(a, b)| a.to_bits() == b.to_bits()));
+    let counts: Vec<i32> = img.iter().map(|v| if v.is_finite() { *v as i32 } else { -1 }).collect();
+    let (mut want, mut got) = (rdaq_process::sparse::Csr::default(), rdaq_process::sparse::Csr::default());
+    want.fill(&counts, rows, cols, 0);
+    gpu.fill_host(&counts, rows, cols, 0, &mut got).unwrap();
+    assert_eq!(got, want);
+}
