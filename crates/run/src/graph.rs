@@ -200,7 +200,13 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, stream: Option<&mut Stream>, 
     let (stage_stats, source) = std::thread::scope(|s| {
         let mut p: Pipeline<Box<Work>> = Pipeline::default();
         let rf = setup.ring_frames;
-        let pedestal = p.stage("pedestal", 1, rf, |_| g.pedestal_worker());
+        let pedestal = match gpu.as_mut().map(gpu::GpuParts::take_pedestal) {
+            Some(tracker) => {
+                let mut tracker = Some(tracker);
+                p.stage("pedestal", 1, rf, |_| g.gpu_pedestal_worker(tracker.take().expect("one pedestal worker")))
+            }
+            None => p.stage("pedestal", 1, rf, |_| g.pedestal_worker()),
+        };
         let compress = p.stage("compress", setup.workers[2], rf, |_| g.compress_worker());
         let write = p.stage("write", 1, rf, |_| g.write_worker());
         let first = match gpu.take() {
@@ -287,17 +293,17 @@ impl Graph<'_> {
             self.rx.release(f).expect(OWN_FRAME);
             if tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish {
                 since_publish = 0;
-                self.publish_pedestal(&tracker);
+                self.publish_pedestal(|out| tracker.mean_into(out));
             }
             let _ = self.pool.send(wk);
         })
     }
 
-    /// Replaces the converters' G0 pedestal with the tracked one.
-    fn publish_pedestal(&self, tracker: &Pedestal<f64>) {
+    /// Replaces the converters' G0 pedestal with the tracked one, which `mean_into` writes.
+    fn publish_pedestal(&self, mean_into: impl FnOnce(&mut [f32])) {
         let old = self.cal.cal.read().expect("not poisoned").clone();
         let mut cal = (*old).clone();
-        tracker.mean_into(&mut cal.pedestal[0]);
+        mean_into(&mut cal.pedestal[0]);
         // gap pixels keep their placeholder pedestal (they are masked)
         for (p, (&m, &o)) in cal.pedestal[0].iter_mut().zip(old.mask.iter().zip(&old.pedestal[0])) {
             if m & rdaq_detector::geometry::MASK_GAP != 0 {

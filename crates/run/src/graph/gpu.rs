@@ -11,7 +11,8 @@ use std::sync::atomic::Ordering;
 
 use rdaq_detector::as_words;
 use rdaq_detector::jungfrau::{MODULE_PIXELS, WORD_ERROR};
-use rdaq_gpu::{Device, GpuConverter, GpuLocalSnr};
+use rdaq_gpu::{Device, GpuConverter, GpuLocalSnr, GpuPedestal};
+use rdaq_receiver::FrameStatus;
 use rdaq_process::pipeline::{Emit, WorkerFn};
 
 use super::{Graph, Setup, Work, OWN_FRAME};
@@ -21,11 +22,31 @@ use super::{Graph, Setup, Work, OWN_FRAME};
 pub(super) struct GpuParts {
     conv: GpuConverter,
     finder: GpuLocalSnr,
+    pedestal: Option<GpuPedestal>,
 }
 
 impl GpuParts {
     pub(super) fn new(dev: &Device, setup: &Setup) -> anyhow::Result<GpuParts> {
-        Ok(GpuParts { conv: GpuConverter::new(dev, &setup.calibration, setup.invalid)?, finder: GpuLocalSnr::new(dev, setup.finder)? })
+        let g = setup.geometry;
+        Ok(GpuParts {
+            conv: GpuConverter::new(dev, &setup.calibration, setup.invalid)?,
+            finder: GpuLocalSnr::new(dev, setup.finder)?,
+            pedestal: Some(GpuPedestal::new(dev, g.height() * g.width(), 0, setup.window)?),
+        })
+    }
+
+    /// The pedestal tracker, for the pedestal stage's worker.
+    pub(super) fn take_pedestal(&mut self) -> GpuPedestal {
+        self.pedestal.take().expect("taken once")
+    }
+}
+
+/// Copies the modules of a frame's slot into the assembled image of raw words (gap pixels
+/// keep the error word).
+fn assemble(g: &rdaq_detector::Geometry, words: &[u16], raw: &mut [u16]) {
+    for m in 0..g.modules {
+        let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
+        g.module_runs(m, |from, at, run| raw[at..at + run].copy_from_slice(&module[from..from + run]));
     }
 }
 
@@ -43,17 +64,38 @@ impl Graph<'_> {
                 parts.conv.set_calibration(&cal).expect("the tracked pedestal is finite and of the image's size");
             }
             let f = wk.ready.take().expect("signal frames come with their slot");
-            let words = as_words(self.rx.data(&f).expect(OWN_FRAME));
-            for m in 0..g.modules {
-                let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
-                g.module_runs(m, |from, at, run| raw[at..at + run].copy_from_slice(&module[from..from + run]));
-            }
+            assemble(&g, as_words(self.rx.data(&f).expect(OWN_FRAME)), &mut raw);
             self.rx.release(f).expect(OWN_FRAME);
             parts.conv.to_kev_into(&raw, &mut wk.image).expect("the GPU converts a frame");
             let mut found = std::mem::take(&mut wk.spots);
             parts.finder.find(&wk.image, w, h, &mut found).expect("the GPU finds the strong pixels");
             wk.spots = found;
             self.judge(wk, e);
+        })
+    }
+
+    /// Pedestal tracking of the dark frames on the device, published as the CPU's stage
+    /// publishes (gap pixels, never sampled, keep their placeholder).
+    pub(super) fn gpu_pedestal_worker<'g>(&'g self, mut tracker: GpuPedestal) -> WorkerFn<'g, Box<Work>> {
+        let g = self.setup.geometry;
+        let mut raw = vec![WORD_ERROR; g.height() * g.width()];
+        let mut since_publish = 0u32;
+        Box::new(move |mut wk: Box<Work>, _: &Emit<Box<Work>>| {
+            let f = wk.ready.take().expect("dark frames come with their slot");
+            if f.status() == FrameStatus::Complete {
+                assemble(&g, as_words(self.rx.data(&f).expect(OWN_FRAME)), &mut raw);
+                tracker.push(&raw).expect("the GPU tracks a dark frame");
+                since_publish += 1;
+            } else {
+                self.counts.dark_incomplete.fetch_add(1, Ordering::Relaxed);
+            }
+            self.rx.release(f).expect(OWN_FRAME);
+            if tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish {
+                since_publish = 0;
+                let mean = tracker.mean().expect("the GPU returns the pedestal");
+                self.publish_pedestal(|out| out.copy_from_slice(&mean));
+            }
+            let _ = self.pool.send(wk);
         })
     }
 }
