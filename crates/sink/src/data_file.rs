@@ -33,8 +33,6 @@ pub(crate) struct DataFile {
     results: Option<Results>,
     meta_hw: (usize, usize),
     max_spots: usize,
-    /// Frames whose chunks are in the file.
-    pub frames: usize,
     mask_words: Compressor,
     mask_chunk: Vec<u8>,
     mask_buf: Vec<u32>,
@@ -86,7 +84,6 @@ impl DataFile {
             results,
             meta_hw: (meta.geometry.height(), meta.geometry.width()),
             max_spots: meta.max_spots,
-            frames: 0,
             mask_words: Compressor::new(4, 0, Codec::Lz4),
             mask_chunk: Vec::new(),
             mask_buf: Vec::new(),
@@ -99,8 +96,9 @@ impl DataFile {
     pub fn append(&mut self, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)]) -> hdf5::Result<u64> {
         let (h, w) = self.meta_hw;
         // one row at a time: a failed write leaves at most its own row behind
-        self.data.resize((self.frames + 1, h, w))?;
-        write_chunk(&self.data, self.frames, chunk)?;
+        let k = self.frames();
+        self.data.resize((k + 1, h, w))?;
+        write_chunk(&self.data, k, chunk)?;
         let mut bytes = chunk.len() as u64;
         if !missing.is_empty() {
             bytes += self.write_mask(missing)?;
@@ -108,8 +106,12 @@ impl DataFile {
         }
         self.tables.numbers.push(frame_number);
         self.tables.flags.push(missing.is_empty() as u8);
-        self.frames += 1;
         Ok(bytes)
+    }
+
+    /// Frames whose chunks are in the file (one frame number each).
+    pub fn frames(&self) -> usize {
+        self.tables.numbers.len()
     }
 
     /// Records the spots and the hit decision of the frame appended last.
@@ -149,7 +151,8 @@ impl DataFile {
     /// full disk can cost the index entry of a chunk written just before), so that no frame
     /// reads as zeros.
     pub fn trim_to_allocated(&mut self) {
-        let mut have = vec![false; self.frames];
+        let frames = self.frames();
+        let mut have = vec![false; frames];
         for i in 0..self.data.num_chunks().unwrap_or(0) {
             if let Some(c) = self.data.chunk_info(i) {
                 if let Some(h) = have.get_mut(c.offset[0] as usize) {
@@ -157,9 +160,8 @@ impl DataFile {
                 }
             }
         }
-        let n = have.iter().position(|h| !h).unwrap_or(self.frames);
-        if n < self.frames {
-            self.frames = n;
+        let n = have.iter().position(|h| !h).unwrap_or(frames);
+        if n < frames {
             self.tables.truncate(n);
             if let Some(r) = self.results.as_mut() {
                 r.truncate(n, self.max_spots);
@@ -176,7 +178,7 @@ impl DataFile {
         }
         self.flush()?;
         let (h, w) = self.meta_hw;
-        let untrimmed = match self.data.resize((self.frames, h, w)) {
+        let untrimmed = match self.data.resize((self.frames(), h, w)) {
             Ok(()) => None,
             // HDF5 met the full disk mid-update and cannot drop the failed frame's row; the
             // tables say which rows are frames, and the rest of the file closes
@@ -184,7 +186,7 @@ impl DataFile {
             Err(err) => return Err(err),
         };
         self.file.flush()?;
-        Ok((self.frames as u64, std::mem::take(&mut self.tables.incomplete), untrimmed))
+        Ok((self.frames() as u64, std::mem::take(&mut self.tables.incomplete), untrimmed))
     }
 }
 

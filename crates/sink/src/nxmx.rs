@@ -59,9 +59,8 @@ pub struct NxmxWriter {
     /// The data files closed so far.
     parts: Vec<Part>,
     incomplete: Vec<u64>,
-    /// Frame numbers of the frames written, in order.
+    /// Frame numbers of the frames written, in order (one per frame written).
     numbers: Vec<u64>,
-    frames: usize,
     words: Compressor,
     chunk: Vec<u8>,
     pub bytes_written: u64,
@@ -93,7 +92,6 @@ impl NxmxWriter {
             parts: Vec::new(),
             incomplete: Vec::new(),
             numbers: Vec::new(),
-            frames: 0,
             words: Compressor::new(meta.pixel.bytes(), 0, meta.codec),
             chunk: Vec::new(),
             bytes_written: 0,
@@ -178,7 +176,6 @@ impl NxmxWriter {
             Ok(bytes) => self.bytes_written += bytes,
             Err(e) => return Err(self.fail(frame_number, e)),
         }
-        self.frames += 1;
         self.numbers.push(frame_number);
         if self.last_flush.elapsed() >= FLUSH_EVERY {
             self.last_flush = Instant::now();
@@ -191,11 +188,11 @@ impl NxmxWriter {
 
     /// Opens the first data file, or closes a full one and opens the next.
     fn roll(&mut self) -> hdf5::Result<()> {
-        if self.current.as_ref().is_some_and(|f| f.frames >= self.meta.images_per_file) {
+        if self.current.as_ref().is_some_and(|f| f.frames() >= self.meta.images_per_file) {
             self.close_current()?;
         }
         if self.current.is_none() {
-            self.current = Some(DataFile::create(&self.data_path(), &self.meta, self.frames as u64)?);
+            self.current = Some(DataFile::create(&self.data_path(), &self.meta, self.numbers.len() as u64)?);
         }
         Ok(())
     }
@@ -222,7 +219,7 @@ impl NxmxWriter {
 
     /// Frames written so far.
     pub fn frames(&self) -> usize {
-        self.frames
+        self.numbers.len()
     }
 
     /// Closes the data file and writes the master for the frames the files hold: exactly
