@@ -138,6 +138,34 @@ impl StageReport {
     }
 }
 
+/// What the pedestal stage tracks dark frames with: the CPU's tracker, or the GPU's.
+trait DarkTracker: Send {
+    /// Adds one complete dark frame, the slot's module words.
+    fn push_frame(&mut self, g: &Geometry, words: &[u16]);
+    /// Dark frames added so far.
+    fn frames(&self) -> u64;
+    /// The G0 pedestal per image pixel (gap pixels, never sampled, are replaced on publishing).
+    fn mean_into(&mut self, out: &mut [f32]);
+}
+
+impl DarkTracker for Pedestal<f64> {
+    fn push_frame(&mut self, g: &Geometry, words: &[u16]) {
+        for m in 0..g.modules {
+            let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
+            g.module_runs(m, |from, at, run| self.push_at(at, &module[from..from + run]));
+        }
+        self.frame_done();
+    }
+
+    fn frames(&self) -> u64 {
+        Pedestal::frames(self)
+    }
+
+    fn mean_into(&mut self, out: &mut [f32]) {
+        Pedestal::mean_into(self, out);
+    }
+}
+
 /// The calibration the converters use, replaced when the tracked pedestal is published.
 struct SharedCal {
     cal: RwLock<Arc<Calibration>>,
@@ -200,12 +228,13 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, stream: Option<&mut Stream>, 
     let (stage_stats, source) = std::thread::scope(|s| {
         let mut p: Pipeline<Box<Work>> = Pipeline::default();
         let rf = setup.ring_frames;
+        let pixels = setup.geometry.height() * setup.geometry.width();
         let pedestal = match gpu.as_mut().map(gpu::GpuParts::take_pedestal) {
             Some(tracker) => {
                 let mut tracker = Some(tracker);
-                p.stage("pedestal", 1, rf, |_| g.gpu_pedestal_worker(tracker.take().expect("one pedestal worker")))
+                p.stage("pedestal", 1, rf, |_| g.pedestal_worker(tracker.take().expect("one pedestal worker")))
             }
-            None => p.stage("pedestal", 1, rf, |_| g.pedestal_worker()),
+            None => p.stage("pedestal", 1, rf, |_| g.pedestal_worker(Pedestal::<f64>::new(pixels, 0, setup.window))),
         };
         let compress = p.stage("compress", setup.workers[2], rf, |_| g.compress_worker());
         let write = p.stage("write", 1, rf, |_| g.write_worker());
@@ -271,21 +300,16 @@ impl Graph<'_> {
         source
     }
 
-    /// Pedestal tracking of the dark frames (raw words, read from the slot), published to
-    /// the converters once the window is full and then every `publish` dark frames.
-    fn pedestal_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
+    /// Pedestal tracking of the dark frames (raw words, read from the slot) by `tracker`,
+    /// published to the converters once the window is full and then every `publish` dark
+    /// frames.
+    fn pedestal_worker<'g, T: DarkTracker + 'g>(&'g self, mut tracker: T) -> WorkerFn<'g, Box<Work>> {
         let g = self.setup.geometry;
-        let mut tracker = Pedestal::<f64>::new(g.height() * g.width(), 0, self.setup.window);
         let mut since_publish = 0u32;
         Box::new(move |mut wk: Box<Work>, _: &Emit<Box<Work>>| {
             let f = wk.ready.take().expect("dark frames come with their slot");
             if f.status() == FrameStatus::Complete {
-                let words = as_words(self.rx.data(&f).expect(OWN_FRAME));
-                for m in 0..g.modules {
-                    let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
-                    g.module_runs(m, |from, at, run| tracker.push_at(at, &module[from..from + run]));
-                }
-                tracker.frame_done();
+                tracker.push_frame(&g, as_words(self.rx.data(&f).expect(OWN_FRAME)));
                 since_publish += 1;
             } else {
                 self.counts.dark_incomplete.fetch_add(1, Ordering::Relaxed);
@@ -293,17 +317,17 @@ impl Graph<'_> {
             self.rx.release(f).expect(OWN_FRAME);
             if tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish {
                 since_publish = 0;
-                self.publish_pedestal(|out| tracker.mean_into(out));
+                self.publish_pedestal(&mut tracker);
             }
             let _ = self.pool.send(wk);
         })
     }
 
-    /// Replaces the converters' G0 pedestal with the tracked one, which `mean_into` writes.
-    fn publish_pedestal(&self, mean_into: impl FnOnce(&mut [f32])) {
+    /// Replaces the converters' G0 pedestal with the one `tracker` holds.
+    fn publish_pedestal(&self, tracker: &mut impl DarkTracker) {
         let old = self.cal.cal.read().expect("not poisoned").clone();
         let mut cal = (*old).clone();
-        mean_into(&mut cal.pedestal[0]);
+        tracker.mean_into(&mut cal.pedestal[0]);
         // gap pixels keep their placeholder pedestal (they are masked)
         for (p, (&m, &o)) in cal.pedestal[0].iter_mut().zip(old.mask.iter().zip(&old.pedestal[0])) {
             if m & rdaq_detector::geometry::MASK_GAP != 0 {

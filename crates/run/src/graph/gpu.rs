@@ -9,20 +9,41 @@
 
 use std::sync::atomic::Ordering;
 
-use rdaq_detector::as_words;
 use rdaq_detector::jungfrau::{MODULE_PIXELS, WORD_ERROR};
+use rdaq_detector::{as_words, Geometry};
 use rdaq_gpu::{Device, GpuConverter, GpuLocalSnr, GpuPedestal};
-use rdaq_receiver::FrameStatus;
 use rdaq_process::pipeline::{Emit, WorkerFn};
 
-use super::{Graph, Setup, Work, OWN_FRAME};
+use super::{DarkTracker, Graph, Setup, Work, OWN_FRAME};
 
 /// What the GPU worker holds: made before the graph starts, so that a kernel that does not
 /// compile is an error of the run, not a panic of a worker.
 pub(super) struct GpuParts {
     conv: GpuConverter,
     finder: GpuLocalSnr,
-    pedestal: Option<GpuPedestal>,
+    pedestal: Option<GpuTracker>,
+}
+
+/// The GPU's pedestal tracker as the pedestal stage drives it: dark frames assembled into
+/// raw image words on the host, tracked on the device.
+pub(super) struct GpuTracker {
+    tracker: GpuPedestal,
+    raw: Vec<u16>,
+}
+
+impl DarkTracker for GpuTracker {
+    fn push_frame(&mut self, g: &Geometry, words: &[u16]) {
+        assemble(g, words, &mut self.raw);
+        self.tracker.push(&self.raw).expect("the GPU tracks a dark frame");
+    }
+
+    fn frames(&self) -> u64 {
+        self.tracker.frames()
+    }
+
+    fn mean_into(&mut self, out: &mut [f32]) {
+        out.copy_from_slice(&self.tracker.mean().expect("the GPU returns the pedestal"));
+    }
 }
 
 impl GpuParts {
@@ -31,19 +52,19 @@ impl GpuParts {
         Ok(GpuParts {
             conv: GpuConverter::new(dev, &setup.calibration, setup.invalid)?,
             finder: GpuLocalSnr::new(dev, setup.finder)?,
-            pedestal: Some(GpuPedestal::new(dev, g.height() * g.width(), 0, setup.window)?),
+            pedestal: Some(GpuTracker { tracker: GpuPedestal::new(dev, g.height() * g.width(), 0, setup.window)?, raw: vec![WORD_ERROR; g.height() * g.width()] }),
         })
     }
 
     /// The pedestal tracker, for the pedestal stage's worker.
-    pub(super) fn take_pedestal(&mut self) -> GpuPedestal {
+    pub(super) fn take_pedestal(&mut self) -> GpuTracker {
         self.pedestal.take().expect("taken once")
     }
 }
 
 /// Copies the modules of a frame's slot into the assembled image of raw words (gap pixels
 /// keep the error word).
-fn assemble(g: &rdaq_detector::Geometry, words: &[u16], raw: &mut [u16]) {
+fn assemble(g: &Geometry, words: &[u16], raw: &mut [u16]) {
     for m in 0..g.modules {
         let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
         g.module_runs(m, |from, at, run| raw[at..at + run].copy_from_slice(&module[from..from + run]));
@@ -71,31 +92,6 @@ impl Graph<'_> {
             parts.finder.find(&wk.image, w, h, &mut found).expect("the GPU finds the strong pixels");
             wk.spots = found;
             self.judge(wk, e);
-        })
-    }
-
-    /// Pedestal tracking of the dark frames on the device, published as the CPU's stage
-    /// publishes (gap pixels, never sampled, keep their placeholder).
-    pub(super) fn gpu_pedestal_worker<'g>(&'g self, mut tracker: GpuPedestal) -> WorkerFn<'g, Box<Work>> {
-        let g = self.setup.geometry;
-        let mut raw = vec![WORD_ERROR; g.height() * g.width()];
-        let mut since_publish = 0u32;
-        Box::new(move |mut wk: Box<Work>, _: &Emit<Box<Work>>| {
-            let f = wk.ready.take().expect("dark frames come with their slot");
-            if f.status() == FrameStatus::Complete {
-                assemble(&g, as_words(self.rx.data(&f).expect(OWN_FRAME)), &mut raw);
-                tracker.push(&raw).expect("the GPU tracks a dark frame");
-                since_publish += 1;
-            } else {
-                self.counts.dark_incomplete.fetch_add(1, Ordering::Relaxed);
-            }
-            self.rx.release(f).expect(OWN_FRAME);
-            if tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish {
-                since_publish = 0;
-                let mean = tracker.mean().expect("the GPU returns the pedestal");
-                self.publish_pedestal(|out| out.copy_from_slice(&mean));
-            }
-            let _ = self.pool.send(wk);
         })
     }
 }
