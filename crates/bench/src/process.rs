@@ -103,7 +103,7 @@ impl Data {
         let e = cfg.photon_energy_kev;
         let mut synth = ModuleSynth::new(cfg, 0);
         let mc = synth.calibration();
-        let cal = Calibration { pedestal: mc.pedestal.clone(), gain: mc.gain.clone(), mask: vec![0; MODULE_PIXELS] };
+        let cal = Calibration::unmasked(mc);
         let conv = Converter::new(cal.clone(), InvalidGain::Error)?;
         let mut raw = vec![vec![0u16; MODULE_PIXELS]; n];
         for (i, r) in raw.iter_mut().enumerate() {

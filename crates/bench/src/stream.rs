@@ -95,7 +95,7 @@ fn chunks() -> anyhow::Result<[(PixelType, Vec<u8>); 2]> {
     let e = cfg.photon_energy_kev;
     let mut synth = ModuleSynth::new(cfg, 0);
     let mc = synth.calibration();
-    let conv = Converter::new(Calibration { pedestal: mc.pedestal.clone(), gain: mc.gain.clone(), mask: vec![0; MODULE_PIXELS] }, InvalidGain::Error)?;
+    let conv = Converter::new(Calibration::unmasked(mc), InvalidGain::Error)?;
     let (mut raw, mut kev, mut photons) = (vec![0u16; MODULE_PIXELS], vec![0f32; MODULE_PIXELS], vec![0i32; MODULE_PIXELS]);
     synth.frame(1, &mut raw);
     conv.to_kev(&raw, &mut kev);

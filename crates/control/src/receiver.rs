@@ -192,7 +192,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     if let Some(p) = series.iter().flatten().find(|p| p.exists() && !req.overwrite) {
         return Err(conflict(format!("output: {} exists: the receiver does not overwrite data (start with \"overwrite\": true to replace it)", p.display())));
     }
-    let meta = rdaq_sink::NxmxMeta::jungfrau(geometry, 12.4, 0.0);
+    let meta = rdaq_sink::NxmxMeta::receiver(geometry);
     let writer = match &path {
         Some(p) => Some(NxmxWriter::create(p, &meta).map_err(|e| bad(format!("output: {e}")))?),
         None => None,

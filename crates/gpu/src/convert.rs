@@ -22,6 +22,11 @@ pub struct GpuConverter {
     pixels: usize,
 }
 
+/// The three gain stages' arrays one after the other, as the kernel indexes them (3 x n).
+fn planes(p: &[Vec<f32>; 3]) -> Vec<f32> {
+    p.iter().flatten().copied().collect()
+}
+
 impl GpuConverter {
     /// Compiles the kernels and copies the calibration to the device.
     pub fn new(dev: &Device, cal: &Calibration, invalid: InvalidGain) -> Result<GpuConverter, GpuError> {
@@ -29,7 +34,6 @@ impl GpuConverter {
         cal.check(pixels).map_err(|e| GpuError::Input(e.to_string()))?;
         let module = compile(dev, Kernels::Convert)?;
         let stream = dev.ctx.default_stream();
-        let planes = |p: &[Vec<f32>; 3]| -> Vec<f32> { p.iter().flatten().copied().collect() };
         Ok(GpuConverter {
             kev: module.load_function("jf_convert_kev")?,
             photons_i32: module.load_function("kev_to_photons_i32")?,
@@ -52,7 +56,6 @@ impl GpuConverter {
             return Err(GpuError::Input(format!("a calibration of {} pixels for a converter of {}", cal.mask.len(), self.pixels)));
         }
         cal.check(self.pixels).map_err(|e| GpuError::Input(e.to_string()))?;
-        let planes = |p: &[Vec<f32>; 3]| -> Vec<f32> { p.iter().flatten().copied().collect() };
         self.stream.memcpy_htod(&planes(&cal.pedestal), &mut self.pedestal)?;
         self.stream.memcpy_htod(&planes(&cal.gain), &mut self.gain)?;
         self.stream.memcpy_htod(&cal.mask, &mut self.mask)?;

@@ -1,27 +1,22 @@
 //! The GPU conversion against the CPU stage on the synthetic detector's frames: equal bit
 //! for bit. Skips, saying why, on a machine without a usable GPU.
 
+mod common;
+
 use rdaq_detector::jungfrau::MODULE_PIXELS;
 use rdaq_detector::synth::{ModuleSynth, SynthConfig};
-use rdaq_gpu::{probe, GpuConverter};
+use rdaq_gpu::GpuConverter;
 use rdaq_process::{kev_to_photons, Calibration, Converter, InvalidGain};
 
 #[test]
 fn conversion_equals_the_cpu_bit_for_bit() {
-    let dev = match probe() {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
-    };
+    let Some(dev) = common::device() else { return };
     let cfg = SynthConfig::default();
     let e = cfg.photon_energy_kev;
     let mut synth = ModuleSynth::new(cfg, 0);
     let mc = synth.calibration();
-    let mut mask = vec![0u32; MODULE_PIXELS];
-    mask[1000] = 1;
-    let cal = Calibration { pedestal: mc.pedestal.clone(), gain: mc.gain.clone(), mask };
+    let mut cal = Calibration::unmasked(mc);
+    cal.mask[1000] = 1;
     for invalid in [InvalidGain::Error, InvalidGain::AsG0, InvalidGain::AsG2] {
         let cpu = Converter::new(cal.clone(), invalid).unwrap();
         let gpu = GpuConverter::new(&dev, &cal, invalid).unwrap();
@@ -43,16 +38,10 @@ fn conversion_equals_the_cpu_bit_for_bit() {
 
 #[test]
 fn the_overlapped_pipeline_hands_back_every_frame_in_order() {
-    let dev = match probe() {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
-    };
+    let Some(dev) = common::device() else { return };
     let mut synth = ModuleSynth::new(SynthConfig::default(), 0);
     let mc = synth.calibration();
-    let cal = Calibration { pedestal: mc.pedestal.clone(), gain: mc.gain.clone(), mask: vec![0; MODULE_PIXELS] };
+    let cal = Calibration::unmasked(mc);
     let cpu = Converter::new(cal.clone(), InvalidGain::Error).unwrap();
     let mut pipe = rdaq_gpu::Overlapped::new(&dev, GpuConverter::new(&dev, &cal, InvalidGain::Error).unwrap(), MODULE_PIXELS).unwrap();
     let frames: Vec<Vec<u16>> = (0..6)

@@ -7,9 +7,11 @@
 //! operations and the grouping interface without a GPU. `the_gpu_finds_the_cpus_spots` runs
 //! the kernels themselves and skips, saying why, without a GPU.
 
+mod common;
+
 use rdaq_detector::jungfrau::{MODULE_COLS, MODULE_PIXELS, MODULE_ROWS};
 use rdaq_detector::synth::{ModuleSynth, SynthConfig};
-use rdaq_gpu::{probe, GpuLocalSnr};
+use rdaq_gpu::GpuLocalSnr;
 use rdaq_process::spots::{LocalSnr, LocalSnrParams, Spot};
 use rdaq_process::{Calibration, Converter, InvalidGain};
 
@@ -19,7 +21,7 @@ fn frames(n: u64) -> (Vec<Vec<f32>>, f32) {
     let e = cfg.photon_energy_kev;
     let mut synth = ModuleSynth::new(cfg, 0);
     let mc = synth.calibration();
-    let conv = Converter::new(Calibration { pedestal: mc.pedestal.clone(), gain: mc.gain.clone(), mask: vec![0; MODULE_PIXELS] }, InvalidGain::Error).unwrap();
+    let conv = Converter::new(Calibration::unmasked(mc), InvalidGain::Error).unwrap();
     let mut raw = vec![0u16; MODULE_PIXELS];
     let out = (0..n)
         .map(|f| {
@@ -120,13 +122,7 @@ fn the_kernels_rule_finds_the_cpus_spots() {
 
 #[test]
 fn the_gpu_finds_the_cpus_spots() {
-    let dev = match probe() {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
-    };
+    let Some(dev) = common::device() else { return };
     let (frames, e) = frames(4);
     let p = LocalSnrParams::for_photon_energy(e);
     let (mut cpu, mut gpu) = (LocalSnr::new(p), GpuLocalSnr::new(&dev, p).unwrap());

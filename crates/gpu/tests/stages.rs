@@ -1,15 +1,15 @@
 //! The GPU pedestal tracker and bitshuffle transposition against the CPU's: equal. Skip,
 //! saying why, on a machine without a usable GPU.
 
+mod common;
+
 use rdaq_detector::jungfrau::MODULE_PIXELS;
 use rdaq_detector::synth::{ModuleSynth, SynthConfig};
-use rdaq_gpu::{probe, Device, GpuPedestal, GpuShuffle};
+use rdaq_gpu::{GpuPedestal, GpuShuffle};
 use rdaq_process::bitshuffle::{default_block_elems, shuffle_block};
 use rdaq_process::pedestal::Pedestal;
 
-fn device() -> Option<Device> {
-    probe().map_err(|e| eprintln!("skipped: {e}")).ok()
-}
+use common::device;
 
 #[test]
 fn pedestal_tracking_equals_the_cpu() {

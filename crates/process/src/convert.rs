@@ -62,6 +62,12 @@ pub struct Calibration {
 }
 
 impl Calibration {
+    /// A module's calibration (one module frame of pixels) with no pixel masked.
+    pub fn unmasked(m: &rdaq_detector::jungfrau::ModuleCalibration) -> Calibration {
+        let pixels = m.pedestal[0].len();
+        Calibration { pedestal: m.pedestal.clone(), gain: m.gain.clone(), mask: vec![0; pixels] }
+    }
+
     /// Checks sizes and values: every array has `pixels` entries, pedestals are finite and
     /// gains finite and non-zero.
     pub fn check(&self, pixels: usize) -> Result<(), CalibrationError> {

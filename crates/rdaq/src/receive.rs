@@ -123,7 +123,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let slots = rx.buffer_map().buffers.len();
     eprintln!("rdaq receive: listening on {ports:?}, {slots} slots, {}", recv_buffer_line(a.recv_buffer_mib << 20, rx.recv_buffer_granted()));
     let mut writer = open_output(&a, geometry)?;
-    let meta = writer.as_ref().map_or_else(|| receive_meta(geometry), |w| w.meta().clone());
+    let meta = writer.as_ref().map_or_else(|| NxmxMeta::receiver(geometry), |w| w.meta().clone());
     let mut stream = Stream::open(stream_config(&a.stream, &a.stream_policy)?.as_ref(), None, &meta, 1)?;
     let bar = progress_bar(a.frames, "receive");
     let start = Instant::now();
@@ -212,15 +212,9 @@ fn open_output(a: &ReceiveArgs, geometry: Geometry) -> anyhow::Result<Option<Nxm
         let frame = (geometry.height() * geometry.width() * 2) as u64;
         outputs::warn_if_short(dir, n * frame, &format!("{n} frames of {:.1} MB before compression", frame as f64 / 1e6));
     }
-    let w = NxmxWriter::create(p, &receive_meta(geometry))?;
+    let w = NxmxWriter::create(p, &NxmxMeta::receiver(geometry))?;
     outputs::warn_without_reserve(&w, p);
     Ok(Some(w))
-}
-
-/// What a standalone receiver's files and stream say: raw frames of a JUNGFRAU of this
-/// geometry (12.4 keV and no frame time: the receiver is not told them).
-fn receive_meta(geometry: Geometry) -> NxmxMeta {
-    NxmxMeta::jungfrau(geometry, 12.4, 0.0)
 }
 
 /// The publisher's settings of `--stream` and `--stream-policy`; `None` for "none".

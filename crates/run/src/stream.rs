@@ -58,16 +58,17 @@ impl Stream {
             return Ok(None);
         }
         let mut enc = Encoder::new(meta, series_id);
+        let start = enc.start().to_vec();
         let main = match main {
             Some(cfg) => {
                 let mut p = Publisher::bind(cfg)?;
-                p.stats.start_sent = p.control(enc.start())?;
+                p.stats.start_sent = p.control(&start)?;
                 Some(p)
             }
             None => None,
         };
         let preview = match preview {
-            Some((cfg, every)) => Some(Preview { publisher: Publisher::bind(cfg)?, every, last: None, start: enc.start().to_vec() }),
+            Some((cfg, every)) => Some(Preview { publisher: Publisher::bind(cfg)?, every, last: None, start }),
             None => None,
         };
         Ok(Some(Stream { enc, main, preview, images: 0, t0: Instant::now(), live: Arc::default(), error: None }))

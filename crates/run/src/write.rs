@@ -32,6 +32,7 @@ pub struct WriteOptions {
 #[derive(Debug, Default, serde::Serialize)]
 pub struct WriteReport {
     pub master: Option<PathBuf>,
+    /// Images the files hold (set when they are closed).
     pub images_written: u64,
     /// Images the series' numbering skipped (dropped upstream, or taken by another consumer).
     pub images_missing: u64,
@@ -156,10 +157,7 @@ fn put(s: &mut Series, img: Image, report: &mut WriteReport) -> anyhow::Result<(
         (false, _) => Ok(()),
     });
     match r {
-        Ok(()) => {
-            report.images_written += 1;
-            report.bytes += img.chunk.len() as u64;
-        }
+        Ok(()) => report.bytes += img.chunk.len() as u64,
         Err(e) => {
             eprintln!("rdaq write: {e}: writing stops; images still arriving are counted but not saved");
             report.write_error = Some(e.to_string());

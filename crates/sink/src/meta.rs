@@ -124,6 +124,13 @@ impl NxmxMeta {
         }
     }
 
+    /// What a standalone receiver writes (`rdaq receive`, the receiver daemon): raw frames of
+    /// a JUNGFRAU of this geometry, at 12.4 keV and without a frame time, placeholders because
+    /// a receiver is not told the experiment.
+    pub fn receiver(geometry: Geometry) -> NxmxMeta {
+        NxmxMeta::jungfrau(geometry, 12.4, 0.0)
+    }
+
     /// The wavelength of the beam in Ångström.
     pub fn wavelength_angstrom(&self) -> f64 {
         12.398_419_843_320_026 / self.photon_energy_kev

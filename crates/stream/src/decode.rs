@@ -66,6 +66,11 @@ fn map<'a>(m: &'a Map, key: &'static str) -> Result<&'a Map, DecodeError> {
     get(m, key).and_then(|v| v.as_map()).ok_or(DecodeError::Field(key))
 }
 
+/// rdaq's own fields of a message (`user_data.rdaq`), when the producer sent them.
+fn rdaq_fields(m: &Map) -> Option<&Map> {
+    get(m, "user_data")?.as_map().and_then(|u| get(u, "rdaq"))?.as_map()
+}
+
 /// Decodes one message (the self-described tag is optional, as in Dectris' spec).
 pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
     let v: Value = ciborium::from_reader(bytes).map_err(|e| DecodeError::Cbor(e.to_string()))?;
@@ -85,7 +90,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
 /// The series' metadata. The module grid comes from `user_data.rdaq`; a source that does
 /// not send it must have JUNGFRAU modules' image size (one column of modules, no gaps).
 fn start(m: &Map) -> Result<NxmxMeta, DecodeError> {
-    let rdaq = get(m, "user_data").and_then(|u| u.as_map()).and_then(|u| get(u, "rdaq")).and_then(|r| r.as_map());
+    let rdaq = rdaq_fields(m);
     let geometry = match rdaq {
         Some(r) => grid(r)?,
         None => guess_grid(uint(m, "image_size_x")?, uint(m, "image_size_y")?)?,
@@ -154,7 +159,7 @@ fn image(m: &Map) -> Result<Image, DecodeError> {
     let (_, array) = data.first().ok_or(DecodeError::Field("data"))?;
     let (elem, chunk) = bslz4(array)?;
     let mut img = Image { image_id: uint(m, "image_id")?, frame_number: uint(m, "image_id")?, elem, chunk, ..Image::default() };
-    if let Some(r) = get(m, "user_data").and_then(|u| u.as_map()).and_then(|u| get(u, "rdaq")).and_then(|r| r.as_map()) {
+    if let Some(r) = rdaq_fields(m) {
         img.frame_number = uint(r, "frame_number")?;
         let runs = get(r, "missing_pixels").and_then(|v| v.as_array()).ok_or(DecodeError::Field("missing_pixels"))?;
         for run in runs {
