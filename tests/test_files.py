@@ -64,6 +64,13 @@ def test_a_reader_follows_a_run_and_a_killed_run_keeps_what_was_flushed(rdaq, tm
     for frame, hashes in frames.items():
         if frame < 700:
             assert hashes == [truth[(frame, m)] for m in range(2)], f"frame {frame}"
+    # or, once h5clear has cleared the killed writer's flag, opened as any file
+    last_file = data_files(out)[-1]
+    with h5py.File(last_file, "r", swmr=True) as f:
+        held = f["entry/data/frame_number"][:]
+    subprocess.run(["h5clear", "-s", last_file], check=True, capture_output=True)
+    with h5py.File(last_file, "r") as f:
+        assert list(f["entry/data/frame_number"][:]) == list(held) and f["entry/data/data"].shape[0] >= len(held)
     # the master reads the killed writer's last file too (in SWMR mode)
     with h5py.File(out / "rdaq_run_master.h5", "r", swmr=True) as f:
         last = max(frames)
