@@ -2,11 +2,19 @@
 //!
 //! - [`socket`]: UDP socket setup (large receive buffers with `SO_RCVBUFFORCE`, GSO probe).
 //! - [`send`]: [`send::BatchSender`], `sendmmsg` batches with UDP generic segmentation offload.
-//! - [`recv`]: [`recv::MmsgReceiver`], `recvmmsg` batches whose payloads land where the caller
-//!   says (the receiver predicts the destination, so in-order data is placed without a copy).
+//! - [`engine`]: the receive-engine interface placement drives ([`engine::Engine`]), over
+//!   three engines: [`recv`] (`recvmmsg` batches whose payloads land where the caller says:
+//!   the receiver predicts the destination, so in-order data is placed without a copy),
+//!   [`uring`] (the same through io_uring) and [`xdp`] (AF_XDP with an XDP program).
+//! - [`batch`]: what placement reads of a received batch.
 //! - [`pace`]: sleeping and spinning until a deadline, for frame-rate pacing.
 
+pub mod batch;
+pub mod engine;
+pub mod netns;
 pub mod pace;
 pub mod recv;
 pub mod send;
 pub mod socket;
+pub mod uring;
+pub mod xdp;

@@ -79,7 +79,26 @@ impl MmsgReceiver {
     /// Every pointer returned by `land` must be valid for writes of [`Self::landing_len`]
     /// bytes during the call, and for reads until the next call or the receiver's drop
     /// ([`Self::payload`] reads it); nothing else may write that memory in that time.
-    pub unsafe fn recv(&mut self, fd: RawFd, mut land: impl FnMut(usize) -> Option<*mut u8>) -> io::Result<usize> {
+    pub unsafe fn recv(&mut self, fd: RawFd, land: impl FnMut(usize) -> Option<*mut u8>) -> io::Result<usize> {
+        self.prepare(land);
+        let rc = libc::recvmmsg(fd, self.msgs.as_mut_ptr(), self.batch as u32, libc::MSG_DONTWAIT, std::ptr::null_mut());
+        self.stats.syscalls += 1;
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(0),
+                _ => Err(e),
+            };
+        }
+        self.complete(rc as usize);
+        Ok(rc as usize)
+    }
+
+    /// Names the landing of each datagram of the next call and resets the message headers.
+    ///
+    /// # Safety
+    /// As [`Self::recv`], for the pointers `land` returns.
+    pub(crate) unsafe fn prepare(&mut self, mut land: impl FnMut(usize) -> Option<*mut u8>) {
         self.received = 0;
         for i in 0..self.batch {
             let dst = land(i).unwrap_or_else(|| self.scratch.as_mut_ptr().add(i * self.landing_len));
@@ -96,16 +115,20 @@ impl MmsgReceiver {
             m.msg_hdr.msg_flags = 0;
             m.msg_len = 0;
         }
-        let rc = libc::recvmmsg(fd, self.msgs.as_mut_ptr(), self.batch as u32, libc::MSG_DONTWAIT, std::ptr::null_mut());
-        self.stats.syscalls += 1;
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(0),
-                _ => Err(e),
-            };
-        }
-        let n = rc as usize;
+    }
+
+    /// The message header of datagram `i`, for an engine that receives into it (io_uring).
+    pub(crate) fn msghdr(&mut self, i: usize) -> *mut libc::msghdr {
+        &mut self.msgs[i].msg_hdr
+    }
+
+    /// Records the length of datagram `i` as an engine other than `recvmmsg` received it.
+    pub(crate) fn set_len(&mut self, i: usize, len: u32) {
+        self.msgs[i].msg_len = len;
+    }
+
+    /// Counts the first `n` datagrams of the prepared batch as received.
+    pub(crate) fn complete(&mut self, n: usize) {
         self.received = n;
         self.stats.datagrams += n as u64;
         for m in &self.msgs[..n] {
@@ -114,7 +137,6 @@ impl MmsgReceiver {
                 self.stats.oversized += 1;
             }
         }
-        Ok(n)
     }
 
     /// Header bytes of datagram `i` of the last batch (shorter than the header length when
@@ -156,6 +178,27 @@ impl MmsgReceiver {
         // the caller's landing it was given, which `recv`'s contract keeps readable for
         // `landing_len >= len` bytes until the next call; the kernel wrote those `len` bytes.
         unsafe { std::slice::from_raw_parts(self.landed[i], len) }
+    }
+}
+
+impl crate::batch::Batch for MmsgReceiver {
+    fn count(&self) -> usize {
+        self.received()
+    }
+    fn header(&self, i: usize) -> &[u8] {
+        MmsgReceiver::header(self, i)
+    }
+    fn datagram_len(&self, i: usize) -> usize {
+        MmsgReceiver::datagram_len(self, i)
+    }
+    fn truncated(&self, i: usize) -> bool {
+        MmsgReceiver::truncated(self, i)
+    }
+    fn source(&self, i: usize) -> Option<SocketAddr> {
+        MmsgReceiver::source(self, i)
+    }
+    fn payload(&self, i: usize) -> &[u8] {
+        MmsgReceiver::payload(self, i)
     }
 }
 

@@ -1,18 +1,19 @@
 //! The receive thread and its handle: binds one UDP socket per data channel, receives in
-//! `recvmmsg` batches with predicted landing, places, expires incomplete frames, and hands
-//! finished frames to the consumer over a channel (at most `slots` frames can be handed at
-//! once, so it never blocks the receive thread).
+//! batches through the configured engine (`recvmmsg`, io_uring or AF_XDP) with predicted
+//! landing, places, expires incomplete frames, and hands finished frames to the consumer
+//! over a channel (at most `slots` frames can be handed at once, so it never blocks the
+//! receive thread).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver as ChanRx, Sender as ChanTx};
-use rdaq_net::recv::MmsgReceiver;
+use rdaq_net::batch::Subset;
+use rdaq_net::engine::{Engine, EngineError, EngineKind, EngineSpec};
 use rdaq_net::socket;
 use rdaq_proto::nack::{self, Missing, NACK_ENTRY_LEN, NACK_HEADER_LEN, NACK_MAX_ENTRIES};
 use rdaq_proto::sls::{JUNGFRAU_PACKETS_PER_FRAME, JUNGFRAU_PACKET_PAYLOAD};
@@ -20,7 +21,6 @@ use rdaq_proto::telegram::{BufferMap, BufferRequest, LocalBufferInfo, TELEGRAM_V
 use thiserror::Error;
 
 use crate::arena::Arena;
-use crate::batch::Batch;
 use crate::coalesce::{Coalesce, Next};
 use crate::counters::Counters;
 use crate::diagnose;
@@ -109,6 +109,8 @@ impl Default for NackConfig {
 #[derive(Clone, Debug)]
 pub struct ReceiverConfig {
     pub format: Format,
+    /// The receive engine (`recvmmsg` by default).
+    pub engine: EngineKind,
     pub bind: IpAddr,
     pub data_port: u16,
     pub modules: u16,
@@ -158,6 +160,7 @@ impl Default for ReceiverConfig {
     fn default() -> Self {
         ReceiverConfig {
             format: Format::Rdaq,
+            engine: EngineKind::Recvmmsg,
             bind: IpAddr::from([127, 0, 0, 1]),
             data_port: 50000,
             modules: 1,
@@ -197,6 +200,8 @@ pub enum ReceiverError {
     Bind { addr: SocketAddr, source: io::Error },
     #[error("receive failed: {0}")]
     Io(#[from] io::Error),
+    #[error("{0}")]
+    Engine(#[from] EngineError),
 }
 
 /// What a receiver made of an acquisition beyond its counters: which frames it finished or
@@ -370,6 +375,12 @@ impl Receiver {
             .with_checksum(cfg.checksum)
             .with_allowed_sources(cfg.sources.clone());
         let placement_owner = placement.owner();
+        let hdr_len = match cfg.format {
+            Format::Rdaq => placement.header_len(),
+            Format::Sls { .. } => rdaq_proto::SLS_HEADER_LEN,
+        };
+        let spec = EngineSpec { sockets: &sockets, bind: cfg.bind, batch: cfg.batch, hdr_len, landing_len: grid.cell_bytes as usize, buffer_bytes: cfg.recv_buffer };
+        let engine = Engine::open(cfg.engine, &spec)?;
         // Unbounded: at most `slots` frames can be handed at once; what else queues are
         // small notices of discarded frames, and losing a handed frame would leak its slot.
         let (frames_tx, frames) = crossbeam_channel::unbounded();
@@ -381,6 +392,7 @@ impl Receiver {
         let outcome = Arc::new(Mutex::new(Outcome::default()));
         let ctx = Loop {
             cfg: cfg.clone(),
+            engine,
             placement,
             progress: Vec::with_capacity(sources.len()),
             sockets,
@@ -531,6 +543,7 @@ impl Drop for Receiver {
 
 struct Loop {
     cfg: ReceiverConfig,
+    engine: Engine,
     placement: Placement,
     /// One socket per data channel, and the channel's source state beside it.
     sockets: Vec<UdpSocket>,
@@ -575,21 +588,15 @@ impl Loop {
         if let Some(cpu) = self.cfg.cpu {
             socket::pin_current_thread(cpu)?;
         }
-        let landing = self.placement.grid().cell_bytes as usize;
-        let hdr_len = match self.cfg.format {
-            Format::Rdaq => self.placement.header_len(),
-            Format::Sls { .. } => rdaq_proto::SLS_HEADER_LEN,
-        };
-        let mut rx = MmsgReceiver::new(self.cfg.batch, hdr_len, landing);
-        let mut landings = vec![None; rx.batch()];
-        let mut pace = Coalesce::new(COALESCE_MIN, self.cfg.coalesce, 2 * rx.batch());
-        let mut pollfds: Vec<libc::pollfd> = self.sockets.iter().map(socket::pollfd).collect();
+        let mut landings = Landings::new(self.sources.len(), self.engine.batch());
+        let mut pace = Coalesce::new(COALESCE_MIN, self.cfg.coalesce, 2 * self.engine.batch());
+        let mut pollfds = self.engine.pollfds();
         let mut last_data = Instant::now();
         let mut last_expire = Instant::now();
         let mut last_publish = Instant::now();
         loop {
-            self.serve_consumer(&mut rx, &mut landings)?;
-            let (got, more) = self.receive_round(&mut rx, &mut landings)?;
+            self.serve_consumer(&mut landings)?;
+            let (got, more) = self.receive_round(&mut landings)?;
             let now = Instant::now();
             if got > 0 {
                 last_data = now;
@@ -603,7 +610,7 @@ impl Loop {
             }
             self.hand_on();
             if now.duration_since(last_publish) >= PUBLISH_EVERY {
-                self.publish(&rx);
+                self.publish();
                 last_publish = now;
             }
             let c = &self.placement.counters;
@@ -626,16 +633,16 @@ impl Loop {
         }
         self.placement.finish_all();
         self.hand_on();
-        self.placement.counters.kernel_drops = self.sockets.iter().filter_map(socket::kernel_drops).sum();
+        self.placement.counters.kernel_drops = self.sockets.iter().filter_map(socket::kernel_drops).sum::<u64>() + self.engine.drops_below();
         self.placement.counters.cpu_time = socket::thread_cpu_time();
         self.placement.counters.sleeps = socket::thread_waits();
-        self.publish(&rx);
+        self.publish();
         self.publish_outcome();
         Ok(self.placement.counters)
     }
 
     /// Takes the slots the consumer gave back, and its flush and reset requests.
-    fn serve_consumer(&mut self, rx: &mut MmsgReceiver, landings: &mut [Option<*mut u8>]) -> Result<(), ReceiverError> {
+    fn serve_consumer(&mut self, landings: &mut Landings) -> Result<(), ReceiverError> {
         while let Ok(f) = self.release_rx.try_recv() {
             // `Receiver::release` sends only this placement's tokens
             self.placement.release(f).expect("a token of this receiver");
@@ -646,7 +653,7 @@ impl Loop {
                     // what already arrived belongs to the acquisition being finished (a
                     // sender still streaming cannot keep the flush going for long)
                     let until = Instant::now() + DRAIN_AT_MOST;
-                    while self.receive_round(rx, landings)?.0 > 0 && Instant::now() < until {}
+                    while self.receive_round(landings)?.0 > 0 && Instant::now() < until {}
                     self.placement.finish_all();
                     self.publish_outcome();
                 }
@@ -658,7 +665,7 @@ impl Loop {
                 }
             }
             self.hand_on();
-            self.publish(rx);
+            self.publish();
             let _ = ack.send(self.placement.counters);
         }
         Ok(())
@@ -679,26 +686,16 @@ impl Loop {
         *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = outcome;
     }
 
-    /// Reads every socket, up to [`BATCHES_PER_TURN`] batches each, and places what came;
-    /// returns the datagrams read and whether a socket had more waiting.
-    fn receive_round(&mut self, rx: &mut MmsgReceiver, landings: &mut [Option<*mut u8>]) -> Result<(usize, bool), ReceiverError> {
-        let landing = rx.landing_len();
+    /// Reads every queue of the engine, up to [`BATCHES_PER_TURN`] batches each, and places
+    /// what came; returns the datagrams read and whether a queue had more waiting.
+    fn receive_round(&mut self, landings: &mut Landings) -> Result<(usize, bool), ReceiverError> {
         let (mut got, mut more) = (0, false);
-        for (sock, src) in self.sockets.iter().zip(self.sources.iter_mut()) {
+        for q in 0..self.engine.queues() {
             let mut full = 0;
             while full < BATCHES_PER_TURN {
-                if self.cfg.predict {
-                    self.placement.predict(src, landing, landings);
-                }
-                // SAFETY: predicted landings are full cells of Free or Filling slots with
-                // their bits clear, owned by this thread and read by no one until place_batch
-                // has looked at the headers; distinct within the batch.
-                let n = unsafe { rx.recv(sock.as_raw_fd(), |i| landings[i]) }?;
-                if n > 0 {
-                    self.placement.place_batch(&*rx, src, Instant::now());
-                    got += n;
-                }
-                if n < rx.batch() {
+                let n = self.receive_batch(q, landings)?;
+                got += n;
+                if n < self.engine.batch() {
                     break;
                 }
                 full += 1;
@@ -706,6 +703,50 @@ impl Loop {
             more |= full == BATCHES_PER_TURN;
         }
         Ok((got, more))
+    }
+
+    /// Predicts the landings of the channels queue `q` serves, receives one batch and
+    /// places it, channel by channel.
+    fn receive_batch(&mut self, q: usize, landings: &mut Landings) -> Result<usize, ReceiverError> {
+        let one = self.engine.queue_per_channel();
+        let channels = if one { q..q + 1 } else { 0..self.sources.len() };
+        let landing = self.placement.grid().cell_bytes as usize;
+        for ch in channels.clone() {
+            landings.next[ch] = 0;
+            if self.cfg.predict {
+                self.placement.predict(&self.sources[ch], landing, &mut landings.cells[ch]);
+            } else {
+                landings.cells[ch].fill(None);
+            }
+        }
+        let Landings { cells, next, .. } = landings;
+        // SAFETY: predicted landings are full cells of Free or Filling slots with their bits
+        // clear, owned by this thread and read by no one until place_batch has looked at the
+        // headers; distinct within the batch and across channels (different modules' cells).
+        let n = unsafe {
+            self.engine.recv(q, |ch| {
+                let k = next[ch];
+                next[ch] += 1;
+                cells[ch].get(k).copied().flatten()
+            })
+        }?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let now = Instant::now();
+        if one {
+            self.placement.place_batch(&self.engine, &mut self.sources[q], now);
+            return Ok(n);
+        }
+        for ch in channels {
+            landings.picked.clear();
+            landings.picked.extend((0..n).filter(|&i| self.engine.channel(i) == ch).map(|i| i as u16));
+            if !landings.picked.is_empty() {
+                let part = Subset { batch: &self.engine, indices: &landings.picked };
+                self.placement.place_batch(&part, &mut self.sources[ch], now);
+            }
+        }
+        Ok(n)
     }
 
     /// How long to wait for data when none came: briefly while frames are in progress
@@ -789,34 +830,23 @@ impl Loop {
         }
     }
 
-    fn publish(&mut self, rx: &MmsgReceiver) {
-        self.placement.counters.recv_syscalls = rx.stats.syscalls;
+    fn publish(&mut self) {
+        self.placement.counters.recv_syscalls = self.engine.stats().syscalls;
         *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = self.placement.counters;
     }
 }
 
-impl Batch for MmsgReceiver {
-    fn count(&self) -> usize {
-        self.received()
-    }
+/// Where the next datagrams of each channel should land: the prediction per channel, and
+/// how many of each the engine has asked for during the current call.
+struct Landings {
+    cells: Vec<Vec<Option<*mut u8>>>,
+    next: Vec<usize>,
+    /// The datagrams of one channel in the current batch (AF_XDP serves all from one queue).
+    picked: Vec<u16>,
+}
 
-    fn header(&self, i: usize) -> &[u8] {
-        MmsgReceiver::header(self, i)
-    }
-
-    fn datagram_len(&self, i: usize) -> usize {
-        MmsgReceiver::datagram_len(self, i)
-    }
-
-    fn truncated(&self, i: usize) -> bool {
-        MmsgReceiver::truncated(self, i)
-    }
-
-    fn source(&self, i: usize) -> Option<SocketAddr> {
-        MmsgReceiver::source(self, i)
-    }
-
-    fn payload(&self, i: usize) -> &[u8] {
-        MmsgReceiver::payload(self, i)
+impl Landings {
+    fn new(channels: usize, batch: usize) -> Landings {
+        Landings { cells: vec![vec![None; batch]; channels], next: vec![0; channels], picked: Vec::with_capacity(batch) }
     }
 }

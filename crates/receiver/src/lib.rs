@@ -17,7 +17,7 @@
 //! - [`coalesce`]: when the receive thread reads next (few wake-ups for slow streams).
 
 pub mod arena;
-pub mod batch;
+pub use rdaq_net::batch;
 pub mod coalesce;
 pub mod counters;
 pub mod diagnose;
