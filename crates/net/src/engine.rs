@@ -6,13 +6,17 @@
 //! - `recvmmsg`: one system call per batch per socket, the kernel copies into the landings.
 //! - `io_uring`: a linked chain of `recvmsg` requests per batch, one system call.
 //! - `af_xdp`: an XDP program steers the data ports into AF_XDP sockets; frames land in
-//!   UMEM and the engine copies each payload once, into the landing.
+//!   UMEM and the engine copies each payload once, into the landing. What the program leaves
+//!   to the kernel (IP fragments of datagrams larger than the MTU) reaches the data sockets,
+//!   which the engine also reads, at most every [`KERNEL_PATH_EVERY`]: nothing sent to a data
+//!   port stays unread.
 
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 use crate::batch::Batch;
 use crate::recv::{MmsgReceiver, RecvStats};
@@ -79,8 +83,21 @@ pub enum EngineError {
 pub enum Engine {
     Recvmmsg { rx: MmsgReceiver, fds: Vec<OwnedFd>, queue: usize },
     IoUring { rx: UringReceiver, queue: usize },
-    AfXdp(XdpReceiver),
+    AfXdp { x: XdpReceiver, kernel: KernelPath },
 }
+
+/// The data sockets beside AF_XDP: queues after the interface's.
+pub struct KernelPath {
+    rx: MmsgReceiver,
+    fds: Vec<OwnedFd>,
+    /// The datagrams of the last call came this way.
+    last: Option<usize>,
+    /// When each socket was last read.
+    polled: Vec<Instant>,
+}
+
+/// How often the AF_XDP engine reads the data sockets for what its program passed on.
+pub const KERNEL_PATH_EVERY: Duration = Duration::from_millis(1);
 
 fn dup_all(sockets: &[UdpSocket]) -> io::Result<Vec<OwnedFd>> {
     sockets.iter().map(|s| s.try_clone().map(OwnedFd::from)).collect()
@@ -98,7 +115,8 @@ impl Engine {
             EngineKind::AfXdp => {
                 let ports = spec.sockets.iter().map(|s| s.local_addr().map(|a| a.port())).collect::<io::Result<Vec<_>>>().map_err(io)?;
                 let x = XdpSpec { bind: spec.bind, ports, batch: spec.batch, hdr_len: spec.hdr_len, landing_len: spec.landing_len, umem_bytes: spec.buffer_bytes };
-                Engine::AfXdp(XdpReceiver::open(&x)?)
+                let kernel = KernelPath { rx: MmsgReceiver::new(spec.batch, spec.hdr_len, spec.landing_len), fds: dup_all(spec.sockets).map_err(io)?, last: None, polled: vec![Instant::now(); spec.sockets.len()] };
+                Engine::AfXdp { x: XdpReceiver::open(&x)?, kernel }
             }
         })
     }
@@ -107,32 +125,34 @@ impl Engine {
         match self {
             Engine::Recvmmsg { .. } => EngineKind::Recvmmsg,
             Engine::IoUring { .. } => EngineKind::IoUring,
-            Engine::AfXdp(_) => EngineKind::AfXdp,
+            Engine::AfXdp { .. } => EngineKind::AfXdp,
         }
     }
 
     /// What ran, for the summary: the engine, and for AF_XDP the interface and mode.
     pub fn describe(&self) -> String {
         match self {
-            Engine::AfXdp(x) => format!("af_xdp ({})", x.describe()),
+            Engine::AfXdp { x, .. } => format!("af_xdp ({})", x.describe()),
             e => e.kind().to_string(),
         }
     }
 
-    /// Queues read in turn: a socket each for the socket engines, an interface queue each
-    /// for AF_XDP.
+    /// Queues read in turn: a socket each for the socket engines; for AF_XDP an interface
+    /// queue each, then the data sockets.
     pub fn queues(&self) -> usize {
         match self {
             Engine::Recvmmsg { fds, .. } => fds.len(),
             Engine::IoUring { rx, .. } => rx.queues(),
-            Engine::AfXdp(x) => x.queues(),
+            Engine::AfXdp { x, kernel } => x.queues() + kernel.fds.len(),
         }
     }
 
-    /// Whether a queue serves one channel (the socket engines: queue `q` is channel `q`) or
-    /// all of them (AF_XDP).
-    pub fn queue_per_channel(&self) -> bool {
-        !matches!(self, Engine::AfXdp(_))
+    /// The one channel queue `q` serves, or `None` when it serves all (an AF_XDP queue).
+    pub fn serves(&self, q: usize) -> Option<usize> {
+        match self {
+            Engine::AfXdp { x, .. } => q.checked_sub(x.queues()),
+            _ => Some(q),
+        }
     }
 
     /// File descriptors to poll for readiness, one per queue.
@@ -141,7 +161,7 @@ impl Engine {
         match self {
             Engine::Recvmmsg { fds, .. } => fds.iter().map(|f| fd(f.as_raw_fd())).collect(),
             Engine::IoUring { rx, .. } => rx.fds().map(fd).collect(),
-            Engine::AfXdp(x) => (0..x.queues()).map(|q| fd(x.fd(q))).collect(),
+            Engine::AfXdp { x, kernel } => (0..x.queues()).map(|q| fd(x.fd(q))).chain(kernel.fds.iter().map(|f| fd(f.as_raw_fd()))).collect(),
         }
     }
 
@@ -149,7 +169,7 @@ impl Engine {
         match self {
             Engine::Recvmmsg { rx, .. } => rx.batch(),
             Engine::IoUring { rx, .. } => rx.batch().batch(),
-            Engine::AfXdp(x) => x.batch(),
+            Engine::AfXdp { x, .. } => x.batch(),
         }
     }
 
@@ -157,7 +177,18 @@ impl Engine {
         match self {
             Engine::Recvmmsg { rx, .. } => rx.stats,
             Engine::IoUring { rx, .. } => rx.batch().stats,
-            Engine::AfXdp(x) => x.stats,
+            Engine::AfXdp { x, kernel } => {
+                let k = kernel.rx.stats;
+                RecvStats { datagrams: x.stats.datagrams + k.datagrams, bytes: x.stats.bytes + k.bytes, syscalls: k.syscalls, oversized: x.stats.oversized + k.oversized }
+            }
+        }
+    }
+
+    /// Datagrams that took the kernel's path around AF_XDP (zero for the socket engines).
+    pub fn kernel_path_datagrams(&self) -> u64 {
+        match self {
+            Engine::AfXdp { kernel, .. } => kernel.rx.stats.datagrams,
+            _ => 0,
         }
     }
 
@@ -165,7 +196,7 @@ impl Engine {
     /// could not read (the socket engines' drops are the sockets', read by the caller).
     pub fn drops_below(&self) -> u64 {
         match self {
-            Engine::AfXdp(x) => x.kernel_drops() + x.malformed,
+            Engine::AfXdp { x, .. } => x.kernel_drops() + x.malformed,
             _ => 0,
         }
     }
@@ -188,7 +219,22 @@ impl Engine {
                 *q = queue;
                 rx.recv(queue, |_| land(queue))
             }
-            Engine::AfXdp(x) => x.recv(queue, land),
+            Engine::AfXdp { x, kernel } => match queue.checked_sub(x.queues()) {
+                None => {
+                    kernel.last = None;
+                    x.recv(queue, land)
+                }
+                Some(ch) => {
+                    kernel.last = Some(ch);
+                    let now = Instant::now();
+                    if now.duration_since(kernel.polled[ch]) < KERNEL_PATH_EVERY {
+                        kernel.rx.clear();
+                        return Ok(0);
+                    }
+                    kernel.polled[ch] = now;
+                    kernel.rx.recv(kernel.fds[ch].as_raw_fd(), |_| land(ch))
+                }
+            },
         }
     }
 
@@ -196,52 +242,40 @@ impl Engine {
     pub fn channel(&self, i: usize) -> usize {
         match self {
             Engine::Recvmmsg { queue, .. } | Engine::IoUring { queue, .. } => *queue,
-            Engine::AfXdp(x) => x.channel(i),
+            Engine::AfXdp { x, kernel } => kernel.last.unwrap_or_else(|| x.channel(i)),
+        }
+    }
+}
+
+impl Engine {
+    /// The batch of the last call: the AF_XDP engine's own, or its kernel path's.
+    fn last(&self) -> &dyn Batch {
+        match self {
+            Engine::Recvmmsg { rx, .. } => rx,
+            Engine::IoUring { rx, .. } => rx.batch(),
+            Engine::AfXdp { kernel, .. } if kernel.last.is_some() => &kernel.rx,
+            Engine::AfXdp { x, .. } => x,
         }
     }
 }
 
 impl Batch for Engine {
     fn count(&self) -> usize {
-        match self {
-            Engine::Recvmmsg { rx, .. } => rx.received(),
-            Engine::IoUring { rx, .. } => rx.batch().received(),
-            Engine::AfXdp(x) => x.received(),
-        }
+        self.last().count()
     }
     fn header(&self, i: usize) -> &[u8] {
-        match self {
-            Engine::Recvmmsg { rx, .. } => rx.header(i),
-            Engine::IoUring { rx, .. } => rx.batch().header(i),
-            Engine::AfXdp(x) => x.header(i),
-        }
+        self.last().header(i)
     }
     fn datagram_len(&self, i: usize) -> usize {
-        match self {
-            Engine::Recvmmsg { rx, .. } => rx.datagram_len(i),
-            Engine::IoUring { rx, .. } => rx.batch().datagram_len(i),
-            Engine::AfXdp(x) => x.datagram_len(i),
-        }
+        self.last().datagram_len(i)
     }
     fn truncated(&self, i: usize) -> bool {
-        match self {
-            Engine::Recvmmsg { rx, .. } => rx.truncated(i),
-            Engine::IoUring { rx, .. } => rx.batch().truncated(i),
-            Engine::AfXdp(x) => x.truncated(i),
-        }
+        self.last().truncated(i)
     }
     fn source(&self, i: usize) -> Option<SocketAddr> {
-        match self {
-            Engine::Recvmmsg { rx, .. } => rx.source(i),
-            Engine::IoUring { rx, .. } => rx.batch().source(i),
-            Engine::AfXdp(x) => x.source(i),
-        }
+        self.last().source(i)
     }
     fn payload(&self, i: usize) -> &[u8] {
-        match self {
-            Engine::Recvmmsg { rx, .. } => rx.payload(i),
-            Engine::IoUring { rx, .. } => rx.batch().payload(i),
-            Engine::AfXdp(x) => x.payload(i),
-        }
+        self.last().payload(i)
     }
 }

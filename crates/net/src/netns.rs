@@ -17,6 +17,7 @@ pub struct VethPair {
     pub receiver_ip: Ipv4Addr,
     /// The receiver side's interface (where AF_XDP attaches).
     pub receiver_if: String,
+    pub sender_if: String,
 }
 
 fn ip(args: &[&str]) -> io::Result<()> {
@@ -41,7 +42,7 @@ impl VethPair {
         let id = format!("{}{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
         let (a, b) = (format!("rdaq-{tag}-{id}-s"), format!("rdaq-{tag}-{id}-r"));
         let (ia, ib) = (format!("rq{id}s"), format!("rq{id}r"));
-        let pair = VethPair { sender_ns: a.clone(), receiver_ns: b.clone(), sender_ip: Ipv4Addr::new(10, 99, 0, 1), receiver_ip: Ipv4Addr::new(10, 99, 0, 2), receiver_if: ib.clone() };
+        let pair = VethPair { sender_ns: a.clone(), receiver_ns: b.clone(), sender_ip: Ipv4Addr::new(10, 99, 0, 1), receiver_ip: Ipv4Addr::new(10, 99, 0, 2), receiver_if: ib.clone(), sender_if: ia.clone() };
         ip(&["netns", "add", &a])?;
         ip(&["netns", "add", &b])?;
         let mtu = mtu.to_string();
@@ -52,6 +53,11 @@ impl VethPair {
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
         Ok(pair)
+    }
+
+    /// Gives the sender side one more address (a second host on the same link).
+    pub fn add_sender_ip(&self, addr: Ipv4Addr) -> io::Result<()> {
+        ip(&["-n", &self.sender_ns, "addr", "add", &format!("{addr}/24"), "dev", &self.sender_if])
     }
 
     /// Moves the calling thread into namespace `ns` (threads it starts later follow).

@@ -127,6 +127,11 @@ impl MmsgReceiver {
         self.msgs[i].msg_len = len;
     }
 
+    /// Forgets the last call's datagrams (a call that did not read).
+    pub(crate) fn clear(&mut self) {
+        self.received = 0;
+    }
+
     /// Counts the first `n` datagrams of the prepared batch as received.
     pub(crate) fn complete(&mut self, n: usize) {
         self.received = n;

@@ -28,7 +28,7 @@ impl UringReceiver {
     /// A ring for batches of `batch` datagrams from `fds` (registered as fixed files, queue
     /// `q` being `fds[q]`), each at most `hdr_len + landing_len` bytes.
     pub fn new(fds: Vec<OwnedFd>, batch: usize, hdr_len: usize, landing_len: usize) -> io::Result<UringReceiver> {
-        let ring = IoUring::builder().setup_single_issuer().build(batch.next_power_of_two() as u32)?;
+        let ring = IoUring::builder().build(batch.next_power_of_two() as u32)?;
         let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
         ring.submitter().register_files(&raw)?;
         Ok(UringReceiver { ring, msgs: MmsgReceiver::new(batch, hdr_len, landing_len),  fds })

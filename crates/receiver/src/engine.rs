@@ -708,8 +708,8 @@ impl Loop {
     /// Predicts the landings of the channels queue `q` serves, receives one batch and
     /// places it, channel by channel.
     fn receive_batch(&mut self, q: usize, landings: &mut Landings) -> Result<usize, ReceiverError> {
-        let one = self.engine.queue_per_channel();
-        let channels = if one { q..q + 1 } else { 0..self.sources.len() };
+        let one = self.engine.serves(q);
+        let channels = one.map_or(0..self.sources.len(), |ch| ch..ch + 1);
         let landing = self.placement.grid().cell_bytes as usize;
         for ch in channels.clone() {
             landings.next[ch] = 0;
@@ -734,8 +734,8 @@ impl Loop {
             return Ok(0);
         }
         let now = Instant::now();
-        if one {
-            self.placement.place_batch(&self.engine, &mut self.sources[q], now);
+        if let Some(ch) = one {
+            self.placement.place_batch(&self.engine, &mut self.sources[ch], now);
             return Ok(n);
         }
         for ch in channels {

@@ -1,6 +1,9 @@
 //! The receive thread over loopback: reordered, duplicated and missing datagrams, with and
 //! without predicted landing. Every complete frame must hold exactly what was sent.
 
+mod common;
+use common::Net;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -79,10 +82,12 @@ fn datagrams(map: &BufferMap, frame: u64, m: u16, disorder: bool) -> Vec<(Vec<u8
         .collect()
 }
 
-fn run(predict: bool, disorder: bool) {
+fn run(net: &Net, predict: bool, disorder: bool) {
     let frames = 40u64;
     let cfg = ReceiverConfig {
         format: Format::Rdaq,
+        engine: net.engine,
+        bind: net.receiver_ip(),
         data_port: 0,
         modules: 2,
         module_bytes: MODULE_BYTES,
@@ -94,12 +99,14 @@ fn run(predict: bool, disorder: bool) {
         linger: Duration::from_millis(100),
         ..ReceiverConfig::default()
     };
+    net.as_receiver();
     let mut rx = Receiver::start(cfg).unwrap();
     let map = rx.buffer_map().clone();
+    net.as_sender();
     let mut senders: Vec<BatchSender> = map
         .data_ports
         .iter()
-        .map(|&p| BatchSender::connect("127.0.0.1:0".parse().unwrap(), SocketAddr::from(([127, 0, 0, 1], p)), true, 1 << 20).unwrap())
+        .map(|&p| BatchSender::connect(SocketAddr::new(net.sender_ip(), 0), SocketAddr::new(net.receiver_ip(), p), true, 1 << 20).unwrap())
         .collect();
     let mut seen = Vec::new();
     for frame in 0..frames {
@@ -148,24 +155,26 @@ fn check_counters(counters: &Counters, frames: u64, predict: bool, disorder: boo
     }
 }
 
-#[test]
-fn reordered_duplicated_and_lost_with_prediction() {
-    run(true, true);
+fn reordered_duplicated_and_lost_with_prediction(net: &Net) {
+    run(net, true, true);
 }
+engines!(reordered_duplicated_and_lost_with_prediction);
 
-#[test]
-fn in_order_lands_in_place() {
-    run(true, false);
+fn in_order_lands_in_place(net: &Net) {
+    run(net, true, false);
 }
+engines!(in_order_lands_in_place);
 
-#[test]
-fn reordered_duplicated_and_lost_without_prediction() {
-    run(false, true);
+fn reordered_duplicated_and_lost_without_prediction(net: &Net) {
+    run(net, false, true);
 }
+engines!(reordered_duplicated_and_lost_without_prediction);
 
-#[test]
-fn flush_finishes_frames_in_progress_and_keeps_receiving() {
+engines!(flush_finishes_frames_in_progress_and_keeps_receiving);
+fn flush_finishes_frames_in_progress_and_keeps_receiving(net: &Net) {
     let cfg = ReceiverConfig {
+        engine: net.engine,
+        bind: net.receiver_ip(),
         data_port: 0,
         modules: 1,
         module_bytes: MODULE_BYTES,
@@ -174,9 +183,11 @@ fn flush_finishes_frames_in_progress_and_keeps_receiving() {
         frame_timeout: Duration::from_secs(60),
         ..ReceiverConfig::default()
     };
+    net.as_receiver();
     let rx = Receiver::start(cfg).unwrap();
     let map = rx.buffer_map().clone();
-    let mut tx = BatchSender::connect("127.0.0.1:0".parse().unwrap(), SocketAddr::from(([127, 0, 0, 1], map.data_ports[0])), true, 1 << 20).unwrap();
+    net.as_sender();
+    let mut tx = BatchSender::connect(SocketAddr::new(net.sender_ip(), 0), SocketAddr::new(net.receiver_ip(), map.data_ports[0]), true, 1 << 20).unwrap();
     let send = |tx: &mut BatchSender, frame: u64, cells: std::ops::Range<u64>| {
         let buf = map.buffer_for(frame);
         let dgrams: Vec<(Vec<u8>, Vec<u8>)> = cells

@@ -4,6 +4,9 @@
 //! counted under its reason, the real stream completes bit-exact, and the guard regions
 //! around the ring stay intact.
 
+mod common;
+use common::Net;
+
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -99,16 +102,19 @@ fn check_bytes(rx: &Receiver, fr: &FrameReady) {
     }
 }
 
-#[test]
-fn every_hostile_datagram_is_dropped_by_reason_and_the_real_stream_completes() {
+engines!(every_hostile_datagram_is_dropped_by_reason_and_the_real_stream_completes);
+fn every_hostile_datagram_is_dropped_by_reason_and_the_real_stream_completes(net: &Net) {
+    net.as_receiver();
     let mut rx = Receiver::start(ReceiverConfig {
+        engine: net.engine,
+        bind: net.receiver_ip(),
         data_port: 0,
         modules: 1,
         module_bytes: MODULE_BYTES,
         payload_bytes: CELL as u32,
         slots: 8,
         checksum: true,
-        sources: vec!["127.0.0.1".parse().unwrap()],
+        sources: vec![net.sender_ip()],
         policy: IncompletePolicy::Keep,
         frame_timeout: Duration::from_secs(2),
         linger: Duration::from_millis(200),
@@ -118,10 +124,11 @@ fn every_hostile_datagram_is_dropped_by_reason_and_the_real_stream_completes() {
     })
     .unwrap();
     let map = rx.buffer_map().clone();
-    let port = SocketAddr::from(([127, 0, 0, 1], map.data_ports[0]));
-    let good = UdpSocket::bind("127.0.0.1:0").unwrap();
-    // all of 127/8 is loopback: a second host for the flood
-    let stranger = UdpSocket::bind("127.0.0.2:0").unwrap();
+    let port = SocketAddr::new(net.receiver_ip(), map.data_ports[0]);
+    net.as_sender();
+    let good = UdpSocket::bind(SocketAddr::new(net.sender_ip(), 0)).unwrap();
+    // a second host for the flood
+    let stranger = UdpSocket::bind(SocketAddr::new(net.stranger_ip(), 0)).unwrap();
     let mut expect: Vec<(DropReason, u64)> = Vec::new();
     let mut send_bad = |d: &[u8], r: DropReason| {
         good.send_to(d, port).unwrap();

@@ -205,29 +205,31 @@ impl XdpReceiver {
     pub fn channel(&self, i: usize) -> usize {
         self.slots.channels[i] as usize
     }
+}
 
-    pub fn received(&self) -> usize {
+impl crate::batch::Batch for XdpReceiver {
+    fn count(&self) -> usize {
         self.received
     }
 
-    pub fn header(&self, i: usize) -> &[u8] {
+    fn header(&self, i: usize) -> &[u8] {
         let h = (self.slots.lens[i] as usize).min(self.hdr_len);
         &self.slots.headers[i * self.hdr_len..i * self.hdr_len + h]
     }
 
-    pub fn datagram_len(&self, i: usize) -> usize {
+    fn datagram_len(&self, i: usize) -> usize {
         self.slots.lens[i] as usize
     }
 
-    pub fn truncated(&self, i: usize) -> bool {
+    fn truncated(&self, i: usize) -> bool {
         self.slots.truncated[i]
     }
 
-    pub fn source(&self, i: usize) -> Option<SocketAddr> {
+    fn source(&self, i: usize) -> Option<SocketAddr> {
         Some(SocketAddr::V4(self.slots.sources[i]))
     }
 
-    pub fn payload(&self, i: usize) -> &[u8] {
+    fn payload(&self, i: usize) -> &[u8] {
         assert!(i < self.received, "datagram {i} of a call that received {}", self.received);
         let len = (self.slots.lens[i] as usize).saturating_sub(self.hdr_len).min(self.landing_len);
         // SAFETY: datagram i was received by the last call, which copied `len` bytes to
