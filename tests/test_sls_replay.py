@@ -23,27 +23,31 @@ def expected_frame():
     return adc | gain[None, :]
 
 
-def start_receiver(rdaq, tmp_path, interfaces, frames, policy="keep", extra=(), port="0", timeout_s="20"):
+def start_receiver(rdaq, tmp_path, interfaces, frames, policy="keep", extra=(), port="0", timeout_s="20", net=None):
+    """An `rdaq receive --format sls`; with `net`, on that engine and where it runs."""
     ready = tmp_path / "ports.json"
     out = tmp_path / "sls.h5"
     summary = tmp_path / "summary.json"
     port_args = [] if port is None else ["--port", port]
-    proc = subprocess.Popen(
-        [str(rdaq), "receive", "--format", "sls", "--interfaces", str(interfaces), "--modules", "1",
-         *port_args, "--frames", str(frames), "--timeout-s", timeout_s, "--frame-timeout-ms", "200",
-         "--policy", policy, "--ring-mib", "16", "--out", str(out), "--buffers-out", str(ready),
-         "--summary-json", str(summary), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [str(rdaq), "receive", "--format", "sls", "--interfaces", str(interfaces), "--modules", "1",
+            *port_args, "--frames", str(frames), "--timeout-s", timeout_s, "--frame-timeout-ms", "200",
+            "--policy", policy, "--ring-mib", "16", "--out", str(out), "--buffers-out", str(ready),
+            "--summary-json", str(summary), "--stream", "none", *extra, *(net.args() if net else [])]
+    popen = net.popen if net else subprocess.Popen
+    proc = popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ports = wait_for_file(ready, proc)["data_ports"]
     assert len(ports) == interfaces
     return proc, ports, out, summary
 
 
-def replay(captures_and_ports):
+def replay(captures_and_ports, net=None):
+    datagrams = [(payload, port) for capture, port in captures_and_ports for payload in read_capture(INTEROP / capture)]
+    if net is not None:
+        net.send(datagrams)
+        return
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    for capture, port in captures_and_ports:
-        for payload in read_capture(INTEROP / capture):
-            s.sendto(payload, ("127.0.0.1", port))
+    for payload, port in datagrams:
+        s.sendto(payload, ("127.0.0.1", port))
     s.close()
 
 
@@ -59,10 +63,11 @@ def finish(proc, summary, rc=0):
 
 @pytest.mark.parametrize("capture,frames", [("jungfrau_virtual.bin", [14, 15, 16]),
                                             ("jungfrau_virtual_imagetest.bin", [17])])
-def test_one_interface(rdaq, tmp_path, capture, frames):
-    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, len(frames))
-    replay([(capture, ports[0])])
+def test_one_interface(rdaq, tmp_path, capture, frames, net):
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, len(frames), net=net)
+    replay([(capture, ports[0])], net)
     s = finish(proc, summary)
+    assert s["engine"].startswith(net.engine)
     assert s["frames_complete"] == len(frames) and s["datagrams_dropped"] == 0
     assert s["datagrams_placed"] == 128 * len(frames)
     with h5py.File(out, "r") as f:
@@ -73,9 +78,9 @@ def test_one_interface(rdaq, tmp_path, capture, frames):
             assert np.array_equal(data[i], want), f"frame {frames[i]}"
 
 
-def test_two_interfaces(rdaq, tmp_path):
-    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 2, 2)
-    replay([("jungfrau_virtual_2if_port50001.bin", ports[0]), ("jungfrau_virtual_2if_port50002.bin", ports[1])])
+def test_two_interfaces(rdaq, tmp_path, net):
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 2, 2, net=net)
+    replay([("jungfrau_virtual_2if_port50001.bin", ports[0]), ("jungfrau_virtual_2if_port50002.bin", ports[1])], net)
     s = finish(proc, summary)
     assert s["frames_complete"] == 2 and s["datagrams_placed"] == 256 and s["datagrams_dropped"] == 0
     with h5py.File(out, "r") as f:
@@ -84,13 +89,13 @@ def test_two_interfaces(rdaq, tmp_path):
             assert np.array_equal(f["entry/data/data"][i], expected_frame())
 
 
-def test_partial_readout_is_kept_with_missing_pixels_marked(rdaq, tmp_path):
+def test_partial_readout_is_kept_with_missing_pixels_marked(rdaq, tmp_path, net):
     """256-row readout into a receiver that expects all 512 rows: packets 32..95 only. Policy
     keep: the frame is written, the rows of the missing packets hold the error word 0xFFFF
     and are flagged in the per-frame mask; the exit status says data is missing, and the
     summary names the setting that is likely wrong."""
-    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 1)
-    replay([("jungfrau_virtual_readnrows256.bin", ports[0])])
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 1, net=net)
+    replay([("jungfrau_virtual_readnrows256.bin", ports[0])], net)
     s = finish(proc, summary, rc=1)
     assert s["frames_incomplete"] == 1 and s["frames_complete"] == 0 and s["cells_missing"] == 64
     assert any("--read-rows 256" in h for h in s["hints"]), s["hints"]
@@ -115,16 +120,11 @@ def test_partial_readout_is_discarded_under_discard(rdaq, tmp_path):
     assert "no data file was kept" in s["stdout"]
 
 
-def test_garbage_on_the_port_is_counted_and_the_stream_survives(rdaq, tmp_path):
-    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 3)
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def test_garbage_on_the_port_is_counted_and_the_stream_survives(rdaq, tmp_path, net):
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 3, net=net)
     records = read_capture(INTEROP / "jungfrau_virtual.bin")
     garbage = [b"", b"x" * 10, b"\x00" * 8240, records[0][:100], records[0] + b"extra"]
-    for g in garbage:
-        s.sendto(g, ("127.0.0.1", ports[0]))
-    for payload in records:
-        s.sendto(payload, ("127.0.0.1", ports[0]))
-    s.close()
+    net.send([(g, ports[0]) for g in garbage] + [(r, ports[0]) for r in records])
     st = finish(proc, summary)
     assert st["frames_complete"] == 3
     reasons = dict(st["dropped_by_reason"])

@@ -15,6 +15,7 @@ use rdaq_control::receiver as daemon;
 use rdaq_detector::Geometry;
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
 use rdaq_run::config;
+use rdaq_receiver::EngineKind;
 use rdaq_run::run::{check_guards, recv_buffer_line};
 use rdaq_run::summary::{Expected, Summary};
 use rdaq_run::stream::Stream;
@@ -67,8 +68,13 @@ pub struct ReceiveArgs {
     payload_bytes: u32,
     #[arg(long, default_value_t = 256)]
     ring_mib: usize,
+    /// Kernel buffering per data port (socket buffer), or per interface queue for af_xdp (UMEM).
     #[arg(long, default_value_t = 64)]
     recv_buffer_mib: usize,
+    /// Receive engine: recvmmsg, io_uring or af_xdp (AF_XDP needs --bind on an interface's
+    /// address; see docs/transport.md).
+    #[arg(long, default_value = "recvmmsg")]
+    engine: EngineKind,
     /// Longest the receiver lets datagrams gather between two reads of a running stream
     /// (fewer wake-ups for slow streams, at most this much latency; 0: read at once).
     #[arg(long, default_value_t = 4.0)]
@@ -121,7 +127,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     }
     let ports: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(a.bind, p)).collect();
     let slots = rx.buffer_map().buffers.len();
-    eprintln!("rdaq receive: listening on {ports:?}, {slots} slots, {}", recv_buffer_line(a.recv_buffer_mib << 20, rx.recv_buffer_granted()));
+    eprintln!("rdaq receive: listening on {ports:?} ({}), {slots} slots, {}", rx.engine(), recv_buffer_line(a.recv_buffer_mib << 20, rx.recv_buffer_granted()));
     let mut writer = open_output(&a, geometry)?;
     let meta = writer.as_ref().map_or_else(|| NxmxMeta::receiver(geometry), |w| w.meta().clone());
     let mut stream = Stream::open(stream_config(&a.stream, &a.stream_policy)?.as_ref(), None, &meta, 1)?;
@@ -139,6 +145,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let expected = a.frames.map_or(Expected::Unknown, Expected::Count);
     let mut sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &consumed, start.elapsed(), h5.as_deref());
     sum.stream = streamed;
+    sum.engine = Some(rx.engine().to_string());
     sum.print();
     if let Some(p) = a.summary_json {
         sum.write_json(&p)?;
@@ -199,6 +206,7 @@ fn receiver_config(a: &ReceiveArgs) -> anyhow::Result<(ReceiverConfig, Geometry)
         frame_timeout: Duration::from_millis(a.frame_timeout_ms),
         policy: config::parse_policy(&a.policy).context("--policy")?,
         frames: a.frames,
+        engine: a.engine,
         ..ReceiverConfig::default()
     };
     Ok((rcfg, geometry))

@@ -47,6 +47,9 @@ pub struct RunArgs {
     /// Where the processing stages run: cpu or gpu (process.backend).
     #[arg(long)]
     backend: Option<String>,
+    /// Receive engine: recvmmsg, io_uring or af_xdp (network.engine).
+    #[arg(long)]
+    engine: Option<String>,
     /// Write the raw words, no processing (process.mode = "raw").
     #[arg(long)]
     raw: bool,
@@ -102,6 +105,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.output.overwrite |= a.overwrite;
     if let Some(b) = a.backend {
         cfg.process.backend = b;
+    }
+    if let Some(e) = a.engine {
+        cfg.network.engine = e;
     }
     if a.raw {
         cfg.process.mode = "raw".into();

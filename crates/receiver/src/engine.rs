@@ -200,7 +200,7 @@ pub enum ReceiverError {
     Bind { addr: SocketAddr, source: io::Error },
     #[error("receive failed: {0}")]
     Io(#[from] io::Error),
-    #[error("{0}")]
+    #[error(transparent)]
     Engine(#[from] EngineError),
 }
 
@@ -229,6 +229,7 @@ pub struct Receiver {
     outcome: Arc<Mutex<Outcome>>,
     thread: Option<JoinHandle<Result<Counters, ReceiverError>>>,
     recv_buffer_granted: usize,
+    engine: String,
 }
 
 /// Access keys of `n` local buffers: derived from `seed` (reproducible runs and tests), or
@@ -381,6 +382,7 @@ impl Receiver {
         };
         let spec = EngineSpec { sockets: &sockets, bind: cfg.bind, batch: cfg.batch, hdr_len, landing_len: grid.cell_bytes as usize, buffer_bytes: cfg.recv_buffer };
         let engine = Engine::open(cfg.engine, &spec)?;
+        let engine_line = engine.describe();
         // Unbounded: at most `slots` frames can be handed at once; what else queues are
         // small notices of discarded frames, and losing a handed frame would leak its slot.
         let (frames_tx, frames) = crossbeam_channel::unbounded();
@@ -424,6 +426,7 @@ impl Receiver {
             outcome,
             thread: Some(thread),
             recv_buffer_granted: granted,
+            engine: engine_line,
         })
     }
 
@@ -439,6 +442,11 @@ impl Receiver {
     /// The bound data ports, one per data channel (module, or module interface for sls).
     pub fn ports(&self) -> &[u16] {
         &self.ports
+    }
+
+    /// The receive engine that runs, as the summary names it (for AF_XDP: interface and mode).
+    pub fn engine(&self) -> &str {
+        &self.engine
     }
 
     /// Receive buffer the kernel granted per data port.

@@ -18,6 +18,7 @@
 
 pub mod arena;
 pub use rdaq_net::batch;
+pub use rdaq_net::engine::EngineKind;
 pub mod coalesce;
 pub mod counters;
 pub mod diagnose;

@@ -235,8 +235,10 @@ pub struct Network {
     /// Payload bytes per datagram.
     pub payload_bytes: u32,
     pub recv_buffer_mib: usize,
-    /// Datagrams per recvmmsg call.
+    /// Datagrams per receive call.
     pub batch: usize,
+    /// Receive engine: "recvmmsg", "io_uring" or "af_xdp".
+    pub engine: String,
     /// Longest the receiver lets datagrams gather between two reads of a running stream
     /// (fewer wake-ups for slow streams, at most this much latency; 0: read at once).
     pub coalesce_ms: f64,
@@ -325,7 +327,7 @@ impl Default for Emulator {
 impl Default for Network {
     fn default() -> Self {
         let coalesce = rdaq_receiver::ReceiverConfig::default().coalesce;
-        Network { bind: IpAddr::from([127, 0, 0, 1]), data_port: 0, payload_bytes: 8192, recv_buffer_mib: 64, batch: 64, coalesce_ms: coalesce.as_secs_f64() * 1e3 }
+        Network { bind: IpAddr::from([127, 0, 0, 1]), data_port: 0, payload_bytes: 8192, recv_buffer_mib: 64, batch: 64, engine: "recvmmsg".into(), coalesce_ms: coalesce.as_secs_f64() * 1e3 }
     }
 }
 
@@ -464,6 +466,9 @@ impl Config {
         if !(1..=rdaq_receiver::engine::MAX_BATCH).contains(&self.network.batch) {
             bail!("network.batch must be 1..={}, not {}", rdaq_receiver::engine::MAX_BATCH, self.network.batch);
         }
+        if let Err(e) = self.network.engine.parse::<rdaq_receiver::EngineKind>() {
+            bail!("network.engine: {e}");
+        }
         if !(0.0..=100.0).contains(&self.network.coalesce_ms) {
             bail!("network.coalesce_ms must be 0 to 100, not {}", self.network.coalesce_ms);
         }
@@ -548,6 +553,7 @@ impl Config {
         Ok(rdaq_receiver::ReceiverConfig {
             recv_buffer: self.network.recv_buffer_mib << 20,
             batch: self.network.batch,
+            engine: self.network.engine.parse().map_err(|e: String| anyhow::anyhow!("network.engine: {e}"))?,
             coalesce: Duration::from_secs_f64(self.network.coalesce_ms / 1e3),
             frame_timeout: self.frame_timeout(),
             policy: self.policy()?,

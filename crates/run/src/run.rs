@@ -70,6 +70,7 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
     write_manifest(&manifest, &emu.manifest)?;
     let mut sum = summary::Summary::new(cfg.emulator.frames, &emu, &counters, &rx.outcome(), &consumed, elapsed, h5.as_deref(), Some(&manifest));
     sum.stream = streamed;
+    sum.engine = Some(rx.engine().to_string());
     if let Some(p) = processed {
         save_processing(cfg, geometry, p, &out, &mut sum)?;
     }
@@ -129,13 +130,14 @@ fn file_meta(cfg: &Config, geometry: Geometry) -> anyhow::Result<NxmxMeta> {
 
 fn start_line(cfg: &Config, rx: &Receiver) -> String {
     format!(
-        "rdaq run: {} modules, {} frames at {}, {} slots of {} MiB, ports {:?}, {}; {}",
+        "rdaq run: {} modules, {} frames at {}, {} slots of {} MiB, ports {:?} ({}), {}; {}",
         cfg.detector.modules,
         cfg.emulator.frames,
         cfg.rate().map_or("full speed".to_string(), |r| format!("{r} Hz")),
         cfg.slots(),
         cfg.frame_bytes() >> 20,
         rx.ports(),
+        rx.engine(),
         if cfg.processing() { format!("processing to {}", cfg.process.output) } else { "raw".to_string() },
         recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted())
     )

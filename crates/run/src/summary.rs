@@ -38,6 +38,8 @@ pub struct Summary {
     pub datagrams_sent: Option<u64>,
     /// Sends of frames refused by the receiver's host (nothing listened at the port).
     pub sends_refused: Option<u64>,
+    /// The receive engine that ran.
+    pub engine: Option<String>,
     pub datagrams_received: u64,
     pub datagrams_placed: u64,
     pub landed_in_place: u64,
@@ -157,6 +159,7 @@ impl Summary {
             write_error: consumed.write_error.clone(),
             datagrams_sent: None,
             sends_refused: None,
+            engine: None,
             datagrams_received: c.datagrams,
             datagrams_placed: c.placed,
             landed_in_place: c.landed_in_place,
@@ -268,6 +271,9 @@ impl Summary {
     }
 
     fn print_datagrams(&self) {
+        if let Some(e) = &self.engine {
+            println!("engine      : {e}");
+        }
         let sent = match (self.datagrams_sent, self.datagrams_resent) {
             (Some(s), Some(r)) if r > 0 => format!("sent {s} ({r} of them again: requested, or tail probes), "),
             (Some(s), _) => format!("sent {s}, "),

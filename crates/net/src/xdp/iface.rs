@@ -10,6 +10,7 @@ pub struct Interface {
     pub index: u32,
     pub mtu: u32,
     pub rx_queues: u32,
+    pub loopback: bool,
 }
 
 impl Interface {
@@ -24,7 +25,8 @@ impl Interface {
         // ioctls, not /sys: sysfs shows the namespace it was mounted in, not the caller's
         let mtu = ifreq_ioctl(&name, libc::SIOCGIFMTU, None).map_or(1500, |r| r as u32);
         let rx_queues = rx_queues(&name).unwrap_or(1).max(1);
-        Ok(Interface { name, index, mtu, rx_queues })
+        let loopback = ifreq_ioctl(&name, libc::SIOCGIFFLAGS, None).is_some_and(|f| f & libc::IFF_LOOPBACK != 0);
+        Ok(Interface { name, index, mtu, rx_queues, loopback })
     }
 }
 
@@ -80,7 +82,7 @@ fn rx_queues(name: &str) -> Option<u32> {
 }
 
 /// Runs an interface ioctl on a throwaway socket: with `data`, the request points at it,
-/// else the result is the ifreq's integer field (MTU).
+/// else the result is the ifreq's integer field (MTU, or the flags in its low half).
 fn ifreq_ioctl(name: &str, request: libc::c_ulong, data: Option<*mut libc::c_void>) -> Option<i32> {
     // SAFETY: an all-zero ifreq is valid (plain data and a union).
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };

@@ -92,6 +92,12 @@ impl XdpReceiver {
             return Err(XdpError::Setup(format!("{} is not an IPv4 address: the engine reads IPv4 only", spec.bind)));
         };
         let itf = iface::Interface::holding(ip)?;
+        if itf.loopback {
+            return Err(XdpError::Setup(format!(
+                "{ip} is on the loopback interface {}: AF_XDP needs a network interface (loopback carries a UDP GSO batch as one unsegmented packet); bind to the address of a NIC or veth",
+                itf.name
+            )));
+        }
         let largest = packet::HEADERS_LEN + spec.hdr_len + spec.landing_len;
         if largest > itf.mtu as usize + 14 {
             return Err(XdpError::Setup(format!(
