@@ -8,6 +8,8 @@
 //! - [`process`]: each processing stage on one core against memory bandwidth and the
 //!   reference libraries.
 //! - [`gpu`]: the GPU stages against the device's own limits (needs a GPU).
+//! - [`transport`]: the receive engines side by side: bandwidth, CPU and latency against
+//!   message size, and each engine's highest lossless rate, bare and with placement.
 //! - [`stream`]: the Stream V2 publisher against bare ZeroMQ; [`write`]: the NXmx writer
 //!   against a plain sequential write of the same bytes.
 
@@ -18,6 +20,7 @@ pub mod process;
 pub mod sls;
 pub mod soak;
 pub mod stream;
+pub mod transport;
 pub mod write;
 
 use std::process::ExitCode;
@@ -47,6 +50,10 @@ pub enum BenchCmd {
     /// Images through the Stream V2 publisher to a consumer, beside a bare ZeroMQ PUSH/PULL
     /// pair with messages of the same size.
     Stream(stream::StreamBenchArgs),
+    /// The receive engines (recvmmsg, io_uring, AF_XDP) side by side on loopback and a veth
+    /// pair: bandwidth, CPU and one-way latency against message size, and the highest
+    /// lossless rate of 8 KiB datagrams for each engine's bare loop and full receiver.
+    Transport(transport::TransportArgs),
     /// The NXmx writer's sustained rate beside a plain sequential write of the same bytes,
     /// both ending with fdatasync.
     Write(write::WriteBenchArgs),
@@ -65,6 +72,7 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
         BenchCmd::Process(a) => process::bench(a),
         BenchCmd::Stream(a) => stream::bench(a),
         BenchCmd::Gpu(a) => gpu::bench(a),
+        BenchCmd::Transport(a) => transport::bench(a),
         BenchCmd::Write(a) => write::bench(a),
     }
 }

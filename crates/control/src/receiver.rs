@@ -34,6 +34,7 @@ pub struct Options {
     pub policy: IncompletePolicy,
     pub frame_timeout: Duration,
     pub recv_buffer: usize,
+    pub engine: rdaq_receiver::EngineKind,
     /// The Stream V2 publisher each acquisition binds (none: no stream).
     pub stream: Option<rdaq_stream::StreamConfig>,
 }
@@ -128,6 +129,7 @@ async fn buffers(State(s): State<Shared>, Json(req): Json<BufferRequest>) -> Res
         Receiver::start(ReceiverConfig {
             bind: opts.data,
             recv_buffer: opts.recv_buffer,
+            engine: opts.engine,
             frame_timeout: opts.frame_timeout,
             policy: opts.policy,
             ..ReceiverConfig::for_request(&req)

@@ -168,6 +168,7 @@ fn serve_receiver(a: ReceiveArgs, addr: SocketAddr) -> anyhow::Result<ExitCode> 
         policy: config::parse_policy(&a.policy).context("--policy")?,
         frame_timeout: Duration::from_millis(a.frame_timeout_ms),
         recv_buffer: a.recv_buffer_mib << 20,
+        engine: a.engine,
         stream: stream_config(&a.stream, &a.stream_policy)?,
     };
     rdaq_control::http::serve(addr, daemon::router(opts), "receive")?;
