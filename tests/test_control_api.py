@@ -154,6 +154,10 @@ def test_manager_api_shows_events_and_the_report(rdaq, daemons, tmp_path):
         kinds = [e["type"] for e in page["events"]]
         assert kinds.count("frame_complete") == 20
         assert kinds.count("end_of_frame") == 40 and kinds.count("end_of_transfer") == 2
+        # the receiver's per-frame latency, step by step, as a Prometheus summary
+        metrics = urllib.request.urlopen(dr + "/metrics").read().decode()
+        assert 'rdaq_frame_latency_seconds_count{receiver="dr0",step="received_to_complete"} 20' in metrics, metrics
+        assert 'rdaq_frame_latency_seconds{receiver="dr0",step="received_to_complete",quantile="0.99"}' in metrics
         mgr.send_signal(signal.SIGINT)
         assert mgr.wait(timeout=20) == 0
         # a second run into the same directory would replace the report: refused before anything starts

@@ -29,6 +29,11 @@ def test_run_writes_every_frame_bit_exact(rdaq, tmp_path):
     assert abs(s["gb_per_s"] - s["bytes_placed"] / 1e9 / s["data_window_s"]) < 1e-6
     assert s["frames_complete"] == s["frames_expected"] == 1000
     assert s["datagrams_dropped"] == 0 and s["kernel_drops"] == 0
+    # every frame timed through every step: sent, received, complete, processed, written
+    steps = {l["step"]: l for l in s["latency"]}
+    assert list(steps) == ["sent -> received", "received -> complete", "complete -> processed", "processed -> written"]
+    assert all(l["frames"] == 1000 and 0 < l["p50_us"] <= l["p99_us"] <= l["max_us"] for l in steps.values()), steps
+    assert re.search(r"latency     : sent -> received +p50 +[\d.]+ ms", r.stdout), r.stdout
 
     manifest = {(int(row["frame"]), int(row["module"])): row["xxh3"]
                 for row in csv.DictReader(open(out / "rdaq_run_manifest.csv"))}

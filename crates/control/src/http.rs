@@ -89,6 +89,18 @@ pub fn serve(addr: SocketAddr, app: axum::Router, what: &str) -> anyhow::Result<
 }
 
 /// Prometheus text exposition of `(name, help, value)` counters with one label set.
+/// A Prometheus summary per value of `key`: quantiles, count and sum.
+pub fn prometheus_summary(name: &str, help: &str, labels: &str, key: &str, rows: &[(&str, [(f64, f64); 3], u64, f64)]) -> String {
+    let mut s = format!("# HELP rdaq_{name} {help}\n# TYPE rdaq_{name} summary\n");
+    for (k, qs, count, sum) in rows {
+        for (q, v) in qs {
+            s.push_str(&format!("rdaq_{name}{{{labels},{key}=\"{k}\",quantile=\"{q}\"}} {v}\n"));
+        }
+        s.push_str(&format!("rdaq_{name}_count{{{labels},{key}=\"{k}\"}} {count}\nrdaq_{name}_sum{{{labels},{key}=\"{k}\"}} {sum}\n"));
+    }
+    s
+}
+
 pub fn prometheus(labels: &str, metrics: &[(&str, &str, f64)]) -> String {
     let mut s = String::new();
     for (name, help, v) in metrics {

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
 use rdaq_run::consume::{consume, ConsumeStats, Sinks};
+use rdaq_run::latency::Latency;
 use rdaq_run::stream::{Stream, StreamReport};
 
 #[derive(Clone, Debug)]
@@ -58,6 +59,8 @@ struct ReceiverDaemon {
     opts: Options,
     active: Option<Active>,
     events: Arc<Mutex<EventLog>>,
+    /// Per-frame latency of the current or last acquisition.
+    latency: Arc<Mutex<Latency>>,
 }
 
 type Shared = crate::http::Shared<ReceiverDaemon>;
@@ -69,7 +72,7 @@ impl Daemon for ReceiverDaemon {
 }
 
 pub fn router(opts: Options) -> Router {
-    let d = ReceiverDaemon { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))) };
+    let d = ReceiverDaemon { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))), latency: Arc::default() };
     let routes = Router::new()
         .route("/telegram", get(telegram))
         .route("/buffers", put(buffers))
@@ -212,6 +215,8 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let (rx, flag) = (active.rx.clone(), stop.clone());
     let loss_rx = active.rx.clone();
     let (events_w, name_w) = (events.clone(), name.clone());
+    let latency = Arc::new(Mutex::new(Latency::default()));
+    let latency_w = latency.clone();
     let consumer = std::thread::Builder::new()
         .name("rdaq-consume".into())
         .spawn(move || -> Outcome {
@@ -234,7 +239,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
                     log.push(Event::PacketLoss { receiver: name.clone(), module: l.module, start: l.start, end: l.end });
                 }
             };
-            let consumed = consume(&rx, Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut() }, &ProgressBar::hidden(), Some(&flag), on_frame);
+            let consumed = consume(&rx, Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, live: Some(&latency_w) }, &ProgressBar::hidden(), Some(&flag), on_frame);
             // the stream ends also when consuming failed
             let streamed = stream.map(Stream::finish);
             let mut stats = consumed?;
@@ -249,6 +254,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         })
         .map_err(internal)?;
     active.acq = Some(Acquisition { stop, consumer, stream: live });
+    d.latency = latency;
     Ok(Json(StartAnswer { state: "acquiring".into(), output: path, events_from }))
 }
 
@@ -390,5 +396,8 @@ async fn metrics(State(s): State<Shared>) -> String {
         m.push((format!("dropped_{}_total", r.name()), format!("Datagrams dropped: {}", r.name()), c.dropped(r) as f64));
     }
     let refs: Vec<(&str, &str, f64)> = m.iter().map(|(a, b, v)| (a.as_str(), b.as_str(), *v)).collect();
-    crate::http::prometheus(&labels, &refs)
+    let mut out = crate::http::prometheus(&labels, &refs);
+    let l = lock(&d.latency).summaries();
+    out.push_str(&crate::http::prometheus_summary("frame_latency_seconds", "Per-frame latency of each step (received, complete, processed, written) of the current or last acquisition", &labels, "step", &l));
+    out
 }

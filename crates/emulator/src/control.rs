@@ -24,6 +24,8 @@ pub struct Control {
     /// an update can never apply to a frame already on its way).
     frontier: AtomicU64,
     pub events: Mutex<EventLog>,
+    /// When each recent frame started going out.
+    pub sent: crate::clock::SendClock,
 }
 
 impl Default for Control {
@@ -34,6 +36,7 @@ impl Default for Control {
             plans: RwLock::new(Vec::new()),
             frontier: AtomicU64::new(0),
             events: Mutex::new(EventLog::new(EVENT_LOG)),
+            sent: crate::clock::SendClock::default(),
         }
     }
 }

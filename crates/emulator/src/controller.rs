@@ -241,6 +241,7 @@ impl<'a> Controller<'a> {
         let per_dest = dtp.module_bytes.div_ceil(dtp.payload_bytes as u64) as usize;
         let total = dests.len() * per_dest;
         let sent_in_frame = std::cell::Cell::new(0usize);
+        self.control.sent.mark(frame);
         for &(r, buf) in dests.iter() {
             let route = &dtp.routes[r];
             let ch = channel(channels, self.cfg, dtp, route)?;

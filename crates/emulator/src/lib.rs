@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod clock;
 pub mod config;
 pub mod control;
 mod controller;

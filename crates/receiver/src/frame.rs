@@ -80,6 +80,8 @@ pub struct FrameReady {
     pub(crate) total_cells: u32,
     pub(crate) missing: Vec<u32>,
     pub(crate) imm: Option<u32>,
+    pub(crate) first_datagram: std::time::Instant,
+    pub(crate) finished: std::time::Instant,
 }
 
 impl FrameReady {
@@ -114,6 +116,16 @@ impl FrameReady {
     /// Immediate value of the frame's last datagram, if it carried one.
     pub fn imm(&self) -> Option<u32> {
         self.imm
+    }
+
+    /// When its first datagram was placed (the start of the frame at the receiver).
+    pub fn first_datagram(&self) -> std::time::Instant {
+        self.first_datagram
+    }
+
+    /// When the receiver finished it: complete, or given up under the policy.
+    pub fn finished(&self) -> std::time::Instant {
+        self.finished
     }
 
     /// Checks that the token came from `owner`.

@@ -497,6 +497,8 @@ impl Placement {
             total_cells: total,
             missing,
             imm: s.imm,
+            first_datagram: s.first_seen,
+            finished: Instant::now(),
         });
     }
 

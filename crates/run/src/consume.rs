@@ -12,6 +12,7 @@ use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_sink::NxmxWriter;
 
+use crate::latency::{FrameTimes, Latency};
 use crate::stream::Stream;
 
 #[derive(Clone, Debug, Default)]
@@ -30,6 +31,8 @@ pub struct ConsumeStats {
     pub last: Option<Instant>,
     /// What the consumer did with the frames, for the summary.
     pub what: &'static str,
+    /// Per-frame latency, step by step.
+    pub latency: Latency,
 }
 
 impl ConsumeStats {
@@ -93,6 +96,10 @@ pub struct Sinks<'a> {
     pub geometry: Geometry,
     pub writer: Option<&'a mut NxmxWriter>,
     pub stream: Option<&'a mut Stream>,
+    /// When the frames were sent, where the detector runs in this process.
+    pub sent: Option<&'a rdaq_emulator::clock::SendClock>,
+    /// Latency recorded here too while the run goes on (a daemon's `/metrics`).
+    pub live: Option<&'a std::sync::Mutex<Latency>>,
 }
 
 /// Consumes frames until the receiver finishes, or until `until` is set and no frame is
@@ -115,7 +122,9 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
     while let Some(f) = next_frame(rx, until) {
         on_frame(&f);
         bar.inc(1);
+        let mut times = FrameTimes::of(&f, sinks.sent);
         if !s.arrived(&f) || !assemble {
+            record(&mut s, sinks.live, &times, None);
             rx.release(f)?;
             continue;
         }
@@ -124,15 +133,24 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         let mp = g.module_pixels();
         g.assemble(|m| &words[m as usize * mp..(m as usize + 1) * mp], &mut image);
         comp.compress(as_bytes(&image), &mut chunk);
+        times.processed = Some(Instant::now());
         if let Some(st) = sinks.stream.as_deref_mut() {
             st.image(f.frame(), &chunk, &missing, None);
         }
         if let Some(w) = sinks.writer.as_deref_mut() {
             write_one(w, &mut s, f.frame(), &chunk, &missing, words.len() as u64 * 2);
         }
+        record(&mut s, sinks.live, &times, Some(Instant::now()));
         rx.release(f)?;
     }
     Ok(s)
+}
+
+fn record(s: &mut ConsumeStats, live: Option<&std::sync::Mutex<Latency>>, t: &FrameTimes, written: Option<Instant>) {
+    s.latency.record(t, written);
+    if let Some(l) = live {
+        l.lock().unwrap_or_else(|e| e.into_inner()).record(t, written);
+    }
 }
 
 /// Writes one frame's chunk and counts it; after a write error, frames are counted as not

@@ -13,6 +13,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
 use crossbeam_channel::{bounded, Receiver as ChanRx, Sender};
 use indicatif::ProgressBar;
@@ -26,6 +27,7 @@ use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_sink::{NxmxWriter, PixelType};
 
+use crate::latency::FrameTimes;
 use crate::stream::Stream;
 use serde::Serialize;
 
@@ -56,6 +58,8 @@ pub struct Setup {
     pub consumer_delay: std::time::Duration,
     /// Conversion and spot finding on this GPU instead of the CPU (issue 13, in progress).
     pub gpu: Option<rdaq_gpu::Device>,
+    /// The detector of this process, whose send times start each frame's latency.
+    pub sent: Option<Arc<rdaq_emulator::Control>>,
 }
 
 /// The calibration of the emulated detector in image coordinates: each module's synthetic
@@ -84,6 +88,7 @@ struct Work {
     spots: Vec<Spot>,
     hit: bool,
     chunk: Vec<u8>,
+    times: Option<FrameTimes>,
 }
 
 /// Processing counts for the summary.
@@ -179,7 +184,7 @@ fn work_pool(setup: &Setup) -> (Sender<Box<Work>>, ChanRx<Box<Work>>) {
     let (tx, rx) = bounded::<Box<Work>>(pool_size);
     for _ in 0..pool_size {
         let image = vec![f32::NAN; pixels];
-        tx.send(Box::new(Work { frame: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, chunk: Vec::new() })).expect("pool has room");
+        tx.send(Box::new(Work { frame: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, chunk: Vec::new(), times: None })).expect("pool has room");
     }
     (tx, rx)
 }
@@ -273,8 +278,17 @@ impl Graph<'_> {
         while let Some(f) = next_frame(self.rx, until) {
             std::thread::sleep(self.setup.consumer_delay);
             bar.inc(1);
-            if !self.stats.lock().expect("not poisoned").arrived(&f) {
-                continue;
+            let times = FrameTimes::of(&f, self.setup.sent.as_deref().map(|c| &c.sent));
+            let dark = self.setup.chopper.is_dark(f.frame());
+            {
+                let mut st = self.stats.lock().expect("not poisoned");
+                if !st.arrived(&f) || dark {
+                    // dark frames end at the pedestal: nothing of them is processed or written
+                    st.latency.record(&times, None);
+                }
+                if f.status() == FrameStatus::Discarded {
+                    continue;
+                }
             }
             let mut wk = match pool.try_recv() {
                 Ok(wk) => wk,
@@ -287,7 +301,7 @@ impl Graph<'_> {
             wk.missing = missing_ranges(self.rx, &self.setup.geometry, &f);
             wk.spots.clear();
             wk.hit = false;
-            let dark = self.setup.chopper.is_dark(f.frame());
+            wk.times = Some(times);
             wk.ready = Some(f);
             if dark {
                 source.dark_frames += 1;
@@ -386,11 +400,17 @@ impl Graph<'_> {
             wk.spots.iter_mut().for_each(|s| s.intensity /= setup.photon_kev);
         }
         wk.hit = is_hit(&wk.spots, setup.min_spots);
+        if let Some(t) = wk.times.as_mut() {
+            t.processed = Some(Instant::now());
+        }
         counts.spots_found.fetch_add(wk.spots.len() as u64, Ordering::Relaxed);
         if wk.hit {
             counts.hits.fetch_add(1, Ordering::Relaxed);
         } else if setup.veto {
             counts.vetoed.fetch_add(1, Ordering::Relaxed);
+            if let Some(t) = &wk.times {
+                self.stats.lock().expect("not poisoned").latency.record(t, None);
+            }
             e.discard();
             let _ = self.pool.send(wk);
             return;
@@ -445,6 +465,9 @@ impl Graph<'_> {
                     }
                     Err(e) => st.write_failed(e),
                 }
+            }
+            if let Some(t) = &wk.times {
+                st.latency.record(t, Some(Instant::now()));
             }
             drop(st);
             let _ = self.pool.send(wk);

@@ -24,6 +24,7 @@
 pub mod config;
 pub mod consume;
 pub mod graph;
+pub mod latency;
 pub mod outputs;
 pub mod run;
 pub mod stream;

@@ -35,7 +35,7 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
     let mut rx = Receiver::start(receiver_config(cfg)?).context("starting the receiver")?;
     let geometry = cfg.geometry().expect("checked");
     let meta = file_meta(cfg, geometry)?;
-    let setup = if cfg.processing() { Some(processing_setup(cfg, &meta)?) } else { None };
+    let setup = if cfg.processing() { Some(graph::Setup { sent: Some(control.clone()), ..processing_setup(cfg, &meta)? }) } else { None };
     let frame_bytes = (geometry.height() * geometry.width() * meta.pixel.bytes()) as u64;
     let what = format!("{} frames of {:.1} MB before compression", cfg.emulator.frames, frame_bytes as f64 / 1e6);
     outputs::warn_if_short(&cfg.output.dir, cfg.emulator.frames * frame_bytes, &what);
@@ -48,10 +48,11 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
     let start = Instant::now();
     let (emu, consumed) = std::thread::scope(|s| {
         let (rx_ref, w, st) = (&rx, &mut writer, stream.as_mut());
+        let clock = control.clone();
         let delay = cfg.faults.consumer_delay();
         let consumer = s.spawn(move || match setup {
             Some(setup) => graph::run(rx_ref, w, st, setup, bar, None).map(|(c, r)| (c, Some(r))),
-            None => consume(rx_ref, Sinks { geometry, writer: Some(w), stream: st }, bar, None, |_| std::thread::sleep(delay)).map(|c| (c, None)),
+            None => consume(rx_ref, Sinks { geometry, writer: Some(w), stream: st, sent: Some(&clock.sent), live: None }, bar, None, |_| std::thread::sleep(delay)).map(|c| (c, None)),
         });
         let dtps = single_receiver_dtps(rx.buffer_map(), cfg.network.bind);
         let emu = rdaq_emulator::run(&cfg.emulator(cfg.detector.modules), &dtps, control);
@@ -181,6 +182,7 @@ fn processing_setup(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<graph::Setu
         ring_frames: p.ring_frames,
         consumer_delay: cfg.faults.consumer_delay(),
         gpu: if p.backend == "gpu" { Some(rdaq_gpu::probe().map_err(|e| anyhow::anyhow!("process.backend = \"gpu\": {e}"))?) } else { None },
+        sent: None,
     })
 }
 

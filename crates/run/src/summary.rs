@@ -40,6 +40,8 @@ pub struct Summary {
     pub sends_refused: Option<u64>,
     /// The receive engine that ran.
     pub engine: Option<String>,
+    /// Per-frame latency, step by step (the steps frames went through).
+    pub latency: Vec<crate::latency::StepLatency>,
     pub datagrams_received: u64,
     pub datagrams_placed: u64,
     pub landed_in_place: u64,
@@ -160,6 +162,7 @@ impl Summary {
             datagrams_sent: None,
             sends_refused: None,
             engine: None,
+            latency: consumed.latency.report(),
             datagrams_received: c.datagrams,
             datagrams_placed: c.placed,
             landed_in_place: c.landed_in_place,
@@ -235,10 +238,18 @@ impl Summary {
         self.print_rates();
         self.print_processing();
         self.print_outputs();
+        self.print_latency();
         for h in &self.hints {
             println!("hint        : {h}");
         }
         println!("loss        : {}", if self.lost() { "YES" } else { "none" });
+    }
+
+    fn print_latency(&self) {
+        for (i, l) in self.latency.iter().enumerate() {
+            let label = if i == 0 { "latency" } else { "" };
+            println!("{label:<11} : {:<22} p50 {:>9.3} ms  p99 {:>9.3} ms  max {:>9.3} ms  ({} frames)", l.step, l.p50_us as f64 / 1e3, l.p99_us as f64 / 1e3, l.max_us as f64 / 1e3, l.frames);
+        }
     }
 
     fn print_frames(&self) {
