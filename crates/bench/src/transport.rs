@@ -61,6 +61,10 @@ pub struct TransportArgs {
     /// Skip the lossless-rate search (the longest part).
     #[arg(long)]
     no_lossless: bool,
+    /// Frames of the paced acquisition (`rdaq run`, raw, 2 modules at 100 Hz) whose latency
+    /// is broken down per step, on loopback, for each socket engine (0: skip).
+    #[arg(long, default_value_t = 1000)]
+    breakdown_frames: u64,
     #[arg(long, default_value_t = 64)]
     batch: usize,
     #[arg(long, default_value_t = 256)]
@@ -449,6 +453,9 @@ pub fn bench(a: TransportArgs) -> anyhow::Result<ExitCode> {
     if nets.is_empty() {
         bail!("--net must be loopback, veth or both, not {:?}", a.net);
     }
+    if a.breakdown_frames > 0 {
+        breakdown_table(&a)?;
+    }
     for net in &nets {
         let engines: Vec<EngineKind> = a.engines.iter().copied().filter(|&k| !(k == EngineKind::AfXdp && matches!(net, Net::Loopback))).collect();
         sizes_table(net, &engines, &a)?;
@@ -537,6 +544,46 @@ fn lossless_table(net: &Net, engines: &[EngineKind], a: &TransportArgs) -> anyho
     }
     println!("bare: the engine into a 256 MiB ring, no checks; placement: the full receiver (checks, placement, frames) on the same engine.");
     println!("A rate 'full' was lossless at the sender's full speed: the sender, not the receiver, was the limit there.");
+    Ok(())
+}
+
+/// The per-step latency of a paced `rdaq run` (raw frames, written to a scratch directory)
+/// on each socket engine over loopback. AF_XDP has no row: `rdaq run` keeps emulator and
+/// receiver in one namespace, where the receiver's address is reached through loopback.
+fn breakdown_table(a: &TransportArgs) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for &k in a.engines.iter().filter(|&&k| k != EngineKind::AfXdp) {
+        let dir = std::env::temp_dir().join(format!("rdaq-bench-transport-{}", std::process::id()));
+        let mut cfg = rdaq_run::config::Config::default();
+        cfg.emulator.frames = a.breakdown_frames;
+        cfg.emulator.rate_hz = 100.0;
+        cfg.process.mode = "raw".into();
+        cfg.network.engine = k.name().into();
+        cfg.stream.endpoint = "none".into();
+        cfg.stream.preview = "none".into();
+        cfg.output.dir = dir.clone();
+        cfg.output.overwrite = true;
+        cfg.check()?;
+        eprintln!("rdaq bench transport: a paced acquisition on {k}: {} frames of 2 modules at 100 Hz, raw, written to {}", a.breakdown_frames, dir.display());
+        let sum = rdaq_run::run::run(&cfg, std::sync::Arc::new(rdaq_emulator::Control::default()), &indicatif::ProgressBar::hidden());
+        let _ = std::fs::remove_dir_all(&dir);
+        let sum = sum.with_context(|| format!("the paced acquisition on {k}"))?;
+        rows.push((k, sum));
+    }
+    println!();
+    println!("rdaq bench transport: latency per frame, step by step, of a paced acquisition (rdaq run --raw, 2 modules, 100 Hz, {} frames) on loopback", a.breakdown_frames);
+    println!("{}", machine_line());
+    println!("{:<9} {:<22} {:>7} {:>10} {:>10} {:>10}", "engine", "step", "frames", "p50 ms", "p99 ms", "max ms");
+    for (k, sum) in &rows {
+        for l in &sum.latency {
+            println!("{:<9} {:<22} {:>7} {:>10.3} {:>10.3} {:>10.3}", k.name(), l.step, l.frames, l.p50_us as f64 / 1e3, l.p99_us as f64 / 1e3, l.max_us as f64 / 1e3);
+        }
+        if sum.lost() {
+            println!("{:<9} (this acquisition lost frames: {} complete of {:?})", k.name(), sum.frames_complete, sum.frames_expected);
+        }
+    }
+    println!("received -> complete spans the frame's own sending: the emulator spreads each frame over its 10 ms period.");
+    println!("The receiver reads a running stream at most every network.coalesce_ms (4 ms by default), which sent -> received includes.");
     Ok(())
 }
 
