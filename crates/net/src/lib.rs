@@ -11,10 +11,12 @@
 
 pub mod batch;
 pub mod engine;
+pub mod iface;
 pub mod netns;
 pub mod pace;
 pub mod recv;
 pub mod send;
 pub mod socket;
+pub mod tuning;
 pub mod uring;
 pub mod xdp;

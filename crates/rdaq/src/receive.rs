@@ -16,7 +16,7 @@ use rdaq_detector::Geometry;
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
 use rdaq_run::config;
 use rdaq_receiver::EngineKind;
-use rdaq_run::run::{check_guards, recv_buffer_line};
+use rdaq_run::run::{check_guards, recv_buffer_line, report_tuning};
 use rdaq_run::summary::{Expected, Summary};
 use rdaq_run::stream::Stream;
 use rdaq_run::{consume, outputs, progress_bar};
@@ -75,6 +75,10 @@ pub struct ReceiveArgs {
     /// address; see docs/transport.md).
     #[arg(long, default_value = "recvmmsg")]
     engine: EngineKind,
+    /// Pin the receive thread to this CPU (the start lines say where the interface's
+    /// interrupts run).
+    #[arg(long)]
+    recv_cpu: Option<usize>,
     /// Longest the receiver lets datagrams gather between two reads of a running stream
     /// (fewer wake-ups for slow streams, at most this much latency; 0: read at once).
     #[arg(long, default_value_t = 4.0)]
@@ -128,6 +132,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let ports: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(a.bind, p)).collect();
     let slots = rx.buffer_map().buffers.len();
     eprintln!("rdaq receive: listening on {ports:?} ({}), {slots} slots, {}", rx.engine(), recv_buffer_line(a.recv_buffer_mib << 20, rx.recv_buffer_granted()));
+    report_tuning("rdaq receive", &rx);
     let mut writer = open_output(&a, geometry)?;
     let meta = writer.as_ref().map_or_else(|| NxmxMeta::receiver(geometry), |w| w.meta().clone());
     let mut stream = Stream::open(stream_config(&a.stream, &a.stream_policy)?.as_ref(), None, &meta, 1)?;
@@ -143,9 +148,9 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let expected = a.frames.map_or(Expected::Unknown, Expected::Count);
-    let mut sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &consumed, start.elapsed(), h5.as_deref());
+    let mut sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &consumed, start.elapsed(), h5.as_deref()).with_receiver(&rx);
     sum.stream = streamed;
-    sum.engine = Some(rx.engine().to_string());
+
     sum.print();
     if let Some(p) = a.summary_json {
         sum.write_json(&p)?;
@@ -208,6 +213,7 @@ fn receiver_config(a: &ReceiveArgs) -> anyhow::Result<(ReceiverConfig, Geometry)
         policy: config::parse_policy(&a.policy).context("--policy")?,
         frames: a.frames,
         engine: a.engine,
+        cpu: a.recv_cpu,
         ..ReceiverConfig::default()
     };
     Ok((rcfg, geometry))

@@ -50,6 +50,9 @@ pub struct RunArgs {
     /// Receive engine: recvmmsg, io_uring or af_xdp (network.engine).
     #[arg(long)]
     engine: Option<String>,
+    /// Pin the receive thread to this CPU (network.recv_cpu).
+    #[arg(long)]
+    recv_cpu: Option<usize>,
     /// Write the raw words, no processing (process.mode = "raw").
     #[arg(long)]
     raw: bool,
@@ -108,6 +111,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(e) = a.engine {
         cfg.network.engine = e;
+    }
+    if a.recv_cpu.is_some() {
+        cfg.network.recv_cpu = a.recv_cpu;
     }
     if a.raw {
         cfg.process.mode = "raw".into();

@@ -61,6 +61,18 @@ impl Arena {
         Ok(Arena { base, map_len, slot_bytes, slots })
     }
 
+    /// Bytes of the mapping the kernel backs with huge pages (AnonHugePages of its entry in
+    /// /proc/self/smaps); `None` where that cannot be read.
+    pub fn huge_bytes(&self) -> Option<usize> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let start = format!("{:x}-", self.base as usize);
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start));
+        lines.next()?;
+        // the first AnonHugePages after the entry's header line is the entry's own
+        let kb = lines.find_map(|l| l.strip_prefix("AnonHugePages:"))?;
+        Some(kb.trim().trim_end_matches("kB").trim().parse::<usize>().ok()? << 10)
+    }
+
     pub fn slots(&self) -> usize {
         self.slots
     }

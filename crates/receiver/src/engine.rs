@@ -230,6 +230,7 @@ pub struct Receiver {
     thread: Option<JoinHandle<Result<Counters, ReceiverError>>>,
     recv_buffer_granted: usize,
     engine: String,
+    tuning: Vec<rdaq_net::tuning::Finding>,
 }
 
 /// Access keys of `n` local buffers: derived from `seed` (reproducible runs and tests), or
@@ -273,6 +274,10 @@ impl ReceiverConfig {
         }
         if self.slots == 0 {
             return bad("slots must be at least 1".into());
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(c) = self.cpu.filter(|&c| c >= cpus) {
+            return bad(format!("cpu {c}: the receive thread can run on CPUs 0..{}", cpus - 1));
         }
         if !(1..=MAX_BATCH).contains(&self.batch) {
             return Err(ReceiverError::Batch { batch: self.batch });
@@ -383,6 +388,16 @@ impl Receiver {
         let spec = EngineSpec { sockets: &sockets, bind: cfg.bind, batch: cfg.batch, hdr_len, landing_len: grid.cell_bytes as usize, buffer_bytes: cfg.recv_buffer };
         let engine = Engine::open(cfg.engine, &spec)?;
         let engine_line = engine.describe();
+        let tuning = rdaq_net::tuning::check(&rdaq_net::tuning::Setup {
+            engine: cfg.engine,
+            bind: cfg.bind,
+            datagram_bytes: hdr_len + grid.cell_bytes as usize,
+            recv_buffer_asked: cfg.recv_buffer,
+            recv_buffer_granted: granted,
+            recv_cpu: cfg.cpu,
+            ring_bytes: cfg.slots * slot_bytes,
+            ring_huge_bytes: arena.huge_bytes(),
+        });
         // Unbounded: at most `slots` frames can be handed at once; what else queues are
         // small notices of discarded frames, and losing a handed frame would leak its slot.
         let (frames_tx, frames) = crossbeam_channel::unbounded();
@@ -427,6 +442,7 @@ impl Receiver {
             thread: Some(thread),
             recv_buffer_granted: granted,
             engine: engine_line,
+            tuning,
         })
     }
 
@@ -447,6 +463,11 @@ impl Receiver {
     /// The receive engine that runs, as the summary names it (for AF_XDP: interface and mode).
     pub fn engine(&self) -> &str {
         &self.engine
+    }
+
+    /// The host's transport settings as found at start, with warnings for known-bad ones.
+    pub fn tuning(&self) -> &[rdaq_net::tuning::Finding] {
+        &self.tuning
     }
 
     /// Receive buffer the kernel granted per data port.

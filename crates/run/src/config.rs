@@ -239,6 +239,8 @@ pub struct Network {
     pub batch: usize,
     /// Receive engine: "recvmmsg", "io_uring" or "af_xdp".
     pub engine: String,
+    /// Pin the receive thread to this CPU (none: not pinned).
+    pub recv_cpu: Option<usize>,
     /// Longest the receiver lets datagrams gather between two reads of a running stream
     /// (fewer wake-ups for slow streams, at most this much latency; 0: read at once).
     pub coalesce_ms: f64,
@@ -327,7 +329,7 @@ impl Default for Emulator {
 impl Default for Network {
     fn default() -> Self {
         let coalesce = rdaq_receiver::ReceiverConfig::default().coalesce;
-        Network { bind: IpAddr::from([127, 0, 0, 1]), data_port: 0, payload_bytes: 8192, recv_buffer_mib: 64, batch: 64, engine: "recvmmsg".into(), coalesce_ms: coalesce.as_secs_f64() * 1e3 }
+        Network { bind: IpAddr::from([127, 0, 0, 1]), data_port: 0, payload_bytes: 8192, recv_buffer_mib: 64, batch: 64, engine: "recvmmsg".into(), recv_cpu: None, coalesce_ms: coalesce.as_secs_f64() * 1e3 }
     }
 }
 
@@ -553,6 +555,7 @@ impl Config {
         Ok(rdaq_receiver::ReceiverConfig {
             recv_buffer: self.network.recv_buffer_mib << 20,
             batch: self.network.batch,
+            cpu: self.network.recv_cpu,
             engine: self.network.engine.parse().map_err(|e: String| anyhow::anyhow!("network.engine: {e}"))?,
             coalesce: Duration::from_secs_f64(self.network.coalesce_ms / 1e3),
             frame_timeout: self.frame_timeout(),

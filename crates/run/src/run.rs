@@ -45,6 +45,7 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
     let preview = cfg.stream.preview_config()?;
     let mut stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     eprintln!("{}", start_line(cfg, &rx));
+    report_tuning("rdaq run", &rx);
     let start = Instant::now();
     let (emu, consumed) = std::thread::scope(|s| {
         let (rx_ref, w, st) = (&rx, &mut writer, stream.as_mut());
@@ -69,9 +70,9 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
     let h5 = outputs::close(writer, &mut consumed)?;
     let manifest = out("_manifest.csv");
     write_manifest(&manifest, &emu.manifest)?;
-    let mut sum = summary::Summary::new(cfg.emulator.frames, &emu, &counters, &rx.outcome(), &consumed, elapsed, h5.as_deref(), Some(&manifest));
+    let mut sum = summary::Summary::new(cfg.emulator.frames, &emu, &counters, &rx.outcome(), &consumed, elapsed, h5.as_deref(), Some(&manifest)).with_receiver(&rx);
     sum.stream = streamed;
-    sum.engine = Some(rx.engine().to_string());
+
     if let Some(p) = processed {
         save_processing(cfg, geometry, p, &out, &mut sum)?;
     }
@@ -142,6 +143,17 @@ fn start_line(cfg: &Config, rx: &Receiver) -> String {
         if cfg.processing() { format!("processing to {}", cfg.process.output) } else { "raw".to_string() },
         recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted())
     )
+}
+
+/// Prints the host's transport settings as the receiver found them, and a warning line for
+/// each known-bad one.
+pub fn report_tuning(command: &str, rx: &Receiver) {
+    for f in rx.tuning() {
+        eprintln!("{command}: tuning: {}: {}", f.setting, f.value);
+        if let Some(w) = &f.warning {
+            eprintln!("{command}: warning: {w}");
+        }
+    }
 }
 
 /// The socket receive buffer asked for and what the kernel granted (Linux reports twice the

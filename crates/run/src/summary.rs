@@ -40,6 +40,8 @@ pub struct Summary {
     pub sends_refused: Option<u64>,
     /// The receive engine that ran.
     pub engine: Option<String>,
+    /// The host's transport settings as found at start (warnings name known-bad ones).
+    pub tuning: Vec<Tuning>,
     /// Per-frame latency, step by step (the steps frames went through).
     pub latency: Vec<crate::latency::StepLatency>,
     pub datagrams_received: u64,
@@ -109,7 +111,22 @@ pub enum Expected {
     Unknown,
 }
 
+/// One transport setting as the receiver found it at start.
+#[derive(Clone, Debug, Serialize)]
+pub struct Tuning {
+    pub setting: String,
+    pub value: String,
+    pub warning: Option<String>,
+}
+
 impl Summary {
+    /// Takes the receiver's engine and transport findings.
+    pub fn with_receiver(mut self, rx: &rdaq_receiver::Receiver) -> Summary {
+        self.engine = Some(rx.engine().to_string());
+        self.tuning = rx.tuning().iter().map(|f| Tuning { setting: f.setting.clone(), value: f.value.clone(), warning: f.warning.clone() }).collect();
+        self
+    }
+
     /// The summary of `rdaq run`: the emulator's report beside the receiver's.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -162,6 +179,7 @@ impl Summary {
             datagrams_sent: None,
             sends_refused: None,
             engine: None,
+            tuning: Vec::new(),
             latency: consumed.latency.report(),
             datagrams_received: c.datagrams,
             datagrams_placed: c.placed,

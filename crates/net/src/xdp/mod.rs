@@ -7,7 +7,6 @@
 //! veth pair they are never computed): rdaq datagrams can carry their own CRC32C.
 //! IPv4 only.
 
-mod iface;
 pub mod packet;
 mod program;
 mod queue;
@@ -91,7 +90,9 @@ impl XdpReceiver {
         let IpAddr::V4(ip) = spec.bind else {
             return Err(XdpError::Setup(format!("{} is not an IPv4 address: the engine reads IPv4 only", spec.bind)));
         };
-        let itf = iface::Interface::holding(ip)?;
+        let itf = crate::iface::Interface::holding(ip)
+            .map_err(|source| XdpError::Os { what: "finding the interface", source })?
+            .ok_or_else(|| XdpError::Setup(format!("no interface holds {ip} (AF_XDP receives on the interface of the receiver's address; 0.0.0.0 does not name one)")))?;
         if itf.loopback {
             return Err(XdpError::Setup(format!(
                 "{ip} is on the loopback interface {}: AF_XDP needs a network interface (loopback carries a UDP GSO batch as one unsegmented packet); bind to the address of a NIC or veth",

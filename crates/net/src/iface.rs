@@ -1,10 +1,11 @@
-//! The network interface that holds an IPv4 address: its name, index, MTU and receive queues.
+//! The network interface that holds an IPv4 address: its name, index, MTU, receive queues
+//! and whether it is loopback (for the AF_XDP engine and the tuning checks).
 
 use std::ffi::CStr;
+use std::io;
 use std::net::Ipv4Addr;
 
-use super::XdpError;
-
+#[derive(Clone, Debug)]
 pub struct Interface {
     pub name: String,
     pub index: u32,
@@ -14,27 +15,28 @@ pub struct Interface {
 }
 
 impl Interface {
-    pub fn holding(ip: Ipv4Addr) -> Result<Interface, XdpError> {
-        let name = name_holding(ip)?.ok_or_else(|| XdpError::Setup(format!("no interface holds {ip} (AF_XDP receives on the interface of the receiver's address; 0.0.0.0 does not name one)")))?;
+    /// The interface that holds `ip`, if one does (0.0.0.0 names none).
+    pub fn holding(ip: Ipv4Addr) -> io::Result<Option<Interface>> {
+        let Some(name) = name_holding(ip)? else { return Ok(None) };
         let c = std::ffi::CString::new(name.clone()).expect("interface names hold no NUL");
         // SAFETY: `c` is a valid NUL-terminated string.
         let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
         if index == 0 {
-            return Err(XdpError::Os { what: "finding the interface index", source: std::io::Error::last_os_error() });
+            return Err(io::Error::last_os_error());
         }
         // ioctls, not /sys: sysfs shows the namespace it was mounted in, not the caller's
         let mtu = ifreq_ioctl(&name, libc::SIOCGIFMTU, None).map_or(1500, |r| r as u32);
         let rx_queues = rx_queues(&name).unwrap_or(1).max(1);
         let loopback = ifreq_ioctl(&name, libc::SIOCGIFFLAGS, None).is_some_and(|f| f & libc::IFF_LOOPBACK != 0);
-        Ok(Interface { name, index, mtu, rx_queues, loopback })
+        Ok(Some(Interface { name, index, mtu, rx_queues, loopback }))
     }
 }
 
-fn name_holding(ip: Ipv4Addr) -> Result<Option<String>, XdpError> {
+fn name_holding(ip: Ipv4Addr) -> io::Result<Option<String>> {
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs allocates the list and stores its head in `list`.
     if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return Err(XdpError::Os { what: "listing the interfaces", source: std::io::Error::last_os_error() });
+        return Err(io::Error::last_os_error());
     }
     let mut found = None;
     let mut cur = list;
