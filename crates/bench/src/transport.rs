@@ -3,9 +3,10 @@
 //!
 //! - Bandwidth and latency against message size (as OSU's osu_bw / osu_latency and
 //!   perftest): each engine's bare loop (no placement: payloads land in successive cells of
-//!   a ring made as the receiver's) at the sender's full speed, then one-way latency at a
-//!   light paced load, from a CLOCK_MONOTONIC stamp the sender writes into each datagram just
-//!   before its send (one clock: same machine).
+//!   a ring made as the receiver's; reads paced as the receiver paces them) at the sender's
+//!   full speed, then one-way latency at a light paced load, read as soon as data is there,
+//!   from a CLOCK_MONOTONIC stamp the sender writes into each datagram just before its send
+//!   (one clock: same machine).
 //! - The highest rate each engine holds without loss for 8 KiB rdaq datagrams, for its bare
 //!   loop and for the full receiver (placement), found as PERCIVAL did: full speed, then
 //!   bisecting paced probes, then a confirming run at the full count; and the loss at 1.2x
@@ -32,6 +33,7 @@ use rdaq_net::send::BatchSender;
 use rdaq_net::socket;
 use rdaq_proto::telegram::BufferMap;
 use rdaq_receiver::arena::Arena;
+use rdaq_receiver::coalesce::{Coalesce, Next};
 use rdaq_receiver::{Format, IncompletePolicy, Receiver, ReceiverConfig};
 
 #[derive(clap::Args)]
@@ -277,8 +279,10 @@ fn bare_receive(net: &Net, kind: EngineKind, hdr: usize, landing: usize, count: 
     let (mut got, mut cell, mut first, mut first_n, mut last) = (0u64, 0usize, None, 0u64, Instant::now());
     let mut quiet = Instant::now();
     let mut pollfds = engine.pollfds();
+    // the receiver's read policy, except for latency, which is the transport's own
+    let mut pace = Coalesce::new(Duration::from_millis(1), if stamped { Duration::ZERO } else { Duration::from_millis(4) }, 2 * a.batch);
     while got < count {
-        let mut round = 0;
+        let (mut round, mut more) = (0, false);
         for q in 0..engine.queues() {
             // SAFETY: landings are distinct cells of the arena (they wrap at its end, and a
             // batch is far smaller than the ring), which only this loop touches and which
@@ -298,12 +302,19 @@ fn bare_receive(net: &Net, kind: EngineKind, hdr: usize, landing: usize, count: 
                 }
             }
             round += n;
+            more |= n == engine.batch();
+        }
+        match pace.next(round, more, true) {
+            Next::Now => {}
+            Next::Sleep(d) => std::thread::sleep(d),
+            Next::Idle => {
+                if done.load(Ordering::Relaxed) && quiet.elapsed() > Duration::from_millis(300) {
+                    break;
+                }
+                socket::wait_readable(&mut pollfds, 2)?;
+            }
         }
         if round == 0 {
-            if done.load(Ordering::Relaxed) && quiet.elapsed() > Duration::from_millis(300) {
-                break;
-            }
-            socket::wait_readable(&mut pollfds, 2)?;
             continue;
         }
         let now = Instant::now();
@@ -352,7 +363,11 @@ fn place(net: &Net, kind: EngineKind, count: u64, rate: Option<f64>, a: &Transpo
     let cpu0 = all_cpu_busy();
     let (sent, mut run) = std::thread::scope(|s| -> anyhow::Result<(u64, Run)> {
         let receiver = s.spawn(|| -> anyhow::Result<Run> {
+            // owned here: a receiver that fails to start closes the channel
+            let map_tx = map_tx;
             net.enter_receiver()?;
+            // the consumer beside the receive thread, not on the sender's CPU
+            socket::pin_current_thread(1)?;
             let rx = Receiver::start(cfg)?;
             let _ = map_tx.send(rx.buffer_map().clone());
             let (first, last) = drain_until(&rx, &done);

@@ -275,7 +275,8 @@ impl ReceiverConfig {
         if self.slots == 0 {
             return bad("slots must be at least 1".into());
         }
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // SAFETY: sysconf has no preconditions.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
         if let Some(c) = self.cpu.filter(|&c| c >= cpus) {
             return bad(format!("cpu {c}: the receive thread can run on CPUs 0..{}", cpus - 1));
         }
