@@ -233,6 +233,20 @@ pub struct Receiver {
     tuning: Vec<rdaq_net::tuning::Finding>,
 }
 
+/// The host's transport settings for this receiver, as found at start.
+fn tuning(cfg: &ReceiverConfig, datagram_bytes: usize, granted: usize, arena: &Arena) -> Vec<rdaq_net::tuning::Finding> {
+    rdaq_net::tuning::check(&rdaq_net::tuning::Setup {
+        engine: cfg.engine,
+        bind: cfg.bind,
+        datagram_bytes,
+        recv_buffer_asked: cfg.recv_buffer,
+        recv_buffer_granted: granted,
+        recv_cpu: cfg.cpu,
+        ring_bytes: arena.slots() * arena.slot_bytes(),
+        ring_huge_bytes: arena.huge_bytes(),
+    })
+}
+
 /// Access keys of `n` local buffers: derived from `seed` (reproducible runs and tests), or
 /// from the system's randomness.
 fn keys(n: usize, seed: Option<u64>) -> Vec<u32> {
@@ -386,19 +400,9 @@ impl Receiver {
             Format::Rdaq => placement.header_len(),
             Format::Sls { .. } => rdaq_proto::SLS_HEADER_LEN,
         };
-        let spec = EngineSpec { sockets: &sockets, bind: cfg.bind, batch: cfg.batch, hdr_len, landing_len: grid.cell_bytes as usize, buffer_bytes: cfg.recv_buffer };
-        let engine = Engine::open(cfg.engine, &spec)?;
+        let engine = Engine::open(cfg.engine, &EngineSpec { sockets: &sockets, bind: cfg.bind, batch: cfg.batch, hdr_len, landing_len: grid.cell_bytes as usize, buffer_bytes: cfg.recv_buffer })?;
         let engine_line = engine.describe();
-        let tuning = rdaq_net::tuning::check(&rdaq_net::tuning::Setup {
-            engine: cfg.engine,
-            bind: cfg.bind,
-            datagram_bytes: hdr_len + grid.cell_bytes as usize,
-            recv_buffer_asked: cfg.recv_buffer,
-            recv_buffer_granted: granted,
-            recv_cpu: cfg.cpu,
-            ring_bytes: cfg.slots * slot_bytes,
-            ring_huge_bytes: arena.huge_bytes(),
-        });
+        let tuning = tuning(&cfg, hdr_len + grid.cell_bytes as usize, granted, &arena);
         // Unbounded: at most `slots` frames can be handed at once; what else queues are
         // small notices of discarded frames, and losing a handed frame would leak its slot.
         let (frames_tx, frames) = crossbeam_channel::unbounded();
