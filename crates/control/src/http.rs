@@ -90,10 +90,11 @@ pub fn serve(addr: SocketAddr, app: axum::Router, what: &str) -> anyhow::Result<
 
 /// Prometheus text exposition of `(name, help, value)` counters with one label set.
 /// A Prometheus summary per value of `key`: quantiles, count and sum.
-pub fn prometheus_summary(name: &str, help: &str, labels: &str, key: &str, rows: &[(&str, [(f64, f64); 3], u64, f64)]) -> String {
+pub fn prometheus_summary(name: &str, help: &str, labels: &str, key: &str, rows: &[rdaq_run::latency::StepSummary]) -> String {
     let mut s = format!("# HELP rdaq_{name} {help}\n# TYPE rdaq_{name} summary\n");
-    for (k, qs, count, sum) in rows {
-        for (q, v) in qs {
+    for r in rows {
+        let (k, count, sum) = (r.label, r.count, r.sum_s);
+        for (q, v) in &r.quantiles {
             s.push_str(&format!("rdaq_{name}{{{labels},{key}=\"{k}\",quantile=\"{q}\"}} {v}\n"));
         }
         s.push_str(&format!("rdaq_{name}_count{{{labels},{key}=\"{k}\"}} {count}\nrdaq_{name}_sum{{{labels},{key}=\"{k}\"}} {sum}\n"));

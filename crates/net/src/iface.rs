@@ -108,6 +108,10 @@ fn ifreq_ioctl(name: &str, request: libc::c_ulong, data: Option<*mut libc::c_voi
     let rc = unsafe { libc::ioctl(fd, request, &mut req) };
     // SAFETY: `fd` was opened above and is not used after.
     unsafe { libc::close(fd) };
-    // SAFETY: reading the integer member of the union the kernel filled (SIOCGIFMTU).
-    (rc == 0).then(|| unsafe { req.ifr_ifru.ifru_mtu })
+    if rc == 0 {
+        // SAFETY: reading the integer member of the union the kernel filled (SIOCGIFMTU).
+        Some(unsafe { req.ifr_ifru.ifru_mtu })
+    } else {
+        None
+    }
 }

@@ -59,6 +59,16 @@ pub struct StepLatency {
     pub max_us: u64,
 }
 
+/// One step as a Prometheus summary: (quantile, seconds) pairs, count, sum of seconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepSummary {
+    /// The step as a metric label (`received_to_complete`).
+    pub label: &'static str,
+    pub quantiles: [(f64, f64); 3],
+    pub count: u64,
+    pub sum_s: f64,
+}
+
 impl Latency {
     /// Records the steps frame `t` went through, ending `written` if it was.
     pub fn record(&mut self, t: &FrameTimes, written: Option<Instant>) {
@@ -70,17 +80,16 @@ impl Latency {
         }
     }
 
-    /// Each step's name (as a metric label), p50, p99 and max in seconds, count and sum in
-    /// seconds: a Prometheus summary.
-    pub fn summaries(&self) -> Vec<(&'static str, [(f64, f64); 3], u64, f64)> {
+    /// Each step as a Prometheus summary.
+    pub fn summaries(&self) -> Vec<StepSummary> {
         const LABELS: [&str; 4] = ["sent_to_received", "received_to_complete", "complete_to_processed", "processed_to_written"];
         LABELS
             .iter()
             .zip(&self.steps)
-            .filter(|(_, h)| h.len() > 0)
+            .filter(|(_, h)| !h.is_empty())
             .map(|(l, h)| {
                 let q = |x: f64| (x, h.value_at_quantile(x) as f64 / 1e6);
-                (*l, [q(0.5), q(0.99), (1.0, h.max() as f64 / 1e6)], h.len(), h.mean() * h.len() as f64 / 1e6)
+                StepSummary { label: l, quantiles: [q(0.5), q(0.99), (1.0, h.max() as f64 / 1e6)], count: h.len(), sum_s: h.mean() * h.len() as f64 / 1e6 }
             })
             .collect()
     }
@@ -90,7 +99,7 @@ impl Latency {
         STEPS
             .iter()
             .zip(&self.steps)
-            .filter(|(_, h)| h.len() > 0)
+            .filter(|(_, h)| !h.is_empty())
             .map(|(step, h)| StepLatency { step, frames: h.len(), p50_us: h.value_at_quantile(0.5), p99_us: h.value_at_quantile(0.99), max_us: h.max() })
             .collect()
     }

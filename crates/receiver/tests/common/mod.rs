@@ -23,6 +23,7 @@ impl Net {
     }
 
     /// A second sending host (all of 127/8 is loopback; on the veth pair, an added address).
+    #[allow(dead_code)] // each test file uses part of this module
     pub fn stranger_ip(&self) -> IpAddr {
         self.pair.as_ref().map_or(Ipv4Addr::new(127, 0, 0, 2), |_| STRANGER).into()
     }
