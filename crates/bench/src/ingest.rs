@@ -19,6 +19,8 @@ use rdaq_proto::telegram::{BufferMap, LocalBufferInfo, TELEGRAM_VERSION};
 use rdaq_receiver::arena::Arena;
 use rdaq_receiver::{Format, IncompletePolicy, Receiver, ReceiverConfig};
 
+use crate::Probe;
+
 #[derive(clap::Args)]
 pub struct IngestArgs {
     /// rdaq: highest lossless rate of rdaq datagrams against a bare recvmmsg loop. sls: CPU
@@ -80,7 +82,7 @@ struct Outcome {
     copies: Option<(u64, u64, u64)>,
 }
 
-impl Outcome {
+impl crate::Probe for Outcome {
     fn lost(&self) -> u64 {
         self.sent - self.received.min(self.sent)
     }
@@ -95,6 +97,13 @@ fn send(map: &BufferMap, dest: SocketAddr, count: u64, rate: Option<f64>, pin: O
         socket::pin_current_thread(cpu)?;
     }
     let mut tx = BatchSender::connect(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), dest, true, 16 << 20)?;
+    send_module_frames(&mut tx, map, count, rate)?;
+    Ok((tx.stats.datagrams, tx.gso()))
+}
+
+/// Sends `count` datagrams of one module's 1 MiB frames into the buffers of `map`, paced at
+/// `rate` datagrams/s (in small chunks) or at full speed (a frame per call).
+pub(crate) fn send_module_frames(tx: &mut BatchSender, map: &BufferMap, count: u64, rate: Option<f64>) -> anyhow::Result<()> {
     let frame: Vec<u8> = (0..MODULE_BYTES as usize).map(|i| (i * 7 + i / 4096) as u8).collect();
     let mut pk = Packetizer::new(0, map.module_bytes, map.payload_bytes, map.checksum);
     let start = Instant::now();
@@ -115,7 +124,7 @@ fn send(map: &BufferMap, dest: SocketAddr, count: u64, rate: Option<f64>, pin: O
         sent += n as u64;
         f += 1;
     }
-    Ok((tx.stats.datagrams, tx.gso()))
+    Ok(())
 }
 
 fn map_for(buffers: &[LocalBufferInfo], payload: u32, port: u16) -> BufferMap {
@@ -257,27 +266,8 @@ fn lossless(a: &IngestArgs, mode: Mode) -> anyhow::Result<Outcome> {
     if full.lost() == 0 {
         return Ok(full);
     }
-    let (mut lo, mut hi) = (0.3 * full.rate(), full.rate());
-    for _ in 0..5 {
-        let mid = 0.5 * (lo + hi);
-        let p = measure(a, mode, a.probe, Some(mid))?;
-        eprintln!("  {mode:?} probe at {mid:.0}/s: lost {}", p.lost());
-        if p.lost() == 0 {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    let mut rate = lo;
-    for _ in 0..4 {
-        let r = measure(a, mode, a.datagrams, Some(rate))?;
-        eprintln!("  {mode:?} confirm at {rate:.0}/s: lost {}", r.lost());
-        if r.lost() == 0 {
-            return Ok(r);
-        }
-        rate *= 0.9;
-    }
-    bail!("{mode:?}: no lossless rate found down to {rate:.0} datagrams/s")
+    let found = crate::search_lossless(&format!("{mode:?}"), full.rate(), a.probe, a.datagrams, |n, r| measure(a, mode, n, r))?;
+    found.with_context(|| format!("{mode:?}: no lossless rate found"))
 }
 
 pub fn ingest(a: IngestArgs) -> anyhow::Result<ExitCode> {

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use hdrhistogram::Histogram;
-use rdaq_emulator::Packetizer;
 use rdaq_net::batch::Batch;
 use rdaq_net::engine::{Engine, EngineKind, EngineSpec};
 use rdaq_net::netns::VethPair;
@@ -34,6 +33,8 @@ use rdaq_net::socket;
 use rdaq_proto::telegram::BufferMap;
 use rdaq_receiver::arena::Arena;
 use rdaq_receiver::coalesce::{Coalesce, Next};
+
+use crate::Probe;
 use rdaq_receiver::{Format, IncompletePolicy, Receiver, ReceiverConfig};
 
 #[derive(clap::Args)]
@@ -138,13 +139,16 @@ struct Run {
     engine: String,
 }
 
-impl Run {
+impl Probe for Run {
     fn lost(&self) -> u64 {
         self.sent.saturating_sub(self.received)
     }
     fn rate(&self) -> f64 {
         self.in_window as f64 / self.window.as_secs_f64().max(1e-9)
     }
+}
+
+impl Run {
     fn ns_per(&self, d: Duration) -> f64 {
         d.as_secs_f64() * 1e9 / self.received.max(1) as f64
     }
@@ -196,23 +200,7 @@ fn send(net: &Net, dest: SocketAddr, load: Load, map: Option<&BufferMap>, count:
         }
         Load::Rdaq => {
             let map = map.context("rdaq datagrams need the receiver's buffer map")?;
-            let frame: Vec<u8> = (0..MODULE_BYTES as usize).map(|i| (i * 7 + i / 4096) as u8).collect();
-            let mut pk = Packetizer::new(0, map.module_bytes, map.payload_bytes, false);
-            let (mut sent, mut f) = (0u64, 0u64);
-            while sent < count {
-                let n = pk.frame(f, map.buffer_for(f), 0, &frame).min((count - sent) as usize);
-                let mut k = 0;
-                while k < n {
-                    let m = if rate.is_some() { 28.min(n - k) } else { n - k };
-                    if let Some(r) = rate {
-                        rdaq_net::pace::wait_until(start + Duration::from_secs_f64((sent + k as u64) as f64 / r));
-                    }
-                    tx.send(m, |j| pk.datagram(k + j, &frame))?;
-                    k += m;
-                }
-                sent += n as u64;
-                f += 1;
-            }
+            crate::ingest::send_module_frames(&mut tx, map, count, rate)?;
         }
     }
     Ok(tx.stats.datagrams)
@@ -419,36 +407,12 @@ fn drain_until(rx: &Receiver, done: &AtomicBool) -> (Option<Instant>, Instant) {
 fn lossless(what: &str, a: &TransportArgs, measure: impl Fn(u64, Option<f64>) -> anyhow::Result<Run>) -> anyhow::Result<(Run, Run)> {
     let full = measure(a.datagrams, None)?;
     eprintln!("  {what} full speed: {:.0} datagrams/s, lost {}", full.rate(), full.lost());
-    let found = if full.lost() == 0 { Some(full) } else { search(what, a, &measure, full.rate())? };
+    let found = if full.lost() == 0 { Some(full) } else { crate::search_lossless(what, full.rate(), a.probe, a.datagrams, &measure)? };
     let Some(found) = found else { bail!("{what}: no lossless rate found") };
     let over = 1.2 * found.rate();
     let beyond = measure(a.probe, Some(over))?;
     eprintln!("  {what} at 1.2x ({over:.0}/s): lost {} of {}", beyond.lost(), beyond.sent);
     Ok((found, beyond))
-}
-
-fn search(what: &str, a: &TransportArgs, measure: &impl Fn(u64, Option<f64>) -> anyhow::Result<Run>, full: f64) -> anyhow::Result<Option<Run>> {
-    let (mut lo, mut hi) = (0.3 * full, full);
-    for _ in 0..5 {
-        let mid = 0.5 * (lo + hi);
-        let p = measure(a.probe, Some(mid))?;
-        eprintln!("  {what} probe at {mid:.0}/s: lost {}", p.lost());
-        if p.lost() == 0 {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    let mut rate = lo;
-    for _ in 0..4 {
-        let r = measure(a.datagrams, Some(rate))?;
-        eprintln!("  {what} confirm at {rate:.0}/s: lost {}", r.lost());
-        if r.lost() == 0 {
-            return Ok(Some(r));
-        }
-        rate *= 0.9;
-    }
-    Ok(None)
 }
 
 pub fn bench(a: TransportArgs) -> anyhow::Result<ExitCode> {
