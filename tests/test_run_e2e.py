@@ -21,6 +21,9 @@ def test_run_writes_every_frame_bit_exact(rdaq, tmp_path):
     assert "loss        : none" in r.stdout
     # each time and rate says what it measures
     assert re.search(r"receive buffer 64 MiB asked, \d+ MiB granted", r.stderr), r.stderr
+    # the host's transport settings, as found, each on its own line
+    for setting in ("socket receive buffer", "net.core.netdev_max_backlog", "busy polling", "interface MTU", "CPU placement", "ring in huge pages"):
+        assert f"rdaq run: tuning: {setting}: " in r.stderr, (setting, r.stderr)
     assert re.search(r"GB/s over the [\d.]+ s data window \(first to last frame\)", r.stdout), r.stdout
     assert re.search(r"elapsed     : [\d.]+ s \(start to end, waits included\)", r.stdout), r.stdout
     assert "not asked" not in r.stdout, "nothing to explain when nothing was lost"

@@ -230,3 +230,14 @@ def test_a_receiver_that_gets_nothing_keeps_no_file_and_exits_1(rdaq, tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert not out.exists()
     assert "no data file was kept" in r.stdout and "--bind" in r.stderr
+
+
+def test_af_xdp_on_loopback_is_refused_with_the_reason(rdaq, tmp_path):
+    """AF_XDP needs a network interface: on loopback a UDP GSO batch is one unsegmented
+    packet. The receiver says so in one line and exits 2 before anything is written."""
+    r = subprocess.run([str(rdaq), "receive", "--format", "sls", "--engine", "af_xdp", "--bind", "127.0.0.1", "--port", "0",
+                        "--frames", "1", "--timeout-s", "2", "--out", str(tmp_path / "x.h5"), "--stream", "none"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "loopback" in r.stderr and "bind to the address of a NIC or veth" in r.stderr, r.stderr
+    assert not (tmp_path / "x.h5").exists()
