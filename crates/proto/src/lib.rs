@@ -4,6 +4,8 @@
 //!   names its destination buffer, key and offset; the receiver only checks and places).
 //! - [`sls`]: the native JUNGFRAU (slsDetectorPackage) UDP header.
 //! - [`nack`]: retransmission requests from a receiver to a module's controller.
+//! - [`roce`]: RoCEv2 (BTH, RETH, ImmDt, AETH, the ICRC), for RDMA WRITE streams from
+//!   RoCE senders.
 //! - [`seq`]: wrap-safe sequence number arithmetic.
 //! - [`telegram`]: configuration documents (buffer requests and maps, module DTPs).
 //! - [`events`]: the event channel's events and a bounded event log.
@@ -15,6 +17,7 @@
 pub mod datagram;
 pub mod events;
 pub mod nack;
+pub mod roce;
 pub mod seq;
 pub mod sls;
 pub mod telegram;
