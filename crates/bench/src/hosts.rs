@@ -69,7 +69,7 @@ fn hosts_run(a: &HostsArgs, n: usize, rate: f64) -> anyhow::Result<HostsOutcome>
         let consumers: Vec<_> = receivers
             .iter()
             .map(|rx| {
-                s.spawn(move || crate::drain(rx))
+                s.spawn(move || crate::drain(rx, None))
             })
             .collect();
         let r = rdaq_emulator::run(&cfg, &dtps, std::sync::Arc::new(rdaq_emulator::Control::default()));

@@ -51,7 +51,7 @@ pub struct IngestArgs {
     pub(crate) seconds: f64,
 }
 
-const MODULE_BYTES: u64 = 1 << 20;
+pub(crate) const MODULE_BYTES: u64 = 1 << 20;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
@@ -64,7 +64,7 @@ enum Mode {
 }
 
 /// Ring size of the placement receiver and of the bare ring loop.
-const RING_BYTES: usize = 256 << 20;
+pub(crate) const RING_BYTES: usize = 256 << 20;
 
 #[derive(Clone, Copy, Debug)]
 struct Outcome {
@@ -127,7 +127,7 @@ pub(crate) fn send_module_frames(tx: &mut BatchSender, map: &BufferMap, count: u
     Ok(())
 }
 
-fn map_for(buffers: &[LocalBufferInfo], payload: u32, port: u16) -> BufferMap {
+pub(crate) fn map_for(buffers: &[LocalBufferInfo], payload: u32, port: u16) -> BufferMap {
     BufferMap {
         version: TELEGRAM_VERSION,
         modules: 1,
@@ -231,7 +231,7 @@ fn run_place(a: &IngestArgs, count: u64, rate: Option<f64>) -> anyhow::Result<Ou
     let dest = SocketAddr::from((Ipv4Addr::LOCALHOST, map.data_ports[0]));
     let (sent, gso, first, last) = std::thread::scope(|s| -> anyhow::Result<_> {
         let rx_ref = &rx;
-        let consumer = s.spawn(move || crate::drain(rx_ref));
+        let consumer = s.spawn(move || crate::drain(rx_ref, None));
         let (sent, gso) = send(&map, dest, count, rate, (!a.no_pin).then_some(0))?;
         rx.stop();
         let (first, last) = consumer.join().expect("consumer panicked");

@@ -24,7 +24,8 @@ pub mod transport;
 pub mod write;
 
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use rdaq_receiver::Receiver;
@@ -114,15 +115,23 @@ pub(crate) fn search_lossless<R: Probe>(what: &str, full: f64, probe: u64, count
 }
 
 /// Takes every frame `rx` hands on and gives its slot straight back, until the receiver
-/// ends; returns when the first and the last frame came (the consumer of the receive
-/// benchmarks, which measure the receive path alone).
-pub(crate) fn drain(rx: &Receiver) -> (Option<Instant>, Instant) {
+/// ends (stopping it once `stop_when` is set); returns when the first and the last frame
+/// came (the consumer of the receive benchmarks, which measure the receive path alone).
+pub(crate) fn drain(rx: &Receiver, stop_when: Option<&AtomicBool>) -> (Option<Instant>, Instant) {
     let (mut first, mut last) = (None, Instant::now());
-    for f in rx.frames().iter() {
-        let now = Instant::now();
-        first.get_or_insert(now);
-        last = now;
-        rx.release(f).expect("a frame of this receiver");
+    loop {
+        match rx.frames().recv_timeout(Duration::from_millis(50)) {
+            Ok(f) => {
+                last = Instant::now();
+                first.get_or_insert(last);
+                rx.release(f).expect("a frame of this receiver");
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                if stop_when.is_some_and(|d| d.load(Ordering::Relaxed)) {
+                    rx.stop();
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return (first, last),
+        }
     }
-    (first, last)
 }

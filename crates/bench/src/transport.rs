@@ -30,10 +30,11 @@ use rdaq_net::engine::{Engine, EngineKind, EngineSpec};
 use rdaq_net::netns::VethPair;
 use rdaq_net::send::BatchSender;
 use rdaq_net::socket;
-use rdaq_proto::telegram::BufferMap;
+use rdaq_proto::telegram::{BufferMap, LocalBufferInfo};
 use rdaq_receiver::arena::Arena;
 use rdaq_receiver::coalesce::{Coalesce, Next};
 
+use crate::ingest::{map_for, MODULE_BYTES, RING_BYTES};
 use crate::Probe;
 use rdaq_receiver::{Format, IncompletePolicy, Receiver, ReceiverConfig};
 
@@ -122,9 +123,7 @@ enum Load {
     Rdaq,
 }
 
-const MODULE_BYTES: u64 = 1 << 20;
 const STAMP: usize = 16;
-const RING_BYTES: usize = 256 << 20;
 
 /// One measured run.
 struct Run {
@@ -214,7 +213,8 @@ fn bare(net: &Net, kind: EngineKind, load: Load, count: u64, rate: Option<f64>, 
         Load::Rdaq => (rdaq_proto::HEADER_LEN, 8192),
     };
     let map = match load {
-        Load::Rdaq => Some(bare_map()),
+        // one 1 MiB buffer: the bare loop checks nothing, any id and key do
+        Load::Rdaq => Some(map_for(&[LocalBufferInfo { id: 1, key: 1, size: MODULE_BYTES }], 8192, 0)),
         Load::Sized(_) => None,
     };
     let done = AtomicBool::new(false);
@@ -238,19 +238,6 @@ fn bare(net: &Net, kind: EngineKind, load: Load, count: u64, rate: Option<f64>, 
     run.rate_asked = rate;
     run.all_cpu = all_cpu_busy().saturating_sub(cpu0);
     Ok(run)
-}
-
-/// A buffer map with one 1 MiB buffer: the bare loop checks nothing, any id and key do.
-fn bare_map() -> BufferMap {
-    BufferMap {
-        version: rdaq_proto::telegram::TELEGRAM_VERSION,
-        modules: 1,
-        module_bytes: MODULE_BYTES,
-        payload_bytes: 8192,
-        data_ports: vec![],
-        buffers: vec![rdaq_proto::telegram::LocalBufferInfo { id: 1, key: 1, size: MODULE_BYTES }],
-        checksum: false,
-    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -360,7 +347,7 @@ fn place(net: &Net, kind: EngineKind, count: u64, rate: Option<f64>, a: &Transpo
             socket::pin_current_thread(1)?;
             let rx = Receiver::start(cfg)?;
             let _ = map_tx.send(rx.buffer_map().clone());
-            let (first, last) = drain_until(&rx, &done);
+            let (first, last) = crate::drain(&rx, Some(&done));
             let mut rx = rx;
             let c = rx.join()?;
             let window = first.map_or(Duration::ZERO, |f| last - f);
@@ -380,26 +367,6 @@ fn place(net: &Net, kind: EngineKind, count: u64, rate: Option<f64>, a: &Transpo
     run.sent = sent;
     run.all_cpu = all_cpu_busy().saturating_sub(cpu0);
     Ok(run)
-}
-
-/// Gives every frame straight back until the receiver ends, stopping it once `done`.
-fn drain_until(rx: &Receiver, done: &AtomicBool) -> (Option<Instant>, Instant) {
-    let (mut first, mut last) = (None, Instant::now());
-    loop {
-        match rx.frames().recv_timeout(Duration::from_millis(50)) {
-            Ok(f) => {
-                last = Instant::now();
-                first.get_or_insert(last);
-                let _ = rx.release(f);
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                if done.load(Ordering::Relaxed) {
-                    rx.stop();
-                }
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return (first, last),
-        }
-    }
 }
 
 /// Full speed first; on loss, bisect the paced rate with probes, then confirm at full
