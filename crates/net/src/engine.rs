@@ -184,14 +184,6 @@ impl Engine {
         }
     }
 
-    /// Datagrams that took the kernel's path around AF_XDP (zero for the socket engines).
-    pub fn kernel_path_datagrams(&self) -> u64 {
-        match self {
-            Engine::AfXdp { kernel, .. } => kernel.rx.stats.datagrams,
-            _ => 0,
-        }
-    }
-
     /// Datagrams dropped below the engine: AF_XDP's ring and fill-queue drops and frames it
     /// could not read (the socket engines' drops are the sockets', read by the caller).
     pub fn drops_below(&self) -> u64 {
@@ -245,9 +237,7 @@ impl Engine {
             Engine::AfXdp { x, kernel } => kernel.last.unwrap_or_else(|| x.channel(i)),
         }
     }
-}
 
-impl Engine {
     /// The batch of the last call: the AF_XDP engine's own, or its kernel path's.
     fn last(&self) -> &dyn Batch {
         match self {

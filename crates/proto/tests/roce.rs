@@ -29,6 +29,37 @@ fn the_icrc_of_a_hardware_cnp_matches_the_capture() {
     assert_ne!(roce::icrc_ipv4(&other, &udp, rest), wire);
 }
 
+#[test]
+fn the_ipv6_icrc_ignores_what_routers_change_and_nothing_else() {
+    // no IPv6 golden vector exists: check the masking the ICRC defines for IPv6
+    let mut ip = [0u8; 40];
+    ip[0] = 0x60;
+    ip[4..6].copy_from_slice(&40u16.to_be_bytes());
+    ip[6] = 17;
+    ip[7] = 64;
+    ip[8..24].copy_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    ip[24..40].copy_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    let udp = [0xc0, 0, 0x12, 0xb7, 0, 40, 0, 0];
+    let rest = [hex("0a00ffff0000001180000100"), vec![7; 24]].concat();
+    let c = roce::icrc_ipv6(&ip, &udp, &rest);
+    let mut routed = ip;
+    routed[0] = 0x6b; // traffic class and flow label
+    routed[1] = 0x12;
+    routed[3] = 0x99;
+    routed[7] = 3; // hop limit
+    let mut udp_routed = udp;
+    udp_routed[6] = 0x12; // UDP checksum
+    assert_eq!(roce::icrc_ipv6(&routed, &udp_routed, &rest), c);
+    for at in [4, 6, 9, 39] {
+        let mut other = ip;
+        other[at] ^= 1;
+        assert_ne!(roce::icrc_ipv6(&other, &udp, &rest), c, "byte {at} of the IPv6 header is covered");
+    }
+    let mut v = ip;
+    v[0] = 0x70;
+    assert_ne!(roce::icrc_ipv6(&v, &udp, &rest), c, "the version nibble is covered");
+}
+
 /// IPv4 and UDP headers of a 10.99.0.1 -> 10.99.0.2 packet, UDP 49152 -> 4791, as in the
 /// golden vectors (the checksums are masked by the ICRC, so left zero).
 fn headers_for(packet_len: usize) -> ([u8; 20], [u8; 8]) {

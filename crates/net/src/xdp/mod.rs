@@ -16,11 +16,10 @@ use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use thiserror::Error;
 
 pub use program::AttachMode;
-pub use queue::CHUNK;
 
 use crate::recv::RecvStats;
 use program::Steering;
-use queue::XskQueue;
+use queue::{XskQueue, CHUNK};
 
 #[derive(Debug, Error)]
 pub enum XdpError {

@@ -2,7 +2,7 @@
 //! Sans I/O: the XDP program already let through only unfragmented IPv4 UDP with a 20-byte
 //! IP header; this checks again what user space relies on and reads the addresses.
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Ethernet + IPv4 (no options) + UDP.
 pub const HEADERS_LEN: usize = 14 + 20 + 8;
@@ -31,12 +31,6 @@ pub fn parse(frame: &[u8]) -> Option<Udp> {
         dest_port: u16::from_be_bytes([udp[2], udp[3]]),
         payload_len: udp_len.checked_sub(8)?,
     })
-}
-
-impl Udp {
-    pub fn source_addr(&self) -> SocketAddr {
-        SocketAddr::V4(self.source)
-    }
 }
 
 #[cfg(test)]

@@ -7,8 +7,6 @@ pub const BTH_LEN: usize = 12;
 pub const RETH_LEN: usize = 16;
 pub const IMMDT_LEN: usize = 4;
 pub const AETH_LEN: usize = 4;
-/// The default partition key.
-pub const DEFAULT_PKEY: u16 = 0xFFFF;
 
 /// The reliable-connection (RC) opcodes rdaq sends and takes, and UD SEND_ONLY.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,15 +69,6 @@ impl Opcode {
         self == Opcode::UdSendOnly
     }
 
-    /// The last packet of a message (or its only one).
-    pub fn ends_message(self) -> bool {
-        use Opcode::*;
-        matches!(self, SendLast | SendLastImm | SendOnly | SendOnlyImm | WriteLast | WriteLastImm | WriteOnly | WriteOnlyImm | UdSendOnly)
-    }
-
-    pub fn is_write(self) -> bool {
-        (0x06..=0x0B).contains(&(self as u8))
-    }
 }
 
 /// Base transport header (12 bytes).
