@@ -157,10 +157,10 @@ pub fn report_tuning(command: &str, rx: &Receiver) {
 }
 
 /// The socket receive buffer asked for and what the kernel granted (Linux reports twice the
-/// request, half of it for its own bookkeeping; less means a cap such as net.core.rmem_max).
+/// request, half of it for its own bookkeeping). Whether that is a cap, and what to do, is
+/// the tuning check's warning ([`report_tuning`]), printed after the start line.
 pub fn recv_buffer_line(asked: usize, granted: usize) -> String {
-    let capped = if granted < asked { " (capped by the kernel: raise net.core.rmem_max, or run as root)" } else { "" };
-    format!("receive buffer {} MiB asked, {} MiB granted{capped}", asked >> 20, granted >> 20)
+    format!("receive buffer {} MiB asked, {} MiB granted", asked >> 20, granted >> 20)
 }
 
 /// The processing graph's settings from the configuration and the file's pixel type.
