@@ -100,6 +100,14 @@ def drop_outputs(tmp_path):
 ENGINES = ["recvmmsg", "io_uring", "af_xdp"]
 
 
+def send_udp(datagrams, host="127.0.0.1"):
+    """Sends [(payload, port), ...] to `host`, in order, from this process."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for payload, port in datagrams:
+        s.sendto(payload, (host, port))
+    s.close()
+
+
 class EngineNet:
     """Where a receiver test runs for one receive engine: the socket engines on loopback,
     AF_XDP in a network namespace behind a veth pair (it needs an interface with a driver),
@@ -126,10 +134,7 @@ class EngineNet:
     def send(self, datagrams):
         """Sends [(payload, port), ...] to the receiver's address, in order."""
         if self.hosts is None:
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            for payload, port in datagrams:
-                s.sendto(payload, (self.bind, port))
-            s.close()
+            send_udp(datagrams, self.bind)
             return
         import pickle
         f = self.tmp_path / "datagrams.pickle"

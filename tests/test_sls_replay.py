@@ -11,7 +11,7 @@ import hdf5plugin  # noqa: F401
 import numpy as np
 import pytest
 
-from conftest import INTEROP, read_capture, wait_for_file
+from conftest import INTEROP, read_capture, send_udp, wait_for_file
 
 
 def expected_frame():
@@ -42,13 +42,7 @@ def start_receiver(rdaq, tmp_path, interfaces, frames, policy="keep", extra=(), 
 
 def replay(captures_and_ports, net=None):
     datagrams = [(payload, port) for capture, port in captures_and_ports for payload in read_capture(INTEROP / capture)]
-    if net is not None:
-        net.send(datagrams)
-        return
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    for payload, port in datagrams:
-        s.sendto(payload, ("127.0.0.1", port))
-    s.close()
+    (net.send if net is not None else send_udp)(datagrams)
 
 
 def finish(proc, summary, rc=0):
