@@ -282,19 +282,18 @@ pub fn ingest(a: IngestArgs) -> anyhow::Result<ExitCode> {
     let bare = lossless(&a, Mode::Bare).context("bare recvmmsg loop")?;
     let bare_ring = lossless(&a, Mode::BareRing).context("bare recvmmsg loop into a ring")?;
     let place = lossless(&a, Mode::Place).context("receiver placement")?;
-    print_table(&a, cores, [("bare recvmmsg (discard)", bare), ("bare recvmmsg into ring", bare_ring), ("placement (rdaq)", place)]);
+    print_table(&a, [("bare recvmmsg (discard)", bare), ("bare recvmmsg into ring", bare_ring), ("placement (rdaq)", place)]);
     Ok(ExitCode::SUCCESS)
 }
 
 /// The table: each path's highest lossless rate and receive CPU per datagram, against the
 /// bare loop into scratch (`/bare`) and against the bare loop into the same kind of ring
 /// (`/ring`: the same pages and memory traffic, so the difference is rdaq's own work).
-fn print_table(a: &IngestArgs, cores: usize, rows: [(&str, Outcome); 3]) {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+fn print_table(a: &IngestArgs, rows: [(&str, Outcome); 3]) {
     let [(_, bare), (_, ring), (_, place)] = rows;
     println!();
     println!("rdaq bench ingest: highest lossless rate, {} B datagrams ({} B payload) over loopback, {} per run", a.payload_bytes as usize + rdaq_proto::HEADER_LEN, a.payload_bytes, a.datagrams);
-    println!("machine: {} CPUs, Linux {}, sender GSO {}, pinned {}", cores, kernel.trim(), place.gso, !a.no_pin);
+    println!("{}, sender GSO {}, pinned {}", crate::machine_line(), place.gso, !a.no_pin);
     println!(
         "{:<23} {:>10} {:>5} {:>9} {:>12} {:>7} {:>10} {:>14} {:>9} {:>9} {:>9}",
         "path", "datagrams", "lost", "paced at", "datagrams/s", "Gb/s", "recv CPU%", "CPU ns/dgram", "rate/bare", "CPU/bare", "CPU/ring"

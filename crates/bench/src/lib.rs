@@ -79,6 +79,13 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
 }
 
 
+/// "machine: N CPUs, Linux VERSION": the line each table names its machine with.
+pub(crate) fn machine_line() -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("machine: {cpus} CPUs, Linux {}", kernel.trim())
+}
+
 /// A measured run the lossless search can judge.
 pub(crate) trait Probe {
     /// Datagrams sent and not received.

@@ -428,7 +428,7 @@ fn sizes_table(net: &Net, engines: &[EngineKind], a: &TransportArgs) -> anyhow::
     }
     println!();
     println!("rdaq bench transport: bare loops (no placement) on {}, batch {}, receive thread on CPU 1, sender on CPU 0", net.name(), a.batch);
-    println!("{}", machine_line());
+    println!("{}", crate::machine_line());
     println!(
         "{:>6} {:<9} {:>10} {:>12} {:>7} {:>6} {:>12} {:>12} {:>9} {:>9} {:>9} {:>6}",
         "bytes", "engine", "datagrams", "datagrams/s", "Gb/s", "lost%", "rx CPU ns/dg", "all CPU ns/dg", "p50 us", "p99 us", "p99.9 us", "lat n"
@@ -470,7 +470,7 @@ fn lossless_table(net: &Net, engines: &[EngineKind], a: &TransportArgs) -> anyho
     }
     println!();
     println!("rdaq bench transport: highest lossless rate of 8 KiB rdaq datagrams on {}, {} per confirming run", net.name(), a.datagrams);
-    println!("{}", machine_line());
+    println!("{}", crate::machine_line());
     println!(
         "{:<9} {:<10} {:>12} {:>7} {:>9} {:>12} {:>12} {:>10}  asked 1.2x: reached, lost",
         "engine", "loop", "datagrams/s", "Gb/s", "paced at", "rx CPU ns/dg", "all CPU ns/dg", "place/bare"
@@ -524,7 +524,7 @@ fn breakdown_table(a: &TransportArgs) -> anyhow::Result<()> {
     }
     println!();
     println!("rdaq bench transport: latency per frame, step by step, of a paced acquisition (rdaq run --raw, 2 modules, 100 Hz, {} frames) on loopback", a.breakdown_frames);
-    println!("{}", machine_line());
+    println!("{}", crate::machine_line());
     println!("{:<9} {:<22} {:>7} {:>10} {:>10} {:>10}", "engine", "step", "frames", "p50 ms", "p99 ms", "max ms");
     for (k, sum) in &rows {
         for l in &sum.latency {
@@ -537,10 +537,4 @@ fn breakdown_table(a: &TransportArgs) -> anyhow::Result<()> {
     println!("received -> complete spans the frame's own sending: the emulator spreads each frame over its 10 ms period.");
     println!("The receiver reads a running stream at most every network.coalesce_ms (4 ms by default), which sent -> received includes.");
     Ok(())
-}
-
-fn machine_line() -> String {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("machine: {cpus} CPUs, Linux {}", kernel.trim())
 }
