@@ -82,7 +82,9 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
 /// "machine: N CPUs, Linux VERSION": the line each table names its machine with.
 pub(crate) fn machine_line() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // the machine's, not the calling thread's (a bench may have pinned it)
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1);
     format!("machine: {cpus} CPUs, Linux {}", kernel.trim())
 }
 
