@@ -8,13 +8,17 @@
 //!   [`uring`] (the same through io_uring) and [`xdp`] (AF_XDP with an XDP program).
 //! - [`batch`]: what placement reads of a received batch.
 //! - [`pace`]: sleeping and spinning until a deadline, for frame-rate pacing.
+//! - [`raw`]: whole Ethernet frames on one interface (`AF_PACKET`), for RoCEv2.
+//! - [`roce`]: the RoCEv2 RC responder and requester of RDMA WRITE streams, sans I/O.
 
 pub mod batch;
 pub mod engine;
 pub mod iface;
 pub mod netns;
 pub mod pace;
+pub mod raw;
 pub mod recv;
+pub mod roce;
 pub mod send;
 pub mod socket;
 pub mod tuning;

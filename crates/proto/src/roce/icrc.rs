@@ -24,7 +24,18 @@ pub fn icrc_ipv4(ip: &[u8; IPV4_HEADER_LEN], udp: &[u8; UDP_HEADER_LEN], rest: &
     ip[8] = 0xFF; // time to live
     ip[10] = 0xFF; // header checksum
     ip[11] = 0xFF;
-    over(&ip, udp, rest)
+    over(&ip, udp, &[rest])
+}
+
+/// [`icrc_ipv4`] of a packet that lies in several buffers (a multi-buffer AF_XDP frame):
+/// `rest` is the concatenation of `parts`, whose first holds at least the BTH.
+pub fn icrc_ipv4_parts(ip: &[u8; IPV4_HEADER_LEN], udp: &[u8; UDP_HEADER_LEN], parts: &[&[u8]]) -> u32 {
+    let mut ip = *ip;
+    ip[1] = 0xFF;
+    ip[8] = 0xFF;
+    ip[10] = 0xFF;
+    ip[11] = 0xFF;
+    over(&ip, udp, parts)
 }
 
 /// ICRC of a packet over IPv6 (a 40-byte header, no extension headers).
@@ -35,10 +46,10 @@ pub fn icrc_ipv6(ip: &[u8; IPV6_HEADER_LEN], udp: &[u8; UDP_HEADER_LEN], rest: &
     ip[2] = 0xFF;
     ip[3] = 0xFF;
     ip[7] = 0xFF; // hop limit
-    over(&ip, udp, rest)
+    over(&ip, udp, &[rest])
 }
 
-fn over(ip: &[u8], udp: &[u8; UDP_HEADER_LEN], rest: &[u8]) -> u32 {
+fn over(ip: &[u8], udp: &[u8; UDP_HEADER_LEN], rest: &[&[u8]]) -> u32 {
     let mut udp = *udp;
     udp[6] = 0xFF; // checksum
     udp[7] = 0xFF;
@@ -46,14 +57,16 @@ fn over(ip: &[u8], udp: &[u8; UDP_HEADER_LEN], rest: &[u8]) -> u32 {
     h.update(&DUMMY_LRH);
     h.update(ip);
     h.update(&udp);
-    match rest.get(..BTH_LEN) {
-        Some(bth) => {
-            let mut bth: [u8; BTH_LEN] = bth.try_into().expect("BTH_LEN bytes");
-            bth[4] = 0xFF;
-            h.update(&bth);
-            h.update(&rest[BTH_LEN..]);
+    for (i, part) in rest.iter().enumerate() {
+        match part.get(..BTH_LEN).filter(|_| i == 0) {
+            Some(bth) => {
+                let mut bth: [u8; BTH_LEN] = bth.try_into().expect("BTH_LEN bytes");
+                bth[4] = 0xFF;
+                h.update(&bth);
+                h.update(&part[BTH_LEN..]);
+            }
+            None => h.update(part),
         }
-        None => h.update(rest),
     }
     h.finalize()
 }
