@@ -136,13 +136,14 @@ pub(crate) fn map_for(buffers: &[LocalBufferInfo], payload: u32, port: u16) -> B
         data_ports: vec![port],
         buffers: buffers.to_vec(),
         checksum: false,
+        roce: Vec::new(),
     }
 }
 
 fn run_bare(a: &IngestArgs, count: u64, rate: Option<f64>, ring: bool) -> anyhow::Result<Outcome> {
     let (sock, _) = socket::bind_receiver(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), a.recv_buffer_mib << 20)?;
     let port = sock.local_addr()?.port();
-    let map = map_for(&[LocalBufferInfo { id: 1, key: 1, size: MODULE_BYTES }], a.payload_bytes, port);
+    let map = map_for(&[LocalBufferInfo { id: 1, key: 1, size: MODULE_BYTES, va: 0 }], a.payload_bytes, port);
     let done = Arc::new(AtomicBool::new(false));
     let (pin_rx, pin_tx) = if a.no_pin { (None, None) } else { (Some(1), Some(0)) };
     let receiver = {

@@ -214,7 +214,7 @@ fn bare(net: &Net, kind: EngineKind, load: Load, count: u64, rate: Option<f64>, 
     };
     let map = match load {
         // one 1 MiB buffer: the bare loop checks nothing, any id and key do
-        Load::Rdaq => Some(map_for(&[LocalBufferInfo { id: 1, key: 1, size: MODULE_BYTES }], 8192, 0)),
+        Load::Rdaq => Some(map_for(&[LocalBufferInfo { id: 1, key: 1, size: MODULE_BYTES, va: 0 }], 8192, 0)),
         Load::Sized(_) => None,
     };
     let done = AtomicBool::new(false);
@@ -246,7 +246,7 @@ fn bare_receive(net: &Net, kind: EngineKind, hdr: usize, landing: usize, count: 
     socket::pin_current_thread(1)?;
     let (sock, _) = socket::bind_receiver(SocketAddr::new(net.receiver_ip().into(), 0), a.recv_buffer_mib << 20)?;
     let sockets: [UdpSocket; 1] = [sock];
-    let spec = EngineSpec { sockets: &sockets, bind: IpAddr::V4(net.receiver_ip()), batch: a.batch, hdr_len: hdr, landing_len: landing, buffer_bytes: a.recv_buffer_mib << 20 };
+    let spec = EngineSpec { sockets: &sockets, bind: IpAddr::V4(net.receiver_ip()), batch: a.batch, hdr_len: hdr, landing_len: landing, buffer_bytes: a.recv_buffer_mib << 20, roce: None };
     let mut engine = Engine::open(kind, &spec)?;
     let arena = Arena::new(RING_BYTES / MODULE_BYTES as usize, MODULE_BYTES as usize)?;
     let (base, cells) = (arena.slot_ptr(0), RING_BYTES / landing.max(1));

@@ -20,6 +20,7 @@ use crate::history::{Content, Store};
 use crate::link::{channel, send_frame, Channel, Channels, Record};
 use crate::packetize::MAX_HEADER;
 use crate::report::{EmulatorReport, ManifestEntry};
+use crate::roce::{self, RoceLinks, Spoil};
 use crate::trigger::Trigger;
 
 /// Tail probes after the last frame, and the time between them.
@@ -38,6 +39,8 @@ struct Controller<'a> {
     history: usize,
     report: EmulatorReport,
     control: &'a Control,
+    /// RoCEv2 queue pairs, by receiver data address.
+    roce: RoceLinks,
 }
 
 impl Controller<'_> {
@@ -115,7 +118,8 @@ impl Controller<'_> {
         for ch in channels.values_mut() {
             ch.link.release(true)?;
         }
-        if self.history == 0 {
+        // RoCEv2 queue pairs recover by their own acknowledgements (`drain_roce`)
+        if self.history == 0 || channels.is_empty() {
             return Ok(());
         }
         let mut fds: Vec<libc::pollfd> =
@@ -155,6 +159,46 @@ impl Controller<'_> {
     }
 }
 
+impl Controller<'_> {
+    /// Takes the RoCEv2 answers waiting on every queue pair (and resends what they ask for).
+    fn serve_roce(&mut self) -> io::Result<bool> {
+        let Controller { roce, store, faults, report, .. } = self;
+        let bytes = |f: u64| store.bytes(f);
+        let mut any = false;
+        for l in roce.values_mut() {
+            let mut spoil = Spoil { faults: faults.as_ref(), stats: &mut report.faults };
+            any |= l.serve(&bytes, &mut spoil, &mut report.retransmit)?;
+        }
+        Ok(any)
+    }
+
+    /// Waits until no queue pair still needs the history slot frame `frame` is made in.
+    fn roce_window(&mut self, frame: u64) -> io::Result<()> {
+        let ring = self.store.ring.len() as u64;
+        while self.roce.values().any(|l| l.oldest_frame().is_some_and(|o| frame >= o + ring)) {
+            self.wait_roce()?;
+        }
+        Ok(())
+    }
+
+    /// Serves the queue pairs, or waits up to a millisecond for an answer.
+    fn wait_roce(&mut self) -> io::Result<()> {
+        if !self.serve_roce()? {
+            let mut fds: Vec<libc::pollfd> = self.roce.values().map(|l| libc::pollfd { fd: l.fd(), events: libc::POLLIN, revents: 0 }).collect();
+            rdaq_net::socket::wait_readable(&mut fds, 1)?;
+        }
+        Ok(())
+    }
+
+    /// After the last frame: until every WRITE is acknowledged (or the receiver is gone).
+    fn drain_roce(&mut self) -> io::Result<()> {
+        while self.roce.values().any(|l| l.outstanding() > 0) && !self.control.stop.load(Ordering::Relaxed) {
+            self.wait_roce()?;
+        }
+        Ok(())
+    }
+}
+
 /// Runs module `module`'s RC: every frame of the run, then the request service until the
 /// receivers are quiet. `start` is the time of frame 0 of the run.
 pub(crate) fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Control, trigger: &Trigger) -> Result<EmulatorReport, EmulatorError> {
@@ -172,6 +216,7 @@ pub(crate) fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, cont
                 rc.serve(ch).map_err(err)?;
             }
         }
+        rc.serve_roce().map_err(err)?;
         if let Some(slow) = cfg.faults.as_ref().and_then(|f| f.slow).filter(|s| s.module == module) {
             std::thread::sleep(slow.per_frame);
         }
@@ -215,6 +260,7 @@ impl<'a> Controller<'a> {
             history,
             report: EmulatorReport { gso: true, ..Default::default() },
             control,
+            roce: RoceLinks::new(),
         }
     }
 
@@ -226,6 +272,7 @@ impl<'a> Controller<'a> {
         };
         let dtp = &dtps[self.module as usize];
         if self.store.pool.is_empty() {
+            self.roce_window(frame)?;
             let slot = (frame % self.store.ring.len() as u64) as usize;
             self.content.make(frame, &mut self.store.ring[slot]);
             self.store.tags[slot] = Some(frame);
@@ -244,6 +291,20 @@ impl<'a> Controller<'a> {
         self.control.sent.mark(frame);
         for &(r, buf) in dests.iter() {
             let route = &dtp.routes[r];
+            if let Some(qp) = route.roce {
+                let link = roce::link(&mut self.roce, route, qp, self.cfg.send_buffer)?;
+                let mut spoil = Spoil { faults: self.faults.as_ref(), stats: &mut self.report.faults };
+                let store = &self.store;
+                let bytes = |f: u64| store.bytes(f);
+                let pace = |m: usize| {
+                    if let Some((t0, p)) = frame_start {
+                        rdaq_net::pace::wait_until(t0 + p.mul_f64(sent_in_frame.get() as f64 / total as f64));
+                    }
+                    sent_in_frame.set(sent_in_frame.get() + m);
+                };
+                link.write_frame(frame, &buf, route.offset, &bytes, &mut spoil, &mut self.report.retransmit, pace)?;
+                continue;
+            }
             let ch = channel(channels, self.cfg, dtp, route)?;
             ch.pk.frame(frame, &buf, route.offset, bytes);
             if self.history > 0 {
@@ -271,7 +332,12 @@ impl<'a> Controller<'a> {
         let (module, control) = (self.module, self.control);
         self.report.refused_in_frames = channels.values().map(|c| c.link.tx.stats.refused).sum();
         self.linger(&mut channels, self.cfg.linger)?;
+        self.drain_roce()?;
         let mut report = self.report;
+        for l in self.roce.values() {
+            report.sent.datagrams += l.packets;
+            report.sent.bytes += l.bytes;
+        }
         for ch in channels.values() {
             report.sent += ch.link.tx.stats;
             report.gso &= ch.link.tx.gso();

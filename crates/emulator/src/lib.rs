@@ -18,6 +18,7 @@ mod history;
 mod link;
 pub mod packetize;
 pub mod report;
+mod roce;
 pub mod trigger;
 
 use std::sync::Arc;

@@ -131,7 +131,7 @@ mod tests {
 
     #[test]
     fn cuts_a_module_frame_into_its_cells() {
-        let buf = LocalBufferInfo { id: 6, key: 10, size: 40_000 };
+        let buf = LocalBufferInfo { id: 6, key: 10, size: 40_000, va: 0 };
         let mut p = Packetizer::new(1, 20_000, 8192, false);
         let frame_bytes = vec![0u8; 20_000];
         assert_eq!(p.frame(3, &buf, 20_000, &frame_bytes), 3);
@@ -151,7 +151,7 @@ mod tests {
 
     #[test]
     fn checksummed_and_retransmitted_datagrams_parse_and_verify() {
-        let buf = LocalBufferInfo { id: 2, key: 9, size: 20_000 };
+        let buf = LocalBufferInfo { id: 2, key: 9, size: 20_000, va: 0 };
         let mut p = Packetizer::new(0, 20_000, 8192, true);
         let frame_bytes: Vec<u8> = (0..20_000u32).map(|i| (i * 31) as u8).collect();
         p.frame(5, &buf, 0, &frame_bytes);

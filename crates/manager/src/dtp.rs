@@ -194,6 +194,7 @@ impl Plan {
                             offset: idx as u64 * MODULE_FRAME_BYTES,
                             ring_start: ring_start(&spec.name),
                             checksum: map.checksum,
+                            roce: map.roce.get(idx).copied(),
                         }
                     })
                     .collect();

@@ -109,8 +109,9 @@ mod tests {
                 module_bytes: req.module_bytes,
                 payload_bytes: req.payload_bytes,
                 data_ports: (0..req.modules.len() as u16).map(|m| 50000 + m).collect(),
-                buffers: (0..req.slots as u32).map(|i| LocalBufferInfo { id: i, key: 1, size: req.module_bytes * req.modules.len() as u64 }).collect(),
+                buffers: (0..req.slots as u32).map(|i| LocalBufferInfo { id: i, key: 1, size: req.module_bytes * req.modules.len() as u64, va: 0 }).collect(),
                 checksum: false,
+                roce: Vec::new(),
             })
             .collect();
         let dtps = plan.module_dtps(&t, &maps).unwrap();

@@ -69,6 +69,8 @@ pub struct EngineSpec<'a> {
     pub landing_len: usize,
     /// Kernel-side buffering per channel (socket buffer) or per queue (AF_XDP UMEM).
     pub buffer_bytes: usize,
+    /// Be a RoCEv2 target (AF_XDP only): one queue pair per channel.
+    pub roce: Option<crate::xdp::RoceSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +79,8 @@ pub enum EngineError {
     Io { engine: EngineKind, source: io::Error },
     #[error(transparent)]
     Xdp(#[from] XdpError),
+    #[error("RoCEv2 needs whole frames (the CRC covers the IP header): use the af_xdp engine, not {0}")]
+    RoceNeedsXdp(EngineKind),
 }
 
 /// A receive engine of any kind.
@@ -106,6 +110,9 @@ fn dup_all(sockets: &[UdpSocket]) -> io::Result<Vec<OwnedFd>> {
 impl Engine {
     pub fn open(kind: EngineKind, spec: &EngineSpec<'_>) -> Result<Engine, EngineError> {
         let io = |source| EngineError::Io { engine: kind, source };
+        if spec.roce.is_some() && kind != EngineKind::AfXdp {
+            return Err(EngineError::RoceNeedsXdp(kind));
+        }
         Ok(match kind {
             EngineKind::Recvmmsg => Engine::Recvmmsg { rx: MmsgReceiver::new(spec.batch, spec.hdr_len, spec.landing_len), fds: dup_all(spec.sockets).map_err(io)?, queue: 0 },
             EngineKind::IoUring => {
@@ -114,7 +121,7 @@ impl Engine {
             }
             EngineKind::AfXdp => {
                 let ports = spec.sockets.iter().map(|s| s.local_addr().map(|a| a.port())).collect::<io::Result<Vec<_>>>().map_err(io)?;
-                let x = XdpSpec { bind: spec.bind, ports, batch: spec.batch, hdr_len: spec.hdr_len, landing_len: spec.landing_len, umem_bytes: spec.buffer_bytes };
+                let x = XdpSpec { bind: spec.bind, ports, batch: spec.batch, hdr_len: spec.hdr_len, landing_len: spec.landing_len, umem_bytes: spec.buffer_bytes, roce: spec.roce.clone() };
                 let kernel = KernelPath { rx: MmsgReceiver::new(spec.batch, spec.hdr_len, spec.landing_len), fds: dup_all(spec.sockets).map_err(io)?, last: None, polled: vec![Instant::now(); spec.sockets.len()] };
                 Engine::AfXdp { x: XdpReceiver::open(&x)?, kernel }
             }
@@ -181,6 +188,14 @@ impl Engine {
                 let k = kernel.rx.stats;
                 RecvStats { datagrams: x.stats.datagrams + k.datagrams, bytes: x.stats.bytes + k.bytes, syscalls: k.syscalls, oversized: x.stats.oversized + k.oversized }
             }
+        }
+    }
+
+    /// The RoCEv2 responder's counters, when the engine is a RoCEv2 target.
+    pub fn roce_stats(&self) -> Option<crate::roce::responder::ResponderStats> {
+        match self {
+            Engine::AfXdp { x, .. } => x.roce_stats(),
+            _ => None,
         }
     }
 

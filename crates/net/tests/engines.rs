@@ -36,7 +36,7 @@ fn run(kind: EngineKind) {
     let receiver = std::thread::spawn(move || {
         VethPair::enter(&rns).unwrap();
         let sockets: Vec<UdpSocket> = (0..2).map(|_| rdaq_net::socket::bind_receiver(SocketAddr::new(rip.into(), 0), 8 << 20).unwrap().0).collect();
-        let spec = EngineSpec { sockets: &sockets, bind: rip.into(), batch: 32, hdr_len: HDR, landing_len: BODY, buffer_bytes: 16 << 20 };
+        let spec = EngineSpec { sockets: &sockets, bind: rip.into(), batch: 32, hdr_len: HDR, landing_len: BODY, buffer_bytes: 16 << 20, roce: None };
         let mut engine = Engine::open(kind, &spec).unwrap_or_else(|e| panic!("{kind}: {e}"));
         eprintln!("{}", engine.describe());
         ready_tx.send(sockets.iter().map(|s| s.local_addr().unwrap()).collect()).unwrap();

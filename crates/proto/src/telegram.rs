@@ -16,6 +16,26 @@ pub struct LocalBufferInfo {
     pub id: u32,
     pub key: u32,
     pub size: u64,
+    /// The buffer's virtual address, which RoCEv2 WRITEs name (as an RDMA MR's address);
+    /// 0 for receivers of rdaq datagrams, which name buffers by id.
+    #[serde(default)]
+    pub va: u64,
+}
+
+/// The RDMA connection of one module's queue pair with a receiver: what connection setup
+/// exchanges (the receiver chooses both queue pair numbers and the first PSN).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoceQp {
+    /// The receiver's queue pair: the module's packets name it.
+    pub qpn: u32,
+    /// The module's queue pair: the receiver's ACKs name it.
+    pub peer_qpn: u32,
+    pub start_psn: u32,
+    /// Path MTU: payload bytes of every packet but the last of a message (256..=4096, a
+    /// power of two).
+    pub mtu: u32,
+    /// The first frame the module writes (the receiver numbers the frames from it).
+    pub first_frame: u64,
 }
 
 /// The buffers of one data receiver and the layout it expects in each: one frame slot per
@@ -34,6 +54,9 @@ pub struct BufferMap {
     /// The receiver requires the CRC32C extension on every rdaq datagram.
     #[serde(default)]
     pub checksum: bool,
+    /// A RoCEv2 receiver: module `m` writes through queue pair `roce[m]` to UDP port 4791.
+    #[serde(default)]
+    pub roce: Vec<RoceQp>,
 }
 
 impl BufferMap {
@@ -104,6 +127,9 @@ pub struct Route {
     /// Datagrams on this route carry the CRC32C extension (the receiver's map says so).
     #[serde(default)]
     pub checksum: bool,
+    /// RoCEv2 WRITEs through this queue pair instead of rdaq datagrams.
+    #[serde(default)]
+    pub roce: Option<RoceQp>,
 }
 
 /// A module's data transfer process, for frames from `from_frame` on: with
@@ -140,6 +166,7 @@ impl ModuleDtp {
                 offset: module as u64 * map.module_bytes,
                 ring_start: 0,
                 checksum: map.checksum,
+                roce: map.roce.get(module as usize).copied(),
             }],
         }
     }
@@ -199,8 +226,9 @@ mod tests {
             module_bytes: 1 << 20,
             payload_bytes: 8192,
             data_ports: vec![50000, 50001],
-            buffers: (0..3).map(|i| LocalBufferInfo { id: i, key: 100 + i, size: 2 << 20 }).collect(),
+            buffers: (0..3).map(|i| LocalBufferInfo { id: i, key: 100 + i, size: 2 << 20, va: 0 }).collect(),
             checksum: true,
+            roce: Vec::new(),
         };
         let j = serde_json::to_string(&m).unwrap();
         assert_eq!(serde_json::from_str::<BufferMap>(&j).unwrap(), m);
@@ -214,8 +242,8 @@ mod tests {
 
     #[test]
     fn dtp_round_robin_and_broadcast() {
-        let bufs = |base: u32| (0..3).map(|i| LocalBufferInfo { id: base + i, key: 0, size: 1 }).collect();
-        let route = |n: &str, base| Route { receiver: n.into(), data: "127.0.0.1:1".parse().unwrap(), buffers: bufs(base), offset: 0, ring_start: 0, checksum: false };
+        let bufs = |base: u32| (0..3).map(|i| LocalBufferInfo { id: base + i, key: 0, size: 1, va: 0 }).collect();
+        let route = |n: &str, base| Route { receiver: n.into(), data: "127.0.0.1:1".parse().unwrap(), buffers: bufs(base), offset: 0, ring_start: 0, checksum: false, roce: None };
         let mut dtp = ModuleDtp {
             version: TELEGRAM_VERSION,
             module: 0,

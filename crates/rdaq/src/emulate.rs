@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use clap::Args;
 use rdaq_control::detector;
-use rdaq_emulator::{Control, EmulatorConfig};
+use rdaq_emulator::{Control, EmulatorConfig, FaultConfig};
 use rdaq_proto::telegram::BufferMap;
 use rdaq_run::outputs;
 use rdaq_run::run::{single_receiver_dtps, write_manifest};
@@ -33,8 +33,9 @@ pub struct EmulateArgs {
     target: IpAddr,
     #[arg(long, default_value_t = 100)]
     frames: u64,
-    #[arg(long, default_value_t = 0)]
-    first_frame: u64,
+    /// The first frame's number (default 0, or the first frame a RoCEv2 receiver's map names).
+    #[arg(long)]
+    first_frame: Option<u64>,
     /// Frames per second (0: as fast as possible).
     #[arg(long, default_value_t = 100.0)]
     rate: f64,
@@ -48,6 +49,35 @@ pub struct EmulateArgs {
     /// Replace an existing manifest file.
     #[arg(long)]
     overwrite: bool,
+    /// Testing: fraction of datagrams (packets) lost on purpose.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Testing: fraction with one bit flipped.
+    #[arg(long, default_value_t = 0.0)]
+    corrupt: f64,
+    /// Testing: fraction sent twice.
+    #[arg(long, default_value_t = 0.0)]
+    duplicate: f64,
+    /// Testing: fraction sent after later ones.
+    #[arg(long, default_value_t = 0.0)]
+    reorder: f64,
+}
+
+/// The faults `--loss`, `--corrupt`, `--duplicate` and `--reorder` ask for (none: `None`).
+fn faults(a: &EmulateArgs) -> anyhow::Result<Option<FaultConfig>> {
+    let f = FaultConfig { seed: a.seed, loss: a.loss, corrupt: a.corrupt, duplicate: a.duplicate, reorder: a.reorder, ..FaultConfig::default() };
+    f.check().map_err(|e| anyhow::anyhow!("fault rates: {e}"))?;
+    Ok((!f.is_clean()).then_some(f))
+}
+
+/// The first frame: `--first-frame`, or the one a RoCEv2 receiver expects (which must agree).
+fn first_frame(a: &EmulateArgs, map: &BufferMap, path: &std::path::Path) -> anyhow::Result<u64> {
+    match (a.first_frame, map.roce.first()) {
+        (Some(f), Some(qp)) if f != qp.first_frame => {
+            bail!("--first-frame {f}: the RoCEv2 receiver of {} numbers its frames from {} (its --first-frame)", path.display(), qp.first_frame)
+        }
+        (f, qp) => Ok(f.or(qp.map(|q| q.first_frame)).unwrap_or(0)),
+    }
 }
 
 
@@ -60,7 +90,7 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         rdaq_control::http::serve(addr, detector::router(opts), "emulate")?;
         return Ok(ExitCode::SUCCESS);
     }
-    let buffers = a.buffers.expect("clap requires --buffers without --serve");
+    let buffers = a.buffers.clone().expect("clap requires --buffers without --serve");
     let text = std::fs::read_to_string(&buffers).with_context(|| format!("cannot read {}", buffers.display()))?;
     let map: BufferMap = serde_json::from_str(&text).with_context(|| format!("{} is not a buffer map", buffers.display()))?;
     if !(a.rate >= 0.0) {
@@ -69,7 +99,8 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     let cfg = EmulatorConfig {
         modules: map.modules,
         frames: a.frames,
-        first_frame: a.first_frame,
+        first_frame: first_frame(&a, &map, &buffers)?,
+        faults: faults(&a)?,
         rate_hz: (a.rate > 0.0).then_some(a.rate),
         gso: !a.no_gso,
         synth: rdaq_detector::SynthConfig { seed: a.seed, ..Default::default() },

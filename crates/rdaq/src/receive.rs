@@ -35,9 +35,17 @@ pub struct ReceiveArgs {
     memory_mib: u64,
     #[arg(long, default_value = ".")]
     out_dir: PathBuf,
-    /// rdaq (RDMA-style datagrams) or sls (native JUNGFRAU packets).
+    /// rdaq (RDMA-style datagrams), sls (native JUNGFRAU packets) or roce (RoCEv2 RDMA
+    /// WRITEs; needs --engine af_xdp).
     #[arg(long, default_value = "rdaq")]
     format: String,
+    /// RoCEv2 path MTU: payload bytes per packet (256, 512, 1024, 2048 or 4096).
+    #[arg(long, default_value_t = 4096)]
+    roce_mtu: u32,
+    /// RoCEv2: the number of the first frame the modules write (the receiver numbers the
+    /// frames from it; each frame's immediate confirms it).
+    #[arg(long, default_value_t = 0)]
+    first_frame: u64,
     /// UDP interfaces per JUNGFRAU module (sls format): 1 or 2.
     #[arg(long, default_value_t = 1)]
     interfaces: u8,
@@ -186,7 +194,8 @@ fn receiver_config(a: &ReceiveArgs) -> anyhow::Result<(ReceiverConfig, Geometry)
         "rdaq" if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS => bail!("--read-rows is a setting of native JUNGFRAU packets (--format sls)"),
         "rdaq" => Format::Rdaq,
         "sls" => Format::Sls { interfaces: a.interfaces, rows: a.read_rows },
-        other => bail!("--format must be rdaq or sls, not {other:?}"),
+        "roce" => Format::Roce { mtu: a.roce_mtu, first_frame: a.first_frame },
+        other => bail!("--format must be rdaq, sls or roce, not {other:?}"),
     };
     if a.read_rows == 0 || a.read_rows > 512 || a.read_rows % 8 != 0 {
         bail!("--read-rows {} must be 8 to 512, a multiple of 8", a.read_rows);

@@ -42,10 +42,27 @@ pub enum DropReason {
     ChecksumMode,
     /// It came from an address the receiver was not configured to accept.
     UnknownSource,
+    /// RoCEv2: the invariant CRC does not match (corrupted on the way).
+    BadIcrc,
+    /// RoCEv2: not a packet rdaq takes (headers, opcode, pad or length).
+    RoceMalformed,
+    /// RoCEv2: for a queue pair the receiver does not have.
+    UnknownQp,
+    /// RoCEv2: ahead of the expected PSN (a packet before it was lost; a NAK asks the sender
+    /// to go back).
+    OutOfSequence,
+    /// RoCEv2: behind the expected PSN (already taken: a go-back resend).
+    PsnDuplicate,
+    /// RoCEv2: a WRITE out of opcode sequence, or a length that does not fit its message.
+    InvalidRequest,
+    /// RoCEv2: an R_Key or VA range no registered buffer grants.
+    RemoteAccess,
+    /// RoCEv2: the immediate names another frame than the queue pair counted.
+    ImmMismatch,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 20] = [
+    pub const ALL: [DropReason; 28] = [
         DropReason::Truncated,
         DropReason::Oversized,
         DropReason::BadMagic,
@@ -66,6 +83,14 @@ impl DropReason {
         DropReason::BadChecksum,
         DropReason::ChecksumMode,
         DropReason::UnknownSource,
+        DropReason::BadIcrc,
+        DropReason::RoceMalformed,
+        DropReason::UnknownQp,
+        DropReason::OutOfSequence,
+        DropReason::PsnDuplicate,
+        DropReason::InvalidRequest,
+        DropReason::RemoteAccess,
+        DropReason::ImmMismatch,
     ];
 
     pub fn name(self) -> &'static str {
@@ -90,6 +115,14 @@ impl DropReason {
             DropReason::BadChecksum => "bad_checksum",
             DropReason::ChecksumMode => "checksum_mode",
             DropReason::UnknownSource => "unknown_source",
+            DropReason::BadIcrc => "bad_icrc",
+            DropReason::RoceMalformed => "roce_malformed",
+            DropReason::UnknownQp => "unknown_qp",
+            DropReason::OutOfSequence => "out_of_sequence",
+            DropReason::PsnDuplicate => "psn_duplicate",
+            DropReason::InvalidRequest => "invalid_request",
+            DropReason::RemoteAccess => "remote_access",
+            DropReason::ImmMismatch => "imm_mismatch",
         }
     }
 }
@@ -136,8 +169,10 @@ pub struct Counters {
     pub seq_reordered: u64,
     /// Loss reports not delivered because the consumer of them was behind.
     pub loss_reports_dropped: u64,
-    /// Retransmission requests sent, and the ranges they named.
+    /// Retransmission requests sent (RoCEv2: sequence-error NAKs), and the ranges they named.
     pub nacks_sent: u64,
+    /// RoCEv2 acknowledgements sent (coalesced: one per queue pair per receive batch).
+    pub acks_sent: u64,
     pub nack_ranges: u64,
     /// Ranges not asked for: the per-channel request queue was full, the rate limit was
     /// reached, or the send failed.
@@ -176,6 +211,31 @@ impl Counters {
     /// Frames that left the receiver, in any state (refused frames not included).
     pub fn frames_finished(&self) -> u64 {
         self.frames_complete + self.frames_incomplete + self.frames_discarded
+    }
+}
+
+impl Counters {
+    /// These counters with what a RoCEv2 responder took and refused before placement: each
+    /// refused packet is a datagram read and dropped with its reason.
+    pub fn with_roce(mut self, r: &rdaq_net::roce::responder::ResponderStats) -> Counters {
+        use rdaq_net::roce::responder::RoceDrop;
+        for d in RoceDrop::ALL {
+            let reason = match d {
+                RoceDrop::Icrc => DropReason::BadIcrc,
+                RoceDrop::Malformed => DropReason::RoceMalformed,
+                RoceDrop::UnknownQp => DropReason::UnknownQp,
+                RoceDrop::OutOfSequence => DropReason::OutOfSequence,
+                RoceDrop::Duplicate => DropReason::PsnDuplicate,
+                RoceDrop::InvalidRequest => DropReason::InvalidRequest,
+                RoceDrop::RemoteAccess => DropReason::RemoteAccess,
+                RoceDrop::ImmMismatch => DropReason::ImmMismatch,
+            };
+            self.dropped[reason as usize] += r.dropped(d);
+            self.datagrams += r.dropped(d);
+        }
+        self.nacks_sent += r.naks;
+        self.acks_sent += r.acks;
+        self
     }
 }
 

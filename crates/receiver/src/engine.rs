@@ -17,7 +17,9 @@ use rdaq_net::engine::{Engine, EngineError, EngineKind, EngineSpec};
 use rdaq_net::socket;
 use rdaq_proto::nack::{self, Missing, NACK_ENTRY_LEN, NACK_HEADER_LEN, NACK_MAX_ENTRIES};
 use rdaq_proto::sls::{JUNGFRAU_PACKETS_PER_FRAME, JUNGFRAU_PACKET_PAYLOAD};
-use rdaq_proto::telegram::{BufferMap, BufferRequest, LocalBufferInfo, TELEGRAM_VERSION};
+use rdaq_net::roce::responder::{QpConfig, Region};
+use rdaq_net::xdp::RoceSpec;
+use rdaq_proto::telegram::{BufferMap, BufferRequest, LocalBufferInfo, RoceQp, TELEGRAM_VERSION};
 use thiserror::Error;
 
 use crate::arena::Arena;
@@ -55,7 +57,15 @@ pub enum Format {
     /// around the module's centre (512: all of them), and a frame is that many rows high.
     /// (With `data_port` 0 every port is chosen by the kernel: see [`Receiver::ports`].)
     Sls { interfaces: u8, rows: u16 },
+    /// RoCEv2 RDMA WRITEs to UDP port 4791 (AF_XDP engine only): module `m` writes through
+    /// its own RC queue pair (parameters in the buffer map), `mtu` payload bytes per packet;
+    /// the frames are numbered from `first_frame`. A software RoCEv2 target: see
+    /// `rdaq_net::roce::responder`.
+    Roce { mtu: u32, first_frame: u64 },
 }
+
+/// Path MTUs a RoCEv2 queue pair may have.
+pub const ROCE_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 
 impl Format {
     /// Native JUNGFRAU packets of a full readout on `interfaces` interfaces.
@@ -313,6 +323,19 @@ impl ReceiverConfig {
                 let ports = (0..self.modules).map(|m| (m, SourceKind::Rdaq)).collect();
                 (self.payload_bytes as u64, ports)
             }
+            Format::Roce { mtu, .. } => {
+                if !ROCE_MTUS.contains(&mtu) {
+                    return bad(format!("RoCEv2 path MTU {mtu} must be one of {ROCE_MTUS:?}"));
+                }
+                if self.engine != EngineKind::AfXdp {
+                    return bad(format!("RoCEv2 needs whole frames (the ICRC covers the IP header): use the af_xdp engine, not {}", self.engine));
+                }
+                if self.checksum {
+                    return bad("RoCEv2 packets carry the ICRC; the CRC32C extension is for rdaq datagrams".into());
+                }
+                let ports = (0..self.modules).map(|m| (m, SourceKind::Rdaq)).collect();
+                (mtu as u64, ports)
+            }
             Format::Sls { interfaces, rows } => {
                 if !(interfaces == 1 || interfaces == 2) {
                     return bad(format!("JUNGFRAU has 1 or 2 interfaces, not {interfaces}"));
@@ -367,16 +390,40 @@ fn bind(cfg: &ReceiverConfig, grid: &Grid, ids: &[u16], kinds: &[(u16, SourceKin
 }
 
 /// What senders need to know of the receiver's buffers: ids, keys, sizes, data ports.
-fn buffer_map(cfg: &ReceiverConfig, grid: &Grid, keys: &[u32], ports: &[u16]) -> BufferMap {
+fn buffer_map(cfg: &ReceiverConfig, grid: &Grid, keys: &[u32], ports: &[u16], arena: &Arena) -> BufferMap {
+    let qps = roce_qps(cfg, keys);
+    let va = |i: usize| if qps.is_empty() { 0 } else { arena.slot_ptr(i) as u64 };
     BufferMap {
         version: TELEGRAM_VERSION,
         modules: cfg.modules,
         module_bytes: cfg.module_bytes,
         payload_bytes: grid.cell_bytes as u32,
         data_ports: ports.to_vec(),
-        buffers: keys.iter().enumerate().map(|(i, &key)| LocalBufferInfo { id: cfg.buffer_base + i as u32, key, size: grid.slot_bytes() }).collect(),
+        buffers: keys.iter().enumerate().map(|(i, &key)| LocalBufferInfo { id: cfg.buffer_base + i as u32, key, size: grid.slot_bytes(), va: va(i) }).collect(),
         checksum: cfg.checksum,
+        roce: qps,
     }
+}
+
+/// The queue pair of each module of a RoCEv2 receiver (none for other formats): numbers
+/// 0x100 + m (the module's own 0x200 + m), a first PSN drawn like the keys.
+fn roce_qps(cfg: &ReceiverConfig, keys: &[u32]) -> Vec<RoceQp> {
+    let Format::Roce { mtu, first_frame } = cfg.format else { return Vec::new() };
+    let seed = keys.first().copied().unwrap_or(0) as u64;
+    (0..cfg.modules as u32)
+        .map(|m| {
+            let start_psn = xxhash_rust::xxh3::xxh3_64_with_seed(&m.to_le_bytes(), seed) as u32 & 0xFF_FFFF;
+            RoceQp { qpn: 0x100 + m, peer_qpn: 0x200 + m, start_psn, mtu, first_frame }
+        })
+        .collect()
+}
+
+/// What the AF_XDP engine needs to be the RoCEv2 target of `map` (none for other formats).
+fn roce_spec(map: &BufferMap, ids: &[u16]) -> Option<RoceSpec> {
+    let mtu = map.roce.first()?.mtu;
+    let qps = map.roce.iter().map(|q| QpConfig { qpn: q.qpn, peer_qpn: q.peer_qpn, start_psn: q.start_psn, first_frame: q.first_frame }).collect();
+    let regions = map.buffers.iter().map(|b| Region { va: b.va, len: b.size, rkey: b.key, buffer: b.id }).collect();
+    Some(RoceSpec { qps, modules: ids.to_vec(), regions, mtu })
 }
 
 impl Receiver {
@@ -391,16 +438,17 @@ impl Receiver {
         let ids: Vec<u16> = if cfg.module_ids.is_empty() { (0..cfg.modules).collect() } else { cfg.module_ids.clone() };
         let Bound { sockets, sources, ports, granted } = bind(&cfg, &grid, &ids, &source_kinds)?;
         let keys = keys(cfg.slots, cfg.key_seed);
-        let map = buffer_map(&cfg, &grid, &keys, &ports);
+        let map = buffer_map(&cfg, &grid, &keys, &ports, &arena);
         let placement = Placement::new(arena.clone(), grid, &ids, cfg.buffer_base, keys, cfg.policy, cfg.batch)
             .with_checksum(cfg.checksum)
             .with_allowed_sources(cfg.sources.clone());
         let placement_owner = placement.owner();
         let hdr_len = match cfg.format {
-            Format::Rdaq => placement.header_len(),
+            Format::Rdaq | Format::Roce { .. } => placement.header_len(),
             Format::Sls { .. } => rdaq_proto::SLS_HEADER_LEN,
         };
-        let engine = Engine::open(cfg.engine, &EngineSpec { sockets: &sockets, bind: cfg.bind, batch: cfg.batch, hdr_len, landing_len: grid.cell_bytes as usize, buffer_bytes: cfg.recv_buffer })?;
+        let spec = EngineSpec { sockets: &sockets, bind: cfg.bind, batch: cfg.batch, hdr_len, landing_len: grid.cell_bytes as usize, buffer_bytes: cfg.recv_buffer, roce: roce_spec(&map, &ids) };
+        let engine = Engine::open(cfg.engine, &spec)?;
         let engine_line = engine.describe();
         let tuning = tuning(&cfg, hdr_len + grid.cell_bytes as usize, granted, &arena);
         // Unbounded: at most `slots` frames can be handed at once; what else queues are
@@ -468,6 +516,12 @@ impl Receiver {
     /// The receive engine that runs, as the summary names it (for AF_XDP: interface and mode).
     pub fn engine(&self) -> &str {
         &self.engine
+    }
+
+    /// Whether the transport sends again what is dropped below placement (RoCEv2: the RC
+    /// sender goes back to the first packet the responder missed).
+    pub fn recovers_drops_below(&self) -> bool {
+        !self.map.roce.is_empty()
     }
 
     /// The host's transport settings as found at start, with warnings for known-bad ones.
@@ -636,7 +690,8 @@ impl Loop {
                 last_data = now;
             }
             if now.duration_since(last_expire) >= EXPIRE_EVERY {
-                if let Some(nc) = self.cfg.nack {
+                // RoCEv2 recovers losses itself (the responder's NAKs)
+                if let Some(nc) = self.cfg.nack.filter(|_| !matches!(self.cfg.format, Format::Roce { .. })) {
                     self.request_retransmissions(now, nc);
                 }
                 self.placement.expire(now, self.cfg.frame_timeout, &self.sources);
@@ -672,7 +727,15 @@ impl Loop {
         self.placement.counters.sleeps = socket::thread_waits();
         self.publish();
         self.publish_outcome();
-        Ok(self.placement.counters)
+        Ok(self.counters())
+    }
+
+    /// Placement's counters with what the engine dropped before placement (RoCEv2).
+    fn counters(&self) -> Counters {
+        match self.engine.roce_stats() {
+            Some(r) => self.placement.counters.with_roce(&r),
+            None => self.placement.counters,
+        }
     }
 
     /// Takes the slots the consumer gave back, and its flush and reset requests.
@@ -700,7 +763,7 @@ impl Loop {
             }
             self.hand_on();
             self.publish();
-            let _ = ack.send(self.placement.counters);
+            let _ = ack.send(self.counters());
         }
         Ok(())
     }
@@ -866,7 +929,7 @@ impl Loop {
 
     fn publish(&mut self) {
         self.placement.counters.recv_syscalls = self.engine.stats().syscalls;
-        *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = self.placement.counters;
+        *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = self.counters();
     }
 }
 

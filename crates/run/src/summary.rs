@@ -54,6 +54,9 @@ pub struct Summary {
     pub datagrams_dropped: u64,
     pub dropped_by_reason: Vec<(String, u64)>,
     pub kernel_drops: u64,
+    /// The transport sends again whatever is dropped below placement (RoCEv2's RC go-back),
+    /// so kernel drops are loss only where frames show it.
+    pub kernel_drops_recovered: bool,
     pub cells_missing: u64,
     /// Sequence numbers the loss windows declared missing.
     pub seq_missing: u64,
@@ -123,6 +126,7 @@ impl Summary {
     /// Takes the receiver's engine and transport findings.
     pub fn with_receiver(mut self, rx: &rdaq_receiver::Receiver) -> Summary {
         self.engine = Some(rx.engine().to_string());
+        self.kernel_drops_recovered = rx.recovers_drops_below();
         self.tuning = rx.tuning().iter().map(|f| Tuning { setting: f.setting.clone(), value: f.value.clone(), warning: f.warning.clone() }).collect();
         self
     }
@@ -189,6 +193,7 @@ impl Summary {
             datagrams_dropped: c.dropped_total(),
             dropped_by_reason: c.drops_by_reason().into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
             kernel_drops: c.kernel_drops,
+            kernel_drops_recovered: false,
             cells_missing: c.cells_missing,
             seq_missing: c.seq_missing,
             nacks_sent: c.nacks_sent,
@@ -229,7 +234,7 @@ impl Summary {
             || self.frames_discarded > 0
             || self.frames_refused > 0
             || self.frames_never_seen > 0
-            || self.kernel_drops > 0
+            || (self.kernel_drops > 0 && !self.kernel_drops_recovered)
             || self.frames_not_saved > 0
             || self.write_error.is_some()
             || self.frames_complete + self.frames_incomplete + self.frames_discarded == 0
@@ -318,7 +323,8 @@ impl Summary {
             println!("rejected    : {}", reasons.join(" "));
         }
         if self.cells_missing > 0 || self.kernel_drops > 0 || self.sends_refused.unwrap_or(0) > 0 {
-            println!("missing     : {} datagram cells missing in {} incomplete or discarded frames; {} datagrams dropped by the kernel (socket buffer full); {} sends refused (nothing listened at the receiver's port)",
+            let recovered = if self.kernel_drops_recovered { ", sent again by the RoCEv2 sender" } else { "" };
+            println!("missing     : {} datagram cells missing in {} incomplete or discarded frames; {} datagrams dropped by the kernel (socket buffer full{recovered}); {} sends refused (nothing listened at the receiver's port)",
                 self.cells_missing, self.frames_incomplete + self.frames_discarded, self.kernel_drops, self.sends_refused.unwrap_or(0));
         }
         if let Some([d, r, u, c, l]) = self.faults_injected {

@@ -76,6 +76,11 @@ impl Requester {
         self.window.len()
     }
 
+    /// Packets sent and not yet acknowledged.
+    pub fn in_flight(&self) -> u32 {
+        self.window.front().map_or(0, |p| psn_ahead(self.next_psn, p.first_psn))
+    }
+
     /// The oldest frame still in the window (the caller must keep its bytes).
     pub fn oldest_frame(&self) -> Option<u64> {
         self.window.front().map(|p| p.msg.frame)
@@ -207,7 +212,9 @@ mod tests {
         assert_eq!(r.answer(AethKind::Nak { code: 0 }, 12), Answer::GoBack { psn: 12 });
         let again: Vec<(usize, u32)> = r.resend_from(12).collect();
         assert_eq!(again, vec![(0, 2), (1, 0), (1, 1), (1, 2)]);
+        assert_eq!(r.in_flight(), 6);
         assert_eq!(r.answer(AethKind::Ack { credits: 0 }, 13), Answer::Acked { released: 1 });
+        assert_eq!(r.in_flight(), 3);
         assert_eq!(r.oldest_frame(), Some(1));
         assert_eq!(r.answer(AethKind::Ack { credits: 0 }, 99), Answer::Ignored, "not a PSN sent");
         assert_eq!(r.answer(AethKind::Ack { credits: 0 }, 15), Answer::Acked { released: 1 });

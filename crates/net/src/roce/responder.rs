@@ -12,7 +12,7 @@
 //! the immediate then confirms. When it does not, the packet with the immediate is dropped
 //! (`ImmMismatch`), the frame stays incomplete, and the counter follows the immediate.
 
-use rdaq_proto::roce::{Aeth, AethKind, Bth, Endpoints, Headers, Opcode, Packet};
+use rdaq_proto::roce::{Aeth, AethKind, Bth, Endpoints, Head, Headers, Opcode};
 
 use super::{psn_ahead, psn_behind, PSN_MASK};
 
@@ -167,8 +167,9 @@ impl Responder {
         self.stats.dropped[r as usize] += 1;
     }
 
-    /// Takes packet `p`, which came from `from`, or says why not.
-    pub fn take(&mut self, p: &Packet, from: &Endpoints) -> Result<Write, RoceDrop> {
+    /// Takes the packet whose headers are `p` (its ICRC checked), which came from `from`, or
+    /// says why not.
+    pub fn take(&mut self, p: &Head, from: &Endpoints) -> Result<Write, RoceDrop> {
         let r = self.check(p, from);
         match r {
             Ok(_) => self.stats.taken += 1,
@@ -177,7 +178,7 @@ impl Responder {
         r
     }
 
-    fn check(&mut self, p: &Packet, from: &Endpoints) -> Result<Write, RoceDrop> {
+    fn check(&mut self, p: &Head, from: &Endpoints) -> Result<Write, RoceDrop> {
         let bth = p.headers.bth;
         let i = self.qps.iter().position(|q| q.cfg.qpn == bth.dest_qp).ok_or(RoceDrop::UnknownQp)?;
         let mtu = self.mtu as u64;
@@ -195,7 +196,7 @@ impl Responder {
             }
             return Err(RoceDrop::OutOfSequence);
         }
-        let len = p.payload.len() as u64;
+        let len = p.payload_len as u64;
         let msg = match (p.opcode, q.msg) {
             (Opcode::WriteFirst | Opcode::WriteOnly | Opcode::WriteOnlyImm, None) => {
                 let reth = p.headers.reth.expect("a FIRST or ONLY packet has a RETH");
@@ -302,9 +303,9 @@ mod tests {
         Responder::new(&[qp], &regions, MTU)
     }
 
-    fn packet(op: Opcode, psn: u32, reth: Option<Reth>, imm: Option<u32>, payload: &[u8]) -> Packet<'_> {
+    fn packet(op: Opcode, psn: u32, reth: Option<Reth>, imm: Option<u32>, payload: &[u8]) -> Head {
         let bth = Bth { opcode: op as u8, solicited: false, mig_req: false, pad: 0, pkey: 0xFFFF, fecn: false, becn: false, dest_qp: 0x11, ack_req: false, psn };
-        Packet { opcode: op, headers: Headers { bth, reth, imm, aeth: None }, payload, icrc: 0 }
+        Head { opcode: op, headers: Headers { bth, reth, imm, aeth: None }, payload_at: 0, payload_len: payload.len() }
     }
 
     fn replies(r: &mut Responder) -> Vec<(AethKind, u32)> {

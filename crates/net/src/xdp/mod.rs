@@ -10,16 +10,19 @@
 pub mod packet;
 mod program;
 mod queue;
+mod roce;
 
 use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 
 use thiserror::Error;
 
 pub use program::AttachMode;
+pub use roce::RoceSpec;
 
 use crate::recv::RecvStats;
 use program::Steering;
 use queue::{XskQueue, CHUNK};
+use roce::RoceTarget;
 
 #[derive(Debug, Error)]
 pub enum XdpError {
@@ -45,6 +48,9 @@ pub struct XdpSpec {
     pub landing_len: usize,
     /// UMEM bytes per receive queue (rounded to a power of two of 4 KiB chunks).
     pub umem_bytes: usize,
+    /// Receive RoCEv2 WRITEs (UDP port 4791) instead of datagrams on `ports`: a software
+    /// RoCEv2 target with one queue pair per channel.
+    pub roce: Option<RoceSpec>,
 }
 
 /// Per-datagram state of the last call, as [`crate::batch::Batch`] reads it.
@@ -73,6 +79,7 @@ pub struct XdpReceiver {
     pub stats: RecvStats,
     /// Frames the engine dropped: not IPv4 UDP to a data port, or not whole.
     pub malformed: u64,
+    roce: Option<RoceTarget>,
 }
 
 // SAFETY: the landing pointers held between calls are the caller's (valid until the next
@@ -98,7 +105,10 @@ impl XdpReceiver {
                 itf.name
             )));
         }
-        let largest = packet::HEADERS_LEN + spec.hdr_len + spec.landing_len;
+        let largest = match &spec.roce {
+            Some(r) => packet::HEADERS_LEN + rdaq_proto::roce::MAX_HEAD + r.mtu as usize + rdaq_proto::roce::ICRC_LEN,
+            None => packet::HEADERS_LEN + spec.hdr_len + spec.landing_len,
+        };
         if largest > itf.mtu as usize + 14 {
             return Err(XdpError::Setup(format!(
                 "interface {} has MTU {}, below the {}-byte datagrams (IP fragments are left to the kernel): raise it, e.g. `ip link set {} mtu 9000`",
@@ -108,7 +118,9 @@ impl XdpReceiver {
         let chunks = chunks_for(spec.umem_bytes);
         let queues = (0..itf.rx_queues).map(|q| XskQueue::open(itf.index, q, chunks)).collect::<Result<Vec<_>, _>>()?;
         let fds: Vec<(u32, i32)> = queues.iter().map(|q| (q.queue, q.fd())).collect();
-        let steering = Steering::attach(&itf.name, ip, &spec.ports, &fds)?;
+        let steered = if spec.roce.is_some() { vec![rdaq_proto::roce::ROCE_PORT] } else { spec.ports.clone() };
+        let roce = spec.roce.as_ref().map(|r| RoceTarget::open(r, itf.index)).transpose()?;
+        let steering = Steering::attach(&itf.name, ip, &steered, &fds)?;
         let b = spec.batch;
         Ok(XdpReceiver {
             mode: steering.mode,
@@ -131,6 +143,7 @@ impl XdpReceiver {
             received: 0,
             stats: RecvStats::default(),
             malformed: 0,
+            roce,
         })
     }
 
@@ -171,6 +184,9 @@ impl XdpReceiver {
     /// As [`crate::recv::MmsgReceiver::recv`]: every pointer `land` returns must be valid for
     /// writes of `landing_len` bytes during the call and for reads until the next call.
     pub unsafe fn recv(&mut self, queue: usize, mut land: impl FnMut(usize) -> Option<*mut u8>) -> std::io::Result<usize> {
+        if self.roce.is_some() {
+            return self.recv_roce(queue, land);
+        }
         let XdpReceiver { queues, ports, slots, hdr_len, landing_len, stats, malformed, .. } = self;
         let (hdr_len, landing_len) = (*hdr_len, *landing_len);
         let mut n = 0;
@@ -205,6 +221,45 @@ impl XdpReceiver {
         self.received = n;
         self.stats.datagrams += n as u64;
         Ok(n)
+    }
+
+    /// [`XdpReceiver::recv`] of a RoCEv2 target: each WRITE packet taken becomes the rdaq
+    /// datagram it amounts to; the answers due go out at the end.
+    ///
+    /// # Safety
+    /// As [`XdpReceiver::recv`].
+    unsafe fn recv_roce(&mut self, queue: usize, mut land: impl FnMut(usize) -> Option<*mut u8>) -> std::io::Result<usize> {
+        let XdpReceiver { queues, slots, hdr_len, landing_len, stats, malformed, roce, .. } = self;
+        let target = roce.as_mut().expect("a RoCEv2 target");
+        let (hdr_len, landing_len) = (*hdr_len, *landing_len);
+        let mut n = 0;
+        let (_, torn) = queues[queue].receive(self.batch, |parts| {
+            let Some(t) = target.take(parts) else { return };
+            let len = t.write.len as usize;
+            let body = len.min(landing_len);
+            slots.headers[n * hdr_len..(n + 1) * hdr_len].copy_from_slice(&t.header[..hdr_len]);
+            let dst = land(t.write.qp).unwrap_or_else(|| slots.scratch.as_mut_ptr().add(n * landing_len));
+            // SAFETY: `dst` is writable for `landing_len >= body` bytes: the caller's landing
+            // by this function's contract, or this datagram's own part of the scratch.
+            gather(parts, t.payload_at, std::slice::from_raw_parts_mut(dst, body));
+            slots.lens[n] = (hdr_len + len) as u32;
+            slots.truncated[n] = len > landing_len;
+            slots.sources[n] = SocketAddrV4::new(t.from.src_ip, t.from.src_port);
+            slots.channels[n] = t.write.qp as u16;
+            slots.landed[n] = dst;
+            stats.bytes += len as u64;
+            n += 1;
+        });
+        *malformed += torn;
+        target.answer()?;
+        self.received = n;
+        self.stats.datagrams += n as u64;
+        Ok(n)
+    }
+
+    /// The RoCEv2 responder's counters (a RoCEv2 target only).
+    pub fn roce_stats(&self) -> Option<crate::roce::responder::ResponderStats> {
+        self.roce.as_ref().map(|r| r.responder.stats)
     }
 
     /// The data channel datagram `i` of the last call was sent to.

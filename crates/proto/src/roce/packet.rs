@@ -50,21 +50,36 @@ fn ext_len(op: Opcode) -> usize {
     (op.has_deth() as usize) * DETH_LEN + (op.has_reth() as usize) * RETH_LEN + (op.has_aeth() as usize) * AETH_LEN + (op.has_imm() as usize) * IMMDT_LEN
 }
 
-/// Parses the UDP payload `b` of a RoCEv2 datagram.
-pub fn parse(b: &[u8]) -> Result<Packet<'_>, RoceError> {
-    let short = |need| RoceError::Short { len: b.len(), need };
-    if b.len() < BTH_LEN + ICRC_LEN {
+/// The headers of a packet and where its payload lies, read from its first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub opcode: Opcode,
+    pub headers: Headers,
+    /// Offset of the payload from the BTH.
+    pub payload_at: usize,
+    /// Payload bytes (pad excluded).
+    pub payload_len: usize,
+}
+
+/// The most header bytes a packet rdaq takes has before its payload.
+pub const MAX_HEAD: usize = BTH_LEN + DETH_LEN + RETH_LEN + AETH_LEN + IMMDT_LEN;
+
+/// Reads the headers of a packet of `total` bytes (ICRC included) from its first bytes
+/// `head` (at least [`MAX_HEAD`] of them, or all): for packets that lie in several buffers.
+pub fn parse_head(head: &[u8], total: usize) -> Result<Head, RoceError> {
+    let short = |need| RoceError::Short { len: total, need };
+    if total < BTH_LEN + ICRC_LEN || head.len() < BTH_LEN {
         return Err(short(BTH_LEN + ICRC_LEN));
     }
-    let bth = Bth::parse(b).ok_or(RoceError::Version)?;
+    let bth = Bth::parse(head).ok_or(RoceError::Version)?;
     let opcode = Opcode::from_u8(bth.opcode).ok_or(RoceError::Opcode(bth.opcode))?;
     let need = BTH_LEN + ext_len(opcode) + ICRC_LEN;
-    if b.len() < need {
+    if total < need || head.len() < need - ICRC_LEN {
         return Err(short(need));
     }
     let mut at = BTH_LEN + (opcode.has_deth() as usize) * DETH_LEN;
     let mut take = |n: usize| {
-        let s = &b[at..at + n];
+        let s = &head[at..at + n];
         at += n;
         s
     };
@@ -74,10 +89,17 @@ pub fn parse(b: &[u8]) -> Result<Packet<'_>, RoceError> {
         false => None,
     };
     let imm = opcode.has_imm().then(|| u32::from_be_bytes(take(IMMDT_LEN).try_into().expect("4 bytes")));
-    let body = &b[at..b.len() - ICRC_LEN];
-    let payload = body.len().checked_sub(bth.pad as usize).map(|n| &body[..n]).ok_or(RoceError::Pad { pad: bth.pad, payload: body.len() })?;
+    let body = total - at - ICRC_LEN;
+    let payload_len = body.checked_sub(bth.pad as usize).ok_or(RoceError::Pad { pad: bth.pad, payload: body })?;
+    Ok(Head { opcode, headers: Headers { bth, reth, imm, aeth }, payload_at: at, payload_len })
+}
+
+/// Parses the UDP payload `b` of a RoCEv2 datagram.
+pub fn parse(b: &[u8]) -> Result<Packet<'_>, RoceError> {
+    let h = parse_head(b, b.len())?;
+    let payload = &b[h.payload_at..h.payload_at + h.payload_len];
     let icrc = icrc::get(b[b.len() - ICRC_LEN..].try_into().expect("ICRC_LEN bytes"));
-    Ok(Packet { opcode, headers: Headers { bth, reth, imm, aeth }, payload, icrc })
+    Ok(Packet { opcode: h.opcode, headers: h.headers, payload, icrc })
 }
 
 /// Length of the packet [`encode`] makes for `op` with `payload` bytes (ICRC included).
