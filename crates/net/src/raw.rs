@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 /// The most frames one [`RawSocket::send_batch`] call takes.
 pub const MAX_SEND_BATCH: usize = 64;
 const ETH_P_IP: u16 = 0x0800;
-const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 
 /// An `AF_PACKET` socket bound to one interface, for IPv4 frames. Sends block (the kernel's
@@ -22,8 +21,9 @@ pub struct RawSocket {
 }
 
 impl RawSocket {
-    /// Opens a socket on interface `ifindex` (needs `CAP_NET_RAW`). Frames it sends skip the
-    /// queueing discipline; frames sent on the interface by anyone are not read back.
+    /// Opens a socket on interface `ifindex` (needs `CAP_NET_RAW`). Frames it sends go through
+    /// the queueing discipline, where captures (tcpdump, tshark) see them; frames sent on the
+    /// interface by anyone are not read back.
     pub fn open(ifindex: u32, send_buffer: usize) -> io::Result<RawSocket> {
         // SAFETY: plain socket creation; the descriptor is owned below.
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, ETH_P_IP.to_be() as libc::c_int) };
@@ -33,7 +33,6 @@ impl RawSocket {
         // SAFETY: `fd` is a fresh descriptor nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let one: libc::c_int = 1;
-        setsockopt(fd.as_raw_fd(), libc::SOL_PACKET, PACKET_QDISC_BYPASS, one)?;
         setsockopt(fd.as_raw_fd(), libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, one)?;
         let size = send_buffer.min(i32::MAX as usize) as libc::c_int;
         if setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, size).is_err() {

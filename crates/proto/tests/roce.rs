@@ -198,3 +198,15 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn icrc_over_several_buffers_equals_the_icrc_over_one() {
+    let ip: [u8; 20] = [0x45, 0, 0, 60, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0, 10, 99, 0, 1, 10, 99, 0, 2];
+    let udp: [u8; 8] = [0xC0, 0, 0x12, 0xB7, 0, 40, 0, 0];
+    let rest: Vec<u8> = (0..200u32).map(|i| (i * 7) as u8).collect();
+    let whole = rdaq_proto::roce::icrc_ipv4(&ip, &udp, &rest);
+    for cut in [12, 13, 100, 199] {
+        let parts = [&rest[..cut], &rest[cut..]];
+        assert_eq!(rdaq_proto::roce::icrc_ipv4_parts(&ip, &udp, &parts), whole, "cut at {cut}");
+    }
+}
