@@ -10,6 +10,8 @@
 //! - [`gpu`]: the GPU stages against the device's own limits (needs a GPU).
 //! - [`transport`]: the receive engines side by side: bandwidth, CPU and latency against
 //!   message size, and each engine's highest lossless rate, bare and with placement.
+//! - [`roce`]: the software RoCEv2 target beside rdaq datagrams on the AF_XDP engine, and
+//!   the ICRC's share of its receive CPU.
 //! - [`stream`]: the Stream V2 publisher against bare ZeroMQ; [`write`]: the NXmx writer
 //!   against a plain sequential write of the same bytes.
 
@@ -17,6 +19,7 @@ pub mod gpu;
 pub mod hosts;
 pub mod ingest;
 pub mod process;
+pub mod roce;
 pub mod sls;
 pub mod soak;
 pub mod stream;
@@ -55,6 +58,9 @@ pub enum BenchCmd {
     /// pair: bandwidth, CPU and one-way latency against message size, and the highest
     /// lossless rate of 8 KiB datagrams for each engine's bare loop and full receiver.
     Transport(transport::TransportArgs),
+    /// RoCEv2 WRITEs into the software RoCEv2 target beside rdaq datagrams, both on the
+    /// AF_XDP engine over a veth pair: rate, receive CPU per 8 KiB, and the ICRC's share.
+    Roce(roce::RoceArgs),
     /// The NXmx writer's sustained rate beside a plain sequential write of the same bytes,
     /// both ending with fdatasync.
     Write(write::WriteBenchArgs),
@@ -74,6 +80,7 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
         BenchCmd::Stream(a) => stream::bench(a),
         BenchCmd::Gpu(a) => gpu::bench(a),
         BenchCmd::Transport(a) => transport::bench(a),
+        BenchCmd::Roce(a) => roce::bench(a),
         BenchCmd::Write(a) => write::bench(a),
     }
 }
