@@ -104,6 +104,25 @@ def test_roce_recovers_loss_corruption_duplicates_and_reordering(pair):
     assert_bit_exact(pair, frames, 1)
 
 
+def test_roce_refuses_hostile_packets_and_then_receives_bit_exact(pair):
+    import sys
+    from conftest import ROOT
+    frames = 10
+    pair.receive(frames)
+    stranger = pair.hosts.exec("snd", [sys.executable, ROOT / "tests" / "roce_stranger.py", pair.map, pair.rcv, "eth0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, _ = stranger.communicate(timeout=60)
+    assert stranger.returncode == 0, out
+    rc, out = pair.emulate(frames, "--rate", 200)
+    assert rc == 0, out
+    rc, out, s = pair.finish()
+    assert rc == 0, out
+    drops = dict(s["dropped_by_reason"])
+    assert drops == {"unknown_qp": 1, "remote_access": 2, "invalid_request": 1, "bad_icrc": 1, "roce_malformed": 1}, drops
+    assert s["frames_complete"] == frames
+    assert_bit_exact(pair, frames, 1)
+
+
 def test_roce_packets_decode_in_wireshark_and_their_icrc_matches_scapys(pair, tmp_path):
     if shutil.which("tshark") is None:
         pytest.skip("tshark is not installed (scripts/setup.sh installs it)")
