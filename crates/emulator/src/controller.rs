@@ -289,6 +289,12 @@ impl<'a> Controller<'a> {
         let total = dests.len() * per_dest;
         let sent_in_frame = std::cell::Cell::new(0usize);
         self.control.sent.mark(frame);
+        let pace = |m: usize| {
+            if let Some((t0, p)) = frame_start {
+                rdaq_net::pace::wait_until(t0 + p.mul_f64(sent_in_frame.get() as f64 / total as f64));
+            }
+            sent_in_frame.set(sent_in_frame.get() + m);
+        };
         for &(r, buf) in dests.iter() {
             let route = &dtp.routes[r];
             if let Some(qp) = route.roce {
@@ -296,12 +302,6 @@ impl<'a> Controller<'a> {
                 let mut spoil = Spoil { faults: self.faults.as_ref(), stats: &mut self.report.faults };
                 let store = &self.store;
                 let bytes = |f: u64| store.bytes(f);
-                let pace = |m: usize| {
-                    if let Some((t0, p)) = frame_start {
-                        rdaq_net::pace::wait_until(t0 + p.mul_f64(sent_in_frame.get() as f64 / total as f64));
-                    }
-                    sent_in_frame.set(sent_in_frame.get() + m);
-                };
                 link.write_frame(frame, &buf, route.offset, &bytes, &mut spoil, &mut self.report.retransmit, pace)?;
                 continue;
             }
@@ -313,12 +313,6 @@ impl<'a> Controller<'a> {
                 }
                 ch.records.push_back(Record { frame, first_seq: ch.pk.first_seq(), buf, offset: route.offset });
             }
-            let pace = |m: usize| {
-                if let Some((t0, p)) = frame_start {
-                    rdaq_net::pace::wait_until(t0 + p.mul_f64(sent_in_frame.get() as f64 / total as f64));
-                }
-                sent_in_frame.set(sent_in_frame.get() + m);
-            };
             send_frame(ch, bytes, self.faults.as_ref(), self.delay, &mut self.report.faults, pace)?;
         }
         self.control.event(Event::EndOfFrame { module: self.module, frame, imm: frame as u32 });

@@ -29,6 +29,16 @@ pub const WINDOW_PACKETS: u32 = 1024;
 /// Bytes of the largest frame: headers, the largest path MTU, pad and ICRC.
 const FRAME_MAX: usize = frame::FRAME_HEADERS_LEN + roce::MAX_HEAD + 4096 + 4;
 
+/// What a frame read from the raw socket is to one queue pair.
+enum Heard {
+    /// An ACK or NAK for it, ICRC checked.
+    Answer(AethKind, u32),
+    /// Addressed to it but not a valid acknowledgement (bad ICRC, not an ACK, malformed).
+    Bad,
+    /// Another queue pair's, or not RoCEv2 to this host.
+    NotOurs,
+}
+
 /// One queue pair to one receiver, on a raw socket of the interface towards it.
 pub(crate) struct RoceLink {
     raw: RawSocket,
@@ -205,11 +215,13 @@ impl RoceLink {
     pub(crate) fn serve(&mut self, bytes: Bytes, spoil: &mut Spoil, stats: &mut RetransmitStats) -> io::Result<bool> {
         let mut any = false;
         while let Some(len) = self.raw.try_recv(&mut self.rx)? {
-            let Some((kind, psn)) = self.answer_in(len) else {
-                if self.is_roce_to_us(len) {
+            let (kind, psn) = match self.answer_in(len) {
+                Heard::Answer(kind, psn) => (kind, psn),
+                Heard::Bad => {
                     stats.bad_nacks += 1;
+                    continue;
                 }
-                continue;
+                Heard::NotOurs => continue,
             };
             any = true;
             match self.req.answer(kind, psn) {
@@ -233,18 +245,24 @@ impl RoceLink {
         Ok(any)
     }
 
-    fn is_roce_to_us(&self, len: usize) -> bool {
-        frame::parse_headers(&self.rx[..len]).is_some_and(|h| h.dst_port == ROCE_PORT && h.ends.dst_ip == self.ends.src_ip)
-    }
-
-    /// The ACK or NAK for this queue pair in the frame just read, its ICRC checked.
-    fn answer_in(&self, len: usize) -> Option<(AethKind, u32)> {
+    /// What the frame just read is to this queue pair. Every module's raw socket sees every
+    /// frame that reaches the interface, so the other queue pairs' answers are skipped here.
+    fn answer_in(&self, len: usize) -> Heard {
         let f = &self.rx[..len];
-        let h = frame::parse_headers(f).filter(|h| h.dst_port == ROCE_PORT && h.ends.dst_ip == self.ends.src_ip)?;
-        let body = f.get(frame::FRAME_HEADERS_LEN..frame::FRAME_HEADERS_LEN + h.udp_payload)?;
-        let p = roce::parse(body).ok()?;
-        let ok = p.opcode == Opcode::Ack && p.headers.bth.dest_qp == self.peer_qpn && p.icrc_ok_ipv4(h.ip, h.udp, body);
-        ok.then(|| (p.headers.aeth.expect("an ACK has an AETH").kind, p.headers.bth.psn))
+        let Some(h) = frame::parse_headers(f).filter(|h| h.dst_port == ROCE_PORT && h.ends.dst_ip == self.ends.src_ip) else {
+            return Heard::NotOurs;
+        };
+        let Some(p) = f.get(frame::FRAME_HEADERS_LEN..frame::FRAME_HEADERS_LEN + h.udp_payload).and_then(|b| roce::parse(b).ok().map(|p| (b, p))) else {
+            return Heard::Bad;
+        };
+        let (body, p) = p;
+        if p.headers.bth.dest_qp != self.peer_qpn {
+            return Heard::NotOurs;
+        }
+        match p.headers.aeth {
+            Some(a) if p.opcode == Opcode::Ack && p.icrc_ok_ipv4(h.ip, h.udp, body) => Heard::Answer(a.kind, p.headers.bth.psn),
+            _ => Heard::Bad,
+        }
     }
 
     pub(crate) fn fd(&self) -> i32 {
