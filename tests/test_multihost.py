@@ -32,8 +32,9 @@ def wait_up(url, proc, timeout=20):
     raise AssertionError(f"{url} did not come up")
 
 
-def start_system(hosts, rdaq, tmp_path, mode, memory_mib=256):
-    """Starts the detector and receiver daemons; returns the topology file."""
+def start_system(hosts, rdaq, tmp_path, mode, memory_mib=256, receiver_args=(), transfer=""):
+    """Starts the detector and receiver daemons (with `receiver_args`); returns the topology
+    file (with `transfer` lines added to its [transfer] table)."""
     a = hosts.addr
     det = hosts.exec("det", [rdaq, "emulate", "--serve", f"{a['det']}:7000", "--modules", "4"],
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -42,11 +43,11 @@ def start_system(hosts, rdaq, tmp_path, mode, memory_mib=256):
         out = tmp_path / name
         out.mkdir()
         procs[name] = hosts.exec(name, [rdaq, "receive", "--serve", f"{a[name]}:7000", "--name", name,
-                                        "--bind", a[name], "--memory-mib", memory_mib, "--out-dir", out],
+                                        "--bind", a[name], "--memory-mib", memory_mib, "--out-dir", out, *receiver_args],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     topo = tmp_path / "topology.toml"
     text = (f'[detector]\nmodules = 4\nmodule_cols = 2\ncontrol = "{a["det"]}:7000"\n\n'
-            f'[transfer]\nmode = "{mode}"\n')
+            f'[transfer]\nmode = "{mode}"\n{transfer}')
     for name in ("dr0", "dr1"):
         text += (f'\n[[receivers]]\nname = "{name}"\ncontrol = "{a[name]}:7000"\ndata = "{a[name]}"\n'
                  f'data_port = 50000\nmemory_mib = {memory_mib}\n')

@@ -187,6 +187,33 @@ def check_icrc_with_scapy(cap):
     assert n > 0
 
 
+@pytest.mark.parametrize("mode", ["spatial", "temporal"])
+def test_the_system_manager_sets_up_roce_queue_pairs(rdaq, tmp_path, mode):
+    """`rdaq manage` with a detector and two receiver daemons in their own namespaces: the
+    queue pair parameters go from the receivers' buffer maps into the modules' DTPs, and
+    every frame arrives bit-exact on the receiver its DTP names."""
+    from test_multihost import manage, start_system
+    hosts = netns.Hosts(["det", "dr0", "dr1", "mgr"])
+    try:
+        topo, _ = start_system(hosts, rdaq, tmp_path, mode, receiver_args=("--engine", "af_xdp"), transfer="roce_mtu = 4096\n")
+        out = tmp_path / "out"
+        rc, log, report = manage(hosts, rdaq, topo, out, 30, 50)
+        assert rc == 0, log
+        assert report["frames_complete"] == 30 and report["frames_lost"] == []
+        man = manifest(out / "manifest.csv")
+        seen = set()
+        for r, name in enumerate(("dr0", "dr1")):
+            modules = [0, 1, 2, 3] if mode == "temporal" else [2 * r, 2 * r + 1]
+            frames = frames_in(tmp_path / name / f"{name}_master.h5")
+            for frame, hashes in frames.items():
+                assert mode == "spatial" or frame % 2 == r, f"frame {frame} on {name}"
+                assert hashes == [man[(frame, m)] for m in modules], f"{name} frame {frame}"
+                seen.add(frame)
+        assert seen == set(range(30))
+    finally:
+        hosts.close()
+
+
 def test_roce_needs_the_af_xdp_engine_and_a_valid_mtu(rdaq):
     r = subprocess.run([BIN, "receive", "--format", "roce", "--frames", "1", "--stream", "none"], capture_output=True, text=True)
     assert r.returncode == 2 and "use the af_xdp engine" in r.stderr

@@ -114,7 +114,7 @@ pub fn bench(a: RoceArgs) -> anyhow::Result<ExitCode> {
     println!("{:<44} {:>9} {:>9} {:>10} {:>12} {:>12} {:>10}", "format", "complete", "GB/s", "recv CPU", "ns / 8 KiB", "sent/placed", "go-back");
     let rows = [
         ("rdaq datagrams, 8 KiB (UDP sockets, GSO)", Format::Rdaq, 8192),
-        ("RoCEv2 WRITE, MTU 4096 (raw frames, RC)", Format::Roce { mtu: a.mtu, first_frame: 0 }, a.mtu),
+        ("RoCEv2 WRITE, MTU 4096 (raw frames, RC)", Format::Roce { mtu: a.mtu, first_frame: 0, frame_stride: 1 }, a.mtu),
     ];
     let mut roce_ns_per_packet = None;
     for (name, format, payload) in rows {

@@ -249,7 +249,9 @@ impl RoceLink {
     /// frame that reaches the interface, so the other queue pairs' answers are skipped here.
     fn answer_in(&self, len: usize) -> Heard {
         let f = &self.rx[..len];
-        let Some(h) = frame::parse_headers(f).filter(|h| h.dst_port == ROCE_PORT && h.ends.dst_ip == self.ends.src_ip) else {
+        // from the receiver this queue pair writes to (queue pair numbers are per receiver)
+        let ours = |h: &frame::FrameHeaders| h.dst_port == ROCE_PORT && h.ends.dst_ip == self.ends.src_ip && h.ends.src_ip == self.ends.dst_ip;
+        let Some(h) = frame::parse_headers(f).filter(ours) else {
             return Heard::NotOurs;
         };
         let Some(p) = f.get(frame::FRAME_HEADERS_LEN..frame::FRAME_HEADERS_LEN + h.udp_payload).and_then(|b| roce::parse(b).ok().map(|p| (b, p))) else {

@@ -9,7 +9,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use rdaq_detector::Geometry;
-use rdaq_proto::telegram::{BufferMap, BufferRequest, ModuleDtp, Route, TELEGRAM_VERSION};
+use rdaq_proto::telegram::{BufferMap, BufferRequest, ModuleDtp, RoceRequest, Route, TELEGRAM_VERSION};
 
 use crate::topology::{Topology, TopologyError, TransferMode, MIN_SLOTS, MODULE_FRAME_BYTES};
 
@@ -137,6 +137,17 @@ impl Plan {
         Ok(())
     }
 
+    /// The frames a RoCEv2 receiver of the plan gets from each module, from the first DTP
+    /// (frame 0): every frame when broadcasting or with one group, else those of its group.
+    fn roce_request(&self, rp: &ReceiverPlan, mtu: u32) -> RoceRequest {
+        let n = self.groups.len() as u64;
+        if self.mode == TransferMode::Broadcast || n == 1 {
+            RoceRequest { mtu, first_frame: 0, frame_stride: 1 }
+        } else {
+            RoceRequest { mtu, first_frame: rp.group as u64, frame_stride: n }
+        }
+    }
+
     /// What each receiver of the plan must define, with its index in the topology.
     pub fn buffer_requests(&self, t: &Topology) -> Vec<(usize, BufferRequest)> {
         self.receivers
@@ -150,6 +161,7 @@ impl Plan {
                     slots: rp.slots,
                     data_port: t.receivers[rp.receiver].data_port,
                     checksum: t.transfer.checksum,
+                    roce: t.transfer.roce_mtu.map(|mtu| self.roce_request(rp, mtu)),
                 };
                 (rp.receiver, req)
             })

@@ -88,6 +88,10 @@ pub struct TransferSpec {
     /// Every rdaq datagram carries a CRC32C of header and payload, verified by the receivers.
     #[serde(default)]
     pub checksum: bool,
+    /// Send RoCEv2 RDMA WRITEs with this path MTU instead of rdaq datagrams (the receivers
+    /// run the AF_XDP engine: `rdaq receive --serve ... --engine af_xdp`).
+    #[serde(default)]
+    pub roce_mtu: Option<u32>,
 }
 
 fn payload() -> u32 {
@@ -96,7 +100,7 @@ fn payload() -> u32 {
 
 impl Default for TransferSpec {
     fn default() -> Self {
-        TransferSpec { mode: TransferMode::default(), receivers: None, groups: 1, payload_bytes: payload(), checksum: false }
+        TransferSpec { mode: TransferMode::default(), receivers: None, groups: 1, payload_bytes: payload(), checksum: false, roce_mtu: None }
     }
 }
 

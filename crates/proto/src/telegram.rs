@@ -36,6 +36,22 @@ pub struct RoceQp {
     pub mtu: u32,
     /// The first frame the module writes (the receiver numbers the frames from it).
     pub first_frame: u64,
+    /// How far apart the frames the module writes to this receiver are (1; n for one of n
+    /// receivers of a temporal plan).
+    #[serde(default = "one")]
+    pub frame_stride: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// What a system manager asks of a RoCEv2 receiver beside the buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoceRequest {
+    pub mtu: u32,
+    pub first_frame: u64,
+    pub frame_stride: u64,
 }
 
 /// The buffers of one data receiver and the layout it expects in each: one frame slot per
@@ -109,6 +125,9 @@ pub struct BufferRequest {
     /// Require the CRC32C extension on every rdaq datagram.
     #[serde(default)]
     pub checksum: bool,
+    /// Receive RoCEv2 WRITEs instead of rdaq datagrams.
+    #[serde(default)]
+    pub roce: Option<RoceRequest>,
 }
 
 /// One way out of a module: a receiver's data port, its buffers, and where in each buffer

@@ -194,7 +194,7 @@ fn receiver_config(a: &ReceiveArgs) -> anyhow::Result<(ReceiverConfig, Geometry)
         "rdaq" if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS => bail!("--read-rows is a setting of native JUNGFRAU packets (--format sls)"),
         "rdaq" => Format::Rdaq,
         "sls" => Format::Sls { interfaces: a.interfaces, rows: a.read_rows },
-        "roce" => Format::Roce { mtu: a.roce_mtu, first_frame: a.first_frame },
+        "roce" => Format::Roce { mtu: a.roce_mtu, first_frame: a.first_frame, frame_stride: 1 },
         other => bail!("--format must be rdaq, sls or roce, not {other:?}"),
     };
     if a.read_rows == 0 || a.read_rows > 512 || a.read_rows % 8 != 0 {

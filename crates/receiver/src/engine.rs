@@ -61,7 +61,9 @@ pub enum Format {
     /// its own RC queue pair (parameters in the buffer map), `mtu` payload bytes per packet;
     /// the frames are numbered from `first_frame`. A software RoCEv2 target: see
     /// `rdaq_net::roce::responder`.
-    Roce { mtu: u32, first_frame: u64 },
+    /// `frame_stride`: how far apart the frames a module writes here are (1; n for one of n
+    /// receivers of a temporal plan).
+    Roce { mtu: u32, first_frame: u64, frame_stride: u64 },
 }
 
 /// Path MTUs a RoCEv2 queue pair may have.
@@ -276,10 +278,14 @@ fn keys(n: usize, seed: Option<u64>) -> Vec<u32> {
 
 impl ReceiverConfig {
     /// The configuration that defines what a system manager's buffer request asks for (rdaq
-    /// datagrams); the rest is the default, to be set by the caller.
+    /// datagrams, or RoCEv2 WRITEs); the rest is the default, to be set by the caller.
     pub fn for_request(req: &BufferRequest) -> ReceiverConfig {
+        let format = match req.roce {
+            Some(r) => Format::Roce { mtu: r.mtu, first_frame: r.first_frame, frame_stride: r.frame_stride },
+            None => Format::Rdaq,
+        };
         ReceiverConfig {
-            format: Format::Rdaq,
+            format,
             data_port: req.data_port,
             modules: req.modules.len() as u16,
             module_ids: req.modules.clone(),
@@ -323,7 +329,10 @@ impl ReceiverConfig {
                 let ports = (0..self.modules).map(|m| (m, SourceKind::Rdaq)).collect();
                 (self.payload_bytes as u64, ports)
             }
-            Format::Roce { mtu, .. } => {
+            Format::Roce { mtu, frame_stride, .. } => {
+                if frame_stride == 0 {
+                    return bad("RoCEv2 frame stride must be at least 1".into());
+                }
                 if !ROCE_MTUS.contains(&mtu) {
                     return bad(format!("RoCEv2 path MTU {mtu} must be one of {ROCE_MTUS:?}"));
                 }
@@ -408,12 +417,12 @@ fn buffer_map(cfg: &ReceiverConfig, grid: &Grid, keys: &[u32], ports: &[u16], ar
 /// The queue pair of each module of a RoCEv2 receiver (none for other formats): numbers
 /// 0x100 + m (the module's own 0x200 + m), a first PSN drawn like the keys.
 fn roce_qps(cfg: &ReceiverConfig, keys: &[u32]) -> Vec<RoceQp> {
-    let Format::Roce { mtu, first_frame } = cfg.format else { return Vec::new() };
+    let Format::Roce { mtu, first_frame, frame_stride } = cfg.format else { return Vec::new() };
     let seed = keys.first().copied().unwrap_or(0) as u64;
     (0..cfg.modules as u32)
         .map(|m| {
             let start_psn = xxhash_rust::xxh3::xxh3_64_with_seed(&m.to_le_bytes(), seed) as u32 & 0xFF_FFFF;
-            RoceQp { qpn: 0x100 + m, peer_qpn: 0x200 + m, start_psn, mtu, first_frame }
+            RoceQp { qpn: 0x100 + m, peer_qpn: 0x200 + m, start_psn, mtu, first_frame, frame_stride }
         })
         .collect()
 }
@@ -421,7 +430,7 @@ fn roce_qps(cfg: &ReceiverConfig, keys: &[u32]) -> Vec<RoceQp> {
 /// What the AF_XDP engine needs to be the RoCEv2 target of `map` (none for other formats).
 fn roce_spec(map: &BufferMap, ids: &[u16]) -> Option<RoceSpec> {
     let mtu = map.roce.first()?.mtu;
-    let qps = map.roce.iter().map(|q| QpConfig { qpn: q.qpn, peer_qpn: q.peer_qpn, start_psn: q.start_psn, first_frame: q.first_frame }).collect();
+    let qps = map.roce.iter().map(|q| QpConfig { qpn: q.qpn, peer_qpn: q.peer_qpn, start_psn: q.start_psn, first_frame: q.first_frame, frame_stride: q.frame_stride }).collect();
     let regions = map.buffers.iter().map(|b| Region { va: b.va, len: b.size, rkey: b.key, buffer: b.id }).collect();
     Some(RoceSpec { qps, modules: ids.to_vec(), regions, mtu })
 }

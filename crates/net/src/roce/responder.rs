@@ -7,8 +7,9 @@
 //!
 //! Frame numbers: a WRITE_*_WITH_IMM ends a module frame and carries its number as the
 //! immediate. Its data arrives before the immediate, so the responder numbers each message
-//! by the queue pair's frame counter (starting at the connection's first frame, +1 at each
-//! immediate): exact as long as the sender sends its frames in order without gaps, which
+//! by the queue pair's frame counter (starting at the connection's first frame, + the frame
+//! stride at each immediate): exact as long as the sender sends its frames in order at that
+//! stride (1, or n for one of n receivers of a temporal plan), which
 //! the immediate then confirms. When it does not, the packet with the immediate is dropped
 //! (`ImmMismatch`), the frame stays incomplete, and the counter follows the immediate.
 
@@ -31,6 +32,8 @@ pub struct QpConfig {
     pub start_psn: u32,
     /// The number of the first frame the requester writes.
     pub first_frame: u64,
+    /// How far apart the frames it writes are (a temporal plan over n receivers: n).
+    pub frame_stride: u64,
 }
 
 /// A registered memory region: one local buffer.
@@ -234,7 +237,7 @@ impl Responder {
         }
         if let Some(imm) = p.headers.imm {
             let counted = q.frame;
-            q.frame = (counted & !0xFFFF_FFFF | imm as u64) + 1;
+            q.frame = (counted & !0xFFFF_FFFF | imm as u64) + q.cfg.frame_stride;
             if imm != counted as u32 {
                 return Err(RoceDrop::ImmMismatch);
             }
@@ -298,7 +301,7 @@ mod tests {
     }
 
     fn responder() -> Responder {
-        let qp = QpConfig { qpn: 0x11, peer_qpn: 0x100, start_psn: 0xFF_FFFE, first_frame: 7 };
+        let qp = QpConfig { qpn: 0x11, peer_qpn: 0x100, start_psn: 0xFF_FFFE, first_frame: 7, frame_stride: 1 };
         let regions = [Region { va: 0x10_0000, len: 4096, rkey: 5, buffer: 1 }, Region { va: 0x20_0000, len: 4096, rkey: 6, buffer: 2 }];
         Responder::new(&[qp], &regions, MTU)
     }
@@ -360,6 +363,16 @@ mod tests {
         let naks = replies(&mut r);
         assert_eq!(naks, vec![(AethKind::Nak { code: NAK_INVALID_REQUEST }, 0xFF_FFFE)], "one NAK per batch");
         assert!(r.take(&packet(Opcode::WriteOnly, 0xFF_FFFE, reth(0x10_0FF8, 5, 8), None, &[0; 8]), &e).is_ok(), "nothing was taken before");
+    }
+
+    #[test]
+    fn frames_follow_the_stride_of_a_temporal_plan() {
+        let qp = QpConfig { qpn: 0x11, peer_qpn: 0x100, start_psn: 0, first_frame: 1, frame_stride: 3 };
+        let mut r = Responder::new(&[qp], &[Region { va: 0x10_0000, len: 4096, rkey: 5, buffer: 1 }], MTU);
+        let p = |psn, imm| packet(Opcode::WriteOnlyImm, psn, Some(Reth { va: 0x10_0000, rkey: 5, len: 8 }), Some(imm), &[0; 8]);
+        assert_eq!(r.take(&p(0, 1), &ends()).map(|w| w.frame), Ok(1));
+        assert_eq!(r.take(&p(1, 4), &ends()).map(|w| w.frame), Ok(4));
+        assert_eq!(r.take(&p(2, 7), &ends()).map(|w| w.frame), Ok(7));
     }
 
     #[test]
