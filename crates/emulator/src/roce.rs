@@ -136,7 +136,7 @@ impl RoceLink {
         stats: &mut RetransmitStats,
         pace: impl Fn(usize),
     ) -> io::Result<()> {
-        let len = bytes(frame).map_or(0, |b| b.len()) as u32;
+        let len = bytes(frame).ok_or_else(|| gone(frame))?.len() as u32;
         let msg = WriteMessage { frame, from: 0, va: buf.va + offset, rkey: buf.key, len, imm: Some(frame as u32) };
         let n = self.req.post(msg);
         let mut k = 0;
@@ -166,7 +166,7 @@ impl RoceLink {
         let mut late = 0;
         for (i, k) in which.take(MAX_SEND_BATCH) {
             let plan = self.req.packet(i, k);
-            let Some(data) = bytes(plan.frame) else { continue };
+            let data = bytes(plan.frame).ok_or_else(|| gone(plan.frame))?;
             let f = &mut self.frames[n];
             build(f, &self.ends, self.ident, &plan.headers, &data[plan.from..plan.from + plan.len]);
             self.ident = self.ident.wrapping_add(1);
@@ -270,6 +270,12 @@ impl RoceLink {
     pub(crate) fn fd(&self) -> i32 {
         self.raw.fd()
     }
+}
+
+/// A frame of the window whose bytes are no longer kept: the history is kept until every
+/// WRITE is acknowledged (`Controller::roce_window`), so this is a bug, reported, not skipped.
+fn gone(frame: u64) -> io::Error {
+    io::Error::other(format!("frame {frame} left the history before its RoCEv2 WRITE was acknowledged"))
 }
 
 /// Writes the whole frame of one packet into `f`.

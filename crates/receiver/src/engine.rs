@@ -59,10 +59,9 @@ pub enum Format {
     Sls { interfaces: u8, rows: u16 },
     /// RoCEv2 RDMA WRITEs to UDP port 4791 (AF_XDP engine only): module `m` writes through
     /// its own RC queue pair (parameters in the buffer map), `mtu` payload bytes per packet;
-    /// the frames are numbered from `first_frame`. A software RoCEv2 target: see
+    /// the frames are numbered from `first_frame`, `frame_stride` apart (1; n for one of n
+    /// receivers of a temporal plan). A software RoCEv2 target: see
     /// `rdaq_net::roce::responder`.
-    /// `frame_stride`: how far apart the frames a module writes here are (1; n for one of n
-    /// receivers of a temporal plan).
     Roce { mtu: u32, first_frame: u64, frame_stride: u64 },
 }
 
