@@ -2,6 +2,9 @@
 //! bursts, reordering, duplication, corruption) to one receiver that verifies checksums,
 //! detects loss and asks for retransmission; every frame must arrive bit-exact (its xxh3
 //! against the emulator's manifest). A clean run of the same frames first is the baseline.
+//! With `--roce-mtu`, the frames go as RoCEv2 WRITEs over a veth pair between two network
+//! namespaces into the software RoCEv2 target (AF_XDP engine), and the RC protocol recovers
+//! what the faults spoil (ICRC drops, NAKs, go-back-N) instead of rdaq's NACKs.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -11,7 +14,9 @@ use anyhow::Context;
 use rdaq_emulator::{Control, EmulatorConfig, EmulatorReport, FaultConfig};
 use rdaq_proto::telegram::ModuleDtp;
 use rdaq_receiver::FrameStatus;
-use rdaq_receiver::{Counters, IncompletePolicy, Receiver, ReceiverConfig};
+use rdaq_net::engine::EngineKind;
+use rdaq_net::netns::VethPair;
+use rdaq_receiver::{Counters, Format, IncompletePolicy, Receiver, ReceiverConfig};
 
 #[derive(clap::Args, Clone)]
 pub struct SoakArgs {
@@ -49,6 +54,10 @@ pub struct SoakArgs {
     /// Print the result as JSON (for tests) instead of a table.
     #[arg(long)]
     json: bool,
+    /// RoCEv2 with this path MTU over a veth pair (AF_XDP engine; needs root), instead of
+    /// rdaq datagrams with checksums over loopback (0).
+    #[arg(long, default_value_t = 0)]
+    roce_mtu: u32,
 }
 
 /// What one run delivered.
@@ -64,8 +73,10 @@ struct Outcome {
     tx: EmulatorReport,
 }
 
-fn run(a: &SoakArgs, frames: u64, faults: Option<FaultConfig>, progress: bool) -> anyhow::Result<Outcome> {
-    let mut receiver = Receiver::start(ReceiverConfig {
+/// The receiver of a run: rdaq datagrams with checksums on loopback, or the RoCEv2 target
+/// in the receiving namespace of `pair`.
+fn start_receiver(a: &SoakArgs, pair: Option<&VethPair>) -> anyhow::Result<Receiver> {
+    let cfg = ReceiverConfig {
         modules: 1,
         module_bytes: a.frame_bytes,
         payload_bytes: a.payload_bytes,
@@ -77,8 +88,27 @@ fn run(a: &SoakArgs, frames: u64, faults: Option<FaultConfig>, progress: bool) -
         recv_buffer: 64 << 20,
         linger: Duration::from_millis(100),
         ..ReceiverConfig::default()
-    })?;
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], receiver.ports()[0]));
+    };
+    let Some(p) = pair else { return Ok(Receiver::start(cfg)?) };
+    let cfg = ReceiverConfig {
+        format: Format::Roce { mtu: a.roce_mtu, first_frame: 0, frame_stride: 1 },
+        engine: EngineKind::AfXdp,
+        bind: p.receiver_ip.into(),
+        payload_bytes: a.roce_mtu,
+        checksum: false,
+        ..cfg
+    };
+    // the receive thread lives in the namespace of the thread that starts it
+    std::thread::scope(|s| s.spawn(|| -> anyhow::Result<Receiver> {
+        VethPair::enter(&p.receiver_ns)?;
+        Ok(Receiver::start(cfg)?)
+    }).join().expect("receiver start panicked"))
+}
+
+fn run(a: &SoakArgs, frames: u64, faults: Option<FaultConfig>, progress: bool, pair: Option<&VethPair>) -> anyhow::Result<Outcome> {
+    let mut receiver = start_receiver(a, pair)?;
+    let ip: std::net::IpAddr = pair.map_or([127, 0, 0, 1].into(), |p| p.receiver_ip.into());
+    let addr = std::net::SocketAddr::new(ip, receiver.ports()[0]);
     let dtp = ModuleDtp::single(receiver.buffer_map(), 0, addr);
     let cfg = EmulatorConfig {
         modules: 1,
@@ -116,7 +146,15 @@ fn run(a: &SoakArgs, frames: u64, faults: Option<FaultConfig>, progress: bool) -
             }
             (hashes, incomplete, last)
         });
-        let tx = rdaq_emulator::run(&cfg, &[dtp], control.clone()).context("emulator")?;
+        let tx = s
+            .spawn(|| -> anyhow::Result<EmulatorReport> {
+                if let Some(p) = pair {
+                    VethPair::enter(&p.sender_ns)?;
+                }
+                Ok(rdaq_emulator::run(&cfg, &[dtp], control.clone()).context("emulator")?)
+            })
+            .join()
+            .expect("emulator panicked")?;
         receiver.stop();
         let (hashes, incomplete, last) = consumer.join().expect("consumer panicked");
         Ok((tx, hashes, incomplete, last))
@@ -147,8 +185,10 @@ pub fn soak(a: SoakArgs) -> anyhow::Result<ExitCode> {
         ..FaultConfig::default()
     };
     faults.check().map_err(anyhow::Error::msg)?;
-    let baseline = if a.baseline_frames > 0 { Some(run(&a, a.baseline_frames.min(a.frames), None, !a.json)?) } else { None };
-    let soak = run(&a, a.frames, Some(faults), !a.json)?;
+    let pair = (a.roce_mtu > 0).then(|| VethPair::create("soak", 9000).context("the veth pair for RoCEv2 (needs root and iproute2)")).transpose()?;
+    let pair = pair.as_ref();
+    let baseline = if a.baseline_frames > 0 { Some(run(&a, a.baseline_frames.min(a.frames), None, !a.json, pair)?) } else { None };
+    let soak = run(&a, a.frames, Some(faults), !a.json, pair)?;
     let ok = soak.exact == a.frames;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&json(&a, &soak, baseline.as_ref()))?);
@@ -204,6 +244,9 @@ fn print_table(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) {
         a.payload_bytes,
         a.rate
     );
+    if a.roce_mtu > 0 {
+        println!("transport: RoCEv2 WRITEs, path MTU {}, over a veth pair into the AF_XDP engine", a.roce_mtu);
+    }
     println!(
         "faults (seed {}): loss {} in bursts of {} on average, reorder {}, duplicate {}, corrupt {}",
         a.seed, a.loss, a.burst, a.reorder, a.duplicate, a.corrupt
@@ -248,6 +291,8 @@ fn print_table(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) {
     for (label, v) in rows {
         println!("{label:<44} {:>14}", v.map_or(String::new(), |v| v.to_string()));
     }
+    let reasons: Vec<String> = rx.drops_by_reason().iter().map(|(n, v)| format!("{n}={v}")).collect();
+    println!("{:<44} {}", "drops by reason", if reasons.is_empty() { "none".to_string() } else { reasons.join(" ") });
     println!();
     println!("{:<30} {:>12} {:>12} {:>10}", "run", "frames/s", "GB/s", "vs clean");
     if let Some(b) = base {
