@@ -154,8 +154,10 @@ fn run(a: &SoakArgs, frames: u64, faults: Option<FaultConfig>, progress: bool, p
                 Ok(rdaq_emulator::run(&cfg, &[dtp], control.clone()).context("emulator")?)
             })
             .join()
-            .expect("emulator panicked")?;
+            .expect("emulator panicked");
+        // stopped also when the emulator failed: the consumer ends with the receiver
         receiver.stop();
+        let tx = tx?;
         let (hashes, incomplete, last) = consumer.join().expect("consumer panicked");
         Ok((tx, hashes, incomplete, last))
     })?;
@@ -236,12 +238,13 @@ fn json(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) -> serde_json::Value 
 
 fn print_table(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) {
     let (rx, tx) = (&o.rx, &o.tx);
+    let payload = if a.roce_mtu > 0 { a.roce_mtu } else { a.payload_bytes };
     println!(
         "soak: {} frames of {} bytes ({} datagrams of {} B each) at {} frames/s asked",
         a.frames,
         a.frame_bytes,
-        a.frame_bytes.div_ceil(a.payload_bytes as u64),
-        a.payload_bytes,
+        a.frame_bytes.div_ceil(payload as u64),
+        payload,
         a.rate
     );
     if a.roce_mtu > 0 {

@@ -148,6 +148,8 @@ impl Requester {
                 self.progress = Instant::now();
                 Answer::GoBack { psn }
             }
+            // a sequence error for a PSN already acknowledged: a late answer to an old gap
+            AethKind::Nak { code: 0 } => Answer::Ignored,
             AethKind::Nak { code } => Answer::Fatal { code },
             _ => Answer::Ignored,
         }
@@ -217,6 +219,7 @@ mod tests {
         assert_eq!(r.in_flight(), 3);
         assert_eq!(r.oldest_frame(), Some(1));
         assert_eq!(r.answer(AethKind::Ack { credits: 0 }, 99), Answer::Ignored, "not a PSN sent");
+        assert_eq!(r.answer(AethKind::Nak { code: 0 }, 11), Answer::Ignored, "a late NAK of a PSN acknowledged");
         assert_eq!(r.answer(AethKind::Ack { credits: 0 }, 15), Answer::Acked { released: 1 });
         assert_eq!(r.outstanding(), 0);
         assert_eq!(r.answer(AethKind::Nak { code: 2 }, 16), Answer::Ignored, "nothing outstanding");
