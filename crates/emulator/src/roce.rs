@@ -99,7 +99,8 @@ impl RoceLink {
             src_port: 0xC000 | (qp.peer_qpn & 0x3FFF) as u16,
         };
         Ok(RoceLink {
-            raw: RawSocket::open(itf.index, send_buffer)?,
+            raw: RawSocket::open(itf.index, send_buffer)
+                .map_err(|e| io::Error::new(e.kind(), format!("a raw socket on {} for RoCEv2 (needs root or CAP_NET_RAW): {e}", itf.name)))?,
             ends,
             peer_qpn: qp.peer_qpn,
             req: Requester::new(qp.qpn, qp.start_psn, qp.mtu),
