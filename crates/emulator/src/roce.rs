@@ -281,13 +281,7 @@ fn gone(frame: u64) -> io::Error {
 
 /// Writes the whole frame of one packet into `f`.
 fn build(f: &mut Vec<u8>, ends: &Endpoints, ident: u16, headers: &roce::Headers, payload: &[u8]) {
-    let op = Opcode::from_u8(headers.bth.opcode).expect("the requester makes WRITE opcodes");
-    let len = roce::encoded_len(op, payload.len());
-    f.clear();
-    f.resize(frame::FRAME_HEADERS_LEN + len, 0);
-    let (hdr, pkt) = f.split_at_mut(frame::FRAME_HEADERS_LEN);
-    let hdr: &mut [u8; frame::FRAME_HEADERS_LEN] = hdr.try_into().expect("header bytes");
-    frame::write_headers(ends, ident, len, hdr);
-    roce::encode(headers, payload, pkt).expect("the frame was sized for the packet");
-    roce::seal_ipv4(hdr[14..34].try_into().expect("20 bytes"), hdr[34..42].try_into().expect("8 bytes"), pkt);
+    f.resize(FRAME_MAX, 0);
+    let len = roce::write_frame(ends, ident, headers, payload, f).expect("the requester makes WRITE packets of at most the MTU");
+    f.truncate(len);
 }

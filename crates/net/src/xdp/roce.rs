@@ -105,13 +105,8 @@ impl RoceTarget {
         replies.clear();
         responder.replies(|r: Reply| {
             let mut f = [0u8; REPLY_LEN];
-            let (hdr, pkt) = f.split_at_mut(frame::FRAME_HEADERS_LEN);
-            let hdr: &mut [u8; frame::FRAME_HEADERS_LEN] = hdr.try_into().expect("header bytes");
-            frame::write_headers(&r.to, *ident, pkt.len(), hdr);
+            roce::write_frame(&r.to, *ident, &r.headers, &[], &mut f).expect("an ACK fits its frame");
             *ident = ident.wrapping_add(1);
-            roce::encode(&r.headers, &[], pkt).expect("an ACK fits its frame");
-            let (ip, udp) = (&hdr[14..34], &hdr[34..42]);
-            roce::seal_ipv4(ip.try_into().expect("20 bytes"), udp.try_into().expect("8 bytes"), pkt);
             replies.push(f);
         });
         if !replies.is_empty() {

@@ -5,8 +5,9 @@
 
 use std::net::Ipv4Addr;
 
-use super::headers::ROCE_PORT;
+use super::headers::{Opcode, ROCE_PORT};
 use super::icrc::{IPV4_HEADER_LEN, UDP_HEADER_LEN};
+use super::packet::{encode, encoded_len, seal_ipv4, Headers, RoceError};
 
 pub const ETH_HEADER_LEN: usize = 14;
 /// Ethernet + IPv4 + UDP.
@@ -57,6 +58,21 @@ pub fn write_headers(e: &Endpoints, ident: u16, udp_payload: usize, out: &mut [u
     udp[2..4].copy_from_slice(&ROCE_PORT.to_be_bytes());
     udp[4..6].copy_from_slice(&((UDP_HEADER_LEN + udp_payload) as u16).to_be_bytes());
     udp[6..8].fill(0);
+}
+
+/// Writes a whole frame into `out`: headers from `e` with IP identification `ident`, the
+/// packet of `headers` and `payload`, its ICRC; returns its length.
+pub fn write_frame(e: &Endpoints, ident: u16, headers: &Headers, payload: &[u8], out: &mut [u8]) -> Result<usize, RoceError> {
+    let op = Opcode::from_u8(headers.bth.opcode).ok_or(RoceError::Opcode(headers.bth.opcode))?;
+    let len = FRAME_HEADERS_LEN + encoded_len(op, payload.len());
+    let have = out.len();
+    let (hdr, pkt) = out.get_mut(..len).ok_or(RoceError::Output { have, need: len })?.split_at_mut(FRAME_HEADERS_LEN);
+    let hdr: &mut [u8; FRAME_HEADERS_LEN] = hdr.try_into().expect("header bytes");
+    write_headers(e, ident, pkt.len(), hdr);
+    encode(headers, payload, pkt)?;
+    let (ip, udp) = hdr[ETH_HEADER_LEN..].split_at(IPV4_HEADER_LEN);
+    seal_ipv4(ip.try_into().expect("20 bytes"), udp.try_into().expect("8 bytes"), pkt);
+    Ok(len)
 }
 
 /// The one's-complement checksum of an IPv4 header (its checksum field taken as it is).

@@ -19,21 +19,16 @@ const DUMMY_LRH: [u8; 8] = [0xFF; 8];
 /// ICRC of a packet over IPv4 (a 20-byte header, no options): `ip` and `udp` as on the
 /// wire, `rest` from the BTH up to (not including) the ICRC.
 pub fn icrc_ipv4(ip: &[u8; IPV4_HEADER_LEN], udp: &[u8; UDP_HEADER_LEN], rest: &[u8]) -> u32 {
-    let mut ip = *ip;
-    ip[1] = 0xFF; // type of service
-    ip[8] = 0xFF; // time to live
-    ip[10] = 0xFF; // header checksum
-    ip[11] = 0xFF;
-    over(&ip, udp, &[rest])
+    icrc_ipv4_parts(ip, udp, &[rest])
 }
 
 /// [`icrc_ipv4`] of a packet that lies in several buffers (a multi-buffer AF_XDP frame):
 /// `rest` is the concatenation of `parts`, whose first holds at least the BTH.
 pub fn icrc_ipv4_parts(ip: &[u8; IPV4_HEADER_LEN], udp: &[u8; UDP_HEADER_LEN], parts: &[&[u8]]) -> u32 {
     let mut ip = *ip;
-    ip[1] = 0xFF;
-    ip[8] = 0xFF;
-    ip[10] = 0xFF;
+    ip[1] = 0xFF; // type of service
+    ip[8] = 0xFF; // time to live
+    ip[10] = 0xFF; // header checksum
     ip[11] = 0xFF;
     over(&ip, udp, parts)
 }
