@@ -83,6 +83,8 @@ def test_roce_frames_arrive_bit_exact_from_two_queue_pairs(pair):
     assert "loss        : none" in out
     assert s["frames_complete"] == frames and s["datagrams_dropped"] == 0
     assert s["datagrams_placed"] == frames * modules * MODULE_BYTES // 4096
+    # every ACK sent is counted, and so are the ones the interface would have refused
+    assert s["acks_sent"] > 0 and "replies_refused" in s and "rc          : " in out
     assert_bit_exact(pair, frames, modules)
 
 
@@ -231,4 +233,5 @@ def test_roce_soak_through_faults_is_bit_exact(rdaq):
     s = json.loads(r.stdout)
     assert s["bit_exact"] == 1000 and s["mismatched"] == 0 and s["incomplete"] == 0
     assert s["receiver"]["nacks_sent"] > 0 and s["controller"]["resent"] > 0
+    assert s["receiver"]["acks_sent"] > 0 and "replies_refused" in s["receiver"] and "roce_refused" in s["controller"]
     assert s["receiver"]["dropped"].get("out_of_sequence", 0) > 0

@@ -227,11 +227,12 @@ fn json(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) -> serde_json::Value 
             "seq_missing": rx.seq_missing, "seq_recovered": rx.seq_recovered, "seq_reordered": rx.seq_reordered,
             "nacks_sent": rx.nacks_sent, "nack_ranges": rx.nack_ranges, "nack_ranges_dropped": rx.nack_ranges_dropped,
             "frames_recovered": rx.frames_recovered, "frames_given_up": rx.frames_given_up,
-            "kernel_drops": rx.kernel_drops,
+            "kernel_drops": rx.kernel_drops, "acks_sent": rx.acks_sent, "replies_refused": rx.replies_refused,
         },
         "controller": {
             "nacks": tx.retransmit.nacks, "bad_nacks": tx.retransmit.bad_nacks, "requested": tx.retransmit.requested,
             "resent": tx.retransmit.resent, "history_misses": tx.retransmit.history_misses, "probes": tx.retransmit.probes,
+            "roce_refused": tx.roce_refused,
         },
     })
 }
@@ -256,7 +257,7 @@ fn print_table(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) {
     );
     use rdaq_receiver::DropReason::{BadChecksum, Duplicate};
     // section headings have no value
-    let rows: [(&str, Option<u64>); 32] = [
+    let rows: [(&str, Option<u64>); 35] = [
         ("frames", None),
         ("  sent", Some(o.sent)),
         ("  bit-exact (xxh3 = manifest)", Some(o.exact)),
@@ -281,12 +282,15 @@ fn print_table(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) {
         ("  frames completed by retransmission", Some(rx.frames_recovered)),
         ("  frames given up", Some(rx.frames_given_up)),
         ("  kernel drops", Some(rx.kernel_drops)),
+        ("  RoCEv2 ACKs sent", Some(rx.acks_sent)),
+        ("  RoCEv2 ACKs/NAKs refused by the interface", Some(rx.replies_refused)),
         ("controller (sender's history)", None),
         ("  requests received", Some(tx.retransmit.nacks)),
         ("  datagrams asked for", Some(tx.retransmit.requested)),
         ("  datagrams resent", Some(tx.retransmit.resent)),
         ("  asked for but out of history", Some(tx.retransmit.history_misses)),
         ("  tail probes", Some(tx.retransmit.probes)),
+        ("  RoCEv2 frames refused by the interface", Some(tx.roce_refused)),
         ("  malformed requests", Some(tx.retransmit.bad_nacks)),
         ("  other drops at the receiver", Some(rx.dropped_total() - rx.dropped(BadChecksum) - rx.dropped(Duplicate))),
     ];

@@ -167,6 +167,8 @@ pub struct StopAnswer {
     pub bytes: u64,
     pub late_frames: u64,
     pub refused: u64,
+    /// RoCEv2 frames the interface's queue refused (sent again by go-back).
+    pub roce_refused: u64,
     /// Retransmission: requests received (and refused as malformed or for another module),
     /// datagrams sent again, datagrams asked for that the history no longer held.
     pub nacks: u64,
@@ -193,6 +195,7 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
         bytes: r.sent.bytes,
         late_frames: r.late_frames,
         refused: r.sent.refused,
+        roce_refused: r.roce_refused,
         nacks: r.retransmit.nacks,
         bad_nacks: r.retransmit.bad_nacks,
         resent: r.retransmit.resent,

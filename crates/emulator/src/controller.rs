@@ -331,6 +331,7 @@ impl<'a> Controller<'a> {
         for l in self.roce.values() {
             report.sent.datagrams += l.packets;
             report.sent.bytes += l.bytes;
+            report.roce_refused += l.refused();
         }
         for ch in channels.values() {
             report.sent += ch.link.tx.stats;

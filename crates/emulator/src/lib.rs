@@ -80,6 +80,7 @@ pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], control: Arc<Control>) -> R
         report.late_frames += r.late_frames;
         report.held_back += r.held_back;
         report.refused_in_frames += r.refused_in_frames;
+        report.roce_refused += r.roce_refused;
         report.retransmit += r.retransmit;
         report.faults += r.faults;
     }

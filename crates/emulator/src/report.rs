@@ -39,6 +39,9 @@ pub struct EmulatorReport {
     /// `sent.refused` also counts the tail probes and answers after the last frame, which a
     /// receiver that has all its frames and closed its ports refuses harmlessly.
     pub refused_in_frames: u64,
+    /// RoCEv2 frames the interface's queue refused (`ENOBUFS`): lost like frames on a wire,
+    /// and sent again by the RC go-back.
+    pub roce_refused: u64,
     pub retransmit: RetransmitStats,
     pub faults: FaultStats,
 }

@@ -79,6 +79,11 @@ pub(crate) fn link<'a>(links: &'a mut RoceLinks, route: &Route, qp: RoceQp, send
 }
 
 impl RoceLink {
+    /// Frames the interface's queue refused so far.
+    pub(crate) fn refused(&self) -> u64 {
+        self.raw.refused
+    }
+
     fn open(data: SocketAddr, qp: RoceQp, send_buffer: usize) -> io::Result<RoceLink> {
         let IpAddr::V4(dst_ip) = data.ip() else {
             return Err(io::Error::new(io::ErrorKind::Unsupported, format!("RoCEv2 to {data}: rdaq sends RoCEv2 over IPv4 only")));

@@ -192,7 +192,7 @@ impl Engine {
     }
 
     /// The RoCEv2 responder's counters, when the engine is a RoCEv2 target.
-    pub fn roce_stats(&self) -> Option<crate::roce::responder::ResponderStats> {
+    pub fn roce_stats(&self) -> Option<crate::xdp::RoceStats> {
         match self {
             Engine::AfXdp { x, .. } => x.roce_stats(),
             _ => None,

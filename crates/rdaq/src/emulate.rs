@@ -120,7 +120,7 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     let secs = r.elapsed.as_secs_f64();
     println!(
         "rdaq emulate: {} modules x {} frames, {} datagrams, {:.3} GB in {:.3} s ({:.2} GB/s), gso {}, late frames {}, \
-         held back by a slower module {}, refused {}, requests {} (malformed {}), resent {}, not in history {}",
+         held back by a slower module {}, refused {}, RoCEv2 frames refused by the interface {}, requests {} (malformed {}), resent {}, not in history {}",
         map.modules,
         a.frames,
         r.sent.datagrams,
@@ -131,6 +131,7 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         r.late_frames,
         r.held_back,
         r.sent.refused,
+        r.roce_refused,
         r.retransmit.nacks,
         r.retransmit.bad_nacks,
         r.retransmit.resent,

@@ -173,6 +173,9 @@ pub struct Counters {
     pub nacks_sent: u64,
     /// RoCEv2 acknowledgements sent (coalesced: one per queue pair per receive batch).
     pub acks_sent: u64,
+    /// RoCEv2 ACKs and NAKs the interface's queue refused (lost; the sender's timeout
+    /// recovers what they would have told it).
+    pub replies_refused: u64,
     pub nack_ranges: u64,
     /// Ranges not asked for: the per-channel request queue was full, the rate limit was
     /// reached, or the send failed.
@@ -217,8 +220,9 @@ impl Counters {
 impl Counters {
     /// These counters with what a RoCEv2 responder took and refused before placement: each
     /// refused packet is a datagram read and dropped with its reason.
-    pub fn with_roce(mut self, r: &rdaq_net::roce::responder::ResponderStats) -> Counters {
+    pub fn with_roce(mut self, s: &rdaq_net::xdp::RoceStats) -> Counters {
         use rdaq_net::roce::responder::RoceDrop;
+        let r = &s.responder;
         for d in RoceDrop::ALL {
             let reason = match d {
                 RoceDrop::Icrc => DropReason::BadIcrc,
@@ -235,6 +239,7 @@ impl Counters {
         }
         self.nacks_sent += r.naks;
         self.acks_sent += r.acks;
+        self.replies_refused += s.replies_refused;
         self
     }
 }

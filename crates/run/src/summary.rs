@@ -61,6 +61,11 @@ pub struct Summary {
     /// Sequence numbers the loss windows declared missing.
     pub seq_missing: u64,
     pub nacks_sent: u64,
+    /// RoCEv2 ACKs sent, and ACKs or NAKs the receiver's interface refused (lost).
+    pub acks_sent: u64,
+    pub replies_refused: u64,
+    /// RoCEv2 frames the sender's interface refused (lost; sent again by go-back).
+    pub roce_sends_refused: Option<u64>,
     pub datagrams_retransmitted_placed: u64,
     /// Retransmissions no longer needed when they came.
     pub datagrams_redundant: u64,
@@ -146,6 +151,7 @@ impl Summary {
         let mut s = Summary::for_receiver(Expected::Range { first: 0, count: frames }, c, outcome, consumed, elapsed, output);
         s.datagrams_sent = Some(emu.sent.datagrams);
         s.sends_refused = Some(emu.refused_in_frames);
+        s.roce_sends_refused = Some(emu.roce_refused);
         s.datagrams_resent = Some(emu.retransmit.resent);
         s.history_misses = Some(emu.retransmit.history_misses);
         s.bad_nacks = Some(emu.retransmit.bad_nacks);
@@ -197,6 +203,9 @@ impl Summary {
             cells_missing: c.cells_missing,
             seq_missing: c.seq_missing,
             nacks_sent: c.nacks_sent,
+            acks_sent: c.acks_sent,
+            replies_refused: c.replies_refused,
+            roce_sends_refused: None,
             datagrams_retransmitted_placed: c.placed_retransmitted,
             datagrams_redundant: c.redundant,
             frames_recovered: c.frames_recovered,
@@ -339,6 +348,10 @@ impl Summary {
             println!("recovery    : seq missing {}, requests {}{resent}{misses}, placed {} (redundant {}), frames recovered {}, given up {}",
                 self.seq_missing, self.nacks_sent, self.datagrams_retransmitted_placed, self.datagrams_redundant,
                 self.frames_recovered, self.frames_given_up);
+        }
+        if self.acks_sent > 0 {
+            println!("rc          : {} ACKs sent, {} ACKs or NAKs refused by the receiver's interface, {} WRITE packets refused by the sender's interface (all recovered by timeout and go-back)",
+                self.acks_sent, self.replies_refused, self.roce_sends_refused.map_or("?".to_string(), |n| n.to_string()));
         }
         // gaps that were not asked for only matter when something stayed missing; the
         // counts are in the JSON either way

@@ -17,7 +17,7 @@ use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use thiserror::Error;
 
 pub use program::AttachMode;
-pub use roce::RoceSpec;
+pub use roce::{RoceSpec, RoceStats};
 
 use crate::recv::RecvStats;
 use program::Steering;
@@ -258,8 +258,8 @@ impl XdpReceiver {
     }
 
     /// The RoCEv2 responder's counters (a RoCEv2 target only).
-    pub fn roce_stats(&self) -> Option<crate::roce::responder::ResponderStats> {
-        self.roce.as_ref().map(|r| r.responder.stats)
+    pub fn roce_stats(&self) -> Option<roce::RoceStats> {
+        self.roce.as_ref().map(|r| r.stats())
     }
 
     /// The data channel datagram `i` of the last call was sent to.

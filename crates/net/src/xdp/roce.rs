@@ -9,7 +9,7 @@ use rdaq_proto::datagram::{Flags, Header, HEADER_LEN};
 use rdaq_proto::roce::{self, frame, Endpoints, ICRC_LEN, MAX_HEAD, ROCE_PORT};
 
 use crate::raw::RawSocket;
-use crate::roce::responder::{QpConfig, Region, Reply, Responder, RoceDrop, Write};
+use crate::roce::responder::{QpConfig, Region, Reply, Responder, ResponderStats, RoceDrop, Write};
 
 use super::queue::MAX_FRAGS;
 use super::{gather, XdpError};
@@ -22,6 +22,14 @@ pub struct RoceSpec {
     pub modules: Vec<u16>,
     pub regions: Vec<Region>,
     pub mtu: u32,
+}
+
+/// What a RoCEv2 target counted: the responder's checks, and the ACKs and NAKs the
+/// interface's queue refused (lost like frames on a wire; the sender's timeout recovers).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RoceStats {
+    pub responder: ResponderStats,
+    pub replies_refused: u64,
 }
 
 /// Bytes of an ACK or NAK frame.
@@ -47,6 +55,10 @@ impl RoceTarget {
     pub(super) fn open(spec: &RoceSpec, ifindex: u32) -> Result<RoceTarget, XdpError> {
         let tx = RawSocket::open(ifindex, 1 << 20).map_err(|source| XdpError::Os { what: "opening the raw socket for ACKs", source })?;
         Ok(RoceTarget { responder: Responder::new(&spec.qps, &spec.regions, spec.mtu), modules: spec.modules.clone(), tx, replies: Vec::new(), ident: 0 })
+    }
+
+    pub(super) fn stats(&self) -> RoceStats {
+        RoceStats { responder: self.responder.stats, replies_refused: self.tx.refused }
     }
 
     /// Checks one received frame (`parts`: its buffers in order) and takes it; `None` when
