@@ -306,6 +306,28 @@ mod tests {
         }
     }
 
+    /// The system manager re-plans only when every remaining receiver keeps the buffer
+    /// request it has. A RoCEv2 queue pair numbers frames by a counter with the plan's stride,
+    /// part of the request, so a temporal RoCEv2 plan is never re-planned over fewer receivers
+    /// (the frames of a lost one are lost), while a broadcast one keeps every receiver's frames.
+    #[test]
+    fn roce_requests_change_exactly_when_a_replan_would_renumber_frames() {
+        let requests = |mode: &str, extra: &str| {
+            let t = Topology::from_toml(&topo(mode, 3, extra)).unwrap();
+            let mut fewer = t.clone();
+            fewer.transfer.receivers = Some(vec!["dr0".into(), "dr1".into()]);
+            let of = |t: &Topology| Plan::new(t).unwrap().buffer_requests(t).into_iter().take(2).map(|(_, r)| r).collect::<Vec<_>>();
+            (of(&t), of(&fewer))
+        };
+        let (three, two) = requests("temporal", "roce_mtu = 4096");
+        assert_eq!(three.iter().map(|r| r.roce.unwrap().frame_stride).collect::<Vec<_>>(), [3, 3]);
+        assert!(three.iter().zip(&two).all(|(a, b)| a != b), "a temporal RoCEv2 re-plan would change every request");
+        let (three, two) = requests("temporal", "");
+        assert_eq!(three, two, "without RoCEv2 the remaining receivers keep their buffers");
+        let (three, two) = requests("broadcast", "roce_mtu = 4096");
+        assert_eq!(three, two, "broadcast receivers get every frame before and after");
+    }
+
     #[test]
     fn the_example_topology_is_valid() {
         let t = Topology::from_toml(include_str!("../../../topology.example.toml")).unwrap();
