@@ -33,6 +33,7 @@ struct DetectorDaemon {
     control: Arc<Control>,
     run: Option<JoinHandle<Result<EmulatorReport, EmulatorError>>>,
     report: Option<EmulatorReport>,
+    access: Arc<crate::auth::Access>,
 }
 
 type Shared = crate::http::Shared<DetectorDaemon>;
@@ -54,9 +55,11 @@ fn measure_rate(seed: u64) -> f64 {
     5.0 / t.elapsed().as_secs_f64()
 }
 
-pub fn router(opts: Options) -> Router {
+/// The daemon's API; `access` is the one [`crate::http::serve`] guards it with (its
+/// refusals are counted in `/status`).
+pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
     let max_rate_hz = measure_rate(opts.seed);
-    let d = DetectorDaemon { opts, max_rate_hz, dtps: None, control: Arc::new(Control::default()), run: None, report: None };
+    let d = DetectorDaemon { opts, max_rate_hz, dtps: None, control: Arc::new(Control::default()), run: None, report: None, access };
     let routes = Router::new()
         .route("/telegram", get(telegram))
         .route("/dtp", put(dtp))
@@ -227,6 +230,9 @@ pub struct DetectorStatus {
     pub frontier: u64,
     /// Whether DTPs were uploaded.
     pub dtps: bool,
+    /// Control calls refused for a missing or wrong token.
+    #[serde(default)]
+    pub api_refused: u64,
 }
 
 async fn status(State(s): State<Shared>) -> Json<DetectorStatus> {
@@ -243,6 +249,7 @@ async fn status(State(s): State<Shared>) -> Json<DetectorStatus> {
         module_frames: d.control.module_frames.load(Ordering::Relaxed),
         frontier: d.control.frontier(),
         dtps: d.dtps.is_some(),
+        api_refused: d.access.refused(),
     })
 }
 

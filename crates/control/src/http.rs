@@ -10,6 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use rdaq_proto::events::{EventLog, EventPage};
+
+use crate::auth::Access;
 use serde::Deserialize;
 
 /// An error answer: status and a one-line message, as `{"error": "..."}`.
@@ -73,19 +75,43 @@ async fn events<D: Daemon>(State(s): State<Shared<D>>, Query(q): Query<Since>) -
     Json(lock(&s).event_page(&q))
 }
 
-/// Serves `app` on `addr` until Ctrl-C.
-pub fn serve(addr: SocketAddr, app: axum::Router, what: &str) -> anyhow::Result<()> {
+/// Serves `app` on `addr` until Ctrl-C, behind `access`.
+pub fn serve(addr: SocketAddr, app: axum::Router, what: &str, access: Arc<Access>) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-        eprintln!("rdaq {what}: control API on http://{}", listener.local_addr()?);
-        axum::serve(listener, app)
+        let listener = listen(addr, what, &access).await?;
+        axum::serve(listener, guarded(app, access).into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async {
                 let _ = tokio::signal::ctrl_c().await;
             })
             .await?;
         Ok(())
     })
+}
+
+/// `app` with every call checked by `access` first.
+pub fn guarded(app: axum::Router, access: Arc<Access>) -> axum::Router {
+    app.layer(axum::middleware::from_fn_with_state(access, crate::auth::guard))
+}
+
+/// Binds `addr`, saying where and how the API listens, and warning when anyone on the
+/// network may control it.
+pub async fn listen(addr: SocketAddr, what: &str, access: &Access) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let token = if access.has_token() { "token required for changes" } else { "no token: open to every client that can reach it" };
+    eprintln!("rdaq {what}: control API on http://{} ({token})", listener.local_addr()?);
+    if !addr.ip().is_loopback() && !access.has_token() {
+        eprintln!("rdaq {what}: warning: listening on {} without a token: anyone on the network can reconfigure or stop this daemon (--token-file or {})", addr.ip(), crate::auth::TOKEN_ENV);
+    }
+    Ok(listener)
+}
+
+/// `--serve`'s value: `ADDRESS:PORT`, or a port alone for localhost.
+pub fn listen_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| format!("{s:?} is not ADDRESS:PORT or a port"))
 }
 
 /// Prometheus text exposition of `(name, help, value)` counters with one label set.

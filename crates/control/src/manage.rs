@@ -52,8 +52,12 @@ pub struct ManageArgs {
     overwrite: bool,
     /// Serve the manager's API here (/status, /events, /report): events as they are gathered,
     /// the report at the end; keeps serving after the run until Ctrl-C.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::http::listen_addr)]
     serve: Option<SocketAddr>,
+    /// The token the manager sends to the daemons, and that its own API needs for reads
+    /// when `--protect-reads` is given.
+    #[command(flatten)]
+    access: crate::auth::AccessArgs,
 }
 
 /// What the manager's API shows.
@@ -69,7 +73,7 @@ type SharedBoard = std::sync::Arc<std::sync::Mutex<Board>>;
 use crate::http::lock as board;
 
 /// Starts the manager's API in a background thread.
-fn serve_board(addr: SocketAddr, b: SharedBoard) -> anyhow::Result<()> {
+fn serve_board(addr: SocketAddr, b: SharedBoard, access: std::sync::Arc<crate::auth::Access>) -> anyhow::Result<()> {
     use axum::extract::{Query, State};
     use axum::routing::get;
     use axum::Json;
@@ -93,8 +97,8 @@ fn serve_board(addr: SocketAddr, b: SharedBoard) -> anyhow::Result<()> {
         )
         .with_state(b);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    let listener = rt.block_on(tokio::net::TcpListener::bind(addr)).map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    eprintln!("rdaq manage: API on http://{}", listener.local_addr()?);
+    let listener = rt.block_on(crate::http::listen(addr, "manage", &access))?;
+    let app = crate::http::guarded(app, access).into_make_service_with_connect_info::<SocketAddr>();
     std::thread::Builder::new().name("rdaq-manage-api".into()).spawn(move || {
         let _ = rt.block_on(async move { axum::serve(listener, app).await });
     })?;
@@ -104,11 +108,21 @@ fn serve_board(addr: SocketAddr, b: SharedBoard) -> anyhow::Result<()> {
 /// A blocking JSON client of the control APIs.
 struct Api {
     agent: ureq::Agent,
+    /// `Authorization` header value for the daemons.
+    bearer: Option<String>,
 }
 
 impl Api {
-    fn new(timeout: Duration) -> Api {
-        Api { agent: ureq::AgentBuilder::new().timeout_connect(Duration::from_millis(1000)).timeout(timeout).build() }
+    fn new(timeout: Duration, token: Option<&crate::auth::Token>) -> Api {
+        Api { agent: ureq::AgentBuilder::new().timeout_connect(Duration::from_millis(1000)).timeout(timeout).build(), bearer: token.map(|t| t.bearer()) }
+    }
+
+    fn request(&self, method: &str, url: &str) -> ureq::Request {
+        let r = self.agent.request(method, url);
+        match &self.bearer {
+            Some(b) => r.set("Authorization", b),
+            None => r,
+        }
     }
 
     fn answer<T: DeserializeOwned>(url: &str, r: Result<ureq::Response, ureq::Error>) -> anyhow::Result<T> {
@@ -124,18 +138,18 @@ impl Api {
 
     fn get<T: DeserializeOwned>(&self, host: SocketAddr, path: &str) -> anyhow::Result<T> {
         let url = format!("http://{host}{path}");
-        Self::answer(&url, self.agent.get(&url).call())
+        Self::answer(&url, self.request("GET", &url).call())
     }
 
     fn text(&self, host: SocketAddr, path: &str) -> anyhow::Result<String> {
         let url = format!("http://{host}{path}");
-        let r = self.agent.get(&url).call().map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+        let r = self.request("GET", &url).call().map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
         r.into_string().with_context(|| format!("{url}: unreadable answer"))
     }
 
     fn send<T: DeserializeOwned>(&self, method: &str, host: SocketAddr, path: &str, body: &impl Serialize) -> anyhow::Result<T> {
         let url = format!("http://{host}{path}");
-        Self::answer(&url, self.agent.request(method, &url).send_json(serde_json::to_value(body)?))
+        Self::answer(&url, self.request(method, &url).send_json(serde_json::to_value(body)?))
     }
 }
 
@@ -325,11 +339,13 @@ impl<'a> Session<'a> {
         rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), a.overwrite)?;
         let shared: SharedBoard = Default::default();
         board(&shared).status = serde_json::json!({ "state": "configuring" });
+        let access = a.access.access()?;
+        let token = access.token().cloned();
         if let Some(addr) = a.serve {
-            serve_board(addr, shared.clone())?;
+            serve_board(addr, shared.clone(), std::sync::Arc::new(access))?;
         }
-        let api = Api::new(Duration::from_secs(60));
-        let heartbeat = Api::new(Duration::from_millis(a.heartbeat_ms.max(100)));
+        let api = Api::new(Duration::from_secs(60), token.as_ref());
+        let heartbeat = Api::new(Duration::from_millis(a.heartbeat_ms.max(100)), token.as_ref());
         Ok(Session { a, t, plan, det_ctl, api, heartbeat, shared })
     }
 

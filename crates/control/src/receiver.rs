@@ -61,6 +61,7 @@ struct ReceiverDaemon {
     events: Arc<Mutex<EventLog>>,
     /// Per-frame latency of the current or last acquisition.
     latency: Arc<Mutex<Latency>>,
+    access: Arc<crate::auth::Access>,
 }
 
 type Shared = crate::http::Shared<ReceiverDaemon>;
@@ -71,8 +72,10 @@ impl Daemon for ReceiverDaemon {
     }
 }
 
-pub fn router(opts: Options) -> Router {
-    let d = ReceiverDaemon { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))), latency: Arc::default() };
+/// The daemon's API; `access` is the one [`crate::http::serve`] guards it with (its
+/// refusals are counted in `/metrics`).
+pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
+    let d = ReceiverDaemon { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))), latency: Arc::default(), access };
     let routes = Router::new()
         .route("/telegram", get(telegram))
         .route("/buffers", put(buffers))
@@ -349,7 +352,7 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
     };
     let dropped_events = lock(&d.events).dropped;
     let stream = stream_live(&d).map(|(sent, dropped, waits)| serde_json::json!({ "images_sent": sent, "images_dropped": dropped, "waits": waits }));
-    Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream }))
+    Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream, "api_refused": d.access.refused() }))
 }
 
 /// The running acquisition's stream counts: sent, dropped, waits.
@@ -392,6 +395,7 @@ async fn metrics(State(s): State<Shared>) -> String {
         ("frames_given_up_total".into(), "Frames left incomplete after retransmission requests".into(), c.frames_given_up as f64),
         ("loss_reports_dropped_total".into(), "Loss reports not delivered (consumer behind)".into(), c.loss_reports_dropped as f64),
     ];
+    m.push(("api_refused_total".into(), "Control calls refused for a missing or wrong token".into(), d.access.refused() as f64));
     let (sent, dropped, waits) = stream_live(&d).unwrap_or_default();
     m.push(("stream_images_sent_total".into(), "Images published on the Stream V2 stream (this acquisition)".into(), sent as f64));
     m.push(("stream_images_dropped_total".into(), "Images the stream dropped: no consumer, or its queue full (this acquisition)".into(), dropped as f64));

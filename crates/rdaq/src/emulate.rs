@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use rdaq_control::auth::AccessArgs;
 use rdaq_control::detector;
 use rdaq_emulator::{Control, EmulatorConfig, FaultConfig};
 use rdaq_proto::telegram::BufferMap;
@@ -17,9 +18,12 @@ use rdaq_run::run::{single_receiver_dtps, write_manifest};
 
 #[derive(Args)]
 pub struct EmulateArgs {
-    /// Run as a daemon with a control API on this address (the system manager configures it).
-    #[arg(long)]
+    /// Run as a daemon with a control API on this address, ADDRESS:PORT or a port alone for
+    /// localhost (the system manager configures it).
+    #[arg(long, value_parser = rdaq_control::http::listen_addr)]
     serve: Option<SocketAddr>,
+    #[command(flatten)]
+    access: AccessArgs,
     /// Daemon: detector name and module count.
     #[arg(long, default_value = "det")]
     name: String,
@@ -87,7 +91,8 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
             bail!("--modules must be 1..=64");
         }
         let opts = detector::Options { name: a.name, modules: a.modules, seed: a.seed };
-        rdaq_control::http::serve(addr, detector::router(opts), "emulate")?;
+        let access = Arc::new(a.access.access()?);
+        rdaq_control::http::serve(addr, detector::router(opts, access.clone()), "emulate", access)?;
         return Ok(ExitCode::SUCCESS);
     }
     let buffers = a.buffers.clone().expect("clap requires --buffers without --serve");

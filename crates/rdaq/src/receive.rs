@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::ProgressBar;
+use rdaq_control::auth::AccessArgs;
 use rdaq_control::receiver as daemon;
 use rdaq_detector::Geometry;
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
@@ -24,10 +25,12 @@ use rdaq_sink::{NxmxMeta, NxmxWriter};
 
 #[derive(Args)]
 pub struct ReceiveArgs {
-    /// Run as a daemon with a control API on this address: buffers are defined by the system
-    /// manager, data arrives on --bind.
-    #[arg(long)]
+    /// Run as a daemon with a control API on this address (ADDRESS:PORT, or a port alone for
+    /// localhost): buffers are defined by the system manager, data arrives on --bind.
+    #[arg(long, value_parser = rdaq_control::http::listen_addr)]
     serve: Option<SocketAddr>,
+    #[command(flatten)]
+    access: AccessArgs,
     /// Daemon: receiver name, memory for buffers, directory for output files.
     #[arg(long, default_value = "dr0")]
     name: String,
@@ -184,7 +187,8 @@ fn serve_receiver(a: ReceiveArgs, addr: SocketAddr) -> anyhow::Result<ExitCode> 
         engine: a.engine,
         stream: stream_config(&a.stream, &a.stream_policy)?,
     };
-    rdaq_control::http::serve(addr, daemon::router(opts), "receive")?;
+    let access = Arc::new(a.access.access()?);
+    rdaq_control::http::serve(addr, daemon::router(opts, access.clone()), "receive", access)?;
     Ok(ExitCode::SUCCESS)
 }
 

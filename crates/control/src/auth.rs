@@ -1,0 +1,211 @@
+//! Access control of the control APIs: a bearer token (from a file or `RDAQ_TOKEN`) that
+//! every mutating call (any method but GET and HEAD) must carry, and reads too when asked.
+//! Tokens are compared in constant time; refusals change nothing, answer 401 (no token) or
+//! 403 (a wrong one) with a one-line reason, and are counted and logged.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+/// The environment variable a token is read from when no `--token-file` is given.
+pub const TOKEN_ENV: &str = "RDAQ_TOKEN";
+
+/// Fewer characters than this are refused: a token is a secret, not a password to remember.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct AccessArgs {
+    /// File holding the bearer token that mutating control calls need (default: the
+    /// RDAQ_TOKEN environment variable; neither: the API is open to anyone who can reach it).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Reads (status, events, metrics, the dashboard) need the token too.
+    #[arg(long)]
+    pub protect_reads: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("--token-file {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    #[error("{0}: the token has {1} characters, at least {MIN_TOKEN_LEN} are needed (e.g. `openssl rand -hex 32`)")]
+    Short(String, usize),
+    #[error("--protect-reads needs a token (--token-file or {TOKEN_ENV})")]
+    ReadsWithoutToken,
+}
+
+/// A bearer token; never printed.
+#[derive(Clone)]
+pub struct Token(String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
+impl Token {
+    fn new(text: &str, from: &str) -> Result<Token, AuthError> {
+        let t = text.trim();
+        if t.chars().count() < MIN_TOKEN_LEN {
+            return Err(AuthError::Short(from.to_string(), t.chars().count()));
+        }
+        Ok(Token(t.to_string()))
+    }
+
+    /// The `Authorization` header value that carries it.
+    pub fn bearer(&self) -> String {
+        format!("Bearer {}", self.0)
+    }
+}
+
+impl AccessArgs {
+    /// The token from `--token-file`, else from [`TOKEN_ENV`], else none.
+    pub fn token(&self) -> Result<Option<Token>, AuthError> {
+        if let Some(p) = &self.token_file {
+            return read_token(p).map(Some);
+        }
+        match std::env::var(TOKEN_ENV) {
+            Ok(t) if !t.trim().is_empty() => Token::new(&t, TOKEN_ENV).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    pub fn access(&self) -> Result<Access, AuthError> {
+        let token = self.token()?;
+        if self.protect_reads && token.is_none() {
+            return Err(AuthError::ReadsWithoutToken);
+        }
+        Ok(Access { token, protect_reads: self.protect_reads, refused: AtomicU64::new(0) })
+    }
+}
+
+fn read_token(p: &Path) -> Result<Token, AuthError> {
+    let text = std::fs::read_to_string(p).map_err(|e| AuthError::Read(p.to_path_buf(), e))?;
+    warn_if_readable_by_others(p);
+    Token::new(&text, &format!("--token-file {}", p.display()))
+}
+
+fn warn_if_readable_by_others(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(m) = std::fs::metadata(p) {
+        if m.permissions().mode() & 0o077 != 0 {
+            eprintln!("rdaq: warning: token file {} can be read by other users (chmod 600 it)", p.display());
+        }
+    }
+}
+
+/// Why a call was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No `Authorization: Bearer` header (401).
+    Missing,
+    /// A bearer token that is not this daemon's (403).
+    Wrong,
+}
+
+/// Who may call what, and how many calls were refused.
+#[derive(Debug, Default)]
+pub struct Access {
+    token: Option<Token>,
+    protect_reads: bool,
+    refused: AtomicU64,
+}
+
+impl Access {
+    /// An open API: no token.
+    pub fn open() -> Access {
+        Access::default()
+    }
+
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    pub fn token(&self) -> Option<&Token> {
+        self.token.as_ref()
+    }
+
+    /// Calls refused so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Whether a call with `method` and `authorization` header may go on.
+    pub fn check(&self, method: &Method, authorization: Option<&HeaderValue>) -> Result<(), Refusal> {
+        let Some(token) = &self.token else { return Ok(()) };
+        let reads = method == Method::GET || method == Method::HEAD;
+        if reads && !self.protect_reads {
+            return Ok(());
+        }
+        let given = authorization.and_then(|h| h.as_bytes().strip_prefix(b"Bearer ")).ok_or(Refusal::Missing)?;
+        if bool::from(given.ct_eq(token.0.as_bytes())) {
+            Ok(())
+        } else {
+            Err(Refusal::Wrong)
+        }
+    }
+}
+
+/// Middleware: lets a call through, or answers the refusal and counts and logs it.
+pub async fn guard(State(access): State<Arc<Access>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request, next: Next) -> Response {
+    match access.check(req.method(), req.headers().get(header::AUTHORIZATION)) {
+        Ok(()) => next.run(req).await,
+        Err(r) => {
+            let n = access.refused.fetch_add(1, Ordering::Relaxed) + 1;
+            let (status, why) = match r {
+                Refusal::Missing => (StatusCode::UNAUTHORIZED, "this call needs the API token: send `Authorization: Bearer <token>`"),
+                Refusal::Wrong => (StatusCode::FORBIDDEN, "wrong API token"),
+            };
+            eprintln!("rdaq: refused {} {} from {peer}: {why} ({n} refused so far)", req.method(), req.uri().path());
+            let mut resp = crate::http::ApiError(status, why.into()).into_response();
+            if r == Refusal::Missing {
+                resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"rdaq\""));
+            }
+            resp
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access(protect_reads: bool) -> Access {
+        Access { token: Some(Token::new("0123456789abcdef0123", "test").unwrap()), protect_reads, refused: AtomicU64::new(0) }
+    }
+
+    fn h(s: &str) -> HeaderValue {
+        HeaderValue::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn mutating_calls_need_the_exact_token() {
+        let a = access(false);
+        assert_eq!(a.check(&Method::POST, None), Err(Refusal::Missing));
+        assert_eq!(a.check(&Method::PUT, Some(&h("Basic 0123456789abcdef0123"))), Err(Refusal::Missing));
+        assert_eq!(a.check(&Method::POST, Some(&h("Bearer 0123456789abcdef012"))), Err(Refusal::Wrong));
+        assert_eq!(a.check(&Method::POST, Some(&h("Bearer 0123456789abcdef01234"))), Err(Refusal::Wrong));
+        assert_eq!(a.check(&Method::DELETE, Some(&h("Bearer 0123456789abcdef0123"))), Ok(()));
+        assert_eq!(a.check(&Method::GET, None), Ok(()), "reads are open unless protected");
+        assert_eq!(access(true).check(&Method::GET, None), Err(Refusal::Missing));
+        assert_eq!(access(true).check(&Method::GET, Some(&h("Bearer 0123456789abcdef0123"))), Ok(()));
+        assert_eq!(Access::open().check(&Method::POST, None), Ok(()));
+    }
+
+    #[test]
+    fn short_tokens_and_protected_reads_without_a_token_are_refused() {
+        assert!(matches!(Token::new(" short\n", "f"), Err(AuthError::Short(_, 5))));
+        assert_eq!(Token::new("0123456789abcdef\n", "f").unwrap().bearer(), "Bearer 0123456789abcdef");
+        assert_eq!(format!("{:?}", Token::new("0123456789abcdef", "f").unwrap()), "Token(..)");
+        let args = AccessArgs { token_file: Some("/nonexistent/token".into()), protect_reads: false };
+        assert!(matches!(args.access(), Err(AuthError::Read(..))));
+    }
+}
