@@ -100,8 +100,8 @@ def test_every_mutating_endpoint_needs_the_token(secured, tmp_path):
     # reads stay open; refusals are counted per daemon, and logged with the caller
     assert call("GET", urls["dr0"] + "/status")[1]["api_refused"] == 6
     assert call("GET", urls["det"] + "/status")[1]["api_refused"] == 6
-    metrics = urllib.request.urlopen(urls["dr0"] + "/metrics").read().decode()
-    assert 'rdaq_api_refused_total{receiver="dr0"} 6' in metrics
+    from test_control_api import scrape
+    assert scrape(urls["dr0"])[("rdaq_api_refused_total", (("receiver", "dr0"),))] == 6
     log = (tmp_path / "dr0.log").read_text()
     assert "refused PUT /buffers from 127.0.0.1:" in log and "wrong API token" in log, log
     assert TOKEN not in log, "the token is never printed"

@@ -10,6 +10,16 @@ import pytest
 from conftest import free_port
 
 
+def scrape(url):
+    """`/metrics` parsed by prometheus_client's OpenMetrics parser: {(name, labels): value}."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    with urllib.request.urlopen(url + "/metrics") as r:
+        assert r.headers["content-type"].startswith("application/openmetrics-text")
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
 def call(method, url, body=None):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
@@ -90,12 +100,20 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
     # an acquisition publishes a stream; its counts reach /status, /metrics and the answer
     assert call("POST", dr + "/start", {})[0] == 200
     assert call("GET", dr + "/status")[1]["stream"] == {"images_sent": 0, "images_dropped": 0, "waits": 0}
-    assert 'rdaq_stream_images_dropped_total{receiver="dr0"} 0' in urllib.request.urlopen(dr + "/metrics").read().decode()
+    assert scrape(dr)[("rdaq_stream_images_dropped_total", (("receiver", "dr0"),))] == 0
     code, stopped = call("POST", dr + "/stop", {})
     assert code == 200 and stopped["stream"]["endpoint"].startswith("tcp://127.0.0.1:") and stopped["stream"]["images_sent"] == 0
-    metrics = urllib.request.urlopen(dr + "/metrics").read().decode()
-    assert 'rdaq_dropped_bad_key_total{receiver="dr0"} 0' in metrics
-    assert all(f'rdaq_{k}_total{{receiver="dr0"}}' in metrics for k in ("landed_in_place", "copied", "evacuated"))
+    m = scrape(dr)
+    assert m[("rdaq_dropped_total", (("reason", "bad_key"), ("receiver", "dr0")))] == 0
+    assert all(("rdaq_" + k + "_total", (("receiver", "dr0"),)) in m for k in ("landed_in_place", "copied", "evacuated"))
+    assert m[("rdaq_ring_slots", (("receiver", "dr0"),))] == 4 and m[("rdaq_ring_slots_handed", (("receiver", "dr0"),))] == 0
+    # every series the shipped Grafana dashboard asks for is one the receiver exports
+    import pathlib
+    import re
+    dashboard = (pathlib.Path(__file__).parent.parent / "docs" / "grafana-dashboard.json").read_text()
+    wanted = set(re.findall(r"rdaq_[a-z_]+", dashboard))
+    exported = {name for name, _ in m}
+    assert wanted and wanted <= exported, wanted - exported
 
 
 def test_detector_api_refuses_bad_requests(daemons):
@@ -155,9 +173,12 @@ def test_manager_api_shows_events_and_the_report(rdaq, daemons, tmp_path):
         assert kinds.count("frame_complete") == 20
         assert kinds.count("end_of_frame") == 40 and kinds.count("end_of_transfer") == 2
         # the receiver's per-frame latency, step by step, as a Prometheus summary
-        metrics = urllib.request.urlopen(dr + "/metrics").read().decode()
-        assert 'rdaq_frame_latency_seconds_count{receiver="dr0",step="received_to_complete"} 20' in metrics, metrics
-        assert 'rdaq_frame_latency_seconds{receiver="dr0",step="received_to_complete",quantile="0.99"}' in metrics
+        m = scrape(dr)
+        step = (("receiver", "dr0"), ("step", "received_to_complete"))
+        assert m[("rdaq_frame_latency_seconds_count", step)] == 20, m
+        assert m[("rdaq_frame_latency_seconds_bucket", (("le", "+Inf"),) + step)] == 20
+        assert m[("rdaq_frame_latency_seconds_sum", step)] > 0
+        assert m[("rdaq_frames_complete_total", (("receiver", "dr0"),))] == 20
         mgr.send_signal(signal.SIGINT)
         assert mgr.wait(timeout=20) == 0
         # a second run into the same directory would replace the report: refused before anything starts

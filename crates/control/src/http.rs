@@ -113,25 +113,3 @@ pub fn listen_addr(s: &str) -> Result<SocketAddr, String> {
     }
     s.parse().map_err(|_| format!("{s:?} is not ADDRESS:PORT or a port"))
 }
-
-/// Prometheus text exposition of `(name, help, value)` counters with one label set.
-/// A Prometheus summary per value of `key`: quantiles, count and sum.
-pub fn prometheus_summary(name: &str, help: &str, labels: &str, key: &str, rows: &[rdaq_run::latency::StepSummary]) -> String {
-    let mut s = format!("# HELP rdaq_{name} {help}\n# TYPE rdaq_{name} summary\n");
-    for r in rows {
-        let (k, count, sum) = (r.label, r.count, r.sum_s);
-        for (q, v) in &r.quantiles {
-            s.push_str(&format!("rdaq_{name}{{{labels},{key}=\"{k}\",quantile=\"{q}\"}} {v}\n"));
-        }
-        s.push_str(&format!("rdaq_{name}_count{{{labels},{key}=\"{k}\"}} {count}\nrdaq_{name}_sum{{{labels},{key}=\"{k}\"}} {sum}\n"));
-    }
-    s
-}
-
-pub fn prometheus(labels: &str, metrics: &[(&str, &str, f64)]) -> String {
-    let mut s = String::new();
-    for (name, help, v) in metrics {
-        s.push_str(&format!("# HELP rdaq_{name} {help}\n# TYPE rdaq_{name} counter\nrdaq_{name}{{{labels}}} {v}\n"));
-    }
-    s
-}

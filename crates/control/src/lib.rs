@@ -9,10 +9,12 @@
 //! - [`manage`]: the system manager's acquisition over both (`rdaq manage`): telegrams,
 //!   buffers, DTPs, start, heartbeats, re-planning, the report.
 //! - [`http`]: what the APIs share.
+//! - [`metrics`]: `/metrics` through `prometheus-client`.
 //! - [`auth`]: the bearer token mutating calls (and optionally reads) need.
 
 pub mod auth;
 pub mod detector;
 pub mod http;
 pub mod manage;
+pub mod metrics;
 pub mod receiver;

@@ -366,46 +366,51 @@ fn events_series(events: &Arc<Mutex<EventLog>>) -> u64 {
     lock(events).next()
 }
 
-async fn metrics(State(s): State<Shared>) -> String {
+async fn metrics(State(s): State<Shared>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
     let d = lock(&s);
-    let labels = format!("receiver=\"{}\"", d.opts.name);
     let c = d.active.as_ref().map(|a| a.rx.counters()).unwrap_or_default();
-    let mut m: Vec<(String, String, f64)> = vec![
-        ("datagrams_total".into(), "Datagrams read from the data ports".into(), c.datagrams as f64),
-        ("placed_total".into(), "Datagrams placed into frames".into(), c.placed as f64),
-        ("bytes_placed_total".into(), "Payload bytes placed".into(), c.bytes_placed as f64),
-        ("landed_in_place_total".into(), "Placed datagrams the kernel wrote at their destination".into(), c.landed_in_place as f64),
-        ("copied_total".into(), "Placed datagrams copied once by placement".into(), c.copied as f64),
-        ("evacuated_total".into(), "Of the copied: moved out of a wrongly predicted cell first (two copies)".into(), c.evacuated as f64),
-        ("frames_complete_total".into(), "Frames completed".into(), c.frames_complete as f64),
-        ("frames_incomplete_total".into(), "Incomplete frames kept".into(), c.frames_incomplete as f64),
-        ("frames_discarded_total".into(), "Incomplete frames discarded".into(), c.frames_discarded as f64),
-        ("frames_refused_total".into(), "Frames refused whole because the ring was full (consumer behind)".into(), c.frames_refused as f64),
-        ("events_dropped_total".into(), "Events pushed out of the event log unread".into(),
-            lock(&d.events).dropped as f64),
-        ("seq_missing_total".into(), "Sequence numbers the loss windows declared missing".into(), c.seq_missing as f64),
-        ("nacks_sent_total".into(), "Retransmission requests sent (RoCEv2: sequence-error NAKs)".into(), c.nacks_sent as f64),
-        ("acks_sent_total".into(), "RoCEv2 acknowledgements sent".into(), c.acks_sent as f64),
-        ("replies_refused_total".into(), "RoCEv2 ACKs and NAKs the interface's queue refused (lost)".into(), c.replies_refused as f64),
-        ("nack_ranges_dropped_total".into(), "Missing ranges not asked for (queue full, rate limit, send failed)".into(),
-            c.nack_ranges_dropped as f64),
-        ("placed_retransmitted_total".into(), "Retransmitted datagrams placed".into(), c.placed_retransmitted as f64),
-        ("redundant_total".into(), "Retransmissions no longer needed".into(), c.redundant as f64),
-        ("frames_recovered_total".into(), "Frames completed by retransmission".into(), c.frames_recovered as f64),
-        ("frames_given_up_total".into(), "Frames left incomplete after retransmission requests".into(), c.frames_given_up as f64),
-        ("loss_reports_dropped_total".into(), "Loss reports not delivered (consumer behind)".into(), c.loss_reports_dropped as f64),
-    ];
-    m.push(("api_refused_total".into(), "Control calls refused for a missing or wrong token".into(), d.access.refused() as f64));
-    let (sent, dropped, waits) = stream_live(&d).unwrap_or_default();
-    m.push(("stream_images_sent_total".into(), "Images published on the Stream V2 stream (this acquisition)".into(), sent as f64));
-    m.push(("stream_images_dropped_total".into(), "Images the stream dropped: no consumer, or its queue full (this acquisition)".into(), dropped as f64));
-    m.push(("stream_waits_total".into(), "Images that waited for a stream consumer (block policy; this acquisition)".into(), waits as f64));
-    for r in rdaq_receiver::DropReason::ALL {
-        m.push((format!("dropped_{}_total", r.name()), format!("Datagrams dropped: {}", r.name()), c.dropped(r) as f64));
+    let mut m = crate::metrics::Scrape::new("receiver", &d.opts.name);
+    for (name, help, v) in [
+        ("datagrams", "Datagrams read from the data ports", c.datagrams),
+        ("placed", "Datagrams placed into frames", c.placed),
+        ("bytes_placed", "Payload bytes placed", c.bytes_placed),
+        ("landed_in_place", "Placed datagrams the kernel wrote at their destination", c.landed_in_place),
+        ("copied", "Placed datagrams copied once by placement", c.copied),
+        ("evacuated", "Of the copied: moved out of a wrongly predicted cell first (two copies)", c.evacuated),
+        ("frames_complete", "Frames completed", c.frames_complete),
+        ("frames_incomplete", "Incomplete frames kept", c.frames_incomplete),
+        ("frames_discarded", "Incomplete frames discarded", c.frames_discarded),
+        ("frames_refused", "Frames refused whole because the ring was full (consumer behind)", c.frames_refused),
+        ("cells_missing", "Datagram cells missing in incomplete frames", c.cells_missing),
+        ("events_dropped", "Events pushed out of the event log unread", lock(&d.events).dropped),
+        ("seq_missing", "Sequence numbers the loss windows declared missing", c.seq_missing),
+        ("seq_recovered", "Declared-missing sequence numbers that arrived afterwards", c.seq_recovered),
+        ("nacks_sent", "Retransmission requests sent (RoCEv2: sequence-error NAKs)", c.nacks_sent),
+        ("acks_sent", "RoCEv2 acknowledgements sent", c.acks_sent),
+        ("replies_refused", "RoCEv2 ACKs and NAKs the interface's queue refused (lost)", c.replies_refused),
+        ("nack_ranges_dropped", "Missing ranges not asked for (queue full, rate limit, send failed)", c.nack_ranges_dropped),
+        ("placed_retransmitted", "Retransmitted datagrams placed", c.placed_retransmitted),
+        ("redundant", "Retransmissions no longer needed", c.redundant),
+        ("frames_recovered", "Frames completed by retransmission", c.frames_recovered),
+        ("frames_given_up", "Frames left incomplete after retransmission requests", c.frames_given_up),
+        ("loss_reports_dropped", "Loss reports not delivered (consumer behind)", c.loss_reports_dropped),
+        ("kernel_drops", "Datagrams the kernel dropped (socket buffer full), as of the last finished acquisition", c.kernel_drops),
+        ("api_refused", "Control calls refused for a missing or wrong token", d.access.refused()),
+    ] {
+        m.counter(name, help, v);
     }
-    let refs: Vec<(&str, &str, f64)> = m.iter().map(|(a, b, v)| (a.as_str(), b.as_str(), *v)).collect();
-    let mut out = crate::http::prometheus(&labels, &refs);
-    let l = lock(&d.latency).summaries();
-    out.push_str(&crate::http::prometheus_summary("frame_latency_seconds", "Per-frame latency of each step (received, complete, processed, written) of the current or last acquisition", &labels, "step", &l));
-    out
+    let drops = rdaq_receiver::DropReason::ALL.iter().map(|r| (r.name().to_string(), c.dropped(*r))).collect();
+    m.counters_by("dropped", "Datagrams dropped, by reason", "reason", drops);
+    let (sent, dropped, waits) = stream_live(&d).unwrap_or_default();
+    m.counter("stream_images_sent", "Images published on the Stream V2 stream (this acquisition)", sent);
+    m.counter("stream_images_dropped", "Images the stream dropped: no consumer, or its queue full (this acquisition)", dropped);
+    m.counter("stream_waits", "Images that waited for a stream consumer (block policy; this acquisition)", waits);
+    m.gauge("ring_slots", "Frame slots of the receiver's ring", c.slots.into());
+    m.gauge("ring_slots_filling", "Ring slots being filled by the receive thread", c.slots_filling.into());
+    m.gauge("ring_slots_handed", "Ring slots held by the consumer (processing, writing)", c.slots_handed.into());
+    let bounds = crate::metrics::LATENCY_BOUNDS;
+    let steps = lock(&d.latency).buckets(&bounds);
+    let hist = steps.into_iter().map(|b| crate::metrics::HistogramValue { label: b.label.into(), counts: b.counts, count: b.count, sum: b.sum_s }).collect();
+    m.histograms_by("frame_latency_seconds", "Per-frame latency of each step (received, complete, processed, written) of the current or last acquisition", "step", &bounds, hist);
+    ([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.encode())
 }

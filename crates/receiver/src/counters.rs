@@ -190,6 +190,11 @@ pub struct Counters {
     /// Frames finished incomplete although retransmission was requested for them.
     pub frames_given_up: u64,
     pub dropped: [u64; DropReason::ALL.len()],
+    /// Gauges of the ring when last published: slots being filled, slots held by the
+    /// consumer, and all slots.
+    pub slots_filling: u32,
+    pub slots_handed: u32,
+    pub slots: u32,
 }
 
 impl Counters {

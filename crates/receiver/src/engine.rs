@@ -937,6 +937,7 @@ impl Loop {
 
     fn publish(&mut self) {
         self.placement.counters.recv_syscalls = self.engine.stats().syscalls;
+        (self.placement.counters.slots_filling, self.placement.counters.slots_handed, self.placement.counters.slots) = self.placement.ring_fill();
         *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = self.counters();
     }
 }

@@ -615,6 +615,12 @@ impl Placement {
         self.active_since = None;
     }
 
+    /// Slots being filled and slots held by the consumer, of all the ring's slots.
+    pub fn ring_fill(&self) -> (u32, u32, u32) {
+        let count = |st: State| self.slots.iter().filter(|s| s.state == st).count() as u32;
+        (count(State::Filling), count(State::Handed), self.slots.len() as u32)
+    }
+
     /// Gives the slot of a handed frame back (a discarded frame has none: nothing to do).
     /// A frame of another placement is refused and changes nothing.
     pub fn release(&mut self, f: FrameReady) -> Result<(), FrameError> {

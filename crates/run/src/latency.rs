@@ -1,7 +1,7 @@
 //! Latency per frame, stage by stage (NaNet style): first datagram sent -> first datagram
 //! received -> frame complete -> processed -> written (or published). Histograms of each
-//! step (hdrhistogram, microsecond resolution) give p50/p99/max for the summary, the JSON
-//! summary and `/metrics`.
+//! step (hdrhistogram, microsecond resolution) give p50/p99/max for the summary and the JSON
+//! summary, and the buckets of `/metrics`' histograms.
 //!
 //! "Sent" is known where the emulator runs in the same process (`rdaq run`): the first
 //! module to start a frame stamps it. "Complete" is when the receiver finished the frame
@@ -35,6 +35,19 @@ impl FrameTimes {
     }
 }
 
+/// The steps as metric labels.
+const LABELS: [&str; 4] = ["sent_to_received", "received_to_complete", "complete_to_processed", "processed_to_written"];
+
+/// One step's frames per latency bucket ([`Latency::buckets`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepBuckets {
+    pub label: &'static str,
+    /// Frames per bucket, the last one above every bound.
+    pub counts: Vec<u64>,
+    pub count: u64,
+    pub sum_s: f64,
+}
+
 /// One histogram per step.
 #[derive(Clone, Debug)]
 pub struct Latency {
@@ -59,16 +72,6 @@ pub struct StepLatency {
     pub max_us: u64,
 }
 
-/// One step as a Prometheus summary: (quantile, seconds) pairs, count, sum of seconds.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StepSummary {
-    /// The step as a metric label (`received_to_complete`).
-    pub label: &'static str,
-    pub quantiles: [(f64, f64); 3],
-    pub count: u64,
-    pub sum_s: f64,
-}
-
 impl Latency {
     /// Records the steps frame `t` went through, ending `written` if it was.
     pub fn record(&mut self, t: &FrameTimes, written: Option<Instant>) {
@@ -80,16 +83,19 @@ impl Latency {
         }
     }
 
-    /// Each step as a Prometheus summary.
-    pub fn summaries(&self) -> Vec<StepSummary> {
-        const LABELS: [&str; 4] = ["sent_to_received", "received_to_complete", "complete_to_processed", "processed_to_written"];
+    /// Each step as a histogram over `bounds` (upper bounds in seconds, increasing): the
+    /// frames in each bucket (not cumulative), then those above the last bound.
+    pub fn buckets(&self, bounds: &[f64]) -> Vec<StepBuckets> {
         LABELS
             .iter()
             .zip(&self.steps)
-            .filter(|(_, h)| !h.is_empty())
             .map(|(l, h)| {
-                let q = |x: f64| (x, h.value_at_quantile(x) as f64 / 1e6);
-                StepSummary { label: l, quantiles: [q(0.5), q(0.99), (1.0, h.max() as f64 / 1e6)], count: h.len(), sum_s: h.mean() * h.len() as f64 / 1e6 }
+                let mut counts = vec![0u64; bounds.len() + 1];
+                for v in h.iter_recorded() {
+                    let s = v.value_iterated_to() as f64 / 1e6;
+                    counts[bounds.partition_point(|b| *b < s)] += v.count_at_value();
+                }
+                StepBuckets { label: l, counts, count: h.len(), sum_s: h.mean() * h.len() as f64 / 1e6 }
             })
             .collect()
     }
@@ -124,5 +130,11 @@ mod tests {
         assert!((1990..=2010).contains(&by("received -> complete").p50_us));
         assert!((2990..=3010).contains(&by("complete -> processed").max_us));
         assert!((3990..=4010).contains(&by("processed -> written").p99_us));
+        // the same frames in buckets of 1.5 ms and 3.5 ms
+        let b = l.buckets(&[0.0015, 0.0035]);
+        assert_eq!(b[1].label, "received_to_complete");
+        assert_eq!((b[0].counts.clone(), b[1].counts.clone(), b[2].counts.clone(), b[3].counts.clone()), (vec![1, 0, 0], vec![0, 2, 0], vec![0, 1, 0], vec![0, 0, 1]));
+        assert_eq!(b[1].count, 2);
+        assert!((b[1].sum_s - 0.004).abs() < 1e-5, "{}", b[1].sum_s);
     }
 }
