@@ -57,7 +57,7 @@ def secured(rdaq, tmp_path):
         subprocess.Popen([str(rdaq), "emulate", "--serve", str(ports["det"]), "--modules", "2", "--token-file", str(token_file)],
                          stdout=subprocess.DEVNULL, stderr=logs["det"]),
         subprocess.Popen([str(rdaq), "receive", "--serve", str(ports["dr0"]), "--name", "dr0", "--memory-mib", "64",
-                          "--out-dir", str(tmp_path), "--stream", "none", "--token-file", str(token_file)],
+                          "--out-dir", str(tmp_path), "--stream", "none", "--token-file", str(token_file), "--log-format", "json"],
                          stdout=subprocess.DEVNULL, stderr=logs["dr0"]),
     ]
     urls = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
@@ -105,6 +105,8 @@ def test_every_mutating_endpoint_needs_the_token(secured, tmp_path):
     log = (tmp_path / "dr0.log").read_text()
     assert "refused PUT /buffers from 127.0.0.1:" in log and "wrong API token" in log, log
     assert TOKEN not in log, "the token is never printed"
+    refusals = [json.loads(line) for line in log.splitlines() if "refused" in line]
+    assert len(refusals) == 6 and all(r["level"] == "WARN" and r["fields"]["peer"].startswith("127.0.0.1:") for r in refusals), refusals
     # with the token each call reaches its handler (which judges the request itself)
     answers = {(who, method, path): call(method, urls[who] + path, body, token=TOKEN)[0] for who, method, path, body in MUTATING}
     assert answers == {
@@ -130,6 +132,10 @@ def test_the_manager_carries_the_token_and_runs(rdaq, secured, tmp_path):
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads((tmp_path / "b" / "report.json").read_text())["frames_complete"] == 10
+    # the receiver daemon logs (JSON here) one summary line per acquisition
+    logs = [json.loads(line) for line in (tmp_path / "dr0.log").read_text().splitlines()]
+    done = [e["fields"] for e in logs if e["fields"].get("message") == "acquisition finished"]
+    assert done and done[0]["frames_complete"] == 10 and done[0]["frames_written"] == 10 and done[0]["receiver"] == "dr0", done
     r = subprocess.run([str(rdaq), "manage", "--topology", str(topo), "--frames", "2", "--out", str(tmp_path / "c"),
                         "--overwrite", "--token-file", str(token_file)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -165,7 +171,7 @@ def test_protected_reads_short_tokens_and_open_listeners(rdaq, tmp_path):
     try:
         line = ""
         deadline = time.monotonic() + 20
-        while "warning" not in line and time.monotonic() < deadline:
+        while "WARN" not in line and time.monotonic() < deadline:
             line = p.stderr.readline()
         assert "without a token: anyone on the network can reconfigure or stop this daemon" in line, line
     finally:

@@ -97,7 +97,7 @@ fn warn_if_readable_by_others(p: &Path) {
     use std::os::unix::fs::PermissionsExt;
     if let Ok(m) = std::fs::metadata(p) {
         if m.permissions().mode() & 0o077 != 0 {
-            eprintln!("rdaq: warning: token file {} can be read by other users (chmod 600 it)", p.display());
+            tracing::warn!("token file {} can be read by other users (chmod 600 it)", p.display());
         }
     }
 }
@@ -164,7 +164,7 @@ pub async fn guard(State(access): State<Arc<Access>>, ConnectInfo(peer): Connect
                 Refusal::Missing => (StatusCode::UNAUTHORIZED, "this call needs the API token: send `Authorization: Bearer <token>`"),
                 Refusal::Wrong => (StatusCode::FORBIDDEN, "wrong API token"),
             };
-            eprintln!("rdaq: refused {} {} from {peer}: {why} ({n} refused so far)", req.method(), req.uri().path());
+            tracing::warn!(method = %req.method(), path = req.uri().path(), %peer, refused = n, "refused {} {} from {peer}: {why}", req.method(), req.uri().path());
             let mut resp = crate::http::ApiError(status, why.into()).into_response();
             if r == Refusal::Missing {
                 resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"rdaq\""));

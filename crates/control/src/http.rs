@@ -99,9 +99,9 @@ pub fn guarded(app: axum::Router, access: Arc<Access>) -> axum::Router {
 pub async fn listen(addr: SocketAddr, what: &str, access: &Access) -> anyhow::Result<tokio::net::TcpListener> {
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let token = if access.has_token() { "token required for changes" } else { "no token: open to every client that can reach it" };
-    eprintln!("rdaq {what}: control API on http://{} ({token})", listener.local_addr()?);
+    tracing::info!(daemon = what, "control API on http://{} ({token})", listener.local_addr()?);
     if !addr.ip().is_loopback() && !access.has_token() {
-        eprintln!("rdaq {what}: warning: listening on {} without a token: anyone on the network can reconfigure or stop this daemon (--token-file or {})", addr.ip(), crate::auth::TOKEN_ENV);
+        tracing::warn!(daemon = what, "listening on {} without a token: anyone on the network can reconfigure or stop this daemon (--token-file or {})", addr.ip(), crate::auth::TOKEN_ENV);
     }
     Ok(listener)
 }

@@ -276,7 +276,7 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     print_report(&report, &a.out);
     let loss = report.frames_complete < a.frames || report.receivers.values().any(|r| r.write_error.is_some());
     if a.serve.is_some() {
-        eprintln!("rdaq manage: done; the API keeps serving the report until Ctrl-C");
+        tracing::info!("done; the API keeps serving the report until Ctrl-C");
         let (tx, rx) = std::sync::mpsc::channel();
         ctrlc::set_handler(move || {
             let _ = tx.send(());
@@ -284,7 +284,7 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
         let _ = rx.recv();
     }
     if loss && !a.tolerate_loss {
-        eprintln!("rdaq manage: data was lost (use --tolerate-loss to exit 0 anyway)");
+        tracing::warn!("data was lost (use --tolerate-loss to exit 0 anyway)");
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
@@ -383,7 +383,7 @@ impl<'a> Session<'a> {
         let dtps = plan.module_dtps(t, &maps)?;
         let _: serde_json::Value = self.api.send("PUT", self.det_ctl, "/dtp", &DtpUpload { from_frame: None, dtps: dtps.clone() }).context("uploading DTPs")?;
         let receivers = plan.receivers.iter().map(|rp| t.receivers[rp.receiver].name.clone()).collect();
-        eprintln!("rdaq manage: {} modules -> {} receivers ({:?} mode), address space {} MiB", t.detector.modules, plan.receivers.len(), t.transfer.mode, ras.len() >> 20);
+        tracing::info!(modules = t.detector.modules, receivers = plan.receivers.len(), mode = ?t.transfer.mode, address_space_mib = ras.len() >> 20, "planned");
         Ok(Configured { requests, maps, epochs: vec![Epoch { from_frame: 0, receivers, reason: "initial plan".into(), dtps }] })
     }
 
@@ -434,10 +434,10 @@ impl<'a> Session<'a> {
             }
             match replan(&self.api, self.det_ctl, &self.t, c, &w.live, &w.dead, st.frontier) {
                 Ok(e) => {
-                    eprintln!("rdaq manage: re-planned from frame {} over {:?}", e.from_frame, e.receivers);
+                    tracing::warn!(from_frame = e.from_frame, receivers = ?e.receivers, "re-planned");
                     c.epochs.push(e);
                 }
-                Err(why) => eprintln!("rdaq manage: {why}"),
+                Err(why) => tracing::error!("{why}"),
             }
         }
     }
@@ -456,7 +456,7 @@ impl<'a> Session<'a> {
             }
             if beats.answer(r, answer.is_ok()) {
                 let why = answer.err().map_or(String::new(), |e| format!("{e:#}"));
-                eprintln!("rdaq manage: receiver {} stopped answering ({why})", spec.name);
+                tracing::error!(receiver = %spec.name, "stopped answering ({why})");
                 lost_now.push(r);
             }
         }
@@ -475,7 +475,7 @@ impl<'a> Session<'a> {
                 match self.api.send::<StopAnswer>("POST", spec.control, "/stop", &serde_json::json!({})) {
                     Ok(v) => rep = ReceiverReport::from_stop(v),
                     Err(e) => {
-                        eprintln!("rdaq manage: receiver {} failed at the end: {e:#}", spec.name);
+                        tracing::error!(receiver = %spec.name, "failed at the end: {e:#}");
                         w.dead.insert(spec.name.clone());
                     }
                 }
@@ -601,7 +601,7 @@ fn replan(api: &Api, det_ctl: SocketAddr, t: &Topology, c: &Configured, live: &[
         match api.send::<serde_json::Value>("PUT", det_ctl, "/dtp", &DtpUpload { from_frame: Some(from), dtps: dtps.clone() }) {
             Ok(_) => return Ok(Epoch { from_frame: from, receivers, reason, dtps }),
             Err(e) => {
-                eprintln!("rdaq manage: re-plan from frame {from} refused ({e:#}), trying later");
+                tracing::warn!(from_frame = from, "re-plan refused ({e:#}), trying later");
                 from += 5;
             }
         }

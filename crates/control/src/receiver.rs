@@ -258,6 +258,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         .map_err(internal)?;
     active.acq = Some(Acquisition { stop, consumer, stream: live });
     d.latency = latency;
+    tracing::info!(receiver = %d.opts.name, output = ?path, events_from, "acquisition started");
     Ok(Json(StartAnswer { state: "acquiring".into(), output: path, events_from }))
 }
 
@@ -301,6 +302,7 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
     .await
     .map_err(internal)?
     .map_err(internal)?;
+    log_summary(&lock(&s).opts.name, &stats, &counters, output.as_deref());
     Ok(Json(StopAnswer {
         frames_complete: stats.complete,
         frames_incomplete: stats.incomplete,
@@ -313,6 +315,34 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
         counters: counters_json(&counters),
         stream,
     }))
+}
+
+/// The acquisition's one summary line in the log (a warning when anything was lost or not saved).
+fn log_summary(name: &str, stats: &ConsumeStats, c: &Counters, output: Option<&std::path::Path>) {
+    let output = output.map(|p| p.display().to_string()).unwrap_or_else(|| "none".into());
+    let lost = stats.incomplete + stats.discarded + c.frames_refused + stats.not_saved > 0 || stats.write_error.is_some();
+    macro_rules! summary {
+        ($level:ident) => {
+            tracing::$level!(
+                receiver = name,
+                frames_complete = stats.complete,
+                frames_incomplete = stats.incomplete,
+                frames_discarded = stats.discarded,
+                frames_refused = c.frames_refused,
+                frames_written = stats.written,
+                frames_not_saved = stats.not_saved,
+                datagrams_dropped = c.dropped_total(),
+                write_error = stats.write_error.as_deref().unwrap_or("none"),
+                output = %output,
+                "acquisition finished"
+            )
+        };
+    }
+    if lost {
+        summary!(warn);
+    } else {
+        summary!(info);
+    }
 }
 
 pub fn counters_json(c: &Counters) -> serde_json::Value {

@@ -19,6 +19,33 @@ use rdaq_control::manage;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Log lines of the daemons and the manager (on stderr): text, or one JSON object per line.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Lowest level logged: error, warn, info, debug, trace (RUST_LOG, when set, wins).
+    #[arg(long, global = true, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    log_level: String,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs through `tracing` to stderr, at the level and in the format asked for.
+fn init_logs(format: LogFormat, level: &str) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(f) => EnvFilter::try_new(f).map_err(|e| anyhow::anyhow!("RUST_LOG: {e}"))?,
+        Err(_) => EnvFilter::try_new(level).map_err(|e| anyhow::anyhow!("--log-level {level:?}: {e}"))?,
+    };
+    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    match format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -46,6 +73,10 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = init_logs(cli.log_format, &cli.log_level) {
+        eprintln!("rdaq: error: {e:#}");
+        return ExitCode::from(2);
+    }
     let r = match cli.cmd {
         Cmd::Run(a) => run::run(a),
         Cmd::Write(a) => write::write(a),
