@@ -10,9 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use rdaq_proto::events::{EventLog, EventPage};
+use serde::Deserialize;
 
 use crate::auth::Access;
-use serde::Deserialize;
 
 /// An error answer: status and a one-line message, as `{"error": "..."}`.
 pub struct ApiError(pub StatusCode, pub String);
