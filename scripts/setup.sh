@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 # libzmq3-dev: the Stream V2 publisher; hdf5-tools: h5clear for files of a killed writer;
 # clang, libbpf-dev: the AF_XDP engine's XDP program (crates/net/bpf/steer.c, built by cargo);
 # tshark: the RoCEv2 test decodes the emulator's packets with Wireshark's dissector
-APT_PACKAGES=(libhdf5-dev pkg-config iproute2 python3-venv stress-ng dials libzmq3-dev hdf5-tools clang libbpf-dev tshark)
+# chromium, chromium-driver: the dashboard tests open the page in a real (headless) browser
+APT_PACKAGES=(libhdf5-dev pkg-config iproute2 python3-venv stress-ng dials libzmq3-dev hdf5-tools clang libbpf-dev tshark chromium chromium-driver)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -517,7 +517,7 @@ fn breakdown_table(a: &TransportArgs) -> anyhow::Result<()> {
         cfg.output.overwrite = true;
         cfg.check()?;
         eprintln!("rdaq bench transport: a paced acquisition on {k}: {} frames of 2 modules at 100 Hz, raw, written to {}", a.breakdown_frames, dir.display());
-        let sum = rdaq_run::run::run(&cfg, std::sync::Arc::new(rdaq_emulator::Control::default()), &indicatif::ProgressBar::hidden());
+        let sum = rdaq_run::run::run(&cfg, std::sync::Arc::new(rdaq_emulator::Control::default()), std::sync::Arc::default(), &indicatif::ProgressBar::hidden());
         let _ = std::fs::remove_dir_all(&dir);
         let sum = sum.with_context(|| format!("the paced acquisition on {k}"))?;
         rows.push((k, sum));

@@ -133,11 +133,14 @@ impl Access {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// Whether a call with `method` and `authorization` header may go on.
-    pub fn check(&self, method: &Method, authorization: Option<&HeaderValue>) -> Result<(), Refusal> {
+    /// Whether a call with `method` on `path` and `authorization` header may go on. The
+    /// dashboard's page and files carry no data: reading them is always open (the page then
+    /// asks for the token where reads need it).
+    pub fn check(&self, method: &Method, path: &str, authorization: Option<&HeaderValue>) -> Result<(), Refusal> {
         let Some(token) = &self.token else { return Ok(()) };
         let reads = method == Method::GET || method == Method::HEAD;
-        if reads && !self.protect_reads {
+        let shell = path == "/" || path.starts_with(crate::dashboard::ASSETS);
+        if reads && (!self.protect_reads || shell) {
             return Ok(());
         }
         let given = authorization.and_then(|h| h.as_bytes().strip_prefix(b"Bearer ")).ok_or(Refusal::Missing)?;
@@ -151,7 +154,7 @@ impl Access {
 
 /// Middleware: lets a call through, or answers the refusal and counts and logs it.
 pub async fn guard(State(access): State<Arc<Access>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request, next: Next) -> Response {
-    match access.check(req.method(), req.headers().get(header::AUTHORIZATION)) {
+    match access.check(req.method(), req.uri().path(), req.headers().get(header::AUTHORIZATION)) {
         Ok(()) => next.run(req).await,
         Err(r) => {
             let n = access.refused.fetch_add(1, Ordering::Relaxed) + 1;
@@ -184,15 +187,19 @@ mod tests {
     #[test]
     fn mutating_calls_need_the_exact_token() {
         let a = access(false);
-        assert_eq!(a.check(&Method::POST, None), Err(Refusal::Missing));
-        assert_eq!(a.check(&Method::PUT, Some(&h("Basic 0123456789abcdef0123"))), Err(Refusal::Missing));
-        assert_eq!(a.check(&Method::POST, Some(&h("Bearer 0123456789abcdef012"))), Err(Refusal::Wrong));
-        assert_eq!(a.check(&Method::POST, Some(&h("Bearer 0123456789abcdef01234"))), Err(Refusal::Wrong));
-        assert_eq!(a.check(&Method::DELETE, Some(&h("Bearer 0123456789abcdef0123"))), Ok(()));
-        assert_eq!(a.check(&Method::GET, None), Ok(()), "reads are open unless protected");
-        assert_eq!(access(true).check(&Method::GET, None), Err(Refusal::Missing));
-        assert_eq!(access(true).check(&Method::GET, Some(&h("Bearer 0123456789abcdef0123"))), Ok(()));
-        assert_eq!(Access::default().check(&Method::POST, None), Ok(()), "no token: open");
+        assert_eq!(a.check(&Method::POST, "/stop", None), Err(Refusal::Missing));
+        assert_eq!(a.check(&Method::PUT, "/buffers", Some(&h("Basic 0123456789abcdef0123"))), Err(Refusal::Missing));
+        assert_eq!(a.check(&Method::POST, "/start", Some(&h("Bearer 0123456789abcdef012"))), Err(Refusal::Wrong));
+        assert_eq!(a.check(&Method::POST, "/start", Some(&h("Bearer 0123456789abcdef01234"))), Err(Refusal::Wrong));
+        assert_eq!(a.check(&Method::DELETE, "/x", Some(&h("Bearer 0123456789abcdef0123"))), Ok(()));
+        assert_eq!(a.check(&Method::GET, "/status", None), Ok(()), "reads are open unless protected");
+        assert_eq!(access(true).check(&Method::GET, "/status", None), Err(Refusal::Missing));
+        assert_eq!(access(true).check(&Method::GET, "/dashboard/live", None), Err(Refusal::Missing));
+        assert_eq!(access(true).check(&Method::GET, "/status", Some(&h("Bearer 0123456789abcdef0123"))), Ok(()));
+        assert_eq!(access(true).check(&Method::GET, "/", None), Ok(()), "the dashboard's page carries no data");
+        assert_eq!(access(true).check(&Method::GET, "/dashboard/assets/app.js", None), Ok(()));
+        assert_eq!(access(true).check(&Method::POST, "/", None), Err(Refusal::Missing), "only reads of the page are open");
+        assert_eq!(Access::default().check(&Method::POST, "/stop", None), Ok(()), "no token: open");
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
         .route("/stop", post(stop))
         .route("/status", get(status))
         .route("/manifest", get(manifest));
-    daemon_router(d, routes)
+    daemon_router(Arc::new(std::sync::Mutex::new(d)), routes)
 }
 
 async fn telegram(State(s): State<Shared>) -> Json<DetectorTelegram> {

@@ -67,8 +67,8 @@ pub trait Daemon: Send + 'static {
 }
 
 /// The router of daemon `d`: its own `routes`, `/events`, and the state they share.
-pub fn daemon_router<D: Daemon>(d: D, routes: Router<Shared<D>>) -> Router {
-    routes.route("/events", get(events::<D>)).with_state(Arc::new(Mutex::new(d)))
+pub fn daemon_router<D: Daemon>(d: Shared<D>, routes: Router<Shared<D>>) -> Router {
+    routes.route("/events", get(events::<D>)).with_state(d)
 }
 
 async fn events<D: Daemon>(State(s): State<Shared<D>>, Query(q): Query<Since>) -> Json<EventPage> {
@@ -87,6 +87,19 @@ pub fn serve(addr: SocketAddr, app: axum::Router, what: &str, access: Arc<Access
             .await?;
         Ok(())
     })
+}
+
+/// Serves `app` behind `access` on `addr` from a thread of its own, while the caller runs
+/// the acquisition; returns the address it listens on.
+pub fn serve_in_background(addr: SocketAddr, app: axum::Router, what: &str, access: Arc<Access>) -> anyhow::Result<SocketAddr> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let listener = rt.block_on(listen(addr, what, &access))?;
+    let bound = listener.local_addr()?;
+    let app = guarded(app, access).into_make_service_with_connect_info::<SocketAddr>();
+    std::thread::Builder::new().name(format!("rdaq-{what}-api")).spawn(move || {
+        let _ = rt.block_on(async move { axum::serve(listener, app).await });
+    })?;
+    Ok(bound)
 }
 
 /// `app` with every call checked by `access` first.

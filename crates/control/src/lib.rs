@@ -8,13 +8,19 @@
 //!   their DTPs from the manager.
 //! - [`manage`]: the system manager's acquisition over both (`rdaq manage`): telegrams,
 //!   buffers, DTPs, start, heartbeats, re-planning, the report.
+//! - [`dashboard`]: the live web page every server above serves, and `rdaq run --serve`'s
+//!   ([`run`]).
 //! - [`http`]: what the APIs share.
-//! - [`metrics`]: `/metrics` through `prometheus-client`.
+//! - [`metrics`]: `/metrics` through `prometheus-client`; [`counters`]: the receiver's
+//!   counters as every API names them.
 //! - [`auth`]: the bearer token mutating calls (and optionally reads) need.
 
 pub mod auth;
+pub mod counters;
+pub mod dashboard;
 pub mod detector;
 pub mod http;
 pub mod manage;
 pub mod metrics;
 pub mod receiver;
+pub mod run;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use rdaq_manager::{tally, Epoch, Heartbeats, Plan, Reported, Topology};
-use rdaq_proto::events::{Event, EventLog, EventPage};
+use rdaq_proto::events::{Event, EventPage};
 use rdaq_proto::telegram::{BufferMap, BufferRequest, DetectorTelegram, ModuleDtp, ReceiverTelegram};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -60,50 +60,10 @@ pub struct ManageArgs {
     access: crate::auth::AccessArgs,
 }
 
-/// What the manager's API shows.
-#[derive(Default)]
-struct Board {
-    status: serde_json::Value,
-    events: Option<EventLog>,
-    report: Option<serde_json::Value>,
-}
+mod board;
 
-type SharedBoard = std::sync::Arc<std::sync::Mutex<Board>>;
-
-use crate::http::lock as board;
-
-/// Starts the manager's API in a background thread.
-fn serve_board(addr: SocketAddr, b: SharedBoard, access: std::sync::Arc<crate::auth::Access>) -> anyhow::Result<()> {
-    use axum::extract::{Query, State};
-    use axum::routing::get;
-    use axum::Json;
-    let app = axum::Router::new()
-        .route("/status", get(|State(b): State<SharedBoard>| async move { Json(board(&b).status.clone()) }))
-        .route(
-            "/events",
-            get(|State(b): State<SharedBoard>, Query(q): Query<crate::http::Since>| async move {
-                let g = board(&b);
-                Json(g.events.as_ref().map(|l| l.since(q.since, q.limit.min(100_000))))
-            }),
-        )
-        .route(
-            "/report",
-            get(|State(b): State<SharedBoard>| async move {
-                match board(&b).report.clone() {
-                    Some(r) => Ok(Json(r)),
-                    None => Err(crate::http::conflict("the acquisition is still running")),
-                }
-            }),
-        )
-        .with_state(b);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    let listener = rt.block_on(crate::http::listen(addr, "manage", &access))?;
-    let app = crate::http::guarded(app, access).into_make_service_with_connect_info::<SocketAddr>();
-    std::thread::Builder::new().name("rdaq-manage-api".into()).spawn(move || {
-        let _ = rt.block_on(async move { axum::serve(listener, app).await });
-    })?;
-    Ok(())
-}
+use board::{Board, SharedBoard};
+use crate::http::lock;
 
 /// A blocking JSON client of the control APIs.
 struct Api {
@@ -174,6 +134,9 @@ struct Report {
     topology: PathBuf,
     mode: String,
     frames_expected: u64,
+    /// The frames asked for, when an operator stopped the run before the detector sent them
+    /// all (`frames_expected` is then what it started).
+    stopped_early_of: Option<u64>,
     frames_complete: u64,
     /// Frames sent to a receiver that died, or never reported by a receiver they were sent to.
     frames_lost: Vec<u64>,
@@ -209,16 +172,15 @@ impl Feed {
                 // the component's log dropped events before we read them: say so in ours
                 let lost = page.first - self.next;
                 let e = Event::Error { source: self.host.to_string(), message: format!("{lost} events dropped before they were read") };
-                board(log).events.get_or_insert_with(|| EventLog::new(1 << 20)).push(e);
+                lock(log).events.push(e);
             }
             if page.events.is_empty() {
                 return Ok(());
             }
             self.next = page.next;
-            let mut b = board(log);
-            let l = b.events.get_or_insert_with(|| EventLog::new(1 << 20));
+            let mut b = lock(log);
             for e in &page.events {
-                l.push(e.clone());
+                b.events.push(e.clone());
             }
             drop(b);
             self.events.extend(page.events);
@@ -254,15 +216,17 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     s.watch(&mut c, &mut w, &mut feeds, &mut det_feed, start)?;
     let elapsed = start.elapsed();
     let det_stop: serde_json::Value = s.api.send("POST", s.det_ctl, "/stop", &serde_json::json!({})).context("stopping the detector")?;
+    let frames = frames_expected(&a, &s, &det_stop);
     let manifest = s.api.text(s.det_ctl, "/manifest").context("detector manifest")?;
     std::fs::write(a.out.join("manifest.csv"), manifest)?;
     det_feed.pull(&s.api, &s.shared)?;
     let g = s.gather(&c, &mut w, &mut feeds, &det_feed.events)?;
-    let (frames_complete, frames_lost) = tally(a.frames, &c.epochs, &w.dead, &g.reported);
+    let (frames_complete, frames_lost) = tally(frames, &c.epochs, &w.dead, &g.reported);
     let report = Report {
         topology: a.topology.clone(),
         mode: format!("{:?}", s.t.transfer.mode),
-        frames_expected: a.frames,
+        frames_expected: frames,
+        stopped_early_of: (frames < a.frames).then_some(a.frames),
         frames_complete,
         frames_lost,
         frames_incomplete: g.reported.incomplete.into_iter().collect(),
@@ -274,7 +238,7 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     };
     s.publish(&report)?;
     print_report(&report, &a.out);
-    let loss = report.frames_complete < a.frames || report.receivers.values().any(|r| r.write_error.is_some());
+    let loss = report.frames_complete < frames || report.receivers.values().any(|r| r.write_error.is_some());
     if a.serve.is_some() {
         tracing::info!("done; the API keeps serving the report until Ctrl-C");
         let (tx, rx) = std::sync::mpsc::channel();
@@ -337,12 +301,11 @@ impl<'a> Session<'a> {
         std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
         let files = ["report.json", "events.jsonl", "manifest.csv"].map(|f| a.out.join(f));
         rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), a.overwrite)?;
-        let shared: SharedBoard = Default::default();
-        board(&shared).status = serde_json::json!({ "state": "configuring" });
+        let shared: SharedBoard = std::sync::Arc::new(std::sync::Mutex::new(Board::new(format!("manager {}", a.topology.display()), a.frames)));
         let access = a.access.access()?;
         let token = access.token().cloned();
         if let Some(addr) = a.serve {
-            serve_board(addr, shared.clone(), std::sync::Arc::new(access))?;
+            board::serve(addr, shared.clone(), std::sync::Arc::new(access))?;
         }
         let api = Api::new(Duration::from_secs(60), token.as_ref());
         let heartbeat = Api::new(Duration::from_millis(a.heartbeat_ms.max(100)), token.as_ref());
@@ -384,7 +347,14 @@ impl<'a> Session<'a> {
         let _: serde_json::Value = self.api.send("PUT", self.det_ctl, "/dtp", &DtpUpload { from_frame: None, dtps: dtps.clone() }).context("uploading DTPs")?;
         let receivers = plan.receivers.iter().map(|rp| t.receivers[rp.receiver].name.clone()).collect();
         tracing::info!(modules = t.detector.modules, receivers = plan.receivers.len(), mode = ?t.transfer.mode, address_space_mib = ras.len() >> 20, "planned");
-        Ok(Configured { requests, maps, epochs: vec![Epoch { from_frame: 0, receivers, reason: "initial plan".into(), dtps }] })
+        let epochs = vec![Epoch { from_frame: 0, receivers, reason: "initial plan".into(), dtps }];
+        self.show_plan(&epochs);
+        Ok(Configured { requests, maps, epochs })
+    }
+
+    /// The plan on the dashboard.
+    fn show_plan(&self, epochs: &[Epoch]) {
+        lock(&self.shared).set_plan(&format!("{:?}", self.t.transfer.mode), self.t.detector.modules, self.det_ctl, epochs);
     }
 
     /// Starts every receiver of the plan (each writes its part of the image); if one fails,
@@ -407,6 +377,7 @@ impl<'a> Session<'a> {
                 }
             };
             feeds.insert(*r, Feed::new(spec.control, v.events_from));
+            lock(&self.shared).receivers.insert(spec.name.clone(), (true, None));
         }
         Ok(feeds)
     }
@@ -419,8 +390,12 @@ impl<'a> Session<'a> {
         loop {
             std::thread::sleep(Duration::from_millis(self.a.heartbeat_ms));
             let st: DetectorStatus = self.api.get(self.det_ctl, "/status").context("detector status")?;
-            board(&self.shared).status = serde_json::json!({ "state": "running", "detector": st, "dead": w.dead });
-            if st.state != DetectorState::Running || Instant::now() > deadline {
+            let stop = {
+                let mut b = lock(&self.shared);
+                b.status = serde_json::json!({ "state": "running", "detector": st, "dead": w.dead });
+                b.stop_requested
+            };
+            if stop || st.state != DetectorState::Running || Instant::now() > deadline {
                 return Ok(());
             }
             det_feed.pull(&self.api, &self.shared)?;
@@ -435,7 +410,9 @@ impl<'a> Session<'a> {
             match replan(&self.api, self.det_ctl, &self.t, c, &w.live, &w.dead, st.frontier) {
                 Ok(e) => {
                     tracing::warn!(from_frame = e.from_frame, receivers = ?e.receivers, "re-planned");
+                    lock(&self.shared).events.push(Event::Replanned { from_frame: e.from_frame, receivers: e.receivers.clone(), reason: e.reason.clone() });
                     c.epochs.push(e);
+                    self.show_plan(&c.epochs);
                 }
                 Err(why) => tracing::error!("{why}"),
             }
@@ -448,6 +425,8 @@ impl<'a> Session<'a> {
         for &r in live {
             let spec = &self.t.receivers[r];
             let answer = self.heartbeat.get::<serde_json::Value>(spec.control, "/status");
+            let counters = answer.as_ref().ok().map(|v| v["counters"].clone()).filter(|c| !c.is_null());
+            lock(&self.shared).receivers.insert(spec.name.clone(), (answer.is_ok(), counters));
             if answer.is_ok() {
                 if let Some(f) = feeds.get_mut(&r) {
                     // a failed pull is a missed heartbeat next time round, not an error
@@ -503,7 +482,7 @@ impl<'a> Session<'a> {
     /// Writes the report and shows it on the manager's API.
     fn publish(&self, report: &Report) -> anyhow::Result<()> {
         std::fs::write(self.a.out.join("report.json"), serde_json::to_string_pretty(report)?)?;
-        let mut b = board(&self.shared);
+        let mut b = lock(&self.shared);
         b.report = Some(serde_json::to_value(report)?);
         b.status = serde_json::json!({ "state": "done", "frames_complete": report.frames_complete, "frames_lost": report.frames_lost.len() });
         Ok(())
@@ -540,6 +519,17 @@ impl ReceiverReport {
             events_dropped: 0,
         }
     }
+}
+
+/// The frames the run should have delivered: all asked for, or after an operator's stop
+/// those the detector started (a frame some modules had not sent yet is reported
+/// incomplete or lost, not left out).
+fn frames_expected(a: &ManageArgs, s: &Session, det_stop: &serde_json::Value) -> u64 {
+    if !lock(&s.shared).stop_requested {
+        return a.frames;
+    }
+    let module_frames = det_stop["module_frames"].as_u64().unwrap_or(a.frames * s.t.detector.modules as u64);
+    module_frames.div_ceil(s.t.detector.modules.max(1) as u64).min(a.frames)
 }
 
 /// What each module said it sent, from its end-of-transfer event.

@@ -15,15 +15,17 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use indicatif::ProgressBar;
 use rdaq_detector::{Geometry, MODULE_BYTES};
-use rdaq_proto::events::{ranges, Event, EventLog, EventPage};
+use rdaq_proto::events::{Event, EventLog, EventPage};
 use rdaq_proto::telegram::{BufferMap, BufferRequest, ReceiverTelegram, TELEGRAM_VERSION};
 use rdaq_receiver::{Counters, FrameStatus, IncompletePolicy, Receiver, ReceiverConfig};
 use rdaq_sink::NxmxWriter;
 use serde::{Deserialize, Serialize};
 
+use crate::counters::json as counters_json;
+use crate::dashboard::{self, ReceiverView, Snapshot, View};
 use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
 use rdaq_run::consume::{consume, ConsumeStats, Sinks};
-use rdaq_run::latency::Latency;
+use rdaq_run::board::{incomplete_event, Board};
 use rdaq_run::stream::{Stream, StreamReport};
 
 #[derive(Clone, Debug)]
@@ -59,8 +61,10 @@ struct ReceiverDaemon {
     opts: Options,
     active: Option<Active>,
     events: Arc<Mutex<EventLog>>,
-    /// Per-frame latency of the current or last acquisition.
-    latency: Arc<Mutex<Latency>>,
+    /// The current or last acquisition as it goes: latency, a glance at the latest frame.
+    board: Arc<Board>,
+    /// What the last acquisition came to (the answer to its stop), for the dashboard.
+    last: Option<serde_json::Value>,
     access: Arc<crate::auth::Access>,
 }
 
@@ -75,7 +79,8 @@ impl Daemon for ReceiverDaemon {
 /// The daemon's API; `access` is the one [`crate::http::serve`] guards it with (its
 /// refusals are counted in `/metrics`).
 pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
-    let d = ReceiverDaemon { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))), latency: Arc::default(), access };
+    let d = ReceiverDaemon { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))), board: Arc::default(), last: None, access };
+    let shared: Shared = Arc::new(Mutex::new(d));
     let routes = Router::new()
         .route("/telegram", get(telegram))
         .route("/buffers", put(buffers))
@@ -83,7 +88,41 @@ pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
         .route("/stop", post(stop))
         .route("/status", get(status))
         .route("/metrics", get(metrics));
-    daemon_router(d, routes)
+    daemon_router(shared.clone(), routes).merge(dashboard::routes(Arc::new(DaemonView(shared))))
+}
+
+/// The receiver daemon on its dashboard.
+struct DaemonView(Shared);
+
+impl View for DaemonView {
+    fn snapshot(&self) -> Snapshot {
+        let d = lock(&self.0);
+        let (state, counters) = match &d.active {
+            None => ("idle", None),
+            Some(a) => (if a.acq.is_some() { "acquiring" } else { "configured" }, Some(counters_json(&a.rx.counters()))),
+        };
+        let mut s = Snapshot {
+            title: format!("receiver {}", d.opts.name),
+            state: state.into(),
+            uptime_s: d.board.uptime_s(),
+            receivers: vec![ReceiverView { name: d.opts.name.clone(), alive: true, counters }],
+            stop: (state == "acquiring").then(|| "/stop".into()),
+            token_required: d.access.has_token(),
+            api_refused: d.access.refused(),
+            result: if state == "acquiring" { None } else { d.last.clone() },
+            ..Snapshot::default()
+        };
+        dashboard::from_board(&d.board, &mut s);
+        s
+    }
+
+    fn events(&self, since: u64) -> EventPage {
+        lock(&lock(&self.0).events).since(since, 10_000)
+    }
+
+    fn glance(&self) -> Option<Arc<rdaq_run::board::Glance>> {
+        lock(&self.0).board.glance()
+    }
 }
 
 async fn telegram(State(s): State<Shared>) -> Json<ReceiverTelegram> {
@@ -218,8 +257,8 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let (rx, flag) = (active.rx.clone(), stop.clone());
     let loss_rx = active.rx.clone();
     let (events_w, name_w) = (events.clone(), name.clone());
-    let latency = Arc::new(Mutex::new(Latency::default()));
-    let latency_w = latency.clone();
+    let board = Arc::new(Board::default());
+    let board_w = board.clone();
     let consumer = std::thread::Builder::new()
         .name("rdaq-consume".into())
         .spawn(move || -> Outcome {
@@ -227,14 +266,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
             let on_frame = |f: &rdaq_receiver::FrameReady| {
                 let e = match f.status() {
                     FrameStatus::Complete => Event::FrameComplete { receiver: name.clone(), frame: f.frame(), imm: f.imm() },
-                    st => Event::FrameIncomplete {
-                        receiver: name.clone(),
-                        frame: f.frame(),
-                        received: f.received_cells(),
-                        total: f.total_cells(),
-                        missing: ranges(f.missing()),
-                        kept: st == FrameStatus::Incomplete,
-                    },
+                    _ => incomplete_event(&name, f),
                 };
                 let mut log = lock(&events);
                 log.push(e);
@@ -242,7 +274,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
                     log.push(Event::PacketLoss { receiver: name.clone(), module: l.module, start: l.start, end: l.end });
                 }
             };
-            let consumed = consume(&rx, Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, live: Some(&latency_w) }, &ProgressBar::hidden(), Some(&flag), on_frame);
+            let consumed = consume(&rx, Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, board: Some(&board_w) }, &ProgressBar::hidden(), Some(&flag), on_frame);
             // the stream ends also when consuming failed
             let streamed = stream.map(Stream::finish);
             let mut stats = consumed?;
@@ -257,7 +289,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         })
         .map_err(internal)?;
     active.acq = Some(Acquisition { stop, consumer, stream: live });
-    d.latency = latency;
+    d.board = board;
     tracing::info!(receiver = %d.opts.name, output = ?path, events_from, "acquisition started");
     Ok(Json(StartAnswer { state: "acquiring".into(), output: path, events_from }))
 }
@@ -302,8 +334,8 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
     .await
     .map_err(internal)?
     .map_err(internal)?;
-    log_summary(&lock(&s).opts.name, &stats, &counters, output.as_deref());
-    Ok(Json(StopAnswer {
+    let lost = log_summary(&lock(&s).opts.name, &stats, &counters, output.as_deref());
+    let answer = StopAnswer {
         frames_complete: stats.complete,
         frames_incomplete: stats.incomplete,
         frames_discarded: stats.discarded,
@@ -314,11 +346,15 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
         output,
         counters: counters_json(&counters),
         stream,
-    }))
+    };
+    let mut d = lock(&s);
+    d.last = Some(serde_json::json!({ "lost": lost, "summary": &answer }));
+    Ok(Json(answer))
 }
 
-/// The acquisition's one summary line in the log (a warning when anything was lost or not saved).
-fn log_summary(name: &str, stats: &ConsumeStats, c: &Counters, output: Option<&std::path::Path>) {
+/// The acquisition's one summary line in the log (a warning when anything was lost or not
+/// saved); returns whether anything was.
+fn log_summary(name: &str, stats: &ConsumeStats, c: &Counters, output: Option<&std::path::Path>) -> bool {
     let output = output.map(|p| p.display().to_string()).unwrap_or_else(|| "none".into());
     let lost = stats.incomplete + stats.discarded + c.frames_refused + stats.not_saved > 0 || stats.write_error.is_some();
     macro_rules! summary {
@@ -343,35 +379,7 @@ fn log_summary(name: &str, stats: &ConsumeStats, c: &Counters, output: Option<&s
     } else {
         summary!(info);
     }
-}
-
-pub fn counters_json(c: &Counters) -> serde_json::Value {
-    serde_json::json!({
-        "datagrams": c.datagrams,
-        "placed": c.placed,
-        "bytes_placed": c.bytes_placed,
-        "landed_in_place": c.landed_in_place,
-        "copied": c.copied,
-        "evacuated": c.evacuated,
-        "frames_complete": c.frames_complete,
-        "frames_incomplete": c.frames_incomplete,
-        "frames_discarded": c.frames_discarded,
-        "frames_refused": c.frames_refused,
-        "cells_missing": c.cells_missing,
-        "dropped": c.dropped_total(),
-        "dropped_by_reason": c.drops_by_reason().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
-        "seq_missing": c.seq_missing,
-        "seq_recovered": c.seq_recovered,
-        "nacks_sent": c.nacks_sent,
-        "acks_sent": c.acks_sent,
-        "replies_refused": c.replies_refused,
-        "nack_ranges_dropped": c.nack_ranges_dropped,
-        "placed_retransmitted": c.placed_retransmitted,
-        "redundant": c.redundant,
-        "frames_recovered": c.frames_recovered,
-        "frames_given_up": c.frames_given_up,
-        "loss_reports_dropped": c.loss_reports_dropped,
-    })
+    lost
 }
 
 async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
@@ -400,35 +408,11 @@ async fn metrics(State(s): State<Shared>) -> ([(axum::http::HeaderName, &'static
     let d = lock(&s);
     let c = d.active.as_ref().map(|a| a.rx.counters()).unwrap_or_default();
     let mut m = crate::metrics::Scrape::new("receiver", &d.opts.name);
-    for (name, help, v) in [
-        ("datagrams", "Datagrams read from the data ports", c.datagrams),
-        ("placed", "Datagrams placed into frames", c.placed),
-        ("bytes_placed", "Payload bytes placed", c.bytes_placed),
-        ("landed_in_place", "Placed datagrams the kernel wrote at their destination", c.landed_in_place),
-        ("copied", "Placed datagrams copied once by placement", c.copied),
-        ("evacuated", "Of the copied: moved out of a wrongly predicted cell first (two copies)", c.evacuated),
-        ("frames_complete", "Frames completed", c.frames_complete),
-        ("frames_incomplete", "Incomplete frames kept", c.frames_incomplete),
-        ("frames_discarded", "Incomplete frames discarded", c.frames_discarded),
-        ("frames_refused", "Frames refused whole because the ring was full (consumer behind)", c.frames_refused),
-        ("cells_missing", "Datagram cells missing in incomplete frames", c.cells_missing),
-        ("events_dropped", "Events pushed out of the event log unread", lock(&d.events).dropped),
-        ("seq_missing", "Sequence numbers the loss windows declared missing", c.seq_missing),
-        ("seq_recovered", "Declared-missing sequence numbers that arrived afterwards", c.seq_recovered),
-        ("nacks_sent", "Retransmission requests sent (RoCEv2: sequence-error NAKs)", c.nacks_sent),
-        ("acks_sent", "RoCEv2 acknowledgements sent", c.acks_sent),
-        ("replies_refused", "RoCEv2 ACKs and NAKs the interface's queue refused (lost)", c.replies_refused),
-        ("nack_ranges_dropped", "Missing ranges not asked for (queue full, rate limit, send failed)", c.nack_ranges_dropped),
-        ("placed_retransmitted", "Retransmitted datagrams placed", c.placed_retransmitted),
-        ("redundant", "Retransmissions no longer needed", c.redundant),
-        ("frames_recovered", "Frames completed by retransmission", c.frames_recovered),
-        ("frames_given_up", "Frames left incomplete after retransmission requests", c.frames_given_up),
-        ("loss_reports_dropped", "Loss reports not delivered (consumer behind)", c.loss_reports_dropped),
-        ("kernel_drops", "Datagrams the kernel dropped (socket buffer full), as of the last finished acquisition", c.kernel_drops),
-        ("api_refused", "Control calls refused for a missing or wrong token", d.access.refused()),
-    ] {
-        m.counter(name, help, v);
+    for f in &crate::counters::FIELDS {
+        m.counter(f.name, f.help, (f.get)(&c));
     }
+    m.counter("events_dropped", "Events pushed out of the event log unread", lock(&d.events).dropped);
+    m.counter("api_refused", "Control calls refused for a missing or wrong token", d.access.refused());
     let drops = rdaq_receiver::DropReason::ALL.iter().map(|r| (r.name().to_string(), c.dropped(*r))).collect();
     m.counters_by("dropped", "Datagrams dropped, by reason", "reason", drops);
     let (sent, dropped, waits) = stream_live(&d).unwrap_or_default();
@@ -439,7 +423,7 @@ async fn metrics(State(s): State<Shared>) -> ([(axum::http::HeaderName, &'static
     m.gauge("ring_slots_filling", "Ring slots being filled by the receive thread", c.slots_filling.into());
     m.gauge("ring_slots_handed", "Ring slots held by the consumer (processing, writing)", c.slots_handed.into());
     let bounds = crate::metrics::LATENCY_BOUNDS;
-    let steps = lock(&d.latency).buckets(&bounds);
+    let steps = d.board.latency().buckets(&bounds);
     let hist = steps.into_iter().map(|b| crate::metrics::HistogramValue { label: b.label.into(), counts: b.counts, count: b.count, sum: b.sum_s }).collect();
     m.histograms_by("frame_latency_seconds", "Per-frame latency of each step (received, complete, processed, written) of the current or last acquisition", "step", &bounds, hist);
     ([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.encode())

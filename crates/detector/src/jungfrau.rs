@@ -6,6 +6,8 @@ use crate::rng;
 pub const MODULE_ROWS: usize = 512;
 pub const MODULE_COLS: usize = 1024;
 pub const MODULE_PIXELS: usize = MODULE_ROWS * MODULE_COLS;
+/// The pixel pitch (both directions).
+pub const PIXEL_SIZE_M: f64 = 75e-6;
 /// Bytes of one raw module frame (16-bit words).
 pub const MODULE_BYTES: usize = MODULE_PIXELS * 2;
 /// Largest ADC value (14 bits).

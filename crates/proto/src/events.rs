@@ -25,6 +25,8 @@ pub enum Event {
     /// The manager changed the data transfer processes from `from_frame` on.
     Replanned { from_frame: u64, receivers: Vec<String>, reason: String },
     Error { source: String, message: String },
+    /// An operator asked for the acquisition to stop (through the control API, from `by`).
+    StopRequested { by: String },
 }
 
 /// Half-open ranges of consecutive cells.

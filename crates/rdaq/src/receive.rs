@@ -149,7 +149,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let mut stream = Stream::open(stream_config(&a.stream, &a.stream_policy)?.as_ref(), None, &meta, 1)?;
     let bar = progress_bar(a.frames, "receive");
     let start = Instant::now();
-    let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, live: None };
+    let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, board: None };
     let mut consumed = consume_until_stopped(&rx, sinks, &bar, a.timeout_s.map(|t| start + Duration::from_secs_f64(t)))?;
     bar.finish();
     let streamed = stream.map(Stream::finish);

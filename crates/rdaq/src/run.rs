@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use rdaq_emulator::Control;
+use rdaq_run::board::Board;
 use rdaq_run::config::Config;
 use rdaq_run::progress_bar;
 
@@ -59,6 +60,14 @@ pub struct RunArgs {
     /// Write the summary as JSON here too.
     #[arg(long)]
     summary_json: Option<PathBuf>,
+    /// Serve the web dashboard and the run's API (/status, /events, POST /stop) here:
+    /// ADDRESS:PORT, or a port alone for localhost. After the run, the page shows the
+    /// summary until Ctrl-C.
+    #[arg(long, value_parser = rdaq_control::http::listen_addr)]
+    serve: Option<std::net::SocketAddr>,
+    /// The token POST /stop needs (and reads with --protect-reads).
+    #[command(flatten)]
+    access: rdaq_control::auth::AccessArgs,
     /// Topology file: run the planned system (several receivers, any transfer mode) in this
     /// process, over the receivers' data addresses (which must be local). Default: one receiver.
     #[arg(long)]
@@ -66,12 +75,16 @@ pub struct RunArgs {
 }
 
 
-/// Stops the emulator on Ctrl-C; the receiver then finishes as after a normal end.
-fn on_interrupt(progress: Arc<Control>) {
+/// Stops the emulator on Ctrl-C; the receiver then finishes as after a normal end. Each
+/// Ctrl-C is also sent on the returned channel (a served dashboard waits for one).
+fn on_interrupt(progress: Arc<Control>) -> std::sync::mpsc::Receiver<()> {
+    let (tx, rx) = std::sync::mpsc::channel();
     let _ = ctrlc::set_handler(move || {
         eprintln!("rdaq: interrupted, finishing");
         progress.stop.store(true, Ordering::Relaxed);
+        let _ = tx.send(());
     });
+    rx
 }
 
 
@@ -120,14 +133,30 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     cfg.check()?;
     let control = Arc::new(Control::default());
-    on_interrupt(control.clone());
+    let interrupts = on_interrupt(control.clone());
     if let Some(t) = &a.topology {
+        if a.serve.is_some() {
+            anyhow::bail!("--serve: the dashboard shows a run of one receiver; with --topology, run the daemons under `rdaq manage --serve`");
+        }
         return run_topology(&cfg, t, control);
     }
-    let sum = rdaq_run::run::run(&cfg, control, &progress_bar(Some(cfg.emulator.frames), "run"))?;
+    let board = Arc::new(Board::default());
+    let view = match a.serve {
+        Some(addr) => Some(rdaq_control::run::serve(addr, a.access.access()?, format!("rdaq run {}", cfg.output.name), cfg.emulator.frames, board.clone(), control.clone())?),
+        None => None,
+    };
+    let sum = rdaq_run::run::run(&cfg, control, board, &progress_bar(Some(cfg.emulator.frames), "run"))?;
     sum.print();
     if let Some(p) = a.summary_json {
         sum.write_json(&p)?;
+    }
+    if let Some(v) = view {
+        v.finish(serde_json::json!({ "lost": sum.lost(), "summary": sum }));
+        // a Ctrl-C during the run means the operator wants out; otherwise the page stays
+        if interrupts.try_recv().is_err() {
+            eprintln!("rdaq run: finished; the dashboard shows the summary until Ctrl-C");
+            let _ = interrupts.recv();
+        }
     }
     Ok(sum.exit_code("run", cfg.output.tolerate_loss))
 }

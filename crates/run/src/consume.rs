@@ -12,6 +12,7 @@ use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_sink::NxmxWriter;
 
+use crate::board::{incomplete_event, Board, Glance};
 use crate::latency::{FrameTimes, Latency};
 use crate::stream::Stream;
 
@@ -98,8 +99,9 @@ pub struct Sinks<'a> {
     pub stream: Option<&'a mut Stream>,
     /// When the frames were sent, where the detector runs in this process.
     pub sent: Option<&'a rdaq_emulator::clock::SendClock>,
-    /// Latency recorded here too while the run goes on (a daemon's `/metrics`).
-    pub live: Option<&'a std::sync::Mutex<Latency>>,
+    /// Where latency, incomplete frames and a glance at the latest frame are shown while
+    /// the acquisition goes on (the dashboard, a daemon's `/metrics`).
+    pub board: Option<&'a Board>,
 }
 
 /// Consumes frames until the receiver finishes, or until `until` is set and no frame is
@@ -121,10 +123,13 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
     let mut chunk = Vec::new();
     while let Some(f) = next_frame(rx, until) {
         on_frame(&f);
+        if let Some(b) = sinks.board.filter(|_| f.status() != FrameStatus::Complete) {
+            b.push_event(incomplete_event("receiver", &f));
+        }
         bar.inc(1);
         let mut times = FrameTimes::of(&f, sinks.sent);
         if !s.arrived(&f) || !assemble {
-            record(&mut s, sinks.live, &times, None);
+            record(&mut s, sinks.board, &times, None);
             rx.release(f)?;
             continue;
         }
@@ -132,6 +137,9 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         let words = as_words(rx.data(&f)?);
         let mp = g.module_pixels();
         g.assemble(|m| &words[m as usize * mp..(m as usize + 1) * mp], &mut image);
+        if let Some(b) = sinks.board.filter(|b| b.glance_due()) {
+            b.show(Glance::raw(&g, f.frame(), &image));
+        }
         comp.compress(as_bytes(&image), &mut chunk);
         times.processed = Some(Instant::now());
         if let Some(st) = sinks.stream.as_deref_mut() {
@@ -140,16 +148,16 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         if let Some(w) = sinks.writer.as_deref_mut() {
             write_one(w, &mut s, f.frame(), &chunk, &missing, words.len() as u64 * 2);
         }
-        record(&mut s, sinks.live, &times, Some(Instant::now()));
+        record(&mut s, sinks.board, &times, Some(Instant::now()));
         rx.release(f)?;
     }
     Ok(s)
 }
 
-fn record(s: &mut ConsumeStats, live: Option<&std::sync::Mutex<Latency>>, t: &FrameTimes, written: Option<Instant>) {
+fn record(s: &mut ConsumeStats, board: Option<&Board>, t: &FrameTimes, written: Option<Instant>) {
     s.latency.record(t, written);
-    if let Some(l) = live {
-        l.lock().unwrap_or_else(|e| e.into_inner()).record(t, written);
+    if let Some(b) = board {
+        b.record(t, written);
     }
 }
 

@@ -27,6 +27,7 @@ use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_sink::{NxmxWriter, PixelType};
 
+use crate::board::{incomplete_event, Board, Glance, ProcessCounts};
 use crate::latency::FrameTimes;
 use crate::stream::Stream;
 use serde::Serialize;
@@ -60,6 +61,8 @@ pub struct Setup {
     pub gpu: Option<rdaq_gpu::Device>,
     /// The detector of this process, whose send times start each frame's latency.
     pub sent: Option<Arc<rdaq_emulator::Control>>,
+    /// Where the graph shows its stages, counts, latency and latest image while it runs.
+    pub board: Arc<Board>,
 }
 
 /// The calibration of the emulated detector in image coordinates: each module's synthetic
@@ -189,16 +192,6 @@ fn work_pool(setup: &Setup) -> (Sender<Box<Work>>, ChanRx<Box<Work>>) {
     (tx, rx)
 }
 
-/// Counts the stages keep for the summary.
-#[derive(Default)]
-struct Counts {
-    hits: AtomicU64,
-    vetoed: AtomicU64,
-    spots_found: AtomicU64,
-    pedestal_updates: AtomicU64,
-    dark_incomplete: AtomicU64,
-}
-
 /// What the stages share: the receiver they read, the settings, the calibration in use,
 /// the file, the counts, and the pool their buffers go back to.
 struct Graph<'a> {
@@ -208,7 +201,6 @@ struct Graph<'a> {
     stats: Mutex<ConsumeStats>,
     writer: Mutex<&'a mut NxmxWriter>,
     stream: Mutex<Option<&'a mut Stream>>,
-    counts: Counts,
     pool: Sender<Box<Work>>,
 }
 
@@ -223,7 +215,6 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, stream: Option<&mut Stream>, 
         stats: Mutex::new(ConsumeStats { what: "processing and writing frames", ..Default::default() }),
         writer: Mutex::new(writer),
         stream: Mutex::new(stream),
-        counts: Counts::default(),
         pool,
     };
     let mut gpu = match &setup.gpu {
@@ -263,6 +254,7 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, stream: Option<&mut Stream>, 
         let to_pedestal = p.source(pedestal, Policy::RoundRobin, WhenFull::Block);
         let to_convert = p.source(first, Policy::LeastLoaded, WhenFull::Block);
         let running = p.spawn(s);
+        setup.board.set_stages(running.stats.clone());
         let source = g.feed(&pool_rx, [to_pedestal, to_convert], bar, until);
         (running.join(), source)
     });
@@ -284,11 +276,14 @@ impl Graph<'_> {
                 let mut st = self.stats.lock().expect("not poisoned");
                 if !st.arrived(&f) || dark {
                     // dark frames end at the pedestal: nothing of them is processed or written
-                    st.latency.record(&times, None);
+                    self.setup.board.record(&times, None);
                 }
-                if f.status() == FrameStatus::Discarded {
-                    continue;
-                }
+            }
+            if f.status() != FrameStatus::Complete {
+                self.setup.board.push_event(incomplete_event("receiver", &f));
+            }
+            if f.status() == FrameStatus::Discarded {
+                continue;
             }
             let mut wk = match pool.try_recv() {
                 Ok(wk) => wk,
@@ -303,11 +298,12 @@ impl Graph<'_> {
             wk.hit = false;
             wk.times = Some(times);
             wk.ready = Some(f);
+            let process = &self.setup.board.process;
             if dark {
-                source.dark_frames += 1;
+                ProcessCounts::add(&process.dark_frames, 1);
                 to_pedestal.send(wk);
             } else {
-                source.signal_frames += 1;
+                ProcessCounts::add(&process.signal_frames, 1);
                 to_convert.send(wk);
             }
         }
@@ -326,7 +322,7 @@ impl Graph<'_> {
                 tracker.push_frame(&g, as_words(self.rx.data(&f).expect(OWN_FRAME)));
                 since_publish += 1;
             } else {
-                self.counts.dark_incomplete.fetch_add(1, Ordering::Relaxed);
+                ProcessCounts::add(&self.setup.board.process.dark_incomplete, 1);
             }
             self.rx.release(f).expect(OWN_FRAME);
             if tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish {
@@ -350,7 +346,7 @@ impl Graph<'_> {
         }
         *self.cal.cal.write().expect("not poisoned") = Arc::new(cal);
         self.cal.generation.fetch_add(1, Ordering::Release);
-        self.counts.pedestal_updates.fetch_add(1, Ordering::Relaxed);
+        ProcessCounts::add(&self.setup.board.process.pedestal_updates, 1);
     }
 
     /// Conversion to keV, module by module straight from the slot into the assembled
@@ -394,7 +390,7 @@ impl Graph<'_> {
     /// list in the unit of the file's image, the counts, and the veto (a vetoed frame goes
     /// back to the pool here).
     fn judge(&self, mut wk: Box<Work>, e: &Emit<Box<Work>>) {
-        let (setup, counts) = (self.setup, &self.counts);
+        let (setup, counts) = (self.setup, &self.setup.board.process);
         // the finder sums keV; the file's spot list speaks the unit of its image
         if matches!(setup.pixel, PixelType::Photons16 | PixelType::Photons32) {
             wk.spots.iter_mut().for_each(|s| s.intensity /= setup.photon_kev);
@@ -403,13 +399,17 @@ impl Graph<'_> {
         if let Some(t) = wk.times.as_mut() {
             t.processed = Some(Instant::now());
         }
-        counts.spots_found.fetch_add(wk.spots.len() as u64, Ordering::Relaxed);
+        ProcessCounts::add(&counts.spots_found, wk.spots.len() as u64);
+        let glance = if wk.hit { setup.board.glance_due() } else { setup.board.glance_due_without_hit() };
+        if glance {
+            setup.board.show(self.glance(&wk));
+        }
         if wk.hit {
-            counts.hits.fetch_add(1, Ordering::Relaxed);
+            ProcessCounts::add(&counts.hits, 1);
         } else if setup.veto {
-            counts.vetoed.fetch_add(1, Ordering::Relaxed);
+            ProcessCounts::add(&counts.vetoed, 1);
             if let Some(t) = &wk.times {
-                self.stats.lock().expect("not poisoned").latency.record(t, None);
+                setup.board.record(t, None);
             }
             e.discard();
             let _ = self.pool.send(wk);
@@ -443,6 +443,13 @@ impl Graph<'_> {
         })
     }
 
+    /// The dashboard's look at a processed frame: the image (keV) and its spots.
+    fn glance(&self, wk: &Work) -> Glance {
+        let g = &self.setup.geometry;
+        let spots = wk.spots.iter().map(|s| (s.x, s.y)).collect();
+        Glance { frame: wk.frame, width: g.width(), height: g.height(), values: wk.image.clone(), spots, unit: "keV" }
+    }
+
     /// Publishes the chunk with its spot list on the stream, and writes both; after a
     /// write error, frames are counted as not saved.
     fn write_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
@@ -467,7 +474,7 @@ impl Graph<'_> {
                 }
             }
             if let Some(t) = &wk.times {
-                st.latency.record(t, Some(Instant::now()));
+                self.setup.board.record(t, Some(Instant::now()));
             }
             drop(st);
             let _ = self.pool.send(wk);
@@ -477,16 +484,15 @@ impl Graph<'_> {
     /// The consumer's statistics and the processing report, from the source's counts, the
     /// stages' and the tracked calibration.
     fn report(self, stages: Vec<Arc<StageStats>>, mut r: ProcessReport) -> (ConsumeStats, ProcessReport) {
-        let c = &self.counts;
-        r.hits = c.hits.load(Ordering::Relaxed);
-        r.vetoed = c.vetoed.load(Ordering::Relaxed);
-        r.spots_found = c.spots_found.load(Ordering::Relaxed);
-        r.pedestal_updates = c.pedestal_updates.load(Ordering::Relaxed);
-        r.dark_incomplete = c.dark_incomplete.load(Ordering::Relaxed);
+        let c = &self.setup.board.process;
+        let get = ProcessCounts::get;
+        (r.dark_frames, r.signal_frames, r.hits, r.vetoed) = (get(&c.dark_frames), get(&c.signal_frames), get(&c.hits), get(&c.vetoed));
+        (r.spots_found, r.pedestal_updates, r.dark_incomplete) = (get(&c.spots_found), get(&c.pedestal_updates), get(&c.dark_incomplete));
         r.vetoed_fraction = if r.signal_frames > 0 { r.vetoed as f64 / r.signal_frames as f64 } else { 0.0 };
         r.stages = stages.iter().map(|s| StageReport::of(s)).collect();
         r.calibration = Some(self.cal.cal.into_inner().expect("not poisoned"));
-        let st = self.stats.into_inner().expect("not poisoned");
+        let mut st = self.stats.into_inner().expect("not poisoned");
+        st.latency = self.setup.board.latency();
         r.frames_written = st.written;
         (st, r)
     }

@@ -1,6 +1,7 @@
 //! rdaq acquisitions as a library, below the command line: what `rdaq run`, `rdaq receive`
 //! and the receiver daemon do with the frames a receiver hands on.
 //!
+//! - [`board`]: what an acquisition shows while it runs (the web dashboard's source).
 //! - [`config`]: the TOML configuration of a run, checked before anything starts.
 //! - [`consume`]: the plain consumer: frames to the NXmx file, slots back, counts.
 //! - [`graph`]: the online processing graph (pedestal, conversion, spots and veto,
@@ -16,11 +17,12 @@
 //! use std::sync::Arc;
 //! let cfg = rdaq_run::config::Config::default();
 //! cfg.check()?;
-//! let summary = rdaq_run::run::run(&cfg, Arc::default(), &rdaq_run::progress_bar(None, "run"))?;
+//! let summary = rdaq_run::run::run(&cfg, Arc::default(), Arc::default(), &rdaq_run::progress_bar(None, "run"))?;
 //! summary.print();
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod board;
 pub mod config;
 pub mod consume;
 pub mod graph;

@@ -20,6 +20,7 @@ use rdaq_sink::{NxmxMeta, NxmxWriter};
 
 use crate::config::Config;
 use crate::consume::{consume, Sinks};
+use crate::board::Board;
 use crate::graph::{self, ProcessReport};
 use crate::stream::Stream;
 use crate::{outputs, summary};
@@ -27,15 +28,19 @@ use crate::{outputs, summary};
 /// The files of a run named `<name>`, in the output directory.
 pub const RUN_FILES: [&str; 5] = ["_master.h5", "_data_000001.h5", "_manifest.csv", "_truth.csv", "_calibration.h5"];
 
+/// How often the receiver's counters are copied to the board.
+const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Runs the acquisition `cfg` describes (checked with [`Config::check`]) with one receiver;
-/// `control` stops the detector early. Returns the summary, not yet printed.
-pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Result<summary::Summary> {
+/// `control` stops the detector early; `board` shows the run as it goes. Returns the
+/// summary, not yet printed.
+pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &ProgressBar) -> anyhow::Result<summary::Summary> {
     let name = run_name(cfg)?;
     let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));
     let mut rx = Receiver::start(receiver_config(cfg)?).context("starting the receiver")?;
     let geometry = cfg.geometry().expect("checked");
     let meta = file_meta(cfg, geometry)?;
-    let setup = if cfg.processing() { Some(graph::Setup { sent: Some(control.clone()), ..processing_setup(cfg, &meta)? }) } else { None };
+    let setup = if cfg.processing() { Some(graph::Setup { sent: Some(control.clone()), board: board.clone(), ..processing_setup(cfg, &meta)? }) } else { None };
     let frame_bytes = (geometry.height() * geometry.width() * meta.pixel.bytes()) as u64;
     let what = format!("{} frames of {:.1} MB before compression", cfg.emulator.frames, frame_bytes as f64 / 1e6);
     outputs::warn_if_short(&cfg.output.dir, cfg.emulator.frames * frame_bytes, &what);
@@ -47,30 +52,47 @@ pub fn run(cfg: &Config, control: Arc<Control>, bar: &ProgressBar) -> anyhow::Re
     eprintln!("{}", start_line(cfg, &rx));
     report_tuning("rdaq run", &rx);
     let start = Instant::now();
+    board.set_state("acquiring");
+    let sampling = std::sync::atomic::AtomicBool::new(true);
     let (emu, consumed) = std::thread::scope(|s| {
         let (rx_ref, w, st) = (&rx, &mut writer, stream.as_mut());
+        let (b, sampling) = (&*board, &sampling);
+        s.spawn(move || {
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                b.sample(rx_ref.counters());
+                std::thread::sleep(SAMPLE_EVERY);
+            }
+        });
         let clock = control.clone();
         let delay = cfg.faults.consumer_delay();
         let consumer = s.spawn(move || match setup {
             Some(setup) => graph::run(rx_ref, w, st, setup, bar, None).map(|(c, r)| (c, Some(r))),
-            None => consume(rx_ref, Sinks { geometry, writer: Some(w), stream: st, sent: Some(&clock.sent), live: None }, bar, None, |_| std::thread::sleep(delay)).map(|c| (c, None)),
+            None => consume(rx_ref, Sinks { geometry, writer: Some(w), stream: st, sent: Some(&clock.sent), board: Some(b) }, bar, None, |_| std::thread::sleep(delay)).map(|c| (c, None)),
         });
         let dtps = single_receiver_dtps(rx.buffer_map(), cfg.network.bind);
-        let emu = rdaq_emulator::run(&cfg.emulator(cfg.detector.modules), &dtps, control);
+        let emu = rdaq_emulator::run(&cfg.emulator(cfg.detector.modules), &dtps, control.clone());
         rx.stop();
-        (emu, consumer.join().expect("consumer thread panicked"))
+        let consumed = consumer.join().expect("consumer thread panicked");
+        sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+        (emu, consumed)
     });
     bar.finish();
     let elapsed = start.elapsed();
     // the stream ends also when the run failed
     let streamed = stream.map(Stream::finish);
     let counters = rx.join()?;
+    board.sample(counters);
     let emu = emu?;
     let (mut consumed, processed) = consumed?;
     let h5 = outputs::close(writer, &mut consumed)?;
     let manifest = out("_manifest.csv");
     write_manifest(&manifest, &emu.manifest)?;
-    let mut sum = summary::Summary::new(cfg.emulator.frames, &emu, &counters, &rx.outcome(), &consumed, elapsed, h5.as_deref(), Some(&manifest)).with_receiver(&rx);
+    // stopped early (Ctrl-C, the API): the frames any module sent are those expected
+    let sent = emu.manifest.iter().map(|e| e.frame + 1).max().unwrap_or(0);
+    let stopped = control.stop.load(std::sync::atomic::Ordering::Relaxed) && sent < cfg.emulator.frames;
+    let expected = if stopped { sent } else { cfg.emulator.frames };
+    let mut sum = summary::Summary::new(expected, &emu, &counters, &rx.outcome(), &consumed, elapsed, h5.as_deref(), Some(&manifest)).with_receiver(&rx);
+    sum.stopped_early_of = stopped.then_some(cfg.emulator.frames);
     sum.stream = streamed;
 
     if let Some(p) = processed {
@@ -195,6 +217,7 @@ fn processing_setup(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<graph::Setu
         consumer_delay: cfg.faults.consumer_delay(),
         gpu: if p.backend == "gpu" { Some(rdaq_gpu::probe().map_err(|e| anyhow::anyhow!("process.backend = \"gpu\": {e}"))?) } else { None },
         sent: None,
+        board: Arc::default(),
     })
 }
 

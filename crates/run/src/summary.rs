@@ -20,6 +20,9 @@ const RUNS_SHOWN: usize = 20;
 #[derive(Debug, Serialize)]
 pub struct Summary {
     pub frames_expected: Option<u64>,
+    /// The frames asked for, when the run was stopped before the detector sent them all
+    /// (Ctrl-C, or a stop through the API): `frames_expected` is then what it sent.
+    pub stopped_early_of: Option<u64>,
     pub frames_complete: u64,
     pub frames_incomplete: u64,
     pub frames_discarded: u64,
@@ -176,6 +179,7 @@ impl Summary {
                 Expected::Frames(set) => Some(set.len()),
                 Expected::Unknown => None,
             },
+            stopped_early_of: None,
             frames_complete: c.frames_complete,
             frames_incomplete: c.frames_incomplete,
             frames_discarded: c.frames_discarded,
@@ -289,6 +293,9 @@ impl Summary {
             "{} complete, {} incomplete (kept), {} discarded, {} refused (ring full), {} never arrived",
             self.frames_complete, self.frames_incomplete, self.frames_discarded, self.frames_refused, self.frames_never_seen
         );
+        if let (Some(asked), Some(sent)) = (self.stopped_early_of, self.frames_expected) {
+            println!("stopped     : early, after {sent} of the {asked} frames asked for");
+        }
         match self.frames_expected {
             Some(e) => println!("frames      : {e} expected: {arrived}"),
             None => println!("frames      : {arrived}"),

@@ -110,7 +110,7 @@ impl NxmxMeta {
             frame_time_s,
             detector_distance_m: 0.1,
             beam_center: [geometry.width() as f64 / 2.0, geometry.height() as f64 / 2.0],
-            pixel_size_m: 75e-6,
+            pixel_size_m: rdaq_detector::jungfrau::PIXEL_SIZE_M,
             sensor_material: "Si".into(),
             sensor_thickness_m: 320e-6,
             start_time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),

@@ -1,0 +1,130 @@
+//! What the manager's API and dashboard show: its state, the receivers as their heartbeats
+//! found them, the plan and its epochs, the events gathered, and the report at the end;
+//! and the operator's request to stop.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, Query, State};
+use axum::routing::{get, post};
+use axum::Json;
+use rdaq_manager::Epoch;
+use rdaq_proto::events::{Event, EventLog, EventPage};
+
+use crate::auth::Access;
+use crate::dashboard::{self, ReceiverView, Snapshot, View};
+use crate::http::lock;
+
+/// Events the manager keeps.
+const EVENTS_KEPT: usize = 1 << 20;
+
+/// What the manager's API shows.
+pub struct Board {
+    pub title: String,
+    pub frames: u64,
+    pub status: serde_json::Value,
+    pub events: EventLog,
+    /// Each receiver's last heartbeat: whether it answered, and its counters then.
+    pub receivers: BTreeMap<String, (bool, Option<serde_json::Value>)>,
+    pub topology: Option<serde_json::Value>,
+    pub report: Option<serde_json::Value>,
+    /// An operator asked to stop (`POST /stop`).
+    pub stop_requested: bool,
+    start: Instant,
+}
+
+impl Board {
+    pub fn new(title: String, frames: u64) -> Board {
+        Board {
+            title,
+            frames,
+            status: serde_json::json!({ "state": "configuring" }),
+            events: EventLog::new(EVENTS_KEPT),
+            receivers: BTreeMap::new(),
+            topology: None,
+            report: None,
+            stop_requested: false,
+            start: Instant::now(),
+        }
+    }
+
+    /// The plan as the dashboard shows it: the mode, the detector and each epoch's receivers.
+    pub fn set_plan(&mut self, mode: &str, modules: u16, detector: SocketAddr, epochs: &[Epoch]) {
+        let epochs: Vec<_> = epochs.iter().map(|e| serde_json::json!({ "from_frame": e.from_frame, "receivers": e.receivers, "reason": e.reason, "dtps": e.dtps.len() })).collect();
+        self.topology = Some(serde_json::json!({ "mode": mode, "modules": modules, "detector": detector.to_string(), "epochs": epochs }));
+    }
+}
+
+pub type SharedBoard = Arc<Mutex<Board>>;
+
+/// The manager on its dashboard.
+struct ManagerView {
+    board: SharedBoard,
+    access: Arc<Access>,
+}
+
+impl View for ManagerView {
+    fn snapshot(&self) -> Snapshot {
+        let b = lock(&self.board);
+        let state = b.status["state"].as_str().unwrap_or("unknown").to_string();
+        let receivers = b.receivers.iter().map(|(name, (alive, counters))| ReceiverView { name: name.clone(), alive: *alive, counters: counters.clone() }).collect();
+        let lost = b.report.as_ref().map(|r| r["frames_complete"] != r["frames_expected"] || r["frames_incomplete"].as_array().is_some_and(|v| !v.is_empty()));
+        Snapshot {
+            title: b.title.clone(),
+            uptime_s: b.start.elapsed().as_secs_f64(),
+            frames_expected: Some(b.frames),
+            receivers,
+            topology: b.topology.clone(),
+            stop: (state == "running" && !b.stop_requested).then(|| "/stop".into()),
+            token_required: self.access.has_token(),
+            api_refused: self.access.refused(),
+            result: b.report.as_ref().map(|r| serde_json::json!({ "lost": lost, "summary": r })),
+            state,
+            ..Snapshot::default()
+        }
+    }
+
+    fn events(&self, since: u64) -> EventPage {
+        lock(&self.board).events.since(since, 10_000)
+    }
+
+    fn glance(&self) -> Option<Arc<rdaq_run::board::Glance>> {
+        None
+    }
+}
+
+/// Starts the manager's API and dashboard in a background thread.
+pub fn serve(addr: SocketAddr, b: SharedBoard, access: Arc<Access>) -> anyhow::Result<()> {
+    let api = axum::Router::new()
+        .route("/status", get(|State(b): State<SharedBoard>| async move { Json(lock(&b).status.clone()) }))
+        .route("/events", get(|State(b): State<SharedBoard>, Query(q): Query<crate::http::Since>| async move { Json(lock(&b).events.since(q.since, q.limit.min(100_000))) }))
+        .route(
+            "/report",
+            get(|State(b): State<SharedBoard>| async move {
+                match lock(&b).report.clone() {
+                    Some(r) => Ok(Json(r)),
+                    None => Err(crate::http::conflict("the acquisition is still running")),
+                }
+            }),
+        )
+        .route("/stop", post(stop))
+        .with_state(b.clone());
+    let app = api.merge(dashboard::routes(Arc::new(ManagerView { board: b, access: access.clone() })));
+    crate::http::serve_in_background(addr, app, "manage", access)?;
+    Ok(())
+}
+
+async fn stop(State(b): State<SharedBoard>, ConnectInfo(peer): ConnectInfo<SocketAddr>) -> Result<Json<serde_json::Value>, crate::http::ApiError> {
+    let mut b = lock(&b);
+    if b.status["state"] != "running" {
+        return Err(crate::http::conflict("the acquisition is not running"));
+    }
+    if !b.stop_requested {
+        b.stop_requested = true;
+        tracing::warn!(%peer, "stop requested through the API: the detector stops, the receivers finish what they have");
+        b.events.push(Event::StopRequested { by: peer.to_string() });
+    }
+    Ok(Json(serde_json::json!({ "state": "stopping" })))
+}
