@@ -167,9 +167,10 @@ def test_dashboard_shows_the_run_and_stops_it_only_with_the_token(served_run):
     assert "stopped     : early" in (tmp / "run.log").read_text()
 
 
-def test_protected_reads_need_the_token_in_the_page(rdaq, tmp_path):
+def test_receiver_page_needs_the_token_for_protected_reads_and_starts_and_stops(rdaq, tmp_path):
     """With --protect-reads the page loads (it carries no data), asks for the token, and
-    shows the receiver daemon once it has it."""
+    shows the receiver daemon once it has it; with buffers defined it starts and stops an
+    acquisition."""
     token = tmp_path / "token"
     token.write_text(TOKEN)
     token.chmod(0o600)
@@ -186,6 +187,20 @@ def test_protected_reads_need_the_token_in_the_page(rdaq, tmp_path):
         d.execute_script("arguments[0].dispatchEvent(new Event('change'))", field)
         wait("the daemon's state", lambda: d.find_element(By.ID, "state").text.upper() == "IDLE")
         assert d.find_element(By.ID, "title").text == "receiver dr7"
+        assert not d.find_element(By.ID, "start").is_displayed(), "no buffers yet: nothing to start"
+        # buffers from a manager; then the page can start and stop an acquisition
+        body = json.dumps({"version": 1, "modules": [0], "module_bytes": 1048576, "payload_bytes": 8192, "slots": 4, "data_port": 0}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/buffers", data=body, method="PUT",
+                                     headers={"content-type": "application/json", "authorization": f"Bearer {TOKEN}"})
+        urllib.request.urlopen(req, timeout=10)
+        wait("the start button", lambda: d.find_element(By.ID, "start").is_displayed())
+        d.find_element(By.ID, "output").send_keys("dash_master.h5")
+        d.find_element(By.ID, "start").click()
+        wait("the acquisition", lambda: d.find_element(By.ID, "state").text.upper() == "ACQUIRING")
+        assert (tmp_path / "dash_master.h5").exists()
+        d.find_element(By.ID, "stop").click()
+        wait("the end of the acquisition", lambda: d.find_element(By.ID, "state").text.upper().startswith("CONFIGURED"))
+        wait("its result", lambda: "nothing lost" in d.find_element(By.ID, "result").text)
     finally:
         d.quit()
         p.send_signal(signal.SIGINT)

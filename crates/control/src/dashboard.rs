@@ -53,6 +53,9 @@ pub struct Snapshot {
     pub topology: Option<serde_json::Value>,
     /// The call that stops the acquisition, while one can be stopped here.
     pub stop: Option<String>,
+    /// The call that starts an acquisition (`{"output": FILE}`), while one can be started
+    /// here (a receiver daemon with buffers and no acquisition).
+    pub start: Option<String>,
     /// Whether changes (stop) need the token.
     pub token_required: bool,
     /// Control calls refused for a missing or wrong token.

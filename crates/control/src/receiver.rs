@@ -107,6 +107,7 @@ impl View for DaemonView {
             uptime_s: d.board.uptime_s(),
             receivers: vec![ReceiverView { name: d.opts.name.clone(), alive: true, counters }],
             stop: (state == "acquiring").then(|| "/stop".into()),
+            start: (state == "configured").then(|| "/start".into()),
             token_required: d.access.has_token(),
             api_refused: d.access.refused(),
             result: if state == "acquiring" { None } else { d.last.clone() },

@@ -11,6 +11,7 @@ let token = sessionStorage.getItem("rdaq-token") || "";
 let prev = null; // the previous snapshot, for rates
 let lastPreview = { frame: null, at: 0 };
 let stopPath = null;
+let startPath = null;
 let eventsSeen = 0;
 const series = { t: [], fps: [], gbps: [], hitRate: [], spots: [] };
 
@@ -88,7 +89,9 @@ function update(u) {
   setState(s.state + (lost ? " (data lost)" : ""), lost ? "lost" : s.state);
   $("uptime").textContent = "up " + fmt(s.uptime_s, 0) + " s";
   stopPath = s.stop;
+  startPath = s.start;
   $("stop").disabled = !s.stop;
+  $("start-controls").hidden = !s.start;
   showTiles(s);
   showReceivers(s.receivers);
   showStages(s);
@@ -299,6 +302,7 @@ function showResult(s) {
   const x = r.summary || r;
   const parts = [r.lost ? "DATA LOST" : "nothing lost"];
   if (x.frames_expected !== undefined) parts.push(fmt(x.frames_complete) + " of " + fmt(x.frames_expected) + " frames complete");
+  else if (x.frames_complete !== undefined) parts.push(fmt(x.frames_complete) + " frames complete, " + fmt(x.frames_written) + " written");
   if (x.stopped_early_of) parts.push("stopped early (" + fmt(x.stopped_early_of) + " asked for)");
   if (x.output) parts.push("file: " + x.output);
   if (x.write_error) parts.push("write error: " + x.write_error);
@@ -371,20 +375,29 @@ $("token").addEventListener("change", () => {
   sessionStorage.setItem("rdaq-token", token);
 });
 
-$("stop").addEventListener("click", async () => {
-  if (!stopPath) return;
+// POSTs `body` to `path` with the token; says what came of it.
+async function send(path, body, what, done) {
   token = $("token").value.trim();
-  const resp = await fetch(stopPath, { method: "POST", headers: { ...headers(), "Content-Type": "application/json" }, body: "{}" });
+  const resp = await fetch(path, { method: "POST", headers: { ...headers(), "Content-Type": "application/json" }, body: JSON.stringify(body) });
   let why = "";
   try {
     why = (await resp.json()).error || "";
   } catch (e) {
     why = "";
   }
-  if (resp.ok) say("Stop sent: the detector stops, the receiver finishes the frames in progress.", "ok");
-  else if (resp.status === 401) say("Refused (401): stopping needs the API token. " + why, "bad");
+  if (resp.ok) say(done, "ok");
+  else if (resp.status === 401) say("Refused (401): " + what + " needs the API token. " + why, "bad");
   else if (resp.status === 403) say("Refused (403): wrong API token. " + why, "bad");
-  else say("Stop failed: " + resp.status + " " + why, "bad");
+  else say(what + " failed: " + resp.status + " " + why, "bad");
+}
+
+$("stop").addEventListener("click", () => {
+  if (stopPath) send(stopPath, {}, "stopping", "Stop sent: the detector stops, the receiver finishes the frames in progress.");
+});
+
+$("start").addEventListener("click", () => {
+  const output = $("output").value.trim();
+  if (startPath) send(startPath, { output: output || null }, "starting", "Started" + (output ? ": writing " + output : ": counting frames, no file") + ".");
 });
 
 connect();
