@@ -201,10 +201,14 @@ def test_receiver_page_needs_the_token_for_protected_reads_and_starts_and_stops(
         d.find_element(By.ID, "stop").click()
         wait("the end of the acquisition", lambda: d.find_element(By.ID, "state").text.upper().startswith("CONFIGURED"))
         wait("its result", lambda: "nothing lost" in d.find_element(By.ID, "result").text)
+        # Ctrl-C with the page still open: the live feed ends, the daemon exits
+        p.send_signal(signal.SIGINT)
+        assert p.wait(15) == 0
     finally:
         d.quit()
-        p.send_signal(signal.SIGINT)
-        p.wait(30)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def test_manager_dashboard_shows_the_plan_and_receivers_and_stops_the_system(rdaq, daemons, tmp_path):

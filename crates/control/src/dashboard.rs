@@ -11,6 +11,7 @@
 //! operator typed, like any other client.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +31,15 @@ pub const PERIOD: Duration = Duration::from_millis(500);
 
 /// Events sent per update at most (the rest follow in the next ones).
 const EVENTS_PER_UPDATE: usize = 500;
+
+/// Set when the server shuts down: live feeds end, so that open pages do not hold the
+/// graceful shutdown (it waits for every connection).
+static CLOSING: AtomicBool = AtomicBool::new(false);
+
+/// Ends every live feed of this process (at its next update).
+pub fn close_feeds() {
+    CLOSING.store(true, Ordering::Relaxed);
+}
 
 /// The path prefix of the page's files: open even when reads need the token.
 pub const ASSETS: &str = "/dashboard/assets/";
@@ -221,6 +231,9 @@ async fn live(State(v): State<Arc<dyn View>>) -> Sse<impl futures_util::Stream<I
     let feed = futures_util::stream::unfold((v, 0u64, true), |(v, since, first)| async move {
         if !first {
             tokio::time::sleep(PERIOD).await;
+        }
+        if CLOSING.load(Ordering::Relaxed) {
+            return None;
         }
         let (data, next) = update(v.as_ref(), since);
         Some((Ok(SseEvent::default().event("update").data(data)), (v, next, false)))

@@ -83,6 +83,7 @@ pub fn serve(addr: SocketAddr, app: axum::Router, what: &str, access: Arc<Access
         axum::serve(listener, guarded(app, access).into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async {
                 let _ = tokio::signal::ctrl_c().await;
+                crate::dashboard::close_feeds();
             })
             .await?;
         Ok(())
