@@ -66,6 +66,8 @@ struct ReceiverDaemon {
     /// What the last acquisition came to (the answer to its stop), for the dashboard.
     last: Option<serde_json::Value>,
     access: Arc<crate::auth::Access>,
+    /// When the daemon started (the dashboard's time axis, across acquisitions).
+    started: std::time::Instant,
 }
 
 type Shared = crate::http::Shared<ReceiverDaemon>;
@@ -79,7 +81,7 @@ impl Daemon for ReceiverDaemon {
 /// The daemon's API; `access` is the one [`crate::http::serve`] guards it with (its
 /// refusals are counted in `/metrics`).
 pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
-    let d = ReceiverDaemon { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))), board: Arc::default(), last: None, access };
+    let d = ReceiverDaemon { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))), board: Arc::default(), last: None, access, started: std::time::Instant::now() };
     let shared: Shared = Arc::new(Mutex::new(d));
     let routes = Router::new()
         .route("/telegram", get(telegram))
@@ -104,7 +106,7 @@ impl View for DaemonView {
         let mut s = Snapshot {
             title: format!("receiver {}", d.opts.name),
             state: state.into(),
-            uptime_s: d.board.uptime_s(),
+            uptime_s: d.started.elapsed().as_secs_f64(),
             receivers: vec![ReceiverView { name: d.opts.name.clone(), alive: true, counters }],
             stop: (state == "acquiring").then(|| "/stop".into()),
             start: (state == "configured").then(|| "/start".into()),
