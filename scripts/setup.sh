@@ -45,3 +45,7 @@ fi
 
 echo "setup: building rdaq (release)"
 cargo build --release --workspace --quiet
+# the Python package `rdaq` (crates/py, PyO3) into the venv; `maturin build --release -m
+# crates/py/Cargo.toml` makes a wheel for other environments (docs/api.md)
+echo "setup: installing the rdaq Python package into .venv"
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet -m crates/py/Cargo.toml >/dev/null

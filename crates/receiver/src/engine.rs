@@ -616,6 +616,13 @@ impl Receiver {
         self.stop.store(true, Ordering::Relaxed);
     }
 
+    /// Where the ring's slots lie in this process's memory: `[start, end)` as addresses
+    /// (for checks that a frame was handed without a copy).
+    pub fn ring_span(&self) -> (usize, usize) {
+        let start = self.arena.slot_ptr(0) as usize;
+        (start, start + self.arena.slots() * self.arena.slot_bytes())
+    }
+
     /// True when both guard regions around the ring are untouched.
     pub fn guards_intact(&self) -> bool {
         self.arena.guards_intact()

@@ -1,0 +1,24 @@
+"""rdaq from Python: receive detector frames as numpy arrays without a copy, and drive the
+emulated JUNGFRAU detector (docs/api.md).
+
+    import numpy as np, rdaq
+    with rdaq.Receiver(modules=1, frames=10) as rx:
+        rdaq.Emulator(rx.buffer_map, frames=10).start()
+        for frame in rx:
+            with frame:
+                print(frame.number, frame.status, np.asarray(frame).mean())
+
+A frame holds its slot of the receiver's ring until it is released (``frame.release()``,
+the end of a ``with frame:`` block, or Python freeing it). Arrays over a frame read the slot
+in place; releasing is refused while one exists, and a released frame's pixels raise
+``FrameReleased``.
+"""
+from ._rdaq import Converter, Emulator, Frame, FrameReleased, Pedestal, Receiver, compress, find_spots
+
+__all__ = ["Receiver", "Frame", "FrameReleased", "Emulator", "Converter", "convert", "Pedestal", "find_spots", "compress"]
+
+
+def convert(raw, pedestal, gain, mask=None, invalid_gain="error"):
+    """keV (float32) from raw JUNGFRAU words (uint16, (rows, cols)) with a calibration of
+    float32 (3, rows, cols) pedestals and gains; for many frames, make a Converter once."""
+    return Converter(pedestal, gain, mask, invalid_gain).to_kev(raw)

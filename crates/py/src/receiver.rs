@@ -1,0 +1,318 @@
+//! `rdaq.Receiver` and `rdaq.Frame`. A frame owns its slot of the receiver's ring until it
+//! is released; numpy arrays over it read the slot in place (the buffer protocol). The slot
+//! goes back only when no array over it is left: `release()` refuses while one exists, and
+//! an unreleased frame releases itself when Python frees it, which cannot happen while an
+//! array holds it. So no array ever reads a slot the receiver is filling again.
+
+use std::ffi::{c_int, c_void};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::RecvTimeoutError;
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::{ffi, create_exception};
+use rdaq_receiver::{FrameReady, FrameStatus, IncompletePolicy, ReceiverConfig};
+
+create_exception!(_rdaq, FrameReleased, pyo3::exceptions::PyRuntimeError, "The frame was released: its slot belongs to the receiver again.");
+
+/// How long `__next__` waits between looks at Ctrl-C.
+const POLL: Duration = Duration::from_millis(100);
+
+/// A receiver of rdaq datagrams from emulated (or real) JUNGFRAU modules, with its ring of
+/// frame slots. Iterate over it for frames; use it as a context manager to stop it.
+#[pyclass(module = "rdaq._rdaq")]
+pub struct Receiver {
+    rx: Option<Arc<rdaq_receiver::Receiver>>,
+    modules: u16,
+}
+
+impl Receiver {
+    fn rx(&self) -> PyResult<&Arc<rdaq_receiver::Receiver>> {
+        self.rx.as_ref().ok_or_else(|| PyValueError::new_err("the receiver is closed"))
+    }
+
+    /// The next frame within `timeout` (none: until the receiver finishes); `Ok(None)` when
+    /// it has finished or the time ran out.
+    fn next(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<Option<Frame>> {
+        let rx = self.rx()?.clone();
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            let wait = deadline.map_or(POLL, |d| d.saturating_duration_since(std::time::Instant::now()).min(POLL));
+            match py.detach(|| rx.frames().recv_timeout(wait)) {
+                Ok(f) => return Ok(Some(Frame::new(rx, f, self.modules))),
+                Err(RecvTimeoutError::Disconnected) => return Ok(None),
+                Err(RecvTimeoutError::Timeout) if deadline.is_some_and(|d| std::time::Instant::now() >= d) => return Ok(None),
+                Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl Receiver {
+    /// Binds one data port per module on `bind` (from `port` on; 0: ports the kernel
+    /// picks) and allocates `slots` frame slots. `frames`: stop by itself after that many.
+    #[new]
+    #[pyo3(signature = (modules=1, bind="127.0.0.1", port=0, slots=16, frames=None, frame_timeout_ms=500, policy="keep", engine="recvmmsg"))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(modules: u16, bind: &str, port: u16, slots: usize, frames: Option<u64>, frame_timeout_ms: u64, policy: &str, engine: &str) -> PyResult<Receiver> {
+        let bind: IpAddr = bind.parse().map_err(|_| PyValueError::new_err(format!("bind: {bind:?} is not an IP address")))?;
+        let policy = match policy {
+            "keep" => IncompletePolicy::Keep,
+            "discard" => IncompletePolicy::Discard,
+            p => return Err(PyValueError::new_err(format!("policy: {p:?} is not \"keep\" or \"discard\""))),
+        };
+        let engine = engine.parse().map_err(|e| PyValueError::new_err(format!("engine: {e}")))?;
+        if modules == 0 || slots < 2 {
+            return Err(PyValueError::new_err("modules: at least 1; slots: at least 2"));
+        }
+        let cfg = ReceiverConfig { bind, data_port: port, modules, slots, frames, frame_timeout: Duration::from_millis(frame_timeout_ms), policy, engine, ..ReceiverConfig::default() };
+        let rx = rdaq_receiver::Receiver::start(cfg).map_err(|e| PyValueError::new_err(format!("cannot start the receiver: {e}")))?;
+        Ok(Receiver { rx: Some(Arc::new(rx)), modules })
+    }
+
+    /// The buffer map the senders need (JSON), as `rdaq receive --buffers-out` writes it.
+    #[getter]
+    fn buffer_map(&self) -> PyResult<String> {
+        Ok(serde_json::to_string(self.rx()?.buffer_map()).expect("a buffer map serializes"))
+    }
+
+    /// The bound data ports, one per module.
+    #[getter]
+    fn ports(&self) -> PyResult<Vec<u16>> {
+        Ok(self.rx()?.ports().to_vec())
+    }
+
+    /// `(start, end)` addresses of the ring's slots in this process.
+    #[getter]
+    fn ring(&self) -> PyResult<(usize, usize)> {
+        Ok(self.rx()?.ring_span())
+    }
+
+    /// The receiver's counters (at most about 10 ms old), as a dict.
+    fn counters(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let c = self.rx()?.counters();
+        let v = serde_json::json!({
+            "datagrams": c.datagrams, "placed": c.placed, "bytes_placed": c.bytes_placed,
+            "frames_complete": c.frames_complete, "frames_incomplete": c.frames_incomplete,
+            "frames_discarded": c.frames_discarded, "frames_refused": c.frames_refused,
+            "dropped": c.dropped_total(), "nacks_sent": c.nacks_sent,
+            "placed_retransmitted": c.placed_retransmitted, "frames_recovered": c.frames_recovered,
+            "ring": { "slots": c.slots, "filling": c.slots_filling, "handed": c.slots_handed },
+        });
+        crate::from_json(py, &v)
+    }
+
+    /// The next frame, waiting at most `timeout` seconds (none: until the receiver has
+    /// finished); None when it has finished or the time ran out.
+    #[pyo3(signature = (timeout=None))]
+    fn next_frame(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Frame>> {
+        let timeout = timeout.map(|t| Duration::try_from_secs_f64(t).map_err(|_| PyValueError::new_err(format!("timeout: {t} is not a number of seconds")))).transpose()?;
+        self.next(py, timeout)
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Frame>> {
+        self.next(py, None)
+    }
+
+    /// Asks the receiver to finish: it receives until its ports are quiet, finishes the
+    /// frames in progress, and iteration ends after the last of them.
+    fn stop(&self) -> PyResult<()> {
+        self.rx()?.stop();
+        Ok(())
+    }
+
+    /// Stops the receiver and lets go of it; its ring stays until the last frame is freed.
+    fn close(&mut self) {
+        if let Some(rx) = self.rx.take() {
+            rx.stop();
+        }
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __exit__(&mut self, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> bool {
+        self.close();
+        false
+    }
+}
+
+/// One frame: all modules' raw 16-bit words in the receiver's slot, `modules * 512` rows
+/// of 1024 pixels. `numpy.asarray(frame)` (or `frame.array`) reads it in place.
+#[pyclass(module = "rdaq._rdaq")]
+pub struct Frame {
+    rx: Arc<rdaq_receiver::Receiver>,
+    ready: Option<FrameReady>,
+    number: u64,
+    status: FrameStatus,
+    /// Arrays (buffer views) over the slot now.
+    exports: usize,
+    /// The buffer protocol's shape and strides point here (the object does not move).
+    shape: [ffi::Py_ssize_t; 2],
+    strides: [ffi::Py_ssize_t; 2],
+}
+
+impl Frame {
+    fn new(rx: Arc<rdaq_receiver::Receiver>, f: FrameReady, modules: u16) -> Frame {
+        let rows = modules as ffi::Py_ssize_t * rdaq_detector::jungfrau::MODULE_ROWS as ffi::Py_ssize_t;
+        let cols = rdaq_detector::jungfrau::MODULE_COLS as ffi::Py_ssize_t;
+        Frame { number: f.frame(), status: f.status(), rx, ready: Some(f), exports: 0, shape: [rows, cols], strides: [cols * 2, 2] }
+    }
+
+    /// The slot's bytes, while the frame holds it.
+    fn bytes(&self) -> PyResult<&[u8]> {
+        let f = self.ready.as_ref().ok_or_else(|| FrameReleased::new_err(format!("frame {} was released", self.number)))?;
+        self.rx.data(f).map_err(|e| PyValueError::new_err(format!("frame {}: {e}", self.number)))
+    }
+
+    fn give_back(&mut self) {
+        if let Some(f) = self.ready.take() {
+            self.rx.release(f).expect("a frame of this receiver");
+        }
+    }
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        self.give_back();
+    }
+}
+
+#[pymethods]
+impl Frame {
+    /// The frame number the modules sent.
+    #[getter]
+    fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// "complete", "incomplete" (kept, missing pixels marked) or "discarded" (no data).
+    #[getter]
+    fn status(&self) -> &'static str {
+        match self.status {
+            FrameStatus::Complete => "complete",
+            FrameStatus::Incomplete => "incomplete",
+            FrameStatus::Discarded => "discarded",
+        }
+    }
+
+    #[getter]
+    fn complete(&self) -> bool {
+        self.status == FrameStatus::Complete
+    }
+
+    #[getter]
+    fn released(&self) -> bool {
+        self.ready.is_none()
+    }
+
+    /// The shape of the image: (modules * 512, 1024).
+    #[getter]
+    fn shape(&self) -> (isize, isize) {
+        (self.shape[0], self.shape[1])
+    }
+
+    /// Missing-pixel mask (numpy bool, the frame's shape): True where the datagram that
+    /// carries the pixel never arrived. All False for a complete frame.
+    #[getter]
+    fn missing_mask(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let f = self.ready.as_ref().ok_or_else(|| FrameReleased::new_err(format!("frame {} was released", self.number)))?;
+        let grid = self.rx.grid();
+        let mut mask = vec![0u8; (self.shape[0] * self.shape[1]) as usize];
+        for &c in f.missing() {
+            let (off, len) = (grid.cell_offset(c) as usize / 2, grid.cell_len(c) as usize / 2);
+            mask[off..off + len].fill(1);
+        }
+        let np = py.import("numpy")?;
+        let bytes = pyo3::types::PyBytes::new(py, &mask);
+        Ok(np.call_method1("frombuffer", (bytes, "bool"))?.call_method1("reshape", (self.shape(),))?.unbind())
+    }
+
+    /// The image as a read-only numpy uint16 array over the slot (no copy).
+    #[getter]
+    fn array(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        slf.borrow().bytes()?;
+        Ok(slf.py().import("numpy")?.call_method1("asarray", (slf,))?.unbind())
+    }
+
+    /// numpy's fallback when the buffer protocol fails (a released frame): raise, rather
+    /// than let numpy wrap the frame object in an object array.
+    #[pyo3(signature = (dtype=None, copy=None))]
+    fn __array__(slf: &Bound<'_, Self>, dtype: Option<Py<PyAny>>, copy: Option<bool>) -> PyResult<Py<PyAny>> {
+        let _ = (dtype, copy);
+        slf.borrow().bytes()?;
+        let view = pyo3::types::PyMemoryView::from(slf)?;
+        Ok(slf.py().import("numpy")?.call_method1("asarray", (view,))?.unbind())
+    }
+
+    /// Gives the slot back to the receiver. Refused while arrays over it exist (delete them
+    /// first); afterwards every access to the pixels raises `FrameReleased`.
+    fn release(&mut self) -> PyResult<()> {
+        if self.exports > 0 {
+            return Err(PyBufferError::new_err(format!("frame {}: {} array(s) still read its slot; delete them before releasing it", self.number, self.exports)));
+        }
+        self.give_back();
+        Ok(())
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __exit__(&mut self, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> PyResult<bool> {
+        self.release()?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<rdaq.Frame {} {} {}x{}{}>", self.number, self.status(), self.shape[0], self.shape[1], if self.ready.is_none() { " released" } else { "" })
+    }
+
+    /// The buffer protocol: the slot, read-only, as uint16 of the frame's shape.
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("no buffer view to fill"));
+        }
+        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("frames are read-only: the receiver owns the data"));
+        }
+        let mut f = slf.borrow_mut();
+        let (buf, len) = {
+            let b = f.bytes()?;
+            (b.as_ptr(), b.len())
+        };
+        f.exports += 1;
+        let nd = flags & ffi::PyBUF_ND == ffi::PyBUF_ND;
+        // SAFETY: `view` is the non-null Py_buffer CPython passes to fill. `buf..buf+len`
+        // is the handed slot, which stays handed (and the ring alive, through `f.rx`) while
+        // `exports` > 0: `release` refuses then, and the frame cannot be dropped while
+        // `view.obj` holds a reference to it. Shape and strides live in the object, which
+        // does not move; the format is a static string.
+        unsafe {
+            (*view).obj = slf.clone().into_any().into_ptr();
+            (*view).buf = buf as *mut c_void;
+            (*view).len = len as ffi::Py_ssize_t;
+            (*view).readonly = 1;
+            (*view).itemsize = if nd { 2 } else { 1 };
+            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT { if nd { c"H".as_ptr() as *mut _ } else { c"B".as_ptr() as *mut _ } } else { std::ptr::null_mut() };
+            (*view).ndim = if nd { 2 } else { 1 };
+            (*view).shape = if nd { f.shape.as_mut_ptr() } else { std::ptr::null_mut() };
+            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES { f.strides.as_mut_ptr() } else { std::ptr::null_mut() };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&mut self, _view: *mut ffi::Py_buffer) {
+        self.exports -= 1;
+    }
+}

@@ -1,0 +1,213 @@
+"""The Python API (`import rdaq`, crates/py, installed into the venv by scripts/setup.sh):
+a Python receiver gets frames from the emulator bit-exact with its manifest, as numpy
+arrays that lie inside the receiver's ring (no copy); misuse raises clearly and never
+reads a slot the receiver owns again."""
+import ctypes
+import gc
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xxhash
+
+import rdaq
+from conftest import RDAQ
+
+MODULE_ROWS, MODULE_COLS = 512, 1024
+
+
+def test_frames_arrive_bit_exact_in_place_as_numpy_arrays():
+    frames, modules = 12, 2
+    with rdaq.Receiver(modules=modules, frames=frames, slots=8) as rx:
+        start, end = rx.ring
+        emu = rdaq.Emulator(rx.buffer_map, frames=frames, rate=200)
+        emu.start()
+        got = {}
+        for f in rx:
+            with f:
+                a = np.asarray(f)
+                assert a.dtype == np.uint16 and a.shape == (modules * MODULE_ROWS, MODULE_COLS) == f.shape
+                assert not a.flags.writeable and not a.flags.owndata
+                # no copy: the array's memory is the receiver's slot
+                addr = a.__array_interface__["data"][0]
+                assert start <= addr and addr + a.nbytes <= end, (hex(addr), hex(start), hex(end))
+                assert f.complete and f.status == "complete" and not f.missing_mask.any()
+                got[f.number] = [xxhash.xxh3_64_intdigest(a[m * MODULE_ROWS:(m + 1) * MODULE_ROWS].tobytes()) for m in range(modules)]
+                del a
+        manifest = emu.join()
+        c = rx.counters()
+        assert c["frames_complete"] == frames and c["dropped"] == 0 and c["ring"]["slots"] == 8
+    assert len(manifest) == frames * modules
+    want = {}
+    for frame, module, h in manifest:
+        want.setdefault(frame, [None] * modules)[module] = h
+    assert got == want
+
+
+def test_release_with_arrays_alive_is_refused_and_released_frames_raise():
+    with rdaq.Receiver(modules=1, frames=3, slots=4) as rx:
+        emu = rdaq.Emulator(rx.buffer_map, frames=3, rate=100)
+        emu.start()
+        f = rx.next_frame(timeout=20)
+        assert f is not None
+        a = f.array
+        view = memoryview(f)
+        with pytest.raises(BufferError, match="still read its slot"):
+            f.release()
+        assert int(a[0, 0]) == int(np.asarray(view)[0, 0])
+        del a, view
+        gc.collect()
+        f.release()
+        assert f.released
+        with pytest.raises(rdaq.FrameReleased, match=f"frame {f.number} was released"):
+            np.asarray(f)
+        with pytest.raises(rdaq.FrameReleased):
+            f.array
+        with pytest.raises(rdaq.FrameReleased):
+            f.missing_mask
+        f.release()  # twice: nothing more to give back
+        # writing through the buffer protocol is refused: the receiver owns the data
+        g = rx.next_frame(timeout=20)
+        with pytest.raises((BufferError, TypeError), match="writable|read-only"):
+            (ctypes.c_char * 16).from_buffer(g)  # needs a writable buffer
+        assert not np.asarray(g).flags.writeable
+        g.release()
+        # frames dropped without release give their slots back (the 3rd still arrives)
+        h = rx.next_frame(timeout=20)
+        assert h is not None
+        del h
+        emu.join()
+
+
+def test_frames_freed_by_python_give_their_slots_back():
+    # three slots (one held here, one queued, one filling), twelve frames: without the
+    # slots coming back, frames would be refused after the third
+    with rdaq.Receiver(modules=1, frames=12, slots=3) as rx:
+        emu = rdaq.Emulator(rx.buffer_map, frames=12, rate=20)
+        emu.start()
+        numbers = [f.number for f in rx]  # each frame is freed when the next one is bound
+        emu.join()
+        assert numbers == list(range(12))
+        assert rx.counters()["frames_refused"] == 0
+
+
+def test_bad_arguments_raise_with_the_field_named():
+    with pytest.raises(ValueError, match="bind"):
+        rdaq.Receiver(bind="not-an-address")
+    with pytest.raises(ValueError, match="policy"):
+        rdaq.Receiver(policy="sometimes")
+    with pytest.raises(ValueError, match="engine"):
+        rdaq.Receiver(engine="carrier-pigeon")
+    with pytest.raises(ValueError, match="slots"):
+        rdaq.Receiver(slots=1)
+    with pytest.raises(ValueError, match="buffer_map"):
+        rdaq.Emulator("{}")
+    with pytest.raises(ValueError, match="rate"):
+        rdaq.Emulator(rdaq.Receiver().buffer_map, rate=-1)
+    with pytest.raises(TypeError):
+        rdaq.Receiver(modules="two")
+    rx = rdaq.Receiver()
+    rx.close()
+    with pytest.raises(ValueError, match="closed"):
+        rx.next_frame(timeout=0.1)
+    with pytest.raises(ValueError, match="timeout"):
+        rdaq.Receiver().next_frame(timeout=-1)
+
+
+# ---- the processing stages on numpy arrays ----
+
+ROWS, COLS = 512, 1024
+
+
+def calibration(rng):
+    pedestal = np.stack([rng.normal(m, 0.03 * m, (ROWS, COLS)) for m in (2450, 13600, 14100)]).astype(np.float32)
+    gain = np.stack([rng.normal(m, abs(0.02 * m), (ROWS, COLS)) for m in (41.0, -1.439, -0.1145)]).astype(np.float32)
+    return pedestal, gain
+
+
+def test_convert_is_bit_exact_with_aare():
+    import aare
+    rng = np.random.default_rng(3)
+    pedestal, gain = calibration(rng)
+    codes = rng.choice(np.array([0, 1, 2, 3], dtype=np.uint16), size=(ROWS, COLS), p=[0.8, 0.1, 0.02, 0.08])
+    raw = (codes << 14) | rng.integers(0, 1 << 14, size=(ROWS, COLS), dtype=np.uint16)
+    kev = rdaq.convert(raw, pedestal, gain, invalid_gain="g0")  # aare treats code 10 as G0
+    ref = aare.apply_calibration(raw[None], pd=pedestal, cal=gain)[0]
+    normal = (raw != 0xC000) & (raw != 0x4000) & (raw != 0xFFFF)
+    assert kev.dtype == np.float32 and kev.shape == raw.shape
+    assert np.array_equal(kev[normal].view(np.uint32), ref[normal].view(np.uint32))
+    with pytest.raises(TypeError):
+        rdaq.convert(raw.astype(np.int32), pedestal, gain)
+    with pytest.raises(ValueError, match="raw: shape"):
+        rdaq.convert(raw[:100], pedestal, gain)
+    with pytest.raises(ValueError, match="pedestal and gain"):
+        rdaq.Converter(pedestal[:2], gain[:2])
+    with pytest.raises(ValueError, match="invalid_gain"):
+        rdaq.Converter(pedestal, gain, invalid_gain="g7")
+
+
+def test_pedestal_is_bit_exact_with_aare():
+    import aare
+    rng = np.random.default_rng(4)
+    rows, cols, window = 64, 128, 16
+    dark = np.clip(rng.normal(2450, 12, (40, rows, cols)), 0, 16383).astype(np.uint16)
+    ours, ref = rdaq.Pedestal(rows, cols, window=window), aare.Pedestal_d(rows, cols, window)
+    for frame in dark:
+        ours.push(frame)
+        ref.push(frame)
+    assert ours.frames == 40
+    assert np.array_equal(ours.mean().view(np.uint32), ref.mean().astype(np.float32).view(np.uint32))
+    with pytest.raises(ValueError, match="raw: shape"):
+        ours.push(dark[0, :10])
+
+
+def test_compress_gives_chunks_the_bitshuffle_library_reads():
+    import bitshuffle
+    rng = np.random.default_rng(5)
+    counts = rng.poisson(0.05, (ROWS, COLS)).astype(np.int32)
+    chunk = rdaq.compress(counts)
+    total, block = int.from_bytes(chunk[:8], "big"), int.from_bytes(chunk[8:12], "big")
+    assert total == counts.nbytes
+    back = bitshuffle.decompress_lz4(np.frombuffer(chunk[12:], np.uint8), counts.shape, counts.dtype, block // counts.itemsize)
+    assert np.array_equal(back, counts)
+    assert len(chunk) < counts.nbytes / 10
+    with pytest.raises(ValueError, match="codec"):
+        rdaq.compress(counts, codec="gzip")
+    with pytest.raises(ValueError, match="contiguous"):
+        rdaq.compress(counts[:, ::2])
+
+
+@pytest.mark.usefixtures("rdaq")  # the conftest fixture: the CLI is built
+def test_find_spots_equals_the_cli(tmp_path):
+    import h5py
+    rng = np.random.default_rng(6)
+    img = rng.poisson(0.02, (ROWS, COLS)).astype(np.float32) * 12.4
+    yy, xx = np.mgrid[0:ROWS, 0:COLS]
+    for x, y in rng.uniform(20, [COLS - 20, ROWS - 20], (30, 2)):
+        img += (200 * np.exp(-((xx - x) ** 2 + (yy - y) ** 2) / 2.0)).astype(np.float32)
+    spots = rdaq.find_spots(img, threshold=6.2)
+    assert spots.shape[1] == 4 and len(spots) >= 25
+    with h5py.File(tmp_path / "img.h5", "w") as f:
+        f["entry/data/data"] = img[None]
+    subprocess.run([str(RDAQ), "process", "spots", "--input", tmp_path / "img.h5", "--output", tmp_path / "spots.h5",
+                    "--threshold", "6.2"], check=True, capture_output=True)
+    with h5py.File(tmp_path / "spots.h5", "r") as f:
+        n = f["entry/result_1/nPeaks"][0]
+        cli = np.stack([f["entry/result_1/" + k][0, :n] for k in ("peakXPosRaw", "peakYPosRaw", "peakTotalIntensity", "peakNPixels")], axis=1)
+    assert np.array_equal(spots, cli)
+    with pytest.raises(TypeError):
+        rdaq.find_spots(img.astype(np.float64), threshold=6.2)
+    with pytest.raises(ValueError, match="threshold"):
+        rdaq.find_spots(img, threshold=0)
+
+
+def test_the_readme_example_runs():
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 10 and all(" complete " in ln for ln in lines), out.stdout
