@@ -211,3 +211,14 @@ def test_the_readme_example_runs():
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert len(lines) == 10 and all(" complete " in ln for ln in lines), out.stdout
+
+
+@pytest.mark.usefixtures("rdaq")
+def test_the_api_bench_measures_all_three_consumers():
+    # a smoke run of the command (the numbers belong to bench/RESULTS.md, not to a test)
+    out = subprocess.run([str(RDAQ), "bench", "api", "--frames", "40", "--drain-frames", "8", "--rounds", "1", "--rate", "200"],
+                         capture_output=True, text=True, timeout=120, cwd=RDAQ.parent.parent.parent)
+    assert out.returncode == 0, out.stderr
+    for row in ["Rust (Receiver::frames)", "C API (rdaq_next_frame, rdaq_release)", "Python (for frame in rdaq.Receiver)"]:
+        assert out.stdout.count(row) == 2, out.stdout
+    assert "not measured" not in out.stdout, out.stdout

@@ -14,7 +14,9 @@
 //!   the ICRC's share of its receive CPU.
 //! - [`stream`]: the Stream V2 publisher against bare ZeroMQ; [`write`]: the NXmx writer
 //!   against a plain sequential write of the same bytes.
+//! - [`api`]: the C API and the Python iterator against the Rust consumer.
 
+pub mod api;
 pub mod gpu;
 pub mod hosts;
 pub mod ingest;
@@ -64,6 +66,9 @@ pub enum BenchCmd {
     /// The NXmx writer's sustained rate beside a plain sequential write of the same bytes,
     /// both ending with fdatasync.
     Write(write::WriteBenchArgs),
+    /// Frames/s through the C API and the Python iterator beside the Rust consumer, draining
+    /// the same full ring of 1 MiB module frames.
+    Api(api::ApiBenchArgs),
 }
 
 /// Runs the benchmark `b`.
@@ -82,6 +87,7 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
         BenchCmd::Transport(a) => transport::bench(a),
         BenchCmd::Roce(a) => roce::bench(a),
         BenchCmd::Write(a) => write::bench(a),
+        BenchCmd::Api(a) => api::bench(a),
     }
 }
 

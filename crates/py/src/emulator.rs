@@ -13,7 +13,9 @@ use rdaq_proto::telegram::BufferMap;
 type Outcome = Result<EmulatorReport, rdaq_emulator::EmulatorError>;
 
 /// Emulated modules sending `frames` frames at `rate` Hz (0: as fast as possible) to the
-/// receiver whose `buffer_map` (JSON) is given, at `target`.
+/// receiver whose `buffer_map` (JSON) is given, at `target`. `pool` > 0 synthesizes that
+/// many frames once and sends them in turn (for throughput tests; the manifest records
+/// what was sent); 0 synthesizes every frame.
 #[pyclass(module = "rdaq._rdaq")]
 pub struct Emulator {
     cfg: EmulatorConfig,
@@ -26,14 +28,14 @@ pub struct Emulator {
 #[pymethods]
 impl Emulator {
     #[new]
-    #[pyo3(signature = (buffer_map, frames=10, rate=100.0, seed=1, target="127.0.0.1"))]
-    fn new(buffer_map: &str, frames: u64, rate: f64, seed: u64, target: &str) -> PyResult<Emulator> {
+    #[pyo3(signature = (buffer_map, frames=10, rate=100.0, seed=1, target="127.0.0.1", pool=0))]
+    fn new(buffer_map: &str, frames: u64, rate: f64, seed: u64, target: &str, pool: usize) -> PyResult<Emulator> {
         let map: BufferMap = serde_json::from_str(buffer_map).map_err(|e| PyValueError::new_err(format!("buffer_map: {e}")))?;
         let target = target.parse().map_err(|_| PyValueError::new_err(format!("target: {target:?} is not an IP address")))?;
         if !(rate >= 0.0 && rate.is_finite()) {
             return Err(PyValueError::new_err(format!("rate: {rate} is not 0 (full speed) or a positive number of frames per second")));
         }
-        let mut cfg = EmulatorConfig { modules: map.modules, frames, rate_hz: (rate > 0.0).then_some(rate), ..EmulatorConfig::default() };
+        let mut cfg = EmulatorConfig { modules: map.modules, frames, rate_hz: (rate > 0.0).then_some(rate), frame_pool: pool, ..EmulatorConfig::default() };
         cfg.synth.seed = seed;
         Ok(Emulator { cfg, map, target, control: Arc::default(), thread: None })
     }
