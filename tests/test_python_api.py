@@ -13,6 +13,7 @@ import xxhash
 
 import rdaq
 from conftest import RDAQ
+from test_control_api import daemons  # noqa: F401 (a fixture)
 
 MODULE_ROWS, MODULE_COLS = 512, 1024
 
@@ -222,3 +223,63 @@ def test_the_api_bench_measures_all_three_consumers():
     for row in ["Rust (Receiver::frames)", "C API (rdaq_next_frame, rdaq_release)", "Python (for frame in rdaq.Receiver)"]:
         assert out.stdout.count(row) == 2, out.stdout
     assert "not measured" not in out.stdout, out.stdout
+
+
+# ---- the control client and the stream consumer ----
+
+def test_control_client_drives_the_receiver_daemon_and_reports_refusals(daemons):
+    from test_control_api import request
+    dr = rdaq.control.Receiver(daemons["dr0"], token="")
+    det = rdaq.control.Detector(daemons["det"], token="")
+    assert dr.telegram()["name"] == "dr0" and det.telegram()["modules"] == 2
+    with pytest.raises(rdaq.control.ApiError, match="slots") as e:
+        dr.buffers(request(slots=1))
+    assert e.value.status == 400
+    m = dr.buffers(request())
+    assert m["modules"] == 2 and dr.status()["state"] == "configured"
+    answer = dr.start()
+    assert answer["state"] == "acquiring" and dr.status()["state"] == "acquiring"
+    with pytest.raises(rdaq.control.ApiError, match="already running") as e:
+        dr.start()
+    assert e.value.status == 409
+    stop = dr.stop()
+    assert stop["frames_complete"] == 0 and dr.status()["state"] == "configured"
+    page = dr.events(since=answer["events_from"])
+    assert page["next"] >= answer["events_from"]
+    assert "rdaq_frames_complete_total" in dr.metrics()
+    with pytest.raises(rdaq.control.ApiError, match="cannot reach"):
+        rdaq.control.Receiver("http://127.0.0.1:9", timeout=2).status()
+
+
+@pytest.mark.usefixtures("rdaq")
+def test_stream_consumer_yields_the_images_of_the_file(tmp_path):
+    import threading
+
+    import h5py
+    import hdf5plugin  # noqa: F401
+
+    from conftest import free_port
+    port = free_port()
+    got, failed = [], []
+
+    def consume():
+        try:
+            got.extend(rdaq.stream.messages(f"tcp://127.0.0.1:{port}", timeout_ms=20000))
+        except Exception as e:  # reported below; the run then ends by its timeout
+            failed.append(e)
+    t = threading.Thread(target=consume)
+    t.start()
+    r = subprocess.run([str(RDAQ), "run", "--frames", "12", "--out", str(tmp_path), "--stream", f"tcp://127.0.0.1:{port}",
+                        "--stream-policy", "block", "--preview", "none"], capture_output=True, text=True, timeout=90)
+    t.join()
+    assert not failed, failed
+    assert r.returncode == 0, r.stderr
+    assert got[0]["type"] == "start" and got[-1]["type"] == "end"
+    images = [m for m in got if m["type"] == "image"]
+    with h5py.File(tmp_path / "rdaq_run_master.h5", "r") as f:
+        data = f["entry/data/data"]
+        assert len(images) == data.shape[0] > 0
+        for i, m in enumerate(images):
+            assert m["image"].dtype == data.dtype and np.array_equal(m["image"], data[i]), f"image {i}"
+    with pytest.raises(ValueError, match="chunk"):
+        rdaq.decompress(b"not a chunk", 4)

@@ -152,3 +152,16 @@ pub fn compress<'py>(py: Python<'py>, array: &Bound<'py, PyAny>, codec: &str, zs
     py.detach(|| Compressor::new(es, 0, codec).compress(bytes, &mut out));
     Ok(PyBytes::new(py, &out))
 }
+
+/// The bytes of a bitshuffle chunk (HDF5 filter 32008's format) of `elem_size`-byte
+/// elements, as `compress` or the stream and the data files hold them.
+#[pyfunction]
+#[pyo3(signature = (chunk, elem_size, codec="lz4"))]
+pub fn decompress<'py>(py: Python<'py>, chunk: &[u8], elem_size: usize, codec: &str) -> PyResult<Bound<'py, PyBytes>> {
+    let codec = Codec::parse(codec, 0).map_err(|e| bad(format!("codec: {e}")))?;
+    if elem_size == 0 {
+        return Err(bad("elem_size: at least 1".into()));
+    }
+    let out = py.detach(|| rdaq_process::bitshuffle::decompress(chunk, elem_size, codec)).map_err(|e| bad(format!("chunk: {e}")))?;
+    Ok(PyBytes::new(py, &out))
+}

@@ -13,9 +13,11 @@ the end of a ``with frame:`` block, or Python freeing it). Arrays over a frame r
 in place; releasing is refused while one exists, and a released frame's pixels raise
 ``FrameReleased``.
 """
-from ._rdaq import Converter, Emulator, Frame, FrameReleased, Pedestal, Receiver, compress, find_spots
+from . import control, stream
+from ._rdaq import Converter, Emulator, Frame, FrameReleased, Pedestal, Receiver, compress, decompress, find_spots
 
-__all__ = ["Receiver", "Frame", "FrameReleased", "Emulator", "Converter", "convert", "Pedestal", "find_spots", "compress"]
+__all__ = ["Receiver", "Frame", "FrameReleased", "Emulator", "Converter", "convert", "Pedestal", "find_spots",
+           "compress", "decompress", "control", "stream"]
 
 
 def convert(raw, pedestal, gain, mask=None, invalid_gain="error"):

@@ -86,3 +86,6 @@ def find_spots(image: npt.NDArray[np.float32], threshold: float, snr: float = 3.
 
 def compress(array: npt.NDArray, codec: str = "lz4", zstd_level: int = 3) -> bytes:
     """One bitshuffle chunk (HDF5 filter 32008's format) of the array's bytes."""
+
+def decompress(chunk: bytes, elem_size: int, codec: str = "lz4") -> bytes:
+    """The bytes of a bitshuffle chunk of `elem_size`-byte elements."""

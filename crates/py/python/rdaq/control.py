@@ -1,0 +1,116 @@
+"""Clients of rdaq's control APIs (docs/control.md): the receiver daemon
+(`rdaq receive --serve`), the detector daemon (`rdaq emulate --serve`) and the system
+manager (`rdaq manage --serve`), over HTTP/JSON with the standard library.
+
+    det, rx = rdaq.control.Detector("http://127.0.0.1:7000"), rdaq.control.Receiver("http://127.0.0.1:7001")
+    print(rx.status()["state"])
+
+Every call that changes something sends the token (``token=`` or ``RDAQ_TOKEN``). A
+refused or failed call raises ``ApiError`` with the daemon's one-line message and status.
+"""
+import json
+import os
+import urllib.error
+import urllib.request
+
+
+class ApiError(Exception):
+    """A call the API refused or could not do: ``status`` (HTTP) and the daemon's message."""
+
+    def __init__(self, url, status, message):
+        super().__init__(f"{url}: {status} {message}")
+        self.url, self.status, self.message = url, status, message
+
+
+class _Client:
+    def __init__(self, url, token=None, timeout=30.0):
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else os.environ.get("RDAQ_TOKEN")
+        self.timeout = timeout
+
+    def _call(self, method, path, body=None):
+        url = self.url + path
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"content-type": "application/json"}
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                text = r.read().decode()
+                return json.loads(text) if r.headers.get("content-type", "").startswith("application/json") else text
+        except urllib.error.HTTPError as e:
+            text = e.read().decode()
+            try:
+                message = json.loads(text).get("error", text)
+            except ValueError:
+                message = text
+            raise ApiError(url, e.code, message) from None
+        except urllib.error.URLError as e:
+            raise ApiError(url, 0, f"cannot reach it: {e.reason}") from None
+
+    def status(self):
+        return self._call("GET", "/status")
+
+    def events(self, since=0, limit=10000):
+        """One page of events: ``{"first", "next", "dropped", "events"}``."""
+        return self._call("GET", f"/events?since={since}&limit={limit}")
+
+
+class Receiver(_Client):
+    """The receiver daemon."""
+
+    def telegram(self):
+        return self._call("GET", "/telegram")
+
+    def buffers(self, request):
+        """Defines the frame buffers (a buffer request); returns the buffer map."""
+        return self._call("PUT", "/buffers", request)
+
+    def start(self, output=None, module_cols=None, gap_x=None, gap_y=None, overwrite=False):
+        body = {"output": output, "overwrite": overwrite}
+        body.update({k: v for k, v in (("module_cols", module_cols), ("gap_x", gap_x), ("gap_y", gap_y)) if v is not None})
+        return self._call("POST", "/start", body)
+
+    def stop(self):
+        """Finishes the acquisition; returns what it came to (frames, file, counters)."""
+        return self._call("POST", "/stop", {})
+
+    def metrics(self):
+        """The OpenMetrics text of ``/metrics``."""
+        return self._call("GET", "/metrics")
+
+
+class Detector(_Client):
+    """The detector daemon (emulated modules)."""
+
+    def telegram(self):
+        return self._call("GET", "/telegram")
+
+    def dtps(self, dtps, from_frame=None):
+        return self._call("PUT", "/dtp", {"dtps": dtps, "from_frame": from_frame})
+
+    def start(self, frames, rate_hz=100.0, first_frame=0):
+        return self._call("POST", "/start", {"frames": frames, "rate_hz": rate_hz, "first_frame": first_frame})
+
+    def stop(self):
+        return self._call("POST", "/stop", {})
+
+    def manifest(self):
+        """The last run's manifest (CSV text)."""
+        return self._call("GET", "/manifest")
+
+
+class Manager(_Client):
+    """The system manager of a running `rdaq manage --serve`."""
+
+    def report(self):
+        return self._call("GET", "/report")
+
+    def stop(self):
+        """Stops the acquisition early; the report expects the frames the detector started."""
+        return self._call("POST", "/stop", {})
+
+    def snapshot(self):
+        """What its dashboard shows (receivers, plan, result)."""
+        return self._call("GET", "/dashboard/snapshot")
