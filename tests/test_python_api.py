@@ -4,6 +4,7 @@ arrays that lie inside the receiver's ring (no copy); misuse raises clearly and 
 reads a slot the receiver owns again."""
 import ctypes
 import gc
+import pathlib
 import subprocess
 import sys
 
@@ -283,3 +284,15 @@ def test_stream_consumer_yields_the_images_of_the_file(tmp_path):
             assert m["image"].dtype == data.dtype and np.array_equal(m["image"], data[i]), f"image {i}"
     with pytest.raises(ValueError, match="chunk"):
         rdaq.decompress(b"not a chunk", 4)
+
+
+def test_a_wheel_builds_and_installs_outside_the_source_tree(tmp_path):
+    root = RDAQ.parent.parent.parent
+    maturin = pathlib.Path(sys.executable).parent / "maturin"
+    subprocess.run([str(maturin), "build", "--release", "--quiet", "-m", str(root / "crates" / "py" / "Cargo.toml"), "-o", str(tmp_path / "wheels")],
+                   check=True, capture_output=True, timeout=600)
+    wheel, = (tmp_path / "wheels").glob("rdaq-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)], check=True, timeout=120)
+    code = "import rdaq; assert rdaq.__file__.startswith(%r), rdaq.__file__; rdaq.Receiver().close()" % str(tmp_path / "site")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site")}, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
