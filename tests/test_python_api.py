@@ -296,3 +296,26 @@ def test_a_wheel_builds_and_installs_outside_the_source_tree(tmp_path):
     code = "import rdaq; assert rdaq.__file__.startswith(%r), rdaq.__file__; rdaq.Receiver().close()" % str(tmp_path / "site")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site")}, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_incomplete_frames_mark_exactly_their_missing_pixels():
+    with rdaq.Receiver(modules=1, frames=8, frame_timeout_ms=100) as rx:
+        emu = rdaq.Emulator(rx.buffer_map, frames=8, rate=50, loss=0.03, retransmit=False, seed=3)
+        emu.start()
+        incomplete = 0
+        for f in rx:
+            with f:
+                mask, a = f.missing_mask, np.asarray(f)
+                assert mask.shape == a.shape and mask.dtype == np.bool_
+                if f.complete:
+                    assert not mask.any()
+                else:
+                    incomplete += 1
+                    # a lost datagram carries 4096 pixels; the receiver fills them with 0xFFFF
+                    assert mask.sum() > 0 and mask.sum() % 4096 == 0
+                    assert np.all(a[mask] == 0xFFFF)
+                del mask, a
+        emu.join()
+    assert incomplete > 0
+    with pytest.raises(ValueError, match="loss"):
+        rdaq.Emulator(rdaq.Receiver().buffer_map, loss=2.0)

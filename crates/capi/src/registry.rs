@@ -97,16 +97,11 @@ impl Station {
     pub fn missing(&self, id: u64, out: &mut [u8]) -> Result<(), Failure> {
         let held = lock(&self.held);
         let f = held.get(&id).ok_or_else(|| Self::unknown(id))?;
-        let grid = self.rx.grid();
-        let pixels = (grid.modules as u64 * grid.module_bytes / 2) as usize;
+        let pixels = self.rx.grid().frame_pixels();
         if out.len() < pixels {
             return Err(Failure::new(RdaqStatus::Buffer, format!("mask: {} bytes, the frame has {pixels} pixels", out.len())));
         }
-        out[..pixels].fill(0);
-        for &c in f.missing() {
-            let (off, len) = (grid.cell_offset(c) as usize / 2, grid.cell_len(c) as usize / 2);
-            out[off..off + len].fill(1);
-        }
+        self.rx.missing_mask(f, out).expect("a frame of this receiver");
         Ok(())
     }
 

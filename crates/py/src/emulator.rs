@@ -15,7 +15,8 @@ type Outcome = Result<EmulatorReport, rdaq_emulator::EmulatorError>;
 /// Emulated modules sending `frames` frames at `rate` Hz (0: as fast as possible) to the
 /// receiver whose `buffer_map` (JSON) is given, at `target`. `pool` > 0 synthesizes that
 /// many frames once and sends them in turn (for throughput tests; the manifest records
-/// what was sent); 0 synthesizes every frame.
+/// what was sent); 0 synthesizes every frame. For tests: `loss` drops that fraction of
+/// datagrams on purpose, and `retransmit=False` keeps no history to resend them from.
 #[pyclass(module = "rdaq._rdaq")]
 pub struct Emulator {
     cfg: EmulatorConfig,
@@ -28,8 +29,9 @@ pub struct Emulator {
 #[pymethods]
 impl Emulator {
     #[new]
-    #[pyo3(signature = (buffer_map, frames=10, rate=100.0, seed=1, target="127.0.0.1", pool=0))]
-    fn new(buffer_map: &str, frames: u64, rate: f64, seed: u64, target: &str, pool: usize) -> PyResult<Emulator> {
+    #[pyo3(signature = (buffer_map, frames=10, rate=100.0, seed=1, target="127.0.0.1", pool=0, loss=0.0, retransmit=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(buffer_map: &str, frames: u64, rate: f64, seed: u64, target: &str, pool: usize, loss: f64, retransmit: bool) -> PyResult<Emulator> {
         let map: BufferMap = serde_json::from_str(buffer_map).map_err(|e| PyValueError::new_err(format!("buffer_map: {e}")))?;
         let target = target.parse().map_err(|_| PyValueError::new_err(format!("target: {target:?} is not an IP address")))?;
         if !(rate >= 0.0 && rate.is_finite()) {
@@ -37,6 +39,14 @@ impl Emulator {
         }
         let mut cfg = EmulatorConfig { modules: map.modules, frames, rate_hz: (rate > 0.0).then_some(rate), frame_pool: pool, ..EmulatorConfig::default() };
         cfg.synth.seed = seed;
+        if loss != 0.0 {
+            let f = rdaq_emulator::FaultConfig { seed, loss, ..rdaq_emulator::FaultConfig::default() };
+            f.check().map_err(|e| PyValueError::new_err(format!("loss: {e}")))?;
+            cfg.faults = Some(f);
+        }
+        if !retransmit {
+            cfg.history_bytes = 0;
+        }
         Ok(Emulator { cfg, map, target, control: Arc::default(), thread: None })
     }
 

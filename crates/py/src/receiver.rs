@@ -225,12 +225,8 @@ impl Frame {
     #[getter]
     fn missing_mask(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let f = self.ready.as_ref().ok_or_else(|| FrameReleased::new_err(format!("frame {} was released", self.number)))?;
-        let grid = self.rx.grid();
-        let mut mask = vec![0u8; (self.shape[0] * self.shape[1]) as usize];
-        for &c in f.missing() {
-            let (off, len) = (grid.cell_offset(c) as usize / 2, grid.cell_len(c) as usize / 2);
-            mask[off..off + len].fill(1);
-        }
+        let mut mask = vec![0u8; self.rx.grid().frame_pixels()];
+        self.rx.missing_mask(f, &mut mask).expect("a frame of this receiver");
         let np = py.import("numpy")?;
         let bytes = pyo3::types::PyBytes::new(py, &mask);
         Ok(np.call_method1("frombuffer", (bytes, "bool"))?.call_method1("reshape", (self.shape(),))?.unbind())

@@ -568,6 +568,21 @@ impl Receiver {
         Ok(unsafe { self.arena.slot(f.slot() as usize) })
     }
 
+    /// Marks in `mask` (one byte per pixel of the frame's modules, in slot order) the pixels
+    /// whose datagram never arrived with 1, the others with 0. `mask` must hold at least
+    /// [`Grid::frame_pixels`] bytes.
+    pub fn missing_mask(&self, f: &FrameReady, mask: &mut [u8]) -> Result<(), FrameError> {
+        f.check_owner(self.owner)?;
+        let pixels = self.grid.frame_pixels();
+        assert!(mask.len() >= pixels, "a mask of {} bytes for {pixels} pixels", mask.len());
+        mask[..pixels].fill(0);
+        for &c in f.missing() {
+            let (off, len) = (self.grid.cell_offset(c) as usize / 2, self.grid.cell_len(c) as usize / 2);
+            mask[off..off + len].fill(1);
+        }
+        Ok(())
+    }
+
     /// Gives the frame's slot back to the receiver (nothing to give for a discarded frame).
     /// A frame of another receiver is refused and changes nothing.
     pub fn release(&self, f: FrameReady) -> Result<(), FrameError> {

@@ -27,6 +27,11 @@ impl Grid {
 
     /// Byte offset of a cell in the slot.
     #[inline]
+    /// 16-bit pixels of a whole frame (every module).
+    pub fn frame_pixels(&self) -> usize {
+        (self.modules as u64 * self.module_bytes / 2) as usize
+    }
+
     pub fn cell_offset(&self, cell: u32) -> u64 {
         let (m, k) = (cell / self.cells_per_module, cell % self.cells_per_module);
         m as u64 * self.module_bytes + k as u64 * self.cell_bytes
