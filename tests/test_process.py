@@ -146,12 +146,15 @@ def synthetic_peaks(rng):
     return img
 
 
-def test_peakfinder8_mode_finds_the_same_peaks_as_cfelpyutils(rdaq, tmp_path):
+# the centre of the module, and a fractional one: cfelpyutils' users build the radius map in
+# float64 (numpy) and hand it over as float32; a map built in float32 puts some pixels into
+# another radial bin when the centre is fractional
+@pytest.mark.parametrize("cx,cy", [(COLS / 2, ROWS / 2), (511.37, 255.81)], ids=["centred", "fractional"])
+def test_peakfinder8_mode_finds_the_same_peaks_as_cfelpyutils(rdaq, tmp_path, cx, cy):
     rng = np.random.default_rng(9)
     frames = np.stack([synthetic_peaks(rng) for _ in range(3)])
     write_frames(tmp_path / "img.h5", frames)
     yy, xx = np.mgrid[0:ROWS, 0:COLS]
-    cx, cy = COLS / 2, ROWS / 2
     radius = np.sqrt((xx - cx) ** 2 + (yy - cy) ** 2).astype(np.float32)
     pf = Peakfinder8PeakDetection(max_num_peaks=2048, asic_nx=256, asic_ny=256, nasics_x=4, nasics_y=2,
                                   adc_threshold=100.0, minimum_snr=5.0, min_pixel_count=2, max_pixel_count=200,
@@ -171,3 +174,36 @@ def test_peakfinder8_mode_finds_the_same_peaks_as_cfelpyutils(rdaq, tmp_path):
         assert np.array_equal(ys[i, :n[i]], np.array(ref.ss, np.float32))
         assert np.array_equal(its[i, :n[i]], np.array(ref.intensity, np.float32))
     assert total > 100
+
+
+def test_the_radius_map_is_the_one_numpy_users_build():
+    import rdaq as lib  # the Python package: rdaq's own map, as the CLI builds it
+    for cx, cy in [(COLS / 2, ROWS / 2), (511.37, 255.81), (1151.37, 1150.81)]:
+        yy, xx = np.mgrid[0:ROWS, 0:COLS]
+        ref = np.sqrt((xx - cx) ** 2 + (yy - cy) ** 2).astype(np.float32)
+        assert np.array_equal(lib.radius_map(COLS, ROWS, cx, cy).view(np.uint32), ref.view(np.uint32)), (cx, cy)
+
+
+def test_a_radius_map_from_a_file_and_a_threshold_in_photons(rdaq, tmp_path):
+    rng = np.random.default_rng(10)
+    frames = synthetic_peaks(rng)[None]
+    write_frames(tmp_path / "img.h5", frames)
+    yy, xx = np.mgrid[0:ROWS, 0:COLS]
+    radius = np.sqrt((xx - 300.25) ** 2 + (yy - 100.75) ** 2).astype(np.float32)
+    with h5py.File(tmp_path / "radius.h5", "w") as f:
+        f["radius"] = radius
+    def spots(*args):
+        out = tmp_path / f"spots{len(list(tmp_path.iterdir()))}.h5"
+        subprocess.run([rdaq, "process", "spots", "--input", tmp_path / "img.h5", "--output", out, *args], check=True, capture_output=True)
+        with h5py.File(out, "r") as f:
+            n = f["entry/result_1/nPeaks"][0]
+            return f["entry/result_1/peakXPosRaw"][0, :n], f["entry/result_1/peakYPosRaw"][0, :n]
+    pf8 = ["--finder", "peakfinder8", "--adc-threshold", "100", "--min-snr", "5", "--min-res", "0", "--max-res", "10000"]
+    from_file = spots(*pf8, "--radius-map", tmp_path / "radius.h5")
+    computed = spots(*pf8, "--center-x", "300.25", "--center-y", "100.75")
+    assert len(from_file[0]) > 0 and all(np.array_equal(a, b) for a, b in zip(from_file, computed))
+    # 0.5 photons of 12.4 keV is the 6.2 keV threshold
+    assert all(np.array_equal(a, b) for a, b in zip(spots("--threshold-photons", "0.5", "--photon-energy-kev", "12.4"), spots("--threshold", "6.2")))
+    bad = subprocess.run([rdaq, "process", "spots", "--input", tmp_path / "img.h5", "--output", tmp_path / "x.h5", *pf8,
+                          "--radius-map", tmp_path / "img.h5"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "--radius-map" in bad.stderr

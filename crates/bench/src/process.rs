@@ -195,7 +195,7 @@ fn spot_finding(d: &Data, t: &mut Table) -> [usize; 2] {
         finder.find(k, MODULE_COLS, MODULE_ROWS, &mut spots);
         spots.len()
     }).sum();
-    let radius = Peakfinder8::radius_map(MODULE_COLS, MODULE_ROWS, MODULE_COLS as f32 / 2.0, MODULE_ROWS as f32 / 2.0);
+    let radius = Peakfinder8::radius_map(MODULE_COLS, MODULE_ROWS, MODULE_COLS as f64 / 2.0, MODULE_ROWS as f64 / 2.0);
     let mut pf8 = Peakfinder8::new(d.p8, radius, &vec![true; MODULE_PIXELS]);
     let s = t.time(|i| pf8.find(black_box(&d.kev[i]), &mut spots));
     t.row("spots peakfinder8", s, 4.0, Some(("cfelpyutils peakfinder8", "peakfinder8")));

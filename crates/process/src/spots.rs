@@ -352,13 +352,15 @@ impl Peakfinder8 {
         }
     }
 
-    /// The radius map of an image with the beam at `(cx, cy)` (pixel indices, fast, slow).
-    pub fn radius_map(width: usize, height: usize, cx: f32, cy: f32) -> Vec<f32> {
+    /// The radius map of an image with the beam at `(cx, cy)` (pixel indices, fast, slow),
+    /// computed in f64 and rounded to f32 once, as cfelpyutils' users build it with numpy:
+    /// computed in f32, a fractional centre puts some pixels into another radial bin.
+    pub fn radius_map(width: usize, height: usize, cx: f64, cy: f64) -> Vec<f32> {
         let mut out = Vec::with_capacity(width * height);
         for r in 0..height {
             for c in 0..width {
-                let (dx, dy) = (c as f32 - cx, r as f32 - cy);
-                out.push((dx * dx + dy * dy).sqrt());
+                let (dx, dy) = (c as f64 - cx, r as f64 - cy);
+                out.push((dx * dx + dy * dy).sqrt() as f32);
             }
         }
         out

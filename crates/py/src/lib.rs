@@ -28,6 +28,7 @@ fn _rdaq(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stages::find_spots, m)?)?;
     m.add_function(wrap_pyfunction!(stages::compress, m)?)?;
     m.add_function(wrap_pyfunction!(stages::decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(stages::radius_map, m)?)?;
     m.add("FrameReleased", m.py().get_type::<receiver::FrameReleased>())?;
     Ok(())
 }

@@ -165,3 +165,10 @@ pub fn decompress<'py>(py: Python<'py>, chunk: &[u8], elem_size: usize, codec: &
     let out = py.detach(|| rdaq_process::bitshuffle::decompress(chunk, elem_size, codec)).map_err(|e| bad(format!("chunk: {e}")))?;
     Ok(PyBytes::new(py, &out))
 }
+
+/// peakfinder8's radius map of a `height` x `width` image with the beam at (`cx`, `cy`)
+/// (pixel indices, fast, slow): float32, computed in float64 as numpy users do.
+#[pyfunction]
+pub fn radius_map(py: Python<'_>, width: usize, height: usize, cx: f64, cy: f64) -> PyResult<Bound<'_, PyArray2<f32>>> {
+    f32_array(py, rdaq_process::spots::Peakfinder8::radius_map(width, height, cx, cy), (height, width))
+}

@@ -96,9 +96,17 @@ pub struct SpotsArgs {
     /// local (local SNR) or peakfinder8.
     #[arg(long, default_value = "local")]
     finder: String,
-    /// local: strong-pixel threshold (image units) and SNR, box half-size, pixel counts.
-    #[arg(long, default_value_t = 6.2)]
+    /// local: strong-pixel threshold in the unit of the image (keV for frames converted to
+    /// keV), then SNR, box half-size, pixel counts.
+    #[arg(long, default_value_t = 6.2, conflicts_with = "threshold_photons")]
     threshold: f32,
+    /// local: the strong-pixel threshold in photons instead, for keV images: the threshold
+    /// is this many photons of --photon-energy-kev.
+    #[arg(long, requires = "photon_energy_kev")]
+    threshold_photons: Option<f32>,
+    /// The photon energy that --threshold-photons counts in.
+    #[arg(long)]
+    photon_energy_kev: Option<f32>,
     #[arg(long, default_value_t = 3.0)]
     snr: f32,
     #[arg(long, default_value_t = 15)]
@@ -134,9 +142,44 @@ pub struct SpotsArgs {
     #[arg(long, default_value_t = 2048)]
     max_num_peaks: usize,
     #[arg(long)]
-    center_x: Option<f32>,
+    center_x: Option<f64>,
     #[arg(long)]
-    center_y: Option<f32>,
+    center_y: Option<f64>,
+    /// peakfinder8: the radius of each pixel from this HDF5 file (dataset --radius-dataset,
+    /// float, the image's shape) instead of one computed from the beam centre.
+    #[arg(long, conflicts_with_all = ["center_x", "center_y"])]
+    radius_map: Option<PathBuf>,
+    #[arg(long, default_value = "radius")]
+    radius_dataset: String,
+}
+
+/// The local-SNR threshold in the unit of the image: --threshold, or --threshold-photons
+/// photons of --photon-energy-kev.
+fn local_threshold(a: &SpotsArgs) -> anyhow::Result<f32> {
+    match (a.threshold_photons, a.photon_energy_kev) {
+        (Some(p), Some(e)) if p > 0.0 && e > 0.0 => Ok(p * e),
+        (Some(p), Some(e)) => bail!("--threshold-photons {p} and --photon-energy-kev {e} must both be positive"),
+        _ => Ok(a.threshold),
+    }
+}
+
+/// peakfinder8's radius map: from --radius-map, or computed around the beam centre (the
+/// image's centre by default).
+fn radius_map(a: &SpotsArgs, rows: usize, cols: usize) -> anyhow::Result<Vec<f32>> {
+    let Some(path) = &a.radius_map else {
+        return Ok(Peakfinder8::radius_map(cols, rows, a.center_x.unwrap_or(cols as f64 / 2.0), a.center_y.unwrap_or(rows as f64 / 2.0)));
+    };
+    let what = || format!("--radius-map {}:{}", path.display(), a.radius_dataset);
+    let f = hdf5::File::open(path).with_context(what)?;
+    let ds = f.dataset(&a.radius_dataset).with_context(what)?;
+    if ds.shape() != [rows, cols] {
+        bail!("{}: shape {:?}, the image is {rows}x{cols}", what(), ds.shape());
+    }
+    let radius: Vec<f32> = ds.read_raw().with_context(what)?;
+    if radius.iter().any(|r| !r.is_finite() || *r < 0.0) {
+        bail!("{}: radii must be finite and not negative", what());
+    }
+    Ok(radius)
 }
 
 pub fn process(cmd: ProcessCmd) -> anyhow::Result<()> {
@@ -267,7 +310,7 @@ fn spots(a: SpotsArgs) -> anyhow::Result<()> {
         Pf8(Box<Peakfinder8>),
     }
     let mut finder = match a.finder.as_str() {
-        "local" => Finder::Local(LocalSnr::new(LocalSnrParams { threshold: a.threshold, snr: a.snr, box_half: a.box_half, min_pixels: a.min_pixels, max_pixels: a.max_pixels })),
+        "local" => Finder::Local(LocalSnr::new(LocalSnrParams { threshold: local_threshold(&a)?, snr: a.snr, box_half: a.box_half, min_pixels: a.min_pixels, max_pixels: a.max_pixels })),
         "peakfinder8" => {
             let p = Peakfinder8Params {
                 max_num_peaks: a.max_num_peaks,
@@ -286,7 +329,7 @@ fn spots(a: SpotsArgs) -> anyhow::Result<()> {
             if (p.asic_ny * p.nasics_y, p.asic_nx * p.nasics_x) != (r, c) {
                 bail!("peakfinder8: {}x{} ASICs of {}x{} do not tile the {r}x{c} image", p.nasics_y, p.nasics_x, p.asic_ny, p.asic_nx);
             }
-            let radius = Peakfinder8::radius_map(c, r, a.center_x.unwrap_or(c as f32 / 2.0), a.center_y.unwrap_or(r as f32 / 2.0));
+            let radius = radius_map(&a, r, c)?;
             Finder::Pf8(Box::new(Peakfinder8::new(p, radius, &vec![true; r * c])))
         }
         f => bail!("finder {f:?}: expected local or peakfinder8"),

@@ -14,10 +14,10 @@ in place; releasing is refused while one exists, and a released frame's pixels r
 ``FrameReleased``.
 """
 from . import control, stream
-from ._rdaq import Converter, Emulator, Frame, FrameReleased, Pedestal, Receiver, compress, decompress, find_spots
+from ._rdaq import Converter, Emulator, Frame, FrameReleased, Pedestal, Receiver, compress, decompress, find_spots, radius_map
 
 __all__ = ["Receiver", "Frame", "FrameReleased", "Emulator", "Converter", "convert", "Pedestal", "find_spots",
-           "compress", "decompress", "control", "stream"]
+           "compress", "decompress", "radius_map", "control", "stream"]
 
 
 def convert(raw, pedestal, gain, mask=None, invalid_gain="error"):

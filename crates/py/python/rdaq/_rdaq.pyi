@@ -89,3 +89,6 @@ def compress(array: npt.NDArray, codec: str = "lz4", zstd_level: int = 3) -> byt
 
 def decompress(chunk: bytes, elem_size: int, codec: str = "lz4") -> bytes:
     """The bytes of a bitshuffle chunk of `elem_size`-byte elements."""
+
+def radius_map(width: int, height: int, cx: float, cy: float) -> npt.NDArray[np.float32]:
+    """peakfinder8's radius map, computed in float64 and rounded to float32 once."""
