@@ -236,9 +236,9 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
         modules: module_ends(&det_feed.events),
         elapsed_s: elapsed.as_secs_f64(),
     };
-    s.publish(&report)?;
-    print_report(&report, &a.out);
     let loss = report.frames_complete < frames || report.receivers.values().any(|r| r.write_error.is_some());
+    s.publish(&report, loss)?;
+    print_report(&report, &a.out);
     if a.serve.is_some() {
         tracing::info!("done; the API keeps serving the report until Ctrl-C");
         let (tx, rx) = std::sync::mpsc::channel();
@@ -480,10 +480,11 @@ impl<'a> Session<'a> {
     }
 
     /// Writes the report and shows it on the manager's API.
-    fn publish(&self, report: &Report) -> anyhow::Result<()> {
+    fn publish(&self, report: &Report, lost: bool) -> anyhow::Result<()> {
         std::fs::write(self.a.out.join("report.json"), serde_json::to_string_pretty(report)?)?;
         let mut b = lock(&self.shared);
         b.report = Some(serde_json::to_value(report)?);
+        b.lost = Some(lost);
         b.status = serde_json::json!({ "state": "done", "frames_complete": report.frames_complete, "frames_lost": report.frames_lost.len() });
         Ok(())
     }

@@ -12,7 +12,7 @@ use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_sink::NxmxWriter;
 
-use crate::board::{incomplete_event, Board, Glance};
+use crate::board::{Board, Glance};
 use crate::latency::{FrameTimes, Latency};
 use crate::stream::Stream;
 
@@ -99,8 +99,8 @@ pub struct Sinks<'a> {
     pub stream: Option<&'a mut Stream>,
     /// When the frames were sent, where the detector runs in this process.
     pub sent: Option<&'a rdaq_emulator::clock::SendClock>,
-    /// Where latency, incomplete frames and a glance at the latest frame are shown while
-    /// the acquisition goes on (the dashboard, a daemon's `/metrics`).
+    /// Where latency and a glance at the latest frame are shown while the acquisition goes
+    /// on (the dashboard, a daemon's `/metrics`); events are `on_frame`'s to report.
     pub board: Option<&'a Board>,
 }
 
@@ -123,9 +123,6 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
     let mut chunk = Vec::new();
     while let Some(f) = next_frame(rx, until) {
         on_frame(&f);
-        if let Some(b) = sinks.board.filter(|_| f.status() != FrameStatus::Complete) {
-            b.push_event(incomplete_event("receiver", &f));
-        }
         bar.inc(1);
         let mut times = FrameTimes::of(&f, sinks.sent);
         if !s.arrived(&f) || !assemble {

@@ -30,6 +30,8 @@ pub struct Board {
     pub receivers: BTreeMap<String, (bool, Option<serde_json::Value>)>,
     pub topology: Option<serde_json::Value>,
     pub report: Option<serde_json::Value>,
+    /// Whether the finished acquisition lost data (what the exit status says).
+    pub lost: Option<bool>,
     /// An operator asked to stop (`POST /stop`).
     pub stop_requested: bool,
     start: Instant,
@@ -45,6 +47,7 @@ impl Board {
             receivers: BTreeMap::new(),
             topology: None,
             report: None,
+            lost: None,
             stop_requested: false,
             start: Instant::now(),
         }
@@ -70,7 +73,6 @@ impl View for ManagerView {
         let b = lock(&self.board);
         let state = b.status["state"].as_str().unwrap_or("unknown").to_string();
         let receivers = b.receivers.iter().map(|(name, (alive, counters))| ReceiverView { name: name.clone(), alive: *alive, counters: counters.clone() }).collect();
-        let lost = b.report.as_ref().map(|r| r["frames_complete"] != r["frames_expected"] || r["frames_incomplete"].as_array().is_some_and(|v| !v.is_empty()));
         Snapshot {
             title: b.title.clone(),
             uptime_s: b.start.elapsed().as_secs_f64(),
@@ -80,7 +82,7 @@ impl View for ManagerView {
             stop: (state == "running" && !b.stop_requested).then(|| "/stop".into()),
             token_required: self.access.has_token(),
             api_refused: self.access.refused(),
-            result: b.report.as_ref().map(|r| serde_json::json!({ "lost": lost, "summary": r })),
+            result: b.report.as_ref().map(|r| serde_json::json!({ "lost": b.lost, "summary": r })),
             state,
             ..Snapshot::default()
         }
