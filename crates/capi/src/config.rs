@@ -30,11 +30,7 @@ impl Default for Options {
 pub fn parse(text: &str) -> Result<ReceiverConfig, String> {
     let o: Options = toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))?;
     let bind: IpAddr = o.bind.parse().map_err(|_| format!("bind: {:?} is not an IP address", o.bind))?;
-    let policy = match o.policy.as_str() {
-        "keep" => IncompletePolicy::Keep,
-        "discard" => IncompletePolicy::Discard,
-        p => return Err(format!("policy: {p:?} is not \"keep\" or \"discard\"")),
-    };
+    let policy: IncompletePolicy = o.policy.parse().map_err(|e| format!("policy: {e}"))?;
     let engine = o.engine.parse().map_err(|e| format!("engine: {e}"))?;
     if o.modules == 0 || o.slots < 2 {
         return Err("modules: at least 1; slots: at least 2".into());

@@ -11,12 +11,10 @@
 //! - [`dashboard`]: the live web page every server above serves, and `rdaq run --serve`'s
 //!   ([`run`]).
 //! - [`http`]: what the APIs share.
-//! - [`metrics`]: `/metrics` through `prometheus-client`; [`counters`]: the receiver's
-//!   counters as every API names them.
+//! - [`metrics`]: `/metrics` through `prometheus-client`.
 //! - [`auth`]: the bearer token mutating calls (and optionally reads) need.
 
 pub mod auth;
-pub mod counters;
 pub mod dashboard;
 pub mod detector;
 pub mod http;

@@ -21,7 +21,6 @@ use rdaq_receiver::{Counters, FrameStatus, IncompletePolicy, Receiver, ReceiverC
 use rdaq_sink::NxmxWriter;
 use serde::{Deserialize, Serialize};
 
-use crate::counters::json as counters_json;
 use crate::dashboard::{self, ReceiverView, Snapshot, View};
 use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
 use rdaq_run::consume::{consume, ConsumeStats, Sinks};
@@ -101,7 +100,7 @@ impl View for DaemonView {
         let d = lock(&self.0);
         let (state, counters) = match &d.active {
             None => ("idle", None),
-            Some(a) => (if a.acq.is_some() { "acquiring" } else { "configured" }, Some(counters_json(&a.rx.counters()))),
+            Some(a) => (if a.acq.is_some() { "acquiring" } else { "configured" }, Some(a.rx.counters().to_json())),
         };
         let mut s = Snapshot {
             title: format!("receiver {}", d.opts.name),
@@ -347,7 +346,7 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
         frames_not_saved: stats.not_saved,
         write_error: stats.write_error,
         output,
-        counters: counters_json(&counters),
+        counters: counters.to_json(),
         stream,
     };
     let mut d = lock(&s);
@@ -389,7 +388,7 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
     let d = lock(&s);
     let (state, request, counters) = match &d.active {
         None => ("idle", None, None),
-        Some(a) => (if a.acq.is_some() { "acquiring" } else { "configured" }, Some(&a.request), Some(counters_json(&a.rx.counters()))),
+        Some(a) => (if a.acq.is_some() { "acquiring" } else { "configured" }, Some(&a.request), Some(a.rx.counters().to_json())),
     };
     let dropped_events = lock(&d.events).dropped;
     let stream = stream_live(&d).map(|(sent, dropped, waits)| serde_json::json!({ "images_sent": sent, "images_dropped": dropped, "waits": waits }));
@@ -411,7 +410,7 @@ async fn metrics(State(s): State<Shared>) -> ([(axum::http::HeaderName, &'static
     let d = lock(&s);
     let c = d.active.as_ref().map(|a| a.rx.counters()).unwrap_or_default();
     let mut m = crate::metrics::Scrape::new("receiver", &d.opts.name);
-    for f in &crate::counters::FIELDS {
+    for f in &rdaq_receiver::counters::FIELDS {
         m.counter(f.name, f.help, (f.get)(&c));
     }
     m.counter("events_dropped", "Events pushed out of the event log unread", lock(&d.events).dropped);

@@ -14,7 +14,6 @@ use rdaq_proto::events::{Event, EventPage};
 use rdaq_run::board::{Board, Glance};
 
 use crate::auth::Access;
-use crate::counters::json as counters_json;
 use crate::dashboard::{self, ReceiverView, Snapshot, View};
 use crate::http::{lock, Since};
 
@@ -49,7 +48,7 @@ impl View for RunView {
     fn snapshot(&self) -> Snapshot {
         let b = &self.board;
         let state = b.state();
-        let counters = b.receiver().map(|c| counters_json(&c));
+        let counters = b.receiver().map(|c| c.to_json());
         let mut s = Snapshot {
             title: self.title.clone(),
             uptime_s: b.uptime_s(),

@@ -59,11 +59,7 @@ impl Receiver {
     #[allow(clippy::too_many_arguments)]
     fn new(modules: u16, bind: &str, port: u16, slots: usize, frames: Option<u64>, frame_timeout_ms: u64, policy: &str, engine: &str) -> PyResult<Receiver> {
         let bind: IpAddr = bind.parse().map_err(|_| PyValueError::new_err(format!("bind: {bind:?} is not an IP address")))?;
-        let policy = match policy {
-            "keep" => IncompletePolicy::Keep,
-            "discard" => IncompletePolicy::Discard,
-            p => return Err(PyValueError::new_err(format!("policy: {p:?} is not \"keep\" or \"discard\""))),
-        };
+        let policy: IncompletePolicy = policy.parse().map_err(|e| PyValueError::new_err(format!("policy: {e}")))?;
         let engine = engine.parse().map_err(|e| PyValueError::new_err(format!("engine: {e}")))?;
         if modules == 0 || slots < 2 {
             return Err(PyValueError::new_err("modules: at least 1; slots: at least 2"));
@@ -91,18 +87,10 @@ impl Receiver {
         Ok(self.rx()?.ring_span())
     }
 
-    /// The receiver's counters (at most about 10 ms old), as a dict.
+    /// The receiver's counters (at most about 10 ms old), as a dict: the same names as a
+    /// receiver daemon's `/status`.
     fn counters(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let c = self.rx()?.counters();
-        let v = serde_json::json!({
-            "datagrams": c.datagrams, "placed": c.placed, "bytes_placed": c.bytes_placed,
-            "frames_complete": c.frames_complete, "frames_incomplete": c.frames_incomplete,
-            "frames_discarded": c.frames_discarded, "frames_refused": c.frames_refused,
-            "dropped": c.dropped_total(), "nacks_sent": c.nacks_sent,
-            "placed_retransmitted": c.placed_retransmitted, "frames_recovered": c.frames_recovered,
-            "ring": { "slots": c.slots, "filling": c.slots_filling, "handed": c.slots_handed },
-        });
-        crate::from_json(py, &v)
+        crate::from_json(py, &self.rx()?.counters().to_json())
     }
 
     /// The next frame, waiting at most `timeout` seconds (none: until the receiver has

@@ -31,6 +31,18 @@ pub enum IncompletePolicy {
     Keep,
 }
 
+impl std::str::FromStr for IncompletePolicy {
+    type Err = String;
+    /// `keep` or `discard`, as every configuration names them.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "keep" => Ok(IncompletePolicy::Keep),
+            "discard" => Ok(IncompletePolicy::Discard),
+            other => Err(format!("policy must be \"keep\" or \"discard\", not {other:?}")),
+        }
+    }
+}
+
 /// Byte written over missing cells under [`IncompletePolicy::Keep`]: 0xFFFF words are the
 /// JUNGFRAU error word, so missing pixels can never be mistaken for data.
 pub const MISSING_BYTE: u8 = 0xff;

@@ -624,11 +624,7 @@ impl Config {
 }
 
 pub fn parse_policy(s: &str) -> anyhow::Result<rdaq_receiver::IncompletePolicy> {
-    match s {
-        "keep" => Ok(rdaq_receiver::IncompletePolicy::Keep),
-        "discard" => Ok(rdaq_receiver::IncompletePolicy::Discard),
-        other => bail!("policy must be \"keep\" or \"discard\", not {other:?}"),
-    }
+    s.parse().map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]
