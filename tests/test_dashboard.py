@@ -116,7 +116,7 @@ def test_dashboard_shows_the_run_and_stops_it_only_with_the_token(served_run):
         wait("an incomplete frame event", lambda: "incomplete" in d.find_element(By.ID, "events").text)
         # the processing graph runs: its stages and the hit counters
         stages = d.find_element(By.ID, "stages").text
-        for s in ["convert", "spots", "compress", "write", "pedestal"]:
+        for s in ["process", "write", "pedestal"]:
             assert s in stages
         # the preview: rendered at the image's size, and not blank
         snap = wait("a preview", lambda: snapshot(port)["preview"])

@@ -226,6 +226,8 @@ pub struct Compressor {
     elem_size: usize,
     block_elems: usize,
     shuffled: Vec<u8>,
+    /// One compressed block, at its worst-case size.
+    packed: Vec<u8>,
     zstd: Option<zstd::bulk::Compressor<'static>>,
 }
 
@@ -238,7 +240,9 @@ impl Compressor {
             Codec::Lz4 => None,
             Codec::Zstd(level) => Some(zstd::bulk::Compressor::new(level).expect("libzstd accepts every level (it clamps)")),
         };
-        Compressor { elem_size, block_elems, shuffled: vec![0; block_elems * elem_size], zstd }
+        let block_bytes = block_elems * elem_size;
+        let worst = lz4_flex::block::get_maximum_output_size(block_bytes).max(zstd::zstd_safe::compress_bound(block_bytes));
+        Compressor { elem_size, block_elems, shuffled: vec![0; block_bytes], packed: vec![0; worst], zstd }
     }
 
     /// Compresses `src` (whole elements) into `out` (cleared first) as one chunk.
@@ -261,21 +265,14 @@ impl Compressor {
             let bytes = elems * es;
             let shuffled = &mut self.shuffled[..bytes];
             shuffle_block(&src[at..at + bytes], shuffled, es);
-            let len_pos = out.len();
-            out.extend_from_slice(&[0; 4]);
-            let start = out.len();
+            // into a scratch block sized once for the worst case, then only the compressed
+            // bytes into the chunk: no zeroing of a worst-case output per block
             let c = match self.zstd.as_mut() {
-                None => {
-                    out.resize(start + lz4_flex::block::get_maximum_output_size(bytes), 0);
-                    lz4_flex::block::compress_into(shuffled, &mut out[start..]).expect("output sized for the worst case")
-                }
-                Some(z) => {
-                    out.resize(start + zstd::zstd_safe::compress_bound(bytes), 0);
-                    z.compress_to_buffer(shuffled, &mut out[start..]).expect("output sized for the worst case")
-                }
+                None => lz4_flex::block::compress_into(shuffled, &mut self.packed).expect("scratch sized for the worst case"),
+                Some(z) => z.compress_to_buffer(shuffled, &mut self.packed).expect("scratch sized for the worst case"),
             };
-            out.truncate(start + c);
-            out[len_pos..len_pos + 4].copy_from_slice(&(c as u32).to_be_bytes());
+            out.extend_from_slice(&(c as u32).to_be_bytes());
+            out.extend_from_slice(&self.packed[..c]);
             at += bytes;
         }
         out.extend_from_slice(&src[at..]);

@@ -96,12 +96,16 @@ pub trait Count: Copy + Default + Send + Sync {
     fn from_f32(x: f32) -> Self;
 }
 
-/// `x` (finite, |x| < 2^31) rounded half away from zero, without a libm call: truncate,
-/// then step away from zero when the (exact) remainder is at least one half. Equal to
-/// `f32::round` for every such `x`, and vectorizable.
+/// `x` rounded half away from zero, without a libm call: truncate, then step away from
+/// zero when the (exact) remainder is at least one half. Equal to `f32::round` for every
+/// `x` that is finite with |x| < 2^31, and vectorizable. Beyond, `x` is clamped to
+/// ±(2^31 - 128), the largest f32 inside the i32 range; NaN counts as 0.
 #[inline(always)]
 fn round_half_away(x: f32) -> i32 {
-    let t = x as i32;
+    let x = if x.is_nan() { 0.0 } else { x.clamp(-2_147_483_520.0, 2_147_483_520.0) };
+    // SAFETY: `x` is finite and inside the i32 range (just above); the unchecked
+    // truncation then vectorizes where `as` (saturating, NaN-checking) does not.
+    let t = unsafe { x.to_int_unchecked::<i32>() };
     let frac = x - t as f32;
     t + (frac >= 0.5) as i32 - (frac <= -0.5) as i32
 }
@@ -121,8 +125,8 @@ impl Count for i32 {
     const ERROR: i32 = i32::MIN;
     #[inline(always)]
     fn from_f32(x: f32) -> i32 {
-        // f32 cannot represent i32::MAX - 1: clamp at 2^31 - 128, the largest f32 under it
-        round_half_away(x.clamp(-2_147_483_520.0, 2_147_483_520.0))
+        // f32 cannot represent i32::MAX - 1: round_half_away clamps at 2^31 - 128
+        round_half_away(x)
     }
 }
 

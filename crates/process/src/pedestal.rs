@@ -89,6 +89,76 @@ pub struct Pedestal<S: Sum = f64> {
 /// The gain code (word bits 15..14) of each stage.
 const STAGE_CODE: [u16; 3] = [0, 1, 3];
 
+/// Consecutive pixels of a [`Pedestal`], borrowed to take their words of a frame.
+pub struct Band<'a, S: Sum> {
+    code: u16,
+    window: u32,
+    sum: &'a mut [S],
+    sum2: &'a mut [S],
+    samples: &'a mut [u32],
+    wrong: &'a mut [u32],
+}
+
+impl<S: Sum> Band<'_, S> {
+    /// The band's pixels.
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// Adds the words of the band's first `raw.len()` pixels.
+    pub fn push(self, raw: &[u16]) {
+        assert!(raw.len() <= self.len(), "words for the band's pixels");
+        self.push_from(0, raw);
+    }
+
+    /// Adds the words of the band's pixels `at..at + raw.len()`.
+    pub fn push_from(self, at: usize, raw: &[u16]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            unsafe { push_avx2(self, at, raw) };
+            return;
+        }
+        push_loop(self, at, raw);
+    }
+}
+
+/// [`push_loop`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn push_avx2<S: Sum>(b: Band<'_, S>, at: usize, raw: &[u16]) {
+    push_loop(b, at, raw);
+}
+
+/// The window's update of each pixel, branch-free so that it vectorizes: both updates are
+/// computed and the one the pixel is in is kept (the same operations as aare's, in its order).
+#[inline(always)]
+fn push_loop<S: Sum>(b: Band<'_, S>, at: usize, raw: &[u16]) {
+    let end = at + raw.len();
+    let n = S::from_count(b.window);
+    let (sum, sum2) = (&mut b.sum[at..end], &mut b.sum2[at..end]);
+    let (samples, wrong) = (&mut b.samples[at..end], &mut b.wrong[at..end]);
+    for ((((&w, s), s2), k), bad) in raw.iter().zip(sum.iter_mut()).zip(sum2.iter_mut()).zip(samples.iter_mut()).zip(wrong.iter_mut()) {
+        let ok = w >> 14 == b.code;
+        let x = S::from_adc(w & ADC_MAX);
+        let filling = *k < b.window;
+        let (fill, fill2) = (s.add(x), s2.add(x.mul(x)));
+        let (run, run2) = (s.add(x.sub(s.div(n))), s2.add(x.mul(x).sub(s2.div(n))));
+        let (new, new2) = if filling { (fill, fill2) } else { (run, run2) };
+        *s = if ok { new } else { *s };
+        *s2 = if ok { new2 } else { *s2 };
+        *k += (ok & filling) as u32;
+        *bad += !ok as u32;
+    }
+}
+
 impl<S: Sum> Pedestal<S> {
     pub fn new(pixels: usize, stage: u8, window: u32) -> Self {
         assert!(stage < 3 && window > 0, "stage 0..2 and a window of at least one frame");
@@ -123,26 +193,25 @@ impl<S: Sum> Pedestal<S> {
     pub fn push_at(&mut self, first: usize, raw: &[u16]) {
         let end = first + raw.len();
         assert!(end <= self.pixels(), "pixels inside the tracked image");
-        let code = STAGE_CODE[self.stage as usize];
-        let n = S::from_count(self.window);
-        let (sum, sum2) = (&mut self.sum[first..end], &mut self.sum2[first..end]);
-        let (samples, wrong) = (&mut self.samples[first..end], &mut self.wrong_gain[first..end]);
-        for i in 0..raw.len() {
-            let w = raw[i];
-            if w >> 14 != code {
-                wrong[i] += 1;
-                continue;
-            }
-            let x = S::from_adc(w & ADC_MAX);
-            if samples[i] < self.window {
-                sum[i] = sum[i].add(x);
-                sum2[i] = sum2[i].add(x.mul(x));
-                samples[i] += 1;
-            } else {
-                sum[i] = sum[i].add(x.sub(sum[i].div(n)));
-                sum2[i] = sum2[i].add(x.mul(x).sub(sum2[i].div(n)));
-            }
-        }
+        let band = Band {
+            code: STAGE_CODE[self.stage as usize],
+            window: self.window,
+            sum: &mut self.sum[first..end],
+            sum2: &mut self.sum2[first..end],
+            samples: &mut self.samples[first..end],
+            wrong: &mut self.wrong_gain[first..end],
+        };
+        band.push(raw);
+    }
+
+    /// Splits the tracked pixels into `parts` bands of consecutive pixels (the last may be
+    /// shorter), each of which takes its own pixels of a frame: for tracking one frame on
+    /// several cores at once. Call [`Pedestal::frame_done`] once the frame is in every band.
+    pub fn bands(&mut self, parts: usize) -> Vec<(usize, Band<'_, S>)> {
+        let len = self.pixels().div_ceil(parts.max(1)).max(1);
+        let (code, window) = (STAGE_CODE[self.stage as usize], self.window);
+        let chunks = self.sum.chunks_mut(len).zip(self.sum2.chunks_mut(len)).zip(self.samples.chunks_mut(len).zip(self.wrong_gain.chunks_mut(len)));
+        chunks.enumerate().map(|(i, ((sum, sum2), (samples, wrong)))| (i * len, Band { code, window, sum, sum2, samples, wrong })).collect()
     }
 
     /// Counts a frame that was pushed with [`Pedestal::push_at`].

@@ -142,10 +142,16 @@ pub struct Process {
     /// Chunk codec: "lz4" or "zstd" (at zstd_level).
     pub codec: String,
     pub zstd_level: i32,
-    /// Worker threads of the conversion, spot-finding and compression stages.
-    pub convert_workers: usize,
-    pub spot_workers: usize,
-    pub compress_workers: usize,
+    /// Process workers, each taking a signal frame through conversion, spot finding, the
+    /// veto and compression on one core (0: one per core the machine has beyond the two that
+    /// receiving and the rest of the graph use, at least 1).
+    pub workers: usize,
+    /// Pedestal bands: stages that each track their part of every dark frame's pixels
+    /// (0: one per two process workers, at least 1).
+    pub pedestal_bands: usize,
+    /// CPUs to pin the process workers and then the pedestal bands to, in order (empty: not
+    /// pinned).
+    pub cpus: Vec<usize>,
     /// Frames each stage worker's input ring holds.
     pub ring_frames: usize,
 }
@@ -312,9 +318,9 @@ impl Default for Process {
             codec: "lz4".into(),
             zstd_level: 3,
             backend: "cpu".into(),
-            convert_workers: 1,
-            spot_workers: 1,
-            compress_workers: 1,
+            workers: 0,
+            pedestal_bands: 0,
+            cpus: Vec::new(),
             ring_frames: 4,
         }
     }
@@ -510,8 +516,12 @@ impl Config {
         if !(p.threshold_photons > 0.0) || !(p.snr >= 0.0) || p.min_pixels == 0 || p.max_pixels < p.min_pixels {
             bail!("process: threshold_photons must be positive, snr not negative, and 1 <= min_pixels <= max_pixels");
         }
-        if p.convert_workers == 0 || p.spot_workers == 0 || p.compress_workers == 0 || p.ring_frames == 0 {
-            bail!("process: every stage needs at least 1 worker and process.ring_frames at least 1");
+        if p.ring_frames == 0 {
+            bail!("process.ring_frames must be at least 1");
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(c) = p.cpus.iter().find(|&&c| c >= cpus) {
+            bail!("process.cpus: CPU {c} is not one of this machine's 0..{}", cpus - 1);
         }
         if !(0.0..=1.0).contains(&self.detector.hit_fraction) {
             bail!("detector.hit_fraction must be in 0..=1, not {}", self.detector.hit_fraction);
@@ -544,6 +554,24 @@ impl Config {
 
     pub fn frame_timeout(&self) -> Duration {
         Duration::from_millis(self.receiver.frame_timeout_ms)
+    }
+
+    /// The process workers: as configured, or one per core beyond the two that receiving
+    /// (and the detector, in `rdaq run`) and the rest of the graph take, at least one.
+    pub fn workers(&self) -> usize {
+        match self.process.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(2).max(1),
+            n => n,
+        }
+    }
+
+    /// The pedestal bands: as configured, or one per two process workers (a dark frame costs
+    /// about half a signal frame's processing: `rdaq bench pipeline`), at least one.
+    pub fn pedestal_bands(&self) -> usize {
+        match self.process.pedestal_bands {
+            0 => (self.workers() / 2).max(1),
+            n => n,
+        }
     }
 
     pub fn rate(&self) -> Option<f64> {

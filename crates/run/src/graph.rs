@@ -1,15 +1,19 @@
 //! The online processing graph of `rdaq run` for JUNGFRAU (docs/processing.md):
 //!
 //! ```text
-//! receiver ring --(dark)--> pedestal (1) --publishes G0 pedestal--> convert workers
-//!               --(signal)-> convert (n) -> spots + veto (n) -> compress (n) -> write (1)
+//! receiver ring --(dark)--> pedestal band 1 -> ... -> band k --publishes G0 pedestal--> process
+//!               --(signal)-> process (n: convert, spots + veto, compress) -> reorder + write (1)
 //! ```
 //!
-//! Frames move as pooled `Box<Work>` buffers. Conversion reads each module straight from
-//! its receiver slot and writes keV into the assembled image (assembly and conversion in
-//! one pass), then gives the slot back; dark frames go to the pedestal tracker, which
-//! reads the raw words and gives the slot back. Every stage runs on the pipeline graph of
-//! `rdaq_process::pipeline`, with its counters in the summary.
+//! Frames move as pooled `Box<Work>` buffers. A process worker takes a signal frame through
+//! every step on one core: conversion reads each module straight from its receiver slot and
+//! writes keV into the assembled image (assembly and conversion in one pass) and gives the
+//! slot back; spot finding and the veto read the image while it is still in that core's
+//! caches, and compression turns it into the file's chunk. The workers need no lock per
+//! frame, so they scale with the cores; the write stage puts their frames back into the
+//! source's order. Dark frames go through the pedestal bands, which read the raw words from
+//! the slot (each band its own pixels) and the last gives the slot back. Every stage runs on
+//! the pipeline graph of `rdaq_process::pipeline`, with its counters in the summary.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -20,8 +24,7 @@ use indicatif::ProgressBar;
 use rdaq_detector::jungfrau::{ModuleCalibration, MODULE_PIXELS};
 use rdaq_detector::{as_words, Chopper, Geometry};
 use rdaq_process::bitshuffle::{Codec, Compressor};
-use rdaq_process::pedestal::Pedestal;
-use rdaq_process::pipeline::{Emit, Pipeline, Policy, Port, StageStats, WhenFull, WorkerFn};
+use rdaq_process::pipeline::{Emit, Pipeline, Policy, Port, StageId, StageStats, WhenFull, WorkerFn};
 use rdaq_process::spots::{is_hit, LocalSnr, LocalSnrParams, Spot};
 use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain};
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
@@ -34,7 +37,12 @@ use serde::Serialize;
 
 use crate::consume::{missing_ranges, next_frame, ConsumeStats};
 
+mod dark;
 mod gpu;
+mod reorder;
+
+use dark::{Band, DarkTracker};
+use reorder::Reorder;
 
 /// What a stage expects of the frames it is given: taken from the receiver it reads.
 const OWN_FRAME: &str = "a handed frame of this receiver";
@@ -53,7 +61,13 @@ pub struct Setup {
     pub veto: bool,
     pub window: u32,
     pub publish: u32,
-    pub workers: [usize; 3],
+    /// Process workers (each takes a frame through every step; the GPU's compression
+    /// workers), and pedestal bands (each tracks its pixels of every dark frame).
+    pub workers: usize,
+    pub pedestal_bands: usize,
+    /// CPUs the workers are pinned to, in order (process workers first, then the bands);
+    /// empty: not pinned.
+    pub cpus: Vec<usize>,
     pub ring_frames: usize,
     /// The source waits this long per frame (testing: a consumer slower than the detector).
     pub consumer_delay: std::time::Duration,
@@ -85,11 +99,15 @@ pub fn emulated_calibration(seed: u64, g: &Geometry) -> Calibration {
 /// A frame on its way through the graph (pooled: allocated once, reused).
 struct Work {
     frame: u64,
+    /// The signal frame's place in the source's order (the write stage keeps it).
+    seq: u64,
     ready: Option<FrameReady>,
     missing: Vec<(usize, usize)>,
     image: Vec<f32>,
     spots: Vec<Spot>,
     hit: bool,
+    /// Not a hit, and the veto is on: the write stage only counts it.
+    vetoed: bool,
     chunk: Vec<u8>,
     times: Option<FrameTimes>,
 }
@@ -110,9 +128,20 @@ pub struct ProcessReport {
     /// Waits of the source for a free frame buffer (the graph's back-pressure).
     pub pool_waits: u64,
     pub stages: Vec<StageReport>,
+    /// The process workers' time per signal frame in each step (CPU backend).
+    pub steps: Vec<StepReport>,
+    /// The most frames the write stage held back to keep the source's order.
+    pub reorder_high_water: usize,
     /// The tracked pedestal at the end (G0), to be saved with the calibration.
     #[serde(skip)]
     pub calibration: Option<Arc<Calibration>>,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct StepReport {
+    pub name: &'static str,
+    pub frames: u64,
+    pub ms_per_frame: f64,
 }
 
 #[derive(Debug, Serialize, Clone)]
@@ -146,34 +175,6 @@ impl StageReport {
     }
 }
 
-/// What the pedestal stage tracks dark frames with: the CPU's tracker, or the GPU's.
-trait DarkTracker: Send {
-    /// Adds one complete dark frame, the slot's module words.
-    fn push_frame(&mut self, g: &Geometry, words: &[u16]);
-    /// Dark frames added so far.
-    fn frames(&self) -> u64;
-    /// The G0 pedestal per image pixel (gap pixels, never sampled, are replaced on publishing).
-    fn mean_into(&mut self, out: &mut [f32]);
-}
-
-impl DarkTracker for Pedestal<f64> {
-    fn push_frame(&mut self, g: &Geometry, words: &[u16]) {
-        for m in 0..g.modules {
-            let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
-            g.module_runs(m, |from, at, run| self.push_at(at, &module[from..from + run]));
-        }
-        self.frame_done();
-    }
-
-    fn frames(&self) -> u64 {
-        Pedestal::frames(self)
-    }
-
-    fn mean_into(&mut self, out: &mut [f32]) {
-        Pedestal::mean_into(self, out);
-    }
-}
-
 /// The calibration the converters use, replaced when the tracked pedestal is published.
 struct SharedCal {
     cal: RwLock<Arc<Calibration>>,
@@ -183,13 +184,22 @@ struct SharedCal {
 /// The pooled frame buffers: enough for every ring of the graph to be full.
 fn work_pool(setup: &Setup) -> (Sender<Box<Work>>, ChanRx<Box<Work>>) {
     let pixels = setup.geometry.height() * setup.geometry.width();
-    let pool_size = (setup.workers.iter().sum::<usize>() + 2) * setup.ring_frames + 4;
+    let pool_size = (setup.workers + setup.pedestal_bands + 2) * setup.ring_frames + 4;
     let (tx, rx) = bounded::<Box<Work>>(pool_size);
     for _ in 0..pool_size {
         let image = vec![f32::NAN; pixels];
-        tx.send(Box::new(Work { frame: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, chunk: Vec::new(), times: None })).expect("pool has room");
+        tx.send(Box::new(Work { frame: 0, seq: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, vetoed: false, chunk: Vec::new(), times: None })).expect("pool has room");
     }
     (tx, rx)
+}
+
+/// The process workers' time in each step, summed over workers (nanoseconds).
+#[derive(Default)]
+struct StepTimes {
+    convert: AtomicU64,
+    spots: AtomicU64,
+    compress: AtomicU64,
+    frames: AtomicU64,
 }
 
 /// What the stages share: the receiver they read, the settings, the calibration in use,
@@ -198,6 +208,10 @@ struct Graph<'a> {
     rx: &'a Receiver,
     setup: &'a Setup,
     cal: SharedCal,
+    /// The tracked G0 pedestal as the bands last wrote it, for the next publication.
+    dark_mean: Mutex<Vec<f32>>,
+    steps: StepTimes,
+    reorder_high_water: AtomicU64,
     stats: Mutex<ConsumeStats>,
     writer: Mutex<&'a mut NxmxWriter>,
     stream: Mutex<Option<&'a mut Stream>>,
@@ -207,11 +221,16 @@ struct Graph<'a> {
 /// Runs the graph until the receiver finishes (or `until` is set and no frame waits).
 pub fn run(rx: &Receiver, writer: &mut NxmxWriter, stream: Option<&mut Stream>, setup: Setup, bar: &ProgressBar, until: Option<&AtomicBool>) -> anyhow::Result<(ConsumeStats, ProcessReport)> {
     Converter::shared(setup.calibration.clone(), setup.invalid)?;
+    anyhow::ensure!(setup.workers > 0 && setup.pedestal_bands > 0 && setup.ring_frames > 0, "the graph needs workers, pedestal bands and rings");
     let (pool, pool_rx) = work_pool(&setup);
+    let pixels = setup.geometry.height() * setup.geometry.width();
     let g = Graph {
         rx,
         setup: &setup,
         cal: SharedCal { cal: RwLock::new(setup.calibration.clone()), generation: AtomicU64::new(0) },
+        dark_mean: Mutex::new(vec![0.0; pixels]),
+        steps: StepTimes::default(),
+        reorder_high_water: AtomicU64::new(0),
         stats: Mutex::new(ConsumeStats { what: "processing and writing frames", ..Default::default() }),
         writer: Mutex::new(writer),
         stream: Mutex::new(stream),
@@ -224,49 +243,53 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, stream: Option<&mut Stream>, 
     let (stage_stats, source) = std::thread::scope(|s| {
         let mut p: Pipeline<Box<Work>> = Pipeline::default();
         let rf = setup.ring_frames;
-        let pixels = setup.geometry.height() * setup.geometry.width();
-        let pedestal = match gpu.as_mut().map(gpu::GpuParts::take_pedestal) {
-            Some(tracker) => {
-                let mut tracker = Some(tracker);
-                p.stage("pedestal", 1, rf, |_| g.pedestal_worker(tracker.take().expect("one pedestal worker")))
-            }
-            None => p.stage("pedestal", 1, rf, |_| g.pedestal_worker(Pedestal::<f64>::new(pixels, 0, setup.window))),
-        };
-        let compress = p.stage("compress", setup.workers[2], rf, |_| g.compress_worker());
         let write = p.stage("write", 1, rf, |_| g.write_worker());
-        let first = match gpu.take() {
-            // one stage converts and finds the strong pixels on the device
-            Some(parts) => {
+        let (first, pedestal) = match gpu.take() {
+            // one stage converts and finds the strong pixels on the device, the pedestal
+            // is tracked there too
+            Some(mut parts) => {
+                let tracker = parts.take_pedestal();
+                let pedestal = g.pedestal_chain(&mut p, vec![tracker]);
                 let mut parts = Some(parts);
                 let gpu = p.stage("gpu", 1, rf, |_| g.gpu_worker(parts.take().expect("one GPU worker")));
+                let compress = p.stage("compress", setup.workers, rf, |k| g.compress_worker(k));
                 p.connect(gpu, compress, Policy::LeastLoaded, WhenFull::Block);
-                gpu
+                p.connect(compress, write, Policy::RoundRobin, WhenFull::Block);
+                (gpu, pedestal)
             }
             None => {
-                let convert = p.stage("convert", setup.workers[0], rf, |_| g.convert_worker());
-                let spots = p.stage("spots", setup.workers[1], rf, |_| g.spots_worker());
-                p.connect(convert, spots, Policy::LeastLoaded, WhenFull::Block);
-                p.connect(spots, compress, Policy::LeastLoaded, WhenFull::Block);
-                convert
+                let pedestal = g.pedestal_chain(&mut p, Band::split(pixels, setup.pedestal_bands, setup.window));
+                let process = p.stage("process", setup.workers, rf, |k| g.process_worker(k));
+                p.connect(process, write, Policy::RoundRobin, WhenFull::Block);
+                (process, pedestal)
             }
         };
-        p.connect(compress, write, Policy::RoundRobin, WhenFull::Block);
         let to_pedestal = p.source(pedestal, Policy::RoundRobin, WhenFull::Block);
-        let to_convert = p.source(first, Policy::LeastLoaded, WhenFull::Block);
+        let to_process = p.source(first, Policy::LeastLoaded, WhenFull::Block);
         let running = p.spawn(s);
         setup.board.set_stages(running.stats.clone());
-        let source = g.feed(&pool_rx, [to_pedestal, to_convert], bar, until);
+        let source = g.feed(&pool_rx, [to_pedestal, to_process], bar, until);
         (running.join(), source)
     });
     Ok(g.report(stage_stats, source))
 }
 
+/// Pins the calling worker to the `k`-th of the configured CPUs (if any), once.
+fn pin_once(pinned: &mut bool, cpus: &[usize], k: usize) {
+    if !*pinned && !cpus.is_empty() {
+        // a CPU that cannot be had leaves the worker unpinned: the run goes on
+        let _ = rdaq_net::socket::pin_current_thread(cpus[k % cpus.len()]);
+    }
+    *pinned = true;
+}
+
 impl Graph<'_> {
     /// The source: finished frames from the receiver, sent by the chopper to the pedestal
-    /// (dark) or the conversion (signal). Returns its own counts; the ports close when it
-    /// returns.
-    fn feed(&self, pool: &ChanRx<Box<Work>>, [to_pedestal, to_convert]: [Port<Box<Work>>; 2], bar: &ProgressBar, until: Option<&AtomicBool>) -> ProcessReport {
+    /// (dark) or the processing (signal, numbered in order). Returns its own counts; the
+    /// ports close when it returns.
+    fn feed(&self, pool: &ChanRx<Box<Work>>, [to_pedestal, to_process]: [Port<Box<Work>>; 2], bar: &ProgressBar, until: Option<&AtomicBool>) -> ProcessReport {
         let mut source = ProcessReport::default();
+        let mut seq = 0u64;
         while let Some(f) = next_frame(self.rx, until) {
             std::thread::sleep(self.setup.consumer_delay);
             bar.inc(1);
@@ -295,7 +318,7 @@ impl Graph<'_> {
             wk.frame = f.frame();
             wk.missing = missing_ranges(self.rx, &self.setup.geometry, &f);
             wk.spots.clear();
-            wk.hit = false;
+            (wk.hit, wk.vetoed) = (false, false);
             wk.times = Some(times);
             wk.ready = Some(f);
             let process = &self.setup.board.process;
@@ -304,40 +327,70 @@ impl Graph<'_> {
                 to_pedestal.send(wk);
             } else {
                 ProcessCounts::add(&process.signal_frames, 1);
-                to_convert.send(wk);
+                wk.seq = seq;
+                seq += 1;
+                to_process.send(wk);
             }
         }
         source
     }
 
-    /// Pedestal tracking of the dark frames (raw words, read from the slot) by `tracker`,
-    /// published to the converters once the window is full and then every `publish` dark
-    /// frames.
-    fn pedestal_worker<'g, T: DarkTracker + 'g>(&'g self, mut tracker: T) -> WorkerFn<'g, Box<Work>> {
+    /// The pedestal stages, one per tracker, chained: returns the first.
+    fn pedestal_chain<'g, T: DarkTracker + 'g>(&'g self, p: &mut Pipeline<'g, Box<Work>>, trackers: Vec<T>) -> StageId {
+        let k = trackers.len();
+        let mut stages = Vec::with_capacity(k);
+        for (i, t) in trackers.into_iter().enumerate() {
+            let name = if k == 1 { "pedestal".to_string() } else { format!("pedestal {}/{k}", i + 1) };
+            let mut t = Some(t);
+            let cpu = self.setup.workers + i;
+            stages.push(p.stage(&name, 1, self.setup.ring_frames, |_| self.pedestal_worker(t.take().expect("one worker per band"), i + 1 == k, cpu)));
+        }
+        for w in stages.windows(2) {
+            p.connect(w[0], w[1], Policy::RoundRobin, WhenFull::Block);
+        }
+        stages[0]
+    }
+
+    /// Pedestal tracking of the dark frames' pixels of one band (raw words, read from the
+    /// slot) by `tracker`. Every band writes its part of the pedestal once the window is full
+    /// and then every `publish` dark frames; the `last` band then publishes it to the
+    /// converters, gives the slot back and the buffer to the pool.
+    fn pedestal_worker<'g, T: DarkTracker + 'g>(&'g self, mut tracker: T, last: bool, cpu: usize) -> WorkerFn<'g, Box<Work>> {
         let g = self.setup.geometry;
-        let mut since_publish = 0u32;
-        Box::new(move |mut wk: Box<Work>, _: &Emit<Box<Work>>| {
-            let f = wk.ready.take().expect("dark frames come with their slot");
-            if f.status() == FrameStatus::Complete {
-                tracker.push_frame(&g, as_words(self.rx.data(&f).expect(OWN_FRAME)));
+        let (mut since_publish, mut pinned) = (0u32, false);
+        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
+            pin_once(&mut pinned, &self.setup.cpus, cpu);
+            let f = wk.ready.as_ref().expect("dark frames come with their slot");
+            let complete = f.status() == FrameStatus::Complete;
+            if complete {
+                tracker.push_frame(&g, as_words(self.rx.data(f).expect(OWN_FRAME)));
                 since_publish += 1;
-            } else {
+            }
+            let due = tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish;
+            if due {
+                since_publish = 0;
+                tracker.mean_into(&mut self.dark_mean.lock().expect("not poisoned"));
+            }
+            if !last {
+                e.send(0, wk);
+                return;
+            }
+            if !complete {
                 ProcessCounts::add(&self.setup.board.process.dark_incomplete, 1);
             }
-            self.rx.release(f).expect(OWN_FRAME);
-            if tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish {
-                since_publish = 0;
-                self.publish_pedestal(&mut tracker);
+            self.rx.release(wk.ready.take().expect("still held")).expect(OWN_FRAME);
+            if due {
+                self.publish_pedestal();
             }
             let _ = self.pool.send(wk);
         })
     }
 
-    /// Replaces the converters' G0 pedestal with the one `tracker` holds.
-    fn publish_pedestal(&self, tracker: &mut impl DarkTracker) {
+    /// Replaces the converters' G0 pedestal with the one the bands wrote.
+    fn publish_pedestal(&self) {
         let old = self.cal.cal.read().expect("not poisoned").clone();
         let mut cal = (*old).clone();
-        tracker.mean_into(&mut cal.pedestal[0]);
+        cal.pedestal[0].copy_from_slice(&self.dark_mean.lock().expect("not poisoned"));
         // gap pixels keep their placeholder pedestal (they are masked)
         for (p, (&m, &o)) in cal.pedestal[0].iter_mut().zip(old.mask.iter().zip(&old.pedestal[0])) {
             if m & rdaq_detector::geometry::MASK_GAP != 0 {
@@ -349,13 +402,46 @@ impl Graph<'_> {
         ProcessCounts::add(&self.setup.board.process.pedestal_updates, 1);
     }
 
+    /// A process worker (the `k`-th): a signal frame through every step on one core, each
+    /// step timed.
+    fn process_worker<'g>(&'g self, k: usize) -> WorkerFn<'g, Box<Work>> {
+        let mut convert = self.converter();
+        let (w, h) = (self.setup.geometry.width(), self.setup.geometry.height());
+        let mut finder = LocalSnr::new(self.setup.finder);
+        let mut compress = self.compressor();
+        let mut pinned = false;
+        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
+            pin_once(&mut pinned, &self.setup.cpus, k);
+            let t0 = Instant::now();
+            convert(&mut wk);
+            let t1 = Instant::now();
+            let mut found = std::mem::take(&mut wk.spots);
+            finder.find(&wk.image, w, h, &mut found);
+            wk.spots = found;
+            self.judge(&mut wk);
+            let t2 = Instant::now();
+            if !wk.vetoed {
+                compress(&mut wk);
+            }
+            let t3 = Instant::now();
+            let st = &self.steps;
+            let ns = |a: Instant, b: Instant| (b - a).as_nanos() as u64;
+            st.convert.fetch_add(ns(t0, t1), Ordering::Relaxed);
+            st.spots.fetch_add(ns(t1, t2), Ordering::Relaxed);
+            st.compress.fetch_add(ns(t2, t3), Ordering::Relaxed);
+            st.frames.fetch_add(1, Ordering::Relaxed);
+            e.send(0, wk);
+        })
+    }
+
     /// Conversion to keV, module by module straight from the slot into the assembled
-    /// image; the slot goes back to the receiver at once.
-    fn convert_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
+    /// image; the slot goes back to the receiver at once. Takes a newly published pedestal
+    /// before the next frame.
+    fn converter<'g>(&'g self) -> Box<dyn FnMut(&mut Work) + Send + 'g> {
         let (g, setup, cal) = (self.setup.geometry, self.setup, &self.cal);
         let mut conv = Converter::shared(cal.cal.read().expect("not poisoned").clone(), setup.invalid).expect("checked by run");
         let mut seen = 0u64;
-        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
+        Box::new(move |wk: &mut Work| {
             let gen = cal.generation.load(Ordering::Acquire);
             if gen != seen {
                 seen = gen;
@@ -369,27 +455,13 @@ impl Graph<'_> {
                 g.module_runs(m, |from, at, run| conv.to_kev_at(at, &module[from..from + run], &mut image[at..at + run]));
             }
             self.rx.release(f).expect(OWN_FRAME);
-            e.send(0, wk);
-        })
-    }
-
-    /// Spot finding and the hit veto: a vetoed frame goes back to the pool here.
-    fn spots_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
-        let setup = self.setup;
-        let (w, h) = (setup.geometry.width(), setup.geometry.height());
-        let mut finder = LocalSnr::new(setup.finder);
-        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
-            let mut found = std::mem::take(&mut wk.spots);
-            finder.find(&wk.image, w, h, &mut found);
-            wk.spots = found;
-            self.judge(wk, e);
         })
     }
 
     /// The hit decision on a frame whose spots (found on keV) are in `wk.spots`: the spot
     /// list in the unit of the file's image, the counts, and the veto (a vetoed frame goes
-    /// back to the pool here).
-    fn judge(&self, mut wk: Box<Work>, e: &Emit<Box<Work>>) {
+    /// on to the write stage, which keeps the order, but is neither compressed nor written).
+    fn judge(&self, wk: &mut Work) {
         let (setup, counts) = (self.setup, &self.setup.board.process);
         // the finder sums keV; the file's spot list speaks the unit of its image
         if matches!(setup.pixel, PixelType::Photons16 | PixelType::Photons32) {
@@ -402,28 +474,22 @@ impl Graph<'_> {
         ProcessCounts::add(&counts.spots_found, wk.spots.len() as u64);
         let glance = if wk.hit { setup.board.glance_due() } else { setup.board.glance_due_without_hit() };
         if glance {
-            setup.board.show(self.glance(&wk));
+            setup.board.show(self.glance(wk));
         }
         if wk.hit {
             ProcessCounts::add(&counts.hits, 1);
         } else if setup.veto {
             ProcessCounts::add(&counts.vetoed, 1);
-            if let Some(t) = &wk.times {
-                setup.board.record(t, None);
-            }
-            e.discard();
-            let _ = self.pool.send(wk);
-            return;
+            wk.vetoed = true;
         }
-        e.send(0, wk);
     }
 
     /// The file's pixel type (photon counts, or keV as they are), compressed into a chunk.
-    fn compress_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
+    fn compressor<'g>(&'g self) -> Box<dyn FnMut(&mut Work) + Send + 'g> {
         let setup = self.setup;
         let mut comp = Compressor::new(setup.pixel.bytes(), 0, setup.codec);
         let (mut c16, mut c32) = (Vec::<i16>::new(), Vec::<i32>::new());
-        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
+        Box::new(move |wk: &mut Work| {
             let mut chunk = std::mem::take(&mut wk.chunk);
             match setup.pixel {
                 PixelType::Photons16 => {
@@ -439,6 +505,18 @@ impl Graph<'_> {
                 _ => comp.compress(bytes_of(&wk.image), &mut chunk),
             }
             wk.chunk = chunk;
+        })
+    }
+
+    /// The GPU path's compression stage (vetoed frames pass through untouched).
+    fn compress_worker<'g>(&'g self, k: usize) -> WorkerFn<'g, Box<Work>> {
+        let mut compress = self.compressor();
+        let mut pinned = false;
+        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
+            pin_once(&mut pinned, &self.setup.cpus, k);
+            if !wk.vetoed {
+                compress(&mut wk);
+            }
             e.send(0, wk);
         })
     }
@@ -450,35 +528,60 @@ impl Graph<'_> {
         Glance { frame: wk.frame, width: g.width(), height: g.height(), values: wk.image.clone(), spots, unit: "keV" }
     }
 
-    /// Publishes the chunk with its spot list on the stream, and writes both; after a
-    /// write error, frames are counted as not saved.
+    /// Puts the frames back into the source's order, then publishes each chunk with its spot
+    /// list on the stream and writes both; after a write error, frames are counted as not
+    /// saved. Vetoed frames are only counted.
     fn write_worker<'g>(&'g self) -> WorkerFn<'g, Box<Work>> {
-        let frame_bytes = (self.setup.geometry.height() * self.setup.geometry.width() * self.setup.pixel.bytes()) as u64;
+        let mut order = Reorder::new();
         Box::new(move |wk: Box<Work>, _: &Emit<Box<Work>>| {
-            if let Some(s) = self.stream.lock().expect("not poisoned").as_deref_mut() {
-                s.image(wk.frame, &wk.chunk, &wk.missing, Some((&wk.spots, wk.hit)));
-            }
-            let mut st = self.stats.lock().expect("not poisoned");
-            if st.write_error.is_some() {
-                st.not_saved += 1;
-            } else {
-                let mut wr = self.writer.lock().expect("not poisoned");
-                let before = wr.bytes_written;
-                match wr.write_chunk(wk.frame, &wk.chunk, &wk.missing).and_then(|()| wr.write_spots(&wk.spots, wk.spots.len(), wk.hit)) {
-                    Ok(()) => {
-                        st.written += 1;
-                        st.bytes_out += wr.bytes_written - before;
-                        st.bytes_in += frame_bytes;
-                    }
-                    Err(e) => st.write_failed(e),
-                }
-            }
-            if let Some(t) = &wk.times {
-                self.setup.board.record(t, Some(Instant::now()));
-            }
-            drop(st);
-            let _ = self.pool.send(wk);
+            order.push(wk.seq, wk, |wk| self.write_one(wk));
+            self.reorder_high_water.fetch_max(order.high_water as u64, Ordering::Relaxed);
         })
+    }
+
+    fn write_one(&self, wk: Box<Work>) {
+        if wk.vetoed {
+            if let Some(t) = &wk.times {
+                self.setup.board.record(t, None);
+            }
+            let _ = self.pool.send(wk);
+            return;
+        }
+        if let Some(s) = self.stream.lock().expect("not poisoned").as_deref_mut() {
+            s.image(wk.frame, &wk.chunk, &wk.missing, Some((&wk.spots, wk.hit)));
+        }
+        let frame_bytes = (self.setup.geometry.height() * self.setup.geometry.width() * self.setup.pixel.bytes()) as u64;
+        let mut st = self.stats.lock().expect("not poisoned");
+        if st.write_error.is_some() {
+            st.not_saved += 1;
+        } else {
+            let mut wr = self.writer.lock().expect("not poisoned");
+            let before = wr.bytes_written;
+            match wr.write_chunk(wk.frame, &wk.chunk, &wk.missing).and_then(|()| wr.write_spots(&wk.spots, wk.spots.len(), wk.hit)) {
+                Ok(()) => {
+                    st.written += 1;
+                    st.bytes_out += wr.bytes_written - before;
+                    st.bytes_in += frame_bytes;
+                }
+                Err(e) => st.write_failed(e),
+            }
+        }
+        if let Some(t) = &wk.times {
+            self.setup.board.record(t, Some(Instant::now()));
+        }
+        drop(st);
+        let _ = self.pool.send(wk);
+    }
+
+    /// The process workers' time per frame in each step.
+    fn step_report(&self) -> Vec<StepReport> {
+        let st = &self.steps;
+        let frames = st.frames.load(Ordering::Relaxed);
+        if frames == 0 {
+            return Vec::new();
+        }
+        let step = |name, ns: &AtomicU64| StepReport { name, frames, ms_per_frame: ns.load(Ordering::Relaxed) as f64 / 1e6 / frames as f64 };
+        vec![step("convert", &st.convert), step("spots + veto", &st.spots), step("compress", &st.compress)]
     }
 
     /// The consumer's statistics and the processing report, from the source's counts, the
@@ -490,6 +593,8 @@ impl Graph<'_> {
         (r.spots_found, r.pedestal_updates, r.dark_incomplete) = (get(&c.spots_found), get(&c.pedestal_updates), get(&c.dark_incomplete));
         r.vetoed_fraction = if r.signal_frames > 0 { r.vetoed as f64 / r.signal_frames as f64 } else { 0.0 };
         r.stages = stages.iter().map(|s| StageReport::of(s)).collect();
+        r.steps = self.step_report();
+        r.reorder_high_water = self.reorder_high_water.load(Ordering::Relaxed) as usize;
         r.calibration = Some(self.cal.cal.into_inner().expect("not poisoned"));
         let mut st = self.stats.into_inner().expect("not poisoned");
         st.latency = self.setup.board.latency();

@@ -390,10 +390,14 @@ impl Summary {
         let Some(p) = &self.processing else { return };
         println!("processing  : {} dark frames ({} incomplete, not tracked), {} pedestal updates; {} signal frames, {} hits, {} vetoed ({:.1}%), {} spots; {} frames written",
             p.dark_frames, p.dark_incomplete, p.pedestal_updates, p.signal_frames, p.hits, p.vetoed, 100.0 * p.vetoed_fraction, p.spots_found, p.frames_written);
-        println!("  stage       workers  frames   ms/frame  busy s  waits  dropped  discarded  ring max");
+        println!("  stage          workers  frames   ms/frame  busy s  waits  dropped  discarded  ring max");
         for s in &p.stages {
-            println!("  {:<10} {:>7} {:>7} {:>10.3} {:>7.2} {:>6} {:>8} {:>10} {:>9}",
+            println!("  {:<13} {:>7} {:>7} {:>10.3} {:>7.2} {:>6} {:>8} {:>10} {:>9}",
                 s.name, s.workers, s.frames, s.ms_per_frame, s.busy_s, s.blocked, s.dropped, s.discarded, s.high_water);
+        }
+        if !p.steps.is_empty() {
+            let steps: Vec<String> = p.steps.iter().map(|s| format!("{} {:.3}", s.name, s.ms_per_frame)).collect();
+            println!("  per signal frame (ms, process workers): {}; frames held back for order: at most {}", steps.join(", "), p.reorder_high_water);
         }
         if p.pool_waits > 0 {
             println!("  the receiver side waited {} times for a free frame buffer (back-pressure)", p.pool_waits);

@@ -257,7 +257,7 @@ function showReceivers(list) {
 }
 
 // stages in the order frames pass them; the pedestal (dark frames) last
-const FLOW = ["gpu", "convert", "spots", "compress", "write", "pedestal"];
+const FLOW = ["gpu", "process", "compress", "write"];
 function flow(name) {
   const i = FLOW.indexOf(name);
   return i < 0 ? FLOW.length : i;

@@ -91,7 +91,8 @@ impl Graph<'_> {
             let mut found = std::mem::take(&mut wk.spots);
             parts.finder.find(&wk.image, w, h, &mut found).expect("the GPU finds the strong pixels");
             wk.spots = found;
-            self.judge(wk, e);
+            self.judge(&mut wk);
+            e.send(0, wk);
         })
     }
 }
