@@ -6,7 +6,8 @@
 //! - [`hosts`]: one against two receivers fed by the same emulated detector.
 //! - [`soak`]: many small frames through injected faults, every frame bit-exact.
 //! - [`process`]: each processing stage on one core against memory bandwidth and the
-//!   reference libraries.
+//!   reference libraries; [`pipeline`]: `rdaq run`'s whole graph without the network over
+//!   1..N workers against the copy bandwidth of as many cores.
 //! - [`gpu`]: the GPU stages against the device's own limits (needs a GPU).
 //! - [`transport`]: the receive engines side by side: bandwidth, CPU and latency against
 //!   message size, and each engine's highest lossless rate, bare and with placement.
@@ -20,6 +21,7 @@ pub mod api;
 pub mod gpu;
 pub mod hosts;
 pub mod ingest;
+pub mod pipeline;
 pub mod process;
 pub mod roce;
 pub mod sls;
@@ -50,6 +52,9 @@ pub enum BenchCmd {
     /// Each processing stage on one core against memory copy bandwidth and the reference
     /// libraries (aare, cfelpyutils peakfinder8, bitshuffle) on the same frames.
     Process(process::ProcessBenchArgs),
+    /// The processing graph of rdaq run without the network (frames handed from a pre-filled
+    /// ring) over 1..N process workers, beside the copy bandwidth of as many cores.
+    Pipeline(pipeline::PipelineArgs),
     /// The GPU stages against the device's copy bandwidth and the CPU (issue 13, in progress;
     /// needs a GPU).
     Gpu(gpu::GpuBenchArgs),
@@ -82,6 +87,7 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
         BenchCmd::Hosts(a) => hosts::hosts(a),
         BenchCmd::Soak(a) => soak::soak(a),
         BenchCmd::Process(a) => process::bench(a),
+        BenchCmd::Pipeline(a) => pipeline::bench(a),
         BenchCmd::Stream(a) => stream::bench(a),
         BenchCmd::Gpu(a) => gpu::bench(a),
         BenchCmd::Transport(a) => transport::bench(a),

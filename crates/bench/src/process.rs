@@ -11,7 +11,8 @@
 //! conversion 2 (raw) + 4 (G0 pedestal) + 4 (G0 gain) + 1/8 (mask bit) + 4 (out) = 14.125
 //! bytes for a G0 pixel; pedestal 2 + 2x8 (sums read and written) x2 + 4 (count) = 38;
 //! spot finding 4
-//! (the keV image); compression 4 in (int32 counts or keV) plus the chunk out.
+//! (the keV image); compression 4 in (int32 counts or keV) or 2 (int16 counts) plus the chunk
+//! out; counts made from keV inside the compressor ("keV->photons16+bslz4") 4 (the keV read).
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -92,6 +93,7 @@ struct Data {
     raw: Vec<Vec<u16>>,
     kev: Vec<Vec<f32>>,
     photons: Vec<Vec<i32>>,
+    photons16: Vec<Vec<i16>>,
     lsnr: LocalSnrParams,
     p8: Peakfinder8Params,
 }
@@ -111,13 +113,15 @@ impl Data {
         }
         let mut kev = vec![vec![0f32; MODULE_PIXELS]; n];
         let mut photons = vec![vec![0i32; MODULE_PIXELS]; n];
+        let mut photons16 = vec![vec![0i16; MODULE_PIXELS]; n];
         for i in 0..n {
             conv.to_kev(&raw[i], &mut kev[i]);
             kev_to_photons(&kev[i], e, &mut photons[i]);
+            kev_to_photons(&kev[i], e, &mut photons16[i]);
         }
         let lsnr = LocalSnrParams::for_photon_energy(e);
         let p8 = Peakfinder8Params { adc_threshold: 0.5 * e, ..Peakfinder8Params::jungfrau_module() };
-        Ok(Data { photon_kev: e, cal, conv, raw, kev, photons, lsnr, p8 })
+        Ok(Data { photon_kev: e, cal, conv, raw, kev, photons, photons16, lsnr, p8 })
     }
 }
 
@@ -212,6 +216,13 @@ fn compression(d: &Data, t: &mut Table) -> f64 {
     let mut c = Compressor::new(4, 0, Codec::Lz4);
     let s = t.time(|i| c.compress(black_box(bytes_of(&d.photons[i])), &mut chunk));
     t.row("bslz4 photons32", s, 4.0, Some(("bitshuffle.compress_lz4", "bitshuffle_lz4_photons")));
+    let mut c16 = Compressor::new(2, 0, Codec::Lz4);
+    let s = t.time(|i| c16.compress(black_box(bytes_of(&d.photons16[i])), &mut chunk));
+    t.row("bslz4 photons16", s, 2.0, Some(("bitshuffle.compress_lz4 (int16)", "bitshuffle_lz4_photons16")));
+    // what rdaq run does: counts made from keV one block at a time, straight into the compressor
+    let mut staging = Vec::new();
+    let s = t.time(|i| c16.compress_from(MODULE_PIXELS, &mut staging, &mut chunk, |at, b: &mut [i16]| kev_to_photons(&d.kev[i][at..at + b.len()], d.photon_kev, b)));
+    t.row("keV->photons16+bslz4", s, 4.0, Some(("bitshuffle.compress_lz4 (int16)", "bitshuffle_lz4_photons16")));
     let s = t.time(|i| c.compress(black_box(bytes_of(&d.kev[i])), &mut chunk));
     t.row("bslz4 keV", s, 4.0, Some(("bitshuffle.compress_lz4", "bitshuffle_lz4_kev")));
     let mut z = Compressor::new(4, 0, Codec::Zstd(3));

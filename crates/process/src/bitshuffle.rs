@@ -250,32 +250,63 @@ impl Compressor {
         let es = self.elem_size;
         assert_eq!(src.len() % es, 0, "whole elements");
         let n = src.len() / es;
-        let block_bytes = self.block_elems * es;
-        out.clear();
-        out.extend_from_slice(&(src.len() as u64).to_be_bytes());
-        out.extend_from_slice(&(block_bytes as u32).to_be_bytes());
-        let full = n / self.block_elems;
-        let last = (n % self.block_elems) / 8 * 8;
+        self.header(n, out);
         let mut at = 0;
-        for b in 0..=full {
-            let elems = if b < full { self.block_elems } else { last };
-            if elems == 0 {
-                continue;
-            }
-            let bytes = elems * es;
-            let shuffled = &mut self.shuffled[..bytes];
-            shuffle_block(&src[at..at + bytes], shuffled, es);
-            // into a scratch block sized once for the worst case, then only the compressed
-            // bytes into the chunk: no zeroing of a worst-case output per block
-            let c = match self.zstd.as_mut() {
-                None => lz4_flex::block::compress_into(shuffled, &mut self.packed).expect("scratch sized for the worst case"),
-                Some(z) => z.compress_to_buffer(shuffled, &mut self.packed).expect("scratch sized for the worst case"),
-            };
-            out.extend_from_slice(&(c as u32).to_be_bytes());
-            out.extend_from_slice(&self.packed[..c]);
-            at += bytes;
+        for elems in self.blocks(n) {
+            self.block(&src[at..at + elems * es], out);
+            at += elems * es;
         }
         out.extend_from_slice(&src[at..]);
+    }
+
+    /// Compresses `n` elements of `T` (of the compressor's element size) into `out` (cleared
+    /// first) as one chunk, the elements made block by block: `produce(first, block)` fills
+    /// `block` with elements `first..first + block.len()`, in order, once each. The elements
+    /// then never exist as a whole array: each block is made in `staging` (one block long),
+    /// which stays in the core's cache until it is compressed. The chunk is the one
+    /// [`Compressor::compress`] makes of the same elements.
+    pub fn compress_from<T: crate::Plain + Default>(&mut self, n: usize, staging: &mut Vec<T>, out: &mut Vec<u8>, mut produce: impl FnMut(usize, &mut [T])) {
+        assert_eq!(std::mem::size_of::<T>(), self.elem_size, "elements of the compressor's size");
+        staging.resize(self.block_elems.max(8), T::default());
+        self.header(n, out);
+        let mut at = 0;
+        for elems in self.blocks(n) {
+            produce(at, &mut staging[..elems]);
+            self.block(crate::bytes_of(&staging[..elems]), out);
+            at += elems;
+        }
+        // the last elements (fewer than 8) go in uncompressed
+        produce(at, &mut staging[..n - at]);
+        out.extend_from_slice(crate::bytes_of(&staging[..n - at]));
+    }
+
+    /// The chunk's header for `n` elements.
+    fn header(&self, n: usize, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&((n * self.elem_size) as u64).to_be_bytes());
+        out.extend_from_slice(&((self.block_elems * self.elem_size) as u32).to_be_bytes());
+    }
+
+    /// The elements of each compressed block of `n`: whole blocks, then the rest rounded
+    /// down to a multiple of 8 (if any).
+    fn blocks(&self, n: usize) -> impl Iterator<Item = usize> {
+        let (be, full) = (self.block_elems, n / self.block_elems);
+        let last = (n % be) / 8 * 8;
+        (0..full).map(move |_| be).chain((last > 0).then_some(last))
+    }
+
+    /// Shuffles and compresses one block (whole 8-element groups) onto the chunk.
+    fn block(&mut self, src: &[u8], out: &mut Vec<u8>) {
+        let shuffled = &mut self.shuffled[..src.len()];
+        shuffle_block(src, shuffled, self.elem_size);
+        // into a scratch block sized once for the worst case, then only the compressed
+        // bytes into the chunk: no zeroing of a worst-case output per block
+        let c = match self.zstd.as_mut() {
+            None => lz4_flex::block::compress_into(shuffled, &mut self.packed).expect("scratch sized for the worst case"),
+            Some(z) => z.compress_to_buffer(shuffled, &mut self.packed).expect("scratch sized for the worst case"),
+        };
+        out.extend_from_slice(&(c as u32).to_be_bytes());
+        out.extend_from_slice(&self.packed[..c]);
     }
 }
 
@@ -379,5 +410,18 @@ mod tests {
         c.compress(&[0u8; 16384], &mut out);
         assert_eq!(&out[..12], &[0, 0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0x20, 0]);
         assert!(out.len() < 200, "zeros compress");
+    }
+
+    #[test]
+    fn chunks_made_block_by_block_equal_whole_ones() {
+        for n in [0usize, 5, 2048, 2048 * 3 + 13] {
+            let src: Vec<i32> = (0..n as i32).map(|i| (i * 7919) % 5 - 1).collect();
+            let (mut whole, mut blocks) = (Vec::new(), Vec::new());
+            let mut c = Compressor::new(4, 0, Codec::Lz4);
+            c.compress(crate::bytes_of(&src), &mut whole);
+            let mut staging = Vec::new();
+            c.compress_from(n, &mut staging, &mut blocks, |first, b: &mut [i32]| b.copy_from_slice(&src[first..first + b.len()]));
+            assert_eq!(whole, blocks, "{n} elements");
+        }
     }
 }

@@ -62,6 +62,21 @@ pub struct Calibration {
 }
 
 impl Calibration {
+    /// The largest |keV| any word of an unmasked pixel converts to (ADC 0 or 16383 in any
+    /// gain stage): what decides whether photon counts fit a type.
+    pub fn max_kev(&self) -> f32 {
+        let mut max = 0f32;
+        for g in 0..3 {
+            for ((&p, &gain), &m) in self.pedestal[g].iter().zip(&self.gain[g]).zip(&self.mask) {
+                if m == 0 {
+                    let e = [(0.0 - p) / gain, (ADC_MAX as f32 - p) / gain];
+                    max = max.max(e[0].abs()).max(e[1].abs());
+                }
+            }
+        }
+        max
+    }
+
     /// A module's calibration (one module frame of pixels) with no pixel masked.
     pub fn unmasked(m: &rdaq_detector::jungfrau::ModuleCalibration) -> Calibration {
         let pixels = m.pedestal[0].len();

@@ -507,6 +507,44 @@ impl Receiver {
         })
     }
 
+    /// A receiver whose frames come from elsewhere in this process (see `crate::memory`):
+    /// no data ports, no receive thread.
+    pub(crate) fn without_thread(arena: Arc<Arena>, grid: Grid, owner: Owner, frames: ChanRx<FrameReady>, release_tx: ChanTx<FrameReady>) -> Receiver {
+        let map = BufferMap {
+            version: TELEGRAM_VERSION,
+            modules: grid.modules,
+            module_bytes: grid.module_bytes,
+            payload_bytes: grid.cell_bytes as u32,
+            data_ports: Vec::new(),
+            buffers: Vec::new(),
+            checksum: false,
+            roce: Vec::new(),
+        };
+        Receiver {
+            arena,
+            map,
+            grid,
+            ports: Vec::new(),
+            frames,
+            release_tx,
+            owner,
+            flush_tx: crossbeam_channel::unbounded().0,
+            losses: crossbeam_channel::bounded(1).1,
+            stop: Arc::new(AtomicBool::new(false)),
+            counters: Arc::default(),
+            outcome: Arc::default(),
+            thread: None,
+            recv_buffer_granted: 0,
+            engine: "in memory (no network)".into(),
+            tuning: Vec::new(),
+        }
+    }
+
+    /// The counters the receive thread (or an in-memory placer) publishes into.
+    pub(crate) fn shared_counters(&self) -> Arc<Mutex<Counters>> {
+        self.counters.clone()
+    }
+
     /// The buffer map to give the senders (ids, keys, sizes, layout).
     pub fn buffer_map(&self) -> &BufferMap {
         &self.map

@@ -26,6 +26,7 @@ pub mod engine;
 pub mod frame;
 pub mod grid;
 pub mod ledger;
+pub mod memory;
 pub mod placement;
 pub mod source;
 pub mod target;

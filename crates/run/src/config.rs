@@ -117,7 +117,8 @@ pub struct Process {
     /// Where conversion and spot finding run: "cpu", or "gpu" (issue 13, in progress: not
     /// yet run on a GPU). Raw runs have no processing to move.
     pub backend: String,
-    /// Pixels written: "kev" (float32), "photons16" or "photons32" (counts, int16/int32).
+    /// Pixels written: "kev" (float32), "photons16" or "photons32" (counts, int16/int32), or
+    /// "auto": int16 counts when every count the calibration can give fits, else int32.
     pub output: String,
     /// The invalid gain code 10: "error", "g0" or "g2".
     pub invalid_gain: String,
@@ -302,7 +303,7 @@ impl Default for Process {
     fn default() -> Self {
         Process {
             mode: "jungfrau".into(),
-            output: "photons32".into(),
+            output: "auto".into(),
             invalid_gain: "error".into(),
             calibration: PathBuf::new(),
             pedestal_window: 128,
@@ -507,7 +508,7 @@ impl Config {
         if p.mode != "jungfrau" && p.mode != "raw" {
             bail!("process.mode must be \"jungfrau\" or \"raw\", not {:?}", p.mode);
         }
-        self.pixel_type()?;
+        self.pixel_type(None)?;
         rdaq_process::InvalidGain::parse(&p.invalid_gain).context("process.invalid_gain")?;
         rdaq_process::bitshuffle::Codec::parse(&p.codec, p.zstd_level).context("process.codec")?;
         if p.pedestal_window == 0 || p.pedestal_publish == 0 {
@@ -637,7 +638,10 @@ impl Config {
     }
 
     /// What the file's pixels hold.
-    pub fn pixel_type(&self) -> anyhow::Result<rdaq_sink::PixelType> {
+    /// The file's pixel type; for "auto", from the calibration in use: int16 photon counts
+    /// when the largest energy it converts to is at most 32766 photons (the largest count
+    /// below the saturation marker), int32 otherwise or without a calibration.
+    pub fn pixel_type(&self, calibration: Option<&rdaq_process::Calibration>) -> anyhow::Result<rdaq_sink::PixelType> {
         use rdaq_sink::PixelType;
         if !self.processing() {
             return Ok(PixelType::Raw);
@@ -646,7 +650,11 @@ impl Config {
             "kev" => PixelType::Kev,
             "photons16" => PixelType::Photons16,
             "photons32" => PixelType::Photons32,
-            o => bail!("process.output must be \"kev\", \"photons16\" or \"photons32\", not {o:?}"),
+            "auto" => match calibration {
+                Some(c) if (c.max_kev() / self.detector.photon_energy_kev as f32).round() <= (i16::MAX - 1) as f32 => PixelType::Photons16,
+                _ => PixelType::Photons32,
+            },
+            o => bail!("process.output must be \"auto\", \"kev\", \"photons16\" or \"photons32\", not {o:?}"),
         })
     }
 }
@@ -658,6 +666,27 @@ pub fn parse_policy(s: &str) -> anyhow::Result<rdaq_receiver::IncompletePolicy> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_output_is_int16_only_where_every_count_fits() {
+        use rdaq_sink::PixelType;
+        let px = 4;
+        let cal = |g2: f32| rdaq_process::Calibration { pedestal: [vec![1000.0; px], vec![1000.0; px], vec![1000.0; px]], gain: [vec![40.0; px], vec![-1.5; px], vec![g2; px]], mask: vec![0; px] };
+        let mut c = Config::default();
+        c.detector.photon_energy_kev = 12.4;
+        // G2: (16383 - 1000) / 0.1 = 153830 keV, 12406 photons: fits
+        assert_eq!(c.pixel_type(Some(&cal(-0.1))).unwrap(), PixelType::Photons16);
+        // ... at 2 keV, 76915 photons: it does not
+        c.detector.photon_energy_kev = 2.0;
+        assert_eq!(c.pixel_type(Some(&cal(-0.1))).unwrap(), PixelType::Photons32);
+        // a masked pixel's range does not count
+        let mut masked = cal(-0.01);
+        masked.gain[2][0] = -0.1;
+        masked.mask = vec![0, 1, 1, 1];
+        c.detector.photon_energy_kev = 12.4;
+        assert_eq!(c.pixel_type(Some(&masked)).unwrap(), PixelType::Photons16);
+        assert_eq!(c.pixel_type(None).unwrap(), PixelType::Photons32);
+    }
 
     #[test]
     fn defaults_are_valid_and_files_are_checked() {

@@ -21,11 +21,11 @@ use std::time::Instant;
 
 use crossbeam_channel::{bounded, Receiver as ChanRx, Sender};
 use indicatif::ProgressBar;
-use rdaq_detector::jungfrau::{ModuleCalibration, MODULE_PIXELS};
+use rdaq_detector::jungfrau::ModuleCalibration;
 use rdaq_detector::{as_words, Chopper, Geometry};
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::pipeline::{Emit, Pipeline, Policy, Port, StageId, StageStats, WhenFull, WorkerFn};
-use rdaq_process::spots::{is_hit, LocalSnr, LocalSnrParams, Spot};
+use rdaq_process::spots::{is_hit, LocalSnrParams, Spot};
 use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain};
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_sink::{NxmxWriter, PixelType};
@@ -39,6 +39,7 @@ use crate::consume::{missing_ranges, next_frame, ConsumeStats};
 
 mod dark;
 mod gpu;
+mod process;
 mod reorder;
 
 use dark::{Band, DarkTracker};
@@ -402,66 +403,10 @@ impl Graph<'_> {
         ProcessCounts::add(&self.setup.board.process.pedestal_updates, 1);
     }
 
-    /// A process worker (the `k`-th): a signal frame through every step on one core, each
-    /// step timed.
-    fn process_worker<'g>(&'g self, k: usize) -> WorkerFn<'g, Box<Work>> {
-        let mut convert = self.converter();
-        let (w, h) = (self.setup.geometry.width(), self.setup.geometry.height());
-        let mut finder = LocalSnr::new(self.setup.finder);
-        let mut compress = self.compressor();
-        let mut pinned = false;
-        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
-            pin_once(&mut pinned, &self.setup.cpus, k);
-            let t0 = Instant::now();
-            convert(&mut wk);
-            let t1 = Instant::now();
-            let mut found = std::mem::take(&mut wk.spots);
-            finder.find(&wk.image, w, h, &mut found);
-            wk.spots = found;
-            self.judge(&mut wk);
-            let t2 = Instant::now();
-            if !wk.vetoed {
-                compress(&mut wk);
-            }
-            let t3 = Instant::now();
-            let st = &self.steps;
-            let ns = |a: Instant, b: Instant| (b - a).as_nanos() as u64;
-            st.convert.fetch_add(ns(t0, t1), Ordering::Relaxed);
-            st.spots.fetch_add(ns(t1, t2), Ordering::Relaxed);
-            st.compress.fetch_add(ns(t2, t3), Ordering::Relaxed);
-            st.frames.fetch_add(1, Ordering::Relaxed);
-            e.send(0, wk);
-        })
-    }
-
-    /// Conversion to keV, module by module straight from the slot into the assembled
-    /// image; the slot goes back to the receiver at once. Takes a newly published pedestal
-    /// before the next frame.
-    fn converter<'g>(&'g self) -> Box<dyn FnMut(&mut Work) + Send + 'g> {
-        let (g, setup, cal) = (self.setup.geometry, self.setup, &self.cal);
-        let mut conv = Converter::shared(cal.cal.read().expect("not poisoned").clone(), setup.invalid).expect("checked by run");
-        let mut seen = 0u64;
-        Box::new(move |wk: &mut Work| {
-            let gen = cal.generation.load(Ordering::Acquire);
-            if gen != seen {
-                seen = gen;
-                conv = Converter::shared(cal.cal.read().expect("not poisoned").clone(), setup.invalid).expect("the tracked pedestal is finite");
-            }
-            let f = wk.ready.take().expect("signal frames come with their slot");
-            let words = as_words(self.rx.data(&f).expect(OWN_FRAME));
-            let image = &mut wk.image;
-            for m in 0..g.modules {
-                let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
-                g.module_runs(m, |from, at, run| conv.to_kev_at(at, &module[from..from + run], &mut image[at..at + run]));
-            }
-            self.rx.release(f).expect(OWN_FRAME);
-        })
-    }
-
     /// The hit decision on a frame whose spots (found on keV) are in `wk.spots`: the spot
     /// list in the unit of the file's image, the counts, and the veto (a vetoed frame goes
     /// on to the write stage, which keeps the order, but is neither compressed nor written).
-    fn judge(&self, wk: &mut Work) {
+    pub(super) fn judge(&self, wk: &mut Work) {
         let (setup, counts) = (self.setup, &self.setup.board.process);
         // the finder sums keV; the file's spot list speaks the unit of its image
         if matches!(setup.pixel, PixelType::Photons16 | PixelType::Photons32) {
@@ -485,26 +430,21 @@ impl Graph<'_> {
     }
 
     /// The file's pixel type (photon counts, or keV as they are), compressed into a chunk.
-    fn compressor<'g>(&'g self) -> Box<dyn FnMut(&mut Work) + Send + 'g> {
+    /// Photon counts are made one compression block at a time, so the counts of a frame
+    /// never exist as a whole array (one pass over the keV image, no second array in memory).
+    pub(super) fn compressor<'g>(&'g self) -> Box<dyn FnMut(&mut Work) + Send + 'g> {
         let setup = self.setup;
         let mut comp = Compressor::new(setup.pixel.bytes(), 0, setup.codec);
         let (mut c16, mut c32) = (Vec::<i16>::new(), Vec::<i32>::new());
+        let e = setup.photon_kev;
         Box::new(move |wk: &mut Work| {
-            let mut chunk = std::mem::take(&mut wk.chunk);
+            let (image, chunk) = (&wk.image, &mut wk.chunk);
+            let n = image.len();
             match setup.pixel {
-                PixelType::Photons16 => {
-                    c16.resize(wk.image.len(), 0);
-                    kev_to_photons(&wk.image, setup.photon_kev, &mut c16);
-                    comp.compress(bytes_of(&c16), &mut chunk);
-                }
-                PixelType::Photons32 => {
-                    c32.resize(wk.image.len(), 0);
-                    kev_to_photons(&wk.image, setup.photon_kev, &mut c32);
-                    comp.compress(bytes_of(&c32), &mut chunk);
-                }
-                _ => comp.compress(bytes_of(&wk.image), &mut chunk),
+                PixelType::Photons16 => comp.compress_from(n, &mut c16, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
+                PixelType::Photons32 => comp.compress_from(n, &mut c32, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
+                _ => comp.compress(bytes_of(image), chunk),
             }
-            wk.chunk = chunk;
         })
     }
 

@@ -16,6 +16,7 @@ use rdaq_emulator::Control;
 use rdaq_process::bitshuffle::Codec;
 use rdaq_proto::telegram::{BufferMap, ModuleDtp};
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
+use rdaq_process::Calibration;
 use rdaq_sink::{NxmxMeta, NxmxWriter};
 
 use crate::config::Config;
@@ -39,8 +40,12 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
     let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));
     let mut rx = Receiver::start(receiver_config(cfg)?).context("starting the receiver")?;
     let geometry = cfg.geometry().expect("checked");
-    let meta = file_meta(cfg, geometry)?;
-    let setup = if cfg.processing() { Some(graph::Setup { sent: Some(control.clone()), board: board.clone(), ..processing_setup(cfg, &meta)? }) } else { None };
+    let calibration = if cfg.processing() { Some(calibration(cfg, geometry)?) } else { None };
+    let meta = file_meta(cfg, geometry, calibration.as_ref())?;
+    let setup = match calibration {
+        Some(c) => Some(graph::Setup { sent: Some(control.clone()), board: board.clone(), ..processing_setup(cfg, &meta, c)? }),
+        None => None,
+    };
     let frame_bytes = (geometry.height() * geometry.width() * meta.pixel.bytes()) as u64;
     let what = format!("{} frames of {:.1} MB before compression", cfg.emulator.frames, frame_bytes as f64 / 1e6);
     outputs::warn_if_short(&cfg.output.dir, cfg.emulator.frames * frame_bytes, &what);
@@ -143,10 +148,10 @@ fn receiver_config(cfg: &Config) -> anyhow::Result<ReceiverConfig> {
 
 /// What the file says: the detector, the pixel type, and with processing its codec and
 /// spot lists.
-fn file_meta(cfg: &Config, geometry: Geometry) -> anyhow::Result<NxmxMeta> {
+pub fn file_meta(cfg: &Config, geometry: Geometry, calibration: Option<&Calibration>) -> anyhow::Result<NxmxMeta> {
     let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
     let mut meta = NxmxMeta::jungfrau(geometry, cfg.detector.photon_energy_kev, frame_time);
-    meta.pixel = cfg.pixel_type()?;
+    meta.pixel = cfg.pixel_type(calibration)?;
     meta.images_per_file = cfg.output.images_per_file;
     meta.number_of_images = Some(cfg.emulator.frames);
     meta.rotation = cfg.goniometer.rotation();
@@ -190,19 +195,25 @@ pub fn recv_buffer_line(asked: usize, granted: usize) -> String {
     format!("receive buffer {} MiB asked, {} MiB granted", asked >> 20, granted >> 20)
 }
 
-/// The processing graph's settings from the configuration and the file's pixel type.
-fn processing_setup(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<graph::Setup> {
+/// The calibration the processing starts with: `process.calibration`, or the emulated
+/// detector's own.
+pub fn calibration(cfg: &Config, g: Geometry) -> anyhow::Result<Calibration> {
+    let p = &cfg.process;
+    if p.calibration.as_os_str().is_empty() {
+        return Ok(graph::emulated_calibration(cfg.detector.seed, &g));
+    }
+    let cf = rdaq_process::calfile::CalFile::load(&p.calibration)?;
+    if (cf.rows, cf.cols) != (g.height(), g.width()) {
+        bail!("process.calibration {} is {}x{} pixels, the detector image {}x{}", p.calibration.display(), cf.rows, cf.cols, g.height(), g.width());
+    }
+    Ok(cf.cal)
+}
+
+/// The processing graph's settings from the configuration, the file's pixel type and the
+/// calibration to start with.
+pub fn processing_setup(cfg: &Config, meta: &NxmxMeta, calibration: Calibration) -> anyhow::Result<graph::Setup> {
     let p = &cfg.process;
     let g = meta.geometry;
-    let calibration = if p.calibration.as_os_str().is_empty() {
-        graph::emulated_calibration(cfg.detector.seed, &g)
-    } else {
-        let cf = rdaq_process::calfile::CalFile::load(&p.calibration)?;
-        if (cf.rows, cf.cols) != (g.height(), g.width()) {
-            bail!("process.calibration {} is {}x{} pixels, the detector image {}x{}", p.calibration.display(), cf.rows, cf.cols, g.height(), g.width());
-        }
-        cf.cal
-    };
     let e = cfg.detector.photon_energy_kev as f32;
     Ok(graph::Setup {
         geometry: g,

@@ -126,9 +126,21 @@ fn all_finite(row: &[f32]) -> bool {
     row.iter().fold(true, |a, v| a & v.is_finite())
 }
 
+/// Where the finder is in the image it works on.
+#[derive(Default, Clone, Copy)]
+struct Frame {
+    width: usize,
+    height: usize,
+    /// The next row to test.
+    next_row: usize,
+    /// The first `box_half` rows are in the column sums.
+    primed: bool,
+}
+
 /// The local-SNR finder with its scratch buffers (reused from frame to frame).
 pub struct LocalSnr {
     p: LocalSnrParams,
+    frame: Frame,
     cols: ColumnSums,
     /// A row of NaN: what enters or leaves the box beyond the image's edges.
     none: Vec<f32>,
@@ -151,6 +163,7 @@ impl LocalSnr {
         assert!(p.min_pixels >= 1 && p.min_pixels <= p.max_pixels, "1 <= min_pixels <= max_pixels");
         LocalSnr {
             p,
+            frame: Frame::default(),
             cols: ColumnSums::default(),
             none: Vec::new(),
             finite_rows: Vec::new(),
@@ -168,21 +181,42 @@ impl LocalSnr {
 
     /// Finds the spots of a row-major `height x width` image into `spots` (cleared first).
     pub fn find(&mut self, image: &[f32], width: usize, height: usize, spots: &mut Vec<Spot>) {
-        assert_eq!(image.len(), width * height, "image of height x width");
-        spots.clear();
+        self.begin(width, height);
+        self.end(image, spots);
+    }
+
+    /// Starts an image of `height x width` whose rows are made in order: [`LocalSnr::rows_ready`]
+    /// then works on each row as soon as the rows its box needs are final, while they are
+    /// still in the cache of the core that made them, and [`LocalSnr::end`] gives the spots.
+    /// The result is [`LocalSnr::find`]'s, whatever the steps.
+    pub fn begin(&mut self, width: usize, height: usize) {
+        self.frame = Frame { width, height, next_row: 0, primed: false };
         self.strong.clear();
-        let n = self.p.box_half;
         self.cols.reset(width);
         self.none.clear();
         self.none.resize(width, f32::NAN);
         self.finite_rows.clear();
+    }
+
+    /// Rows `0..ready` of `image` (the whole image's buffer) are final.
+    pub fn rows_ready(&mut self, image: &[f32], ready: usize) {
+        let Frame { width, height, .. } = self.frame;
+        assert_eq!(image.len(), width * height, "image of height x width");
+        let (n, ready) = (self.p.box_half, ready.min(height));
         let row = |r: usize| &image[r * width..(r + 1) * width];
         // the column sums cover rows r-n..=r+n; rows enter and leave as the box moves down
-        for r in 0..n.min(height) {
-            self.finite_rows.push(all_finite(row(r)));
-            self.cols.slide(row(r), &self.none, false);
+        if !self.frame.primed {
+            if ready < n.min(height) {
+                return;
+            }
+            for r in 0..n.min(height) {
+                self.finite_rows.push(all_finite(row(r)));
+                self.cols.slide(row(r), &self.none, false);
+            }
+            self.frame.primed = true;
         }
-        for r in 0..height {
+        while self.frame.next_row < height && (self.frame.next_row + n < ready || ready == height) {
+            let r = self.frame.next_row;
             let enter = (r + n < height).then(|| row(r + n));
             if let Some(e) = enter {
                 self.finite_rows.push(all_finite(e));
@@ -192,8 +226,16 @@ impl LocalSnr {
             self.cols.slide(enter.unwrap_or(&self.none), leave.unwrap_or(&self.none), finite);
             self.candidates(row(r));
             self.strong_in_row(row(r), r * width);
+            self.frame.next_row += 1;
         }
-        self.group(image, width, spots);
+    }
+
+    /// Every row of `image` is final: the rest of the work, and the spots into `spots`
+    /// (cleared first).
+    pub fn end(&mut self, image: &[f32], spots: &mut Vec<Spot>) {
+        self.rows_ready(image, self.frame.height);
+        spots.clear();
+        self.group(image, self.frame.width, spots);
     }
 
     /// The pixels of `row` at or above the threshold into `row_candidates`: a bit mask of
@@ -382,6 +424,30 @@ mod tests {
         assert!((spots[0].x - 50.3).abs() < 0.1 && (spots[0].y - 40.7).abs() < 0.1, "{:?}", spots[0]);
         assert!((spots[1].x - 150.5).abs() < 0.05 && (spots[1].y - 60.5).abs() < 0.05, "{:?}", spots[1]);
         assert!(is_hit(&spots, 2) && !is_hit(&spots, 3));
+    }
+
+    #[test]
+    fn rows_given_in_steps_give_the_spots_of_the_whole_image() {
+        let (w, h) = (120, 90);
+        let mut img: Vec<f32> = (0..w * h).map(|i| ((i * 7919) % 23) as f32 * 0.05).collect();
+        for (x, y) in [(20.3, 10.5), (60.5, 44.2), (100.1, 80.9), (5.5, 2.5)] {
+            blob(&mut img, w, x, y, 400.0);
+        }
+        img[40 * w + 7] = f32::NAN;
+        img[41 * w + 70] = f32::INFINITY;
+        let p = LocalSnrParams { threshold: 1.0, snr: 3.0, box_half: 6, min_pixels: 2, max_pixels: 200 };
+        let (mut whole, mut stepped) = (Vec::new(), Vec::new());
+        LocalSnr::new(p).find(&img, w, h, &mut whole);
+        assert!(whole.len() >= 4, "{whole:?}");
+        for step in [1, 3, 7, 16, 89, 200] {
+            let mut f = LocalSnr::new(p);
+            f.begin(w, h);
+            for ready in (0..=h).step_by(step) {
+                f.rows_ready(&img, ready);
+            }
+            f.end(&img, &mut stepped);
+            assert_eq!(whole, stepped, "rows given {step} at a time");
+        }
     }
 
     #[test]

@@ -1,0 +1,263 @@
+//! `rdaq bench pipeline`: the processing graph of `rdaq run` without the network, over 1..N
+//! process workers, beside the copy bandwidth of as many cores measured in the same run.
+//!
+//! Frames come from an in-memory receiver (`rdaq_receiver::memory`): its ring is filled once
+//! with synthetic frames of the emulated detector (`rdaq run`'s defaults: the chopper's dark
+//! and signal frames, the hit fraction, the background), and each slot is handed on again as
+//! the next frame as soon as the graph gives it back, without writing it again. Placing the
+//! bytes (a NIC's DMA, or the receive thread) is therefore not part of what is measured, on a
+//! core or in memory traffic. Everything after is `rdaq run`'s graph as it runs: pedestal
+//! bands for the dark frames, process workers (conversion, spots + veto, compression) for the
+//! signal frames, the reorder and the NXmx writer (a file in the temporary directory).
+
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rdaq_detector::jungfrau::{MODULE_BYTES, MODULE_PIXELS};
+use rdaq_detector::synth::ModuleSynth;
+use rdaq_detector::Chopper;
+use rdaq_receiver::memory::Placer;
+use rdaq_receiver::Receiver;
+use rdaq_run::config::Config;
+use rdaq_run::graph::{self, ProcessReport};
+use rdaq_sink::NxmxWriter;
+
+#[derive(clap::Args)]
+pub struct PipelineArgs {
+    /// JUNGFRAU modules per frame (rdaq run's default: 2).
+    #[arg(long, default_value_t = 2)]
+    modules: u16,
+    /// Seconds per number of workers.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// The most process workers measured (default: every core of the machine).
+    #[arg(long)]
+    max_workers: Option<usize>,
+    /// Pixels written: auto (rdaq run's default: int16 photon counts where they fit), photons16,
+    /// photons32 or kev.
+    #[arg(long, default_value = "auto")]
+    output: String,
+    /// Pedestal bands (default: rdaq run's, one per two workers).
+    #[arg(long)]
+    pedestal_bands: Option<usize>,
+    /// Pin process worker k to CPU k (and the bands to the CPUs after them).
+    #[arg(long)]
+    pin: bool,
+    /// Write the results as JSON here too.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+#[derive(serde::Serialize)]
+struct Point {
+    workers: usize,
+    pedestal_bands: usize,
+    frames: u64,
+    seconds: f64,
+    module_frames_per_s: f64,
+    module_frames_per_s_per_worker: f64,
+    raw_gb_per_s: f64,
+    copy_gb_per_s: f64,
+    convert_ms: f64,
+    spots_ms: f64,
+    compress_ms: f64,
+    pedestal_ms_per_dark: f64,
+    pool_waits: u64,
+    reorder_high_water: usize,
+}
+
+pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let max = a.max_workers.unwrap_or(cores).max(1);
+    let mut cfg = Config::default();
+    cfg.detector.modules = a.modules;
+    cfg.process.output = a.output.clone();
+    cfg.check().context("the bench's configuration")?;
+    let pool = Pool::new(&cfg, 32);
+    let dir = std::env::temp_dir().join(format!("rdaq-bench-pipeline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    eprintln!("rdaq bench pipeline: {} module(s) per frame, {} output, {} s per point, 1..{max} process workers on {cores} cores", a.modules, a.output, a.seconds);
+    let mut points = Vec::new();
+    for w in 1..=max {
+        cfg.process.workers = w;
+        cfg.process.pedestal_bands = a.pedestal_bands.unwrap_or(0);
+        cfg.process.cpus = if a.pin { (0..cores).collect() } else { Vec::new() };
+        let p = measure(&cfg, &pool, &dir, a.seconds)?;
+        eprintln!("  {w} worker(s): {:.0} module frames/s", p.module_frames_per_s);
+        points.push(p);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    print_table(&points, a.modules, cores);
+    if let Some(path) = a.json {
+        std::fs::write(&path, serde_json::to_string_pretty(&points)?).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Synthetic frames of the emulated detector (all modules), numbered 0.., with whether each is
+/// dark by the chopper.
+struct Pool {
+    frames: Vec<Vec<u16>>,
+    chopper: Chopper,
+}
+
+impl Pool {
+    fn new(cfg: &Config, n: usize) -> Pool {
+        let modules = cfg.detector.modules as usize;
+        let mut synths: Vec<ModuleSynth> = (0..cfg.detector.modules).map(|m| ModuleSynth::new(cfg.synth(), m)).collect();
+        let frames = (0..n as u64)
+            .map(|f| {
+                let mut words = vec![0u16; modules * MODULE_PIXELS];
+                for (m, s) in synths.iter_mut().enumerate() {
+                    s.frame(f, &mut words[m * MODULE_PIXELS..(m + 1) * MODULE_PIXELS]);
+                }
+                words
+            })
+            .collect();
+        Pool { frames, chopper: cfg.chopper() }
+    }
+
+    fn is_dark(&self, frame: u64) -> bool {
+        self.chopper.is_dark(frame)
+    }
+}
+
+/// One point: the graph with `cfg`'s workers for `seconds`, and the copy bandwidth of as
+/// many threads.
+fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64) -> anyhow::Result<Point> {
+    let geometry = cfg.geometry().context("geometry")?;
+    let calibration = rdaq_run::run::calibration(cfg, geometry)?;
+    let meta = rdaq_run::run::file_meta(cfg, geometry, Some(&calibration))?;
+    let setup = rdaq_run::run::processing_setup(cfg, &meta, calibration)?;
+    let (workers, bands) = (setup.workers, setup.pedestal_bands);
+    let slots = (workers + bands + 2) * setup.ring_frames + 8;
+    let (rx, mut placer) = Receiver::in_memory(cfg.detector.modules, MODULE_BYTES as u64, slots)?;
+    let kinds = fill(&mut placer, pool);
+    let mut writer = NxmxWriter::create(&dir.join(format!("w{workers}_master.h5")), &meta)?;
+    let bar = indicatif::ProgressBar::hidden();
+    let t0 = Instant::now();
+    let (report, frames) = std::thread::scope(|s| {
+        let feeder = s.spawn(|| feed(placer, pool, &kinds, Duration::from_secs_f64(seconds)));
+        let r = graph::run(&rx, &mut writer, None, setup, &bar, None);
+        (r, feeder.join().expect("feeder"))
+    });
+    let elapsed = t0.elapsed().as_secs_f64();
+    let (_, report) = report?;
+    writer.finish()?;
+    let module_frames = frames as f64 * cfg.detector.modules as f64;
+    Ok(Point {
+        workers,
+        pedestal_bands: bands,
+        frames,
+        seconds: elapsed,
+        module_frames_per_s: module_frames / elapsed,
+        module_frames_per_s_per_worker: module_frames / elapsed / workers as f64,
+        raw_gb_per_s: module_frames * MODULE_BYTES as f64 / elapsed / 1e9,
+        copy_gb_per_s: copy_bandwidth(workers, 0.5) / 1e9,
+        convert_ms: step(&report, "convert"),
+        spots_ms: step(&report, "spots + veto"),
+        compress_ms: step(&report, "compress"),
+        pedestal_ms_per_dark: pedestal_ms(&report),
+        pool_waits: report.pool_waits,
+        reorder_high_water: report.reorder_high_water,
+    })
+}
+
+/// Fills every slot with a pool frame (slot i: frame i of the pool, cycled); returns
+/// whether each slot holds a dark frame.
+fn fill(placer: &mut Placer, pool: &Pool) -> Vec<bool> {
+    (0..placer.slots())
+        .map(|i| {
+            let k = i % pool.frames.len();
+            let bytes = placer.slot_mut(i as u32);
+            for (b, w) in bytes.chunks_exact_mut(2).zip(&pool.frames[k]) {
+                b.copy_from_slice(&w.to_le_bytes());
+            }
+            pool.is_dark(k as u64)
+        })
+        .collect()
+}
+
+/// Hands frames 0, 1, ... on, each in a free slot of its kind (dark or signal), until
+/// `seconds` have passed; returns how many.
+fn feed(mut placer: Placer, pool: &Pool, kinds: &[bool], seconds: Duration) -> u64 {
+    let mut free: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
+    for s in placer.free().collect::<Vec<_>>() {
+        free[kinds[s as usize] as usize].push(s);
+    }
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < seconds {
+        let want = pool.is_dark(n) as usize;
+        let slot = loop {
+            if let Some(s) = free[want].pop() {
+                break s;
+            }
+            match placer.wait_released() {
+                Some(s) => free[kinds[s as usize] as usize].push(s),
+                None => return n,
+            }
+        };
+        placer.hand(slot, n);
+        n += 1;
+    }
+    n
+}
+
+fn step(r: &ProcessReport, name: &str) -> f64 {
+    r.steps.iter().find(|s| s.name == name).map_or(0.0, |s| s.ms_per_frame)
+}
+
+/// Busy time of every pedestal band per dark frame (ms of CPU).
+fn pedestal_ms(r: &ProcessReport) -> f64 {
+    let busy: f64 = r.stages.iter().filter(|s| s.name.starts_with("pedestal")).map(|s| s.busy_s).sum();
+    if r.dark_frames > 0 {
+        busy * 1e3 / r.dark_frames as f64
+    } else {
+        0.0
+    }
+}
+
+/// Bytes copied per second by `threads` threads at once, each between its own 64 MiB buffers
+/// (far larger than the caches).
+fn copy_bandwidth(threads: usize, seconds: f64) -> f64 {
+    let n = 64 << 20;
+    let total: usize = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(move || {
+                    let (src, mut dst) = (vec![1u8; n], vec![0u8; n]);
+                    dst.copy_from_slice(&src);
+                    let t0 = Instant::now();
+                    let mut copied = 0usize;
+                    while t0.elapsed().as_secs_f64() < seconds {
+                        dst.copy_from_slice(black_box(&src));
+                        black_box(&dst);
+                        copied += n;
+                    }
+                    (copied, t0.elapsed().as_secs_f64())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("copy thread")).map(|(c, t)| (c as f64 / t) as usize).sum()
+    });
+    total as f64
+}
+
+fn print_table(points: &[Point], modules: u16, cores: usize) {
+    println!("processing graph of rdaq run without the network: {modules} JUNGFRAU module(s) per frame, frames handed from a pre-filled ring ({cores} cores)");
+    println!("{:>7} {:>5} {:>10} {:>12} {:>9} {:>11} {:>8}   {:>8} {:>8} {:>9} {:>10}   {:>6} {:>7}",
+        "workers", "bands", "mod.fr/s", "per worker", "raw GB/s", "copy GB/s", "raw/copy", "convert", "spots", "compress", "pedestal", "waits", "held");
+    for p in points {
+        println!("{:>7} {:>5} {:>10.0} {:>12.0} {:>9.2} {:>11.2} {:>7.0}%   {:>8.3} {:>8.3} {:>9.3} {:>10.3}   {:>6} {:>7}",
+            p.workers, p.pedestal_bands, p.module_frames_per_s, p.module_frames_per_s_per_worker, p.raw_gb_per_s, p.copy_gb_per_s,
+            100.0 * p.raw_gb_per_s / p.copy_gb_per_s, p.convert_ms, p.spots_ms, p.compress_ms, p.pedestal_ms_per_dark, p.pool_waits, p.reorder_high_water);
+    }
+    println!("mod.fr/s: JUNGFRAU module frames (1 MiB raw) through the graph per second, dark and signal; raw GB/s their bytes;");
+    println!("copy GB/s: as many threads as workers copying 64 MiB buffers, measured in the same run (bytes copied);");
+    println!("convert / spots / compress: ms per signal frame in each step of a process worker; pedestal: ms of the bands per dark frame;");
+    println!("waits: times the source waited for a free frame buffer; held: most frames the writer held back to keep the order.");
+    println!("Placing the frames in the ring (DMA or the receive thread) is not measured; on a loaded machine busy times include time descheduled.");
+}
