@@ -1,6 +1,7 @@
 """The processing stages against independent implementations: aare (PSI) for the JUNGFRAU
 conversion and pedestal tracking, cfelpyutils for peakfinder8, hdf5plugin for every
 compressed chunk. Inputs are made here with numpy; rdaq runs through `rdaq process`."""
+import json
 import subprocess
 
 import aare
@@ -207,3 +208,18 @@ def test_a_radius_map_from_a_file_and_a_threshold_in_photons(rdaq, tmp_path):
     bad = subprocess.run([rdaq, "process", "spots", "--input", tmp_path / "img.h5", "--output", tmp_path / "x.h5", *pf8,
                           "--radius-map", tmp_path / "img.h5"], capture_output=True, text=True)
     assert bad.returncode != 0 and "--radius-map" in bad.stderr
+
+
+def test_bench_pipeline_runs_the_graph_and_prints_its_table(rdaq, tmp_path):
+    """The pipeline bench is a command: one worker count, one module, half a second. What it
+    measures is recorded in bench/RESULTS.md; here only that it runs the whole graph (dark frames
+    to the pedestal, signal frames through every step) and reports what it saw."""
+    out = tmp_path / "p.json"
+    r = subprocess.run([rdaq, "bench", "pipeline", "--modules", "1", "--seconds", "0.5", "--max-workers", "1",
+                        "--json", out], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "mod.fr/s" in r.stdout and "copy GB/s" in r.stdout
+    [p] = json.loads(out.read_text())
+    assert p["workers"] == 1 and p["pedestal_bands"] == 1 and p["frames"] > 10
+    assert p["module_frames_per_s"] > 0 and p["copy_gb_per_s"] > 0
+    assert p["convert_ms"] > 0 and p["spots_ms"] > 0 and p["compress_ms"] > 0 and p["pedestal_ms_per_dark"] > 0

@@ -45,6 +45,10 @@ pub struct PipelineArgs {
     /// Pin process worker k to CPU k (and the bands to the CPUs after them).
     #[arg(long)]
     pin: bool,
+    /// No dark frames (no chopper): every frame goes through the process workers, so the
+    /// table shows their scaling alone.
+    #[arg(long)]
+    no_dark: bool,
     /// Write the results as JSON here too.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -74,11 +78,15 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = Config::default();
     cfg.detector.modules = a.modules;
     cfg.process.output = a.output.clone();
+    if a.no_dark {
+        cfg.detector.chopper_dark = 0;
+    }
     cfg.check().context("the bench's configuration")?;
     let pool = Pool::new(&cfg, 32);
     let dir = std::env::temp_dir().join(format!("rdaq-bench-pipeline-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    eprintln!("rdaq bench pipeline: {} module(s) per frame, {} output, {} s per point, 1..{max} process workers on {cores} cores", a.modules, a.output, a.seconds);
+    let dark = if a.no_dark { "no dark frames" } else { "chopper 1 dark : 1 signal" };
+    eprintln!("rdaq bench pipeline: {} module(s) per frame, {dark}, {} output, {} s per point, 1..{max} process workers on {cores} cores", a.modules, a.output, a.seconds);
     let mut points = Vec::new();
     for w in 1..=max {
         cfg.process.workers = w;

@@ -2,6 +2,10 @@
 //! of consecutive pixels, one per pedestal stage, chained so that each dark frame visits every
 //! band in turn. Every band sees the dark frames in the source's order, so the sums are those
 //! of one tracker (aare's order of operations, per pixel), and k bands track k frames at once.
+//! When the pedestal is due, each band writes its part into a shared image and the last band
+//! publishes it; with a publication every dark frame, a band ahead in the chain may already
+//! have written its part of a later frame (the converters take either: the pedestal moves by a
+//! fraction of its noise from one dark frame to the next).
 
 use rdaq_detector::jungfrau::MODULE_PIXELS;
 use rdaq_detector::Geometry;

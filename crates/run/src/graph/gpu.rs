@@ -2,7 +2,7 @@
 //! assembles a signal frame's raw words from its slot (gaps as the error word, masked by the
 //! calibration), gives the slot back, converts the frame to keV on the device
 //! (`rdaq_gpu::GpuConverter`), finds its strong pixels there and groups them on the host
-//! (`rdaq_gpu::GpuLocalSnr`), then judges the frame as the CPU's spot stage does. It takes a
+//! (`rdaq_gpu::GpuLocalSnr`), then judges the frame as the process workers do. It takes a
 //! newly published pedestal before the next frame. Synchronous per frame: the overlapped
 //! three-stream pipeline is still to come, and so is turning a device error in the middle
 //! of a run into a counted error (today it stops the run: the worker panics).
