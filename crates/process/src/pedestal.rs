@@ -83,19 +83,14 @@ pub struct Pedestal<S: Sum = f64> {
     sum2: Vec<S>,
     samples: Vec<u32>,
     wrong_gain: Vec<u32>,
-    /// One bit per 64-pixel chunk: every pixel's window is full (it stays so).
-    full: Vec<u64>,
     frames: u64,
 }
 
 /// The gain code (word bits 15..14) of each stage.
 const STAGE_CODE: [u16; 3] = [0, 1, 3];
 
-/// Pixels per bit of [`Pedestal`]'s map of full windows.
-const CHUNK: usize = 64;
-
-/// Consecutive pixels of a [`Pedestal`] and what a frame's words do to them.
-struct Span<'a, S: Sum> {
+/// Consecutive pixels of a [`Pedestal`], borrowed to take their words of a frame.
+struct Band<'a, S: Sum> {
     code: u16,
     window: u32,
     sum: &'a mut [S],
@@ -104,17 +99,16 @@ struct Span<'a, S: Sum> {
     wrong: &'a mut [u32],
 }
 
-impl<S: Sum> Span<'_, S> {
-    /// Adds the words `raw` (one per pixel of the span); `full`: every pixel's window is
-    /// full, so only the running update applies and the counts of samples are not touched.
-    fn push(self, raw: &[u16], full: bool) {
+impl<S: Sum> Band<'_, S> {
+    /// Adds the words of the band's pixels, one per pixel.
+    fn push(self, raw: &[u16]) {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2 (checked just above).
-            unsafe { push_avx2(self, raw, full) };
+            unsafe { push_avx2(self, raw) };
             return;
         }
-        push_loop(self, raw, full);
+        push_loop(self, raw);
     }
 }
 
@@ -124,34 +118,17 @@ impl<S: Sum> Span<'_, S> {
 /// The CPU must have AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn push_avx2<S: Sum>(b: Span<'_, S>, raw: &[u16], full: bool) {
-    push_loop(b, raw, full);
+unsafe fn push_avx2<S: Sum>(b: Band<'_, S>, raw: &[u16]) {
+    push_loop(b, raw);
 }
 
 /// The window's update of each pixel, branch-free so that it vectorizes: both updates are
 /// computed and the one the pixel is in is kept (the same operations as aare's, in its order).
-/// With every window `full`, the loop neither reads nor writes the counts: a word of the wrong
-/// gain (rare in dark frames) is counted afterwards, one by one.
 #[inline(always)]
-fn push_loop<S: Sum>(b: Span<'_, S>, raw: &[u16], full: bool) {
+fn push_loop<S: Sum>(b: Band<'_, S>, raw: &[u16]) {
     let n = S::from_count(b.window);
-    let sums = raw.iter().zip(b.sum.iter_mut().zip(b.sum2.iter_mut()));
-    if full {
-        let mut bad = 0u32;
-        for (&w, (s, s2)) in sums {
-            let ok = w >> 14 == b.code;
-            let x = S::from_adc(w & ADC_MAX);
-            let (run, run2) = (s.add(x.sub(s.div(n))), s2.add(x.mul(x).sub(s2.div(n))));
-            *s = if ok { run } else { *s };
-            *s2 = if ok { run2 } else { *s2 };
-            bad += !ok as u32;
-        }
-        if bad > 0 {
-            raw.iter().zip(b.wrong.iter_mut()).filter(|(&w, _)| w >> 14 != b.code).for_each(|(_, c)| *c += 1);
-        }
-        return;
-    }
-    for ((&w, (s, s2)), (k, bad)) in sums.zip(b.samples.iter_mut().zip(b.wrong.iter_mut())) {
+    let rows = raw.iter().zip(b.sum.iter_mut()).zip(b.sum2.iter_mut()).zip(b.samples.iter_mut()).zip(b.wrong.iter_mut());
+    for ((((&w, s), s2), k), bad) in rows {
         let ok = w >> 14 == b.code;
         let x = S::from_adc(w & ADC_MAX);
         let filling = *k < b.window;
@@ -175,7 +152,6 @@ impl<S: Sum> Pedestal<S> {
             sum2: vec![S::default(); pixels],
             samples: vec![0; pixels],
             wrong_gain: vec![0; pixels],
-            full: vec![0; pixels.div_ceil(CHUNK * 64)],
             frames: 0,
         }
     }
@@ -196,52 +172,19 @@ impl<S: Sum> Pedestal<S> {
     }
 
     /// Adds the words of pixels `first..first + raw.len()` of a frame (a module's span of an
-    /// assembled image); call [`Pedestal::frame_done`] once per frame. Runs of whole
-    /// 64-pixel chunks whose windows are all full take the running update alone (the counts
-    /// of samples are then neither read nor written: a third less memory traffic).
+    /// assembled image); call [`Pedestal::frame_done`] once per frame.
     pub fn push_at(&mut self, first: usize, raw: &[u16]) {
         let end = first + raw.len();
         assert!(end <= self.pixels(), "pixels inside the tracked image");
-        let mut at = first;
-        while at < end {
-            let full = self.chunk_full(at, end);
-            let mut stop = (at / CHUNK + 1) * CHUNK;
-            while stop < end && self.chunk_full(stop, end) == full {
-                stop += CHUNK;
-            }
-            let stop = stop.min(end);
-            self.span(at, stop).push(&raw[at - first..stop - first], full);
-            if !full {
-                self.mark_full(at, stop);
-            }
-            at = stop;
-        }
-    }
-
-    /// Whether the chunk starting at `at` lies whole before `end` and is marked full.
-    fn chunk_full(&self, at: usize, end: usize) -> bool {
-        let c = at / CHUNK;
-        at % CHUNK == 0 && at + CHUNK <= end && self.full[c / 64] >> (c % 64) & 1 == 1
-    }
-
-    /// Marks the whole chunks inside `at..stop` whose windows have all filled.
-    fn mark_full(&mut self, at: usize, stop: usize) {
-        for c in at.div_ceil(CHUNK)..stop / CHUNK {
-            if self.samples[c * CHUNK..(c + 1) * CHUNK].iter().all(|&k| k >= self.window) {
-                self.full[c / 64] |= 1 << (c % 64);
-            }
-        }
-    }
-
-    fn span(&mut self, at: usize, stop: usize) -> Span<'_, S> {
-        Span {
+        let band = Band {
             code: STAGE_CODE[self.stage as usize],
             window: self.window,
-            sum: &mut self.sum[at..stop],
-            sum2: &mut self.sum2[at..stop],
-            samples: &mut self.samples[at..stop],
-            wrong: &mut self.wrong_gain[at..stop],
-        }
+            sum: &mut self.sum[first..end],
+            sum2: &mut self.sum2[first..end],
+            samples: &mut self.samples[first..end],
+            wrong: &mut self.wrong_gain[first..end],
+        };
+        band.push(raw);
     }
 
     /// Counts a frame that was pushed with [`Pedestal::push_at`].
@@ -330,9 +273,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn full_windows_update_as_every_pixel_does_alone() {
-        // 300 pixels pushed in odd pieces, some words of the wrong gain: each pixel's sums
-        // equal a one-pixel tracker's (which never takes the chunked path)
+    fn frames_pushed_in_pieces_update_as_every_pixel_does_alone() {
+        // 300 pixels pushed in odd pieces, some words of the wrong gain, past the window:
+        // each pixel's sums equal a one-pixel tracker's
         let (px, window) = (300usize, 3u32);
         let mut whole = Pedestal::<f64>::new(px, 0, window);
         let mut alone: Vec<Pedestal<f64>> = (0..px).map(|_| Pedestal::new(1, 0, window)).collect();
@@ -358,7 +301,6 @@ mod tests {
             t.rms_into(&mut r1);
             assert_eq!((m[i].to_bits(), r[i].to_bits(), whole.wrong_gain[i], whole.samples[i]), (m1[0].to_bits(), r1[0].to_bits(), t.wrong_gain[0], t.samples[0]), "pixel {i}");
         }
-        assert!(whole.full[0] & 0b1110 != 0, "whole chunks took the running update alone");
     }
 
     #[test]
