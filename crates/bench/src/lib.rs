@@ -76,6 +76,30 @@ pub enum BenchCmd {
     Api(api::ApiBenchArgs),
 }
 
+/// Bytes copied per second by `threads` threads at once, each between its own two buffers of
+/// `bytes` (far larger than the caches): the memory floor the benchmarks compare with.
+pub fn copy_bandwidth(threads: usize, bytes: usize, seconds: f64) -> f64 {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(move || {
+                    let (src, mut dst) = (vec![1u8; bytes], vec![0u8; bytes]);
+                    dst.copy_from_slice(&src);
+                    let t0 = Instant::now();
+                    let mut copied = 0usize;
+                    while t0.elapsed().as_secs_f64() < seconds {
+                        dst.copy_from_slice(std::hint::black_box(&src));
+                        std::hint::black_box(&dst);
+                        copied += bytes;
+                    }
+                    copied as f64 / t0.elapsed().as_secs_f64()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("copy thread")).sum()
+    })
+}
+
 /// Runs the benchmark `b`.
 pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
     match b {

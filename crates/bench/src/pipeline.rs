@@ -10,7 +10,6 @@
 //! bands for the dark frames, process workers (conversion, spots + veto, compression) for the
 //! signal frames, the reorder and the NXmx writer (a file in the temporary directory).
 
-use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -163,7 +162,7 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64) -> an
         module_frames_per_s: module_frames / elapsed,
         module_frames_per_s_per_worker: module_frames / elapsed / workers as f64,
         raw_gb_per_s: module_frames * MODULE_BYTES as f64 / elapsed / 1e9,
-        copy_gb_per_s: copy_bandwidth(workers, 0.5) / 1e9,
+        copy_gb_per_s: crate::copy_bandwidth(workers, 64 << 20, 0.5) / 1e9,
         convert_ms: step(&report, "convert"),
         spots_ms: step(&report, "spots + veto"),
         compress_ms: step(&report, "compress"),
@@ -226,32 +225,6 @@ fn pedestal_ms(r: &ProcessReport) -> f64 {
     } else {
         0.0
     }
-}
-
-/// Bytes copied per second by `threads` threads at once, each between its own 64 MiB buffers
-/// (far larger than the caches).
-fn copy_bandwidth(threads: usize, seconds: f64) -> f64 {
-    let n = 64 << 20;
-    let total: usize = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(move || {
-                    let (src, mut dst) = (vec![1u8; n], vec![0u8; n]);
-                    dst.copy_from_slice(&src);
-                    let t0 = Instant::now();
-                    let mut copied = 0usize;
-                    while t0.elapsed().as_secs_f64() < seconds {
-                        dst.copy_from_slice(black_box(&src));
-                        black_box(&dst);
-                        copied += n;
-                    }
-                    (copied, t0.elapsed().as_secs_f64())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().expect("copy thread")).map(|(c, t)| (c as f64 / t) as usize).sum()
-    });
-    total as f64
 }
 
 fn print_table(points: &[Point], modules: u16, cores: usize) {

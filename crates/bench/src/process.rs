@@ -60,19 +60,6 @@ fn per_frame(seconds: f64, n: usize, mut f: impl FnMut(usize)) -> f64 {
     }
 }
 
-/// Single-core copy bandwidth (bytes copied per second) of a buffer far larger than the caches.
-fn copy_bandwidth(seconds: f64) -> f64 {
-    let n = 256 << 20;
-    let src = vec![1u8; n];
-    let mut dst = vec![0u8; n];
-    dst.copy_from_slice(&src);
-    let t = per_frame(seconds, 1, |_| {
-        dst.copy_from_slice(black_box(&src));
-        black_box(&dst);
-    });
-    n as f64 / t
-}
-
 #[derive(serde::Serialize)]
 struct Row {
     stage: String,
@@ -162,7 +149,7 @@ pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
     let n = a.frames.max(1);
     let d = Data::new(n)?;
     eprintln!("rdaq bench process: {n} module frames of {MODULE_COLS} x {MODULE_ROWS}, {} s per measurement, pinned to core 0", a.seconds);
-    let copy = copy_bandwidth(a.seconds);
+    let copy = crate::copy_bandwidth(1, 256 << 20, a.seconds);
     let base = baselines(&a, &d)?;
     let mut t = Table { seconds: a.seconds, frames: n, copy, base, rows: Vec::new() };
     conversion(&d, &mut t);
