@@ -278,8 +278,11 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, stream: Option<&mut Stream>, 
 /// Pins the calling worker to the `k`-th of the configured CPUs (if any), once.
 fn pin_once(pinned: &mut bool, cpus: &[usize], k: usize) {
     if !*pinned && !cpus.is_empty() {
-        // a CPU that cannot be had leaves the worker unpinned: the run goes on
-        let _ = rdaq_net::socket::pin_current_thread(cpus[k % cpus.len()]);
+        // a CPU that cannot be had (a cpuset, say) leaves the worker unpinned: the run goes on
+        let cpu = cpus[k % cpus.len()];
+        if let Err(e) = rdaq_net::socket::pin_current_thread(cpu) {
+            eprintln!("rdaq: process.cpus: cannot pin a worker to CPU {cpu} ({e}); it runs unpinned");
+        }
     }
     *pinned = true;
 }
