@@ -329,7 +329,7 @@ impl Default for Process {
 
 impl Default for Emulator {
     fn default() -> Self {
-        Emulator { frames: 1000, rate_hz: 150.0, gso: true }
+        Emulator { frames: 1000, rate_hz: 100.0, gso: true }
     }
 }
 
