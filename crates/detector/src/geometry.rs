@@ -35,6 +35,8 @@ pub struct Geometry {
     pub gap_y: usize,
     /// Pixel rows of each module's frame: 512, or fewer in a partial readout (`readnrows`).
     pub module_height: usize,
+    /// Pixel columns of each module's image: 1024 (JUNGFRAU, EIGER), more with chip gaps.
+    pub module_width: usize,
 }
 
 impl Geometry {
@@ -42,7 +44,7 @@ impl Geometry {
     /// modules do not fill whole grid rows.
     pub fn new(modules: u16, module_cols: u16, gap_x: usize, gap_y: usize) -> Option<Geometry> {
         (modules > 0 && module_cols > 0 && modules % module_cols == 0)
-            .then_some(Geometry { modules, module_cols, gap_x, gap_y, module_height: MODULE_ROWS })
+            .then_some(Geometry { modules, module_cols, gap_x, gap_y, module_height: MODULE_ROWS, module_width: MODULE_COLS })
     }
 
     /// The same detector with module frames of `rows` pixel rows (a partial readout).
@@ -51,9 +53,16 @@ impl Geometry {
         Geometry { module_height: rows, ..self }
     }
 
+    /// The same detector with module images of `width x height` pixels (another
+    /// detector's modules, or chip gap pixels inside them).
+    pub fn with_module_size(self, width: usize, height: usize) -> Geometry {
+        assert!(width > 0 && height > 0, "a module image has pixels");
+        Geometry { module_width: width, module_height: height, ..self }
+    }
+
     /// Pixels of one module frame.
     pub fn module_pixels(&self) -> usize {
-        self.module_height * MODULE_COLS
+        self.module_height * self.module_width
     }
 
     /// Bytes of one module frame of 16-bit words.
@@ -68,7 +77,7 @@ impl Geometry {
     /// Full image width (fast axis) in pixels.
     pub fn width(&self) -> usize {
         let c = self.module_cols as usize;
-        c * MODULE_COLS + (c - 1) * self.gap_x
+        c * self.module_width + (c - 1) * self.gap_x
     }
 
     /// Full image height (slow axis) in pixels.
@@ -80,7 +89,7 @@ impl Geometry {
     /// Pixel (row, column) of module `m`'s first pixel in the full image.
     pub fn origin(&self, m: u16) -> (usize, usize) {
         let (gr, gc) = ((m / self.module_cols) as usize, (m % self.module_cols) as usize);
-        (gr * (self.module_height + self.gap_y), gc * (MODULE_COLS + self.gap_x))
+        (gr * (self.module_height + self.gap_y), gc * (self.module_width + self.gap_x))
     }
 
     /// Calls `f(image_pixel, len)` for each run of the full image that module `m`'s pixels
@@ -89,8 +98,8 @@ impl Geometry {
         let (r0, c0) = self.origin(m);
         let mut p = start;
         while p < end {
-            let (r, c) = (p / MODULE_COLS, p % MODULE_COLS);
-            let run = (MODULE_COLS - c).min(end - p);
+            let (r, c) = (p / self.module_width, p % self.module_width);
+            let run = (self.module_width - c).min(end - p);
             f((r0 + r) * self.width() + c0 + c, run);
             p += run;
         }
@@ -113,7 +122,7 @@ impl Geometry {
             let (r0, c0) = self.origin(m);
             for r in 0..self.module_height {
                 let at = (r0 + r) * self.width() + c0;
-                mask[at..at + MODULE_COLS].fill(0);
+                mask[at..at + self.module_width].fill(0);
             }
         }
         mask
@@ -122,23 +131,29 @@ impl Geometry {
     /// Assembles module frames into `out` (height x width words): module `m`'s words come
     /// from `module(m)`; gaps get [`GAP_WORD`]. Each pixel is written exactly once.
     pub fn assemble<'a>(&self, mut module: impl FnMut(u16) -> &'a [u16], out: &mut [u16]) {
-        let w = self.width();
+        self.assemble_bytes(2, |m| crate::as_bytes(module(m)), crate::synth::as_bytes_mut(out));
+    }
+
+    /// [`Geometry::assemble`] for pixels of `pb` bytes: gap pixels get all bits set (the
+    /// largest value of the pixel type, [`GAP_WORD`] for 16 bits).
+    pub fn assemble_bytes<'a>(&self, pb: usize, mut module: impl FnMut(u16) -> &'a [u8], out: &mut [u8]) {
+        let (w, mw) = (self.width() * pb, self.module_width * pb);
         assert_eq!(out.len(), self.height() * w, "output is the full image");
         for gr in 0..self.module_rows() {
             let row0 = gr * (self.module_height + self.gap_y);
-            let mods: Vec<&[u16]> = (0..self.module_cols).map(|gc| module(gr as u16 * self.module_cols + gc)).collect();
+            let mods: Vec<&[u8]> = (0..self.module_cols).map(|gc| module(gr as u16 * self.module_cols + gc)).collect();
             for r in 0..self.module_height {
                 let line = &mut out[(row0 + r) * w..(row0 + r + 1) * w];
                 for (gc, m) in mods.iter().enumerate() {
-                    let c0 = gc * (MODULE_COLS + self.gap_x);
-                    line[c0..c0 + MODULE_COLS].copy_from_slice(&m[r * MODULE_COLS..(r + 1) * MODULE_COLS]);
+                    let c0 = gc * (mw + self.gap_x * pb);
+                    line[c0..c0 + mw].copy_from_slice(&m[r * mw..(r + 1) * mw]);
                     if gc + 1 < mods.len() {
-                        line[c0 + MODULE_COLS..c0 + MODULE_COLS + self.gap_x].fill(GAP_WORD);
+                        line[c0 + mw..c0 + mw + self.gap_x * pb].fill(0xff);
                     }
                 }
             }
             if gr + 1 < self.module_rows() {
-                out[(row0 + self.module_height) * w..(row0 + self.module_height + self.gap_y) * w].fill(GAP_WORD);
+                out[(row0 + self.module_height) * w..(row0 + self.module_height + self.gap_y) * w].fill(0xff);
             }
         }
     }

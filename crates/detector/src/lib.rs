@@ -1,11 +1,16 @@
-//! Detector models: the JUNGFRAU module ([`jungfrau`]) and deterministic synthetic frames
+//! Detector models: detectors described as data ([`description`], [`layout`]), the
+//! JUNGFRAU module ([`jungfrau`]) and deterministic synthetic frames
 //! ([`synth`]) that stand in for a real detector in the emulator and the tests.
 
+pub mod description;
 pub mod geometry;
 pub mod jungfrau;
+pub mod layout;
 pub mod rng;
 pub mod synth;
 
+pub use description::{Description, DescriptionError};
 pub use geometry::Geometry;
+pub use layout::ModuleLayout;
 pub use jungfrau::{Gain, ModuleCalibration, MODULE_BYTES, MODULE_COLS, MODULE_PIXELS, MODULE_ROWS};
-pub use synth::{as_bytes, as_words, Chopper, ModuleSynth, Spot, SynthConfig};
+pub use synth::{as_bytes, as_bytes_mut, as_words, Chopper, ModuleSynth, Spot, SynthConfig};

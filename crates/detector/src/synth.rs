@@ -229,6 +229,13 @@ pub fn as_bytes(words: &[u16]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 2) }
 }
 
+/// The bytes of a frame of words, to be written in place.
+pub fn as_bytes_mut(words: &mut [u16]) -> &mut [u8] {
+    // SAFETY: as in `as_bytes`; any byte pattern written is a valid u16, and the exclusive
+    // borrow of `words` is held for the lifetime of the bytes.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 2) }
+}
+
 /// The 16-bit words of little-endian bytes as they came off the wire, without a copy.
 /// Panics unless `bytes` is 2-aligned and of even length (frame slots always are).
 pub fn as_words(bytes: &[u8]) -> &[u16] {
