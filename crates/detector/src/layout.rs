@@ -6,6 +6,7 @@
 //! into their gap neighbours.
 
 use crate::description::{Chips, Description, NibbleOrder};
+use crate::geometry::MASK_GAP;
 
 /// How one detector's module frames become module images.
 #[derive(Clone, Debug, PartialEq)]
@@ -174,6 +175,15 @@ impl ModuleLayout {
         }
     }
 
+    /// NXmx pixel_mask bits of the module image: [`MASK_GAP`] on the gap pixels between
+    /// chips; `None` without gap pixels.
+    pub fn gap_mask(&self) -> Option<Vec<u32>> {
+        let (cw, ch, c) = self.chips.as_ref()?;
+        let gap = |v: usize, size: usize, g: usize| v % (size + g) >= size;
+        let (w, h) = (self.width, self.height);
+        Some((0..h).flat_map(|y| (0..w).map(move |x| if gap(x, *cw, c.gap_x) || gap(y, *ch, c.gap_y) { MASK_GAP } else { 0 })).collect())
+    }
+
     /// Calls `f(first, len)` for each run of module-image pixels that raw bytes
     /// `start..end` of a module frame feed: the port-image rows they touch, across the
     /// port's width (gap pixels inside it included).
@@ -258,6 +268,9 @@ mod tests {
         assert_eq!((px(10, 255), px(10, 256), px(10, 257), px(10, 258)), (50, 50, 50, 50));
         assert_eq!((px(255, 255), px(256, 256), px(257, 257)), (25, 25, 25));
         assert_eq!((px(1029, 513), px(771, 100)), (100, 50));
+        let mask = l.gap_mask().unwrap();
+        assert_eq!(mask.iter().filter(|&&m| m == MASK_GAP).count(), 1030 * 514 - 1024 * 512);
+        assert_eq!((mask[256], mask[255], mask[257 * 1030 + 3]), (MASK_GAP, 0, MASK_GAP));
     }
 
     #[test]

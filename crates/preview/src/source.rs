@@ -49,6 +49,11 @@ fn to_values(pixel: PixelType, bytes: &[u8], gaps: &[u32], out: &mut Vec<f32>) {
         PixelType::Photons16 => out.extend(bytes.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]]) as f32)),
         PixelType::Photons32 => out.extend(bytes.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)),
         PixelType::Kev => out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        PixelType::Counts(_) => match pixel.bytes() {
+            1 => out.extend(bytes.iter().map(|&b| b as f32)),
+            2 => out.extend(bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]) as f32)),
+            _ => out.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)),
+        },
     }
     for (v, &m) in out.iter_mut().zip(gaps) {
         if m != 0 || (*v as f64 == under && pixel != PixelType::Raw) {
@@ -73,6 +78,9 @@ pub fn from_file(master: &Path, frame: usize) -> Result<Preview, PreviewError> {
         PixelType::Photons16 => to_values(pixel, bytes_of(&read::<i16>(&reader, index)?), &gaps, &mut values),
         PixelType::Photons32 => to_values(pixel, bytes_of(&read::<i32>(&reader, index)?), &gaps, &mut values),
         PixelType::Kev => to_values(pixel, bytes_of(&read::<f32>(&reader, index)?), &gaps, &mut values),
+        PixelType::Counts(b) if b <= 8 => to_values(pixel, bytes_of(&read::<u8>(&reader, index)?), &gaps, &mut values),
+        PixelType::Counts(b) if b <= 16 => to_values(pixel, bytes_of(&read::<u16>(&reader, index)?), &gaps, &mut values),
+        PixelType::Counts(_) => to_values(pixel, bytes_of(&read::<u32>(&reader, index)?), &gaps, &mut values),
     }
     let frame_number = file.dataset("entry/data/frame_number").and_then(|d| d.read_raw::<u64>()).map_err(h5)?.get(frame).copied().unwrap_or(frame as u64);
     Ok(Preview { width: reader.cols, height: reader.rows, values, spots: file_spots(&file, frame), pixel_size_m, frame_number })
@@ -118,6 +126,8 @@ fn pixel_type(ds: &hdf5::Dataset) -> Option<PixelType> {
         T::Integer(IntSize::U2) => PixelType::Photons16,
         T::Integer(IntSize::U4) => PixelType::Photons32,
         T::Float(FloatSize::U4) => PixelType::Kev,
+        T::Unsigned(IntSize::U1) => PixelType::Counts(8),
+        T::Unsigned(IntSize::U4) => PixelType::Counts(32),
         _ => return None,
     })
 }

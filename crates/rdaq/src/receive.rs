@@ -1,4 +1,4 @@
-//! `rdaq receive`: a receiver on its own (rdaq datagrams or native JUNGFRAU packets into a
+//! `rdaq receive`: a receiver on its own (rdaq datagrams or a detector's native packets into a
 //! frame ring and an NXmx file), or the receiver daemon (`--serve`).
 
 use std::net::{IpAddr, SocketAddr};
@@ -13,15 +13,16 @@ use clap::Args;
 use indicatif::ProgressBar;
 use rdaq_control::auth::AccessArgs;
 use rdaq_control::receiver as daemon;
-use rdaq_detector::Geometry;
-use rdaq_receiver::{Format, Receiver, ReceiverConfig};
+use rdaq_detector::description::Place;
+use rdaq_detector::{Description, Geometry, ModuleLayout};
+use rdaq_receiver::{Format, PortGrid, Receiver, ReceiverConfig};
 use rdaq_run::config;
 use rdaq_receiver::EngineKind;
 use rdaq_run::run::{check_guards, recv_buffer_line, report_tuning};
 use rdaq_run::summary::{Expected, Summary};
 use rdaq_run::stream::Stream;
 use rdaq_run::{consume, outputs, progress_bar};
-use rdaq_sink::{NxmxMeta, NxmxWriter};
+use rdaq_sink::{NxmxMeta, NxmxWriter, PixelType};
 
 #[derive(Args)]
 pub struct ReceiveArgs {
@@ -42,6 +43,21 @@ pub struct ReceiveArgs {
     /// WRITEs; needs --engine af_xdp).
     #[arg(long, default_value = "rdaq")]
     format: String,
+    /// Native packets of this detector: a shipped description (jungfrau, eiger) or a
+    /// description file (docs/detectors.md). Replaces --format.
+    #[arg(long, conflicts_with = "format")]
+    detector: Option<String>,
+    /// Pixel bit depth the detector sends (its `dr`; default: the description's).
+    #[arg(long)]
+    bit_depth: Option<u32>,
+    /// Link whose packet size the detector sends (e.g. 1g, 10g; default: the description's
+    /// largest packets).
+    #[arg(long)]
+    link: Option<String>,
+    /// Put gap pixels between the chips of each module (the description's [chips]), with
+    /// the edge pixels' counts shared with them.
+    #[arg(long)]
+    gap_pixels: bool,
     /// RoCEv2 path MTU: payload bytes per packet (256, 512, 1024, 2048 or 4096).
     #[arg(long, default_value_t = 4096)]
     roce_mtu: u32,
@@ -133,7 +149,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = a.serve {
         return serve_receiver(a, addr);
     }
-    let (rcfg, geometry) = receiver_config(&a)?;
+    let Setup { rcfg, geometry, layout, meta } = receiver_config(&a)?;
     let series = a.out.as_deref().map(outputs::series_files);
     outputs::refuse_existing(series.iter().flatten().map(PathBuf::as_path), a.overwrite)?;
     let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
@@ -144,12 +160,11 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let slots = rx.buffer_map().buffers.len();
     eprintln!("rdaq receive: listening on {ports:?} ({}), {slots} slots, {}", rx.engine(), recv_buffer_line(a.recv_buffer_mib << 20, rx.recv_buffer_granted()));
     report_tuning("rdaq receive", &rx);
-    let mut writer = open_output(&a, geometry)?;
-    let meta = writer.as_ref().map_or_else(|| NxmxMeta::receiver(geometry), |w| w.meta().clone());
+    let mut writer = open_output(&a, &meta)?;
     let mut stream = Stream::open(stream_config(&a.stream, &a.stream_policy)?.as_ref(), None, &meta, 1)?;
     let bar = progress_bar(a.frames, "receive");
     let start = Instant::now();
-    let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, board: None };
+    let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, board: None, layout };
     let mut consumed = consume_until_stopped(&rx, sinks, &bar, a.timeout_s.map(|t| start + Duration::from_secs_f64(t)))?;
     bar.finish();
     let streamed = stream.map(Stream::finish);
@@ -192,33 +207,84 @@ fn serve_receiver(a: ReceiveArgs, addr: SocketAddr) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
+/// What a standalone `rdaq receive` starts, and the images its frames make.
+struct Setup {
+    rcfg: ReceiverConfig,
+    geometry: Geometry,
+    /// How a described detector's module frames are decoded (none for JUNGFRAU's).
+    layout: Option<ModuleLayout>,
+    meta: NxmxMeta,
+}
+
 /// The receiver a standalone `rdaq receive` starts, and the image its frames make.
-fn receiver_config(a: &ReceiveArgs) -> anyhow::Result<(ReceiverConfig, Geometry)> {
-    let format = match a.format.as_str() {
-        "rdaq" if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS => bail!("--read-rows is a setting of native JUNGFRAU packets (--format sls)"),
-        "rdaq" => Format::Rdaq,
-        "sls" => Format::Sls { interfaces: a.interfaces, rows: a.read_rows },
-        "roce" => Format::Roce { mtu: a.roce_mtu, first_frame: a.first_frame, frame_stride: 1 },
-        other => bail!("--format must be rdaq, sls or roce, not {other:?}"),
+fn receiver_config(a: &ReceiveArgs) -> anyhow::Result<Setup> {
+    let format = match &a.detector {
+        Some(name) => {
+            let d = Description::load(name)?;
+            if d.ports.place == Place::Header {
+                return described_config(a, &d);
+            }
+            // a description placed by packet number is JUNGFRAU's (checked when loaded)
+            if a.bit_depth.is_some_and(|b| b != 16) || a.gap_pixels {
+                bail!("--detector {}: JUNGFRAU sends 16-bit pixels and has no chip gaps", d.name);
+            }
+            if let Some(l) = &a.link {
+                d.link(l).map_err(|e| anyhow::anyhow!("--link: {e}"))?;
+            }
+            Format::Sls { interfaces: a.interfaces, rows: a.read_rows }
+        }
+        None if a.bit_depth.is_some() || a.link.is_some() || a.gap_pixels => bail!("--bit-depth, --link and --gap-pixels are settings of a --detector"),
+        None => match a.format.as_str() {
+            "rdaq" if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS => bail!("--read-rows is a setting of native JUNGFRAU packets (--format sls)"),
+            "rdaq" => Format::Rdaq,
+            "sls" => Format::Sls { interfaces: a.interfaces, rows: a.read_rows },
+            "roce" => Format::Roce { mtu: a.roce_mtu, first_frame: a.first_frame, frame_stride: 1 },
+            other => bail!("--format must be rdaq, sls or roce, not {other:?}"),
+        },
     };
     if a.read_rows == 0 || a.read_rows > 512 || a.read_rows % 8 != 0 {
         bail!("--read-rows {} must be 8 to 512, a multiple of 8", a.read_rows);
     }
-    let geometry = Geometry::new(a.modules, a.module_cols, a.gap_x, a.gap_y)
-        .with_context(|| format!("--module-cols {} must divide --modules {} into whole rows", a.module_cols, a.modules))?
-        .with_module_height(a.read_rows as usize);
-    let frame_bytes = a.modules as usize * geometry.module_bytes();
+    let geometry = module_grid(a)?.with_module_height(a.read_rows as usize);
+    let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, payload_bytes: a.payload_bytes, ..common_config(a, geometry.module_bytes())? };
+    Ok(Setup { rcfg, geometry, layout: None, meta: NxmxMeta::receiver(geometry) })
+}
+
+/// The receiver of a described detector's native packets placed by their header's row and
+/// column, and the decoding of its module frames.
+fn described_config(a: &ReceiveArgs, d: &Description) -> anyhow::Result<Setup> {
+    if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS || a.interfaces != 1 {
+        bail!("--read-rows and --interfaces are settings of JUNGFRAU; {} sends what its description says", d.name);
+    }
+    let bits = a.bit_depth.unwrap_or(d.pixel.default_bit_depth);
+    let link = a.link.clone().unwrap_or_else(|| d.default_link().to_owned());
+    let payload = d.link(&link).map_err(|e| anyhow::anyhow!("--link: {e}"))?;
+    let layout = ModuleLayout::new(d, bits, a.gap_pixels).map_err(|e| anyhow::anyhow!("--bit-depth {bits}: {e}"))?;
+    let packets = d.packets_per_port(bits, payload).context("the description's packets per port")? as u32;
+    let grid = PortGrid { det_type: d.header.det_type, payload: payload as u32, packets, port_rows: d.ports.rows as u16, port_cols: d.ports.cols as u16, module_cols: a.module_cols };
+    let geometry = module_grid(a)?.with_module_size(layout.width(), layout.height());
+    let rcfg = ReceiverConfig { format: Format::SlsByHeader(grid), module_bytes: grid.module_bytes(), payload_bytes: payload as u32, ..common_config(a, layout.raw_bytes())? };
+    let meta = NxmxMeta::described(geometry, d, PixelType::Counts(bits as u8), layout.gap_mask());
+    eprintln!("rdaq receive: {} module(s) of {} at {bits} bits on link {link}: {} ports of {packets} packets of {payload} bytes per module and frame", a.modules, d.name, grid.ports());
+    Ok(Setup { rcfg, geometry, layout: Some(layout), meta })
+}
+
+/// The module grid of `--modules`, `--module-cols` and the gaps.
+fn module_grid(a: &ReceiveArgs) -> anyhow::Result<Geometry> {
+    Geometry::new(a.modules, a.module_cols, a.gap_x, a.gap_y).with_context(|| format!("--module-cols {} must divide --modules {} into whole rows", a.module_cols, a.modules))
+}
+
+/// The receiver settings every format shares, for modules of `module_bytes` bytes.
+fn common_config(a: &ReceiveArgs, module_bytes: usize) -> anyhow::Result<ReceiverConfig> {
+    let frame_bytes = a.modules as usize * module_bytes;
     let slots = (a.ring_mib << 20) / frame_bytes.max(1);
     if slots < 2 {
         bail!("--ring-mib {} holds fewer than 2 frames of {} bytes", a.ring_mib, frame_bytes);
     }
-    let rcfg = ReceiverConfig {
-        format,
+    Ok(ReceiverConfig {
         bind: a.bind,
         data_port: a.port,
         modules: a.modules,
-        module_bytes: geometry.module_bytes() as u64,
-        payload_bytes: a.payload_bytes,
         slots,
         recv_buffer: a.recv_buffer_mib << 20,
         coalesce: Duration::try_from_secs_f64(a.coalesce_ms / 1e3).ok().filter(|d| *d <= Duration::from_millis(100)).context("--coalesce-ms must be 0 to 100")?,
@@ -228,19 +294,18 @@ fn receiver_config(a: &ReceiveArgs) -> anyhow::Result<(ReceiverConfig, Geometry)
         engine: a.engine,
         cpu: a.recv_cpu,
         ..ReceiverConfig::default()
-    };
-    Ok((rcfg, geometry))
+    })
 }
 
 /// The `--out` file, after a look at the free space when the frame count is known.
-fn open_output(a: &ReceiveArgs, geometry: Geometry) -> anyhow::Result<Option<NxmxWriter>> {
+fn open_output(a: &ReceiveArgs, meta: &NxmxMeta) -> anyhow::Result<Option<NxmxWriter>> {
     let Some(p) = &a.out else { return Ok(None) };
     let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if let Some(n) = a.frames {
-        let frame = (geometry.height() * geometry.width() * 2) as u64;
+        let frame = meta.image_bytes() as u64;
         outputs::warn_if_short(dir, n * frame, &format!("{n} frames of {:.1} MB before compression", frame as f64 / 1e6));
     }
-    let w = NxmxWriter::create(p, &NxmxMeta::receiver(geometry))?;
+    let w = NxmxWriter::create(p, meta)?;
     outputs::warn_without_reserve(&w, p);
     Ok(Some(w))
 }

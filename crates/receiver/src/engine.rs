@@ -30,7 +30,7 @@ use crate::frame::{FrameError, FrameReady, FrameStatus, Owner};
 use crate::grid::Grid;
 use crate::ledger::Ledger;
 use crate::placement::Placement;
-use crate::source::{Loss, Source, SourceKind};
+use crate::source::{Loss, PortGrid, Source, SourceKind};
 
 pub use crate::frame::IncompletePolicy;
 
@@ -63,6 +63,11 @@ pub enum Format {
     /// receivers of a temporal plan). A software RoCEv2 target: see
     /// `rdaq_net::roce::responder`.
     Roce { mtu: u32, first_frame: u64, frame_stride: u64 },
+    /// Native sls packets placed by their header (EIGER, and detectors described with
+    /// "header" placement; see [`PortGrid`]): each module has `grid.ports()` data ports,
+    /// port `p` of module `m` at `data_port + m * ports + p` (any of them may carry any
+    /// port's packets).
+    SlsByHeader(PortGrid),
 }
 
 /// Path MTUs a RoCEv2 queue pair may have.
@@ -358,6 +363,16 @@ impl ReceiverConfig {
                 let ports = (0..self.modules).flat_map(|m| sls_sources(m, interfaces, rows).into_iter().map(move |k| (m, k))).collect();
                 (JUNGFRAU_PACKET_PAYLOAD as u64, ports)
             }
+            Format::SlsByHeader(g) => {
+                if g.packets == 0 || g.ports() == 0 || g.module_cols == 0 || self.modules % g.module_cols != 0 {
+                    return bad(format!("port grid {g:?}: packets, ports and modules per row must be at least 1, the modules whole rows"));
+                }
+                if self.module_bytes != g.module_bytes() {
+                    return bad(format!("{} ports of {} packets of {} bytes make module frames of {} bytes, not {}", g.ports(), g.packets, g.payload, g.module_bytes(), self.module_bytes));
+                }
+                let ports = (0..self.modules).flat_map(|m| (0..g.ports()).map(move |port| (m, SourceKind::SlsByHeader { port, grid: g }))).collect();
+                (g.payload as u64, ports)
+            }
         };
         let (size, lag) = self.loss_window;
         if size < 64 || size % 64 != 0 || lag >= size {
@@ -453,7 +468,7 @@ impl Receiver {
         let placement_owner = placement.owner();
         let hdr_len = match cfg.format {
             Format::Rdaq | Format::Roce { .. } => placement.header_len(),
-            Format::Sls { .. } => rdaq_proto::SLS_HEADER_LEN,
+            Format::Sls { .. } | Format::SlsByHeader(_) => rdaq_proto::SLS_HEADER_LEN,
         };
         let spec = EngineSpec { sockets: &sockets, bind: cfg.bind, batch: cfg.batch, hdr_len, landing_len: grid.cell_bytes as usize, buffer_bytes: cfg.recv_buffer, roce: roce_spec(&map, &ids) };
         let engine = Engine::open(cfg.engine, &spec)?;

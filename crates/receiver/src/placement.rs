@@ -16,7 +16,7 @@ use crate::counters::{Counters, DropReason};
 use crate::frame::{FrameError, FrameReady, FrameStatus, IncompletePolicy, Owner, MISSING_BYTE};
 use crate::grid::Grid;
 use crate::ledger::Ledger;
-use crate::source::{declare_lost, sls_packet_number, Loss, Source, SourceKind, LOSS_LOG};
+use crate::source::{declare_lost, sls_packet_number, Loss, PortGrid, Source, SourceKind, LOSS_LOG};
 use crate::target::{Target, Targets};
 use crate::window::Seen;
 
@@ -206,7 +206,7 @@ impl Placement {
     pub fn predict(&self, src: &Source, landing_len: usize, out: &mut [Option<*mut u8>]) {
         let span = match src.kind {
             SourceKind::Rdaq => self.grid.cells_per_module,
-            SourceKind::Sls { packets, .. } => packets,
+            SourceKind::Sls { packets, .. } | SourceKind::SlsByHeader { grid: PortGrid { packets, .. }, .. } => packets,
         } as usize;
         let distinct = span * self.slots.len();
         let mut next = src.next;
@@ -227,11 +227,16 @@ impl Placement {
 
     fn successor(&self, kind: SourceKind, slot: u32, cell: u32) -> (u32, u32) {
         let cpm = self.grid.cells_per_module;
+        let m = cell / cpm;
         let (lo, hi) = match kind {
             SourceKind::Rdaq => (0, cpm),
             SourceKind::Sls { first_cell, packets, .. } => (first_cell, first_cell + packets),
+            // the port of the cell placed last: the header, not the socket, said which
+            SourceKind::SlsByHeader { grid, .. } => {
+                let lo = cell % cpm / grid.packets * grid.packets;
+                (lo, lo + grid.packets)
+            }
         };
-        let m = cell / cpm;
         if cell % cpm + 1 < hi {
             (slot, cell + 1)
         } else {

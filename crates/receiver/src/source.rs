@@ -37,6 +37,51 @@ pub enum SourceKind {
     /// `module * cells_per_module + first_cell + p - first_packet`. A partial readout
     /// (`readnrows`) sends only the packets of the rows read, numbered as in a full frame.
     Sls { module: u16, first_cell: u32, first_packet: u32, packets: u32 },
+    /// Native sls packets placed by their header (EIGER, and every detector whose
+    /// description places by "header"): row and column name the port block in the
+    /// detector's grid of ports, the packet number its place in that port image. `port` is
+    /// the port of its module this socket is expected to carry (a guess for prediction:
+    /// where packets go is the header's to say).
+    SlsByHeader { port: u32, grid: PortGrid },
+}
+
+/// How a detector placed by header cuts its frames (see [`SourceKind::SlsByHeader`]): a
+/// module is a `port_rows x port_cols` grid of port images, each `packets` packets of
+/// `payload` bytes, held one after the other in the module's part of a slot (port
+/// `r * port_cols + c` at `(r, c)`). Header row `R`, column `C` is port
+/// `(R % port_rows, C % port_cols)` of module `(R / port_rows) * module_cols + C / port_cols`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortGrid {
+    /// The header's detType of this detector's packets.
+    pub det_type: u8,
+    pub payload: u32,
+    pub packets: u32,
+    pub port_rows: u16,
+    pub port_cols: u16,
+    /// Modules per row of the detector's module grid.
+    pub module_cols: u16,
+}
+
+impl PortGrid {
+    pub fn ports(&self) -> u32 {
+        self.port_rows as u32 * self.port_cols as u32
+    }
+
+    /// Bytes of one module frame.
+    pub fn module_bytes(&self) -> u64 {
+        self.ports() as u64 * self.packets as u64 * self.payload as u64
+    }
+
+    /// The global module and its port that header row `row`, column `col` name; `None`
+    /// past the module grid's width.
+    pub fn locate(&self, row: u16, col: u16) -> Option<(u16, u32)> {
+        let (mr, mc) = (row / self.port_rows, col / self.port_cols);
+        let port = (row % self.port_rows) as u32 * self.port_cols as u32 + (col % self.port_cols) as u32;
+        if mc >= self.module_cols {
+            return None;
+        }
+        Some((mr.checked_mul(self.module_cols)?.checked_add(mc)?, port))
+    }
 }
 
 impl SourceKind {
@@ -46,6 +91,7 @@ impl SourceKind {
         match self {
             SourceKind::Rdaq => base..base + grid.cells_per_module,
             SourceKind::Sls { first_cell, packets, .. } => base + first_cell..base + first_cell + packets,
+            SourceKind::SlsByHeader { port, grid } => base + port * grid.packets..base + (port + 1) * grid.packets,
         }
     }
 }
@@ -104,6 +150,7 @@ impl Source {
         let first = match kind {
             SourceKind::Rdaq => 0,
             SourceKind::Sls { first_cell, .. } => first_cell,
+            SourceKind::SlsByHeader { port, grid } => port * grid.packets,
         };
         let window = window.filter(|_| kind == SourceKind::Rdaq).map(|(size, lag)| LossWindow::new(size, lag));
         Source {
@@ -185,5 +232,22 @@ pub(crate) fn declare_lost(counters: &mut Counters, losses: &mut Vec<Loss>, nack
         nacks.push(Missing::Seq { start: a, end: b });
     } else {
         counters.nack_ranges_dropped += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PortGrid;
+
+    #[test]
+    fn header_rows_and_columns_name_module_and_port() {
+        // EIGER: 2 x 2 ports per module, a 2-module-wide detector (e.g. 4 modules, 2 x 2)
+        let g = PortGrid { det_type: 1, payload: 1024, packets: 256, port_rows: 2, port_cols: 2, module_cols: 2 };
+        assert_eq!(g.locate(0, 0), Some((0, 0)));
+        assert_eq!(g.locate(1, 0), Some((0, 2)), "bottom half-module, left");
+        assert_eq!(g.locate(0, 3), Some((1, 1)));
+        assert_eq!(g.locate(3, 2), Some((3, 2)));
+        assert_eq!(g.locate(0, 4), None, "past the grid's width");
+        assert_eq!(g.module_bytes(), 4 * 256 * 1024);
     }
 }

@@ -1,13 +1,13 @@
 //! Where a datagram goes, decided from its header alone: the checks that do not depend on
 //! slot state (format, key, bounds, packet grid, checksum), for rdaq datagrams and native
-//! JUNGFRAU packets. The wire formats are described in `docs/protocol.md`.
+//! sls packets (JUNGFRAU's by port, others by header). The wire formats are described in `docs/protocol.md`.
 
 use rdaq_proto::datagram::{checksum, DecodeError, Flags, Header, CHECKSUM_LEN, HEADER_LEN};
-use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN};
+use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN, SLS_HEADER_VERSION};
 
 use crate::counters::DropReason;
 use crate::grid::Grid;
-use crate::source::SourceKind;
+use crate::source::{PortGrid, SourceKind};
 
 /// Where a datagram goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +55,7 @@ impl Targets {
     pub(crate) fn header_len(&self, kind: SourceKind) -> usize {
         match kind {
             SourceKind::Rdaq => self.hdr_len,
-            SourceKind::Sls { .. } => SLS_HEADER_LEN,
+            SourceKind::Sls { .. } | SourceKind::SlsByHeader { .. } => SLS_HEADER_LEN,
         }
     }
 
@@ -69,6 +69,7 @@ impl Targets {
                 let port = SlsPort { module, first_cell, first_packet, packets };
                 self.sls(hdr, datagram_len, port)
             }
+            SourceKind::SlsByHeader { grid, .. } => self.sls_by_header(hdr, datagram_len, &grid),
         }
     }
 
@@ -137,6 +138,33 @@ impl Targets {
         };
         let slot = (h.frame_number % self.keys.len() as u64) as u32;
         let cell = port.module as u32 * self.grid.cells_per_module + c;
+        Ok(Target { slot, cell, frame: h.frame_number, imm: None, seq: 0, retransmit: false })
+    }
+}
+
+impl Targets {
+    /// Where an sls packet placed by its header goes: packet `p` of port `q` of the module
+    /// that row and column name, in the slot of its frame (frame number modulo the ring),
+    /// cell `module * cells_per_module + q * packets + p`.
+    fn sls_by_header(&self, hdr: &[u8], datagram_len: usize, g: &PortGrid) -> Result<Target, DropReason> {
+        let hdr: &[u8; SLS_HEADER_LEN] = hdr.try_into().map_err(|_| DropReason::Truncated)?;
+        let h = SlsHeader::decode(hdr);
+        if h.det_type != g.det_type || h.version != SLS_HEADER_VERSION || datagram_len - SLS_HEADER_LEN != g.payload as usize {
+            return Err(DropReason::BadSlsPacket);
+        }
+        if h.packet_number >= g.packets {
+            return Err(DropReason::UnexpectedPacket);
+        }
+        let (module, port) = g.locate(h.row, h.column).ok_or(DropReason::UnknownModule)?;
+        let local = match self.module_index.get(module as usize) {
+            Some(&i) if i != u16::MAX => i as u32,
+            _ => return Err(DropReason::UnknownModule),
+        };
+        let cell = local * self.grid.cells_per_module + port * g.packets + h.packet_number;
+        if port >= g.ports() || cell >= self.grid.cells() {
+            return Err(DropReason::OutOfBounds);
+        }
+        let slot = (h.frame_number % self.keys.len() as u64) as u32;
         Ok(Target { slot, cell, frame: h.frame_number, imm: None, seq: 0, retransmit: false })
     }
 }

@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::RecvTimeoutError;
 
 use indicatif::ProgressBar;
-use rdaq_detector::{as_bytes, as_words, Geometry};
+use rdaq_detector::Geometry;
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_sink::NxmxWriter;
 
+use crate::assemble::Assembler;
 use crate::board::{Board, Glance};
 use crate::latency::{FrameTimes, Latency};
 use crate::stream::Stream;
@@ -61,18 +62,9 @@ impl ConsumeStats {
     }
 }
 
-/// Byte ranges of the assembled image that the frame's missing cells cover.
+/// Byte ranges of the assembled JUNGFRAU image that the frame's missing cells cover.
 pub fn missing_ranges(rx: &Receiver, geometry: &Geometry, f: &FrameReady) -> Vec<(usize, usize)> {
-    let grid = rx.grid();
-    let mb = geometry.module_bytes();
-    let mut out = Vec::new();
-    for &c in f.missing() {
-        let (off, len) = (grid.cell_offset(c) as usize, grid.cell_len(c) as usize);
-        let m = off / mb;
-        let start = (off - m * mb) / 2;
-        geometry.module_span(m as u16, start, start + len / 2, |at, run| out.push((at * 2, run * 2)));
-    }
-    out
+    Assembler::new(*geometry, None, false).missing(rx, f)
 }
 
 /// How long the consumer waits for a frame before looking at its stop flag.
@@ -102,6 +94,9 @@ pub struct Sinks<'a> {
     /// Where latency and a glance at the latest frame are shown while the acquisition goes
     /// on (the dashboard, a daemon's `/metrics`); events are `on_frame`'s to report.
     pub board: Option<&'a Board>,
+    /// How a described detector's module frames become module images (`None`: JUNGFRAU's
+    /// 16-bit module frames, put in place as they are).
+    pub layout: Option<rdaq_detector::ModuleLayout>,
 }
 
 /// Consumes frames until the receiver finishes, or until `until` is set and no frame is
@@ -117,9 +112,9 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
     };
     let mut s = ConsumeStats { what, ..Default::default() };
     let g = sinks.geometry;
-    let mut image = vec![0u16; if assemble { g.height() * g.width() } else { 0 }];
+    let mut asm = Assembler::new(g, sinks.layout.take(), assemble);
     let codec = sinks.writer.as_ref().map_or(Codec::Lz4, |w| w.meta().codec);
-    let mut comp = Compressor::new(2, 0, codec);
+    let mut comp = Compressor::new(asm.pixel_bytes(), 0, codec);
     let mut chunk = Vec::new();
     while let Some(f) = next_frame(rx, until) {
         on_frame(&f);
@@ -130,20 +125,19 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
             rx.release(f)?;
             continue;
         }
-        let missing = missing_ranges(rx, &g, &f);
-        let words = as_words(rx.data(&f)?);
-        let mp = g.module_pixels();
-        g.assemble(|m| &words[m as usize * mp..(m as usize + 1) * mp], &mut image);
-        if let Some(b) = sinks.board.filter(|b| b.glance_due()) {
-            b.show(Glance::raw(&g, f.frame(), &image));
+        let missing = asm.missing(rx, &f);
+        let raw = rx.data(&f)?;
+        let bytes_in = raw.len() as u64;
+        comp.compress(asm.assemble(raw), &mut chunk);
+        if let Some((b, words)) = sinks.board.filter(|b| b.glance_due()).zip(asm.words()) {
+            b.show(Glance::raw(&g, f.frame(), words));
         }
-        comp.compress(as_bytes(&image), &mut chunk);
         times.processed = Some(Instant::now());
         if let Some(st) = sinks.stream.as_deref_mut() {
             st.image(f.frame(), &chunk, &missing, None);
         }
         if let Some(w) = sinks.writer.as_deref_mut() {
-            write_one(w, &mut s, f.frame(), &chunk, &missing, words.len() as u64 * 2);
+            write_one(w, &mut s, f.frame(), &chunk, &missing, bytes_in);
         }
         record(&mut s, sinks.board, &times, Some(Instant::now()));
         rx.release(f)?;

@@ -1,6 +1,8 @@
 //! rdaq acquisitions as a library, below the command line: what `rdaq run`, `rdaq receive`
 //! and the receiver daemon do with the frames a receiver hands on.
 //!
+//! - [`assemble`]: a frame's slot as the detector image (JUNGFRAU's, or a described
+//!   detector's decoded modules).
 //! - [`board`]: what an acquisition shows while it runs (the web dashboard's source).
 //! - [`config`]: the TOML configuration of a run, checked before anything starts.
 //! - [`consume`]: the plain consumer: frames to the NXmx file, slots back, counts.
@@ -22,6 +24,7 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod assemble;
 pub mod board;
 pub mod config;
 pub mod consume;

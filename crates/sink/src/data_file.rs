@@ -201,6 +201,11 @@ fn data_group(entry: &Group, meta: &NxmxMeta, first_image: u64) -> hdf5::Result<
         PixelType::Kev => frame_stack::<f32>(&g, "data", h, w, meta.codec)?,
         PixelType::Photons16 => frame_stack::<i16>(&g, "data", h, w, meta.codec)?,
         PixelType::Photons32 => frame_stack::<i32>(&g, "data", h, w, meta.codec)?,
+        PixelType::Counts(_) => match meta.pixel.bytes() {
+            1 => frame_stack::<u8>(&g, "data", h, w, meta.codec)?,
+            2 => frame_stack::<u16>(&g, "data", h, w, meta.codec)?,
+            _ => frame_stack::<u32>(&g, "data", h, w, meta.codec)?,
+        },
     };
     str_attr(&data, "units", meta.pixel.units())?;
     // the series' image number of this file's first image (1-based, as Dectris counts)

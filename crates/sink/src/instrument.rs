@@ -71,9 +71,9 @@ fn detector_group(instrument: &Group, meta: &NxmxMeta) -> hdf5::Result<()> {
     str_ds(&det, "sensor_material", &meta.sensor_material)?;
     f64_ds(&det, "sensor_thickness", meta.sensor_thickness_m, "m")?;
     pixel_markers(&det, meta.pixel)?;
-    // gaps between modules; the emulated detector has no static defects, and transfer
+    // gaps between modules (and chips, when assembled with gap pixels); the emulated detector has no static defects, and transfer
     // losses go to the per-frame mask. Deflated: it is mostly zeros.
-    det.new_dataset::<u32>().chunk((h, w)).deflate(4).shape((h, w)).create("pixel_mask")?.write_raw(&g.gap_mask())?;
+    det.new_dataset::<u32>().chunk((h, w)).deflate(4).shape((h, w)).create("pixel_mask")?.write_raw(&meta.pixel_mask())?;
     str_ds(&det, "depends_on", DETECTOR_AXIS)?;
     let tr = nx_group(&det, "transformations", "NXtransformations")?;
     let along_beam = Axis { kind: "translation", value: meta.detector_distance_m, units: "m", vector: [0.0, 0.0, 1.0], depends_on: ".", offset: None };
@@ -95,6 +95,9 @@ fn pixel_markers(det: &Group, pixel: PixelType) -> hdf5::Result<()> {
         det.new_dataset::<i64>().create("underload_value")?.write_scalar(&(under as i64))?;
     }
     det.new_dataset::<i32>().create("bit_depth_image")?.write_scalar(&(pixel.bytes() as i32 * 8))?;
+    if let PixelType::Counts(bits) = pixel {
+        det.new_dataset::<i32>().create("bit_depth_readout")?.write_scalar(&(bits as i32))?;
+    }
     Ok(())
 }
 

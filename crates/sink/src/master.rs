@@ -86,6 +86,11 @@ fn data_group(entry: &Group, meta: &NxmxMeta, c: &Contents) -> hdf5::Result<()> 
         PixelType::Kev => join::<f32>(&g, "data", c.parts, src, &[h, w])?,
         PixelType::Photons16 => join::<i16>(&g, "data", c.parts, src, &[h, w])?,
         PixelType::Photons32 => join::<i32>(&g, "data", c.parts, src, &[h, w])?,
+        PixelType::Counts(_) => match meta.pixel.bytes() {
+            1 => join::<u8>(&g, "data", c.parts, src, &[h, w])?,
+            2 => join::<u16>(&g, "data", c.parts, src, &[h, w])?,
+            _ => join::<u32>(&g, "data", c.parts, src, &[h, w])?,
+        },
     };
     str_attr(&data, "units", meta.pixel.units())?;
     join::<u64>(&g, "frame_number", c.parts, "/entry/data/frame_number", &[])?;

@@ -15,6 +15,9 @@ pub enum PixelType {
     Photons16,
     /// Photon counts, int32.
     Photons32,
+    /// Counts of a counting detector (EIGER) read out at this many bits, unsigned: uint8
+    /// for 4 and 8 bits, uint16 for 12 and 16, uint32 for 32.
+    Counts(u8),
 }
 
 impl PixelType {
@@ -22,6 +25,7 @@ impl PixelType {
         match self {
             PixelType::Raw | PixelType::Photons16 => 2,
             PixelType::Kev | PixelType::Photons32 => 4,
+            PixelType::Counts(bits) => (bits as usize).div_ceil(8).next_power_of_two(),
         }
     }
 
@@ -31,6 +35,7 @@ impl PixelType {
             PixelType::Raw => "ADU",
             PixelType::Kev => "keV",
             PixelType::Photons16 | PixelType::Photons32 => "photons",
+            PixelType::Counts(_) => "counts",
         }
     }
 
@@ -43,6 +48,8 @@ impl PixelType {
             PixelType::Kev => (f64::INFINITY, f64::NAN),
             PixelType::Photons16 => (i16::MAX as f64, i16::MIN as f64),
             PixelType::Photons32 => (i32::MAX as f64, i32::MIN as f64),
+            // the counter's largest value; counts have no underload (-1 is none of them)
+            PixelType::Counts(bits) => (((1u64 << bits) - 1) as f64, -1.0),
         }
     }
 
@@ -53,6 +60,7 @@ impl PixelType {
             PixelType::Kev => "float32",
             PixelType::Photons16 => "int16",
             PixelType::Photons32 => "int32",
+            PixelType::Counts(_) => ["uint8", "uint16", "uint32"][self.bytes().trailing_zeros() as usize],
         }
     }
 }
@@ -93,6 +101,9 @@ pub struct NxmxMeta {
     pub number_of_images: Option<u64>,
     /// Stills when `None`.
     pub rotation: Option<Rotation>,
+    /// pixel_mask bits of one module image (module_width x module_height), set in every
+    /// module's place: the gap pixels between chips of an EIGER assembled with them.
+    pub module_mask: Option<Vec<u32>>,
 }
 
 /// Images per data file unless told otherwise (as Dectris detectors write them).
@@ -121,7 +132,36 @@ impl NxmxMeta {
             images_per_file: IMAGES_PER_FILE,
             number_of_images: None,
             rotation: None,
+            module_mask: None,
         }
+    }
+
+    /// What a standalone receiver writes for a detector described as data: its pixel size,
+    /// sensor and name, its pixels as `pixel` (counts of a counting detector), and the chip
+    /// gap pixels of `module_mask`; the experiment's placeholders as [`NxmxMeta::receiver`].
+    pub fn described(geometry: Geometry, d: &rdaq_detector::Description, pixel: PixelType, module_mask: Option<Vec<u32>>) -> NxmxMeta {
+        NxmxMeta {
+            pixel_size_m: d.pixel_size_um * 1e-6,
+            sensor_material: d.sensor_material.clone(),
+            sensor_thickness_m: d.sensor_thickness_um * 1e-6,
+            detector_name: format!("{} {}-module (rdaq)", d.name, geometry.modules),
+            pixel,
+            module_mask,
+            ..NxmxMeta::receiver(geometry)
+        }
+    }
+
+    /// The pixel mask of the full image: module gaps, and [`NxmxMeta::module_mask`] in
+    /// every module.
+    pub fn pixel_mask(&self) -> Vec<u32> {
+        let g = self.geometry;
+        let mut mask = g.gap_mask();
+        if let Some(mm) = &self.module_mask {
+            for m in 0..g.modules {
+                g.module_runs(m, |at, image, len| mask[image..image + len].iter_mut().zip(&mm[at..at + len]).for_each(|(o, b)| *o |= b));
+            }
+        }
+        mask
     }
 
     /// What a standalone receiver writes (`rdaq receive`, the receiver daemon): raw frames of

@@ -24,6 +24,7 @@ fn meta() -> NxmxMeta {
         images_per_file: 16,
         number_of_images: None,
         rotation: None,
+        module_mask: None,
     }
 }
 

@@ -103,6 +103,8 @@ fn start(m: &Map) -> Result<NxmxMeta, DecodeError> {
         "int16" => PixelType::Photons16,
         "int32" => PixelType::Photons32,
         "float32" => PixelType::Kev,
+        "uint8" => PixelType::Counts(8),
+        "uint32" => PixelType::Counts(32),
         t => return Err(DecodeError::Value { field: "image_dtype", why: format!("{t:?} is not written by this writer") }),
     };
     let mut meta = NxmxMeta::jungfrau(geometry, float(m, "incident_energy")? / 1e3, float(m, "frame_time")?);

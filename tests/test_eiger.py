@@ -1,0 +1,193 @@
+"""EIGER ingest and assembly: every capture of PSI's virtual EIGER (one module, four ports,
+1GbE and 10GbE, 4/8/12/16/32 bits) is replayed over UDP to `rdaq receive --detector eiger`,
+and every frame in the file must equal, pixel for pixel, the image that an independent numpy
+decoder written from the capture README makes of the same packets (tests/eiger_oracle.py)."""
+import json
+import pathlib
+import socket
+import struct
+import subprocess
+
+import h5py
+import hdf5plugin  # noqa: F401
+import numpy as np
+import pytest
+
+import eiger_oracle as oracle
+from conftest import read_capture, send_udp, wait_for_file
+
+EIGER = pathlib.Path(__file__).parent / "data" / "sls-eiger-virtual"
+CAPTURES = [  # (name, link, bits, frames)
+    ("eiger_1g_dr16", "1g", 16, 3), ("eiger_1g_dr32", "1g", 32, 2), ("eiger_1g_dr8", "1g", 8, 2),
+    ("eiger_1g_dr4", "1g", 4, 2), ("eiger_1g_dr12", "1g", 12, 1), ("eiger_1g_dr16_imagetest", "1g", 16, 1),
+    ("eiger_10g_dr16", "10g", 16, 2), ("eiger_10g_dr32", "10g", 32, 1), ("eiger_10g_dr8", "10g", 8, 2),
+    ("eiger_10g_dr4", "10g", 4, 2), ("eiger_10g_dr12", "10g", 12, 1),
+]
+DTYPE = {4: np.uint8, 8: np.uint8, 12: np.uint16, 16: np.uint16, 32: np.uint32}
+
+
+def capture(name):
+    """The datagrams of the four ports (50011..50014), port by port."""
+    return [read_capture(EIGER / f"{name}_port{p}.bin") for p in range(50011, 50015)]
+
+
+def receive(rdaq, tmp_path, frames, args, ports=4, rc=0, send=None):
+    """Runs `rdaq receive` with `args` until `frames` frames; `send(ports)` sends the data.
+    Returns the summary (with the process's output) and the output file."""
+    ready, out, summary = tmp_path / "ports.json", tmp_path / "eiger.h5", tmp_path / "summary.json"
+    cmd = [str(rdaq), "receive", *args, "--port", "0", "--frames", str(frames), "--timeout-s", "20",
+           "--frame-timeout-ms", "300", "--ring-mib", "32", "--out", str(out), "--buffers-out", str(ready),
+           "--summary-json", str(summary), "--stream", "none"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    data_ports = wait_for_file(ready, proc)["data_ports"]
+    assert len(data_ports) == ports
+    send(data_ports)
+    o, e = proc.communicate(timeout=40)
+    assert proc.returncode == rc, o + e
+    s = json.loads(summary.read_text())
+    s["stdout"], s["stderr"] = o, e
+    return s, out
+
+
+@pytest.mark.parametrize("name,link,bits,frames", CAPTURES, ids=[c[0] for c in CAPTURES])
+def test_every_capture_assembles_as_the_numpy_decoder(rdaq, tmp_path, name, link, bits, frames):
+    streams = capture(name)
+    # the bottom half-module's streams go to each other's sockets: placement is by header
+    order = [0, 1, 3, 2]
+    s, out = receive(rdaq, tmp_path, frames, ["--detector", "eiger", "--bit-depth", str(bits), "--link", link],
+                     send=lambda ports: send_udp([(p, ports[i]) for i, st in zip(order, streams) for p in st]))
+    packets = sum(len(st) for st in streams)
+    assert s["frames_complete"] == frames and s["datagrams_dropped"] == 0 and s["datagrams_placed"] == packets
+    want = oracle.port_images([p for st in streams for p in st], bits)
+    with h5py.File(out, "r") as f:
+        data = f["entry/data/data"]
+        assert data.dtype == DTYPE[bits] and data.shape[1:] == (512, 1024)
+        numbers = f["entry/data/frame_number"][:].tolist()
+        assert numbers == sorted(want)
+        for i, n in enumerate(numbers):
+            expect = oracle.module_image(want[n], dtype=DTYPE[bits])
+            assert np.array_equal(data[i], expect), f"frame {n}: {np.argwhere(data[i] != expect)[:5]}"
+        det = f["entry/instrument/detector"]
+        assert det["saturation_value"][()] == 2 ** bits - 1 and det["bit_depth_readout"][()] == bits
+        assert det["description"][()].decode().startswith("EIGER")
+
+
+def test_gap_pixels_share_the_edge_counts(rdaq, tmp_path):
+    streams = capture("eiger_1g_dr12")  # a ramp: every edge pixel differs
+    s, out = receive(rdaq, tmp_path, 1, ["--detector", "eiger", "--bit-depth", "12", "--link", "1g", "--gap-pixels"],
+                     send=lambda ports: send_udp([(p, ports[i]) for i, st in enumerate(streams) for p in st]))
+    assert s["frames_complete"] == 1
+    (frame, ports), = oracle.port_images([p for st in streams for p in st], 12).items()
+    expect = oracle.with_gap_pixels(oracle.module_image(ports))
+    with h5py.File(out, "r") as f:
+        assert np.array_equal(f["entry/data/data"][0], expect)
+        mask = f["entry/instrument/detector/pixel_mask"][:]
+        assert mask.shape == (514, 1030) and (mask != 0).sum() == 514 * 1030 - 512 * 1024
+        assert mask[:, 256:258].all() and mask[256:258, :].all() and not mask[:256, :256].any()
+
+
+def moved(payload, row=0, column=0, frame=None):
+    """The datagram with its header's row and column moved by (row, column)."""
+    h = list(oracle.HDR.unpack_from(payload))
+    h[6] += row
+    h[7] += column
+    if frame is not None:
+        h[0] = frame
+    return oracle.HDR.pack(*h) + payload[48:]
+
+
+def test_a_two_by_two_module_detector_follows_the_module_grid(rdaq, tmp_path):
+    streams = capture("eiger_10g_dr16")
+    copies = [(r, c) for r in (0, 2) for c in (0, 2)]  # each module's port rows and columns
+    datagrams = [moved(p, r, c) for r, c in copies for st in streams for p in st]
+    s, out = receive(rdaq, tmp_path, 2, ["--detector", "eiger", "--modules", "4", "--module-cols", "2"], ports=16,
+                     send=lambda ports: send_udp([(d, ports[k % 16]) for k, d in enumerate(datagrams)]))
+    assert s["frames_complete"] == 2 and s["datagrams_placed"] == len(datagrams)
+    want = oracle.port_images(datagrams, 16)
+    with h5py.File(out, "r") as f:
+        data = f["entry/data/data"]
+        assert data.shape[1:] == (2 * 512 + 36, 2 * 1024 + 8)
+        for i, n in enumerate(f["entry/data/frame_number"][:]):
+            assert np.array_equal(data[i], oracle.module_image(want[n], module_cols=2, rows=2))
+        assert f["entry/instrument/detector/pixel_mask"][512:548, :].all()
+
+
+def test_lost_packets_make_incomplete_frames_with_their_rows_masked(rdaq, tmp_path):
+    streams = capture("eiger_10g_dr16")  # frames 11 and 12, 64 packets per port
+    lost = streams[3][5]  # bottom, column 0 (port 50014): packet 5 of frame 11
+    assert oracle.header(lost)["packet"] == 5 and oracle.header(lost)["row"] == 1
+    kept = [[p for p in st if p is not lost] for st in streams]
+    s, out = receive(rdaq, tmp_path, 2, ["--detector", "eiger"], rc=1,
+                     send=lambda ports: send_udp([(p, ports[i]) for i, st in enumerate(kept) for p in st]))
+    assert s["frames_complete"] == 1 and s["frames_incomplete"] == 1
+    with h5py.File(out, "r") as f:
+        assert f["entry/data/incomplete_frame_number"][:].tolist() == [11]
+        mask = f["entry/data/incomplete_pixel_mask"][0]
+        # packet 5 holds port rows 20..23; the bottom half is flipped: row i is module row 511 - i
+        rows = np.unique(np.nonzero(mask)[0])
+        assert rows.tolist() == [488, 489, 490, 491] and mask[488, :512].all() and not mask[488, 512:].any()
+
+
+TOY = """
+name = "TOY"
+kind = "counting"
+pixel_size_um = 55.0
+sensor_material = "CdTe"
+sensor_thickness_um = 750.0
+
+[header]
+format = "sls"
+det_type = 9
+
+[module]
+width = 128
+height = 32
+
+[ports]
+rows = 1
+cols = 2
+width = 64
+height = 32
+place = "header"
+flip = [true]
+
+[pixel]
+bit_depths = [12]
+default_bit_depth = 12
+
+[links.toy]
+payload = 384
+"""
+
+
+def test_a_new_detector_needs_only_its_description(rdaq, tmp_path):
+    """A detector rdaq has no code for: two 64 x 32 ports of 12-bit pixels, 8 packets of 384
+    bytes each, rows arriving upside down. Its packets are made here from the description."""
+    desc = tmp_path / "toy.toml"
+    desc.write_text(TOY)
+    rng = np.random.default_rng(7)
+    image = rng.integers(0, 4096, (32, 128), dtype=np.uint16)
+    datagrams = []
+    for col in range(2):
+        port = image[::-1, col * 64:(col + 1) * 64].reshape(-1)  # sent upside down
+        packed = np.stack([port[0::2] & 0xFF, (port[0::2] >> 8) | (port[1::2] & 0xF) << 4, port[1::2] >> 4], axis=1).astype(np.uint8).tobytes()
+        for k in range(8):
+            hdr = oracle.HDR.pack(1, 0, k, 0, 0, 0, 0, col, 0, 0, 0, 9, 2)
+            datagrams.append(hdr + packed[k * 384:(k + 1) * 384])
+    s, out = receive(rdaq, tmp_path, 1, ["--detector", str(desc)], ports=2,
+                     send=lambda ports: send_udp([(d, ports[0]) for d in datagrams]))
+    assert s["frames_complete"] == 1
+    with h5py.File(out, "r") as f:
+        assert np.array_equal(f["entry/data/data"][0], image)
+        det = f["entry/instrument/detector"]
+        assert det["sensor_material"][()].decode() == "CdTe" and det["x_pixel_size"][()] == pytest.approx(55e-6)
+
+
+def test_a_bad_description_is_refused_naming_the_field(rdaq, tmp_path):
+    desc = tmp_path / "bad.toml"
+    desc.write_text(TOY.replace("payload = 384", "payload = 400"))
+    r = subprocess.run([str(rdaq), "receive", "--detector", str(desc), "--port", "0", "--frames", "1"], capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0
+    assert "links.*.payload" in r.stderr and "bad.toml" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = subprocess.run([str(rdaq), "receive", "--detector", "eiger", "--bit-depth", "24"], capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0 and "--bit-depth 24" in r.stderr, r.stderr
