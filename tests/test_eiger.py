@@ -191,3 +191,33 @@ def test_a_bad_description_is_refused_naming_the_field(rdaq, tmp_path):
     assert "links.*.payload" in r.stderr and "bad.toml" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     r = subprocess.run([str(rdaq), "receive", "--detector", "eiger", "--bit-depth", "24"], capture_output=True, text=True, timeout=20)
     assert r.returncode != 0 and "--bit-depth 24" in r.stderr, r.stderr
+
+
+def pattern(frame, module, bits):
+    """The emulator's counting pattern (rdaq_emulator::described): module pixel (x, y) of
+    module m in frame f counts (131 f + 1009 m + 7 y + x) mod 2^bits."""
+    y, x = np.mgrid[0:512, 0:1024]
+    return (131 * frame + 1009 * module + 7 * y + x) % (1 << bits)
+
+
+@pytest.mark.parametrize("bits,link,modules", [(4, "1g", 1), (12, "10g", 2), (32, "10g", 1)])
+def test_an_emulated_eiger_runs_end_to_end(rdaq, tmp_path, bits, link, modules):
+    frames = 30
+    settings = ["--detector", "eiger", "--bit-depth", str(bits), "--link", link]
+    grid = ["--modules", str(modules), "--module-cols", str(modules)]
+
+    def emulate(_ports):
+        r = subprocess.run([str(rdaq), "emulate", *settings, "--module-cols", str(modules), "--buffers", str(tmp_path / "ports.json"),
+                            "--frames", str(frames), "--rate", "100"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"{frames} frames" in r.stdout
+    s, out = receive(rdaq, tmp_path, frames, settings + grid, ports=4 * modules, send=emulate)
+    assert s["frames_complete"] == frames and s["datagrams_dropped"] == 0
+    with h5py.File(out, "r") as f:
+        data = f["entry/data/data"]
+        assert f["entry/data/frame_number"][:].tolist() == list(range(1, frames + 1))
+        for i in (0, frames // 2, frames - 1):
+            n = i + 1
+            for m in range(modules):
+                x0 = m * (1024 + 8)
+                assert np.array_equal(data[i][:, x0:x0 + 1024], pattern(n, m, bits)), f"frame {n}, module {m}"

@@ -4,6 +4,7 @@
 //! paced over the frame period (or as fast as possible), and records a manifest of what it
 //! sent. It keeps the frames it sent in a bounded history (the sender's memory) and resends
 //! what receivers ask for ([`rdaq_proto::nack`]); [`faults`] can spoil its sending on purpose.
+//! [`described`] emulates a detector described as data (EIGER) with its native packets.
 //! The modules share a [`trigger`]: none runs more than [`TRIGGER_LEAD`] frames ahead of the
 //! slowest, as real modules on one trigger signal.
 
@@ -13,6 +14,7 @@ pub mod clock;
 pub mod config;
 pub mod control;
 mod controller;
+pub mod described;
 pub mod faults;
 mod history;
 mod link;

@@ -1,5 +1,5 @@
-//! `rdaq emulate`: emulated JUNGFRAU modules sending to a receiver's buffers, or the
-//! detector daemon (`--serve`).
+//! `rdaq emulate`: emulated JUNGFRAU modules sending to a receiver's buffers, a described
+//! detector's native packets (`--detector`), or the detector daemon (`--serve`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -11,6 +11,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use rdaq_control::auth::AccessArgs;
 use rdaq_control::detector;
+use rdaq_detector::Description;
+use rdaq_emulator::described::{self, DescribedDetector};
 use rdaq_emulator::{Control, EmulatorConfig, FaultConfig};
 use rdaq_proto::telegram::BufferMap;
 use rdaq_run::outputs;
@@ -65,6 +67,19 @@ pub struct EmulateArgs {
     /// Testing: fraction sent after later ones.
     #[arg(long, default_value_t = 0.0)]
     reorder: f64,
+    /// Send a described detector's native packets (eiger, or a description file placed by
+    /// header) with a counting pattern, to a `rdaq receive --detector` of the same settings.
+    #[arg(long)]
+    detector: Option<String>,
+    /// The described detector's pixel bit depth (default: the description's).
+    #[arg(long)]
+    bit_depth: Option<u32>,
+    /// The described detector's link (default: the one whose packets the receiver takes).
+    #[arg(long)]
+    link: Option<String>,
+    /// Modules per row of the described detector's module grid (as the receiver's).
+    #[arg(long, default_value_t = 1)]
+    module_cols: u16,
 }
 
 /// The faults `--loss`, `--corrupt`, `--duplicate` and `--reorder` ask for (none: `None`).
@@ -100,6 +115,9 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     let map: BufferMap = serde_json::from_str(&text).with_context(|| format!("{} is not a buffer map", buffers.display()))?;
     if !(a.rate >= 0.0) {
         bail!("--rate must be 0 (as fast as possible) or positive");
+    }
+    if let Some(name) = &a.detector {
+        return emulate_described(&a, name, &map, &buffers);
     }
     let cfg = EmulatorConfig {
         modules: map.modules,
@@ -149,3 +167,41 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+
+/// `rdaq emulate --detector`: a described detector's packets, port `p` of module `m` to the
+/// receiver's data port `m * ports + p`.
+fn emulate_described(a: &EmulateArgs, name: &str, map: &BufferMap, buffers: &std::path::Path) -> anyhow::Result<ExitCode> {
+    if a.loss + a.corrupt + a.duplicate + a.reorder > 0.0 || a.manifest.is_some() {
+        bail!("--loss, --corrupt, --duplicate, --reorder and --manifest are settings of the rdaq modules, not of --detector");
+    }
+    let d = Description::load(name)?;
+    let bits = a.bit_depth.unwrap_or(d.pixel.default_bit_depth);
+    let payload = match &a.link {
+        Some(l) => d.link(l).map_err(|e| anyhow::anyhow!("--link: {e}"))?,
+        None => map.payload_bytes as usize,
+    };
+    if payload != map.payload_bytes as usize {
+        bail!("--link {}: {payload}-byte packets, but the receiver of {} takes {}-byte packets", a.link.as_deref().unwrap_or(""), buffers.display(), map.payload_bytes);
+    }
+    let det = DescribedDetector::new(&d, bits, payload, map.modules, a.module_cols).map_err(|e| anyhow::anyhow!("--detector {name}: {e}"))?;
+    let want = map.modules as u64 * det.ports() as u64 * det.packets() as u64 * payload as u64;
+    if want != map.modules as u64 * map.module_bytes {
+        bail!("{}: the receiver holds module frames of {} bytes, {} at {bits} bits sends {}", buffers.display(), map.module_bytes, d.name, want / map.modules as u64);
+    }
+    let dests: Vec<SocketAddr> = map.data_ports.iter().map(|&p| SocketAddr::new(a.target, p)).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let _ = ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed));
+    let first = a.first_frame.unwrap_or(1);
+    let r = described::send(&det, &dests, first, a.frames, (a.rate > 0.0).then_some(a.rate), !a.no_gso, &stop)?;
+    let secs = r.elapsed.as_secs_f64();
+    println!(
+        "rdaq emulate: {} modules of {} at {bits} bits x {} frames, {} datagrams of {} bytes, {:.3} GB in {:.3} s ({:.2} GB/s), late frames {}, refused {}",
+        map.modules, d.name, r.frames, r.sent.datagrams, payload + rdaq_proto::SLS_HEADER_LEN, r.sent.bytes as f64 / 1e9, secs, r.sent.bytes as f64 / 1e9 / secs, r.late_frames, r.sent.refused
+    );
+    if r.sent.refused > 0 {
+        eprintln!("rdaq emulate: {} sends were refused: nothing listened at the receiver's ports (exit 1)", r.sent.refused);
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,214 @@
+//! A detector described as data (EIGER, or any description placed by header), emulated: its
+//! native packets (the sls header with row, column and packet number, as its description
+//! cuts a module into ports and packets) carrying a deterministic counting pattern
+//! ([`DescribedDetector::value`]), sent paced to a receiver's data ports. The pattern is
+//! not physics; it makes every pixel of every frame checkable by a formula.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rdaq_detector::description::{Description, NibbleOrder, Place};
+use rdaq_net::send::{BatchSender, SendStats};
+use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN, SLS_HEADER_VERSION};
+
+/// How one described detector's modules cut their frames into packets.
+#[derive(Clone, Debug)]
+pub struct DescribedDetector {
+    det_type: u8,
+    bits: u32,
+    nibbles: NibbleOrder,
+    payload: usize,
+    port_rows: usize,
+    port_cols: usize,
+    port_w: usize,
+    port_h: usize,
+    flip: Vec<bool>,
+    modules: u16,
+    module_cols: u16,
+}
+
+impl DescribedDetector {
+    /// `modules` modules of `d` (`module_cols` per row) sending `bits`-bit pixels in packets
+    /// of `payload` bytes.
+    pub fn new(d: &Description, bits: u32, payload: usize, modules: u16, module_cols: u16) -> Result<DescribedDetector, String> {
+        if d.ports.place != Place::Header {
+            return Err(format!("{} is placed by packet number: its modules are emulated as rdaq modules", d.name));
+        }
+        if !d.pixel.bit_depths.contains(&bits) {
+            return Err(format!("{} sends {:?}-bit pixels, not {bits}", d.name, d.pixel.bit_depths));
+        }
+        d.packets_per_port(bits, payload).ok_or_else(|| format!("a {bits}-bit port image is not a whole number of {payload}-byte packets"))?;
+        if modules == 0 || module_cols == 0 || modules % module_cols != 0 {
+            return Err(format!("{modules} modules do not fill rows of {module_cols}"));
+        }
+        let p = &d.ports;
+        Ok(DescribedDetector {
+            det_type: d.header.det_type,
+            bits,
+            nibbles: d.pixel.nibble_order,
+            payload,
+            port_rows: p.rows,
+            port_cols: p.cols,
+            port_w: p.width,
+            port_h: p.height,
+            flip: (0..p.rows).map(|r| d.flipped(r)).collect(),
+            modules,
+            module_cols,
+        })
+    }
+
+    /// Ports per module.
+    pub fn ports(&self) -> usize {
+        self.port_rows * self.port_cols
+    }
+
+    /// Packets per port and frame.
+    pub fn packets(&self) -> usize {
+        self.port_w * self.port_h * self.bits as usize / 8 / self.payload
+    }
+
+    /// The pattern: module `m`'s pixel (x, y) of its module image (no gap pixels) in frame
+    /// `frame` counts `(131 frame + 1009 m + 7 y + x) mod 2^bits`.
+    pub fn value(&self, frame: u64, m: u16, x: usize, y: usize) -> u32 {
+        let v = frame.wrapping_mul(131).wrapping_add(m as u64 * 1009 + y as u64 * 7 + x as u64);
+        (v & ((1u64 << self.bits) - 1)) as u32
+    }
+
+    /// Port `port` of module `m` in frame `frame`, packed as sent (its rows in sending
+    /// order: upside down for a flipped port row), into `out`.
+    pub fn port_image(&self, frame: u64, m: u16, port: usize, out: &mut Vec<u8>) {
+        let (pr, pc) = (port / self.port_cols, port % self.port_cols);
+        out.clear();
+        for i in 0..self.port_h {
+            let y = pr * self.port_h + if self.flip[pr] { self.port_h - 1 - i } else { i };
+            let row = (0..self.port_w).map(|j| self.value(frame, m, pc * self.port_w + j, y));
+            self.pack(row, out);
+        }
+    }
+
+    /// Appends pixels packed at the bit depth (the inverse of the receiver's unpacking).
+    fn pack(&self, mut px: impl Iterator<Item = u32>, out: &mut Vec<u8>) {
+        match self.bits {
+            4 => {
+                while let (Some(a), Some(b)) = (px.next(), px.next()) {
+                    let (first, second) = if self.nibbles == NibbleOrder::HighFirst { (a << 4, b) } else { (a, b << 4) };
+                    out.push((first | second) as u8);
+                }
+            }
+            12 => {
+                while let (Some(a), Some(b)) = (px.next(), px.next()) {
+                    out.extend_from_slice(&[a as u8, ((a >> 8) | (b << 4)) as u8, (b >> 4) as u8]);
+                }
+            }
+            b => px.for_each(|v| out.extend_from_slice(&v.to_le_bytes()[..b as usize / 8])),
+        }
+    }
+
+    /// The header of packet `packet` of port `port` of module `m` in frame `frame`: row and
+    /// column name the port in the detector's grid of ports.
+    pub fn header(&self, frame: u64, m: u16, port: usize, packet: usize) -> [u8; SLS_HEADER_LEN] {
+        let (mr, mc) = ((m / self.module_cols) as usize, (m % self.module_cols) as usize);
+        let h = SlsHeader {
+            frame_number: frame,
+            packet_number: packet as u32,
+            mod_id: m,
+            row: (mr * self.port_rows + port / self.port_cols) as u16,
+            column: (mc * self.port_cols + port % self.port_cols) as u16,
+            det_type: self.det_type,
+            version: SLS_HEADER_VERSION,
+            ..SlsHeader::default()
+        };
+        let mut b = [0u8; SLS_HEADER_LEN];
+        h.encode(&mut b);
+        b
+    }
+}
+
+/// What a run of [`send`] did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DescribedReport {
+    pub frames: u64,
+    pub sent: SendStats,
+    /// Frames that started after their time (the sender could not keep the rate).
+    pub late_frames: u64,
+    pub elapsed: Duration,
+}
+
+/// Sends `frames` frames from `first` on, `rate_hz` frames per second (`None`: as fast as
+/// possible), port `p` of module `m` to `dests[m * ports + p]`; stops early when `stop` is
+/// set.
+pub fn send(det: &DescribedDetector, dests: &[SocketAddr], first: u64, frames: u64, rate_hz: Option<f64>, gso: bool, stop: &AtomicBool) -> io::Result<DescribedReport> {
+    let ports = det.ports();
+    if dests.len() != det.modules as usize * ports {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} data ports for {} modules of {ports} ports", dests.len(), det.modules)));
+    }
+    let local = |d: &SocketAddr| SocketAddr::new(if d.is_ipv4() { [0, 0, 0, 0].into() } else { [0u16; 8].into() }, 0);
+    let mut tx = dests.iter().map(|d| BatchSender::connect(local(d), *d, gso, 8 << 20)).collect::<io::Result<Vec<_>>>()?;
+    let (packets, payload) = (det.packets(), det.payload);
+    let mut image = Vec::with_capacity(packets * payload);
+    let mut headers = vec![[0u8; SLS_HEADER_LEN]; packets];
+    let mut r = DescribedReport::default();
+    let start = Instant::now();
+    for k in 0..frames {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if let Some(hz) = rate_hz {
+            let due = start + Duration::from_secs_f64(k as f64 / hz);
+            if Instant::now() > due + Duration::from_secs_f64(1.0 / hz) {
+                r.late_frames += 1;
+            }
+            rdaq_net::pace::wait_until(due);
+        }
+        let frame = first + k;
+        for m in 0..det.modules {
+            for (p, t) in tx[m as usize * ports..(m as usize + 1) * ports].iter_mut().enumerate() {
+                det.port_image(frame, m, p, &mut image);
+                headers.iter_mut().enumerate().for_each(|(i, h)| *h = det.header(frame, m, p, i));
+                let (img, hdr) = (&image, &headers);
+                t.send(packets, |i| (&hdr[i][..], &img[i * payload..(i + 1) * payload]))?;
+            }
+        }
+        r.frames += 1;
+    }
+    r.elapsed = start.elapsed();
+    for t in &tx {
+        r.sent += t.stats;
+    }
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdaq_detector::ModuleLayout;
+
+    /// The emulator packs what the receiver's layout unpacks: every bit depth, flips and all.
+    #[test]
+    fn packets_decode_to_the_pattern() {
+        let d = Description::load("eiger").unwrap();
+        for bits in [4, 8, 12, 16, 32] {
+            let det = DescribedDetector::new(&d, bits, 1024, 2, 2).unwrap();
+            let layout = ModuleLayout::new(&d, bits, false).unwrap();
+            let mut raw = Vec::new();
+            let mut port = Vec::new();
+            for p in 0..det.ports() {
+                det.port_image(5, 1, p, &mut port);
+                raw.extend_from_slice(&port);
+            }
+            let pb = layout.pixel_bytes();
+            let mut out = vec![0u8; 1024 * 512 * pb];
+            layout.decode(&raw, &mut out);
+            for (x, y) in [(0, 0), (1, 0), (513, 7), (3, 300), (1023, 511)] {
+                let mut w = [0u8; 4];
+                w[..pb].copy_from_slice(&out[(y * 1024 + x) * pb..][..pb]);
+                assert_eq!(u32::from_le_bytes(w), det.value(5, 1, x, y), "{bits} bits at ({x}, {y})");
+            }
+        }
+        let det = DescribedDetector::new(&d, 16, 4096, 2, 2).unwrap();
+        let h = SlsHeader::decode(&det.header(9, 1, 2, 63));
+        assert_eq!((h.frame_number, h.packet_number, h.row, h.column, h.det_type), (9, 63, 1, 2, 1));
+    }
+}
