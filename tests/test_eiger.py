@@ -221,3 +221,12 @@ def test_an_emulated_eiger_runs_end_to_end(rdaq, tmp_path, bits, link, modules):
             for m in range(modules):
                 x0 = m * (1024 + 8)
                 assert np.array_equal(data[i][:, x0:x0 + 1024], pattern(n, m, bits)), f"frame {n}, module {m}"
+
+
+def test_bench_ingest_measures_both_eiger_packet_sizes(rdaq):
+    r = subprocess.run([str(rdaq), "bench", "ingest", "--detector", "eiger", "--seconds", "0.2", "--frame-rates", "100", "--no-pin"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "256 packets of 1072 B" in r.stdout and "64 packets of 4144 B" in r.stdout
+    rows = [line for line in r.stdout.splitlines() if line.startswith(("linerate", "burst", "spread")) and "rdaq receiver" in line]
+    assert len(rows) == 6, r.stdout

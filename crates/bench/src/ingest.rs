@@ -27,6 +27,10 @@ pub struct IngestArgs {
     /// per native JUNGFRAU packet against slsReceiver's recvfrom + copy, at the same rates.
     #[arg(long, default_value = "rdaq")]
     pub(crate) format: String,
+    /// Native packets of this detector (jungfrau, eiger: one EIGER port at 1GbE and 10GbE
+    /// packet sizes) against slsReceiver's method; implies --format sls.
+    #[arg(long)]
+    pub(crate) detector: Option<String>,
     /// Datagrams per measured run (rdaq).
     #[arg(long, default_value_t = 10_000_000)]
     datagrams: u64,

@@ -104,6 +104,7 @@ pub fn copy_bandwidth(threads: usize, bytes: usize, seconds: f64) -> f64 {
 pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
     match b {
         BenchCmd::Ingest(a) => match a.format.as_str() {
+            _ if a.detector.is_some() => sls::ingest_sls(&a),
             "rdaq" => ingest::ingest(a),
             "sls" => sls::ingest_sls(&a),
             other => bail!("--format must be rdaq or sls, not {other:?}"),
