@@ -276,7 +276,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
                     log.push(Event::PacketLoss { receiver: name.clone(), module: l.module, start: l.start, end: l.end });
                 }
             };
-            let consumed = consume(&rx, Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, board: Some(&board_w), layout: None }, &ProgressBar::hidden(), Some(&flag), on_frame);
+            let consumed = consume(&rx, Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, board: Some(&board_w), decoder: None }, &ProgressBar::hidden(), Some(&flag), on_frame);
             // the stream ends also when consuming failed
             let streamed = stream.map(Stream::finish);
             let mut stats = consumed?;

@@ -11,9 +11,11 @@ use serde::Deserialize;
 use thiserror::Error;
 
 /// The descriptions shipped with rdaq, by the name `--detector` takes.
-pub const BUILTIN: [(&str, &str); 2] = [
+pub const BUILTIN: [(&str, &str); 3] = [
     ("jungfrau", include_str!("../../../detectors/jungfrau.toml")),
     ("eiger", include_str!("../../../detectors/eiger.toml")),
+    // an example of a descrambled detector, not a real one's description (see the file)
+    ("percival-like", include_str!("../../../detectors/percival-like.toml")),
 ];
 
 #[derive(Debug, Error)]
@@ -105,6 +107,52 @@ pub struct Field {
     pub name: String,
     pub shift: u32,
     pub bits: u32,
+    /// The reset frame's value of this field is subtracted (coarse and fine ADC values;
+    /// not a gain code).
+    #[serde(default)]
+    pub subtract_reset: bool,
+}
+
+/// The order in which pixels of a port row leave the sensor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    /// Left to right.
+    #[default]
+    Rows,
+    /// `adcs` ADCs read a row's `adcs` equal column blocks in parallel and the stream
+    /// alternates between them: readout position `k` is column
+    /// `(k % adcs) * (width / adcs) + k / adcs`.
+    Interleave,
+    /// `map[k]` is the column of readout position `k`.
+    Map,
+}
+
+/// How an integrating detector's raw frames become images (the descramble stage).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Readout {
+    #[serde(default)]
+    pub order: Order,
+    #[serde(default)]
+    pub adcs: usize,
+    #[serde(default)]
+    pub map: Vec<usize>,
+    /// Each data frame follows its own reset frame: even frame numbers are reset frames,
+    /// frame `2n + 1` the data frame of reset frame `2n`.
+    #[serde(default)]
+    pub reset_frame: bool,
+}
+
+impl Readout {
+    /// The column of readout position `k` of a port row `width` pixels wide.
+    pub fn column(&self, k: usize, width: usize) -> usize {
+        match self.order {
+            Order::Rows => k,
+            Order::Interleave => (k % self.adcs) * (width / self.adcs) + k / self.adcs,
+            Order::Map => self.map[k],
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -142,6 +190,9 @@ pub struct Description {
     pub pixel: Pixel,
     /// Packet payloads by link name ("1g", "10g", ...).
     pub links: BTreeMap<String, Link>,
+    /// How raw frames are descrambled (integrating detectors placed by header).
+    #[serde(default)]
+    pub readout: Option<Readout>,
 }
 
 /// Bit depths a port image may have: whole bytes, or 4 and 12 bits packed.
@@ -217,6 +268,7 @@ impl Description {
                 return Err(("chips", format!("{} x {} chips do not divide a {} x {} module", c.rows, c.cols, m.width, m.height)));
             }
         }
+        self.check_readout()?;
         if p.place == Place::Packet && (self.header.det_type != DET_TYPE_JUNGFRAU || self.pixel.bit_depths != [16]) {
             return Err(("ports.place", "\"packet\" placement follows JUNGFRAU's rules (detType 3, 16 bits); other detectors are placed by \"header\"".into()));
         }
@@ -246,6 +298,35 @@ impl Description {
         Ok(())
     }
 
+    /// An integrating detector placed by header is descrambled: 16-bit words split into its
+    /// fields, in an order that is a permutation of each port row.
+    fn check_readout(&self) -> Result<(), (&'static str, String)> {
+        let descrambled = self.kind == Kind::Integrating && self.ports.place == Place::Header;
+        if !descrambled {
+            return match self.readout.is_some() {
+                true => Err(("readout", "only integrating detectors placed by header are descrambled".into())),
+                false => Ok(()),
+            };
+        }
+        if self.pixel.bit_depths != [16] || self.pixel.fields.is_empty() {
+            return Err(("pixel", "a descrambled detector sends 16-bit words with [[pixel.fields]]".into()));
+        }
+        if self.pixel.fields.iter().any(|f| f.bits > 15) {
+            return Err(("pixel.fields", "a field is at most 15 bits (its reset-subtracted value is a 16-bit signed number)".into()));
+        }
+        let (r, w) = (self.readout.clone().unwrap_or_default(), self.ports.width);
+        match r.order {
+            Order::Interleave if r.adcs == 0 || w % r.adcs != 0 => Err(("readout.adcs", format!("{} ADCs do not divide a port row of {w} pixels", r.adcs))),
+            Order::Map if !is_permutation(&r.map, w) => Err(("readout.map", format!("must list each of the {w} columns of a port row once ({} entries)", r.map.len()))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The readout of a descrambled detector (`None`: not descrambled).
+    pub fn descrambled(&self) -> Option<Readout> {
+        (self.kind == Kind::Integrating && self.ports.place == Place::Header).then(|| self.readout.clone().unwrap_or_default())
+    }
+
     fn check_links(&self) -> Result<(), (&'static str, String)> {
         if self.links.is_empty() {
             return Err(("links", "names no link (e.g. [links.10g] payload = 4096)".into()));
@@ -262,6 +343,11 @@ impl Description {
         }
         Ok(())
     }
+}
+
+fn is_permutation(map: &[usize], n: usize) -> bool {
+    let mut seen = vec![false; n];
+    map.len() == n && map.iter().all(|&c| c < n && !std::mem::replace(&mut seen[c], true))
 }
 
 /// toml's errors span lines (a snippet of the file); logs and the CLI want one.
@@ -306,6 +392,11 @@ mod tests {
         let e = msg(eiger_with("cols = 4", "cols = 3"));
         assert!(e.contains("chips") && !e.contains('\n'), "{e}");
         assert!(matches!(Description::load("pilatus"), Err(DescriptionError::Unknown(_))));
+        let percival = |from: &str, to: &str| Description::parse(&BUILTIN[2].1.replace(from, to), "p.toml").unwrap_err().to_string();
+        assert!(percival("adcs = 8", "adcs = 7").contains("readout.adcs"));
+        assert!(percival("order = \"interleave\"", "order = \"map\"\nmap = [0, 1]").contains("readout.map"));
+        assert!(percival("bits = 5", "bits = 16").contains("pixel.fields"));
+        assert!(msg(eiger_with("[links.1g]", "[readout]\nreset_frame = true\n\n[links.1g]")).contains("readout"));
         assert!(matches!(Description::load("/nonexistent/x.toml"), Err(DescriptionError::Read { .. })));
     }
 }

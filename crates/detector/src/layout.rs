@@ -5,7 +5,7 @@
 //! and, with gap pixels, spreads the chips apart and halves the counts of chip-edge pixels
 //! into their gap neighbours.
 
-use crate::description::{Chips, Description, NibbleOrder};
+use crate::description::{Chips, Description, NibbleOrder, Readout};
 use crate::geometry::MASK_GAP;
 
 /// How one detector's module frames become module images.
@@ -173,6 +173,28 @@ impl ModuleLayout {
                 }
             }
         }
+    }
+
+    /// For each pixel of the module image (row-major, without gap pixels), the index of the
+    /// raw module frame's pixel that carries it: port blocks in place, flipped port rows
+    /// turned, and each port row in `readout`'s order. What the descramble stage gathers by.
+    pub fn source_index(&self, readout: &Readout) -> Vec<u32> {
+        let (mw, pw) = (self.port_cols * self.port_w, self.port_w);
+        let mut position = vec![0usize; pw];
+        for k in 0..pw {
+            position[readout.column(k, pw)] = k;
+        }
+        let mut src = vec![0u32; mw * self.port_rows * self.port_h];
+        for p in 0..self.port_rows * self.port_cols {
+            let (pr, pc) = (p / self.port_cols, p % self.port_cols);
+            for i in 0..self.port_h {
+                let (y, row0) = (self.module_row(pr, i), (p * self.port_h + i) * pw);
+                for (c, &k) in position.iter().enumerate() {
+                    src[y * mw + pc * pw + c] = (row0 + k) as u32;
+                }
+            }
+        }
+        src
     }
 
     /// NXmx pixel_mask bits of the module image: [`MASK_GAP`] on the gap pixels between

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rdaq_detector::description::{Description, NibbleOrder, Place};
+use rdaq_detector::description::{Description, NibbleOrder, Place, Readout};
 use rdaq_net::send::{BatchSender, SendStats};
 use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN, SLS_HEADER_VERSION};
 
@@ -25,6 +25,8 @@ pub struct DescribedDetector {
     port_w: usize,
     port_h: usize,
     flip: Vec<bool>,
+    /// The order pixels of a port row are sent in (descrambled detectors).
+    readout: Readout,
     modules: u16,
     module_cols: u16,
 }
@@ -54,6 +56,7 @@ impl DescribedDetector {
             port_w: p.width,
             port_h: p.height,
             flip: (0..p.rows).map(|r| d.flipped(r)).collect(),
+            readout: d.descrambled().unwrap_or_default(),
             modules,
             module_cols,
         })
@@ -76,14 +79,20 @@ impl DescribedDetector {
         (v & ((1u64 << self.bits) - 1)) as u32
     }
 
+    /// Whether the detector sends a reset frame before each data frame (even frame numbers).
+    pub fn sends_reset_frames(&self) -> bool {
+        self.readout.reset_frame
+    }
+
     /// Port `port` of module `m` in frame `frame`, packed as sent (its rows in sending
-    /// order: upside down for a flipped port row), into `out`.
+    /// order: upside down for a flipped port row; each row's pixels in readout order), into
+    /// `out`.
     pub fn port_image(&self, frame: u64, m: u16, port: usize, out: &mut Vec<u8>) {
         let (pr, pc) = (port / self.port_cols, port % self.port_cols);
         out.clear();
         for i in 0..self.port_h {
             let y = pr * self.port_h + if self.flip[pr] { self.port_h - 1 - i } else { i };
-            let row = (0..self.port_w).map(|j| self.value(frame, m, pc * self.port_w + j, y));
+            let row = (0..self.port_w).map(|k| self.value(frame, m, pc * self.port_w + self.readout.column(k, self.port_w), y));
             self.pack(row, out);
         }
     }
@@ -207,6 +216,12 @@ mod tests {
                 assert_eq!(u32::from_le_bytes(w), det.value(5, 1, x, y), "{bits} bits at ({x}, {y})");
             }
         }
+        let p = Description::load("percival-like").unwrap();
+        let det = DescribedDetector::new(&p, 16, 8192, 1, 1).unwrap();
+        let mut port = Vec::new();
+        det.port_image(3, 0, 1, &mut port);
+        // port 1, row 0: readout position 1 is column 64 of the port (8 interleaved ADCs)
+        assert_eq!(u16::from_le_bytes([port[2], port[3]]) as u32, det.value(3, 0, 512 + 64, 0));
         let det = DescribedDetector::new(&d, 16, 4096, 2, 2).unwrap();
         let h = SlsHeader::decode(&det.header(9, 1, 2, 63));
         assert_eq!((h.frame_number, h.packet_number, h.row, h.column, h.det_type), (9, 63, 1, 2, 1));

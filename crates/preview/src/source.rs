@@ -46,7 +46,7 @@ fn to_values(pixel: PixelType, bytes: &[u8], gaps: &[u32], out: &mut Vec<f32>) {
     out.clear();
     match pixel {
         PixelType::Raw => out.extend(bytes.chunks_exact(2).map(|b| (u16::from_le_bytes([b[0], b[1]]) & 0x3fff) as f32)),
-        PixelType::Photons16 => out.extend(bytes.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]]) as f32)),
+        PixelType::Photons16 | PixelType::Fields => out.extend(bytes.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]]) as f32)),
         PixelType::Photons32 => out.extend(bytes.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)),
         PixelType::Kev => out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
         PixelType::Counts(_) => match pixel.bytes() {
@@ -75,7 +75,7 @@ pub fn from_file(master: &Path, frame: usize) -> Result<Preview, PreviewError> {
     let mut values = Vec::new();
     match pixel {
         PixelType::Raw => to_values(pixel, bytes_of(&read::<u16>(&reader, index)?), &gaps, &mut values),
-        PixelType::Photons16 => to_values(pixel, bytes_of(&read::<i16>(&reader, index)?), &gaps, &mut values),
+        PixelType::Photons16 | PixelType::Fields => to_values(pixel, bytes_of(&read::<i16>(&reader, index)?), &gaps, &mut values),
         PixelType::Photons32 => to_values(pixel, bytes_of(&read::<i32>(&reader, index)?), &gaps, &mut values),
         PixelType::Kev => to_values(pixel, bytes_of(&read::<f32>(&reader, index)?), &gaps, &mut values),
         PixelType::Counts(b) if b <= 8 => to_values(pixel, bytes_of(&read::<u8>(&reader, index)?), &gaps, &mut values),

@@ -3,6 +3,8 @@
 //! - [`convert`]: JUNGFRAU raw words to energy (keV) or photon counts, with the conventions
 //!   for special words, the invalid gain code and masked pixels.
 //! - [`calfile`]: calibration files (HDF5).
+//! - [`descramble`]: a described integrating detector's raw frames into the planes of its
+//!   pixel word's fields (readout order, bit fields, reset frames).
 //! - [`pedestal`]: pedestal tracking over a running window of dark frames, per gain stage.
 //! - [`pipeline`]: the graph of stages, bounded rings and worker pools.
 //! - [`spots`]: Bragg spot finding (local SNR; peakfinder8) and the hit veto.
@@ -12,6 +14,7 @@
 pub mod bitshuffle;
 pub mod calfile;
 pub mod convert;
+pub mod descramble;
 pub mod pedestal;
 pub mod pipeline;
 pub mod sparse;

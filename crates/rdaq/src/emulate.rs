@@ -192,7 +192,8 @@ fn emulate_described(a: &EmulateArgs, name: &str, map: &BufferMap, buffers: &std
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();
     let _ = ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed));
-    let first = a.first_frame.unwrap_or(1);
+    // sls detectors count frames from 1; a detector with reset frames starts with one (even)
+    let first = a.first_frame.unwrap_or(if det.sends_reset_frames() { 2 } else { 1 });
     let r = described::send(&det, &dests, first, a.frames, (a.rate > 0.0).then_some(a.rate), !a.no_gso, &stop)?;
     let secs = r.elapsed.as_secs_f64();
     println!(

@@ -15,6 +15,8 @@ use rdaq_control::auth::AccessArgs;
 use rdaq_control::receiver as daemon;
 use rdaq_detector::description::Place;
 use rdaq_detector::{Description, Geometry, ModuleLayout};
+use rdaq_process::descramble::Descrambler;
+use rdaq_run::assemble::Decoder;
 use rdaq_receiver::{Format, PortGrid, Receiver, ReceiverConfig};
 use rdaq_run::config;
 use rdaq_receiver::EngineKind;
@@ -149,7 +151,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = a.serve {
         return serve_receiver(a, addr);
     }
-    let Setup { rcfg, geometry, layout, meta } = receiver_config(&a)?;
+    let Setup { rcfg, geometry, decoder, meta } = receiver_config(&a)?;
     let series = a.out.as_deref().map(outputs::series_files);
     outputs::refuse_existing(series.iter().flatten().map(PathBuf::as_path), a.overwrite)?;
     let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
@@ -164,7 +166,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let mut stream = Stream::open(stream_config(&a.stream, &a.stream_policy)?.as_ref(), None, &meta, 1)?;
     let bar = progress_bar(a.frames, "receive");
     let start = Instant::now();
-    let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, board: None, layout };
+    let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, board: None, decoder };
     let mut consumed = consume_until_stopped(&rx, sinks, &bar, a.timeout_s.map(|t| start + Duration::from_secs_f64(t)))?;
     bar.finish();
     let streamed = stream.map(Stream::finish);
@@ -212,7 +214,7 @@ struct Setup {
     rcfg: ReceiverConfig,
     geometry: Geometry,
     /// How a described detector's module frames are decoded (none for JUNGFRAU's).
-    layout: Option<ModuleLayout>,
+    decoder: Option<Decoder>,
     meta: NxmxMeta,
 }
 
@@ -247,7 +249,7 @@ fn receiver_config(a: &ReceiveArgs) -> anyhow::Result<Setup> {
     }
     let geometry = module_grid(a)?.with_module_height(a.read_rows as usize);
     let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, payload_bytes: a.payload_bytes, ..common_config(a, geometry.module_bytes())? };
-    Ok(Setup { rcfg, geometry, layout: None, meta: NxmxMeta::receiver(geometry) })
+    Ok(Setup { rcfg, geometry, decoder: None, meta: NxmxMeta::receiver(geometry) })
 }
 
 /// The receiver of a described detector's native packets placed by their header's row and
@@ -262,11 +264,22 @@ fn described_config(a: &ReceiveArgs, d: &Description) -> anyhow::Result<Setup> {
     let layout = ModuleLayout::new(d, bits, a.gap_pixels).map_err(|e| anyhow::anyhow!("--bit-depth {bits}: {e}"))?;
     let packets = d.packets_per_port(bits, payload).context("the description's packets per port")? as u32;
     let grid = PortGrid { det_type: d.header.det_type, payload: payload as u32, packets, port_rows: d.ports.rows as u16, port_cols: d.ports.cols as u16, module_cols: a.module_cols };
-    let geometry = module_grid(a)?.with_module_size(layout.width(), layout.height());
     let rcfg = ReceiverConfig { format: Format::SlsByHeader(grid), module_bytes: grid.module_bytes(), payload_bytes: payload as u32, ..common_config(a, layout.raw_bytes())? };
-    let meta = NxmxMeta::described(geometry, d, PixelType::Counts(bits as u8), layout.gap_mask());
+    let mask = layout.gap_mask();
+    let (decoder, pixel) = match Descrambler::for_description(d).map_err(|e| anyhow::anyhow!("--detector {}: {e}", d.name))? {
+        Some(s) => {
+            let fields = s.field_names().join(", ");
+            let reset = if s.needs_reset() { "; even frame numbers are reset frames, subtracted from the next frame" } else { "" };
+            eprintln!("rdaq receive: descrambling into the int16 planes {fields}, stacked in each module{reset}");
+            (Decoder::Descramble(layout, s), PixelType::Fields)
+        }
+        None => (Decoder::Layout(layout), PixelType::Counts(bits as u8)),
+    };
+    let (w, h) = decoder.module_size();
+    let geometry = module_grid(a)?.with_module_size(w, h);
+    let meta = NxmxMeta::described(geometry, d, pixel, mask);
     eprintln!("rdaq receive: {} module(s) of {} at {bits} bits on link {link}: {} ports of {packets} packets of {payload} bytes per module and frame", a.modules, d.name, grid.ports());
-    Ok(Setup { rcfg, geometry, layout: Some(layout), meta })
+    Ok(Setup { rcfg, geometry, decoder: Some(decoder), meta })
 }
 
 /// The module grid of `--modules`, `--module-cols` and the gaps.

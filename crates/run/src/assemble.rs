@@ -1,85 +1,154 @@
 //! A finished frame's slot as the detector image: JUNGFRAU module frames are 16-bit module
 //! images already and are only put in place; a detector described by its layout (EIGER) has
-//! each module's port images decoded first ([`ModuleLayout::decode`]).
+//! each module's port images decoded first ([`ModuleLayout::decode`]); an integrating
+//! detector described as data goes through the descramble stage ([`Descrambler`]), its
+//! fields' planes stacked in each module's place.
 
-use rdaq_detector::{as_bytes_mut, as_words, Geometry, ModuleLayout};
+use rdaq_detector::{as_bytes, as_bytes_mut, as_words, Geometry, ModuleLayout};
+use rdaq_process::descramble::Descrambler;
 use rdaq_receiver::{FrameReady, Receiver};
+
+/// How a described detector's module frames become module images.
+#[derive(Clone, Debug)]
+pub enum Decoder {
+    /// Port images unpacked and put in place (counting detectors).
+    Layout(ModuleLayout),
+    /// 16-bit words descrambled into the planes of their fields; the layout (16 bits, no
+    /// gap pixels) says where a raw byte's pixels are.
+    Descramble(ModuleLayout, Descrambler),
+}
+
+impl Decoder {
+    fn layout(&self) -> &ModuleLayout {
+        match self {
+            Decoder::Layout(l) | Decoder::Descramble(l, _) => l,
+        }
+    }
+
+    /// Bytes of one output pixel.
+    fn pixel_bytes(&self) -> usize {
+        match self {
+            Decoder::Layout(l) => l.pixel_bytes(),
+            Decoder::Descramble(..) => 2,
+        }
+    }
+
+    /// Output planes per module (one image, or one per field).
+    fn planes(&self) -> usize {
+        match self {
+            Decoder::Layout(_) => 1,
+            Decoder::Descramble(_, s) => s.planes(),
+        }
+    }
+
+    /// Width and height of a module's output (planes stacked along the slow axis).
+    pub fn module_size(&self) -> (usize, usize) {
+        let l = self.layout();
+        (l.width(), l.height() * self.planes())
+    }
+
+    /// Whether each data frame needs the reset frame before it.
+    pub fn needs_reset(&self) -> bool {
+        matches!(self, Decoder::Descramble(_, s) if s.needs_reset())
+    }
+}
 
 /// Builds detector images of one geometry, reusing its buffers from frame to frame.
 pub struct Assembler {
     geometry: Geometry,
-    layout: Option<ModuleLayout>,
-    /// The decoded module images (described detectors only).
-    modules: Vec<u8>,
+    decoder: Option<Decoder>,
+    /// The decoded module images (described detectors only), in 16-bit words so that the
+    /// descramble stage's int16 planes stay aligned.
+    modules: Vec<u16>,
     /// The detector image, in 16-bit words so that JUNGFRAU's stay aligned.
     image: Vec<u16>,
 }
 
 impl Assembler {
-    /// An assembler of `geometry`'s images; `layout` decodes module frames first. With
+    /// An assembler of `geometry`'s images; `decoder` decodes module frames first. With
     /// `buffers` false it holds no memory (frames are only counted).
-    pub fn new(geometry: Geometry, layout: Option<ModuleLayout>, buffers: bool) -> Assembler {
-        let pb = layout.as_ref().map_or(2, ModuleLayout::pixel_bytes);
+    pub fn new(geometry: Geometry, decoder: Option<Decoder>, buffers: bool) -> Assembler {
+        let pb = decoder.as_ref().map_or(2, Decoder::pixel_bytes);
         let pixels = if buffers { geometry.height() * geometry.width() } else { 0 };
-        let modules = match &layout {
-            Some(l) if buffers => vec![0u8; l.width() * l.height() * pb * geometry.modules as usize],
-            _ => Vec::new(),
-        };
-        Assembler { geometry, layout, modules, image: vec![0u16; (pixels * pb).div_ceil(2)] }
+        let module_bytes = geometry.module_pixels() * pb;
+        let modules = if buffers && decoder.is_some() { vec![0u16; (module_bytes * geometry.modules as usize).div_ceil(2)] } else { Vec::new() };
+        Assembler { geometry, decoder, modules, image: vec![0u16; (pixels * pb).div_ceil(2)] }
     }
 
     /// Bytes of one pixel of the image.
     pub fn pixel_bytes(&self) -> usize {
-        self.layout.as_ref().map_or(2, ModuleLayout::pixel_bytes)
+        self.decoder.as_ref().map_or(2, Decoder::pixel_bytes)
     }
 
-    /// The image of a slot's data (its modules one after the other).
-    pub fn assemble(&mut self, raw: &[u8]) -> &[u8] {
+    pub fn needs_reset(&self) -> bool {
+        self.decoder.as_ref().is_some_and(Decoder::needs_reset)
+    }
+
+    /// The image of a slot's data (its modules one after the other); `reset` is the reset
+    /// frame's slot when the detector sends them.
+    pub fn assemble(&mut self, raw: &[u8], reset: Option<&[u8]>) -> &[u8] {
         let g = self.geometry;
-        let n = g.height() * g.width() * self.pixel_bytes();
+        let pb = self.pixel_bytes();
+        let n = g.height() * g.width() * pb;
         let image = &mut as_bytes_mut(&mut self.image)[..n];
-        match &self.layout {
-            None => {
-                let (words, mp) = (as_words(raw), g.module_pixels());
-                g.assemble_bytes(2, |m| rdaq_detector::as_bytes(&words[m as usize * mp..(m as usize + 1) * mp]), image);
-            }
-            Some(l) => {
-                let (rb, mb) = (l.raw_bytes(), l.width() * l.height() * l.pixel_bytes());
-                for (m, out) in self.modules.chunks_exact_mut(mb).enumerate() {
-                    l.decode(&raw[m * rb..(m + 1) * rb], out);
+        let Some(dec) = &self.decoder else {
+            let (words, mp) = (as_words(raw), g.module_pixels());
+            g.assemble_bytes(2, |m| as_bytes(&words[m as usize * mp..(m as usize + 1) * mp]), image);
+            return image;
+        };
+        let (rb, mb) = (dec.layout().raw_bytes(), g.module_pixels() * pb);
+        let modules = &mut as_bytes_mut(&mut self.modules)[..mb * g.modules as usize];
+        for (m, out) in modules.chunks_exact_mut(mb).enumerate() {
+            let data = &raw[m * rb..(m + 1) * rb];
+            match dec {
+                Decoder::Layout(l) => l.decode(data, out),
+                Decoder::Descramble(_, s) => {
+                    let reset = reset.map(|r| as_words(&r[m * rb..(m + 1) * rb]));
+                    s.run(as_words(data), reset, as_words_mut(out));
                 }
-                let modules = &self.modules;
-                g.assemble_bytes(l.pixel_bytes(), |m| &modules[m as usize * mb..(m as usize + 1) * mb], image);
             }
         }
+        let modules = &*modules;
+        g.assemble_bytes(pb, |m| &modules[m as usize * mb..(m as usize + 1) * mb], image);
         image
     }
 
-    /// The image as 16-bit words (JUNGFRAU's raw frames; `None` for other pixel sizes).
+    /// The image as 16-bit words (JUNGFRAU's raw frames; `None` for other pixel types).
     pub fn words(&self) -> Option<&[u16]> {
-        self.layout.is_none().then_some(&self.image[..])
+        self.decoder.is_none().then_some(&self.image[..])
     }
 
-    /// Byte ranges of the image that the frame's missing cells feed.
+    /// Byte ranges of the image that the frame's missing cells feed (in every plane).
     pub fn missing(&self, rx: &Receiver, f: &FrameReady) -> Vec<(usize, usize)> {
         let (grid, g, pb) = (rx.grid(), &self.geometry, self.pixel_bytes());
         let mut out = Vec::new();
         for &c in f.missing() {
             let (off, len) = (grid.cell_offset(c) as usize, grid.cell_len(c) as usize);
             let mut runs = |m: usize, a: usize, n: usize| g.module_span(m as u16, a, a + n, |at, run| out.push((at * pb, run * pb)));
-            match &self.layout {
+            match &self.decoder {
                 None => {
                     let mb = g.module_bytes();
                     let m = off / mb;
                     runs(m, (off - m * mb) / 2, len / 2);
                 }
-                Some(l) => {
-                    let m = off / l.raw_bytes();
+                Some(dec) => {
+                    let l = dec.layout();
+                    let (m, plane) = (off / l.raw_bytes(), l.width() * l.height());
                     let at = off - m * l.raw_bytes();
-                    l.raw_span(at, at + len, |a, n| runs(m, a, n));
+                    for k in 0..dec.planes() {
+                        l.raw_span(at, at + len, |a, n| runs(m, k * plane + a, n));
+                    }
                 }
             }
         }
         out
     }
+}
+
+/// The int16 planes of a module image held in bytes (2-aligned: they lie in 16-bit words).
+fn as_words_mut(b: &mut [u8]) -> &mut [i16] {
+    assert!(b.as_ptr() as usize % 2 == 0 && b.len() % 2 == 0, "whole, aligned 16-bit words");
+    // SAFETY: alignment and length checked above; any bit pattern is a valid i16; the
+    // exclusive borrow of `b` is held for the lifetime of the words.
+    unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<i16>(), b.len() / 2) }
 }

@@ -12,7 +12,7 @@ use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_sink::NxmxWriter;
 
-use crate::assemble::Assembler;
+use crate::assemble::{Assembler, Decoder};
 use crate::board::{Board, Glance};
 use crate::latency::{FrameTimes, Latency};
 use crate::stream::Stream;
@@ -35,6 +35,10 @@ pub struct ConsumeStats {
     pub what: &'static str,
     /// Per-frame latency, step by step.
     pub latency: Latency,
+    /// Reset frames subtracted from their data frames (not written).
+    pub reset_frames: u64,
+    /// Data frames whose reset frame did not come (discarded, refused or lost): not written.
+    pub without_reset: u64,
 }
 
 impl ConsumeStats {
@@ -96,7 +100,7 @@ pub struct Sinks<'a> {
     pub board: Option<&'a Board>,
     /// How a described detector's module frames become module images (`None`: JUNGFRAU's
     /// 16-bit module frames, put in place as they are).
-    pub layout: Option<rdaq_detector::ModuleLayout>,
+    pub decoder: Option<Decoder>,
 }
 
 /// Consumes frames until the receiver finishes, or until `until` is set and no frame is
@@ -112,7 +116,9 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
     };
     let mut s = ConsumeStats { what, ..Default::default() };
     let g = sinks.geometry;
-    let mut asm = Assembler::new(g, sinks.layout.take(), assemble);
+    let mut asm = Assembler::new(g, sinks.decoder.take(), assemble);
+    // the reset frame waiting for its data frame (its slot is held until then)
+    let mut reset: Option<FrameReady> = None;
     let codec = sinks.writer.as_ref().map_or(Codec::Lz4, |w| w.meta().codec);
     let mut comp = Compressor::new(asm.pixel_bytes(), 0, codec);
     let mut chunk = Vec::new();
@@ -125,10 +131,36 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
             rx.release(f)?;
             continue;
         }
-        let missing = asm.missing(rx, &f);
+        if asm.needs_reset() && f.frame() % 2 == 0 {
+            // a reset frame whose data frame never came is given back unused
+            if let Some(old) = reset.replace(f) {
+                rx.release(old)?;
+            }
+            continue;
+        }
+        let paired = match reset.take() {
+            Some(r) if r.frame() + 1 == f.frame() => Some(r),
+            Some(r) => {
+                rx.release(r)?;
+                None
+            }
+            None => None,
+        };
+        if asm.needs_reset() && paired.is_none() {
+            s.without_reset += 1;
+            record(&mut s, sinks.board, &times, None);
+            rx.release(f)?;
+            continue;
+        }
+        let mut missing = asm.missing(rx, &f);
+        if let Some(r) = &paired {
+            missing.extend(asm.missing(rx, r));
+            s.reset_frames += 1;
+        }
         let raw = rx.data(&f)?;
         let bytes_in = raw.len() as u64;
-        comp.compress(asm.assemble(raw), &mut chunk);
+        let reset_raw = paired.as_ref().map(|r| rx.data(r)).transpose()?;
+        comp.compress(asm.assemble(raw, reset_raw), &mut chunk);
         if let Some((b, words)) = sinks.board.filter(|b| b.glance_due()).zip(asm.words()) {
             b.show(Glance::raw(&g, f.frame(), words));
         }
@@ -141,6 +173,12 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         }
         record(&mut s, sinks.board, &times, Some(Instant::now()));
         rx.release(f)?;
+        if let Some(r) = paired {
+            rx.release(r)?;
+        }
+    }
+    if let Some(r) = reset {
+        rx.release(r)?;
     }
     Ok(s)
 }

@@ -72,7 +72,7 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
         let delay = cfg.faults.consumer_delay();
         let consumer = s.spawn(move || match setup {
             Some(setup) => graph::run(rx_ref, w, st, setup, bar, None).map(|(c, r)| (c, Some(r))),
-            None => consume(rx_ref, Sinks { geometry, writer: Some(w), stream: st, sent: Some(&clock.sent), board: Some(b), layout: None }, bar, None, |f| {
+            None => consume(rx_ref, Sinks { geometry, writer: Some(w), stream: st, sent: Some(&clock.sent), board: Some(b), decoder: None }, bar, None, |f| {
                 if f.status() != rdaq_receiver::FrameStatus::Complete {
                     b.push_event(crate::board::incomplete_event("receiver", f));
                 }

@@ -36,6 +36,10 @@ pub struct Summary {
     pub frames_written: u64,
     /// Frames received but not saved because writing had failed.
     pub frames_not_saved: u64,
+    /// A descrambled detector's reset frames, subtracted from their data frames (not written).
+    pub reset_frames: u64,
+    /// Its data frames whose reset frame did not come: not written.
+    pub data_without_reset: u64,
     /// Why writing stopped (the file and the operating system's reason).
     pub write_error: Option<String>,
     pub datagrams_sent: Option<u64>,
@@ -189,6 +193,8 @@ impl Summary {
             frames_never_seen_runs: never_runs,
             frames_written: consumed.written,
             frames_not_saved: consumed.not_saved,
+            reset_frames: consumed.reset_frames,
+            data_without_reset: consumed.without_reset,
             write_error: consumed.write_error.clone(),
             datagrams_sent: None,
             sends_refused: None,
@@ -249,6 +255,7 @@ impl Summary {
             || self.frames_never_seen > 0
             || (self.kernel_drops > 0 && !self.kernel_drops_recovered)
             || self.frames_not_saved > 0
+            || self.data_without_reset > 0
             || self.write_error.is_some()
             || self.frames_complete + self.frames_incomplete + self.frames_discarded == 0
     }
@@ -318,6 +325,9 @@ impl Summary {
         let not_saved = if self.frames_not_saved > 0 { format!(", {} received but not saved", self.frames_not_saved) } else { String::new() };
         let which = if self.processing.is_some() { " (the signal frames that were hits: see processing)" } else { "" };
         println!("saved       : {} frames written{which}{not_saved}", self.frames_written);
+        if self.reset_frames + self.data_without_reset > 0 {
+            println!("reset frames: {} subtracted from their data frames (not written); {} data frames without their reset frame (not written)", self.reset_frames, self.data_without_reset);
+        }
     }
 
     fn print_datagrams(&self) {

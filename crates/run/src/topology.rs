@@ -53,7 +53,7 @@ pub fn run(cfg: &Config, path: &Path, control: Arc<Control>) -> anyhow::Result<(
             .zip(writers.iter_mut())
             .map(|(st, w)| {
                 let (rx, g) = (&st.rx, st.geometry);
-                s.spawn(move || consume(rx, Sinks { geometry: g, writer: Some(w), stream: None, sent: None, board: None, layout: None }, &ProgressBar::hidden(), None, |_| {}))
+                s.spawn(move || consume(rx, Sinks { geometry: g, writer: Some(w), stream: None, sent: None, board: None, decoder: None }, &ProgressBar::hidden(), None, |_| {}))
             })
             .collect();
         let emu = rdaq_emulator::run(&cfg.emulator(t.detector.modules), &dtps, control);

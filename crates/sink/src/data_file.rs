@@ -199,7 +199,7 @@ fn data_group(entry: &Group, meta: &NxmxMeta, first_image: u64) -> hdf5::Result<
     let data = match meta.pixel {
         PixelType::Raw => frame_stack::<u16>(&g, "data", h, w, meta.codec)?,
         PixelType::Kev => frame_stack::<f32>(&g, "data", h, w, meta.codec)?,
-        PixelType::Photons16 => frame_stack::<i16>(&g, "data", h, w, meta.codec)?,
+        PixelType::Photons16 | PixelType::Fields => frame_stack::<i16>(&g, "data", h, w, meta.codec)?,
         PixelType::Photons32 => frame_stack::<i32>(&g, "data", h, w, meta.codec)?,
         PixelType::Counts(_) => match meta.pixel.bytes() {
             1 => frame_stack::<u8>(&g, "data", h, w, meta.codec)?,

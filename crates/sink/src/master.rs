@@ -84,7 +84,7 @@ fn data_group(entry: &Group, meta: &NxmxMeta, c: &Contents) -> hdf5::Result<()> 
     let data = match meta.pixel {
         PixelType::Raw => join::<u16>(&g, "data", c.parts, src, &[h, w])?,
         PixelType::Kev => join::<f32>(&g, "data", c.parts, src, &[h, w])?,
-        PixelType::Photons16 => join::<i16>(&g, "data", c.parts, src, &[h, w])?,
+        PixelType::Photons16 | PixelType::Fields => join::<i16>(&g, "data", c.parts, src, &[h, w])?,
         PixelType::Photons32 => join::<i32>(&g, "data", c.parts, src, &[h, w])?,
         PixelType::Counts(_) => match meta.pixel.bytes() {
             1 => join::<u8>(&g, "data", c.parts, src, &[h, w])?,

@@ -18,12 +18,16 @@ pub enum PixelType {
     /// Counts of a counting detector (EIGER) read out at this many bits, unsigned: uint8
     /// for 4 and 8 bits, uint16 for 12 and 16, uint32 for 32.
     Counts(u8),
+    /// The descramble stage's planes of a described integrating detector: one int16 plane
+    /// per bit field of the pixel word (reset-subtracted where the field says so), stacked
+    /// along the slow axis of each module.
+    Fields,
 }
 
 impl PixelType {
     pub fn bytes(self) -> usize {
         match self {
-            PixelType::Raw | PixelType::Photons16 => 2,
+            PixelType::Raw | PixelType::Photons16 | PixelType::Fields => 2,
             PixelType::Kev | PixelType::Photons32 => 4,
             PixelType::Counts(bits) => (bits as usize).div_ceil(8).next_power_of_two(),
         }
@@ -32,7 +36,7 @@ impl PixelType {
     /// The unit of a pixel value (and of sums of them, such as a spot's intensity).
     pub fn units(self) -> &'static str {
         match self {
-            PixelType::Raw => "ADU",
+            PixelType::Raw | PixelType::Fields => "ADU",
             PixelType::Kev => "keV",
             PixelType::Photons16 | PixelType::Photons32 => "photons",
             PixelType::Counts(_) => "counts",
@@ -46,7 +50,7 @@ impl PixelType {
         match self {
             PixelType::Raw => (0x3fff as f64, -1.0),
             PixelType::Kev => (f64::INFINITY, f64::NAN),
-            PixelType::Photons16 => (i16::MAX as f64, i16::MIN as f64),
+            PixelType::Photons16 | PixelType::Fields => (i16::MAX as f64, i16::MIN as f64),
             PixelType::Photons32 => (i32::MAX as f64, i32::MIN as f64),
             // the counter's largest value; counts have no underload (-1 is none of them)
             PixelType::Counts(bits) => (((1u64 << bits) - 1) as f64, -1.0),
@@ -58,7 +62,7 @@ impl PixelType {
         match self {
             PixelType::Raw => "uint16",
             PixelType::Kev => "float32",
-            PixelType::Photons16 => "int16",
+            PixelType::Photons16 | PixelType::Fields => "int16",
             PixelType::Photons32 => "int32",
             PixelType::Counts(_) => ["uint8", "uint16", "uint32"][self.bytes().trailing_zeros() as usize],
         }

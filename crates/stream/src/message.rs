@@ -22,7 +22,7 @@ pub const TAG_MULTI_DIM: u64 = 40;
 pub fn typed_array_tag(p: PixelType) -> u64 {
     match p {
         PixelType::Raw => 69,       // uint16
-        PixelType::Photons16 => 77, // sint16
+        PixelType::Photons16 | PixelType::Fields => 77, // sint16
         PixelType::Photons32 => 78, // sint32
         PixelType::Kev => 85,       // float32
         PixelType::Counts(_) => [64, 69, 70][p.bytes().trailing_zeros() as usize], // uint8, uint16, uint32
