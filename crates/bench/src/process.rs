@@ -12,7 +12,9 @@
 //! bytes for a G0 pixel; pedestal 2 + 2x8 (sums read and written) x2 + 4 (count) = 38;
 //! spot finding 4
 //! (the keV image); compression 4 in (int32 counts or keV) or 2 (int16 counts) plus the chunk
-//! out; counts made from keV inside the compressor ("keV->photons16+bslz4") 4 (the keV read).
+//! out; counts made from keV inside the compressor ("keV->photons16+bslz4") 4 (the keV read);
+//! the descramble stage 2 + 2 (data and reset words) + 3 x 2 (three int16 planes) = 10;
+//! EIGER's 12-bit unpacking 1.5 + 2 = 3.5.
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -22,7 +24,9 @@ use std::time::Instant;
 use anyhow::Context;
 use rdaq_detector::jungfrau::{MODULE_COLS, MODULE_PIXELS, MODULE_ROWS};
 use rdaq_detector::synth::{ModuleSynth, SynthConfig};
+use rdaq_detector::{Description, ModuleLayout};
 use rdaq_process::bitshuffle::{Codec, Compressor};
+use rdaq_process::descramble::Descrambler;
 use rdaq_process::pedestal::Pedestal;
 use rdaq_process::sparse::Csr;
 use rdaq_process::spots::{LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params};
@@ -155,6 +159,7 @@ pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
     conversion(&d, &mut t);
     let found = spot_finding(&d, &mut t);
     let ratio_lz4 = compression(&d, &mut t);
+    described(&d, &mut t)?;
     print_table(&t, found, ratio_lz4);
     if let Some(p) = a.json {
         let j = serde_json::json!({ "copy_gb_per_s": copy / 1e9, "rows": t.rows, "lz4_ratio_photons": ratio_lz4 });
@@ -195,6 +200,34 @@ fn spot_finding(d: &Data, t: &mut Table) -> [usize; 2] {
         spots.len()
     }).sum();
     [lsnr, pf8_spots]
+}
+
+/// The stages of detectors described as data, on module frames of the same size: the
+/// descramble stage of the example integrating detector (percival-like: 8 interleaved ADCs,
+/// three fields, reset subtracted) by its 8 x 8 transposes and by its table of readout
+/// positions (the path of any other order), and EIGER's 12-bit unpacking with the flip.
+fn described(d: &Data, t: &mut Table) -> anyhow::Result<()> {
+    let desc = Description::load("percival-like")?;
+    let s = Descrambler::for_description(&desc).map_err(anyhow::Error::msg)?.context("percival-like is descrambled")?;
+    anyhow::ensure!(s.pixels() == MODULE_PIXELS, "the example's modules are JUNGFRAU-sized");
+    let mut planes = vec![0i16; s.pixels() * s.planes()];
+    let n = d.raw.len();
+    let secs = t.time(|i| s.run(black_box(&d.raw[i]), Some(&d.raw[(i + 1) % n]), &mut planes));
+    // data and reset words 2 + 2, three int16 planes out 6 (the readout table stays in L1)
+    t.row("descramble 3 fields", secs, 10.0, None);
+    // the same stage gathering through its table of readout positions (any order's path)
+    let r = desc.descrambled().context("percival-like has a readout")?;
+    let lay = ModuleLayout::new(&desc, 16, false).map_err(anyhow::Error::msg)?;
+    let table = Descrambler::new(lay.segment_sources(), r.positions(lay.port_width()), &desc.pixel.fields, r.reset_frame).map_err(anyhow::Error::msg)?;
+    let secs = t.time(|i| table.run(black_box(&d.raw[i]), Some(&d.raw[(i + 1) % n]), &mut planes));
+    t.row("descramble (table)", secs, 10.0, None);
+    let eiger = Description::load("eiger")?;
+    let l = ModuleLayout::new(&eiger, 12, false).map_err(anyhow::Error::msg)?;
+    let raw: Vec<Vec<u8>> = d.raw.iter().map(|r| bytes_of(r)[..l.raw_bytes()].to_vec()).collect();
+    let mut image = vec![0u8; MODULE_PIXELS * l.pixel_bytes()];
+    let secs = t.time(|i| l.decode(black_box(&raw[i]), &mut image));
+    t.row("EIGER 12-bit unpack", secs, 1.5 + 2.0, None);
+    Ok(())
 }
 
 /// Bitshuffle with LZ4 and Zstd, and the sparse form; returns the LZ4 ratio of the counts.

@@ -145,6 +145,15 @@ pub struct Readout {
 }
 
 impl Readout {
+    /// For each column of a port row `width` pixels wide, its readout position.
+    pub fn positions(&self, width: usize) -> Vec<u32> {
+        let mut p = vec![0u32; width];
+        for k in 0..width {
+            p[self.column(k, width)] = k as u32;
+        }
+        p
+    }
+
     /// The column of readout position `k` of a port row `width` pixels wide.
     pub fn column(&self, k: usize, width: usize) -> usize {
         match self.order {

@@ -5,7 +5,7 @@
 //! and, with gap pixels, spreads the chips apart and halves the counts of chip-edge pixels
 //! into their gap neighbours.
 
-use crate::description::{Chips, Description, NibbleOrder, Readout};
+use crate::description::{Chips, Description, NibbleOrder};
 use crate::geometry::MASK_GAP;
 
 /// How one detector's module frames become module images.
@@ -175,23 +175,21 @@ impl ModuleLayout {
         }
     }
 
-    /// For each pixel of the module image (row-major, without gap pixels), the index of the
-    /// raw module frame's pixel that carries it: port blocks in place, flipped port rows
-    /// turned, and each port row in `readout`'s order. What the descramble stage gathers by.
-    pub fn source_index(&self, readout: &Readout) -> Vec<u32> {
-        let (mw, pw) = (self.port_cols * self.port_w, self.port_w);
-        let mut position = vec![0usize; pw];
-        for k in 0..pw {
-            position[readout.column(k, pw)] = k;
-        }
-        let mut src = vec![0u32; mw * self.port_rows * self.port_h];
+    /// Pixels of a port row.
+    pub fn port_width(&self) -> usize {
+        self.port_w
+    }
+
+    /// For each port-wide segment of the module image (without gap pixels; row-major:
+    /// image row `y`, then port column), the index of the raw module frame's pixel where
+    /// the port row that fills it starts: port blocks in place, flipped port rows turned.
+    /// Within a segment, a descrambled detector's readout order says which pixel is which.
+    pub fn segment_sources(&self) -> Vec<u32> {
+        let mut src = vec![0u32; self.port_rows * self.port_h * self.port_cols];
         for p in 0..self.port_rows * self.port_cols {
             let (pr, pc) = (p / self.port_cols, p % self.port_cols);
             for i in 0..self.port_h {
-                let (y, row0) = (self.module_row(pr, i), (p * self.port_h + i) * pw);
-                for (c, &k) in position.iter().enumerate() {
-                    src[y * mw + pc * pw + c] = (row0 + k) as u32;
-                }
+                src[self.module_row(pr, i) * self.port_cols + pc] = ((p * self.port_h + i) * self.port_w) as u32;
             }
         }
         src
