@@ -98,7 +98,11 @@ fn start(m: &Map) -> Result<NxmxMeta, DecodeError> {
     if (uint(m, "image_size_x")? as usize, uint(m, "image_size_y")? as usize) != (geometry.width(), geometry.height()) {
         return Err(DecodeError::Value { field: "image_size_x", why: "does not match the module grid in user_data.rdaq".into() });
     }
+    let units = rdaq.and_then(|r| text(r, "units").ok());
     let pixel = match text(m, "image_dtype")? {
+        // a counting detector's counts (rdaq says "counts"): the bit depth from the saturation
+        "uint8" | "uint16" | "uint32" if units == Some("counts") => PixelType::Counts(counts_bits(m)?),
+        "int16" if units == Some("ADU") => PixelType::Fields,
         "uint16" => PixelType::Raw,
         "int16" => PixelType::Photons16,
         "int32" => PixelType::Photons32,
@@ -129,10 +133,21 @@ fn start(m: &Map) -> Result<NxmxMeta, DecodeError> {
     Ok(meta)
 }
 
+/// The bit depth of counts whose saturation value is 2^bits - 1.
+fn counts_bits(m: &Map) -> Result<u8, DecodeError> {
+    let sat = uint(m, "saturation_value")?;
+    match sat.checked_add(1).filter(|s| s.is_power_of_two() && *s <= 1 << 32) {
+        Some(s) => Ok(s.trailing_zeros() as u8),
+        None => Err(DecodeError::Value { field: "saturation_value", why: format!("{sat} is not 2^bits - 1 of counts") }),
+    }
+}
+
 fn grid(r: &Map) -> Result<Geometry, DecodeError> {
     let g = Geometry::new(uint(r, "modules")? as u16, uint(r, "module_cols")? as u16, uint(r, "gap_x")? as usize, uint(r, "gap_y")? as usize)
         .ok_or(DecodeError::Value { field: "user_data.rdaq.module_cols", why: "does not divide the modules into rows".into() })?;
-    Ok(Geometry { module_height: uint(r, "module_height")? as usize, ..g })
+    // module_width came later: a sender without it has JUNGFRAU's 1024
+    let width = uint(r, "module_width").map_or(rdaq_detector::MODULE_COLS, |w| w as usize);
+    Ok(g.with_module_size(width, uint(r, "module_height")? as usize))
 }
 
 fn guess_grid(w: u64, h: u64) -> Result<Geometry, DecodeError> {
@@ -234,5 +249,17 @@ mod tests {
         assert!(matches!(decode(e.end(1, 0)).unwrap(), Message::End));
         let e = decode(&[0xa1, 0x64, b't', b'y', b'p', b'e', 0x63, b'f', b'o', b'o']).unwrap_err();
         assert!(e.to_string().contains("unknown message type \"foo\""), "{e}");
+    }
+
+    #[test]
+    fn eiger_counts_and_descrambled_planes_come_back_as_sent() {
+        let d = rdaq_detector::Description::load("eiger").unwrap();
+        let g = Geometry::new(2, 2, 8, 36).unwrap().with_module_size(1030, 514);
+        for pixel in [PixelType::Counts(12), PixelType::Counts(8), PixelType::Counts(32), PixelType::Fields] {
+            let meta = NxmxMeta::described(g, &d, pixel, None);
+            let mut e = Encoder::new(&meta, 1);
+            let Message::Start(got) = decode(e.start()).unwrap() else { panic!("start") };
+            assert_eq!((got.pixel, got.geometry), (pixel, g));
+        }
     }
 }

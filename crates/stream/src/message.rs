@@ -152,7 +152,7 @@ impl Encoder {
         c.text(CHANNEL);
         c.map("pixel_mask", 1);
         c.text(CHANNEL);
-        let mask: Vec<u8> = g.gap_mask().iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mask: Vec<u8> = m.pixel_mask().iter().flat_map(|v| v.to_le_bytes()).collect();
         let mut packed = Vec::new();
         Compressor::new(4, 0, Codec::Lz4).compress(&mask, &mut packed);
         c.image(h, w, 70, 4, &packed);
@@ -163,7 +163,7 @@ impl Encoder {
             c.float("increment", r.increment_deg);
         }
         c.map("user_data", 1);
-        c.map("rdaq", 9);
+        c.map("rdaq", 10);
         c.string("detector", &m.detector_name);
         // the module grid, for a writer that rebuilds the NXmx geometry from the stream
         c.uint("modules", g.modules as u64);
@@ -171,6 +171,7 @@ impl Encoder {
         c.uint("gap_x", g.gap_x as u64);
         c.uint("gap_y", g.gap_y as u64);
         c.uint("module_height", g.module_height as u64);
+        c.uint("module_width", g.module_width as u64);
         c.string("units", m.pixel.units());
         c.uint("images_per_file", m.images_per_file as u64);
         c.uint("max_spots", m.max_spots as u64);
