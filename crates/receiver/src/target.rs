@@ -1,6 +1,7 @@
 //! Where a datagram goes, decided from its header alone: the checks that do not depend on
 //! slot state (format, key, bounds, packet grid, checksum), for rdaq datagrams and native
-//! sls packets (JUNGFRAU's by port, others by header). The wire formats are described in `docs/protocol.md`.
+//! sls packets (JUNGFRAU's by port, others by header). The wire formats are described in
+//! `docs/protocol.md` and `docs/detectors.md`.
 
 use rdaq_proto::datagram::{checksum, DecodeError, Flags, Header, CHECKSUM_LEN, HEADER_LEN};
 use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN, SLS_HEADER_VERSION};
@@ -140,9 +141,7 @@ impl Targets {
         let cell = port.module as u32 * self.grid.cells_per_module + c;
         Ok(Target { slot, cell, frame: h.frame_number, imm: None, seq: 0, retransmit: false })
     }
-}
 
-impl Targets {
     /// Where an sls packet placed by its header goes: packet `p` of port `q` of the module
     /// that row and column name, in the slot of its frame (frame number modulo the ring),
     /// cell `module * cells_per_module + q * packets + p`.

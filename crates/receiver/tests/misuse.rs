@@ -129,3 +129,46 @@ fn an_sls_source_naming_cells_outside_its_module_writes_nothing() {
     assert_eq!(p.place_datagram(&d, kind, Instant::now()), Err(rdaq_receiver::DropReason::OutOfBounds));
     assert!(arena.guards_intact());
 }
+
+#[test]
+fn sls_packets_placed_by_header_land_where_row_column_and_packet_say_or_are_dropped() {
+    use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN, SLS_HEADER_VERSION};
+    use rdaq_receiver::{DropReason, PortGrid};
+    // two modules side by side, each 2 x 2 ports of 3 packets of 64 bytes
+    let g = PortGrid { det_type: 1, payload: 64, packets: 3, port_rows: 2, port_cols: 2, module_cols: 2 };
+    let grid = Grid::new(2, g.module_bytes(), 64);
+    let arena = Arc::new(Arena::new(2, grid.slot_bytes() as usize).unwrap());
+    let mut p = Placement::new(arena.clone(), grid, &[0, 1], 0, vec![1, 2], IncompletePolicy::Keep, 8);
+    let kind = SourceKind::SlsByHeader { port: 0, grid: g };
+    let mut x = 99u64;
+    let mut next = |n: u64| {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    };
+    for _ in 0..2000 {
+        let h = SlsHeader {
+            frame_number: next(2),
+            packet_number: next(5) as u32,
+            row: next(4) as u16,
+            column: next(6) as u16,
+            det_type: [1, 1, 1, 3][next(4) as usize],
+            version: SLS_HEADER_VERSION,
+            ..SlsHeader::default()
+        };
+        let payload = [64, 64, 64, 63][next(4) as usize];
+        let mut d = vec![(next(200) + 1) as u8; SLS_HEADER_LEN + payload];
+        h.encode((&mut d[..SLS_HEADER_LEN]).try_into().unwrap());
+        let got = p.place_datagram(&d, kind, Instant::now());
+        let valid = h.det_type == 1 && payload == 64 && h.packet_number < 3 && h.row < 2 && h.column < 4;
+        match got {
+            Ok(t) => {
+                assert!(valid, "{h:?} was placed");
+                let (module, port) = ((h.column / 2) as u32, (h.row % 2 * 2 + h.column % 2) as u32);
+                assert_eq!((t.slot as u64, t.cell), (h.frame_number, module * 12 + port * 3 + h.packet_number));
+            }
+            Err(DropReason::Duplicate | DropReason::Stale | DropReason::RingFull) => assert!(valid),
+            Err(r) => assert!(!valid, "{h:?} dropped as {r:?}"),
+        }
+        assert!(arena.guards_intact());
+    }
+}
