@@ -7,7 +7,7 @@ import cbor2
 import numpy as np
 import zmq
 
-DTYPES = {69: np.uint16, 77: np.int16, 78: np.int32, 85: np.float32, 70: np.uint32}
+DTYPES = {64: np.uint8, 69: np.uint16, 70: np.uint32, 77: np.int16, 78: np.int32, 85: np.float32}
 
 
 def decode_array(tag40):

@@ -4,9 +4,8 @@ and every frame in the file must equal, pixel for pixel, the image that an indep
 decoder written from the capture README makes of the same packets (tests/eiger_oracle.py)."""
 import json
 import pathlib
-import socket
-import struct
 import subprocess
+import threading
 
 import h5py
 import hdf5plugin  # noqa: F401
@@ -14,7 +13,8 @@ import numpy as np
 import pytest
 
 import eiger_oracle as oracle
-from conftest import read_capture, send_udp, wait_for_file
+import stream_consumer as sc
+from conftest import free_port, read_capture, send_udp, wait_for_file
 
 EIGER = pathlib.Path(__file__).parent / "data" / "sls-eiger-virtual"
 CAPTURES = [  # (name, link, bits, frames)
@@ -86,13 +86,11 @@ def test_gap_pixels_share_the_edge_counts(rdaq, tmp_path):
         assert mask[:, 256:258].all() and mask[256:258, :].all() and not mask[:256, :256].any()
 
 
-def moved(payload, row=0, column=0, frame=None):
+def moved(payload, row, column):
     """The datagram with its header's row and column moved by (row, column)."""
     h = list(oracle.HDR.unpack_from(payload))
     h[6] += row
     h[7] += column
-    if frame is not None:
-        h[0] = frame
     return oracle.HDR.pack(*h) + payload[48:]
 
 
@@ -230,3 +228,29 @@ def test_bench_ingest_measures_both_eiger_packet_sizes(rdaq):
     assert "256 packets of 1072 B" in r.stdout and "64 packets of 4144 B" in r.stdout
     rows = [line for line in r.stdout.splitlines() if line.startswith(("linerate", "burst", "spread")) and "rdaq receiver" in line]
     assert len(rows) == 6, r.stdout
+
+
+def test_an_eiger_stream_carries_counts_bit_depth_and_chip_gaps(rdaq, tmp_path):
+    port, got = free_port(), {}
+    t = threading.Thread(target=lambda: got.setdefault("m", sc.receive(f"tcp://127.0.0.1:{port}", timeout_ms=30000)))
+    t.start()
+    settings = ["--detector", "eiger", "--bit-depth", "8", "--link", "1g"]
+    ready, out = tmp_path / "ports.json", tmp_path / "e.h5"
+    rx = subprocess.Popen([str(rdaq), "receive", *settings, "--gap-pixels", "--port", "0", "--frames", "10", "--timeout-s", "30",
+                           "--out", str(out), "--buffers-out", str(ready), "--stream", f"tcp://127.0.0.1:{port}", "--stream-policy", "block"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_file(ready, rx)
+    subprocess.run([str(rdaq), "emulate", *settings, "--buffers", str(ready), "--frames", "10", "--rate", "100"], check=True, capture_output=True, timeout=60)
+    o, e = rx.communicate(timeout=60)
+    t.join()
+    assert rx.returncode == 0, o + e
+    start, images = got["m"][0], [m for m in got["m"] if m["type"] == "image"]
+    assert start["type"] == "start" and start["image_dtype"] == "uint8" and start["saturation_value"] == 255
+    assert (start["image_size_x"], start["image_size_y"]) == (1030, 514)
+    with h5py.File(out, "r") as f:
+        data = f["entry/data/data"]
+        assert len(images) == 10
+        for i, m in enumerate(images):
+            assert np.array_equal(sc.decode_array(m["data"]["data"]), data[i]), f"image {i}"
+        # the chip gaps are in the stream's mask as in the file's
+        assert np.array_equal(sc.decode_array(start["pixel_mask"]["data"]), f["entry/instrument/detector/pixel_mask"][:])
