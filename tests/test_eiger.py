@@ -31,11 +31,11 @@ def capture(name):
     return [read_capture(EIGER / f"{name}_port{p}.bin") for p in range(50011, 50015)]
 
 
-def receive(rdaq, tmp_path, frames, args, ports=4, rc=0, send=None):
+def receive(rdaq, tmp_path, frames, args, ports=4, rc=0, send=None, timeout_s=20):
     """Runs `rdaq receive` with `args` until `frames` frames; `send(ports)` sends the data.
     Returns the summary (with the process's output) and the output file."""
     ready, out, summary = tmp_path / "ports.json", tmp_path / "eiger.h5", tmp_path / "summary.json"
-    cmd = [str(rdaq), "receive", *args, "--port", "0", "--frames", str(frames), "--timeout-s", "20",
+    cmd = [str(rdaq), "receive", *args, "--port", "0", "--frames", str(frames), "--timeout-s", str(timeout_s),
            "--frame-timeout-ms", "300", "--ring-mib", "32", "--out", str(out), "--buffers-out", str(ready),
            "--summary-json", str(summary), "--stream", "none"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -254,3 +254,22 @@ def test_an_eiger_stream_carries_counts_bit_depth_and_chip_gaps(rdaq, tmp_path):
             assert np.array_equal(sc.decode_array(m["data"]["data"]), data[i]), f"image {i}"
         # the chip gaps are in the stream's mask as in the file's
         assert np.array_equal(sc.decode_array(start["pixel_mask"]["data"]), f["entry/instrument/detector/pixel_mask"][:])
+
+
+@pytest.mark.parametrize("capture,args,hint,rc", [
+    ("eiger_1g_dr16", ["--link", "10g"], "check --link", 1),
+    # 16-bit packets 0-127 fill an 8-bit frame: complete, but the rest are refused and named
+    ("eiger_1g_dr16", ["--link", "1g", "--bit-depth", "8"], "sends more bits per pixel; check --bit-depth", 0),
+    ("eiger_1g_dr8", ["--link", "1g", "--bit-depth", "16"], "sends fewer bits per pixel; check --bit-depth", 1),
+])
+def test_a_wrong_setting_is_named_in_the_summary(rdaq, tmp_path, capture, args, hint, rc):
+    streams = globals()["capture"](capture)
+    s, _ = receive(rdaq, tmp_path, 2, ["--detector", "eiger", *args], rc=rc, timeout_s=4,
+                   send=lambda ports: send_udp([(p, ports[i]) for i, st in enumerate(streams) for p in st]))
+    assert any(hint in h for h in s["hints"]), s["hints"]
+    assert hint in s["stdout"] + s["stderr"]
+
+
+def test_detector_and_format_exclude_each_other(rdaq):
+    r = subprocess.run([str(rdaq), "receive", "--detector", "eiger", "--format", "sls"], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2 and "cannot be used with" in r.stderr, r.stderr

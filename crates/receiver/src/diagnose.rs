@@ -29,7 +29,7 @@ pub struct Seen<'a> {
 pub fn hints(s: &Seen) -> Vec<String> {
     let mut out = Vec::new();
     for (i, src) in s.sources.iter().enumerate() {
-        if let Some(h) = unexpected_packets(s, src, s.ports[i]) {
+        if let Some(h) = unexpected_packets(s, src, s.ports[i]).or_else(|| header_placed(src, s.ports[i])) {
             out.push(h);
         }
     }
@@ -72,6 +72,30 @@ fn unexpected_packets(s: &Seen, src: &Source, port: u16) -> Option<String> {
     None
 }
 
+/// A detector placed by header (EIGER) whose packets are not what the description, bit
+/// depth and link make: another detector or link (dropped as foreign), or more packets per
+/// frame than expected (another bit depth).
+fn header_placed(src: &Source, port: u16) -> Option<String> {
+    let SourceKind::SlsByHeader { grid: g, .. } = src.kind else { return None };
+    let f = src.foreign;
+    if f.packets > 0 && f.det_type != g.det_type {
+        return Some(format!("port {port} received {} packets of detType {}, not this detector's {}: check --detector", f.packets, f.det_type, g.det_type));
+    }
+    if f.packets > 0 {
+        return Some(format!(
+            "port {port} received {} packets of {} pixel bytes where the link set takes {}: check --link (the detector's tengiga setting)",
+            f.packets, f.payload, g.payload
+        ));
+    }
+    let u = src.unexpected;
+    (u.packets > 0).then(|| {
+        format!(
+            "port {port} received packet numbers up to {}, where a frame has {} packets per port: the detector sends more bits per pixel; check --bit-depth (its dr)",
+            u.highest, g.packets
+        )
+    })
+}
+
 /// The ports of module `module`'s sources, with the sources.
 fn sibling_ports<'a>(s: &'a Seen, module: u16) -> impl Iterator<Item = (u16, &'a Source)> + 'a {
     s.sources.iter().zip(s.ports).filter(move |(o, _)| o.module == module).map(|(o, &p)| (p, o))
@@ -106,6 +130,17 @@ fn module_pattern(s: &Seen, m: u16) -> Option<String> {
              (the receiver's --bind address and port)",
             join(&silent)
         ));
+    }
+    if let Format::SlsByHeader(g) = s.format {
+        // fewer bits per pixel than set: each port's frames end early, at the same packet
+        let n = missing.iter().map(|k| k % g.packets).min()?;
+        let tail = (0..g.ports()).flat_map(|p| (n..g.packets).map(move |k| p * g.packets + k));
+        return (missing.iter().copied().eq(tail)).then(|| {
+            format!(
+                "module {m}: every one of the {frames} frames lacks packets {n}-{} of each port: the detector sends fewer bits per pixel; check --bit-depth (its dr)",
+                g.packets - 1
+            )
+        });
     }
     let Format::Sls { interfaces, rows } = s.format else { return None };
     let contiguous = |cells: &[u32]| cells.windows(2).all(|w| w[1] == w[0] + 1);

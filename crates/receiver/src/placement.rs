@@ -16,7 +16,7 @@ use crate::counters::{Counters, DropReason};
 use crate::frame::{FrameError, FrameReady, FrameStatus, IncompletePolicy, Owner, MISSING_BYTE};
 use crate::grid::Grid;
 use crate::ledger::Ledger;
-use crate::source::{declare_lost, sls_packet_number, Loss, PortGrid, Source, SourceKind, LOSS_LOG};
+use crate::source::{declare_lost, sls_packet_number, Foreign, Loss, PortGrid, Source, SourceKind, LOSS_LOG};
 use crate::target::{Target, Targets};
 use crate::window::Seen;
 
@@ -294,6 +294,10 @@ impl Placement {
                 src.accepted += 1;
             }
             Err(DropReason::UnexpectedPacket) => src.unexpected.record(sls_packet_number(batch.header(i))),
+            Err(DropReason::BadSlsPacket) => {
+                let det_type = batch.header(i).get(46).copied().unwrap_or(0);
+                src.foreign = Foreign { packets: src.foreign.packets + 1, payload: payload.len(), det_type };
+            }
             Err(_) => {}
         }
         t

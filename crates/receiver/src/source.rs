@@ -116,6 +116,16 @@ impl Unexpected {
     }
 }
 
+/// sls packets a source dropped as not its detector's (another detType or payload size):
+/// what the diagnosis of a wrong `--detector` or `--link` needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Foreign {
+    pub packets: u64,
+    /// The last one's pixel bytes and detType.
+    pub payload: usize,
+    pub det_type: u8,
+}
+
 /// A socket's reading rules, its prediction of where the next datagram goes, and (for
 /// rdaq channels) its loss window and the retransmission requests waiting to be sent.
 #[derive(Clone, Debug)]
@@ -140,6 +150,8 @@ pub struct Source {
     pub accepted: u64,
     /// sls packets it got with a packet number it does not expect.
     pub unexpected: Unexpected,
+    /// sls packets it dropped as another detector's or another link's.
+    pub foreign: Foreign,
 }
 
 impl Source {
@@ -166,6 +178,7 @@ impl Source {
             nacks: Vec::with_capacity(NACK_QUEUE),
             accepted: 0,
             unexpected: Unexpected::default(),
+            foreign: Foreign::default(),
         }
     }
 
@@ -206,6 +219,7 @@ impl Source {
         self.newest_frame = None;
         self.accepted = 0;
         self.unexpected = Unexpected::default();
+        self.foreign = Foreign::default();
     }
 }
 
