@@ -112,3 +112,28 @@ def test_an_emulated_detector_is_descrambled_end_to_end(rdaq, tmp_path):
         for i in (0, len(numbers) - 1):
             n = numbers[i]
             assert np.array_equal(f["entry/data/data"][i], planes(word(n), word(n - 1))), f"frame {n}"
+
+
+def test_a_reset_frame_that_finishes_late_still_pairs_and_masks_what_it_lost(rdaq, tmp_path):
+    rng = np.random.default_rng(5)
+    reset, data = (rng.integers(0, 1 << 15, (H, W), dtype=np.uint16) for _ in range(2))
+    first = packets(2, reset)
+    del first[7]  # port 0, packet 7: port rows 56..63
+    datagrams = first + packets(3, data) + packets(4, reset) + packets(5, data)
+    s, out = receive(rdaq, tmp_path, 4, ["--detector", "percival-like"], ports=2, rc=1,
+                     send=lambda ports: send_udp([(d, ports[0]) for d in datagrams]))
+    # frame 3 completes before its reset frame, which finishes at its timeout
+    assert s["frames_incomplete"] == 1 and s["frames_written"] == 2 and s["data_without_reset"] == 0
+    with h5py.File(out, "r") as f:
+        numbers = f["entry/data/frame_number"][:].tolist()
+        assert sorted(numbers) == [3, 5]
+        i = numbers.index(3)
+        expect = planes(data, reset)
+        rows = np.r_[56:64]
+        keep = np.ones(3 * H, bool)
+        for k in range(3):
+            keep[k * H + rows] = False
+        assert np.array_equal(f["entry/data/data"][i][keep][:, :512], expect[keep][:, :512])
+        mask = f["entry/data/incomplete_pixel_mask"][0]
+        masked = np.unique(np.nonzero(mask)[0]).tolist()
+        assert masked == [k * H + r for k in range(3) for r in rows], masked

@@ -13,6 +13,7 @@ use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_sink::NxmxWriter;
 
 use crate::assemble::{Assembler, Decoder};
+use crate::pairs::{Outcome, Pairs};
 use crate::board::{Board, Glance};
 use crate::latency::{FrameTimes, Latency};
 use crate::stream::Stream;
@@ -37,7 +38,8 @@ pub struct ConsumeStats {
     pub latency: Latency,
     /// Reset frames subtracted from their data frames (not written).
     pub reset_frames: u64,
-    /// Data frames whose reset frame did not come (discarded, refused or lost): not written.
+    /// Data frames whose reset frame did not come (lost, discarded, refused, or finished
+    /// after a newer reset frame): not written.
     pub without_reset: u64,
 }
 
@@ -70,6 +72,10 @@ impl ConsumeStats {
 pub fn missing_ranges(rx: &Receiver, geometry: &Geometry, f: &FrameReady) -> Vec<(usize, usize)> {
     Assembler::new(*geometry, None, false).missing(rx, f)
 }
+
+/// Pairs of a data frame and its reset frame that may wait for their other frame at once
+/// (at most a quarter of the ring: waiting frames hold their slots).
+const PAIRS_WAITING: usize = 8;
 
 /// How long the consumer waits for a frame before looking at its stop flag.
 const POLL: Duration = Duration::from_millis(50);
@@ -115,72 +121,91 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         (false, false) => "counting frames",
     };
     let mut s = ConsumeStats { what, ..Default::default() };
-    let g = sinks.geometry;
-    let mut asm = Assembler::new(g, sinks.decoder.take(), assemble);
-    // the reset frame waiting for its data frame (its slot is held until then)
-    let mut reset: Option<FrameReady> = None;
+    let asm = Assembler::new(sinks.geometry, sinks.decoder.take(), assemble);
     let codec = sinks.writer.as_ref().map_or(Codec::Lz4, |w| w.meta().codec);
-    let mut comp = Compressor::new(asm.pixel_bytes(), 0, codec);
-    let mut chunk = Vec::new();
+    let mut enc = Encode { comp: Compressor::new(asm.pixel_bytes(), 0, codec), asm, chunk: Vec::new() };
+    // a descrambled detector's frames waiting for their partners (their slots held), and
+    // what an offered frame settled
+    let mut pairs = Pairs::new(PAIRS_WAITING.min(rx.buffer_map().buffers.len() / 4));
+    let mut settled = Vec::with_capacity(4);
     while let Some(f) = next_frame(rx, until) {
         on_frame(&f);
         bar.inc(1);
-        let mut times = FrameTimes::of(&f, sinks.sent);
         if !s.arrived(&f) || !assemble {
-            record(&mut s, sinks.board, &times, None);
-            rx.release(f)?;
-            continue;
-        }
-        if asm.needs_reset() && f.frame() % 2 == 0 {
-            // a reset frame whose data frame never came is given back unused
-            if let Some(old) = reset.replace(f) {
-                rx.release(old)?;
+            if assemble && enc.asm.needs_reset() {
+                pairs.gone(f.frame(), |o| settled.push(o));
             }
-            continue;
-        }
-        let paired = match reset.take() {
-            Some(r) if r.frame() + 1 == f.frame() => Some(r),
-            Some(r) => {
-                rx.release(r)?;
-                None
-            }
-            None => None,
-        };
-        if asm.needs_reset() && paired.is_none() {
-            s.without_reset += 1;
-            record(&mut s, sinks.board, &times, None);
+            record(&mut s, sinks.board, &FrameTimes::of(&f, sinks.sent), None);
             rx.release(f)?;
+            settle(rx, &mut sinks, &mut enc, &mut s, &mut settled)?;
             continue;
         }
-        let mut missing = asm.missing(rx, &f);
-        if let Some(r) = &paired {
-            missing.extend(asm.missing(rx, r));
-            s.reset_frames += 1;
+        if !enc.asm.needs_reset() {
+            emit(rx, &mut sinks, &mut enc, &mut s, f, None)?;
+            continue;
         }
-        let raw = rx.data(&f)?;
-        let bytes_in = raw.len() as u64;
-        let reset_raw = paired.as_ref().map(|r| rx.data(r)).transpose()?;
-        comp.compress(asm.assemble(raw, reset_raw), &mut chunk);
-        if let Some((b, words)) = sinks.board.filter(|b| b.glance_due()).zip(asm.words()) {
-            b.show(Glance::raw(&g, f.frame(), words));
-        }
-        times.processed = Some(Instant::now());
-        if let Some(st) = sinks.stream.as_deref_mut() {
-            st.image(f.frame(), &chunk, &missing, None);
-        }
-        if let Some(w) = sinks.writer.as_deref_mut() {
-            write_one(w, &mut s, f.frame(), &chunk, &missing, bytes_in);
-        }
-        record(&mut s, sinks.board, &times, Some(Instant::now()));
-        rx.release(f)?;
-        if let Some(r) = paired {
-            rx.release(r)?;
+        pairs.offer(f, |o| settled.push(o));
+        settle(rx, &mut sinks, &mut enc, &mut s, &mut settled)?;
+    }
+    pairs.finish(|o| settled.push(o));
+    settle(rx, &mut sinks, &mut enc, &mut s, &mut settled)?;
+    Ok(s)
+}
+
+/// What turns a frame into the chunk the file and the stream take, kept from frame to frame.
+struct Encode {
+    asm: Assembler,
+    comp: Compressor,
+    chunk: Vec<u8>,
+}
+
+/// Writes the pairs of data and reset frames settled, and gives back every frame settled
+/// (counting the data frames without their reset frame).
+fn settle(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeStats, settled: &mut Vec<Outcome<FrameReady>>) -> anyhow::Result<()> {
+    for o in settled.drain(..) {
+        match o {
+            Outcome::Pair { data, reset } => {
+                s.reset_frames += 1;
+                emit(rx, sinks, enc, s, data, Some(reset))?;
+            }
+            Outcome::WithoutReset(d) => {
+                s.without_reset += 1;
+                record(s, sinks.board, &FrameTimes::of(&d, sinks.sent), None);
+                rx.release(d)?;
+            }
+            Outcome::UnusedReset(r) => rx.release(r)?,
         }
     }
+    Ok(())
+}
+
+/// Assembles frame `f` (minus its reset frame, when given), compresses it once, publishes
+/// and writes it, and gives back its slots.
+fn emit(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeStats, f: FrameReady, reset: Option<FrameReady>) -> anyhow::Result<()> {
+    let mut times = FrameTimes::of(&f, sinks.sent);
+    let mut missing = enc.asm.missing(rx, &f);
+    if let Some(r) = &reset {
+        missing.extend(enc.asm.missing(rx, r));
+    }
+    let raw = rx.data(&f)?;
+    let reset_raw = reset.as_ref().map(|r| rx.data(r)).transpose()?;
+    enc.comp.compress(enc.asm.assemble(raw, reset_raw), &mut enc.chunk);
+    if let Some((b, words)) = sinks.board.filter(|b| b.glance_due()).zip(enc.asm.words()) {
+        b.show(Glance::raw(&sinks.geometry, f.frame(), words));
+    }
+    times.processed = Some(Instant::now());
+    if let Some(st) = sinks.stream.as_deref_mut() {
+        st.image(f.frame(), &enc.chunk, &missing, None);
+    }
+    if let Some(w) = sinks.writer.as_deref_mut() {
+        write_one(w, s, f.frame(), &enc.chunk, &missing, raw.len() as u64);
+    }
+    record(s, sinks.board, &times, Some(Instant::now()));
+    rx.release(f)?;
     if let Some(r) = reset {
         rx.release(r)?;
     }
-    Ok(s)
+    Ok(())
 }
 
 fn record(s: &mut ConsumeStats, board: Option<&Board>, t: &FrameTimes, written: Option<Instant>) {

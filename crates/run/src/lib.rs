@@ -10,6 +10,7 @@
 //!   compression, writing) over the receiver's ring.
 //! - [`run`]: a single-receiver run with the emulated detector; [`topology`]: a run of a
 //!   whole plan (several receivers) in one process.
+//! - [`pairs`]: a descrambled detector's data frames paired with their reset frames.
 //! - [`outputs`]: the output files and the rule that protects them (no silent overwrite).
 //! - [`summary`]: the end-of-acquisition summary and the exit status it implies.
 //! - [`stream`]: a run's series on the Stream V2 publisher; [`write`]: the file writer on
@@ -31,6 +32,7 @@ pub mod consume;
 pub mod graph;
 pub mod latency;
 pub mod outputs;
+pub mod pairs;
 pub mod run;
 pub mod stream;
 pub mod summary;
