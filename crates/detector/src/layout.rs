@@ -38,6 +38,10 @@ impl ModuleLayout {
         if chips.as_ref().is_some_and(|(cw, _, _)| bits % 8 != 0 && cw % 2 != 0) {
             return Err("4- and 12-bit pixels come in pairs: chips need an even width".into());
         }
+        // a port row is unpacked in runs that stay inside one chip
+        if chips.as_ref().is_some_and(|(cw, _, _)| d.ports.width % cw != 0 && cw % d.ports.width != 0) {
+            return Err(format!("ports {} pixels wide cannot be cut at chips of {} columns", d.ports.width, d.module.width / d.chips.as_ref().map_or(1, |c| c.cols)));
+        }
         let (width, height) = match &chips {
             Some((_, _, c)) => (d.module.width + (c.cols - 1) * c.gap_x, d.module.height + (c.rows - 1) * c.gap_y),
             None => (d.module.width, d.module.height),

@@ -39,7 +39,8 @@ pub struct EmulateArgs {
     target: IpAddr,
     #[arg(long, default_value_t = 100)]
     frames: u64,
-    /// The first frame's number (default 0, or the first frame a RoCEv2 receiver's map names).
+    /// The first frame's number (default 0, or the first frame a RoCEv2 receiver's map names;
+    /// with --detector 1, or 2 for a detector that sends reset frames).
     #[arg(long)]
     first_frame: Option<u64>,
     /// Frames per second (0: as fast as possible).
@@ -166,7 +167,6 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
-
 
 /// `rdaq emulate --detector`: a described detector's packets, port `p` of module `m` to the
 /// receiver's data port `m * ports + p`.

@@ -45,8 +45,8 @@ pub struct ReceiveArgs {
     /// WRITEs; needs --engine af_xdp).
     #[arg(long, default_value = "rdaq")]
     format: String,
-    /// Native packets of this detector: a shipped description (jungfrau, eiger) or a
-    /// description file (docs/detectors.md). Replaces --format.
+    /// Native packets of this detector: a shipped description (jungfrau, eiger,
+    /// percival-like) or a description file (docs/detectors.md). Replaces --format.
     #[arg(long, conflicts_with = "format")]
     detector: Option<String>,
     /// Pixel bit depth the detector sends (its `dr`; default: the description's).
