@@ -264,7 +264,8 @@ def test_an_eiger_stream_carries_counts_bit_depth_and_chip_gaps(rdaq, tmp_path):
 ])
 def test_a_wrong_setting_is_named_in_the_summary(rdaq, tmp_path, capture, args, hint, rc):
     streams = globals()["capture"](capture)
-    s, _ = receive(rdaq, tmp_path, 2, ["--detector", "eiger", *args], rc=rc, timeout_s=4,
+    frames = next(c[3] for c in CAPTURES if c[0] == capture)
+    s, _ = receive(rdaq, tmp_path, frames, ["--detector", "eiger", *args], rc=rc, timeout_s=4,
                    send=lambda ports: send_udp([(p, ports[i]) for i, st in enumerate(streams) for p in st]))
     assert any(hint in h for h in s["hints"]), s["hints"]
     assert hint in s["stdout"] + s["stderr"]
