@@ -60,10 +60,6 @@ impl ModuleLayout {
         }
     }
 
-    pub fn bits(&self) -> u32 {
-        self.bits
-    }
-
     /// Bytes of one port image as sent (packed).
     pub fn port_bytes(&self) -> usize {
         self.port_w * self.port_h * self.bits as usize / 8
