@@ -310,23 +310,22 @@ impl Description {
     /// An integrating detector placed by header is descrambled: 16-bit words split into its
     /// fields, in an order that is a permutation of each port row.
     fn check_readout(&self) -> Result<(), (&'static str, String)> {
-        let descrambled = self.kind == Kind::Integrating && self.ports.place == Place::Header;
-        if !descrambled {
+        let Some(r) = self.descrambled() else {
             return match self.readout.is_some() {
                 true => Err(("readout", "only integrating detectors placed by header are descrambled".into())),
                 false => Ok(()),
             };
-        }
+        };
         if self.pixel.bit_depths != [16] || self.pixel.fields.is_empty() {
             return Err(("pixel", "a descrambled detector sends 16-bit words with [[pixel.fields]]".into()));
         }
         if self.pixel.fields.iter().any(|f| f.bits > 15) {
             return Err(("pixel.fields", "a field is at most 15 bits (its reset-subtracted value is a 16-bit signed number)".into()));
         }
-        let (r, w) = (self.readout.clone().unwrap_or_default(), self.ports.width);
+        let w = self.ports.width;
         match r.order {
             Order::Interleave if r.adcs == 0 || w % r.adcs != 0 => Err(("readout.adcs", format!("{} ADCs do not divide a port row of {w} pixels", r.adcs))),
-            Order::Map if !is_permutation(&r.map, w) => Err(("readout.map", format!("must list each of the {w} columns of a port row once ({} entries)", r.map.len()))),
+            Order::Map if !is_permutation(r.map.iter().copied(), w) => Err(("readout.map", format!("must list each of the {w} columns of a port row once ({} entries)", r.map.len()))),
             _ => Ok(()),
         }
     }
@@ -354,9 +353,10 @@ impl Description {
     }
 }
 
-fn is_permutation(map: &[usize], n: usize) -> bool {
+/// Whether `v` holds each of `0..n` exactly once.
+pub fn is_permutation(v: impl ExactSizeIterator<Item = usize>, n: usize) -> bool {
     let mut seen = vec![false; n];
-    map.len() == n && map.iter().all(|&c| c < n && !std::mem::replace(&mut seen[c], true))
+    v.len() == n && v.into_iter().all(|c| c < n && !std::mem::replace(&mut seen[c], true))
 }
 
 /// toml's errors span lines (a snippet of the file); logs and the CLI want one.

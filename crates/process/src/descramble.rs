@@ -6,7 +6,7 @@
 //! gathered from where its port row starts by the readout order (a table of one port row,
 //! which stays in L1), then split into the planes.
 
-use rdaq_detector::description::{Description, Field, Order};
+use rdaq_detector::description::{is_permutation, Description, Field, Order};
 use rdaq_detector::ModuleLayout;
 
 /// The widest port row gathered in one step (wider ones are gathered in pieces).
@@ -41,11 +41,11 @@ impl Descrambler {
     /// the readout position of column `c` of a segment; `fields`: one output plane each.
     pub fn new(starts: Vec<u32>, positions: Vec<u32>, fields: &[Field], reset: bool) -> Result<Descrambler, String> {
         let w = positions.len();
-        if w == 0 || !is_permutation(&positions, w) {
+        if w == 0 || !is_permutation(positions.iter().map(|&p| p as usize), w) {
             return Err("the readout order is not a permutation of a port row's columns".into());
         }
         let segments: Vec<u32> = starts.iter().map(|&s| s / w as u32).collect();
-        if starts.iter().any(|&s| s as usize % w != 0) || !is_permutation(&segments, starts.len()) {
+        if starts.iter().any(|&s| s as usize % w != 0) || !is_permutation(segments.iter().map(|&s| s as usize), starts.len()) {
             return Err("the port rows do not tile the frame once each".into());
         }
         if fields.is_empty() || fields.iter().any(|f| f.bits == 0 || f.bits > 15 || f.shift + f.bits > 16) {
@@ -128,11 +128,6 @@ impl Descrambler {
             }
         }
     }
-}
-
-fn is_permutation(v: &[u32], n: usize) -> bool {
-    let mut seen = vec![false; n];
-    v.len() == n && v.iter().all(|&x| (x as usize) < n && !std::mem::replace(&mut seen[x as usize], true))
 }
 
 impl Descrambler {

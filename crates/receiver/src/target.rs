@@ -74,6 +74,14 @@ impl Targets {
         }
     }
 
+    /// The position in the slot of the module with global id `id`, when it is served here.
+    fn local_module(&self, id: u16) -> Result<u16, DropReason> {
+        match self.module_index.get(id as usize) {
+            Some(&i) if i != u16::MAX => Ok(i),
+            _ => Err(DropReason::UnknownModule),
+        }
+    }
+
     /// Where an rdaq datagram goes.
     fn rdaq(&self, hdr: &[u8], datagram_len: usize) -> Result<Target, DropReason> {
         if hdr.len() < self.hdr_len {
@@ -94,10 +102,7 @@ impl Targets {
         if h.end() > self.grid.slot_bytes() {
             return Err(DropReason::OutOfBounds);
         }
-        let module = match self.module_index.get(h.module as usize) {
-            Some(&i) if i != u16::MAX => i,
-            _ => return Err(DropReason::UnknownModule),
-        };
+        let module = self.local_module(h.module)?;
         if h.dataset != 0 {
             return Err(DropReason::UnknownDataset);
         }
@@ -155,10 +160,7 @@ impl Targets {
             return Err(DropReason::UnexpectedPacket);
         }
         let (module, port) = g.locate(h.row, h.column).ok_or(DropReason::UnknownModule)?;
-        let local = match self.module_index.get(module as usize) {
-            Some(&i) if i != u16::MAX => i as u32,
-            _ => return Err(DropReason::UnknownModule),
-        };
+        let local = self.local_module(module)? as u32;
         let cell = local * self.grid.cells_per_module + port * g.packets + h.packet_number;
         if port >= g.ports() || cell >= self.grid.cells() {
             return Err(DropReason::OutOfBounds);
