@@ -60,6 +60,28 @@ impl ModuleLayout {
         }
     }
 
+    /// The bit depth of the pixels as sent.
+    pub fn bits(&self) -> u32 {
+        self.bits
+    }
+
+    /// Ports per module, as a grid of (rows, columns).
+    pub fn port_grid(&self) -> (usize, usize) {
+        (self.port_rows, self.port_cols)
+    }
+
+    /// Pixel rows of a port image.
+    pub fn port_height(&self) -> usize {
+        self.port_h
+    }
+
+    /// Where row `i` of port `p` lands in the module (without gap pixels): its module row
+    /// (flipped port rows turned) and its first column.
+    pub fn port_row_at(&self, p: usize, i: usize) -> (usize, usize) {
+        let (pr, pc) = (p / self.port_cols, p % self.port_cols);
+        (self.module_row(pr, i), pc * self.port_w)
+    }
+
     /// Bytes of one port image as sent (packed).
     pub fn port_bytes(&self) -> usize {
         self.port_w * self.port_h * self.bits as usize / 8
@@ -144,6 +166,25 @@ impl ModuleLayout {
         }
     }
 
+    /// Appends pixels packed at the bit depth as the detector sends them: the inverse of
+    /// unpacking (an emulated detector's packets).
+    pub fn pack(&self, mut px: impl Iterator<Item = u32>, out: &mut Vec<u8>) {
+        match self.bits {
+            4 => {
+                while let (Some(a), Some(b)) = (px.next(), px.next()) {
+                    let (first, second) = if self.nibbles == NibbleOrder::HighFirst { (a << 4, b) } else { (a, b << 4) };
+                    out.push((first | second) as u8);
+                }
+            }
+            12 => {
+                while let (Some(a), Some(b)) = (px.next(), px.next()) {
+                    out.extend_from_slice(&[a as u8, ((a >> 8) | (b << 4)) as u8, (b >> 4) as u8]);
+                }
+            }
+            b => px.for_each(|v| out.extend_from_slice(&v.to_le_bytes()[..b as usize / 8])),
+        }
+    }
+
     /// Halves each chip-edge pixel's count with its gap neighbour: columns first, then rows,
     /// so that the corner gap pixels get a quarter (integer halving each time).
     fn share_edges(&self, out: &mut [u8], cw: usize, ch: usize, c: &Chips) {
@@ -187,9 +228,9 @@ impl ModuleLayout {
     pub fn segment_sources(&self) -> Vec<u32> {
         let mut src = vec![0u32; self.port_rows * self.port_h * self.port_cols];
         for p in 0..self.port_rows * self.port_cols {
-            let (pr, pc) = (p / self.port_cols, p % self.port_cols);
             for i in 0..self.port_h {
-                src[self.module_row(pr, i) * self.port_cols + pc] = ((p * self.port_h + i) * self.port_w) as u32;
+                let (y, x0) = self.port_row_at(p, i);
+                src[y * self.port_cols + x0 / self.port_w] = ((p * self.port_h + i) * self.port_w) as u32;
             }
         }
         src

@@ -9,7 +9,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rdaq_detector::description::{Description, NibbleOrder, Place, Readout};
+use rdaq_detector::description::{Description, Place, Readout};
+use rdaq_detector::ModuleLayout;
 use rdaq_net::send::{BatchSender, SendStats};
 use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN, SLS_HEADER_VERSION};
 
@@ -17,14 +18,9 @@ use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN, SLS_HEADER_VERSION};
 #[derive(Clone, Debug)]
 pub struct DescribedDetector {
     det_type: u8,
-    bits: u32,
-    nibbles: NibbleOrder,
     payload: usize,
-    port_rows: usize,
-    port_cols: usize,
-    port_w: usize,
-    port_h: usize,
-    flip: Vec<bool>,
+    /// Ports, their places and flips, and the packing of pixels (as the receiver unpacks).
+    layout: ModuleLayout,
     /// The order pixels of a port row are sent in (descrambled detectors).
     readout: Readout,
     modules: u16,
@@ -38,45 +34,30 @@ impl DescribedDetector {
         if d.ports.place != Place::Header {
             return Err(format!("{} is placed by packet number: its modules are emulated as rdaq modules", d.name));
         }
-        if !d.pixel.bit_depths.contains(&bits) {
-            return Err(format!("{} sends {:?}-bit pixels, not {bits}", d.name, d.pixel.bit_depths));
-        }
+        let layout = ModuleLayout::new(d, bits, false)?;
         d.packets_per_port(bits, payload).ok_or_else(|| format!("a {bits}-bit port image is not a whole number of {payload}-byte packets"))?;
         if modules == 0 || module_cols == 0 || modules % module_cols != 0 {
             return Err(format!("{modules} modules do not fill rows of {module_cols}"));
         }
-        let p = &d.ports;
-        Ok(DescribedDetector {
-            det_type: d.header.det_type,
-            bits,
-            nibbles: d.pixel.nibble_order,
-            payload,
-            port_rows: p.rows,
-            port_cols: p.cols,
-            port_w: p.width,
-            port_h: p.height,
-            flip: (0..p.rows).map(|r| d.flipped(r)).collect(),
-            readout: d.descrambled().unwrap_or_default(),
-            modules,
-            module_cols,
-        })
+        Ok(DescribedDetector { det_type: d.header.det_type, payload, layout, readout: d.descrambled().unwrap_or_default(), modules, module_cols })
     }
 
     /// Ports per module.
     pub fn ports(&self) -> usize {
-        self.port_rows * self.port_cols
+        let (r, c) = self.layout.port_grid();
+        r * c
     }
 
     /// Packets per port and frame.
     pub fn packets(&self) -> usize {
-        self.port_w * self.port_h * self.bits as usize / 8 / self.payload
+        self.layout.port_bytes() / self.payload
     }
 
     /// The pattern: module `m`'s pixel (x, y) of its module image (no gap pixels) in frame
     /// `frame` counts `(131 frame + 1009 m + 7 y + x) mod 2^bits`.
     pub fn value(&self, frame: u64, m: u16, x: usize, y: usize) -> u32 {
         let v = frame.wrapping_mul(131).wrapping_add(m as u64 * 1009 + y as u64 * 7 + x as u64);
-        (v & ((1u64 << self.bits) - 1)) as u32
+        (v & ((1u64 << self.layout.bits()) - 1)) as u32
     }
 
     /// Whether the detector sends a reset frame before each data frame (even frame numbers).
@@ -88,30 +69,11 @@ impl DescribedDetector {
     /// order: upside down for a flipped port row; each row's pixels in readout order), into
     /// `out`.
     pub fn port_image(&self, frame: u64, m: u16, port: usize, out: &mut Vec<u8>) {
-        let (pr, pc) = (port / self.port_cols, port % self.port_cols);
+        let pw = self.layout.port_width();
         out.clear();
-        for i in 0..self.port_h {
-            let y = pr * self.port_h + if self.flip[pr] { self.port_h - 1 - i } else { i };
-            let row = (0..self.port_w).map(|k| self.value(frame, m, pc * self.port_w + self.readout.column(k, self.port_w), y));
-            self.pack(row, out);
-        }
-    }
-
-    /// Appends pixels packed at the bit depth (the inverse of the receiver's unpacking).
-    fn pack(&self, mut px: impl Iterator<Item = u32>, out: &mut Vec<u8>) {
-        match self.bits {
-            4 => {
-                while let (Some(a), Some(b)) = (px.next(), px.next()) {
-                    let (first, second) = if self.nibbles == NibbleOrder::HighFirst { (a << 4, b) } else { (a, b << 4) };
-                    out.push((first | second) as u8);
-                }
-            }
-            12 => {
-                while let (Some(a), Some(b)) = (px.next(), px.next()) {
-                    out.extend_from_slice(&[a as u8, ((a >> 8) | (b << 4)) as u8, (b >> 4) as u8]);
-                }
-            }
-            b => px.for_each(|v| out.extend_from_slice(&v.to_le_bytes()[..b as usize / 8])),
+        for i in 0..self.layout.port_height() {
+            let (y, x0) = self.layout.port_row_at(port, i);
+            self.layout.pack((0..pw).map(|k| self.value(frame, m, x0 + self.readout.column(k, pw), y)), out);
         }
     }
 
@@ -119,12 +81,13 @@ impl DescribedDetector {
     /// column name the port in the detector's grid of ports.
     pub fn header(&self, frame: u64, m: u16, port: usize, packet: usize) -> [u8; SLS_HEADER_LEN] {
         let (mr, mc) = ((m / self.module_cols) as usize, (m % self.module_cols) as usize);
+        let (rows, cols) = self.layout.port_grid();
         let h = SlsHeader {
             frame_number: frame,
             packet_number: packet as u32,
             mod_id: m,
-            row: (mr * self.port_rows + port / self.port_cols) as u16,
-            column: (mc * self.port_cols + port % self.port_cols) as u16,
+            row: (mr * rows + port / cols) as u16,
+            column: (mc * cols + port % cols) as u16,
             det_type: self.det_type,
             version: SLS_HEADER_VERSION,
             ..SlsHeader::default()
@@ -192,7 +155,6 @@ pub fn send(det: &DescribedDetector, dests: &[SocketAddr], first: u64, frames: u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdaq_detector::ModuleLayout;
 
     /// The emulator packs what the receiver's layout unpacks: every bit depth, flips and all.
     #[test]
