@@ -128,14 +128,9 @@ impl Geometry {
         mask
     }
 
-    /// Assembles module frames into `out` (height x width words): module `m`'s words come
-    /// from `module(m)`; gaps get [`GAP_WORD`]. Each pixel is written exactly once.
-    pub fn assemble<'a>(&self, mut module: impl FnMut(u16) -> &'a [u16], out: &mut [u16]) {
-        self.assemble_bytes(2, |m| crate::as_bytes(module(m)), crate::synth::as_bytes_mut(out));
-    }
-
-    /// [`Geometry::assemble`] for pixels of `pb` bytes: gap pixels get all bits set (the
-    /// largest value of the pixel type, [`GAP_WORD`] for 16 bits).
+    /// Assembles module images of `pb`-byte pixels into `out` (height x width pixels):
+    /// module `m`'s come from `module(m)`; gap pixels get all bits set (the largest value
+    /// of the pixel type, [`GAP_WORD`] for 16 bits). Each pixel is written exactly once.
     pub fn assemble_bytes<'a>(&self, pb: usize, mut module: impl FnMut(u16) -> &'a [u8], out: &mut [u8]) {
         let (w, mw) = (self.width() * pb, self.module_width * pb);
         assert_eq!(out.len(), self.height() * w, "output is the full image");
@@ -163,6 +158,7 @@ impl Geometry {
 mod tests {
     use super::*;
     use crate::jungfrau::MODULE_PIXELS;
+    use crate::{as_bytes, as_bytes_mut};
 
     #[test]
     fn a_4m_is_8_modules_with_gaps() {
@@ -178,7 +174,7 @@ mod tests {
         assert_eq!((g.width(), g.height(), g.origin(1)), (1024, 2 * 256 + 36, (256 + 36, 0)));
         let frames: Vec<Vec<u16>> = (0..2u16).map(|m| vec![m + 1; g.module_pixels()]).collect();
         let mut out = vec![0u16; g.height() * g.width()];
-        g.assemble(|m| &frames[m as usize], &mut out);
+        g.assemble_bytes(2, |m| as_bytes(&frames[m as usize]), as_bytes_mut(&mut out));
         assert!(out[..256 * 1024].iter().all(|&w| w == 1) && out[(256 + 36) * 1024..].iter().all(|&w| w == 2));
         assert!(out[256 * 1024..(256 + 36) * 1024].iter().all(|&w| w == GAP_WORD));
     }
@@ -196,7 +192,7 @@ mod tests {
         let g = Geometry::new(4, 2, 8, 36).unwrap();
         let frames: Vec<Vec<u16>> = (0..4u16).map(|m| (0..MODULE_PIXELS).map(|i| (m * 1000) + (i % 997) as u16).collect()).collect();
         let mut out = vec![0u16; g.height() * g.width()];
-        g.assemble(|m| &frames[m as usize], &mut out);
+        g.assemble_bytes(2, |m| as_bytes(&frames[m as usize]), as_bytes_mut(&mut out));
         let mask = g.gap_mask();
         for m in 0..4u16 {
             let (r0, c0) = g.origin(m);
