@@ -85,14 +85,17 @@ def test_descrambled_planes_equal_numpy_and_the_original_image(rdaq, tmp_path):
             assert np.array_equal(by_numpy, planes(data, reset))
 
 
-def test_a_data_frame_without_its_reset_frame_is_not_written(rdaq, tmp_path):
+def test_frames_without_their_partner_are_counted_and_not_written(rdaq, tmp_path):
     rng = np.random.default_rng(3)
     image = rng.integers(0, 1 << 15, (H, W), dtype=np.uint16)
-    datagrams = packets(3, image) + packets(4, image) + packets(5, image)  # frame 2 never sent
-    s, out = receive(rdaq, tmp_path, 3, ["--detector", "percival-like"], ports=2, rc=1,
+    # frame 2 (a reset frame) and frame 7 (the data frame of reset frame 6) never sent
+    datagrams = packets(3, image) + packets(4, image) + packets(5, image) + packets(6, image)
+    s, out = receive(rdaq, tmp_path, 4, ["--detector", "percival-like"], ports=2, rc=1,
                      send=lambda ports: send_udp([(d, ports[1]) for d in datagrams]))
     assert s["frames_written"] == 1 and s["data_without_reset"] == 1 and s["reset_frames"] == 1
+    assert s["unused_reset_frames"] == 1
     assert "1 data frames without their reset frame" in s["stdout"]
+    assert "1 reset frames without their data frame (not used)" in s["stdout"]
 
 
 def test_an_emulated_detector_is_descrambled_end_to_end(rdaq, tmp_path):

@@ -41,6 +41,8 @@ pub struct ConsumeStats {
     /// Data frames whose reset frame did not come (lost, discarded, refused, or finished
     /// after a newer reset frame): not written.
     pub without_reset: u64,
+    /// Reset frames whose data frame did not come: given back unused.
+    pub unused_resets: u64,
 }
 
 impl ConsumeStats {
@@ -173,7 +175,10 @@ fn settle(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeSta
                 record(s, sinks.board, &FrameTimes::of(&d, sinks.sent), None);
                 rx.release(d)?;
             }
-            Outcome::UnusedReset(r) => rx.release(r)?,
+            Outcome::UnusedReset(r) => {
+                s.unused_resets += 1;
+                rx.release(r)?;
+            }
         }
     }
     Ok(())

@@ -40,6 +40,8 @@ pub struct Summary {
     pub reset_frames: u64,
     /// Its data frames whose reset frame did not come: not written.
     pub data_without_reset: u64,
+    /// Its reset frames whose data frame did not come: not used.
+    pub unused_reset_frames: u64,
     /// Why writing stopped (the file and the operating system's reason).
     pub write_error: Option<String>,
     pub datagrams_sent: Option<u64>,
@@ -195,6 +197,7 @@ impl Summary {
             frames_not_saved: consumed.not_saved,
             reset_frames: consumed.reset_frames,
             data_without_reset: consumed.without_reset,
+            unused_reset_frames: consumed.unused_resets,
             write_error: consumed.write_error.clone(),
             datagrams_sent: None,
             sends_refused: None,
@@ -325,8 +328,11 @@ impl Summary {
         let not_saved = if self.frames_not_saved > 0 { format!(", {} received but not saved", self.frames_not_saved) } else { String::new() };
         let which = if self.processing.is_some() { " (the signal frames that were hits: see processing)" } else { "" };
         println!("saved       : {} frames written{which}{not_saved}", self.frames_written);
-        if self.reset_frames + self.data_without_reset > 0 {
-            println!("reset frames: {} subtracted from their data frames (not written); {} data frames without their reset frame (not written)", self.reset_frames, self.data_without_reset);
+        if self.reset_frames + self.data_without_reset + self.unused_reset_frames > 0 {
+            println!(
+                "reset frames: {} subtracted from their data frames (not written); {} data frames without their reset frame (not written); {} reset frames without their data frame (not used)",
+                self.reset_frames, self.data_without_reset, self.unused_reset_frames
+            );
         }
     }
 
