@@ -110,20 +110,36 @@ def test_a_two_by_two_module_detector_follows_the_module_grid(rdaq, tmp_path):
         assert f["entry/instrument/detector/pixel_mask"][512:548, :].all()
 
 
-def test_lost_packets_make_incomplete_frames_with_their_rows_masked(rdaq, tmp_path):
-    streams = capture("eiger_10g_dr16")  # frames 11 and 12, 64 packets per port
-    lost = streams[3][5]  # bottom, column 0 (port 50014): packet 5 of frame 11
-    assert oracle.header(lost)["packet"] == 5 and oracle.header(lost)["row"] == 1
+@pytest.mark.parametrize("name,bits", [("eiger_10g_dr4", 4), ("eiger_10g_dr8", 8), ("eiger_10g_dr12", 12),
+                                       ("eiger_10g_dr16", 16), ("eiger_10g_dr32", 32), ("eiger_1g_dr32", 32)])
+def test_lost_packets_make_incomplete_frames_with_their_pixels_masked(rdaq, tmp_path, name, bits):
+    """Every pixel type through the missing-pixel mask: the pixels of a lost packet, and only
+    they, are masked (a 32-bit frame panicked here before)."""
+    streams = capture(name)
+    frames = next(c[3] for c in CAPTURES if c[0] == name)
+    lost = streams[3][5]  # bottom, column 0 (port 50014): packet 5 of the first frame
+    h = oracle.header(lost)
+    assert h["packet"] == 5 and h["row"] == 1 and h["column"] == 0
     kept = [[p for p in st if p is not lost] for st in streams]
-    s, out = receive(rdaq, tmp_path, 2, ["--detector", "eiger"], rc=1,
+    s, out = receive(rdaq, tmp_path, frames, ["--detector", "eiger", "--bit-depth", str(bits), "--link", name.split("_")[1]], rc=1,
                      send=lambda ports: send_udp([(p, ports[i]) for i, st in enumerate(kept) for p in st]))
-    assert s["frames_complete"] == 1 and s["frames_incomplete"] == 1
+    assert s["frames_complete"] == frames - 1 and s["frames_incomplete"] == 1 and s["frames_written"] == frames
+    # the packet's port pixels, a pixel split between two packets included; the bottom half
+    # is flipped: port row r is module row 511 - r
+    bits_per_packet = (len(lost) - 48) * 8
+    first, end = 5 * bits_per_packet // bits, -(-6 * bits_per_packet // bits)
+    want = np.zeros((512, 1024), bool)
+    for i in range(first, end):
+        want[511 - i // 512, i % 512] = True
     with h5py.File(out, "r") as f:
-        assert f["entry/data/incomplete_frame_number"][:].tolist() == [11]
+        assert f["entry/data/incomplete_frame_number"][:].tolist() == [h["frame"]]
         mask = f["entry/data/incomplete_pixel_mask"][0]
-        # packet 5 holds port rows 20..23; the bottom half is flipped: row i is module row 511 - i
-        rows = np.unique(np.nonzero(mask)[0])
-        assert rows.tolist() == [488, 489, 490, 491] and mask[488, :512].all() and not mask[488, 512:].any()
+        assert np.array_equal(mask != 0, want), np.argwhere((mask != 0) != want)[:5]
+        assert set(np.unique(mask)) == {0, 2}
+        # the frame's other pixels are the detector's
+        i = f["entry/data/frame_number"][:].tolist().index(h["frame"])
+        expect = oracle.module_image(oracle.port_images([p for st in streams for p in st], bits)[h["frame"]], dtype=DTYPE[bits])
+        assert np.array_equal(f["entry/data/data"][i][~want], expect[~want])
 
 
 TOY = """

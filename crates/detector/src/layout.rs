@@ -246,24 +246,44 @@ impl ModuleLayout {
     }
 
     /// Calls `f(first, len)` for each run of module-image pixels that raw bytes
-    /// `start..end` of a module frame feed: the port-image rows they touch, across the
-    /// port's width (gap pixels inside it included).
-    pub fn raw_span(&self, start: usize, end: usize, mut f: impl FnMut(usize, usize)) {
-        let (pb, rb) = (self.port_bytes(), self.port_w * self.bits as usize / 8);
+    /// `start..end` of a module frame feed (gap pixels inside a run included): with
+    /// [`Span::Pixels`] exactly the pixels any bit of them belongs to, with [`Span::Rows`] the
+    /// whole port-image rows they touch (a descrambled readout permutes words within a row).
+    pub fn raw_span(&self, start: usize, end: usize, span: Span, mut f: impl FnMut(usize, usize)) {
+        let (pb, bits, w) = (self.port_bytes(), self.bits as usize, self.port_w);
         let mut at = start;
         while at < end {
             let (p, off) = (at / pb, at % pb);
             let (pr, pc) = (p / self.port_cols, p % self.port_cols);
             let stop = (end - p * pb).min(pb);
-            for i in off / rb..stop.div_ceil(rb) {
-                let y = self.module_row(pr, i);
-                let (x0, oy) = self.at(pc * self.port_w, y);
-                let (x1, _) = self.at((pc + 1) * self.port_w - 1, y);
+            // the port's pixels first..last, in its row-major order
+            let (first, last) = match span {
+                Span::Pixels => (off * 8 / bits, (stop * 8).div_ceil(bits)),
+                Span::Rows => {
+                    let rb = w * bits / 8;
+                    (off / rb * w, stop.div_ceil(rb) * w)
+                }
+            };
+            let mut i = first;
+            while i < last {
+                let (row, col) = (i / w, i % w);
+                let n = (w - col).min(last - i);
+                let y = self.module_row(pr, row);
+                let (x0, oy) = self.at(pc * w + col, y);
+                let (x1, _) = self.at(pc * w + col + n - 1, y);
                 f(oy * self.width + x0, x1 + 1 - x0);
+                i += n;
             }
             at = (p + 1) * pb;
         }
     }
+}
+
+/// How finely [`ModuleLayout::raw_span`] maps raw bytes to pixels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Span {
+    Pixels,
+    Rows,
 }
 
 fn get(b: &[u8], i: usize, pb: usize) -> u32 {
@@ -335,14 +355,24 @@ mod tests {
     }
 
     #[test]
-    fn raw_spans_cover_the_rows_a_packet_fed() {
+    fn raw_spans_cover_the_pixels_or_rows_a_packet_fed() {
         let l = ModuleLayout::new(&eiger(), 16, false).unwrap();
         let mut runs = Vec::new();
         // the last port (bottom, right): its first 1024 bytes are its row 0, module row 511
-        l.raw_span(3 * l.port_bytes(), 3 * l.port_bytes() + 1024, |a, n| runs.push((a, n)));
+        l.raw_span(3 * l.port_bytes(), 3 * l.port_bytes() + 1024, Span::Pixels, |a, n| runs.push((a, n)));
         assert_eq!(runs, [(511 * 1024 + 512, 512)]);
         runs.clear();
-        l.raw_span(1000, 1100, |a, n| runs.push((a, n)));
+        l.raw_span(1000, 1100, Span::Rows, |a, n| runs.push((a, n)));
         assert_eq!(runs, [(0, 512), (1024, 512)]);
+        runs.clear();
+        // bytes 1000..1100 are pixels 500..550: the end of row 0 and the start of row 1
+        l.raw_span(1000, 1100, Span::Pixels, |a, n| runs.push((a, n)));
+        assert_eq!(runs, [(500, 12), (1024, 38)]);
+        // 12 bits: byte 1000 holds part of pixel 666 (bits 7992..8004)
+        let l12 = ModuleLayout::new(&eiger(), 12, true).unwrap();
+        runs.clear();
+        l12.raw_span(1000, 1003, Span::Pixels, |a, n| runs.push((a, n)));
+        // and 3 bytes feed pixels 666..669: row 1, columns 154..157 (before the first chip gap)
+        assert_eq!(runs, [(1030 + 154, 3)]);
     }
 }

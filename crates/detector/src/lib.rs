@@ -11,6 +11,6 @@ pub mod synth;
 
 pub use description::{Description, DescriptionError};
 pub use geometry::Geometry;
-pub use layout::ModuleLayout;
+pub use layout::{ModuleLayout, Span};
 pub use jungfrau::{Gain, ModuleCalibration, MODULE_BYTES, MODULE_COLS, MODULE_PIXELS, MODULE_ROWS};
 pub use synth::{as_bytes, as_bytes_mut, as_words, Chopper, ModuleSynth, Spot, SynthConfig};

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rdaq_process::bitshuffle::{decompress, Codec};
-use rdaq_process::{bytes_of, Plain};
 use rdaq_sink::{FrameReader, NxmxMeta, PixelType};
 use rdaq_stream::{decode, Buffer, Consumer, Message, SocketKind};
 
@@ -73,23 +72,9 @@ pub fn from_file(master: &Path, frame: usize) -> Result<Preview, PreviewError> {
     let reader = FrameReader::open(master, &link)?;
     let pixel = pixel_type(&file.dataset(&link).map_err(h5)?).ok_or_else(|| PreviewError::File { path: master.into(), message: format!("{link}: pixel type not written by rdaq") })?;
     let mut values = Vec::new();
-    match pixel {
-        PixelType::Raw => to_values(pixel, bytes_of(&read::<u16>(&reader, index)?), &gaps, &mut values),
-        PixelType::Photons16 | PixelType::Fields => to_values(pixel, bytes_of(&read::<i16>(&reader, index)?), &gaps, &mut values),
-        PixelType::Photons32 => to_values(pixel, bytes_of(&read::<i32>(&reader, index)?), &gaps, &mut values),
-        PixelType::Kev => to_values(pixel, bytes_of(&read::<f32>(&reader, index)?), &gaps, &mut values),
-        PixelType::Counts(b) if b <= 8 => to_values(pixel, bytes_of(&read::<u8>(&reader, index)?), &gaps, &mut values),
-        PixelType::Counts(b) if b <= 16 => to_values(pixel, bytes_of(&read::<u16>(&reader, index)?), &gaps, &mut values),
-        PixelType::Counts(_) => to_values(pixel, bytes_of(&read::<u32>(&reader, index)?), &gaps, &mut values),
-    }
+    to_values(pixel, &reader.read_bytes(index, pixel)?, &gaps, &mut values);
     let frame_number = file.dataset("entry/data/frame_number").and_then(|d| d.read_raw::<u64>()).map_err(h5)?.get(frame).copied().unwrap_or(frame as u64);
     Ok(Preview { width: reader.cols, height: reader.rows, values, spots: file_spots(&file, frame), pixel_size_m, frame_number })
-}
-
-fn read<T: hdf5::H5Type + Plain + Default>(r: &FrameReader, i: usize) -> Result<Vec<T>, PreviewError> {
-    let mut v = Vec::new();
-    r.read(i, &mut v)?;
-    Ok(v)
 }
 
 /// The spot positions of frame `frame` from the master's spot list (none without one).

@@ -4,7 +4,7 @@
 //! detector described as data goes through the descramble stage ([`Descrambler`]), its
 //! fields' planes stacked in each module's place.
 
-use rdaq_detector::{as_bytes, as_bytes_mut, as_words, Geometry, ModuleLayout};
+use rdaq_detector::{as_bytes, as_bytes_mut, as_words, Geometry, ModuleLayout, Span};
 use rdaq_process::descramble::Descrambler;
 use rdaq_receiver::{FrameReady, Receiver};
 
@@ -118,13 +118,14 @@ impl Assembler {
         self.decoder.is_none().then_some(&self.image[..])
     }
 
-    /// Byte ranges of the image that the frame's missing cells feed (in every plane).
+    /// Runs of image pixels (first, count; row-major) that the frame's missing cells feed
+    /// (in every plane).
     pub fn missing(&self, rx: &Receiver, f: &FrameReady) -> Vec<(usize, usize)> {
-        let (grid, g, pb) = (rx.grid(), &self.geometry, self.pixel_bytes());
+        let (grid, g) = (rx.grid(), &self.geometry);
         let mut out = Vec::new();
         for &c in f.missing() {
             let (off, len) = (grid.cell_offset(c) as usize, grid.cell_len(c) as usize);
-            let mut runs = |m: usize, a: usize, n: usize| g.module_span(m as u16, a, a + n, |at, run| out.push((at * pb, run * pb)));
+            let mut runs = |m: usize, a: usize, n: usize| g.module_span(m as u16, a, a + n, |at, run| out.push((at, run)));
             match &self.decoder {
                 None => {
                     let mb = g.module_bytes();
@@ -135,8 +136,10 @@ impl Assembler {
                     let l = dec.layout();
                     let (m, plane) = (off / l.raw_bytes(), l.width() * l.height());
                     let at = off - m * l.raw_bytes();
+                    // a descrambled readout permutes the words of a row: mask whole rows
+                    let span = if matches!(dec, Decoder::Layout(_)) { Span::Pixels } else { Span::Rows };
                     for k in 0..dec.planes() {
-                        l.raw_span(at, at + len, |a, n| runs(m, k * plane + a, n));
+                        l.raw_span(at, at + len, span, |a, n| runs(m, k * plane + a, n));
                     }
                 }
             }

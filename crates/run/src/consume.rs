@@ -70,7 +70,8 @@ impl ConsumeStats {
     }
 }
 
-/// Byte ranges of the assembled JUNGFRAU image that the frame's missing cells cover.
+/// Runs of pixels (first, count) of the assembled JUNGFRAU image that the frame's missing
+/// cells cover.
 pub fn missing_ranges(rx: &Receiver, geometry: &Geometry, f: &FrameReady) -> Vec<(usize, usize)> {
     Assembler::new(*geometry, None, false).missing(rx, f)
 }

@@ -82,6 +82,10 @@ pub fn close(w: rdaq_sink::NxmxWriter, stats: &mut ConsumeStats) -> anyhow::Resu
     if let (Some(why), Some(e)) = (&closed.untrimmed, stats.write_error.as_mut()) {
         e.push_str(&format!("; the data set keeps the failed frame's row after the {} frames listed in frame_number ({why})", closed.frames));
     }
+    if let Some(why) = closed.unreadable {
+        // the frames are in the files but no reader would decode them: data not saved
+        stats.write_error.get_or_insert(why);
+    }
     if closed.frames > 0 {
         return Ok(Some(closed.path));
     }

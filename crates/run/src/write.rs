@@ -172,6 +172,9 @@ fn close(s: Series, report: &mut WriteReport) -> anyhow::Result<()> {
         _ => 0.0,
     };
     let closed = s.writer.finish()?;
+    if let Some(why) = closed.unreadable {
+        report.write_error.get_or_insert(why);
+    }
     report.images_written = closed.frames;
     report.master = Some(closed.path);
     Ok(())

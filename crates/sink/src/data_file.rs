@@ -90,9 +90,8 @@ impl DataFile {
         })
     }
 
-    /// Appends one compressed frame; `missing` lists the byte ranges of the raw 16-bit image
-    /// that carry no data (the mask is per pixel whatever the type). Returns the bytes
-    /// written.
+    /// Appends one compressed frame; `missing` lists the runs of pixels (first, count) that
+    /// carry no data, inside the image (checked by the writer). Returns the bytes written.
     pub fn append(&mut self, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)]) -> hdf5::Result<u64> {
         let (h, w) = self.meta_hw;
         // one row at a time: a failed write leaves at most its own row behind
@@ -136,7 +135,7 @@ impl DataFile {
         self.mask_buf.clear();
         self.mask_buf.resize(h * w, 0);
         for &(start, len) in missing {
-            self.mask_buf[start / 2..(start + len) / 2].fill(MASK_MISSING);
+            self.mask_buf[start..start + len].fill(MASK_MISSING);
         }
         let k = self.tables.incomplete.len();
         self.tables.incomplete_mask.resize((k + 1, h, w))?;

@@ -4,18 +4,22 @@
 //!   [`instrument`]) and SWMR data files ([`data_file`]), one compressed frame per chunk by
 //!   direct chunk write, in the layout of `docs/formats.md`.
 //! - [`nexus`]: the NeXus/HDF5 building blocks they share.
-//! - [`reader`]: frames read back from a file, rdaq's bitshuffle chunks decoded without a
-//!   filter plugin.
+//! - [`filter`]: bitshuffle (filter 32008) registered in-process from rdaq's codec, so that
+//!   what is written and read does not depend on a plugin in the environment.
+//! - [`reader`]: frames read back from a file through HDF5 (any 3-D dataset); the writer's
+//!   check that each closed data file reads back as written (`readback`).
 //! - [`space`]: free disk space, and the reserve that lets a writer close its files after
 //!   the disk filled up.
 
 pub mod data_file;
+pub mod filter;
 pub mod instrument;
 pub mod master;
 pub mod meta;
 pub mod nexus;
 pub mod nxmx;
 pub mod reader;
+pub(crate) mod readback;
 pub mod space;
 
 pub use data_file::MASK_MISSING;

@@ -61,12 +61,14 @@ pub(crate) fn axis(g: &Group, name: &str, a: &Axis) -> hdf5::Result<Dataset> {
 #[allow(non_camel_case_types)]
 type libc_uint = std::os::raw::c_uint;
 
-/// A chunked, resizable 3-D dataset with bitshuffle (optional) registered.
+/// A chunked, resizable 3-D dataset with bitshuffle in its filter pipeline (rdaq's own
+/// registration, [`crate::filter`]: the cd_values are stored as given, whatever plugins the
+/// environment offers).
 pub fn frame_stack<T: hdf5::H5Type>(g: &Group, name: &str, h: usize, w: usize, codec: Codec) -> hdf5::Result<Dataset> {
+    crate::filter::register().map_err(hdf5::Error::from)?;
     let dcpl = hdf5::plist::DatasetCreate::try_new()?;
     // 0, 4: bitshuffle version fields (informational), element size, block size 0 (auto),
-    // codec (2 LZ4, 3 Zstd) and level. Set through the C API because the filter need not
-    // be registered here.
+    // codec (2 LZ4, 3 Zstd) and level.
     let [c, level] = codec.cd_values();
     let cd: [libc_uint; 6] = [0, 4, std::mem::size_of::<T>() as libc_uint, 0, c, level];
     // SAFETY: `dcpl` is a live dataset-creation property list for the call, and `cd` holds

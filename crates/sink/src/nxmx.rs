@@ -34,6 +34,9 @@ pub enum SinkError {
     /// A write after a failed one.
     #[error("{path}: writing stopped after an earlier failure")]
     Stopped { path: PathBuf },
+    /// Missing pixels said to lie outside the image (a caller's or a sender's error).
+    #[error("frame {frame}: missing pixels {start}..+{len} lie outside the image of {pixels} pixels")]
+    MissingPixels { frame: u64, start: usize, len: usize, pixels: usize },
     #[error("images_per_file must be at least 1")]
     ImagesPerFile,
     /// Spots for a series without spot lists (`max_spots` 0), or before its first frame.
@@ -68,6 +71,10 @@ pub struct NxmxWriter {
     /// Set by the first failed write; nothing is written after it.
     failed: bool,
     untrimmed: Option<String>,
+    /// The chunk of the current data file's first frame, for the check after it is closed.
+    first_chunk: Vec<u8>,
+    /// Why a closed data file did not read back as written (the first such file).
+    unreadable: Option<String>,
     last_flush: Instant,
 }
 
@@ -98,6 +105,8 @@ impl NxmxWriter {
             reserve: Reserve::hold(master, RESERVE_BYTES).ok(),
             failed: false,
             untrimmed: None,
+            first_chunk: Vec::new(),
+            unreadable: None,
             last_flush: Instant::now(),
         })
     }
@@ -143,8 +152,8 @@ impl NxmxWriter {
     }
 
     /// Appends an assembled frame of little-endian pixels of the series' pixel type,
-    /// compressing it here. `missing` lists byte ranges of the image that carry no data
-    /// (incomplete frame); they are flagged in a per-frame mask.
+    /// compressing it here. `missing` lists the runs of pixels (first, count; row-major) that
+    /// carry no data (incomplete frame); they are flagged in a per-frame mask.
     pub fn write_frame(&mut self, frame_number: u64, pixels: &[u8], missing: &[(usize, usize)]) -> Result<(), SinkError> {
         let want = self.meta.image_bytes();
         if pixels.len() != want {
@@ -158,11 +167,15 @@ impl NxmxWriter {
     }
 
     /// Appends a frame already compressed as a chunk of the series' codec and pixel type.
-    /// `missing` as in [`NxmxWriter::write_frame`] (byte ranges of the raw 16-bit image: the
-    /// mask is per pixel whatever the type).
+    /// `missing` as in [`NxmxWriter::write_frame`]; a run outside the image is refused
+    /// (nothing of the frame is written, and writing goes on).
     pub fn write_chunk(&mut self, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)]) -> Result<(), SinkError> {
         if self.failed {
             return Err(SinkError::Stopped { path: self.data_path() });
+        }
+        let pixels = self.meta.geometry.height() * self.meta.geometry.width();
+        if let Some(&(start, len)) = missing.iter().find(|&&(s, n)| s.checked_add(n).is_none_or(|end| end > pixels)) {
+            return Err(SinkError::MissingPixels { frame: frame_number, start, len, pixels });
         }
         if let Some(free) = self.short_of_space(chunk.len()) {
             let cause = format!("{} ({free} bytes free for a {}-byte frame)", std::io::Error::from_raw_os_error(libc::ENOSPC), chunk.len());
@@ -176,6 +189,10 @@ impl NxmxWriter {
             Ok(bytes) => self.bytes_written += bytes,
             Err(e) => return Err(self.fail(frame_number, e)),
         }
+        if file.frames() == 1 {
+            self.first_chunk.clear();
+            self.first_chunk.extend_from_slice(chunk);
+        }
         self.numbers.push(frame_number);
         if self.last_flush.elapsed() >= FLUSH_EVERY {
             self.last_flush = Instant::now();
@@ -186,10 +203,14 @@ impl NxmxWriter {
         Ok(())
     }
 
-    /// Opens the first data file, or closes a full one and opens the next.
+    /// Opens the first data file, or closes a full one and opens the next (not after a
+    /// closed one failed to read back: the next would fail the same way).
     fn roll(&mut self) -> hdf5::Result<()> {
         if self.current.as_ref().is_some_and(|f| f.frames() >= self.meta.images_per_file) {
             self.close_current()?;
+            if let Some(why) = &self.unreadable {
+                return Err(hdf5::Error::from(why.clone()));
+            }
         }
         if self.current.is_none() {
             self.current = Some(DataFile::create(&self.data_path(), &self.meta, self.numbers.len() as u64)?);
@@ -204,6 +225,10 @@ impl NxmxWriter {
         let (frames, incomplete, untrimmed) = f.finish(failed)?;
         self.incomplete.extend_from_slice(&incomplete);
         self.untrimmed = self.untrimmed.take().or(untrimmed);
+        if frames > 0 && self.unreadable.is_none() {
+            let path = self.master.with_file_name(&file);
+            self.unreadable = crate::readback::first_frame(&path, &self.meta, &self.first_chunk).err();
+        }
         self.parts.push(Part { file, frames, incomplete: incomplete.len() as u64 });
         Ok(())
     }
@@ -242,6 +267,7 @@ impl NxmxWriter {
             frames: self.parts.iter().map(|p| p.frames).sum(),
             data_files: self.parts.iter().map(|p| dir.join(&p.file)).collect(),
             untrimmed: self.untrimmed,
+            unreadable: self.unreadable,
         })
     }
 }
@@ -258,4 +284,7 @@ pub struct Closed {
     /// `/entry/data/data` then has one row more than its `frame_number` (the failed
     /// frame's, not data); the master's virtual dataset leaves it out.
     pub untrimmed: Option<String>,
+    /// A data file whose first frame, read back through HDF5 after it was closed, was not
+    /// the frame written: why (its frames are in the file, but readers would not see them).
+    pub unreadable: Option<String>,
 }

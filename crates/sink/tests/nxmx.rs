@@ -1,6 +1,6 @@
-//! The writer's file reads back through the HDF5 library (the chunks are opaque to it
-//! without the plugin, so the chunk bytes are read raw and decoded here; h5py + hdf5plugin
-//! decode them in the Python end-to-end tests).
+//! The writer's file reads back through the HDF5 library: the chunk bytes are read raw and
+//! decoded here (apart from the filter rdaq registers; h5py + hdf5plugin decode them in the
+//! Python end-to-end tests).
 
 use rdaq_process::bitshuffle::{decompress, Codec};
 use rdaq_process::spots::Spot;
@@ -38,7 +38,7 @@ fn frames_and_tables_land_in_the_file() {
     let mut wr = NxmxWriter::create(&path, &m).unwrap();
     let frames: Vec<Vec<u8>> = (0..40u32).map(|f| (0..h * w * 2).map(|i| ((i as u32 * 7 + f) % 251) as u8).collect()).collect();
     for (i, f) in frames.iter().enumerate() {
-        let missing = if i == 5 { vec![(256, 512)] } else { vec![] };
+        let missing = if i == 5 { vec![(128, 256)] } else { vec![] };
         wr.write_frame(1000 + i as u64, f, &missing).unwrap();
     }
     assert!(wr.write_frame(0, &frames[0][..10], &[]).is_err(), "wrong size is refused");
@@ -118,6 +118,37 @@ fn converted_frames_and_spot_lists() {
             let y: Vec<f32> = file.dataset("entry/result_1/peakYPosRaw").unwrap().read_raw().unwrap();
             assert_eq!(y[257 * 4], 257.0);
         }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The mask of missing pixels is per pixel whatever the pixel type (1, 2 and 4 bytes, signed,
+/// unsigned and float), and a run outside the image is refused, not written.
+#[test]
+fn missing_pixels_are_masked_for_every_pixel_type() {
+    let dir = std::env::temp_dir().join(format!("rdaq-sink-mask-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let geometry = rdaq_detector::Geometry::new(1, 1, 0, 0).unwrap().with_module_size(1030, 514);
+    let pixels = 1030 * 514;
+    let types = [PixelType::Counts(4), PixelType::Counts(8), PixelType::Counts(12), PixelType::Counts(32), PixelType::Raw, PixelType::Photons16, PixelType::Photons32, PixelType::Kev, PixelType::Fields];
+    for (k, pixel) in types.into_iter().enumerate() {
+        let path = dir.join(format!("m{k}_master.h5"));
+        let m = NxmxMeta { geometry, pixel, max_spots: 0, ..meta() };
+        let mut wr = NxmxWriter::create(&path, &m).unwrap();
+        let img = vec![0u8; m.image_bytes()];
+        // the last pixels of the image, and a run in its first row
+        let missing = [(7, 3), (pixels - 1030, 1030)];
+        wr.write_frame(0, &img, &missing).unwrap();
+        let e = wr.write_frame(1, &img, &[(pixels - 2, 3)]).unwrap_err();
+        assert!(matches!(e, rdaq_sink::SinkError::MissingPixels { frame: 1, .. }), "{e}");
+        let closed = wr.finish().unwrap();
+        assert_eq!(closed.frames, 1, "{pixel:?}: the refused frame was not written");
+        let df = hdf5::File::open(&closed.data_files[0]).unwrap();
+        let (_, raw) = read_chunk(&df.dataset("entry/data/incomplete_pixel_mask").unwrap(), 0);
+        let mask: Vec<u32> = decompress(&raw, 4, Codec::Lz4).unwrap().chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        let set: Vec<usize> = (0..pixels).filter(|&i| mask[i] == 2).collect();
+        let want: Vec<usize> = (7..10).chain(pixels - 1030..pixels).collect();
+        assert_eq!(set, want, "{pixel:?}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

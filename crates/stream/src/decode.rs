@@ -182,7 +182,7 @@ fn image(m: &Map) -> Result<Image, DecodeError> {
         for run in runs {
             let pair = run.as_array().filter(|p| p.len() == 2).ok_or(DecodeError::Field("missing_pixels"))?;
             let n = |v: &Value| v.as_integer().and_then(|i| usize::try_from(i).ok()).ok_or(DecodeError::Field("missing_pixels"));
-            img.missing.push((n(&pair[0])? * 2, n(&pair[1])? * 2));
+            img.missing.push((n(&pair[0])?, n(&pair[1])?));
         }
         if let Some(s) = get(r, "spots").and_then(|v| v.as_map()) {
             img.spots = Some(spots(s)?);

@@ -202,8 +202,8 @@ impl Encoder {
         c.h(Header::Array(Some(info.missing.len())));
         for &(start, len) in info.missing {
             c.h(Header::Array(Some(2)));
-            c.h(Header::Positive(start as u64 / 2));
-            c.h(Header::Positive(len as u64 / 2));
+            c.h(Header::Positive(start as u64));
+            c.h(Header::Positive(len as u64));
         }
         if let Some((spots, hit)) = info.spots {
             c.map("spots", 5);
@@ -263,7 +263,7 @@ mod tests {
         assert!(matches!(get(&s, "arm_date"), Value::Tag(0, _)));
         let chunk = [1u8, 2, 3, 4, 5];
         let spots = [Spot { x: 1.5, y: 2.5, intensity: 30.0, pixels: 4 }];
-        let info = ImageInfo { image_id: 3, frame_number: 42, missing: &[(4, 8)], spots: Some((&spots, true)), time_ns: (10, 20) };
+        let info = ImageInfo { image_id: 3, frame_number: 42, missing: &[(2, 4)], spots: Some((&spots, true)), time_ns: (10, 20) };
         let i = decode(e.image(&info, &chunk));
         assert_eq!(get(&i, "image_id"), &Value::Integer(3.into()));
         let data = get(&i, "data").as_map().unwrap();
