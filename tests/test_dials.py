@@ -110,3 +110,55 @@ def test_a_rotation_series_imports_as_one_sweep(rdaq, tmp_path):
     assert "sweep:    1" in out and "num stills: 0" in out, out
     show = dials("dials.show", "imported.expt", cwd=tmp_path)
     assert "oscillation:   {10,0.1}" in show and "number of images:   12" in show, show
+
+
+@pytest.mark.skipif(shutil.which("dials.import") is None, reason="DIALS is installed by scripts/setup.sh")
+def test_dials_imports_an_eiger_module_with_gap_pixels(rdaq, tmp_path):
+    """Each module's data_size is its image with the chip gap pixels (514 x 1030): DIALS
+    refused [514, 1024] for 1030-wide modules."""
+    import test_eiger as te
+    from conftest import send_udp
+    streams = te.capture("eiger_10g_dr16")
+    s, out = te.receive(rdaq, tmp_path, 2, ["--detector", "eiger", "--gap-pixels"],
+                        send=lambda ports: send_udp([(p, ports[i]) for i, st in enumerate(streams) for p in st]))
+    assert s["frames_complete"] == 2
+    with h5py.File(out, "r") as f:
+        assert f["entry/instrument/detector/module_0/data_size"][:].tolist() == [514, 1030]
+    dials("dials.import", out, cwd=tmp_path)
+    dump = subprocess.run(["/usr/bin/python3", HERE / "dials_dump.py", "imported.expt"], capture_output=True, text=True, cwd=tmp_path, check=True)
+    seen = json.loads(dump.stdout)
+    assert seen["images"] == 2 and [p["image_size"] for p in seen["panels"]] == [[1030, 514]]
+    assert seen["panels"][0]["pixel_size"] == pytest.approx([0.075, 0.075])
+
+
+@pytest.mark.skipif(shutil.which("dials.import") is None, reason="DIALS is installed by scripts/setup.sh")
+def test_dials_imports_eiger_modules_side_by_side(rdaq, tmp_path):
+    """Two EIGER modules with gap pixels side by side: one panel each, in place, with the chip
+    gaps in each panel's static mask. Debian 12's dxtbx cannot take the pixel mask of
+    modules side by side (any detector's: a column slice of the mask is not contiguous, a
+    bug dxtbx fixed upstream); the import then fails with exactly that error, and the file
+    imports with the upstream fix applied (tests/dials_import_fixed.py)."""
+    import test_eiger as te
+    from conftest import send_udp
+    streams = te.capture("eiger_10g_dr16")
+    datagrams = [te.moved(p, 0, c) for c in (0, 2) for st in streams for p in st]
+    s, out = te.receive(rdaq, tmp_path, 2, ["--detector", "eiger", "--modules", "2", "--module-cols", "2", "--gap-pixels"], ports=8,
+                        send=lambda ports: send_udp([(d, ports[k % 8]) for k, d in enumerate(datagrams)]))
+    assert s["frames_complete"] == 2
+    with h5py.File(out, "r") as f:
+        det = f["entry/instrument/detector"]
+        assert f["entry/data/data"].shape[1:] == (514, 2 * 1030 + 8)
+        assert [det[f"module_{m}/data_size"][:].tolist() for m in range(2)] == [[514, 1030]] * 2
+        assert [det[f"module_{m}/data_origin"][:].tolist() for m in range(2)] == [[0, 0], [0, 1038]]
+        px = det["x_pixel_size"][()] * 1e3
+    env = dict(os.environ, HDF5_PLUGIN_PATH=hdf5plugin.PLUGIN_PATH)
+    r = subprocess.run(["dials.import", str(out)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert r.returncode == 0 or "non-c-contiguous" in r.stdout + r.stderr, r.stdout + r.stderr
+    fixed = subprocess.run(["/usr/bin/python3", HERE / "dials_import_fixed.py", str(out)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    seen = json.loads(fixed.stdout.strip().splitlines()[-1])
+    assert seen["images"] == 2
+    assert [p["image_size"] for p in seen["panels"]] == [[1030, 514], [1030, 514]]
+    # the second panel starts 1038 pixels further along the fast axis
+    assert seen["panels"][1]["origin"][0] - seen["panels"][0]["origin"][0] == pytest.approx(1038 * px)
+    assert seen["masked"] == [1030 * 514 - 1024 * 512] * 2, "the chip gap pixels"

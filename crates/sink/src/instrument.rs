@@ -5,7 +5,6 @@
 //! beam, so that DIALS builds the detector model from the file alone.
 
 use hdf5::{File, Group};
-use rdaq_detector::MODULE_COLS;
 
 use crate::meta::{NxmxMeta, PixelType};
 use crate::nexus::{axis, f64_ds, nx_group, str_attr, str_ds, Axis};
@@ -107,7 +106,7 @@ fn module_group(det: &Group, meta: &NxmxMeta, m: u16) -> hdf5::Result<()> {
     let mg = nx_group(det, &format!("module_{m}"), "NXdetector_module")?;
     let (r0, c0) = g.origin(m);
     mg.new_dataset::<i32>().shape(2).create("data_origin")?.write(&[r0 as i32, c0 as i32])?;
-    mg.new_dataset::<i32>().shape(2).create("data_size")?.write(&[g.module_height as i32, MODULE_COLS as i32])?;
+    mg.new_dataset::<i32>().shape(2).create("data_size")?.write(&[g.module_height as i32, g.module_width as i32])?;
     // the module's first pixel relative to the beam centre, with the fast axis along -x
     // and the slow axis along -y
     let px = meta.pixel_size_m;
