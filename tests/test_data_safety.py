@@ -68,3 +68,69 @@ def test_a_full_disk_keeps_what_was_written(rdaq, small_disk, tmp_path):
         assert f["entry/data/data"].shape[0] == s["frames_written"]
         assert f["entry/data/frame_complete"][:].all()
     assert not list(small_disk.glob(".*reserve")), "the space held back is given back"
+
+
+def test_runs_started_together_into_one_directory_get_their_own_names(rdaq, tmp_path):
+    """Run names are claimed atomically: three runs started at once write three series."""
+    out = tmp_path / "out"
+    out.mkdir()
+    procs = [subprocess.Popen([str(rdaq), "run", "--raw", "--frames", "5", "--stream", "none", "--preview", "none", "--out", str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    results = [p.communicate(timeout=120) for p in procs]
+    for p, (o, e) in zip(procs, results):
+        assert p.returncode == 0, o + e
+    masters = [line.split(":", 1)[1].strip() for o, _ in results for line in o.splitlines() if line.startswith("output")]
+    assert len(set(masters)) == 3, masters
+    for m in masters:
+        assert sorted(frames_in(m)) == list(range(5)), m
+
+
+def test_a_link_at_an_output_name_is_never_followed(rdaq, tmp_path):
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    target = elsewhere / "theirs.h5"
+    (out / "rdaq_run_data_000001.h5").symlink_to(target)  # dangling
+    r = run(rdaq, out, "--frames", "3", "--stream", "none")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "this run is rdaq_run_000002" in r.stderr, "a link takes the name like a file"
+    assert not target.exists(), "nothing was created where the link points"
+    # --overwrite replaces files, never a link or what it points to
+    target.write_bytes(b"theirs")
+    r = run(rdaq, out, "--frames", "3", "--stream", "none", "--overwrite")
+    assert r.returncode == 2 and "symbolic link" in r.stderr and "rdaq_run_data_000001.h5" in r.stderr, r.stderr
+    assert target.read_bytes() == b"theirs"
+    r = subprocess.run([str(rdaq), "receive", "--port", "0", "--frames", "1", "--timeout-s", "1", "--stream", "none",
+                        "--out", str(out / "rdaq_run.h5"), "--overwrite"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "symbolic link" in r.stderr, r.stderr
+    assert target.read_bytes() == b"theirs"
+
+
+def test_files_named_on_the_command_line_are_not_replaced_without_overwrite(rdaq, tmp_path):
+    out = tmp_path / "out"
+    r = run(rdaq, out, "--frames", "4", "--stream", "none")
+    assert r.returncode == 0, r.stdout + r.stderr
+    master = out / "rdaq_run_master.h5"
+    existing = tmp_path / "existing"
+    existing.write_bytes(b"keep me")
+    cal = tmp_path / "cal.h5"
+    assert subprocess.run([str(rdaq), "process", "pedestal", "--input", str(master), "--output", str(cal)], capture_output=True, timeout=60).returncode == 0
+    commands = [
+        ["process", "pedestal", "--input", str(master), "--output", str(existing)],
+        ["process", "convert", "--input", str(master), "--calibration", str(cal), "--output", str(existing)],
+        ["process", "spots", "--input", str(master), "--output", str(existing)],
+        ["preview", "--file", str(master), "--png", str(existing)],
+        ["receive", "--port", "0", "--frames", "1", "--timeout-s", "1", "--stream", "none", "--buffers-out", str(existing)],
+        ["receive", "--port", "0", "--frames", "1", "--timeout-s", "1", "--stream", "none", "--summary-json", str(existing)],
+        ["run", "--raw", "--frames", "2", "--stream", "none", "--out", str(tmp_path / "o2"), "--summary-json", str(existing)],
+    ]
+    for cmd in commands:
+        r = subprocess.run([str(rdaq), *cmd], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, (cmd, r.stdout + r.stderr)
+        assert f"{existing} exists" in r.stderr and "--overwrite" in r.stderr, (cmd, r.stderr)
+        assert existing.read_bytes() == b"keep me", cmd
+    for cmd in commands[:4]:
+        r = subprocess.run([str(rdaq), *cmd, "--overwrite"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (cmd, r.stdout + r.stderr)
+        assert existing.read_bytes() != b"keep me", cmd
+        existing.write_bytes(b"keep me")

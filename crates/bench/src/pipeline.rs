@@ -142,7 +142,7 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64) -> an
     let slots = (workers + bands + 2) * setup.ring_frames + 8;
     let (rx, mut placer) = Receiver::in_memory(cfg.detector.modules, MODULE_BYTES as u64, slots)?;
     let kinds = fill(&mut placer, pool);
-    let mut writer = NxmxWriter::create(&dir.join(format!("w{workers}_master.h5")), &meta)?;
+    let mut writer = NxmxWriter::create(&dir.join(format!("w{workers}_master.h5")), &meta, true)?;
     let bar = indicatif::ProgressBar::hidden();
     let t0 = Instant::now();
     let (report, frames) = std::thread::scope(|s| {

@@ -71,7 +71,7 @@ fn series(dir: &Path, chunks: &[Vec<u8>], n: u64, per_file: usize) -> anyhow::Re
     meta.number_of_images = Some(n);
     let master = dir.join("bench_master.h5");
     let t0 = Instant::now();
-    let mut w = NxmxWriter::create(&master, &meta)?;
+    let mut w = NxmxWriter::create(&master, &meta, true)?;
     for i in 0..n {
         w.write_chunk(i, &chunks[(i % chunks.len() as u64) as usize], &[])?;
     }

@@ -218,7 +218,7 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     let det_stop: serde_json::Value = s.api.send("POST", s.det_ctl, "/stop", &serde_json::json!({})).context("stopping the detector")?;
     let frames = frames_expected(&a, &s, &det_stop);
     let manifest = s.api.text(s.det_ctl, "/manifest").context("detector manifest")?;
-    std::fs::write(a.out.join("manifest.csv"), manifest)?;
+    rdaq_run::outputs::write_file(&a.out.join("manifest.csv"), manifest.as_bytes(), a.overwrite)?;
     det_feed.pull(&s.api, &s.shared)?;
     let g = s.gather(&c, &mut w, &mut feeds, &det_feed.events)?;
     let (frames_complete, frames_lost) = tally(frames, &c.epochs, &w.dead, &g.reported);
@@ -475,13 +475,13 @@ impl<'a> Session<'a> {
             events_out.push_str(&serde_json::to_string(e)?);
             events_out.push('\n');
         }
-        std::fs::write(self.a.out.join("events.jsonl"), events_out)?;
+        rdaq_run::outputs::write_file(&self.a.out.join("events.jsonl"), events_out.as_bytes(), self.a.overwrite)?;
         Ok(g)
     }
 
     /// Writes the report and shows it on the manager's API.
     fn publish(&self, report: &Report, lost: bool) -> anyhow::Result<()> {
-        std::fs::write(self.a.out.join("report.json"), serde_json::to_string_pretty(report)?)?;
+        rdaq_run::outputs::write_file(&self.a.out.join("report.json"), serde_json::to_string_pretty(report)?.as_bytes(), self.a.overwrite)?;
         let mut b = lock(&self.shared);
         b.report = Some(serde_json::to_value(report)?);
         b.lost = Some(lost);

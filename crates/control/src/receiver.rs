@@ -238,12 +238,15 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         None => None,
     };
     let series = path.as_deref().map(rdaq_run::outputs::series_files);
-    if let Some(p) = series.iter().flatten().find(|p| p.exists() && !req.overwrite) {
+    if let Some(p) = series.iter().flatten().find(|p| rdaq_sink::claim::taken(p) && !req.overwrite) {
         return Err(conflict(format!("output: {} exists: the receiver does not overwrite data (start with \"overwrite\": true to replace it)", p.display())));
     }
     let meta = rdaq_sink::NxmxMeta::receiver(geometry);
     let writer = match &path {
-        Some(p) => Some(NxmxWriter::create(p, &meta).map_err(|e| bad(format!("output: {e}")))?),
+        Some(p) => Some(NxmxWriter::create(p, &meta, req.overwrite).map_err(|e| match e {
+            rdaq_sink::SinkError::Claim(c) => conflict(format!("output: {c}")),
+            e => bad(format!("output: {e}")),
+        })?),
         None => None,
     };
     let stream = Stream::open(stream_cfg.as_ref(), None, &meta, events_series(&events)).map_err(|e| internal(format!("stream: {e:#}")))?;

@@ -139,7 +139,7 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     outputs::refuse_existing(a.manifest.as_deref(), a.overwrite)?;
     let r = rdaq_emulator::run(&cfg, &single_receiver_dtps(&map, a.target), progress)?;
     if let Some(m) = &a.manifest {
-        write_manifest(m, &r.manifest)?;
+        write_manifest(m, &r.manifest, a.overwrite)?;
     }
     let secs = r.elapsed.as_secs_f64();
     println!(

@@ -35,6 +35,30 @@ pub struct Input {
     dataset: String,
 }
 
+/// The file a processing step writes.
+#[derive(clap::Args)]
+pub struct Output {
+    /// The HDF5 file to write (refused if it exists, unless --overwrite).
+    #[arg(long)]
+    output: PathBuf,
+    /// Replace the --output file if it exists.
+    #[arg(long)]
+    overwrite: bool,
+}
+
+impl Output {
+    /// Refuses, before any work, an output that exists (unless --overwrite) or is a link.
+    fn check(&self) -> anyhow::Result<()> {
+        rdaq_run::outputs::refuse_existing([self.output.as_path()], self.overwrite)
+    }
+
+    /// Claims the output's name for HDF5 to create it (never through a link).
+    fn claim(&self) -> anyhow::Result<&Path> {
+        rdaq_sink::claim::claim(&self.output, self.overwrite)?;
+        Ok(&self.output)
+    }
+}
+
 #[derive(clap::Args)]
 pub struct ConvertArgs {
     #[command(flatten)]
@@ -42,8 +66,8 @@ pub struct ConvertArgs {
     /// Calibration file (see docs/processing.md).
     #[arg(long)]
     calibration: PathBuf,
-    #[arg(long)]
-    output: PathBuf,
+    #[command(flatten)]
+    out: Output,
     /// Photon counts for this photon energy (keV) instead of keV.
     #[arg(long)]
     photon_kev: Option<f32>,
@@ -64,8 +88,8 @@ pub struct ConvertArgs {
 pub struct PedestalArgs {
     #[command(flatten)]
     input: Input,
-    #[arg(long)]
-    output: PathBuf,
+    #[command(flatten)]
+    out: Output,
     /// Gain stage of the dark run: 0, 1 or 2 (G1 and G2 need forced gain switching).
     #[arg(long, default_value_t = 0)]
     stage: u8,
@@ -91,8 +115,8 @@ pub struct PedestalArgs {
 pub struct SpotsArgs {
     #[command(flatten)]
     input: Input,
-    #[arg(long)]
-    output: PathBuf,
+    #[command(flatten)]
+    out: Output,
     /// local (local SNR) or peakfinder8.
     #[arg(long, default_value = "local")]
     finder: String,
@@ -183,6 +207,11 @@ fn radius_map(a: &SpotsArgs, rows: usize, cols: usize) -> anyhow::Result<Vec<f32
 }
 
 pub fn process(cmd: ProcessCmd) -> anyhow::Result<()> {
+    match &cmd {
+        ProcessCmd::Convert(a) => a.out.check()?,
+        ProcessCmd::Pedestal(a) => a.out.check()?,
+        ProcessCmd::Spots(a) => a.out.check()?,
+    }
     match cmd {
         ProcessCmd::Convert(a) => convert(a),
         ProcessCmd::Pedestal(a) => pedestal(a),
@@ -203,7 +232,8 @@ fn convert(a: ConvertArgs) -> anyhow::Result<()> {
     }
     let conv = Converter::new(cal.cal, InvalidGain::parse(&a.invalid_gain)?)?;
     let codec = Codec::parse(&a.codec, a.zstd_level)?;
-    let out = hdf5::File::create(&a.output).with_context(|| format!("cannot create {}", a.output.display()))?;
+    let path = a.out.claim()?;
+    let out = hdf5::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let g = out.create_group("entry")?.create_group("data")?;
     let (r, c) = (frames.rows, frames.cols);
     let ds = match (a.photon_kev, a.counts.as_str()) {
@@ -237,7 +267,7 @@ fn convert(a: ConvertArgs) -> anyhow::Result<()> {
         rdaq_sink::write_chunk(&ds, i, &chunk)?;
     }
     out.flush()?;
-    eprintln!("rdaq process convert: {} frames -> {}", frames.frames, a.output.display());
+    eprintln!("rdaq process convert: {} frames -> {}", frames.frames, a.out.output.display());
     Ok(())
 }
 
@@ -297,8 +327,8 @@ fn pedestal_with<S: Sum>(a: PedestalArgs) -> anyhow::Result<()> {
     }
     p.mask(a.min_frames.unwrap_or(a.window), a.max_rms, &mut base.cal.mask);
     let masked = base.cal.mask.iter().filter(|&&m| m != 0).count();
-    base.save(&a.output)?;
-    eprintln!("rdaq process pedestal: G{} from {} dark frames (window {}), {masked} of {px} pixels masked -> {}", a.stage, frames.frames, a.window, a.output.display());
+    base.save(a.out.claim()?)?;
+    eprintln!("rdaq process pedestal: G{} from {} dark frames (window {}), {masked} of {px} pixels masked -> {}", a.stage, frames.frames, a.window, a.out.output.display());
     Ok(())
 }
 
@@ -344,8 +374,8 @@ fn spots(a: SpotsArgs) -> anyhow::Result<()> {
         }
         all.push(found.clone());
     }
-    write_spot_file(&a.output, &all)?;
-    eprintln!("rdaq process spots: {} frames, {} spots -> {}", frames.frames, all.iter().map(Vec::len).sum::<usize>(), a.output.display());
+    write_spot_file(a.out.claim()?, &all)?;
+    eprintln!("rdaq process spots: {} frames, {} spots -> {}", frames.frames, all.iter().map(Vec::len).sum::<usize>(), a.out.output.display());
     Ok(())
 }
 

@@ -26,9 +26,13 @@ pub struct PreviewArgs {
     /// How long to wait for an image on the stream.
     #[arg(long, default_value_t = 10.0)]
     timeout_s: f64,
+    /// Replace the --png file if it exists.
+    #[arg(long)]
+    overwrite: bool,
 }
 
 pub fn preview(a: PreviewArgs) -> anyhow::Result<()> {
+    rdaq_run::outputs::refuse_existing([a.png.as_path()], a.overwrite)?;
     let p = match (&a.from, &a.file) {
         (Some(endpoint), _) => {
             anyhow::ensure!(a.timeout_s > 0.0 && a.timeout_s.is_finite(), "--timeout-s must be positive");
@@ -38,7 +42,7 @@ pub fn preview(a: PreviewArgs) -> anyhow::Result<()> {
         (None, None) => unreachable!("clap requires a source"),
     };
     let picture = render(&Shown { width: p.width, height: p.height, values: &p.values, spots: &p.spots, pixel_size_m: p.pixel_size_m });
-    let out = std::fs::File::create(&a.png).with_context(|| format!("cannot create {}", a.png.display()))?;
+    let out = rdaq_sink::claim::create(&a.png, a.overwrite)?;
     write_png(&picture, std::io::BufWriter::new(out)).with_context(|| format!("cannot write {}", a.png.display()))?;
     println!("preview: frame {}, {} x {} pixels, {} spots -> {}", p.frame_number, p.width, p.height, p.spots.len(), a.png.display());
     Ok(())

@@ -153,10 +153,11 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     }
     let Setup { rcfg, geometry, decoder, meta } = receiver_config(&a)?;
     let series = a.out.as_deref().map(outputs::series_files);
-    outputs::refuse_existing(series.iter().flatten().map(PathBuf::as_path), a.overwrite)?;
+    let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.summary_json.as_deref());
+    outputs::refuse_existing(named, a.overwrite)?;
     let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
     if let Some(p) = &a.buffers_out {
-        std::fs::write(p, serde_json::to_string_pretty(rx.buffer_map())?).with_context(|| format!("cannot write {}", p.display()))?;
+        outputs::write_file(p, serde_json::to_string_pretty(rx.buffer_map())?.as_bytes(), a.overwrite)?;
     }
     let ports: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(a.bind, p)).collect();
     let slots = rx.buffer_map().buffers.len();
@@ -181,7 +182,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
 
     sum.print();
     if let Some(p) = a.summary_json {
-        sum.write_json(&p)?;
+        sum.write_json(&p, a.overwrite)?;
     }
     check_guards(&rx)?;
     if counters.datagrams == 0 && a.bind.is_loopback() {
@@ -318,7 +319,7 @@ fn open_output(a: &ReceiveArgs, meta: &NxmxMeta) -> anyhow::Result<Option<NxmxWr
         let frame = meta.image_bytes() as u64;
         outputs::warn_if_short(dir, n * frame, &format!("{n} frames of {:.1} MB before compression", frame as f64 / 1e6));
     }
-    let w = NxmxWriter::create(p, meta)?;
+    let w = NxmxWriter::create(p, meta, a.overwrite)?;
     outputs::warn_without_reserve(&w, p);
     Ok(Some(w))
 }

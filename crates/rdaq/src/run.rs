@@ -132,6 +132,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         cfg.process.mode = "raw".into();
     }
     cfg.check()?;
+    rdaq_run::outputs::refuse_existing(a.summary_json.as_deref(), cfg.output.overwrite)?;
     let control = Arc::new(Control::default());
     let interrupts = on_interrupt(control.clone());
     if let Some(t) = &a.topology {
@@ -148,7 +149,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let sum = rdaq_run::run::run(&cfg, control, board, &progress_bar(Some(cfg.emulator.frames), "run"))?;
     sum.print();
     if let Some(p) = a.summary_json {
-        sum.write_json(&p)?;
+        sum.write_json(&p, cfg.output.overwrite)?;
     }
     if let Some(v) = view {
         v.finish(serde_json::json!({ "lost": sum.lost(), "summary": sum }));

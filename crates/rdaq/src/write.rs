@@ -62,11 +62,12 @@ pub fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
         overwrite: a.overwrite,
         idle_timeout,
     };
+    rdaq_run::outputs::refuse_existing(a.summary_json.as_deref(), a.overwrite)?;
     eprintln!("rdaq write: waiting for a series from {}", o.from);
     let report = write_series(&o, &stop, &progress_bar(None, "write"))?;
     report.print();
     if let Some(p) = a.summary_json {
-        std::fs::write(&p, serde_json::to_string_pretty(&report)?).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
+        rdaq_run::outputs::write_file(&p, serde_json::to_string_pretty(&report)?.as_bytes(), a.overwrite)?;
     }
     if report.complete() {
         return Ok(ExitCode::SUCCESS);

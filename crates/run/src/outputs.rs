@@ -1,26 +1,37 @@
 //! Output files and the rule that protects them: rdaq never overwrites data unless told to
-//! (`--overwrite`). A file named on the command line that exists is refused before anything
-//! starts (exit 2); `rdaq run`, whose file names come from a run name, numbers the run
-//! instead (`rdaq_run_000002`). The free space is checked against what a run may write, and
-//! a data file that would hold no frame is not kept.
+//! (`--overwrite`), and never writes through a symbolic link. A file named on the command
+//! line that exists (a dangling link too) is refused before anything starts (exit 2); `rdaq
+//! run`, whose file names come from a run name, numbers the run instead (`rdaq_run_000002`),
+//! claiming the name atomically ([`rdaq_sink::claim`]) so that two runs started together get
+//! two names. The free space is checked against what a run may write, and a data file that
+//! would hold no frame is not kept.
 
 use std::path::{Path, PathBuf};
 
-use anyhow::bail;
+use rdaq_sink::claim::{self, ClaimError};
+use rdaq_sink::SinkError;
 
 use crate::consume::ConsumeStats;
 
-/// Fails, naming the file, when one of `paths` exists and `overwrite` is off.
+/// Fails, naming the file, when one of `paths` is a symbolic link, or exists and
+/// `overwrite` is off. (The files are claimed again when they are created: this is the
+/// early, friendly refusal before anything starts.)
 pub fn refuse_existing<'a>(paths: impl IntoIterator<Item = &'a Path>, overwrite: bool) -> anyhow::Result<()> {
-    if overwrite {
-        return Ok(());
-    }
     for p in paths {
-        if p.exists() {
-            bail!("{} exists: rdaq does not overwrite data (choose another name, or add --overwrite to replace it)", p.display());
+        if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(ClaimError::Link(p.to_owned()).into());
+        }
+        if !overwrite && claim::taken(p) {
+            return Err(ClaimError::Exists(p.to_owned()).into());
         }
     }
     Ok(())
+}
+
+/// Writes `bytes` to the output file `path` named on the command line: a new file, or with
+/// `overwrite` replacing a regular one; never through a link.
+pub fn write_file(path: &Path, bytes: &[u8], overwrite: bool) -> anyhow::Result<()> {
+    Ok(claim::write(path, bytes, overwrite)?)
 }
 
 /// The files of the series whose master is `master` that an earlier run would have left:
@@ -29,17 +40,25 @@ pub fn series_files(master: &Path) -> [PathBuf; 2] {
     [master.to_owned(), master.with_file_name(rdaq_sink::data_file_name(master, 1))]
 }
 
-/// The run name whose files (`<name><suffix>` in `dir` for each suffix) do not exist yet:
-/// `name` itself, else `name_000002`, `name_000003`, ...; with `overwrite`, `name`.
-pub fn free_run_name(dir: &Path, name: &str, suffixes: &[&str], overwrite: bool) -> String {
-    let taken = |n: &str| suffixes.iter().any(|s| dir.join(format!("{n}{s}")).exists());
-    if overwrite || !taken(name) {
-        return name.to_string();
+/// Claims the first run name whose files (`<name><suffix>` in `dir`) are all free: `name`
+/// itself, else `name_000002`, `name_000003`, ...; with `overwrite`, `name`. `create` makes
+/// the series of a candidate's master (`<name>_master.h5`) and claims its name exclusively:
+/// when another process got there first it fails with a [`ClaimError::Exists`], and the
+/// next number is tried. Returns the name and what `create` made.
+pub fn claim_run<T>(dir: &Path, name: &str, suffixes: &[&str], overwrite: bool, mut create: impl FnMut(&Path) -> Result<T, SinkError>) -> anyhow::Result<(String, T)> {
+    let free = |n: &str| !suffixes.iter().any(|s| claim::taken(&dir.join(format!("{n}{s}"))));
+    let candidates = std::iter::once(name.to_string()).chain((2u32..=999_999).map(|k| format!("{name}_{k:06}")));
+    for n in candidates.filter(|n| overwrite || free(n)) {
+        if overwrite {
+            // replaced files must be files: a link of the run's names is refused before it starts
+            refuse_existing(suffixes.iter().map(|s| dir.join(format!("{n}{s}"))).collect::<Vec<_>>().iter().map(PathBuf::as_path), true)?;
+        }
+        match create(&dir.join(format!("{n}_master.h5"))) {
+            Err(SinkError::Claim(ClaimError::Exists(_))) if !overwrite => continue,
+            r => return Ok((n, r?)),
+        }
     }
-    (2u32..)
-        .map(|k| format!("{name}_{k:06}"))
-        .find(|n| !taken(n))
-        .expect("some run number is free")
+    anyhow::bail!("{}: every run number of {name} is taken", dir.display())
 }
 
 /// Warns when the filesystem holding `dir` has less free space than `need` bytes (`what`
@@ -97,21 +116,51 @@ pub fn close(w: rdaq_sink::NxmxWriter, stats: &mut ConsumeStats) -> anyhow::Resu
 mod tests {
     use super::*;
 
+    /// What `claim_run` hands `create`: a claim of the master's name, as the writer makes.
+    fn claim_master(p: &Path) -> Result<PathBuf, SinkError> {
+        claim::claim(p, false)?;
+        Ok(p.to_owned())
+    }
+
     #[test]
     fn runs_are_numbered_and_named_files_refused() {
         let dir = std::env::temp_dir().join(format!("rdaq-outputs-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let sfx = [".h5", "_manifest.csv"];
-        assert_eq!(free_run_name(&dir, "run", &sfx, false), "run");
-        std::fs::write(dir.join("run_manifest.csv"), "x").unwrap();
-        assert_eq!(free_run_name(&dir, "run", &sfx, false), "run_000002");
-        std::fs::write(dir.join("run_000002.h5"), "x").unwrap();
-        assert_eq!(free_run_name(&dir, "run", &sfx, false), "run_000003");
-        assert_eq!(free_run_name(&dir, "run", &sfx, true), "run");
-        let e = refuse_existing([dir.join("run_000002.h5").as_path()], false).unwrap_err().to_string();
-        assert!(e.contains("run_000002.h5 exists") && e.contains("--overwrite"), "{e}");
-        refuse_existing([dir.join("run_000002.h5").as_path()], true).unwrap();
+        let sfx = ["_master.h5", "_manifest.csv"];
+        let name = |overwrite| claim_run(&dir, "run", &sfx, overwrite, claim_master).unwrap().0;
+        assert_eq!(name(false), "run");
+        // the master just claimed is taken now: the next run is numbered
+        assert_eq!(name(false), "run_000002");
+        std::fs::write(dir.join("run_000003_manifest.csv"), "x").unwrap();
+        assert_eq!(name(false), "run_000004");
+        let replace = |p: &Path| -> Result<PathBuf, SinkError> { Ok(claim::claim(p, true).map(|()| p.to_owned())?) };
+        assert_eq!(claim_run(&dir, "run", &sfx, true, replace).unwrap().0, "run", "--overwrite takes the name itself");
+        let e = refuse_existing([dir.join("run_000002_master.h5").as_path()], false).unwrap_err().to_string();
+        assert!(e.contains("run_000002_master.h5 exists") && e.contains("--overwrite"), "{e}");
+        refuse_existing([dir.join("run_000002_master.h5").as_path()], true).unwrap();
         refuse_existing([dir.join("new.h5").as_path()], false).unwrap();
+        std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("dangling.h5")).unwrap();
+        for overwrite in [false, true] {
+            let e = refuse_existing([dir.join("dangling.h5").as_path()], overwrite).unwrap_err().to_string();
+            assert!(e.contains("symbolic link"), "{e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn runs_started_together_get_different_names() {
+        let dir = std::env::temp_dir().join(format!("rdaq-outputs-race-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let barrier = std::sync::Barrier::new(8);
+        let names: Vec<String> = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..8).map(|_| s.spawn(|| {
+                barrier.wait();
+                claim_run(&dir, "run", &["_master.h5", "_manifest.csv"], false, claim_master).unwrap().0
+            })).collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        let unique: std::collections::HashSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), 8, "{names:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

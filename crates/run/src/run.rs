@@ -36,12 +36,12 @@ const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 /// `control` stops the detector early; `board` shows the run as it goes. Returns the
 /// summary, not yet printed.
 pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &ProgressBar) -> anyhow::Result<summary::Summary> {
-    let name = run_name(cfg)?;
-    let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));
-    let mut rx = Receiver::start(receiver_config(cfg)?).context("starting the receiver")?;
     let geometry = cfg.geometry().expect("checked");
     let calibration = if cfg.processing() { Some(calibration(cfg, geometry)?) } else { None };
     let meta = file_meta(cfg, geometry, calibration.as_ref())?;
+    let (name, mut writer) = claim_run(cfg, &meta)?;
+    let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));
+    let mut rx = Receiver::start(receiver_config(cfg)?).context("starting the receiver")?;
     let setup = match calibration {
         Some(c) => Some(graph::Setup { sent: Some(control.clone()), board: board.clone(), ..processing_setup(cfg, &meta, c)? }),
         None => None,
@@ -49,9 +49,7 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
     let frame_bytes = (geometry.height() * geometry.width() * meta.pixel.bytes()) as u64;
     let what = format!("{} frames of {:.1} MB before compression", cfg.emulator.frames, frame_bytes as f64 / 1e6);
     outputs::warn_if_short(&cfg.output.dir, cfg.emulator.frames * frame_bytes, &what);
-    let h5 = out("_master.h5");
-    let mut writer = NxmxWriter::create(&h5, &meta)?;
-    outputs::warn_without_reserve(&writer, &h5);
+    outputs::warn_without_reserve(&writer, &out("_master.h5"));
     let preview = cfg.stream.preview_config()?;
     let mut stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     eprintln!("{}", start_line(cfg, &rx));
@@ -96,7 +94,7 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
     let (mut consumed, processed) = consumed?;
     let h5 = outputs::close(writer, &mut consumed)?;
     let manifest = out("_manifest.csv");
-    write_manifest(&manifest, &emu.manifest)?;
+    write_manifest(&manifest, &emu.manifest, cfg.output.overwrite)?;
     // stopped early (Ctrl-C, the API): the frames any module sent are those expected
     let sent = emu.manifest.iter().map(|e| e.frame + 1).max().unwrap_or(0);
     let stopped = control.stop.load(std::sync::atomic::Ordering::Relaxed) && sent < cfg.emulator.frames;
@@ -121,15 +119,17 @@ pub fn check_guards(rx: &Receiver) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The run's name: the configured one, or the next free numbered one when files of an
-/// earlier run have it (unless told to overwrite).
-fn run_name(cfg: &Config) -> anyhow::Result<String> {
-    std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
-    let name = outputs::free_run_name(&cfg.output.dir, &cfg.output.name, &RUN_FILES, cfg.output.overwrite);
+/// The run's name and its series: the configured name, or the next free numbered one when
+/// files of an earlier run (or of a run started at the same time) have it, unless told to
+/// overwrite.
+fn claim_run(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<(String, NxmxWriter)> {
+    let (dir, overwrite) = (&cfg.output.dir, cfg.output.overwrite);
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let (name, writer) = outputs::claim_run(dir, &cfg.output.name, &RUN_FILES, overwrite, |master| NxmxWriter::create(master, meta, overwrite))?;
     if name != cfg.output.name {
         eprintln!("rdaq run: {} has files of an earlier run: this run is {name} (--overwrite replaces instead)", cfg.output.name);
     }
-    Ok(name)
+    Ok((name, writer))
 }
 
 fn receiver_config(cfg: &Config) -> anyhow::Result<ReceiverConfig> {
@@ -246,6 +246,7 @@ fn save_processing(cfg: &Config, geometry: Geometry, mut p: ProcessReport, out: 
     if let Some(cal) = p.calibration.take() {
         let path = out("_calibration.h5");
         let cf = rdaq_process::calfile::CalFile { rows: geometry.height(), cols: geometry.width(), cal: (*cal).clone(), rms: None, frames: None };
+        rdaq_sink::claim::claim(&path, cfg.output.overwrite)?;
         cf.save(&path)?;
         sum.calibration = Some(path);
     }
@@ -269,12 +270,13 @@ fn write_truth(cfg: &Config, g: &Geometry, path: &Path) -> anyhow::Result<()> {
             }
         }
     }
-    std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
+    outputs::write_file(path, s.as_bytes(), cfg.output.overwrite)
 }
 
-/// Writes what the modules sent (see [`rdaq_emulator::manifest_csv`]).
-pub fn write_manifest(path: &Path, m: &[rdaq_emulator::ManifestEntry]) -> anyhow::Result<()> {
-    std::fs::write(path, rdaq_emulator::manifest_csv(m)).with_context(|| format!("cannot write {}", path.display()))
+/// Writes what the modules sent (see [`rdaq_emulator::manifest_csv`]) to a new file (or
+/// replacing one, with `overwrite`).
+pub fn write_manifest(path: &Path, m: &[rdaq_emulator::ManifestEntry], overwrite: bool) -> anyhow::Result<()> {
+    outputs::write_file(path, rdaq_emulator::manifest_csv(m).as_bytes(), overwrite)
 }
 
 /// Hand configuration of one receiver: module m sends every frame to its port there.

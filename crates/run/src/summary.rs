@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
 use rdaq_emulator::EmulatorReport;
 use rdaq_receiver::ledger::describe_runs;
 use rdaq_receiver::{Counters, FrameSet, Outcome};
@@ -443,8 +442,9 @@ impl Summary {
         }
     }
 
-    pub fn write_json(&self, path: &Path) -> anyhow::Result<()> {
-        std::fs::write(path, serde_json::to_string_pretty(self)?).with_context(|| format!("cannot write {}", path.display()))
+    /// Writes the summary to the new file `path` (or replacing one, with `overwrite`).
+    pub fn write_json(&self, path: &Path, overwrite: bool) -> anyhow::Result<()> {
+        crate::outputs::write_file(path, serde_json::to_string_pretty(self)?.as_bytes(), overwrite)
     }
 }
 

@@ -64,7 +64,7 @@ pub fn run(cfg: &Config, path: &Path, control: Arc<Control>) -> anyhow::Result<(
     });
     let elapsed = start.elapsed();
     let emu = emu?;
-    write_manifest(&manifest, &emu.manifest)?;
+    write_manifest(&manifest, &emu.manifest, cfg.output.overwrite)?;
     let mut sums = Vec::new();
     for ((mut st, w), stats) in stations.drain(..).zip(writers).zip(consumed) {
         let counters = st.rx.join()?;
@@ -88,7 +88,7 @@ fn start_stations(cfg: &Config, t: &Topology, plan: &Plan) -> anyhow::Result<(Ve
         let geometry = rp.geometry(full);
         let h5 = cfg.output.dir.join(format!("{}_master.h5", spec.name));
         let meta = NxmxMeta { images_per_file: cfg.output.images_per_file, ..NxmxMeta::jungfrau(geometry, cfg.detector.photon_energy_kev, frame_time) };
-        writers.push(NxmxWriter::create(&h5, &meta)?);
+        writers.push(NxmxWriter::create(&h5, &meta, cfg.output.overwrite)?);
         stations.push(Station { name: spec.name.clone(), rx, geometry });
     }
     Ok((stations, writers))

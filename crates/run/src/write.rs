@@ -132,7 +132,7 @@ fn open(o: &WriteOptions, mut meta: NxmxMeta, bar: &ProgressBar) -> anyhow::Resu
     if let Some(n) = meta.number_of_images {
         bar.set_length(n);
     }
-    let writer = NxmxWriter::create(&master, &meta)?;
+    let writer = NxmxWriter::create(&master, &meta, o.overwrite)?;
     outputs::warn_without_reserve(&writer, &master);
     Ok(Series { spots: meta.max_spots > 0, writer, next_id: 0, first: None, last: None })
 }

@@ -4,6 +4,7 @@
 //!   [`instrument`]) and SWMR data files ([`data_file`]), one compressed frame per chunk by
 //!   direct chunk write, in the layout of `docs/formats.md`.
 //! - [`nexus`]: the NeXus/HDF5 building blocks they share.
+//! - [`claim`]: output names created exclusively, never through a symbolic link.
 //! - [`filter`]: bitshuffle (filter 32008) registered in-process from rdaq's codec, so that
 //!   what is written and read does not depend on a plugin in the environment.
 //! - [`reader`]: frames read back from a file through HDF5 (any 3-D dataset); the writer's
@@ -11,6 +12,7 @@
 //! - [`space`]: free disk space, and the reserve that lets a writer close its files after
 //!   the disk filled up.
 
+pub mod claim;
 pub mod data_file;
 pub mod filter;
 pub mod instrument;
@@ -22,6 +24,7 @@ pub mod reader;
 pub(crate) mod readback;
 pub mod space;
 
+pub use claim::ClaimError;
 pub use data_file::MASK_MISSING;
 pub use master::{data_file_name, Part};
 pub use meta::{NxmxMeta, PixelType, Rotation, IMAGES_PER_FILE};

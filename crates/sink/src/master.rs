@@ -57,6 +57,14 @@ pub struct Contents<'a> {
 pub fn write_master(path: &Path, meta: &NxmxMeta, c: &Contents) -> hdf5::Result<()> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp"));
+    // a crashed writer's leftover (or anything else of that hidden name) goes first, so that
+    // the new one is created, not written through a link
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(hdf5::Error::from(format!("cannot remove {}: {e}", tmp.display()))),
+    }
+    crate::claim::claim(&tmp, false).map_err(|e| hdf5::Error::from(e.to_string()))?;
     {
         let file = File::create(&tmp)?;
         let entry = write_metadata(&file, meta, c.frames)?;

@@ -37,6 +37,9 @@ pub enum SinkError {
     /// Missing pixels said to lie outside the image (a caller's or a sender's error).
     #[error("frame {frame}: missing pixels {start}..+{len} lie outside the image of {pixels} pixels")]
     MissingPixels { frame: u64, start: usize, len: usize, pixels: usize },
+    /// The master's name is taken (or a link): nothing was written.
+    #[error(transparent)]
+    Claim(#[from] crate::claim::ClaimError),
     #[error("images_per_file must be at least 1")]
     ImagesPerFile,
     /// Spots for a series without spot lists (`max_spots` 0), or before its first frame.
@@ -59,6 +62,8 @@ pub struct NxmxWriter {
     master: PathBuf,
     meta: NxmxMeta,
     current: Option<DataFile>,
+    /// Whether files of the series' names may be replaced (else each is created new).
+    overwrite: bool,
     /// The data files closed so far.
     parts: Vec<Part>,
     incomplete: Vec<u64>,
@@ -79,23 +84,29 @@ pub struct NxmxWriter {
 }
 
 impl NxmxWriter {
-    /// Starts the series whose master file is `master` (replacing files of the same names:
-    /// the caller decides whether that is allowed): writes the master for the planned
-    /// images, and holds [`RESERVE_BYTES`] of disk space beside it for closing the files.
-    /// The first data file is created with the first frame.
-    pub fn create(master: &Path, meta: &NxmxMeta) -> Result<Self, SinkError> {
+    /// Starts the series whose master file is `master`: claims its name ([`crate::claim`]:
+    /// created new, or with `overwrite` replacing a regular file; never through a link),
+    /// writes the master for the planned images, and holds [`RESERVE_BYTES`] of disk space
+    /// beside it for closing the files. Each data file is claimed the same way when its
+    /// first frame comes.
+    pub fn create(master: &Path, meta: &NxmxMeta, overwrite: bool) -> Result<Self, SinkError> {
         if meta.images_per_file == 0 {
             return Err(SinkError::ImagesPerFile);
         }
+        crate::claim::claim(master, overwrite)?;
         let parts = meta.number_of_images.map_or_else(Vec::new, |n| planned_parts(master, n, meta.images_per_file));
         // planned: frames 0, 1, ... (the end says which came)
         let planned: Vec<u64> = (0..meta.number_of_images.unwrap_or(0)).collect();
-        write_master(master, meta, &Contents { parts: &parts, incomplete: &[], frames: &planned, end_time: None })
-            .map_err(|source| SinkError::Hdf5 { path: master.to_owned(), source })?;
+        if let Err(source) = write_master(master, meta, &Contents { parts: &parts, incomplete: &[], frames: &planned, end_time: None }) {
+            // the claim left an empty file of that name: nothing of this series stays
+            let _ = std::fs::remove_file(master);
+            return Err(SinkError::Hdf5 { path: master.to_owned(), source });
+        }
         Ok(NxmxWriter {
             master: master.to_owned(),
             meta: meta.clone(),
             current: None,
+            overwrite,
             parts: Vec::new(),
             incomplete: Vec::new(),
             numbers: Vec::new(),
@@ -213,7 +224,9 @@ impl NxmxWriter {
             }
         }
         if self.current.is_none() {
-            self.current = Some(DataFile::create(&self.data_path(), &self.meta, self.numbers.len() as u64)?);
+            let path = self.data_path();
+            crate::claim::claim(&path, self.overwrite).map_err(|e| hdf5::Error::from(e.to_string()))?;
+            self.current = Some(DataFile::create(&path, &self.meta, self.numbers.len() as u64)?);
         }
         Ok(())
     }

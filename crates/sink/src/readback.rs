@@ -36,7 +36,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let meta = NxmxMeta::receiver(rdaq_detector::Geometry::new(1, 1, 0, 0).unwrap());
         let pixels: Vec<u8> = (0..meta.image_bytes()).map(|i| (i * 31 % 253) as u8).collect();
-        let mut w = crate::NxmxWriter::create(&dir.join("r_master.h5"), &meta).unwrap();
+        let mut w = crate::NxmxWriter::create(&dir.join("r_master.h5"), &meta, false).unwrap();
         w.write_frame(7, &pixels, &[]).unwrap();
         let closed = w.finish().unwrap();
         assert_eq!(closed.unreadable, None, "the file reads back as written");

@@ -30,12 +30,13 @@ pub struct Reserve {
 }
 
 impl Reserve {
-    /// Holds `bytes` in a hidden file beside `next_to` (`.<name>.reserve`). Fails when the
-    /// filesystem cannot give them (then there is no reserve, and nothing is left behind).
+    /// Holds `bytes` in a hidden file beside `next_to` (`.<name>.reserve`; a crashed run's
+    /// is replaced, a symbolic link of that name is refused). Fails when the filesystem
+    /// cannot give them (then there is no reserve, and nothing is left behind).
     pub fn hold(next_to: &Path, bytes: u64) -> io::Result<Reserve> {
         let name = next_to.file_name().ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         let path = next_to.with_file_name(format!(".{}.reserve", name.to_string_lossy()));
-        let f = File::create(&path)?;
+        let f = crate::claim::create(&path, true).map_err(io::Error::other)?;
         let r = Reserve { path: Some(path) };
         allocate(&f, bytes)?;
         Ok(r)

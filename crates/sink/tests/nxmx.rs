@@ -35,7 +35,7 @@ fn frames_and_tables_land_in_the_file() {
     let path = dir.join("t_master.h5");
     let (h, w) = (512, 2 * 1024 + 8);
     let m = NxmxMeta { max_spots: 0, number_of_images: Some(40), ..meta() };
-    let mut wr = NxmxWriter::create(&path, &m).unwrap();
+    let mut wr = NxmxWriter::create(&path, &m, false).unwrap();
     let frames: Vec<Vec<u8>> = (0..40u32).map(|f| (0..h * w * 2).map(|i| ((i as u32 * 7 + f) % 251) as u8).collect()).collect();
     for (i, f) in frames.iter().enumerate() {
         let missing = if i == 5 { vec![(128, 256)] } else { vec![] };
@@ -85,7 +85,7 @@ fn converted_frames_and_spot_lists() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("k_master.h5");
     let m = NxmxMeta { max_spots: 4, images_per_file: 1000, pixel: PixelType::Kev, codec: Codec::Zstd(3), geometry: rdaq_detector::Geometry::new(1, 1, 8, 36).unwrap(), ..meta() };
-    let mut wr = NxmxWriter::create(&path, &m).unwrap();
+    let mut wr = NxmxWriter::create(&path, &m, false).unwrap();
     let (h, w) = (512, 1024);
     // 300 frames: more than one block of buffered spot lists
     let mut last = Vec::new();
@@ -134,7 +134,7 @@ fn missing_pixels_are_masked_for_every_pixel_type() {
     for (k, pixel) in types.into_iter().enumerate() {
         let path = dir.join(format!("m{k}_master.h5"));
         let m = NxmxMeta { geometry, pixel, max_spots: 0, ..meta() };
-        let mut wr = NxmxWriter::create(&path, &m).unwrap();
+        let mut wr = NxmxWriter::create(&path, &m, false).unwrap();
         let img = vec![0u8; m.image_bytes()];
         // the last pixels of the image, and a run in its first row
         let missing = [(7, 3), (pixels - 1030, 1030)];
@@ -167,4 +167,27 @@ fn read_chunk(ds: &hdf5::Dataset, i: usize) -> (u32, Vec<u8>) {
     };
     assert!(rc >= 0);
     (filter_mask, buf)
+}
+
+/// A series never takes over a name: an existing master is refused, a link at a data file's
+/// name is not followed (nothing is created where it points, writing stops with the reason),
+/// and `overwrite` replaces regular files only.
+#[test]
+fn names_are_claimed_not_taken_over() {
+    let dir = std::env::temp_dir().join(format!("rdaq-sink-claim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let m = NxmxMeta { geometry: rdaq_detector::Geometry::new(1, 1, 0, 0).unwrap(), max_spots: 0, ..meta() };
+    let img = vec![0u8; m.image_bytes()];
+    let master = dir.join("c_master.h5");
+    NxmxWriter::create(&master, &m, false).unwrap().finish().unwrap();
+    let e = NxmxWriter::create(&master, &m, false).err().expect("the master exists");
+    assert!(matches!(e, rdaq_sink::SinkError::Claim(rdaq_sink::ClaimError::Exists(_))), "{e}");
+    let elsewhere = dir.join("elsewhere.h5");
+    std::os::unix::fs::symlink(&elsewhere, dir.join("c_data_000001.h5")).unwrap();
+    let mut w = NxmxWriter::create(&master, &m, true).unwrap();
+    let e = w.write_frame(0, &img, &[]).unwrap_err().to_string();
+    assert!(e.contains("c_data_000001.h5") && e.contains("symbolic link"), "{e}");
+    assert!(!elsewhere.exists(), "nothing was created where the link points");
+    assert_eq!(w.finish().unwrap().frames, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -1,0 +1,91 @@
+//! Output files are claimed, never taken over. A new name is created exclusively (O_EXCL):
+//! two writers that start together cannot both get it, and the second learns it at once. A
+//! name that is a symbolic link is never followed (O_NOFOLLOW; O_EXCL refuses links too), so
+//! rdaq writes only where it was asked, also as root, and never through a link to somewhere
+//! else. Overwriting (`--overwrite`) replaces a regular file, never a link or its target.
+//!
+//! Files that a library creates by name (HDF5) are claimed first and then created by the
+//! library over the claimed, regular file.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Why an output name cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error("{0} exists: rdaq does not overwrite data (choose another name, or add --overwrite to replace it)")]
+    Exists(PathBuf),
+    #[error("{0} is a symbolic link: rdaq does not write through links (remove it, or choose another name)")]
+    Link(PathBuf),
+    #[error("cannot create {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// Creates the file `path` for writing: new (refused when anything has that name) or, with
+/// `overwrite`, replacing a regular file of that name (truncated). A symbolic link is
+/// refused either way.
+pub fn create(path: &Path, overwrite: bool) -> Result<File, ClaimError> {
+    let mut o = OpenOptions::new();
+    o.write(true).mode(0o644).custom_flags(libc::O_NOFOLLOW);
+    if overwrite {
+        o.create(true).truncate(true);
+    } else {
+        o.create_new(true);
+    }
+    o.open(path).map_err(|source| {
+        let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        match source.raw_os_error() {
+            _ if link => ClaimError::Link(path.to_owned()),
+            Some(libc::EEXIST) => ClaimError::Exists(path.to_owned()),
+            _ => ClaimError::Io { path: path.to_owned(), source },
+        }
+    })
+}
+
+/// Claims `path` for a library that creates the file by name: afterwards it is a regular
+/// file (empty when new) that this process created or was allowed to replace.
+pub fn claim(path: &Path, overwrite: bool) -> Result<(), ClaimError> {
+    create(path, overwrite).map(drop)
+}
+
+/// Writes `bytes` to the new file `path` (or replaces it, with `overwrite`).
+pub fn write(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), ClaimError> {
+    let mut f = create(path, overwrite)?;
+    f.write_all(bytes).map_err(|source| ClaimError::Io { path: path.to_owned(), source })
+}
+
+/// Whether anything has the name `path` (a dangling link too, which `Path::exists` misses).
+pub fn taken(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_names_are_exclusive_and_links_are_never_followed() {
+        let dir = std::env::temp_dir().join(format!("rdaq-claim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, target, link) = (dir.join("a"), dir.join("target"), dir.join("link"));
+        write(&a, b"one", false).unwrap();
+        assert!(matches!(write(&a, b"two", false), Err(ClaimError::Exists(_))));
+        write(&a, b"three", true).unwrap();
+        assert_eq!(std::fs::read(&a).unwrap(), b"three");
+        // a dangling link: neither created through nor counted as free
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(taken(&link) && !link.exists());
+        for overwrite in [false, true] {
+            let e = claim(&link, overwrite).unwrap_err();
+            assert!(matches!(e, ClaimError::Link(_)), "{e}");
+            assert!(!target.exists(), "nothing created where the link points");
+        }
+        // a link to an existing file: its target is not replaced
+        std::fs::write(&target, b"theirs").unwrap();
+        assert!(matches!(write(&link, b"ours", true), Err(ClaimError::Link(_))));
+        assert_eq!(std::fs::read(&target).unwrap(), b"theirs");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
