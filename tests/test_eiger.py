@@ -272,19 +272,44 @@ def test_an_eiger_stream_carries_counts_bit_depth_and_chip_gaps(rdaq, tmp_path):
         assert np.array_equal(sc.decode_array(start["pixel_mask"]["data"]), f["entry/instrument/detector/pixel_mask"][:])
 
 
-@pytest.mark.parametrize("capture,args,hint,rc", [
-    ("eiger_1g_dr16", ["--link", "10g"], "check --link", 1),
-    # 16-bit packets 0-127 fill an 8-bit frame: complete, but the rest are refused and named
-    ("eiger_1g_dr16", ["--link", "1g", "--bit-depth", "8"], "sends more bits per pixel; check --bit-depth", 0),
-    ("eiger_1g_dr8", ["--link", "1g", "--bit-depth", "16"], "sends fewer bits per pixel; check --bit-depth", 1),
+@pytest.mark.parametrize("capture,args,hint", [
+    ("eiger_1g_dr16", ["--link", "10g"], "check --link"),
+    ("eiger_10g_dr16", ["--link", "1g"], "check --link"),
+    # 16-bit packets 0-127 fill an 8-bit frame "complete" with wrong pixels: the packets past
+    # it are refused, named, and the run exits 1 (it exited 0 before)
+    ("eiger_1g_dr16", ["--link", "1g", "--bit-depth", "8"], "sends more bits per pixel; check --bit-depth"),
+    ("eiger_1g_dr16", ["--link", "1g", "--bit-depth", "12"], "sends more bits per pixel; check --bit-depth"),
+    ("eiger_10g_dr16", ["--link", "10g", "--bit-depth", "8"], "sends more bits per pixel; check --bit-depth"),
+    ("eiger_1g_dr8", ["--link", "1g", "--bit-depth", "16"], "fewer bits per pixel (check --bit-depth"),
 ])
-def test_a_wrong_setting_is_named_in_the_summary(rdaq, tmp_path, capture, args, hint, rc):
+def test_a_wrong_setting_is_named_in_the_summary_and_exits_1(rdaq, tmp_path, capture, args, hint):
     streams = globals()["capture"](capture)
     frames = next(c[3] for c in CAPTURES if c[0] == capture)
-    s, _ = receive(rdaq, tmp_path, frames, ["--detector", "eiger", *args], rc=rc, timeout_s=4,
+    s, _ = receive(rdaq, tmp_path, frames, ["--detector", "eiger", *args], rc=1, timeout_s=4,
                    send=lambda ports: send_udp([(p, ports[i]) for i, st in enumerate(streams) for p in st]))
     assert any(hint in h for h in s["hints"]), s["hints"]
-    assert hint in s["stdout"] + s["stderr"]
+    assert hint in s["stdout"] + s["stderr"] and "loss        : YES" in s["stdout"]
+
+
+def test_another_detectors_packets_are_named(rdaq, tmp_path):
+    """JUNGFRAU packets (8192 pixel bytes) sent to an EIGER receiver are larger than any of
+    its packets: refused, the hint names the detType, exit 1."""
+    jungfrau = read_capture(pathlib.Path(__file__).parent / "data" / "sls-jungfrau-virtual" / "jungfrau_virtual.bin")
+    s, _ = receive(rdaq, tmp_path, 3, ["--detector", "eiger"], rc=1, timeout_s=3,
+                   send=lambda ports: send_udp([(p, ports[0]) for p in jungfrau]))
+    assert dict(s["dropped_by_reason"]) == {"oversized": len(jungfrau)}
+    assert any("detType 3 (JUNGFRAU)" in h and "check --detector" in h for h in s["hints"]), s["hints"]
+
+
+def test_a_partial_readout_is_named(rdaq, tmp_path):
+    """The virtual EIGER with readnrows 128 sends the first half of each port's packets
+    (capture README); rdaq takes full readouts only, and says which settings could explain
+    frames that all end at the same packet."""
+    streams = [[p for p in st if oracle.header(p)["packet"] < 128] for st in capture("eiger_1g_dr16")]
+    s, _ = receive(rdaq, tmp_path, 3, ["--detector", "eiger", "--link", "1g"], rc=1, timeout_s=3,
+                   send=lambda ports: send_udp([(p, ports[i]) for i, st in enumerate(streams) for p in st]))
+    assert s["frames_incomplete"] == 3
+    assert any("sends 128 of the 256 packets per port" in h and "partial readout" in h for h in s["hints"]), s["hints"]
 
 
 def test_detector_and_format_exclude_each_other(rdaq):

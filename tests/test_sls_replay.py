@@ -143,16 +143,18 @@ def test_partial_readout_with_read_rows_gives_complete_frames_of_that_height(rda
 
 def test_full_readout_into_read_rows_is_named(rdaq, tmp_path):
     """A full 512-row readout sent to a receiver set for 256 rows: the packets outside the
-    rows read are counted as unexpected and the hint says the detector reads more rows."""
+    rows read are counted as unexpected, the hint says the detector reads more rows, and the
+    run exits 1: the frames written are not what the detector sent."""
     proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 3, extra=["--read-rows", "256"])
     replay([("jungfrau_virtual.bin", ports[0])])
-    s = finish(proc, summary)
+    s = finish(proc, summary, rc=1)
     assert s["frames_complete"] == 3
     # the receiver stops when its third frame is complete, at the packet of row 383 of frame
     # 16: the packets of the rows before it are counted, those after it may come too late
     reasons = dict(s["dropped_by_reason"])
     assert set(reasons) == {"unexpected_packet"} and 2 * 64 + 32 <= reasons["unexpected_packet"] <= 3 * 64, reasons
     assert any("more rows than --read-rows 256" in h for h in s["hints"]), s["hints"]
+    assert s["packets_misfit"] == reasons["unexpected_packet"] and "misfit" in s["stdout"] and "loss        : YES" in s["stdout"]
 
 
 def test_two_interfaces_into_a_receiver_for_one_is_named(rdaq, tmp_path):
@@ -235,3 +237,36 @@ def test_af_xdp_on_loopback_is_refused_with_the_reason(rdaq, tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "loopback" in r.stderr and "bind to the address of a NIC or veth" in r.stderr, r.stderr
     assert not (tmp_path / "x.h5").exists()
+
+
+def test_eiger_packets_into_a_jungfrau_receiver_are_named(rdaq, tmp_path):
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 1, timeout_s="3")
+    eiger = read_capture(INTEROP.parent / "sls-eiger-virtual" / "eiger_10g_dr16_port50011.bin")
+    send_udp([(p, ports[0]) for p in eiger])
+    s = finish(proc, summary, rc=1)
+    assert dict(s["dropped_by_reason"]) == {"bad_sls_packet": len(eiger)}
+    assert any("detType 1 (EIGER)" in h and "check --detector" in h for h in s["hints"]), s["hints"]
+
+
+def shifted(payload, by):
+    """The packet with its frame number moved by `by`."""
+    return (int.from_bytes(payload[:8], "little") + by).to_bytes(8, "little") + payload[8:]
+
+
+@pytest.mark.parametrize("by", [1, 100])
+def test_modules_whose_frame_numbers_disagree_are_named_and_the_counts_add_up(rdaq, tmp_path, by):
+    """Two modules, the second numbering its frames `by` ahead: no frame number holds both
+    modules' exposure. The hint names the offset, the run exits 1, and the frame counts add
+    up (frames beyond the 3 expected are counted as such, not as 97 never arrived)."""
+    ready, summary = tmp_path / "ports.json", tmp_path / "summary.json"
+    proc = subprocess.Popen([str(rdaq), "receive", "--format", "sls", "--modules", "2", "--port", "0", "--frames", "3",
+                             "--timeout-s", "3", "--frame-timeout-ms", "200", "--ring-mib", "32", "--buffers-out", str(ready),
+                             "--summary-json", str(summary), "--stream", "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ports = wait_for_file(ready, proc)["data_ports"]
+    records = read_capture(INTEROP / "jungfrau_virtual.bin")  # frames 14, 15, 16
+    send_udp([(r, ports[0]) for r in records] + [(shifted(r, by), ports[1]) for r in records])
+    s = finish(proc, summary, rc=1)
+    assert any(f"frame numbers disagree by {by}" in h for h in s["hints"]), s["hints"]
+    counted = s["frames_complete"] + s["frames_incomplete"] + s["frames_discarded"] + s["frames_refused"] + s["frames_never_seen"]
+    assert counted - s["frames_beyond_expected"] == 3, s
+    assert s["frames_incomplete"] >= 2

@@ -11,6 +11,13 @@ pub const JUNGFRAU_PACKETS_PER_FRAME: u32 = 128;
 pub const DET_TYPE_JUNGFRAU: u8 = 3;
 pub const SLS_HEADER_VERSION: u8 = 2;
 
+/// The detector a header's detType names (slsDetectorPackage's `detectorType`), for
+/// messages; `None` for a number it does not define.
+pub fn det_type_name(det_type: u8) -> Option<&'static str> {
+    const NAMES: [&str; 9] = ["GENERIC", "EIGER", "GOTTHARD", "JUNGFRAU", "CHIPTESTBOARD", "MOENCH", "MYTHEN3", "GOTTHARD2", "XILINX_CHIPTESTBOARD"];
+    NAMES.get(det_type as usize).copied()
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SlsHeader {
     pub frame_number: u64,

@@ -3,7 +3,11 @@
 //! reads out fewer rows than the receiver expects, does not lose data at random: the same
 //! packets are missing from every frame, or packets come whose numbers the port does not
 //! expect. Loss looks different (other packets in other frames), so a pattern that holds for
-//! every frame is reported as a setting, not as loss.
+//! every frame is reported as a setting, not as loss. Packets of another detector or link,
+//! and ports whose frame numbers are offset from each other's (modules not started
+//! together), are named too.
+
+use rdaq_proto::sls::{det_type_name, DET_TYPE_JUNGFRAU, JUNGFRAU_PACKET_PAYLOAD};
 
 use crate::engine::{Format, JUNGFRAU_ROWS};
 use crate::grid::Grid;
@@ -29,7 +33,8 @@ pub struct Seen<'a> {
 pub fn hints(s: &Seen) -> Vec<String> {
     let mut out = Vec::new();
     for (i, src) in s.sources.iter().enumerate() {
-        if let Some(h) = unexpected_packets(s, src, s.ports[i]).or_else(|| header_placed(src, s.ports[i])) {
+        let port = s.ports[i];
+        if let Some(h) = unexpected_packets(s, src, port).or_else(|| foreign(src, port)).or_else(|| more_packets(src, port)) {
             out.push(h);
         }
     }
@@ -39,6 +44,9 @@ pub fn hints(s: &Seen) -> Vec<String> {
                 out.push(h);
             }
         }
+    }
+    if out.is_empty() {
+        out.extend(frame_numbers_disagree(s));
     }
     out
 }
@@ -72,21 +80,44 @@ fn unexpected_packets(s: &Seen, src: &Source, port: u16) -> Option<String> {
     None
 }
 
-/// A detector placed by header (EIGER) whose packets are not what the description, bit
-/// depth and link make: another detector or link (dropped as foreign), or more packets per
-/// frame than expected (another bit depth).
-fn header_placed(src: &Source, port: u16) -> Option<String> {
-    let SourceKind::SlsByHeader { grid: g, .. } = src.kind else { return None };
+/// "detType N (NAME)".
+fn det_type(t: u8) -> String {
+    det_type_name(t).map_or_else(|| format!("detType {t}"), |n| format!("detType {t} ({n})"))
+}
+
+/// sls packets a port dropped as not its detector's: another detector (detType), or
+/// packets of another size (another link, or another detector's packets).
+fn foreign(src: &Source, port: u16) -> Option<String> {
+    let (want_type, want_payload) = match src.kind {
+        SourceKind::Sls { .. } => (DET_TYPE_JUNGFRAU, JUNGFRAU_PACKET_PAYLOAD),
+        SourceKind::SlsByHeader { grid, .. } => (grid.det_type, grid.payload as usize),
+        SourceKind::Rdaq => return None,
+    };
     let f = src.foreign;
-    if f.packets > 0 && f.det_type != g.det_type {
-        return Some(format!("port {port} received {} packets of detType {}, not this detector's {}: check --detector", f.packets, f.det_type, g.det_type));
+    if f.packets == 0 {
+        return None;
     }
-    if f.packets > 0 {
+    if f.det_type != want_type {
         return Some(format!(
-            "port {port} received {} packets of {} pixel bytes where the link set takes {}: check --link (the detector's tengiga setting)",
-            f.packets, f.payload, g.payload
+            "port {port} received {} packets of {}, not of this receiver's {}: check --detector (a detector described in detectors/ by that detType)",
+            f.packets,
+            det_type(f.det_type),
+            det_type(want_type)
         ));
     }
+    let size = if f.oversized > 0 { "larger packets".to_string() } else { format!("packets of {} pixel bytes", f.payload) };
+    Some(match src.kind {
+        SourceKind::SlsByHeader { .. } => {
+            format!("port {port} received {} {size} where the link set takes {want_payload}: check --link (the detector's tengiga setting)", f.packets)
+        }
+        _ => format!("port {port} received {} {size} where JUNGFRAU's carry {want_payload}: not a JUNGFRAU's packets; check --detector", f.packets),
+    })
+}
+
+/// A detector placed by header (EIGER) whose packets are numbered past a frame: it sends
+/// more bits per pixel than the receiver was set for.
+fn more_packets(src: &Source, port: u16) -> Option<String> {
+    let SourceKind::SlsByHeader { grid: g, .. } = src.kind else { return None };
     let u = src.unexpected;
     (u.packets > 0).then(|| {
         format!(
@@ -94,6 +125,23 @@ fn header_placed(src: &Source, port: u16) -> Option<String> {
             u.highest, g.packets
         )
     })
+}
+
+/// Ports whose frames are numbered apart by the same offset from the first frame to the
+/// last: the modules' frame numbers disagree (not started together, or one restarted), so
+/// the frames of one number are not one exposure.
+fn frame_numbers_disagree(s: &Seen) -> Option<String> {
+    if s.frames_incomplete == 0 {
+        return None;
+    }
+    let spans: Vec<(u16, u64, u64)> = s.sources.iter().zip(s.ports).filter_map(|(src, &p)| Some((p, src.oldest_frame?, src.newest_frame?))).collect();
+    let &(p0, a0, b0) = spans.first()?;
+    let &(p, a, b) = spans.iter().find(|&&(_, a, b)| a != a0 && a.wrapping_sub(a0) == b.wrapping_sub(b0))?;
+    Some(format!(
+        "port {p0} received frames {a0}-{b0} and port {p} frames {a}-{b}: the modules' frame numbers disagree by {}, so no frame number holds one exposure of every module; \
+         start the modules together with the same next frame number (sls: nextframenumber)",
+        a as i128 - a0 as i128
+    ))
 }
 
 /// The ports of module `module`'s sources, with the sources.
@@ -137,8 +185,10 @@ fn module_pattern(s: &Seen, m: u16) -> Option<String> {
         let tail = (0..g.ports()).flat_map(|p| (n..g.packets).map(move |k| p * g.packets + k));
         return (missing.iter().copied().eq(tail)).then(|| {
             format!(
-                "module {m}: every one of the {frames} frames lacks packets {n}-{} of each port: the detector sends fewer bits per pixel; check --bit-depth (its dr)",
-                g.packets - 1
+                "module {m}: every one of the {frames} frames lacks packets {n}-{} of each port: the detector sends {n} of the {} packets per port: \
+                 fewer bits per pixel (check --bit-depth, its dr), or a partial readout (its readnrows; rdaq takes only full readouts of a detector placed by header)",
+                g.packets - 1,
+                g.packets
             )
         });
     }

@@ -268,6 +268,7 @@ impl Placement {
                 src.last_data = Some(now);
                 src.flushed = false;
                 src.newest_frame = Some(src.newest_frame.map_or(t.frame, |n| n.max(t.frame)));
+                src.oldest_frame = Some(src.oldest_frame.map_or(t.frame, |n| n.min(t.frame)));
                 self.observe(src, t.seq);
             }
             match t.and_then(|t| self.place(t, s, payload, now).map(|()| t)) {
@@ -296,7 +297,12 @@ impl Placement {
             Err(DropReason::UnexpectedPacket) => src.unexpected.record(sls_packet_number(batch.header(i))),
             Err(DropReason::BadSlsPacket) => {
                 let det_type = batch.header(i).get(46).copied().unwrap_or(0);
-                src.foreign = Foreign { packets: src.foreign.packets + 1, payload: payload.len(), det_type };
+                src.foreign = Foreign { packets: src.foreign.packets + 1, payload: payload.len(), det_type, ..src.foreign };
+            }
+            Err(DropReason::Oversized) if !matches!(src.kind, SourceKind::Rdaq) => {
+                let det_type = batch.header(i).get(46).copied().unwrap_or(0);
+                let f = src.foreign;
+                src.foreign = Foreign { packets: f.packets + 1, oversized: f.oversized + 1, det_type, ..f };
             }
             Err(_) => {}
         }

@@ -116,12 +116,15 @@ impl Unexpected {
     }
 }
 
-/// sls packets a source dropped as not its detector's (another detType or payload size):
-/// what the diagnosis of a wrong `--detector` or `--link` needs.
+/// sls packets a source dropped as not its detector's (another detType or payload size, or
+/// larger than any of its packets): what the diagnosis of a wrong `--detector` or `--link`
+/// needs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Foreign {
     pub packets: u64,
-    /// The last one's pixel bytes and detType.
+    /// Of them, those longer than the receiver reads (their size is not known).
+    pub oversized: u64,
+    /// The last one's pixel bytes (of one that was not oversized) and detType.
     pub payload: usize,
     pub det_type: u8,
 }
@@ -142,8 +145,9 @@ pub struct Source {
     pub last_data: Option<Instant>,
     /// Its loss window was flushed since the last datagram.
     pub flushed: bool,
-    /// The newest frame it delivered a datagram of.
+    /// The newest and the oldest frame it delivered a datagram of.
     pub newest_frame: Option<u64>,
+    pub oldest_frame: Option<u64>,
     /// Requests waiting to be sent (at most [`NACK_QUEUE`]).
     pub nacks: Vec<Missing>,
     /// Datagrams accepted from it.
@@ -175,6 +179,7 @@ impl Source {
             last_data: None,
             flushed: false,
             newest_frame: None,
+            oldest_frame: None,
             nacks: Vec::with_capacity(NACK_QUEUE),
             accepted: 0,
             unexpected: Unexpected::default(),
@@ -217,6 +222,7 @@ impl Source {
         self.last_data = None;
         self.flushed = false;
         self.newest_frame = None;
+        self.oldest_frame = None;
         self.accepted = 0;
         self.unexpected = Unexpected::default();
         self.foreign = Foreign::default();

@@ -32,6 +32,9 @@ pub struct Summary {
     /// are known (the rest lie before the first or after the last frame seen).
     pub frames_never_seen: u64,
     pub frames_never_seen_runs: Vec<(u64, u64)>,
+    /// Frames that came (finished or refused) beyond those expected: more frame numbers than
+    /// the count, or numbers outside the expected ones (modules whose numbers disagree).
+    pub frames_beyond_expected: u64,
     pub frames_written: u64,
     /// Frames received but not saved because writing had failed.
     pub frames_not_saved: u64,
@@ -61,6 +64,9 @@ pub struct Summary {
     pub evacuated: u64,
     pub datagrams_dropped: u64,
     pub dropped_by_reason: Vec<(String, u64)>,
+    /// Valid packets of the detector that the receiver's settings have no place for (packet
+    /// numbers past a frame or outside the rows read): the frames are not what it sent.
+    pub packets_misfit: u64,
     pub kernel_drops: u64,
     /// The transport sends again whatever is dropped below placement (RoCEv2's RC go-back),
     /// so kernel drops are loss only where frames show it.
@@ -192,6 +198,7 @@ impl Summary {
             frames_refused_runs: outcome.ledger.refused.runs().iter().take(RUNS_SHOWN).copied().collect(),
             frames_never_seen: never,
             frames_never_seen_runs: never_runs,
+            frames_beyond_expected: beyond_expected(&expected, outcome),
             frames_written: consumed.written,
             frames_not_saved: consumed.not_saved,
             reset_frames: consumed.reset_frames,
@@ -210,6 +217,7 @@ impl Summary {
             evacuated: c.evacuated,
             datagrams_dropped: c.dropped_total(),
             dropped_by_reason: c.drops_by_reason().into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+            packets_misfit: c.dropped(rdaq_receiver::DropReason::UnexpectedPacket),
             kernel_drops: c.kernel_drops,
             kernel_drops_recovered: false,
             cells_missing: c.cells_missing,
@@ -247,7 +255,8 @@ impl Summary {
         }
     }
 
-    /// True when any frame expected did not arrive complete, or was not saved.
+    /// True when any frame expected did not arrive complete or was not saved, or the frames
+    /// are not what the detector sent (its packets did not fit the settings).
     pub fn lost(&self) -> bool {
         let short = self.frames_expected.is_some_and(|e| self.frames_complete < e);
         short
@@ -255,6 +264,8 @@ impl Summary {
             || self.frames_discarded > 0
             || self.frames_refused > 0
             || self.frames_never_seen > 0
+            || self.frames_beyond_expected > 0
+            || self.packets_misfit > 0
             || (self.kernel_drops > 0 && !self.kernel_drops_recovered)
             || self.frames_not_saved > 0
             || self.data_without_reset > 0
@@ -298,8 +309,9 @@ impl Summary {
     }
 
     fn print_frames(&self) {
+        let beyond = if self.frames_beyond_expected > 0 { format!("; {} more came than expected (see hint)", self.frames_beyond_expected) } else { String::new() };
         let arrived = format!(
-            "{} complete, {} incomplete (kept), {} discarded, {} refused (ring full), {} never arrived",
+            "{} complete, {} incomplete (kept), {} discarded, {} refused (ring full), {} never arrived{beyond}",
             self.frames_complete, self.frames_incomplete, self.frames_discarded, self.frames_refused, self.frames_never_seen
         );
         if let (Some(asked), Some(sent)) = (self.stopped_early_of, self.frames_expected) {
@@ -352,6 +364,9 @@ impl Summary {
         if self.datagrams_dropped > 0 {
             let reasons: Vec<String> = self.dropped_by_reason.iter().map(|(n, v)| format!("{n}={v}")).collect();
             println!("rejected    : {}", reasons.join(" "));
+        }
+        if self.packets_misfit > 0 {
+            println!("misfit      : {} of the detector's packets had no place in the frames as set up: the frames are not what it sent (see hint)", self.packets_misfit);
         }
         if self.cells_missing > 0 || self.kernel_drops > 0 || self.sends_refused.unwrap_or(0) > 0 {
             let recovered = if self.kernel_drops_recovered { ", sent again by the RoCEv2 sender" } else { "" };
@@ -460,11 +475,33 @@ fn never_seen(expected: &Expected, outcome: &Outcome) -> (u64, Vec<(u64, u64)>) 
         (_, None) => Vec::new(),
     };
     let known: u64 = runs.iter().map(|(a, b)| b - a).sum();
-    let total = match expected {
-        Expected::Count(count) => count.saturating_sub(l.finished.len() + l.refused.len()).max(known),
-        Expected::Range { .. } | Expected::Frames(_) | Expected::Unknown => known,
+    let (total, runs) = match expected {
+        // gaps between the numbers seen are frames of the acquisition only while they fit in
+        // what is missing of the count (else the numbering jumped: modules that disagree)
+        Expected::Count(count) => {
+            let short = count.saturating_sub(l.finished.len() + l.refused.len());
+            (short, if known <= short { runs } else { Vec::new() })
+        }
+        Expected::Range { .. } | Expected::Frames(_) | Expected::Unknown => (known, runs),
     };
     (total, runs.into_iter().take(RUNS_SHOWN).collect())
+}
+
+/// Frames that finished or were refused beyond those expected: past the count, or outside
+/// the expected numbers.
+fn beyond_expected(expected: &Expected, outcome: &Outcome) -> u64 {
+    let l = &outcome.ledger;
+    let came = || l.finished.runs().iter().chain(l.refused.runs());
+    let outside = |want: &[(u64, u64)]| -> u64 {
+        let inside = |&(a, b): &(u64, u64)| want.iter().map(|&(c, d)| b.min(d).saturating_sub(a.max(c))).sum::<u64>();
+        came().map(|r| (r.1 - r.0) - inside(r)).sum()
+    };
+    match expected {
+        Expected::Count(count) => (l.finished.len() + l.refused.len()).saturating_sub(*count),
+        Expected::Range { first, count } => outside(&[(*first, first + count)]),
+        Expected::Frames(set) => outside(set.runs()),
+        Expected::Unknown => 0,
+    }
 }
 
 #[cfg(test)]
@@ -493,6 +530,30 @@ mod tests {
         assert_eq!(never_seen(&Expected::Count(5), &o), (1, vec![(17, 18)]));
         assert_eq!(never_seen(&Expected::Count(8), &o), (4, vec![(17, 18)]));
         assert_eq!(never_seen(&Expected::Count(3), &ledger(&[], &[])), (3, vec![]));
+    }
+
+    #[test]
+    fn frames_of_disagreeing_modules_add_up() {
+        // two modules 100 frames apart, 3 frames each: 6 frame numbers for 3 expected
+        let o = ledger(&[14, 15, 16, 114, 115, 116], &[]);
+        assert_eq!(never_seen(&Expected::Count(3), &o), (0, vec![]), "the jump is not 97 frames lost");
+        assert_eq!(beyond_expected(&Expected::Count(3), &o), 3);
+        assert_eq!(beyond_expected(&Expected::Range { first: 14, count: 3 }, &o), 3);
+        assert_eq!(beyond_expected(&Expected::Range { first: 0, count: 200 }, &o), 0);
+        let c = Counters { frames_incomplete: 6, ..Default::default() };
+        let s = Summary::for_receiver(Expected::Count(3), &c, &o, &ConsumeStats::default(), Duration::ZERO, None);
+        assert_eq!(s.frames_incomplete + s.frames_never_seen - s.frames_beyond_expected, 3);
+        assert!(s.lost());
+    }
+
+    #[test]
+    fn packets_that_did_not_fit_the_settings_are_loss() {
+        let mut c = Counters { frames_complete: 3, ..Default::default() };
+        let o = ledger(&[0, 1, 2], &[]);
+        assert!(!Summary::for_receiver(Expected::Count(3), &c, &o, &ConsumeStats { written: 3, ..Default::default() }, Duration::ZERO, None).lost());
+        c.drop(rdaq_receiver::DropReason::UnexpectedPacket);
+        let s = Summary::for_receiver(Expected::Count(3), &c, &o, &ConsumeStats { written: 3, ..Default::default() }, Duration::ZERO, None);
+        assert!(s.lost() && s.packets_misfit == 1);
     }
 
     #[test]
