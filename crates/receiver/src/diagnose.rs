@@ -280,4 +280,21 @@ mod tests {
         s.frames_complete = 1;
         assert!(hints(&s).is_empty(), "some frames complete: no pattern");
     }
+
+    #[test]
+    fn frame_numbers_that_disagree_at_both_ends_are_named() {
+        let grid = Grid::new(2, 1 << 20, 8192);
+        let mut src: Vec<Source> = (0..2).map(|m| Source::new(sls_sources(m, 1, 512)[0], m, m, &grid, None)).collect();
+        let spans = |src: &mut [Source], a: (u64, u64), b: (u64, u64)| {
+            (src[0].oldest_frame, src[0].newest_frame) = (Some(a.0), Some(a.1));
+            (src[1].oldest_frame, src[1].newest_frame) = (Some(b.0), Some(b.1));
+        };
+        let s = |src: &[Source]| hints(&Seen { format: Format::sls(1), grid: &grid, sources: src, ports: &[50001, 50002], always_missing: None, frames_complete: 2, frames_incomplete: 2 });
+        spans(&mut src, (14, 16), (15, 17));
+        let h = s(&src);
+        assert!(h.len() == 1 && h[0].contains("disagree by 1"), "{h:?}");
+        // a receiver started mid-frame: the first frames differ, the last ones do not
+        spans(&mut src, (14, 16), (15, 16));
+        assert!(s(&src).is_empty());
+    }
 }
