@@ -26,7 +26,7 @@ pub const GAP_WORD: u16 = 0xffff;
 /// NXmx pixel_mask bit 0: gap between modules.
 pub const MASK_GAP: u32 = 1 << 0;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Geometry {
     pub modules: u16,
     /// Modules per grid row (along the fast axis).

@@ -6,6 +6,7 @@ mod emulate;
 mod offline;
 mod preview;
 mod receive;
+mod recover;
 mod run;
 mod write;
 
@@ -63,6 +64,9 @@ enum Cmd {
     Receive(receive::ReceiveArgs),
     /// System manager: plan and run an acquisition over detector and receiver daemons.
     Manage(manage::ManageArgs),
+    /// Make a crashed writer's series whole again: clear the data files' writer flags, trim
+    /// them to their frame tables, write the master for what they hold, remove leftovers.
+    Recover(recover::RecoverArgs),
     /// Processing stages on HDF5 files: conversion, pedestal from dark runs, spot finding.
     #[command(subcommand)]
     Process(offline::ProcessCmd),
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         Cmd::Receive(a) => receive::receive(a),
         Cmd::Manage(a) => manage::manage(a),
         Cmd::Process(p) => offline::process(p).map(|()| ExitCode::SUCCESS),
+        Cmd::Recover(a) => recover::recover(a).map(|()| ExitCode::SUCCESS),
         Cmd::Bench(b) => rdaq_bench::bench(b),
     };
     match r {

@@ -113,6 +113,12 @@ impl DataFile {
         self.tables.numbers.len()
     }
 
+    /// The frames written out by the last flush, and the frame numbers of the incomplete ones
+    /// among them.
+    pub fn flushed(&self) -> (u64, &[u64]) {
+        (self.tables.written as u64, &self.tables.incomplete[..self.tables.incomplete_written])
+    }
+
     /// Records the spots and the hit decision of the frame appended last.
     pub fn spots(&mut self, spots: &[Spot], total: usize, hit: bool) -> bool {
         let Some(r) = self.results.as_mut() else { return false };

@@ -9,6 +9,7 @@
 //!   what is written and read does not depend on a plugin in the environment.
 //! - [`reader`]: frames read back from a file through HDF5 (any 3-D dataset); the writer's
 //!   check that each closed data file reads back as written (`readback`).
+//! - [`recover`]: a crashed writer's series made whole again (`rdaq recover`).
 //! - [`space`]: free disk space, and the reserve that lets a writer close its files after
 //!   the disk filled up.
 
@@ -22,6 +23,7 @@ pub mod nexus;
 pub mod nxmx;
 pub mod reader;
 pub(crate) mod readback;
+pub mod recover;
 pub mod space;
 
 pub use claim::ClaimError;

@@ -5,16 +5,19 @@
 //! `data` (the images; what DIALS and h5py read), the per-frame tables and, with spot
 //! finding, `/entry/result_1`.
 //!
-//! It is written twice: at the start, covering the images planned (so that it reads the
-//! data files while they are written, and after a crash), and at the end with the images
-//! the files hold. Each time it is written beside and renamed over the old one, so that a
-//! master file is always whole.
+//! It is written at the start (no images yet), again after each flush of the data files
+//! (covering exactly the images flushed, so that a reader of the master, during the run or
+//! after a crash, sees only frames that are in the data files: never a planned frame that
+//! reads as zeros or fails), and at the end with the images the files hold. Each time it is
+//! written beside and renamed over the old one, so that a master file is always whole. It
+//! keeps the series' metadata as JSON in its `rdaq_series` attribute, so that `rdaq
+//! recover` can write it again from the data files after a crash ([`read_meta`]).
 
 use std::path::Path;
 
 use hdf5::{Dataset, Extents, File, Group, H5Type, Hyperslab, Selection, SliceOrIndex};
 
-use crate::instrument::write_metadata;
+use crate::instrument::{write_metadata, MaskChunk};
 use crate::meta::{NxmxMeta, PixelType};
 use crate::nexus::{nx_group, str_attr, str_ds};
 
@@ -26,13 +29,6 @@ pub struct Part {
     pub frames: u64,
     /// Incomplete frames in the file (rows of its `incomplete_pixel_mask`).
     pub incomplete: u64,
-}
-
-/// The data files that `frames` images fill, `images_per_file` to a file, for the series
-/// whose master is `master`.
-pub fn planned_parts(master: &Path, frames: u64, images_per_file: usize) -> Vec<Part> {
-    let per = images_per_file as u64;
-    (0..frames.div_ceil(per)).map(|k| Part { file: data_file_name(master, k as usize + 1), frames: per.min(frames - k * per), incomplete: 0 }).collect()
 }
 
 /// The name of data file `k` (from 1) of the series whose master is `master`:
@@ -54,7 +50,7 @@ pub struct Contents<'a> {
 }
 
 /// Writes the master file `path` (beside it first, then renamed over it).
-pub fn write_master(path: &Path, meta: &NxmxMeta, c: &Contents) -> hdf5::Result<()> {
+pub fn write_master(path: &Path, meta: &NxmxMeta, mask: &MaskChunk, c: &Contents) -> hdf5::Result<()> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp"));
     // a crashed writer's leftover (or anything else of that hidden name) goes first, so that
@@ -67,7 +63,9 @@ pub fn write_master(path: &Path, meta: &NxmxMeta, c: &Contents) -> hdf5::Result<
     crate::claim::claim(&tmp, false).map_err(|e| hdf5::Error::from(e.to_string()))?;
     {
         let file = File::create(&tmp)?;
-        let entry = write_metadata(&file, meta, c.frames)?;
+        let series = serde_json::to_string(meta).map_err(|e| hdf5::Error::from(e.to_string()))?;
+        str_attr(&file, SERIES_ATTR, &series)?;
+        let entry = write_metadata(&file, meta, mask, c.frames)?;
         if let Some(t) = c.end_time {
             str_ds(&entry, "end_time", t)?;
         }
@@ -78,6 +76,25 @@ pub fn write_master(path: &Path, meta: &NxmxMeta, c: &Contents) -> hdf5::Result<
         file.flush()?;
     }
     std::fs::rename(&tmp, path).map_err(|e| hdf5::Error::from(format!("cannot rename {} to {}: {e}", tmp.display(), path.display())))
+}
+
+/// The master's attribute that holds the series' metadata (JSON).
+const SERIES_ATTR: &str = "rdaq_series";
+
+/// The series' metadata as the master `path` keeps it: the JSON of its `rdaq_series`
+/// attribute, with the module mask taken from module 0's place in the pixel mask.
+pub fn read_meta(path: &Path) -> hdf5::Result<NxmxMeta> {
+    let file = File::open(path)?;
+    let json: hdf5::types::VarLenUnicode = file.attr(SERIES_ATTR)?.read_scalar()?;
+    let mut meta: NxmxMeta = serde_json::from_str(json.as_str()).map_err(|e| hdf5::Error::from(format!("{SERIES_ATTR}: {e}")))?;
+    let mask: Vec<u32> = file.dataset("entry/instrument/detector/pixel_mask")?.read_raw()?;
+    let g = meta.geometry;
+    if mask.len() != g.height() * g.width() {
+        return Err(format!("pixel_mask has {} pixels, the image {}", mask.len(), g.height() * g.width()).into());
+    }
+    let module: Vec<u32> = (0..g.module_height).flat_map(|y| mask[y * g.width()..y * g.width() + g.module_width].iter().copied()).collect();
+    meta.module_mask = module.iter().any(|&m| m != 0).then_some(module);
+    Ok(meta)
 }
 
 /// `/entry/data`: the links to the data files and the virtual datasets across them.
@@ -144,4 +161,28 @@ fn join<T: H5Type>(g: &Group, name: &str, parts: &[Part], src: &str, row: &[usiz
         at += n;
     }
     b.create(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::{PixelType, Rotation};
+    use rdaq_process::bitshuffle::Codec;
+
+    #[test]
+    fn the_master_keeps_the_series_metadata() {
+        let dir = std::env::temp_dir().join(format!("rdaq-master-meta-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let geometry = rdaq_detector::Geometry::new(2, 2, 8, 36).unwrap().with_module_size(6, 4);
+        let module_mask: Vec<u32> = (0..24).map(|i| (i % 5 == 0) as u32).collect();
+        let mut meta = NxmxMeta::described(geometry, &rdaq_detector::Description::load("eiger").unwrap(), PixelType::Counts(12), Some(module_mask));
+        meta.codec = Codec::Zstd(7);
+        meta.rotation = Some(Rotation { start_deg: 1.5, increment_deg: 0.25 });
+        meta.max_spots = 3;
+        let path = dir.join("m_master.h5");
+        let c = Contents { parts: &[], incomplete: &[], frames: &[], end_time: None };
+        write_master(&path, &meta, &MaskChunk::new(&meta), &c).unwrap();
+        assert_eq!(format!("{:?}", read_meta(&path).unwrap()), format!("{meta:?}"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

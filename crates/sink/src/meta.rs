@@ -3,9 +3,10 @@
 
 use rdaq_detector::Geometry;
 use rdaq_process::bitshuffle::Codec;
+use serde::{Deserialize, Serialize};
 
 /// What a pixel of `/entry/data/data` holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PixelType {
     /// Raw JUNGFRAU words (gain bits and ADC), uint16.
     Raw,
@@ -71,14 +72,16 @@ impl PixelType {
 
 /// A rotation series: the sample turns about omega (the x axis) by `increment_deg` per
 /// image from `start_deg`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Rotation {
     pub start_deg: f64,
     pub increment_deg: f64,
 }
 
-/// What the files say about the experiment and the detector.
-#[derive(Clone, Debug)]
+/// What the files say about the experiment and the detector. The master file keeps it (as
+/// JSON in its `rdaq_series` attribute, the module mask left to the pixel mask) so that
+/// `rdaq recover` can write the master again after a crash.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NxmxMeta {
     /// Where the modules sit in the image (the image is `geometry.height() x width()`).
     pub geometry: Geometry,
@@ -93,6 +96,7 @@ pub struct NxmxMeta {
     pub start_time: String,
     pub detector_name: String,
     pub pixel: PixelType,
+    #[serde(with = "codec_values")]
     pub codec: Codec,
     /// Spot lists hold at most this many spots per frame (the rest are counted in nPeaks);
     /// 0: no spot lists.
@@ -107,7 +111,26 @@ pub struct NxmxMeta {
     pub rotation: Option<Rotation>,
     /// pixel_mask bits of one module image (module_width x module_height), set in every
     /// module's place: the gap pixels between chips of an EIGER assembled with them.
+    #[serde(skip)]
     pub module_mask: Option<Vec<u32>>,
+}
+
+/// The codec as filter 32008's cd_values 4 and 5.
+mod codec_values {
+    use rdaq_process::bitshuffle::Codec;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(c: &Codec, s: S) -> Result<S::Ok, S::Error> {
+        c.cd_values().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Codec, D::Error> {
+        match <[u32; 2]>::deserialize(d)? {
+            [2, _] => Ok(Codec::Lz4),
+            [3, level] => Ok(Codec::Zstd(level as i32)),
+            v => Err(serde::de::Error::custom(format!("codec {v:?}: 2 (LZ4) or 3 (Zstd)"))),
+        }
+    }
 }
 
 /// Images per data file unless told otherwise (as Dectris detectors write them).

@@ -82,13 +82,20 @@ pub fn frame_stack<T: hdf5::H5Type>(g: &Group, name: &str, h: usize, w: usize, c
     g.new_dataset::<T>().set_dcpl(&dcpl).chunk((1, h, w)).shape((0.., h, w)).create(name)
 }
 
-/// Writes one pre-compressed chunk at frame index `index`. On failure the error carries
-/// HDF5's error stack (see [`os_error`]).
+/// Writes one pre-compressed chunk at frame index `index` of a frame stack. On failure the
+/// error carries HDF5's error stack (see [`os_error`]).
 pub fn write_chunk(ds: &Dataset, index: usize, chunk: &[u8]) -> hdf5::Result<()> {
-    let offset: [hdf5_sys::h5::hsize_t; 3] = [index as _, 0, 0];
+    write_chunk_at(ds, &[index as _, 0, 0], chunk)
+}
+
+/// Writes one pre-compressed chunk at `offset` (one entry per dimension of `ds`).
+pub(crate) fn write_chunk_at(ds: &Dataset, offset: &[hdf5_sys::h5::hsize_t], chunk: &[u8]) -> hdf5::Result<()> {
+    if offset.len() != ds.ndim() {
+        return Err(format!("a chunk offset of {} dimensions for a dataset of {}", offset.len(), ds.ndim()).into());
+    }
     hdf5::sync::sync(|| {
-        // SAFETY: `offset` has one entry per dataset dimension and `chunk` is a live buffer
-        // of the given size; filter mask 0 says the (only) filter was applied.
+        // SAFETY: `offset` has one entry per dataset dimension (checked above) and `chunk`
+        // is a live buffer of the given size; filter mask 0 says every filter was applied.
         let rc = unsafe {
             hdf5_sys::h5d::H5Dwrite_chunk(ds.id(), hdf5_sys::h5p::H5P_DEFAULT, 0, offset.as_ptr(), chunk.len(), chunk.as_ptr().cast())
         };

@@ -4,9 +4,11 @@
 //! counts (int16/int32), one compressed frame per chunk.
 //!
 //! Crash safety: the data files are written in SWMR mode and flushed at least every
-//! [`FLUSH_EVERY`], and the master covers the planned images from the start: a writer
-//! killed mid-run leaves files that read every frame up to its last flush (open them with
-//! `swmr=True`, or clear the writer's flag with `h5clear -s` first).
+//! [`FLUSH_EVERY`], and the master is written again after each flush, covering exactly the
+//! frames flushed: a writer killed mid-run leaves a master whose every frame is in the data
+//! files (open it with `swmr=True`: the last data file still carries the writer's flag), at
+//! most one flush behind them. `rdaq recover` ([`crate::recover`]) then clears the flags,
+//! trims the data files to their tables and writes the master for all they hold.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,7 +18,8 @@ use rdaq_process::spots::Spot;
 use thiserror::Error;
 
 use crate::data_file::DataFile;
-use crate::master::{data_file_name, planned_parts, write_master, Contents, Part};
+use crate::instrument::MaskChunk;
+use crate::master::{data_file_name, write_master, Contents, Part};
 use crate::meta::NxmxMeta;
 use crate::nexus::os_error;
 use crate::space::Reserve;
@@ -61,6 +64,8 @@ pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 pub struct NxmxWriter {
     master: PathBuf,
     meta: NxmxMeta,
+    /// The master's pixel mask, deflated once.
+    mask: MaskChunk,
     current: Option<DataFile>,
     /// Whether files of the series' names may be replaced (else each is created new).
     overwrite: bool,
@@ -86,18 +91,16 @@ pub struct NxmxWriter {
 impl NxmxWriter {
     /// Starts the series whose master file is `master`: claims its name ([`crate::claim`]:
     /// created new, or with `overwrite` replacing a regular file; never through a link),
-    /// writes the master for the planned images, and holds [`RESERVE_BYTES`] of disk space
-    /// beside it for closing the files. Each data file is claimed the same way when its
-    /// first frame comes.
+    /// writes the master (no images yet), and holds [`RESERVE_BYTES`] of disk space beside
+    /// it for closing the files. Each data file is claimed the same way when its first frame
+    /// comes.
     pub fn create(master: &Path, meta: &NxmxMeta, overwrite: bool) -> Result<Self, SinkError> {
         if meta.images_per_file == 0 {
             return Err(SinkError::ImagesPerFile);
         }
         crate::claim::claim(master, overwrite)?;
-        let parts = meta.number_of_images.map_or_else(Vec::new, |n| planned_parts(master, n, meta.images_per_file));
-        // planned: frames 0, 1, ... (the end says which came)
-        let planned: Vec<u64> = (0..meta.number_of_images.unwrap_or(0)).collect();
-        if let Err(source) = write_master(master, meta, &Contents { parts: &parts, incomplete: &[], frames: &planned, end_time: None }) {
+        let mask = MaskChunk::new(meta);
+        if let Err(source) = write_master(master, meta, &mask, &Contents { parts: &[], incomplete: &[], frames: &[], end_time: None }) {
             // the claim left an empty file of that name: nothing of this series stays
             let _ = std::fs::remove_file(master);
             return Err(SinkError::Hdf5 { path: master.to_owned(), source });
@@ -105,6 +108,7 @@ impl NxmxWriter {
         Ok(NxmxWriter {
             master: master.to_owned(),
             meta: meta.clone(),
+            mask,
             current: None,
             overwrite,
             parts: Vec::new(),
@@ -192,7 +196,7 @@ impl NxmxWriter {
             let cause = format!("{} ({free} bytes free for a {}-byte frame)", std::io::Error::from_raw_os_error(libc::ENOSPC), chunk.len());
             return Err(self.stop_writing(frame_number, cause));
         }
-        if let Err(e) = self.roll() {
+        if let Err(e) = self.flush_if_due().and_then(|()| self.roll()) {
             return Err(self.fail(frame_number, e));
         }
         let file = self.current.as_mut().expect("opened by roll");
@@ -205,13 +209,30 @@ impl NxmxWriter {
             self.first_chunk.extend_from_slice(chunk);
         }
         self.numbers.push(frame_number);
-        if self.last_flush.elapsed() >= FLUSH_EVERY {
-            self.last_flush = Instant::now();
-            if let Err(e) = self.current.as_mut().expect("open").flush() {
-                return Err(self.fail(frame_number, e));
-            }
-        }
         Ok(())
+    }
+
+    /// Flushes the data file and writes the master for it when [`FLUSH_EVERY`] has passed.
+    /// Called before a frame is appended: every frame before it has its spot list by then.
+    fn flush_if_due(&mut self) -> hdf5::Result<()> {
+        let Some(f) = self.current.as_mut().filter(|_| self.last_flush.elapsed() >= FLUSH_EVERY) else { return Ok(()) };
+        self.last_flush = Instant::now();
+        f.flush()?;
+        self.write_master_flushed()
+    }
+
+    /// Writes the master for the frames the data files hold as of their last flush: the
+    /// closed files', and the current file's flushed rows.
+    fn write_master_flushed(&self) -> hdf5::Result<()> {
+        let mut parts = self.parts.clone();
+        let mut incomplete = self.incomplete.clone();
+        if let Some(f) = &self.current {
+            let (frames, flushed_incomplete) = f.flushed();
+            parts.push(Part { file: data_file_name(&self.master, self.parts.len() + 1), frames, incomplete: flushed_incomplete.len() as u64 });
+            incomplete.extend_from_slice(flushed_incomplete);
+        }
+        let n: u64 = parts.iter().map(|p| p.frames).sum();
+        write_master(&self.master, &self.meta, &self.mask, &Contents { parts: &parts, incomplete: &incomplete, frames: &self.numbers[..n as usize], end_time: None })
     }
 
     /// Opens the first data file, or closes a full one and opens the next (not after a
@@ -222,6 +243,7 @@ impl NxmxWriter {
             if let Some(why) = &self.unreadable {
                 return Err(hdf5::Error::from(why.clone()));
             }
+            self.write_master_flushed()?;
         }
         if self.current.is_none() {
             let path = self.data_path();
@@ -273,7 +295,7 @@ impl NxmxWriter {
         // after a failed write, the files hold the first frames only
         self.numbers.truncate(self.parts.iter().map(|p| p.frames as usize).sum());
         let c = Contents { parts: &self.parts, incomplete: &self.incomplete, frames: &self.numbers, end_time: Some(&end) };
-        write_master(&self.master, &self.meta, &c).map_err(|source| SinkError::Hdf5 { path: self.master.clone(), source })?;
+        write_master(&self.master, &self.meta, &self.mask, &c).map_err(|source| SinkError::Hdf5 { path: self.master.clone(), source })?;
         let dir = self.master.parent().unwrap_or(Path::new(""));
         Ok(Closed {
             path: self.master.clone(),
