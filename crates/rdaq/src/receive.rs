@@ -117,9 +117,17 @@ pub struct ReceiveArgs {
     /// keep or discard incomplete frames.
     #[arg(long, default_value = "keep")]
     policy: String,
-    /// Stop after this many frames.
+    /// Stop after this many frames (also the stream's and the files' number of images).
     #[arg(long)]
     frames: Option<u64>,
+    /// The detector's exposure per image (its exptime), for the files and the stream; not
+    /// given: 0, unknown.
+    #[arg(long)]
+    count_time_s: Option<f64>,
+    /// The detector's period between images, for the files and the stream; not given: 0,
+    /// unknown.
+    #[arg(long)]
+    frame_time_s: Option<f64>,
     /// Stop after this many seconds in any case.
     #[arg(long)]
     timeout_s: Option<f64>,
@@ -151,7 +159,8 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = a.serve {
         return serve_receiver(a, addr);
     }
-    let Setup { rcfg, geometry, decoder, meta } = receiver_config(&a)?;
+    let Setup { rcfg, geometry, decoder, mut meta } = receiver_config(&a)?;
+    told_times(&a, &mut meta)?;
     let series = a.out.as_deref().map(outputs::series_files);
     let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.summary_json.as_deref());
     outputs::refuse_existing(named, a.overwrite)?;
@@ -217,6 +226,20 @@ struct Setup {
     /// How a described detector's module frames are decoded (none for JUNGFRAU's).
     decoder: Option<Decoder>,
     meta: NxmxMeta,
+}
+
+/// What the user told of the series that the detector's packets do not say: the images
+/// expected, the exposure and the period.
+fn told_times(a: &ReceiveArgs, meta: &mut NxmxMeta) -> anyhow::Result<()> {
+    for (name, v) in [("--count-time-s", a.count_time_s), ("--frame-time-s", a.frame_time_s)] {
+        if v.is_some_and(|t| !(t >= 0.0 && t.is_finite())) {
+            bail!("{name} must be a time in seconds, 0 or more");
+        }
+    }
+    meta.count_time_s = a.count_time_s.unwrap_or(0.0);
+    meta.frame_time_s = a.frame_time_s.unwrap_or(0.0);
+    meta.number_of_images = a.frames;
+    Ok(())
 }
 
 /// The receiver a standalone `rdaq receive` starts, and the image its frames make.

@@ -17,6 +17,8 @@ pub struct Stream {
     preview: Option<Preview>,
     images: u64,
     t0: Instant,
+    /// The exposure of an image (0: unknown).
+    count_ns: u64,
     live: Arc<Live>,
     /// The first failure of a socket; nothing is sent after it.
     pub error: Option<String>,
@@ -58,6 +60,8 @@ impl Stream {
             return Ok(None);
         }
         let mut enc = Encoder::new(meta, series_id);
+        // the series' date is the encoder's: the images' times count from here
+        let t0 = Instant::now();
         let start = enc.start().to_vec();
         let main = match main {
             Some(cfg) => {
@@ -71,7 +75,8 @@ impl Stream {
             Some((cfg, every)) => Some(Preview { publisher: Publisher::bind(cfg)?, every, last: None, start }),
             None => None,
         };
-        Ok(Some(Stream { enc, main, preview, images: 0, t0: Instant::now(), live: Arc::default(), error: None }))
+        let count_ns = (meta.count_time_s * 1e9) as u64;
+        Ok(Some(Stream { enc, main, preview, images: 0, t0, count_ns, live: Arc::default(), error: None }))
     }
 
     /// The counts as they go.
@@ -84,8 +89,10 @@ impl Stream {
         if self.error.is_some() {
             return;
         }
-        let now = self.t0.elapsed().as_nanos() as u64;
-        let info = ImageInfo { image_id: self.images, frame_number, missing, spots, time_ns: (now, now) };
+        // rdaq has no exposure clock of the detector's: the exposure ended before the image
+        // was handed on, and lasted the count time
+        let stop = self.t0.elapsed().as_nanos() as u64;
+        let info = ImageInfo { image_id: self.images, frame_number, missing, spots, time_ns: (stop.saturating_sub(self.count_ns), stop) };
         self.images += 1;
         let due = self.preview.as_ref().is_some_and(|pv| pv.last.is_none_or(|t| t.elapsed() >= pv.every));
         if self.main.is_none() && !due {

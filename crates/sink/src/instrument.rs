@@ -81,7 +81,7 @@ fn detector_group(instrument: &Group, meta: &NxmxMeta, mask: &MaskChunk) -> hdf5
     f64_ds(&det, "beam_center_x", meta.beam_center[0], "pixel")?;
     f64_ds(&det, "beam_center_y", meta.beam_center[1], "pixel")?;
     f64_ds(&det, "distance", meta.detector_distance_m, "m")?;
-    f64_ds(&det, "count_time", meta.frame_time_s, "s")?;
+    f64_ds(&det, "count_time", meta.count_time_s, "s")?;
     f64_ds(&det, "frame_time", meta.frame_time_s, "s")?;
     f64_ds(&det, "x_pixel_size", meta.pixel_size_m, "m")?;
     f64_ds(&det, "y_pixel_size", meta.pixel_size_m, "m")?;

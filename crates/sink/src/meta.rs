@@ -86,7 +86,10 @@ pub struct NxmxMeta {
     /// Where the modules sit in the image (the image is `geometry.height() x width()`).
     pub geometry: Geometry,
     pub photon_energy_kev: f64,
+    /// Time between the starts of two images (the detector's period); 0: unknown.
     pub frame_time_s: f64,
+    /// Exposure of each image; 0: unknown.
+    pub count_time_s: f64,
     pub detector_distance_m: f64,
     /// Where the direct beam meets the detector, in pixels: (x fast, y slow).
     pub beam_center: [f64; 2],
@@ -146,6 +149,7 @@ impl NxmxMeta {
             geometry,
             photon_energy_kev,
             frame_time_s,
+            count_time_s: frame_time_s,
             detector_distance_m: 0.1,
             beam_center: [geometry.width() as f64 / 2.0, geometry.height() as f64 / 2.0],
             pixel_size_m: rdaq_detector::jungfrau::PIXEL_SIZE_M,
@@ -192,8 +196,8 @@ impl NxmxMeta {
     }
 
     /// What a standalone receiver writes (`rdaq receive`, the receiver daemon): raw frames of
-    /// a JUNGFRAU of this geometry, at 12.4 keV and without a frame time, placeholders because
-    /// a receiver is not told the experiment.
+    /// a JUNGFRAU of this geometry, at 12.4 keV, with frame and count time 0 (unknown) unless
+    /// it is told them: placeholders, because a receiver is not told the experiment.
     pub fn receiver(geometry: Geometry) -> NxmxMeta {
         NxmxMeta::jungfrau(geometry, 12.4, 0.0)
     }

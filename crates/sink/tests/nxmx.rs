@@ -11,6 +11,7 @@ fn meta() -> NxmxMeta {
         geometry: rdaq_detector::Geometry::new(2, 2, 8, 36).unwrap(),
         photon_energy_kev: 12.4,
         frame_time_s: 0.001,
+        count_time_s: 0.001,
         detector_distance_m: 0.1,
         pixel_size_m: 75e-6,
         sensor_material: "Si".into(),

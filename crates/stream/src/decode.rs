@@ -112,6 +112,7 @@ fn start(m: &Map) -> Result<NxmxMeta, DecodeError> {
         t => return Err(DecodeError::Value { field: "image_dtype", why: format!("{t:?} is not written by this writer") }),
     };
     let mut meta = NxmxMeta::jungfrau(geometry, float(m, "incident_energy")? / 1e3, float(m, "frame_time")?);
+    meta.count_time_s = float(m, "count_time")?;
     meta.pixel = pixel;
     meta.codec = Codec::Lz4;
     meta.pixel_size_m = float(m, "pixel_size_x")?;

@@ -2,7 +2,8 @@
 //! with unsigned integers only, dates as tag 0 text, rationals as [num, den], images as
 //! tag 40 multi-dimensional arrays of RFC 8746 typed arrays whose bytes are the bitshuffle
 //! LZ4 chunk of the HDF5 files (tag 56500 "bslz4", the same bytes the data files hold).
-//! rdaq's own fields go under `user_data` -> `rdaq`.
+//! Every field of DECTRIS' field tables is sent (docs/stream.md says what rdaq's values
+//! mean where it has no such setting); rdaq's own fields go under `user_data` -> `rdaq`.
 
 use ciborium_ll::Header;
 use rdaq_process::bitshuffle::{Codec, Compressor};
@@ -35,11 +36,11 @@ pub struct ImageInfo<'a> {
     pub image_id: u64,
     /// The detector's frame number.
     pub frame_number: u64,
-    /// Byte ranges of the raw 16-bit image that carry no data (empty: complete).
+    /// Runs of pixels (first, count) that carry no data (empty: complete).
     pub missing: &'a [(usize, usize)],
     /// Spot finding's result, when the series finds spots.
     pub spots: Option<(&'a [Spot], bool)>,
-    /// The frame's start and end, in nanoseconds since the series' start.
+    /// The image's exposure, start and stop, in nanoseconds since the series' date.
     pub time_ns: (u64, u64),
 }
 
@@ -48,8 +49,14 @@ pub struct Encoder {
     meta: NxmxMeta,
     series_id: u64,
     unique_id: String,
+    /// When the series started (made with the encoder), to the nanosecond: what the images'
+    /// times count from.
+    series_date: String,
     buf: Vec<u8>,
 }
+
+/// The time base of the images' rationals: nanoseconds.
+const TIME_BASE: u64 = 1_000_000_000;
 
 /// The buffer under construction, with the headers the messages need.
 struct Cbor<'a>(ciborium_ll::Encoder<&'a mut Vec<u8>>);
@@ -80,6 +87,21 @@ impl Cbor<'_> {
         self.text(key);
         self.h(Header::Map(Some(n)));
     }
+    fn boolean(&mut self, key: &str, v: bool) {
+        self.text(key);
+        self.h(Header::Simple(if v { ciborium_ll::simple::TRUE } else { ciborium_ll::simple::FALSE }));
+    }
+    fn date(&mut self, key: &str, v: &str) {
+        self.text(key);
+        self.h(Header::Tag(0));
+        self.text(v);
+    }
+    fn rational_ns(&mut self, key: &str, ns: u64) {
+        self.text(key);
+        self.h(Header::Array(Some(2)));
+        self.h(Header::Positive(ns));
+        self.h(Header::Positive(TIME_BASE));
+    }
     fn floats(&mut self, key: &str, v: impl ExactSizeIterator<Item = f64>) {
         self.text(key);
         self.h(Header::Array(Some(v.len())));
@@ -103,10 +125,11 @@ impl Cbor<'_> {
 
 impl Encoder {
     /// The encoder of series `series_id` described by `meta` (its codec must be LZ4: Stream
-    /// V2 defines bslz4 only).
+    /// V2 defines bslz4 only); the series starts now (the images' times count from here).
     pub fn new(meta: &NxmxMeta, series_id: u64) -> Encoder {
         let unique_id = format!("rdaq-{}-{series_id}", meta.start_time);
-        Encoder { meta: meta.clone(), series_id, unique_id, buf: Vec::new() }
+        let series_date = humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string();
+        Encoder { meta: meta.clone(), series_id, unique_id, series_date, buf: Vec::new() }
     }
 
     fn begin(&mut self, kind: &str, fields: usize) -> Cbor<'_> {
@@ -125,10 +148,8 @@ impl Encoder {
         let m = self.meta.clone();
         let g = m.geometry;
         let (h, w) = (g.height(), g.width());
-        let mut c = self.begin("start", 21);
-        c.text("arm_date");
-        c.h(Header::Tag(0));
-        c.text(&m.start_time);
+        let mut c = self.begin("start", 30);
+        c.date("arm_date", &m.start_time);
         c.uint("number_of_images", m.number_of_images.unwrap_or(0));
         c.uint("image_size_x", w as u64);
         c.uint("image_size_y", h as u64);
@@ -140,8 +161,9 @@ impl Encoder {
         c.floats("detector_translation", [0.0, 0.0, m.detector_distance_m].into_iter());
         c.float("incident_energy", m.photon_energy_kev * 1e3);
         c.float("incident_wavelength", m.wavelength_angstrom());
-        c.float("count_time", m.frame_time_s);
+        c.float("count_time", m.count_time_s);
         c.float("frame_time", m.frame_time_s);
+        Self::corrections(&mut c, &m);
         c.text("saturation_value");
         let (sat, _) = m.pixel.markers();
         if sat.is_finite() { c.h(Header::Positive(sat as u64)) } else { c.h(Header::Float(sat)) }
@@ -178,17 +200,37 @@ impl Encoder {
         &self.buf
     }
 
+    /// The start message's fields of what the detector does to the pixels, and who it is:
+    /// rdaq applies no count rate correction and no flatfield (empty tables), knows no
+    /// threshold and no serial number; masked pixels carry the no-data value in the images,
+    /// except chip gap pixels, which share the counts of their neighbours (virtual pixels).
+    fn corrections(c: &mut Cbor, m: &NxmxMeta) {
+        let virtual_pixels = m.module_mask.is_some();
+        c.boolean("countrate_correction_enabled", false);
+        c.text("countrate_correction_lookup_table");
+        c.h(Header::Tag(70));
+        c.bytes(&[]);
+        c.string("detector_description", &m.detector_name);
+        c.string("detector_serial_number", "unknown");
+        c.map("flatfield", 0);
+        c.boolean("flatfield_enabled", false);
+        c.boolean("pixel_mask_enabled", !virtual_pixels);
+        c.map("threshold_energy", 0);
+        c.boolean("virtual_pixel_interpolation_enabled", virtual_pixels);
+    }
+
     /// An `image` message carrying `chunk`, the image compressed as the data files hold it.
     pub fn image(&mut self, info: &ImageInfo, chunk: &[u8]) -> &[u8] {
         let (pixel, g) = (self.meta.pixel, self.meta.geometry);
-        let mut c = self.begin("image", 6);
+        // taken out for the message (the buffer borrows the encoder) and put back: no copy
+        let date = std::mem::take(&mut self.series_date);
+        let mut c = self.begin("image", 7);
         c.uint("image_id", info.image_id);
-        for (key, v) in [("start_time", info.time_ns.0), ("stop_time", info.time_ns.1), ("real_time", info.time_ns.1 - info.time_ns.0)] {
-            c.text(key);
-            c.h(Header::Array(Some(2)));
-            c.h(Header::Positive(v));
-            c.h(Header::Positive(1_000_000_000));
-        }
+        c.date("series_date", &date);
+        let (start, stop) = info.time_ns;
+        c.rational_ns("start_time", start);
+        c.rational_ns("stop_time", stop);
+        c.rational_ns("real_time", stop.saturating_sub(start));
         c.map("data", 1);
         c.text(CHANNEL);
         c.image(g.height(), g.width(), typed_array_tag(pixel), pixel.bytes(), chunk);
@@ -216,6 +258,7 @@ impl Encoder {
             c.text("hit");
             c.h(Header::Simple(if hit { ciborium_ll::simple::TRUE } else { ciborium_ll::simple::FALSE }));
         }
+        self.series_date = date;
         &self.buf
     }
 
@@ -261,11 +304,20 @@ mod tests {
         assert_eq!(get(&s, "image_size_x"), &Value::Integer(1024.into()));
         assert_eq!(get(&s, "image_dtype"), &Value::Text("uint16".into()));
         assert!(matches!(get(&s, "arm_date"), Value::Tag(0, _)));
+        for (k, v) in [("countrate_correction_enabled", false), ("flatfield_enabled", false), ("pixel_mask_enabled", true), ("virtual_pixel_interpolation_enabled", false)] {
+            assert_eq!(get(&s, k), &Value::Bool(v), "{k}");
+        }
+        assert_eq!(get(&s, "countrate_correction_lookup_table"), &Value::Tag(70, Box::new(Value::Bytes(vec![]))));
+        assert_eq!((get(&s, "flatfield"), get(&s, "threshold_energy")), (&Value::Map(vec![]), &Value::Map(vec![])));
+        assert_eq!(get(&s, "count_time"), &Value::Float(0.01));
         let chunk = [1u8, 2, 3, 4, 5];
         let spots = [Spot { x: 1.5, y: 2.5, intensity: 30.0, pixels: 4 }];
         let info = ImageInfo { image_id: 3, frame_number: 42, missing: &[(2, 4)], spots: Some((&spots, true)), time_ns: (10, 20) };
         let i = decode(e.image(&info, &chunk));
         assert_eq!(get(&i, "image_id"), &Value::Integer(3.into()));
+        assert!(matches!(get(&i, "series_date"), Value::Tag(0, _)));
+        let ns = |n: u64| Value::Array(vec![Value::Integer(n.into()), Value::Integer(1_000_000_000u64.into())]);
+        assert_eq!((get(&i, "start_time"), get(&i, "stop_time"), get(&i, "real_time")), (&ns(10), &ns(20), &ns(10)));
         let data = get(&i, "data").as_map().unwrap();
         let Value::Tag(40, arr) = &data[0].1 else { panic!() };
         let arr = arr.as_array().unwrap();
