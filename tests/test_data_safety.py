@@ -104,6 +104,11 @@ def test_a_link_at_an_output_name_is_never_followed(rdaq, tmp_path):
                         "--out", str(out / "rdaq_run.h5"), "--overwrite"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "symbolic link" in r.stderr, r.stderr
     assert target.read_bytes() == b"theirs"
+    # names that would make files outside the output directory are refused
+    r = subprocess.run([str(rdaq), "write", "--from", "tcp://127.0.0.1:1", "--out", str(out), "--name", "../escaped", "--idle-timeout-s", "0.5"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "plain file name" in r.stderr, r.stderr
+    assert not list(tmp_path.glob("escaped*"))
 
 
 def test_files_named_on_the_command_line_are_not_replaced_without_overwrite(rdaq, tmp_path):

@@ -43,6 +43,7 @@ pub fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
     if a.images_per_file == Some(0) {
         anyhow::bail!("--images-per-file must be at least 1");
     }
+    rdaq_run::outputs::plain_name("--name", &a.name)?;
     let idle_timeout = match a.idle_timeout_s {
         Some(s) if !(s > 0.0 && s.is_finite()) => anyhow::bail!("--idle-timeout-s must be positive"),
         s => s.map(Duration::from_secs_f64),

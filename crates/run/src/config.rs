@@ -530,10 +530,7 @@ impl Config {
         if self.detector.chopper_dark > 0 && self.detector.chopper_signal == 0 {
             bail!("detector.chopper_signal must be at least 1 with a chopper (only dark frames otherwise)");
         }
-        if self.output.name.is_empty() || self.output.name.contains('/') {
-            bail!("output.name must be a plain file name, not {:?}", self.output.name);
-        }
-        Ok(())
+        crate::outputs::plain_name("output.name", &self.output.name)
     }
 
     pub fn geometry(&self) -> Option<rdaq_detector::Geometry> {

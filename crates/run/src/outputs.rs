@@ -28,6 +28,15 @@ pub fn refuse_existing<'a>(paths: impl IntoIterator<Item = &'a Path>, overwrite:
     Ok(())
 }
 
+/// Fails unless `name` (the setting `what`) names files inside the output directory: not
+/// empty, no `/`, no NUL.
+pub fn plain_name(what: &str, name: &str) -> anyhow::Result<()> {
+    if name.is_empty() || name.contains(['/', '\0']) {
+        anyhow::bail!("{what} must be a plain file name (files are made inside the output directory), not {name:?}");
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to the output file `path` named on the command line: a new file, or with
 /// `overwrite` replacing a regular one; never through a link.
 pub fn write_file(path: &Path, bytes: &[u8], overwrite: bool) -> anyhow::Result<()> {
