@@ -48,12 +48,17 @@ def test_a_plugin_path_in_the_environment_changes_nothing_written(rdaq, tmp_path
         assert mods == [want[(f, m)] for m in range(len(mods))], f"frame {f}"
 
 
+def processed_run(rdaq, out, env):
+    """The master of a processed run of 40 frames made in the environment `env`."""
+    r = subprocess.run([str(rdaq), "run", "--frames", "40", "--stream", "none", "--out", str(out)],
+                       capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out / "rdaq_run_master.h5"
+
+
 def test_processed_frames_read_in_full_with_a_plugin_path_set(rdaq, tmp_path):
     out = tmp_path / "proc"
-    r = subprocess.run([str(rdaq), "run", "--frames", "40", "--stream", "none", "--out", str(out)],
-                       capture_output=True, text=True, timeout=180, env=with_plugin_path())
-    assert r.returncode == 0, r.stdout + r.stderr
-    master = out / "rdaq_run_master.h5"
+    master = processed_run(rdaq, out, with_plugin_path())
     assert bitshuffle_values(out / "rdaq_run_data_000001.h5") == (0, 4, 2, 0, 2, 0)
     # every frame at once, through the master's virtual dataset (this crashed h5py before)
     with h5py.File(master, "r") as f:
@@ -63,11 +68,7 @@ def test_processed_frames_read_in_full_with_a_plugin_path_set(rdaq, tmp_path):
 
 
 def test_rdaq_reads_its_own_files_with_no_environment(rdaq, tmp_path):
-    out = tmp_path / "proc"
-    r = subprocess.run([str(rdaq), "run", "--frames", "40", "--stream", "none", "--out", str(out)],
-                       capture_output=True, text=True, timeout=180, env=without_plugin_path())
-    assert r.returncode == 0, r.stdout + r.stderr
-    master = out / "rdaq_run_master.h5"
+    master = processed_run(rdaq, tmp_path / "proc", without_plugin_path())
     spots = tmp_path / "spots.h5"
     r = subprocess.run([str(rdaq), "process", "spots", "--input", str(master), "--output", str(spots), "--threshold", "1"],
                        capture_output=True, text=True, timeout=120, env=without_plugin_path())
