@@ -4,6 +4,10 @@
 //! same directory, both ending with fdatasync of everything written. The chunks are real: a
 //! JUNGFRAU module frame of the synthetic detector, raw words, bitshuffle-LZ4 compressed, a
 //! different frame per image. The rounds alternate, so that both see the same disk.
+//!
+//! Then the master's rewrite, which the writer does after every flush (at least once a
+//! second): the time of one, with the pixel mask deflated once per series as the writer
+//! does, beside the same master with the mask deflated for each write, in the same run.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -111,6 +115,39 @@ pub fn bench(a: WriteBenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
     println!("best: plain {:.1} MB/s, rdaq {:.1} MB/s ({:.0}%)", bytes as f64 / 1e6 / best_plain, bytes as f64 / 1e6 / best_series, 100.0 * best_plain / best_series);
+    master_rewrites(&a.dir)?;
     let _ = std::fs::remove_dir(&a.dir);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Milliseconds per master write of a series listing `frames` frames over data files of 1000,
+/// for detectors of 2 and 8 modules with spot lists: as the writer rewrites it (the mask
+/// deflated once) beside the mask deflated on every write.
+fn master_rewrites(dir: &Path) -> anyhow::Result<()> {
+    use rdaq_sink::instrument::MaskChunk;
+    use rdaq_sink::master::{write_master, Contents, Part};
+    const WRITES: u32 = 10;
+    println!("{:<48} {:>10} {:>20} {:>9}", "master rewrite", "frames", "mask deflated once", "each time");
+    for (modules, cols, frames) in [(2u16, 1u16, 1000u64), (8, 2, 20_000)] {
+        let mut meta = NxmxMeta::jungfrau(Geometry::new(modules, cols, 8, 36).expect("whole rows"), 12.4, 0.001);
+        meta.max_spots = 100;
+        let parts: Vec<Part> = (1..=frames / 1000).map(|k| Part { file: rdaq_sink::data_file_name(&dir.join("m_master.h5"), k as usize), frames: 1000, incomplete: 0 }).collect();
+        let numbers: Vec<u64> = (0..frames).collect();
+        let c = Contents { parts: &parts, incomplete: &[], frames: &numbers, end_time: None };
+        let path = dir.join("m_master.h5");
+        let once = MaskChunk::new(&meta);
+        let timed = |each: bool| -> anyhow::Result<f64> {
+            let t0 = Instant::now();
+            for _ in 0..WRITES {
+                let fresh = each.then(|| MaskChunk::new(&meta));
+                write_master(&path, &meta, fresh.as_ref().unwrap_or(&once), &c)?;
+            }
+            Ok(t0.elapsed().as_secs_f64() * 1e3 / WRITES as f64)
+        };
+        let (cached, each) = (timed(false)?, timed(true)?);
+        let label = format!("{modules} modules ({} x {} pixels), spot lists", meta.geometry.height(), meta.geometry.width());
+        println!("{label:<48} {frames:>10} {cached:>17.1} ms {each:>6.1} ms");
+    }
+    std::fs::remove_file(dir.join("m_master.h5"))?;
+    Ok(())
 }
