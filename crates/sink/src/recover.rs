@@ -4,8 +4,8 @@
 //! flush), a master at most one flush behind the data files, and the writer's hidden
 //! `.<master>.tmp` and `.<master>.reserve`. Recovery clears the flags, trims each data file
 //! to the frames its tables list (the rows after them are incomplete writes), writes the
-//! master for every frame the data files hold, removes data files left without a frame,
-//! and removes the leftovers.
+//! master for every frame the data files hold, removes data files left without a frame (or
+//! empty: claimed, not yet created), and removes the leftovers.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -58,6 +58,11 @@ pub fn recover(master: &Path) -> Result<Recovered, RecoverError> {
             break;
         }
         let hdf5 = |source| RecoverError::Hdf5 { path: path.clone(), source };
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() == 0) {
+            // claimed, but the writer died before HDF5 created it
+            remove(&path, &mut done)?;
+            continue;
+        }
         clear_writer_flags(&path).map_err(hdf5)?;
         let held = trim(&path).map_err(hdf5)?;
         done.rows_dropped += held.dropped;
