@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # dials: the tests check that DIALS imports rdaq's files and finds its spots;
-# libzmq3-dev: the Stream V2 publisher; hdf5-tools: h5clear for files of a killed writer;
+# libzmq3-dev: the Stream V2 publisher; hdf5-tools: h5dump and h5clear to look at files by hand
+# (rdaq recover clears a killed writer's flags itself);
 # clang, libbpf-dev: the AF_XDP engine's XDP program (crates/net/bpf/steer.c, built by cargo);
 # tshark: the RoCEv2 test decodes the emulator's packets with Wireshark's dissector
 # chromium, chromium-driver: the dashboard tests open the page in a real (headless) browser

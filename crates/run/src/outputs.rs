@@ -60,7 +60,8 @@ pub fn claim_run<T>(dir: &Path, name: &str, suffixes: &[&str], overwrite: bool, 
     for n in candidates.filter(|n| overwrite || free(n)) {
         if overwrite {
             // replaced files must be files: a link of the run's names is refused before it starts
-            refuse_existing(suffixes.iter().map(|s| dir.join(format!("{n}{s}"))).collect::<Vec<_>>().iter().map(PathBuf::as_path), true)?;
+            let files: Vec<PathBuf> = suffixes.iter().map(|s| dir.join(format!("{n}{s}"))).collect();
+            refuse_existing(files.iter().map(PathBuf::as_path), true)?;
         }
         match create(&dir.join(format!("{n}_master.h5"))) {
             Err(SinkError::Claim(ClaimError::Exists(_))) if !overwrite => continue,
