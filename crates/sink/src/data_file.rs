@@ -18,7 +18,7 @@ use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::spots::Spot;
 
 use crate::meta::{NxmxMeta, PixelType};
-use crate::nexus::{frame_stack, nx_group, str_attr, write_chunk};
+use crate::nexus::{frame_stack, nx_group, rows_with_chunks, str_attr, write_chunk};
 
 /// NXmx pixel_mask bit 1 ("dead"), used for pixels whose data was lost in transfer.
 pub const MASK_MISSING: u32 = 1 << 1;
@@ -157,15 +157,7 @@ impl DataFile {
     /// reads as zeros.
     pub fn trim_to_allocated(&mut self) {
         let frames = self.frames();
-        let mut have = vec![false; frames];
-        for i in 0..self.data.num_chunks().unwrap_or(0) {
-            if let Some(c) = self.data.chunk_info(i) {
-                if let Some(h) = have.get_mut(c.offset[0] as usize) {
-                    *h = true;
-                }
-            }
-        }
-        let n = have.iter().position(|h| !h).unwrap_or(frames);
+        let n = rows_with_chunks(&self.data).min(frames);
         if n < frames {
             self.tables.truncate(n);
             if let Some(r) = self.results.as_mut() {

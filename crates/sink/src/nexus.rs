@@ -82,6 +82,19 @@ pub fn frame_stack<T: hdf5::H5Type>(g: &Group, name: &str, h: usize, w: usize, c
     g.new_dataset::<T>().set_dcpl(&dcpl).chunk((1, h, w)).shape((0.., h, w)).create(name)
 }
 
+/// Rows of a frame stack (one chunk per row) from the first on whose chunks HDF5 holds: after
+/// a failed write or a crash, the rows past them read as zeros, not as frames.
+pub(crate) fn rows_with_chunks(ds: &Dataset) -> usize {
+    let rows = ds.shape()[0];
+    let mut have = vec![false; rows];
+    for i in 0..ds.num_chunks().unwrap_or(0) {
+        if let Some(h) = ds.chunk_info(i).and_then(|c| have.get_mut(c.offset[0] as usize)) {
+            *h = true;
+        }
+    }
+    have.iter().position(|h| !h).unwrap_or(rows)
+}
+
 /// Writes one pre-compressed chunk at frame index `index` of a frame stack. On failure the
 /// error carries HDF5's error stack (see [`os_error`]).
 pub fn write_chunk(ds: &Dataset, index: usize, chunk: &[u8]) -> hdf5::Result<()> {

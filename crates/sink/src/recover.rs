@@ -15,6 +15,7 @@ use hdf5::{Dataset, File};
 
 use crate::instrument::MaskChunk;
 use crate::master::{data_file_name, read_meta, write_master, Contents, Part};
+use crate::nexus::rows_with_chunks;
 
 /// What a recovery did.
 #[derive(Debug, Default)]
@@ -124,7 +125,7 @@ fn trim(path: &Path) -> hdf5::Result<Held> {
     let numbers: Vec<u64> = file.dataset("entry/data/frame_number")?.read_raw()?;
     let complete = file.dataset("entry/data/frame_complete")?;
     let rows = data.shape()[0];
-    let mut n = numbers.len().min(complete.shape()[0]).min(rows).min(chunks_from_start(&data));
+    let mut n = numbers.len().min(complete.shape()[0]).min(rows).min(rows_with_chunks(&data));
     let results = file.group("entry/result_1").ok();
     let per_frame = ["nPeaks", "hit", "peakXPosRaw", "peakYPosRaw", "peakTotalIntensity", "peakNPixels"];
     if let Some(r) = &results {
@@ -144,23 +145,11 @@ fn trim(path: &Path) -> hdf5::Result<Held> {
     // incomplete frames come in the order of the frames: the kept ones are a prefix
     let listed: Vec<u64> = file.dataset("entry/data/incomplete_frame_number")?.read_raw()?;
     let mask = file.dataset("entry/data/incomplete_pixel_mask")?;
-    let k = listed.iter().take_while(|f| kept.contains(f)).count().min(chunks_from_start(&mask));
+    let k = listed.iter().take_while(|f| kept.contains(f)).count().min(rows_with_chunks(&mask));
     resize_rows(&file.dataset("entry/data/incomplete_frame_number")?, k)?;
     resize_rows(&mask, k)?;
     file.flush()?;
     Ok(Held { numbers: kept.to_vec(), incomplete: listed[..k].to_vec(), dropped: (rows - n) as u64 })
-}
-
-/// Rows of a frame stack (one chunk per row) from the first whose chunk was written on.
-fn chunks_from_start(ds: &Dataset) -> usize {
-    let rows = ds.shape()[0];
-    let mut have = vec![false; rows];
-    for i in 0..ds.num_chunks().unwrap_or(0) {
-        if let Some(h) = ds.chunk_info(i).and_then(|c| have.get_mut(c.offset[0] as usize)) {
-            *h = true;
-        }
-    }
-    have.iter().position(|h| !h).unwrap_or(rows)
 }
 
 /// Resizes `ds` along its first dimension to `n` rows.
