@@ -16,7 +16,7 @@ use crate::counters::{Counters, DropReason};
 use crate::frame::{FrameError, FrameReady, FrameStatus, IncompletePolicy, Owner, MISSING_BYTE};
 use crate::grid::Grid;
 use crate::ledger::Ledger;
-use crate::source::{declare_lost, sls_packet_number, Foreign, Loss, PortGrid, Source, SourceKind, LOSS_LOG};
+use crate::source::{declare_lost, sls_packet_number, Loss, PortGrid, Source, SourceKind, LOSS_LOG};
 use crate::target::{Target, Targets};
 use crate::window::Seen;
 
@@ -295,15 +295,8 @@ impl Placement {
                 src.accepted += 1;
             }
             Err(DropReason::UnexpectedPacket) => src.unexpected.record(sls_packet_number(batch.header(i))),
-            Err(DropReason::BadSlsPacket) => {
-                let det_type = batch.header(i).get(46).copied().unwrap_or(0);
-                src.foreign = Foreign { packets: src.foreign.packets + 1, payload: payload.len(), det_type, ..src.foreign };
-            }
-            Err(DropReason::Oversized) if !matches!(src.kind, SourceKind::Rdaq) => {
-                let det_type = batch.header(i).get(46).copied().unwrap_or(0);
-                let f = src.foreign;
-                src.foreign = Foreign { packets: f.packets + 1, oversized: f.oversized + 1, det_type, ..f };
-            }
+            Err(DropReason::BadSlsPacket) => src.foreign.record(batch.header(i), Some(payload.len())),
+            Err(DropReason::Oversized) if !matches!(src.kind, SourceKind::Rdaq) => src.foreign.record(batch.header(i), None),
             Err(_) => {}
         }
         t

@@ -129,6 +129,19 @@ pub struct Foreign {
     pub det_type: u8,
 }
 
+impl Foreign {
+    /// Records a packet with sls header `hdr` (its detType, when the header is whole) and
+    /// `payload` pixel bytes (`None`: oversized, its size unknown).
+    pub(crate) fn record(&mut self, hdr: &[u8], payload: Option<usize>) {
+        self.packets += 1;
+        self.det_type = hdr.get(46).copied().unwrap_or(0);
+        match payload {
+            Some(p) => self.payload = p,
+            None => self.oversized += 1,
+        }
+    }
+}
+
 /// A socket's reading rules, its prediction of where the next datagram goes, and (for
 /// rdaq channels) its loss window and the retransmission requests waiting to be sent.
 #[derive(Clone, Debug)]
