@@ -18,7 +18,7 @@ use crate::consume::ConsumeStats;
 /// early, friendly refusal before anything starts.)
 pub fn refuse_existing<'a>(paths: impl IntoIterator<Item = &'a Path>, overwrite: bool) -> anyhow::Result<()> {
     for p in paths {
-        if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+        if claim::is_link(p) {
             return Err(ClaimError::Link(p.to_owned()).into());
         }
         if !overwrite && claim::taken(p) {

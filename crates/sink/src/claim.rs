@@ -35,7 +35,7 @@ pub fn create(path: &Path, overwrite: bool) -> Result<File, ClaimError> {
         o.create_new(true);
     }
     o.open(path).map_err(|source| {
-        let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        let link = is_link(path);
         match source.raw_os_error() {
             _ if link => ClaimError::Link(path.to_owned()),
             Some(libc::EEXIST) => ClaimError::Exists(path.to_owned()),
@@ -54,6 +54,11 @@ pub fn claim(path: &Path, overwrite: bool) -> Result<(), ClaimError> {
 pub fn write(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), ClaimError> {
     let mut f = create(path, overwrite)?;
     f.write_all(bytes).map_err(|source| ClaimError::Io { path: path.to_owned(), source })
+}
+
+/// Whether `path` is a symbolic link (dangling or not).
+pub fn is_link(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
 }
 
 /// Whether anything has the name `path` (a dangling link too, which `Path::exists` misses).
