@@ -246,21 +246,28 @@ def test_bench_ingest_measures_both_eiger_packet_sizes(rdaq):
     assert len(rows) == 6, r.stdout
 
 
-def test_an_eiger_stream_carries_counts_bit_depth_and_chip_gaps(rdaq, tmp_path):
+def emulated_eiger_stream(rdaq, tmp_path, settings, frames, extra=()):
+    """The Stream V2 messages of `rdaq receive` with `settings` and chip gap pixels, fed
+    `frames` frames by `rdaq emulate` with the same settings (`extra`: more receive options)."""
     port, got = free_port(), {}
     t = threading.Thread(target=lambda: got.setdefault("m", sc.receive(f"tcp://127.0.0.1:{port}", timeout_ms=30000)))
     t.start()
-    settings = ["--detector", "eiger", "--bit-depth", "8", "--link", "1g"]
-    ready, out = tmp_path / "ports.json", tmp_path / "e.h5"
-    rx = subprocess.Popen([str(rdaq), "receive", *settings, "--gap-pixels", "--port", "0", "--frames", "10", "--timeout-s", "30",
-                           "--out", str(out), "--buffers-out", str(ready), "--stream", f"tcp://127.0.0.1:{port}", "--stream-policy", "block"],
+    ready = tmp_path / "ports.json"
+    rx = subprocess.Popen([str(rdaq), "receive", *settings, "--gap-pixels", "--port", "0", "--frames", str(frames), "--timeout-s", "30",
+                           "--buffers-out", str(ready), "--stream", f"tcp://127.0.0.1:{port}", "--stream-policy", "block", *extra],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_file(ready, rx)
-    subprocess.run([str(rdaq), "emulate", *settings, "--buffers", str(ready), "--frames", "10", "--rate", "100"], check=True, capture_output=True, timeout=60)
+    subprocess.run([str(rdaq), "emulate", *settings, "--buffers", str(ready), "--frames", str(frames), "--rate", "100"], check=True, capture_output=True, timeout=60)
     o, e = rx.communicate(timeout=60)
     t.join()
     assert rx.returncode == 0, o + e
-    start, images = got["m"][0], [m for m in got["m"] if m["type"] == "image"]
+    return got["m"]
+
+
+def test_an_eiger_stream_carries_counts_bit_depth_and_chip_gaps(rdaq, tmp_path):
+    out = tmp_path / "e.h5"
+    messages = emulated_eiger_stream(rdaq, tmp_path, ["--detector", "eiger", "--bit-depth", "8", "--link", "1g"], 10, ["--out", str(out)])
+    start, images = messages[0], [m for m in messages if m["type"] == "image"]
     assert start["type"] == "start" and start["image_dtype"] == "uint8" and start["saturation_value"] == 255
     assert (start["image_size_x"], start["image_size_y"]) == (1030, 514)
     with h5py.File(out, "r") as f:

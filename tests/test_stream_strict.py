@@ -14,7 +14,8 @@ import pytest
 
 import stream_consumer as sc
 import stream_v2_strict as strict
-from conftest import free_port, wait_for_file
+import test_eiger
+from conftest import free_port
 
 
 def checked(messages):
@@ -67,21 +68,9 @@ def test_a_runs_stream_reads_strictly_and_says_what_is_true(rdaq, tmp_path, mode
 
 
 def test_an_eiger_stream_reads_strictly_with_its_settings(rdaq, tmp_path):
-    port, got = free_port(), {}
-    t = threading.Thread(target=lambda: got.setdefault("m", sc.receive(f"tcp://127.0.0.1:{port}", timeout_ms=30000)))
-    t.start()
     settings = ["--detector", "eiger", "--bit-depth", "12", "--link", "10g"]
-    ready = tmp_path / "ports.json"
-    rx = subprocess.Popen([str(rdaq), "receive", *settings, "--gap-pixels", "--port", "0", "--frames", "8", "--timeout-s", "30",
-                           "--count-time-s", "0.002", "--frame-time-s", "0.01", "--buffers-out", str(ready),
-                           "--stream", f"tcp://127.0.0.1:{port}", "--stream-policy", "block"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_file(ready, rx)
-    subprocess.run([str(rdaq), "emulate", *settings, "--buffers", str(ready), "--frames", "8", "--rate", "100"], check=True, capture_output=True, timeout=60)
-    o, e = rx.communicate(timeout=60)
-    t.join()
-    assert rx.returncode == 0, o + e
-    start, images, end = checked(got["m"])
+    messages = test_eiger.emulated_eiger_stream(rdaq, tmp_path, settings, 8, ["--count-time-s", "0.002", "--frame-time-s", "0.01"])
+    start, images, end = checked(messages)
     assert start["number_of_images"] == 8 and len(images) == 8
     assert (start["count_time"], start["frame_time"]) == (0.002, 0.01)
     assert start["detector_description"].startswith("EIGER")
