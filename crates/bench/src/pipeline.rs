@@ -147,7 +147,7 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64) -> an
     let t0 = Instant::now();
     let (report, frames) = std::thread::scope(|s| {
         let feeder = s.spawn(|| feed(placer, pool, &kinds, Duration::from_secs_f64(seconds)));
-        let r = graph::run(&rx, &mut writer, None, setup, &bar, None);
+        let r = graph::run(&rx, Some(&mut writer), None, setup, &bar, None, &mut |_| {});
         (r, feeder.join().expect("feeder"))
     });
     let elapsed = t0.elapsed().as_secs_f64();

@@ -363,10 +363,12 @@ impl<'a> Session<'a> {
         let t = &self.t;
         let full = t.geometry();
         let mut feeds: HashMap<usize, Feed> = HashMap::new();
+        let streams = t.streams();
         for (rp, (r, _)) in self.plan.receivers.iter().zip(&c.requests) {
             let spec = &t.receivers[*r];
             let g = rp.geometry(full);
-            let body = daemon::StartRequest { output: Some(format!("{}_master.h5", spec.name)), module_cols: g.module_cols, gap_x: g.gap_x, gap_y: g.gap_y, overwrite: self.a.overwrite };
+            let output = Some(format!("{}_master.h5", spec.name));
+            let body = daemon::StartRequest { output, module_cols: g.module_cols, gap_x: g.gap_x, gap_y: g.gap_y, overwrite: self.a.overwrite, stream: Some(streams[*r].clone()) };
             let v: StartAnswer = match self.api.send("POST", spec.control, "/start", &body) {
                 Ok(v) => v,
                 Err(e) => {
@@ -376,6 +378,9 @@ impl<'a> Session<'a> {
                     return Err(e.context(format!("starting {}", spec.name)));
                 }
             };
+            if let Some(e) = &v.stream {
+                tracing::info!(receiver = %spec.name, stream = %e, "streaming");
+            }
             feeds.insert(*r, Feed::new(spec.control, v.events_from));
             lock(&self.shared).receivers.insert(spec.name.clone(), (true, None));
         }

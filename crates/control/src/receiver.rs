@@ -23,7 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::dashboard::{self, ReceiverView, Snapshot, View};
 use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
-use rdaq_run::consume::{consume, ConsumeStats, Sinks};
+use rdaq_run::acquisition::{self, Chain};
+use rdaq_run::consume::ConsumeStats;
 use rdaq_run::board::{incomplete_event, Board};
 use rdaq_run::stream::{Stream, StreamReport};
 
@@ -41,7 +42,7 @@ pub struct Options {
     pub stream: Option<rdaq_stream::StreamConfig>,
 }
 
-type Outcome = anyhow::Result<(ConsumeStats, Option<PathBuf>, Option<StreamReport>)>;
+type Outcome = anyhow::Result<acquisition::Outcome>;
 
 struct Acquisition {
     stop: Arc<AtomicBool>,
@@ -208,6 +209,10 @@ pub struct StartRequest {
     /// Replace an existing output file (default: refuse to start).
     #[serde(default)]
     pub overwrite: bool,
+    /// The Stream V2 endpoint of this acquisition ("none": off; default: the daemon's
+    /// `--stream`).
+    #[serde(default)]
+    pub stream: Option<String>,
 }
 
 
@@ -218,6 +223,9 @@ pub struct StartAnswer {
     pub state: String,
     pub output: Option<PathBuf>,
     pub events_from: u64,
+    /// The Stream V2 endpoint the frames are published on (none: no stream).
+    #[serde(default)]
+    pub stream: Option<String>,
 }
 
 async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<StartAnswer>, ApiError> {
@@ -249,7 +257,12 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         })?),
         None => None,
     };
-    let stream = Stream::open(stream_cfg.as_ref(), None, &meta, events_series(&events)).map_err(|e| internal(format!("stream: {e:#}")))?;
+    let stream_cfg = match &req.stream {
+        Some(e) => stream_at(stream_cfg, e).map_err(|e| bad(format!("stream: {e:#}")))?,
+        None => stream_cfg,
+    };
+    let endpoint = stream_cfg.as_ref().map(|c| c.endpoint.clone());
+    let stream = Stream::open(stream_cfg.as_ref(), None, &meta, events_series(&events)).map_err(|e| conflict(format!("stream: {e:#}")))?;
     let live = stream.as_ref().map(Stream::live);
     // a new acquisition: frame numbers may start again; whatever was in progress is finished
     // and goes nowhere (no consumer yet), so drain it
@@ -263,11 +276,10 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let loss_rx = active.rx.clone();
     let (events_w, name_w) = (events.clone(), name.clone());
     let board = Arc::new(Board::default());
-    let board_w = board.clone();
+    let chain = Chain { geometry, decoder: None, processing: None, board: board.clone(), sent: None, consumer_delay: Duration::ZERO, name: name.clone() };
     let consumer = std::thread::Builder::new()
         .name("rdaq-consume".into())
         .spawn(move || -> Outcome {
-            let (mut writer, mut stream) = (writer, stream);
             let on_frame = |f: &rdaq_receiver::FrameReady| {
                 let e = match f.status() {
                     FrameStatus::Complete => Event::FrameComplete { receiver: name.clone(), frame: f.frame(), imm: f.imm() },
@@ -279,24 +291,26 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
                     log.push(Event::PacketLoss { receiver: name.clone(), module: l.module, start: l.start, end: l.end });
                 }
             };
-            let consumed = consume(&rx, Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, board: Some(&board_w), decoder: None }, &ProgressBar::hidden(), Some(&flag), on_frame);
-            // the stream ends also when consuming failed
-            let streamed = stream.map(Stream::finish);
-            let mut stats = consumed?;
-            let path = match writer {
-                Some(w) => rdaq_run::outputs::close(w, &mut stats)?,
-                None => None,
-            };
-            if let Some(e) = &stats.write_error {
+            let outcome = acquisition::consume(&rx, chain, acquisition::Sinks { writer, stream }, &ProgressBar::hidden(), Some(&flag), on_frame)?;
+            if let Some(e) = &outcome.consumed.write_error {
                 lock(&events_w).push(Event::Error { source: name_w.clone(), message: e.clone() });
             }
-            Ok((stats, path, streamed))
+            Ok(outcome)
         })
         .map_err(internal)?;
     active.acq = Some(Acquisition { stop, consumer, stream: live });
     d.board = board;
     tracing::info!(receiver = %d.opts.name, output = ?path, events_from, "acquisition started");
-    Ok(Json(StartAnswer { state: "acquiring".into(), output: path, events_from }))
+    Ok(Json(StartAnswer { state: "acquiring".into(), output: path, events_from, stream: endpoint }))
+}
+
+/// The daemon's stream settings (`--stream-policy`, ...) at `endpoint`, which a start
+/// request names; "none": no stream.
+fn stream_at(daemon: Option<rdaq_stream::StreamConfig>, endpoint: &str) -> anyhow::Result<Option<rdaq_stream::StreamConfig>> {
+    let Some(asked) = (rdaq_run::config::Stream { endpoint: endpoint.into(), ..Default::default() }).config()? else {
+        return Ok(None);
+    };
+    Ok(Some(rdaq_stream::StreamConfig { endpoint: asked.endpoint.clone(), ..daemon.unwrap_or(asked) }))
 }
 
 /// The receiver daemon's answer to `POST /stop`: what the acquisition came to. The manager
@@ -334,7 +348,7 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
         // frames in progress are finished (under the policy) and queued before the flag
         let counters = rx.flush().unwrap_or_else(|| rx.counters());
         acq.stop.store(true, Ordering::Relaxed);
-        acq.consumer.join().map_err(|_| anyhow::anyhow!("consumer panicked"))?.map(|(s, p, st)| (s, p, st, counters))
+        acq.consumer.join().map_err(|_| anyhow::anyhow!("consumer panicked"))?.map(|o| (o.consumed, o.h5, o.stream, counters))
     })
     .await
     .map_err(internal)?

@@ -54,6 +54,21 @@ pub struct ReceiverSpec {
     pub data_port: u16,
     /// Memory for frame buffers.
     pub memory_mib: u64,
+    /// The Stream V2 endpoint its acquisitions publish on ("none": off); default
+    /// [`ReceiverSpec::default_stream`], so that receivers sharing a host do not clash.
+    #[serde(default)]
+    pub stream: Option<String>,
+}
+
+/// The first receiver's default Stream V2 port (the `rdaq run` default); receiver k of the
+/// topology gets this plus 2k (the port after each is left for a preview).
+pub const FIRST_STREAM_PORT: u16 = 31001;
+
+impl ReceiverSpec {
+    /// The default stream endpoint of the `k`-th receiver of a topology.
+    pub fn default_stream(k: usize) -> String {
+        format!("tcp://*:{}", FIRST_STREAM_PORT as usize + 2 * k)
+    }
 }
 
 /// How frames and modules are spread over receivers.
@@ -116,6 +131,8 @@ pub enum TopologyError {
     NoReceivers,
     #[error("receivers: the name {0:?} is used twice")]
     DuplicateName(String),
+    #[error("receivers.{0}.stream: endpoint {1} is used by another receiver on its host")]
+    DuplicateStream(String, String),
     #[error("receivers.{0}.control: address {1} is used by another receiver")]
     DuplicateControl(String, SocketAddr),
     #[error("receivers.{0}.data_port: ports {1}..{2} on {3} overlap another receiver's")]
@@ -181,6 +198,7 @@ impl Topology {
                 return Err(TopologyError::DuplicateControl(r.name.clone(), r.control));
             }
         }
+        self.check_streams()?;
         let p = self.transfer.payload_bytes;
         if p == 0 || p as usize > rdaq_proto::MAX_PAYLOAD {
             return Err(TopologyError::Payload(p));
@@ -194,6 +212,24 @@ impl Topology {
                 if !seen.insert(n.as_str()) {
                     return Err(TopologyError::ReceiverListedTwice(n.clone()));
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Topology {
+    /// Each receiver's Stream V2 endpoint ("none": off), as given or by default.
+    pub fn streams(&self) -> Vec<String> {
+        self.receivers.iter().enumerate().map(|(k, r)| r.stream.clone().unwrap_or_else(|| ReceiverSpec::default_stream(k))).collect()
+    }
+
+    /// No two receivers of one host (their control address) publish on the same endpoint.
+    fn check_streams(&self) -> Result<(), TopologyError> {
+        let mut seen = HashSet::new();
+        for (r, e) in self.receivers.iter().zip(self.streams()) {
+            if e != "none" && !seen.insert((r.control.ip(), e.clone())) {
+                return Err(TopologyError::DuplicateStream(r.name.clone(), e));
             }
         }
         Ok(())

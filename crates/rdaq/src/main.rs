@@ -2,6 +2,7 @@
 //! line and calls the libraries: one module per command, and the exit status (0 all frames
 //! complete and saved, 1 data lost or not saved, 2 errors).
 
+mod acquire;
 mod emulate;
 mod offline;
 mod preview;

@@ -16,18 +16,23 @@ use rdaq_control::receiver as daemon;
 use rdaq_detector::description::Place;
 use rdaq_detector::{Description, Geometry, ModuleLayout};
 use rdaq_process::descramble::Descrambler;
-use rdaq_run::assemble::Decoder;
 use rdaq_receiver::{Format, PortGrid, Receiver, ReceiverConfig};
-use rdaq_run::config;
-use rdaq_receiver::EngineKind;
-use rdaq_run::run::{check_guards, recv_buffer_line, report_tuning};
-use rdaq_run::summary::{Expected, Summary};
+use rdaq_run::acquisition::{self, Chain, Outcome};
+use rdaq_run::assemble::Decoder;
+use rdaq_run::config::Config;
+use rdaq_run::graph::ProcessReport;
+use rdaq_run::run::{self, check_guards, recv_buffer_line, report_tuning};
 use rdaq_run::stream::Stream;
-use rdaq_run::{consume, outputs, progress_bar};
+use rdaq_run::summary::{Expected, Summary};
+use rdaq_run::{outputs, progress_bar};
 use rdaq_sink::{NxmxMeta, NxmxWriter, PixelType};
+
+use crate::acquire::{set, AcquireArgs};
 
 #[derive(Args)]
 pub struct ReceiveArgs {
+    #[command(flatten)]
+    acq: AcquireArgs,
     /// Run as a daemon with a control API on this address (ADDRESS:PORT, or a port alone for
     /// localhost): buffers are defined by the system manager, data arrives on --bind.
     #[arg(long, value_parser = rdaq_control::http::listen_addr)]
@@ -74,49 +79,48 @@ pub struct ReceiveArgs {
     /// `readnrows`): 8 to 512, a multiple of 8. Frames are that many rows high.
     #[arg(long, default_value_t = rdaq_receiver::engine::JUNGFRAU_ROWS)]
     read_rows: u16,
-    #[arg(long, default_value_t = 1)]
-    modules: u16,
-    /// Modules per row of the module grid in the assembled image.
-    #[arg(long, default_value_t = 1)]
-    module_cols: u16,
-    /// Gap pixels between modules (fast axis, slow axis).
-    #[arg(long, default_value_t = rdaq_detector::geometry::DEFAULT_GAP_X)]
-    gap_x: usize,
-    #[arg(long, default_value_t = rdaq_detector::geometry::DEFAULT_GAP_Y)]
-    gap_y: usize,
-    /// Address the data ports listen on. The default takes only local senders (an emulator
-    /// on this host, PSI's virtual detector); for a detector on a network card use that
-    /// card's address (the detector's `udp_dstip`), or 0.0.0.0 for every interface.
-    #[arg(long, default_value = "127.0.0.1")]
-    bind: IpAddr,
-    /// First data port: module m (interface i) listens on port + m (* interfaces + i).
-    /// 50001 is the slsDetectorPackage default (`udp_dstport`).
-    #[arg(long, default_value_t = 50001)]
-    port: u16,
-    #[arg(long, default_value_t = 8192)]
-    payload_bytes: u32,
-    #[arg(long, default_value_t = 256)]
-    ring_mib: usize,
-    /// Kernel buffering per data port (socket buffer), or per interface queue for af_xdp (UMEM).
-    #[arg(long, default_value_t = 64)]
-    recv_buffer_mib: usize,
-    /// Receive engine: recvmmsg, io_uring or af_xdp (AF_XDP needs --bind on an interface's
-    /// address; see docs/transport.md).
-    #[arg(long, default_value = "recvmmsg")]
-    engine: EngineKind,
-    /// Pin the receive thread to this CPU (the start lines say where the interface's
-    /// interrupts run).
+    /// Modules per row of the module grid in the assembled image (detector.module_cols,
+    /// default 1).
     #[arg(long)]
-    recv_cpu: Option<usize>,
+    module_cols: Option<u16>,
+    /// Gap pixels between modules, fast axis and slow axis (detector.gap_x, default 8, and
+    /// detector.gap_y, default 36).
+    #[arg(long)]
+    gap_x: Option<usize>,
+    #[arg(long)]
+    gap_y: Option<usize>,
+    /// Address the data ports listen on (network.bind). The default, 127.0.0.1, takes only
+    /// local senders (an emulator on this host, PSI's virtual detector); for a detector on a
+    /// network card use that card's address (the detector's `udp_dstip`), or 0.0.0.0 for
+    /// every interface.
+    #[arg(long)]
+    bind: Option<IpAddr>,
+    /// First data port (network.data_port, default 50001, the slsDetectorPackage's
+    /// `udp_dstport`): module m (interface i) listens on port + m (* interfaces + i).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Payload bytes per rdaq datagram (network.payload_bytes, default 8192).
+    #[arg(long)]
+    payload_bytes: Option<u32>,
+    /// Memory for the frame ring (receiver.ring_mib, default 256).
+    #[arg(long)]
+    ring_mib: Option<usize>,
+    /// Kernel buffering per data port (socket buffer), or per interface queue for af_xdp
+    /// (UMEM) (network.recv_buffer_mib, default 64).
+    #[arg(long)]
+    recv_buffer_mib: Option<usize>,
     /// Longest the receiver lets datagrams gather between two reads of a running stream
-    /// (fewer wake-ups for slow streams, at most this much latency; 0: read at once).
-    #[arg(long, default_value_t = 4.0)]
-    coalesce_ms: f64,
-    #[arg(long, default_value_t = 500)]
-    frame_timeout_ms: u64,
-    /// keep or discard incomplete frames.
-    #[arg(long, default_value = "keep")]
-    policy: String,
+    /// (fewer wake-ups for slow streams, at most this much latency; 0: read at once)
+    /// (network.coalesce_ms, default 4).
+    #[arg(long)]
+    coalesce_ms: Option<f64>,
+    /// An incomplete frame is finished this long after its first datagram
+    /// (receiver.frame_timeout_ms, default 500).
+    #[arg(long)]
+    frame_timeout_ms: Option<u64>,
+    /// keep or discard incomplete frames (receiver.policy, default keep).
+    #[arg(long)]
+    policy: Option<String>,
     /// Stop after this many frames (also the stream's and the files' number of images).
     #[arg(long)]
     frames: Option<u64>,
@@ -135,96 +139,99 @@ pub struct ReceiveArgs {
     /// unless --overwrite.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Stream V2 endpoint to publish the frames on ("none": off).
-    #[arg(long, default_value = "tcp://*:31001")]
-    stream: String,
-    /// When stream consumers are slower: "drop" images or "block" the receiver's consumer.
-    #[arg(long, default_value = "drop")]
-    stream_policy: String,
-    /// Replace the --out file if it exists.
-    #[arg(long)]
-    overwrite: bool,
-    /// Exit 0 even if frames were lost or incomplete.
-    #[arg(long)]
-    tolerate_loss: bool,
     /// Write the buffer map (ids, keys, ports) for the senders here.
     #[arg(long)]
     buffers_out: Option<PathBuf>,
-    #[arg(long)]
-    summary_json: Option<PathBuf>,
 }
 
+/// The configuration of `rdaq receive`: the defaults of a detector outside this process,
+/// the `--config` file, and the options.
+fn config(a: &ReceiveArgs) -> anyhow::Result<Config> {
+    let mut cfg = a.acq.config(Config::remote())?;
+    set(&mut cfg.detector.module_cols, a.module_cols);
+    set(&mut cfg.detector.gap_x, a.gap_x);
+    set(&mut cfg.detector.gap_y, a.gap_y);
+    set(&mut cfg.network.bind, a.bind);
+    set(&mut cfg.network.data_port, a.port);
+    set(&mut cfg.network.payload_bytes, a.payload_bytes);
+    set(&mut cfg.network.recv_buffer_mib, a.recv_buffer_mib);
+    set(&mut cfg.network.coalesce_ms, a.coalesce_ms);
+    set(&mut cfg.receiver.ring_mib, a.ring_mib);
+    set(&mut cfg.receiver.frame_timeout_ms, a.frame_timeout_ms);
+    set(&mut cfg.receiver.policy, a.policy.clone());
+    cfg.check()?;
+    Ok(cfg)
+}
 
 pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
+    let cfg = config(&a)?;
     if let Some(addr) = a.serve {
-        return serve_receiver(a, addr);
+        return serve_receiver(a, &cfg, addr);
     }
-    let Setup { rcfg, geometry, decoder, mut meta } = receiver_config(&a)?;
+    let Setup { rcfg, chain, mut meta } = setup(&a, &cfg)?;
     told_times(&a, &mut meta)?;
+    let overwrite = cfg.output.overwrite;
     let series = a.out.as_deref().map(outputs::series_files);
-    let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.summary_json.as_deref());
-    outputs::refuse_existing(named, a.overwrite)?;
+    let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.acq.summary_json.as_deref());
+    outputs::refuse_existing(named, overwrite)?;
     let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
     if let Some(p) = &a.buffers_out {
-        outputs::write_file(p, serde_json::to_string_pretty(rx.buffer_map())?.as_bytes(), a.overwrite)?;
+        outputs::write_file(p, serde_json::to_string_pretty(rx.buffer_map())?.as_bytes(), overwrite)?;
     }
-    let ports: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(a.bind, p)).collect();
+    let bind = cfg.network.bind;
+    let ports: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(bind, p)).collect();
     let slots = rx.buffer_map().buffers.len();
-    eprintln!("rdaq receive: listening on {ports:?} ({}), {slots} slots, {}", rx.engine(), recv_buffer_line(a.recv_buffer_mib << 20, rx.recv_buffer_granted()));
+    let what = if chain.processing.is_some() { format!("processing to {}", cfg.process.output) } else { "raw".into() };
+    eprintln!("rdaq receive: listening on {ports:?} ({}), {slots} slots, {}; {what}", rx.engine(), recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted()));
     report_tuning("rdaq receive", &rx);
-    let mut writer = open_output(&a, &meta)?;
-    let mut stream = Stream::open(stream_config(&a.stream, &a.stream_policy)?.as_ref(), None, &meta, 1)?;
+    let writer = open_output(&a, &meta, overwrite)?;
+    let preview = cfg.stream.preview_config()?;
+    let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     let bar = progress_bar(a.frames, "receive");
     let start = Instant::now();
-    let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: None, board: None, decoder };
-    let mut consumed = consume_until_stopped(&rx, sinks, &bar, a.timeout_s.map(|t| start + Duration::from_secs_f64(t)))?;
+    let sinks = acquisition::Sinks { writer, stream };
+    let outcome = consume_until_stopped(&rx, chain, sinks, &bar, a.timeout_s.map(|t| start + Duration::from_secs_f64(t)))?;
     bar.finish();
-    let streamed = stream.map(Stream::finish);
     let counters = rx.join()?;
-    let h5 = match writer {
-        Some(w) => outputs::close(w, &mut consumed)?,
-        None => None,
-    };
     let expected = a.frames.map_or(Expected::Unknown, Expected::Count);
-    let mut sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &consumed, start.elapsed(), h5.as_deref()).with_receiver(&rx);
-    sum.stream = streamed;
+    let mut sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &outcome.consumed, start.elapsed(), outcome.h5.as_deref()).with_receiver(&rx);
+    sum.stream = outcome.stream;
+    sum.processing = outcome.processed.map(|p| ProcessReport { calibration: None, ..p });
 
     sum.print();
-    if let Some(p) = a.summary_json {
-        sum.write_json(&p, a.overwrite)?;
+    if let Some(p) = &a.acq.summary_json {
+        sum.write_json(p, overwrite)?;
     }
     check_guards(&rx)?;
-    if counters.datagrams == 0 && a.bind.is_loopback() {
+    if counters.datagrams == 0 && bind.is_loopback() {
         eprintln!("rdaq receive: nothing arrived on {ports:?}: a detector on a network card sends to that card's address; use --bind <its address> or --bind 0.0.0.0");
     }
-    Ok(sum.exit_code("receive", a.tolerate_loss))
+    Ok(sum.exit_code("receive", cfg.output.tolerate_loss))
 }
 
 /// `rdaq receive --serve`: the receiver daemon, its buffers defined by the manager.
-fn serve_receiver(a: ReceiveArgs, addr: SocketAddr) -> anyhow::Result<ExitCode> {
+fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&a.out_dir).with_context(|| format!("cannot create {}", a.out_dir.display()))?;
     let opts = daemon::Options {
         name: a.name,
-        data: a.bind,
+        data: cfg.network.bind,
         memory_bytes: a.memory_mib << 20,
         out_dir: a.out_dir,
-        policy: config::parse_policy(&a.policy).context("--policy")?,
-        frame_timeout: Duration::from_millis(a.frame_timeout_ms),
-        recv_buffer: a.recv_buffer_mib << 20,
-        engine: a.engine,
-        stream: stream_config(&a.stream, &a.stream_policy)?,
+        policy: cfg.policy()?,
+        frame_timeout: cfg.frame_timeout(),
+        recv_buffer: cfg.network.recv_buffer_mib << 20,
+        engine: cfg.network.engine.parse().map_err(|e: String| anyhow::anyhow!("network.engine: {e}"))?,
+        stream: cfg.stream.config()?,
     };
     let access = Arc::new(a.access.access()?);
     rdaq_control::http::serve(addr, daemon::router(opts, access.clone()), "receive", access)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// What a standalone `rdaq receive` starts, and the images its frames make.
+/// What a standalone `rdaq receive` starts, and what its frames go through.
 struct Setup {
     rcfg: ReceiverConfig,
-    geometry: Geometry,
-    /// How a described detector's module frames are decoded (none for JUNGFRAU's).
-    decoder: Option<Decoder>,
+    chain: Chain,
     meta: NxmxMeta,
 }
 
@@ -242,13 +249,13 @@ fn told_times(a: &ReceiveArgs, meta: &mut NxmxMeta) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The receiver a standalone `rdaq receive` starts, and the image its frames make.
-fn receiver_config(a: &ReceiveArgs) -> anyhow::Result<Setup> {
+/// The receiver a standalone `rdaq receive` starts, and the chain its frames take.
+fn setup(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<Setup> {
     let format = match &a.detector {
         Some(name) => {
             let d = Description::load(name)?;
             if d.ports.place == Place::Header {
-                return described_config(a, &d);
+                return described_setup(a, cfg, &d);
             }
             // a description placed by packet number is JUNGFRAU's (checked when loaded)
             if a.bit_depth.is_some_and(|b| b != 16) || a.gap_pixels {
@@ -271,24 +278,35 @@ fn receiver_config(a: &ReceiveArgs) -> anyhow::Result<Setup> {
     if a.read_rows == 0 || a.read_rows > 512 || a.read_rows % 8 != 0 {
         bail!("--read-rows {} must be 8 to 512, a multiple of 8", a.read_rows);
     }
-    let geometry = module_grid(a)?.with_module_height(a.read_rows as usize);
-    let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, payload_bytes: a.payload_bytes, ..common_config(a, geometry.module_bytes())? };
-    Ok(Setup { rcfg, geometry, decoder: None, meta: NxmxMeta::receiver(geometry) })
+    let geometry = cfg.geometry().expect("checked").with_module_height(a.read_rows as usize);
+    let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, ..common_config(a, cfg, geometry.module_bytes())? };
+    let calibration = if cfg.processing() { Some(run::calibration(cfg, geometry)?) } else { None };
+    let meta = run::file_meta(cfg, geometry, calibration.as_ref())?;
+    let processing = calibration.map(|c| run::processing_setup(cfg, &meta, c)).transpose()?;
+    Ok(Setup { rcfg, chain: chain(cfg, geometry, None, processing), meta })
+}
+
+/// The chain of a standalone `rdaq receive`'s frames.
+fn chain(cfg: &Config, geometry: Geometry, decoder: Option<Decoder>, processing: Option<rdaq_run::graph::Setup>) -> Chain {
+    Chain { geometry, decoder, processing, board: Arc::default(), sent: None, consumer_delay: cfg.faults.consumer_delay(), name: "receiver".into() }
 }
 
 /// The receiver of a described detector's native packets placed by their header's row and
 /// column, and the decoding of its module frames.
-fn described_config(a: &ReceiveArgs, d: &Description) -> anyhow::Result<Setup> {
+fn described_setup(a: &ReceiveArgs, cfg: &Config, d: &Description) -> anyhow::Result<Setup> {
     if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS || a.interfaces != 1 {
         bail!("--read-rows and --interfaces are settings of JUNGFRAU; {} sends what its description says", d.name);
+    }
+    if cfg.processing() {
+        bail!("process: the processing graph is JUNGFRAU's; {} frames are written as the detector counts them (drop --calibration, or process.mode = \"raw\")", d.name);
     }
     let bits = a.bit_depth.unwrap_or(d.pixel.default_bit_depth);
     let link = a.link.clone().unwrap_or_else(|| d.default_link().to_owned());
     let payload = d.link(&link).map_err(|e| anyhow::anyhow!("--link: {e}"))?;
     let layout = ModuleLayout::new(d, bits, a.gap_pixels).map_err(|e| anyhow::anyhow!("--bit-depth {bits}: {e}"))?;
     let packets = d.packets_per_port(bits, payload).context("the description's packets per port")? as u32;
-    let grid = PortGrid { det_type: d.header.det_type, payload: payload as u32, packets, port_rows: d.ports.rows as u16, port_cols: d.ports.cols as u16, module_cols: a.module_cols };
-    let rcfg = ReceiverConfig { format: Format::SlsByHeader(grid), module_bytes: grid.module_bytes(), payload_bytes: payload as u32, ..common_config(a, layout.raw_bytes())? };
+    let grid = PortGrid { det_type: d.header.det_type, payload: payload as u32, packets, port_rows: d.ports.rows as u16, port_cols: d.ports.cols as u16, module_cols: cfg.detector.module_cols };
+    let rcfg = ReceiverConfig { format: Format::SlsByHeader(grid), module_bytes: grid.module_bytes(), payload_bytes: payload as u32, ..common_config(a, cfg, layout.raw_bytes())? };
     let mask = layout.gap_mask();
     let (decoder, pixel) = match Descrambler::for_description(d).map_err(|e| anyhow::anyhow!("--detector {}: {e}", d.name))? {
         Some(s) => {
@@ -300,67 +318,57 @@ fn described_config(a: &ReceiveArgs, d: &Description) -> anyhow::Result<Setup> {
         None => (Decoder::Layout(layout), PixelType::Counts(bits as u8)),
     };
     let (w, h) = decoder.module_size();
-    let geometry = module_grid(a)?.with_module_size(w, h);
-    let meta = NxmxMeta::described(geometry, d, pixel, mask);
-    eprintln!("rdaq receive: {} module(s) of {} at {bits} bits on link {link}: {} ports of {packets} packets of {payload} bytes per module and frame", a.modules, d.name, grid.ports());
-    Ok(Setup { rcfg, geometry, decoder: Some(decoder), meta })
-}
-
-/// The module grid of `--modules`, `--module-cols` and the gaps.
-fn module_grid(a: &ReceiveArgs) -> anyhow::Result<Geometry> {
-    Geometry::new(a.modules, a.module_cols, a.gap_x, a.gap_y).with_context(|| format!("--module-cols {} must divide --modules {} into whole rows", a.module_cols, a.modules))
+    let geometry = cfg.geometry().expect("checked").with_module_size(w, h);
+    let meta = NxmxMeta {
+        images_per_file: cfg.output.images_per_file,
+        photon_energy_kev: cfg.detector.photon_energy_kev,
+        rotation: cfg.goniometer.rotation(),
+        ..NxmxMeta::described(geometry, d, pixel, mask)
+    };
+    eprintln!("rdaq receive: {} module(s) of {} at {bits} bits on link {link}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, grid.ports());
+    Ok(Setup { rcfg, chain: chain(cfg, geometry, Some(decoder), None), meta })
 }
 
 /// The receiver settings every format shares, for modules of `module_bytes` bytes.
-fn common_config(a: &ReceiveArgs, module_bytes: usize) -> anyhow::Result<ReceiverConfig> {
-    let frame_bytes = a.modules as usize * module_bytes;
-    let slots = (a.ring_mib << 20) / frame_bytes.max(1);
+fn common_config(a: &ReceiveArgs, cfg: &Config, module_bytes: usize) -> anyhow::Result<ReceiverConfig> {
+    let modules = cfg.detector.modules;
+    let frame_bytes = modules as usize * module_bytes;
+    let slots = (cfg.receiver.ring_mib << 20) / frame_bytes.max(1);
     if slots < 2 {
-        bail!("--ring-mib {} holds fewer than 2 frames of {} bytes", a.ring_mib, frame_bytes);
+        bail!("receiver.ring_mib (--ring-mib) {} holds fewer than 2 frames of {} bytes", cfg.receiver.ring_mib, frame_bytes);
     }
-    Ok(ReceiverConfig {
-        bind: a.bind,
-        data_port: a.port,
-        modules: a.modules,
+    cfg.tune(ReceiverConfig {
+        bind: cfg.network.bind,
+        data_port: cfg.network.data_port,
+        modules,
+        payload_bytes: cfg.network.payload_bytes,
         slots,
-        recv_buffer: a.recv_buffer_mib << 20,
-        coalesce: Duration::try_from_secs_f64(a.coalesce_ms / 1e3).ok().filter(|d| *d <= Duration::from_millis(100)).context("--coalesce-ms must be 0 to 100")?,
-        frame_timeout: Duration::from_millis(a.frame_timeout_ms),
-        policy: config::parse_policy(&a.policy).context("--policy")?,
         frames: a.frames,
-        engine: a.engine,
-        cpu: a.recv_cpu,
         ..ReceiverConfig::default()
     })
 }
 
 /// The `--out` file, after a look at the free space when the frame count is known.
-fn open_output(a: &ReceiveArgs, meta: &NxmxMeta) -> anyhow::Result<Option<NxmxWriter>> {
+fn open_output(a: &ReceiveArgs, meta: &NxmxMeta, overwrite: bool) -> anyhow::Result<Option<NxmxWriter>> {
     let Some(p) = &a.out else { return Ok(None) };
     let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if let Some(n) = a.frames {
         let frame = meta.image_bytes() as u64;
         outputs::warn_if_short(dir, n * frame, &format!("{n} frames of {:.1} MB before compression", frame as f64 / 1e6));
     }
-    let w = NxmxWriter::create(p, meta, a.overwrite)?;
+    let w = NxmxWriter::create(p, meta, overwrite)?;
     outputs::warn_without_reserve(&w, p);
     Ok(Some(w))
 }
 
-/// The publisher's settings of `--stream` and `--stream-policy`; `None` for "none".
-pub fn stream_config(endpoint: &str, policy: &str) -> anyhow::Result<Option<rdaq_stream::StreamConfig>> {
-    let s = rdaq_run::config::Stream { endpoint: endpoint.into(), policy: policy.into(), ..Default::default() };
-    s.config().map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("stream.policy", "--stream-policy")))
-}
-
-/// Consumes frames until the receiver stops by itself (its frame count), Ctrl-C, or the
-/// deadline.
-fn consume_until_stopped(rx: &Receiver, sinks: consume::Sinks, bar: &ProgressBar, deadline: Option<Instant>) -> anyhow::Result<consume::ConsumeStats> {
+/// Takes the frames through the chain until the receiver stops by itself (its frame
+/// count), Ctrl-C, or the deadline.
+fn consume_until_stopped(rx: &Receiver, chain: Chain, sinks: acquisition::Sinks, bar: &ProgressBar, deadline: Option<Instant>) -> anyhow::Result<Outcome> {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();
     let _ = ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed));
     std::thread::scope(|s| {
-        let consumer = s.spawn(|| consume::consume(rx, sinks, bar, None, |_| {}));
+        let consumer = s.spawn(|| acquisition::consume(rx, chain, sinks, bar, None, |_| {}));
         while !consumer.is_finished() {
             if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
                 rx.stop();

@@ -12,54 +12,21 @@ use rdaq_run::board::Board;
 use rdaq_run::config::Config;
 use rdaq_run::progress_bar;
 
+use crate::acquire::{set, AcquireArgs};
+
 #[derive(Args)]
 pub struct RunArgs {
-    /// TOML configuration; every field has a default (see rdaq.example.toml).
-    #[arg(long)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    acq: AcquireArgs,
+    /// Frames the emulated detector sends (emulator.frames).
     #[arg(long)]
     frames: Option<u64>,
-    #[arg(long)]
-    modules: Option<u16>,
-    /// Frames per second (0: as fast as possible).
+    /// Frames per second (emulator.rate_hz; 0: as fast as possible).
     #[arg(long)]
     rate: Option<f64>,
-    /// Output directory.
+    /// Output directory (output.dir).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Images per data file (output.images_per_file, default 1000).
-    #[arg(long)]
-    images_per_file: Option<usize>,
-    /// Stream V2 endpoint to publish on (stream.endpoint, default tcp://*:31001; "none": off).
-    #[arg(long)]
-    stream: Option<String>,
-    /// When stream consumers are slower: "drop" images (default) or "block" the acquisition.
-    #[arg(long)]
-    stream_policy: Option<String>,
-    /// Live preview endpoint (stream.preview, default tcp://*:31002; "none": off).
-    #[arg(long)]
-    preview: Option<String>,
-    /// Exit 0 even if frames were lost.
-    #[arg(long)]
-    tolerate_loss: bool,
-    /// Replace the files of an earlier run of the same name (default: number this run).
-    #[arg(long)]
-    overwrite: bool,
-    /// Where the processing stages run: cpu or gpu (process.backend).
-    #[arg(long)]
-    backend: Option<String>,
-    /// Receive engine: recvmmsg, io_uring or af_xdp (network.engine).
-    #[arg(long)]
-    engine: Option<String>,
-    /// Pin the receive thread to this CPU (network.recv_cpu).
-    #[arg(long)]
-    recv_cpu: Option<usize>,
-    /// Write the raw words, no processing (process.mode = "raw").
-    #[arg(long)]
-    raw: bool,
-    /// Write the summary as JSON here too.
-    #[arg(long)]
-    summary_json: Option<PathBuf>,
     /// Serve the web dashboard and the run's API (/status, /events, POST /stop) here:
     /// ADDRESS:PORT, or a port alone for localhost. After the run, the page shows the
     /// summary until Ctrl-C.
@@ -89,50 +56,12 @@ fn on_interrupt(progress: Arc<Control>) -> std::sync::mpsc::Receiver<()> {
 
 
 pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut cfg = match &a.config {
-        Some(p) => Config::load(p)?,
-        None => Config::default(),
-    };
-    if let Some(f) = a.frames {
-        cfg.emulator.frames = f;
-    }
-    if let Some(m) = a.modules {
-        cfg.detector.modules = m;
-    }
-    if let Some(r) = a.rate {
-        cfg.emulator.rate_hz = r;
-    }
-    if let Some(o) = a.out {
-        cfg.output.dir = o;
-    }
-    if let Some(n) = a.images_per_file {
-        cfg.output.images_per_file = n;
-    }
-    if let Some(e) = a.stream {
-        cfg.stream.endpoint = e;
-    }
-    if let Some(p) = a.stream_policy {
-        cfg.stream.policy = p;
-    }
-    if let Some(p) = a.preview {
-        cfg.stream.preview = p;
-    }
-    cfg.output.tolerate_loss |= a.tolerate_loss;
-    cfg.output.overwrite |= a.overwrite;
-    if let Some(b) = a.backend {
-        cfg.process.backend = b;
-    }
-    if let Some(e) = a.engine {
-        cfg.network.engine = e;
-    }
-    if a.recv_cpu.is_some() {
-        cfg.network.recv_cpu = a.recv_cpu;
-    }
-    if a.raw {
-        cfg.process.mode = "raw".into();
-    }
+    let mut cfg = a.acq.config(Config::default())?;
+    set(&mut cfg.emulator.frames, a.frames);
+    set(&mut cfg.emulator.rate_hz, a.rate);
+    set(&mut cfg.output.dir, a.out);
     cfg.check()?;
-    rdaq_run::outputs::refuse_existing(a.summary_json.as_deref(), cfg.output.overwrite)?;
+    rdaq_run::outputs::refuse_existing(a.acq.summary_json.as_deref(), cfg.output.overwrite)?;
     let control = Arc::new(Control::default());
     let interrupts = on_interrupt(control.clone());
     if let Some(t) = &a.topology {
@@ -148,7 +77,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let sum = rdaq_run::run::run(&cfg, control, board, &progress_bar(Some(cfg.emulator.frames), "run"))?;
     sum.print();
-    if let Some(p) = a.summary_json {
+    if let Some(p) = a.acq.summary_json {
         sum.write_json(&p, cfg.output.overwrite)?;
     }
     if let Some(v) = view {

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub detector: Detector,
@@ -21,11 +21,25 @@ pub struct Config {
     pub output: Output,
     pub stream: Stream,
     pub goniometer: Goniometer,
+    /// Where the frames come from; set by the entry point, not in the file.
+    #[serde(skip)]
+    pub source: Source,
+}
+
+/// Where an acquisition's frames come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Source {
+    /// The emulated detector, run in this process (`rdaq run`): its calibration is known.
+    #[default]
+    Emulated,
+    /// A detector outside this process (`rdaq receive`, the receiver daemon): a real one,
+    /// PSI's virtual one, or `rdaq emulate`.
+    Remote,
 }
 
 /// The sample's rotation: a rotation series turns it about omega by `omega_increment_deg`
 /// per image; 0 means stills (no goniometer in the files).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Goniometer {
     pub omega_start_deg: f64,
@@ -40,7 +54,7 @@ impl Goniometer {
 }
 
 /// The Stream V2 publisher (docs/stream.md).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Stream {
     /// ZeroMQ endpoint to bind; "none" publishes nothing.
@@ -108,11 +122,12 @@ impl Stream {
 }
 
 /// Online processing of JUNGFRAU frames (docs/processing.md).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Process {
     /// "jungfrau": convert, track the pedestal on dark frames, find spots, veto, compress;
-    /// "raw": write the raw words.
+    /// "raw": write the raw words; "auto": "jungfrau" where the calibration is known (the
+    /// emulated detector in this process, or `calibration` given), "raw" otherwise.
     pub mode: String,
     /// Where conversion and spot finding run: "cpu", or "gpu" (issue 13, in progress: not
     /// yet run on a GPU). Raw runs have no processing to move.
@@ -122,7 +137,9 @@ pub struct Process {
     pub output: String,
     /// The invalid gain code 10: "error", "g0" or "g2".
     pub invalid_gain: String,
-    /// Calibration file; empty: the emulated detector's own calibration.
+    /// Calibration file; "emulated": the emulated detector's own calibration (of
+    /// `detector.seed`); empty: the emulated detector's own in `rdaq run`, none for a
+    /// detector outside this process.
     pub calibration: PathBuf,
     /// Dark frames in the pedestal's running window, and how often (in dark frames, once
     /// the window is full) the converters take the tracked G0 pedestal.
@@ -157,7 +174,7 @@ pub struct Process {
     pub ring_frames: usize,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Reliability {
     /// Every rdaq datagram carries a CRC32C of header and payload, verified by the receiver
@@ -179,7 +196,7 @@ pub struct Reliability {
 }
 
 /// Faults injected into the emulator's sending (for tests; all zero: none).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Faults {
     pub seed: u64,
@@ -199,7 +216,7 @@ pub struct Faults {
     pub slow_ms: f64,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Detector {
     /// JUNGFRAU modules (1024 x 512 pixels each).
@@ -222,7 +239,7 @@ pub struct Detector {
     pub chopper_signal: u32,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Emulator {
     pub frames: u64,
@@ -232,7 +249,7 @@ pub struct Emulator {
     pub gso: bool,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Network {
     /// Receiver data address.
@@ -253,7 +270,7 @@ pub struct Network {
     pub coalesce_ms: f64,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReceiverCfg {
     /// Memory for the frame ring; the slot count is this over the frame size.
@@ -266,7 +283,7 @@ pub struct ReceiverCfg {
     pub predict: bool,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Output {
     pub dir: PathBuf,
@@ -302,7 +319,7 @@ impl Default for Detector {
 impl Default for Process {
     fn default() -> Self {
         Process {
-            mode: "jungfrau".into(),
+            mode: "auto".into(),
             output: "auto".into(),
             invalid_gain: "error".into(),
             calibration: PathBuf::new(),
@@ -422,8 +439,35 @@ const MAX_PAYLOAD: u32 = rdaq_proto::MAX_PAYLOAD as u32;
 
 impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
+        Config::load_over(Config::default(), path)
+    }
+
+    /// The defaults of an acquisition of a detector outside this process (`rdaq receive`,
+    /// the receiver daemon): one module, the slsDetectorPackage's first data port (50001), a
+    /// 256 MiB ring, no beam chopper (every frame a signal frame unless told), no preview.
+    pub fn remote() -> Config {
+        let mut c = Config { source: Source::Remote, ..Config::default() };
+        c.detector.modules = 1;
+        (c.detector.chopper_dark, c.detector.chopper_signal) = (0, 1);
+        c.network.data_port = 50001;
+        c.receiver.ring_mib = 256;
+        c.stream.preview = "none".into();
+        c
+    }
+
+    /// The configuration file `path` over `base` (an entry point's defaults): the fields the
+    /// file sets replace the base's, the others keep it. Errors name the file, the field
+    /// and its line.
+    pub fn load_over(base: Config, path: &Path) -> anyhow::Result<Config> {
+        let invalid = || format!("invalid configuration {}", path.display());
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-        rdaq_manager::tomldoc::parse(&text).with_context(|| format!("invalid configuration {}", path.display()))
+        // every error is found on the file alone, where its line is known
+        rdaq_manager::tomldoc::parse::<Config>(&text).with_context(invalid)?;
+        let file: toml::Table = text.parse().with_context(invalid)?;
+        let mut doc = toml::Table::try_from(&base).context("the base configuration")?;
+        merge(&mut doc, file);
+        let merged: Config = doc.try_into().with_context(invalid)?;
+        Ok(Config { source: base.source, ..merged })
     }
 
     /// The processing backend: "cpu", or "gpu" where this machine has one (a one-line error
@@ -505,8 +549,11 @@ impl Config {
             bail!("faults.slow_module {} must be a module of the detector (below {})", self.faults.slow_module, self.detector.modules);
         }
         let p = &self.process;
-        if p.mode != "jungfrau" && p.mode != "raw" {
-            bail!("process.mode must be \"jungfrau\" or \"raw\", not {:?}", p.mode);
+        if !["auto", "jungfrau", "raw"].contains(&p.mode.as_str()) {
+            bail!("process.mode must be \"auto\", \"jungfrau\" or \"raw\", not {:?}", p.mode);
+        }
+        if self.processing() && p.calibration.as_os_str().is_empty() && self.source == Source::Remote {
+            bail!("process.mode = \"jungfrau\": a detector outside this process needs its calibration: process.calibration (--calibration FILE; \"emulated\" for rdaq emulate's own), or process.mode = \"raw\"");
         }
         self.pixel_type(None)?;
         rdaq_process::InvalidGain::parse(&p.invalid_gain).context("process.invalid_gain")?;
@@ -630,8 +677,20 @@ impl Config {
         rdaq_detector::Chopper { dark: self.detector.chopper_dark, signal: self.detector.chopper_signal }
     }
 
+    /// Whether the frames go through the processing graph: process.mode "jungfrau", or
+    /// "auto" where the calibration is known.
     pub fn processing(&self) -> bool {
-        self.process.mode == "jungfrau"
+        match self.process.mode.as_str() {
+            "jungfrau" => true,
+            "auto" => self.source == Source::Emulated || !self.process.calibration.as_os_str().is_empty(),
+            _ => false,
+        }
+    }
+
+    /// Whether the processing converts with the emulated detector's own calibration.
+    pub fn emulated_calibration(&self) -> bool {
+        let c = &self.process.calibration;
+        c.as_os_str() == "emulated" || (c.as_os_str().is_empty() && self.source == Source::Emulated)
     }
 
     /// What the file's pixels hold.
@@ -653,6 +712,18 @@ impl Config {
             },
             o => bail!("process.output must be \"auto\", \"kev\", \"photons16\" or \"photons32\", not {o:?}"),
         })
+    }
+}
+
+/// Puts the tables and values of `over` into `doc`, table by table.
+fn merge(doc: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (doc.get_mut(&k), v) {
+            (Some(toml::Value::Table(d)), toml::Value::Table(o)) => merge(d, o),
+            (_, v) => {
+                doc.insert(k, v);
+            }
+        }
     }
 }
 

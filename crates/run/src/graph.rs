@@ -214,13 +214,23 @@ struct Graph<'a> {
     steps: StepTimes,
     reorder_high_water: AtomicU64,
     stats: Mutex<ConsumeStats>,
-    writer: Mutex<&'a mut NxmxWriter>,
+    writer: Mutex<Option<&'a mut NxmxWriter>>,
     stream: Mutex<Option<&'a mut Stream>>,
     pool: Sender<Box<Work>>,
 }
 
-/// Runs the graph until the receiver finishes (or `until` is set and no frame waits).
-pub fn run(rx: &Receiver, writer: &mut NxmxWriter, stream: Option<&mut Stream>, setup: Setup, bar: &ProgressBar, until: Option<&AtomicBool>) -> anyhow::Result<(ConsumeStats, ProcessReport)> {
+/// Runs the graph until the receiver finishes (or `until` is set and no frame waits);
+/// `on_frame` sees every frame as it comes. Without a writer, frames are processed and
+/// streamed but not written.
+pub fn run(
+    rx: &Receiver,
+    writer: Option<&mut NxmxWriter>,
+    stream: Option<&mut Stream>,
+    setup: Setup,
+    bar: &ProgressBar,
+    until: Option<&AtomicBool>,
+    on_frame: &mut dyn FnMut(&FrameReady),
+) -> anyhow::Result<(ConsumeStats, ProcessReport)> {
     Converter::shared(setup.calibration.clone(), setup.invalid)?;
     anyhow::ensure!(setup.workers > 0 && setup.pedestal_bands > 0 && setup.ring_frames > 0, "the graph needs workers, pedestal bands and rings");
     let (pool, pool_rx) = work_pool(&setup);
@@ -232,7 +242,7 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, stream: Option<&mut Stream>, 
         dark_mean: Mutex::new(vec![0.0; pixels]),
         steps: StepTimes::default(),
         reorder_high_water: AtomicU64::new(0),
-        stats: Mutex::new(ConsumeStats { what: "processing and writing frames", ..Default::default() }),
+        stats: Mutex::new(ConsumeStats { what: if writer.is_some() { "processing and writing frames" } else { "processing frames (no file)" }, ..Default::default() }),
         writer: Mutex::new(writer),
         stream: Mutex::new(stream),
         pool,
@@ -269,7 +279,7 @@ pub fn run(rx: &Receiver, writer: &mut NxmxWriter, stream: Option<&mut Stream>, 
         let to_process = p.source(first, Policy::LeastLoaded, WhenFull::Block);
         let running = p.spawn(s);
         setup.board.set_stages(running.stats.clone());
-        let source = g.feed(&pool_rx, [to_pedestal, to_process], bar, until);
+        let source = g.feed(&pool_rx, [to_pedestal, to_process], bar, until, on_frame);
         (running.join(), source)
     });
     Ok(g.report(stage_stats, source))
@@ -291,10 +301,11 @@ impl Graph<'_> {
     /// The source: finished frames from the receiver, sent by the chopper to the pedestal
     /// (dark) or the processing (signal, numbered in order). Returns its own counts; the
     /// ports close when it returns.
-    fn feed(&self, pool: &ChanRx<Box<Work>>, [to_pedestal, to_process]: [Port<Box<Work>>; 2], bar: &ProgressBar, until: Option<&AtomicBool>) -> ProcessReport {
+    fn feed(&self, pool: &ChanRx<Box<Work>>, [to_pedestal, to_process]: [Port<Box<Work>>; 2], bar: &ProgressBar, until: Option<&AtomicBool>, on_frame: &mut dyn FnMut(&FrameReady)) -> ProcessReport {
         let mut source = ProcessReport::default();
         let mut seq = 0u64;
         while let Some(f) = next_frame(self.rx, until) {
+            on_frame(&f);
             std::thread::sleep(self.setup.consumer_delay);
             bar.inc(1);
             let times = FrameTimes::of(&f, self.setup.sent.as_deref().map(|c| &c.sent));
@@ -495,10 +506,10 @@ impl Graph<'_> {
         }
         let frame_bytes = (self.setup.geometry.height() * self.setup.geometry.width() * self.setup.pixel.bytes()) as u64;
         let mut st = self.stats.lock().expect("not poisoned");
+        let mut writer = self.writer.lock().expect("not poisoned");
         if st.write_error.is_some() {
             st.not_saved += 1;
-        } else {
-            let mut wr = self.writer.lock().expect("not poisoned");
+        } else if let Some(wr) = writer.as_deref_mut() {
             let before = wr.bytes_written;
             match wr.write_chunk(wk.frame, &wk.chunk, &wk.missing).and_then(|()| wr.write_spots(&wk.spots, wk.spots.len(), wk.hit)) {
                 Ok(()) => {

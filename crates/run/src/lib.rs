@@ -1,6 +1,8 @@
 //! rdaq acquisitions as a library, below the command line: what `rdaq run`, `rdaq receive`
 //! and the receiver daemon do with the frames a receiver hands on.
 //!
+//! - [`acquisition`]: the chain every entry point's frames take after the receiver
+//!   (processing graph or raw consumer, then the sinks), and what came of it.
 //! - [`assemble`]: a frame's slot as the detector image (JUNGFRAU's, or a described
 //!   detector's decoded modules).
 //! - [`board`]: what an acquisition shows while it runs (the web dashboard's source).
@@ -25,6 +27,7 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod acquisition;
 pub mod assemble;
 pub mod board;
 pub mod config;

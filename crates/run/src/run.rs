@@ -20,7 +20,7 @@ use rdaq_process::Calibration;
 use rdaq_sink::{NxmxMeta, NxmxWriter};
 
 use crate::config::Config;
-use crate::consume::{consume, Sinks};
+use crate::acquisition::{self, Chain, Outcome};
 use crate::board::Board;
 use crate::graph::{self, ProcessReport};
 use crate::stream::Stream;
@@ -39,11 +39,11 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
     let geometry = cfg.geometry().expect("checked");
     let calibration = if cfg.processing() { Some(calibration(cfg, geometry)?) } else { None };
     let meta = file_meta(cfg, geometry, calibration.as_ref())?;
-    let (name, mut writer) = claim_run(cfg, &meta)?;
+    let (name, writer) = claim_run(cfg, &meta)?;
     let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));
     let mut rx = Receiver::start(receiver_config(cfg)?).context("starting the receiver")?;
-    let setup = match calibration {
-        Some(c) => Some(graph::Setup { sent: Some(control.clone()), board: board.clone(), ..processing_setup(cfg, &meta, c)? }),
+    let processing = match calibration {
+        Some(c) => Some(processing_setup(cfg, &meta, c)?),
         None => None,
     };
     let frame_bytes = (geometry.height() * geometry.width() * meta.pixel.bytes()) as u64;
@@ -51,48 +51,36 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
     outputs::warn_if_short(&cfg.output.dir, cfg.emulator.frames * frame_bytes, &what);
     outputs::warn_without_reserve(&writer, &out("_master.h5"));
     let preview = cfg.stream.preview_config()?;
-    let mut stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
+    let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     eprintln!("{}", start_line(cfg, &rx));
     report_tuning("rdaq run", &rx);
+    let chain = Chain { geometry, decoder: None, processing, board: board.clone(), sent: Some(control.clone()), consumer_delay: cfg.faults.consumer_delay(), name: "receiver".into() };
+    let sinks = acquisition::Sinks { writer: Some(writer), stream };
     let start = Instant::now();
     board.set_state("acquiring");
     let sampling = std::sync::atomic::AtomicBool::new(true);
-    let (emu, consumed) = std::thread::scope(|s| {
-        let (rx_ref, w, st) = (&rx, &mut writer, stream.as_mut());
-        let (b, sampling) = (&*board, &sampling);
+    let (emu, outcome) = std::thread::scope(|s| {
+        let (rx_ref, b, sampling) = (&rx, &*board, &sampling);
         s.spawn(move || {
             while sampling.load(std::sync::atomic::Ordering::Relaxed) {
                 b.sample(rx_ref.counters());
                 std::thread::sleep(SAMPLE_EVERY);
             }
         });
-        let clock = control.clone();
-        let delay = cfg.faults.consumer_delay();
-        let consumer = s.spawn(move || match setup {
-            Some(setup) => graph::run(rx_ref, w, st, setup, bar, None).map(|(c, r)| (c, Some(r))),
-            None => consume(rx_ref, Sinks { geometry, writer: Some(w), stream: st, sent: Some(&clock.sent), board: Some(b), decoder: None }, bar, None, |f| {
-                if f.status() != rdaq_receiver::FrameStatus::Complete {
-                    b.push_event(crate::board::incomplete_event("receiver", f));
-                }
-                std::thread::sleep(delay)
-            }).map(|c| (c, None)),
-        });
+        let consumer = s.spawn(move || acquisition::consume(rx_ref, chain, sinks, bar, None, |_| {}));
         let dtps = single_receiver_dtps(rx.buffer_map(), cfg.network.bind);
         let emu = rdaq_emulator::run(&cfg.emulator(cfg.detector.modules), &dtps, control.clone());
         rx.stop();
-        let consumed = consumer.join().expect("consumer thread panicked");
+        let outcome = consumer.join().expect("consumer thread panicked");
         sampling.store(false, std::sync::atomic::Ordering::Relaxed);
-        (emu, consumed)
+        (emu, outcome)
     });
     bar.finish();
     let elapsed = start.elapsed();
-    // the stream ends also when the run failed
-    let streamed = stream.map(Stream::finish);
     let counters = rx.join()?;
     board.sample(counters);
     let emu = emu?;
-    let (mut consumed, processed) = consumed?;
-    let h5 = outputs::close(writer, &mut consumed)?;
+    let Outcome { consumed, processed, h5, stream: streamed } = outcome?;
     let manifest = out("_manifest.csv");
     write_manifest(&manifest, &emu.manifest, cfg.output.overwrite)?;
     // stopped early (Ctrl-C, the API): the frames any module sent are those expected
@@ -199,7 +187,7 @@ pub fn recv_buffer_line(asked: usize, granted: usize) -> String {
 /// detector's own.
 pub fn calibration(cfg: &Config, g: Geometry) -> anyhow::Result<Calibration> {
     let p = &cfg.process;
-    if p.calibration.as_os_str().is_empty() {
+    if cfg.emulated_calibration() {
         return Ok(graph::emulated_calibration(cfg.detector.seed, &g));
     }
     let cf = rdaq_process::calfile::CalFile::load(&p.calibration)?;

@@ -7,7 +7,6 @@
 //! have written its part of a later frame (the converters take either: the pedestal moves by a
 //! fraction of its noise from one dark frame to the next).
 
-use rdaq_detector::jungfrau::MODULE_PIXELS;
 use rdaq_detector::Geometry;
 use rdaq_process::pedestal::Pedestal;
 
@@ -47,8 +46,9 @@ impl Band {
 
 impl DarkTracker for Band {
     fn push_frame(&mut self, g: &Geometry, words: &[u16]) {
+        let mp = g.module_pixels();
         for m in 0..g.modules {
-            let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
+            let module = &words[m as usize * mp..(m as usize + 1) * mp];
             g.module_runs(m, |from, at, run| {
                 // the part of this run of image pixels [at, at + run) inside the band
                 let (s, e) = (at.max(self.lo), (at + run).min(self.hi));
@@ -81,7 +81,7 @@ mod tests {
         let mut one = Band::split(pixels, 1, 3);
         let mut three = Band::split(pixels, 3, 3);
         assert_eq!(three.last().map(|b| b.hi), Some(pixels));
-        let mut words = vec![0u16; 2 * MODULE_PIXELS];
+        let mut words = vec![0u16; 2 * g.module_pixels()];
         for f in 0..5u16 {
             words.iter_mut().enumerate().for_each(|(i, w)| *w = ((i as u16).wrapping_mul(7) ^ f.wrapping_mul(13)) & 0x3FFF);
             for b in one.iter_mut().chain(three.iter_mut()) {

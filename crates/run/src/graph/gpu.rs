@@ -9,7 +9,7 @@
 
 use std::sync::atomic::Ordering;
 
-use rdaq_detector::jungfrau::{MODULE_PIXELS, WORD_ERROR};
+use rdaq_detector::jungfrau::WORD_ERROR;
 use rdaq_detector::{as_words, Geometry};
 use rdaq_gpu::{Device, GpuConverter, GpuLocalSnr, GpuPedestal};
 use rdaq_process::pipeline::{Emit, WorkerFn};
@@ -65,8 +65,9 @@ impl GpuParts {
 /// Copies the modules of a frame's slot into the assembled image of raw words (gap pixels
 /// keep the error word).
 fn assemble(g: &Geometry, words: &[u16], raw: &mut [u16]) {
+    let mp = g.module_pixels();
     for m in 0..g.modules {
-        let module = &words[m as usize * MODULE_PIXELS..(m as usize + 1) * MODULE_PIXELS];
+        let module = &words[m as usize * mp..(m as usize + 1) * mp];
         g.module_runs(m, |from, at, run| raw[at..at + run].copy_from_slice(&module[from..from + run]));
     }
 }

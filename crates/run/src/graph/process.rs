@@ -6,7 +6,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use rdaq_detector::jungfrau::MODULE_PIXELS;
 use rdaq_detector::{as_words, Geometry};
 use rdaq_process::pipeline::{Emit, WorkerFn};
 use rdaq_process::spots::LocalSnr;
@@ -22,7 +21,7 @@ const STRIP_ROWS: usize = 16;
 fn runs_in_image_order(g: &Geometry) -> Vec<(usize, usize, usize)> {
     let mut runs = Vec::new();
     for m in 0..g.modules {
-        g.module_runs(m, |from, at, run| runs.push((m as usize * MODULE_PIXELS + from, at, run)));
+        g.module_runs(m, |from, at, run| runs.push((m as usize * g.module_pixels() + from, at, run)));
     }
     runs.sort_unstable_by_key(|r| r.1);
     runs

@@ -1,0 +1,77 @@
+"""Online processing of a real JUNGFRAU stream: PSI's virtual JUNGFRAU packets (one and two
+interfaces, a 256-row partial readout) replayed into `rdaq receive --format sls` with a
+calibration go through the same processing graph as `rdaq run`. The photon counts in its
+file must equal, bit for bit, `rdaq process convert` on the raw file of the same frames,
+and aare's conversion (keV over the photon energy, rounded half away from zero)."""
+import aare
+import h5py
+import hdf5plugin  # noqa: F401
+import numpy as np
+import pytest
+
+from test_process import write_calibration
+from test_sls_replay import finish, replay, start_receiver
+
+KEV = 12.4
+
+CASES = {
+    "one interface": (1, [("jungfrau_virtual.bin", 0)], 3, 512, []),
+    "two interfaces": (2, [("jungfrau_virtual_2if_port50001.bin", 0), ("jungfrau_virtual_2if_port50002.bin", 1)], 2, 512, []),
+    "256 rows": (1, [("jungfrau_virtual_readnrows256.bin", 0)], 1, 256, ["--read-rows", "256"]),
+}
+
+
+def calibration(rows, seed=7):
+    """Per-pixel pedestals near the virtual detector's ADC values (1..128) and PSI-like
+    gains, so every gain stage converts to counts of both signs."""
+    rng = np.random.default_rng(seed)
+    pedestal = np.stack([rng.uniform(0, 130, (rows, 1024)) for _ in range(3)]).astype(np.float32)
+    gain = np.stack([rng.normal(m, abs(0.02 * m), (rows, 1024)) for m in (41.0, -1.439, -0.1145)]).astype(np.float32)
+    return pedestal, gain
+
+
+def receive(rdaq, tmp_path, case, extra):
+    interfaces, captures, frames, _, case_extra = CASES[case]
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, interfaces, frames, extra=[*case_extra, *extra])
+    replay([(capture, ports[i]) for capture, i in captures])
+    return finish(proc, summary), out
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_processed_stream_equals_offline_conversion_and_aare(rdaq, tmp_path, case):
+    rows = CASES[case][3]
+    pedestal, gain = calibration(rows)
+    write_calibration(tmp_path / "cal.h5", pedestal, gain, np.zeros((rows, 1024), np.uint32))
+    # the captures hold a few frames with too few spots for a hit: keep every frame
+    (tmp_path / "proc.toml").write_text('[process]\nveto = false\noutput = "photons32"\n')
+    raw_dir, proc_dir = tmp_path / "raw", tmp_path / "processed"
+    raw_dir.mkdir(), proc_dir.mkdir()
+    s_raw, raw_h5 = receive(rdaq, raw_dir, case, [])
+    s, out = receive(rdaq, proc_dir, case, ["--calibration", tmp_path / "cal.h5", "--config", tmp_path / "proc.toml",
+                                            "--photon-energy-kev", str(KEV)])
+    assert s_raw["processing"] is None and s["processing"] is not None, s["stderr"]
+    assert s["processing"]["signal_frames"] == s["frames_complete"] == s_raw["frames_complete"]
+    assert s["processing"]["frames_written"] == s["frames_written"] == s_raw["frames_written"]
+    import subprocess
+    subprocess.run([rdaq, "process", "convert", "--input", raw_h5, "--calibration", tmp_path / "cal.h5",
+                    "--photon-kev", str(KEV), "--counts", "i32", "--output", tmp_path / "offline.h5"], check=True)
+    with h5py.File(out, "r") as f, h5py.File(raw_h5, "r") as r, h5py.File(tmp_path / "offline.h5", "r") as o:
+        online, raw, offline = f["entry/data/data"][()], r["entry/data/data"][()], o["entry/data/data"][()]
+        assert online.dtype == np.int32 and online.shape == raw.shape == (CASES[case][2], rows, 1024)
+        assert f["entry/data/frame_number"][:].tolist() == r["entry/data/frame_number"][:].tolist()
+    # counts of both signs in every gain stage: nothing trivially equal
+    assert online.min() < -50 and online.max() > 50 and np.unique(online).size > 100, (online.min(), online.max())
+    assert np.array_equal(online, offline), "online and offline photon counts differ"
+    kev = aare.apply_calibration(raw, pd=pedestal, cal=gain)
+    q = (kev / np.float32(KEV)).astype(np.float64)
+    ref = (np.sign(q) * np.floor(np.abs(q) + 0.5)).astype(np.int32)
+    assert np.array_equal(online, ref), "photon counts differ from aare's conversion"
+
+
+def test_processing_of_a_stream_needs_its_calibration(rdaq, tmp_path):
+    """Processing asked for without a calibration: one line naming the setting, exit 2."""
+    import subprocess
+    (tmp_path / "proc.toml").write_text('[process]\nmode = "jungfrau"\n')
+    r = subprocess.run([rdaq, "receive", "--format", "sls", "--config", tmp_path / "proc.toml", "--frames", "1"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "process.calibration" in r.stderr, r.stderr
