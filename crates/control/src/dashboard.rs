@@ -99,7 +99,7 @@ pub struct StageView {
 }
 
 /// The processing graph's counts.
-#[derive(Serialize, Debug)]
+#[derive(Serialize, serde::Deserialize, Default, Debug, Clone)]
 pub struct ProcessView {
     pub dark_frames: u64,
     pub signal_frames: u64,
@@ -132,18 +132,37 @@ pub trait View: Send + Sync + 'static {
 pub fn from_board(b: &Board, s: &mut Snapshot) {
     s.stages = b.stages().iter().map(|st| stage_view(st)).collect();
     s.latency = b.latency().report();
-    if b.processing() {
-        let (p, get) = (&b.process, ProcessCounts::get);
-        s.process = Some(ProcessView {
-            dark_frames: get(&p.dark_frames),
-            signal_frames: get(&p.signal_frames),
-            hits: get(&p.hits),
-            vetoed: get(&p.vetoed),
-            spots_found: get(&p.spots_found),
-            pedestal_updates: get(&p.pedestal_updates),
-        });
-    }
+    s.process = process_view(b);
     s.preview = b.glance().map(|g| PreviewView { frame: g.frame, width: g.width, height: g.height, spots: g.spots.len(), unit: g.unit });
+}
+
+/// The processing counts of the board's acquisition; `None` when it is raw.
+pub fn process_view(b: &Board) -> Option<ProcessView> {
+    let (p, get) = (&b.process, ProcessCounts::get);
+    b.processing().then(|| ProcessView {
+        dark_frames: get(&p.dark_frames),
+        signal_frames: get(&p.signal_frames),
+        hits: get(&p.hits),
+        vetoed: get(&p.vetoed),
+        spots_found: get(&p.spots_found),
+        pedestal_updates: get(&p.pedestal_updates),
+    })
+}
+
+impl ProcessView {
+    /// The sum of the counts of several acquisitions (a manager's receivers).
+    pub fn sum<'a>(views: impl Iterator<Item = &'a ProcessView>) -> Option<ProcessView> {
+        views.fold(None, |acc, v| {
+            let mut t = acc.unwrap_or_default();
+            t.dark_frames += v.dark_frames;
+            t.signal_frames += v.signal_frames;
+            t.hits += v.hits;
+            t.vetoed += v.vetoed;
+            t.spots_found += v.spots_found;
+            t.pedestal_updates += v.pedestal_updates;
+            Some(t)
+        })
+    }
 }
 
 fn stage_view(st: &rdaq_process::pipeline::StageStats) -> StageView {

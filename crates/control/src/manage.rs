@@ -61,6 +61,7 @@ pub struct ManageArgs {
 }
 
 mod board;
+mod processing;
 
 use board::{Board, SharedBoard};
 use crate::http::lock;
@@ -127,6 +128,8 @@ struct ReceiverReport {
     write_error: Option<String>,
     counters: serde_json::Value,
     events_dropped: u64,
+    /// Its processing report (none: it wrote raw frames).
+    processing: Option<serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -144,6 +147,8 @@ struct Report {
     frames_incomplete: Vec<u64>,
     epochs: Vec<Epoch>,
     receivers: BTreeMap<String, ReceiverReport>,
+    /// The receivers' processing counts summed (none: raw frames).
+    processing: Option<serde_json::Value>,
     detector: serde_json::Value,
     modules: Vec<serde_json::Value>,
     elapsed_s: f64,
@@ -231,6 +236,7 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
         frames_lost,
         frames_incomplete: g.reported.incomplete.into_iter().collect(),
         epochs: c.epochs,
+        processing: processing::totals(g.receivers.values().filter_map(|r| r.processing.as_ref())),
         receivers: g.receivers,
         detector: det_stop,
         modules: module_ends(&det_feed.events),
@@ -265,6 +271,8 @@ struct Session<'a> {
     /// Short timeouts: a receiver that does not answer in a heartbeat misses it.
     heartbeat: Api,
     shared: SharedBoard,
+    /// The configuration sections of every receiver's acquisition (none: raw frames).
+    sections: Option<toml::Table>,
 }
 
 /// What the manager configured: the plan's buffer requests, the receivers' answers, and the
@@ -295,6 +303,7 @@ impl<'a> Session<'a> {
         let t = Topology::from_toml(&text).with_context(|| format!("invalid topology {}", a.topology.display()))?;
         let plan = Plan::new(&t).with_context(|| format!("invalid topology {}", a.topology.display()))?;
         let det_ctl = t.detector.control.context("detector.control: the detector's control address is needed")?;
+        let sections = processing::sections(&t).with_context(|| format!("invalid topology {}", a.topology.display()))?;
         if !(a.rate >= 0.0 && a.rate.is_finite()) {
             bail!("--rate must be 0 (as fast as possible) or positive");
         }
@@ -309,7 +318,7 @@ impl<'a> Session<'a> {
         }
         let api = Api::new(Duration::from_secs(60), token.as_ref());
         let heartbeat = Api::new(Duration::from_millis(a.heartbeat_ms.max(100)), token.as_ref());
-        Ok(Session { a, t, plan, det_ctl, api, heartbeat, shared })
+        Ok(Session { a, t, plan, det_ctl, api, heartbeat, shared, sections })
     }
 
     /// Components: the detector and every receiver of the plan are the ones the topology
@@ -368,7 +377,7 @@ impl<'a> Session<'a> {
             let spec = &t.receivers[*r];
             let g = rp.geometry(full);
             let output = Some(format!("{}_master.h5", spec.name));
-            let body = daemon::StartRequest { output, module_cols: g.module_cols, gap_x: g.gap_x, gap_y: g.gap_y, overwrite: self.a.overwrite, stream: Some(streams[*r].clone()) };
+            let body = daemon::StartRequest { output, module_cols: g.module_cols, gap_x: g.gap_x, gap_y: g.gap_y, overwrite: self.a.overwrite, stream: Some(streams[*r].clone()), config: self.sections.clone() };
             let v: StartAnswer = match self.api.send("POST", spec.control, "/start", &body) {
                 Ok(v) => v,
                 Err(e) => {
@@ -431,7 +440,13 @@ impl<'a> Session<'a> {
             let spec = &self.t.receivers[r];
             let answer = self.heartbeat.get::<serde_json::Value>(spec.control, "/status");
             let counters = answer.as_ref().ok().map(|v| v["counters"].clone()).filter(|c| !c.is_null());
-            lock(&self.shared).receivers.insert(spec.name.clone(), (answer.is_ok(), counters));
+            let processing = answer.as_ref().ok().and_then(|v| serde_json::from_value(v["processing"].clone()).ok());
+            let mut b = lock(&self.shared);
+            b.receivers.insert(spec.name.clone(), (answer.is_ok(), counters));
+            if let Some(p) = processing {
+                b.processing.insert(spec.name.clone(), p);
+            }
+            drop(b);
             if answer.is_ok() {
                 if let Some(f) = feeds.get_mut(&r) {
                     // a failed pull is a missed heartbeat next time round, not an error
@@ -457,7 +472,12 @@ impl<'a> Session<'a> {
             let mut rep = ReceiverReport::default();
             if w.live.contains(r) {
                 match self.api.send::<StopAnswer>("POST", spec.control, "/stop", &serde_json::json!({})) {
-                    Ok(v) => rep = ReceiverReport::from_stop(v),
+                    Ok(v) => {
+                        rep = ReceiverReport::from_stop(v);
+                        if let Some(p) = rep.processing.as_ref().and_then(|p| serde_json::from_value(p.clone()).ok()) {
+                            lock(&self.shared).processing.insert(spec.name.clone(), p);
+                        }
+                    }
                     Err(e) => {
                         tracing::error!(receiver = %spec.name, "failed at the end: {e:#}");
                         w.dead.insert(spec.name.clone());
@@ -523,6 +543,7 @@ impl ReceiverReport {
             write_error: v.write_error,
             counters: v.counters,
             events_dropped: 0,
+            processing: v.processing,
         }
     }
 }
@@ -563,6 +584,10 @@ fn print_report(report: &Report, out: &std::path::Path) {
         if let Some(e) = &r.write_error {
             println!("receiver {name:<8}: {e}; {} frames not saved", r.frames_not_saved);
         }
+    }
+    if let Some(p) = &report.processing {
+        let n = |k: &str| p[k].as_u64().unwrap_or(0);
+        println!("processing : {} dark, {} signal frames, {} hits, {} vetoed, {} spots, {} written", n("dark_frames"), n("signal_frames"), n("hits"), n("vetoed"), n("spots_found"), n("frames_written"));
     }
     for e in &report.epochs {
         println!("from frame {:>6}: {:?} ({})", e.from_frame, e.receivers, e.reason);

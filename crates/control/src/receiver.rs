@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::dashboard::{self, ReceiverView, Snapshot, View};
 use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
 use rdaq_run::acquisition::{self, Chain};
+use rdaq_run::config::Config;
 use rdaq_run::consume::ConsumeStats;
 use rdaq_run::board::{incomplete_event, Board};
 use rdaq_run::stream::{Stream, StreamReport};
@@ -213,6 +214,12 @@ pub struct StartRequest {
     /// `--stream`).
     #[serde(default)]
     pub stream: Option<String>,
+    /// Sections of the run configuration (rdaq.example.toml: `process`, `detector`'s photon
+    /// energy, seed and chopper, `output.images_per_file`, `goniometer`) for this
+    /// acquisition, over the defaults of a detector outside this process; with a
+    /// `process.calibration`, the frames are processed.
+    #[serde(default)]
+    pub config: Option<toml::Table>,
 }
 
 
@@ -249,17 +256,18 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     if let Some(p) = series.iter().flatten().find(|p| rdaq_sink::claim::taken(p) && !req.overwrite) {
         return Err(conflict(format!("output: {} exists: the receiver does not overwrite data (start with \"overwrite\": true to replace it)", p.display())));
     }
-    let meta = rdaq_sink::NxmxMeta::receiver(geometry);
+    let stream_cfg = match &req.stream {
+        Some(e) => stream_at(stream_cfg, e).map_err(|e| bad(format!("stream: {e:#}")))?,
+        None => stream_cfg,
+    };
+    let ids = active.request.modules.clone();
+    let (meta, processing) = plan(req.config.clone(), geometry, &ids, stream_cfg.is_some()).map_err(|e| bad(format!("config: {e:#}")))?;
     let writer = match &path {
         Some(p) => Some(NxmxWriter::create(p, &meta, req.overwrite).map_err(|e| match e {
             rdaq_sink::SinkError::Claim(c) => conflict(format!("output: {c}")),
             e => bad(format!("output: {e}")),
         })?),
         None => None,
-    };
-    let stream_cfg = match &req.stream {
-        Some(e) => stream_at(stream_cfg, e).map_err(|e| bad(format!("stream: {e:#}")))?,
-        None => stream_cfg,
     };
     let endpoint = stream_cfg.as_ref().map(|c| c.endpoint.clone());
     let stream = Stream::open(stream_cfg.as_ref(), None, &meta, events_series(&events)).map_err(|e| conflict(format!("stream: {e:#}")))?;
@@ -276,7 +284,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let loss_rx = active.rx.clone();
     let (events_w, name_w) = (events.clone(), name.clone());
     let board = Arc::new(Board::default());
-    let chain = Chain { geometry, decoder: None, processing: None, board: board.clone(), sent: None, consumer_delay: Duration::ZERO, name: name.clone() };
+    let chain = Chain { geometry, decoder: None, processing, board: board.clone(), sent: None, consumer_delay: Duration::ZERO, name: name.clone() };
     let consumer = std::thread::Builder::new()
         .name("rdaq-consume".into())
         .spawn(move || -> Outcome {
@@ -302,6 +310,30 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     d.board = board;
     tracing::info!(receiver = %d.opts.name, output = ?path, events_from, "acquisition started");
     Ok(Json(StartAnswer { state: "acquiring".into(), output: path, events_from, stream: endpoint }))
+}
+
+/// What an acquisition of the modules `ids` (the image `geometry`) writes, and its
+/// processing: the start request's configuration sections over the defaults of a detector
+/// outside this process ([`Config::remote`]); `None`: raw frames. With `streaming`, the
+/// images go on a Stream V2 stream too.
+fn plan(sections: Option<toml::Table>, geometry: Geometry, ids: &[u16], streaming: bool) -> anyhow::Result<(rdaq_sink::NxmxMeta, Option<rdaq_run::graph::Setup>)> {
+    let mut cfg = match sections {
+        Some(t) => Config::with_sections(Config::remote(), t)?,
+        None => Config::remote(),
+    };
+    (cfg.detector.modules, cfg.detector.module_cols, cfg.detector.gap_x, cfg.detector.gap_y) = (geometry.modules, geometry.module_cols, geometry.gap_x, geometry.gap_y);
+    // the stream is the daemon's, the preview is not served by daemons
+    cfg.stream.endpoint = if streaming { cfg.stream.endpoint } else { "none".into() };
+    cfg.stream.preview = "none".into();
+    cfg.check()?;
+    let calibration = match cfg.processing() {
+        false => None,
+        true if cfg.emulated_calibration() => Some(rdaq_run::graph::emulated_calibration_of(cfg.detector.seed, &geometry, ids)),
+        true => Some(rdaq_run::run::calibration(&cfg, geometry)?),
+    };
+    let meta = cfg.file_meta(geometry, calibration.as_ref())?;
+    let processing = calibration.map(|c| rdaq_run::run::processing_setup(&cfg, &meta, c)).transpose()?;
+    Ok((meta, processing))
 }
 
 /// The daemon's stream settings (`--stream-policy`, ...) at `endpoint`, which a start
@@ -331,6 +363,10 @@ pub struct StopAnswer {
     /// What the Stream V2 publisher did (none: no stream).
     #[serde(default)]
     pub stream: Option<StreamReport>,
+    /// The processing graph's report (none: raw frames): dark and signal frames, hits,
+    /// vetoed, spots, its stages.
+    #[serde(default)]
+    pub processing: Option<serde_json::Value>,
 }
 
 async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
@@ -344,11 +380,11 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
         };
         (active.rx.clone(), acq)
     };
-    let (stats, output, stream, counters) = tokio::task::spawn_blocking(move || {
+    let (stats, output, stream, processed, counters) = tokio::task::spawn_blocking(move || {
         // frames in progress are finished (under the policy) and queued before the flag
         let counters = rx.flush().unwrap_or_else(|| rx.counters());
         acq.stop.store(true, Ordering::Relaxed);
-        acq.consumer.join().map_err(|_| anyhow::anyhow!("consumer panicked"))?.map(|o| (o.consumed, o.h5, o.stream, counters))
+        acq.consumer.join().map_err(|_| anyhow::anyhow!("consumer panicked"))?.map(|o| (o.consumed, o.h5, o.stream, o.processed, counters))
     })
     .await
     .map_err(internal)?
@@ -365,6 +401,7 @@ async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
         output,
         counters: counters.to_json(),
         stream,
+        processing: processed.map(|p| serde_json::to_value(p).expect("a report serializes")),
     };
     let mut d = lock(&s);
     d.last = Some(serde_json::json!({ "lost": lost, "summary": &answer }));
@@ -409,7 +446,8 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
     };
     let dropped_events = lock(&d.events).dropped;
     let stream = stream_live(&d).map(|(sent, dropped, waits)| serde_json::json!({ "images_sent": sent, "images_dropped": dropped, "waits": waits }));
-    Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream, "api_refused": d.access.refused() }))
+    let processing = dashboard::process_view(&d.board);
+    Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream, "processing": processing, "api_refused": d.access.refused() }))
 }
 
 /// The running acquisition's stream counts: sent, dropped, waits.

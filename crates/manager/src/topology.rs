@@ -19,6 +19,11 @@ pub struct Topology {
     pub receivers: Vec<ReceiverSpec>,
     #[serde(default)]
     pub transfer: TransferSpec,
+    /// Online processing in every receiver: the `[process]` section of the run
+    /// configuration (rdaq.example.toml), checked by the manager's runtime; none: the
+    /// receivers write raw frames.
+    #[serde(default)]
+    pub process: Option<toml::Table>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -35,6 +40,17 @@ pub struct DetectorSpec {
     pub gap_x: usize,
     #[serde(default = "rdaq_detector::geometry::default_gap_y")]
     pub gap_y: usize,
+    /// What the processing needs of the detector, as in the run configuration's
+    /// `[detector]` (default there): the photon energy, the seed of the emulated detector's
+    /// calibration, the beam chopper.
+    #[serde(default)]
+    pub photon_energy_kev: Option<f64>,
+    #[serde(default)]
+    pub seed: Option<u64>,
+    #[serde(default)]
+    pub chopper_dark: Option<u32>,
+    #[serde(default)]
+    pub chopper_signal: Option<u32>,
 }
 
 fn one() -> u16 {

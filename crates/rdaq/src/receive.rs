@@ -281,7 +281,7 @@ fn setup(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<Setup> {
     let geometry = cfg.geometry().expect("checked").with_module_height(a.read_rows as usize);
     let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, ..common_config(a, cfg, geometry.module_bytes())? };
     let calibration = if cfg.processing() { Some(run::calibration(cfg, geometry)?) } else { None };
-    let meta = run::file_meta(cfg, geometry, calibration.as_ref())?;
+    let meta = cfg.file_meta(geometry, calibration.as_ref())?;
     let processing = calibration.map(|c| run::processing_setup(cfg, &meta, c)).transpose()?;
     Ok(Setup { rcfg, chain: chain(cfg, geometry, None, processing), meta })
 }

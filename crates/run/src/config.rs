@@ -464,10 +464,32 @@ impl Config {
         // every error is found on the file alone, where its line is known
         rdaq_manager::tomldoc::parse::<Config>(&text).with_context(invalid)?;
         let file: toml::Table = text.parse().with_context(invalid)?;
+        Config::with_sections(base, file).with_context(invalid)
+    }
+
+    /// `sections` (tables of this configuration's fields, as a file has them) over `base`.
+    /// An error names the field.
+    pub fn with_sections(base: Config, sections: toml::Table) -> anyhow::Result<Config> {
         let mut doc = toml::Table::try_from(&base).context("the base configuration")?;
-        merge(&mut doc, file);
-        let merged: Config = doc.try_into().with_context(invalid)?;
+        merge(&mut doc, sections);
+        let merged: Config = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| anyhow::anyhow!("{}: {}", e.path(), e.inner().to_string().trim()))?;
         Ok(Config { source: base.source, ..merged })
+    }
+
+    /// What the files say of an acquisition with this configuration, the detector image
+    /// `geometry` and (when processing) its `calibration`: the pixel type, the codec and
+    /// spot lists, the beam, the images per file, the rotation. What only the source knows
+    /// (the number of images, the exposure and the period) is left unknown.
+    pub fn file_meta(&self, geometry: rdaq_detector::Geometry, calibration: Option<&rdaq_process::Calibration>) -> anyhow::Result<rdaq_sink::NxmxMeta> {
+        let mut meta = rdaq_sink::NxmxMeta::jungfrau(geometry, self.detector.photon_energy_kev, 0.0);
+        meta.pixel = self.pixel_type(calibration)?;
+        meta.images_per_file = self.output.images_per_file;
+        meta.rotation = self.goniometer.rotation();
+        if self.processing() {
+            meta.codec = rdaq_process::bitshuffle::Codec::parse(&self.process.codec, self.process.zstd_level)?;
+            meta.max_spots = self.process.max_spots;
+        }
+        Ok(meta)
     }
 
     /// The processing backend: "cpu", or "gpu" where this machine has one (a one-line error

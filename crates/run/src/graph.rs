@@ -83,10 +83,17 @@ pub struct Setup {
 /// The calibration of the emulated detector in image coordinates: each module's synthetic
 /// calibration at its place, gap pixels masked (NXmx bit 0).
 pub fn emulated_calibration(seed: u64, g: &Geometry) -> Calibration {
+    emulated_calibration_of(seed, g, &(0..g.modules).collect::<Vec<_>>())
+}
+
+/// [`emulated_calibration`] of an image whose m-th module is the emulated detector's
+/// module `ids[m]` (a receiver that holds some of the modules).
+pub fn emulated_calibration_of(seed: u64, g: &Geometry, ids: &[u16]) -> Calibration {
+    assert_eq!(ids.len(), g.modules as usize, "one module id per module of the image");
     let px = g.height() * g.width();
     let mut cal = Calibration { pedestal: [vec![0.0; px], vec![0.0; px], vec![0.0; px]], gain: [vec![1.0; px], vec![1.0; px], vec![1.0; px]], mask: g.gap_mask() };
-    for m in 0..g.modules {
-        let mc = ModuleCalibration::synthetic(seed, m);
+    for (m, &id) in (0..g.modules).zip(ids) {
+        let mc = ModuleCalibration::synthetic(seed, id);
         g.module_runs(m, |from, at, run| {
             for s in 0..3 {
                 cal.pedestal[s][at..at + run].copy_from_slice(&mc.pedestal[s][from..from + run]);

@@ -13,7 +13,6 @@ use anyhow::{bail, Context};
 use indicatif::ProgressBar;
 use rdaq_detector::Geometry;
 use rdaq_emulator::Control;
-use rdaq_process::bitshuffle::Codec;
 use rdaq_proto::telegram::{BufferMap, ModuleDtp};
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
 use rdaq_process::Calibration;
@@ -134,19 +133,13 @@ fn receiver_config(cfg: &Config) -> anyhow::Result<ReceiverConfig> {
     })
 }
 
-/// What the file says: the detector, the pixel type, and with processing its codec and
-/// spot lists.
+/// What the file says of a run of the emulated detector: [`Config::file_meta`], with the
+/// frames the detector sends and its period.
 pub fn file_meta(cfg: &Config, geometry: Geometry, calibration: Option<&Calibration>) -> anyhow::Result<NxmxMeta> {
     let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
-    let mut meta = NxmxMeta::jungfrau(geometry, cfg.detector.photon_energy_kev, frame_time);
-    meta.pixel = cfg.pixel_type(calibration)?;
-    meta.images_per_file = cfg.output.images_per_file;
+    let mut meta = cfg.file_meta(geometry, calibration)?;
+    (meta.frame_time_s, meta.count_time_s) = (frame_time, frame_time);
     meta.number_of_images = Some(cfg.emulator.frames);
-    meta.rotation = cfg.goniometer.rotation();
-    if cfg.processing() {
-        meta.codec = Codec::parse(&cfg.process.codec, cfg.process.zstd_level)?;
-        meta.max_spots = cfg.process.max_spots;
-    }
     Ok(meta)
 }
 

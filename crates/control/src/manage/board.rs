@@ -14,7 +14,7 @@ use rdaq_manager::Epoch;
 use rdaq_proto::events::{Event, EventLog, EventPage};
 
 use crate::auth::Access;
-use crate::dashboard::{self, ReceiverView, Snapshot, View};
+use crate::dashboard::{self, ProcessView, ReceiverView, Snapshot, View};
 use crate::http::lock;
 
 /// Events the manager keeps.
@@ -28,6 +28,8 @@ pub struct Board {
     pub events: EventLog,
     /// Each receiver's last heartbeat: whether it answered, and its counters then.
     pub receivers: BTreeMap<String, (bool, Option<serde_json::Value>)>,
+    /// Each processing receiver's counts at its last heartbeat.
+    pub processing: BTreeMap<String, ProcessView>,
     pub topology: Option<serde_json::Value>,
     pub report: Option<serde_json::Value>,
     /// Whether the finished acquisition lost data (what the exit status says).
@@ -45,6 +47,7 @@ impl Board {
             status: serde_json::json!({ "state": "configuring" }),
             events: EventLog::new(EVENTS_KEPT),
             receivers: BTreeMap::new(),
+            processing: BTreeMap::new(),
             topology: None,
             report: None,
             lost: None,
@@ -78,6 +81,7 @@ impl View for ManagerView {
             uptime_s: b.start.elapsed().as_secs_f64(),
             frames_expected: Some(b.frames),
             receivers,
+            process: ProcessView::sum(b.processing.values()),
             topology: b.topology.clone(),
             stop: (state == "running" && !b.stop_requested).then(|| "/stop".into()),
             token_required: self.access.has_token(),

@@ -1,0 +1,94 @@
+"""Online processing in a managed system: a topology with a `[process]` section makes every
+receiver daemon take its share of the frames through the processing graph (the same as `rdaq
+run`'s), and the manager's report sums their counts. All daemons on one host."""
+import json
+import signal
+import subprocess
+import time
+
+import h5py
+import hdf5plugin  # noqa: F401
+import numpy as np
+
+from conftest import ROOT
+from test_readme_daemons import wait_up
+
+FRAMES = 40
+
+
+def topology(tmp_path, process):
+    text = ('[detector]\nmodules = 4\nmodule_cols = 2\ncontrol = "127.0.0.1:7100"\nphoton_energy_kev = 12.4\n\n'
+            '[transfer]\nmode = "temporal"\n')
+    for k, name in enumerate(("dr0", "dr1")):
+        text += (f'\n[[receivers]]\nname = "{name}"\ncontrol = "127.0.0.1:{7101 + k}"\ndata = "127.0.0.1"\n'
+                 f'data_port = {52000 + 1000 * k}\nmemory_mib = 256\nstream = "none"\n')
+    text += process
+    path = tmp_path / "topology.toml"
+    path.write_text(text)
+    return path
+
+
+def run_system(rdaq, tmp_path, topo, rc=0):
+    procs = [subprocess.Popen([rdaq, "emulate", "--serve", "127.0.0.1:7100", "--modules", "4"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)]
+    try:
+        wait_up("http://127.0.0.1:7100/status", procs[0])
+        for k, name in enumerate(("dr0", "dr1")):
+            (tmp_path / name).mkdir()
+            procs.append(subprocess.Popen([rdaq, "receive", "--serve", f"127.0.0.1:{7101 + k}", "--name", name,
+                                           "--memory-mib", "256", "--out-dir", tmp_path / name],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+            wait_up(f"http://127.0.0.1:{7101 + k}/status", procs[-1])
+        mgr = subprocess.Popen([rdaq, "manage", "--topology", topo, "--frames", str(FRAMES), "--rate", "20",
+                                "--out", tmp_path / "report", "--serve", "127.0.0.1:7199"],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(mgr)
+        # the manager serves its dashboard until Ctrl-C once the report is written
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "report" / "report.json").exists():
+            assert mgr.poll() is None and time.monotonic() < deadline, mgr.stderr.read()
+            time.sleep(0.1)
+        snapshot = json.loads(wait_up("http://127.0.0.1:7199/dashboard/snapshot", mgr))
+        mgr.send_signal(signal.SIGINT)
+        out, err = mgr.communicate(timeout=30)
+        assert mgr.returncode == rc, out + err
+        return out, snapshot
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=10)
+
+
+def test_each_receiver_processes_its_share_and_the_report_sums_them(rdaq, tmp_path):
+    topo = topology(tmp_path, '\n[process]\ncalibration = "emulated"\n')
+    stdout, snapshot = run_system(rdaq, tmp_path, topo)
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    per = {name: rep["processing"] for name, rep in report["receivers"].items()}
+    assert all(p is not None for p in per.values()), per
+    total = report["processing"]
+    for k in ("signal_frames", "hits", "vetoed", "spots_found", "frames_written"):
+        assert total[k] == sum(p[k] for p in per.values()), k
+    # the emulator daemon has no chopper: every frame is a signal frame, each on one receiver
+    assert total["signal_frames"] == FRAMES and total["dark_frames"] == 0
+    assert total["hits"] + total["vetoed"] == FRAMES and total["hits"] > 0
+    assert total["frames_written"] == total["hits"], "the veto writes hits only"
+    assert "processing :" in stdout
+    shown = snapshot["process"]
+    assert {k: shown[k] for k in ("signal_frames", "hits", "vetoed", "spots_found")} == \
+        {k: total[k] for k in ("signal_frames", "hits", "vetoed", "spots_found")}, "the dashboard shows the sums"
+    written = 0
+    for name in ("dr0", "dr1"):
+        with h5py.File(tmp_path / name / f"{name}_master.h5", "r") as f:
+            data = f["entry/data/data"]
+            assert data.dtype in (np.int16, np.int32), "photon counts, not raw words"
+            assert data.shape[0] == per[name]["frames_written"]
+            assert f["entry/result_1/nPeaks"][:].min() >= 10, "every written frame is a hit"
+            written += data.shape[0]
+    assert written == total["frames_written"]
+
+
+def test_a_bad_process_section_is_refused_before_anything_starts(rdaq, tmp_path):
+    topo = topology(tmp_path, '\n[process]\nveto = "yes"\n')
+    r = subprocess.run([rdaq, "manage", "--topology", topo, "--frames", "5", "--out", tmp_path / "report"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "process.veto" in r.stderr and "topology.toml" in r.stderr, r.stderr
