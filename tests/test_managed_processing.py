@@ -2,12 +2,14 @@
 receiver daemon take its share of the frames through the processing graph (the same as `rdaq
 run`'s), and the manager's report sums their counts. All daemons on one host."""
 import json
+import os
+import shutil
 import signal
 import subprocess
 import time
 
 import h5py
-import hdf5plugin  # noqa: F401
+import hdf5plugin
 import numpy as np
 
 from conftest import ROOT
@@ -17,7 +19,7 @@ FRAMES = 40
 
 
 def topology(tmp_path, process):
-    text = ('[detector]\nmodules = 4\nmodule_cols = 2\ncontrol = "127.0.0.1:7100"\nphoton_energy_kev = 12.4\n\n'
+    text = ('[detector]\nmodules = 4\nmodule_cols = 1\ncontrol = "127.0.0.1:7100"\nphoton_energy_kev = 12.4\n\n'
             '[transfer]\nmode = "temporal"\n')
     for k, name in enumerate(("dr0", "dr1")):
         text += (f'\n[[receivers]]\nname = "{name}"\ncontrol = "127.0.0.1:{7101 + k}"\ndata = "127.0.0.1"\n'
@@ -85,6 +87,30 @@ def test_each_receiver_processes_its_share_and_the_report_sums_them(rdaq, tmp_pa
             assert f["entry/result_1/nPeaks"][:].min() >= 10, "every written frame is a hit"
             written += data.shape[0]
     assert written == total["frames_written"]
+    # one master over both receivers' data files: every frame once, in frame order
+    joined = tmp_path / "report" / "acquisition_master.h5"
+    assert report["master"] == str(joined), report["master_note"]
+    with h5py.File(joined, "r") as j:
+        numbers = j["entry/data/frame_number"][:].tolist()
+        assert numbers == sorted(numbers) and len(numbers) == written == len(set(numbers))
+        data = j["entry/data/data"]
+        hits = j["entry/result_1/nPeaks"][:]
+        for name in ("dr0", "dr1"):
+            with h5py.File(tmp_path / name / f"{name}_master.h5", "r") as f:
+                for i, frame in enumerate(f["entry/data/frame_number"][:]):
+                    k = numbers.index(frame)
+                    assert np.array_equal(data[k], f["entry/data/data"][i]), f"frame {frame}"
+                    assert hits[k] == f["entry/result_1/nPeaks"][i]
+    masters = [tmp_path / name / f"{name}_master.h5" for name in ("dr0", "dr1")]
+    again = subprocess.run([rdaq, "join", "--out", joined, *masters], capture_output=True, text=True)
+    assert again.returncode == 2 and "exists" in again.stderr, again.stderr
+    twice = subprocess.run([rdaq, "join", "--out", tmp_path / "twice_master.h5", masters[0], masters[0]], capture_output=True, text=True)
+    assert twice.returncode == 2 and "is in" in twice.stderr and not (tmp_path / "twice_master.h5").exists(), twice.stderr
+    if shutil.which("dials.import"):  # installed by scripts/setup.sh (Debian's package)
+        env = dict(os.environ, HDF5_PLUGIN_PATH=hdf5plugin.PLUGIN_PATH)
+        r = subprocess.run(["dials.import", joined], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"num images: {written}" in r.stdout, r.stdout
 
 
 def test_a_bad_process_section_is_refused_before_anything_starts(rdaq, tmp_path):

@@ -147,6 +147,10 @@ struct Report {
     frames_incomplete: Vec<u64>,
     epochs: Vec<Epoch>,
     receivers: BTreeMap<String, ReceiverReport>,
+    /// One master over every receiver's data files, in frame order (none: see
+    /// `master_note`).
+    master: Option<PathBuf>,
+    master_note: Option<String>,
     /// The receivers' processing counts summed (none: raw frames).
     processing: Option<serde_json::Value>,
     detector: serde_json::Value,
@@ -227,6 +231,7 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     det_feed.pull(&s.api, &s.shared)?;
     let g = s.gather(&c, &mut w, &mut feeds, &det_feed.events)?;
     let (frames_complete, frames_lost) = tally(frames, &c.epochs, &w.dead, &g.reported);
+    let joined = join_outputs(&a, &g.receivers);
     let report = Report {
         topology: a.topology.clone(),
         mode: format!("{:?}", s.t.transfer.mode),
@@ -237,6 +242,8 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
         frames_incomplete: g.reported.incomplete.into_iter().collect(),
         epochs: c.epochs,
         processing: processing::totals(g.receivers.values().filter_map(|r| r.processing.as_ref())),
+        master: joined.as_ref().ok().cloned(),
+        master_note: joined.err(),
         receivers: g.receivers,
         detector: det_stop,
         modules: module_ends(&det_feed.events),
@@ -308,7 +315,7 @@ impl<'a> Session<'a> {
             bail!("--rate must be 0 (as fast as possible) or positive");
         }
         std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
-        let files = ["report.json", "events.jsonl", "manifest.csv"].map(|f| a.out.join(f));
+        let files = ["report.json", "events.jsonl", "manifest.csv", JOINED].map(|f| a.out.join(f));
         rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), a.overwrite)?;
         let shared: SharedBoard = std::sync::Arc::new(std::sync::Mutex::new(Board::new(format!("manager {}", a.topology.display()), a.frames)));
         let access = a.access.access()?;
@@ -548,6 +555,26 @@ impl ReceiverReport {
     }
 }
 
+/// The name of the master over every receiver's files, in `--out`.
+const JOINED: &str = "acquisition_master.h5";
+
+/// Writes one master over the receivers' series in `--out`, when their files are visible
+/// from here and hold whole frames (temporal receivers); otherwise says why not.
+fn join_outputs(a: &ManageArgs, receivers: &BTreeMap<String, ReceiverReport>) -> Result<PathBuf, String> {
+    let masters: Vec<PathBuf> = receivers.values().filter_map(|r| r.output.clone()).collect();
+    let out = a.out.join(JOINED);
+    match rdaq_sink::join::join(&out, &masters, a.overwrite) {
+        Ok(j) => {
+            tracing::info!(master = %out.display(), frames = j.frames, data_files = j.data_files, "joined the receivers' files");
+            Ok(out)
+        }
+        Err(e) => {
+            tracing::info!("no joined master: {e}");
+            Err(e.to_string())
+        }
+    }
+}
+
 /// The frames the run should have delivered: all asked for, or after an operator's stop
 /// those the detector started (a frame some modules had not sent yet is reported
 /// incomplete or lost, not left out).
@@ -591,6 +618,9 @@ fn print_report(report: &Report, out: &std::path::Path) {
     }
     for e in &report.epochs {
         println!("from frame {:>6}: {:?} ({})", e.from_frame, e.receivers, e.reason);
+    }
+    if let Some(m) = &report.master {
+        println!("master     : {} (every receiver's frames, in order)", m.display());
     }
     println!("report     : {}", out.join("report.json").display());
 }

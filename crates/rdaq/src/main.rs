@@ -4,6 +4,7 @@
 
 mod acquire;
 mod emulate;
+mod join;
 mod offline;
 mod preview;
 mod receive;
@@ -68,6 +69,9 @@ enum Cmd {
     /// Make a crashed writer's series whole again: clear the data files' writer flags, trim
     /// them to their frame tables, write the master for what they hold, remove leftovers.
     Recover(recover::RecoverArgs),
+    /// One master over the series of several receivers of an acquisition: every frame once,
+    /// in frame order (virtual datasets over their data files).
+    Join(join::JoinArgs),
     /// Processing stages on HDF5 files: conversion, pedestal from dark runs, spot finding.
     #[command(subcommand)]
     Process(offline::ProcessCmd),
@@ -91,6 +95,7 @@ fn main() -> ExitCode {
         Cmd::Manage(a) => manage::manage(a),
         Cmd::Process(p) => offline::process(p).map(|()| ExitCode::SUCCESS),
         Cmd::Recover(a) => recover::recover(a).map(|()| ExitCode::SUCCESS),
+        Cmd::Join(a) => join::join(a).map(|()| ExitCode::SUCCESS),
         Cmd::Bench(b) => rdaq_bench::bench(b),
     };
     match r {

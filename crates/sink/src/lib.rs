@@ -9,6 +9,7 @@
 //!   what is written and read does not depend on a plugin in the environment.
 //! - [`reader`]: frames read back from a file through HDF5 (any 3-D dataset); the writer's
 //!   check that each closed data file reads back as written (`readback`).
+//! - [`join`]: one master over the series of several receivers, frames in order.
 //! - [`recover`]: a crashed writer's series made whole again (`rdaq recover`).
 //! - [`space`]: free disk space, and the reserve that lets a writer close its files after
 //!   the disk filled up.
@@ -17,6 +18,7 @@ pub mod claim;
 pub mod data_file;
 pub mod filter;
 pub mod instrument;
+pub mod join;
 pub mod master;
 pub mod meta;
 pub mod nexus;

@@ -49,8 +49,62 @@ pub struct Contents<'a> {
     pub end_time: Option<&'a str>,
 }
 
+/// Rows of one data file placed in the master's virtual datasets: `count` rows from
+/// `src_start` on, at rows `dst_start`, `dst_start + dst_step`, ... of the master's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub file: String,
+    pub src_start: usize,
+    pub dst_start: usize,
+    pub dst_step: usize,
+    pub count: usize,
+}
+
+/// Where a master's rows come from: the data files it links, the pieces of its images (and
+/// per-frame tables) and of its incomplete frames' masks, and the frame numbers of both.
+pub struct Layout<'a> {
+    pub files: Vec<String>,
+    pub frames: Vec<Piece>,
+    pub masks: Vec<Piece>,
+    pub frame_numbers: &'a [u64],
+    pub incomplete: &'a [u64],
+    pub end_time: Option<&'a str>,
+}
+
+impl Layout<'_> {
+    /// The layout of a series' own data files, one after the other.
+    fn of<'a>(c: &Contents<'a>) -> Layout<'a> {
+        let pieces = |rows: &dyn Fn(&Part) -> u64| {
+            let mut at = 0;
+            let mut out = Vec::new();
+            for p in c.parts {
+                let count = rows(p) as usize;
+                if count > 0 {
+                    out.push(Piece { file: p.file.clone(), src_start: 0, dst_start: at, dst_step: 1, count });
+                }
+                at += count;
+            }
+            out
+        };
+        Layout {
+            files: c.parts.iter().map(|p| p.file.clone()).collect(),
+            frames: pieces(&|p| p.frames),
+            masks: pieces(&|p| p.incomplete),
+            frame_numbers: c.frames,
+            incomplete: c.incomplete,
+            end_time: c.end_time,
+        }
+    }
+}
+
 /// Writes the master file `path` (beside it first, then renamed over it).
 pub fn write_master(path: &Path, meta: &NxmxMeta, mask: &MaskChunk, c: &Contents) -> hdf5::Result<()> {
+    write_layout(path, meta, mask, &Layout::of(c))
+}
+
+/// Writes a master file `path` whose rows are laid out as `l` says (beside it first, then
+/// renamed over it).
+pub fn write_layout(path: &Path, meta: &NxmxMeta, mask: &MaskChunk, l: &Layout) -> hdf5::Result<()> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp"));
     // a crashed writer's leftover (or anything else of that hidden name) goes first, so that
@@ -65,13 +119,13 @@ pub fn write_master(path: &Path, meta: &NxmxMeta, mask: &MaskChunk, c: &Contents
         let file = File::create(&tmp)?;
         let series = serde_json::to_string(meta).map_err(|e| hdf5::Error::from(e.to_string()))?;
         str_attr(&file, SERIES_ATTR, &series)?;
-        let entry = write_metadata(&file, meta, mask, c.frames)?;
-        if let Some(t) = c.end_time {
+        let entry = write_metadata(&file, meta, mask, l.frame_numbers)?;
+        if let Some(t) = l.end_time {
             str_ds(&entry, "end_time", t)?;
         }
-        data_group(&entry, meta, c)?;
+        data_group(&entry, meta, l)?;
         if meta.max_spots > 0 {
-            results_group(&entry, meta, c.parts)?;
+            results_group(&entry, meta, l)?;
         }
         file.flush()?;
     }
@@ -98,67 +152,63 @@ pub fn read_meta(path: &Path) -> hdf5::Result<NxmxMeta> {
 }
 
 /// `/entry/data`: the links to the data files and the virtual datasets across them.
-fn data_group(entry: &Group, meta: &NxmxMeta, c: &Contents) -> hdf5::Result<()> {
+fn data_group(entry: &Group, meta: &NxmxMeta, l: &Layout) -> hdf5::Result<()> {
     let g = nx_group(entry, "data", "NXdata")?;
     str_attr(&g, "signal", "data")?;
-    for (k, p) in c.parts.iter().enumerate() {
-        g.link_external(&p.file, "/entry/data/data", &format!("data_{:06}", k + 1))?;
+    for (k, f) in l.files.iter().enumerate() {
+        g.link_external(f, "/entry/data/data", &format!("data_{:06}", k + 1))?;
     }
     let (h, w) = (meta.geometry.height(), meta.geometry.width());
-    let src = "/entry/data/data";
+    let (src, n, f) = ("/entry/data/data", l.frame_numbers.len(), &l.frames);
     let data = match meta.pixel {
-        PixelType::Raw => join::<u16>(&g, "data", c.parts, src, &[h, w])?,
-        PixelType::Kev => join::<f32>(&g, "data", c.parts, src, &[h, w])?,
-        PixelType::Photons16 | PixelType::Fields => join::<i16>(&g, "data", c.parts, src, &[h, w])?,
-        PixelType::Photons32 => join::<i32>(&g, "data", c.parts, src, &[h, w])?,
+        PixelType::Raw => join::<u16>(&g, "data", f, n, src, &[h, w])?,
+        PixelType::Kev => join::<f32>(&g, "data", f, n, src, &[h, w])?,
+        PixelType::Photons16 | PixelType::Fields => join::<i16>(&g, "data", f, n, src, &[h, w])?,
+        PixelType::Photons32 => join::<i32>(&g, "data", f, n, src, &[h, w])?,
         PixelType::Counts(_) => match meta.pixel.bytes() {
-            1 => join::<u8>(&g, "data", c.parts, src, &[h, w])?,
-            2 => join::<u16>(&g, "data", c.parts, src, &[h, w])?,
-            _ => join::<u32>(&g, "data", c.parts, src, &[h, w])?,
+            1 => join::<u8>(&g, "data", f, n, src, &[h, w])?,
+            2 => join::<u16>(&g, "data", f, n, src, &[h, w])?,
+            _ => join::<u32>(&g, "data", f, n, src, &[h, w])?,
         },
     };
     str_attr(&data, "units", meta.pixel.units())?;
-    join::<u64>(&g, "frame_number", c.parts, "/entry/data/frame_number", &[])?;
-    join::<u8>(&g, "frame_complete", c.parts, "/entry/data/frame_complete", &[])?;
-    g.new_dataset::<u64>().shape(c.incomplete.len()).create("incomplete_frame_number")?.write(c.incomplete)?;
+    join::<u64>(&g, "frame_number", f, n, "/entry/data/frame_number", &[])?;
+    join::<u8>(&g, "frame_complete", f, n, "/entry/data/frame_complete", &[])?;
+    g.new_dataset::<u64>().shape(l.incomplete.len()).create("incomplete_frame_number")?.write(l.incomplete)?;
     // the missing pixels of the incomplete frames, one mask per incomplete frame
-    let masks: Vec<Part> = c.parts.iter().map(|p| Part { frames: p.incomplete, ..p.clone() }).collect();
-    join::<u32>(&g, "incomplete_pixel_mask", &masks, "/entry/data/incomplete_pixel_mask", &[h, w])?;
+    join::<u32>(&g, "incomplete_pixel_mask", &l.masks, l.incomplete.len(), "/entry/data/incomplete_pixel_mask", &[h, w])?;
     Ok(())
 }
 
 /// `/entry/result_1`: the spot lists across the data files.
-fn results_group(entry: &Group, meta: &NxmxMeta, parts: &[Part]) -> hdf5::Result<()> {
+fn results_group(entry: &Group, meta: &NxmxMeta, l: &Layout) -> hdf5::Result<()> {
     let g = nx_group(entry, "result_1", "NXcollection")?;
     str_attr(&g, "description", "Bragg spots per frame (CXI peak-list layout); positions in pixels, fast (x) and slow (y)")?;
     let m = [meta.max_spots];
     let src = |name: &str| format!("/entry/result_1/{name}");
-    join::<u32>(&g, "nPeaks", parts, &src("nPeaks"), &[])?;
-    join::<u8>(&g, "hit", parts, &src("hit"), &[])?;
-    join::<f32>(&g, "peakXPosRaw", parts, &src("peakXPosRaw"), &m)?;
-    join::<f32>(&g, "peakYPosRaw", parts, &src("peakYPosRaw"), &m)?;
-    let intensity = join::<f32>(&g, "peakTotalIntensity", parts, &src("peakTotalIntensity"), &m)?;
+    let (f, n) = (&l.frames, l.frame_numbers.len());
+    join::<u32>(&g, "nPeaks", f, n, &src("nPeaks"), &[])?;
+    join::<u8>(&g, "hit", f, n, &src("hit"), &[])?;
+    join::<f32>(&g, "peakXPosRaw", f, n, &src("peakXPosRaw"), &m)?;
+    join::<f32>(&g, "peakYPosRaw", f, n, &src("peakYPosRaw"), &m)?;
+    let intensity = join::<f32>(&g, "peakTotalIntensity", f, n, &src("peakTotalIntensity"), &m)?;
     str_attr(&intensity, "units", meta.pixel.units())?;
-    join::<u32>(&g, "peakNPixels", parts, &src("peakNPixels"), &m)?;
+    join::<u32>(&g, "peakNPixels", f, n, &src("peakNPixels"), &m)?;
     Ok(())
 }
 
-/// A virtual dataset `name` of rows of shape `row`: the rows of dataset `src` of each part's
-/// file, one part after the other.
-fn join<T: H5Type>(g: &Group, name: &str, parts: &[Part], src: &str, row: &[usize]) -> hdf5::Result<Dataset> {
-    let total: usize = parts.iter().map(|p| p.frames as usize).sum();
+/// A virtual dataset `name` of `total` rows of shape `row`: each piece's rows of dataset
+/// `src` of its file, at the piece's rows.
+fn join<T: H5Type>(g: &Group, name: &str, pieces: &[Piece], total: usize, src: &str, row: &[usize]) -> hdf5::Result<Dataset> {
     let dims = |n: usize| Extents::from([&[n][..], row].concat());
-    let rows = |a: usize, b: usize| {
-        let mut s = vec![SliceOrIndex::from(a..b)];
+    let rows = |start: usize, step: usize, count: usize| {
+        let mut s = vec![SliceOrIndex::SliceCount { start, step, count, block: 1 }];
         s.extend(row.iter().map(|_| SliceOrIndex::from(..)));
         Selection::from(Hyperslab::from(s))
     };
     let mut b = g.new_dataset::<T>().shape(dims(total));
-    let mut at = 0;
-    for p in parts.iter().filter(|p| p.frames > 0) {
-        let n = p.frames as usize;
-        b = b.virtual_map(&p.file, src, dims(n), rows(0, n), dims(total), rows(at, at + n));
-        at += n;
+    for p in pieces {
+        b = b.virtual_map(&p.file, src, dims(p.src_start + p.count), rows(p.src_start, 1, p.count), dims(total), rows(p.dst_start, p.dst_step, p.count));
     }
     b.create(name)
 }
