@@ -18,19 +18,19 @@ from test_readme_daemons import wait_up
 FRAMES = 40
 
 
-def topology(tmp_path, process):
+def topology(tmp_path, process, streams=("none", "none")):
     text = ('[detector]\nmodules = 4\nmodule_cols = 1\ncontrol = "127.0.0.1:7100"\nphoton_energy_kev = 12.4\n\n'
             '[transfer]\nmode = "temporal"\n')
     for k, name in enumerate(("dr0", "dr1")):
         text += (f'\n[[receivers]]\nname = "{name}"\ncontrol = "127.0.0.1:{7101 + k}"\ndata = "127.0.0.1"\n'
-                 f'data_port = {52000 + 1000 * k}\nmemory_mib = 256\nstream = "none"\n')
+                 f'data_port = {52000 + 1000 * k}\nmemory_mib = 256\nstream = "{streams[k]}"\n')
     text += process
     path = tmp_path / "topology.toml"
     path.write_text(text)
     return path
 
 
-def run_system(rdaq, tmp_path, topo, rc=0):
+def run_system(rdaq, tmp_path, topo, rc=0, receiver_args=()):
     procs = [subprocess.Popen([rdaq, "emulate", "--serve", "127.0.0.1:7100", "--modules", "4"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)]
     try:
@@ -38,7 +38,7 @@ def run_system(rdaq, tmp_path, topo, rc=0):
         for k, name in enumerate(("dr0", "dr1")):
             (tmp_path / name).mkdir()
             procs.append(subprocess.Popen([rdaq, "receive", "--serve", f"127.0.0.1:{7101 + k}", "--name", name,
-                                           "--memory-mib", "256", "--out-dir", tmp_path / name],
+                                           "--memory-mib", "256", "--out-dir", tmp_path / name, *receiver_args],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
             wait_up(f"http://127.0.0.1:{7101 + k}/status", procs[-1])
         mgr = subprocess.Popen([rdaq, "manage", "--topology", topo, "--frames", str(FRAMES), "--rate", "20",
@@ -118,3 +118,28 @@ def test_a_bad_process_section_is_refused_before_anything_starts(rdaq, tmp_path)
     r = subprocess.run([rdaq, "manage", "--topology", topo, "--frames", "5", "--out", tmp_path / "report"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "process.veto" in r.stderr and "topology.toml" in r.stderr, r.stderr
+
+
+def test_rdaq_write_takes_every_receivers_stream_into_one_series(rdaq, tmp_path):
+    """Each receiver streams its share; `rdaq write` with one --from per receiver writes one
+    series with every frame once, in frame order: the frames of the joined master."""
+    streams = ("tcp://127.0.0.1:31101", "tcp://127.0.0.1:31103")
+    topo = topology(tmp_path, '\n[process]\ncalibration = "emulated"\n', streams)
+    writer = subprocess.Popen([rdaq, "write", "--from", streams[0], "--from", streams[1], "--out", tmp_path / "wr",
+                               "--name", "copy", "--idle-timeout-s", "60", "--summary-json", tmp_path / "w.json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        run_system(rdaq, tmp_path, topo, receiver_args=["--stream-policy", "block"])
+        out, err = writer.communicate(timeout=60)
+    finally:
+        writer.kill()
+    assert writer.returncode == 0, out + err
+    w = json.loads((tmp_path / "w.json").read_text())
+    assert w["ended"] and w["images_missing"] == 0 and len(w["sources"]) == 2
+    assert w["images_written"] == FRAMES and w["images_out_of_order"] == 0
+    with h5py.File(tmp_path / "wr" / "copy_master.h5", "r") as c, h5py.File(tmp_path / "report" / "acquisition_master.h5", "r") as j:
+        assert c["entry/data/frame_number"][:].tolist() == list(range(FRAMES))
+        assert np.array_equal(c["entry/data/frame_number"][:], j["entry/data/frame_number"][:])
+        for i in range(0, FRAMES, 7):
+            assert np.array_equal(c["entry/data/data"][i], j["entry/data/data"][i]), f"frame {i}"
+        assert np.array_equal(c["entry/result_1/nPeaks"][:], j["entry/result_1/nPeaks"][:])

@@ -13,9 +13,10 @@ use rdaq_stream::SocketKind;
 
 #[derive(Args)]
 pub struct WriteArgs {
-    /// The publisher's endpoint, e.g. tcp://receiver-host:31001.
-    #[arg(long)]
-    from: String,
+    /// The publisher's endpoint, e.g. tcp://receiver-host:31001; several (--from A --from B,
+    /// one per receiver of an acquisition) are written as one series in frame order.
+    #[arg(long, required = true)]
+    from: Vec<String>,
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
@@ -64,7 +65,7 @@ pub fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
         idle_timeout,
     };
     rdaq_run::outputs::refuse_existing(a.summary_json.as_deref(), a.overwrite)?;
-    eprintln!("rdaq write: waiting for a series from {}", o.from);
+    eprintln!("rdaq write: waiting for a series from {}", o.from.join(", "));
     let report = write_series(&o, &stop, &progress_bar(None, "write"))?;
     report.print();
     if let Some(p) = a.summary_json {

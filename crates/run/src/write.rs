@@ -2,7 +2,15 @@
 //! series (rdaq's, or another source's with JUNGFRAU-sized images) and writes the NXmx master
 //! and data files from it, putting each image's bslz4 chunk into its data file as it came
 //! (no decompression, no re-compression). A receiver host streams; this runs on another.
+//!
+//! From several sources (the receivers of one acquisition, each streaming its own series of
+//! whole frames), it writes one series: each source's images come in its frame order, and
+//! the writer merges them, writing the lowest frame number once every source still running
+//! has one waiting (or has ended). A source that falls more than [`MAX_WAITING`] images
+//! behind the others no longer holds them back: what it sends later is written when it
+//! comes, and counted as out of order.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -14,9 +22,12 @@ use rdaq_stream::{decode, Buffer, Consumer, Image, Message, SocketKind};
 
 use crate::outputs;
 
+/// Images waiting for the other sources, at most, before the lowest is written anyway.
+pub const MAX_WAITING: usize = 256;
+
 pub struct WriteOptions {
-    /// The publisher's endpoint, e.g. `tcp://receiver-host:31001`.
-    pub from: String,
+    /// The publishers' endpoints, e.g. `tcp://receiver-host:31001` (one per receiver).
+    pub from: Vec<String>,
     pub socket: SocketKind,
     pub dir: PathBuf,
     /// Files are `<name>_master.h5`, `<name>_data_000001.h5`, ... (default name "series").
@@ -34,15 +45,31 @@ pub struct WriteReport {
     pub master: Option<PathBuf>,
     /// Images the files hold (set when they are closed).
     pub images_written: u64,
-    /// Images the series' numbering skipped (dropped upstream, or taken by another consumer).
+    /// Images the series' numbering skipped (dropped upstream, or taken by another consumer),
+    /// summed over the sources.
     pub images_missing: u64,
     pub images_before_start: u64,
+    /// Images written after one of a higher frame number (a source that fell behind).
+    pub images_out_of_order: u64,
     pub messages_undecodable: u64,
     pub bytes: u64,
     /// First to last image.
     pub data_window_s: f64,
+    /// Every source's series ended.
     pub ended: bool,
     pub write_error: Option<String>,
+    /// Each source's part.
+    pub sources: Vec<SourceReport>,
+}
+
+/// What one source sent.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct SourceReport {
+    pub endpoint: String,
+    pub images: u64,
+    /// The image numbers its series skipped, counted.
+    pub images_missing: u64,
+    pub ended: bool,
 }
 
 impl WriteReport {
@@ -57,6 +84,12 @@ impl WriteReport {
         let mb = if self.data_window_s > 0.0 { self.bytes as f64 / 1e6 / self.data_window_s } else { 0.0 };
         println!("images      : {} written ({:.1} MB compressed, {rate:.1} images/s, {mb:.1} MB/s over the data window)", self.images_written, self.bytes as f64 / 1e6);
         println!("missing     : {} images skipped in the series' numbering, {} before start, {} undecodable messages", self.images_missing, self.images_before_start, self.messages_undecodable);
+        if self.sources.len() > 1 {
+            for s in &self.sources {
+                println!("source      : {}: {} images, {} skipped, {}", s.endpoint, s.images, s.images_missing, if s.ended { "ended" } else { "no end" });
+            }
+            println!("order       : {} images written out of frame order", self.images_out_of_order);
+        }
         println!("end         : {}", if self.ended { "received" } else { "not received (timeout or interrupted)" });
         match &self.master {
             Some(m) => println!("output      : {}", m.display()),
@@ -72,53 +105,125 @@ impl WriteReport {
 struct Series {
     writer: NxmxWriter,
     spots: bool,
-    next_id: u64,
     first: Option<Instant>,
     last: Option<Instant>,
+    /// The highest frame number written so far.
+    highest: Option<u64>,
 }
 
-/// Consumes one series from `o.from` and writes it; stops at `end`, when `stop` is set, or
-/// after `o.idle_timeout` without a message.
+/// One publisher and the images of its series waiting for the merge.
+struct Source {
+    consumer: Consumer,
+    report: SourceReport,
+    started: bool,
+    next_id: u64,
+    waiting: VecDeque<Image>,
+}
+
+/// Consumes one series from each of `o.from` and writes them as one; stops when every
+/// source ended, when `stop` is set, or after `o.idle_timeout` without a message.
 pub fn write(o: &WriteOptions, stop: &AtomicBool, bar: &ProgressBar) -> anyhow::Result<WriteReport> {
     std::fs::create_dir_all(&o.dir).with_context(|| format!("cannot create {}", o.dir.display()))?;
-    let mut consumer = Consumer::connect(&o.from, o.socket, 1000)?;
+    if o.from.is_empty() {
+        bail!("--from: at least one stream endpoint");
+    }
+    let mut sources = Vec::with_capacity(o.from.len());
+    for e in &o.from {
+        let consumer = Consumer::connect(e, o.socket, 1000)?;
+        sources.push(Source { consumer, report: SourceReport { endpoint: e.clone(), ..Default::default() }, started: false, next_id: 0, waiting: VecDeque::new() });
+    }
     let (mut buf, mut report, mut series) = (Buffer::new(), WriteReport::default(), None::<Series>);
     let mut heard = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
-        if !consumer.recv(&mut buf, Duration::from_millis(200))? {
-            if o.idle_timeout.is_some_and(|t| heard.elapsed() > t) {
-                break;
+    while !stop.load(Ordering::Relaxed) && !sources.iter().all(|s| s.report.ended) {
+        let mut any = false;
+        for k in 0..sources.len() {
+            let wait = Duration::from_millis(if any { 0 } else { 200 / sources.len() as u64 });
+            if sources[k].report.ended || !sources[k].consumer.recv(&mut buf, wait)? {
+                continue;
             }
-            continue;
+            any = true;
+            take(o, &mut sources[k], &buf, &mut series, &mut report, bar)?;
         }
-        heard = Instant::now();
-        match decode(&buf) {
-            Ok(Message::Start(meta)) if series.is_none() => series = Some(open(o, *meta, bar)?),
-            Ok(Message::Start(_)) => bail!("{}: a second series started before the first ended; rdaq write writes one series", o.from),
-            Ok(Message::Image(img)) => match series.as_mut() {
-                Some(s) => {
-                    put(s, img, &mut report)?;
-                    bar.inc(1);
-                }
-                None => report.images_before_start += 1,
-            },
-            Ok(Message::End) => {
-                report.ended = true;
-                break;
-            }
-            Err(e) => {
-                if report.messages_undecodable == 0 {
-                    eprintln!("rdaq write: a message from {} is not Stream V2: {e}", o.from);
-                }
-                report.messages_undecodable += 1;
-            }
+        if let Some(s) = series.as_mut() {
+            merge(s, &mut sources, &mut report, bar);
+        }
+        if any {
+            heard = Instant::now();
+        } else if o.idle_timeout.is_some_and(|t| heard.elapsed() > t) {
+            break;
         }
     }
     bar.finish();
-    if let Some(s) = series {
+    report.ended = sources.iter().all(|s| s.report.ended);
+    if let Some(mut s) = series {
+        // what still waits (interrupted, or a source that never ended) is written too
+        sources.iter_mut().for_each(|src| src.report.ended = true);
+        merge(&mut s, &mut sources, &mut report, bar);
         close(s, &mut report)?;
     }
+    report.images_missing = sources.iter().map(|s| s.report.images_missing).sum();
+    report.sources = sources.into_iter().map(|s| s.report).collect();
     Ok(report)
+}
+
+/// Takes one message of source `src`: a start opens the series (or must match it), an
+/// image waits for the merge, an end ends the source.
+fn take(o: &WriteOptions, src: &mut Source, buf: &Buffer, series: &mut Option<Series>, report: &mut WriteReport, bar: &ProgressBar) -> anyhow::Result<()> {
+    let from = &src.report.endpoint;
+    match decode(buf) {
+        Ok(Message::Start(_)) if src.started => bail!("{from}: a second series started before the first ended; rdaq write writes one series per source"),
+        Ok(Message::Start(meta)) => {
+            src.started = true;
+            match series {
+                None => *series = Some(open(o, *meta, bar)?),
+                Some(s) => same_images(s.writer.meta(), &meta).with_context(|| format!("{from}: its series cannot be written with the first source's"))?,
+            }
+        }
+        Ok(Message::Image(_)) if !src.started => report.images_before_start += 1,
+        Ok(Message::Image(img)) => {
+            src.report.images_missing += img.image_id.saturating_sub(src.next_id);
+            src.next_id = src.next_id.max(img.image_id + 1);
+            src.report.images += 1;
+            src.waiting.push_back(img);
+        }
+        Ok(Message::End) => src.report.ended = true,
+        Err(e) => {
+            if report.messages_undecodable == 0 {
+                eprintln!("rdaq write: a message from {from} is not Stream V2: {e}");
+            }
+            report.messages_undecodable += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Fails unless a second source's series has the first one's images (size, pixels, spots).
+fn same_images(a: &NxmxMeta, b: &NxmxMeta) -> anyhow::Result<()> {
+    let (ga, gb) = (&a.geometry, &b.geometry);
+    if (ga.height(), ga.width()) != (gb.height(), gb.width()) || a.pixel != b.pixel || a.max_spots != b.max_spots {
+        bail!("its images are {}x{} {:?} with {} spots kept, the first's {}x{} {:?} with {}", gb.height(), gb.width(), b.pixel, b.max_spots, ga.height(), ga.width(), a.pixel, a.max_spots);
+    }
+    Ok(())
+}
+
+/// Writes the waiting images in frame order: the lowest, as long as every source still
+/// running has one waiting, or too many wait.
+fn merge(s: &mut Series, sources: &mut [Source], report: &mut WriteReport, bar: &ProgressBar) {
+    loop {
+        let held = sources.iter().any(|x| !x.report.ended && x.waiting.is_empty());
+        let waiting: usize = sources.iter().map(|x| x.waiting.len()).sum();
+        if waiting == 0 || (held && waiting <= MAX_WAITING) {
+            return;
+        }
+        let k = (0..sources.len()).filter(|&k| !sources[k].waiting.is_empty()).min_by_key(|&k| sources[k].waiting[0].frame_number).expect("an image waits");
+        let img = sources[k].waiting.pop_front().expect("an image waits");
+        if s.highest.is_some_and(|h| img.frame_number < h) {
+            report.images_out_of_order += 1;
+        }
+        s.highest = s.highest.max(Some(img.frame_number));
+        put(s, img, report);
+        bar.inc(1);
+    }
 }
 
 /// Creates the files of the series the `start` message describes.
@@ -134,22 +239,21 @@ fn open(o: &WriteOptions, mut meta: NxmxMeta, bar: &ProgressBar) -> anyhow::Resu
     }
     let writer = NxmxWriter::create(&master, &meta, o.overwrite)?;
     outputs::warn_without_reserve(&writer, &master);
-    Ok(Series { spots: meta.max_spots > 0, writer, next_id: 0, first: None, last: None })
+    Ok(Series { spots: meta.max_spots > 0, writer, first: None, last: None, highest: None })
 }
 
 /// Writes one image's chunk as it came, with its spot list.
-fn put(s: &mut Series, img: Image, report: &mut WriteReport) -> anyhow::Result<()> {
-    let want = s.writer.meta().pixel.bytes();
-    if img.elem != want {
-        bail!("image {}: {}-byte pixels, the series' start said {want}", img.image_id, img.elem);
-    }
-    report.images_missing += img.image_id.saturating_sub(s.next_id);
-    s.next_id = s.next_id.max(img.image_id + 1);
+fn put(s: &mut Series, img: Image, report: &mut WriteReport) {
     let now = Instant::now();
     s.first.get_or_insert(now);
     s.last = Some(now);
     if report.write_error.is_some() {
-        return Ok(());
+        return;
+    }
+    let want = s.writer.meta().pixel.bytes();
+    if img.elem != want {
+        report.write_error = Some(format!("image {} (frame {}): {}-byte pixels, the series' start said {want}", img.image_id, img.frame_number, img.elem));
+        return;
     }
     let r = s.writer.write_chunk(img.frame_number, &img.chunk, &img.missing).and_then(|()| match (s.spots, &img.spots) {
         (true, Some((spots, hit))) => s.writer.write_spots(spots, spots.len(), *hit),
@@ -163,7 +267,6 @@ fn put(s: &mut Series, img: Image, report: &mut WriteReport) -> anyhow::Result<(
             report.write_error = Some(e.to_string());
         }
     }
-    Ok(())
 }
 
 fn close(s: Series, report: &mut WriteReport) -> anyhow::Result<()> {
