@@ -17,6 +17,9 @@ use subtle::ConstantTimeEq;
 /// The environment variable a token is read from when no `--token-file` is given.
 pub const TOKEN_ENV: &str = "RDAQ_TOKEN";
 
+/// The path prefix of the dashboard page's files: open even when reads need the token.
+pub const ASSETS: &str = "/dashboard/assets/";
+
 /// Fewer characters than this are refused: a token is a secret, not a password to remember.
 pub const MIN_TOKEN_LEN: usize = 16;
 
@@ -139,7 +142,7 @@ impl Access {
     pub fn check(&self, method: &Method, path: &str, authorization: Option<&HeaderValue>) -> Result<(), Refusal> {
         let Some(token) = &self.token else { return Ok(()) };
         let reads = method == Method::GET || method == Method::HEAD;
-        let shell = path == "/" || path.starts_with(crate::dashboard::ASSETS);
+        let shell = path == "/" || path.starts_with(ASSETS);
         if reads && (!self.protect_reads || shell) {
             return Ok(());
         }
@@ -163,7 +166,7 @@ pub async fn guard(State(access): State<Arc<Access>>, ConnectInfo(peer): Connect
                 Refusal::Wrong => (StatusCode::FORBIDDEN, "wrong API token"),
             };
             tracing::warn!(method = %req.method(), path = req.uri().path(), %peer, refused = n, "refused {} {} from {peer}: {why}", req.method(), req.uri().path());
-            let mut resp = crate::http::ApiError(status, why.into()).into_response();
+            let mut resp = crate::answer::ApiError(status, why.into()).into_response();
             if r == Refusal::Missing {
                 resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"rdaq\""));
             }

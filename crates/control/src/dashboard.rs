@@ -41,8 +41,7 @@ pub fn close_feeds() {
     CLOSING.store(true, Ordering::Relaxed);
 }
 
-/// The path prefix of the page's files: open even when reads need the token.
-pub const ASSETS: &str = "/dashboard/assets/";
+pub use crate::auth::ASSETS;
 
 /// Everything the page shows, at one moment.
 #[derive(Serialize, Default, Debug)]
@@ -211,7 +210,7 @@ async fn page() -> axum::response::Html<&'static str> {
 async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {
     match FILES.iter().find(|(name, ..)| *name == file) {
         Some((_, kind, bytes)) => ([(header::CONTENT_TYPE, *kind), (header::CACHE_CONTROL, "max-age=3600")], *bytes).into_response(),
-        None => crate::http::ApiError(StatusCode::NOT_FOUND, format!("no dashboard file {file:?}")).into_response(),
+        None => crate::answer::ApiError(StatusCode::NOT_FOUND, format!("no dashboard file {file:?}")).into_response(),
     }
 }
 
@@ -262,13 +261,13 @@ async fn live(State(v): State<Arc<dyn View>>) -> Sse<impl futures_util::Stream<I
 
 async fn preview(State(v): State<Arc<dyn View>>) -> Response {
     let Some(g) = v.glance() else {
-        return crate::http::ApiError(StatusCode::NOT_FOUND, "no frame yet".into()).into_response();
+        return crate::answer::ApiError(StatusCode::NOT_FOUND, "no frame yet".into()).into_response();
     };
     let png = tokio::task::spawn_blocking(move || render(&g)).await;
     match png {
         Ok(Ok(png)) => ([(header::CONTENT_TYPE, "image/png"), (header::CACHE_CONTROL, "no-store")], png).into_response(),
-        Ok(Err(e)) => crate::http::internal(e).into_response(),
-        Err(e) => crate::http::internal(e).into_response(),
+        Ok(Err(e)) => crate::answer::internal(e).into_response(),
+        Err(e) => crate::answer::internal(e).into_response(),
     }
 }
 

@@ -1,61 +1,16 @@
-//! What the control APIs share: HTTP/JSON on axum, error answers, event pages, serving
+//! What the control APIs share: HTTP/JSON on axum, the routes every daemon has, serving
 //! until Ctrl-C, and the Prometheus text format.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use rdaq_proto::events::{EventLog, EventPage};
-use serde::Deserialize;
+use rdaq_proto::events::EventPage;
 
 use crate::auth::Access;
-
-/// An error answer: status and a one-line message, as `{"error": "..."}`.
-pub struct ApiError(pub StatusCode, pub String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
-    }
-}
-
-pub fn bad(msg: impl Into<String>) -> ApiError {
-    ApiError(StatusCode::BAD_REQUEST, msg.into())
-}
-
-pub fn conflict(msg: impl Into<String>) -> ApiError {
-    ApiError(StatusCode::CONFLICT, msg.into())
-}
-
-pub fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"))
-}
-
-#[derive(Deserialize)]
-pub struct Since {
-    #[serde(default)]
-    pub since: u64,
-    #[serde(default = "page")]
-    pub limit: usize,
-}
-
-fn page() -> usize {
-    10_000
-}
-
-/// Locks shared state; a panicked holder leaves counters and logs that are still worth
-/// serving, so a poisoned lock is taken as it is.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-pub fn events_page(log: &Mutex<EventLog>, q: &Since) -> EventPage {
-    lock(log).since(q.since, q.limit.min(100_000))
-}
+pub use crate::answer::{bad, conflict, events_page, internal, lock, ApiError, Since};
 
 /// A daemon's state, shared by the handlers of its API.
 pub type Shared<D> = Arc<Mutex<D>>;

@@ -10,10 +10,12 @@
 //!   buffers, DTPs, start, heartbeats, re-planning, the report.
 //! - [`dashboard`]: the live web page every server above serves, and `rdaq run --serve`'s
 //!   ([`run`]).
-//! - [`http`]: what the APIs share.
+//! - [`http`]: serving the APIs (routes every daemon has, until Ctrl-C).
+//! - [`answer`]: the answers they give (errors, event pages).
 //! - [`metrics`]: `/metrics` through `prometheus-client`.
 //! - [`auth`]: the bearer token mutating calls (and optionally reads) need.
 
+pub mod answer;
 pub mod auth;
 pub mod dashboard;
 pub mod detector;

@@ -9,7 +9,7 @@
 
 use rdaq_proto::sls::{det_type_name, DET_TYPE_JUNGFRAU, JUNGFRAU_PACKET_PAYLOAD};
 
-use crate::engine::{Format, JUNGFRAU_ROWS};
+use crate::config::{Format, JUNGFRAU_ROWS};
 use crate::grid::Grid;
 use crate::source::{Source, SourceKind};
 
@@ -219,7 +219,7 @@ fn module_pattern(s: &Seen, m: u16) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::sls_sources;
+    use crate::config::sls_sources;
 
     fn bitmap(cells: u32, missing: impl Fn(u32) -> bool) -> Vec<u64> {
         let mut b = vec![0u64; cells.div_ceil(64) as usize];

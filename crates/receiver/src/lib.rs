@@ -13,6 +13,8 @@
 //! - [`window`]: loss detection per data channel over sequence numbers.
 //! - [`ledger`]: which frame numbers were finished or refused, for the frames never seen.
 //! - [`diagnose`]: hints that name a wrong setting (interfaces, read rows, a silent port).
+//! - [`config`]: a receiver's configuration and the formats' rules (rdaq, sls, RoCEv2),
+//!   checked before anything is bound.
 //! - [`engine`]: the receive thread: sockets, batches, predicted landing, timeouts.
 //! - [`coalesce`]: when the receive thread reads next (few wake-ups for slow streams).
 
@@ -20,6 +22,7 @@ pub mod arena;
 pub use rdaq_net::batch;
 pub use rdaq_net::engine::EngineKind;
 pub mod coalesce;
+pub mod config;
 pub mod counters;
 pub mod diagnose;
 pub mod engine;
