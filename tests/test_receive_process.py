@@ -68,6 +68,37 @@ def test_processed_stream_equals_offline_conversion_and_aare(rdaq, tmp_path, cas
     assert np.array_equal(online, ref), "photon counts differ from aare's conversion"
 
 
+@pytest.mark.parametrize("case,hg0", [("one interface", False), ("256 rows", True)])
+def test_psi_gain_maps_give_the_gains_as_aare_reads_them(rdaq, tmp_path, case, hg0):
+    """PSI's gain map file (6 float64 maps of 512 x 1024: G0, G1, G2, HG0, HG1, HG2) gives
+    the gains, read as aare's load_calibration reads it (HG0 for G0 in fixed high gain); the
+    pedestals come from rdaq's calibration file. A partial readout takes the map's central
+    rows."""
+    rows = CASES[case][3]
+    rng = np.random.default_rng(11)
+    maps = np.stack([rng.normal(m, abs(0.02 * m), (512, 1024)) for m in (41.0, -1.439, -0.1145, 120.0, -4.2, -0.3)])
+    maps.astype("<f8").tofile(tmp_path / "gainMaps_M001.bin")
+    pedestal, _ = calibration(rows)
+    write_calibration(tmp_path / "cal.h5", pedestal, np.ones((3, rows, 1024), np.float32), np.zeros((rows, 1024), np.uint32))
+    (tmp_path / "proc.toml").write_text(f'[process]\nveto = false\noutput = "photons32"\n'
+                                        f'gain_maps = ["{tmp_path / "gainMaps_M001.bin"}"]\nhg0 = {str(hg0).lower()}\n')
+    raw_dir, proc_dir = tmp_path / "raw", tmp_path / "processed"
+    raw_dir.mkdir(), proc_dir.mkdir()
+    _, raw_h5 = receive(rdaq, raw_dir, case, [])
+    s, out = receive(rdaq, proc_dir, case, ["--calibration", tmp_path / "cal.h5", "--config", tmp_path / "proc.toml",
+                                            "--photon-energy-kev", str(KEV)])
+    assert s["processing"] is not None, s["stderr"]
+    gains = aare.load_calibration(str(tmp_path / "gainMaps_M001.bin"), hg0=hg0).astype(np.float32)
+    top = (512 - rows) // 2
+    gains = np.ascontiguousarray(gains[:, top:top + rows])
+    with h5py.File(out, "r") as f, h5py.File(raw_h5, "r") as r:
+        online, raw = f["entry/data/data"][()], r["entry/data/data"][()]
+    q = (aare.apply_calibration(raw, pd=pedestal, cal=gains) / np.float32(KEV)).astype(np.float64)
+    ref = (np.sign(q) * np.floor(np.abs(q) + 0.5)).astype(np.int32)
+    assert np.unique(online).size > 20
+    assert np.array_equal(online, ref), "photon counts differ from aare's with the gain map"
+
+
 def test_processing_of_a_stream_needs_its_calibration(rdaq, tmp_path):
     """Processing asked for without a calibration: one line naming the setting, exit 2."""
     import subprocess

@@ -326,11 +326,7 @@ fn plan(sections: Option<toml::Table>, geometry: Geometry, ids: &[u16], streamin
     cfg.stream.endpoint = if streaming { cfg.stream.endpoint } else { "none".into() };
     cfg.stream.preview = "none".into();
     cfg.check()?;
-    let calibration = match cfg.processing() {
-        false => None,
-        true if cfg.emulated_calibration() => Some(rdaq_run::graph::emulated_calibration_of(cfg.detector.seed, &geometry, ids)),
-        true => Some(rdaq_run::run::calibration(&cfg, geometry)?),
-    };
+    let calibration = cfg.processing().then(|| rdaq_run::run::calibration_of(&cfg, geometry, ids)).transpose()?;
     let meta = cfg.file_meta(geometry, calibration.as_ref())?;
     let processing = calibration.map(|c| rdaq_run::run::processing_setup(&cfg, &meta, c)).transpose()?;
     Ok((meta, processing))

@@ -3,6 +3,7 @@
 //! - [`convert`]: JUNGFRAU raw words to energy (keV) or photon counts, with the conventions
 //!   for special words, the invalid gain code and masked pixels.
 //! - [`calfile`]: calibration files (HDF5).
+//! - [`gainmap`]: PSI's per-module JUNGFRAU gain map files.
 //! - [`descramble`]: a described integrating detector's raw frames into the planes of its
 //!   pixel word's fields (readout order, bit fields, reset frames).
 //! - [`pedestal`]: pedestal tracking over a running window of dark frames, per gain stage.
@@ -15,6 +16,7 @@ pub mod bitshuffle;
 pub mod calfile;
 pub mod convert;
 pub mod descramble;
+pub mod gainmap;
 pub mod pedestal;
 pub mod pipeline;
 pub mod sparse;

@@ -141,6 +141,11 @@ pub struct Process {
     /// `detector.seed`); empty: the emulated detector's own in `rdaq run`, none for a
     /// detector outside this process.
     pub calibration: PathBuf,
+    /// PSI's gain map files, one per module in module order (`gainMaps_M<id>.bin`): they
+    /// replace the calibration's gains; the pedestals stay the calibration's.
+    pub gain_maps: Vec<PathBuf>,
+    /// The detector runs in fixed high gain: G0's gains are the gain maps' HG0 map.
+    pub hg0: bool,
     /// Dark frames in the pedestal's running window, and how often (in dark frames, once
     /// the window is full) the converters take the tracked G0 pedestal.
     pub pedestal_window: u32,
@@ -323,6 +328,8 @@ impl Default for Process {
             output: "auto".into(),
             invalid_gain: "error".into(),
             calibration: PathBuf::new(),
+            gain_maps: Vec::new(),
+            hg0: false,
             pedestal_window: 128,
             pedestal_publish: 32,
             threshold_photons: 0.5,
@@ -573,6 +580,9 @@ impl Config {
         let p = &self.process;
         if !["auto", "jungfrau", "raw"].contains(&p.mode.as_str()) {
             bail!("process.mode must be \"auto\", \"jungfrau\" or \"raw\", not {:?}", p.mode);
+        }
+        if p.hg0 && p.gain_maps.is_empty() {
+            bail!("process.hg0 takes the HG0 map of process.gain_maps: give the gain maps too");
         }
         if self.processing() && p.calibration.as_os_str().is_empty() && self.source == Source::Remote {
             bail!("process.mode = \"jungfrau\": a detector outside this process needs its calibration: process.calibration (--calibration FILE; \"emulated\" for rdaq emulate's own), or process.mode = \"raw\"");

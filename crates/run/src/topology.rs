@@ -18,7 +18,7 @@ use rdaq_sink::NxmxWriter;
 
 use crate::acquisition::{self, Chain, Sinks};
 use crate::config::Config;
-use crate::graph::{self, ProcessReport};
+use crate::graph::ProcessReport;
 use crate::run::write_manifest;
 use crate::summary::{Expected, Summary};
 use crate::outputs;
@@ -82,7 +82,7 @@ fn start_stations(cfg: &Config, t: &Topology, plan: &Plan) -> anyhow::Result<Vec
         let rx = Receiver::start(cfg.tune(ReceiverConfig { bind: spec.data, ..ReceiverConfig::for_request(&req) })?)
             .with_context(|| format!("starting receiver {}", spec.name))?;
         let geometry = rp.geometry(full);
-        let calibration = cfg.processing().then(|| graph::emulated_calibration_of(cfg.detector.seed, &geometry, &rp.modules));
+        let calibration = cfg.processing().then(|| crate::run::calibration_of(cfg, geometry, &rp.modules)).transpose()?;
         let meta = crate::run::file_meta(cfg, geometry, calibration.as_ref())?;
         let processing = calibration.map(|c| crate::run::processing_setup(cfg, &meta, c)).transpose()?;
         let h5 = cfg.output.dir.join(format!("{}_master.h5", spec.name));
