@@ -106,3 +106,38 @@ def test_processing_of_a_stream_needs_its_calibration(rdaq, tmp_path):
     r = subprocess.run([rdaq, "receive", "--format", "sls", "--config", tmp_path / "proc.toml", "--frames", "1"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "process.calibration" in r.stderr, r.stderr
+
+
+def test_a_pedestal_run_makes_the_calibration_the_next_acquisition_uses(rdaq, tmp_path):
+    """`rdaq receive --pedestal-run`: PSI's virtual JUNGFRAU sends columns 0-299 in G0,
+    300-599 in G1 and 600-1023 in G2, each pixel's ADC its packet number + 1: each pixel's
+    pedestal of its stage is that ADC, the gains are the gain map's, and the stages a pixel
+    never showed are masked. Converted with that calibration, the same frames are 0 photons
+    wherever the pixel is not masked."""
+    rng = np.random.default_rng(5)
+    maps = np.stack([rng.normal(m, abs(0.02 * m), (512, 1024)) for m in (41.0, -1.439, -0.1145)])
+    maps.astype("<f8").tofile(tmp_path / "gainMaps_M001.bin")
+    (tmp_path / "maps.toml").write_text(f'[process]\ngain_maps = ["{tmp_path / "gainMaps_M001.bin"}"]\n')
+    (tmp_path / "dark").mkdir()
+    s, _ = receive(rdaq, tmp_path / "dark", "one interface", ["--pedestal-run", tmp_path / "cal.h5", "--config", tmp_path / "maps.toml"])
+    assert s["frames_complete"] == 3 and "pedestal run of 3 frames" in s["stderr"], s["stderr"]
+    adc = (np.arange(512) // 4 + 1).astype(np.float32)[:, None] * np.ones((1, 1024), np.float32)
+    stage_of = np.zeros(1024, int)
+    stage_of[300:600], stage_of[600:] = 1, 2
+    with h5py.File(tmp_path / "cal.h5", "r") as c:
+        pedestal, gain, mask = c["pedestal"][()], c["gain"][()], c["pixel_mask"][()]
+        assert c["pedestal_frames"][:].tolist() == [3, 3, 3]
+    for s_ in range(3):
+        cols = stage_of == s_
+        assert np.array_equal(pedestal[s_][:, cols], adc[:, cols]), f"G{s_} pedestal"
+    assert np.array_equal(gain, aare.load_calibration(str(tmp_path / "gainMaps_M001.bin")).astype(np.float32))
+    # every pixel showed one stage: the other two are masked (too few frames)
+    assert (mask != 0).all() and set(np.unique(mask).tolist()) == {2}
+    # the next acquisition: with the masks cleared, each pixel converts to 0 photons
+    with h5py.File(tmp_path / "cal.h5", "r+") as c:
+        c["pixel_mask"][...] = 0
+    (tmp_path / "next").mkdir()
+    (tmp_path / "proc.toml").write_text('[process]\nveto = false\noutput = "photons32"\n')
+    s, out = receive(rdaq, tmp_path / "next", "one interface", ["--calibration", tmp_path / "cal.h5", "--config", tmp_path / "proc.toml"])
+    with h5py.File(out, "r") as f:
+        assert s["processing"] is not None and (f["entry/data/data"][()] == 0).all()

@@ -284,7 +284,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let loss_rx = active.rx.clone();
     let (events_w, name_w) = (events.clone(), name.clone());
     let board = Arc::new(Board::default());
-    let chain = Chain { geometry, decoder: None, processing, board: board.clone(), sent: None, consumer_delay: Duration::ZERO, name: name.clone() };
+    let chain = Chain { geometry, decoder: None, processing, board: board.clone(), sent: None, consumer_delay: Duration::ZERO, name: name.clone(), pedestal_run: None };
     let consumer = std::thread::Builder::new()
         .name("rdaq-consume".into())
         .spawn(move || -> Outcome {

@@ -27,6 +27,7 @@ pub enum GainMapError {
 }
 
 /// A module's gains of the three stages (ADU/keV, as float32: what the conversion uses).
+#[derive(Debug)]
 pub struct GainMap {
     pub gain: [Vec<f32>; 3],
 }

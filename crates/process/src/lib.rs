@@ -7,6 +7,7 @@
 //! - [`descramble`]: a described integrating detector's raw frames into the planes of its
 //!   pixel word's fields (readout order, bit fields, reset frames).
 //! - [`pedestal`]: pedestal tracking over a running window of dark frames, per gain stage.
+//! - [`pedestal_run`]: a pedestal run (G0, then forced G1 and G2) into a calibration.
 //! - [`pipeline`]: the graph of stages, bounded rings and worker pools.
 //! - [`spots`]: Bragg spot finding (local SNR; peakfinder8) and the hit veto.
 //! - [`bitshuffle`]: bitshuffle + LZ4 / Zstd chunks (HDF5 filter 32008).
@@ -18,6 +19,7 @@ pub mod convert;
 pub mod descramble;
 pub mod gainmap;
 pub mod pedestal;
+pub mod pedestal_run;
 pub mod pipeline;
 pub mod sparse;
 pub mod spots;

@@ -6,6 +6,7 @@ mod acquire;
 mod emulate;
 mod join;
 mod offline;
+mod pedestal;
 mod preview;
 mod receive;
 mod recover;

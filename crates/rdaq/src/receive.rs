@@ -28,6 +28,7 @@ use rdaq_run::{outputs, progress_bar};
 use rdaq_sink::{NxmxMeta, NxmxWriter, PixelType};
 
 use crate::acquire::{set, AcquireArgs};
+use crate::pedestal;
 
 #[derive(Args)]
 pub struct ReceiveArgs {
@@ -142,6 +143,12 @@ pub struct ReceiveArgs {
     /// Write the buffer map (ids, keys, ports) for the senders here.
     #[arg(long)]
     buffers_out: Option<PathBuf>,
+    /// Record a JUNGFRAU pedestal run (dark frames in G0, then forced G1 and G2) into this
+    /// calibration file, for the next acquisition's --calibration: each pixel's pedestal of
+    /// each stage from the frames its gain bits put in that stage; the gains from
+    /// process.gain_maps, else typical values.
+    #[arg(long)]
+    pedestal_run: Option<PathBuf>,
 }
 
 /// The configuration of `rdaq receive`: the defaults of a detector outside this process,
@@ -168,11 +175,14 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = a.serve {
         return serve_receiver(a, &cfg, addr);
     }
-    let Setup { rcfg, chain, mut meta } = setup(&a, &cfg)?;
+    let Setup { rcfg, mut chain, mut meta } = setup(&a, &cfg)?;
     told_times(&a, &mut meta)?;
+    if a.pedestal_run.is_some() {
+        chain.pedestal_run = Some(pedestal::start(&chain)?);
+    }
     let overwrite = cfg.output.overwrite;
     let series = a.out.as_deref().map(outputs::series_files);
-    let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.acq.summary_json.as_deref());
+    let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.acq.summary_json.as_deref()).chain(a.pedestal_run.as_deref());
     outputs::refuse_existing(named, overwrite)?;
     let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
     if let Some(p) = &a.buffers_out {
@@ -190,6 +200,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let bar = progress_bar(a.frames, "receive");
     let start = Instant::now();
     let sinks = acquisition::Sinks { writer, stream };
+    let chain_geometry = chain.geometry;
     let outcome = consume_until_stopped(&rx, chain, sinks, &bar, a.timeout_s.map(|t| start + Duration::from_secs_f64(t)))?;
     bar.finish();
     let counters = rx.join()?;
@@ -197,6 +208,9 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let mut sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &outcome.consumed, start.elapsed(), outcome.h5.as_deref()).with_receiver(&rx);
     sum.stream = outcome.stream;
     sum.processing = outcome.processed.map(|p| ProcessReport { calibration: None, ..p });
+    if let (Some(path), Some(run)) = (&a.pedestal_run, &outcome.pedestal_run) {
+        pedestal::save(&cfg, chain_geometry, run, path, overwrite)?;
+    }
 
     sum.print();
     if let Some(p) = &a.acq.summary_json {
@@ -288,7 +302,7 @@ fn setup(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<Setup> {
 
 /// The chain of a standalone `rdaq receive`'s frames.
 fn chain(cfg: &Config, geometry: Geometry, decoder: Option<Decoder>, processing: Option<rdaq_run::graph::Setup>) -> Chain {
-    Chain { geometry, decoder, processing, board: Arc::default(), sent: None, consumer_delay: cfg.faults.consumer_delay(), name: "receiver".into() }
+    Chain { geometry, decoder, processing, board: Arc::default(), sent: None, consumer_delay: cfg.faults.consumer_delay(), name: "receiver".into(), pedestal_run: None }
 }
 
 /// The receiver of a described detector's native packets placed by their header's row and

@@ -14,6 +14,7 @@ use std::time::Duration;
 use indicatif::ProgressBar;
 use rdaq_detector::Geometry;
 use rdaq_emulator::Control;
+use rdaq_process::pedestal_run::PedestalRun;
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_sink::NxmxWriter;
 
@@ -41,6 +42,8 @@ pub struct Chain {
     pub consumer_delay: Duration,
     /// Who reports the frames that came incomplete or were discarded, on the board.
     pub name: String,
+    /// A JUNGFRAU pedestal run that takes every complete raw frame (raw chains only).
+    pub pedestal_run: Option<PedestalRun>,
 }
 
 /// Where the frames go.
@@ -58,6 +61,8 @@ pub struct Outcome {
     /// The master file, when it holds a frame.
     pub h5: Option<PathBuf>,
     pub stream: Option<StreamReport>,
+    /// The pedestal run, with every complete frame taken.
+    pub pedestal_run: Option<PedestalRun>,
 }
 
 /// Takes the receiver's frames through the chain into the sinks until the receiver
@@ -65,14 +70,15 @@ pub struct Outcome {
 /// The stream is finished and the files closed also when consuming failed.
 pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, until: Option<&AtomicBool>, mut on_frame: impl FnMut(&FrameReady)) -> anyhow::Result<Outcome> {
     let Sinks { mut writer, mut stream } = sinks;
-    let Chain { geometry, decoder, processing, board, sent, consumer_delay, name } = chain;
+    let Chain { geometry, decoder, processing, board, sent, consumer_delay, name, mut pedestal_run } = chain;
+    anyhow::ensure!(processing.is_none() || pedestal_run.is_none(), "a pedestal run takes raw frames, not processed ones");
     let consumed = match processing {
         Some(setup) => {
             let setup = graph::Setup { board: board.clone(), sent: sent.clone(), consumer_delay, ..setup };
             graph::run(rx, writer.as_mut(), stream.as_mut(), setup, bar, until, &mut on_frame).map(|(c, r)| (c, Some(r)))
         }
         None => {
-            let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: sent.as_deref().map(|c| &c.sent), board: Some(&board), decoder };
+            let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: sent.as_deref().map(|c| &c.sent), board: Some(&board), decoder, pedestal_run: pedestal_run.as_mut() };
             consume::consume(rx, sinks, bar, until, |f| {
                 if f.status() != FrameStatus::Complete {
                     board.push_event(incomplete_event(&name, f));
@@ -89,5 +95,5 @@ pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, unt
         Some(w) => outputs::close(w, &mut consumed)?,
         None => None,
     };
-    Ok(Outcome { consumed, processed, h5, stream: streamed })
+    Ok(Outcome { consumed, processed, h5, stream: streamed, pedestal_run })
 }

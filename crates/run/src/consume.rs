@@ -10,6 +10,7 @@ use indicatif::ProgressBar;
 use rdaq_detector::Geometry;
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_process::bitshuffle::{Codec, Compressor};
+use rdaq_process::pedestal_run::PedestalRun;
 use rdaq_sink::NxmxWriter;
 
 use crate::assemble::{Assembler, Decoder};
@@ -110,6 +111,8 @@ pub struct Sinks<'a> {
     /// How a described detector's module frames become module images (`None`: JUNGFRAU's
     /// 16-bit module frames, put in place as they are).
     pub decoder: Option<Decoder>,
+    /// A JUNGFRAU pedestal run that takes every complete frame's image.
+    pub pedestal_run: Option<&'a mut PedestalRun>,
 }
 
 /// Consumes frames until the receiver finishes, or until `until` is set and no frame is
@@ -117,7 +120,7 @@ pub struct Sinks<'a> {
 /// compresses it once, publishes the chunk on the stream and writes it. Without a writer and
 /// a stream, frames are only counted. `on_frame` sees every frame first.
 pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option<&AtomicBool>, mut on_frame: impl FnMut(&FrameReady)) -> anyhow::Result<ConsumeStats> {
-    let assemble = sinks.writer.is_some() || sinks.stream.is_some();
+    let assemble = sinks.writer.is_some() || sinks.stream.is_some() || sinks.pedestal_run.is_some();
     let what = match (sinks.writer.is_some(), sinks.stream.is_some()) {
         (true, _) => "assembling and writing frames",
         (false, true) => "assembling and streaming frames",
@@ -196,6 +199,12 @@ fn emit(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeStats
     let raw = rx.data(&f)?;
     let reset_raw = reset.as_ref().map(|r| rx.data(r)).transpose()?;
     enc.comp.compress(enc.asm.assemble(raw, reset_raw), &mut enc.chunk);
+    if let (Some(run), Some(words)) = (sinks.pedestal_run.as_deref_mut(), enc.asm.words()) {
+        // missing pixels read as the error word: only whole frames are dark frames
+        if f.status() == FrameStatus::Complete {
+            run.push(words);
+        }
+    }
     if let Some((b, words)) = sinks.board.filter(|b| b.glance_due()).zip(enc.asm.words()) {
         b.show(Glance::raw(&sinks.geometry, f.frame(), words));
     }

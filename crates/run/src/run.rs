@@ -53,7 +53,7 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
     let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     eprintln!("{}", start_line(cfg, &rx));
     report_tuning("rdaq run", &rx);
-    let chain = Chain { geometry, decoder: None, processing, board: board.clone(), sent: Some(control.clone()), consumer_delay: cfg.faults.consumer_delay(), name: "receiver".into() };
+    let chain = Chain { geometry, decoder: None, processing, board: board.clone(), sent: Some(control.clone()), consumer_delay: cfg.faults.consumer_delay(), name: "receiver".into(), pedestal_run: None };
     let sinks = acquisition::Sinks { writer: Some(writer), stream };
     let start = Instant::now();
     board.set_state("acquiring");
@@ -79,7 +79,7 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
     let counters = rx.join()?;
     board.sample(counters);
     let emu = emu?;
-    let Outcome { consumed, processed, h5, stream: streamed } = outcome?;
+    let Outcome { consumed, processed, h5, stream: streamed, .. } = outcome?;
     let manifest = out("_manifest.csv");
     write_manifest(&manifest, &emu.manifest, cfg.output.overwrite)?;
     // stopped early (Ctrl-C, the API): the frames any module sent are those expected
@@ -191,7 +191,7 @@ pub fn calibration(cfg: &Config, g: Geometry) -> anyhow::Result<Calibration> {
 /// those modules.
 pub fn calibration_of(cfg: &Config, g: Geometry, ids: &[u16]) -> anyhow::Result<Calibration> {
     let p = &cfg.process;
-    let mut cal = if cfg.emulated_calibration() {
+    let cal = if cfg.emulated_calibration() {
         graph::emulated_calibration_of(cfg.detector.seed, &g, ids)
     } else {
         let cf = rdaq_process::calfile::CalFile::load(&p.calibration)?;
@@ -200,6 +200,21 @@ pub fn calibration_of(cfg: &Config, g: Geometry, ids: &[u16]) -> anyhow::Result<
         }
         cf.cal
     };
+    with_gain_maps(cfg, g, ids, cal)
+}
+
+/// Typical PSI pedestals and gains over the image `g`, gaps masked: the base of a
+/// calibration whose pedestals are measured (a pedestal run).
+pub fn typical_calibration(g: &Geometry) -> Calibration {
+    use rdaq_detector::jungfrau::{TYPICAL_GAIN, TYPICAL_PEDESTAL};
+    let px = g.height() * g.width();
+    Calibration { pedestal: TYPICAL_PEDESTAL.map(|v| vec![v; px]), gain: TYPICAL_GAIN.map(|v| vec![v; px]), mask: g.gap_mask() }
+}
+
+/// `cal` with the gains of `process.gain_maps` of the modules `ids` (the image's m-th module
+/// is the detector's `ids[m]`), when the configuration has gain maps.
+pub fn with_gain_maps(cfg: &Config, g: Geometry, ids: &[u16], mut cal: Calibration) -> anyhow::Result<Calibration> {
+    let p = &cfg.process;
     if p.gain_maps.is_empty() {
         return Ok(cal);
     }

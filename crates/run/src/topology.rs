@@ -87,7 +87,7 @@ fn start_stations(cfg: &Config, t: &Topology, plan: &Plan) -> anyhow::Result<Vec
         let processing = calibration.map(|c| crate::run::processing_setup(cfg, &meta, c)).transpose()?;
         let h5 = cfg.output.dir.join(format!("{}_master.h5", spec.name));
         let writer = NxmxWriter::create(&h5, &meta, cfg.output.overwrite)?;
-        let chain = Chain { geometry, decoder: None, processing, board: Arc::default(), sent: None, consumer_delay: cfg.faults.consumer_delay(), name: spec.name.clone() };
+        let chain = Chain { geometry, decoder: None, processing, board: Arc::default(), sent: None, consumer_delay: cfg.faults.consumer_delay(), name: spec.name.clone(), pedestal_run: None };
         stations.push((Station { name: spec.name.clone(), rx }, (chain, Sinks { writer: Some(writer), stream: None })));
     }
     Ok(stations)

@@ -1,0 +1,44 @@
+//! `rdaq receive --pedestal-run FILE`: a JUNGFRAU pedestal run recorded into a calibration
+//! file ([`rdaq_process::pedestal_run`]), for the next acquisition's `--calibration`.
+
+use std::path::Path;
+
+use anyhow::bail;
+use rdaq_detector::jungfrau::TYPICAL_PEDESTAL;
+use rdaq_detector::Geometry;
+use rdaq_process::pedestal_run::PedestalRun;
+use rdaq_run::acquisition::Chain;
+use rdaq_run::config::Config;
+
+/// Pixels whose G0 pedestal RMS is above this (ADU) are masked (as `rdaq process pedestal`).
+const MAX_RMS_G0: f32 = 100.0;
+
+/// The pedestal run of an acquisition whose frames take `chain`: JUNGFRAU's raw frames.
+pub fn start(chain: &Chain) -> anyhow::Result<PedestalRun> {
+    if chain.processing.is_some() || chain.decoder.is_some() {
+        bail!("--pedestal-run takes a JUNGFRAU's raw frames: drop --calibration (or set process.mode = \"raw\"), and no --detector other than jungfrau");
+    }
+    let g = chain.geometry;
+    // every frame of a stage counts (no running window)
+    Ok(PedestalRun::new(g.height(), g.width(), u32::MAX))
+}
+
+/// Writes the run's calibration to `path`: the gains of `process.gain_maps`, else typical
+/// PSI values (said on the terminal); gaps and pixels without a frame in a stage masked.
+pub fn save(cfg: &Config, g: Geometry, run: &PedestalRun, path: &Path, overwrite: bool) -> anyhow::Result<()> {
+    if run.frames() == 0 {
+        bail!("--pedestal-run: no complete frame came; {} is not written", path.display());
+    }
+    if cfg.process.gain_maps.is_empty() {
+        eprintln!("rdaq receive: pedestal run: no process.gain_maps: the gains in {} are typical PSI values", path.display());
+    }
+    let typical = rdaq_run::run::typical_calibration(&g);
+    let gain = rdaq_run::run::with_gain_maps(cfg, g, &(0..g.modules).collect::<Vec<_>>(), typical)?.gain;
+    let cf = run.calibration(gain, g.gap_mask(), TYPICAL_PEDESTAL, 1, MAX_RMS_G0);
+    let masked = cf.cal.mask.iter().filter(|&&m| m != 0).count();
+    rdaq_sink::claim::claim(path, overwrite)?;
+    cf.save(path)?;
+    let n = cf.frames.unwrap_or_default();
+    eprintln!("rdaq receive: pedestal run of {} frames: G0 {}, G1 {}, G2 {} frames at most per pixel, {masked} pixels masked -> {}", run.frames(), n[0], n[1], n[2], path.display());
+    Ok(())
+}
