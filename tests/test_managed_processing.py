@@ -11,6 +11,7 @@ import time
 import h5py
 import hdf5plugin
 import numpy as np
+import pytest
 
 from conftest import ROOT
 from test_readme_daemons import wait_up
@@ -61,9 +62,15 @@ def run_system(rdaq, tmp_path, topo, rc=0, receiver_args=()):
             p.wait(timeout=10)
 
 
-def test_each_receiver_processes_its_share_and_the_report_sums_them(rdaq, tmp_path):
-    topo = topology(tmp_path, '\n[process]\ncalibration = "emulated"\n')
-    stdout, snapshot = run_system(rdaq, tmp_path, topo)
+@pytest.mark.parametrize("how", ["topology", "daemon"])
+def test_each_receiver_processes_its_share_and_the_report_sums_them(rdaq, tmp_path, how):
+    """The processing asked for in the topology's [process], or by each daemon's own
+    configuration (`rdaq receive --serve --calibration emulated`)."""
+    if how == "topology":
+        topo, receiver_args = topology(tmp_path, '\n[process]\ncalibration = "emulated"\n'), []
+    else:
+        topo, receiver_args = topology(tmp_path, ""), ["--calibration", "emulated"]
+    stdout, snapshot = run_system(rdaq, tmp_path, topo, receiver_args=receiver_args)
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     per = {name: rep["processing"] for name, rep in report["receivers"].items()}
     assert all(p is not None for p in per.values()), per

@@ -41,6 +41,9 @@ pub struct Options {
     pub engine: rdaq_receiver::EngineKind,
     /// The Stream V2 publisher each acquisition binds (none: no stream).
     pub stream: Option<rdaq_stream::StreamConfig>,
+    /// The configuration every acquisition starts from (the daemon's `--config` and
+    /// options); a start request's `config` sections go over it.
+    pub config: Config,
 }
 
 type Outcome = anyhow::Result<acquisition::Outcome>;
@@ -237,7 +240,7 @@ pub struct StartAnswer {
 
 async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<StartAnswer>, ApiError> {
     let mut d = lock(&s);
-    let (name, out_dir, events, stream_cfg) = (d.opts.name.clone(), d.opts.out_dir.clone(), d.events.clone(), d.opts.stream.clone());
+    let (name, out_dir, events, stream_cfg, base) = (d.opts.name.clone(), d.opts.out_dir.clone(), d.events.clone(), d.opts.stream.clone(), d.opts.config.clone());
     let Some(active) = d.active.as_mut() else {
         return Err(conflict("no buffers: PUT /buffers first"));
     };
@@ -261,7 +264,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         None => stream_cfg,
     };
     let ids = active.request.modules.clone();
-    let (meta, processing) = plan(req.config.clone(), geometry, &ids, stream_cfg.is_some()).map_err(|e| bad(format!("config: {e:#}")))?;
+    let (meta, processing) = plan(base, req.config.clone(), geometry, &ids, stream_cfg.is_some()).map_err(|e| bad(format!("config: {e:#}")))?;
     let writer = match &path {
         Some(p) => Some(NxmxWriter::create(p, &meta, req.overwrite).map_err(|e| match e {
             rdaq_sink::SinkError::Claim(c) => conflict(format!("output: {c}")),
@@ -313,13 +316,14 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
 }
 
 /// What an acquisition of the modules `ids` (the image `geometry`) writes, and its
-/// processing: the start request's configuration sections over the defaults of a detector
-/// outside this process ([`Config::remote`]); `None`: raw frames. With `streaming`, the
+/// processing: the start request's configuration sections over the daemon's configuration
+/// `base` (over the defaults of a detector outside this process, [`Config::remote`]);
+/// `None`: raw frames. With `streaming`, the
 /// images go on a Stream V2 stream too.
-fn plan(sections: Option<toml::Table>, geometry: Geometry, ids: &[u16], streaming: bool) -> anyhow::Result<(rdaq_sink::NxmxMeta, Option<rdaq_run::graph::Setup>)> {
+fn plan(base: Config, sections: Option<toml::Table>, geometry: Geometry, ids: &[u16], streaming: bool) -> anyhow::Result<(rdaq_sink::NxmxMeta, Option<rdaq_run::graph::Setup>)> {
     let mut cfg = match sections {
-        Some(t) => Config::with_sections(Config::remote(), t)?,
-        None => Config::remote(),
+        Some(t) => Config::with_sections(base, t)?,
+        None => base,
     };
     (cfg.detector.modules, cfg.detector.module_cols, cfg.detector.gap_x, cfg.detector.gap_y) = (geometry.modules, geometry.module_cols, geometry.gap_x, geometry.gap_y);
     // the stream is the daemon's, the preview is not served by daemons

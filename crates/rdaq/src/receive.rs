@@ -223,8 +223,21 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     Ok(sum.exit_code("receive", cfg.output.tolerate_loss))
 }
 
-/// `rdaq receive --serve`: the receiver daemon, its buffers defined by the manager.
+/// `rdaq receive --serve`: the receiver daemon, its buffers defined by the manager; its
+/// configuration (with `--calibration`, say) is where every acquisition's starts.
 fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Result<ExitCode> {
+    let standalone = [
+        ("--out", a.out.is_some()),
+        ("--pedestal-run", a.pedestal_run.is_some()),
+        ("--buffers-out", a.buffers_out.is_some()),
+        ("--summary-json", a.acq.summary_json.is_some()),
+        ("--frames", a.frames.is_some()),
+        ("--timeout-s", a.timeout_s.is_some()),
+        ("--detector", a.detector.is_some()),
+    ];
+    if let Some((opt, _)) = standalone.iter().find(|(_, given)| *given) {
+        bail!("{opt} is an option of a receiver on its own; the daemon (--serve) writes what each POST /start asks into --out-dir");
+    }
     std::fs::create_dir_all(&a.out_dir).with_context(|| format!("cannot create {}", a.out_dir.display()))?;
     let opts = daemon::Options {
         name: a.name,
@@ -236,6 +249,7 @@ fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Res
         recv_buffer: cfg.network.recv_buffer_mib << 20,
         engine: cfg.network.engine.parse().map_err(|e: String| anyhow::anyhow!("network.engine: {e}"))?,
         stream: cfg.stream.config()?,
+        config: cfg.clone(),
     };
     let access = Arc::new(a.access.access()?);
     rdaq_control::http::serve(addr, daemon::router(opts, access.clone()), "receive", access)?;
