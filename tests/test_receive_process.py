@@ -141,3 +141,44 @@ def test_a_pedestal_run_makes_the_calibration_the_next_acquisition_uses(rdaq, tm
     s, out = receive(rdaq, tmp_path / "next", "one interface", ["--calibration", tmp_path / "cal.h5", "--config", tmp_path / "proc.toml"])
     with h5py.File(out, "r") as f:
         assert s["processing"] is not None and (f["entry/data/data"][()] == 0).all()
+
+
+def test_a_receiver_on_its_own_shows_its_dashboard(rdaq, tmp_path):
+    """`rdaq receive --dashboard PORT` serves the page (and /status) of `rdaq run --serve`:
+    the processing counts while it runs, the summary after it, until Ctrl-C."""
+    import json
+    import signal
+    import time
+    import urllib.request
+    from conftest import free_port
+    pedestal, gain = calibration(512)
+    write_calibration(tmp_path / "cal.h5", pedestal, gain, np.zeros((512, 1024), np.uint32))
+    (tmp_path / "proc.toml").write_text('[process]\nveto = false\n')
+    port = free_port()
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 3, extra=["--dashboard", str(port), "--calibration", tmp_path / "cal.h5",
+                                                                            "--config", tmp_path / "proc.toml"])
+
+    def status():
+        return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5).read())
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                s = status()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        assert s["state"] == "acquiring" and s["frames_expected"] == 3
+        replay([("jungfrau_virtual.bin", ports[0])])
+        while status()["state"] != "finished":
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        s = status()
+        assert s["result"]["summary"]["frames_complete"] == 3 and s["process"]["signal_frames"] == 3
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).status == 200
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+        assert proc.returncode == 0
+    finally:
+        proc.kill()

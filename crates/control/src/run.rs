@@ -1,4 +1,5 @@
-//! `rdaq run --serve`: a run of this process on the web dashboard, beside a small API:
+//! `rdaq run --serve` and `rdaq receive --dashboard`: an acquisition of this process on the
+//! web dashboard, beside a small API:
 //! `GET /status` (the dashboard's snapshot), `GET /events`, and `POST /stop`, which ends
 //! the run early as Ctrl-C does (the detector stops; the receiver finishes what it has).
 
@@ -20,7 +21,7 @@ use crate::http::{lock, Since};
 /// What the dashboard of a run shows, and what stops it.
 pub struct RunView {
     title: String,
-    frames: u64,
+    frames: Option<u64>,
     board: Arc<Board>,
     control: Arc<Control>,
     access: Arc<Access>,
@@ -52,7 +53,7 @@ impl View for RunView {
         let mut s = Snapshot {
             title: self.title.clone(),
             uptime_s: b.uptime_s(),
-            frames_expected: Some(self.frames),
+            frames_expected: self.frames,
             receivers: vec![ReceiverView { name: "receiver".into(), alive: true, counters }],
             stop: (state == "acquiring" && !self.control.stop.load(Ordering::Relaxed)).then(|| "/stop".into()),
             token_required: self.access.has_token(),
@@ -76,7 +77,7 @@ impl View for RunView {
 
 /// Serves the dashboard of the run on `board` (stopped through `control`) at `addr` while
 /// it runs; returns the view, to be told when the run has finished.
-pub fn serve(addr: SocketAddr, access: Access, title: String, frames: u64, board: Arc<Board>, control: Arc<Control>) -> anyhow::Result<Arc<RunView>> {
+pub fn serve(addr: SocketAddr, access: Access, title: String, frames: Option<u64>, board: Arc<Board>, control: Arc<Control>) -> anyhow::Result<Arc<RunView>> {
     let access = Arc::new(access);
     let view = Arc::new(RunView { title, frames, board, control, access: access.clone(), result: Mutex::new(None) });
     let api = Router::new()

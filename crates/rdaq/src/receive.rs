@@ -15,6 +15,7 @@ use rdaq_control::auth::AccessArgs;
 use rdaq_control::receiver as daemon;
 use rdaq_detector::description::Place;
 use rdaq_detector::{Description, Geometry, ModuleLayout};
+use rdaq_emulator::Control;
 use rdaq_process::descramble::Descrambler;
 use rdaq_receiver::{Format, PortGrid, Receiver, ReceiverConfig};
 use rdaq_run::acquisition::{self, Chain, Outcome};
@@ -143,6 +144,12 @@ pub struct ReceiveArgs {
     /// Write the buffer map (ids, keys, ports) for the senders here.
     #[arg(long)]
     buffers_out: Option<PathBuf>,
+    /// Serve this acquisition's web dashboard (the page of `rdaq run --serve`: rates, losses,
+    /// the processing, the latest image, a stop button that needs the token) here:
+    /// ADDRESS:PORT, or a port alone for localhost. After the acquisition, the page shows the
+    /// summary until Ctrl-C.
+    #[arg(long, value_parser = rdaq_control::http::listen_addr)]
+    dashboard: Option<SocketAddr>,
     /// Record a JUNGFRAU pedestal run (dark frames in G0, then forced G1 and G2) into this
     /// calibration file, for the next acquisition's --calibration: each pixel's pedestal of
     /// each stage from the frames its gain bits put in that stage; the gains from
@@ -198,12 +205,19 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let preview = cfg.stream.preview_config()?;
     let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     let bar = progress_bar(a.frames, "receive");
+    let (board, stop) = (chain.board.clone(), Arc::new(Control::default()));
+    let interrupted = on_interrupt(stop.clone());
+    let view = match a.dashboard {
+        Some(addr) => Some(rdaq_control::run::serve(addr, a.access.access()?, format!("rdaq receive {}", ports[0]), a.frames, board.clone(), stop.clone())?),
+        None => None,
+    };
     let start = Instant::now();
     let sinks = acquisition::Sinks { writer, stream };
     let chain_geometry = chain.geometry;
-    let outcome = consume_until_stopped(&rx, chain, sinks, &bar, a.timeout_s.map(|t| start + Duration::from_secs_f64(t)))?;
+    let outcome = consume_until_stopped(&rx, chain, sinks, &bar, a.timeout_s.map(|t| start + Duration::from_secs_f64(t)), &stop)?;
     bar.finish();
     let counters = rx.join()?;
+    board.sample(counters);
     let expected = a.frames.map_or(Expected::Unknown, Expected::Count);
     let mut sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &outcome.consumed, start.elapsed(), outcome.h5.as_deref()).with_receiver(&rx);
     sum.stream = outcome.stream;
@@ -220,7 +234,26 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if counters.datagrams == 0 && bind.is_loopback() {
         eprintln!("rdaq receive: nothing arrived on {ports:?}: a detector on a network card sends to that card's address; use --bind <its address> or --bind 0.0.0.0");
     }
+    if let Some(v) = view {
+        v.finish(serde_json::json!({ "lost": sum.lost(), "summary": sum }));
+        eprintln!("rdaq receive: finished; the dashboard shows the summary until Ctrl-C");
+        while !interrupted.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     Ok(sum.exit_code("receive", cfg.output.tolerate_loss))
+}
+
+/// Ctrl-C stops the acquisition (through `stop`, as the dashboard's stop button does) and,
+/// after it, the dashboard; the returned flag says whether it came.
+fn on_interrupt(stop: Arc<Control>) -> Arc<std::sync::atomic::AtomicBool> {
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = interrupted.clone();
+    let _ = ctrlc::set_handler(move || {
+        stop.stop.store(true, Ordering::Relaxed);
+        flag.store(true, Ordering::Relaxed);
+    });
+    interrupted
 }
 
 /// `rdaq receive --serve`: the receiver daemon, its buffers defined by the manager; its
@@ -234,6 +267,7 @@ fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Res
         ("--frames", a.frames.is_some()),
         ("--timeout-s", a.timeout_s.is_some()),
         ("--detector", a.detector.is_some()),
+        ("--dashboard", a.dashboard.is_some()),
     ];
     if let Some((opt, _)) = standalone.iter().find(|(_, given)| *given) {
         bail!("{opt} is an option of a receiver on its own; the daemon (--serve) writes what each POST /start asks into --out-dir");
@@ -390,19 +424,27 @@ fn open_output(a: &ReceiveArgs, meta: &NxmxMeta, overwrite: bool) -> anyhow::Res
 }
 
 /// Takes the frames through the chain until the receiver stops by itself (its frame
-/// count), Ctrl-C, or the deadline.
-fn consume_until_stopped(rx: &Receiver, chain: Chain, sinks: acquisition::Sinks, bar: &ProgressBar, deadline: Option<Instant>) -> anyhow::Result<Outcome> {
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s2 = stop.clone();
-    let _ = ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed));
+/// count), `stop` (Ctrl-C, the dashboard's button), or the deadline; the board follows the
+/// receiver's counters.
+fn consume_until_stopped(rx: &Receiver, chain: Chain, sinks: acquisition::Sinks, bar: &ProgressBar, deadline: Option<Instant>, stop: &Control) -> anyhow::Result<Outcome> {
+    let board = chain.board.clone();
+    board.set_state("acquiring");
     std::thread::scope(|s| {
         let consumer = s.spawn(|| acquisition::consume(rx, chain, sinks, bar, None, |_| {}));
+        let mut sampled = Instant::now();
         while !consumer.is_finished() {
-            if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+            if stop.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
                 rx.stop();
+            }
+            if sampled.elapsed() >= SAMPLE_EVERY {
+                board.sample(rx.counters());
+                sampled = Instant::now();
             }
             std::thread::sleep(Duration::from_millis(5));
         }
         consumer.join().expect("consumer thread panicked")
     })
 }
+
+/// How often the dashboard's board takes the receiver's counters.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);

@@ -72,7 +72,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let board = Arc::new(Board::default());
     let view = match a.serve {
-        Some(addr) => Some(rdaq_control::run::serve(addr, a.access.access()?, format!("rdaq run {}", cfg.output.name), cfg.emulator.frames, board.clone(), control.clone())?),
+        Some(addr) => Some(rdaq_control::run::serve(addr, a.access.access()?, format!("rdaq run {}", cfg.output.name), Some(cfg.emulator.frames), board.clone(), control.clone())?),
         None => None,
     };
     let sum = rdaq_run::run::run(&cfg, control, board, &progress_bar(Some(cfg.emulator.frames), "run"))?;
