@@ -8,6 +8,8 @@ import pathlib
 import subprocess
 import sys
 
+import h5py
+import hdf5plugin  # noqa: F401
 import numpy as np
 import pytest
 import xxhash
@@ -319,3 +321,45 @@ def test_incomplete_frames_mark_exactly_their_missing_pixels():
     assert incomplete > 0
     with pytest.raises(ValueError, match="loss"):
         rdaq.Emulator(rdaq.Receiver().buffer_map, loss=2.0)
+
+
+def test_an_acquisition_hands_its_processed_frames_as_numpy_arrays_in_place(tmp_path):
+    """rdaq.Acquisition runs what `rdaq run` runs, from the same configuration file; its
+    frames' photon counts are the processing graph's buffer, read by numpy without a copy,
+    and equal the frames the files hold (their type and markers too); the summary is `rdaq
+    run`'s."""
+    (tmp_path / "run.toml").write_text('[stream]\nendpoint = "none"\npreview = "none"\n[output]\nname = "py"\n')
+    got = {}
+    with rdaq.Acquisition(config=tmp_path / "run.toml", frames=12, rate_hz=50, out=tmp_path) as acq:
+        assert acq.shape == (2 * 512 + 36, 1024)
+        for frame in acq:
+            a = np.asarray(frame)
+            assert a.dtype in (np.int16, np.int32) and a.shape == acq.shape and not a.flags.writeable
+            # no copy: the array is the frame's buffer, which stays until released
+            assert np.shares_memory(a, frame.array)
+            with pytest.raises(BufferError):
+                frame.release()
+            got[frame.number] = (a.copy(), frame.hit, len(frame.spots))
+            del a
+            frame.release()
+            with pytest.raises(rdaq.FrameReleased):
+                np.asarray(frame)
+    s = acq.summary
+    assert s["frames_written"] == len(got) > 0 and s["processing"]["hits"] == len(got)
+    with h5py.File(tmp_path / "py_master.h5", "r") as f:
+        numbers = f["entry/data/frame_number"][:].tolist()
+        assert sorted(numbers) == sorted(got)
+        for i, n in enumerate(numbers):
+            counts, hit, spots = got[n]
+            # the file's counts, in its type (markers included)
+            assert f["entry/data/data"].dtype == counts.dtype and np.array_equal(f["entry/data/data"][i], counts), f"frame {n}"
+            assert hit and f["entry/result_1/nPeaks"][i] == spots
+
+
+def test_an_acquisition_refuses_a_raw_configuration(tmp_path):
+    (tmp_path / "raw.toml").write_text('[process]\nmode = "raw"\n')
+    with pytest.raises(ValueError, match="process.mode"):
+        rdaq.Acquisition(config=tmp_path / "raw.toml")
+    (tmp_path / "bad.toml").write_text('[process]\nveto = "yes"\n')
+    with pytest.raises(ValueError, match="process.veto"):
+        rdaq.Acquisition(config=tmp_path / "bad.toml")

@@ -3,12 +3,15 @@
 //!
 //! - [`receiver`]: `Receiver`, an iterator of `Frame`s whose pixels numpy reads in place,
 //!   inside the receiver's ring, through the buffer protocol.
+//! - [`acquisition`]: `Acquisition`, an acquisition of this process as `rdaq run` runs it,
+//!   an iterator of `ProcessedFrame`s whose photon counts numpy reads in place.
 //! - [`emulator`]: `Emulator`, the emulated JUNGFRAU modules, to drive acquisitions.
 //! - [`stages`]: the processing stages on numpy arrays (`Converter`, `Pedestal`,
 //!   `find_spots`, `compress`).
 
 use pyo3::prelude::*;
 
+mod acquisition;
 mod emulator;
 mod receiver;
 mod stages;
@@ -22,6 +25,8 @@ fn from_json(py: Python<'_>, v: &serde_json::Value) -> PyResult<Py<PyAny>> {
 fn _rdaq(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<receiver::Receiver>()?;
     m.add_class::<receiver::Frame>()?;
+    m.add_class::<acquisition::Acquisition>()?;
+    m.add_class::<acquisition::ProcessedFrame>()?;
     m.add_class::<emulator::Emulator>()?;
     m.add_class::<stages::Converter>()?;
     m.add_class::<stages::Pedestal>()?;

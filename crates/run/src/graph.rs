@@ -38,6 +38,7 @@ use serde::Serialize;
 use crate::consume::{missing_ranges, next_frame, ConsumeStats};
 
 mod dark;
+pub mod deliver;
 mod gpu;
 mod process;
 mod reorder;
@@ -78,6 +79,9 @@ pub struct Setup {
     pub sent: Option<Arc<rdaq_emulator::Control>>,
     /// Where the graph shows its stages, counts, latency and latest image while it runs.
     pub board: Arc<Board>,
+    /// Where every written frame goes, with its photon counts, before its buffer returns
+    /// to the pool (a program in this process reading the frames: [`deliver`]).
+    pub deliver: Option<Sender<deliver::Processed>>,
 }
 
 /// The calibration of the emulated detector in image coordinates: each module's synthetic
@@ -118,6 +122,10 @@ struct Work {
     vetoed: bool,
     chunk: Vec<u8>,
     times: Option<FrameTimes>,
+    /// Photon counts of the image in the file's type, made only for frames delivered
+    /// ([`deliver`]).
+    counts16: Vec<i16>,
+    counts32: Vec<i32>,
 }
 
 /// Processing counts for the summary.
@@ -196,7 +204,7 @@ fn work_pool(setup: &Setup) -> (Sender<Box<Work>>, ChanRx<Box<Work>>) {
     let (tx, rx) = bounded::<Box<Work>>(pool_size);
     for _ in 0..pool_size {
         let image = vec![f32::NAN; pixels];
-        tx.send(Box::new(Work { frame: 0, seq: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, vetoed: false, chunk: Vec::new(), times: None })).expect("pool has room");
+        tx.send(Box::new(Work { frame: 0, seq: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, vetoed: false, chunk: Vec::new(), times: None, counts16: Vec::new(), counts32: Vec::new() })).expect("pool has room");
     }
     (tx, rx)
 }
@@ -531,7 +539,18 @@ impl Graph<'_> {
             self.setup.board.record(t, Some(Instant::now()));
         }
         drop(st);
-        let _ = self.pool.send(wk);
+        drop(writer);
+        match &self.setup.deliver {
+            // a holder that went away takes no more frames: they go back to the pool
+            Some(to) => {
+                if let Err(e) = to.send(deliver::Processed::new(wk, self.setup.pixel, self.setup.photon_kev, self.pool.clone())) {
+                    drop(e.into_inner());
+                }
+            }
+            None => {
+                let _ = self.pool.send(wk);
+            }
+        }
     }
 
     /// The process workers' time per frame in each step.

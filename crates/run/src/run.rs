@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+use crossbeam_channel::Sender;
 use indicatif::ProgressBar;
 use rdaq_detector::Geometry;
 use rdaq_emulator::Control;
@@ -35,6 +36,12 @@ const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 /// `control` stops the detector early; `board` shows the run as it goes. Returns the
 /// summary, not yet printed.
 pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &ProgressBar) -> anyhow::Result<summary::Summary> {
+    run_delivering(cfg, control, board, bar, None)
+}
+
+/// [`run`], with every written frame of a processed run handed to `deliver` before its
+/// buffer is reused ([`graph::deliver`]: the Python package's frames).
+pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &ProgressBar, deliver: Option<Sender<graph::deliver::Processed>>) -> anyhow::Result<summary::Summary> {
     let geometry = cfg.geometry().expect("checked");
     let calibration = if cfg.processing() { Some(calibration(cfg, geometry)?) } else { None };
     let meta = file_meta(cfg, geometry, calibration.as_ref())?;
@@ -42,7 +49,7 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
     let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));
     let mut rx = Receiver::start(receiver_config(cfg)?).context("starting the receiver")?;
     let processing = match calibration {
-        Some(c) => Some(processing_setup(cfg, &meta, c)?),
+        Some(c) => Some(graph::Setup { deliver, ..processing_setup(cfg, &meta, c)? }),
         None => None,
     };
     let frame_bytes = (geometry.height() * geometry.width() * meta.pixel.bytes()) as u64;
@@ -269,6 +276,7 @@ pub fn processing_setup(cfg: &Config, meta: &NxmxMeta, calibration: Calibration)
         gpu: if p.backend == "gpu" { Some(rdaq_gpu::probe().map_err(|e| anyhow::anyhow!("process.backend = \"gpu\": {e}"))?) } else { None },
         sent: None,
         board: Arc::default(),
+        deliver: None,
     })
 }
 

@@ -14,9 +14,10 @@ in place; releasing is refused while one exists, and a released frame's pixels r
 ``FrameReleased``.
 """
 from . import control, stream
-from ._rdaq import Converter, Emulator, Frame, FrameReleased, Pedestal, Receiver, compress, decompress, find_spots, radius_map
+from ._rdaq import (Acquisition, Converter, Emulator, Frame, FrameReleased, Pedestal, ProcessedFrame, Receiver, compress, decompress,
+                    find_spots, radius_map)
 
-__all__ = ["Receiver", "Frame", "FrameReleased", "Emulator", "Converter", "convert", "Pedestal", "find_spots",
+__all__ = ["Receiver", "Frame", "FrameReleased", "Acquisition", "ProcessedFrame", "Emulator", "Converter", "convert", "Pedestal", "find_spots",
            "compress", "decompress", "radius_map", "control", "stream"]
 
 

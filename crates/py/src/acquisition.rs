@@ -1,0 +1,259 @@
+//! `rdaq.Acquisition` and `rdaq.ProcessedFrame`: an acquisition of this process, the one
+//! `rdaq run` runs (the emulated detector, the receiver, the processing graph, the files,
+//! the stream), configured by the same file, whose processed frames Python iterates over.
+//! A frame's photon counts are the graph's own buffer, read by numpy in place (the buffer
+//! protocol); the buffer goes back to the graph when the frame is released or freed, which
+//! cannot happen while an array over it exists.
+
+use std::ffi::{c_int, c_void};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::RecvTimeoutError;
+use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use rdaq_emulator::Control;
+use rdaq_run::config::Config;
+use rdaq_run::graph::deliver::{Pixels, Processed, WAITING};
+use rdaq_run::summary::Summary;
+
+use crate::receiver::FrameReleased;
+
+/// How long `__next__` waits between looks at Ctrl-C.
+const POLL: Duration = Duration::from_millis(100);
+
+/// An acquisition with the emulated detector in this process, configured as `rdaq run`
+/// (`config`: a TOML file of rdaq.example.toml's sections; the keywords override it).
+/// Iterate over it for the processed frames as they are written; `summary` is the run's
+/// summary (the one `rdaq run --summary-json` writes) once iteration ended.
+#[pyclass(module = "rdaq._rdaq")]
+pub struct Acquisition {
+    frames: crossbeam_channel::Receiver<Processed>,
+    run: Option<JoinHandle<anyhow::Result<Summary>>>,
+    control: Arc<Control>,
+    summary: Option<serde_json::Value>,
+    shape: [ffi::Py_ssize_t; 2],
+}
+
+impl Acquisition {
+    /// Waits for the run's end and keeps its summary; an error of the run raises.
+    fn finish(&mut self, py: Python<'_>) -> PyResult<()> {
+        let Some(run) = self.run.take() else { return Ok(()) };
+        let r = py.detach(|| run.join()).map_err(|_| PyRuntimeError::new_err("the acquisition's thread panicked"))?;
+        let sum = r.map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))?;
+        self.summary = Some(serde_json::to_value(&sum).map_err(|e| PyRuntimeError::new_err(e.to_string()))?);
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl Acquisition {
+    #[new]
+    #[pyo3(signature = (config=None, frames=None, modules=None, rate_hz=None, out=None, overwrite=false))]
+    fn new(config: Option<PathBuf>, frames: Option<u64>, modules: Option<u16>, rate_hz: Option<f64>, out: Option<PathBuf>, overwrite: bool) -> PyResult<Acquisition> {
+        let bad = |e: anyhow::Error| PyValueError::new_err(format!("{e:#}"));
+        let mut cfg = match &config {
+            Some(p) => Config::load(p).map_err(bad)?,
+            None => Config::default(),
+        };
+        (cfg.emulator.frames, cfg.detector.modules) = (frames.unwrap_or(cfg.emulator.frames), modules.unwrap_or(cfg.detector.modules));
+        cfg.emulator.rate_hz = rate_hz.unwrap_or(cfg.emulator.rate_hz);
+        cfg.output.dir = out.unwrap_or(cfg.output.dir);
+        cfg.output.overwrite |= overwrite;
+        cfg.check().map_err(bad)?;
+        if !cfg.processing() {
+            return Err(PyValueError::new_err("process.mode: an Acquisition hands out processed frames; for raw frames use rdaq.Receiver"));
+        }
+        let g = cfg.geometry().expect("checked");
+        let (tx, frames) = crossbeam_channel::bounded(WAITING);
+        let control = Arc::new(Control::default());
+        let c = control.clone();
+        let run = std::thread::Builder::new()
+            .name("rdaq-acquisition".into())
+            .spawn(move || rdaq_run::run::run_delivering(&cfg, c, Arc::default(), &indicatif::ProgressBar::hidden(), Some(tx)))
+            .map_err(|e| PyRuntimeError::new_err(format!("cannot start the acquisition: {e}")))?;
+        Ok(Acquisition { frames, run: Some(run), control, summary: None, shape: [g.height() as ffi::Py_ssize_t, g.width() as ffi::Py_ssize_t] })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<ProcessedFrame>> {
+        loop {
+            let frames = self.frames.clone();
+            match py.detach(|| frames.recv_timeout(POLL)) {
+                Ok(p) => return Ok(Some(ProcessedFrame::new(p, self.shape))),
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.finish(py)?;
+                    return Ok(None);
+                }
+                Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            }
+        }
+    }
+
+    /// Stops the detector early (as Ctrl-C does `rdaq run`); the frames on their way still
+    /// come.
+    fn stop(&self) {
+        self.control.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// The run's summary (a dict, as `--summary-json` writes it), once iteration ended.
+    #[getter]
+    fn summary(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.summary.as_ref().map(|s| crate::from_json(py, s)).transpose()
+    }
+
+    /// The shape of the images: (rows, cols).
+    #[getter]
+    fn shape(&self) -> (isize, isize) {
+        (self.shape[0], self.shape[1])
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// Stops the detector, lets the frames still coming go, and waits for the run's end.
+    fn __exit__(&mut self, py: Python<'_>, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> PyResult<bool> {
+        self.stop();
+        while let Ok(p) = py.detach(|| self.frames.recv()) {
+            drop(p);
+        }
+        self.finish(py)?;
+        Ok(false)
+    }
+}
+
+/// One processed, written frame: its pixels as the files hold them (photon counts as int16
+/// or int32, or keV as float32; the image's shape) in the processing graph's buffer;
+/// `numpy.asarray(frame)` reads them in place.
+#[pyclass(module = "rdaq._rdaq")]
+pub struct ProcessedFrame {
+    frame: Option<Processed>,
+    number: u64,
+    exports: usize,
+    shape: [ffi::Py_ssize_t; 2],
+    strides: [ffi::Py_ssize_t; 2],
+}
+
+impl ProcessedFrame {
+    fn new(p: Processed, shape: [ffi::Py_ssize_t; 2]) -> ProcessedFrame {
+        let item = layout(&p.pixels()).1 as ffi::Py_ssize_t;
+        ProcessedFrame { number: p.frame(), frame: Some(p), exports: 0, shape, strides: [shape[1] * item, item] }
+    }
+
+    fn held(&self) -> PyResult<&Processed> {
+        self.frame.as_ref().ok_or_else(|| FrameReleased::new_err(format!("frame {} was released", self.number)))
+    }
+}
+
+#[pymethods]
+impl ProcessedFrame {
+    #[getter]
+    fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// Whether the frame has enough Bragg spots to be a hit.
+    #[getter]
+    fn hit(&self) -> PyResult<bool> {
+        Ok(self.held()?.spots().1)
+    }
+
+    /// The Bragg spots: (x, y, intensity in photons, pixels) each, x along the columns.
+    #[getter]
+    fn spots(&self) -> PyResult<Vec<(f32, f32, f32, u32)>> {
+        Ok(self.held()?.spots().0.iter().map(|s| (s.x, s.y, s.intensity, s.pixels)).collect())
+    }
+
+    /// The pixels as a read-only numpy array over the graph's buffer (no copy).
+    #[getter]
+    fn array(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        slf.borrow().held()?;
+        Ok(slf.py().import("numpy")?.call_method1("asarray", (slf,))?.unbind())
+    }
+
+    /// numpy's fallback when the buffer protocol fails (a released frame): raise, rather
+    /// than let numpy wrap the frame object in an object array.
+    #[pyo3(signature = (dtype=None, copy=None))]
+    fn __array__(slf: &Bound<'_, Self>, dtype: Option<Py<PyAny>>, copy: Option<bool>) -> PyResult<Py<PyAny>> {
+        let _ = (dtype, copy);
+        slf.borrow().held()?;
+        let view = pyo3::types::PyMemoryView::from(slf)?;
+        Ok(slf.py().import("numpy")?.call_method1("asarray", (view,))?.unbind())
+    }
+
+    /// Gives the buffer back to the graph. Refused while arrays over it exist.
+    fn release(&mut self) -> PyResult<()> {
+        if self.exports > 0 {
+            return Err(PyBufferError::new_err(format!("frame {}: {} array(s) still read it; delete them before releasing it", self.number, self.exports)));
+        }
+        self.frame = None;
+        Ok(())
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __exit__(&mut self, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> PyResult<bool> {
+        self.release()?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<rdaq.ProcessedFrame {} {}x{}{}>", self.number, self.shape[0], self.shape[1], if self.frame.is_none() { " released" } else { "" })
+    }
+
+    /// The buffer protocol: the pixels, read-only, of the image's shape.
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("no buffer view to fill"));
+        }
+        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("processed frames are read-only"));
+        }
+        let mut f = slf.borrow_mut();
+        let (buf, item, format, len) = layout(&f.held()?.pixels());
+        f.exports += 1;
+        let nd = flags & ffi::PyBUF_ND == ffi::PyBUF_ND;
+        // SAFETY: `view` is the non-null Py_buffer CPython passes to fill. `buf..buf+len` is
+        // the counts of the held buffer, which stays held (not given back to the graph, not
+        // moved: it is boxed) while `exports` > 0: `release` refuses then, and the frame
+        // cannot be dropped while `view.obj` holds a reference to it. Shape and strides live
+        // in the object, which does not move; the format is a static string.
+        unsafe {
+            (*view).obj = slf.clone().into_any().into_ptr();
+            (*view).buf = buf as *mut c_void;
+            (*view).len = len as ffi::Py_ssize_t;
+            (*view).readonly = 1;
+            (*view).itemsize = if nd { item as ffi::Py_ssize_t } else { 1 };
+            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT { if nd { format.as_ptr() as *mut _ } else { c"B".as_ptr() as *mut _ } } else { std::ptr::null_mut() };
+            (*view).ndim = if nd { 2 } else { 1 };
+            (*view).shape = if nd { f.shape.as_mut_ptr() } else { std::ptr::null_mut() };
+            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES { f.strides.as_mut_ptr() } else { std::ptr::null_mut() };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&mut self, _view: *mut ffi::Py_buffer) {
+        self.exports -= 1;
+    }
+}
+
+/// Where a frame's pixels start, the bytes of one, their struct format, and the bytes of all.
+fn layout(px: &Pixels) -> (*const u8, usize, &'static std::ffi::CStr, usize) {
+    match px {
+        Pixels::I16(v) => (v.as_ptr().cast(), 2, c"h", std::mem::size_of_val(*v)),
+        Pixels::I32(v) => (v.as_ptr().cast(), 4, c"i", std::mem::size_of_val(*v)),
+        Pixels::F32(v) => (v.as_ptr().cast(), 4, c"f", std::mem::size_of_val(*v)),
+    }
+}
