@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 # clang, libbpf-dev: the AF_XDP engine's XDP program (crates/net/bpf/steer.c, built by cargo);
 # tshark: the RoCEv2 test decodes the emulator's packets with Wireshark's dissector
 # chromium, chromium-driver: the dashboard tests open the page in a real (headless) browser
-APT_PACKAGES=(libhdf5-dev pkg-config iproute2 python3-venv stress-ng dials libzmq3-dev hdf5-tools clang libbpf-dev tshark chromium chromium-driver)
+# patchelf: maturin puts the libraries the Python extension links (HDF5, ZeroMQ) into its wheel
+APT_PACKAGES=(libhdf5-dev pkg-config iproute2 python3-venv stress-ng dials libzmq3-dev hdf5-tools clang libbpf-dev tshark chromium chromium-driver patchelf)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

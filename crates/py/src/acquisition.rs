@@ -5,7 +5,7 @@
 //! protocol); the buffer goes back to the graph when the frame is released or freed, which
 //! cannot happen while an array over it exists.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -144,7 +144,7 @@ pub struct ProcessedFrame {
 
 impl ProcessedFrame {
     fn new(p: Processed, shape: [ffi::Py_ssize_t; 2]) -> ProcessedFrame {
-        let item = layout(&p.pixels()).1 as ffi::Py_ssize_t;
+        let item = layout(&p.pixels()).item as ffi::Py_ssize_t;
         ProcessedFrame { number: p.frame(), frame: Some(p), exports: 0, shape, strides: [shape[1] * item, item] }
     }
 
@@ -185,8 +185,7 @@ impl ProcessedFrame {
     fn __array__(slf: &Bound<'_, Self>, dtype: Option<Py<PyAny>>, copy: Option<bool>) -> PyResult<Py<PyAny>> {
         let _ = (dtype, copy);
         slf.borrow().held()?;
-        let view = pyo3::types::PyMemoryView::from(slf)?;
-        Ok(slf.py().import("numpy")?.call_method1("asarray", (view,))?.unbind())
+        crate::view::array(slf.as_any())
     }
 
     /// Gives the buffer back to the graph. Refused while arrays over it exist.
@@ -213,34 +212,16 @@ impl ProcessedFrame {
 
     /// The buffer protocol: the pixels, read-only, of the image's shape.
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
-        if view.is_null() {
-            return Err(PyBufferError::new_err("no buffer view to fill"));
-        }
-        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err("processed frames are read-only"));
-        }
+        crate::view::check(view, flags, "the processing graph owns the data")?;
         let mut f = slf.borrow_mut();
-        let (buf, item, format, len) = layout(&f.held()?.pixels());
+        let p = layout(&f.held()?.pixels());
         f.exports += 1;
-        let nd = flags & ffi::PyBUF_ND == ffi::PyBUF_ND;
-        // SAFETY: `view` is the non-null Py_buffer CPython passes to fill. `buf..buf+len` is
-        // the counts of the held buffer, which stays held (not given back to the graph, not
-        // moved: it is boxed) while `exports` > 0: `release` refuses then, and the frame
-        // cannot be dropped while `view.obj` holds a reference to it. Shape and strides live
-        // in the object, which does not move; the format is a static string.
-        unsafe {
-            (*view).obj = slf.clone().into_any().into_ptr();
-            (*view).buf = buf as *mut c_void;
-            (*view).len = len as ffi::Py_ssize_t;
-            (*view).readonly = 1;
-            (*view).itemsize = if nd { item as ffi::Py_ssize_t } else { 1 };
-            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT { if nd { format.as_ptr() as *mut _ } else { c"B".as_ptr() as *mut _ } } else { std::ptr::null_mut() };
-            (*view).ndim = if nd { 2 } else { 1 };
-            (*view).shape = if nd { f.shape.as_mut_ptr() } else { std::ptr::null_mut() };
-            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES { f.strides.as_mut_ptr() } else { std::ptr::null_mut() };
-            (*view).suboffsets = std::ptr::null_mut();
-            (*view).internal = std::ptr::null_mut();
-        }
+        let (shape, strides) = (f.shape.as_mut_ptr(), f.strides.as_mut_ptr());
+        // SAFETY: the buffer stays held (not given back to the graph, not moved: it is
+        // boxed) while `exports` > 0: `release` refuses then, and the frame cannot be dropped
+        // while the view holds a reference to it. Shape and strides live in the object,
+        // which does not move.
+        unsafe { crate::view::fill(view, slf.clone().into_any(), &p, shape, strides, flags) };
         Ok(())
     }
 
@@ -249,11 +230,12 @@ impl ProcessedFrame {
     }
 }
 
-/// Where a frame's pixels start, the bytes of one, their struct format, and the bytes of all.
-fn layout(px: &Pixels) -> (*const u8, usize, &'static std::ffi::CStr, usize) {
-    match px {
+/// What a view of a frame's pixels shows.
+fn layout(px: &Pixels) -> crate::view::Pixels {
+    let (buf, item, format, len): (*const u8, usize, &'static std::ffi::CStr, usize) = match px {
         Pixels::I16(v) => (v.as_ptr().cast(), 2, c"h", std::mem::size_of_val(*v)),
         Pixels::I32(v) => (v.as_ptr().cast(), 4, c"i", std::mem::size_of_val(*v)),
         Pixels::F32(v) => (v.as_ptr().cast(), 4, c"f", std::mem::size_of_val(*v)),
-    }
+    };
+    crate::view::Pixels { buf, len, item, format }
 }

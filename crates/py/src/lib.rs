@@ -8,6 +8,7 @@
 //! - [`emulator`]: `Emulator`, the emulated JUNGFRAU modules, to drive acquisitions.
 //! - [`stages`]: the processing stages on numpy arrays (`Converter`, `Pedestal`,
 //!   `find_spots`, `compress`).
+//! - [`view`]: the read-only buffer protocol numpy reads frames through.
 
 use pyo3::prelude::*;
 
@@ -15,6 +16,7 @@ mod acquisition;
 mod emulator;
 mod receiver;
 mod stages;
+mod view;
 
 /// Python's view of a JSON value (dicts, lists, numbers, strings).
 fn from_json(py: Python<'_>, v: &serde_json::Value) -> PyResult<Py<PyAny>> {

@@ -4,7 +4,7 @@
 //! an unreleased frame releases itself when Python frees it, which cannot happen while an
 //! array holds it. So no array ever reads a slot the receiver is filling again.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -233,8 +233,7 @@ impl Frame {
     fn __array__(slf: &Bound<'_, Self>, dtype: Option<Py<PyAny>>, copy: Option<bool>) -> PyResult<Py<PyAny>> {
         let _ = (dtype, copy);
         slf.borrow().bytes()?;
-        let view = pyo3::types::PyMemoryView::from(slf)?;
-        Ok(slf.py().import("numpy")?.call_method1("asarray", (view,))?.unbind())
+        crate::view::array(slf.as_any())
     }
 
     /// Gives the slot back to the receiver. Refused while arrays over it exist (delete them
@@ -262,37 +261,18 @@ impl Frame {
 
     /// The buffer protocol: the slot, read-only, as uint16 of the frame's shape.
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
-        if view.is_null() {
-            return Err(PyBufferError::new_err("no buffer view to fill"));
-        }
-        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err("frames are read-only: the receiver owns the data"));
-        }
+        crate::view::check(view, flags, "the receiver owns the data")?;
         let mut f = slf.borrow_mut();
-        let (buf, len) = {
+        let p = {
             let b = f.bytes()?;
-            (b.as_ptr(), b.len())
+            crate::view::Pixels { buf: b.as_ptr(), len: b.len(), item: 2, format: c"H" }
         };
         f.exports += 1;
-        let nd = flags & ffi::PyBUF_ND == ffi::PyBUF_ND;
-        // SAFETY: `view` is the non-null Py_buffer CPython passes to fill. `buf..buf+len`
-        // is the handed slot, which stays handed (and the ring alive, through `f.rx`) while
-        // `exports` > 0: `release` refuses then, and the frame cannot be dropped while
-        // `view.obj` holds a reference to it. Shape and strides live in the object, which
-        // does not move; the format is a static string.
-        unsafe {
-            (*view).obj = slf.clone().into_any().into_ptr();
-            (*view).buf = buf as *mut c_void;
-            (*view).len = len as ffi::Py_ssize_t;
-            (*view).readonly = 1;
-            (*view).itemsize = if nd { 2 } else { 1 };
-            (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT { if nd { c"H".as_ptr() as *mut _ } else { c"B".as_ptr() as *mut _ } } else { std::ptr::null_mut() };
-            (*view).ndim = if nd { 2 } else { 1 };
-            (*view).shape = if nd { f.shape.as_mut_ptr() } else { std::ptr::null_mut() };
-            (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES { f.strides.as_mut_ptr() } else { std::ptr::null_mut() };
-            (*view).suboffsets = std::ptr::null_mut();
-            (*view).internal = std::ptr::null_mut();
-        }
+        let (shape, strides) = (f.shape.as_mut_ptr(), f.strides.as_mut_ptr());
+        // SAFETY: the slot stays handed (and the ring alive, through `f.rx`) while `exports`
+        // > 0: `release` refuses then, and the frame cannot be dropped while the view holds
+        // a reference to it. Shape and strides live in the object, which does not move.
+        unsafe { crate::view::fill(view, slf.clone().into_any(), &p, shape, strides, flags) };
         Ok(())
     }
 
