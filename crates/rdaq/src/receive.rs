@@ -13,20 +13,17 @@ use clap::Args;
 use indicatif::ProgressBar;
 use rdaq_control::auth::AccessArgs;
 use rdaq_control::receiver as daemon;
-use rdaq_detector::description::Place;
-use rdaq_detector::{Description, Geometry, ModuleLayout};
 use rdaq_emulator::Control;
-use rdaq_process::descramble::Descrambler;
-use rdaq_receiver::{Format, PortGrid, Receiver, ReceiverConfig};
+use rdaq_receiver::Receiver;
 use rdaq_run::acquisition::{self, Chain, Outcome};
-use rdaq_run::assemble::Decoder;
 use rdaq_run::config::Config;
+use rdaq_run::remote::{self, Setup};
 use rdaq_run::graph::ProcessReport;
-use rdaq_run::run::{self, check_guards, recv_buffer_line, report_tuning};
+use rdaq_run::run::{check_guards, recv_buffer_line, report_tuning};
 use rdaq_run::stream::Stream;
 use rdaq_run::summary::{Expected, Summary};
 use rdaq_run::{outputs, progress_bar};
-use rdaq_sink::{NxmxMeta, NxmxWriter, PixelType};
+use rdaq_sink::{NxmxMeta, NxmxWriter};
 
 use crate::acquire::{set, AcquireArgs};
 use crate::pedestal;
@@ -182,7 +179,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = a.serve {
         return serve_receiver(a, &cfg, addr);
     }
-    let Setup { rcfg, mut chain, mut meta } = setup(&a, &cfg)?;
+    let Setup { rcfg, mut chain, mut meta } = remote::setup(&source(&a), &cfg)?;
     told_times(&a, &mut meta)?;
     if a.pedestal_run.is_some() {
         chain.pedestal_run = Some(pedestal::start(&chain)?);
@@ -290,11 +287,20 @@ fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-/// What a standalone `rdaq receive` starts, and what its frames go through.
-struct Setup {
-    rcfg: ReceiverConfig,
-    chain: Chain,
-    meta: NxmxMeta,
+/// What the detector sends, as the options say.
+fn source(a: &ReceiveArgs) -> remote::Source {
+    remote::Source {
+        format: a.format.clone(),
+        detector: a.detector.clone(),
+        bit_depth: a.bit_depth,
+        link: a.link.clone(),
+        gap_pixels: a.gap_pixels,
+        roce_mtu: a.roce_mtu,
+        first_frame: a.first_frame,
+        interfaces: a.interfaces,
+        read_rows: a.read_rows,
+        frames: a.frames,
+    }
 }
 
 /// What the user told of the series that the detector's packets do not say: the images
@@ -309,105 +315,6 @@ fn told_times(a: &ReceiveArgs, meta: &mut NxmxMeta) -> anyhow::Result<()> {
     meta.frame_time_s = a.frame_time_s.unwrap_or(0.0);
     meta.number_of_images = a.frames;
     Ok(())
-}
-
-/// The receiver a standalone `rdaq receive` starts, and the chain its frames take.
-fn setup(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<Setup> {
-    let format = match &a.detector {
-        Some(name) => {
-            let d = Description::load(name)?;
-            if d.ports.place == Place::Header {
-                return described_setup(a, cfg, &d);
-            }
-            // a description placed by packet number is JUNGFRAU's (checked when loaded)
-            if a.bit_depth.is_some_and(|b| b != 16) || a.gap_pixels {
-                bail!("--detector {}: JUNGFRAU sends 16-bit pixels and has no chip gaps", d.name);
-            }
-            if let Some(l) = &a.link {
-                d.link(l).map_err(|e| anyhow::anyhow!("--link: {e}"))?;
-            }
-            Format::Sls { interfaces: a.interfaces, rows: a.read_rows }
-        }
-        None if a.bit_depth.is_some() || a.link.is_some() || a.gap_pixels => bail!("--bit-depth, --link and --gap-pixels are settings of a --detector"),
-        None => match a.format.as_str() {
-            "rdaq" if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS => bail!("--read-rows is a setting of native JUNGFRAU packets (--format sls)"),
-            "rdaq" => Format::Rdaq,
-            "sls" => Format::Sls { interfaces: a.interfaces, rows: a.read_rows },
-            "roce" => Format::Roce { mtu: a.roce_mtu, first_frame: a.first_frame, frame_stride: 1 },
-            other => bail!("--format must be rdaq, sls or roce, not {other:?}"),
-        },
-    };
-    if a.read_rows == 0 || a.read_rows > 512 || a.read_rows % 8 != 0 {
-        bail!("--read-rows {} must be 8 to 512, a multiple of 8", a.read_rows);
-    }
-    let geometry = cfg.geometry().expect("checked").with_module_height(a.read_rows as usize);
-    let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, ..common_config(a, cfg, geometry.module_bytes())? };
-    let calibration = if cfg.processing() { Some(run::calibration(cfg, geometry)?) } else { None };
-    let meta = cfg.file_meta(geometry, calibration.as_ref())?;
-    let processing = calibration.map(|c| run::processing_setup(cfg, &meta, c)).transpose()?;
-    Ok(Setup { rcfg, chain: chain(cfg, geometry, None, processing), meta })
-}
-
-/// The chain of a standalone `rdaq receive`'s frames.
-fn chain(cfg: &Config, geometry: Geometry, decoder: Option<Decoder>, processing: Option<rdaq_run::graph::Setup>) -> Chain {
-    Chain { geometry, decoder, processing, board: Arc::default(), sent: None, consumer_delay: cfg.faults.consumer_delay(), name: "receiver".into(), pedestal_run: None }
-}
-
-/// The receiver of a described detector's native packets placed by their header's row and
-/// column, and the decoding of its module frames.
-fn described_setup(a: &ReceiveArgs, cfg: &Config, d: &Description) -> anyhow::Result<Setup> {
-    if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS || a.interfaces != 1 {
-        bail!("--read-rows and --interfaces are settings of JUNGFRAU; {} sends what its description says", d.name);
-    }
-    if cfg.processing() {
-        bail!("process: the processing graph is JUNGFRAU's; {} frames are written as the detector counts them (drop --calibration, or process.mode = \"raw\")", d.name);
-    }
-    let bits = a.bit_depth.unwrap_or(d.pixel.default_bit_depth);
-    let link = a.link.clone().unwrap_or_else(|| d.default_link().to_owned());
-    let payload = d.link(&link).map_err(|e| anyhow::anyhow!("--link: {e}"))?;
-    let layout = ModuleLayout::new(d, bits, a.gap_pixels).map_err(|e| anyhow::anyhow!("--bit-depth {bits}: {e}"))?;
-    let packets = d.packets_per_port(bits, payload).context("the description's packets per port")? as u32;
-    let grid = PortGrid { det_type: d.header.det_type, payload: payload as u32, packets, port_rows: d.ports.rows as u16, port_cols: d.ports.cols as u16, module_cols: cfg.detector.module_cols };
-    let rcfg = ReceiverConfig { format: Format::SlsByHeader(grid), module_bytes: grid.module_bytes(), payload_bytes: payload as u32, ..common_config(a, cfg, layout.raw_bytes())? };
-    let mask = layout.gap_mask();
-    let (decoder, pixel) = match Descrambler::for_description(d).map_err(|e| anyhow::anyhow!("--detector {}: {e}", d.name))? {
-        Some(s) => {
-            let fields = s.field_names().join(", ");
-            let reset = if s.needs_reset() { "; even frame numbers are reset frames, subtracted from the next frame" } else { "" };
-            eprintln!("rdaq receive: descrambling into the int16 planes {fields}, stacked in each module{reset}");
-            (Decoder::Descramble(layout, s), PixelType::Fields)
-        }
-        None => (Decoder::Layout(layout), PixelType::Counts(bits as u8)),
-    };
-    let (w, h) = decoder.module_size();
-    let geometry = cfg.geometry().expect("checked").with_module_size(w, h);
-    let meta = NxmxMeta {
-        images_per_file: cfg.output.images_per_file,
-        photon_energy_kev: cfg.detector.photon_energy_kev,
-        rotation: cfg.goniometer.rotation(),
-        ..NxmxMeta::described(geometry, d, pixel, mask)
-    };
-    eprintln!("rdaq receive: {} module(s) of {} at {bits} bits on link {link}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, grid.ports());
-    Ok(Setup { rcfg, chain: chain(cfg, geometry, Some(decoder), None), meta })
-}
-
-/// The receiver settings every format shares, for modules of `module_bytes` bytes.
-fn common_config(a: &ReceiveArgs, cfg: &Config, module_bytes: usize) -> anyhow::Result<ReceiverConfig> {
-    let modules = cfg.detector.modules;
-    let frame_bytes = modules as usize * module_bytes;
-    let slots = (cfg.receiver.ring_mib << 20) / frame_bytes.max(1);
-    if slots < 2 {
-        bail!("receiver.ring_mib (--ring-mib) {} holds fewer than 2 frames of {} bytes", cfg.receiver.ring_mib, frame_bytes);
-    }
-    cfg.tune(ReceiverConfig {
-        bind: cfg.network.bind,
-        data_port: cfg.network.data_port,
-        modules,
-        payload_bytes: cfg.network.payload_bytes,
-        slots,
-        frames: a.frames,
-        ..ReceiverConfig::default()
-    })
 }
 
 /// The `--out` file, after a look at the free space when the frame count is known.

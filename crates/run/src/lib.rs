@@ -12,6 +12,8 @@
 //!   compression, writing) over the receiver's ring.
 //! - [`run`]: a single-receiver run with the emulated detector; [`topology`]: a run of a
 //!   whole plan (several receivers) in one process.
+//! - [`remote`]: the source of an acquisition of a detector outside this process: its
+//!   packets, the receiver that takes them, the image and chain of its frames.
 //! - [`pairs`]: a descrambled detector's data frames paired with their reset frames.
 //! - [`outputs`]: the output files and the rule that protects them (no silent overwrite).
 //! - [`summary`]: the end-of-acquisition summary and the exit status it implies.
@@ -36,6 +38,7 @@ pub mod graph;
 pub mod latency;
 pub mod outputs;
 pub mod pairs;
+pub mod remote;
 pub mod run;
 pub mod stream;
 pub mod summary;
