@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
+from test_control_api import scrape
 from test_readme_daemons import wait_up
 
 FRAMES = 40
@@ -55,7 +56,8 @@ def run_system(rdaq, tmp_path, topo, rc=0, receiver_args=()):
         mgr.send_signal(signal.SIGINT)
         out, err = mgr.communicate(timeout=30)
         assert mgr.returncode == rc, out + err
-        return out, snapshot
+        metrics = {name: scrape(f"http://127.0.0.1:{7101 + k}") for k, name in enumerate(("dr0", "dr1"))}
+        return out, snapshot, metrics
     finally:
         for p in procs:
             p.terminate()
@@ -70,7 +72,7 @@ def test_each_receiver_processes_its_share_and_the_report_sums_them(rdaq, tmp_pa
         topo, receiver_args = topology(tmp_path, '\n[process]\ncalibration = "emulated"\n'), []
     else:
         topo, receiver_args = topology(tmp_path, ""), ["--calibration", "emulated"]
-    stdout, snapshot = run_system(rdaq, tmp_path, topo, receiver_args=receiver_args)
+    stdout, snapshot, metrics = run_system(rdaq, tmp_path, topo, receiver_args=receiver_args)
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     per = {name: rep["processing"] for name, rep in report["receivers"].items()}
     assert all(p is not None for p in per.values()), per
@@ -82,6 +84,8 @@ def test_each_receiver_processes_its_share_and_the_report_sums_them(rdaq, tmp_pa
     assert total["hits"] + total["vetoed"] == FRAMES and total["hits"] > 0
     assert total["frames_written"] == total["hits"], "the veto writes hits only"
     assert "processing :" in stdout
+    for name, m in metrics.items():
+        assert m[("rdaq_process_hits_total", (("receiver", name),))] == per[name]["hits"], "/metrics"
     shown = snapshot["process"]
     assert {k: shown[k] for k in ("signal_frames", "hits", "vetoed", "spots_found")} == \
         {k: total[k] for k in ("signal_frames", "hits", "vetoed", "spots_found")}, "the dashboard shows the sums"

@@ -476,6 +476,14 @@ async fn metrics(State(s): State<Shared>) -> ([(axum::http::HeaderName, &'static
     m.counter("stream_images_sent", "Images published on the Stream V2 stream (this acquisition)", sent);
     m.counter("stream_images_dropped", "Images the stream dropped: no consumer, or its queue full (this acquisition)", dropped);
     m.counter("stream_waits", "Images that waited for a stream consumer (block policy; this acquisition)", waits);
+    if let Some(p) = dashboard::process_view(&d.board) {
+        m.counter("process_dark_frames", "Dark frames the processing tracked the pedestal on (this acquisition)", p.dark_frames);
+        m.counter("process_signal_frames", "Signal frames processed (this acquisition)", p.signal_frames);
+        m.counter("process_hits", "Signal frames with enough Bragg spots to be hits (this acquisition)", p.hits);
+        m.counter("process_vetoed", "Signal frames not written by the hit veto (this acquisition)", p.vetoed);
+        m.counter("process_spots", "Bragg spots found (this acquisition)", p.spots_found);
+        m.counter("process_pedestal_updates", "Tracked pedestals published to the converters (this acquisition)", p.pedestal_updates);
+    }
     m.gauge("ring_slots", "Frame slots of the receiver's ring", c.slots.into());
     m.gauge("ring_slots_filling", "Ring slots being filled by the receive thread", c.slots_filling.into());
     m.gauge("ring_slots_handed", "Ring slots held by the consumer (processing, writing)", c.slots_handed.into());
