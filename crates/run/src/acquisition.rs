@@ -67,7 +67,7 @@ pub struct Outcome {
 
 /// Takes the receiver's frames through the chain into the sinks until the receiver
 /// finishes (or `until` is set and no frame is waiting); `on_frame` sees every frame first.
-/// The stream is finished and the files closed also when consuming failed.
+/// The stream is finished also when consuming failed; the files are closed when it did not.
 pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, until: Option<&AtomicBool>, mut on_frame: impl FnMut(&FrameReady)) -> anyhow::Result<Outcome> {
     let Sinks { mut writer, mut stream } = sinks;
     let Chain { geometry, decoder, processing, board, sent, consumer_delay, name, mut pedestal_run } = chain;
