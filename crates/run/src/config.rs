@@ -1,5 +1,8 @@
-//! The TOML configuration of `rdaq run`: every field has a default, unknown fields are
-//! errors that name the field, and values are checked before anything starts.
+//! The TOML configuration of every acquisition (`rdaq run`, `rdaq receive`, the receiver
+//! daemon, a topology's `[process]`, Python's `Acquisition`): every field has a default
+//! (the entry point's: [`Config::default`] for the emulated detector, [`Config::remote`] for
+//! one outside this process), a file sets some fields over it, unknown fields are errors
+//! that name the field, and values are checked before anything starts.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -820,6 +823,22 @@ mod tests {
         c.check().unwrap();
         let d = Config::default();
         assert_eq!(format!("{c:?}"), format!("{d:?}"));
+    }
+
+    #[test]
+    fn a_file_sets_its_fields_over_the_entry_points_defaults() {
+        let dir = std::env::temp_dir().join(format!("rdaq-config-over-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c.toml");
+        std::fs::write(&p, "[process]\nveto = false\n[detector]\nmodules = 3\n").unwrap();
+        let c = Config::load_over(Config::remote(), &p).unwrap();
+        assert_eq!((c.process.veto, c.detector.modules), (false, 3), "the file's fields");
+        assert_eq!((c.network.data_port, c.detector.chopper_dark, c.stream.preview.as_str()), (50001, 0, "none"), "the base's others");
+        assert_eq!(c.source, Source::Remote);
+        std::fs::write(&p, "[process]\nveto = \"no\"\n").unwrap();
+        let e = format!("{:#}", Config::load_over(Config::remote(), &p).unwrap_err());
+        assert!(e.contains("process.veto (line 2"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
