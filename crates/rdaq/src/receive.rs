@@ -219,26 +219,33 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let mut sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &outcome.consumed, start.elapsed(), outcome.h5.as_deref()).with_receiver(&rx);
     sum.stream = outcome.stream;
     sum.processing = outcome.processed.map(|p| ProcessReport { calibration: None, ..p });
-    if let (Some(path), Some(run)) = (&a.pedestal_run, &outcome.pedestal_run) {
-        pedestal::save(&cfg, chain_geometry, run, path, overwrite)?;
-    }
-
     sum.print();
     if let Some(p) = &a.acq.summary_json {
         sum.write_json(p, overwrite)?;
+    }
+    if let (Some(path), Some(run)) = (&a.pedestal_run, &outcome.pedestal_run) {
+        pedestal::save(&cfg, chain_geometry, run, path, overwrite)?;
     }
     check_guards(&rx)?;
     if counters.datagrams == 0 && bind.is_loopback() {
         eprintln!("rdaq receive: nothing arrived on {ports:?}: a detector on a network card sends to that card's address; use --bind <its address> or --bind 0.0.0.0");
     }
     if let Some(v) = view {
-        v.finish(serde_json::json!({ "lost": sum.lost(), "summary": sum }));
-        eprintln!("rdaq receive: finished; the dashboard shows the summary until Ctrl-C");
-        while !interrupted.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        show_until_interrupted(&v, &sum, &interrupted);
     }
     Ok(sum.exit_code("receive", cfg.output.tolerate_loss))
+}
+
+/// Shows the summary on the dashboard until Ctrl-C (at once when Ctrl-C ended the
+/// acquisition: the operator wants out).
+fn show_until_interrupted(view: &rdaq_control::run::RunView, sum: &Summary, interrupted: &std::sync::atomic::AtomicBool) {
+    view.finish(serde_json::json!({ "lost": sum.lost(), "summary": sum }));
+    if !interrupted.load(Ordering::Relaxed) {
+        eprintln!("rdaq receive: finished; the dashboard shows the summary until Ctrl-C");
+    }
+    while !interrupted.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Ctrl-C stops the acquisition (through `stop`, as the dashboard's stop button does) and,
