@@ -135,9 +135,9 @@ impl Pool {
 /// many threads.
 fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64) -> anyhow::Result<Point> {
     let geometry = cfg.geometry().context("geometry")?;
-    let calibration = rdaq_run::run::calibration(cfg, geometry)?;
-    let meta = rdaq_run::run::file_meta(cfg, geometry, Some(&calibration))?;
-    let setup = rdaq_run::run::processing_setup(cfg, &meta, calibration)?;
+    let (mut meta, setup) = rdaq_run::run::plan(cfg, geometry, None)?;
+    rdaq_run::run::emulated_series(cfg, &mut meta);
+    let setup = setup.context("the pipeline bench measures the processing graph: process.mode must not be \"raw\"")?;
     let (workers, bands) = (setup.workers, setup.pedestal_bands);
     let slots = (workers + bands + 2) * setup.ring_frames + 8;
     let (rx, mut placer) = Receiver::in_memory(cfg.detector.modules, MODULE_BYTES as u64, slots)?;

@@ -287,7 +287,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let loss_rx = active.rx.clone();
     let (events_w, name_w) = (events.clone(), name.clone());
     let board = Arc::new(Board::default());
-    let chain = Chain { geometry, decoder: None, processing, board: board.clone(), sent: None, consumer_delay: Duration::ZERO, name: name.clone(), pedestal_run: None };
+    let chain = Chain { board: board.clone(), ..Chain::new(geometry, processing, name.clone(), Duration::ZERO) };
     let consumer = std::thread::Builder::new()
         .name("rdaq-consume".into())
         .spawn(move || -> Outcome {
@@ -316,10 +316,10 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
 }
 
 /// What an acquisition of the modules `ids` (the image `geometry`) writes, and its
-/// processing: the start request's configuration sections over the daemon's configuration
-/// `base` (over the defaults of a detector outside this process, [`Config::remote`]);
-/// `None`: raw frames. With `streaming`, the
-/// images go on a Stream V2 stream too.
+/// processing ([`rdaq_run::run::plan`]; `None`: raw frames): the start request's
+/// configuration sections over the daemon's configuration `base` (over the defaults of a
+/// detector outside this process, [`Config::remote`]). With `streaming`, the images go on a
+/// Stream V2 stream too.
 fn plan(base: Config, sections: Option<toml::Table>, geometry: Geometry, ids: &[u16], streaming: bool) -> anyhow::Result<(rdaq_sink::NxmxMeta, Option<rdaq_run::graph::Setup>)> {
     let mut cfg = match sections {
         Some(t) => Config::with_sections(base, t)?,
@@ -330,10 +330,7 @@ fn plan(base: Config, sections: Option<toml::Table>, geometry: Geometry, ids: &[
     cfg.stream.endpoint = if streaming { cfg.stream.endpoint } else { "none".into() };
     cfg.stream.preview = "none".into();
     cfg.check()?;
-    let calibration = cfg.processing().then(|| rdaq_run::run::calibration_of(&cfg, geometry, ids)).transpose()?;
-    let meta = cfg.file_meta(geometry, calibration.as_ref())?;
-    let processing = calibration.map(|c| rdaq_run::run::processing_setup(&cfg, &meta, c)).transpose()?;
-    Ok((meta, processing))
+    rdaq_run::run::plan(&cfg, geometry, Some(ids))
 }
 
 /// The daemon's stream settings (`--stream-policy`, ...) at `endpoint`, which a start

@@ -46,6 +46,15 @@ pub struct Chain {
     pub pedestal_run: Option<PedestalRun>,
 }
 
+impl Chain {
+    /// A chain of `processing` (none: raw frames) over the image `geometry`, JUNGFRAU's
+    /// module frames, on a board of its own, reported as `name`; the consumer waits
+    /// `consumer_delay` per frame (testing: a consumer slower than the detector).
+    pub fn new(geometry: Geometry, processing: Option<graph::Setup>, name: impl Into<String>, consumer_delay: Duration) -> Chain {
+        Chain { geometry, decoder: None, processing, board: Arc::default(), sent: None, consumer_delay, name: name.into(), pedestal_run: None }
+    }
+}
+
 /// Where the frames go.
 #[derive(Default)]
 pub struct Sinks {

@@ -4,11 +4,9 @@
 //! placed by their header, RoCEv2 WRITEs), the receiver that takes them, the image their
 //! frames make, and the chain they go through ([`crate::acquisition`]).
 
-use std::sync::Arc;
-
 use anyhow::{bail, Context};
 use rdaq_detector::description::Place;
-use rdaq_detector::{Description, Geometry, ModuleLayout};
+use rdaq_detector::{Description, ModuleLayout};
 use rdaq_process::descramble::Descrambler;
 use rdaq_receiver::{Format, PortGrid, ReceiverConfig};
 use rdaq_sink::{NxmxMeta, PixelType};
@@ -82,15 +80,8 @@ pub fn setup(a: &Source, cfg: &Config) -> anyhow::Result<Setup> {
     }
     let geometry = cfg.geometry().expect("checked").with_module_height(a.read_rows as usize);
     let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, ..common_config(a, cfg, geometry.module_bytes())? };
-    let calibration = if cfg.processing() { Some(crate::run::calibration(cfg, geometry)?) } else { None };
-    let meta = cfg.file_meta(geometry, calibration.as_ref())?;
-    let processing = calibration.map(|c| crate::run::processing_setup(cfg, &meta, c)).transpose()?;
-    Ok(Setup { rcfg, chain: chain(cfg, geometry, None, processing), meta })
-}
-
-/// The chain of the frames of a detector outside this process.
-fn chain(cfg: &Config, geometry: Geometry, decoder: Option<Decoder>, processing: Option<crate::graph::Setup>) -> Chain {
-    Chain { geometry, decoder, processing, board: Arc::default(), sent: None, consumer_delay: cfg.faults.consumer_delay(), name: "receiver".into(), pedestal_run: None }
+    let (meta, processing) = crate::run::plan(cfg, geometry, None)?;
+    Ok(Setup { rcfg, chain: Chain::new(geometry, processing, "receiver", cfg.faults.consumer_delay()), meta })
 }
 
 /// The receiver of a described detector's native packets placed by their header's row and
@@ -128,7 +119,7 @@ fn described_setup(a: &Source, cfg: &Config, d: &Description) -> anyhow::Result<
         ..NxmxMeta::described(geometry, d, pixel, mask)
     };
     eprintln!("rdaq receive: {} module(s) of {} at {bits} bits on link {link}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, grid.ports());
-    Ok(Setup { rcfg, chain: chain(cfg, geometry, Some(decoder), None), meta })
+    Ok(Setup { rcfg, chain: Chain { decoder: Some(decoder), ..Chain::new(geometry, None, "receiver", cfg.faults.consumer_delay()) }, meta })
 }
 
 /// The receiver settings every format shares, for modules of `module_bytes` bytes.

@@ -43,15 +43,12 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
 /// buffer is reused ([`graph::deliver`]: the Python package's frames).
 pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &ProgressBar, deliver: Option<Sender<graph::deliver::Processed>>) -> anyhow::Result<summary::Summary> {
     let geometry = cfg.geometry().expect("checked");
-    let calibration = if cfg.processing() { Some(calibration(cfg, geometry)?) } else { None };
-    let meta = file_meta(cfg, geometry, calibration.as_ref())?;
+    let (mut meta, processing) = plan(cfg, geometry, None)?;
+    emulated_series(cfg, &mut meta);
+    let processing = processing.map(|p| graph::Setup { deliver, ..p });
     let (name, writer) = claim_run(cfg, &meta)?;
     let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));
     let mut rx = Receiver::start(receiver_config(cfg)?).context("starting the receiver")?;
-    let processing = match calibration {
-        Some(c) => Some(graph::Setup { deliver, ..processing_setup(cfg, &meta, c)? }),
-        None => None,
-    };
     let frame_bytes = (geometry.height() * geometry.width() * meta.pixel.bytes()) as u64;
     let what = format!("{} frames of {:.1} MB before compression", cfg.emulator.frames, frame_bytes as f64 / 1e6);
     outputs::warn_if_short(&cfg.output.dir, cfg.emulator.frames * frame_bytes, &what);
@@ -60,7 +57,7 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     eprintln!("{}", start_line(cfg, &rx));
     report_tuning("rdaq run", &rx);
-    let chain = Chain { geometry, decoder: None, processing, board: board.clone(), sent: Some(control.clone()), consumer_delay: cfg.faults.consumer_delay(), name: "receiver".into(), pedestal_run: None };
+    let chain = Chain { board: board.clone(), sent: Some(control.clone()), ..Chain::new(geometry, processing, "receiver", cfg.faults.consumer_delay()) };
     let sinks = acquisition::Sinks { writer: Some(writer), stream };
     let start = Instant::now();
     board.set_state("acquiring");
@@ -140,14 +137,27 @@ fn receiver_config(cfg: &Config) -> anyhow::Result<ReceiverConfig> {
     })
 }
 
-/// What the file says of a run of the emulated detector: [`Config::file_meta`], with the
-/// frames the detector sends and its period.
-pub fn file_meta(cfg: &Config, geometry: Geometry, calibration: Option<&Calibration>) -> anyhow::Result<NxmxMeta> {
+/// What the files say of an acquisition of the image `g` ([`Config::file_meta`]) and, when
+/// it is processed, the graph's settings with the calibration it starts from: of the whole
+/// detector (`ids` none: [`calibration`]), or of the detector's modules `ids` the image holds
+/// ([`calibration_of`]).
+pub fn plan(cfg: &Config, g: Geometry, ids: Option<&[u16]>) -> anyhow::Result<(NxmxMeta, Option<graph::Setup>)> {
+    let calibration = match (cfg.processing(), ids) {
+        (false, _) => None,
+        (true, None) => Some(calibration(cfg, g)?),
+        (true, Some(ids)) => Some(calibration_of(cfg, g, ids)?),
+    };
+    let meta = cfg.file_meta(g, calibration.as_ref())?;
+    let processing = calibration.map(|c| processing_setup(cfg, &meta, c)).transpose()?;
+    Ok((meta, processing))
+}
+
+/// What the files say of a series of the emulated detector beyond [`Config::file_meta`]:
+/// the frames it sends and its period.
+pub fn emulated_series(cfg: &Config, meta: &mut NxmxMeta) {
     let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
-    let mut meta = cfg.file_meta(geometry, calibration)?;
     (meta.frame_time_s, meta.count_time_s) = (frame_time, frame_time);
     meta.number_of_images = Some(cfg.emulator.frames);
-    Ok(meta)
 }
 
 fn start_line(cfg: &Config, rx: &Receiver) -> String {

@@ -82,12 +82,11 @@ fn start_stations(cfg: &Config, t: &Topology, plan: &Plan) -> anyhow::Result<Vec
         let rx = Receiver::start(cfg.tune(ReceiverConfig { bind: spec.data, ..ReceiverConfig::for_request(&req) })?)
             .with_context(|| format!("starting receiver {}", spec.name))?;
         let geometry = rp.geometry(full);
-        let calibration = cfg.processing().then(|| crate::run::calibration_of(cfg, geometry, &rp.modules)).transpose()?;
-        let meta = crate::run::file_meta(cfg, geometry, calibration.as_ref())?;
-        let processing = calibration.map(|c| crate::run::processing_setup(cfg, &meta, c)).transpose()?;
+        let (mut meta, processing) = crate::run::plan(cfg, geometry, Some(&rp.modules))?;
+        crate::run::emulated_series(cfg, &mut meta);
         let h5 = cfg.output.dir.join(format!("{}_master.h5", spec.name));
         let writer = NxmxWriter::create(&h5, &meta, cfg.output.overwrite)?;
-        let chain = Chain { geometry, decoder: None, processing, board: Arc::default(), sent: None, consumer_delay: cfg.faults.consumer_delay(), name: spec.name.clone(), pedestal_run: None };
+        let chain = Chain::new(geometry, processing, spec.name.clone(), cfg.faults.consumer_delay());
         stations.push((Station { name: spec.name.clone(), rx }, (chain, Sinks { writer: Some(writer), stream: None })));
     }
     Ok(stations)
