@@ -112,16 +112,23 @@ def test_run_assembles_a_module_grid(rdaq, tmp_path):
                 assert h == manifest[(int(frame_numbers[i]), m)], f"frame {frame_numbers[i]} module {m}"
 
 
+def local_topology(tmp_path, detector, mode):
+    """A topology file of two receivers on loopback (ports the kernel picks) for `rdaq run
+    --topology`: `detector` lines for its [detector] table, the transfer `mode`."""
+    text = f'[detector]\n{detector}\n[transfer]\nmode = "{mode}"\n'
+    for i in range(2):
+        text += (f'[[receivers]]\nname = "dr{i}"\ncontrol = "127.0.0.1:{7000 + i}"\ndata = "127.0.0.1"\n'
+                 f'data_port = 0\nmemory_mib = 64\n')
+    topo = tmp_path / "t.toml"
+    topo.write_text(text)
+    return topo
+
+
 def test_run_with_a_topology_spreads_modules_over_receivers(rdaq, tmp_path):
     """`rdaq run --topology`, spatial mode on loopback: each receiver's file holds exactly
     its modules of every frame."""
     from conftest import frames_in, manifest
-    topo = tmp_path / "t.toml"
-    text = '[detector]\nmodules = 4\nmodule_cols = 2\n[transfer]\nmode = "spatial"\n'
-    for i in range(2):
-        text += (f'[[receivers]]\nname = "dr{i}"\ncontrol = "127.0.0.1:{7000 + i}"\ndata = "127.0.0.1"\n'
-                 f'data_port = 0\nmemory_mib = 64\n')
-    topo.write_text(text)
+    topo = local_topology(tmp_path, "modules = 4\nmodule_cols = 2", "spatial")
     out = tmp_path / "out"
     r = subprocess.run([str(rdaq), "run", "--topology", str(topo), "--frames", "30", "--rate", "100", "--out", str(out), "--raw"],
                        capture_output=True, text=True, timeout=120)
@@ -139,12 +146,7 @@ def test_run_with_a_topology_processes_each_receivers_share(rdaq, tmp_path):
     processing graph as a single-receiver run; the signal frames it writes equal, pixel for
     pixel and spot for spot, those of a single-receiver run of the same detector (the
     pedestal window is not full in 30 frames, so both convert with the emulated calibration)."""
-    topo = tmp_path / "t.toml"
-    text = '[detector]\nmodules = 2\n[transfer]\nmode = "temporal"\n'
-    for i in range(2):
-        text += (f'[[receivers]]\nname = "dr{i}"\ncontrol = "127.0.0.1:{7000 + i}"\ndata = "127.0.0.1"\n'
-                 f'data_port = 0\nmemory_mib = 64\n')
-    topo.write_text(text)
+    topo = local_topology(tmp_path, "modules = 2", "temporal")
     for args, out in ((["--topology", str(topo)], tmp_path / "plan"), ([], tmp_path / "one")):
         r = subprocess.run([str(rdaq), "run", *args, "--frames", "30", "--rate", "100", "--out", str(out), "--stream", "none",
                             "--preview", "none"], capture_output=True, text=True, timeout=120)
