@@ -1,7 +1,10 @@
 //! The detector daemon: emulated modules that take their data transfer processes from the
 //! system manager (`PUT /dtp`, also while running: a live re-plan from a given frame) and
-//! send on `POST /start`.
+//! send on `POST /start`: JUNGFRAU modules sending rdaq datagrams, or a described detector
+//! (EIGER) sending its own packets with a counting pattern
+//! ([`rdaq_emulator::described`]), each module's ports to the ports its route names.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -11,10 +14,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use rdaq_detector::{ModuleSynth, SynthConfig, MODULE_BYTES, MODULE_PIXELS};
+use rdaq_detector::{Description, ModuleSynth, SynthConfig, MODULE_BYTES, MODULE_PIXELS};
+use rdaq_emulator::described::{self, DescribedDetector};
 use rdaq_emulator::{Control, EmulatorConfig, EmulatorError, EmulatorReport};
 use rdaq_proto::events::EventPage;
-use rdaq_proto::telegram::{DetectorTelegram, ModuleDtp, TELEGRAM_VERSION};
+use rdaq_proto::telegram::{DetectorTelegram, ModuleDtp, NativeRequest, TELEGRAM_VERSION};
 use serde::{Deserialize, Serialize};
 
 use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
@@ -24,6 +28,28 @@ pub struct Options {
     pub name: String,
     pub modules: u16,
     pub seed: u64,
+    /// A described detector's own packets instead of JUNGFRAU's rdaq datagrams.
+    pub native: Option<Native>,
+}
+
+/// A described detector the daemon emulates, and how a receiver's buffer request names it.
+#[derive(Clone, Debug)]
+pub struct Native {
+    pub detector: DescribedDetector,
+    pub request: NativeRequest,
+}
+
+impl Native {
+    /// `modules` modules of the description named in `request` (a detector placed by
+    /// header), at its bit depth and link.
+    pub fn new(request: NativeRequest, modules: u16) -> anyhow::Result<Native> {
+        let d = Description::named_or_text(&request.detector)?;
+        let bits = request.bit_depth.unwrap_or(d.pixel.default_bit_depth);
+        let link = request.link.clone().unwrap_or_else(|| d.default_link().to_owned());
+        let payload = d.link(&link).map_err(|e| anyhow::anyhow!("--link: {e}"))?;
+        let detector = DescribedDetector::new(&d, bits, payload, modules, request.module_cols).map_err(|e| anyhow::anyhow!("--detector {}: {e}", d.name))?;
+        Ok(Native { detector, request: NativeRequest { bit_depth: Some(bits), link: Some(link), ..request } })
+    }
 }
 
 struct DetectorDaemon {
@@ -72,14 +98,22 @@ pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
 
 async fn telegram(State(s): State<Shared>) -> Json<DetectorTelegram> {
     let d = lock(&s);
+    let (module_bytes, links, payload) = match &d.opts.native {
+        Some(n) => {
+            let det = &n.detector;
+            ((det.ports() * det.packets() * det.payload()) as u64, det.ports() as u16, det.payload() as u32)
+        }
+        None => (MODULE_BYTES as u64, 1, rdaq_proto::MAX_PAYLOAD as u32),
+    };
     Json(DetectorTelegram {
         version: TELEGRAM_VERSION,
         name: d.opts.name.clone(),
         modules: d.opts.modules,
-        module_bytes: MODULE_BYTES as u64,
-        links_per_module: 1,
-        max_payload_bytes: rdaq_proto::MAX_PAYLOAD as u32,
+        module_bytes,
+        links_per_module: links,
+        max_payload_bytes: payload,
         max_rate_hz: d.max_rate_hz,
+        native: d.opts.native.as_ref().map(|n| n.request.clone()),
     })
 }
 
@@ -101,6 +135,9 @@ async fn dtp(State(s): State<Shared>, Json(up): Json<DtpUpload>) -> Result<Json<
     if up.dtps.len() != d.opts.modules as usize {
         return Err(bad(format!("dtps: {} DTPs for {} modules", up.dtps.len(), d.opts.modules)));
     }
+    if let Some(n) = &d.opts.native {
+        check_native_routes(n, &up)?;
+    }
     if running(&d) {
         let Some(from) = up.from_frame else {
             return Err(conflict("running: a live update needs from_frame"));
@@ -119,6 +156,27 @@ async fn dtp(State(s): State<Shared>, Json(up): Json<DtpUpload>) -> Result<Json<
     }
     d.dtps = Some(up.dtps);
     Ok(Json(serde_json::json!({ "applied_from": 0 })))
+}
+
+/// A described detector's modules each send to one receiver's ports, one per port of the
+/// module, for the whole run.
+fn check_native_routes(n: &Native, up: &DtpUpload) -> Result<(), ApiError> {
+    if up.from_frame.is_some() {
+        return Err(conflict("from_frame: a detector's own packets go to the ports it was configured with; it takes no re-plan while running"));
+    }
+    let ports = n.detector.ports();
+    for dtp in &up.dtps {
+        match &dtp.routes[..] {
+            [r] if r.ports.len() == ports => {}
+            _ => return Err(bad(format!("dtps: module {} of {} needs one route with {ports} ports", dtp.module, n.detector.name()))),
+        }
+    }
+    Ok(())
+}
+
+/// Where each module's ports send, module after module (`described::send`'s order).
+fn native_destinations(dtps: &[ModuleDtp]) -> Vec<SocketAddr> {
+    dtps.iter().flat_map(|d| d.routes[0].ports.iter().map(|&p| SocketAddr::new(d.routes[0].data.ip(), p))).collect()
 }
 
 /// `POST /start`: send frames `first_frame..first_frame + frames` at `rate_hz`.
@@ -155,12 +213,25 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let control = Arc::new(Control::default());
     d.control = control.clone();
     d.report = None;
+    let native = d.opts.native.clone();
     let handle = std::thread::Builder::new()
         .name("rdaq-emulate".into())
-        .spawn(move || rdaq_emulator::run(&cfg, &dtps, control))
+        .spawn(move || match native {
+            None => rdaq_emulator::run(&cfg, &dtps, control),
+            Some(n) => send_native(&n.detector, &cfg, &native_destinations(&dtps), &control),
+        })
         .map_err(internal)?;
     d.run = Some(handle);
     Ok(Json(serde_json::json!({ "state": "running" })))
+}
+
+/// A described detector's frames from `cfg.first_frame` on, numbered as the manager counts
+/// them (a detector with reset frames starts with one, an even number), reported as the
+/// rdaq modules' run is.
+fn send_native(det: &DescribedDetector, cfg: &EmulatorConfig, dests: &[SocketAddr], control: &Control) -> Result<EmulatorReport, EmulatorError> {
+    let first = cfg.first_frame + (det.sends_reset_frames() && cfg.first_frame % 2 == 1) as u64;
+    let r = described::send(det, dests, first, cfg.frames, cfg.rate_hz, true, control).map_err(|source| EmulatorError::Send { module: 0, source })?;
+    Ok(EmulatorReport { manifest: r.manifest, sent: r.sent, gso: true, elapsed: r.elapsed, late_frames: r.late_frames, refused_in_frames: r.sent.refused, ..EmulatorReport::default() })
 }
 
 #[derive(Serialize)]

@@ -336,6 +336,7 @@ impl<'a> Session<'a> {
         if det.modules != t.detector.modules {
             bail!("detector.modules: the topology says {}, the detector at {} has {}", t.detector.modules, self.det_ctl, det.modules);
         }
+        self.plan.sends.agrees(det.native.as_ref(), det.module_bytes).map_err(|e| anyhow::anyhow!("detector.name: {e} (at {})", self.det_ctl))?;
         for &r in &t.participants() {
             let spec = &t.receivers[r];
             let tel: ReceiverTelegram = self.api.get(spec.control, "/telegram").with_context(|| format!("receiver {}", spec.name))?;

@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use indicatif::ProgressBar;
-use rdaq_detector::{Geometry, MODULE_BYTES};
+use rdaq_detector::{Description, Geometry, MODULE_BYTES};
 use rdaq_proto::events::{Event, EventLog, EventPage};
 use rdaq_proto::telegram::{BufferMap, BufferRequest, ReceiverTelegram, TELEGRAM_VERSION};
 use rdaq_receiver::{Counters, FrameStatus, IncompletePolicy, Receiver, ReceiverConfig};
@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::dashboard::{self, ReceiverView, Snapshot, View};
 use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
 use rdaq_run::acquisition::{self, Chain};
+use rdaq_run::remote;
 use rdaq_run::config::Config;
 use rdaq_run::consume::ConsumeStats;
 use rdaq_run::board::{incomplete_event, Board};
@@ -151,8 +152,11 @@ fn check_request(opts: &Options, r: &BufferRequest) -> Result<(), ApiError> {
     if r.modules.is_empty() || r.modules.len() > 64 {
         return Err(bad("modules: 1 to 64 modules"));
     }
-    if r.module_bytes != MODULE_BYTES as u64 {
-        return Err(bad(format!("module_bytes: this receiver takes JUNGFRAU modules of {MODULE_BYTES} bytes")));
+    if r.native.is_none() && r.module_bytes != MODULE_BYTES as u64 {
+        return Err(bad(format!("module_bytes: rdaq datagrams carry JUNGFRAU modules of {MODULE_BYTES} bytes")));
+    }
+    if r.native.is_some() && (r.roce.is_some() || r.checksum) {
+        return Err(bad("native: a detector's own packets are neither RoCEv2 WRITEs nor rdaq datagrams with checksums"));
     }
     if r.slots < 2 {
         return Err(bad("slots: at least 2"));
@@ -175,18 +179,11 @@ async fn buffers(State(s): State<Shared>, Json(req): Json<BufferRequest>) -> Res
         }
     };
     let opts = lock(&s).opts.clone();
+    let rcfg = receiver_config(&opts, &req)?;
     let rx = tokio::task::spawn_blocking(move || {
         // the old receiver (if any) goes first: its ports may be the ones asked for
         drop(old);
-        Receiver::start(ReceiverConfig {
-            bind: opts.data,
-            recv_buffer: opts.recv_buffer,
-            engine: opts.engine,
-            frame_timeout: opts.frame_timeout,
-            policy: opts.policy,
-            ..ReceiverConfig::for_request(&req)
-        })
-        .map(|rx| (rx, req))
+        Receiver::start(rcfg).map(|rx| (rx, req))
     })
     .await
     .map_err(internal)?;
@@ -194,6 +191,66 @@ async fn buffers(State(s): State<Shared>, Json(req): Json<BufferRequest>) -> Res
     let map = rx.buffer_map().clone();
     lock(&s).active = Some(Active { request: req, rx: Arc::new(rx), acq: None });
     Ok(Json(map))
+}
+
+/// The receiver that takes what request `r` asks for: rdaq datagrams or RoCEv2 WRITEs into
+/// the buffers it defines, or a detector's native packets (the source of
+/// [`rdaq_run::remote`], as `rdaq receive` takes them), with this daemon's settings.
+fn receiver_config(opts: &Options, r: &BufferRequest) -> Result<ReceiverConfig, ApiError> {
+    let base = match &r.native {
+        None => ReceiverConfig::for_request(r),
+        Some(_) => {
+            let geometry = Geometry::new(r.modules.len() as u16, 1, 0, 0).expect("one column fits any count");
+            let cfg = acquisition_config(opts, None, geometry, false).map_err(|e| bad(format!("{e:#}")))?;
+            let rcfg = remote::setup(&source_of(r)?, &cfg).map_err(|e| bad(format!("{e:#}")))?.rcfg;
+            if rcfg.module_bytes != r.module_bytes {
+                return Err(bad(format!("module_bytes: the detector's packets make module frames of {} bytes, not {}", rcfg.module_bytes, r.module_bytes)));
+            }
+            ReceiverConfig { data_port: r.data_port, slots: r.slots as usize, frames: None, ..rcfg }
+        }
+    };
+    Ok(ReceiverConfig { bind: opts.data, recv_buffer: opts.recv_buffer, engine: opts.engine, frame_timeout: opts.frame_timeout, policy: opts.policy, ..base })
+}
+
+/// What the modules of request `r` send, as the source of an acquisition.
+fn source_of(r: &BufferRequest) -> Result<remote::Source, ApiError> {
+    let s = remote::Source { module_ids: r.modules.clone(), naming: remote::Naming::Fields, ..remote::Source::new("rdaq") };
+    Ok(match (&r.native, r.roce) {
+        (Some(n), _) => {
+            let d = Description::named_or_text(&n.detector).map_err(|e| bad(format!("native.detector: {e}")))?;
+            remote::Source {
+                format: "sls".into(),
+                detector: Some(d),
+                interfaces: n.interfaces,
+                read_rows: n.read_rows,
+                bit_depth: n.bit_depth,
+                link: n.link.clone(),
+                gap_pixels: n.gap_pixels,
+                grid_cols: Some(n.module_cols),
+                ..s
+            }
+        }
+        (None, Some(roce)) => remote::Source { format: "roce".into(), roce_mtu: roce.mtu, first_frame: roce.first_frame, ..s },
+        (None, None) => s,
+    })
+}
+
+/// The configuration of an acquisition of the modules held here (the image `geometry`):
+/// the start request's configuration `sections` over the daemon's (over the defaults of
+/// a detector outside this process, [`Config::remote`]), its ring the daemon's memory.
+/// With `streaming`, the images go on a Stream V2 stream too.
+fn acquisition_config(opts: &Options, sections: Option<toml::Table>, geometry: Geometry, streaming: bool) -> anyhow::Result<Config> {
+    let mut cfg = match sections {
+        Some(t) => Config::with_sections(opts.config.clone(), t)?,
+        None => opts.config.clone(),
+    };
+    (cfg.detector.modules, cfg.detector.module_cols, cfg.detector.gap_x, cfg.detector.gap_y) = (geometry.modules, geometry.module_cols, geometry.gap_x, geometry.gap_y);
+    cfg.receiver.ring_mib = (opts.memory_bytes >> 20).max(1) as usize;
+    // the stream is the daemon's, the preview is not served by daemons
+    cfg.stream.endpoint = if streaming { cfg.stream.endpoint } else { "none".into() };
+    cfg.stream.preview = "none".into();
+    cfg.check()?;
+    Ok(cfg)
 }
 
 /// `POST /start`: an acquisition into this file, with the geometry of the modules held here.
@@ -240,7 +297,7 @@ pub struct StartAnswer {
 
 async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<StartAnswer>, ApiError> {
     let mut d = lock(&s);
-    let (name, out_dir, events, stream_cfg, base) = (d.opts.name.clone(), d.opts.out_dir.clone(), d.events.clone(), d.opts.stream.clone(), d.opts.config.clone());
+    let (name, out_dir, events, stream_cfg, opts) = (d.opts.name.clone(), d.opts.out_dir.clone(), d.events.clone(), d.opts.stream.clone(), d.opts.clone());
     let Some(active) = d.active.as_mut() else {
         return Err(conflict("no buffers: PUT /buffers first"));
     };
@@ -263,8 +320,12 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         Some(e) => stream_at(stream_cfg, e).map_err(|e| bad(format!("stream: {e:#}")))?,
         None => stream_cfg,
     };
-    let ids = active.request.modules.clone();
-    let (meta, processing) = plan(base, req.config.clone(), geometry, &ids, stream_cfg.is_some()).map_err(|e| bad(format!("config: {e:#}")))?;
+    let source = source_of(&active.request)?;
+    let cfg = acquisition_config(&opts, req.config.clone(), geometry, stream_cfg.is_some()).map_err(|e| bad(format!("config: {e:#}")))?;
+    let remote::Setup { chain, meta, notes, .. } = remote::setup(&source, &cfg).map_err(|e| bad(format!("config: {e:#}")))?;
+    for n in notes {
+        tracing::info!(receiver = %name, "{n}");
+    }
     let writer = match &path {
         Some(p) => Some(NxmxWriter::create(p, &meta, req.overwrite).map_err(|e| match e {
             rdaq_sink::SinkError::Claim(c) => conflict(format!("output: {c}")),
@@ -287,7 +348,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let loss_rx = active.rx.clone();
     let (events_w, name_w) = (events.clone(), name.clone());
     let board = Arc::new(Board::default());
-    let chain = Chain { board: board.clone(), ..Chain::new(geometry, processing, name.clone(), Duration::ZERO) };
+    let chain = Chain { board: board.clone(), name: name.clone(), consumer_delay: Duration::ZERO, ..chain };
     let consumer = std::thread::Builder::new()
         .name("rdaq-consume".into())
         .spawn(move || -> Outcome {
@@ -313,24 +374,6 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     d.board = board;
     tracing::info!(receiver = %d.opts.name, output = ?path, events_from, "acquisition started");
     Ok(Json(StartAnswer { state: "acquiring".into(), output: path, events_from, stream: endpoint }))
-}
-
-/// What an acquisition of the modules `ids` (the image `geometry`) writes, and its
-/// processing ([`rdaq_run::run::plan`]; `None`: raw frames): the start request's
-/// configuration sections over the daemon's configuration `base` (over the defaults of a
-/// detector outside this process, [`Config::remote`]). With `streaming`, the images go on a
-/// Stream V2 stream too.
-fn plan(base: Config, sections: Option<toml::Table>, geometry: Geometry, ids: &[u16], streaming: bool) -> anyhow::Result<(rdaq_sink::NxmxMeta, Option<rdaq_run::graph::Setup>)> {
-    let mut cfg = match sections {
-        Some(t) => Config::with_sections(base, t)?,
-        None => base,
-    };
-    (cfg.detector.modules, cfg.detector.module_cols, cfg.detector.gap_x, cfg.detector.gap_y) = (geometry.modules, geometry.module_cols, geometry.gap_x, geometry.gap_y);
-    // the stream is the daemon's, the preview is not served by daemons
-    cfg.stream.endpoint = if streaming { cfg.stream.endpoint } else { "none".into() };
-    cfg.stream.preview = "none".into();
-    cfg.check()?;
-    rdaq_run::run::plan(&cfg, geometry, Some(ids))
 }
 
 /// The daemon's stream settings (`--stream-policy`, ...) at `endpoint`, which a start

@@ -210,15 +210,29 @@ pub const BIT_DEPTHS: [u32; 5] = [4, 8, 12, 16, 32];
 impl Description {
     /// A shipped description by name ("eiger", "jungfrau"), or a description file.
     pub fn load(name_or_path: &str) -> Result<Description, DescriptionError> {
+        Description::parse(&Description::text(name_or_path)?, name_or_path)
+    }
+
+    /// The text of a shipped description by name, or of a description file.
+    pub fn text(name_or_path: &str) -> Result<String, DescriptionError> {
         if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| n.eq_ignore_ascii_case(name_or_path)) {
-            return Description::parse(text, name_or_path);
+            return Ok((*text).to_owned());
         }
         let path = Path::new(name_or_path);
         if !path.exists() && !name_or_path.contains(['/', '.']) {
             return Err(DescriptionError::Unknown(name_or_path.into()));
         }
-        let text = std::fs::read_to_string(path).map_err(|source| DescriptionError::Read { path: path.display().to_string(), source })?;
-        Description::parse(&text, &path.display().to_string())
+        std::fs::read_to_string(path).map_err(|source| DescriptionError::Read { path: path.display().to_string(), source })
+    }
+
+    /// A shipped description by name, or a description's TOML text, as a request over the
+    /// network names it: never a file, which would be one on this host's disk.
+    pub fn named_or_text(s: &str) -> Result<Description, DescriptionError> {
+        match BUILTIN.iter().find(|(n, _)| n.eq_ignore_ascii_case(s)) {
+            Some((name, text)) => Description::parse(text, name),
+            None if s.contains('=') => Description::parse(s, "the request's description"),
+            None => Err(DescriptionError::Unknown(s.chars().take(64).collect())),
+        }
     }
 
     /// Parses and checks a description; `origin` names it in errors.
@@ -367,6 +381,20 @@ fn one_line(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_names_a_shipped_description_or_gives_its_text_never_a_path() {
+        assert_eq!(Description::named_or_text("EIGER").unwrap(), Description::load("eiger").unwrap());
+        let text = Description::text("eiger").unwrap();
+        assert_eq!(Description::named_or_text(&text).unwrap().name, "EIGER");
+        let dir = std::env::temp_dir().join(format!("rdaq-desc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("d.toml");
+        std::fs::write(&path, &text).unwrap();
+        assert!(Description::load(path.to_str().unwrap()).is_ok(), "a file is loaded where the user names it");
+        assert!(matches!(Description::named_or_text(path.to_str().unwrap()), Err(DescriptionError::Unknown(_))), "a request's path is not read");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn shipped_descriptions_load() {

@@ -6,17 +6,22 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdaq_detector::description::{Description, Place, Readout};
 use rdaq_detector::ModuleLayout;
 use rdaq_net::send::{BatchSender, SendStats};
 use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN, SLS_HEADER_VERSION};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::control::Control;
+use crate::report::ManifestEntry;
 
 /// How one described detector's modules cut their frames into packets.
 #[derive(Clone, Debug)]
 pub struct DescribedDetector {
+    name: String,
     det_type: u8,
     payload: usize,
     /// Ports, their places and flips, and the packing of pixels (as the receiver unpacks).
@@ -39,13 +44,23 @@ impl DescribedDetector {
         if modules == 0 || module_cols == 0 || modules % module_cols != 0 {
             return Err(format!("{modules} modules do not fill rows of {module_cols}"));
         }
-        Ok(DescribedDetector { det_type: d.header.det_type, payload, layout, readout: d.descrambled().unwrap_or_default(), modules, module_cols })
+        Ok(DescribedDetector { name: d.name.clone(), det_type: d.header.det_type, payload, layout, readout: d.descrambled().unwrap_or_default(), modules, module_cols })
     }
 
     /// Ports per module.
     pub fn ports(&self) -> usize {
         let (r, c) = self.layout.port_grid();
         r * c
+    }
+
+    /// The packets' payload bytes.
+    pub fn payload(&self) -> usize {
+        self.payload
+    }
+
+    /// The description's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Packets per port and frame.
@@ -99,9 +114,12 @@ impl DescribedDetector {
 }
 
 /// What a run of [`send`] did.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct DescribedReport {
     pub frames: u64,
+    /// What each module sent for each frame: the xxh3 of its port images, in port order
+    /// (the raw module frame a receiver of the same settings holds).
+    pub manifest: Vec<ManifestEntry>,
     pub sent: SendStats,
     /// Frames that started after their time (the sender could not keep the rate).
     pub late_frames: u64,
@@ -109,9 +127,9 @@ pub struct DescribedReport {
 }
 
 /// Sends `frames` frames from `first` on, `rate_hz` frames per second (`None`: as fast as
-/// possible), port `p` of module `m` to `dests[m * ports + p]`; stops early when `stop` is
-/// set.
-pub fn send(det: &DescribedDetector, dests: &[SocketAddr], first: u64, frames: u64, rate_hz: Option<f64>, gso: bool, stop: &AtomicBool) -> io::Result<DescribedReport> {
+/// possible), port `p` of module `m` to `dests[m * ports + p]`; counts the module frames
+/// sent in `progress` and stops early when its `stop` is set.
+pub fn send(det: &DescribedDetector, dests: &[SocketAddr], first: u64, frames: u64, rate_hz: Option<f64>, gso: bool, progress: &Control) -> io::Result<DescribedReport> {
     let ports = det.ports();
     if dests.len() != det.modules as usize * ports {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} data ports for {} modules of {ports} ports", dests.len(), det.modules)));
@@ -124,7 +142,7 @@ pub fn send(det: &DescribedDetector, dests: &[SocketAddr], first: u64, frames: u
     let mut r = DescribedReport::default();
     let start = Instant::now();
     for k in 0..frames {
-        if stop.load(Ordering::Relaxed) {
+        if progress.stop.load(Ordering::Relaxed) {
             break;
         }
         if let Some(hz) = rate_hz {
@@ -136,12 +154,16 @@ pub fn send(det: &DescribedDetector, dests: &[SocketAddr], first: u64, frames: u
         }
         let frame = first + k;
         for m in 0..det.modules {
+            let mut hash = Xxh3::new();
             for (p, t) in tx[m as usize * ports..(m as usize + 1) * ports].iter_mut().enumerate() {
                 det.port_image(frame, m, p, &mut image);
+                hash.update(&image);
                 headers.iter_mut().enumerate().for_each(|(i, h)| *h = det.header(frame, m, p, i));
                 let (img, hdr) = (&image, &headers);
                 t.send(packets, |i| (&hdr[i][..], &img[i * payload..(i + 1) * payload]))?;
             }
+            r.manifest.push(ManifestEntry { frame, module: m, xxh3: hash.digest() });
+            progress.module_frames.fetch_add(1, Ordering::Relaxed);
         }
         r.frames += 1;
     }

@@ -11,7 +11,8 @@ use std::net::{IpAddr, SocketAddr};
 use rdaq_detector::Geometry;
 use rdaq_proto::telegram::{BufferMap, BufferRequest, ModuleDtp, RoceRequest, Route, TELEGRAM_VERSION};
 
-use crate::topology::{Topology, TopologyError, TransferMode, MIN_SLOTS, MODULE_FRAME_BYTES};
+use crate::sends::Sends;
+use crate::topology::{Topology, TopologyError, TransferMode, MIN_SLOTS};
 
 /// What one receiver gets under the plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,11 +25,13 @@ pub struct ReceiverPlan {
     pub modules: Vec<u16>,
     /// Frame slots its memory holds.
     pub slots: u64,
+    /// Bytes of one module frame in its slots.
+    pub module_bytes: u64,
 }
 
 impl ReceiverPlan {
     pub fn slot_bytes(&self) -> u64 {
-        self.modules.len() as u64 * MODULE_FRAME_BYTES
+        self.modules.len() as u64 * self.module_bytes
     }
 
     /// How this receiver assembles its frames: the detector's geometry when it holds every
@@ -61,10 +64,13 @@ pub struct Plan {
     pub groups: Vec<Vec<usize>>,
     /// For each module, per group, the plan index of the receiver holding it.
     holder: Vec<Vec<usize>>,
+    /// What each module sends.
+    pub sends: Sends,
 }
 
 impl Plan {
     pub fn new(t: &Topology) -> Result<Plan, TopologyError> {
+        let sends = Sends::of(t)?;
         let parts = t.participants();
         let n = parts.len();
         let modules = t.detector.modules;
@@ -97,22 +103,22 @@ impl Plan {
                 holder[m as usize][g] = receivers.len();
             }
             group_members[g].push(receivers.len());
-            let slot = mods.len() as u64 * MODULE_FRAME_BYTES;
-            receivers.push(ReceiverPlan { receiver: r, group: g, modules: mods, slots: (t.receivers[r].memory_mib << 20) / slot });
+            let slot = mods.len() as u64 * sends.module_bytes;
+            receivers.push(ReceiverPlan { receiver: r, group: g, modules: mods, slots: (t.receivers[r].memory_mib << 20) / slot, module_bytes: sends.module_bytes });
         }
-        let plan = Plan { mode: t.transfer.mode, receivers, groups: group_members, holder };
+        let plan = Plan { mode: t.transfer.mode, receivers, groups: group_members, holder, sends };
         plan.check_receivers(t)?;
         Ok(plan)
     }
 
     /// Checks what depends on the plan: each receiver's data ports (one per module it
-    /// serves) fit and do not overlap another's, and its memory holds enough frame slots.
+    /// serves, or per port of it) fit and do not overlap another's, and its memory holds
+    /// enough frame slots.
     fn check_receivers(&self, t: &Topology) -> Result<(), TopologyError> {
-        // data ports: each receiver listens on one port per module it serves
         let mut ranges: Vec<(IpAddr, u32, u32)> = Vec::new();
         for rp in &self.receivers {
             let spec = &t.receivers[rp.receiver];
-            let end = spec.data_port as u32 + rp.modules.len() as u32;
+            let end = spec.data_port as u32 + (rp.modules.len() * self.sends.ports) as u32;
             if end > 65_536 {
                 return Err(TopologyError::PortRange(spec.name.clone(), spec.data_port));
             }
@@ -156,12 +162,13 @@ impl Plan {
                 let req = BufferRequest {
                     version: TELEGRAM_VERSION,
                     modules: rp.modules.clone(),
-                    module_bytes: MODULE_FRAME_BYTES,
+                    module_bytes: self.sends.module_bytes,
                     payload_bytes: t.transfer.payload_bytes,
                     slots: rp.slots,
                     data_port: t.receivers[rp.receiver].data_port,
                     checksum: t.transfer.checksum,
                     roce: t.transfer.roce_mtu.map(|mtu| self.roce_request(rp, mtu)),
+                    native: self.sends.native.clone(),
                 };
                 (rp.receiver, req)
             })
@@ -187,7 +194,7 @@ impl Plan {
         assert_eq!(maps.len(), self.receivers.len(), "one buffer map per plan receiver");
         for (rp, map) in self.receivers.iter().zip(maps) {
             let name = &t.receivers[rp.receiver].name;
-            if map.data_ports.len() != rp.modules.len() || map.buffers.is_empty() || map.module_bytes != MODULE_FRAME_BYTES {
+            if map.data_ports.len() != rp.modules.len() * self.sends.ports || map.buffers.is_empty() || map.module_bytes != self.sends.module_bytes {
                 return Err(TopologyError::BadBufferMap(name.clone()));
             }
         }
@@ -199,11 +206,13 @@ impl Plan {
                         let (rp, map) = (&self.receivers[pi], &maps[pi]);
                         let spec = &t.receivers[rp.receiver];
                         let idx = rp.modules.iter().position(|&x| x == m).expect("holder holds the module");
+                        let ports = &map.data_ports[idx * self.sends.ports..(idx + 1) * self.sends.ports];
                         Route {
                             receiver: spec.name.clone(),
-                            data: SocketAddr::new(spec.data, map.data_ports[idx]),
+                            data: SocketAddr::new(spec.data, ports[0]),
+                            ports: if self.sends.native.is_some() { ports.to_vec() } else { Vec::new() },
                             buffers: map.buffers.clone(),
-                            offset: idx as u64 * MODULE_FRAME_BYTES,
+                            offset: idx as u64 * self.sends.module_bytes,
                             ring_start: ring_start(&spec.name),
                             checksum: map.checksum,
                             roce: map.roce.get(idx).copied(),
@@ -214,7 +223,7 @@ impl Plan {
                     version: TELEGRAM_VERSION,
                     module: m,
                     from_frame,
-                    module_bytes: MODULE_FRAME_BYTES,
+                    module_bytes: self.sends.module_bytes,
                     payload_bytes: t.transfer.payload_bytes,
                     broadcast: self.mode == TransferMode::Broadcast,
                     routes,
@@ -232,7 +241,7 @@ impl Plan {
         for g in groups {
             let rp = &self.receivers[self.holder[module as usize][g as usize]];
             let idx = rp.modules.iter().position(|&m| m == module).expect("holder holds the module") as u64;
-            out.push(Destination { receiver: rp.receiver, slot: k % rp.slots, offset: idx * MODULE_FRAME_BYTES });
+            out.push(Destination { receiver: rp.receiver, slot: k % rp.slots, offset: idx * self.sends.module_bytes });
         }
     }
 }
@@ -274,7 +283,7 @@ mod tests {
         assert_eq!(d.len(), 40, "each module frame exactly once");
         for (m, f, dst) in d {
             assert_eq!(dst.receiver, (f % 2) as usize);
-            assert_eq!(dst.offset, m as u64 * MODULE_FRAME_BYTES);
+            assert_eq!(dst.offset, m as u64 * rdaq_detector::MODULE_BYTES as u64);
             assert_eq!(dst.slot, (f / 2) % p.receivers[dst.receiver].slots);
         }
         assert_eq!(p.receivers[0].slots, 16, "64 MiB of 4 MiB frames");
@@ -288,7 +297,7 @@ mod tests {
         assert_eq!(p.receivers[1].modules, vec![2, 3]);
         for (m, f, dst) in all(&p, 6) {
             assert_eq!(dst.receiver, (m / 2) as usize);
-            assert_eq!(dst.offset, (m % 2) as u64 * MODULE_FRAME_BYTES);
+            assert_eq!(dst.offset, (m % 2) as u64 * rdaq_detector::MODULE_BYTES as u64);
             assert_eq!(dst.slot, f % 32);
         }
     }

@@ -1,5 +1,5 @@
 //! The system manager (SM), sans I/O: what the detector and the receivers are
-//! ([`topology`]), one address space over all their buffers ([`ras`]), which module's data
+//! ([`topology`]) and what its detector sends ([`sends`]), one address space over all their buffers ([`ras`]), which module's data
 //! goes where, frame by frame ([`dtp`]), and while it runs which receivers count as dead and
 //! at the end which frames count as received ([`watch`]). TOML documents are parsed with
 //! errors that name the field ([`tomldoc`]). A topology is checked in two steps: the document
@@ -10,11 +10,13 @@
 
 pub mod dtp;
 pub mod ras;
+pub mod sends;
 pub mod tomldoc;
 pub mod topology;
 pub mod watch;
 
 pub use dtp::{Destination, Plan};
 pub use ras::AddressSpace;
+pub use sends::Sends;
 pub use topology::{Topology, TopologyError, TransferMode};
 pub use watch::{tally, Epoch, Heartbeats, Reported};

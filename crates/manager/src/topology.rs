@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 
-use rdaq_detector::{Geometry, MODULE_BYTES};
+use rdaq_detector::Geometry;
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -29,6 +29,17 @@ pub struct Topology {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DetectorSpec {
+    /// The detector: a shipped description ("jungfrau", the default, whose emulated modules
+    /// send rdaq datagrams; "eiger") or a description file. A detector placed by header
+    /// sends its own packets ([`crate::sends`]).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A detector placed by header: its pixel bit depth and link (default: the
+    /// description's).
+    #[serde(default)]
+    pub bit_depth: Option<u32>,
+    #[serde(default)]
+    pub link: Option<String>,
     pub modules: u16,
     /// Control API of the detector (the emulator daemon), for `rdaq manage`.
     #[serde(default)]
@@ -165,6 +176,9 @@ pub enum TopologyError {
     TooManyReceivers { receivers: usize, modules: u16 },
     #[error("transfer.payload_bytes must be 1..={max}, not {0}", max = rdaq_proto::MAX_PAYLOAD)]
     Payload(u32),
+    /// What the detector sends does not fit (the message names the field).
+    #[error("{0}")]
+    Detector(String),
     #[error("receiver {0} answered with a buffer map that does not match its buffer request")]
     BadBufferMap(String),
     #[error("receivers.{name}.memory_mib: {memory_mib} MiB holds {slots} frames of {slot_mib:.1} MiB for this plan; it needs at least {MIN_SLOTS}")]
@@ -230,6 +244,7 @@ impl Topology {
                 }
             }
         }
+        crate::sends::Sends::of(self)?;
         Ok(())
     }
 }
@@ -251,6 +266,3 @@ impl Topology {
         Ok(())
     }
 }
-
-/// Bytes of one module frame.
-pub const MODULE_FRAME_BYTES: u64 = MODULE_BYTES as u64;

@@ -109,6 +109,10 @@ pub struct DetectorTelegram {
     /// Highest frame rate it can produce per module, measured when it started (frame
     /// synthesis is the limit of the emulator).
     pub max_rate_hz: f64,
+    /// The detector's own packets it sends, as a receiver's buffer request names them
+    /// (none: rdaq datagrams).
+    #[serde(default)]
+    pub native: Option<NativeRequest>,
 }
 
 /// What the system manager asks a receiver to define: frame slots holding the given modules
@@ -128,6 +132,50 @@ pub struct BufferRequest {
     /// Receive RoCEv2 WRITEs instead of rdaq datagrams.
     #[serde(default)]
     pub roce: Option<RoceRequest>,
+    /// Receive a detector's native sls packets instead of rdaq datagrams.
+    #[serde(default)]
+    pub native: Option<NativeRequest>,
+}
+
+/// A detector that sends its own packets (slsDetectorPackage's), not rdaq datagrams: a
+/// JUNGFRAU placed by packet number (`interfaces` per module, `read_rows` rows read out), or
+/// a detector placed by its header's row and column (EIGER, a described detector), each
+/// module on its ports from the request's `data_port` on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NativeRequest {
+    /// A shipped description's name ("jungfrau", "eiger", ...) or a description's TOML
+    /// text; never a path (a receiver reads no file a request names).
+    pub detector: String,
+    /// JUNGFRAU: UDP interfaces per module.
+    #[serde(default = "one_u8")]
+    pub interfaces: u8,
+    /// JUNGFRAU: the rows each module reads out (`readnrows`).
+    #[serde(default = "full_rows")]
+    pub read_rows: u16,
+    /// A detector placed by header: its pixel bit depth and link (default: the
+    /// description's), chip gap pixels, and the detector's modules per row, which its
+    /// header's column counts in.
+    #[serde(default)]
+    pub bit_depth: Option<u32>,
+    #[serde(default)]
+    pub link: Option<String>,
+    #[serde(default)]
+    pub gap_pixels: bool,
+    #[serde(default = "one_u16")]
+    pub module_cols: u16,
+}
+
+fn one_u8() -> u8 {
+    1
+}
+
+fn one_u16() -> u16 {
+    1
+}
+
+fn full_rows() -> u16 {
+    512
 }
 
 /// One way out of a module: a receiver's data port, its buffers, and where in each buffer
@@ -136,6 +184,10 @@ pub struct BufferRequest {
 pub struct Route {
     pub receiver: String,
     pub data: SocketAddr,
+    /// A detector's own packets: port `p` of the module goes to `ports[p]` at `data`'s
+    /// address (empty: rdaq datagrams to `data`).
+    #[serde(default)]
+    pub ports: Vec<u16>,
     pub buffers: Vec<LocalBufferInfo>,
     /// Byte offset of this module's frame in each buffer.
     pub offset: u64,
@@ -181,6 +233,7 @@ impl ModuleDtp {
             routes: vec![Route {
                 receiver: "receiver".into(),
                 data,
+                ports: Vec::new(),
                 buffers: map.buffers.clone(),
                 offset: module as u64 * map.module_bytes,
                 ring_start: 0,
@@ -262,7 +315,7 @@ mod tests {
     #[test]
     fn dtp_round_robin_and_broadcast() {
         let bufs = |base: u32| (0..3).map(|i| LocalBufferInfo { id: base + i, key: 0, size: 1, va: 0 }).collect();
-        let route = |n: &str, base| Route { receiver: n.into(), data: "127.0.0.1:1".parse().unwrap(), buffers: bufs(base), offset: 0, ring_start: 0, checksum: false, roce: None };
+        let route = |n: &str, base| Route { receiver: n.into(), data: "127.0.0.1:1".parse().unwrap(), ports: Vec::new(), buffers: bufs(base), offset: 0, ring_start: 0, checksum: false, roce: None };
         let mut dtp = ModuleDtp {
             version: TELEGRAM_VERSION,
             module: 0,

@@ -14,7 +14,7 @@ use rdaq_control::detector;
 use rdaq_detector::Description;
 use rdaq_emulator::described::{self, DescribedDetector};
 use rdaq_emulator::{Control, EmulatorConfig, FaultConfig};
-use rdaq_proto::telegram::BufferMap;
+use rdaq_proto::telegram::{BufferMap, NativeRequest};
 use rdaq_run::outputs;
 use rdaq_run::run::{single_receiver_dtps, write_manifest};
 
@@ -106,7 +106,8 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         if a.modules == 0 || a.modules > 64 {
             bail!("--modules must be 1..=64");
         }
-        let opts = detector::Options { name: a.name, modules: a.modules, seed: a.seed };
+        let native = a.detector.as_deref().map(|name| served_native(&a, name)).transpose()?;
+        let opts = detector::Options { name: a.name, modules: a.modules, seed: a.seed, native };
         let access = Arc::new(a.access.access()?);
         rdaq_control::http::serve(addr, detector::router(opts, access.clone()), "emulate", access)?;
         return Ok(ExitCode::SUCCESS);
@@ -168,6 +169,20 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The described detector the daemon emulates (`--serve --detector`).
+fn served_native(a: &EmulateArgs, name: &str) -> anyhow::Result<detector::Native> {
+    let request = NativeRequest {
+        detector: Description::text(name)?,
+        interfaces: 1,
+        read_rows: 512,
+        bit_depth: a.bit_depth,
+        link: a.link.clone(),
+        gap_pixels: false,
+        module_cols: a.module_cols,
+    };
+    detector::Native::new(request, a.modules)
+}
+
 /// `rdaq emulate --detector`: a described detector's packets, port `p` of module `m` to the
 /// receiver's data port `m * ports + p`.
 fn emulate_described(a: &EmulateArgs, name: &str, map: &BufferMap, buffers: &std::path::Path) -> anyhow::Result<ExitCode> {
@@ -189,12 +204,12 @@ fn emulate_described(a: &EmulateArgs, name: &str, map: &BufferMap, buffers: &std
         bail!("{}: the receiver holds module frames of {} bytes, {} at {bits} bits sends {}", buffers.display(), map.module_bytes, d.name, want / map.modules as u64);
     }
     let dests: Vec<SocketAddr> = map.data_ports.iter().map(|&p| SocketAddr::new(a.target, p)).collect();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let s2 = stop.clone();
-    let _ = ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed));
+    let progress = Arc::new(Control::default());
+    let p2 = progress.clone();
+    let _ = ctrlc::set_handler(move || p2.stop.store(true, Ordering::Relaxed));
     // sls detectors count frames from 1; a detector with reset frames starts with one (even)
     let first = a.first_frame.unwrap_or(if det.sends_reset_frames() { 2 } else { 1 });
-    let r = described::send(&det, &dests, first, a.frames, (a.rate > 0.0).then_some(a.rate), !a.no_gso, &stop)?;
+    let r = described::send(&det, &dests, first, a.frames, (a.rate > 0.0).then_some(a.rate), !a.no_gso, &progress)?;
     let secs = r.elapsed.as_secs_f64();
     println!(
         "rdaq emulate: {} modules of {} at {bits} bits x {} frames, {} datagrams of {} bytes, {:.3} GB in {:.3} s ({:.2} GB/s), late frames {}, refused {}",

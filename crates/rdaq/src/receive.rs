@@ -13,6 +13,7 @@ use clap::Args;
 use indicatif::ProgressBar;
 use rdaq_control::auth::AccessArgs;
 use rdaq_control::receiver as daemon;
+use rdaq_detector::Description;
 use rdaq_emulator::Control;
 use rdaq_receiver::Receiver;
 use rdaq_run::acquisition::{self, Chain, Outcome};
@@ -179,7 +180,10 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = a.serve {
         return serve_receiver(a, &cfg, addr);
     }
-    let Setup { rcfg, mut chain, mut meta } = remote::setup(&source(&a), &cfg)?;
+    let Setup { rcfg, mut chain, mut meta, notes } = remote::setup(&source(&a)?, &cfg)?;
+    for n in notes {
+        eprintln!("rdaq receive: {n}");
+    }
     told_times(&a, &mut meta)?;
     if a.pedestal_run.is_some() {
         chain.pedestal_run = Some(pedestal::start(&chain)?);
@@ -295,10 +299,10 @@ fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Res
 }
 
 /// What the detector sends, as the options say.
-fn source(a: &ReceiveArgs) -> remote::Source {
-    remote::Source {
-        format: a.format.clone(),
-        detector: a.detector.clone(),
+fn source(a: &ReceiveArgs) -> anyhow::Result<remote::Source> {
+    let detector = a.detector.as_deref().map(Description::load).transpose()?;
+    Ok(remote::Source {
+        detector,
         bit_depth: a.bit_depth,
         link: a.link.clone(),
         gap_pixels: a.gap_pixels,
@@ -307,7 +311,8 @@ fn source(a: &ReceiveArgs) -> remote::Source {
         interfaces: a.interfaces,
         read_rows: a.read_rows,
         frames: a.frames,
-    }
+        ..remote::Source::new(&a.format)
+    })
 }
 
 /// What the user told of the series that the detector's packets do not say: the images

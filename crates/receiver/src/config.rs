@@ -286,7 +286,8 @@ impl ReceiverConfig {
                 (JUNGFRAU_PACKET_PAYLOAD as u64, ports)
             }
             Format::SlsByHeader(g) => {
-                if g.packets == 0 || g.ports() == 0 || g.module_cols == 0 || self.modules % g.module_cols != 0 {
+                // a receiver of some of the modules (module_ids) holds part of the grid's rows
+                if g.packets == 0 || g.ports() == 0 || g.module_cols == 0 || (self.module_ids.is_empty() && self.modules % g.module_cols != 0) {
                     return bad(format!("port grid {g:?}: packets, ports and modules per row must be at least 1, the modules whole rows"));
                 }
                 if self.module_bytes != g.module_bytes() {

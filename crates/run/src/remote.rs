@@ -21,8 +21,8 @@ use crate::config::Config;
 pub struct Source {
     /// "rdaq", "sls" or "roce" (when no `detector` is named).
     pub format: String,
-    /// A detector description (shipped name or file) whose native packets arrive.
-    pub detector: Option<String>,
+    /// A detector description whose native packets arrive.
+    pub detector: Option<Description>,
     /// The pixel bit depth it sends (default: the description's).
     pub bit_depth: Option<u32>,
     /// The link whose packet size it sends (default: the description's largest).
@@ -37,6 +37,55 @@ pub struct Source {
     pub read_rows: u16,
     /// Stop after this many frames.
     pub frames: Option<u64>,
+    /// The global ids of the modules this receiver holds, in slot order (empty:
+    /// `0..detector.modules`): a receiver of a spatial plan holds some of them.
+    pub module_ids: Vec<u16>,
+    /// The detector's modules per row, which a header's column counts in (default: the
+    /// image's, `detector.module_cols`).
+    pub grid_cols: Option<u16>,
+    /// How errors name these settings: as the options of `rdaq receive`, or as the fields
+    /// of a buffer request's `native`.
+    pub naming: Naming,
+}
+
+/// How a [`Source`]'s settings are named in its errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Naming {
+    /// `--link` (the command line).
+    Options,
+    /// `native.link` (a receiver daemon's `PUT /buffers`).
+    Fields,
+}
+
+impl Source {
+    /// What the detector sends, as `rdaq receive`'s defaults say (one interface, a full
+    /// readout), in `format`, its settings named as options.
+    pub fn new(format: &str) -> Source {
+        Source {
+            format: format.into(),
+            detector: None,
+            bit_depth: None,
+            link: None,
+            gap_pixels: false,
+            roce_mtu: 4096,
+            first_frame: 0,
+            interfaces: 1,
+            read_rows: rdaq_receiver::engine::JUNGFRAU_ROWS,
+            frames: None,
+            module_ids: Vec::new(),
+            grid_cols: None,
+            naming: Naming::Options,
+        }
+    }
+
+    /// The name of setting `field` ("bit_depth") in errors: `--bit-depth` or
+    /// `native.bit_depth`.
+    fn name(&self, field: &str) -> String {
+        match self.naming {
+            Naming::Options => format!("--{}", field.replace('_', "-")),
+            Naming::Fields => format!("native.{field}"),
+        }
+    }
 }
 
 /// What an acquisition of a detector outside this process starts, and what its frames go
@@ -47,28 +96,32 @@ pub struct Setup {
     /// What the files and the stream say of the series (the source's part is unknown:
     /// number of images, exposure, period).
     pub meta: NxmxMeta,
+    /// What the operator should know of the packets taken (the ports, the descrambling),
+    /// for the caller to print or log.
+    pub notes: Vec<String>,
 }
 
 /// The receiver that takes `a`'s packets, and the chain its frames take.
 pub fn setup(a: &Source, cfg: &Config) -> anyhow::Result<Setup> {
     let format = match &a.detector {
-        Some(name) => {
-            let d = Description::load(name)?;
+        Some(d) => {
             if d.ports.place == Place::Header {
-                return described_setup(a, cfg, &d);
+                return described_setup(a, cfg, d);
             }
             // a description placed by packet number is JUNGFRAU's (checked when loaded)
             if a.bit_depth.is_some_and(|b| b != 16) || a.gap_pixels {
-                bail!("--detector {}: JUNGFRAU sends 16-bit pixels and has no chip gaps", d.name);
+                bail!("{} {}: JUNGFRAU sends 16-bit pixels and has no chip gaps", a.name("detector"), d.name);
             }
             if let Some(l) = &a.link {
-                d.link(l).map_err(|e| anyhow::anyhow!("--link: {e}"))?;
+                d.link(l).map_err(|e| anyhow::anyhow!("{}: {e}", a.name("link")))?;
             }
             Format::Sls { interfaces: a.interfaces, rows: a.read_rows }
         }
-        None if a.bit_depth.is_some() || a.link.is_some() || a.gap_pixels => bail!("--bit-depth, --link and --gap-pixels are settings of a --detector"),
+        None if a.bit_depth.is_some() || a.link.is_some() || a.gap_pixels => {
+            bail!("{}, {} and {} are settings of a {}", a.name("bit_depth"), a.name("link"), a.name("gap_pixels"), a.name("detector"))
+        }
         None => match a.format.as_str() {
-            "rdaq" if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS => bail!("--read-rows is a setting of native JUNGFRAU packets (--format sls)"),
+            "rdaq" if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS => bail!("{} is a setting of native JUNGFRAU packets (--format sls)", a.name("read_rows")),
             "rdaq" => Format::Rdaq,
             "sls" => Format::Sls { interfaces: a.interfaces, rows: a.read_rows },
             "roce" => Format::Roce { mtu: a.roce_mtu, first_frame: a.first_frame, frame_stride: 1 },
@@ -76,36 +129,43 @@ pub fn setup(a: &Source, cfg: &Config) -> anyhow::Result<Setup> {
         },
     };
     if a.read_rows == 0 || a.read_rows > 512 || a.read_rows % 8 != 0 {
-        bail!("--read-rows {} must be 8 to 512, a multiple of 8", a.read_rows);
+        bail!("{} {} must be 8 to 512, a multiple of 8", a.name("read_rows"), a.read_rows);
     }
     let geometry = cfg.geometry().expect("checked").with_module_height(a.read_rows as usize);
     let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, ..common_config(a, cfg, geometry.module_bytes())? };
-    let (meta, processing) = crate::run::plan(cfg, geometry, None)?;
-    Ok(Setup { rcfg, chain: Chain::new(geometry, processing, "receiver", cfg.faults.consumer_delay()), meta })
+    let (meta, processing) = crate::run::plan(cfg, geometry, ids(a))?;
+    Ok(Setup { rcfg, chain: Chain::new(geometry, processing, "receiver", cfg.faults.consumer_delay()), meta, notes: Vec::new() })
+}
+
+/// The module ids the calibration is taken for (`None`: the first modules).
+fn ids(a: &Source) -> Option<&[u16]> {
+    (!a.module_ids.is_empty()).then_some(&a.module_ids[..])
 }
 
 /// The receiver of a described detector's native packets placed by their header's row and
 /// column, and the decoding of its module frames.
 fn described_setup(a: &Source, cfg: &Config, d: &Description) -> anyhow::Result<Setup> {
     if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS || a.interfaces != 1 {
-        bail!("--read-rows and --interfaces are settings of JUNGFRAU; {} sends what its description says", d.name);
+        bail!("{} and {} are settings of JUNGFRAU; {} sends what its description says", a.name("read_rows"), a.name("interfaces"), d.name);
     }
     if cfg.processing() {
         bail!("process: the processing graph is JUNGFRAU's; {} frames are written as the detector counts them (drop --calibration, or process.mode = \"raw\")", d.name);
     }
     let bits = a.bit_depth.unwrap_or(d.pixel.default_bit_depth);
     let link = a.link.clone().unwrap_or_else(|| d.default_link().to_owned());
-    let payload = d.link(&link).map_err(|e| anyhow::anyhow!("--link: {e}"))?;
-    let layout = ModuleLayout::new(d, bits, a.gap_pixels).map_err(|e| anyhow::anyhow!("--bit-depth {bits}: {e}"))?;
+    let payload = d.link(&link).map_err(|e| anyhow::anyhow!("{}: {e}", a.name("link")))?;
+    let layout = ModuleLayout::new(d, bits, a.gap_pixels).map_err(|e| anyhow::anyhow!("{} {bits}: {e}", a.name("bit_depth")))?;
     let packets = d.packets_per_port(bits, payload).context("the description's packets per port")? as u32;
-    let grid = PortGrid { det_type: d.header.det_type, payload: payload as u32, packets, port_rows: d.ports.rows as u16, port_cols: d.ports.cols as u16, module_cols: cfg.detector.module_cols };
+    let module_cols = a.grid_cols.unwrap_or(cfg.detector.module_cols);
+    let grid = PortGrid { det_type: d.header.det_type, payload: payload as u32, packets, port_rows: d.ports.rows as u16, port_cols: d.ports.cols as u16, module_cols };
     let rcfg = ReceiverConfig { format: Format::SlsByHeader(grid), module_bytes: grid.module_bytes(), payload_bytes: payload as u32, ..common_config(a, cfg, layout.raw_bytes())? };
     let mask = layout.gap_mask();
-    let (decoder, pixel) = match Descrambler::for_description(d).map_err(|e| anyhow::anyhow!("--detector {}: {e}", d.name))? {
+    let mut notes = Vec::new();
+    let (decoder, pixel) = match Descrambler::for_description(d).map_err(|e| anyhow::anyhow!("{} {}: {e}", a.name("detector"), d.name))? {
         Some(s) => {
             let fields = s.field_names().join(", ");
             let reset = if s.needs_reset() { "; even frame numbers are reset frames, subtracted from the next frame" } else { "" };
-            eprintln!("rdaq receive: descrambling into the int16 planes {fields}, stacked in each module{reset}");
+            notes.push(format!("descrambling into the int16 planes {fields}, stacked in each module{reset}"));
             (Decoder::Descramble(layout, s), PixelType::Fields)
         }
         None => (Decoder::Layout(layout), PixelType::Counts(bits as u8)),
@@ -118,8 +178,8 @@ fn described_setup(a: &Source, cfg: &Config, d: &Description) -> anyhow::Result<
         rotation: cfg.goniometer.rotation(),
         ..NxmxMeta::described(geometry, d, pixel, mask)
     };
-    eprintln!("rdaq receive: {} module(s) of {} at {bits} bits on link {link}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, grid.ports());
-    Ok(Setup { rcfg, chain: Chain { decoder: Some(decoder), ..Chain::new(geometry, None, "receiver", cfg.faults.consumer_delay()) }, meta })
+    notes.push(format!("{} module(s) of {} at {bits} bits on link {link}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, grid.ports()));
+    Ok(Setup { rcfg, chain: Chain { decoder: Some(decoder), ..Chain::new(geometry, None, "receiver", cfg.faults.consumer_delay()) }, meta, notes })
 }
 
 /// The receiver settings every format shares, for modules of `module_bytes` bytes.
@@ -137,6 +197,7 @@ fn common_config(a: &Source, cfg: &Config, module_bytes: usize) -> anyhow::Resul
         payload_bytes: cfg.network.payload_bytes,
         slots,
         frames: a.frames,
+        module_ids: a.module_ids.clone(),
         ..ReceiverConfig::default()
     })
 }
