@@ -182,3 +182,47 @@ def test_a_receiver_on_its_own_shows_its_dashboard(rdaq, tmp_path):
         assert proc.returncode == 0
     finally:
         proc.kill()
+
+
+def test_python_acquisition_of_a_detector_outside_equals_rdaq_receive(rdaq, tmp_path):
+    """`rdaq.Acquisition(source=...)` runs `rdaq receive`'s acquisition: the PSI captures sent
+    to its ports come out as processed frames, numpy arrays over the graph's buffers, equal to
+    what `rdaq receive --calibration` writes from the same packets; its errors name the
+    source's fields."""
+    import rdaq as rdaq_py  # the Python package (the fixture `rdaq` is the binary)
+    case = "two interfaces"
+    interfaces, captures, frames, rows, _ = CASES[case]
+    pedestal, gain = calibration(rows)
+    cal = tmp_path / "cal.h5"
+    write_calibration(cal, pedestal, gain, np.zeros((rows, 1024), np.uint32))
+    (tmp_path / "proc.toml").write_text('[process]\nveto = false\noutput = "photons32"\n')
+    (tmp_path / "cli").mkdir()
+    s_cli, cli_h5 = receive(rdaq, tmp_path / "cli", case, ["--calibration", cal, "--config", tmp_path / "proc.toml", "--photon-energy-kev", str(KEV)])
+    conf = tmp_path / "py.toml"
+    conf.write_text(f'[detector]\nphoton_energy_kev = {KEV}\n[network]\ndata_port = 0\n[stream]\nendpoint = "none"\n'
+                    f'[output]\nname = "py"\n[process]\ncalibration = "{cal}"\nveto = false\noutput = "photons32"\n')
+    got = {}
+    with rdaq_py.Acquisition(config=conf, frames=frames, out=tmp_path / "py", source={"format": "sls", "interfaces": interfaces}) as acq:
+        assert len(acq.ports) == interfaces and acq.shape == (rows, 1024)
+        replay([(c, acq.ports[i]) for c, i in captures])
+        for frame in acq:
+            a = np.asarray(frame)
+            assert np.shares_memory(a, frame.array) and a.dtype == np.int32
+            got[frame.number] = a.copy()
+            del a
+            frame.release()
+    assert acq.summary["frames_written"] == frames == s_cli["frames_written"], acq.summary
+    assert acq.summary["processing"]["signal_frames"] == frames
+    with h5py.File(cli_h5, "r") as f, h5py.File(tmp_path / "py" / "py_master.h5", "r") as p:
+        numbers = f["entry/data/frame_number"][:].tolist()
+        assert sorted(got) == numbers == p["entry/data/frame_number"][:].tolist()
+        for i, n in enumerate(numbers):
+            assert np.array_equal(got[n], f["entry/data/data"][i]), f"frame {n}"
+        assert np.array_equal(p["entry/data/data"][()], f["entry/data/data"][()])
+    with pytest.raises(ValueError, match="source: unknown field `lnk`"):
+        rdaq_py.Acquisition(config=conf, source={"lnk": "10g"})
+    with pytest.raises(ValueError, match="source.bit_depth"):
+        rdaq_py.Acquisition(config=conf, source={"bit_depth": 12})
+    (tmp_path / "raw.toml").write_text('[stream]\nendpoint = "none"\n')
+    with pytest.raises(ValueError, match="process"):
+        rdaq_py.Acquisition(config=tmp_path / "raw.toml", source={"format": "sls"})

@@ -214,7 +214,7 @@ fn receiver_config(opts: &Options, r: &BufferRequest) -> Result<ReceiverConfig, 
 
 /// What the modules of request `r` send, as the source of an acquisition.
 fn source_of(r: &BufferRequest) -> Result<remote::Source, ApiError> {
-    let s = remote::Source { module_ids: r.modules.clone(), naming: remote::Naming::Fields, ..remote::Source::new("rdaq") };
+    let s = remote::Source { module_ids: r.modules.clone(), naming: remote::Naming::Fields("native"), ..remote::Source::new("rdaq") };
     Ok(match (&r.native, r.roce) {
         (Some(n), _) => {
             let d = Description::named_or_text(&n.detector).map_err(|e| bad(format!("native.detector: {e}")))?;

@@ -1,6 +1,7 @@
-//! `rdaq.Acquisition` and `rdaq.ProcessedFrame`: an acquisition of this process, the one
-//! `rdaq run` runs (the emulated detector, the receiver, the processing graph, the files,
-//! the stream), configured by the same file, whose processed frames Python iterates over.
+//! `rdaq.Acquisition` and `rdaq.ProcessedFrame`: the acquisition `rdaq run` runs (the
+//! emulated detector, the receiver, the processing graph, the files, the stream), or with a
+//! `source` the one `rdaq receive` runs on a detector outside this process, configured by
+//! the same file, whose processed frames Python iterates over.
 //! A frame's photon counts are the graph's own buffer, read by numpy in place (the buffer
 //! protocol); the buffer goes back to the graph when the frame is released or freed, which
 //! cannot happen while an array over it exists.
@@ -12,13 +13,18 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::RecvTimeoutError;
+use anyhow::Context;
+use crossbeam_channel::{RecvTimeoutError, Sender};
 use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use rdaq_emulator::Control;
+use rdaq_detector::Geometry;
 use rdaq_run::config::Config;
 use rdaq_run::graph::deliver::{Pixels, Processed, WAITING};
+use rdaq_run::graph;
+use rdaq_run::receive;
+use rdaq_run::remote::{self, Source};
 use rdaq_run::summary::Summary;
 
 use crate::receiver::FrameReleased;
@@ -26,10 +32,13 @@ use crate::receiver::FrameReleased;
 /// How long `__next__` waits between looks at Ctrl-C.
 const POLL: Duration = Duration::from_millis(100);
 
-/// An acquisition with the emulated detector in this process, configured as `rdaq run`
-/// (`config`: a TOML file of rdaq.example.toml's sections; the keywords override it).
-/// Iterate over it for the processed frames as they are written; `summary` is the run's
-/// summary (the one `rdaq run --summary-json` writes) once iteration ended.
+/// An acquisition, configured as `rdaq run` and `rdaq receive` are (`config`: a TOML file
+/// of rdaq.example.toml's sections; the keywords override it): of the emulated detector in
+/// this process, or with `source` (a dict of what a detector outside the process sends:
+/// `format`, `detector`, `interfaces`, `read_rows`, `bit_depth`, `link`, ...) of the packets
+/// that come to its data ports (`ports`), as `rdaq receive` takes them. Iterate over it for
+/// the processed frames as they are written; `summary` is the acquisition's summary (the
+/// one `--summary-json` writes) once iteration ended.
 #[pyclass(module = "rdaq._rdaq")]
 pub struct Acquisition {
     frames: crossbeam_channel::Receiver<Processed>,
@@ -37,6 +46,8 @@ pub struct Acquisition {
     control: Arc<Control>,
     summary: Option<serde_json::Value>,
     shape: [ffi::Py_ssize_t; 2],
+    /// The data ports of a source outside this process (none for the emulated detector).
+    ports: Vec<u16>,
 }
 
 impl Acquisition {
@@ -50,33 +61,86 @@ impl Acquisition {
     }
 }
 
+/// What a started acquisition hands to its `Acquisition`: the run, the image's shape, the
+/// data ports.
+type Started = (JoinHandle<anyhow::Result<Summary>>, Geometry, Vec<u16>);
+
+/// `rdaq run`'s acquisition, its processed frames to `tx`.
+fn start_emulated(cfg: Config, control: Arc<Control>, tx: Sender<Processed>) -> anyhow::Result<Started> {
+    let g = cfg.geometry().expect("checked");
+    let run = std::thread::Builder::new()
+        .name("rdaq-acquisition".into())
+        .spawn(move || rdaq_run::run::run_delivering(&cfg, control, Arc::default(), &indicatif::ProgressBar::hidden(), Some(tx)))?;
+    Ok((run, g, Vec::new()))
+}
+
+/// `rdaq receive`'s acquisition of what `source` sends, its processed frames to `tx`; the
+/// series is `<output.dir>/<output.name>_master.h5`.
+fn start_remote(cfg: Config, source: Source, control: Arc<Control>, tx: Sender<Processed>) -> anyhow::Result<Started> {
+    let mut setup = remote::setup(&source, &cfg)?;
+    let Some(processing) = setup.chain.processing.take() else {
+        anyhow::bail!("process: an Acquisition hands out processed frames: give a calibration (process.calibration), or use rdaq.Receiver for raw frames");
+    };
+    setup.chain.processing = Some(graph::Setup { deliver: Some(tx), ..processing });
+    let g = setup.chain.geometry;
+    let out = cfg.output.dir.join(format!("{}_master.h5", cfg.output.name));
+    std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
+    let receiving = receive::start(setup, &cfg, Some(&out), source.frames)?;
+    let ports = receiving.rx.ports().to_vec();
+    let run = std::thread::Builder::new()
+        .name("rdaq-acquisition".into())
+        .spawn(move || receiving.run(&indicatif::ProgressBar::hidden(), None, &control).map(|r| r.summary))?;
+    Ok((run, g, ports))
+}
+
+/// The `source` dict as a [`Source`] (through JSON; errors name `source.<field>`).
+fn source_of(py: Python<'_>, source: &Bound<'_, PyAny>, frames: Option<u64>) -> PyResult<Source> {
+    let text: String = py.import("json")?.call_method1("dumps", (source,))?.extract()?;
+    let s: Source = serde_json::from_str(&text).map_err(|e| PyValueError::new_err(format!("source: {e}")))?;
+    Ok(Source { frames, naming: remote::Naming::Fields("source"), ..s })
+}
+
 #[pymethods]
 impl Acquisition {
     #[new]
-    #[pyo3(signature = (config=None, frames=None, modules=None, rate_hz=None, out=None, overwrite=false))]
-    fn new(config: Option<PathBuf>, frames: Option<u64>, modules: Option<u16>, rate_hz: Option<f64>, out: Option<PathBuf>, overwrite: bool) -> PyResult<Acquisition> {
+    #[pyo3(signature = (config=None, frames=None, modules=None, rate_hz=None, out=None, overwrite=false, source=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        config: Option<PathBuf>,
+        frames: Option<u64>,
+        modules: Option<u16>,
+        rate_hz: Option<f64>,
+        out: Option<PathBuf>,
+        overwrite: bool,
+        source: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Acquisition> {
         let bad = |e: anyhow::Error| PyValueError::new_err(format!("{e:#}"));
+        let base = if source.is_some() { Config::remote() } else { Config::default() };
         let mut cfg = match &config {
-            Some(p) => Config::load(p).map_err(bad)?,
-            None => Config::default(),
+            Some(p) => Config::load_over(base, p).map_err(bad)?,
+            None => base,
         };
         (cfg.emulator.frames, cfg.detector.modules) = (frames.unwrap_or(cfg.emulator.frames), modules.unwrap_or(cfg.detector.modules));
         cfg.emulator.rate_hz = rate_hz.unwrap_or(cfg.emulator.rate_hz);
         cfg.output.dir = out.unwrap_or(cfg.output.dir);
         cfg.output.overwrite |= overwrite;
         cfg.check().map_err(bad)?;
-        if !cfg.processing() {
-            return Err(PyValueError::new_err("process.mode: an Acquisition hands out processed frames; for raw frames use rdaq.Receiver"));
-        }
-        let g = cfg.geometry().expect("checked");
-        let (tx, frames) = crossbeam_channel::bounded(WAITING);
+        let (tx, rx) = crossbeam_channel::bounded(WAITING);
         let control = Arc::new(Control::default());
-        let c = control.clone();
-        let run = std::thread::Builder::new()
-            .name("rdaq-acquisition".into())
-            .spawn(move || rdaq_run::run::run_delivering(&cfg, c, Arc::default(), &indicatif::ProgressBar::hidden(), Some(tx)))
-            .map_err(|e| PyRuntimeError::new_err(format!("cannot start the acquisition: {e}")))?;
-        Ok(Acquisition { frames, run: Some(run), control, summary: None, shape: [g.height() as ffi::Py_ssize_t, g.width() as ffi::Py_ssize_t] })
+        let (run, g, ports) = match source {
+            Some(s) => start_remote(cfg, source_of(py, &s, frames)?, control.clone(), tx).map_err(bad)?,
+            None if !cfg.processing() => return Err(PyValueError::new_err("process.mode: an Acquisition hands out processed frames; for raw frames use rdaq.Receiver")),
+            None => start_emulated(cfg, control.clone(), tx).map_err(|e| PyRuntimeError::new_err(format!("cannot start the acquisition: {e:#}")))?,
+        };
+        Ok(Acquisition { frames: rx, run: Some(run), control, summary: None, shape: [g.height() as ffi::Py_ssize_t, g.width() as ffi::Py_ssize_t], ports })
+    }
+
+    /// The data ports the detector sends to (a `source` outside this process; empty for
+    /// the emulated detector).
+    #[getter]
+    fn ports(&self) -> Vec<u16> {
+        self.ports.clone()
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {

@@ -2,7 +2,7 @@
 //! frame ring and an NXmx file), or the receiver daemon (`--serve`).
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -10,21 +10,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Args;
-use indicatif::ProgressBar;
 use rdaq_control::auth::AccessArgs;
 use rdaq_control::receiver as daemon;
 use rdaq_detector::Description;
 use rdaq_emulator::Control;
-use rdaq_receiver::Receiver;
-use rdaq_run::acquisition::{self, Chain, Outcome};
 use rdaq_run::config::Config;
-use rdaq_run::remote::{self, Setup};
-use rdaq_run::graph::ProcessReport;
-use rdaq_run::run::{check_guards, recv_buffer_line, report_tuning};
-use rdaq_run::stream::Stream;
-use rdaq_run::summary::{Expected, Summary};
+use rdaq_run::remote;
+use rdaq_run::run::{recv_buffer_line, report_tuning};
+use rdaq_run::summary::Summary;
 use rdaq_run::{outputs, progress_bar};
-use rdaq_sink::{NxmxMeta, NxmxWriter};
+use rdaq_sink::NxmxMeta;
 
 use crate::acquire::{set, AcquireArgs};
 use crate::pedestal;
@@ -180,58 +175,49 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = a.serve {
         return serve_receiver(a, &cfg, addr);
     }
-    let Setup { rcfg, mut chain, mut meta, notes } = remote::setup(&source(&a)?, &cfg)?;
-    for n in notes {
+    let mut setup = remote::setup(&source(&a)?, &cfg)?;
+    for n in &setup.notes {
         eprintln!("rdaq receive: {n}");
     }
-    told_times(&a, &mut meta)?;
+    told_times(&a, &mut setup.meta)?;
     if a.pedestal_run.is_some() {
-        chain.pedestal_run = Some(pedestal::start(&chain)?);
+        setup.chain.pedestal_run = Some(pedestal::start(&setup.chain)?);
     }
+    let chain_geometry = setup.chain.geometry;
+    let processing = setup.chain.processing.is_some();
     let overwrite = cfg.output.overwrite;
     let series = a.out.as_deref().map(outputs::series_files);
     let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.acq.summary_json.as_deref()).chain(a.pedestal_run.as_deref());
     outputs::refuse_existing(named, overwrite)?;
-    let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
+    let receiving = rdaq_run::receive::start(setup, &cfg, a.out.as_deref(), a.frames)?;
+    let rx = &receiving.rx;
     if let Some(p) = &a.buffers_out {
         outputs::write_file(p, serde_json::to_string_pretty(rx.buffer_map())?.as_bytes(), overwrite)?;
     }
     let bind = cfg.network.bind;
     let ports: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(bind, p)).collect();
     let slots = rx.buffer_map().buffers.len();
-    let what = if chain.processing.is_some() { format!("processing to {}", cfg.process.output) } else { "raw".into() };
+    let what = if processing { format!("processing to {}", cfg.process.output) } else { "raw".into() };
     eprintln!("rdaq receive: listening on {ports:?} ({}), {slots} slots, {}; {what}", rx.engine(), recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted()));
-    report_tuning("rdaq receive", &rx);
-    let writer = open_output(&a, &meta, overwrite)?;
-    let preview = cfg.stream.preview_config()?;
-    let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
+    report_tuning("rdaq receive", rx);
     let bar = progress_bar(a.frames, "receive");
-    let (board, stop) = (chain.board.clone(), Arc::new(Control::default()));
+    let stop = Arc::new(Control::default());
     let interrupted = on_interrupt(stop.clone());
     let view = match a.dashboard {
-        Some(addr) => Some(rdaq_control::run::serve(addr, a.access.access()?, format!("rdaq receive {}", ports[0]), a.frames, board.clone(), stop.clone())?),
+        Some(addr) => Some(rdaq_control::run::serve(addr, a.access.access()?, format!("rdaq receive {}", ports[0]), a.frames, receiving.board(), stop.clone())?),
         None => None,
     };
-    let start = Instant::now();
-    let sinks = acquisition::Sinks { writer, stream };
-    let chain_geometry = chain.geometry;
-    let outcome = consume_until_stopped(&rx, chain, sinks, &bar, a.timeout_s.map(|t| start + Duration::from_secs_f64(t)), &stop)?;
-    bar.finish();
-    let counters = rx.join()?;
-    board.sample(counters);
-    let expected = a.frames.map_or(Expected::Unknown, Expected::Count);
-    let mut sum = Summary::for_receiver(expected, &counters, &rx.outcome(), &outcome.consumed, start.elapsed(), outcome.h5.as_deref()).with_receiver(&rx);
-    sum.stream = outcome.stream;
-    sum.processing = outcome.processed.map(|p| ProcessReport { calibration: None, ..p });
+    let deadline = a.timeout_s.map(|t| Instant::now() + Duration::from_secs_f64(t));
+    let done = receiving.run(&bar, deadline, &stop)?;
+    let sum = done.summary;
     sum.print();
     if let Some(p) = &a.acq.summary_json {
         sum.write_json(p, overwrite)?;
     }
-    if let (Some(path), Some(run)) = (&a.pedestal_run, &outcome.pedestal_run) {
+    if let (Some(path), Some(run)) = (&a.pedestal_run, &done.pedestal_run) {
         pedestal::save(&cfg, chain_geometry, run, path, overwrite)?;
     }
-    check_guards(&rx)?;
-    if counters.datagrams == 0 && bind.is_loopback() {
+    if done.counters.datagrams == 0 && bind.is_loopback() {
         eprintln!("rdaq receive: nothing arrived on {ports:?}: a detector on a network card sends to that card's address; use --bind <its address> or --bind 0.0.0.0");
     }
     if let Some(v) = view {
@@ -329,41 +315,3 @@ fn told_times(a: &ReceiveArgs, meta: &mut NxmxMeta) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The `--out` file, after a look at the free space when the frame count is known.
-fn open_output(a: &ReceiveArgs, meta: &NxmxMeta, overwrite: bool) -> anyhow::Result<Option<NxmxWriter>> {
-    let Some(p) = &a.out else { return Ok(None) };
-    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if let Some(n) = a.frames {
-        let frame = meta.image_bytes() as u64;
-        outputs::warn_if_short(dir, n * frame, &format!("{n} frames of {:.1} MB before compression", frame as f64 / 1e6));
-    }
-    let w = NxmxWriter::create(p, meta, overwrite)?;
-    outputs::warn_without_reserve(&w, p);
-    Ok(Some(w))
-}
-
-/// Takes the frames through the chain until the receiver stops by itself (its frame
-/// count), `stop` (Ctrl-C, the dashboard's button), or the deadline; the board follows the
-/// receiver's counters.
-fn consume_until_stopped(rx: &Receiver, chain: Chain, sinks: acquisition::Sinks, bar: &ProgressBar, deadline: Option<Instant>, stop: &Control) -> anyhow::Result<Outcome> {
-    let board = chain.board.clone();
-    board.set_state("acquiring");
-    std::thread::scope(|s| {
-        let consumer = s.spawn(|| acquisition::consume(rx, chain, sinks, bar, None, |_| {}));
-        let mut sampled = Instant::now();
-        while !consumer.is_finished() {
-            if stop.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
-                rx.stop();
-            }
-            if sampled.elapsed() >= SAMPLE_EVERY {
-                board.sample(rx.counters());
-                sampled = Instant::now();
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        consumer.join().expect("consumer thread panicked")
-    })
-}
-
-/// How often the dashboard's board takes the receiver's counters.
-const SAMPLE_EVERY: Duration = Duration::from_millis(250);

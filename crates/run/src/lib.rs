@@ -13,7 +13,8 @@
 //! - [`run`]: a single-receiver run with the emulated detector; [`topology`]: a run of a
 //!   whole plan (several receivers) in one process.
 //! - [`remote`]: the source of an acquisition of a detector outside this process: its
-//!   packets, the receiver that takes them, the image and chain of its frames.
+//!   packets, the receiver that takes them, the image and chain of its frames;
+//!   [`receive`]: that acquisition from start to summary (`rdaq receive`, Python).
 //! - [`pairs`]: a descrambled detector's data frames paired with their reset frames.
 //! - [`outputs`]: the output files and the rule that protects them (no silent overwrite).
 //! - [`summary`]: the end-of-acquisition summary and the exit status it implies.
@@ -38,6 +39,7 @@ pub mod graph;
 pub mod latency;
 pub mod outputs;
 pub mod pairs;
+pub mod receive;
 pub mod remote;
 pub mod run;
 pub mod stream;

@@ -10,18 +10,22 @@ use rdaq_detector::{Description, ModuleLayout};
 use rdaq_process::descramble::Descrambler;
 use rdaq_receiver::{Format, PortGrid, ReceiverConfig};
 use rdaq_sink::{NxmxMeta, PixelType};
+use serde::Deserialize;
 
 use crate::acquisition::Chain;
 use crate::assemble::Decoder;
 use crate::config::Config;
 
 /// What the detector sends, beyond the configuration: the packets' format and the
-/// detector's settings that shape them.
-#[derive(Clone, Debug)]
+/// detector's settings that shape them. Python's `Acquisition(source={...})` gives it as a
+/// table of these fields (the detector by name or file).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Source {
     /// "rdaq", "sls" or "roce" (when no `detector` is named).
     pub format: String,
     /// A detector description whose native packets arrive.
+    #[serde(deserialize_with = "described")]
     pub detector: Option<Description>,
     /// The pixel bit depth it sends (default: the description's).
     pub bit_depth: Option<u32>,
@@ -36,25 +40,42 @@ pub struct Source {
     pub interfaces: u8,
     pub read_rows: u16,
     /// Stop after this many frames.
+    #[serde(skip)]
     pub frames: Option<u64>,
     /// The global ids of the modules this receiver holds, in slot order (empty:
     /// `0..detector.modules`): a receiver of a spatial plan holds some of them.
+    #[serde(skip)]
     pub module_ids: Vec<u16>,
     /// The detector's modules per row, which a header's column counts in (default: the
     /// image's, `detector.module_cols`).
+    #[serde(skip)]
     pub grid_cols: Option<u16>,
     /// How errors name these settings: as the options of `rdaq receive`, or as the fields
-    /// of a buffer request's `native`.
+    /// of a table (a buffer request's `native`, Python's `source`).
+    #[serde(skip)]
     pub naming: Naming,
 }
 
 /// How a [`Source`]'s settings are named in its errors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Naming {
     /// `--link` (the command line).
+    #[default]
     Options,
-    /// `native.link` (a receiver daemon's `PUT /buffers`).
-    Fields,
+    /// `native.link` (the table's name, then the field).
+    Fields(&'static str),
+}
+
+impl Default for Source {
+    fn default() -> Source {
+        Source::new("rdaq")
+    }
+}
+
+/// A description by the name of a shipped one or a description file.
+fn described<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Description>, D::Error> {
+    let name = String::deserialize(d)?;
+    Description::load(&name).map(Some).map_err(serde::de::Error::custom)
 }
 
 impl Source {
@@ -83,7 +104,7 @@ impl Source {
     fn name(&self, field: &str) -> String {
         match self.naming {
             Naming::Options => format!("--{}", field.replace('_', "-")),
-            Naming::Fields => format!("native.{field}"),
+            Naming::Fields(table) => format!("{table}.{field}"),
         }
     }
 }

@@ -1,0 +1,123 @@
+//! An acquisition of a detector outside this process, from start to summary: the receiver
+//! of its [`remote::Setup`], the NXmx series and the Stream V2 stream, the frames through
+//! the chain ([`crate::acquisition`]) until the receiver stops (its frame count, a stop,
+//! the deadline), and the summary. `rdaq receive` and Python's
+//! `rdaq.Acquisition(source=...)` run it; they only turn their inputs into its source and
+//! configuration.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use indicatif::ProgressBar;
+use rdaq_emulator::Control;
+use rdaq_process::pedestal_run::PedestalRun;
+use rdaq_receiver::{Counters, Receiver};
+use rdaq_sink::{NxmxMeta, NxmxWriter};
+
+use crate::acquisition::{self, Chain, Outcome, Sinks};
+use crate::board::Board;
+use crate::config::Config;
+use crate::graph::ProcessReport;
+use crate::remote::Setup;
+use crate::run::check_guards;
+use crate::stream::Stream;
+use crate::summary::{Expected, Summary};
+use crate::outputs;
+
+/// How often the board takes the receiver's counters.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+
+/// A started acquisition: its receiver listens, its sinks are open.
+pub struct Receiving {
+    pub rx: Receiver,
+    chain: Chain,
+    sinks: Sinks,
+    frames: Option<u64>,
+}
+
+/// Starts the receiver of `setup` and opens the sinks: the series at `out` (none: the
+/// frames are counted only; an existing file is refused unless `output.overwrite`) and the
+/// configuration's stream and preview. `frames`: the receiver stops after that many.
+pub fn start(setup: Setup, cfg: &Config, out: Option<&Path>, frames: Option<u64>) -> anyhow::Result<Receiving> {
+    let Setup { rcfg, chain, meta, .. } = setup;
+    let rx = Receiver::start(rcfg).context("starting the receiver")?;
+    let writer = match out {
+        Some(p) => Some(open_series(p, &meta, frames, cfg.output.overwrite)?),
+        None => None,
+    };
+    let preview = cfg.stream.preview_config()?;
+    let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
+    Ok(Receiving { rx, chain, sinks: Sinks { writer, stream }, frames })
+}
+
+/// The series at `p`, after a look at the free space when the frame count is known.
+fn open_series(p: &Path, meta: &NxmxMeta, frames: Option<u64>, overwrite: bool) -> anyhow::Result<NxmxWriter> {
+    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if let Some(n) = frames {
+        let frame = meta.image_bytes() as u64;
+        outputs::warn_if_short(dir, n * frame, &format!("{n} frames of {:.1} MB before compression", frame as f64 / 1e6));
+    }
+    let w = NxmxWriter::create(p, meta, overwrite)?;
+    outputs::warn_without_reserve(&w, p);
+    Ok(w)
+}
+
+/// What came of a finished acquisition.
+pub struct Received {
+    pub summary: Summary,
+    /// The receiver's counters at the end.
+    pub counters: Counters,
+    /// The pedestal run the chain recorded, with every complete frame taken.
+    pub pedestal_run: Option<PedestalRun>,
+}
+
+impl Receiving {
+    /// Where the acquisition shows itself while it runs.
+    pub fn board(&self) -> Arc<Board> {
+        self.chain.board.clone()
+    }
+
+    /// Takes the frames through the chain until the receiver stops by itself (its frame
+    /// count), `stop` is set (Ctrl-C, the dashboard, Python), or the deadline; then the
+    /// summary.
+    pub fn run(self, bar: &ProgressBar, deadline: Option<Instant>, stop: &Control) -> anyhow::Result<Received> {
+        let Receiving { mut rx, chain, sinks, frames } = self;
+        let board = chain.board.clone();
+        let start = Instant::now();
+        let outcome = consume_until_stopped(&rx, chain, sinks, bar, deadline, stop)?;
+        bar.finish();
+        let counters = rx.join()?;
+        board.sample(counters);
+        let expected = frames.map_or(Expected::Unknown, Expected::Count);
+        let mut summary = Summary::for_receiver(expected, &counters, &rx.outcome(), &outcome.consumed, start.elapsed(), outcome.h5.as_deref()).with_receiver(&rx);
+        summary.stream = outcome.stream;
+        summary.processing = outcome.processed.map(|p| ProcessReport { calibration: None, ..p });
+        check_guards(&rx)?;
+        Ok(Received { summary, counters, pedestal_run: outcome.pedestal_run })
+    }
+}
+
+/// Takes the frames through the chain until the receiver stops by itself, `stop`, or the
+/// deadline; the board follows the receiver's counters.
+fn consume_until_stopped(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, deadline: Option<Instant>, stop: &Control) -> anyhow::Result<Outcome> {
+    let board = chain.board.clone();
+    board.set_state("acquiring");
+    std::thread::scope(|s| {
+        let consumer = s.spawn(|| acquisition::consume(rx, chain, sinks, bar, None, |_| {}));
+        let mut sampled = Instant::now();
+        while !consumer.is_finished() {
+            if stop.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+                rx.stop();
+            }
+            if sampled.elapsed() >= SAMPLE_EVERY {
+                board.sample(rx.counters());
+                sampled = Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        consumer.join().expect("consumer thread panicked")
+    })
+}
