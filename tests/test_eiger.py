@@ -322,3 +322,36 @@ def test_a_partial_readout_is_named(rdaq, tmp_path):
 def test_detector_and_format_exclude_each_other(rdaq):
     r = subprocess.run([str(rdaq), "receive", "--detector", "eiger", "--format", "sls"], capture_output=True, text=True, timeout=20)
     assert r.returncode == 2 and "cannot be used with" in r.stderr, r.stderr
+
+
+def test_rdaq_run_emulates_an_eiger_in_process(rdaq, tmp_path):
+    """`rdaq run` with `detector.name = "eiger"`: the EIGER's own packets (two modules side by
+    side, 12 bits) go to a receiver in this process that takes them as `rdaq receive
+    --detector eiger` does; every module of the frames checked has the emulator's pattern,
+    the manifest lists every module frame, and settings that do not fit are refused naming
+    the field."""
+    frames, bits = 20, 12
+    conf = tmp_path / "eiger.toml"
+    conf.write_text(f'[detector]\nname = "eiger"\nbit_depth = {bits}\nmodules = 2\nmodule_cols = 2\n[emulator]\nframes = {frames}\n'
+                    f'rate_hz = 100\n[stream]\nendpoint = "none"\npreview = "none"\n[output]\ndir = "{tmp_path}"\nname = "eiger"\n')
+    r = subprocess.run([str(rdaq), "run", "--config", conf, "--summary-json", tmp_path / "s.json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["frames_complete"] == s["frames_written"] == frames and s["processing"] is None, s
+    with h5py.File(tmp_path / "eiger_master.h5", "r") as f:
+        data = f["entry/data/data"]
+        assert data.dtype == np.uint16 and data.shape[1:] == (512, 2 * 1024 + 8)
+        assert f["entry/data/frame_number"][:].tolist() == list(range(frames))
+        for i in (0, frames // 2, frames - 1):
+            for m in range(2):
+                x0 = m * (1024 + 8)
+                assert np.array_equal(data[i][:, x0:x0 + 1024], pattern(i, m, bits)), f"frame {i}, module {m}"
+    assert len((tmp_path / "eiger_manifest.csv").read_text().splitlines()) == 1 + 2 * frames
+    eiger = '[detector]\nname = "eiger"\n'
+    for text, field in [(eiger + '[process]\nmode = "jungfrau"\n', "process"), (eiger + "[faults]\nloss = 0.1\n", "faults"),
+                        ('[detector]\nname = "jungfrau"\nbit_depth = 12\n', "detector.bit_depth"),
+                        (eiger + 'link = "100g"\n', "detector.link"), ('[detector]\nname = "nosuch"\n', "detector.name")]:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text + f'[output]\ndir = "{tmp_path / "bad"}"\n')
+        r = subprocess.run([str(rdaq), "run", "--config", bad], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and field in r.stderr and len(r.stderr.strip().splitlines()) == 1, (text, r.stderr)

@@ -231,7 +231,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
 fn send_native(det: &DescribedDetector, cfg: &EmulatorConfig, dests: &[SocketAddr], control: &Control) -> Result<EmulatorReport, EmulatorError> {
     let first = cfg.first_frame + (det.sends_reset_frames() && cfg.first_frame % 2 == 1) as u64;
     let r = described::send(det, dests, first, cfg.frames, cfg.rate_hz, true, control).map_err(|source| EmulatorError::Send { module: 0, source })?;
-    Ok(EmulatorReport { manifest: r.manifest, sent: r.sent, gso: true, elapsed: r.elapsed, late_frames: r.late_frames, refused_in_frames: r.sent.refused, ..EmulatorReport::default() })
+    Ok(r.into())
 }
 
 #[derive(Serialize)]

@@ -16,7 +16,7 @@ use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN, SLS_HEADER_VERSION};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::control::Control;
-use crate::report::ManifestEntry;
+use crate::report::{EmulatorReport, ManifestEntry};
 
 /// How one described detector's modules cut their frames into packets.
 #[derive(Clone, Debug)]
@@ -120,10 +120,20 @@ pub struct DescribedReport {
     /// What each module sent for each frame: the xxh3 of its port images, in port order
     /// (the raw module frame a receiver of the same settings holds).
     pub manifest: Vec<ManifestEntry>,
+    /// Whether every port's socket sent with UDP generic segmentation offload.
+    pub gso: bool,
     pub sent: SendStats,
     /// Frames that started after their time (the sender could not keep the rate).
     pub late_frames: u64,
     pub elapsed: Duration,
+}
+
+impl From<DescribedReport> for EmulatorReport {
+    /// The described detector's run as the rdaq modules' is reported (no retransmission,
+    /// no faults; every refusal happened while sending frames).
+    fn from(r: DescribedReport) -> EmulatorReport {
+        EmulatorReport { manifest: r.manifest, sent: r.sent, gso: r.gso, elapsed: r.elapsed, late_frames: r.late_frames, refused_in_frames: r.sent.refused, ..EmulatorReport::default() }
+    }
 }
 
 /// Sends `frames` frames from `first` on, `rate_hz` frames per second (`None`: as fast as
@@ -168,6 +178,7 @@ pub fn send(det: &DescribedDetector, dests: &[SocketAddr], first: u64, frames: u
         r.frames += 1;
     }
     r.elapsed = start.elapsed();
+    r.gso = tx.iter().all(BatchSender::gso);
     for t in &tx {
         r.sent += t.stats;
     }

@@ -175,7 +175,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if let Some(addr) = a.serve {
         return serve_receiver(a, &cfg, addr);
     }
-    let mut setup = remote::setup(&source(&a)?, &cfg)?;
+    let mut setup = remote::setup(&source(&a, &cfg)?, &cfg)?;
     for n in &setup.notes {
         eprintln!("rdaq receive: {n}");
     }
@@ -284,13 +284,17 @@ fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-/// What the detector sends, as the options say.
-fn source(a: &ReceiveArgs) -> anyhow::Result<remote::Source> {
-    let detector = a.detector.as_deref().map(Description::load).transpose()?;
+/// What the detector sends, as the options say (the detector: --detector, or the
+/// configuration's detector.name when it is not JUNGFRAU).
+fn source(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<remote::Source> {
+    let detector = match &a.detector {
+        Some(name) => Some(Description::load(name)?),
+        None => cfg.described()?,
+    };
     Ok(remote::Source {
         detector,
-        bit_depth: a.bit_depth,
-        link: a.link.clone(),
+        bit_depth: a.bit_depth.or(cfg.detector.bit_depth),
+        link: a.link.clone().or_else(|| cfg.detector.link.clone()),
         gap_pixels: a.gap_pixels,
         roce_mtu: a.roce_mtu,
         first_frame: a.first_frame,

@@ -227,7 +227,16 @@ pub struct Faults {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Detector {
-    /// JUNGFRAU modules (1024 x 512 pixels each).
+    /// The detector: "jungfrau" (emulated in `rdaq run` as modules sending rdaq
+    /// datagrams), or a detector placed by its packets' header (a shipped description,
+    /// "eiger", or a description file: docs/detectors.md), whose own packets `rdaq run`
+    /// emulates with a counting pattern and `rdaq receive` takes.
+    pub name: String,
+    /// A detector placed by header: the pixel bit depth and the link it sends (default:
+    /// the description's).
+    pub bit_depth: Option<u32>,
+    pub link: Option<String>,
+    /// Modules (JUNGFRAU: 1024 x 512 pixels each).
     pub modules: u16,
     /// Modules per row of the module grid (fast axis); modules fill rows in order.
     pub module_cols: u16,
@@ -309,6 +318,9 @@ pub struct Output {
 impl Default for Detector {
     fn default() -> Self {
         Detector {
+            name: "jungfrau".into(),
+            bit_depth: None,
+            link: None,
             modules: 2,
             module_cols: 1,
             gap_x: rdaq_detector::geometry::DEFAULT_GAP_X,
@@ -469,10 +481,16 @@ impl Config {
     /// file sets replace the base's, the others keep it. Errors name the file, the field
     /// and its line.
     pub fn load_over(base: Config, path: &Path) -> anyhow::Result<Config> {
-        let invalid = || format!("invalid configuration {}", path.display());
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-        // every error is found on the file alone, where its line is known
-        rdaq_manager::tomldoc::parse::<Config>(&text).with_context(invalid)?;
+        Config::parse_over(base, &text, &path.display().to_string())
+    }
+
+    /// The configuration text `text` (named `origin` in errors) over `base`, as
+    /// [`Config::load_over`] takes a file's.
+    pub fn parse_over(base: Config, text: &str, origin: &str) -> anyhow::Result<Config> {
+        let invalid = || format!("invalid configuration {origin}");
+        // every error is found on the text alone, where its line is known
+        rdaq_manager::tomldoc::parse::<Config>(text).with_context(invalid)?;
         let file: toml::Table = text.parse().with_context(invalid)?;
         Config::with_sections(base, file).with_context(invalid)
     }
@@ -536,6 +554,9 @@ impl Config {
         }
         if !(self.detector.photon_energy_kev > 0.0) {
             bail!("detector.photon_energy_kev must be positive");
+        }
+        if self.described()?.is_none() && (self.detector.bit_depth.is_some() || self.detector.link.is_some()) {
+            bail!("detector.bit_depth and detector.link are settings of a detector placed by header (detector.name), not of JUNGFRAU");
         }
         self.check_outputs()?;
         self.check_backend()?;
@@ -713,13 +734,31 @@ impl Config {
     }
 
     /// Whether the frames go through the processing graph: process.mode "jungfrau", or
-    /// "auto" where the calibration is known.
+    /// "auto" for a JUNGFRAU whose calibration is known.
     pub fn processing(&self) -> bool {
         match self.process.mode.as_str() {
             "jungfrau" => true,
-            "auto" => self.source == Source::Emulated || !self.process.calibration.as_os_str().is_empty(),
+            "auto" => self.jungfrau() && (self.source == Source::Emulated || !self.process.calibration.as_os_str().is_empty()),
             _ => false,
         }
+    }
+
+    /// Whether the detector is JUNGFRAU (`detector.name`).
+    pub fn jungfrau(&self) -> bool {
+        self.detector.name.eq_ignore_ascii_case("jungfrau")
+    }
+
+    /// The description of a detector other than JUNGFRAU (`detector.name`), which must be
+    /// placed by its packets' header; `None` for JUNGFRAU.
+    pub fn described(&self) -> anyhow::Result<Option<rdaq_detector::Description>> {
+        if self.jungfrau() {
+            return Ok(None);
+        }
+        let d = rdaq_detector::Description::load(&self.detector.name).map_err(|e| anyhow::anyhow!("detector.name: {e}"))?;
+        if d.ports.place != rdaq_detector::description::Place::Header {
+            bail!("detector.name: {} is placed by packet number; \"jungfrau\" is the JUNGFRAU rdaq emulates and takes (rdaq receive --format sls for its own packets)", d.name);
+        }
+        Ok(Some(d))
     }
 
     /// Whether the processing converts with the emulated detector's own calibration.

@@ -40,7 +40,6 @@ pub struct Source {
     pub interfaces: u8,
     pub read_rows: u16,
     /// Stop after this many frames.
-    #[serde(skip)]
     pub frames: Option<u64>,
     /// The global ids of the modules this receiver holds, in slot order (empty:
     /// `0..detector.modules`): a receiver of a spatial plan holds some of them.
@@ -104,6 +103,8 @@ impl Source {
     fn name(&self, field: &str) -> String {
         match self.naming {
             Naming::Options => format!("--{}", field.replace('_', "-")),
+            // the detector section names its description `name`
+            Naming::Fields("detector") if field == "detector" => "detector.name".into(),
             Naming::Fields(table) => format!("{table}.{field}"),
         }
     }

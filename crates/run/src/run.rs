@@ -13,6 +13,7 @@ use anyhow::{bail, Context};
 use crossbeam_channel::Sender;
 use indicatif::ProgressBar;
 use rdaq_detector::Geometry;
+use rdaq_emulator::described::{self, DescribedDetector};
 use rdaq_emulator::Control;
 use rdaq_proto::telegram::{BufferMap, ModuleDtp};
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
@@ -21,6 +22,7 @@ use rdaq_sink::{NxmxMeta, NxmxWriter};
 
 use crate::config::Config;
 use crate::acquisition::{self, Chain, Outcome};
+use crate::remote::{self, Setup};
 use crate::board::Board;
 use crate::graph::{self, ProcessReport};
 use crate::stream::Stream;
@@ -42,22 +44,27 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
 /// [`run`], with every written frame of a processed run handed to `deliver` before its
 /// buffer is reused ([`graph::deliver`]: the Python package's frames).
 pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &ProgressBar, deliver: Option<Sender<graph::deliver::Processed>>) -> anyhow::Result<summary::Summary> {
-    let geometry = cfg.geometry().expect("checked");
-    let (mut meta, processing) = plan(cfg, geometry, None)?;
+    let (detector, Setup { rcfg, chain, mut meta, notes }) = emulated_setup(cfg)?;
+    for n in notes {
+        eprintln!("rdaq run: {n}");
+    }
     emulated_series(cfg, &mut meta);
-    let processing = processing.map(|p| graph::Setup { deliver, ..p });
+    let geometry = chain.geometry;
+    let processing = chain.processing.map(|p| graph::Setup { deliver, ..p });
     let (name, writer) = claim_run(cfg, &meta)?;
     let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));
-    let mut rx = Receiver::start(receiver_config(cfg)?).context("starting the receiver")?;
-    let frame_bytes = (geometry.height() * geometry.width() * meta.pixel.bytes()) as u64;
+    let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
+    let frame_bytes = meta.image_bytes() as u64;
     let what = format!("{} frames of {:.1} MB before compression", cfg.emulator.frames, frame_bytes as f64 / 1e6);
     outputs::warn_if_short(&cfg.output.dir, cfg.emulator.frames * frame_bytes, &what);
     outputs::warn_without_reserve(&writer, &out("_master.h5"));
     let preview = cfg.stream.preview_config()?;
     let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
-    eprintln!("{}", start_line(cfg, &rx));
+    eprintln!("{}", start_line(cfg, &rx, frame_bytes));
     report_tuning("rdaq run", &rx);
-    let chain = Chain { board: board.clone(), sent: Some(control.clone()), ..Chain::new(geometry, processing, "receiver", cfg.faults.consumer_delay()) };
+    // the described detector's sender keeps no send times: its frames have no send latency
+    let sent = matches!(detector, Emulated::Jungfrau).then(|| control.clone());
+    let chain = Chain { board: board.clone(), sent, processing, ..chain };
     let sinks = acquisition::Sinks { writer: Some(writer), stream };
     let start = Instant::now();
     board.set_state("acquiring");
@@ -71,8 +78,7 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
             }
         });
         let consumer = s.spawn(move || acquisition::consume(rx_ref, chain, sinks, bar, None, |_| {}));
-        let dtps = single_receiver_dtps(rx.buffer_map(), cfg.network.bind);
-        let emu = rdaq_emulator::run(&cfg.emulator(cfg.detector.modules), &dtps, control.clone());
+        let emu = emulate(&detector, cfg, &rx, &control);
         rx.stop();
         let outcome = consumer.join().expect("consumer thread panicked");
         sampling.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -123,6 +129,59 @@ fn claim_run(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<(String, NxmxWrite
     Ok((name, writer))
 }
 
+/// The detector this process emulates.
+enum Emulated {
+    /// JUNGFRAU modules sending rdaq datagrams.
+    Jungfrau,
+    /// A detector placed by header sending its own packets (`detector.name`).
+    Described(DescribedDetector),
+}
+
+/// The detector `cfg` emulates, the receiver that takes its packets, and the chain of its
+/// frames: JUNGFRAU's, or a described detector's as `rdaq receive --detector` takes them
+/// ([`remote::setup`]).
+fn emulated_setup(cfg: &Config) -> anyhow::Result<(Emulated, Setup)> {
+    let Some(d) = cfg.described()? else {
+        let geometry = cfg.geometry().expect("checked");
+        let (meta, processing) = plan(cfg, geometry, None)?;
+        let chain = Chain::new(geometry, processing, "receiver", cfg.faults.consumer_delay());
+        return Ok((Emulated::Jungfrau, Setup { rcfg: receiver_config(cfg)?, chain, meta, notes: Vec::new() }));
+    };
+    if cfg.faults.config().is_some() {
+        bail!("faults: loss, corruption and the other faults are the rdaq modules'; {} sends its own packets", d.name);
+    }
+    let source = remote::Source {
+        detector: Some(d.clone()),
+        bit_depth: cfg.detector.bit_depth,
+        link: cfg.detector.link.clone(),
+        frames: Some(cfg.emulator.frames),
+        naming: remote::Naming::Fields("detector"),
+        ..remote::Source::new("sls")
+    };
+    let setup = remote::setup(&source, cfg)?;
+    let bits = cfg.detector.bit_depth.unwrap_or(d.pixel.default_bit_depth);
+    let payload = setup.rcfg.payload_bytes as usize;
+    let det = DescribedDetector::new(&d, bits, payload, cfg.detector.modules, cfg.detector.module_cols).map_err(|e| anyhow::anyhow!("detector.name {}: {e}", d.name))?;
+    Ok((Emulated::Described(det), setup))
+}
+
+/// Sends the emulated detector's frames to the receiver `rx`, until all are sent or
+/// `control` stops it.
+fn emulate(detector: &Emulated, cfg: &Config, rx: &Receiver, control: &Arc<Control>) -> anyhow::Result<rdaq_emulator::EmulatorReport> {
+    match detector {
+        Emulated::Jungfrau => {
+            let dtps = single_receiver_dtps(rx.buffer_map(), cfg.network.bind);
+            Ok(rdaq_emulator::run(&cfg.emulator(cfg.detector.modules), &dtps, control.clone())?)
+        }
+        Emulated::Described(det) => {
+            // port p of module m listens on the receiver's (m * ports + p)-th port
+            let dests: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(cfg.network.bind, p)).collect();
+            // numbered from 0 like JUNGFRAU's, an even (reset) frame first
+            Ok(described::send(det, &dests, 0, cfg.emulator.frames, cfg.rate(), cfg.emulator.gso, control)?.into())
+        }
+    }
+}
+
 fn receiver_config(cfg: &Config) -> anyhow::Result<ReceiverConfig> {
     cfg.tune(ReceiverConfig {
         format: Format::Rdaq,
@@ -160,14 +219,14 @@ pub fn emulated_series(cfg: &Config, meta: &mut NxmxMeta) {
     meta.number_of_images = Some(cfg.emulator.frames);
 }
 
-fn start_line(cfg: &Config, rx: &Receiver) -> String {
+fn start_line(cfg: &Config, rx: &Receiver, frame_bytes: u64) -> String {
     format!(
-        "rdaq run: {} modules, {} frames at {}, {} slots of {} MiB, ports {:?} ({}), {}; {}",
+        "rdaq run: {} modules, {} frames at {}, {} slots of {:.1} MiB, ports {:?} ({}), {}; {}",
         cfg.detector.modules,
         cfg.emulator.frames,
         cfg.rate().map_or("full speed".to_string(), |r| format!("{r} Hz")),
-        cfg.slots(),
-        cfg.frame_bytes() >> 20,
+        rx.buffer_map().buffers.len(),
+        frame_bytes as f64 / (1u64 << 20) as f64,
         rx.ports(),
         rx.engine(),
         if cfg.processing() { format!("processing to {}", cfg.process.output) } else { "raw".to_string() },

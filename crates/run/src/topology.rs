@@ -35,6 +35,9 @@ pub fn run(cfg: &Config, path: &Path, control: Arc<Control>) -> anyhow::Result<(
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let t = Topology::from_toml(&text).with_context(|| format!("invalid topology {}", path.display()))?;
     let plan = Plan::new(&t).with_context(|| format!("invalid topology {}", path.display()))?;
+    if plan.sends.native.is_some() {
+        anyhow::bail!("{}: detector.name: rdaq run --topology emulates JUNGFRAU modules sending rdaq datagrams; a detector's own packets go through rdaq manage and the daemons", path.display());
+    }
     std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
     let manifest = cfg.output.dir.join(format!("{}_manifest.csv", cfg.output.name));
     let masters = plan.receivers.iter().map(|rp| cfg.output.dir.join(format!("{}_master.h5", t.receivers[rp.receiver].name)));
