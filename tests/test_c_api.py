@@ -2,12 +2,16 @@
 the system compiler against the generated header, linked with the shared and with the
 static library. The C program checks that misuse returns errors (null pointers, wrong
 handles, double release, small buffers, bad configurations), then receives the emulator's
-frames; their hashes must equal the emulator's manifest. The C++ example of docs/api.md
-receives frames through RAII wrappers."""
+frames; their hashes must equal the emulator's manifest. tests/c/acquire.c runs an
+acquisition (rdaq_acquisition_*) and reads its processed frames, which must equal the NXmx
+file's. The C++ example of docs/api.md receives frames through RAII wrappers."""
 import csv
+import json
 import pathlib
 import subprocess
 
+import h5py
+import hdf5plugin  # noqa: F401
 import numpy as np
 import pytest
 import xxhash
@@ -30,7 +34,9 @@ def compile_c(tmp_path, source, out, static=False, cxx=False):
     cmd = ["c++", "-std=c++17"] if cxx else ["cc", "-Wextra"]
     cmd += ["-O2", "-Wall", "-Werror", "-I", str(HEADER), str(ROOT / "tests" / "c" / source), "-o", str(tmp_path / out)]
     if static:
-        cmd += [str(LIB / "librdaq.a"), "-lpthread", "-ldl", "-lm"]
+        # what the static library's Rust and its HDF5 need (`--print native-static-libs`)
+        hdf5 = subprocess.run(["pkg-config", "--libs", "hdf5"], capture_output=True, text=True, check=True).stdout.split()
+        cmd += [str(LIB / "librdaq.a"), *hdf5, "-lstdc++", "-lgcc_s", "-lutil", "-lrt", "-lpthread", "-ldl", "-lm"]
     else:
         cmd += ["-L", str(LIB), "-lrdaq", f"-Wl,-rpath,{LIB}"]
     subprocess.run(cmd, check=True)
@@ -73,6 +79,35 @@ def test_c_program_receives_frames_bit_exact_and_misuse_is_refused(rdaq, librdaq
             assert xxhash.xxh3_64_intdigest(module) == manifest[(number, m)], f"frame {number} module {m}"
         seen.add(number)
     assert seen == set(range(frames))
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["shared", "static"])
+def test_c_program_runs_an_acquisition_and_reads_its_processed_frames(librdaq, tmp_path, static):
+    """rdaq_acquisition_*: the acquisition of `rdaq run` from a configuration text, its
+    processed frames read in place; they equal the frames of the NXmx file it wrote, and
+    the summary is rdaq run's."""
+    prog = compile_c(tmp_path, "acquire.c", "acquire", static=static)
+    conf = tmp_path / "acq.toml"
+    conf.write_text(f'[detector]\nmodules = 1\n[emulator]\nframes = 8\nrate_hz = 50\n[stream]\nendpoint = "none"\npreview = "none"\n'
+                    f'[output]\ndir = "{tmp_path}"\nname = "c"\n')
+    r = subprocess.run([str(prog), str(conf), str(tmp_path / "frames.bin")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("SUMMARY "))[8:])
+    data = (tmp_path / "frames.bin").read_bytes()
+    got, at = {}, 0
+    while at < len(data):
+        number, pixel = int(np.frombuffer(data[at:at + 8], "<u8")[0]), int(np.frombuffer(data[at + 8:at + 12], "<i4")[0])
+        dtype = {0: np.int16, 1: np.int32, 2: np.float32}[pixel]
+        n = 512 * 1024 * np.dtype(dtype).itemsize
+        got[number] = np.frombuffer(data[at + 12:at + 12 + n], dtype).reshape(512, 1024)
+        at += 12 + n
+    assert f"OK {len(got)} frames, 0 failures" in r.stdout
+    assert summary["frames_written"] == len(got) > 0 and summary["processing"]["hits"] == len(got), summary
+    with h5py.File(tmp_path / "c_master.h5", "r") as f:
+        numbers = f["entry/data/frame_number"][:].tolist()
+        assert sorted(numbers) == sorted(got)
+        for i, n in enumerate(numbers):
+            assert f["entry/data/data"].dtype == got[n].dtype and np.array_equal(f["entry/data/data"][i], got[n]), f"frame {n}"
 
 
 def test_the_cpp_example_of_the_docs_receives_frames(rdaq, librdaq, tmp_path):

@@ -30,6 +30,10 @@ typedef enum RdaqStatus {
   RDAQ_STATUS_BUFFER = -8,
   // A bug of librdaq's caught at the boundary (a panic); the message says where.
   RDAQ_STATUS_INTERNAL = -9,
+  // The acquisition failed while it ran (the message says why).
+  RDAQ_STATUS_FAILED = -10,
+  // The acquisition has not finished yet: its summary is not there.
+  RDAQ_STATUS_RUNNING = -11,
 } RdaqStatus;
 
 // A frame handed to the caller: valid from `rdaq_next_frame` until `rdaq_release` of its
@@ -66,6 +70,28 @@ typedef struct RdaqCounters {
   uint64_t placed_retransmitted;
   uint64_t frames_recovered;
 } RdaqCounters;
+
+// A processed frame of an acquisition handed to the caller: valid from
+// `rdaq_acquisition_next` until `rdaq_acquisition_release` of its `id` (or
+// `rdaq_acquisition_close`).
+typedef struct RdaqImage {
+  // What to release it with.
+  uint64_t id;
+  // The frame number.
+  uint64_t number;
+  // The pixels as the files hold them: 0, int16 photon counts; 1, int32 photon counts;
+  // 2, float32 keV (with the files' saturation and no-data markers).
+  int32_t pixel;
+  // `height` rows of `width` pixels, row-major, native-endian, in the processing
+  // graph's buffer (read-only); `len` bytes.
+  const uint8_t *data;
+  size_t len;
+  uint32_t width;
+  uint32_t height;
+  // 1 when the frame has enough Bragg spots to be a hit; the spots found.
+  int32_t hit;
+  uint32_t spots;
+} RdaqImage;
 
 #ifdef __cplusplus
 extern "C" {
@@ -124,6 +150,56 @@ enum RdaqStatus rdaq_receiver_stop(uint64_t handle);
 // Closes the receiver: stops it, releases every frame still held (their `data` becomes
 // invalid) and frees it once no call on it is running. The handle is invalid afterwards.
 enum RdaqStatus rdaq_receiver_close(uint64_t handle);
+
+// Starts an acquisition configured by `config` (TOML: the sections of rdaq.example.toml,
+// over the defaults of `rdaq run`, or of `rdaq receive` with a source) and stores its
+// handle in `*handle`. `source` null: the emulated detector of `rdaq run`, in this
+// process; otherwise TOML fields of what a detector outside sends (`format`, `detector`,
+// `interfaces`, `read_rows`, `bit_depth`, `link`, `frames`, ...), whose packets come to
+// the ports `rdaq_acquisition_ports` gives. Its frames are processed (a calibration is
+// needed for a detector outside): `RDAQ_STATUS_CONFIG` names the field that is wrong.
+//
+// # Safety
+// `config` is null or NUL-terminated; `source` is null or NUL-terminated; `handle` is
+// null or points to a writable `uint64_t`.
+enum RdaqStatus rdaq_acquisition_open(const char *config, const char *source, uint64_t *handle);
+
+// Copies the data ports a detector outside sends to into `ports` (`len` entries);
+// `*count` gets their number (0 for the emulated detector).
+//
+// # Safety
+// `ports` is null or points to `len` writable `uint16_t`; `count` is null or writable.
+enum RdaqStatus rdaq_acquisition_ports(uint64_t handle, uint16_t *ports, size_t len, size_t *count);
+
+// Waits for the acquisition's next processed frame, at most `timeout_ms` milliseconds
+// (negative: until it ends), and describes it in `*image`. `RDAQ_STATUS_TIMEOUT`: none
+// came in time; `RDAQ_STATUS_FINISHED`: the acquisition ended and handed every frame (its
+// summary is ready); `RDAQ_STATUS_FAILED`: it ended with an error (the message).
+//
+// # Safety
+// `image` is null or points to a writable `RdaqImage`.
+enum RdaqStatus rdaq_acquisition_next(uint64_t handle, int64_t timeout_ms, struct RdaqImage *image);
+
+// Gives frame `id`'s buffer back to the processing graph; its `data` must not be read
+// afterwards. A program that holds frames holds the graph's buffers, which then waits.
+enum RdaqStatus rdaq_acquisition_release(uint64_t handle, uint64_t id);
+
+// Stops the acquisition early (the emulated detector stops sending, a receiver stops
+// receiving); the frames on their way still come.
+enum RdaqStatus rdaq_acquisition_stop(uint64_t handle);
+
+// Copies the summary of an acquisition that ended (JSON, as `--summary-json` writes it)
+// into `buf`; `*needed` gets its size. `RDAQ_STATUS_RUNNING` before
+// `rdaq_acquisition_next` said `RDAQ_STATUS_FINISHED`.
+//
+// # Safety
+// `buf` is null or points to `len` writable bytes; `needed` is null or writable.
+enum RdaqStatus rdaq_acquisition_summary(uint64_t handle, char *buf, size_t len, size_t *needed);
+
+// Closes the acquisition: stops it, releases every frame still held (their `data` becomes
+// invalid), lets the frames still coming go and waits for its end. The handle is invalid
+// afterwards.
+enum RdaqStatus rdaq_acquisition_close(uint64_t handle);
 
 #ifdef __cplusplus
 }  // extern "C"

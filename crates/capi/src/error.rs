@@ -26,6 +26,10 @@ pub enum RdaqStatus {
     Buffer = -8,
     /// A bug of librdaq's caught at the boundary (a panic); the message says where.
     Internal = -9,
+    /// The acquisition failed while it ran (the message says why).
+    Failed = -10,
+    /// The acquisition has not finished yet: its summary is not there.
+    Running = -11,
 }
 
 thread_local! {

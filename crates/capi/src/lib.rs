@@ -1,7 +1,9 @@
-//! librdaq: rdaq's receiver inside a C or C++ application (the RASHPA seed's LIBRASHPA
-//! role). Open a receiver from a TOML configuration, wait for frames, read them in place,
-//! release them, read the counters, close. docs/api.md has the ownership rules and a C++
-//! example; `include/rdaq.h` is generated from this file by cbindgen.
+//! librdaq: rdaq inside a C or C++ application (the RASHPA seed's LIBRASHPA role). A
+//! receiver: open it from a TOML configuration, wait for raw frames, read them in place,
+//! release them, read the counters, close. An acquisition (`rdaq_acquisition_*`): the one
+//! `rdaq run` and `rdaq receive` run, configured by rdaq.example.toml's sections, its
+//! processed frames read in place the same way. docs/api.md has the ownership rules and a
+//! C++ example; `include/rdaq.h` is generated from this crate by cbindgen.
 //!
 //! Receivers and frames are named by integer handles, never by pointers into librdaq, so
 //! a wrong, stale or doubly used handle is an error code, not undefined behaviour. Every
@@ -11,6 +13,7 @@
 use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+mod acquisition;
 mod config;
 mod error;
 mod registry;
@@ -36,6 +39,29 @@ pub struct RdaqFrame {
     pub modules: u16,
     /// Datagram cells that never arrived.
     pub missing_cells: u32,
+}
+
+/// A processed frame of an acquisition handed to the caller: valid from
+/// `rdaq_acquisition_next` until `rdaq_acquisition_release` of its `id` (or
+/// `rdaq_acquisition_close`).
+#[repr(C)]
+pub struct RdaqImage {
+    /// What to release it with.
+    pub id: u64,
+    /// The frame number.
+    pub number: u64,
+    /// The pixels as the files hold them: 0, int16 photon counts; 1, int32 photon counts;
+    /// 2, float32 keV (with the files' saturation and no-data markers).
+    pub pixel: i32,
+    /// `height` rows of `width` pixels, row-major, native-endian, in the processing
+    /// graph's buffer (read-only); `len` bytes.
+    pub data: *const u8,
+    pub len: usize,
+    pub width: u32,
+    pub height: u32,
+    /// 1 when the frame has enough Bragg spots to be a hit; the spots found.
+    pub hit: i32,
+    pub spots: u32,
 }
 
 /// The receiver's counters (at most about 10 ms old).
@@ -92,7 +118,7 @@ pub unsafe extern "C" fn rdaq_receiver_open(config: *const c_char, handle: *mut 
             return Err(null("handle"));
         }
         // SAFETY: non-null and NUL-terminated by the caller's contract.
-        let text = unsafe { CStr::from_ptr(config) }.to_str().map_err(|_| Failure::new(RdaqStatus::Config, "config: not UTF-8"))?;
+        let text = unsafe { text(config, "config") }?;
         let cfg = config::parse(text).map_err(|e| Failure::new(RdaqStatus::Config, format!("config: {e}")))?;
         let h = registry::open(cfg)?;
         // SAFETY: non-null and writable by the caller's contract.
@@ -112,23 +138,8 @@ pub unsafe extern "C" fn rdaq_receiver_buffer_map(handle: u64, buf: *mut c_char,
     guarded(|| {
         let st = registry::station(handle)?;
         let json = serde_json::to_string(st.rx.buffer_map()).expect("a buffer map serializes");
-        if !needed.is_null() {
-            // SAFETY: non-null and writable by the caller's contract.
-            unsafe { *needed = json.len() + 1 };
-        }
-        if buf.is_null() {
-            return Err(null("buf"));
-        }
-        if len < json.len() + 1 {
-            return Err(Failure::new(RdaqStatus::Buffer, format!("buf: {len} bytes, the buffer map needs {}", json.len() + 1)));
-        }
-        // SAFETY: `buf` holds `len` >= json.len() + 1 writable bytes (caller's contract,
-        // checked length); the source is a distinct Rust allocation.
-        unsafe {
-            std::ptr::copy_nonoverlapping(json.as_ptr(), buf as *mut u8, json.len());
-            *buf.add(json.len()) = 0;
-        }
-        Ok(())
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { copy_out(&json, buf, len, needed, "buffer map") }
     })
 }
 
@@ -210,6 +221,157 @@ pub extern "C" fn rdaq_receiver_stop(handle: u64) -> RdaqStatus {
 #[no_mangle]
 pub extern "C" fn rdaq_receiver_close(handle: u64) -> RdaqStatus {
     guarded(|| registry::close(handle))
+}
+
+/// The NUL-terminated UTF-8 text at `p` (`what` names it in errors).
+///
+/// # Safety
+/// `p` is non-null and NUL-terminated.
+unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Failure> {
+    // SAFETY: non-null and NUL-terminated by the caller's contract.
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| Failure::new(RdaqStatus::Config, format!("{what}: not UTF-8")))
+}
+
+/// Copies `s` and a NUL into `buf` (`len` bytes); `*needed` (when not null) gets the size
+/// it takes. `RDAQ_STATUS_BUFFER` when `len` is too small (nothing but `*needed` written).
+///
+/// # Safety
+/// `buf` is null or points to `len` writable bytes; `needed` is null or writable.
+unsafe fn copy_out(s: &str, buf: *mut c_char, len: usize, needed: *mut usize, what: &str) -> Result<(), Failure> {
+    if !needed.is_null() {
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { *needed = s.len() + 1 };
+    }
+    if buf.is_null() {
+        return Err(null("buf"));
+    }
+    if len < s.len() + 1 {
+        return Err(Failure::new(RdaqStatus::Buffer, format!("buf: {len} bytes, the {what} needs {}", s.len() + 1)));
+    }
+    // SAFETY: `buf` holds `len` >= s.len() + 1 writable bytes (caller's contract, checked
+    // length); the source is a distinct Rust allocation.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf as *mut u8, s.len());
+        *buf.add(s.len()) = 0;
+    }
+    Ok(())
+}
+
+/// Starts an acquisition configured by `config` (TOML: the sections of rdaq.example.toml,
+/// over the defaults of `rdaq run`, or of `rdaq receive` with a source) and stores its
+/// handle in `*handle`. `source` null: the emulated detector of `rdaq run`, in this
+/// process; otherwise TOML fields of what a detector outside sends (`format`, `detector`,
+/// `interfaces`, `read_rows`, `bit_depth`, `link`, `frames`, ...), whose packets come to
+/// the ports `rdaq_acquisition_ports` gives. Its frames are processed (a calibration is
+/// needed for a detector outside): `RDAQ_STATUS_CONFIG` names the field that is wrong.
+///
+/// # Safety
+/// `config` is null or NUL-terminated; `source` is null or NUL-terminated; `handle` is
+/// null or points to a writable `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn rdaq_acquisition_open(config: *const c_char, source: *const c_char, handle: *mut u64) -> RdaqStatus {
+    guarded(|| {
+        if config.is_null() {
+            return Err(null("config"));
+        }
+        if handle.is_null() {
+            return Err(null("handle"));
+        }
+        // SAFETY: non-null and NUL-terminated by the caller's contract.
+        let config = unsafe { text(config, "config") }?;
+        // SAFETY: non-null and NUL-terminated by the caller's contract.
+        let source = if source.is_null() { None } else { Some(unsafe { text(source, "source") }?) };
+        let h = acquisition::open(config, source)?;
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { *handle = h };
+        Ok(())
+    })
+}
+
+/// Copies the data ports a detector outside sends to into `ports` (`len` entries);
+/// `*count` gets their number (0 for the emulated detector).
+///
+/// # Safety
+/// `ports` is null or points to `len` writable `uint16_t`; `count` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdaq_acquisition_ports(handle: u64, ports: *mut u16, len: usize, count: *mut usize) -> RdaqStatus {
+    guarded(|| {
+        let run = acquisition::run(handle)?;
+        if !count.is_null() {
+            // SAFETY: non-null and writable by the caller's contract.
+            unsafe { *count = run.ports.len() };
+        }
+        if ports.is_null() {
+            return Err(null("ports"));
+        }
+        if len < run.ports.len() {
+            return Err(Failure::new(RdaqStatus::Buffer, format!("ports: {len} entries, the acquisition has {}", run.ports.len())));
+        }
+        // SAFETY: `ports` holds `len` >= ports.len() writable entries (caller's contract,
+        // checked length); the source is a distinct Rust allocation.
+        unsafe { std::ptr::copy_nonoverlapping(run.ports.as_ptr(), ports, run.ports.len()) };
+        Ok(())
+    })
+}
+
+/// Waits for the acquisition's next processed frame, at most `timeout_ms` milliseconds
+/// (negative: until it ends), and describes it in `*image`. `RDAQ_STATUS_TIMEOUT`: none
+/// came in time; `RDAQ_STATUS_FINISHED`: the acquisition ended and handed every frame (its
+/// summary is ready); `RDAQ_STATUS_FAILED`: it ended with an error (the message).
+///
+/// # Safety
+/// `image` is null or points to a writable `RdaqImage`.
+#[no_mangle]
+pub unsafe extern "C" fn rdaq_acquisition_next(handle: u64, timeout_ms: i64, image: *mut RdaqImage) -> RdaqStatus {
+    guarded(|| {
+        if image.is_null() {
+            return Err(null("image"));
+        }
+        let i = acquisition::run(handle)?.next(timeout_ms)?;
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { *image = i };
+        Ok(())
+    })
+}
+
+/// Gives frame `id`'s buffer back to the processing graph; its `data` must not be read
+/// afterwards. A program that holds frames holds the graph's buffers, which then waits.
+#[no_mangle]
+pub extern "C" fn rdaq_acquisition_release(handle: u64, id: u64) -> RdaqStatus {
+    guarded(|| acquisition::run(handle)?.release(id))
+}
+
+/// Stops the acquisition early (the emulated detector stops sending, a receiver stops
+/// receiving); the frames on their way still come.
+#[no_mangle]
+pub extern "C" fn rdaq_acquisition_stop(handle: u64) -> RdaqStatus {
+    guarded(|| {
+        acquisition::run(handle)?.stop();
+        Ok(())
+    })
+}
+
+/// Copies the summary of an acquisition that ended (JSON, as `--summary-json` writes it)
+/// into `buf`; `*needed` gets its size. `RDAQ_STATUS_RUNNING` before
+/// `rdaq_acquisition_next` said `RDAQ_STATUS_FINISHED`.
+///
+/// # Safety
+/// `buf` is null or points to `len` writable bytes; `needed` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn rdaq_acquisition_summary(handle: u64, buf: *mut c_char, len: usize, needed: *mut usize) -> RdaqStatus {
+    guarded(|| {
+        let s = acquisition::run(handle)?.summary()?;
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { copy_out(&s, buf, len, needed, "summary") }
+    })
+}
+
+/// Closes the acquisition: stops it, releases every frame still held (their `data` becomes
+/// invalid), lets the frames still coming go and waits for its end. The handle is invalid
+/// afterwards.
+#[no_mangle]
+pub extern "C" fn rdaq_acquisition_close(handle: u64) -> RdaqStatus {
+    guarded(|| acquisition::close(handle))
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ static RECEIVERS: Mutex<Option<HashMap<u64, Arc<Station>>>> = Mutex::new(None);
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
 
 /// A poisoned lock (a panic caught at the boundary) still holds a consistent map.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -13,17 +13,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::Context;
-use crossbeam_channel::{RecvTimeoutError, Sender};
+use crossbeam_channel::RecvTimeoutError;
 use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use rdaq_emulator::Control;
-use rdaq_detector::Geometry;
 use rdaq_run::config::Config;
-use rdaq_run::graph::deliver::{Pixels, Processed, WAITING};
-use rdaq_run::graph;
-use rdaq_run::receive;
+use rdaq_run::embedded;
+use rdaq_run::graph::deliver::{Pixels, Processed};
 use rdaq_run::remote::{self, Source};
 use rdaq_run::summary::Summary;
 
@@ -61,43 +58,12 @@ impl Acquisition {
     }
 }
 
-/// What a started acquisition hands to its `Acquisition`: the run, the image's shape, the
-/// data ports.
-type Started = (JoinHandle<anyhow::Result<Summary>>, Geometry, Vec<u16>);
-
-/// `rdaq run`'s acquisition, its processed frames to `tx`.
-fn start_emulated(cfg: Config, control: Arc<Control>, tx: Sender<Processed>) -> anyhow::Result<Started> {
-    let g = cfg.geometry().expect("checked");
-    let run = std::thread::Builder::new()
-        .name("rdaq-acquisition".into())
-        .spawn(move || rdaq_run::run::run_delivering(&cfg, control, Arc::default(), &indicatif::ProgressBar::hidden(), Some(tx)))?;
-    Ok((run, g, Vec::new()))
-}
-
-/// `rdaq receive`'s acquisition of what `source` sends, its processed frames to `tx`; the
-/// series is `<output.dir>/<output.name>_master.h5`.
-fn start_remote(cfg: Config, source: Source, control: Arc<Control>, tx: Sender<Processed>) -> anyhow::Result<Started> {
-    let mut setup = remote::setup(&source, &cfg)?;
-    let Some(processing) = setup.chain.processing.take() else {
-        anyhow::bail!("process: an Acquisition hands out processed frames: give a calibration (process.calibration), or use rdaq.Receiver for raw frames");
-    };
-    setup.chain.processing = Some(graph::Setup { deliver: Some(tx), ..processing });
-    let g = setup.chain.geometry;
-    let out = cfg.output.dir.join(format!("{}_master.h5", cfg.output.name));
-    std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
-    let receiving = receive::start(setup, &cfg, Some(&out), source.frames)?;
-    let ports = receiving.rx.ports().to_vec();
-    let run = std::thread::Builder::new()
-        .name("rdaq-acquisition".into())
-        .spawn(move || receiving.run(&indicatif::ProgressBar::hidden(), None, &control).map(|r| r.summary))?;
-    Ok((run, g, ports))
-}
-
-/// The `source` dict as a [`Source`] (through JSON; errors name `source.<field>`).
+/// The `source` dict as a [`Source`] (through JSON; errors name `source.<field>`); the
+/// `frames` keyword goes over its `frames`.
 fn source_of(py: Python<'_>, source: &Bound<'_, PyAny>, frames: Option<u64>) -> PyResult<Source> {
     let text: String = py.import("json")?.call_method1("dumps", (source,))?.extract()?;
     let s: Source = serde_json::from_str(&text).map_err(|e| PyValueError::new_err(format!("source: {e}")))?;
-    Ok(Source { frames, naming: remote::Naming::Fields("source"), ..s })
+    Ok(Source { frames: frames.or(s.frames), naming: remote::Naming::Fields("source"), ..s })
 }
 
 #[pymethods]
@@ -126,14 +92,10 @@ impl Acquisition {
         cfg.output.dir = out.unwrap_or(cfg.output.dir);
         cfg.output.overwrite |= overwrite;
         cfg.check().map_err(bad)?;
-        let (tx, rx) = crossbeam_channel::bounded(WAITING);
-        let control = Arc::new(Control::default());
-        let (run, g, ports) = match source {
-            Some(s) => start_remote(cfg, source_of(py, &s, frames)?, control.clone(), tx).map_err(bad)?,
-            None if !cfg.processing() => return Err(PyValueError::new_err("process.mode: an Acquisition hands out processed frames; for raw frames use rdaq.Receiver")),
-            None => start_emulated(cfg, control.clone(), tx).map_err(|e| PyRuntimeError::new_err(format!("cannot start the acquisition: {e:#}")))?,
-        };
-        Ok(Acquisition { frames: rx, run: Some(run), control, summary: None, shape: [g.height() as ffi::Py_ssize_t, g.width() as ffi::Py_ssize_t], ports })
+        let source = source.map(|s| source_of(py, &s, frames)).transpose()?;
+        let e = embedded::start(cfg, source).map_err(bad)?;
+        let shape = [e.geometry.height() as ffi::Py_ssize_t, e.geometry.width() as ffi::Py_ssize_t];
+        Ok(Acquisition { frames: e.frames, run: Some(e.run), control: e.control, summary: None, shape, ports: e.ports })
     }
 
     /// The data ports the detector sends to (a `source` outside this process; empty for

@@ -14,7 +14,9 @@
 //!   whole plan (several receivers) in one process.
 //! - [`remote`]: the source of an acquisition of a detector outside this process: its
 //!   packets, the receiver that takes them, the image and chain of its frames;
-//!   [`receive`]: that acquisition from start to summary (`rdaq receive`, Python).
+//!   [`receive`]: that acquisition from start to summary (`rdaq receive`, Python);
+//!   [`embedded`]: either acquisition in a thread of a program (Python, librdaq), its
+//!   processed frames handed out.
 //! - [`pairs`]: a descrambled detector's data frames paired with their reset frames.
 //! - [`outputs`]: the output files and the rule that protects them (no silent overwrite).
 //! - [`summary`]: the end-of-acquisition summary and the exit status it implies.
@@ -35,6 +37,7 @@ pub mod assemble;
 pub mod board;
 pub mod config;
 pub mod consume;
+pub mod embedded;
 pub mod graph;
 pub mod latency;
 pub mod outputs;

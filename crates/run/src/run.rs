@@ -134,7 +134,7 @@ enum Emulated {
     /// JUNGFRAU modules sending rdaq datagrams.
     Jungfrau,
     /// A detector placed by header sending its own packets (`detector.name`).
-    Described(DescribedDetector),
+    Described(Box<DescribedDetector>),
 }
 
 /// The detector `cfg` emulates, the receiver that takes its packets, and the chain of its
@@ -162,7 +162,7 @@ fn emulated_setup(cfg: &Config) -> anyhow::Result<(Emulated, Setup)> {
     let bits = cfg.detector.bit_depth.unwrap_or(d.pixel.default_bit_depth);
     let payload = setup.rcfg.payload_bytes as usize;
     let det = DescribedDetector::new(&d, bits, payload, cfg.detector.modules, cfg.detector.module_cols).map_err(|e| anyhow::anyhow!("detector.name {}: {e}", d.name))?;
-    Ok((Emulated::Described(det), setup))
+    Ok((Emulated::Described(Box::new(det)), setup))
 }
 
 /// Sends the emulated detector's frames to the receiver `rx`, until all are sent or
