@@ -3,6 +3,8 @@ interfaces, a 256-row partial readout) replayed into `rdaq receive --format sls`
 calibration go through the same processing graph as `rdaq run`. The photon counts in its
 file must equal, bit for bit, `rdaq process convert` on the raw file of the same frames,
 and aare's conversion (keV over the photon energy, rounded half away from zero)."""
+import json
+
 import aare
 import h5py
 import hdf5plugin  # noqa: F401
@@ -182,6 +184,18 @@ def test_a_receiver_on_its_own_shows_its_dashboard(rdaq, tmp_path):
         assert proc.returncode == 0
     finally:
         proc.kill()
+
+
+def test_a_pedestal_run_leaves_incomplete_frames_out_and_says_so(rdaq, tmp_path):
+    """A 256-row readout into a receiver expecting 512 rows: the frame is incomplete, its
+    missing rows no dark signal, so the run takes no frame, says it left one out, and writes
+    no calibration."""
+    proc, ports, _, summary = start_receiver(rdaq, tmp_path, 1, 1, extra=["--pedestal-run", tmp_path / "cal.h5"])
+    replay([("jungfrau_virtual_readnrows256.bin", ports[0])])
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0 and "no complete frame came (1 incomplete left out)" in err, out + err
+    assert json.loads(summary.read_text())["frames_incomplete"] == 1
+    assert not (tmp_path / "cal.h5").exists()
 
 
 def test_python_acquisition_of_a_detector_outside_equals_rdaq_receive(rdaq, tmp_path):

@@ -13,13 +13,15 @@ pub struct PedestalRun {
     rows: usize,
     cols: usize,
     stages: [Pedestal<f64>; 3],
+    /// Frames left out: incomplete ones, whose missing pixels are no dark signal.
+    left_out: u64,
 }
 
 impl PedestalRun {
     /// A run whose stages each keep a running window of `window` frames.
     pub fn new(rows: usize, cols: usize, window: u32) -> PedestalRun {
         let px = rows * cols;
-        PedestalRun { rows, cols, stages: [0, 1, 2].map(|s| Pedestal::new(px, s, window)) }
+        PedestalRun { rows, cols, stages: [0, 1, 2].map(|s| Pedestal::new(px, s, window)), left_out: 0 }
     }
 
     /// Takes one dark frame's raw words (the image, `rows x cols`).
@@ -32,6 +34,16 @@ impl PedestalRun {
     /// Frames taken.
     pub fn frames(&self) -> u64 {
         self.stages[0].frames()
+    }
+
+    /// Counts a frame left out (incomplete).
+    pub fn leave_out(&mut self) {
+        self.left_out += 1;
+    }
+
+    /// Frames left out.
+    pub fn left_out(&self) -> u64 {
+        self.left_out
     }
 
     /// The calibration: each stage's pedestal, RMS and frame count, the `gain` given, and a

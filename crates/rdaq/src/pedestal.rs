@@ -27,7 +27,7 @@ pub fn start(chain: &Chain) -> anyhow::Result<PedestalRun> {
 /// PSI values (said on the terminal); gaps and pixels without a frame in a stage masked.
 pub fn save(cfg: &Config, g: Geometry, run: &PedestalRun, path: &Path, overwrite: bool) -> anyhow::Result<()> {
     if run.frames() == 0 {
-        bail!("--pedestal-run: no complete frame came; {} is not written", path.display());
+        bail!("--pedestal-run: no complete frame came ({} incomplete left out); {} is not written", run.left_out(), path.display());
     }
     if cfg.process.gain_maps.is_empty() {
         eprintln!("rdaq receive: pedestal run: no process.gain_maps: the gains in {} are typical PSI values", path.display());
@@ -39,6 +39,14 @@ pub fn save(cfg: &Config, g: Geometry, run: &PedestalRun, path: &Path, overwrite
     rdaq_sink::claim::claim(path, overwrite)?;
     cf.save(path)?;
     let n = cf.frames.unwrap_or_default();
-    eprintln!("rdaq receive: pedestal run of {} frames: G0 {}, G1 {}, G2 {} frames at most per pixel, {masked} pixels masked -> {}", run.frames(), n[0], n[1], n[2], path.display());
+    eprintln!(
+        "rdaq receive: pedestal run of {} frames ({} incomplete left out): G0 {}, G1 {}, G2 {} frames at most per pixel, {masked} pixels masked -> {}",
+        run.frames(),
+        run.left_out(),
+        n[0],
+        n[1],
+        n[2],
+        path.display()
+    );
     Ok(())
 }

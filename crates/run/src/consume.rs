@@ -203,6 +203,8 @@ fn emit(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeStats
         // missing pixels read as the error word: only whole frames are dark frames
         if f.status() == FrameStatus::Complete {
             run.push(words);
+        } else {
+            run.leave_out();
         }
     }
     if let Some((b, words)) = sinks.board.filter(|b| b.glance_due()).zip(enc.asm.words()) {
