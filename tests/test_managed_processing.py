@@ -13,19 +13,19 @@ import hdf5plugin
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, free_port
 from test_control_api import scrape
 from test_readme_daemons import wait_up
 
 FRAMES = 40
 
 
-def topology(tmp_path, process, streams=("none", "none")):
+def topology(tmp_path, process, streams=("none", "none"), previews=("none", "none")):
     text = ('[detector]\nmodules = 4\nmodule_cols = 1\ncontrol = "127.0.0.1:7100"\nphoton_energy_kev = 12.4\n\n'
             '[transfer]\nmode = "temporal"\n')
     for k, name in enumerate(("dr0", "dr1")):
         text += (f'\n[[receivers]]\nname = "{name}"\ncontrol = "127.0.0.1:{7101 + k}"\ndata = "127.0.0.1"\n'
-                 f'data_port = {52000 + 1000 * k}\nmemory_mib = 256\nstream = "{streams[k]}"\n')
+                 f'data_port = {52000 + 1000 * k}\nmemory_mib = 256\nstream = "{streams[k]}"\npreview = "{previews[k]}"\n')
     text += process
     path = tmp_path / "topology.toml"
     path.write_text(text)
@@ -67,12 +67,22 @@ def run_system(rdaq, tmp_path, topo, rc=0, receiver_args=()):
 @pytest.mark.parametrize("how", ["topology", "daemon"])
 def test_each_receiver_processes_its_share_and_the_report_sums_them(rdaq, tmp_path, how):
     """The processing asked for in the topology's [process], or by each daemon's own
-    configuration (`rdaq receive --serve --calibration emulated`)."""
+    configuration (`rdaq receive --serve --calibration emulated`). With the topology, dr0
+    serves a live preview too (its `preview` endpoint), which `rdaq preview` renders."""
+    viewer = None
     if how == "topology":
-        topo, receiver_args = topology(tmp_path, '\n[process]\ncalibration = "emulated"\n'), []
+        port = free_port()
+        topo, receiver_args = topology(tmp_path, '\n[process]\ncalibration = "emulated"\n', previews=(f"tcp://127.0.0.1:{port}", "none")), []
+        viewer = subprocess.Popen([rdaq, "preview", "--from", f"tcp://127.0.0.1:{port}", "--png", tmp_path / "live.png", "--timeout-s", "60"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     else:
         topo, receiver_args = topology(tmp_path, ""), ["--calibration", "emulated"]
     stdout, snapshot, metrics = run_system(rdaq, tmp_path, topo, receiver_args=receiver_args)
+    if viewer is not None:
+        out, err = viewer.communicate(timeout=90)
+        assert viewer.returncode == 0 and (tmp_path / "live.png").exists(), out + err
+        with h5py.File(tmp_path / "dr0" / "dr0_master.h5", "r") as f:
+            assert int(out.split("frame ")[1].split(",")[0]) in f["entry/data/frame_number"][:].tolist(), "a frame dr0 wrote"
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     per = {name: rep["processing"] for name, rep in report["receivers"].items()}
     assert all(p is not None for p in per.values()), per

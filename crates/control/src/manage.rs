@@ -380,12 +380,12 @@ impl<'a> Session<'a> {
         let t = &self.t;
         let full = t.geometry();
         let mut feeds: HashMap<usize, Feed> = HashMap::new();
-        let streams = t.streams();
+        let (streams, previews) = (t.streams(), t.previews());
         for (rp, (r, _)) in self.plan.receivers.iter().zip(&c.requests) {
             let spec = &t.receivers[*r];
             let g = rp.geometry(full);
             let output = Some(format!("{}_master.h5", spec.name));
-            let body = daemon::StartRequest { output, module_cols: g.module_cols, gap_x: g.gap_x, gap_y: g.gap_y, overwrite: self.a.overwrite, stream: Some(streams[*r].clone()), config: self.sections.clone() };
+            let body = daemon::StartRequest { output, module_cols: g.module_cols, gap_x: g.gap_x, gap_y: g.gap_y, overwrite: self.a.overwrite, stream: Some(streams[*r].clone()), preview: Some(previews[*r].clone()), config: self.sections.clone() };
             let v: StartAnswer = match self.api.send("POST", spec.control, "/start", &body) {
                 Ok(v) => v,
                 Err(e) => {
@@ -397,6 +397,9 @@ impl<'a> Session<'a> {
             };
             if let Some(e) = &v.stream {
                 tracing::info!(receiver = %spec.name, stream = %e, "streaming");
+            }
+            if let Some(e) = &v.preview {
+                tracing::info!(receiver = %spec.name, preview = %e, "preview");
             }
             feeds.insert(*r, Feed::new(spec.control, v.events_from));
             lock(&self.shared).receivers.insert(spec.name.clone(), (true, None));

@@ -246,9 +246,9 @@ fn acquisition_config(opts: &Options, sections: Option<toml::Table>, geometry: G
     };
     (cfg.detector.modules, cfg.detector.module_cols, cfg.detector.gap_x, cfg.detector.gap_y) = (geometry.modules, geometry.module_cols, geometry.gap_x, geometry.gap_y);
     cfg.receiver.ring_mib = (opts.memory_bytes >> 20).max(1) as usize;
-    // the stream is the daemon's, the preview is not served by daemons
+    // the stream is the daemon's (or the start request's); the preview is the
+    // configuration's unless the start request names one
     cfg.stream.endpoint = if streaming { cfg.stream.endpoint } else { "none".into() };
-    cfg.stream.preview = "none".into();
     cfg.check()?;
     Ok(cfg)
 }
@@ -274,6 +274,10 @@ pub struct StartRequest {
     /// `--stream`).
     #[serde(default)]
     pub stream: Option<String>,
+    /// The live preview endpoint of this acquisition (`rdaq preview --from`; "none": off;
+    /// default: the daemon's `--preview`, itself off by default).
+    #[serde(default)]
+    pub preview: Option<String>,
     /// Sections of the run configuration (rdaq.example.toml: `process`, `detector`'s photon
     /// energy, seed and chopper, `output.images_per_file`, `goniometer`) for this
     /// acquisition, over the defaults of a detector outside this process; with a
@@ -293,6 +297,9 @@ pub struct StartAnswer {
     /// The Stream V2 endpoint the frames are published on (none: no stream).
     #[serde(default)]
     pub stream: Option<String>,
+    /// The preview endpoint (none: no preview).
+    #[serde(default)]
+    pub preview: Option<String>,
 }
 
 async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<StartAnswer>, ApiError> {
@@ -321,7 +328,11 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         None => stream_cfg,
     };
     let source = source_of(&active.request)?;
-    let cfg = acquisition_config(&opts, req.config.clone(), geometry, stream_cfg.is_some()).map_err(|e| bad(format!("config: {e:#}")))?;
+    let mut cfg = acquisition_config(&opts, req.config.clone(), geometry, stream_cfg.is_some()).map_err(|e| bad(format!("config: {e:#}")))?;
+    if let Some(p) = &req.preview {
+        cfg.stream.preview = p.clone();
+    }
+    let preview = cfg.stream.preview_config().map_err(|e| bad(format!("preview: {e:#}")))?;
     let remote::Setup { chain, meta, notes, .. } = remote::setup(&source, &cfg).map_err(|e| bad(format!("config: {e:#}")))?;
     for n in notes {
         tracing::info!(receiver = %name, "{n}");
@@ -334,7 +345,8 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         None => None,
     };
     let endpoint = stream_cfg.as_ref().map(|c| c.endpoint.clone());
-    let stream = Stream::open(stream_cfg.as_ref(), None, &meta, events_series(&events)).map_err(|e| conflict(format!("stream: {e:#}")))?;
+    let preview_endpoint = preview.as_ref().map(|(c, _)| c.endpoint.clone());
+    let stream = Stream::open(stream_cfg.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, events_series(&events)).map_err(|e| conflict(format!("stream: {e:#}")))?;
     let live = stream.as_ref().map(Stream::live);
     // a new acquisition: frame numbers may start again; whatever was in progress is finished
     // and goes nowhere (no consumer yet), so drain it
@@ -373,7 +385,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     active.acq = Some(Acquisition { stop, consumer, stream: live });
     d.board = board;
     tracing::info!(receiver = %d.opts.name, output = ?path, events_from, "acquisition started");
-    Ok(Json(StartAnswer { state: "acquiring".into(), output: path, events_from, stream: endpoint }))
+    Ok(Json(StartAnswer { state: "acquiring".into(), output: path, events_from, stream: endpoint, preview: preview_endpoint }))
 }
 
 /// The daemon's stream settings (`--stream-policy`, ...) at `endpoint`, which a start

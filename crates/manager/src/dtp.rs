@@ -346,6 +346,20 @@ mod tests {
     }
 
     #[test]
+    fn streams_and_previews_of_one_host_do_not_share_an_endpoint() {
+        let one_host = topo("temporal", 2, "").replace("10.0.0.2:7000", "10.0.0.1:7001");
+        assert!(Topology::from_toml(&one_host).is_ok(), "the default streams differ");
+        let clash = one_host.replacen("memory_mib = 64\n", "memory_mib = 64\npreview = \"tcp://*:31003\"\n", 1);
+        let e = Topology::from_toml(&clash).unwrap_err().to_string();
+        assert!(e.starts_with("receivers.dr1.stream: endpoint tcp://*:31003"), "dr0's preview is dr1's default stream: {e}");
+        let own = one_host.replacen("memory_mib = 64\n", "memory_mib = 64\npreview = \"tcp://*:31001\"\n", 1);
+        let e = Topology::from_toml(&own).unwrap_err().to_string();
+        assert!(e.starts_with("receivers.dr0.preview"), "{e}");
+        let t = Topology::from_toml(&one_host.replacen("memory_mib = 64\n", "memory_mib = 64\npreview = \"tcp://*:31002\"\n", 1)).unwrap();
+        assert_eq!(t.previews(), ["tcp://*:31002", "none"]);
+    }
+
+    #[test]
     fn bad_topologies_are_refused_with_the_field() {
         use TopologyError as E;
         // what the document says, then what the plan of it needs

@@ -85,6 +85,10 @@ pub struct ReceiverSpec {
     /// [`ReceiverSpec::default_stream`], so that receivers sharing a host do not clash.
     #[serde(default)]
     pub stream: Option<String>,
+    /// The live preview endpoint its acquisitions publish on (`rdaq preview --from`);
+    /// default none.
+    #[serde(default)]
+    pub preview: Option<String>,
 }
 
 /// The first receiver's default Stream V2 port (the `rdaq run` default); receiver k of the
@@ -158,8 +162,8 @@ pub enum TopologyError {
     NoReceivers,
     #[error("receivers: the name {0:?} is used twice")]
     DuplicateName(String),
-    #[error("receivers.{0}.stream: endpoint {1} is used by another receiver on its host")]
-    DuplicateStream(String, String),
+    #[error("receivers.{0}.{1}: endpoint {2} is used by another stream or preview on its host")]
+    DuplicateStream(String, &'static str, String),
     #[error("receivers.{0}.control: address {1} is used by another receiver")]
     DuplicateControl(String, SocketAddr),
     #[error("receivers.{0}.data_port: ports {1}..{2} on {3} overlap another receiver's")]
@@ -255,12 +259,21 @@ impl Topology {
         self.receivers.iter().enumerate().map(|(k, r)| r.stream.clone().unwrap_or_else(|| ReceiverSpec::default_stream(k))).collect()
     }
 
-    /// No two receivers of one host (their control address) publish on the same endpoint.
+    /// Each receiver's preview endpoint ("none": off, the default).
+    pub fn previews(&self) -> Vec<String> {
+        self.receivers.iter().map(|r| r.preview.clone().unwrap_or_else(|| "none".into())).collect()
+    }
+
+    /// No two streams or previews of one host (the receivers' control address) publish on
+    /// the same endpoint.
     fn check_streams(&self) -> Result<(), TopologyError> {
         let mut seen = HashSet::new();
-        for (r, e) in self.receivers.iter().zip(self.streams()) {
-            if e != "none" && !seen.insert((r.control.ip(), e.clone())) {
-                return Err(TopologyError::DuplicateStream(r.name.clone(), e));
+        let endpoints = self.streams().into_iter().map(|e| ("stream", e)).zip(self.previews().into_iter().map(|e| ("preview", e)));
+        for (r, (stream, preview)) in self.receivers.iter().zip(endpoints) {
+            for (field, e) in [stream, preview] {
+                if e != "none" && !seen.insert((r.control.ip(), e.clone())) {
+                    return Err(TopologyError::DuplicateStream(r.name.clone(), field, e));
+                }
             }
         }
         Ok(())

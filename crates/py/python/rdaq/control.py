@@ -67,9 +67,13 @@ class Receiver(_Client):
         """Defines the frame buffers (a buffer request); returns the buffer map."""
         return self._call("PUT", "/buffers", request)
 
-    def start(self, output=None, module_cols=None, gap_x=None, gap_y=None, overwrite=False):
+    def start(self, output=None, module_cols=None, gap_x=None, gap_y=None, overwrite=False, stream=None, preview=None, config=None):
+        """Starts an acquisition on the buffers defined: ``stream`` and ``preview`` are its
+        endpoints ("none": off; default the daemon's), ``config`` a dict of run
+        configuration sections (``{"process": {"calibration": "cal.h5"}}``)."""
         body = {"output": output, "overwrite": overwrite}
-        body.update({k: v for k, v in (("module_cols", module_cols), ("gap_x", gap_x), ("gap_y", gap_y)) if v is not None})
+        named = (("module_cols", module_cols), ("gap_x", gap_x), ("gap_y", gap_y), ("stream", stream), ("preview", preview), ("config", config))
+        body.update({k: v for k, v in named if v is not None})
         return self._call("POST", "/start", body)
 
     def stop(self):
