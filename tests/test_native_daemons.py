@@ -106,6 +106,8 @@ def test_psi_eiger_captures_through_a_receiver_daemon(rdaq, tmp_path):
         assert code == 400 and "native.bit_depth 24" in bad["error"], bad
         code, m = buffers(url, 1 << 20, native)
         assert code == 200 and len(m["data_ports"]) == 4, m
+        code, bad = call("POST", url + "/start", {"output": "x.h5", "config": {"detector": {"name": "jungfrau.toml"}}})
+        assert code == 400 and "detector.name" in bad["error"], bad
         stopped = acquire(url, "eiger.h5", 2, lambda: send(m["data_ports"]))
     finally:
         proc.terminate()

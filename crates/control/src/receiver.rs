@@ -249,6 +249,9 @@ fn acquisition_config(opts: &Options, sections: Option<toml::Table>, geometry: G
     // the stream is the daemon's (or the start request's); the preview is the
     // configuration's unless the start request names one
     cfg.stream.endpoint = if streaming { cfg.stream.endpoint } else { "none".into() };
+    if !cfg.jungfrau() || cfg.detector.bit_depth.is_some() || cfg.detector.link.is_some() {
+        anyhow::bail!("detector.name, bit_depth and link: a daemon's detector is the one its buffer request names (native.detector)");
+    }
     cfg.check()?;
     Ok(cfg)
 }
