@@ -60,7 +60,7 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     outputs::warn_without_reserve(&writer, &out("_master.h5"));
     let preview = cfg.stream.preview_config()?;
     let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
-    eprintln!("{}", start_line(cfg, &rx, frame_bytes));
+    eprintln!("{}", start_line(cfg, &rx));
     report_tuning("rdaq run", &rx);
     // the described detector's sender keeps no send times: its frames have no send latency
     let sent = matches!(detector, Emulated::Jungfrau).then(|| control.clone());
@@ -219,14 +219,15 @@ pub fn emulated_series(cfg: &Config, meta: &mut NxmxMeta) {
     meta.number_of_images = Some(cfg.emulator.frames);
 }
 
-fn start_line(cfg: &Config, rx: &Receiver, frame_bytes: u64) -> String {
+fn start_line(cfg: &Config, rx: &Receiver) -> String {
+    let slots = &rx.buffer_map().buffers;
     format!(
         "rdaq run: {} modules, {} frames at {}, {} slots of {:.1} MiB, ports {:?} ({}), {}; {}",
         cfg.detector.modules,
         cfg.emulator.frames,
         cfg.rate().map_or("full speed".to_string(), |r| format!("{r} Hz")),
-        rx.buffer_map().buffers.len(),
-        frame_bytes as f64 / (1u64 << 20) as f64,
+        slots.len(),
+        slots.first().map_or(0, |b| b.size) as f64 / (1u64 << 20) as f64,
         rx.ports(),
         rx.engine(),
         if cfg.processing() { format!("processing to {}", cfg.process.output) } else { "raw".to_string() },
