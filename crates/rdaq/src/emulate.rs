@@ -69,7 +69,8 @@ pub struct EmulateArgs {
     #[arg(long, default_value_t = 0.0)]
     reorder: f64,
     /// Send a described detector's native packets (eiger, or a description file placed by
-    /// header) with a counting pattern, to a `rdaq receive --detector` of the same settings.
+    /// header) with a counting pattern, to a `rdaq receive --detector` of the same settings;
+    /// with --serve, the detector daemon emulates it for `rdaq manage`.
     #[arg(long)]
     detector: Option<String>,
     /// The described detector's pixel bit depth (default: the description's).
@@ -102,6 +103,9 @@ fn first_frame(a: &EmulateArgs, map: &BufferMap, path: &std::path::Path) -> anyh
 
 
 pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
+    if a.detector.is_none() && (a.bit_depth.is_some() || a.link.is_some()) {
+        bail!("--bit-depth and --link are settings of a --detector; JUNGFRAU's modules send 16-bit rdaq datagrams");
+    }
     if let Some(addr) = a.serve {
         if a.modules == 0 || a.modules > 64 {
             bail!("--modules must be 1..=64");
