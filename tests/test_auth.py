@@ -150,6 +150,10 @@ def test_protected_reads_short_tokens_and_open_listeners(rdaq, tmp_path):
     r = subprocess.run([str(rdaq), "emulate", "--serve", str(free_port()), "--protect-reads"],
                        capture_output=True, text=True, timeout=30, env={k: v for k, v in os.environ.items() if k != "RDAQ_TOKEN"})
     assert r.returncode == 2 and "--protect-reads needs a token" in r.stderr, r.stderr
+    # a token variable set blank does not leave the API open
+    r = subprocess.run([str(rdaq), "receive", "--serve", str(free_port())], capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, RDAQ_TOKEN="  "))
+    assert r.returncode == 2 and "RDAQ_TOKEN is set but blank" in r.stderr, r.stderr
 
     port = free_port()
     p = subprocess.Popen([str(rdaq), "emulate", "--serve", f"127.0.0.1:{port}", "--protect-reads"],

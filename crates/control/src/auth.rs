@@ -42,6 +42,10 @@ pub enum AuthError {
     Short(String, usize),
     #[error("--protect-reads needs a token (--token-file or {TOKEN_ENV})")]
     ReadsWithoutToken,
+    /// A token variable that is set but holds no token: an operator who set it meant to
+    /// protect the API, so it is not left open.
+    #[error("{TOKEN_ENV} is set but {0}: unset it to leave the API open, or set a token of at least {MIN_TOKEN_LEN} characters")]
+    BadEnv(&'static str),
 }
 
 /// A bearer token; never printed.
@@ -75,10 +79,7 @@ impl AccessArgs {
         if let Some(p) = &self.token_file {
             return read_token(p).map(Some);
         }
-        match std::env::var(TOKEN_ENV) {
-            Ok(t) if !t.trim().is_empty() => Token::new(&t, TOKEN_ENV).map(Some),
-            _ => Ok(None),
-        }
+        token_from_env(std::env::var(TOKEN_ENV))
     }
 
     pub fn access(&self) -> Result<Access, AuthError> {
@@ -90,10 +91,22 @@ impl AccessArgs {
     }
 }
 
+/// The token [`TOKEN_ENV`] holds: none when it is not set; an error when it is set but
+/// blank or not UTF-8.
+fn token_from_env(v: Result<String, std::env::VarError>) -> Result<Option<Token>, AuthError> {
+    match v {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(AuthError::BadEnv("not UTF-8")),
+        Ok(t) if t.trim().is_empty() => Err(AuthError::BadEnv("blank")),
+        Ok(t) => Token::new(&t, TOKEN_ENV).map(Some),
+    }
+}
+
+/// The token of a token file: its first line, without surrounding blanks.
 fn read_token(p: &Path) -> Result<Token, AuthError> {
     let text = std::fs::read_to_string(p).map_err(|e| AuthError::Read(p.to_path_buf(), e))?;
     warn_if_readable_by_others(p);
-    Token::new(&text, &format!("--token-file {}", p.display()))
+    Token::new(text.lines().next().unwrap_or(""), &format!("--token-file {}", p.display()))
 }
 
 fn warn_if_readable_by_others(p: &Path) {
@@ -212,5 +225,21 @@ mod tests {
         assert_eq!(format!("{:?}", Token::new("0123456789abcdef", "f").unwrap()), "Token(..)");
         let args = AccessArgs { token_file: Some("/nonexistent/token".into()), protect_reads: false };
         assert!(matches!(args.access(), Err(AuthError::Read(..))));
+    }
+
+    #[test]
+    fn a_token_variable_set_blank_is_refused_and_a_file_gives_its_first_line() {
+        assert!(token_from_env(Err(std::env::VarError::NotPresent)).unwrap().is_none(), "not set: open");
+        assert!(matches!(token_from_env(Ok(" \n".into())), Err(AuthError::BadEnv("blank"))));
+        assert!(matches!(token_from_env(Err(std::env::VarError::NotUnicode("x".into()))), Err(AuthError::BadEnv(_))));
+        assert_eq!(token_from_env(Ok("0123456789abcdef".into())).unwrap().unwrap().bearer(), "Bearer 0123456789abcdef");
+        let dir = std::env::temp_dir().join(format!("rdaq-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("token");
+        std::fs::write(&f, "  0123456789abcdef0123  \n# a comment the first line does not hold\n").unwrap();
+        assert_eq!(read_token(&f).unwrap().bearer(), "Bearer 0123456789abcdef0123");
+        std::fs::write(&f, "\n0123456789abcdef0123\n").unwrap();
+        assert!(matches!(read_token(&f), Err(AuthError::Short(_, 0))), "the first line is the token, even blank");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
