@@ -80,8 +80,17 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
     assert code == 200 and len(first["buffers"]) == 4
     code, again = call("PUT", dr + "/buffers", request())
     assert again == first, "the same request keeps the same buffers, keys and ports"
+    code, body = call("PUT", dr + "/buffers", request(payload_bytes=0))
+    assert code == 400 and "payload_bytes" in body["error"], body
+    status = call("GET", dr + "/status")[1]
+    assert status["state"] == "configured" and status["request"]["payload_bytes"] == 8192, "a refused request keeps the buffers in place"
+    assert call("PUT", dr + "/buffers", request())[1] == first, "the same buffers, keys and ports still"
     code, body = call("POST", dr + "/start", {"output": "../escape.h5"})
     assert code == 400 and "output" in body["error"]
+    code, body = call("POST", dr + "/start", {"output": "run.h5\nforged log line"})
+    assert code == 400 and "output" in body["error"], "a control character in a name is refused"
+    code, body = call("PUT", dr + "/buffers", dict(request(), colour="red"))
+    assert code in (400, 422) and "colour" in str(body), "unknown fields are refused"
     assert call("POST", dr + "/start", {"output": "ok.h5"})[0] == 200
     assert call("POST", dr + "/start", {})[0] == 409, "started twice"
     code, body = call("PUT", dr + "/buffers", request(slots=3))
@@ -121,6 +130,14 @@ def test_detector_api_refuses_bad_requests(daemons):
     assert call("POST", det + "/start", {"frames": 1})[0] == 409, "no DTPs yet"
     code, body = call("PUT", det + "/dtp", {"dtps": []})
     assert code == 400 and "dtps" in body["error"]
+    route = {"receiver": "dr0", "data": "127.0.0.1:9", "buffers": [{"id": 1, "key": 1, "size": 2 * 1048576}], "offset": 0}
+    good = {"version": 1, "module": 0, "module_bytes": 1048576, "payload_bytes": 8192, "broadcast": False, "routes": [route]}
+    for bad_field, why in [({"payload_bytes": 0}, "payload_bytes 0"), ({"module_bytes": 0}, "module"), ({"routes": []}, "no route"),
+                           ({"module": 7}, "module 7")]:
+        dtps = [dict(good, **bad_field), dict(good, module=1)]
+        code, body = call("PUT", det + "/dtp", {"dtps": dtps})
+        assert code == 400 and why in body["error"], (bad_field, body)
+    assert call("POST", det + "/start", {"frames": 1})[0] == 409, "the refused DTPs were not kept"
     assert call("POST", det + "/stop", {})[0] == 409
 
 

@@ -135,8 +135,10 @@ async fn dtp(State(s): State<Shared>, Json(up): Json<DtpUpload>) -> Result<Json<
     if up.dtps.len() != d.opts.modules as usize {
         return Err(bad(format!("dtps: {} DTPs for {} modules", up.dtps.len(), d.opts.modules)));
     }
-    if let Some(n) = &d.opts.native {
-        check_native_routes(n, &up)?;
+    match &d.opts.native {
+        Some(n) => check_native_routes(n, &up)?,
+        // what the modules could not run is refused here, not in their threads
+        None => rdaq_emulator::check_dtps(d.opts.modules, MODULE_BYTES as u64, &up.dtps).map_err(|e| bad(format!("dtps: {e}")))?,
     }
     if running(&d) {
         let Some(from) = up.from_frame else {

@@ -169,17 +169,19 @@ fn check_request(opts: &Options, r: &BufferRequest) -> Result<(), ApiError> {
 }
 
 async fn buffers(State(s): State<Shared>, Json(req): Json<BufferRequest>) -> Result<Json<BufferMap>, ApiError> {
-    let old = {
+    let (old, rcfg) = {
         let mut d = lock(&s);
         check_request(&d.opts, &req)?;
         match &d.active {
             Some(a) if a.acq.is_some() => return Err(conflict("an acquisition is running: stop it first")),
             Some(a) if a.request == req => return Ok(Json(a.rx.buffer_map().clone())),
-            _ => d.active.take(),
+            _ => {}
         }
+        // a request refused here leaves the buffers in place as they were
+        let rcfg = receiver_config(&d.opts, &req)?;
+        rcfg.validate().map_err(|e| bad(format!("{e}")))?;
+        (d.active.take(), rcfg)
     };
-    let opts = lock(&s).opts.clone();
-    let rcfg = receiver_config(&opts, &req)?;
     let rx = tokio::task::spawn_blocking(move || {
         // the old receiver (if any) goes first: its ports may be the ones asked for
         drop(old);
@@ -318,7 +320,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let geometry = Geometry::new(modules, req.module_cols, req.gap_x, req.gap_y)
         .ok_or_else(|| bad(format!("module_cols: {} does not divide the {modules} modules held here into rows", req.module_cols)))?;
     let path = match &req.output {
-        Some(f) if f.is_empty() || f.contains('/') || f.starts_with('.') => return Err(bad(format!("output: {f:?} is not a plain file name"))),
+        Some(f) if f.is_empty() || f.contains('/') || f.starts_with('.') || f.chars().any(char::is_control) => return Err(bad(format!("output: {f:?} is not a plain file name"))),
         Some(f) => Some(out_dir.join(f)),
         None => None,
     };

@@ -88,9 +88,9 @@ pub enum EmulatorError {
     Send { module: u16, source: io::Error },
 }
 
-/// Checks that `dtps` is one DTP per module, in module order, each with routes to buffers
-/// and the module frame size the emulator makes.
-pub(crate) fn check_dtps(modules: u16, module_bytes: u64, dtps: &[ModuleDtp]) -> Result<(), EmulatorError> {
+/// Checks that `dtps` is one DTP per module, in module order, each with routes to buffers,
+/// the module frame size the emulator makes and a payload size a datagram can carry.
+pub fn check_dtps(modules: u16, module_bytes: u64, dtps: &[ModuleDtp]) -> Result<(), EmulatorError> {
     if dtps.len() != modules as usize {
         return Err(EmulatorError::ModuleCount { dtps: dtps.len(), want: modules });
     }
@@ -103,6 +103,9 @@ pub(crate) fn check_dtps(modules: u16, module_bytes: u64, dtps: &[ModuleDtp]) ->
         }
         if d.routes.is_empty() || d.routes.iter().any(|r| r.buffers.is_empty()) {
             return Err(EmulatorError::NoRoute { module: m as u16 });
+        }
+        if d.payload_bytes == 0 || d.payload_bytes as usize > rdaq_proto::MAX_PAYLOAD {
+            return Err(EmulatorError::Config(format!("module {m}: payload_bytes {} must be 1..={}", d.payload_bytes, rdaq_proto::MAX_PAYLOAD)));
         }
     }
     Ok(())

@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use rdaq_proto::telegram::ModuleDtp;
 
-pub use config::{EmulatorConfig, EmulatorError};
+pub use config::{check_dtps, EmulatorConfig, EmulatorError};
 pub use control::Control;
 pub use faults::{Fate, FaultConfig, FaultStats, Faults, Slow};
 pub use packetize::{Packetizer, MAX_HEADER};

@@ -12,6 +12,7 @@ pub const TELEGRAM_VERSION: u32 = 1;
 /// A registered local buffer: what a sender needs to address it (like an RDMA MR's
 /// address and R_Key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LocalBufferInfo {
     pub id: u32,
     pub key: u32,
@@ -25,6 +26,7 @@ pub struct LocalBufferInfo {
 /// The RDMA connection of one module's queue pair with a receiver: what connection setup
 /// exchanges (the receiver chooses both queue pair numbers and the first PSN).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RoceQp {
     /// The receiver's queue pair: the module's packets name it.
     pub qpn: u32,
@@ -48,6 +50,7 @@ fn one() -> u64 {
 
 /// What a system manager asks of a RoCEv2 receiver beside the buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RoceRequest {
     pub mtu: u32,
     pub first_frame: u64,
@@ -119,6 +122,7 @@ pub struct DetectorTelegram {
 /// (global ids, in slot order), one data port per module from `data_port` on (0: any).
 /// The receiver answers with its [`BufferMap`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BufferRequest {
     pub version: u32,
     pub modules: Vec<u16>,
@@ -181,6 +185,7 @@ fn full_rows() -> u16 {
 /// One way out of a module: a receiver's data port, its buffers, and where in each buffer
 /// this module's data goes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Route {
     pub receiver: String,
     pub data: SocketAddr,
@@ -208,6 +213,7 @@ pub struct Route {
 /// `k = ring_start + j / routes`, into buffer `k % buffers`; with `broadcast`, through every
 /// route at ring position `ring_start + j`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ModuleDtp {
     pub version: u32,
     pub module: u16,

@@ -223,6 +223,12 @@ impl ReceiverConfig {
         }
     }
 
+    /// Checks the configuration as starting a receiver does, before anything is bound or
+    /// allocated.
+    pub fn validate(&self) -> Result<(), ReceiverError> {
+        self.check().map(|_| ())
+    }
+
     pub(crate) fn check(&self) -> Result<(Grid, Vec<(u16, SourceKind)>), ReceiverError> {
         let bad = |m: String| Err(ReceiverError::Config(m));
         if self.modules == 0 {
