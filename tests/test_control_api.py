@@ -87,6 +87,11 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
     assert call("PUT", dr + "/buffers", request())[1] == first, "the same buffers, keys and ports still"
     code, body = call("POST", dr + "/start", {"output": "../escape.h5"})
     assert code == 400 and "output" in body["error"]
+    code, body = call("POST", dr + "/start", {"gap_y": 1000000})
+    assert code == 400 and "gap_y" in body["error"], body
+    code, body = call("POST", dr + "/start", {"config": {"process": {"workers": 10 ** 9}}})
+    assert code == 400 and "process.workers" in body["error"], body
+    assert call("GET", dr + "/status")[1]["state"] == "configured", "answers at once, and nothing started"
     code, body = call("POST", dr + "/start", {"output": "run.h5\nforged log line"})
     assert code == 400 and "output" in body["error"], "a control character in a name is refused"
     code, body = call("PUT", dr + "/buffers", dict(request(), colour="red"))

@@ -84,6 +84,12 @@ def test_run_refuses_a_bad_configuration(rdaq, tmp_path):
     assert r.returncode == 2 and "detector.modules (line 2, column 11)" in r.stderr, r.stderr
     r = subprocess.run([str(rdaq), "run", "--frames", "0", "--out", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 2 and "emulator.frames" in r.stderr, r.stderr
+    # numbers that would have aborted on an allocation are one-line errors naming the field
+    for text, field in [("[detector]\ngap_y = 1000000\n", "detector.gap_y"), ("[reliability]\nhistory_mib = 100000000\n", "reliability.history_mib"),
+                        ("[process]\nworkers = 100000\n", "process.workers"), ("[detector]\nspots_per_frame = 1e12\n", "detector.spots_per_frame")]:
+        cfg.write_text(text)
+        r = subprocess.run([str(rdaq), "run", "--config", str(cfg), "--out", str(tmp_path)], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and field in r.stderr and len(r.stderr.strip().splitlines()) == 1, (text, r.returncode, r.stderr)
     assert not (tmp_path / "rdaq_run_master.h5").exists(), "nothing starts half-configured"
 
 

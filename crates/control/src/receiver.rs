@@ -317,6 +317,9 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         return Err(conflict("an acquisition is already running"));
     }
     let modules = active.request.modules.len() as u16;
+    if let Some((field, gap)) = [("gap_x", req.gap_x), ("gap_y", req.gap_y)].into_iter().find(|&(_, g)| g > rdaq_run::config::MAX_GAP) {
+        return Err(bad(format!("{field}: {gap} gap pixels; at most {} (a module's width)", rdaq_run::config::MAX_GAP)));
+    }
     let geometry = Geometry::new(modules, req.module_cols, req.gap_x, req.gap_y)
         .ok_or_else(|| bad(format!("module_cols: {} does not divide the {modules} modules held here into rows", req.module_cols)))?;
     let path = match &req.output {

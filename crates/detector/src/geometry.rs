@@ -26,6 +26,9 @@ pub const GAP_WORD: u16 = 0xffff;
 /// NXmx pixel_mask bit 0: gap between modules.
 pub const MASK_GAP: u32 = 1 << 0;
 
+/// Gap pixels between modules, at most: a module's width (real detectors have a few).
+pub const MAX_GAP: usize = 1024;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Geometry {
     pub modules: u16,

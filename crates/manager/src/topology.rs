@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 
+use rdaq_detector::geometry::MAX_GAP;
 use rdaq_detector::Geometry;
 use serde::Deserialize;
 use thiserror::Error;
@@ -218,6 +219,9 @@ impl Topology {
         }
         if Geometry::new(d.modules, d.module_cols, d.gap_x, d.gap_y).is_none() {
             return Err(TopologyError::Geometry { modules: d.modules, cols: d.module_cols });
+        }
+        if d.gap_x.max(d.gap_y) > MAX_GAP {
+            return Err(TopologyError::Detector(format!("detector.gap_x and gap_y must be at most {MAX_GAP} pixels (a module's width), not {} and {}", d.gap_x, d.gap_y)));
         }
         if self.receivers.is_empty() {
             return Err(TopologyError::NoReceivers);

@@ -459,6 +459,23 @@ impl Default for Output {
 
 const MAX_PAYLOAD: u32 = rdaq_proto::MAX_PAYLOAD as u32;
 
+pub use rdaq_detector::geometry::MAX_GAP;
+/// Synthetic Bragg spots per module frame, and mean background photons per pixel, at most.
+const MAX_SPOTS_PER_FRAME: f64 = 10_000.0;
+const MAX_BACKGROUND: f64 = 10_000.0;
+/// Threads of one kind per CPU, at most.
+const THREADS_PER_CPU: usize = 4;
+/// Spots kept per frame in the files, and frames each process worker holds, at most.
+const MAX_SPOTS: usize = 100_000;
+const MAX_RING_FRAMES: usize = 4096;
+
+/// This machine's memory in MiB (from /proc/meminfo; unknown: no bound).
+pub fn physical_mib() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let kib = text.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    kib.map_or(u64::MAX, |k| k >> 10)
+}
+
 impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         Config::load_over(Config::default(), path)
@@ -549,6 +566,7 @@ impl Config {
         if self.detector.modules == 0 || self.detector.modules > 64 {
             bail!("detector.modules must be 1..=64, not {}", self.detector.modules);
         }
+        self.check_sizes()?;
         if self.geometry().is_none() {
             bail!("detector.module_cols {} must divide detector.modules {} into whole rows", self.detector.module_cols, self.detector.modules);
         }
@@ -634,6 +652,42 @@ impl Config {
             bail!("detector.chopper_signal must be at least 1 with a chopper (only dark frames otherwise)");
         }
         crate::outputs::plain_name("output.name", &self.output.name)
+    }
+
+    /// Every size, count and dimension that memory or threads are made of, bounded by what
+    /// a detector needs and what this machine has, so a wrong number is a one-line error
+    /// naming the field, never an allocation abort.
+    fn check_sizes(&self) -> anyhow::Result<()> {
+        let (d, p) = (&self.detector, &self.process);
+        for (field, gap) in [("detector.gap_x", d.gap_x), ("detector.gap_y", d.gap_y)] {
+            if gap > MAX_GAP {
+                bail!("{field} {gap} must be at most {MAX_GAP} pixels (a module's width)");
+            }
+        }
+        if !(0.0..=MAX_SPOTS_PER_FRAME).contains(&d.spots_per_frame) {
+            bail!("detector.spots_per_frame must be 0 to {MAX_SPOTS_PER_FRAME} (per module frame), not {}", d.spots_per_frame);
+        }
+        if !(0.0..=MAX_BACKGROUND).contains(&d.background_photons) {
+            bail!("detector.background_photons must be 0 to {MAX_BACKGROUND} (mean photons per pixel), not {}", d.background_photons);
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for (field, n) in [("process.workers", p.workers), ("process.pedestal_bands", p.pedestal_bands)] {
+            if n > THREADS_PER_CPU * cpus {
+                bail!("{field} {n} must be at most {} ({THREADS_PER_CPU} per CPU of this machine's {cpus}); 0 chooses", THREADS_PER_CPU * cpus);
+            }
+        }
+        if p.max_spots > MAX_SPOTS || p.ring_frames > MAX_RING_FRAMES {
+            bail!("process.max_spots must be at most {MAX_SPOTS} and process.ring_frames at most {MAX_RING_FRAMES}, not {} and {}", p.max_spots, p.ring_frames);
+        }
+        let memory = physical_mib();
+        let history = self.reliability.history_mib.saturating_mul(self.detector.modules as u64);
+        if self.reliability.retransmit && history > memory / 2 {
+            bail!("reliability.history_mib {} for each of {} modules is more than half of this machine's {memory} MiB", self.reliability.history_mib, self.detector.modules);
+        }
+        if self.receiver.ring_mib as u64 > memory / 2 {
+            bail!("receiver.ring_mib {} is more than half of this machine's {memory} MiB", self.receiver.ring_mib);
+        }
+        Ok(())
     }
 
     pub fn geometry(&self) -> Option<rdaq_detector::Geometry> {
@@ -901,5 +955,47 @@ mod tests {
         let mut c = Config::default();
         c.output.images_per_file = 0;
         assert!(format!("{:#}", c.check().unwrap_err()).contains("output.images_per_file"));
+    }
+}
+
+#[cfg(test)]
+mod sizes {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Small values and any value of the type, up to its maximum.
+    fn size() -> impl Strategy<Value = usize> {
+        prop_oneof![0..4096usize, any::<usize>()]
+    }
+
+    proptest! {
+        /// Whatever number a file or a request gives, the configuration is refused with one
+        /// line, or what it makes memory and threads of is bounded.
+        #[test]
+        fn every_size_is_bounded_where_it_is_read(
+            gap_x in size(), gap_y in size(), workers in size(), bands in size(), max_spots in size(), ring_frames in size(),
+            ring_mib in size(), history_mib in prop_oneof![0..4096u64, any::<u64>()], spots in prop_oneof![0.0..20_000.0, any::<f64>()],
+            background in prop_oneof![0.0..20_000.0, any::<f64>()],
+            modules in 1u16..=64,
+        ) {
+            let mut c = Config::default();
+            (c.detector.gap_x, c.detector.gap_y, c.detector.modules, c.detector.module_cols) = (gap_x, gap_y, modules, 1);
+            (c.detector.spots_per_frame, c.detector.background_photons) = (spots, background);
+            (c.process.workers, c.process.pedestal_bands, c.process.max_spots, c.process.ring_frames) = (workers, bands, max_spots, ring_frames);
+            (c.receiver.ring_mib, c.reliability.history_mib) = (ring_mib, history_mib);
+            match c.check() {
+                Err(e) => prop_assert!(!format!("{e:#}").contains('\n'), "one line: {e:#}"),
+                Ok(()) => {
+                    let g = c.geometry().unwrap();
+                    prop_assert!(g.width() <= 1024 + 2 * MAX_GAP && g.height() <= 64 * (512 + MAX_GAP));
+                    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                    prop_assert!(c.workers() <= THREADS_PER_CPU * cpus.max(1) && c.pedestal_bands() <= THREADS_PER_CPU * cpus.max(1));
+                    prop_assert!(c.process.max_spots <= MAX_SPOTS && c.process.ring_frames <= MAX_RING_FRAMES);
+                    prop_assert!((c.receiver.ring_mib as u64) <= physical_mib() / 2);
+                    prop_assert!(c.reliability.history_mib * modules as u64 <= physical_mib() / 2);
+                    prop_assert!((0.0..=MAX_SPOTS_PER_FRAME).contains(&c.detector.spots_per_frame));
+                }
+            }
+        }
     }
 }
