@@ -363,3 +363,10 @@ def test_an_acquisition_refuses_a_raw_configuration(tmp_path):
     (tmp_path / "bad.toml").write_text('[process]\nveto = "yes"\n')
     with pytest.raises(ValueError, match="process.veto"):
         rdaq.Acquisition(config=tmp_path / "bad.toml")
+
+
+def test_a_chunk_claiming_more_than_it_holds_is_a_value_error():
+    """A 28-byte chunk whose header claims 32 GiB: refused before anything is allocated."""
+    chunk = (32 << 30).to_bytes(8, "big") + (8192).to_bytes(4, "big") + bytes(16)
+    with pytest.raises(ValueError, match="claims"):
+        rdaq.decompress(chunk, 2, "lz4")

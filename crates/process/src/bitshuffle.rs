@@ -318,7 +318,13 @@ pub enum ChunkError {
     BadBlockSize(u32),
     #[error("compressed block does not decode to {0} bytes")]
     BadBlock(usize),
+    /// The header claims more bytes than the chunk's blocks can hold.
+    #[error("chunk of {len} bytes claims {total} bytes, more than its blocks can hold")]
+    Claims { total: u64, len: usize },
 }
+
+/// The largest chunk HDF5 stores (its chunk sizes are 32-bit): a larger claim is refused.
+pub const MAX_CHUNK_BYTES: u64 = u32::MAX as u64;
 
 /// Decodes a bitshuffle chunk of `elem_size`-byte elements (for tests and tools; the readers
 /// of our files are hdf5plugin and the bitshuffle library).
@@ -329,9 +335,15 @@ pub fn decompress(chunk: &[u8], elem_size: usize, codec: Codec) -> Result<Vec<u8
     if be == 0 || be % 8 != 0 || block_bytes as usize % elem_size != 0 {
         return Err(ChunkError::BadBlockSize(block_bytes));
     }
+    // every block follows its 4-byte length, and the unshuffled rest is under 8 elements:
+    // a claim beyond that is refused before anything is allocated for it
+    let most = ((chunk.len() - 12) / 4).saturating_mul(block_bytes as usize).saturating_add(elem_size.saturating_mul(8));
+    if total > most || total as u64 > MAX_CHUNK_BYTES {
+        return Err(ChunkError::Claims { total: total as u64, len: chunk.len() });
+    }
     let n = total / elem_size;
     let mut out = vec![0u8; total];
-    let mut tmp = vec![0u8; block_bytes as usize];
+    let mut tmp = vec![0u8; (block_bytes as usize).min(total)];
     let (mut pos, mut at) = (12usize, 0usize);
     let blocks = n / be + usize::from((n % be) / 8 * 8 > 0);
     for b in 0..blocks {
@@ -360,6 +372,27 @@ pub fn decompress(chunk: &[u8], elem_size: usize, codec: Codec) -> Result<Vec<u8
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_chunk_claiming_more_than_its_blocks_hold_is_refused() {
+        let mut chunk = (32u64 << 30).to_be_bytes().to_vec();
+        chunk.extend_from_slice(&8192u32.to_be_bytes());
+        chunk.extend_from_slice(&[0u8; 16]);
+        assert_eq!(decompress(&chunk, 2, Codec::Lz4), Err(ChunkError::Claims { total: 32 << 30, len: 28 }));
+    }
+
+    proptest! {
+        /// Whatever a chunk's header claims, decoding answers (an error or the bytes), with
+        /// no more memory than the chunk's blocks can hold.
+        #[test]
+        fn any_claimed_size_is_answered(total in any::<u64>(), block in any::<u32>(), body in proptest::collection::vec(any::<u8>(), 0..64), elem in 1usize..9) {
+            let mut chunk = total.to_be_bytes().to_vec();
+            chunk.extend_from_slice(&block.to_be_bytes());
+            chunk.extend_from_slice(&body);
+            let _ = decompress(&chunk, elem, Codec::Lz4);
+            let _ = decompress(&chunk, elem, Codec::Zstd(3));
+        }
+    }
 
     /// The definition, one bit at a time: the oracle for the fast transposition.
     fn shuffle_naive(src: &[u8], size: usize) -> Vec<u8> {

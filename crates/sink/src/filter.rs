@@ -17,13 +17,9 @@ use std::os::raw::{c_uint, c_void};
 use std::sync::OnceLock;
 
 use hdf5_sys::h5z::{H5Z_class2_t, H5Zregister, H5Z_CLASS_T_VERS, H5Z_FLAG_REVERSE};
-use rdaq_process::bitshuffle::{decompress, unshuffle_block, Codec, Compressor};
+use rdaq_process::bitshuffle::{decompress, unshuffle_block, Codec, Compressor, MAX_CHUNK_BYTES};
 
 use crate::nexus::BSHUF_FILTER;
-
-/// The largest chunk HDF5 stores (4 GiB): a chunk header claiming more is corrupt, and is
-/// refused before anything is allocated for it.
-const MAX_CHUNK_BYTES: u64 = u32::MAX as u64;
 
 const NAME: &[u8] = b"bitshuffle (rdaq)\0";
 
