@@ -8,18 +8,7 @@
 #include <string.h>
 
 #include "rdaq.h"
-
-static int failures = 0;
-
-#define EXPECT(cond, ...)                                  \
-    do {                                                   \
-        if (!(cond)) {                                     \
-            fprintf(stderr, "FAILED %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                  \
-            fprintf(stderr, " (last error: %s)\n", rdaq_last_error()); \
-            failures++;                                    \
-        }                                                  \
-    } while (0)
+#include "expect.h"
 
 static void misuse(void) {
     uint64_t h = 0;

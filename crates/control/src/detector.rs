@@ -99,10 +99,7 @@ pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
 async fn telegram(State(s): State<Shared>) -> Json<DetectorTelegram> {
     let d = lock(&s);
     let (module_bytes, links, payload) = match &d.opts.native {
-        Some(n) => {
-            let det = &n.detector;
-            ((det.ports() * det.packets() * det.payload()) as u64, det.ports() as u16, det.payload() as u32)
-        }
+        Some(n) => (n.detector.module_bytes(), n.detector.ports() as u16, n.detector.payload() as u32),
         None => (MODULE_BYTES as u64, 1, rdaq_proto::MAX_PAYLOAD as u32),
     };
     Json(DetectorTelegram {

@@ -68,6 +68,11 @@ impl DescribedDetector {
         self.layout.port_bytes() / self.payload
     }
 
+    /// Bytes of one module frame as a receiver holds it: every port's packets.
+    pub fn module_bytes(&self) -> u64 {
+        (self.ports() * self.packets() * self.payload) as u64
+    }
+
     /// The pattern: module `m`'s pixel (x, y) of its module image (no gap pixels) in frame
     /// `frame` counts `(131 frame + 1009 m + 7 y + x) mod 2^bits`.
     pub fn value(&self, frame: u64, m: u16, x: usize, y: usize) -> u32 {

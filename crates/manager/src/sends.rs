@@ -96,9 +96,7 @@ impl Sends {
             native: Some(native),
         })
     }
-}
 
-impl Sends {
     /// Whether a detector that says it sends `native` in module frames of `module_bytes`
     /// sends what the topology says; otherwise what differs.
     pub fn agrees(&self, native: Option<&NativeRequest>, module_bytes: u64) -> Result<(), String> {

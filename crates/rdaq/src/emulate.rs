@@ -203,9 +203,8 @@ fn emulate_described(a: &EmulateArgs, name: &str, map: &BufferMap, buffers: &std
         bail!("--link {}: {payload}-byte packets, but the receiver of {} takes {}-byte packets", a.link.as_deref().unwrap_or(""), buffers.display(), map.payload_bytes);
     }
     let det = DescribedDetector::new(&d, bits, payload, map.modules, a.module_cols).map_err(|e| anyhow::anyhow!("--detector {name}: {e}"))?;
-    let want = map.modules as u64 * det.ports() as u64 * det.packets() as u64 * payload as u64;
-    if want != map.modules as u64 * map.module_bytes {
-        bail!("{}: the receiver holds module frames of {} bytes, {} at {bits} bits sends {}", buffers.display(), map.module_bytes, d.name, want / map.modules as u64);
+    if det.module_bytes() != map.module_bytes {
+        bail!("{}: the receiver holds module frames of {} bytes, {} at {bits} bits sends {}", buffers.display(), map.module_bytes, d.name, det.module_bytes());
     }
     let dests: Vec<SocketAddr> = map.data_ports.iter().map(|&p| SocketAddr::new(a.target, p)).collect();
     let progress = Arc::new(Control::default());
