@@ -42,6 +42,7 @@ def test_every_image_reaches_the_consumer_equal_to_the_file(rdaq, tmp_path, mode
     images = [m for m in got if m["type"] == "image"]
     assert s["stream"]["images_sent"] == len(images) == s["frames_written"] > 0
     assert s["stream"]["images_dropped"] == 0 and "stream      : tcp://127.0.0.1" in stdout
+    assert s["stream"]["consumers"] == 1 and not s["stream"]["split"] and "1 consumer took images" in stdout
     start = got[0]
     with h5py.File(tmp_path / "rdaq_run_master.h5", "r") as f:
         data, det = f["entry/data/data"], f["entry/instrument/detector"]
@@ -66,10 +67,27 @@ def test_every_image_reaches_the_consumer_equal_to_the_file(rdaq, tmp_path, mode
 
 
 def test_two_consumers_share_the_images_exactly_once(rdaq, tmp_path):
-    got, s, _ = run_with_consumers(rdaq, tmp_path, 2, "--frames", "60", "--raw", "--stream-policy", "block")
+    got, s, stdout = run_with_consumers(rdaq, tmp_path, 2, "--frames", "60", "--raw", "--stream-policy", "block")
     ids = [m["image_id"] for g in got for m in g if m["type"] == "image"]
     assert sorted(ids) == list(range(s["frames_written"])) == list(range(60))
     assert all(any(m["type"] == "image" for m in g) for g in got), "round-robin: both got images"
+    # a second consumer (a stray one too) is named in the summary: each has part of the series
+    assert (s["stream"]["consumers"], s["stream"]["consumers_at_once"], s["stream"]["split"]) == (2, 2, True)
+    assert "2 consumers took images (2 at once: the stream shared its images between them" in stdout
+
+
+def test_the_stream_and_preview_serve_this_host_unless_a_network_address_is_given(rdaq, tmp_path):
+    r = subprocess.run([rdaq, "run", "--raw", "--frames", "5", "--out", tmp_path, "--summary-json", tmp_path / "s.json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    s = json.loads((tmp_path / "s.json").read_text())["stream"]
+    assert (s["endpoint"], s["preview"]) == ("tcp://127.0.0.1:31001", "tcp://127.0.0.1:31002")
+    assert "open to the network" not in r.stderr
+    port = free_port()
+    r = subprocess.run([rdaq, "run", "--raw", "--frames", "5", "--out", tmp_path, "--overwrite", "--stream", f"tcp://*:{port}", "--preview", "none"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"the stream on tcp://0.0.0.0:{port} is open to the network: any host that reaches this one can read its images" in r.stderr
 
 
 def test_without_a_consumer_images_are_dropped_and_counted(rdaq, tmp_path):
@@ -77,7 +95,7 @@ def test_without_a_consumer_images_are_dropped_and_counted(rdaq, tmp_path):
                         "--summary-json", tmp_path / "s.json"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     s = json.loads((tmp_path / "s.json").read_text())["stream"]
-    assert s["images_sent"] == 0 and s["images_dropped"] == 20 and not s["start_sent"]
+    assert s["images_sent"] == 0 and s["images_dropped"] == 20 and not s["start_sent"] and s["consumers"] == 0
     assert "20 dropped" in r.stdout
 
 

@@ -505,15 +505,16 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
         Some(a) => (if a.acq.is_some() { "acquiring" } else { "configured" }, Some(&a.request), Some(a.rx.counters().to_json())),
     };
     let dropped_events = lock(&d.events).dropped;
-    let stream = stream_live(&d).map(|(sent, dropped, waits)| serde_json::json!({ "images_sent": sent, "images_dropped": dropped, "waits": waits }));
+    let stream = stream_live(&d).map(|(sent, dropped, waits, consumers)| serde_json::json!({ "images_sent": sent, "images_dropped": dropped, "waits": waits, "consumers": consumers }));
     let processing = dashboard::process_view(&d.board);
     Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream, "processing": processing, "api_refused": d.access.refused() }))
 }
 
-/// The running acquisition's stream counts: sent, dropped, waits.
-fn stream_live(d: &ReceiverDaemon) -> Option<(u64, u64, u64)> {
+/// The running acquisition's stream counts: sent, dropped, waits, consumers that took images.
+fn stream_live(d: &ReceiverDaemon) -> Option<(u64, u64, u64, u64)> {
     let live = d.active.as_ref()?.acq.as_ref()?.stream.as_ref()?;
-    Some((live.images_sent.load(Ordering::Relaxed), live.images_dropped.load(Ordering::Relaxed), live.waits.load(Ordering::Relaxed)))
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    Some((get(&live.images_sent), get(&live.images_dropped), get(&live.waits), get(&live.consumers)))
 }
 
 /// A series number for the stream: the acquisition's first event number (unique per daemon).
@@ -532,10 +533,11 @@ async fn metrics(State(s): State<Shared>) -> ([(axum::http::HeaderName, &'static
     m.counter("api_refused", "Control calls refused for a missing or wrong token", d.access.refused());
     let drops = rdaq_receiver::DropReason::ALL.iter().map(|r| (r.name().to_string(), c.dropped(*r))).collect();
     m.counters_by("dropped", "Datagrams dropped, by reason", "reason", drops);
-    let (sent, dropped, waits) = stream_live(&d).unwrap_or_default();
+    let (sent, dropped, waits, consumers) = stream_live(&d).unwrap_or_default();
     m.counter("stream_images_sent", "Images published on the Stream V2 stream (this acquisition)", sent);
     m.counter("stream_images_dropped", "Images the stream dropped: no consumer, or its queue full (this acquisition)", dropped);
     m.counter("stream_waits", "Images that waited for a stream consumer (block policy; this acquisition)", waits);
+    m.counter("stream_consumers", "Stream consumers connected while images went out (this acquisition)", consumers);
     if let Some(p) = dashboard::process_view(&d.board) {
         m.counter("process_dark_frames", "Dark frames the processing tracked the pedestal on (this acquisition)", p.dark_frames);
         m.counter("process_signal_frames", "Signal frames processed (this acquisition)", p.signal_frames);

@@ -351,12 +351,12 @@ mod tests {
         assert!(Topology::from_toml(&one_host).is_ok(), "the default streams differ");
         let clash = one_host.replacen("memory_mib = 64\n", "memory_mib = 64\npreview = \"tcp://*:31003\"\n", 1);
         let e = Topology::from_toml(&clash).unwrap_err().to_string();
-        assert!(e.starts_with("receivers.dr1.stream: endpoint tcp://*:31003"), "dr0's preview is dr1's default stream: {e}");
-        let own = one_host.replacen("memory_mib = 64\n", "memory_mib = 64\npreview = \"tcp://*:31001\"\n", 1);
+        assert!(e.starts_with("receivers.dr1.stream: endpoint tcp://127.0.0.1:31003"), "dr0's preview (every address) takes dr1's default stream's port: {e}");
+        let own = one_host.replacen("memory_mib = 64\n", "memory_mib = 64\npreview = \"tcp://127.0.0.1:31001\"\n", 1);
         let e = Topology::from_toml(&own).unwrap_err().to_string();
         assert!(e.starts_with("receivers.dr0.preview"), "{e}");
-        let t = Topology::from_toml(&one_host.replacen("memory_mib = 64\n", "memory_mib = 64\npreview = \"tcp://*:31002\"\n", 1)).unwrap();
-        assert_eq!(t.previews(), ["tcp://*:31002", "none"]);
+        let t = Topology::from_toml(&one_host.replacen("memory_mib = 64\n", "memory_mib = 64\npreview = \"tcp://127.0.0.1:31002\"\n", 1)).unwrap();
+        assert_eq!(t.previews(), ["tcp://127.0.0.1:31002", "none"]);
     }
 
     #[test]

@@ -99,7 +99,7 @@ pub const FIRST_STREAM_PORT: u16 = 31001;
 impl ReceiverSpec {
     /// The default stream endpoint of the `k`-th receiver of a topology.
     pub fn default_stream(k: usize) -> String {
-        format!("tcp://*:{}", FIRST_STREAM_PORT as usize + 2 * k)
+        format!("tcp://127.0.0.1:{}", FIRST_STREAM_PORT as usize + 2 * k)
     }
 }
 
@@ -269,13 +269,18 @@ impl Topology {
     }
 
     /// No two streams or previews of one host (the receivers' control address) publish on
-    /// the same endpoint.
+    /// the same endpoint: two TCP endpoints on one port clash whatever their addresses (a
+    /// wildcard bind takes the port on every address).
     fn check_streams(&self) -> Result<(), TopologyError> {
         let mut seen = HashSet::new();
         let endpoints = self.streams().into_iter().map(|e| ("stream", e)).zip(self.previews().into_iter().map(|e| ("preview", e)));
         for (r, (stream, preview)) in self.receivers.iter().zip(endpoints) {
             for (field, e) in [stream, preview] {
-                if e != "none" && !seen.insert((r.control.ip(), e.clone())) {
+                let key = match e.strip_prefix("tcp://").and_then(|a| a.rsplit_once(':')) {
+                    Some((_, port)) if port != "0" => format!("tcp port {port}"),
+                    _ => e.clone(),
+                };
+                if e != "none" && !seen.insert((r.control.ip(), key)) {
                     return Err(TopologyError::DuplicateStream(r.name.clone(), field, e));
                 }
             }

@@ -33,13 +33,13 @@ pub struct AcquireArgs {
     /// Where the processing stages run: cpu or gpu (process.backend).
     #[arg(long)]
     backend: Option<String>,
-    /// Stream V2 endpoint to publish on (stream.endpoint, default tcp://*:31001; "none": off).
+    /// Stream V2 endpoint to publish on (stream.endpoint, default tcp://127.0.0.1:31001, this host only; "none": off).
     #[arg(long)]
     stream: Option<String>,
     /// When stream consumers are slower: "drop" images (default) or "block" the acquisition.
     #[arg(long)]
     stream_policy: Option<String>,
-    /// Live preview endpoint (stream.preview; rdaq run: tcp://*:31002, rdaq receive: none;
+    /// Live preview endpoint (stream.preview; rdaq run: tcp://127.0.0.1:31002, rdaq receive: none;
     /// "none": off).
     #[arg(long)]
     preview: Option<String>,

@@ -44,7 +44,9 @@ fn init_logs(format: LogFormat, level: &str) -> anyhow::Result<()> {
         Ok(f) => EnvFilter::try_new(f).map_err(|e| anyhow::anyhow!("RUST_LOG: {e}"))?,
         Err(_) => EnvFilter::try_new(level).map_err(|e| anyhow::anyhow!("--log-level {level:?}: {e}"))?,
     };
-    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    // colour codes only on a terminal: in a file or a pipe they are noise (and forge nothing)
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(colour).with_env_filter(filter);
     match format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),

@@ -78,11 +78,11 @@ pub struct Stream {
 impl Default for Stream {
     fn default() -> Self {
         Stream {
-            endpoint: "tcp://*:31001".into(),
+            endpoint: "tcp://127.0.0.1:31001".into(),
             socket: "push".into(),
             hwm: 100,
             policy: "drop".into(),
-            preview: "tcp://*:31002".into(),
+            preview: "tcp://127.0.0.1:31002".into(),
             preview_hz: 2.0,
         }
     }

@@ -30,6 +30,8 @@ pub struct Live {
     pub images_sent: AtomicU64,
     pub images_dropped: AtomicU64,
     pub waits: AtomicU64,
+    /// Consumers connected while images went out.
+    pub consumers: AtomicU64,
 }
 
 /// The preview publisher and its clock.
@@ -49,6 +51,9 @@ pub struct StreamReport {
     pub stats: StreamStats,
     pub preview: Option<String>,
     pub preview_images: u64,
+    /// Several consumers shared the images of a PUSH stream: each has only part of them.
+    #[serde(default)]
+    pub split: bool,
     pub error: Option<String>,
 }
 
@@ -66,13 +71,18 @@ impl Stream {
         let main = match main {
             Some(cfg) => {
                 let mut p = Publisher::bind(cfg)?;
+                warn_if_exposed(&p, "stream");
                 p.stats.start_sent = p.control(&start)?;
                 Some(p)
             }
             None => None,
         };
         let preview = match preview {
-            Some((cfg, every)) => Some(Preview { publisher: Publisher::bind(cfg)?, every, last: None, start }),
+            Some((cfg, every)) => {
+                let publisher = Publisher::bind(cfg)?;
+                warn_if_exposed(&publisher, "preview");
+                Some(Preview { publisher, every, last: None, start })
+            }
             None => None,
         };
         let count_ns = (meta.count_time_s * 1e9) as u64;
@@ -104,6 +114,7 @@ impl Stream {
             self.live.images_sent.store(p.stats.images_sent, Ordering::Relaxed);
             self.live.images_dropped.store(p.stats.images_dropped, Ordering::Relaxed);
             self.live.waits.store(p.stats.waits, Ordering::Relaxed);
+            self.live.consumers.store(p.stats.consumers, Ordering::Relaxed);
         }
         if let Some(pv) = self.preview.as_mut().filter(|_| due) {
             pv.last = Some(Instant::now());
@@ -129,8 +140,16 @@ impl Stream {
             preview: self.preview.as_ref().map(|p| p.publisher.endpoint()),
             // each preview sends the start and the image
             preview_images: self.preview.as_ref().map_or(0, |p| p.publisher.stats.images_sent / 2),
+            split: self.main.as_ref().is_some_and(Publisher::split),
             error: self.error.take(),
         }
+    }
+}
+
+/// Says at start that a publisher is open to other hosts: nothing authenticates its readers.
+fn warn_if_exposed(p: &Publisher, what: &str) {
+    if p.exposed() {
+        eprintln!("rdaq: the {what} on {} is open to the network: any host that reaches this one can read its images (no authentication; see docs/operations.md#security-model)", p.endpoint());
     }
 }
 
@@ -147,7 +166,7 @@ impl StreamReport {
                 s.waits,
                 if s.start_sent { "sent" } else { "not sent (no consumer)" },
                 if s.end_sent { "sent" } else { "not sent (no consumer)" }
-            ),
+            ) + &consumers(s, self.split),
             None => "off".to_string(),
         };
         if let Some(p) = &self.preview {
@@ -158,4 +177,14 @@ impl StreamReport {
         }
         l
     }
+}
+
+/// The consumers that took images; on a PUSH stream with several at once, each has only
+/// part of the series.
+fn consumers(s: &StreamStats, split: bool) -> String {
+    let mut l = format!("; {} consumer{} took images", s.consumers, if s.consumers == 1 { "" } else { "s" });
+    if split {
+        l.push_str(&format!(" ({} at once: the stream shared its images between them, each has only part of the series)", s.consumers_at_once));
+    }
+    l
 }
