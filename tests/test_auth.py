@@ -181,3 +181,78 @@ def test_protected_reads_short_tokens_and_open_listeners(rdaq, tmp_path):
     finally:
         p.kill()
         p.communicate()
+
+
+@pytest.fixture
+def open_daemons(rdaq, tmp_path):
+    """A detector daemon and a receiver daemon without a token, as the README starts them."""
+    ports = {"det": free_port(), "dr0": free_port()}
+    procs = [
+        subprocess.Popen([str(rdaq), "emulate", "--serve", str(ports["det"]), "--modules", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        subprocess.Popen([str(rdaq), "receive", "--serve", str(ports["dr0"]), "--name", "dr0", "--memory-mib", "64", "--out-dir", str(tmp_path),
+                          "--stream", "none", "--allow-host", "rx.beamline.example"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+    ]
+    urls = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
+    for u in urls.values():
+        wait_up(u)
+    yield urls
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def raw(method, url, body=b"", headers=()):
+    """A call with exactly these headers (urllib adds Host and, with a body, its length)."""
+    req = urllib.request.Request(url, data=body or None, method=method, headers=dict(headers))
+    if body:
+        req.add_header("Content-Type", dict(headers).get("Content-Type", "text/plain"))
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.headers.get("content-type"), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("content-type"), e.read()
+
+
+def test_a_foreign_web_page_cannot_stop_or_read_an_open_daemon(open_daemons):
+    urls = open_daemons
+    assert call("PUT", urls["dr0"] + "/buffers", buffer_request())[0] == 200
+    evil = ("Origin", "http://evil.example")
+    for who, method, path in [("dr0", "POST", "/stop"), ("dr0", "POST", "/start"), ("det", "POST", "/stop"), ("dr0", "PUT", "/buffers")]:
+        # a cross-site "simple" request: text/plain from another origin
+        code, ctype, body = raw(method, urls[who] + path, b"{}", [evil, ("Content-Type", "text/plain")])
+        assert code == 403 and ctype == "application/json" and "origin" in json.loads(body)["error"], (who, path, code, body)
+        # no Origin (a script) but not JSON: refused too
+        code, _, body = raw(method, urls[who] + path, b"{}", [("Content-Type", "text/plain")])
+        assert code == 415 and "application/json" in json.loads(body)["error"], (who, path, code, body)
+    assert call("GET", urls["dr0"] + "/status")[1]["state"] == "configured", "the buffers stayed"
+    # DNS rebinding: a page of evil.example whose name now resolves to this host
+    for who in urls:
+        code, _, body = raw("GET", urls[who] + "/status", headers=[("Host", "evil.example:1234")])
+        assert code == 421 and "Host" in json.loads(body)["error"], (who, code, body)
+    assert raw("GET", urls["dr0"] + "/status", headers=[("Host", "rx.beamline.example:7001")])[0] == 200, "--allow-host"
+    assert raw("GET", urls["dr0"] + "/status", headers=[("Host", "localhost")])[0] == 200
+    # the daemon's own page (same origin, JSON) and a script's POST without a body still work
+    port = urls["dr0"].rsplit(":", 1)[1]
+    code, _, _ = raw("POST", urls["dr0"] + "/stop", b"{}", [("Origin", f"http://127.0.0.1:{port}"), ("Content-Type", "application/json")])
+    assert code in (200, 409), code
+    assert call("GET", urls["dr0"] + "/status")[1]["api_refused"] == 7
+
+
+def test_every_error_answer_is_json(open_daemons):
+    url = open_daemons["dr0"]
+    json_body = [("Content-Type", "application/json")]
+    cases = [
+        ("PUT", "/buffers", b"{not json", json_body, 400),
+        ("PUT", "/buffers", json.dumps({**buffer_request(), "colour": "red"}).encode(), json_body, 422),
+        ("PUT", "/buffers", b"[1]", json_body, 422),
+        ("PUT", "/buffers", b" " * (3 << 20), json_body, 413),
+        ("GET", "/no/such/path", b"", [], 404),
+        ("DELETE", "/status", b"", [], 405),
+    ]
+    for method, path, body, headers, status in cases:
+        code, ctype, answer = raw(method, url + path, body, headers)
+        assert (code, ctype) == (status, "application/json"), (path, code, ctype, answer[:200])
+        error = json.loads(answer)["error"]
+        assert error and "\n" not in error, error
+    code, _, answer = raw("PUT", url + "/buffers", json.dumps({**buffer_request(), "colour": "red"}).encode(), json_body)
+    assert "colour" in json.loads(answer)["error"], "names the unknown field"

@@ -223,3 +223,25 @@ def test_bench_pipeline_runs_the_graph_and_prints_its_table(rdaq, tmp_path):
     assert p["workers"] == 1 and p["pedestal_bands"] == 1 and p["frames"] > 10
     assert p["module_frames_per_s"] > 0 and p["copy_gb_per_s"] > 0
     assert p["convert_ms"] > 0 and p["spots_ms"] > 0 and p["compress_ms"] > 0 and p["pedestal_ms_per_dark"] > 0
+
+
+def test_a_crafted_chunk_is_refused_with_exit_2_never_a_crash(rdaq, tmp_path):
+    """Bitshuffle chunks that claim more (or less) than the dataset's chunk: a 32 GiB claim,
+    a 2 GiB claim backed by enough block headers, and a valid chunk of 10 rows where the
+    dataset's chunks hold 512 (HDF5 would read past it). Each is refused naming the frame."""
+    import rdaq as py
+    raw = np.random.default_rng(1).integers(0, 1 << 14, (2, ROWS, COLS), dtype=np.uint16)
+    crafted = {
+        "huge": (32 << 30).to_bytes(8, "big") + (8192).to_bytes(4, "big") + bytes(16),
+        "big": (1 << 31).to_bytes(8, "big") + (8192).to_bytes(4, "big") + b"".join((4).to_bytes(4, "big") + bytes(4) for _ in range(300_000)),
+        "short": bytes(py.compress(raw[1, :10], "lz4")),
+    }
+    for name, chunk in crafted.items():
+        path = tmp_path / f"{name}.h5"
+        with h5py.File(path, "w") as f:
+            d = f.create_dataset("entry/data/data", data=raw, chunks=(1, ROWS, COLS), **hdf5plugin.Bitshuffle(cname="lz4"))
+            d.id.write_direct_chunk((1, 0, 0), chunk)
+        r = subprocess.run([rdaq, "process", "pedestal", "--input", path, "--output", tmp_path / f"{name}_cal.h5", "--window", "2"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, (name, r.returncode, r.stderr)
+        assert "frame 1" in r.stderr and "the dataset's chunks hold 1048576" in r.stderr and len(r.stderr.strip().splitlines()) == 1, (name, r.stderr)

@@ -370,3 +370,15 @@ def test_a_chunk_claiming_more_than_it_holds_is_a_value_error():
     chunk = (32 << 30).to_bytes(8, "big") + (8192).to_bytes(4, "big") + bytes(16)
     with pytest.raises(ValueError, match="claims"):
         rdaq.decompress(chunk, 2, "lz4")
+
+
+def test_arrays_asked_for_are_bounded_before_they_are_allocated():
+    with pytest.raises(MemoryError, match="Pedestal: 1000000x1000000 pixels"):
+        rdaq.Pedestal(10**6, 10**6)
+    with pytest.raises(MemoryError, match="radius_map"):
+        rdaq.radius_map(10**6, 10**6, 0, 0)
+    with pytest.raises(MemoryError):
+        rdaq.Pedestal(2**63, 4)
+    with pytest.raises(ValueError, match="no pixel"):
+        rdaq.Pedestal(0, 1024)
+    assert rdaq.radius_map(4, 2, 0, 0).shape == (2, 4)

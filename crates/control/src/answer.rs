@@ -4,7 +4,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use rdaq_proto::events::{EventLog, EventPage};
@@ -17,6 +17,26 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
     }
+}
+
+/// Middleware: an error answer that is not JSON (axum's own, for a body it could not take
+/// (400, 413, 415, 422), an unknown path (404) or method (405)) becomes `{"error": "..."}`
+/// with the same status and headers, as every other error.
+pub async fn json_errors(resp: Response) -> Response {
+    let status = resp.status();
+    let json = resp.headers().get(header::CONTENT_TYPE).is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if json || !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    // axum's rejections are one line; more is not a message
+    let text = axum::body::to_bytes(body, 16 * 1024).await.map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
+    let msg = if text.is_empty() { status.canonical_reason().unwrap_or("error").to_ascii_lowercase() } else { text };
+    let mut answer = ApiError(status, msg).into_response();
+    for (k, v) in parts.headers.iter().filter(|(k, _)| *k != header::CONTENT_TYPE && *k != header::CONTENT_LENGTH) {
+        answer.headers_mut().insert(k, v.clone());
+    }
+    answer
 }
 
 pub fn bad(msg: impl Into<String>) -> ApiError {

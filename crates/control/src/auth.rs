@@ -14,6 +14,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
+use crate::site::{Foreign, Names};
+
 /// The environment variable a token is read from when no `--token-file` is given.
 pub const TOKEN_ENV: &str = "RDAQ_TOKEN";
 
@@ -32,6 +34,10 @@ pub struct AccessArgs {
     /// Reads (status, events, metrics, the dashboard) need the token too.
     #[arg(long)]
     pub protect_reads: bool,
+    /// A name of this host that clients put in `Host` (besides IP addresses, localhost and
+    /// the machine's own name, which are always served); repeat for more.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_hosts: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +93,7 @@ impl AccessArgs {
         if self.protect_reads && token.is_none() {
             return Err(AuthError::ReadsWithoutToken);
         }
-        Ok(Access { token, protect_reads: self.protect_reads, refused: AtomicU64::new(0) })
+        Ok(Access { token, protect_reads: self.protect_reads, names: Names::of_this_host(&self.allow_hosts), refused: AtomicU64::new(0) })
     }
 }
 
@@ -125,6 +131,14 @@ pub enum Refusal {
     Missing,
     /// A bearer token that is not this daemon's (403).
     Wrong,
+    /// A call a page of another site could have made.
+    Foreign(Foreign),
+}
+
+impl From<Foreign> for Refusal {
+    fn from(f: Foreign) -> Refusal {
+        Refusal::Foreign(f)
+    }
 }
 
 /// Who may call what, and how many calls were refused.
@@ -132,6 +146,8 @@ pub enum Refusal {
 pub struct Access {
     token: Option<Token>,
     protect_reads: bool,
+    /// The names `Host` may give ([`crate::site`]).
+    names: Names,
     refused: AtomicU64,
 }
 
@@ -168,24 +184,30 @@ impl Access {
     }
 }
 
-/// Middleware: lets a call through, or answers the refusal and counts and logs it.
+/// Middleware: lets a call through, or answers the refusal and counts and logs it. A call
+/// a foreign page could have made ([`crate::site`]) is refused before its token is looked at.
 pub async fn guard(State(access): State<Arc<Access>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request, next: Next) -> Response {
-    match access.check(req.method(), req.uri().path(), req.headers().get(header::AUTHORIZATION)) {
-        Ok(()) => next.run(req).await,
-        Err(r) => {
-            let n = access.refused.fetch_add(1, Ordering::Relaxed) + 1;
-            let (status, why) = match r {
-                Refusal::Missing => (StatusCode::UNAUTHORIZED, "this call needs the API token: send `Authorization: Bearer <token>`"),
-                Refusal::Wrong => (StatusCode::FORBIDDEN, "wrong API token"),
-            };
-            tracing::warn!(method = %req.method(), path = req.uri().path(), %peer, refused = n, "refused {} {} from {peer}: {why}", req.method(), req.uri().path());
-            let mut resp = crate::answer::ApiError(status, why.into()).into_response();
-            if r == Refusal::Missing {
-                resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"rdaq\""));
-            }
-            resp
-        }
+    let refusal = match access.names.check(req.method(), req.headers()) {
+        Err(f) => Err(f.into()),
+        Ok(()) => access.check(req.method(), req.uri().path(), req.headers().get(header::AUTHORIZATION)),
+    };
+    let Err(r) = refusal else {
+        return next.run(req).await;
+    };
+    let n = access.refused.fetch_add(1, Ordering::Relaxed) + 1;
+    let (status, why) = match r {
+        Refusal::Missing => (StatusCode::UNAUTHORIZED, "this call needs the API token: send `Authorization: Bearer <token>`"),
+        Refusal::Wrong => (StatusCode::FORBIDDEN, "wrong API token"),
+        Refusal::Foreign(f @ Foreign::Host) => (StatusCode::MISDIRECTED_REQUEST, f.why()),
+        Refusal::Foreign(f @ Foreign::Origin) => (StatusCode::FORBIDDEN, f.why()),
+        Refusal::Foreign(f @ Foreign::ContentType) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, f.why()),
+    };
+    tracing::warn!(method = %req.method(), path = req.uri().path(), %peer, refused = n, "refused {} {} from {peer}: {why}", req.method(), req.uri().path());
+    let mut resp = crate::answer::ApiError(status, why.into()).into_response();
+    if r == Refusal::Missing {
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"rdaq\""));
     }
+    resp
 }
 
 #[cfg(test)]
@@ -193,7 +215,7 @@ mod tests {
     use super::*;
 
     fn access(protect_reads: bool) -> Access {
-        Access { token: Some(Token::new("0123456789abcdef0123", "test").unwrap()), protect_reads, refused: AtomicU64::new(0) }
+        Access { token: Some(Token::new("0123456789abcdef0123", "test").unwrap()), protect_reads, names: Names::default(), refused: AtomicU64::new(0) }
     }
 
     fn h(s: &str) -> HeaderValue {
@@ -223,7 +245,7 @@ mod tests {
         assert!(matches!(Token::new(" short\n", "f"), Err(AuthError::Short(_, 5))));
         assert_eq!(Token::new("0123456789abcdef\n", "f").unwrap().bearer(), "Bearer 0123456789abcdef");
         assert_eq!(format!("{:?}", Token::new("0123456789abcdef", "f").unwrap()), "Token(..)");
-        let args = AccessArgs { token_file: Some("/nonexistent/token".into()), protect_reads: false };
+        let args = AccessArgs { token_file: Some("/nonexistent/token".into()), ..AccessArgs::default() };
         assert!(matches!(args.access(), Err(AuthError::Read(..))));
     }
 

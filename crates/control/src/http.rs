@@ -58,9 +58,9 @@ pub fn serve_in_background(addr: SocketAddr, app: axum::Router, what: &str, acce
     Ok(bound)
 }
 
-/// `app` with every call checked by `access` first.
+/// `app` with every call checked by `access` first, and every error answered as JSON.
 pub fn guarded(app: axum::Router, access: Arc<Access>) -> axum::Router {
-    app.layer(axum::middleware::from_fn_with_state(access, crate::auth::guard))
+    app.layer(axum::middleware::map_response(crate::answer::json_errors)).layer(axum::middleware::from_fn_with_state(access, crate::auth::guard))
 }
 
 /// Binds `addr`, saying where and how the API listens, and warning when anyone on the

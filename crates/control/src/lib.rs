@@ -14,6 +14,7 @@
 //! - [`answer`]: the answers they give (errors, event pages).
 //! - [`metrics`]: `/metrics` through `prometheus-client`.
 //! - [`auth`]: the bearer token mutating calls (and optionally reads) need.
+//! - [`site`]: what keeps other sites' pages away (Host, Origin, content type).
 
 pub mod answer;
 pub mod auth;
@@ -24,3 +25,4 @@ pub mod manage;
 pub mod metrics;
 pub mod receiver;
 pub mod run;
+pub mod site;

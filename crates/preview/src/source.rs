@@ -67,7 +67,7 @@ pub fn from_file(master: &Path, frame: usize) -> Result<Preview, PreviewError> {
     let file = hdf5::File::open(master).map_err(h5)?;
     let det = file.group("entry/instrument/detector").map_err(h5)?;
     let pixel_size_m: f64 = det.dataset("x_pixel_size").and_then(|d| d.read_scalar()).map_err(h5)?;
-    let gaps: Vec<u32> = det.dataset("pixel_mask").and_then(|d| d.read_raw()).map_err(h5)?;
+    let gaps: Vec<u32> = det.dataset("pixel_mask").and_then(|d| rdaq_process::chunk_size::reading(&d, || d.read_raw())).map_err(h5)?;
     let (link, index) = locate(&file, master, frame)?;
     let reader = FrameReader::open(master, &link)?;
     let pixel = pixel_type(&file.dataset(&link).map_err(h5)?).ok_or_else(|| PreviewError::File { path: master.into(), message: format!("{link}: pixel type not written by rdaq") })?;

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use crate::chunk_size;
 use crate::convert::{Calibration, CalibrationError};
 
 #[derive(Debug, Error)]
@@ -78,9 +79,9 @@ impl CalFile {
             if d.shape() != [3, rows, cols] {
                 return Err(CalFileError::Shape { path: path.to_owned(), name, got: d.shape(), want: vec![3, rows, cols] });
             }
-            Ok(split3(d.read_raw::<f32>().map_err(err)?, pixels))
+            Ok(split3(chunk_size::reading(&d, || d.read_raw::<f32>()).map_err(err)?, pixels))
         };
-        let cal = Calibration { pedestal: read3("pedestal")?, gain: read3("gain")?, mask: mask.read_raw::<u32>().map_err(err)? };
+        let cal = Calibration { pedestal: read3("pedestal")?, gain: read3("gain")?, mask: chunk_size::reading(&mask, || mask.read_raw::<u32>()).map_err(err)? };
         cal.check(pixels).map_err(|source| CalFileError::Values { path: path.to_owned(), source })?;
         let rms = if f.link_exists("pedestal_rms") { Some(read3("pedestal_rms")?) } else { None };
         let frames = if f.link_exists("pedestal_frames") {

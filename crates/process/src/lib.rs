@@ -11,10 +11,12 @@
 //! - [`pipeline`]: the graph of stages, bounded rings and worker pools.
 //! - [`spots`]: Bragg spot finding (local SNR; peakfinder8) and the hit veto.
 //! - [`bitshuffle`]: bitshuffle + LZ4 / Zstd chunks (HDF5 filter 32008).
+//! - [`chunk_size`]: the size a chunk being read through HDF5 decodes to, for the filter.
 //! - [`sparse`]: the CSR form of the pixels above a threshold.
 
 pub mod bitshuffle;
 pub mod calfile;
+pub mod chunk_size;
 pub mod convert;
 pub mod descramble;
 pub mod gainmap;

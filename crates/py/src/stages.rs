@@ -4,7 +4,7 @@
 //! `TypeError` or `ValueError` naming the argument).
 
 use numpy::{PyArray1, PyArray2, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray2, PyReadonlyArray3, PyUntypedArrayMethods};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use rdaq_process::bitshuffle::{Codec, Compressor};
@@ -13,6 +13,17 @@ use rdaq_process::{Calibration, InvalidGain};
 
 fn bad(msg: String) -> PyErr {
     PyValueError::new_err(msg)
+}
+
+/// `rows` x `cols` pixels, when `bytes_per_pixel` of each fit in half of this machine's
+/// memory: an array the caller asks for is bounded before it is allocated.
+fn pixels(rows: usize, cols: usize, bytes_per_pixel: usize, what: &str) -> PyResult<usize> {
+    let limit = rdaq_run::config::physical_mib() / 2;
+    match rows.checked_mul(cols).filter(|p| (p.saturating_mul(bytes_per_pixel) as u64 >> 20) <= limit) {
+        Some(0) => Err(bad(format!("{what}: {rows}x{cols} has no pixel"))),
+        Some(p) => Ok(p),
+        None => Err(PyMemoryError::new_err(format!("{what}: {rows}x{cols} pixels of {bytes_per_pixel} bytes are more than half of this machine's {} MiB", 2 * limit))),
+    }
 }
 
 /// `values` as a float32 array of `shape` (moved, not copied).
@@ -78,10 +89,12 @@ impl Pedestal {
     #[new]
     #[pyo3(signature = (rows, cols, window=128, stage=0))]
     fn new(rows: usize, cols: usize, window: u32, stage: u8) -> PyResult<Pedestal> {
-        if stage > 2 || window == 0 || rows * cols == 0 {
-            return Err(bad(format!("stage {stage}, window {window}, {rows}x{cols}: stage 0..2, a window of at least 1 frame, at least one pixel")));
+        if stage > 2 || window == 0 {
+            return Err(bad(format!("stage {stage}, window {window}: stage 0..2, a window of at least 1 frame")));
         }
-        Ok(Pedestal { ped: rdaq_process::pedestal::Pedestal::new(rows * cols, stage, window), shape: (rows, cols) })
+        // the sums (two f64), the sample and the wrong-gain counts (u32) of each pixel
+        let n = pixels(rows, cols, 24, "Pedestal")?;
+        Ok(Pedestal { ped: rdaq_process::pedestal::Pedestal::new(n, stage, window), shape: (rows, cols) })
     }
 
     /// Adds one dark frame (uint16, (rows, cols)).
@@ -170,5 +183,6 @@ pub fn decompress<'py>(py: Python<'py>, chunk: &[u8], elem_size: usize, codec: &
 /// (pixel indices, fast, slow): float32, computed in float64 as numpy users do.
 #[pyfunction]
 pub fn radius_map(py: Python<'_>, width: usize, height: usize, cx: f64, cy: f64) -> PyResult<Bound<'_, PyArray2<f32>>> {
+    pixels(height, width, 4, "radius_map")?;
     f32_array(py, rdaq_process::spots::Peakfinder8::radius_map(width, height, cx, cy), (height, width))
 }

@@ -199,7 +199,7 @@ fn radius_map(a: &SpotsArgs, rows: usize, cols: usize) -> anyhow::Result<Vec<f32
     if ds.shape() != [rows, cols] {
         bail!("{}: shape {:?}, the image is {rows}x{cols}", what(), ds.shape());
     }
-    let radius: Vec<f32> = ds.read_raw().with_context(what)?;
+    let radius: Vec<f32> = rdaq_process::chunk_size::reading(&ds, || ds.read_raw()).with_context(what)?;
     if radius.iter().any(|r| !r.is_finite() || *r < 0.0) {
         bail!("{}: radii must be finite and not negative", what());
     }

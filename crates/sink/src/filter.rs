@@ -18,6 +18,7 @@ use std::sync::OnceLock;
 
 use hdf5_sys::h5z::{H5Z_class2_t, H5Zregister, H5Z_CLASS_T_VERS, H5Z_FLAG_REVERSE};
 use rdaq_process::bitshuffle::{decompress, unshuffle_block, Codec, Compressor, MAX_CHUNK_BYTES};
+use rdaq_process::chunk_size;
 
 use crate::nexus::BSHUF_FILTER;
 
@@ -51,6 +52,16 @@ pub fn register() -> Result<(), String> {
     .clone()
 }
 
+thread_local! {
+    /// Why the filter last failed on this thread: HDF5 only says that it did.
+    static REFUSAL: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Why the filter last failed on this thread, once.
+pub fn take_refusal() -> Option<String> {
+    REFUSAL.with(|r| r.take())
+}
+
 /// The filter's settings, from its cd_values.
 #[derive(Debug, PartialEq, Eq)]
 struct Params {
@@ -78,12 +89,15 @@ fn params(cd: &[c_uint]) -> Result<Params, String> {
     Ok(Params { elem_size, block_elems, codec })
 }
 
-/// Decodes one stored chunk.
-fn decode(p: &Params, chunk: &[u8]) -> Result<Vec<u8>, String> {
-    let Some(codec) = p.codec else { return Ok(unshuffle_all(p, chunk)) };
+/// Decodes one stored chunk of `want` bytes (the dataset's chunk: HDF5 takes what the
+/// filter returns as a whole chunk, so anything else is refused before it is decoded).
+fn decode(p: &Params, chunk: &[u8], want: usize) -> Result<Vec<u8>, String> {
+    let Some(codec) = p.codec else {
+        return if chunk.len() == want { Ok(unshuffle_all(p, chunk)) } else { Err(format!("an unshuffled chunk of {} bytes, the dataset's chunks hold {want}", chunk.len())) };
+    };
     let total = chunk.get(..8).map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
-    if total > MAX_CHUNK_BYTES || total % p.elem_size as u64 != 0 {
-        return Err(format!("chunk header says {total} bytes"));
+    if total != want as u64 || total > MAX_CHUNK_BYTES || total % p.elem_size as u64 != 0 {
+        return Err(format!("chunk header says {total} bytes, the dataset's chunks hold {want}"));
     }
     decompress(chunk, p.elem_size, codec).map_err(|e| e.to_string())
 }
@@ -129,12 +143,20 @@ unsafe extern "C" fn filter(flags: c_uint, cd_nelmts: usize, cd_values: *const c
     let out = std::panic::catch_unwind(|| {
         let p = params(cd)?;
         if flags & H5Z_FLAG_REVERSE != 0 {
-            decode(&p, input)
+            let want = chunk_size::expected().ok_or("a chunk read without its dataset's chunk size (rdaq_process::chunk_size::reading)")?;
+            decode(&p, input, want)
         } else {
             encode(&p, input)
         }
     });
-    let Ok(Ok(out)) = out else { return 0 };
+    let out = match out {
+        Ok(Ok(out)) => out,
+        Ok(Err(why)) => {
+            REFUSAL.with(|r| r.replace(Some(why)));
+            return 0;
+        }
+        Err(_) => return 0,
+    };
     // SAFETY: HDF5 owns `*buf` and takes back a buffer of its own allocator, of the size
     // reported in `*buf_size`; `new` holds `out.len()` bytes.
     unsafe {
@@ -173,11 +195,12 @@ mod tests {
         for codec in [2, 3] {
             let p = params(&[0, 4, 2, 0, codec, 1]).unwrap();
             let chunk = encode(&p, &data).unwrap();
-            assert_eq!(decode(&p, &chunk).unwrap(), data);
+            assert_eq!(decode(&p, &chunk, data.len()).unwrap(), data);
+            assert!(decode(&p, &chunk, data.len() + 2).is_err(), "a chunk of another size than the dataset's");
             let mut lie = chunk.clone();
             lie[..8].copy_from_slice(&u64::MAX.to_be_bytes());
-            assert!(decode(&p, &lie).is_err());
-            assert!(decode(&p, &chunk[..chunk.len() / 2]).is_err());
+            assert!(decode(&p, &lie, data.len()).is_err());
+            assert!(decode(&p, &chunk[..chunk.len() / 2], data.len()).is_err());
         }
     }
 
@@ -190,6 +213,7 @@ mod tests {
         for (a, n) in [(0, 16), (16, 16), (32, 8)] {
             shuffle_block(&data[a * 2..(a + n) * 2], &mut stored[a * 2..(a + n) * 2], 2);
         }
-        assert_eq!(decode(&p, &stored).unwrap(), data);
+        assert_eq!(decode(&p, &stored, data.len()).unwrap(), data);
+        assert!(decode(&p, &stored[2..], data.len()).is_err());
     }
 }

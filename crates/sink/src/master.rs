@@ -141,7 +141,8 @@ pub fn read_meta(path: &Path) -> hdf5::Result<NxmxMeta> {
     let file = File::open(path)?;
     let json: hdf5::types::VarLenUnicode = file.attr(SERIES_ATTR)?.read_scalar()?;
     let mut meta: NxmxMeta = serde_json::from_str(json.as_str()).map_err(|e| hdf5::Error::from(format!("{SERIES_ATTR}: {e}")))?;
-    let mask: Vec<u32> = file.dataset("entry/instrument/detector/pixel_mask")?.read_raw()?;
+    let mask_ds = file.dataset("entry/instrument/detector/pixel_mask")?;
+    let mask: Vec<u32> = rdaq_process::chunk_size::reading(&mask_ds, || mask_ds.read_raw())?;
     let g = meta.geometry;
     if mask.len() != g.height() * g.width() {
         return Err(format!("pixel_mask has {} pixels, the image {}", mask.len(), g.height() * g.width()).into());

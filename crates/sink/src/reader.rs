@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use hdf5::Dataset;
-use rdaq_process::{bytes_of, Plain};
+use rdaq_process::{bytes_of, chunk_size, Plain};
 
 use crate::meta::PixelType;
 
@@ -51,7 +51,10 @@ impl FrameReader {
         if i >= self.frames {
             return Err(ReadError::Frame { frame: i, message: format!("the dataset holds {} frames", self.frames) });
         }
-        let a: ndarray::Array3<T> = self.ds.read_slice(ndarray::s![i..i + 1, .., ..]).map_err(|e| ReadError::Frame { frame: i, message: format!("reading: {e}") })?;
+        let a: ndarray::Array3<T> = chunk_size::reading(&self.ds, || self.ds.read_slice(ndarray::s![i..i + 1, .., ..])).map_err(|e| {
+            let why = crate::filter::take_refusal().map_or(String::new(), |w| format!(" (bitshuffle: {w})"));
+            ReadError::Frame { frame: i, message: format!("reading: {e}{why}") }
+        })?;
         out.clear();
         out.extend(a.iter().copied());
         Ok(())
