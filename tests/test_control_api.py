@@ -85,6 +85,19 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
     status = call("GET", dr + "/status")[1]
     assert status["state"] == "configured" and status["request"]["payload_bytes"] == 8192, "a refused request keeps the buffers in place"
     assert call("PUT", dr + "/buffers", request())[1] == first, "the same buffers, keys and ports still"
+    # a port another program holds: the bind fails, and the buffers in place stay, untouched
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        code, body = call("PUT", dr + "/buffers", request(data_port=taken.getsockname()[1], slots=3))
+        assert code == 400, body
+    assert call("GET", dr + "/status")[1]["request"]["slots"] == 4, "the old buffers are still configured"
+    assert call("PUT", dr + "/buffers", request())[1] == first, "with the same keys and ports"
+    # the old buffers' own ports are given up for a request that needs them
+    code, moved = call("PUT", dr + "/buffers", request(data_port=first["data_ports"][0], slots=3))
+    assert code == 200 and moved["data_ports"][0] == first["data_ports"][0], moved
+    code, first = call("PUT", dr + "/buffers", request())
+    assert code == 200
     code, body = call("POST", dr + "/start", {"output": "../escape.h5"})
     assert code == 400 and "output" in body["error"]
     code, body = call("POST", dr + "/start", {"gap_y": 1000000})

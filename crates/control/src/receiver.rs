@@ -17,7 +17,7 @@ use indicatif::ProgressBar;
 use rdaq_detector::{Description, Geometry, MODULE_BYTES};
 use rdaq_proto::events::{Event, EventLog, EventPage};
 use rdaq_proto::telegram::{BufferMap, BufferRequest, ReceiverTelegram, TELEGRAM_VERSION};
-use rdaq_receiver::{Counters, FrameStatus, IncompletePolicy, Receiver, ReceiverConfig};
+use rdaq_receiver::{Counters, FrameStatus, IncompletePolicy, Receiver, ReceiverConfig, ReceiverError};
 use rdaq_sink::NxmxWriter;
 use serde::{Deserialize, Serialize};
 
@@ -60,6 +60,8 @@ struct Active {
     request: BufferRequest,
     rx: Arc<Receiver>,
     acq: Option<Acquisition>,
+    /// A start is making its files and stream (outside the lock).
+    starting: bool,
 }
 
 struct ReceiverDaemon {
@@ -106,7 +108,7 @@ impl View for DaemonView {
         let d = lock(&self.0);
         let (state, counters) = match &d.active {
             None => ("idle", None),
-            Some(a) => (if a.acq.is_some() { "acquiring" } else { "configured" }, Some(a.rx.counters().to_json())),
+            Some(a) => (if a.acq.is_some() { "acquiring" } else if a.starting { "starting" } else { "configured" }, Some(a.rx.counters().to_json())),
         };
         let mut s = Snapshot {
             title: format!("receiver {}", d.opts.name),
@@ -169,30 +171,63 @@ fn check_request(opts: &Options, r: &BufferRequest) -> Result<(), ApiError> {
 }
 
 async fn buffers(State(s): State<Shared>, Json(req): Json<BufferRequest>) -> Result<Json<BufferMap>, ApiError> {
-    let (old, rcfg) = {
+    let (old, old_rcfg, rcfg) = {
         let mut d = lock(&s);
         check_request(&d.opts, &req)?;
         match &d.active {
-            Some(a) if a.acq.is_some() => return Err(conflict("an acquisition is running: stop it first")),
+            Some(a) if a.acq.is_some() || a.starting => return Err(conflict("an acquisition is running: stop it first")),
             Some(a) if a.request == req => return Ok(Json(a.rx.buffer_map().clone())),
             _ => {}
         }
         // a request refused here leaves the buffers in place as they were
         let rcfg = receiver_config(&d.opts, &req)?;
         rcfg.validate().map_err(|e| bad(format!("{e}")))?;
-        (d.active.take(), rcfg)
+        let old_rcfg = d.active.as_ref().and_then(|a| receiver_config(&d.opts, &a.request).ok());
+        (d.active.take(), old_rcfg, rcfg)
     };
-    let rx = tokio::task::spawn_blocking(move || {
-        // the old receiver (if any) goes first: its ports may be the ones asked for
-        drop(old);
-        Receiver::start(rcfg).map(|rx| (rx, req))
-    })
-    .await
-    .map_err(internal)?;
-    let (rx, req) = rx.map_err(|e| bad(format!("{e}")))?;
-    let map = rx.buffer_map().clone();
-    lock(&s).active = Some(Active { request: req, rx: Arc::new(rx), acq: None });
-    Ok(Json(map))
+    let (started, old) = tokio::task::spawn_blocking(move || replace(old, old_rcfg, rcfg)).await.map_err(internal)?;
+    let mut d = lock(&s);
+    match started {
+        Ok(rx) => {
+            let map = rx.buffer_map().clone();
+            d.active = Some(Active { request: req, rx: Arc::new(rx), acq: None, starting: false });
+            Ok(Json(map))
+        }
+        Err(e) => {
+            d.active = old;
+            Err(bad(format!("{e}")))
+        }
+    }
+}
+
+/// Starts the receiver `rcfg` in place of `old`, which keeps running unless it must go: the
+/// new one is tried beside it first, then, when it may need the old one's ports, without it.
+/// On failure the old buffers are handed back, bound again from `old_rcfg` if they had to
+/// go (the same ports, new keys).
+fn replace(old: Option<Active>, old_rcfg: Option<ReceiverConfig>, rcfg: ReceiverConfig) -> (Result<Receiver, ReceiverError>, Option<Active>) {
+    match (Receiver::start(rcfg.clone()), old) {
+        (Ok(rx), _) => (Ok(rx), None),
+        (Err(e), None) => (Err(e), None),
+        (Err(e), Some(old)) if !shares_ports(old.rx.buffer_map(), &rcfg) => (Err(e), Some(old)),
+        (Err(_), Some(old)) => {
+            let request = old.request.clone();
+            drop(old);
+            match Receiver::start(rcfg) {
+                Ok(rx) => (Ok(rx), None),
+                Err(e) => {
+                    let again = old_rcfg.and_then(|c| Receiver::start(c).ok());
+                    (Err(e), again.map(|rx| Active { request, rx: Arc::new(rx), acq: None, starting: false }))
+                }
+            }
+        }
+    }
+}
+
+/// Whether the receiver `new` may need a port the buffers `old` hold: one of the ports from
+/// its first data port on (a few per module, generously), or RoCEv2's one port.
+fn shares_ports(old: &BufferMap, new: &ReceiverConfig) -> bool {
+    let wanted = new.data_port..new.data_port.saturating_add(8u16.saturating_mul(new.modules));
+    !old.roce.is_empty() || (new.data_port != 0 && old.data_ports.iter().any(|p| wanted.contains(p)))
 }
 
 /// The receiver that takes what request `r` asks for: rdaq datagrams or RoCEv2 WRITEs into
@@ -307,13 +342,57 @@ pub struct StartAnswer {
     pub preview: Option<String>,
 }
 
+/// `POST /start`, in three steps so that nothing slow runs under the daemon's lock (a
+/// `/status` must answer while files are created): the request is checked and the
+/// acquisition marked as starting, the chain, the files and the stream are made outside the
+/// lock, and the acquisition is launched under it.
 async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<StartAnswer>, ApiError> {
+    let plan = prepare(&mut lock(&s), &req)?;
+    let opened = tokio::task::spawn_blocking(move || open_outputs(plan)).await.map_err(internal);
     let mut d = lock(&s);
-    let (name, out_dir, events, stream_cfg, opts) = (d.opts.name.clone(), d.opts.out_dir.clone(), d.events.clone(), d.opts.stream.clone(), d.opts.clone());
+    let (plan, outputs) = match opened {
+        Ok((plan, Ok(outputs))) => (plan, outputs),
+        Ok((plan, Err(e))) => {
+            finish_starting(&mut d, &plan.rx);
+            return Err(e);
+        }
+        Err(e) => {
+            d.active.iter_mut().for_each(|a| a.starting = false);
+            return Err(e);
+        }
+    };
+    finish_starting(&mut d, &plan.rx);
+    launch(&mut d, plan, outputs)
+}
+
+/// What a start request asks for, checked under the lock.
+struct Plan {
+    rx: Arc<Receiver>,
+    name: String,
+    events: Arc<Mutex<EventLog>>,
+    path: Option<PathBuf>,
+    overwrite: bool,
+    source: remote::Source,
+    cfg: Config,
+    stream_cfg: Option<rdaq_stream::StreamConfig>,
+    preview: Option<(rdaq_stream::StreamConfig, Duration)>,
+}
+
+/// What the acquisition writes to, made outside the lock.
+struct Outputs {
+    chain: Chain,
+    writer: Option<NxmxWriter>,
+    stream: Option<Stream>,
+}
+
+/// Checks start request `req` against the buffers held, and marks the acquisition as
+/// starting (a second start, a new buffer request or a stop waits for it).
+fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError> {
+    let (name, out_dir, events, daemon_stream, opts) = (d.opts.name.clone(), d.opts.out_dir.clone(), d.events.clone(), d.opts.stream.clone(), d.opts.clone());
     let Some(active) = d.active.as_mut() else {
         return Err(conflict("no buffers: PUT /buffers first"));
     };
-    if active.acq.is_some() {
+    if active.acq.is_some() || active.starting {
         return Err(conflict("an acquisition is already running"));
     }
     let modules = active.request.modules.len() as u16;
@@ -332,8 +411,8 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         return Err(conflict(format!("output: {} exists: the receiver does not overwrite data (start with \"overwrite\": true to replace it)", p.display())));
     }
     let stream_cfg = match &req.stream {
-        Some(e) => stream_at(stream_cfg, e).map_err(|e| bad(format!("stream: {e:#}")))?,
-        None => stream_cfg,
+        Some(e) => stream_at(daemon_stream, e).map_err(|e| bad(format!("stream: {e:#}")))?,
+        None => daemon_stream,
     };
     let source = source_of(&active.request)?;
     let mut cfg = acquisition_config(&opts, req.config.clone(), geometry, stream_cfg.is_some()).map_err(|e| bad(format!("config: {e:#}")))?;
@@ -341,20 +420,48 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         cfg.stream.preview = p.clone();
     }
     let preview = cfg.stream.preview_config().map_err(|e| bad(format!("preview: {e:#}")))?;
-    let remote::Setup { chain, meta, notes, .. } = remote::setup(&source, &cfg).map_err(|e| bad(format!("config: {e:#}")))?;
-    for n in notes {
-        tracing::info!(receiver = %name, "{n}");
+    active.starting = true;
+    Ok(Plan { rx: active.rx.clone(), name, events, path, overwrite: req.overwrite, source, cfg, stream_cfg, preview })
+}
+
+/// Builds the chain and creates the files and the stream of `plan` (slow: not under the lock).
+fn open_outputs(plan: Plan) -> (Plan, Result<Outputs, ApiError>) {
+    let opened = (|| {
+        let remote::Setup { chain, meta, notes, .. } = remote::setup(&plan.source, &plan.cfg).map_err(|e| bad(format!("config: {e:#}")))?;
+        for n in notes {
+            tracing::info!(receiver = %plan.name, "{n}");
+        }
+        let writer = match &plan.path {
+            Some(p) => Some(NxmxWriter::create(p, &meta, plan.overwrite).map_err(|e| match e {
+                rdaq_sink::SinkError::Claim(c) => conflict(format!("output: {c}")),
+                e => bad(format!("output: {e}")),
+            })?),
+            None => None,
+        };
+        let preview = plan.preview.as_ref().map(|(c, every)| (c, *every));
+        let stream = Stream::open(plan.stream_cfg.as_ref(), preview, &meta, events_series(&plan.events)).map_err(|e| conflict(format!("stream: {e:#}")))?;
+        Ok(Outputs { chain, writer, stream })
+    })();
+    (plan, opened)
+}
+
+/// Clears the starting mark of the buffers `rx` (still the ones held: a buffer request
+/// waits for a start).
+fn finish_starting(d: &mut ReceiverDaemon, rx: &Arc<Receiver>) {
+    if let Some(a) = d.active.as_mut().filter(|a| Arc::ptr_eq(&a.rx, rx)) {
+        a.starting = false;
     }
-    let writer = match &path {
-        Some(p) => Some(NxmxWriter::create(p, &meta, req.overwrite).map_err(|e| match e {
-            rdaq_sink::SinkError::Claim(c) => conflict(format!("output: {c}")),
-            e => bad(format!("output: {e}")),
-        })?),
-        None => None,
+}
+
+/// Starts the acquisition `plan` into `outputs`: the consumer thread, under the lock.
+fn launch(d: &mut ReceiverDaemon, plan: Plan, outputs: Outputs) -> Result<Json<StartAnswer>, ApiError> {
+    let Some(active) = d.active.as_mut().filter(|a| Arc::ptr_eq(&a.rx, &plan.rx)) else {
+        return Err(conflict("the buffers changed while the acquisition started"));
     };
+    let Plan { name, events, path, stream_cfg, preview, .. } = plan;
+    let Outputs { chain, writer, stream } = outputs;
     let endpoint = stream_cfg.as_ref().map(|c| c.endpoint.clone());
     let preview_endpoint = preview.as_ref().map(|(c, _)| c.endpoint.clone());
-    let stream = Stream::open(stream_cfg.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, events_series(&events)).map_err(|e| conflict(format!("stream: {e:#}")))?;
     let live = stream.as_ref().map(Stream::live);
     // a new acquisition: frame numbers may start again; whatever was in progress is finished
     // and goes nowhere (no consumer yet), so drain it
@@ -502,7 +609,7 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
     let d = lock(&s);
     let (state, request, counters) = match &d.active {
         None => ("idle", None, None),
-        Some(a) => (if a.acq.is_some() { "acquiring" } else { "configured" }, Some(&a.request), Some(a.rx.counters().to_json())),
+        Some(a) => (if a.acq.is_some() { "acquiring" } else if a.starting { "starting" } else { "configured" }, Some(&a.request), Some(a.rx.counters().to_json())),
     };
     let dropped_events = lock(&d.events).dropped;
     let stream = stream_live(&d).map(|(sent, dropped, waits, consumers)| serde_json::json!({ "images_sent": sent, "images_dropped": dropped, "waits": waits, "consumers": consumers }));
