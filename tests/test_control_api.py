@@ -157,6 +157,10 @@ def test_detector_api_refuses_bad_requests(daemons):
         assert code == 400 and why in body["error"], (bad_field, body)
     assert call("POST", det + "/start", {"frames": 1})[0] == 409, "the refused DTPs were not kept"
     assert call("POST", det + "/stop", {})[0] == 409
+    assert call("PUT", det + "/dtp", {"dtps": [good, dict(good, module=1)]})[0] == 200
+    code, body = call("POST", det + "/start", {"frames": 2, "first_frame": 2**64 - 1})
+    assert code == 400 and "first_frame" in body["error"] and "2^64" in body["error"], "a run past 2^64 would never end"
+    assert call("GET", det + "/status")[1]["state"] != "running"
 
 
 def test_manage_refuses_bad_topologies_before_touching_anything(rdaq, daemons, tmp_path):

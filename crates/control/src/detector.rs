@@ -209,6 +209,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
         synth: SynthConfig { seed: d.opts.seed, ..Default::default() },
         ..EmulatorConfig::default()
     };
+    cfg.last_frame().map_err(|e| bad(format!("first_frame: {e}")))?;
     let control = Arc::new(Control::default());
     d.control = control.clone();
     d.report = None;
@@ -228,7 +229,7 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
 /// them (a detector with reset frames starts with one, an even number), reported as the
 /// rdaq modules' run is.
 fn send_native(det: &DescribedDetector, cfg: &EmulatorConfig, dests: &[SocketAddr], control: &Control) -> Result<EmulatorReport, EmulatorError> {
-    let first = cfg.first_frame + (det.sends_reset_frames() && cfg.first_frame % 2 == 1) as u64;
+    let first = cfg.first_frame.saturating_add((det.sends_reset_frames() && cfg.first_frame % 2 == 1) as u64);
     let r = described::send(det, dests, first, cfg.frames, cfg.rate_hz, true, control).map_err(|source| EmulatorError::Send { module: 0, source })?;
     Ok(r.into())
 }

@@ -274,6 +274,13 @@ impl Description {
         if self.header.format != "sls" {
             return Err(("header.format", format!("{:?} is not a known header (\"sls\": the 48-byte slsDetectorPackage header)", self.header.format)));
         }
+        for (field, um) in [("pixel_size_um", self.pixel_size_um), ("sensor_thickness_um", self.sensor_thickness_um)] {
+            // the files' geometry and DIALS' models are made of these: NaN or a negative size
+            // would be written as if it were a detector
+            if !(um.is_finite() && um > 0.0) {
+                return Err((field, format!("{um} µm; a size is finite and greater than 0")));
+            }
+        }
         let (m, p) = (&self.module, &self.ports);
         if m.width == 0 || m.height == 0 {
             return Err(("module.width", format!("a module of {} x {} pixels has no pixels", m.width, m.height)));
@@ -435,5 +442,9 @@ mod tests {
         assert!(percival("bits = 5", "bits = 16").contains("pixel.fields"));
         assert!(msg(eiger_with("[links.1g]", "[readout]\nreset_frame = true\n\n[links.1g]")).contains("readout"));
         assert!(matches!(Description::load("/nonexistent/x.toml"), Err(DescriptionError::Read { .. })));
+        for bad in ["nan", "-75.0", "0.0", "inf"] {
+            assert!(msg(eiger_with("pixel_size_um = 75.0", &format!("pixel_size_um = {bad}"))).contains("pixel_size_um"), "{bad}");
+        }
+        assert!(msg(eiger_with("sensor_thickness_um = 320.0", "sensor_thickness_um = -nan")).contains("sensor_thickness_um"));
     }
 }

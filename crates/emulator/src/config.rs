@@ -40,6 +40,14 @@ pub struct EmulatorConfig {
     pub faults: Option<FaultConfig>,
 }
 
+impl EmulatorConfig {
+    /// The frame after the last one sent; frame numbers are 64-bit, so a run that would
+    /// pass 2^64 is refused (it would never end).
+    pub fn last_frame(&self) -> Result<u64, EmulatorError> {
+        self.first_frame.checked_add(self.frames).ok_or_else(|| EmulatorError::Config(format!("first_frame {} + frames {} is past the last frame number, 2^64 - 1", self.first_frame, self.frames)))
+    }
+}
+
 impl Default for EmulatorConfig {
     fn default() -> Self {
         EmulatorConfig {

@@ -145,6 +145,9 @@ impl From<DescribedReport> for EmulatorReport {
 /// possible), port `p` of module `m` to `dests[m * ports + p]`; counts the module frames
 /// sent in `progress` and stops early when its `stop` is set.
 pub fn send(det: &DescribedDetector, dests: &[SocketAddr], first: u64, frames: u64, rate_hz: Option<f64>, gso: bool, progress: &Control) -> io::Result<DescribedReport> {
+    if first.checked_add(frames).is_none() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("first frame {first} + {frames} frames is past the last frame number, 2^64 - 1")));
+    }
     let ports = det.ports();
     if dests.len() != det.modules as usize * ports {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} data ports for {} modules of {ports} ports", dests.len(), det.modules)));
