@@ -7,6 +7,7 @@ import gc
 import pathlib
 import subprocess
 import sys
+import time
 
 import h5py
 import hdf5plugin  # noqa: F401
@@ -382,3 +383,27 @@ def test_arrays_asked_for_are_bounded_before_they_are_allocated():
     with pytest.raises(ValueError, match="no pixel"):
         rdaq.Pedestal(0, 1024)
     assert rdaq.radius_map(4, 2, 0, 0).shape == (2, 4)
+
+
+def test_closing_a_receiver_another_thread_iterates_ends_that_iteration():
+    """As the C API's close does: the waiting thread is woken (its loop ends), no error."""
+    import threading
+    rx = rdaq.Receiver(modules=1)
+    seen, errors = [], []
+
+    def iterate():
+        try:
+            seen.extend(f.number for f in rx)
+        except Exception as e:  # noqa: BLE001 - the test reports any
+            errors.append(e)
+
+    t = threading.Thread(target=iterate)
+    t.start()
+    time.sleep(0.3)
+    rx.close()
+    t.join(timeout=10)
+    assert not t.is_alive(), "the iterating thread was woken"
+    assert errors == [] and seen == []
+    with pytest.raises(ValueError, match="closed"):
+        rx.next_frame(timeout=0.1)
+    rx.close()

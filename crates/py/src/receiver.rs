@@ -6,7 +6,7 @@
 
 use std::ffi::c_int;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crossbeam_channel::RecvTimeoutError;
@@ -24,25 +24,33 @@ const POLL: Duration = Duration::from_millis(100);
 /// frame slots. Iterate over it for frames; use it as a context manager to stop it.
 #[pyclass(module = "rdaq._rdaq")]
 pub struct Receiver {
-    rx: Option<Arc<rdaq_receiver::Receiver>>,
+    /// None once closed. Every method takes `&self`, so that `close` from one thread needs
+    /// no exclusive borrow of a receiver another thread is iterating over.
+    rx: Mutex<Option<Arc<rdaq_receiver::Receiver>>>,
     modules: u16,
 }
 
 impl Receiver {
-    fn rx(&self) -> PyResult<&Arc<rdaq_receiver::Receiver>> {
-        self.rx.as_ref().ok_or_else(|| PyValueError::new_err("the receiver is closed"))
+    fn rx(&self) -> PyResult<Arc<rdaq_receiver::Receiver>> {
+        self.rx.lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or_else(|| PyValueError::new_err("the receiver is closed"))
+    }
+
+    fn closed(&self) -> bool {
+        self.rx.lock().unwrap_or_else(|e| e.into_inner()).is_none()
     }
 
     /// The next frame within `timeout` (none: until the receiver finishes); `Ok(None)` when
     /// it has finished or the time ran out.
     fn next(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<Option<Frame>> {
-        let rx = self.rx()?.clone();
+        let rx = self.rx()?;
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         loop {
             let wait = deadline.map_or(POLL, |d| d.saturating_duration_since(std::time::Instant::now()).min(POLL));
             match py.detach(|| rx.frames().recv_timeout(wait)) {
                 Ok(f) => return Ok(Some(Frame::new(rx, f, self.modules))),
                 Err(RecvTimeoutError::Disconnected) => return Ok(None),
+                // closed by another thread: iteration ends (within one poll)
+                Err(RecvTimeoutError::Timeout) if self.closed() => return Ok(None),
                 Err(RecvTimeoutError::Timeout) if deadline.is_some_and(|d| std::time::Instant::now() >= d) => return Ok(None),
                 Err(RecvTimeoutError::Timeout) => py.check_signals()?,
             }
@@ -66,7 +74,7 @@ impl Receiver {
         }
         let cfg = ReceiverConfig { bind, data_port: port, modules, slots, frames, frame_timeout: Duration::from_millis(frame_timeout_ms), policy, engine, ..ReceiverConfig::default() };
         let rx = rdaq_receiver::Receiver::start(cfg).map_err(|e| PyValueError::new_err(format!("cannot start the receiver: {e}")))?;
-        Ok(Receiver { rx: Some(Arc::new(rx)), modules })
+        Ok(Receiver { rx: Mutex::new(Some(Arc::new(rx))), modules })
     }
 
     /// The buffer map the senders need (JSON), as `rdaq receive --buffers-out` writes it.
@@ -117,8 +125,10 @@ impl Receiver {
     }
 
     /// Stops the receiver and lets go of it; its ring stays until the last frame is freed.
-    fn close(&mut self) {
-        if let Some(rx) = self.rx.take() {
+    /// A thread waiting in `next_frame` or iterating gets None (the iteration ends).
+    fn close(&self) {
+        let rx = self.rx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(rx) = rx {
             rx.stop();
         }
     }
@@ -127,7 +137,7 @@ impl Receiver {
         slf
     }
 
-    fn __exit__(&mut self, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> bool {
+    fn __exit__(&self, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> bool {
         self.close();
         false
     }
