@@ -21,7 +21,17 @@ test-e2e:
 bench: setup
 	./target/release/rdaq bench ingest
 
-# Undefined-behaviour check of the receiver's placement (its unsafe code) under Miri; needs
-# the nightly toolchain with the miri component, and minutes (not part of `make test`).
+# Undefined-behaviour check under Miri of the unsafe code that is Rust's own: the receiver's
+# placement, the processing's AVX2 fast paths (compiled in, so that Miri runs them: it answers
+# feature detection from the compile-time features), and the detector's word views. Code
+# whose unsafe calls C (sockets, io_uring, AF_XDP, HDF5, zstd, CUDA, the C and Python APIs)
+# cannot run under Miri. Needs the nightly toolchain with the miri component, and minutes
+# (not part of `make test`).
+MIRI = MIRIFLAGS=-Zmiri-disable-isolation cargo +nightly miri test
 miri:
-	PROPTEST_CASES=8 MIRIFLAGS=-Zmiri-disable-isolation cargo +nightly miri test -p rdaq-receiver --test placement
+	PROPTEST_CASES=8 $(MIRI) -p rdaq-receiver --test placement
+	PROPTEST_CASES=2 RUSTFLAGS="-C target-feature=+avx2,+fma" $(MIRI) -p rdaq-process --lib -- --exact --test-threads 1 \
+		bitshuffle::tests::fast_shuffle_matches_definition convert::tests::the_fast_path_equals_the_word_by_word_conversion \
+		convert::tests::counts_from_kev_equal_counts_from_words pedestal::tests::frames_pushed_in_pieces_update_as_every_pixel_does_alone \
+		spots::local_snr::tests::box_statistics_match_a_direct_computation
+	$(MIRI) -p rdaq-detector --lib -- --exact synth::tests::byte_views_are_the_little_endian_words

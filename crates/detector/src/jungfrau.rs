@@ -66,6 +66,12 @@ impl ModuleCalibration {
     /// A deterministic synthetic calibration: typical values with per-pixel spread
     /// (pedestal sigma 3% G0, 2% G1/G2; gain sigma 2%), fixed by `seed` and `module`.
     pub fn synthetic(seed: u64, module: u16) -> Self {
+        Self::synthetic_pixels(seed, module, MODULE_PIXELS)
+    }
+
+    /// The first `pixels` pixels of [`ModuleCalibration::synthetic`] (the same values), for
+    /// tests of fewer pixels than a module (under Miri a whole module takes minutes).
+    pub fn synthetic_pixels(seed: u64, module: u16, pixels: usize) -> Self {
         let spread_p = [0.03f32, 0.02, 0.02];
         let spread_g = 0.02f32;
         let mut pedestal: [Vec<f32>; 3] = Default::default();
@@ -73,10 +79,10 @@ impl ModuleCalibration {
         for g in 0..3 {
             let kp = rng::key(&[seed, module as u64, 0xca1, g as u64]);
             let kg = rng::key(&[seed, module as u64, 0x9a1, g as u64]);
-            pedestal[g] = (0..MODULE_PIXELS as u64)
+            pedestal[g] = (0..pixels as u64)
                 .map(|i| TYPICAL_PEDESTAL[g] * (1.0 + spread_p[g] * rng::normal(rng::at(kp, i))))
                 .collect();
-            gain[g] = (0..MODULE_PIXELS as u64)
+            gain[g] = (0..pixels as u64)
                 .map(|i| TYPICAL_GAIN[g] * (1.0 + spread_g * rng::normal(rng::at(kg, i))))
                 .collect();
         }

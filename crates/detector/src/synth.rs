@@ -250,6 +250,21 @@ mod tests {
     use super::*;
     use crate::jungfrau::Gain;
 
+    /// The views without a copy read and write what the words hold (run under Miri by
+    /// `make miri`: the casts keep to their words' bounds and alignment).
+    #[test]
+    fn byte_views_are_the_little_endian_words() {
+        let mut words = vec![0x0102u16, 0xa0b0, 0xffff];
+        assert_eq!(as_bytes(&words), [2, 1, 0xb0, 0xa0, 0xff, 0xff]);
+        as_bytes_mut(&mut words)[1] = 7;
+        assert_eq!(words[0], 0x0702);
+        let bytes = as_bytes(&words).to_vec();
+        let aligned: Vec<u16> = as_words(as_bytes(&words)).to_vec();
+        assert_eq!((aligned, bytes.len()), (words.clone(), 6));
+        let odd = std::panic::catch_unwind(|| as_words(&as_bytes(&words)[1..5]).len());
+        assert!(odd.is_err(), "a misaligned view is refused, not read");
+    }
+
     #[test]
     fn deterministic_and_distinct() {
         let mut a = ModuleSynth::new(SynthConfig::default(), 0);

@@ -344,12 +344,8 @@ mod tests {
     use rdaq_detector::rng;
 
     fn calibration(pixels: usize) -> Calibration {
-        let m = ModuleCalibration::synthetic(3, 0);
-        Calibration {
-            pedestal: m.pedestal.map(|v| v[..pixels].to_vec()),
-            gain: m.gain.map(|v| v[..pixels].to_vec()),
-            mask: vec![0; pixels],
-        }
+        let m = ModuleCalibration::synthetic_pixels(3, 0, pixels);
+        Calibration { pedestal: m.pedestal, gain: m.gain, mask: vec![0; pixels] }
     }
 
     #[test]
