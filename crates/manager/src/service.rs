@@ -1,0 +1,356 @@
+//! The acquisition service's state machine, sans I/O: a system configured once, then many
+//! acquisitions, as a control system drives a detector (areaDetector's Acquire, Bluesky's
+//! stage / trigger / unstage).
+//!
+//! `idle -> armed -> acquiring -> idle`: `arm` names the next dataset (frames per trigger,
+//! triggers, period, directory and file prefix, processing on or off) and may be repeated
+//! until the first trigger; each `trigger` sends one trigger's frames; after the last
+//! trigger's frames the dataset is done and the service is idle again. `disarm` drops an
+//! arm that has not started; `cancel` ends a dataset early; a failure puts the service in
+//! `error` with its reason until the next arm. The I/O side (the manager's API and the
+//! daemons) calls these with what it is asked and what it sees, and does what they answer.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The most frames one trigger may ask for, and the most triggers one arm may ask for:
+/// bounds where the request is read (a JUNGFRAU at 2 kHz for most of a week).
+pub const MAX_FRAMES_PER_TRIGGER: u64 = 1 << 30;
+pub const MAX_TRIGGERS: u64 = 1 << 20;
+/// The longest frame period an arm may ask for, in seconds.
+pub const MAX_PERIOD_S: f64 = 3600.0;
+/// The dataset path of the frames in every master file rdaq writes.
+pub const FRAMES_DATASET: &str = "/entry/data/data";
+
+/// What an arm asks for (`POST /arm`).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArmRequest {
+    pub frames_per_trigger: u64,
+    #[serde(default = "one")]
+    pub triggers: u64,
+    /// Frame period in seconds; 0: as fast as the detector goes.
+    #[serde(default)]
+    pub period_s: f64,
+    /// The dataset's directory, relative to the service's data root.
+    #[serde(default)]
+    pub directory: String,
+    /// The files' name prefix: `<prefix>_master.h5`, `<prefix>_data_000001.h5`, ...
+    pub prefix: String,
+    /// Online processing on (the configuration's) or off (raw frames written).
+    #[serde(default = "yes")]
+    pub process: bool,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Idle,
+    Armed,
+    Acquiring,
+    Error,
+}
+
+/// One dataset: what was armed, where it goes, and how far it came.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Dataset {
+    /// Counts the service's datasets from 1.
+    pub number: u64,
+    pub request: ArmRequest,
+    /// The master file's absolute path.
+    pub master: PathBuf,
+    pub dataset: &'static str,
+    /// Triggers whose frames were sent.
+    pub triggers_done: u64,
+    /// Frames written so far (never decreases).
+    pub frames_written: u64,
+    pub cancelled: bool,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ServiceError {
+    /// Not possible in the state the service is in (HTTP 409).
+    #[error("{0}")]
+    State(String),
+    /// A field of the request out of range (HTTP 400); names the field.
+    #[error("{field}: {why}")]
+    Field { field: &'static str, why: String },
+}
+
+fn field(field: &'static str, why: impl Into<String>) -> ServiceError {
+    ServiceError::Field { field, why: why.into() }
+}
+
+/// What the I/O side does after a trigger: send `frames` frames from `first_frame` on, into
+/// dataset `number`'s files.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Send {
+    pub number: u64,
+    pub first_frame: u64,
+    pub frames: u64,
+    pub period_s: f64,
+}
+
+#[derive(Debug)]
+pub struct Service {
+    root: PathBuf,
+    state: State,
+    error: Option<String>,
+    current: Option<Dataset>,
+    /// The last dataset that ended, for `/acquisition` after it.
+    last: Option<Dataset>,
+    datasets: u64,
+}
+
+impl Service {
+    /// A service writing under `root` (absolute: every path it gives out is).
+    pub fn new(root: PathBuf) -> Service {
+        Service { root, state: State::Idle, error: None, current: None, last: None, datasets: 0 }
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Why the service is in `error`.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// The dataset armed or acquiring, else the last one that ended.
+    pub fn dataset(&self) -> Option<&Dataset> {
+        self.current.as_ref().or(self.last.as_ref())
+    }
+
+    /// Arms the next dataset (again, until its first trigger); refused while acquiring.
+    pub fn arm(&mut self, req: ArmRequest) -> Result<&Dataset, ServiceError> {
+        match self.state {
+            State::Acquiring => return Err(ServiceError::State("acquiring: cancel it, or wait until it ends, before arming".into())),
+            State::Armed if self.current.as_ref().is_some_and(|d| d.triggers_done > 0) => {
+                return Err(ServiceError::State("armed and triggered: the dataset is under way (disarm or cancel it first)".into()))
+            }
+            _ => {}
+        }
+        let master = self.check(&req)?;
+        let number = match self.state {
+            State::Armed => self.datasets,
+            _ => self.datasets + 1,
+        };
+        self.datasets = number;
+        self.state = State::Armed;
+        self.error = None;
+        Ok(self.current.insert(Dataset { number, request: req, master, dataset: FRAMES_DATASET, triggers_done: 0, frames_written: 0, cancelled: false }))
+    }
+
+    /// The master file an arm request names, once its fields are in range.
+    fn check(&self, r: &ArmRequest) -> Result<PathBuf, ServiceError> {
+        if r.frames_per_trigger == 0 || r.frames_per_trigger > MAX_FRAMES_PER_TRIGGER {
+            return Err(field("frames_per_trigger", format!("{}; from 1 to {MAX_FRAMES_PER_TRIGGER}", r.frames_per_trigger)));
+        }
+        if r.triggers == 0 || r.triggers > MAX_TRIGGERS {
+            return Err(field("triggers", format!("{}; from 1 to {MAX_TRIGGERS}", r.triggers)));
+        }
+        if !(r.period_s.is_finite() && (0.0..=MAX_PERIOD_S).contains(&r.period_s)) {
+            return Err(field("period_s", format!("{}; from 0 (as fast as possible) to {MAX_PERIOD_S} s", r.period_s)));
+        }
+        if r.prefix.is_empty() || r.prefix.len() > 200 || r.prefix.starts_with('.') || r.prefix.contains('/') || r.prefix.chars().any(char::is_control) {
+            return Err(field("prefix", format!("{:?} is not a plain file name", r.prefix)));
+        }
+        let dir = Path::new(&r.directory);
+        let inside = dir.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+        if !inside || r.directory.chars().any(char::is_control) {
+            return Err(field("directory", format!("{:?} is not a directory under the data root (relative, without ..)", r.directory)));
+        }
+        Ok(self.root.join(dir).join(format!("{}_master.h5", r.prefix)))
+    }
+
+    /// Starts the next trigger of the armed dataset; refused unless armed.
+    pub fn trigger(&mut self) -> Result<Send, ServiceError> {
+        let (State::Armed, Some(d)) = (self.state, self.current.as_mut()) else {
+            return Err(ServiceError::State(format!("{}: arm first", self.state_name())));
+        };
+        let r = &d.request;
+        let send = Send { number: d.number, first_frame: d.triggers_done * r.frames_per_trigger, frames: r.frames_per_trigger, period_s: r.period_s };
+        self.state = State::Acquiring;
+        Ok(send)
+    }
+
+    /// Frames written so far in the dataset acquiring (a count that only grows).
+    pub fn written(&mut self, frames: u64) {
+        if let Some(d) = self.current.as_mut() {
+            d.frames_written = d.frames_written.max(frames);
+        }
+    }
+
+    /// The frames of the trigger under way were all sent and written: armed for the next
+    /// trigger, or idle after the last (the dataset ends).
+    pub fn trigger_done(&mut self) {
+        let Some(d) = self.current.as_mut().filter(|_| self.state == State::Acquiring) else { return };
+        d.triggers_done += 1;
+        if d.triggers_done < d.request.triggers {
+            self.state = State::Armed;
+        } else {
+            self.end(false);
+        }
+    }
+
+    /// Drops an arm before its first trigger; refused while acquiring (cancel instead).
+    pub fn disarm(&mut self) -> Result<(), ServiceError> {
+        match self.state {
+            State::Acquiring => Err(ServiceError::State("acquiring: cancel it instead".into())),
+            State::Armed if self.current.as_ref().is_some_and(|d| d.triggers_done > 0) => {
+                self.end(true);
+                Ok(())
+            }
+            _ => {
+                self.current = None;
+                self.state = if self.state == State::Error { State::Error } else { State::Idle };
+                Ok(())
+            }
+        }
+    }
+
+    /// Ends the dataset under way (armed or acquiring) early: it keeps what was written.
+    pub fn cancel(&mut self) -> Result<(), ServiceError> {
+        if self.current.is_none() {
+            return Err(ServiceError::State(format!("{}: nothing to cancel", self.state_name())));
+        }
+        self.end(true);
+        Ok(())
+    }
+
+    /// A failure the I/O side saw: the dataset ends, and the service says why until the
+    /// next arm.
+    pub fn fail(&mut self, reason: String) {
+        if self.current.is_some() {
+            self.end(true);
+        }
+        self.state = State::Error;
+        self.error = Some(reason);
+    }
+
+    fn end(&mut self, cancelled: bool) {
+        if let Some(mut d) = self.current.take() {
+            d.cancelled = cancelled;
+            self.last = Some(d);
+        }
+        self.state = State::Idle;
+    }
+
+    fn state_name(&self) -> &'static str {
+        match self.state {
+            State::Idle => "idle",
+            State::Armed => "armed",
+            State::Acquiring => "acquiring",
+            State::Error => "error",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arm(frames: u64, triggers: u64) -> ArmRequest {
+        ArmRequest { frames_per_trigger: frames, triggers, period_s: 0.01, directory: "run1".into(), prefix: "sample".into(), process: true }
+    }
+
+    #[test]
+    fn datasets_go_idle_armed_acquiring_idle_many_times() {
+        let mut s = Service::new("/data".into());
+        for n in 1..=3 {
+            let d = s.arm(arm(5, 2)).unwrap();
+            assert_eq!((d.number, d.master.as_path(), d.dataset), (n, Path::new("/data/run1/sample_master.h5"), FRAMES_DATASET));
+            assert_eq!(s.trigger().unwrap(), Send { number: n, first_frame: 0, frames: 5, period_s: 0.01 });
+            assert_eq!(s.state(), State::Acquiring);
+            s.written(3);
+            s.written(2);
+            assert_eq!(s.dataset().unwrap().frames_written, 3, "the count never goes back");
+            s.trigger_done();
+            assert_eq!(s.state(), State::Armed, "one trigger left");
+            assert_eq!(s.trigger().unwrap().first_frame, 5);
+            s.written(10);
+            s.trigger_done();
+            assert_eq!(s.state(), State::Idle);
+            let d = s.dataset().unwrap();
+            assert_eq!((d.number, d.triggers_done, d.frames_written, d.cancelled), (n, 2, 10, false));
+        }
+    }
+
+    #[test]
+    fn what_a_state_does_not_allow_is_refused_and_changes_nothing() {
+        let mut s = Service::new("/data".into());
+        assert!(matches!(s.trigger(), Err(ServiceError::State(m)) if m.contains("arm first")), "trigger before arm");
+        assert!(s.cancel().is_err());
+        s.arm(arm(5, 1)).unwrap();
+        let again = s.arm(ArmRequest { prefix: "other".into(), ..arm(7, 1) }).unwrap();
+        assert_eq!((again.number, again.request.frames_per_trigger), (1, 7), "re-arming replaces the arm");
+        s.trigger().unwrap();
+        assert!(matches!(s.arm(arm(5, 1)), Err(ServiceError::State(_))), "a second arm while acquiring");
+        assert!(s.disarm().is_err(), "disarm while acquiring");
+        assert!(s.trigger().is_err(), "trigger while acquiring");
+        assert_eq!(s.state(), State::Acquiring);
+        s.cancel().unwrap();
+        assert_eq!((s.state(), s.dataset().unwrap().cancelled), (State::Idle, true));
+        s.arm(arm(5, 1)).unwrap();
+        s.disarm().unwrap();
+        assert_eq!((s.state(), s.dataset().unwrap().number), (State::Idle, 1), "a dropped arm leaves the last dataset as it was");
+    }
+
+    #[test]
+    fn a_failure_is_an_error_state_until_the_next_arm() {
+        let mut s = Service::new("/data".into());
+        s.arm(arm(5, 1)).unwrap();
+        s.trigger().unwrap();
+        s.fail("receiver dr0: disk full".into());
+        assert_eq!((s.state(), s.error()), (State::Error, Some("receiver dr0: disk full")));
+        assert!(s.dataset().unwrap().cancelled);
+        assert!(s.trigger().is_err());
+        s.arm(arm(5, 1)).unwrap();
+        assert_eq!((s.state(), s.error()), (State::Armed, None));
+    }
+
+    #[test]
+    fn arm_fields_are_bounded_and_paths_stay_under_the_root() {
+        let mut s = Service::new("/data".into());
+        let bad = |s: &mut Service, r: ArmRequest| match s.arm(r) {
+            Err(ServiceError::Field { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(bad(&mut s, arm(0, 1)), "frames_per_trigger");
+        assert_eq!(bad(&mut s, arm(MAX_FRAMES_PER_TRIGGER + 1, 1)), "frames_per_trigger");
+        assert_eq!(bad(&mut s, arm(1, 0)), "triggers");
+        assert_eq!(bad(&mut s, arm(1, u64::MAX)), "triggers");
+        for p in [f64::NAN, -1.0, f64::INFINITY, 1e9] {
+            assert_eq!(bad(&mut s, ArmRequest { period_s: p, ..arm(1, 1) }), "period_s", "{p}");
+        }
+        for d in ["../elsewhere", "/etc", "a/../../b", "run\n1"] {
+            assert_eq!(bad(&mut s, ArmRequest { directory: d.into(), ..arm(1, 1) }), "directory", "{d}");
+        }
+        for p in ["", "a/b", "..", ".hidden", "x\ny"] {
+            assert_eq!(bad(&mut s, ArmRequest { prefix: p.into(), ..arm(1, 1) }), "prefix", "{p:?}");
+        }
+        assert_eq!(s.state(), State::Idle, "refused arms changed nothing");
+        let d = s.arm(ArmRequest { directory: "".into(), ..arm(1, 1) }).unwrap();
+        assert_eq!(d.master, Path::new("/data/sample_master.h5"), "no directory: the root");
+    }
+
+    #[test]
+    fn an_arm_request_names_its_fields_and_refuses_others() {
+        let r: ArmRequest = serde_json::from_str(r#"{"frames_per_trigger": 10, "prefix": "s"}"#).unwrap();
+        assert_eq!((r.triggers, r.period_s, r.directory.as_str(), r.process), (1, 0.0, "", true));
+        let e = serde_json::from_str::<ArmRequest>(r#"{"frames_per_trigger": 10, "prefix": "s", "colour": 1}"#).unwrap_err();
+        assert!(e.to_string().contains("colour"), "{e}");
+        assert!(serde_json::from_str::<ArmRequest>(r#"{"frames_per_trigger": -3, "prefix": "s"}"#).is_err(), "negative frames");
+    }
+}
