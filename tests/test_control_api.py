@@ -93,6 +93,19 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
         assert code == 400, body
     assert call("GET", dr + "/status")[1]["request"]["slots"] == 4, "the old buffers are still configured"
     assert call("PUT", dr + "/buffers", request())[1] == first, "with the same keys and ports"
+    # a request that wants the old buffers' port and one another program holds: the old
+    # buffers go for the first, the second fails, and the old request is set up again (new keys)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        try:
+            taken.bind(("127.0.0.1", first["data_ports"][0] + 1))
+        except OSError:
+            taken = None
+        if taken is not None:
+            code, body = call("PUT", dr + "/buffers", request(data_port=first["data_ports"][0], slots=3))
+            assert code == 400 and "upload the DTPs again" in body["error"], body
+            status = call("GET", dr + "/status")[1]
+            assert status["state"] == "configured" and status["request"]["slots"] == 4, status
+    code, first = call("PUT", dr + "/buffers", request())
     # the old buffers' own ports are given up for a request that needs them
     code, moved = call("PUT", dr + "/buffers", request(data_port=first["data_ports"][0], slots=3))
     assert code == 200 and moved["data_ports"][0] == first["data_ports"][0], moved

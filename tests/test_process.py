@@ -244,4 +244,4 @@ def test_a_crafted_chunk_is_refused_with_exit_2_never_a_crash(rdaq, tmp_path):
         r = subprocess.run([rdaq, "process", "pedestal", "--input", path, "--output", tmp_path / f"{name}_cal.h5", "--window", "2"],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2, (name, r.returncode, r.stderr)
-        assert "frame 1" in r.stderr and "the dataset's chunks hold 1048576" in r.stderr and len(r.stderr.strip().splitlines()) == 1, (name, r.stderr)
+        assert f"{name}.h5: frame 1" in r.stderr and "the dataset's chunks hold 1048576" in r.stderr and len(r.stderr.strip().splitlines()) == 1, (name, r.stderr)

@@ -187,40 +187,55 @@ async fn buffers(State(s): State<Shared>, Json(req): Json<BufferRequest>) -> Res
     };
     let (started, old) = tokio::task::spawn_blocking(move || replace(old, old_rcfg, rcfg)).await.map_err(internal)?;
     let mut d = lock(&s);
-    match started {
-        Ok(rx) => {
+    match (started, old) {
+        (Ok(rx), _) => {
             let map = rx.buffer_map().clone();
             d.active = Some(Active { request: req, rx: Arc::new(rx), acq: None, starting: false });
             Ok(Json(map))
         }
-        Err(e) => {
-            d.active = old;
+        (Err(e), Old::Kept(a)) => {
+            d.active = Some(a);
             Err(bad(format!("{e}")))
         }
+        (Err(e), Old::Rebound(a)) => {
+            d.active = Some(a);
+            Err(bad(format!("{e}; the previous buffers had to go for their ports and were set up again, with new keys (and new ports where the kernel picks them): upload the DTPs again")))
+        }
+        (Err(e), Old::None) => Err(bad(format!("{e}"))),
     }
 }
 
 /// Starts the receiver `rcfg` in place of `old`, which keeps running unless it must go: the
 /// new one is tried beside it first, then, when it may need the old one's ports, without it.
-/// On failure the old buffers are handed back, bound again from `old_rcfg` if they had to
-/// go (the same ports, new keys).
-fn replace(old: Option<Active>, old_rcfg: Option<ReceiverConfig>, rcfg: ReceiverConfig) -> (Result<Receiver, ReceiverError>, Option<Active>) {
+/// On failure the old buffers are handed back, set up again from `old_rcfg` if they had to
+/// go (new keys; the same ports unless the kernel picked them).
+fn replace(old: Option<Active>, old_rcfg: Option<ReceiverConfig>, rcfg: ReceiverConfig) -> (Result<Receiver, ReceiverError>, Old) {
     match (Receiver::start(rcfg.clone()), old) {
-        (Ok(rx), _) => (Ok(rx), None),
-        (Err(e), None) => (Err(e), None),
-        (Err(e), Some(old)) if !shares_ports(old.rx.buffer_map(), &rcfg) => (Err(e), Some(old)),
+        (Ok(rx), _) => (Ok(rx), Old::None),
+        (Err(e), None) => (Err(e), Old::None),
+        (Err(e), Some(old)) if !shares_ports(old.rx.buffer_map(), &rcfg) => (Err(e), Old::Kept(old)),
         (Err(_), Some(old)) => {
             let request = old.request.clone();
             drop(old);
             match Receiver::start(rcfg) {
-                Ok(rx) => (Ok(rx), None),
+                Ok(rx) => (Ok(rx), Old::None),
                 Err(e) => {
                     let again = old_rcfg.and_then(|c| Receiver::start(c).ok());
-                    (Err(e), again.map(|rx| Active { request, rx: Arc::new(rx), acq: None, starting: false }))
+                    (Err(e), again.map_or(Old::None, |rx| Old::Rebound(Active { request, rx: Arc::new(rx), acq: None, starting: false })))
                 }
             }
         }
     }
+}
+
+/// What became of the buffers in place when a buffer request failed.
+enum Old {
+    /// None were in place, or they went and could not be bound again.
+    None,
+    /// Untouched: the same keys and ports.
+    Kept(Active),
+    /// Set up again after they had to go: new keys (and ports, where the kernel picks them).
+    Rebound(Active),
 }
 
 /// Whether the receiver `new` may need a port the buffers `old` hold: one of the ports from

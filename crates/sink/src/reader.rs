@@ -19,14 +19,16 @@ pub enum ReadError {
     NoDataset { path: PathBuf, dataset: String, source: hdf5::Error },
     #[error("{path}: {dataset} has shape {shape:?}, expected (frames, rows, cols)")]
     Shape { path: PathBuf, dataset: String, shape: Vec<usize> },
-    #[error("frame {frame}: {message}")]
-    Frame { frame: usize, message: String },
+    #[error("{path}: frame {frame}: {message}")]
+    Frame { path: PathBuf, frame: usize, message: String },
 }
 
 /// The frames of one 3-D dataset.
 pub struct FrameReader {
     /// Keeps the file open while the dataset is read.
     _file: hdf5::File,
+    /// The file, for errors.
+    path: PathBuf,
     ds: Dataset,
     pub frames: usize,
     pub rows: usize,
@@ -43,17 +45,17 @@ impl FrameReader {
         if s.len() != 3 {
             return Err(ReadError::Shape { path: path.into(), dataset: dataset.into(), shape: s });
         }
-        Ok(FrameReader { _file: file, frames: s[0], rows: s[1], cols: s[2], ds })
+        Ok(FrameReader { _file: file, path: path.to_path_buf(), frames: s[0], rows: s[1], cols: s[2], ds })
     }
 
     /// Reads frame `i` into `out` (resized to one frame).
     pub fn read<T: hdf5::H5Type + Plain + Default>(&self, i: usize, out: &mut Vec<T>) -> Result<(), ReadError> {
         if i >= self.frames {
-            return Err(ReadError::Frame { frame: i, message: format!("the dataset holds {} frames", self.frames) });
+            return Err(ReadError::Frame { path: self.path.clone(), frame: i, message: format!("the dataset holds {} frames", self.frames) });
         }
         let a: ndarray::Array3<T> = chunk_size::reading(&self.ds, || self.ds.read_slice(ndarray::s![i..i + 1, .., ..])).map_err(|e| {
             let why = crate::filter::take_refusal().map_or(String::new(), |w| format!(" (bitshuffle: {w})"));
-            ReadError::Frame { frame: i, message: format!("reading: {e}{why}") }
+            ReadError::Frame { path: self.path.clone(), frame: i, message: format!("reading: {e}{why}") }
         })?;
         out.clear();
         out.extend(a.iter().copied());
