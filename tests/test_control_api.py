@@ -137,6 +137,19 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
     assert call("POST", dr + "/start", {"output": "precious.h5", "overwrite": True})[0] == 200
     assert call("POST", dr + "/stop", {})[0] == 200
     assert call("GET", dr + "/status")[1]["state"] == "configured"
+    # a directory under the output directory: made; nothing a client names escapes it
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (tmp_path / "escape").symlink_to(outside)
+    for d in ["../x", "/tmp/x", "a/../../x", "escape/x", "escape"]:
+        code, body = call("POST", dr + "/start", {"output": "d.h5", "directory": d})
+        assert code == 400 and body["error"].startswith("directory"), (d, body)
+    assert list(outside.iterdir()) == [], "nothing was made through the link"
+    assert call("POST", dr + "/start", {"directory": "a"})[0] == 400, "a directory needs an output"
+    assert call("GET", dr + "/status")[1]["state"] == "configured", "refused starts started nothing"
+    assert call("POST", dr + "/start", {"output": "d.h5", "directory": "run1/scan2"})[0] == 200
+    assert (tmp_path / "run1" / "scan2").is_dir()
+    assert call("POST", dr + "/stop", {})[0] == 200
     # an acquisition publishes a stream; its counts reach /status, /metrics and the answer
     assert call("POST", dr + "/start", {})[0] == 200
     assert call("GET", dr + "/status")[1]["stream"] == {"images_sent": 0, "images_dropped": 0, "waits": 0, "consumers": 0}

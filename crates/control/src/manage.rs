@@ -385,7 +385,7 @@ impl<'a> Session<'a> {
             let spec = &t.receivers[*r];
             let g = rp.geometry(full);
             let output = Some(format!("{}_master.h5", spec.name));
-            let body = daemon::StartRequest { output, module_cols: g.module_cols, gap_x: g.gap_x, gap_y: g.gap_y, overwrite: self.a.overwrite, stream: Some(streams[*r].clone()), preview: Some(previews[*r].clone()), config: self.sections.clone() };
+            let body = daemon::StartRequest { output, directory: None, module_cols: g.module_cols, gap_x: g.gap_x, gap_y: g.gap_y, overwrite: self.a.overwrite, stream: Some(streams[*r].clone()), preview: Some(previews[*r].clone()), config: self.sections.clone() };
             let v: StartAnswer = match self.api.send("POST", spec.control, "/start", &body) {
                 Ok(v) => v,
                 Err(e) => {

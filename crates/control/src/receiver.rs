@@ -4,7 +4,7 @@
 //! frames in progress and closes it; the receiver stays up for the next acquisition.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -315,6 +315,10 @@ pub struct StartRequest {
     /// Output file name in the daemon's output directory (none: frames are counted only).
     #[serde(default)]
     pub output: Option<String>,
+    /// The output's directory under the daemon's output directory (relative, without `..`;
+    /// made if missing, never through a symbolic link); default: the output directory.
+    #[serde(default)]
+    pub directory: Option<String>,
     /// Geometry of the modules this receiver holds, for assembly.
     #[serde(default = "rdaq_detector::geometry::default_module_cols")]
     pub module_cols: u16,
@@ -385,6 +389,9 @@ struct Plan {
     rx: Arc<Receiver>,
     name: String,
     events: Arc<Mutex<EventLog>>,
+    out_dir: PathBuf,
+    /// The output's directory under `out_dir`, made outside the lock.
+    subdir: Option<PathBuf>,
     path: Option<PathBuf>,
     overwrite: bool,
     source: remote::Source,
@@ -416,9 +423,14 @@ fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError>
     }
     let geometry = Geometry::new(modules, req.module_cols, req.gap_x, req.gap_y)
         .ok_or_else(|| bad(format!("module_cols: {} does not divide the {modules} modules held here into rows", req.module_cols)))?;
+    let subdir = match &req.directory {
+        Some(_) if req.output.is_none() => return Err(bad("directory: only with an output")),
+        Some(d) => Some(rdaq_run::outputs::subdirectory("directory", d).map_err(|e| bad(format!("{e:#}")))?),
+        None => None,
+    };
     let path = match &req.output {
         Some(f) if f.is_empty() || f.contains('/') || f.starts_with('.') || f.chars().any(char::is_control) => return Err(bad(format!("output: {f:?} is not a plain file name"))),
-        Some(f) => Some(out_dir.join(f)),
+        Some(f) => Some(out_dir.join(subdir.as_deref().unwrap_or(Path::new(""))).join(f)),
         None => None,
     };
     let series = path.as_deref().map(rdaq_run::outputs::series_files);
@@ -436,7 +448,7 @@ fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError>
     }
     let preview = cfg.stream.preview_config().map_err(|e| bad(format!("preview: {e:#}")))?;
     active.starting = true;
-    Ok(Plan { rx: active.rx.clone(), name, events, path, overwrite: req.overwrite, source, cfg, stream_cfg, preview })
+    Ok(Plan { rx: active.rx.clone(), name, events, out_dir, subdir, path, overwrite: req.overwrite, source, cfg, stream_cfg, preview })
 }
 
 /// Builds the chain and creates the files and the stream of `plan` (slow: not under the lock).
@@ -445,6 +457,9 @@ fn open_outputs(plan: Plan) -> (Plan, Result<Outputs, ApiError>) {
         let remote::Setup { chain, meta, notes, .. } = remote::setup(&plan.source, &plan.cfg).map_err(|e| bad(format!("config: {e:#}")))?;
         for n in notes {
             tracing::info!(receiver = %plan.name, "{n}");
+        }
+        if let Some(d) = &plan.subdir {
+            rdaq_run::outputs::make_subdirectory("directory", &plan.out_dir, d).map_err(|e| bad(format!("{e:#}")))?;
         }
         let writer = match &plan.path {
             Some(p) => Some(NxmxWriter::create(p, &meta, plan.overwrite).map_err(|e| match e {

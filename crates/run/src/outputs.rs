@@ -37,6 +37,40 @@ pub fn plain_name(what: &str, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The directory `rel` (a setting `what` that a client sends) under `root`, lexically: relative,
+/// without `..`, without control characters. Nothing is created (see [`make_subdirectory`]).
+pub fn subdirectory(what: &str, rel: &str) -> anyhow::Result<PathBuf> {
+    let p = Path::new(rel);
+    let plain = p.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
+    if !plain || rel.len() > 1024 || rel.chars().any(char::is_control) {
+        anyhow::bail!("{what}: {rel:?} is not a directory under the output directory (relative, without ..)");
+    }
+    Ok(p.to_owned())
+}
+
+/// Makes directory `rel` (checked by [`subdirectory`]) under `root`, one level at a time,
+/// refusing a level that is a symbolic link or not a directory: what a client names stays
+/// under `root`, and nothing is created outside it on the way. Returns `root/rel`.
+pub fn make_subdirectory(what: &str, root: &Path, rel: &Path) -> anyhow::Result<PathBuf> {
+    let mut at = root.to_owned();
+    for c in rel.components().filter(|c| matches!(c, std::path::Component::Normal(_))) {
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => anyhow::bail!("{what}: {} is a symbolic link: rdaq writes only under the output directory", at.display()),
+            Ok(m) if !m.is_dir() => anyhow::bail!("{what}: {} is not a directory", at.display()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir(&at) {
+                Ok(()) => {}
+                // made meanwhile by another start: a directory is what was wanted
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && !claim::is_link(&at) && at.is_dir() => {}
+                Err(e) => anyhow::bail!("{what}: cannot create {}: {e}", at.display()),
+            },
+            Err(e) => anyhow::bail!("{what}: {}: {e}", at.display()),
+        }
+    }
+    Ok(at)
+}
+
 /// Writes `bytes` to the output file `path` named on the command line: a new file, or with
 /// `overwrite` replacing a regular one; never through a link.
 pub fn write_file(path: &Path, bytes: &[u8], overwrite: bool) -> anyhow::Result<()> {
@@ -130,6 +164,28 @@ mod tests {
     fn claim_master(p: &Path) -> Result<PathBuf, SinkError> {
         claim::claim(p, false)?;
         Ok(p.to_owned())
+    }
+
+    #[test]
+    fn subdirectories_stay_under_the_root_and_links_are_not_followed() {
+        let base = std::env::temp_dir().join(format!("rdaq-subdir-{}", std::process::id()));
+        let (root, outside) = (base.join("root"), base.join("outside"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
+        std::fs::write(root.join("file"), b"").unwrap();
+        for bad in ["../x", "/etc", "a/../../x", "a\nb"] {
+            assert!(subdirectory("directory", bad).is_err(), "{bad}");
+        }
+        let made = make_subdirectory("directory", &root, &subdirectory("directory", "a/./b").unwrap()).unwrap();
+        assert_eq!(made, root.join("a/b"));
+        assert!(made.is_dir());
+        assert_eq!(make_subdirectory("directory", &root, Path::new("a/b")).unwrap(), made, "again: it exists");
+        let e = make_subdirectory("directory", &root, Path::new("escape/x")).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(!outside.join("x").exists(), "nothing made through the link");
+        assert!(make_subdirectory("directory", &root, Path::new("file/x")).unwrap_err().to_string().contains("not a directory"));
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
