@@ -429,7 +429,7 @@ fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError>
         None => None,
     };
     let path = match &req.output {
-        Some(f) if f.is_empty() || f.contains('/') || f.starts_with('.') || f.chars().any(char::is_control) => return Err(bad(format!("output: {f:?} is not a plain file name"))),
+        Some(f) if !rdaq_proto::names::is_plain_file_name(f) => return Err(bad(format!("output: {f:?} is not a plain file name"))),
         Some(f) => Some(out_dir.join(subdir.as_deref().unwrap_or(Path::new(""))).join(f)),
         None => None,
     };

@@ -10,8 +10,9 @@
 //! `error` with its reason until the next arm. The I/O side (the manager's API and the
 //! daemons) calls these with what it is asked and what it sees, and does what they answer.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 
+use rdaq_proto::names;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -163,15 +164,13 @@ impl Service {
         if !(r.period_s.is_finite() && (0.0..=MAX_PERIOD_S).contains(&r.period_s)) {
             return Err(field("period_s", format!("{}; from 0 (as fast as possible) to {MAX_PERIOD_S} s", r.period_s)));
         }
-        if r.prefix.is_empty() || r.prefix.len() > 200 || r.prefix.starts_with('.') || r.prefix.contains('/') || r.prefix.chars().any(char::is_control) {
+        if r.prefix.len() > 200 || !names::is_plain_file_name(&r.prefix) {
             return Err(field("prefix", format!("{:?} is not a plain file name", r.prefix)));
         }
-        let dir = Path::new(&r.directory);
-        let inside = dir.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-        if !inside || r.directory.chars().any(char::is_control) {
+        if !names::is_relative_dir(&r.directory) {
             return Err(field("directory", format!("{:?} is not a directory under the data root (relative, without ..)", r.directory)));
         }
-        Ok(self.root.join(dir).join(format!("{}_master.h5", r.prefix)))
+        Ok(self.root.join(&r.directory).join(format!("{}_master.h5", r.prefix)))
     }
 
     /// Starts the next trigger of the armed dataset; refused unless armed.
@@ -259,6 +258,8 @@ impl Service {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn arm(frames: u64, triggers: u64) -> ArmRequest {

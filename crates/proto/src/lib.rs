@@ -9,6 +9,7 @@
 //! - [`seq`]: wrap-safe sequence number arithmetic.
 //! - [`telegram`]: configuration documents (buffer requests and maps, module DTPs).
 //! - [`events`]: the event channel's events and a bounded event log.
+//! - [`names`]: the file and directory names a request carries.
 //!
 //! The byte layouts are documented in `docs/protocol.md`.
 
@@ -17,6 +18,7 @@
 pub mod datagram;
 pub mod events;
 pub mod nack;
+pub mod names;
 pub mod roce;
 pub mod seq;
 pub mod sls;

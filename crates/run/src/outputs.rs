@@ -40,12 +40,10 @@ pub fn plain_name(what: &str, name: &str) -> anyhow::Result<()> {
 /// The directory `rel` (a setting `what` that a client sends) under `root`, lexically: relative,
 /// without `..`, without control characters. Nothing is created (see [`make_subdirectory`]).
 pub fn subdirectory(what: &str, rel: &str) -> anyhow::Result<PathBuf> {
-    let p = Path::new(rel);
-    let plain = p.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
-    if !plain || rel.len() > 1024 || rel.chars().any(char::is_control) {
+    if rel.len() > 1024 || !rdaq_proto::names::is_relative_dir(rel) {
         anyhow::bail!("{what}: {rel:?} is not a directory under the output directory (relative, without ..)");
     }
-    Ok(p.to_owned())
+    Ok(PathBuf::from(rel))
 }
 
 /// Makes directory `rel` (checked by [`subdirectory`]) under `root`, one level at a time,
