@@ -1,6 +1,7 @@
 //! Whether this machine can run the GPU stages. `cudarc` panics when it cannot load the
-//! CUDA driver or NVRTC; this looks for both libraries first (under the names `cudarc`
-//! loads), so that a machine without them gets an error that says what is missing.
+//! CUDA driver or NVRTC, or NVRTC lacks a symbol it binds; this looks for both libraries
+//! first (under the names `cudarc` loads), and for a symbol CUDA 13's NVRTC dropped, so that
+//! a machine without them gets an error that says what is missing.
 
 use std::ffi::CString;
 use std::sync::Arc;
@@ -13,6 +14,10 @@ pub enum GpuError {
     NoDriver(&'static str),
     #[error("no NVRTC on this machine ({0} not found): the GPU kernels are compiled at run time and need it")]
     NoNvrtc(&'static str),
+    /// CUDA 13's NVRTC dropped symbols that the `cudarc` rdaq is built with binds (for CUDA
+    /// 12), and `cudarc` panics on the first it misses.
+    #[error("the NVRTC found ({0}) lacks {1}, which rdaq's CUDA 12 bindings need (CUDA 13 removed it): put a CUDA 12 libnvrtc.so first on LD_LIBRARY_PATH (e.g. from the nvidia-cuda-nvrtc-cu12 wheel)")]
+    NvrtcTooNew(&'static str, &'static str),
     #[error("CUDA driver: {0}")]
     Driver(#[from] cudarc::driver::DriverError),
     #[error("no CUDA device on this machine")]
@@ -30,30 +35,38 @@ pub struct Device {
     pub name: String,
 }
 
-/// Whether the shared library `name` can be loaded (it is unloaded again).
-fn loadable(name: &str) -> bool {
+/// Whether the shared library `name` can be loaded and, when `symbol` is given, has it
+/// (the library is unloaded again).
+fn loadable(name: &str, symbol: Option<&str>) -> bool {
     let c = CString::new(name).expect("no NUL in a library name");
-    // SAFETY: dlopen with a valid NUL-terminated name; the handle is closed right away and
-    // no symbol of it is used.
+    let sym = symbol.map(|s| CString::new(s).expect("no NUL in a symbol name"));
+    // SAFETY: dlopen and dlsym with valid NUL-terminated names; the handle is closed right
+    // away and the symbol's address is only compared with null, never used.
     unsafe {
         let h = libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
         if h.is_null() {
             return false;
         }
+        let found = sym.is_none_or(|s| !libc::dlsym(h, s.as_ptr()).is_null());
         libc::dlclose(h);
+        found
     }
-    true
 }
 
 /// The first GPU, or why there is none.
 pub fn probe() -> Result<Device, GpuError> {
     const CUDA: &str = "libcuda.so";
     const NVRTC: &str = "libnvrtc.so";
-    if !loadable(CUDA) {
+    // one of the symbols cudarc's CUDA 12 NVRTC bindings load eagerly that CUDA 13 lacks
+    const CUDA12_ONLY: &str = "nvrtcGetNVVM";
+    if !loadable(CUDA, None) {
         return Err(GpuError::NoDriver(CUDA));
     }
-    if !loadable(NVRTC) {
+    if !loadable(NVRTC, None) {
         return Err(GpuError::NoNvrtc(NVRTC));
+    }
+    if !loadable(NVRTC, Some(CUDA12_ONLY)) {
+        return Err(GpuError::NvrtcTooNew(NVRTC, CUDA12_ONLY));
     }
     if CudaContext::device_count()? < 1 {
         return Err(GpuError::NoDevice);
