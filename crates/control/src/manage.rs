@@ -54,6 +54,13 @@ pub struct ManageArgs {
     /// the report at the end; keeps serving after the run until Ctrl-C.
     #[arg(long, value_parser = crate::http::listen_addr)]
     serve: Option<SocketAddr>,
+    /// Run as the acquisition service instead of one acquisition: configured once, then
+    /// datasets armed and triggered through the API of --serve (POST /arm, /trigger,
+    /// /cancel; GET /acquisition, /openapi.json), their files under this directory (the
+    /// receivers' --out-dir, on one host). --frames, --rate, --out and --overwrite do not
+    /// apply.
+    #[arg(long, requires = "serve", value_name = "DIR")]
+    data_root: Option<PathBuf>,
     /// The token the manager sends to the daemons, and that its own API needs for reads
     /// when `--protect-reads` is given.
     #[command(flatten)]
@@ -61,7 +68,9 @@ pub struct ManageArgs {
 }
 
 mod board;
+mod datasets;
 mod processing;
+mod service;
 
 use board::{Board, SharedBoard};
 use crate::http::lock;
@@ -121,6 +130,7 @@ struct ReceiverReport {
     frames_incomplete: u64,
     frames_discarded: u64,
     output: Option<PathBuf>,
+    frames_written: u64,
     /// Frames it refused whole because its ring was full (its consumer was behind).
     frames_refused: u64,
     /// Frames it received after writing failed, and why writing failed.
@@ -210,48 +220,21 @@ fn ring_positions(dtps: &[ModuleDtp], until: u64) -> HashMap<String, u64> {
 }
 
 /// The manager's acquisition: configure, start, watch, gather, report. Exit 1 when data was
-/// lost (unless `--tolerate-loss`).
+/// lost (unless `--tolerate-loss`); with `--service`, the acquisition service instead.
 pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
+    if a.data_root.is_some() {
+        return service::serve(&a);
+    }
     let s = Session::open(&a)?;
     s.check_telegrams()?;
-    let mut c = s.configure()?;
-    let mut feeds = s.start_receivers(&c)?;
-    let start = Instant::now();
-    let run = detector::StartRequest { frames: a.frames, rate_hz: a.rate, first_frame: 0 };
-    let _: serde_json::Value = s.api.send("POST", s.det_ctl, "/start", &run).context("starting the detector")?;
-    // the detector's event log starts anew with each run
-    let mut det_feed = Feed::new(s.det_ctl, 0);
-    let mut w = Watch { live: c.requests.iter().map(|(r, _)| *r).collect(), dead: BTreeSet::new() };
-    s.watch(&mut c, &mut w, &mut feeds, &mut det_feed, start)?;
-    let elapsed = start.elapsed();
-    let det_stop: serde_json::Value = s.api.send("POST", s.det_ctl, "/stop", &serde_json::json!({})).context("stopping the detector")?;
-    let frames = frames_expected(&a, &s, &det_stop);
-    let manifest = s.api.text(s.det_ctl, "/manifest").context("detector manifest")?;
-    rdaq_run::outputs::write_file(&a.out.join("manifest.csv"), manifest.as_bytes(), a.overwrite)?;
-    det_feed.pull(&s.api, &s.shared)?;
-    let g = s.gather(&c, &mut w, &mut feeds, &det_feed.events)?;
-    let (frames_complete, frames_lost) = tally(frames, &c.epochs, &w.dead, &g.reported);
-    let joined = join_outputs(&a, &g.receivers);
-    let report = Report {
-        topology: a.topology.clone(),
-        mode: format!("{:?}", s.t.transfer.mode),
-        frames_expected: frames,
-        stopped_early_of: (frames < a.frames).then_some(a.frames),
-        frames_complete,
-        frames_lost,
-        frames_incomplete: g.reported.incomplete.into_iter().collect(),
-        epochs: c.epochs,
-        processing: processing::totals(g.receivers.values().filter_map(|r| r.processing.as_ref())),
-        master: joined.as_ref().ok().cloned(),
-        master_note: joined.err(),
-        receivers: g.receivers,
-        detector: det_stop,
-        modules: module_ends(&det_feed.events),
-        elapsed_s: elapsed.as_secs_f64(),
-    };
-    let loss = report.frames_complete < frames || report.receivers.values().any(|r| r.write_error.is_some());
-    s.publish(&report, loss)?;
-    print_report(&report, &a.out);
+    let names = Names { prefix: None, directory: None, overwrite: a.overwrite, sections: s.sections.clone() };
+    let mut run = s.begin(&names)?;
+    s.send(&mut run, 0, a.frames, a.rate)?;
+    let files = Files { report: a.out.join("report.json"), events: a.out.join("events.jsonl"), manifest: a.out.join("manifest.csv"), master: a.out.join(JOINED), overwrite: a.overwrite };
+    let report = s.end(run, &files, a.frames)?;
+    let loss = report.lost();
+    s.publish(&report, loss, &files)?;
+    print_report(&report, &files.report);
     if a.serve.is_some() {
         tracing::info!("done; the API keeps serving the report until Ctrl-C");
         let (tx, rx) = std::sync::mpsc::channel();
@@ -265,6 +248,40 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How one acquisition's receivers name their files: `<name>_master.h5`, or
+/// `<prefix>_<name>_master.h5` in `directory` (under each daemon's output directory).
+struct Names {
+    prefix: Option<String>,
+    directory: Option<String>,
+    overwrite: bool,
+    /// The configuration sections of every receiver's acquisition (none: raw frames).
+    sections: Option<toml::Table>,
+}
+
+/// Where the manager writes what an acquisition came to.
+struct Files {
+    report: PathBuf,
+    events: PathBuf,
+    manifest: PathBuf,
+    /// One master over every receiver's files.
+    master: PathBuf,
+    overwrite: bool,
+}
+
+/// One acquisition under way: the configuration, the receivers' event feeds and liveness,
+/// and what the detector's runs (one per trigger) said.
+struct Running {
+    c: Configured,
+    feeds: HashMap<usize, Feed>,
+    w: Watch,
+    det_events: Vec<Event>,
+    det_stops: Vec<serde_json::Value>,
+    manifest: String,
+    /// Frames the detector's runs were to deliver.
+    frames: u64,
+    start: Instant,
 }
 
 /// One acquisition of the manager: its options, the topology, the control clients and what
@@ -306,26 +323,90 @@ impl<'a> Session<'a> {
     /// Reads and checks the topology and the options, refuses existing output files, and
     /// starts the manager's API if asked.
     fn open(a: &'a ManageArgs) -> anyhow::Result<Session<'a>> {
+        if !(a.rate >= 0.0 && a.rate.is_finite()) {
+            bail!("--rate must be 0 (as fast as possible) or positive");
+        }
+        let access = a.access.access()?;
+        let s = Session::connect(a, &access, a.frames)?;
+        std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+        let files = ["report.json", "events.jsonl", "manifest.csv", JOINED].map(|f| a.out.join(f));
+        rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), a.overwrite)?;
+        if let Some(addr) = a.serve {
+            board::serve(addr, s.shared.clone(), std::sync::Arc::new(access))?;
+        }
+        Ok(s)
+    }
+
+    /// Reads and checks the topology; the control clients, with the token of `access`.
+    fn connect(a: &'a ManageArgs, access: &crate::auth::Access, frames: u64) -> anyhow::Result<Session<'a>> {
         let text = std::fs::read_to_string(&a.topology).with_context(|| format!("cannot read {}", a.topology.display()))?;
         let t = Topology::from_toml(&text).with_context(|| format!("invalid topology {}", a.topology.display()))?;
         let plan = Plan::new(&t).with_context(|| format!("invalid topology {}", a.topology.display()))?;
         let det_ctl = t.detector.control.context("detector.control: the detector's control address is needed")?;
         let sections = processing::sections(&t).with_context(|| format!("invalid topology {}", a.topology.display()))?;
-        if !(a.rate >= 0.0 && a.rate.is_finite()) {
-            bail!("--rate must be 0 (as fast as possible) or positive");
-        }
-        std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
-        let files = ["report.json", "events.jsonl", "manifest.csv", JOINED].map(|f| a.out.join(f));
-        rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), a.overwrite)?;
-        let shared: SharedBoard = std::sync::Arc::new(std::sync::Mutex::new(Board::new(format!("manager {}", a.topology.display()), a.frames)));
-        let access = a.access.access()?;
+        let shared: SharedBoard = std::sync::Arc::new(std::sync::Mutex::new(Board::new(format!("manager {}", a.topology.display()), frames)));
         let token = access.token().cloned();
-        if let Some(addr) = a.serve {
-            board::serve(addr, shared.clone(), std::sync::Arc::new(access))?;
-        }
         let api = Api::new(Duration::from_secs(60), token.as_ref());
         let heartbeat = Api::new(Duration::from_millis(a.heartbeat_ms.max(100)), token.as_ref());
         Ok(Session { a, t, plan, det_ctl, api, heartbeat, shared, sections })
+    }
+
+    /// Configures the system and starts every receiver of the plan, naming their files
+    /// after `names`.
+    fn begin(&self, names: &Names) -> anyhow::Result<Running> {
+        let c = self.configure()?;
+        let feeds = self.start_receivers(&c, names)?;
+        let w = Watch { live: c.requests.iter().map(|(r, _)| *r).collect(), dead: BTreeSet::new() };
+        Ok(Running { c, feeds, w, det_events: Vec::new(), det_stops: Vec::new(), manifest: String::new(), frames: 0, start: Instant::now() })
+    }
+
+    /// One run of the detector: frames `first..first + frames` at `rate`, watched until
+    /// sent (or stopped); its manifest and events join the acquisition's.
+    fn send(&self, r: &mut Running, first: u64, frames: u64, rate: f64) -> anyhow::Result<()> {
+        let run = detector::StartRequest { frames, rate_hz: rate, first_frame: first };
+        let _: serde_json::Value = self.api.send("POST", self.det_ctl, "/start", &run).context("starting the detector")?;
+        // the detector's event log starts anew with each run
+        let mut det_feed = Feed::new(self.det_ctl, 0);
+        let watched = self.watch(&mut r.c, &mut r.w, &mut r.feeds, &mut det_feed, Instant::now());
+        let det_stop: serde_json::Value = self.api.send("POST", self.det_ctl, "/stop", &serde_json::json!({})).context("stopping the detector")?;
+        watched?;
+        r.frames += self.frames_sent(frames, &det_stop);
+        let manifest = self.api.text(self.det_ctl, "/manifest").context("detector manifest")?;
+        // one header over every run's rows
+        let rows = if r.manifest.is_empty() { manifest.as_str() } else { manifest.split_once('\n').map_or("", |(_, rows)| rows) };
+        r.manifest.push_str(rows);
+        det_feed.pull(&self.api, &self.shared)?;
+        r.det_events.append(&mut det_feed.events);
+        r.det_stops.push(det_stop);
+        Ok(())
+    }
+
+    /// Stops the receivers and gathers what the acquisition came to into its files and a
+    /// report; `asked` is the frames asked for.
+    fn end(&self, mut r: Running, files: &Files, asked: u64) -> anyhow::Result<Report> {
+        let elapsed = r.start.elapsed();
+        rdaq_run::outputs::write_file(&files.manifest, r.manifest.as_bytes(), files.overwrite)?;
+        let (g, events) = self.gather(&r.c, &mut r.w, &mut r.feeds, &r.det_events)?;
+        rdaq_run::outputs::write_file(&files.events, events.as_bytes(), files.overwrite)?;
+        let (frames_complete, frames_lost) = tally(r.frames, &r.c.epochs, &r.w.dead, &g.reported);
+        let joined = join_outputs(&files.master, &g.receivers, files.overwrite);
+        Ok(Report {
+            topology: self.a.topology.clone(),
+            mode: format!("{:?}", self.t.transfer.mode),
+            frames_expected: r.frames,
+            stopped_early_of: (r.frames < asked).then_some(asked),
+            frames_complete,
+            frames_lost,
+            frames_incomplete: g.reported.incomplete.into_iter().collect(),
+            epochs: r.c.epochs,
+            processing: processing::totals(g.receivers.values().filter_map(|r| r.processing.as_ref())),
+            master: joined.as_ref().ok().cloned(),
+            master_note: joined.err(),
+            receivers: g.receivers,
+            detector: sum_stops(r.det_stops),
+            modules: module_ends(&r.det_events),
+            elapsed_s: elapsed.as_secs_f64(),
+        })
     }
 
     /// Components: the detector and every receiver of the plan are the ones the topology
@@ -376,7 +457,7 @@ impl<'a> Session<'a> {
 
     /// Starts every receiver of the plan (each writes its part of the image); if one fails,
     /// those started go back to waiting (nothing was sent yet).
-    fn start_receivers(&self, c: &Configured) -> anyhow::Result<HashMap<usize, Feed>> {
+    fn start_receivers(&self, c: &Configured, names: &Names) -> anyhow::Result<HashMap<usize, Feed>> {
         let t = &self.t;
         let full = t.geometry();
         let mut feeds: HashMap<usize, Feed> = HashMap::new();
@@ -384,8 +465,21 @@ impl<'a> Session<'a> {
         for (rp, (r, _)) in self.plan.receivers.iter().zip(&c.requests) {
             let spec = &t.receivers[*r];
             let g = rp.geometry(full);
-            let output = Some(format!("{}_master.h5", spec.name));
-            let body = daemon::StartRequest { output, directory: None, module_cols: g.module_cols, gap_x: g.gap_x, gap_y: g.gap_y, overwrite: self.a.overwrite, stream: Some(streams[*r].clone()), preview: Some(previews[*r].clone()), config: self.sections.clone() };
+            let output = Some(match &names.prefix {
+                Some(p) => format!("{p}_{}_master.h5", spec.name),
+                None => format!("{}_master.h5", spec.name),
+            });
+            let body = daemon::StartRequest {
+                output,
+                directory: names.directory.clone(),
+                module_cols: g.module_cols,
+                gap_x: g.gap_x,
+                gap_y: g.gap_y,
+                overwrite: names.overwrite,
+                stream: Some(streams[*r].clone()),
+                preview: Some(previews[*r].clone()),
+                config: names.sections.clone(),
+            };
             let v: StartAnswer = match self.api.send("POST", spec.control, "/start", &body) {
                 Ok(v) => v,
                 Err(e) => {
@@ -452,8 +546,12 @@ impl<'a> Session<'a> {
             let answer = self.heartbeat.get::<serde_json::Value>(spec.control, "/status");
             let counters = answer.as_ref().ok().map(|v| v["counters"].clone()).filter(|c| !c.is_null());
             let processing = answer.as_ref().ok().and_then(|v| serde_json::from_value(v["processing"].clone()).ok());
+            let to_writer = answer.as_ref().ok().and_then(|v| v["frames_to_writer"].as_u64());
             let mut b = lock(&self.shared);
             b.receivers.insert(spec.name.clone(), (answer.is_ok(), counters));
+            if let Some(n) = to_writer {
+                b.to_writer.insert(spec.name.clone(), n);
+            }
             if let Some(p) = processing {
                 b.processing.insert(spec.name.clone(), p);
             }
@@ -473,9 +571,9 @@ impl<'a> Session<'a> {
         lost_now
     }
 
-    /// Stops every receiver still alive and gathers its answer and events; writes the
-    /// events of all components to `events.jsonl`.
-    fn gather(&self, c: &Configured, w: &mut Watch, feeds: &mut HashMap<usize, Feed>, det_events: &[Event]) -> anyhow::Result<Gathered> {
+    /// Stops every receiver still alive and gathers its answer and events; returns them with
+    /// the events of all components, as JSON lines.
+    fn gather(&self, c: &Configured, w: &mut Watch, feeds: &mut HashMap<usize, Feed>, det_events: &[Event]) -> anyhow::Result<(Gathered, String)> {
         let mut g = Gathered { receivers: BTreeMap::new(), reported: Reported::default() };
         let mut events_out = String::new();
         for (r, _) in &c.requests {
@@ -511,18 +609,24 @@ impl<'a> Session<'a> {
             events_out.push_str(&serde_json::to_string(e)?);
             events_out.push('\n');
         }
-        rdaq_run::outputs::write_file(&self.a.out.join("events.jsonl"), events_out.as_bytes(), self.a.overwrite)?;
-        Ok(g)
+        Ok((g, events_out))
     }
 
     /// Writes the report and shows it on the manager's API.
-    fn publish(&self, report: &Report, lost: bool) -> anyhow::Result<()> {
-        rdaq_run::outputs::write_file(&self.a.out.join("report.json"), serde_json::to_string_pretty(report)?.as_bytes(), self.a.overwrite)?;
+    fn publish(&self, report: &Report, lost: bool, files: &Files) -> anyhow::Result<()> {
+        rdaq_run::outputs::write_file(&files.report, serde_json::to_string_pretty(report)?.as_bytes(), files.overwrite)?;
         let mut b = lock(&self.shared);
         b.report = Some(serde_json::to_value(report)?);
         b.lost = Some(lost);
         b.status = serde_json::json!({ "state": "done", "frames_complete": report.frames_complete, "frames_lost": report.frames_lost.len() });
         Ok(())
+    }
+}
+
+impl Report {
+    /// Whether data was lost: frames not complete, or a receiver's writing failed.
+    fn lost(&self) -> bool {
+        self.frames_complete < self.frames_expected || self.receivers.values().any(|r| r.write_error.is_some())
     }
 }
 
@@ -549,6 +653,7 @@ impl ReceiverReport {
             frames_incomplete: v.frames_incomplete,
             frames_discarded: v.frames_discarded,
             output: v.output,
+            frames_written: v.frames_written,
             frames_refused: v.frames_refused,
             frames_not_saved: v.frames_not_saved,
             write_error: v.write_error,
@@ -562,15 +667,14 @@ impl ReceiverReport {
 /// The name of the master over every receiver's files, in `--out`.
 const JOINED: &str = "acquisition_master.h5";
 
-/// Writes one master over the receivers' series in `--out`, when their files are visible
-/// from here and hold whole frames (temporal receivers); otherwise says why not.
-fn join_outputs(a: &ManageArgs, receivers: &BTreeMap<String, ReceiverReport>) -> Result<PathBuf, String> {
+/// Writes `out`, one master over the receivers' series, when their files are visible from
+/// here and hold whole frames (temporal receivers); otherwise says why not.
+fn join_outputs(out: &std::path::Path, receivers: &BTreeMap<String, ReceiverReport>, overwrite: bool) -> Result<PathBuf, String> {
     let masters: Vec<PathBuf> = receivers.values().filter_map(|r| r.output.clone()).collect();
-    let out = a.out.join(JOINED);
-    match rdaq_sink::join::join(&out, &masters, a.overwrite) {
+    match rdaq_sink::join::join(out, &masters, overwrite) {
         Ok(j) => {
             tracing::info!(master = %out.display(), frames = j.frames, data_files = j.data_files, "joined the receivers' files");
-            Ok(out)
+            Ok(out.to_path_buf())
         }
         Err(e) => {
             tracing::info!("no joined master: {e}");
@@ -579,15 +683,36 @@ fn join_outputs(a: &ManageArgs, receivers: &BTreeMap<String, ReceiverReport>) ->
     }
 }
 
-/// The frames the run should have delivered: all asked for, or after an operator's stop
-/// those the detector started (a frame some modules had not sent yet is reported
-/// incomplete or lost, not left out).
-fn frames_expected(a: &ManageArgs, s: &Session, det_stop: &serde_json::Value) -> u64 {
-    if !lock(&s.shared).stop_requested {
-        return a.frames;
+impl Session<'_> {
+    /// The frames a run of `frames` should have delivered: all, or after an operator's stop
+    /// those the detector started (a frame some modules had not sent yet is reported
+    /// incomplete or lost, not left out).
+    fn frames_sent(&self, frames: u64, det_stop: &serde_json::Value) -> u64 {
+        if !lock(&self.shared).stop_requested {
+            return frames;
+        }
+        let module_frames = det_stop["module_frames"].as_u64().unwrap_or(frames * self.t.detector.modules as u64);
+        module_frames.div_ceil(self.t.detector.modules.max(1) as u64).min(frames)
     }
-    let module_frames = det_stop["module_frames"].as_u64().unwrap_or(a.frames * s.t.detector.modules as u64);
-    module_frames.div_ceil(s.t.detector.modules.max(1) as u64).min(a.frames)
+}
+
+/// The detector's answers to its runs' stops: one run's as it is, several summed (the
+/// elapsed time too).
+fn sum_stops(mut stops: Vec<serde_json::Value>) -> serde_json::Value {
+    if stops.len() == 1 {
+        return stops.pop().expect("one");
+    }
+    let mut sum = serde_json::Map::new();
+    for (k, v) in stops.iter().flat_map(|s| s.as_object().into_iter().flatten()) {
+        let add = |old: Option<&serde_json::Value>| match (old, v) {
+            (Some(o), v) if o.is_u64() && v.is_u64() => serde_json::json!(o.as_u64().unwrap_or(0) + v.as_u64().unwrap_or(0)),
+            (Some(o), v) => serde_json::json!(o.as_f64().unwrap_or(0.0) + v.as_f64().unwrap_or(0.0)),
+            (None, v) => v.clone(),
+        };
+        let new = add(sum.get(k));
+        sum.insert(k.clone(), new);
+    }
+    serde_json::Value::Object(sum)
 }
 
 /// What each module said it sent, from its end-of-transfer event.
@@ -601,7 +726,7 @@ fn module_ends(det_events: &[Event]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn print_report(report: &Report, out: &std::path::Path) {
+fn print_report(report: &Report, report_file: &std::path::Path) {
     println!("---- rdaq manage report ----");
     println!(
         "frames     : {} complete of {}, {} lost, {} incomplete",
@@ -626,7 +751,7 @@ fn print_report(report: &Report, out: &std::path::Path) {
     if let Some(m) = &report.master {
         println!("master     : {} (every receiver's frames, in order)", m.display());
     }
-    println!("report     : {}", out.join("report.json").display());
+    println!("report     : {}", report_file.display());
 }
 
 /// Re-plans the frames still to come over the receivers left, if the transfer mode allows it

@@ -644,7 +644,8 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
     let dropped_events = lock(&d.events).dropped;
     let stream = stream_live(&d).map(|(sent, dropped, waits, consumers)| serde_json::json!({ "images_sent": sent, "images_dropped": dropped, "waits": waits, "consumers": consumers }));
     let processing = dashboard::process_view(&d.board);
-    Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream, "processing": processing, "api_refused": d.access.refused() }))
+    let (frames_done, frames_to_writer) = d.board.frames_done();
+    Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream, "processing": processing, "frames_done": frames_done, "frames_to_writer": frames_to_writer, "api_refused": d.access.refused() }))
 }
 
 /// The running acquisition's stream counts: sent, dropped, waits, consumers that took images.

@@ -5,15 +5,17 @@
 //! `idle -> armed -> acquiring -> idle`: `arm` names the next dataset (frames per trigger,
 //! triggers, period, directory and file prefix, processing on or off) and may be repeated
 //! until the first trigger; each `trigger` sends one trigger's frames; after the last
-//! trigger's frames the dataset is done and the service is idle again. `disarm` drops an
-//! arm that has not started; `cancel` ends a dataset early; a failure puts the service in
-//! `error` with its reason until the next arm. The I/O side (the manager's API and the
-//! daemons) calls these with what it is asked and what it sees, and does what they answer.
+//! trigger's frames the I/O side closes the dataset's files and the service is idle again.
+//! `disarm` drops an arm that has not started; `cancel` ends a dataset early (once its files
+//! are closed); a failure puts the service in `error` with its reason until the next arm.
+//! The I/O side (the manager's API and the daemons) calls these with what it is asked and
+//! what it sees, and does what they answer.
 
 use std::path::PathBuf;
 
 use rdaq_proto::names;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 use thiserror::Error;
 
 /// The most frames one trigger may ask for, and the most triggers one arm may ask for:
@@ -26,14 +28,19 @@ pub const MAX_PERIOD_S: f64 = 3600.0;
 pub const FRAMES_DATASET: &str = "/entry/data/data";
 
 /// What an arm asks for (`POST /arm`).
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ArmRequest {
+    /// Frames each trigger sends (1 to 2^30).
+    #[schema(minimum = 1, maximum = 1073741824)]
     pub frames_per_trigger: u64,
+    /// Triggers of the dataset (1 to 2^20).
     #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 1048576, default = 1)]
     pub triggers: u64,
     /// Frame period in seconds; 0: as fast as the detector goes.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 3600, default = 0)]
     pub period_s: f64,
     /// The dataset's directory, relative to the service's data root.
     #[serde(default)]
@@ -42,6 +49,7 @@ pub struct ArmRequest {
     pub prefix: String,
     /// Online processing on (the configuration's) or off (raw frames written).
     #[serde(default = "yes")]
+    #[schema(default = true)]
     pub process: bool,
 }
 
@@ -53,7 +61,7 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
     Idle,
@@ -63,19 +71,25 @@ pub enum State {
 }
 
 /// One dataset: what was armed, where it goes, and how far it came.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
 pub struct Dataset {
     /// Counts the service's datasets from 1.
     pub number: u64,
     pub request: ArmRequest,
     /// The master file's absolute path.
+    #[schema(value_type = String)]
     pub master: PathBuf,
+    /// The frames' dataset in the master file.
     pub dataset: &'static str,
     /// Triggers whose frames were sent.
     pub triggers_done: u64,
     /// Frames written so far (never decreases).
     pub frames_written: u64,
+    /// Ended early (cancelled, disarmed after a trigger, or failed).
     pub cancelled: bool,
+    /// The acquisition's report once the dataset ended (the one `rdaq manage` writes).
+    #[schema(value_type = Option<Object>)]
+    pub summary: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -108,6 +122,8 @@ pub struct Service {
     state: State,
     error: Option<String>,
     current: Option<Dataset>,
+    /// A cancel is under way: the I/O side is closing the dataset's files.
+    closing: bool,
     /// The last dataset that ended, for `/acquisition` after it.
     last: Option<Dataset>,
     datasets: u64,
@@ -116,7 +132,7 @@ pub struct Service {
 impl Service {
     /// A service writing under `root` (absolute: every path it gives out is).
     pub fn new(root: PathBuf) -> Service {
-        Service { root, state: State::Idle, error: None, current: None, last: None, datasets: 0 }
+        Service { root, state: State::Idle, error: None, current: None, closing: false, last: None, datasets: 0 }
     }
 
     pub fn state(&self) -> State {
@@ -133,8 +149,16 @@ impl Service {
         self.current.as_ref().or(self.last.as_ref())
     }
 
+    /// Whether a cancel is closing the dataset's files.
+    pub fn is_closing(&self) -> bool {
+        self.closing
+    }
+
     /// Arms the next dataset (again, until its first trigger); refused while acquiring.
     pub fn arm(&mut self, req: ArmRequest) -> Result<&Dataset, ServiceError> {
+        if self.closing {
+            return Err(ServiceError::State("cancelling: the dataset's files are being closed".into()));
+        }
         match self.state {
             State::Acquiring => return Err(ServiceError::State("acquiring: cancel it, or wait until it ends, before arming".into())),
             State::Armed if self.current.as_ref().is_some_and(|d| d.triggers_done > 0) => {
@@ -142,7 +166,7 @@ impl Service {
             }
             _ => {}
         }
-        let master = self.check(&req)?;
+        let master = self.master(&req)?;
         let number = match self.state {
             State::Armed => self.datasets,
             _ => self.datasets + 1,
@@ -150,11 +174,12 @@ impl Service {
         self.datasets = number;
         self.state = State::Armed;
         self.error = None;
-        Ok(self.current.insert(Dataset { number, request: req, master, dataset: FRAMES_DATASET, triggers_done: 0, frames_written: 0, cancelled: false }))
+        Ok(self.current.insert(Dataset { number, request: req, master, dataset: FRAMES_DATASET, triggers_done: 0, frames_written: 0, cancelled: false, summary: None }))
     }
 
-    /// The master file an arm request names, once its fields are in range.
-    fn check(&self, r: &ArmRequest) -> Result<PathBuf, ServiceError> {
+    /// The master file an arm request names, once its fields are in range (what `arm`
+    /// checks first: the I/O side may look at the file before arming).
+    pub fn master(&self, r: &ArmRequest) -> Result<PathBuf, ServiceError> {
         if r.frames_per_trigger == 0 || r.frames_per_trigger > MAX_FRAMES_PER_TRIGGER {
             return Err(field("frames_per_trigger", format!("{}; from 1 to {MAX_FRAMES_PER_TRIGGER}", r.frames_per_trigger)));
         }
@@ -175,7 +200,7 @@ impl Service {
 
     /// Starts the next trigger of the armed dataset; refused unless armed.
     pub fn trigger(&mut self) -> Result<Send, ServiceError> {
-        let (State::Armed, Some(d)) = (self.state, self.current.as_mut()) else {
+        let (State::Armed, Some(d), false) = (self.state, self.current.as_mut(), self.closing) else {
             return Err(ServiceError::State(format!("{}: arm first", self.state_name())));
         };
         let r = &d.request;
@@ -191,45 +216,65 @@ impl Service {
         }
     }
 
-    /// The frames of the trigger under way were all sent and written: armed for the next
-    /// trigger, or idle after the last (the dataset ends).
-    pub fn trigger_done(&mut self) {
-        let Some(d) = self.current.as_mut().filter(|_| self.state == State::Acquiring) else { return };
+    /// The frames of the trigger under way were all sent and written. Returns whether that
+    /// was the last trigger (or a cancel came meanwhile): the I/O side then closes the
+    /// dataset's files and calls [`Service::closed`]; otherwise the service is armed for the
+    /// next trigger.
+    pub fn trigger_done(&mut self) -> bool {
+        let Some(d) = self.current.as_mut().filter(|_| self.state == State::Acquiring) else { return false };
         d.triggers_done += 1;
-        if d.triggers_done < d.request.triggers {
+        if d.triggers_done < d.request.triggers && !self.closing {
             self.state = State::Armed;
-        } else {
-            self.end(false);
+            return false;
         }
+        true
+    }
+
+    /// The I/O side closed the dataset's files: it ends with `summary`, and the service is
+    /// idle.
+    pub fn closed(&mut self, summary: serde_json::Value) {
+        if let Some(d) = self.current.as_mut() {
+            d.summary = Some(summary);
+        }
+        let cancelled = self.closing;
+        self.end(cancelled);
     }
 
     /// Drops an arm before its first trigger; refused while acquiring (cancel instead).
-    pub fn disarm(&mut self) -> Result<(), ServiceError> {
+    /// After a trigger it cancels (see [`Service::cancel`]).
+    pub fn disarm(&mut self) -> Result<bool, ServiceError> {
         match self.state {
             State::Acquiring => Err(ServiceError::State("acquiring: cancel it instead".into())),
-            State::Armed if self.current.as_ref().is_some_and(|d| d.triggers_done > 0) => {
-                self.end(true);
-                Ok(())
-            }
+            State::Armed if self.current.as_ref().is_some_and(|d| d.triggers_done > 0) => self.cancel(),
             _ => {
                 self.current = None;
                 self.state = if self.state == State::Error { State::Error } else { State::Idle };
-                Ok(())
+                Ok(false)
             }
         }
     }
 
-    /// Ends the dataset under way (armed or acquiring) early: it keeps what was written.
-    pub fn cancel(&mut self) -> Result<(), ServiceError> {
-        if self.current.is_none() {
+    /// Ends the dataset under way early: it keeps what was written. Returns whether the I/O
+    /// side must close the dataset's files (a trigger was started), then call
+    /// [`Service::closed`]; an arm not yet triggered ends at once. A second cancel while
+    /// the files close asks nothing more.
+    pub fn cancel(&mut self) -> Result<bool, ServiceError> {
+        let Some(d) = &self.current else {
             return Err(ServiceError::State(format!("{}: nothing to cancel", self.state_name())));
+        };
+        if self.closing {
+            return Ok(false);
         }
-        self.end(true);
-        Ok(())
+        if self.state == State::Armed && d.triggers_done == 0 {
+            self.end(true);
+            return Ok(false);
+        }
+        self.closing = true;
+        Ok(true)
     }
 
-    /// A failure the I/O side saw: the dataset ends, and the service says why until the
-    /// next arm.
+    /// A failure the I/O side saw (after closing what it could): the dataset ends, and the
+    /// service says why until the next arm.
     pub fn fail(&mut self, reason: String) {
         if self.current.is_some() {
             self.end(true);
@@ -243,6 +288,7 @@ impl Service {
             d.cancelled = cancelled;
             self.last = Some(d);
         }
+        self.closing = false;
         self.state = State::Idle;
     }
 
@@ -277,14 +323,17 @@ mod tests {
             s.written(3);
             s.written(2);
             assert_eq!(s.dataset().unwrap().frames_written, 3, "the count never goes back");
-            s.trigger_done();
+            assert!(!s.trigger_done());
             assert_eq!(s.state(), State::Armed, "one trigger left");
             assert_eq!(s.trigger().unwrap().first_frame, 5);
             s.written(10);
-            s.trigger_done();
+            assert!(s.trigger_done(), "the last trigger: close the files");
+            assert_eq!(s.state(), State::Acquiring, "acquiring until the files are closed");
+            s.closed(serde_json::json!({ "frames_complete": 10 }));
             assert_eq!(s.state(), State::Idle);
             let d = s.dataset().unwrap();
             assert_eq!((d.number, d.triggers_done, d.frames_written, d.cancelled), (n, 2, 10, false));
+            assert_eq!(d.summary.as_ref().unwrap()["frames_complete"], 10);
         }
     }
 
@@ -301,11 +350,31 @@ mod tests {
         assert!(s.disarm().is_err(), "disarm while acquiring");
         assert!(s.trigger().is_err(), "trigger while acquiring");
         assert_eq!(s.state(), State::Acquiring);
-        s.cancel().unwrap();
+        assert_eq!(s.cancel(), Ok(true), "close the files");
+        assert_eq!(s.cancel(), Ok(false), "already closing");
+        assert!(s.arm(arm(5, 1)).is_err(), "arm while the files close");
+        assert!(s.trigger_done(), "a cancelled trigger closes");
+        s.closed(serde_json::Value::Null);
         assert_eq!((s.state(), s.dataset().unwrap().cancelled), (State::Idle, true));
         s.arm(arm(5, 1)).unwrap();
-        s.disarm().unwrap();
+        assert_eq!(s.disarm(), Ok(false));
         assert_eq!((s.state(), s.dataset().unwrap().number), (State::Idle, 1), "a dropped arm leaves the last dataset as it was");
+        s.arm(arm(5, 1)).unwrap();
+        assert_eq!(s.cancel(), Ok(false), "an arm not triggered ends at once");
+        assert_eq!(s.state(), State::Idle);
+    }
+
+    #[test]
+    fn disarming_between_triggers_closes_the_dataset() {
+        let mut s = Service::new("/data".into());
+        s.arm(arm(5, 3)).unwrap();
+        s.trigger().unwrap();
+        assert!(!s.trigger_done());
+        assert_eq!(s.disarm(), Ok(true), "files are open: close them");
+        assert!(s.trigger().is_err(), "no trigger while the files close");
+        s.closed(serde_json::Value::Null);
+        let d = s.dataset().unwrap();
+        assert_eq!((s.state(), d.triggers_done, d.cancelled), (State::Idle, 1, true));
     }
 
     #[test]

@@ -83,6 +83,10 @@ pub struct Board {
     glance: Mutex<Option<Arc<Glance>>>,
     next_glance_ns: AtomicU64,
     state: Mutex<String>,
+    /// Frames the consumer finished (dark, vetoed, written or not saved), and those of them
+    /// that reached the writer: live counts for a controller waiting on a trigger.
+    frames_done: AtomicU64,
+    frames_to_writer: AtomicU64,
 }
 
 impl Default for Board {
@@ -98,6 +102,8 @@ impl Default for Board {
             glance: Mutex::default(),
             next_glance_ns: AtomicU64::new(0),
             state: Mutex::new("starting".into()),
+            frames_done: AtomicU64::new(0),
+            frames_to_writer: AtomicU64::new(0),
         }
     }
 }
@@ -183,6 +189,16 @@ impl Board {
     /// Records one frame's latency steps.
     pub fn record(&self, t: &crate::latency::FrameTimes, written: Option<Instant>) {
         lock(&self.latency).record(t, written);
+        self.frames_done.fetch_add(1, Ordering::Relaxed);
+        if written.is_some() {
+            self.frames_to_writer.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Frames the consumer finished so far, and those that reached the writer (the final
+    /// written count, after write errors, is the summary's).
+    pub fn frames_done(&self) -> (u64, u64) {
+        (self.frames_done.load(Ordering::Relaxed), self.frames_to_writer.load(Ordering::Relaxed))
     }
 
     pub fn latency(&self) -> Latency {

@@ -30,6 +30,8 @@ pub struct Board {
     pub receivers: BTreeMap<String, (bool, Option<serde_json::Value>)>,
     /// Each processing receiver's counts at its last heartbeat.
     pub processing: BTreeMap<String, ProcessView>,
+    /// Frames each receiver's acquisition had taken to its writer at its last heartbeat.
+    pub to_writer: BTreeMap<String, u64>,
     pub topology: Option<serde_json::Value>,
     pub report: Option<serde_json::Value>,
     /// Whether the finished acquisition lost data (what the exit status says).
@@ -48,6 +50,7 @@ impl Board {
             events: EventLog::new(EVENTS_KEPT),
             receivers: BTreeMap::new(),
             processing: BTreeMap::new(),
+            to_writer: BTreeMap::new(),
             topology: None,
             report: None,
             lost: None,
@@ -103,6 +106,12 @@ impl View for ManagerView {
 
 /// Starts the manager's API and dashboard in a background thread.
 pub fn serve(addr: SocketAddr, b: SharedBoard, access: Arc<Access>) -> anyhow::Result<()> {
+    crate::http::serve_in_background(addr, router(b, access.clone()), "manage", access)?;
+    Ok(())
+}
+
+/// The manager's API and dashboard.
+pub fn router(b: SharedBoard, access: Arc<Access>) -> axum::Router {
     let api = axum::Router::new()
         .route("/status", get(|State(b): State<SharedBoard>| async move { Json(lock(&b).status.clone()) }))
         .route("/events", get(|State(b): State<SharedBoard>, Query(q): Query<crate::http::Since>| async move { Json(lock(&b).events.since(q.since, q.limit.min(100_000))) }))
@@ -117,9 +126,7 @@ pub fn serve(addr: SocketAddr, b: SharedBoard, access: Arc<Access>) -> anyhow::R
         )
         .route("/stop", post(stop))
         .with_state(b.clone());
-    let app = api.merge(dashboard::routes(Arc::new(ManagerView { board: b, access: access.clone() })));
-    crate::http::serve_in_background(addr, app, "manage", access)?;
-    Ok(())
+    api.merge(dashboard::routes(Arc::new(ManagerView { board: b, access })))
 }
 
 async fn stop(State(b): State<SharedBoard>, ConnectInfo(peer): ConnectInfo<SocketAddr>) -> Result<Json<serde_json::Value>, crate::http::ApiError> {

@@ -1,6 +1,7 @@
 """Clients of rdaq's control APIs (docs/control.md): the receiver daemon
-(`rdaq receive --serve`), the detector daemon (`rdaq emulate --serve`) and the system
-manager (`rdaq manage --serve`), over HTTP/JSON with the standard library.
+(`rdaq receive --serve`), the detector daemon (`rdaq emulate --serve`), the system
+manager (`rdaq manage --serve`) and the acquisition service (`rdaq manage --data-root DIR
+--serve ADDR`, docs/control-systems.md), over HTTP/JSON with the standard library.
 
     det, rx = rdaq.control.Detector("http://127.0.0.1:7000"), rdaq.control.Receiver("http://127.0.0.1:7001")
     print(rx.status()["state"])
@@ -10,6 +11,7 @@ refused or failed call raises ``ApiError`` with the daemon's one-line message an
 """
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 
@@ -118,3 +120,58 @@ class Manager(_Client):
     def snapshot(self):
         """What its dashboard shows (receivers, plan, result)."""
         return self._call("GET", "/dashboard/snapshot")
+
+
+class Service(_Client):
+    """The acquisition service, `rdaq manage --data-root DIR --serve ADDR`: configured once,
+    then datasets armed, triggered and followed (its OpenAPI document: ``openapi()``).
+
+        svc = rdaq.control.Service("http://127.0.0.1:7200")
+        svc.arm(frames_per_trigger=10, triggers=3, period_s=0.01, directory="run1", prefix="lysozyme")
+        for _ in range(3):
+            svc.trigger()
+            svc.wait(("armed", "idle"))
+        print(svc.acquisition()["dataset"]["master"])
+    """
+
+    def acquisition(self):
+        """``{"state", "error", "dataset"}``: the dataset under way, else the last that ended
+        (with its ``summary``)."""
+        return self._call("GET", "/acquisition")
+
+    def arm(self, frames_per_trigger, prefix, triggers=1, period_s=0.0, directory="", process=True):
+        """Arms the next dataset; its files are ``<directory>/<prefix>_master.h5`` and its
+        data files under the data root."""
+        body = {"frames_per_trigger": frames_per_trigger, "prefix": prefix, "triggers": triggers,
+                "period_s": period_s, "directory": directory, "process": process}
+        return self._call("POST", "/arm", body)
+
+    def trigger(self):
+        """Sends the next trigger's frames (returns at once)."""
+        return self._call("POST", "/trigger", {})
+
+    def disarm(self):
+        return self._call("POST", "/disarm", {})
+
+    def cancel(self):
+        """Ends the dataset early; it is idle once its files are closed (``wait("idle")``)."""
+        return self._call("POST", "/cancel", {})
+
+    def openapi(self):
+        return self._call("GET", "/openapi.json")
+
+    def wait(self, states, timeout=60.0, poll=0.05):
+        """Polls until the state is one of ``states`` (a name or several) and returns the
+        acquisition then; raises ``ApiError`` when the service goes to ``error`` instead,
+        ``TimeoutError`` after ``timeout`` seconds."""
+        states = (states,) if isinstance(states, str) else tuple(states)
+        deadline = time.monotonic() + timeout
+        while True:
+            a = self.acquisition()
+            if a["state"] in states:
+                return a
+            if a["state"] == "error":
+                raise ApiError(self.url + "/acquisition", 0, a["error"])
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.url}: still {a['state']} after {timeout} s (waiting for {'/'.join(states)})")
+            time.sleep(poll)

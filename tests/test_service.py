@@ -1,0 +1,208 @@
+"""The acquisition service (`rdaq manage --data-root DIR --serve ADDR`): configured once, then
+many datasets in a row through its API (the Python client `rdaq.control.Service`), each
+one master whose frames are those the emulator's manifest says were sent; bad requests
+refused with the field named; nothing written outside the data root; its OpenAPI document
+valid. All daemons on one host, the receivers writing under the data root."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import h5py
+import pytest
+from openapi_spec_validator import validate
+
+from conftest import free_port, frames_in, manifest
+from rdaq.control import ApiError, Service
+from test_readme_daemons import wait_up
+
+MODULES = 4
+
+
+@pytest.fixture
+def service(rdaq, tmp_path):
+    """The detector daemon, two receiver daemons and the service over them (temporal)."""
+    det, rx, svc = free_port(), [free_port(), free_port()], free_port()
+    root = tmp_path / "data"
+    root.mkdir()
+    text = (f'[detector]\nmodules = {MODULES}\nmodule_cols = 1\ncontrol = "127.0.0.1:{det}"\n\n'
+            '[transfer]\nmode = "temporal"\n\n[process]\ncalibration = "emulated"\n')
+    for k, name in enumerate(("dr0", "dr1")):
+        text += (f'\n[[receivers]]\nname = "{name}"\ncontrol = "127.0.0.1:{rx[k]}"\ndata = "127.0.0.1"\n'
+                 f'data_port = {53600 + 100 * k}\nmemory_mib = 256\nstream = "none"\npreview = "none"\n')
+    topo = tmp_path / "topology.toml"
+    topo.write_text(text)
+    procs = []
+    try:
+        procs.append(subprocess.Popen([rdaq, "emulate", "--serve", f"127.0.0.1:{det}", "--modules", str(MODULES)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        wait_up(f"http://127.0.0.1:{det}/status", procs[-1])
+        for k, name in enumerate(("dr0", "dr1")):
+            procs.append(subprocess.Popen([rdaq, "receive", "--serve", f"127.0.0.1:{rx[k]}", "--name", name,
+                                           "--memory-mib", "256", "--out-dir", root],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+            wait_up(f"http://127.0.0.1:{rx[k]}/status", procs[-1])
+        mgr = subprocess.Popen([rdaq, "manage", "--topology", topo, "--serve", f"127.0.0.1:{svc}", "--data-root", root],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(mgr)
+        wait_up(f"http://127.0.0.1:{svc}/acquisition", mgr)
+        yield Service(f"http://127.0.0.1:{svc}"), root, procs
+        mgr.send_signal(signal.SIGINT)
+        out, err = mgr.communicate(timeout=60)
+        assert mgr.returncode == 0, err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+            p.wait(timeout=30)
+
+
+def check_dataset(a, root, frames, raw):
+    """The dataset's master holds frames 0..frames-1, each once; raw ones equal to what the
+    emulator sent."""
+    d = a["dataset"]
+    assert os.path.isabs(d["master"]) and d["master"].startswith(str(root)), d["master"]
+    assert d["dataset"] == "/entry/data/data"
+    summary = d["summary"]
+    assert summary["frames_expected"] == frames and summary["frames_complete"] == frames, summary
+    with h5py.File(d["master"], "r") as f:
+        numbers = f["entry/data/frame_number"][:].tolist()
+        assert f[d["dataset"]].shape[0] == len(numbers) == d["frames_written"]
+    if raw:
+        assert numbers == list(range(frames))
+        sent = manifest(d["master"].replace("_master.h5", "_manifest.csv"))
+        for frame, hashes in frames_in(d["master"]).items():
+            assert hashes == [sent[(frame, m)] for m in range(MODULES)], f"frame {frame}"
+    else:
+        assert numbers == sorted(set(numbers)) and 0 < len(numbers) <= frames, "hits only, in order"
+        assert summary["processing"]["signal_frames"] == frames
+
+
+def test_many_datasets_in_a_row_without_a_restart(service):
+    svc, root, _ = service
+    assert svc.acquisition()["state"] == "idle"
+    # raw frames, three triggers of 5
+    svc.arm(frames_per_trigger=5, triggers=3, period_s=0.01, directory="run1", prefix="raw", process=False)
+    for k in range(3):
+        t = svc.trigger()
+        assert (t["first_frame"], t["frames"]) == (5 * k, 5)
+        a = svc.wait(("armed", "idle"))
+        assert a["dataset"]["triggers_done"] == k + 1
+    assert a["state"] == "idle" and not a["dataset"]["cancelled"]
+    check_dataset(a, root, 15, raw=True)
+    # processed (hits only), in a deeper directory; then the same again under another prefix
+    for n, prefix in ((2, "lyso"), (3, "lyso_2")):
+        svc.arm(frames_per_trigger=12, period_s=0.005, directory="run2/a", prefix=prefix)
+        svc.trigger()
+        a = svc.wait("idle")
+        assert a["dataset"]["number"] == n
+        check_dataset(a, root, 12, raw=False)
+    assert sorted(p.name for p in (root / "run2" / "a").glob("*_master.h5")) == \
+        ["lyso_2_dr0_master.h5", "lyso_2_dr1_master.h5", "lyso_2_master.h5", "lyso_dr0_master.h5", "lyso_dr1_master.h5", "lyso_master.h5"]
+
+
+def test_cancel_ends_a_dataset_early_and_keeps_what_was_written(service):
+    svc, root, _ = service
+    svc.arm(frames_per_trigger=400, period_s=0.02, directory="c", prefix="long", process=False)
+    svc.trigger()
+    with pytest.raises(ApiError) as e:
+        svc.arm(frames_per_trigger=1, prefix="x")
+    assert e.value.status == 409, "a second arm while acquiring"
+    while svc.acquisition()["dataset"]["frames_written"] < 5:
+        pass
+    svc.cancel()
+    a = svc.wait("idle")
+    d = a["dataset"]
+    assert d["cancelled"] and 5 <= d["frames_written"] < 400
+    assert d["summary"]["stopped_early_of"] == 400
+    with h5py.File(d["master"], "r") as f:
+        assert f["entry/data/data"].shape[0] == d["frames_written"]
+    # and the service goes on
+    svc.arm(frames_per_trigger=4, directory="c", prefix="after", process=False)
+    svc.trigger()
+    check_dataset(svc.wait("idle"), root, 4, raw=True)
+
+
+def test_a_client_that_goes_away_changes_nothing(service):
+    """A client killed while its dataset is acquiring: the dataset goes on to its end."""
+    svc, root, _ = service
+    client = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from rdaq.control import Service; s = Service(sys.argv[1]);"
+        "s.arm(frames_per_trigger=60, period_s=0.02, directory='gone', prefix='g', process=False);"
+        "s.trigger(); print('triggered', flush=True); time.sleep(60)"), svc.url], stdout=subprocess.PIPE, text=True)
+    assert client.stdout.readline().strip() == "triggered"
+    client.kill()
+    client.wait(timeout=10)
+    assert svc.acquisition()["state"] == "acquiring"
+    check_dataset(svc.wait("idle"), root, 60, raw=True)
+
+
+def test_a_failure_is_an_error_with_its_reason_until_the_next_arm(service):
+    svc, _, procs = service
+    procs[2].terminate()  # dr1
+    procs[2].wait(timeout=30)
+    svc.arm(frames_per_trigger=4, directory="f", prefix="f", process=False)
+    svc.trigger()
+    with pytest.raises(ApiError) as e:
+        svc.wait("idle")
+    a = svc.acquisition()
+    assert a["state"] == "error" and "dr1" in a["error"] and a["error"] in str(e.value), a
+    with pytest.raises(ApiError) as e:
+        svc.trigger()
+    assert e.value.status == 409
+    a = svc._call("POST", "/arm", {"frames_per_trigger": 4, "prefix": "f2"})
+    assert (a["state"], a["error"]) == ("armed", None)
+
+
+def test_bad_requests_are_refused_naming_the_field_and_change_nothing(service, tmp_path):
+    svc, root, _ = service
+
+    def refused(status, field, **arm):
+        with pytest.raises(ApiError) as e:
+            svc._call("POST", "/arm", arm)
+        assert e.value.status == status and field in e.value.message, e.value
+        assert svc.acquisition()["state"] == "idle"
+
+    with pytest.raises(ApiError) as e:
+        svc.trigger()
+    assert e.value.status == 409 and "arm first" in e.value.message
+    refused(400, "frames_per_trigger", frames_per_trigger=-3, prefix="p")
+    refused(400, "frames_per_trigger", frames_per_trigger=0, prefix="p")
+    refused(400, "colour", frames_per_trigger=3, prefix="p", colour="red")
+    refused(400, "period_s", frames_per_trigger=3, prefix="p", period_s=-1)
+    refused(400, "prefix", frames_per_trigger=3, prefix="../p")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for d in ("..", "../outside", str(outside), "a/../../outside"):
+        refused(400, "directory", frames_per_trigger=3, prefix="p", directory=d)
+    (root / "link").symlink_to(outside)
+    refused(400, "link", frames_per_trigger=3, prefix="p", directory="link")
+    refused(400, "link", frames_per_trigger=3, prefix="p", directory="link/deeper")
+    assert list(outside.iterdir()) == [], "nothing made outside the data root"
+    (root / "taken").mkdir()
+    (root / "taken" / "p_master.h5").write_bytes(b"")
+    refused(409, "p_master.h5", frames_per_trigger=3, prefix="p", directory="taken")
+    # a malformed body, and one that is not JSON
+    req = urllib.request.Request(svc.url + "/arm", data=b"{", method="POST", headers={"content-type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 400 and "error" in json.loads(e.value.read())
+
+
+def test_the_openapi_document_is_valid_and_the_client_follows_it(service):
+    svc, _, _ = service
+    doc = svc.openapi()
+    validate(doc)
+    assert doc["openapi"].startswith("3.")
+    methods = {p: set(ops) for p, ops in doc["paths"].items()}
+    assert methods == {"/acquisition": {"get"}, "/arm": {"post"}, "/trigger": {"post"}, "/disarm": {"post"}, "/cancel": {"post"}}
+    # the client's arm sends exactly the fields the document describes
+    arm = doc["components"]["schemas"]["ArmRequest"]
+    import inspect
+    params = set(inspect.signature(Service.arm).parameters) - {"self"}
+    assert params == set(arm["properties"]), (params, set(arm["properties"]))
+    assert set(arm["required"]) == {"frames_per_trigger", "prefix"}
+    states = doc["components"]["schemas"]["State"]["enum"]
+    assert set(states) == {"idle", "armed", "acquiring", "error"}
