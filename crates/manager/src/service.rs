@@ -34,9 +34,10 @@ pub struct ArmRequest {
     /// Frames each trigger sends (1 to 2^30).
     #[schema(minimum = 1, maximum = 1073741824)]
     pub frames_per_trigger: u64,
-    /// Triggers of the dataset (1 to 2^20).
+    /// Triggers of the dataset (up to 2^20); 0: as many as are sent, until `disarm` (as a
+    /// Bluesky run does: one dataset from stage to unstage).
     #[serde(default = "one")]
-    #[schema(minimum = 1, maximum = 1048576, default = 1)]
+    #[schema(minimum = 0, maximum = 1048576, default = 1)]
     pub triggers: u64,
     /// Frame period in seconds; 0: as fast as the detector goes.
     #[serde(default)]
@@ -122,8 +123,9 @@ pub struct Service {
     state: State,
     error: Option<String>,
     current: Option<Dataset>,
-    /// A cancel is under way: the I/O side is closing the dataset's files.
-    closing: bool,
+    /// The I/O side is closing the dataset's files before its last trigger: cancelled
+    /// (true), or an open-ended dataset disarmed (false).
+    closing: Option<bool>,
     /// The last dataset that ended, for `/acquisition` after it.
     last: Option<Dataset>,
     datasets: u64,
@@ -132,7 +134,7 @@ pub struct Service {
 impl Service {
     /// A service writing under `root` (absolute: every path it gives out is).
     pub fn new(root: PathBuf) -> Service {
-        Service { root, state: State::Idle, error: None, current: None, closing: false, last: None, datasets: 0 }
+        Service { root, state: State::Idle, error: None, current: None, closing: None, last: None, datasets: 0 }
     }
 
     pub fn state(&self) -> State {
@@ -149,15 +151,15 @@ impl Service {
         self.current.as_ref().or(self.last.as_ref())
     }
 
-    /// Whether a cancel is closing the dataset's files.
+    /// Whether the dataset's files are being closed before its last trigger.
     pub fn is_closing(&self) -> bool {
-        self.closing
+        self.closing.is_some()
     }
 
     /// Arms the next dataset (again, until its first trigger); refused while acquiring.
     pub fn arm(&mut self, req: ArmRequest) -> Result<&Dataset, ServiceError> {
-        if self.closing {
-            return Err(ServiceError::State("cancelling: the dataset's files are being closed".into()));
+        if self.closing.is_some() {
+            return Err(ServiceError::State("closing: the dataset's files are being closed".into()));
         }
         match self.state {
             State::Acquiring => return Err(ServiceError::State("acquiring: cancel it, or wait until it ends, before arming".into())),
@@ -183,8 +185,8 @@ impl Service {
         if r.frames_per_trigger == 0 || r.frames_per_trigger > MAX_FRAMES_PER_TRIGGER {
             return Err(field("frames_per_trigger", format!("{}; from 1 to {MAX_FRAMES_PER_TRIGGER}", r.frames_per_trigger)));
         }
-        if r.triggers == 0 || r.triggers > MAX_TRIGGERS {
-            return Err(field("triggers", format!("{}; from 1 to {MAX_TRIGGERS}", r.triggers)));
+        if r.triggers > MAX_TRIGGERS {
+            return Err(field("triggers", format!("{}; up to {MAX_TRIGGERS} (0: until disarm)", r.triggers)));
         }
         if !(r.period_s.is_finite() && (0.0..=MAX_PERIOD_S).contains(&r.period_s)) {
             return Err(field("period_s", format!("{}; from 0 (as fast as possible) to {MAX_PERIOD_S} s", r.period_s)));
@@ -200,7 +202,7 @@ impl Service {
 
     /// Starts the next trigger of the armed dataset; refused unless armed.
     pub fn trigger(&mut self) -> Result<Send, ServiceError> {
-        let (State::Armed, Some(d), false) = (self.state, self.current.as_mut(), self.closing) else {
+        let (State::Armed, Some(d), None) = (self.state, self.current.as_mut(), self.closing) else {
             return Err(ServiceError::State(format!("{}: arm first", self.state_name())));
         };
         let r = &d.request;
@@ -223,7 +225,8 @@ impl Service {
     pub fn trigger_done(&mut self) -> bool {
         let Some(d) = self.current.as_mut().filter(|_| self.state == State::Acquiring) else { return false };
         d.triggers_done += 1;
-        if d.triggers_done < d.request.triggers && !self.closing {
+        let more = d.request.triggers == 0 || d.triggers_done < d.request.triggers;
+        if more && self.closing.is_none() {
             self.state = State::Armed;
             return false;
         }
@@ -236,22 +239,31 @@ impl Service {
         if let Some(d) = self.current.as_mut() {
             d.summary = Some(summary);
         }
-        let cancelled = self.closing;
+        let cancelled = self.closing.unwrap_or(false);
         self.end(cancelled);
     }
 
     /// Drops an arm before its first trigger; refused while acquiring (cancel instead).
-    /// After a trigger it cancels (see [`Service::cancel`]).
+    /// After a trigger it ends the dataset (see [`Service::cancel`]): cancelled, unless the
+    /// dataset was open-ended (`triggers` 0), which ends so.
     pub fn disarm(&mut self) -> Result<bool, ServiceError> {
-        match self.state {
-            State::Acquiring => Err(ServiceError::State("acquiring: cancel it instead".into())),
-            State::Armed if self.current.as_ref().is_some_and(|d| d.triggers_done > 0) => self.cancel(),
+        match (self.state, &self.current) {
+            (State::Acquiring, _) => Err(ServiceError::State("acquiring: cancel it instead".into())),
+            (State::Armed, Some(d)) if d.triggers_done > 0 && d.request.triggers == 0 => Ok(self.close(false)),
+            (State::Armed, Some(d)) if d.triggers_done > 0 => self.cancel(),
             _ => {
                 self.current = None;
                 self.state = if self.state == State::Error { State::Error } else { State::Idle };
                 Ok(false)
             }
         }
+    }
+
+    /// Asks the I/O side to close the files (once); returns whether this asked it.
+    fn close(&mut self, cancelled: bool) -> bool {
+        let first = self.closing.is_none();
+        self.closing.get_or_insert(cancelled);
+        first
     }
 
     /// Ends the dataset under way early: it keeps what was written. Returns whether the I/O
@@ -262,15 +274,11 @@ impl Service {
         let Some(d) = &self.current else {
             return Err(ServiceError::State(format!("{}: nothing to cancel", self.state_name())));
         };
-        if self.closing {
-            return Ok(false);
-        }
         if self.state == State::Armed && d.triggers_done == 0 {
             self.end(true);
             return Ok(false);
         }
-        self.closing = true;
-        Ok(true)
+        Ok(self.close(true))
     }
 
     /// A failure the I/O side saw (after closing what it could): the dataset ends, and the
@@ -288,7 +296,7 @@ impl Service {
             d.cancelled = cancelled;
             self.last = Some(d);
         }
-        self.closing = false;
+        self.closing = None;
         self.state = State::Idle;
     }
 
@@ -365,6 +373,21 @@ mod tests {
     }
 
     #[test]
+    fn an_open_ended_dataset_takes_triggers_until_disarmed() {
+        let mut s = Service::new("/data".into());
+        s.arm(arm(4, 0)).unwrap();
+        for k in 0..5 {
+            assert_eq!(s.trigger().unwrap().first_frame, 4 * k);
+            assert!(!s.trigger_done(), "never the last");
+        }
+        assert_eq!(s.disarm(), Ok(true), "close the files");
+        assert_eq!(s.disarm(), Ok(false), "asked once");
+        s.closed(serde_json::Value::Null);
+        let d = s.dataset().unwrap();
+        assert_eq!((s.state(), d.triggers_done, d.cancelled), (State::Idle, 5, false), "a normal end");
+    }
+
+    #[test]
     fn disarming_between_triggers_closes_the_dataset() {
         let mut s = Service::new("/data".into());
         s.arm(arm(5, 3)).unwrap();
@@ -399,7 +422,7 @@ mod tests {
         };
         assert_eq!(bad(&mut s, arm(0, 1)), "frames_per_trigger");
         assert_eq!(bad(&mut s, arm(MAX_FRAMES_PER_TRIGGER + 1, 1)), "frames_per_trigger");
-        assert_eq!(bad(&mut s, arm(1, 0)), "triggers");
+        assert_eq!(bad(&mut s, arm(1, MAX_TRIGGERS + 1)), "triggers");
         assert_eq!(bad(&mut s, arm(1, u64::MAX)), "triggers");
         for p in [f64::NAN, -1.0, f64::INFINITY, 1e9] {
             assert_eq!(bad(&mut s, ArmRequest { period_s: p, ..arm(1, 1) }), "period_s", "{p}");

@@ -35,6 +35,14 @@ pub(super) struct Hub {
     pub root: PathBuf,
     /// The receivers' names (their files are `<prefix>_<name>_master.h5`).
     pub receivers: Vec<String>,
+    pub image: Image,
+}
+
+/// The size of the images in a dataset's master (modules and gaps).
+#[derive(Clone, Copy, Serialize, ToSchema)]
+pub struct Image {
+    pub height: usize,
+    pub width: usize,
 }
 
 pub(super) type SharedHub = Arc<Hub>;
@@ -43,6 +51,10 @@ pub(super) type SharedHub = Arc<Hub>;
 #[derive(Serialize, ToSchema)]
 pub struct Acquisition {
     pub state: Phase,
+    /// The directory every dataset's `directory` is relative to (absolute).
+    #[schema(value_type = String)]
+    pub data_root: PathBuf,
+    pub image: Image,
     /// Why the service is in `error` (until the next arm).
     pub error: Option<String>,
     /// The dataset armed or under way, else the last one that ended.
@@ -86,7 +98,9 @@ pub fn serve(a: &ManageArgs) -> anyhow::Result<ExitCode> {
         let _ = quit.send(Work::Quit);
     })?;
     let receivers = s.plan.receivers.iter().map(|rp| s.t.receivers[rp.receiver].name.clone()).collect();
-    let hub = Arc::new(Hub { service: Mutex::new(Service::new(root.clone())), board: s.shared.clone(), work: Mutex::new(tx), root, receivers });
+    let g = s.t.geometry();
+    let image = Image { height: g.height(), width: g.width() };
+    let hub = Arc::new(Hub { service: Mutex::new(Service::new(root.clone())), board: s.shared.clone(), work: Mutex::new(tx), root, receivers, image });
     let access = Arc::new(access);
     let app = router(hub.clone()).merge(super::board::router(s.shared.clone(), access.clone()));
     let addr = a.serve.expect("--serve given with --data-root");
@@ -140,7 +154,7 @@ impl Hub {
         if matches!(s.state(), Phase::Acquiring | Phase::Armed) {
             s.written(to_writer);
         }
-        Acquisition { state: s.state(), error: s.error().map(String::from), dataset: s.dataset().cloned() }
+        Acquisition { state: s.state(), data_root: self.root.clone(), image: self.image, error: s.error().map(String::from), dataset: s.dataset().cloned() }
     }
 }
 
