@@ -98,7 +98,7 @@ pub struct StageView {
 }
 
 /// The processing graph's counts.
-#[derive(Serialize, serde::Deserialize, Default, Debug, Clone)]
+#[derive(Serialize, serde::Deserialize, Default, Debug, Clone, utoipa::ToSchema)]
 pub struct ProcessView {
     pub dark_frames: u64,
     pub signal_frames: u64,

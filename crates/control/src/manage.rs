@@ -538,24 +538,28 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// What receiver `name` answered to `/status` (none: it did not), on the board.
+    fn note_status(&self, name: &str, answer: Option<&serde_json::Value>) {
+        let counters = answer.map(|v| v["counters"].clone()).filter(|c| !c.is_null());
+        let processing = answer.and_then(|v| serde_json::from_value(v["processing"].clone()).ok());
+        let to_writer = answer.and_then(|v| v["frames_to_writer"].as_u64());
+        let mut b = lock(&self.shared);
+        b.receivers.insert(name.to_string(), (answer.is_some(), counters));
+        if let Some(n) = to_writer {
+            b.to_writer.insert(name.to_string(), n);
+        }
+        if let Some(p) = processing {
+            b.processing.insert(name.to_string(), p);
+        }
+    }
+
     /// One heartbeat round: the receivers that just reached `--misses` missed heartbeats.
     fn heartbeats(&self, live: &[usize], beats: &mut Heartbeats, feeds: &mut HashMap<usize, Feed>) -> Vec<usize> {
         let mut lost_now = Vec::new();
         for &r in live {
             let spec = &self.t.receivers[r];
             let answer = self.heartbeat.get::<serde_json::Value>(spec.control, "/status");
-            let counters = answer.as_ref().ok().map(|v| v["counters"].clone()).filter(|c| !c.is_null());
-            let processing = answer.as_ref().ok().and_then(|v| serde_json::from_value(v["processing"].clone()).ok());
-            let to_writer = answer.as_ref().ok().and_then(|v| v["frames_to_writer"].as_u64());
-            let mut b = lock(&self.shared);
-            b.receivers.insert(spec.name.clone(), (answer.is_ok(), counters));
-            if let Some(n) = to_writer {
-                b.to_writer.insert(spec.name.clone(), n);
-            }
-            if let Some(p) = processing {
-                b.processing.insert(spec.name.clone(), p);
-            }
-            drop(b);
+            self.note_status(&spec.name, answer.as_ref().ok());
             if answer.is_ok() {
                 if let Some(f) = feeds.get_mut(&r) {
                     // a failed pull is a missed heartbeat next time round, not an error

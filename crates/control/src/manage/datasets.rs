@@ -157,6 +157,7 @@ impl<'a> Worker<'a> {
         {
             let mut b = lock(&self.hub.board);
             b.to_writer.clear();
+            b.processing.clear();
             b.frames = r.frames_per_trigger.saturating_mul(r.triggers);
             b.report = None;
             b.lost = None;
@@ -188,17 +189,15 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Frames the live receivers took in this dataset; notes what reached their writers.
+    /// Frames the live receivers took in this dataset; notes what they said on the board.
     fn receivers_done(&self) -> u64 {
         let Some(open) = &self.open else { return 0 };
         let mut done = 0;
         for &r in &open.run.w.live {
             let spec = &self.s.t.receivers[r];
-            let Ok(v) = self.s.heartbeat.get::<serde_json::Value>(spec.control, "/status") else { continue };
-            done += v["frames_done"].as_u64().unwrap_or(0);
-            if let Some(n) = v["frames_to_writer"].as_u64() {
-                lock(&self.hub.board).to_writer.insert(spec.name.clone(), n);
-            }
+            let answer = self.s.heartbeat.get::<serde_json::Value>(spec.control, "/status").ok();
+            self.s.note_status(&spec.name, answer.as_ref());
+            done += answer.map_or(0, |v| v["frames_done"].as_u64().unwrap_or(0));
         }
         done
     }

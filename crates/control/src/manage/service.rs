@@ -25,6 +25,7 @@ use utoipa_axum::routes;
 use super::board::SharedBoard;
 use super::datasets::{self, Work};
 use super::{ManageArgs, Session};
+use crate::dashboard::ProcessView;
 use crate::http::{lock, ApiError};
 
 /// What the handlers share with the worker.
@@ -59,6 +60,18 @@ pub struct Acquisition {
     pub error: Option<String>,
     /// The dataset armed or under way, else the last one that ended.
     pub dataset: Option<Dataset>,
+    pub live: Live,
+}
+
+/// What the receivers said at their last answer: the processing counts of the dataset
+/// under way (or the last), and their own counters (since their buffers were defined).
+#[derive(Serialize, ToSchema)]
+pub struct Live {
+    pub processing: Option<ProcessView>,
+    /// Datagrams the receivers dropped, for any reason.
+    pub datagrams_dropped: u64,
+    /// Frames they finished with data missing.
+    pub frames_incomplete: u64,
 }
 
 /// What `POST /trigger` started.
@@ -149,12 +162,16 @@ impl Hub {
     /// The acquisition as it stands, its written count brought up to the receivers' last
     /// answers (those of the dataset under way: the worker clears them between datasets).
     fn acquisition(&self) -> Acquisition {
-        let to_writer: u64 = lock(&self.board).to_writer.values().sum();
+        let b = lock(&self.board);
+        let to_writer: u64 = b.to_writer.values().sum();
+        let counted = |k: &str| b.receivers.values().filter_map(|(_, c)| c.as_ref()?[k].as_u64()).sum();
+        let live = Live { processing: ProcessView::sum(b.processing.values()), datagrams_dropped: counted("dropped"), frames_incomplete: counted("frames_incomplete") };
+        drop(b);
         let mut s = lock(&self.service);
         if matches!(s.state(), Phase::Acquiring | Phase::Armed) {
             s.written(to_writer);
         }
-        Acquisition { state: s.state(), data_root: self.root.clone(), image: self.image, error: s.error().map(String::from), dataset: s.dataset().cloned() }
+        Acquisition { state: s.state(), data_root: self.root.clone(), image: self.image, error: s.error().map(String::from), dataset: s.dataset().cloned(), live }
     }
 }
 

@@ -1,0 +1,252 @@
+"""rdaq in EPICS and Tango through FastCS: one controller over the acquisition service
+(`rdaq manage --data-root DIR --serve ADDR`), with areaDetector's names, served as EPICS PV
+Access and Channel Access PVs and as a Tango device (docs/control-systems.md). Install with
+the ``fastcs`` extra (``pip install rdaq[fastcs]``; FastCS 0.14.4 pinned: its Controller /
+AttrRW / transport API is the one written against).
+
+    python -m rdaq.fastcs --service http://127.0.0.1:7200 --prefix BL01:RDAQ --tango-port 18000
+
+PVs (``<prefix>:<name>``; settings have a ``_RBV`` readback):
+
+- ``Acquire`` (1: arm the dataset below and send its triggers, one after the other; 0:
+  cancel), ``NumImages`` (frames per trigger), ``NumTriggers``, ``AcquirePeriod`` (s; 0: as
+  fast as the detector goes), ``FilePath`` (the directory under the service's data root),
+  ``FileName`` (the files' prefix), ``Process`` (online processing on or off);
+- ``NumCaptured_RBV`` (frames written), ``DetectorState_RBV`` (Idle, Armed, Acquiring,
+  Error), ``StatusMessage_RBV`` (why it is in Error), ``FullFileName_RBV`` (the master of the
+  last dataset), ``FrameRate_RBV`` (frames written per second), ``FramesLost_RBV`` and
+  ``FramesIncomplete_RBV`` (of the last dataset), ``DatagramsDropped_RBV`` (the receivers'
+  counters), ``HitRate_RBV`` and ``SpotsPerFrame_RBV`` (online processing).
+
+The Tango device has the same attributes, named as FastCS names them for Tango (``Acquire``,
+``NumImages``, ..., ``NumcapturedRbv`` for ``NumCaptured_RBV``). ``--tango-port`` serves it
+without a Tango database (pytango's device test context), as ``<prefix with / for :>``.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import enum
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from fastcs.attributes import AttributeIO, AttributeIORef, AttrR, AttrRW
+from fastcs.controllers import Controller
+from fastcs.datatypes import Bool, Enum, Float, Int, String
+from fastcs.methods import scan
+
+from .control import ApiError, Service
+
+__all__ = ["RdaqController", "DetectorState", "main"]
+
+#: how often the PVs follow the service
+SCAN_S = 0.2
+
+
+class DetectorState(enum.Enum):
+    """The service's state (Tango wants enum values 0, 1, ...)."""
+
+    Idle = 0
+    Armed = 1
+    Acquiring = 2
+    Error = 3
+
+    @classmethod
+    def of(cls, state: str) -> DetectorState:
+        return cls[state.capitalize()]
+
+
+@dataclass
+class _Acquire(AttributeIORef):
+    """The ``Acquire`` setting: writing it starts or cancels a dataset."""
+
+
+class _AcquireIO(AttributeIO[bool, _Acquire]):
+    def __init__(self, controller):
+        super().__init__()
+        self.controller = controller
+
+    async def send(self, attr, value):
+        await self.controller.put_acquire(bool(value))
+
+
+class RdaqController(Controller):
+    """The acquisition service at ``url`` as areaDetector-style attributes (their
+    descriptions fit Channel Access's 40-character DESC)."""
+
+    acquire = AttrRW(Bool(), io_ref=_Acquire(), description="1: arm and trigger; 0: cancel")
+    num_images = AttrRW(Int(min=1), initial_value=1, description="Frames per trigger")
+    num_triggers = AttrRW(Int(min=1), initial_value=1, description="Triggers of the dataset")
+    acquire_period = AttrRW(Float(units="s", min=0.0, prec=6), initial_value=0.0, description="Frame period (0: fastest)")
+    file_path = AttrRW(String(length=256), initial_value="", description="Directory under the data root")
+    file_name = AttrRW(String(length=200), initial_value="rdaq", description="Prefix of the dataset's files")
+    process = AttrRW(Bool(), initial_value=True, description="Online processing on or off")
+    NumCaptured_RBV = AttrR(Int(), description="Frames written in the dataset")
+    DetectorState_RBV = AttrR(Enum(DetectorState))
+    StatusMessage_RBV = AttrR(String(length=256), description="Why the service is in Error")
+    FullFileName_RBV = AttrR(String(length=256), description="Master file of the last dataset")
+    FrameRate_RBV = AttrR(Float(units="Hz"), description="Frames written per second")
+    FramesLost_RBV = AttrR(Int(), description="Frames the last dataset lost")
+    FramesIncomplete_RBV = AttrR(Int(), description="Frames with data missing")
+    DatagramsDropped_RBV = AttrR(Int(), description="Datagrams the receivers dropped")
+    HitRate_RBV = AttrR(Float(), description="Hits per signal frame")
+    SpotsPerFrame_RBV = AttrR(Float(), description="Bragg spots per signal frame")
+
+    def __init__(self, url: str, token: str | None = None):
+        super().__init__(ios=[_AcquireIO(self)])
+        self.service = Service(url, token=token)
+        self._triggers: asyncio.Task | None = None
+        self._rate = (0, time.monotonic())
+
+    async def connect(self):
+        await asyncio.to_thread(self.service.acquisition)
+        await super().connect()
+
+    async def put_acquire(self, on: bool):
+        """Acquire = 1 arms the dataset the settings describe and sends its triggers one
+        after the other; Acquire = 0 cancels it. A refusal shows in StatusMessage_RBV."""
+        try:
+            if on:
+                await self._arm()
+                self._triggers = asyncio.ensure_future(self._send_triggers())
+            else:
+                if self._triggers is not None:
+                    self._triggers.cancel()
+                await asyncio.to_thread(self.service.cancel)
+        except ApiError as e:
+            await self.StatusMessage_RBV.update(e.message[:256])
+            raise
+        await self.acquire.update(on)
+
+    async def _arm(self):
+        await asyncio.to_thread(self.service.arm, frames_per_trigger=self.num_images.get(), prefix=self.file_name.get(),
+                                triggers=self.num_triggers.get(), period_s=self.acquire_period.get(),
+                                directory=self.file_path.get(), process=self.process.get())
+        await self.StatusMessage_RBV.update("")
+
+    async def _send_triggers(self):
+        """Internal triggers: the next once the previous one's frames are written."""
+        for _ in range(self.num_triggers.get()):
+            await asyncio.to_thread(self.service.trigger)
+            a = await asyncio.to_thread(self.service.wait, ("armed", "idle", "error"), 24 * 3600.0)
+            if a["state"] != "armed":
+                return
+
+    @scan(SCAN_S)
+    async def follow(self):
+        """The PVs brought up to the service; an unreachable service says so and retries."""
+        try:
+            a = await asyncio.to_thread(self.service.acquisition)
+        except ApiError as e:
+            await self.StatusMessage_RBV.update(f"service unreachable: {e.message}"[:256])
+            return
+        await self._show(a)
+
+    async def _show(self, a):
+        state = DetectorState.of(a["state"])
+        d = a["dataset"] or {}
+        written = d.get("frames_written", 0)
+        await self.DetectorState_RBV.update(state)
+        await self.NumCaptured_RBV.update(written)
+        if state == DetectorState.Error:
+            await self.StatusMessage_RBV.update((a["error"] or "")[:256])
+        busy = state == DetectorState.Acquiring or (self._triggers is not None and not self._triggers.done())
+        if self.acquire.get() != busy:
+            await self.acquire.update(busy)
+        summary = d.get("summary")
+        if summary:
+            await self.FullFileName_RBV.update(d["master"][:256])
+            await self.FramesLost_RBV.update(len(summary.get("frames_lost", [])))
+        live = a["live"]
+        await self.FramesIncomplete_RBV.update(live["frames_incomplete"])
+        await self.DatagramsDropped_RBV.update(live["datagrams_dropped"])
+        p = live["processing"]
+        if p and p["signal_frames"]:
+            await self.HitRate_RBV.update(p["hits"] / p["signal_frames"])
+            await self.SpotsPerFrame_RBV.update(p["spots_found"] / p["signal_frames"])
+        before, then = self._rate
+        now = time.monotonic()
+        rate = max(0, written - before) / (now - then) if state == DetectorState.Acquiring and now > then else 0.0
+        self._rate = (written, now)
+        await self.FrameRate_RBV.update(rate)
+
+
+def _tango_transport(port: int, name: str, on_stop):
+    """A FastCS transport serving the controller as Tango device ``name`` on ``port``,
+    without a Tango database (pytango's DeviceTestContext). Tango's server takes SIGTERM and
+    SIGINT for itself and stops: ``on_stop`` is called then, to stop the rest."""
+    from fastcs.transports import Transport
+    from fastcs.transports.tango.dsr import TangoDSR
+    from tango.test_context import DeviceTestContext
+
+    class TangoNoDbTransport(Transport):
+        def connect(self, controller_apis, loop):
+            # the device class is named after the controller's id, which is the PV prefix
+            # (with ':'): Tango takes a plain name
+            apis = [dataclasses.replace(api, path=["RdaqDetector"]) for api in controller_apis]
+            self._dsr = TangoDSR(apis, loop)
+
+        async def serve(self):
+            stop = threading.Event()
+            try:
+                await asyncio.to_thread(self._run, stop)
+            finally:
+                stop.set()
+            on_stop()
+
+        def _run(self, stop):
+            context = DeviceTestContext(self._dsr._devices[0], device_name=name, host="127.0.0.1", port=port, process=False)
+            with context:
+                while not stop.wait(0.2) and context.thread.is_alive():
+                    pass
+
+        def __repr__(self):
+            return f"TangoNoDbTransport(tango://127.0.0.1:{port}/{name}#dbase=no)"
+
+    return TangoNoDbTransport()
+
+
+def main(argv=None):
+    from fastcs import FastCS
+    from fastcs.transports import EpicsCATransport, EpicsPVATransport
+
+    ap = argparse.ArgumentParser(prog="python -m rdaq.fastcs", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--service", required=True, help="the acquisition service's URL (rdaq manage --data-root --serve)")
+    ap.add_argument("--prefix", default="RDAQ", help="PV prefix (default RDAQ)")
+    ap.add_argument("--token", help="the service's API token (default: RDAQ_TOKEN)")
+    ap.add_argument("--no-ca", action="store_true", help="no Channel Access")
+    ap.add_argument("--no-pva", action="store_true", help="no PV Access")
+    ap.add_argument("--tango-port", type=int, help="also serve a Tango device on this port, without a database")
+    ap.add_argument("--tango-name", help="the Tango device's name (default: the prefix, : as /, three parts)")
+    a = ap.parse_args(argv)
+    try:
+        Service(a.service, token=a.token).acquisition()
+    except ApiError as e:
+        ap.exit(2, f"rdaq.fastcs: --service: {e}\n")
+    controller = RdaqController(a.service, token=a.token)
+    controller.set_path([a.prefix])
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    served = []
+    transports = []
+    if not a.no_pva:
+        transports.append(EpicsPVATransport())
+    if not a.no_ca:
+        transports.append(EpicsCATransport())
+    if a.tango_port:
+        parts = a.prefix.replace(":", "/").split("/")
+        name = a.tango_name or "/".join((parts + ["1", "1"])[:3])
+        transports.append(_tango_transport(a.tango_port, name, lambda: served[0].cancel()))
+    if not transports:
+        ap.error("nothing to serve: --no-ca and --no-pva without --tango-port")
+    served.append(loop.create_task(FastCS(controller, transports, loop).serve(interactive=False)))
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, served[0].cancel)
+    loop.run_until_complete(served[0])
+
+
+if __name__ == "__main__":
+    main()

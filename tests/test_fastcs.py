@@ -1,0 +1,145 @@
+"""rdaq in EPICS and Tango through FastCS (rdaq.fastcs): the controller over the acquisition
+service served as PV Access, Channel Access and a Tango device without a database; a p4p
+(PVA), a caproto (CA) and a pytango client each arm, acquire and read the counters of a real
+acquisition over the emulated detector and the daemons."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import free_port, frames_in, manifest
+from test_service import MODULES, service  # noqa: F401 (the fixture)
+
+PREFIX = "RDAQTEST:DET"
+
+
+def udp_port():
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ioc(service, monkeypatch):  # noqa: F811
+    """`python -m rdaq.fastcs` over the service, its EPICS servers on ports of their own on
+    loopback (the clients here told the same), its Tango device on a free port."""
+    svc, root, _ = service
+    env = {"EPICS_CA_SERVER_PORT": str(udp_port()), "EPICS_CA_REPEATER_PORT": str(udp_port()),
+           "EPICS_CAS_INTF_ADDR_LIST": "127.0.0.1", "EPICS_CA_ADDR_LIST": "127.0.0.1", "EPICS_CA_AUTO_ADDR_LIST": "NO",
+           "EPICS_PVA_SERVER_PORT": str(free_port()), "EPICS_PVA_BROADCAST_PORT": str(udp_port()),
+           "EPICS_PVAS_INTF_ADDR_LIST": "127.0.0.1", "EPICS_PVA_ADDR_LIST": "127.0.0.1", "EPICS_PVA_AUTO_ADDR_LIST": "NO"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    tango_port = free_port()
+    log = root.parent / "fastcs.log"
+    proc = subprocess.Popen([sys.executable, "-m", "rdaq.fastcs", "--service", svc.url, "--prefix", PREFIX,
+                             "--tango-port", str(tango_port)], env={**os.environ, **env},
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, text=True)
+    from p4p.client.thread import Context
+    ctx = Context("pva")
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            ctx.get(f"{PREFIX}:DetectorState_RBV", timeout=1)
+            break
+        except TimeoutError:
+            assert time.monotonic() < deadline, "the PVs did not come up"
+    yield ctx, tango_port, svc, root
+    ctx.close()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert proc.returncode == 0, log.read_text()
+
+
+def wait_idle(get, frames, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not (str(get("DetectorState_RBV")) in ("Idle", "0") and get("NumCaptured_RBV") == frames):
+        assert time.monotonic() < deadline, (get("DetectorState_RBV"), get("NumCaptured_RBV"))
+        time.sleep(0.1)
+
+
+def check_raw(master):
+    sent = manifest(master.replace("_master.h5", "_manifest.csv"))
+    got = frames_in(master)
+    assert got and all(hashes == [sent[(f, m)] for m in range(MODULES)] for f, hashes in got.items())
+    return len(got)
+
+
+def test_pva_arms_acquires_and_reads_the_counters(ioc):
+    ctx, _, svc, root = ioc
+
+    assert str(ctx.get(f"{PREFIX}:DetectorState_RBV")) == "Idle"
+    for name, value in (("NumImages", 8), ("NumTriggers", 2), ("AcquirePeriod", 0.005), ("FilePath", "epics"),
+                        ("FileName", "pva"), ("Process", False)):
+        ctx.put(f"{PREFIX}:{name}", value)
+        assert ctx.get(f"{PREFIX}:{name}_RBV") == value, name
+    ctx.put(f"{PREFIX}:Acquire", True)
+    wait_idle(lambda n: ctx.get(f"{PREFIX}:{n}"), 16)
+    master = ctx.get(f"{PREFIX}:FullFileName_RBV").raw.value
+    assert master == str(root / "epics" / "pva_master.h5")
+    assert check_raw(master) == 16
+    assert ctx.get(f"{PREFIX}:FramesLost_RBV") == 0 and not ctx.get(f"{PREFIX}:Acquire_RBV")
+    assert svc.acquisition()["dataset"]["triggers_done"] == 2
+
+
+def test_ca_arms_acquires_with_processing_and_reads_the_hit_rate(ioc):
+    from caproto.sync.client import read, write
+    _, _, svc, root = ioc
+
+    def get(name):
+        v = read(f"{PREFIX}:{name}").data
+        v = v[0] if len(v) == 1 else v
+        return v.decode() if isinstance(v, bytes) else v
+
+    for name, value in (("NumImages", 20), ("FilePath", "epics"), ("FileName", "ca"), ("Process", 1)):
+        write(f"{PREFIX}:{name}", value if not isinstance(value, str) else value.encode(), notify=True)
+    write(f"{PREFIX}:Acquire", 1, notify=True)
+    d = svc.wait("idle")["dataset"]
+    wait_idle(get, d["frames_written"])
+    assert d["summary"]["processing"]["signal_frames"] == 20
+    assert 0 < get("NumCaptured_RBV") <= 20, "hits only"
+    hits = d["summary"]["processing"]["hits"]
+    deadline = time.monotonic() + 10
+    while get("HitRate_RBV") != pytest.approx(hits / 20):
+        assert time.monotonic() < deadline, get("HitRate_RBV")
+        time.sleep(0.1)
+    assert get("SpotsPerFrame_RBV") > 0
+    assert get("FramesLost_RBV") == 0 and get("DatagramsDropped_RBV") == 0
+    assert bytes(read(f"{PREFIX}:FullFileName_RBV").data).rstrip(b"\0").decode() == str(root / "epics" / "ca_master.h5")
+
+
+def test_tango_without_a_database_arms_acquires_and_reads_the_counters(ioc):
+    import tango
+    _, port, svc, root = ioc
+    dev = tango.DeviceProxy(f"tango://127.0.0.1:{port}/{PREFIX.replace(':', '/')}/1#dbase=no")
+    dev.NumImages = 6
+    dev.NumTriggers = 1
+    dev.FilePath = "tango"
+    dev.FileName = "t"
+    dev.Process = False
+    dev.Acquire = True
+    wait_idle(lambda n: getattr(dev, {"DetectorState_RBV": "DetectorstateRbv", "NumCaptured_RBV": "NumcapturedRbv"}[n]), 6)
+    assert dev.FullfilenameRbv == str(root / "tango" / "t_master.h5")
+    assert check_raw(dev.FullfilenameRbv) == 6
+    assert dev.FrameslostRbv == 0
+
+
+def test_a_client_that_goes_away_changes_nothing_and_cancel_works(ioc):
+    ctx, _, svc, _ = ioc
+    from p4p.client.thread import Context
+    other = Context("pva")
+    for name, value in (("NumImages", 500), ("AcquirePeriod", 0.01), ("FileName", "long"), ("Process", False)):
+        other.put(f"{PREFIX}:{name}", value)
+    other.put(f"{PREFIX}:Acquire", True)
+    other.close()
+    while svc.acquisition()["dataset"]["frames_written"] < 5:
+        assert svc.acquisition()["state"] == "acquiring"
+        time.sleep(0.05)
+    ctx.put(f"{PREFIX}:Acquire", False)
+    d = svc.wait("idle")["dataset"]
+    assert d["cancelled"] and 5 <= d["frames_written"] < 500
