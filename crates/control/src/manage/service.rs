@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use axum::body::Bytes;
@@ -101,8 +102,8 @@ pub fn serve(a: &ManageArgs) -> anyhow::Result<ExitCode> {
     let root = data_root(a.data_root.as_deref().expect("--data-root given"))?;
     let access = a.access.access()?;
     let s = Session::connect(a, &access, 0)?;
-    s.check_telegrams()?;
     datasets::check_topology(&s)?;
+    wait_for_daemons(&s)?;
     let (tx, rx) = mpsc::channel();
     let (quit, board) = (tx.clone(), s.shared.clone());
     ctrlc::set_handler(move || {
@@ -121,6 +122,30 @@ pub fn serve(a: &ManageArgs) -> anyhow::Result<ExitCode> {
     tracing::info!(data_root = %hub.root.display(), "acquisition service ready: POST /arm, then /trigger");
     datasets::Worker::new(s, hub).run(rx);
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long the service waits at start for daemons started with it (by a script, or by
+/// systemd all at once).
+const DAEMONS_WAIT: Duration = Duration::from_secs(30);
+
+/// Checks the daemons against the topology, waiting up to [`DAEMONS_WAIT`] for those that
+/// do not answer yet.
+fn wait_for_daemons(s: &Session) -> anyhow::Result<()> {
+    let deadline = Instant::now() + DAEMONS_WAIT;
+    let mut said = false;
+    loop {
+        match s.check_telegrams() {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() < deadline && format!("{e:#}").contains("Connection refused") => {
+                if !said {
+                    tracing::info!("waiting for the daemons ({e:#})");
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The service's data root, made if missing, as an absolute path without links.

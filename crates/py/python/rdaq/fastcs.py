@@ -199,9 +199,14 @@ def _tango_transport(port: int, name: str, on_stop):
 
         def _run(self, stop):
             context = DeviceTestContext(self._dsr._devices[0], device_name=name, host="127.0.0.1", port=port, process=False)
-            with context:
+            context.start()
+            try:
                 while not stop.wait(0.2) and context.thread.is_alive():
                     pass
+            finally:
+                # a server that took a signal has stopped already (and cannot be asked to)
+                if context.thread.is_alive():
+                    context.stop()
 
         def __repr__(self):
             return f"TangoNoDbTransport(tango://127.0.0.1:{port}/{name}#dbase=no)"
