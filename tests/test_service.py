@@ -108,8 +108,9 @@ def test_cancel_ends_a_dataset_early_and_keeps_what_was_written(service):
     svc.arm(frames_per_trigger=400, period_s=0.02, directory="c", prefix="long", process=False)
     svc.trigger()
     with pytest.raises(ApiError) as e:
-        svc.arm(frames_per_trigger=1, prefix="x")
+        svc.arm(frames_per_trigger=1, prefix="x", directory="never")
     assert e.value.status == 409, "a second arm while acquiring"
+    assert not (root / "never").exists(), "a refused arm makes nothing"
     while svc.acquisition()["dataset"]["frames_written"] < 5:
         pass
     svc.cancel()

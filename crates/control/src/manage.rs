@@ -57,9 +57,8 @@ pub struct ManageArgs {
     /// Run as the acquisition service instead of one acquisition: configured once, then
     /// datasets armed and triggered through the API of --serve (POST /arm, /trigger,
     /// /cancel; GET /acquisition, /openapi.json), their files under this directory (the
-    /// receivers' --out-dir, on one host). --frames, --rate, --out and --overwrite do not
-    /// apply.
-    #[arg(long, requires = "serve", value_name = "DIR")]
+    /// receivers' --out-dir, on one host). Each dataset says its frames, rate and files.
+    #[arg(long, requires = "serve", value_name = "DIR", conflicts_with_all = ["frames", "rate", "out", "overwrite", "tolerate_loss"])]
     data_root: Option<PathBuf>,
     /// The token the manager sends to the daemons, and that its own API needs for reads
     /// when `--protect-reads` is given.
@@ -220,7 +219,7 @@ fn ring_positions(dtps: &[ModuleDtp], until: u64) -> HashMap<String, u64> {
 }
 
 /// The manager's acquisition: configure, start, watch, gather, report. Exit 1 when data was
-/// lost (unless `--tolerate-loss`); with `--service`, the acquisition service instead.
+/// lost (unless `--tolerate-loss`); with `--data-root`, the acquisition service instead.
 pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     if a.data_root.is_some() {
         return service::serve(&a);
@@ -281,7 +280,8 @@ struct Running {
     manifest: String,
     /// Frames the detector's runs were to deliver.
     frames: u64,
-    start: Instant,
+    /// The detector's runs' time, each from its start until it had sent everything.
+    elapsed: Duration,
 }
 
 /// One acquisition of the manager: its options, the topology, the control clients and what
@@ -357,7 +357,7 @@ impl<'a> Session<'a> {
         let c = self.configure()?;
         let feeds = self.start_receivers(&c, names)?;
         let w = Watch { live: c.requests.iter().map(|(r, _)| *r).collect(), dead: BTreeSet::new() };
-        Ok(Running { c, feeds, w, det_events: Vec::new(), det_stops: Vec::new(), manifest: String::new(), frames: 0, start: Instant::now() })
+        Ok(Running { c, feeds, w, det_events: Vec::new(), det_stops: Vec::new(), manifest: String::new(), frames: 0, elapsed: Duration::ZERO })
     }
 
     /// One run of the detector: frames `first..first + frames` at `rate`, watched until
@@ -367,7 +367,9 @@ impl<'a> Session<'a> {
         let _: serde_json::Value = self.api.send("POST", self.det_ctl, "/start", &run).context("starting the detector")?;
         // the detector's event log starts anew with each run
         let mut det_feed = Feed::new(self.det_ctl, 0);
-        let watched = self.watch(&mut r.c, &mut r.w, &mut r.feeds, &mut det_feed, Instant::now());
+        let start = Instant::now();
+        let watched = self.watch(&mut r.c, &mut r.w, &mut r.feeds, &mut det_feed, start);
+        r.elapsed += start.elapsed();
         let det_stop: serde_json::Value = self.api.send("POST", self.det_ctl, "/stop", &serde_json::json!({})).context("stopping the detector")?;
         watched?;
         r.frames += self.frames_sent(frames, &det_stop);
@@ -384,7 +386,6 @@ impl<'a> Session<'a> {
     /// Stops the receivers and gathers what the acquisition came to into its files and a
     /// report; `asked` is the frames asked for.
     fn end(&self, mut r: Running, files: &Files, asked: u64) -> anyhow::Result<Report> {
-        let elapsed = r.start.elapsed();
         rdaq_run::outputs::write_file(&files.manifest, r.manifest.as_bytes(), files.overwrite)?;
         let (g, events) = self.gather(&r.c, &mut r.w, &mut r.feeds, &r.det_events)?;
         rdaq_run::outputs::write_file(&files.events, events.as_bytes(), files.overwrite)?;
@@ -405,7 +406,7 @@ impl<'a> Session<'a> {
             receivers: g.receivers,
             detector: sum_stops(r.det_stops),
             modules: module_ends(&r.det_events),
-            elapsed_s: elapsed.as_secs_f64(),
+            elapsed_s: r.elapsed.as_secs_f64(),
         })
     }
 

@@ -156,18 +156,24 @@ impl Service {
         self.closing.is_some()
     }
 
-    /// Arms the next dataset (again, until its first trigger); refused while acquiring.
-    pub fn arm(&mut self, req: ArmRequest) -> Result<&Dataset, ServiceError> {
+    /// Whether an arm would be taken in this state (what `arm` checks first: the I/O side
+    /// asks before it touches anything).
+    pub fn can_arm(&self) -> Result<(), ServiceError> {
         if self.closing.is_some() {
             return Err(ServiceError::State("closing: the dataset's files are being closed".into()));
         }
         match self.state {
-            State::Acquiring => return Err(ServiceError::State("acquiring: cancel it, or wait until it ends, before arming".into())),
+            State::Acquiring => Err(ServiceError::State("acquiring: cancel it, or wait until it ends, before arming".into())),
             State::Armed if self.current.as_ref().is_some_and(|d| d.triggers_done > 0) => {
-                return Err(ServiceError::State("armed and triggered: the dataset is under way (disarm or cancel it first)".into()))
+                Err(ServiceError::State("armed and triggered: the dataset is under way (disarm or cancel it first)".into()))
             }
-            _ => {}
+            _ => Ok(()),
         }
+    }
+
+    /// Arms the next dataset (again, until its first trigger); refused while acquiring.
+    pub fn arm(&mut self, req: ArmRequest) -> Result<&Dataset, ServiceError> {
+        self.can_arm()?;
         let master = self.master(&req)?;
         let number = match self.state {
             State::Armed => self.datasets,

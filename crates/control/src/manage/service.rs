@@ -216,7 +216,10 @@ async fn acquisition(State(hub): State<SharedHub>) -> Json<Acquisition> {
 ))]
 async fn arm(State(hub): State<SharedHub>, body: Bytes) -> Result<Json<Acquisition>, ApiError> {
     let req: ArmRequest = read_arm(&body)?;
-    let master = lock(&hub.service).master(&req).map_err(answer)?;
+    let master = {
+        let s = lock(&hub.service);
+        s.can_arm().and_then(|()| s.master(&req)).map_err(answer)?
+    };
     let dir = master.parent().expect("a master path has a directory").to_path_buf();
     let rel = Path::new(&req.directory).to_path_buf();
     let h = hub.clone();
