@@ -284,6 +284,9 @@ struct Running {
     elapsed: Duration,
 }
 
+/// How often the manager asks the detector whether its run ended.
+const DETECTOR_POLL: Duration = Duration::from_millis(20);
+
 /// One acquisition of the manager: its options, the topology, the control clients and what
 /// its API shows.
 struct Session<'a> {
@@ -507,8 +510,11 @@ impl<'a> Session<'a> {
     fn watch(&self, c: &mut Configured, w: &mut Watch, feeds: &mut HashMap<usize, Feed>, det_feed: &mut Feed, start: Instant) -> anyhow::Result<()> {
         let mut beats = Heartbeats::new(self.a.misses);
         let deadline = start + Duration::from_secs_f64(self.a.timeout_s);
+        let period = Duration::from_millis(self.a.heartbeat_ms);
+        let mut next_beat = start + period;
         loop {
-            std::thread::sleep(Duration::from_millis(self.a.heartbeat_ms));
+            // the detector more often than the heartbeats: a short run ends when it does
+            std::thread::sleep(DETECTOR_POLL.min(period));
             let st: DetectorStatus = self.api.get(self.det_ctl, "/status").context("detector status")?;
             let stop = {
                 let mut b = lock(&self.shared);
@@ -518,6 +524,10 @@ impl<'a> Session<'a> {
             if stop || st.state != DetectorState::Running || Instant::now() > deadline {
                 return Ok(());
             }
+            if Instant::now() < next_beat {
+                continue;
+            }
+            next_beat += period;
             det_feed.pull(&self.api, &self.shared)?;
             let lost_now = self.heartbeats(&w.live, &mut beats, feeds);
             if lost_now.is_empty() {

@@ -172,7 +172,7 @@ impl<'a> Worker<'a> {
     /// Waits until the receivers have taken `target` frames of the dataset (dark, vetoed or
     /// written), a cancel comes, or they take none for [`SETTLE`].
     fn settle(&self, target: u64) {
-        let step = Duration::from_millis(self.s.a.heartbeat_ms.clamp(10, 100));
+        let step = Duration::from_millis(self.s.a.heartbeat_ms.clamp(10, 20));
         let (mut best, mut since) = (0, Instant::now());
         loop {
             let done = self.receivers_done();
