@@ -49,11 +49,24 @@ def ioc(service, monkeypatch):  # noqa: F811
             break
         except TimeoutError:
             assert time.monotonic() < deadline, "the PVs did not come up"
+    import tango
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            tango.DeviceProxy(tango_url(tango_port)).ping()
+            break
+        except tango.DevFailed:
+            assert time.monotonic() < deadline, "the Tango device did not come up"
+            time.sleep(0.2)
     yield ctx, tango_port, svc, root
     ctx.close()
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
     assert proc.returncode == 0, log.read_text()
+
+
+def tango_url(port):
+    return f"tango://127.0.0.1:{port}/{PREFIX.replace(':', '/')}/1#dbase=no"
 
 
 def wait_idle(get, frames, timeout=60):
@@ -116,7 +129,7 @@ def test_ca_arms_acquires_with_processing_and_reads_the_hit_rate(ioc):
 def test_tango_without_a_database_arms_acquires_and_reads_the_counters(ioc):
     import tango
     _, port, svc, root = ioc
-    dev = tango.DeviceProxy(f"tango://127.0.0.1:{port}/{PREFIX.replace(':', '/')}/1#dbase=no")
+    dev = tango.DeviceProxy(tango_url(port))
     dev.NumImages = 6
     dev.NumTriggers = 1
     dev.FilePath = "tango"

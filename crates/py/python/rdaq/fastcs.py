@@ -146,16 +146,12 @@ class RdaqController(Controller):
         await self._show(a)
 
     async def _show(self, a):
+        """Counts and results first, the state and Acquire's readback last: a client that
+        sees Idle reads the finished dataset's file and counts."""
         state = DetectorState.of(a["state"])
         d = a["dataset"] or {}
         written = d.get("frames_written", 0)
-        await self.DetectorState_RBV.update(state)
         await self.NumCaptured_RBV.update(written)
-        if state == DetectorState.Error:
-            await self.StatusMessage_RBV.update((a["error"] or "")[:256])
-        busy = state == DetectorState.Acquiring or (self._triggers is not None and not self._triggers.done())
-        if self.acquire.get() != busy:
-            await self.acquire.update(busy)
         summary = d.get("summary")
         if summary:
             await self.FullFileName_RBV.update(d["master"][:256])
@@ -172,6 +168,14 @@ class RdaqController(Controller):
         rate = max(0, written - before) / (now - then) if state == DetectorState.Acquiring and now > then else 0.0
         self._rate = (written, now)
         await self.FrameRate_RBV.update(rate)
+        if state == DetectorState.Error:
+            await self.StatusMessage_RBV.update((a["error"] or "")[:256])
+        # between two of its triggers the dataset is armed, and still under way
+        sending = self._triggers is not None and not self._triggers.done()
+        busy = state == DetectorState.Acquiring or (state == DetectorState.Armed and sending)
+        if self.acquire.get() != busy:
+            await self.acquire.update(busy)
+        await self.DetectorState_RBV.update(state)
 
 
 def _tango_transport(port: int, name: str, on_stop):
