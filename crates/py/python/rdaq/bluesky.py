@@ -26,7 +26,8 @@ Reduced form, said here and in the docs: the dataset's master file is written wh
 dataset ends (at ``unstage``): the StreamDatum documents point into a file that exists
 once the run is over (live readers take the Stream V2 stream). The frames are raw (the
 service's ``process`` off): with online processing the hit veto would leave frames out and
-the StreamDatum indices would no longer be frames.
+the StreamDatum indices would no longer be frames. They are described as JUNGFRAU's 16-bit
+words (``<u2``); a described detector of another bit depth is not described right yet.
 """
 from __future__ import annotations
 
