@@ -135,8 +135,8 @@ class Service(_Client):
     """
 
     def acquisition(self):
-        """``{"state", "error", "dataset"}``: the dataset under way, else the last that ended
-        (with its ``summary``)."""
+        """``{"state", "error", "data_root", "image", "dataset", "live"}``: ``dataset`` is the
+        one under way, else the last that ended (with its ``summary``)."""
         return self._call("GET", "/acquisition")
 
     def arm(self, frames_per_trigger, prefix, triggers=1, period_s=0.0, directory="", process=True):
