@@ -59,6 +59,16 @@ def service(rdaq, tmp_path):
             p.wait(timeout=30)
 
 
+def frames_as_sent(master):
+    """The frame numbers in a dataset's master, in order, each frame's modules equal to
+    what the emulator's manifest beside it says was sent."""
+    sent = manifest(master.replace("_master.h5", "_manifest.csv"))
+    got = frames_in(master)
+    for frame, hashes in got.items():
+        assert hashes == [sent[(frame, m)] for m in range(MODULES)], f"frame {frame}"
+    return sorted(got)
+
+
 def check_dataset(a, root, frames, raw):
     """The dataset's master holds frames 0..frames-1, each once; raw ones equal to what the
     emulator sent."""
@@ -71,10 +81,7 @@ def check_dataset(a, root, frames, raw):
         numbers = f["entry/data/frame_number"][:].tolist()
         assert f[d["dataset"]].shape[0] == len(numbers) == d["frames_written"]
     if raw:
-        assert numbers == list(range(frames))
-        sent = manifest(d["master"].replace("_master.h5", "_manifest.csv"))
-        for frame, hashes in frames_in(d["master"]).items():
-            assert hashes == [sent[(frame, m)] for m in range(MODULES)], f"frame {frame}"
+        assert numbers == list(range(frames)) == frames_as_sent(d["master"])
     else:
         assert numbers == sorted(set(numbers)) and 0 < len(numbers) <= frames, "hits only, in order"
         assert summary["processing"]["signal_frames"] == frames
