@@ -166,16 +166,19 @@ def test_a_failure_is_an_error_with_its_reason_until_the_next_arm(service):
 
 def test_bad_requests_are_refused_naming_the_field_and_change_nothing(service, tmp_path):
     svc, root, _ = service
+    calls = [0]
 
     def refused(status, field, **arm):
         with pytest.raises(ApiError) as e:
             svc._call("POST", "/arm", arm)
+        calls[0] += 1
         assert e.value.status == status and field in e.value.message, e.value
         assert svc.acquisition()["state"] == "idle"
 
     with pytest.raises(ApiError) as e:
         svc.trigger()
     assert e.value.status == 409 and "arm first" in e.value.message
+    calls[0] += 1
     refused(400, "frames_per_trigger", frames_per_trigger=-3, prefix="p")
     refused(400, "frames_per_trigger", frames_per_trigger=0, prefix="p")
     refused(400, "colour", frames_per_trigger=3, prefix="p", colour="red")
@@ -197,6 +200,8 @@ def test_bad_requests_are_refused_naming_the_field_and_change_nothing(service, t
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=10)
     assert e.value.code == 400 and "error" in json.loads(e.value.read())
+    calls[0] += 1
+    assert svc.acquisition()["requests_refused"] == calls[0], "every refusal counted"
 
 
 def test_the_openapi_document_is_valid_and_the_client_follows_it(service):

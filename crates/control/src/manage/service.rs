@@ -8,13 +8,16 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::http::StatusCode;
 use axum::Json;
 use rdaq_manager::service::{ArmRequest, Dataset, Send, Service, ServiceError, State as Phase};
@@ -38,6 +41,8 @@ pub(super) struct Hub {
     /// The receivers' names (their files are `<prefix>_<name>_master.h5`).
     pub receivers: Vec<String>,
     pub image: Image,
+    /// Calls of the service's API it refused (4xx), each logged with its reason.
+    pub refused: AtomicU64,
 }
 
 /// The size of the images in a dataset's master (modules and gaps).
@@ -62,6 +67,8 @@ pub struct Acquisition {
     /// The dataset armed or under way, else the last one that ended.
     pub dataset: Option<Dataset>,
     pub live: Live,
+    /// Calls of this API refused (bad requests, wrong state), each logged with its reason.
+    pub requests_refused: u64,
 }
 
 /// What the receivers said at their last answer: the processing counts of the dataset
@@ -114,7 +121,7 @@ pub fn serve(a: &ManageArgs) -> anyhow::Result<ExitCode> {
     let receivers = s.plan.receivers.iter().map(|rp| s.t.receivers[rp.receiver].name.clone()).collect();
     let g = s.t.geometry();
     let image = Image { height: g.height(), width: g.width() };
-    let hub = Arc::new(Hub { service: Mutex::new(Service::new(root.clone())), board: s.shared.clone(), work: Mutex::new(tx), root, receivers, image });
+    let hub = Arc::new(Hub { service: Mutex::new(Service::new(root.clone())), board: s.shared.clone(), work: Mutex::new(tx), root, receivers, image, refused: AtomicU64::new(0) });
     let access = Arc::new(access);
     let app = router(hub.clone()).merge(super::board::router(s.shared.clone(), access.clone()));
     let addr = a.serve.expect("--serve given with --data-root");
@@ -164,11 +171,29 @@ fn api() -> OpenApiRouter<SharedHub> {
         .routes(routes!(cancel))
 }
 
-/// The service's routes, and `/openapi.json`: the document they make.
+/// The service's routes, and `/openapi.json`: the document they make; every refusal counted
+/// and logged.
 fn router(hub: SharedHub) -> axum::Router {
-    let (router, doc) = api().with_state(hub).split_for_parts();
+    let (router, doc) = api().with_state(hub.clone()).split_for_parts();
+    let router = router.layer(axum::middleware::from_fn_with_state(hub, note_refusal));
     let doc = Arc::new(doc);
     router.route("/openapi.json", axum::routing::get(move || async move { Json(doc.as_ref().clone()) }))
+}
+
+/// Middleware: a refused call (4xx) is counted and logged with its one-line reason.
+async fn note_refusal(State(hub): State<SharedHub>, req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let resp = next.run(req).await;
+    if !resp.status().is_client_error() {
+        return resp;
+    }
+    let n = hub.refused.fetch_add(1, Ordering::Relaxed) + 1;
+    let (parts, body) = resp.into_parts();
+    // the answers here are one-line JSON errors
+    let bytes = axum::body::to_bytes(body, 16 * 1024).await.unwrap_or_default();
+    let why = serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| v["error"].as_str().map(String::from)).unwrap_or_default();
+    tracing::warn!(%method, path, status = parts.status.as_u16(), refused = n, "refused {method} {path}: {why}");
+    Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 fn answer(e: ServiceError) -> ApiError {
@@ -196,7 +221,8 @@ impl Hub {
         if matches!(s.state(), Phase::Acquiring | Phase::Armed) {
             s.written(to_writer);
         }
-        Acquisition { state: s.state(), data_root: self.root.clone(), image: self.image, error: s.error().map(String::from), dataset: s.dataset().cloned(), live }
+        let requests_refused = self.refused.load(Ordering::Relaxed);
+        Acquisition { state: s.state(), data_root: self.root.clone(), image: self.image, error: s.error().map(String::from), dataset: s.dataset().cloned(), live, requests_refused }
     }
 }
 
