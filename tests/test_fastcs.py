@@ -98,13 +98,13 @@ def test_ca_arms_acquires_with_processing_and_reads_the_hit_rate(ioc):
     _, _, svc, root = ioc
 
     def get(name):
-        v = read(f"{PREFIX}:{name}").data
+        v = read(f"{PREFIX}:{name}", repeater=False).data
         v = v[0] if len(v) == 1 else v
         return v.decode() if isinstance(v, bytes) else v
 
     for name, value in (("NumImages", 20), ("FilePath", "epics"), ("FileName", "ca"), ("Process", 1)):
-        write(f"{PREFIX}:{name}", value if not isinstance(value, str) else value.encode(), notify=True)
-    write(f"{PREFIX}:Acquire", 1, notify=True)
+        write(f"{PREFIX}:{name}", value if not isinstance(value, str) else value.encode(), notify=True, repeater=False)
+    write(f"{PREFIX}:Acquire", 1, notify=True, repeater=False)
     d = svc.wait("idle")["dataset"]
     wait_idle(get, d["frames_written"])
     assert d["summary"]["processing"]["signal_frames"] == 20
@@ -116,7 +116,7 @@ def test_ca_arms_acquires_with_processing_and_reads_the_hit_rate(ioc):
         time.sleep(0.1)
     assert get("SpotsPerFrame_RBV") > 0
     assert get("FramesLost_RBV") == 0 and get("DatagramsDropped_RBV") == 0
-    assert bytes(read(f"{PREFIX}:FullFileName_RBV").data).rstrip(b"\0").decode() == str(root / "epics" / "ca_master.h5")
+    assert bytes(read(f"{PREFIX}:FullFileName_RBV", repeater=False).data).rstrip(b"\0").decode() == str(root / "epics" / "ca_master.h5")
 
 
 def test_tango_without_a_database_arms_acquires_and_reads_the_counters(ioc):

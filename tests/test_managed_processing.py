@@ -25,7 +25,7 @@ def topology(tmp_path, process, streams=("none", "none"), previews=("none", "non
             '[transfer]\nmode = "temporal"\n')
     for k, name in enumerate(("dr0", "dr1")):
         text += (f'\n[[receivers]]\nname = "{name}"\ncontrol = "127.0.0.1:{7101 + k}"\ndata = "127.0.0.1"\n'
-                 f'data_port = {52000 + 1000 * k}\nmemory_mib = 256\nstream = "{streams[k]}"\npreview = "{previews[k]}"\n')
+                 f'data_port = {22000 + 1000 * k}\nmemory_mib = 256\nstream = "{streams[k]}"\npreview = "{previews[k]}"\n')
     text += process
     path = tmp_path / "topology.toml"
     path.write_text(text)
