@@ -8,6 +8,8 @@
 //!   their DTPs from the manager.
 //! - [`manage`]: the system manager's acquisition over both (`rdaq manage`): telegrams,
 //!   buffers, DTPs, start, heartbeats, re-planning, the report.
+//! - [`service`]: the acquisition service over either (`--data-root DIR --serve ADDR`):
+//!   datasets armed, triggered and followed by a control system.
 //! - [`dashboard`]: the live web page every server above serves, and `rdaq run --serve`'s
 //!   ([`run`]).
 //! - [`http`]: serving the APIs (routes every daemon has, until Ctrl-C).
@@ -25,4 +27,5 @@ pub mod manage;
 pub mod metrics;
 pub mod receiver;
 pub mod run;
+pub mod service;
 pub mod site;

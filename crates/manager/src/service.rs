@@ -88,6 +88,11 @@ pub struct Dataset {
     pub frames_written: u64,
     /// Ended early (cancelled, disarmed after a trigger, or failed).
     pub cancelled: bool,
+    /// Once it ended: frames it asked for that are not in its files at all (they never
+    /// arrived, or not in time); the summary says which and why. Not known (null) for a
+    /// cancelled dataset of a receiver on its own: what its detector sent after the cancel
+    /// was not waited for.
+    pub frames_lost: Option<u64>,
     /// The acquisition's report once the dataset ended (the one `rdaq manage` writes).
     #[schema(value_type = Option<Object>)]
     pub summary: Option<serde_json::Value>,
@@ -156,6 +161,11 @@ impl Service {
         self.closing.is_some()
     }
 
+    /// Whether they are being closed because the dataset was cancelled.
+    pub fn is_cancelling(&self) -> bool {
+        self.closing == Some(true)
+    }
+
     /// Whether an arm would be taken in this state (what `arm` checks first: the I/O side
     /// asks before it touches anything).
     pub fn can_arm(&self) -> Result<(), ServiceError> {
@@ -182,7 +192,7 @@ impl Service {
         self.datasets = number;
         self.state = State::Armed;
         self.error = None;
-        Ok(self.current.insert(Dataset { number, request: req, master, dataset: FRAMES_DATASET, triggers_done: 0, frames_written: 0, cancelled: false, summary: None }))
+        Ok(self.current.insert(Dataset { number, request: req, master, dataset: FRAMES_DATASET, triggers_done: 0, frames_written: 0, cancelled: false, frames_lost: None, summary: None }))
     }
 
     /// The master file an arm request names, once its fields are in range (what `arm`
@@ -239,11 +249,12 @@ impl Service {
         true
     }
 
-    /// The I/O side closed the dataset's files: it ends with `summary`, and the service is
-    /// idle.
-    pub fn closed(&mut self, summary: serde_json::Value) {
+    /// The I/O side closed the dataset's files: it ends with `summary` and the frames it
+    /// lost (none when no files were open), and the service is idle.
+    pub fn closed(&mut self, summary: serde_json::Value, frames_lost: Option<u64>) {
         if let Some(d) = self.current.as_mut() {
             d.summary = Some(summary);
+            d.frames_lost = frames_lost;
         }
         let cancelled = self.closing.unwrap_or(false);
         self.end(cancelled);
@@ -343,11 +354,12 @@ mod tests {
             s.written(10);
             assert!(s.trigger_done(), "the last trigger: close the files");
             assert_eq!(s.state(), State::Acquiring, "acquiring until the files are closed");
-            s.closed(serde_json::json!({ "frames_complete": 10 }));
+            s.closed(serde_json::json!({ "frames_complete": 10 }), Some(0));
             assert_eq!(s.state(), State::Idle);
             let d = s.dataset().unwrap();
             assert_eq!((d.number, d.triggers_done, d.frames_written, d.cancelled), (n, 2, 10, false));
             assert_eq!(d.summary.as_ref().unwrap()["frames_complete"], 10);
+            assert_eq!(d.frames_lost, Some(0));
         }
     }
 
@@ -368,7 +380,7 @@ mod tests {
         assert_eq!(s.cancel(), Ok(false), "already closing");
         assert!(s.arm(arm(5, 1)).is_err(), "arm while the files close");
         assert!(s.trigger_done(), "a cancelled trigger closes");
-        s.closed(serde_json::Value::Null);
+        s.closed(serde_json::Value::Null, None);
         assert_eq!((s.state(), s.dataset().unwrap().cancelled), (State::Idle, true));
         s.arm(arm(5, 1)).unwrap();
         assert_eq!(s.disarm(), Ok(false));
@@ -388,7 +400,7 @@ mod tests {
         }
         assert_eq!(s.disarm(), Ok(true), "close the files");
         assert_eq!(s.disarm(), Ok(false), "asked once");
-        s.closed(serde_json::Value::Null);
+        s.closed(serde_json::Value::Null, None);
         let d = s.dataset().unwrap();
         assert_eq!((s.state(), d.triggers_done, d.cancelled), (State::Idle, 5, false), "a normal end");
     }
@@ -401,7 +413,7 @@ mod tests {
         assert!(!s.trigger_done());
         assert_eq!(s.disarm(), Ok(true), "files are open: close them");
         assert!(s.trigger().is_err(), "no trigger while the files close");
-        s.closed(serde_json::Value::Null);
+        s.closed(serde_json::Value::Null, None);
         let d = s.dataset().unwrap();
         assert_eq!((s.state(), d.triggers_done, d.cancelled), (State::Idle, 1, true));
     }

@@ -32,6 +32,13 @@ pub struct ReceiveArgs {
     /// localhost): buffers are defined by the system manager, data arrives on --bind.
     #[arg(long, value_parser = rdaq_control::http::listen_addr)]
     serve: Option<SocketAddr>,
+    /// With --serve, the acquisition service of this receiver instead of the daemon: configured
+    /// once from these options, then datasets armed and triggered through the API (POST
+    /// /arm, /trigger, /cancel; GET /acquisition, /openapi.json), their files under this
+    /// directory; for a detector's native packets (--format sls, --detector) that something
+    /// else triggers.
+    #[arg(long, requires = "serve", value_name = "DIR", conflicts_with_all = ["out", "frames", "timeout_s", "buffers_out", "summary_json", "pedestal_run", "dashboard", "out_dir", "name", "memory_mib", "overwrite", "tolerate_loss", "frame_time_s"])]
+    data_root: Option<PathBuf>,
     #[command(flatten)]
     access: AccessArgs,
     /// Daemon: receiver name, memory for buffers, directory for output files.
@@ -172,6 +179,9 @@ fn config(a: &ReceiveArgs) -> anyhow::Result<Config> {
 
 pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let cfg = config(&a)?;
+    if let (Some(addr), Some(_)) = (a.serve, &a.data_root) {
+        return serve_datasets(a, cfg, addr);
+    }
     if let Some(addr) = a.serve {
         return serve_receiver(a, &cfg, addr);
     }
@@ -284,6 +294,21 @@ fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
+/// `rdaq receive --data-root DIR --serve ADDR`: the acquisition service of this receiver,
+/// each dataset an acquisition of the chain above.
+fn serve_datasets(a: ReceiveArgs, cfg: Config, addr: SocketAddr) -> anyhow::Result<ExitCode> {
+    let opts = rdaq_control::service::receive::Options {
+        addr,
+        access: a.access.access()?,
+        data_root: a.data_root.clone().expect("--data-root given"),
+        source: source(&a, &cfg)?,
+        config: cfg,
+        count_time_s: told_time("--count-time-s", a.count_time_s)?,
+    };
+    rdaq_control::service::receive::serve(opts)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// What the detector sends, as the options say (the detector: --detector, or the
 /// configuration's detector.name when it is not JUNGFRAU).
 fn source(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<remote::Source> {
@@ -308,14 +333,15 @@ fn source(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<remote::Source> {
 /// What the user told of the series that the detector's packets do not say: the images
 /// expected, the exposure and the period.
 fn told_times(a: &ReceiveArgs, meta: &mut NxmxMeta) -> anyhow::Result<()> {
-    for (name, v) in [("--count-time-s", a.count_time_s), ("--frame-time-s", a.frame_time_s)] {
-        if v.is_some_and(|t| !(t >= 0.0 && t.is_finite())) {
-            bail!("{name} must be a time in seconds, 0 or more");
-        }
-    }
-    meta.count_time_s = a.count_time_s.unwrap_or(0.0);
-    meta.frame_time_s = a.frame_time_s.unwrap_or(0.0);
+    (meta.count_time_s, meta.frame_time_s) = (told_time("--count-time-s", a.count_time_s)?, told_time("--frame-time-s", a.frame_time_s)?);
     meta.number_of_images = a.frames;
     Ok(())
 }
 
+/// A time the user told, in seconds (not told: 0, unknown).
+fn told_time(name: &str, v: Option<f64>) -> anyhow::Result<f64> {
+    match v {
+        Some(t) if !(t >= 0.0 && t.is_finite()) => bail!("{name} must be a time in seconds, 0 or more"),
+        v => Ok(v.unwrap_or(0.0)),
+    }
+}

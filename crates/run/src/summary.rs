@@ -255,6 +255,14 @@ impl Summary {
         }
     }
 
+    /// Frames that are not in the files at all: never seen, refused, discarded incomplete,
+    /// or, of a known count, never come.
+    pub fn frames_lost(&self) -> u64 {
+        let gone = self.frames_never_seen + self.frames_refused + self.frames_discarded;
+        let short = self.frames_expected.map_or(0, |e| e.saturating_sub(self.frames_complete + self.frames_incomplete + gone));
+        gone + short
+    }
+
     /// True when any frame expected did not arrive complete or was not saved, or the frames
     /// are not what the detector sent (its packets did not fit the settings).
     pub fn lost(&self) -> bool {

@@ -1,37 +1,25 @@
-//! The acquisition service's worker: carries out, one at a time, what the service's state
-//! machine answered to the API. A dataset's first trigger configures the system and starts
-//! the receivers on the dataset's files; each trigger runs the detector over its frames and
-//! waits until the receivers have taken them; the last trigger (or a cancel) stops the
-//! receivers, joins their files into the dataset's master and keeps the report as the
-//! dataset's summary. A failure stops what it can and puts the service in `error`.
+//! The worker of the acquisition service over a system of daemons: carries out, one at a
+//! time, what the service's state machine answered to the API. A dataset's first trigger
+//! configures the system and starts the receivers on the dataset's files; each trigger runs
+//! the detector over its frames and waits until the receivers have taken them; the last
+//! trigger (or a cancel) stops the receivers, joins their files into the dataset's master
+//! and keeps the report as the dataset's summary.
 
-use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use axum::http::StatusCode;
 use rdaq_manager::service::Send;
 use rdaq_manager::TransferMode;
 
-use super::service::SharedHub;
 use super::{Files, Names, Running, Session};
-use crate::http::{lock, ApiError};
+use crate::http::lock;
+use crate::service::{self, Closed, Ready, SharedHub};
 
 /// How long the receivers may go without taking a frame, after the detector sent its
 /// last, before the trigger counts as done anyway (what is missing is then reported as
 /// incomplete or lost when the dataset ends).
 const SETTLE: Duration = Duration::from_secs(3);
-
-/// What the API hands the worker.
-pub(super) enum Work {
-    /// Send this trigger's frames (opening the dataset's files at its first).
-    Trigger(Send),
-    /// Close the dataset's files (a cancel or disarm between triggers).
-    Close,
-    /// Ctrl-C: close what is open and stop.
-    Quit,
-}
 
 /// The service needs every frame whole in one receiver's files, to join them into one
 /// master per dataset.
@@ -43,37 +31,9 @@ pub(super) fn check_topology(s: &Session) -> anyhow::Result<()> {
 }
 
 /// The files the manager writes for dataset `prefix` in `dir`.
-fn dataset_files(dir: &Path, prefix: &str) -> Files {
+pub(super) fn dataset_files(dir: &Path, prefix: &str) -> Files {
     let f = |suffix: &str| dir.join(format!("{prefix}_{suffix}"));
     Files { report: f("report.json"), events: f("events.jsonl"), manifest: f("manifest.csv"), master: f("master.h5"), overwrite: false }
-}
-
-/// Why an arm's directory or files cannot be used.
-pub(super) enum DirError {
-    /// Outside the data root, through a link, or not a directory.
-    Path(anyhow::Error),
-    /// A file of the dataset exists.
-    Exists(anyhow::Error),
-}
-
-impl DirError {
-    pub fn answer(self) -> ApiError {
-        match self {
-            DirError::Path(e) => ApiError(StatusCode::BAD_REQUEST, format!("{e:#}")),
-            DirError::Exists(e) => ApiError(StatusCode::CONFLICT, format!("{e:#}; choose another prefix or directory")),
-        }
-    }
-}
-
-/// Makes dataset directory `rel` under `root` (never through a link), and refuses a dataset
-/// whose files (the manager's in `dir`, and the receivers' `<prefix>_<name>_master.h5`
-/// there) exist.
-pub(super) fn prepare_directory(root: &Path, rel: &Path, dir: &Path, prefix: &str, receivers: &[String]) -> Result<(), DirError> {
-    rdaq_run::outputs::make_subdirectory("directory", root, rel).map_err(DirError::Path)?;
-    let f = dataset_files(dir, prefix);
-    let mut paths = vec![f.report, f.events, f.manifest, f.master];
-    paths.extend(receivers.iter().map(|name| dir.join(format!("{prefix}_{name}_master.h5"))));
-    rdaq_run::outputs::refuse_existing(paths.iter().map(PathBuf::as_path), false).map_err(DirError::Exists)
 }
 
 /// The dataset whose files are open: the acquisition, where its files go, and the frames
@@ -95,50 +55,25 @@ impl<'a> Worker<'a> {
         Worker { s, hub, open: None }
     }
 
-    /// Carries out the work the API hands over, until Ctrl-C.
-    pub fn run(mut self, rx: mpsc::Receiver<Work>) {
-        for w in rx {
-            match w {
-                Work::Trigger(send) => self.trigger(&send),
-                Work::Close => self.close(),
-                Work::Quit => break,
-            }
-        }
-        if self.open.is_some() {
-            tracing::warn!("stopping: the dataset under way is closed as cancelled");
-            let _ = lock(&self.hub.service).cancel();
-            self.close();
-        }
-    }
-
-    fn trigger(&mut self, send: &Send) {
-        if let Err(e) = self.send_frames(send) {
-            self.fail(e);
-            return;
-        }
-        if lock(&self.hub.service).trigger_done() {
-            self.close();
-        }
-    }
-
     /// Opens the dataset at its first trigger, sends the trigger's frames and waits until
     /// the receivers took them (or a cancel).
-    fn send_frames(&mut self, send: &Send) -> anyhow::Result<()> {
+    fn send_frames(&mut self, send: &Send, ready: &mut Ready) -> anyhow::Result<()> {
         if self.open.is_none() {
             self.open = Some(self.open_dataset()?);
         }
+        ready.listening();
         {
             let service = lock(&self.hub.service);
             if service.is_closing() {
                 return Ok(());
             }
-            lock(&self.hub.board).stop_requested = false;
+            lock(&self.s.shared).stop_requested = false;
         }
         let open = self.open.as_mut().expect("opened above");
         let rate = if send.period_s > 0.0 { 1.0 / send.period_s } else { 0.0 };
         self.s.send(&mut open.run, send.first_frame, send.frames, rate)?;
         open.asked += send.frames;
-        if lock(&self.hub.board).stop_requested {
+        if lock(&self.s.shared).stop_requested {
             // a cancel, or the dashboard's stop (one more cancel asks nothing)
             let _ = lock(&self.hub.service).cancel();
             return Ok(());
@@ -155,7 +90,7 @@ impl<'a> Worker<'a> {
         let dir = d.master.parent().context("the master has a directory")?;
         let files = dataset_files(dir, &r.prefix);
         {
-            let mut b = lock(&self.hub.board);
+            let mut b = lock(&self.s.shared);
             b.to_writer.clear();
             b.processing.clear();
             b.frames = r.frames_per_trigger.saturating_mul(r.triggers);
@@ -201,29 +136,21 @@ impl<'a> Worker<'a> {
         }
         done
     }
+}
 
-    /// Stops the receivers, joins their files and ends the dataset with its report; a
-    /// dataset without its master puts the service in `error`.
-    fn close(&mut self) {
-        lock(&self.hub.board).to_writer.clear();
-        let Some(open) = self.open.take() else {
-            lock(&self.hub.service).closed(serde_json::Value::Null);
-            return;
-        };
-        match self.finish(open) {
-            Ok((summary, None)) => lock(&self.hub.service).closed(summary),
-            Ok((summary, Some(why))) => {
-                let mut s = lock(&self.hub.service);
-                s.closed(summary);
-                s.fail(format!("the dataset's master was not written: {why}"));
-            }
-            Err(e) => lock(&self.hub.service).fail(format!("{e:#}")),
-        }
+impl service::Worker for Worker<'_> {
+    fn trigger(&mut self, send: &Send, ready: &mut Ready) -> anyhow::Result<()> {
+        self.send_frames(send, ready)
     }
 
-    /// The report of the dataset open, written beside its files; and why it has no master,
-    /// if it has none.
-    fn finish(&self, open: Open) -> anyhow::Result<(serde_json::Value, Option<String>)> {
+    fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Stops the receivers, joins their files and writes the report beside them.
+    fn finish(&mut self) -> anyhow::Result<Closed> {
+        lock(&self.s.shared).to_writer.clear();
+        let open = self.open.take().context("no dataset open")?;
         let report = self.s.end(open.run, &open.files, open.asked)?;
         let lost = report.lost();
         self.s.publish(&report, lost, &open.files)?;
@@ -231,20 +158,16 @@ impl<'a> Worker<'a> {
         lock(&self.hub.service).written(written);
         let no_master = report.master.is_none().then(|| report.master_note.clone().unwrap_or_default());
         tracing::info!(frames_complete = report.frames_complete, frames_expected = report.frames_expected, written, lost, "dataset closed");
-        Ok((serde_json::to_value(&report)?, no_master))
+        Ok(Closed { summary: serde_json::to_value(&report)?, frames_lost: Some(report.frames_lost.len() as u64), no_master })
     }
 
-    /// A trigger failed: the receivers are stopped (their files kept) and the service
-    /// says why.
-    fn fail(&mut self, e: anyhow::Error) {
-        let reason = format!("{e:#}");
-        tracing::error!("dataset failed: {reason}");
-        lock(&self.hub.board).to_writer.clear();
+    /// The receivers are stopped, their files kept.
+    fn abandon(&mut self) {
+        lock(&self.s.shared).to_writer.clear();
         if let Some(open) = self.open.take() {
             if let Err(e) = self.s.end(open.run, &open.files, open.asked) {
                 tracing::warn!("closing the failed dataset: {e:#}");
             }
         }
-        lock(&self.hub.service).fail(reason);
     }
 }

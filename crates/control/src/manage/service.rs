@@ -1,133 +1,42 @@
-//! `rdaq manage --data-root DIR --serve ADDR`: the acquisition service. The system is
-//! configured once from the topology; then a control system arms, triggers, cancels and
-//! follows datasets through this API, as many as it likes, without a restart. The state
-//! machine is [`rdaq_manager::service`]'s; the HTTP handlers here only read requests into
-//! it and hand what it answers to the worker ([`super::datasets`]), which drives the
-//! daemons. The OpenAPI document at `/openapi.json` is generated from the handlers and
-//! their types (utoipa).
+//! `rdaq manage --data-root DIR --serve ADDR`: the acquisition service over a system of
+//! daemons ([`crate::service`]). The system is configured once from the topology; each
+//! dataset's triggers then run the detector daemon, and the receivers write under the data
+//! root ([`super::datasets`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use axum::body::Bytes;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
-use axum::http::StatusCode;
-use axum::Json;
-use rdaq_manager::service::{ArmRequest, Dataset, Send, Service, ServiceError, State as Phase};
-use serde::Serialize;
-use utoipa::{OpenApi, ToSchema};
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
-
-use super::board::SharedBoard;
-use super::datasets::{self, Work};
+use super::board::Board;
+use super::datasets::{self, Worker};
 use super::{ManageArgs, Session};
 use crate::dashboard::ProcessView;
-use crate::http::{lock, ApiError};
-
-/// What the handlers share with the worker.
-pub(super) struct Hub {
-    pub service: Mutex<Service>,
-    pub board: SharedBoard,
-    pub work: Mutex<mpsc::Sender<Work>>,
-    pub root: PathBuf,
-    /// The receivers' names (their files are `<prefix>_<name>_master.h5`).
-    pub receivers: Vec<String>,
-    pub image: Image,
-    /// Calls of the service's API it refused (4xx), each logged with its reason.
-    pub refused: AtomicU64,
-}
-
-/// The size of the images in a dataset's master (modules and gaps).
-#[derive(Clone, Copy, Serialize, ToSchema)]
-pub struct Image {
-    pub height: usize,
-    pub width: usize,
-}
-
-pub(super) type SharedHub = Arc<Hub>;
-
-/// `GET /acquisition`: where the service is, and its dataset.
-#[derive(Serialize, ToSchema)]
-pub struct Acquisition {
-    pub state: Phase,
-    /// The directory every dataset's `directory` is relative to (absolute).
-    #[schema(value_type = String)]
-    pub data_root: PathBuf,
-    pub image: Image,
-    /// Why the service is in `error` (until the next arm).
-    pub error: Option<String>,
-    /// The dataset armed or under way, else the last one that ended.
-    pub dataset: Option<Dataset>,
-    pub live: Live,
-    /// Calls of this API refused (bad requests, wrong state), each logged with its reason.
-    pub requests_refused: u64,
-}
-
-/// What the receivers said at their last answer: the processing counts of the dataset
-/// under way (or the last), and their own counters (since their buffers were defined).
-#[derive(Serialize, ToSchema)]
-pub struct Live {
-    pub processing: Option<ProcessView>,
-    /// Datagrams the receivers dropped, for any reason.
-    pub datagrams_dropped: u64,
-    /// Frames they finished with data missing.
-    pub frames_incomplete: u64,
-}
-
-/// What `POST /trigger` started.
-#[derive(Serialize, ToSchema)]
-pub struct Triggered {
-    pub state: Phase,
-    /// The dataset's number.
-    pub number: u64,
-    /// The trigger's first frame (counted from 0 in the dataset) and its frames.
-    pub first_frame: u64,
-    pub frames: u64,
-}
-
-/// A refused or failed call: its one-line reason (it names the field of a bad request).
-#[derive(Serialize, ToSchema)]
-pub struct ErrorAnswer {
-    pub error: String,
-}
-
-#[derive(OpenApi)]
-#[openapi(info(title = "rdaq acquisition service", description = "Configured once, then datasets: arm, trigger, cancel, follow. Every call that changes something needs the token when one is set (Authorization: Bearer)."))]
-struct ApiDoc;
+use crate::http::lock;
+use crate::service::{self, Backend, Image, Live, Serving};
 
 /// Serves the acquisition service until Ctrl-C: checks the system, then carries out the
 /// datasets the API asks for, one at a time.
 pub fn serve(a: &ManageArgs) -> anyhow::Result<ExitCode> {
-    let root = data_root(a.data_root.as_deref().expect("--data-root given"))?;
+    let root = service::data_root(a.data_root.as_deref().expect("--data-root given"))?;
     let access = a.access.access()?;
     let s = Session::connect(a, &access, 0)?;
     datasets::check_topology(&s)?;
     wait_for_daemons(&s)?;
-    let (tx, rx) = mpsc::channel();
-    let (quit, board) = (tx.clone(), s.shared.clone());
-    ctrlc::set_handler(move || {
-        // a trigger under way stops first
-        lock(&board).stop_requested = true;
-        let _ = quit.send(Work::Quit);
-    })?;
     let receivers = s.plan.receivers.iter().map(|rp| s.t.receivers[rp.receiver].name.clone()).collect();
     let g = s.t.geometry();
-    let image = Image { height: g.height(), width: g.width() };
-    let hub = Arc::new(Hub { service: Mutex::new(Service::new(root.clone())), board: s.shared.clone(), work: Mutex::new(tx), root, receivers, image, refused: AtomicU64::new(0) });
     let access = Arc::new(access);
-    let app = router(hub.clone()).merge(super::board::router(s.shared.clone(), access.clone()));
-    let addr = a.serve.expect("--serve given with --data-root");
-    crate::http::serve_in_background(addr, app, "manage", access)?;
-    tracing::info!(data_root = %hub.root.display(), "acquisition service ready: POST /arm, then /trigger");
-    datasets::Worker::new(s, hub).run(rx);
+    let backend = Arc::new(System { board: s.shared.clone(), receivers });
+    let serving = Serving {
+        addr: a.serve.expect("--serve given with --data-root"),
+        access: access.clone(),
+        root,
+        image: Image { height: g.height(), width: g.width() },
+        backend,
+        extra: super::board::router(s.shared.clone(), access),
+        what: "manage",
+    };
+    service::serve(serving, |hub| Worker::new(s, hub))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -155,185 +64,33 @@ fn wait_for_daemons(s: &Session) -> anyhow::Result<()> {
     }
 }
 
-/// The service's data root, made if missing, as an absolute path without links.
-fn data_root(dir: &Path) -> anyhow::Result<PathBuf> {
-    std::fs::create_dir_all(dir).with_context(|| format!("--data-root: cannot create {}", dir.display()))?;
-    dir.canonicalize().with_context(|| format!("--data-root: {}", dir.display()))
+/// The system as the service's API sees it: the manager's board, which the receivers'
+/// answers fill.
+struct System {
+    board: Arc<Mutex<Board>>,
+    /// The receivers' names (their files are `<prefix>_<name>_master.h5`).
+    receivers: Vec<String>,
 }
 
-/// The service's routes, each with its part of the OpenAPI document.
-fn api() -> OpenApiRouter<SharedHub> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(acquisition))
-        .routes(routes!(arm))
-        .routes(routes!(trigger))
-        .routes(routes!(disarm))
-        .routes(routes!(cancel))
-}
-
-/// The service's routes, and `/openapi.json`: the document they make; every refusal counted
-/// and logged.
-fn router(hub: SharedHub) -> axum::Router {
-    let (router, doc) = api().with_state(hub.clone()).split_for_parts();
-    let router = router.layer(axum::middleware::from_fn_with_state(hub, note_refusal));
-    let doc = Arc::new(doc);
-    router.route("/openapi.json", axum::routing::get(move || async move { Json(doc.as_ref().clone()) }))
-}
-
-/// Middleware: a refused call (4xx) is counted and logged with its one-line reason.
-async fn note_refusal(State(hub): State<SharedHub>, req: Request, next: Next) -> Response {
-    let (method, path) = (req.method().clone(), req.uri().path().to_string());
-    let resp = next.run(req).await;
-    if !resp.status().is_client_error() {
-        return resp;
-    }
-    let n = hub.refused.fetch_add(1, Ordering::Relaxed) + 1;
-    let (parts, body) = resp.into_parts();
-    // the answers here are one-line JSON errors
-    let bytes = axum::body::to_bytes(body, 16 * 1024).await.unwrap_or_default();
-    let why = serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| v["error"].as_str().map(String::from)).unwrap_or_default();
-    tracing::warn!(%method, path, status = parts.status.as_u16(), refused = n, "refused {method} {path}: {why}");
-    Response::from_parts(parts, axum::body::Body::from(bytes))
-}
-
-fn answer(e: ServiceError) -> ApiError {
-    match e {
-        ServiceError::State(m) => ApiError(StatusCode::CONFLICT, m),
-        e @ ServiceError::Field { .. } => ApiError(StatusCode::BAD_REQUEST, e.to_string()),
-    }
-}
-
-impl Hub {
-    fn send(&self, w: Work) {
-        // the worker lives as long as the process serves
-        let _ = lock(&self.work).send(w);
-    }
-
-    /// The acquisition as it stands, its written count brought up to the receivers' last
-    /// answers (those of the dataset under way: the worker clears them between datasets).
-    fn acquisition(&self) -> Acquisition {
+impl Backend for System {
+    fn live(&self) -> (Live, u64) {
         let b = lock(&self.board);
-        let to_writer: u64 = b.to_writer.values().sum();
         let counted = |k: &str| b.receivers.values().filter_map(|(_, c)| c.as_ref()?[k].as_u64()).sum();
         let live = Live { processing: ProcessView::sum(b.processing.values()), datagrams_dropped: counted("dropped"), frames_incomplete: counted("frames_incomplete") };
-        drop(b);
-        let mut s = lock(&self.service);
-        if matches!(s.state(), Phase::Acquiring | Phase::Armed) {
-            s.written(to_writer);
-        }
-        let requests_refused = self.refused.load(Ordering::Relaxed);
-        Acquisition { state: s.state(), data_root: self.root.clone(), image: self.image, error: s.error().map(String::from), dataset: s.dataset().cloned(), live, requests_refused }
-    }
-}
-
-/// The service's state and its dataset (the one under way, else the last that ended, with
-/// its summary).
-#[utoipa::path(get, path = "/acquisition", responses((status = 200, body = Acquisition)))]
-async fn acquisition(State(hub): State<SharedHub>) -> Json<Acquisition> {
-    Json(hub.acquisition())
-}
-
-/// Arms the next dataset (again, until its first trigger). Its directory is made under the
-/// data root; files of the same name are refused.
-#[utoipa::path(post, path = "/arm", request_body = ArmRequest, responses(
-    (status = 200, body = Acquisition, description = "armed"),
-    (status = 400, body = ErrorAnswer, description = "a field out of range, unknown, or a path outside the data root"),
-    (status = 409, body = ErrorAnswer, description = "acquiring, or the dataset's files exist"),
-))]
-async fn arm(State(hub): State<SharedHub>, body: Bytes) -> Result<Json<Acquisition>, ApiError> {
-    let req: ArmRequest = read_arm(&body)?;
-    let master = {
-        let s = lock(&hub.service);
-        s.can_arm().and_then(|()| s.master(&req)).map_err(answer)?
-    };
-    let dir = master.parent().expect("a master path has a directory").to_path_buf();
-    let rel = Path::new(&req.directory).to_path_buf();
-    let h = hub.clone();
-    tokio::task::spawn_blocking(move || datasets::prepare_directory(&h.root, &rel, &dir, &req.prefix, &h.receivers).map(|()| req))
-        .await
-        .map_err(crate::http::internal)?
-        .map_err(|e| e.answer())
-        .and_then(|req| lock(&hub.service).arm(req).map(|_| ()).map_err(answer))?;
-    Ok(Json(hub.acquisition()))
-}
-
-/// An arm request, or a 400 naming the field that is wrong.
-fn read_arm(body: &[u8]) -> Result<ArmRequest, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let at = e.path().to_string();
-        let inner = e.into_inner();
-        crate::http::bad(if at == "." { inner.to_string() } else { format!("{at}: {inner}") })
-    })
-}
-
-/// Sends the next trigger's frames; answers at once (follow it with `GET /acquisition`).
-#[utoipa::path(post, path = "/trigger", responses(
-    (status = 202, body = Triggered, description = "the trigger's frames are being sent"),
-    (status = 409, body = ErrorAnswer, description = "not armed"),
-))]
-async fn trigger(State(hub): State<SharedHub>) -> Result<(StatusCode, Json<Triggered>), ApiError> {
-    let send: Send = lock(&hub.service).trigger().map_err(answer)?;
-    let t = Triggered { state: Phase::Acquiring, number: send.number, first_frame: send.first_frame, frames: send.frames };
-    hub.send(Work::Trigger(send));
-    Ok((StatusCode::ACCEPTED, Json(t)))
-}
-
-/// Drops an arm not yet triggered; between triggers, ends the dataset as a cancel does.
-#[utoipa::path(post, path = "/disarm", responses(
-    (status = 200, body = Acquisition),
-    (status = 409, body = ErrorAnswer, description = "acquiring: cancel instead"),
-))]
-async fn disarm(State(hub): State<SharedHub>) -> Result<Json<Acquisition>, ApiError> {
-    let close = lock(&hub.service).disarm().map_err(answer)?;
-    if close {
-        hub.send(Work::Close);
-    }
-    Ok(Json(hub.acquisition()))
-}
-
-/// Ends the dataset under way early: the detector stops, the receivers finish what they
-/// have, the files are closed (the state goes idle then, the dataset marked cancelled).
-#[utoipa::path(post, path = "/cancel", responses(
-    (status = 200, body = Acquisition),
-    (status = 409, body = ErrorAnswer, description = "nothing to cancel"),
-))]
-async fn cancel(State(hub): State<SharedHub>) -> Result<Json<Acquisition>, ApiError> {
-    let mut s = lock(&hub.service);
-    let acquiring = s.state() == Phase::Acquiring;
-    let close = s.cancel().map_err(answer)?;
-    drop(s);
-    if close && acquiring {
-        // the worker's watch stops the detector; it closes the files after
-        lock(&hub.board).stop_requested = true;
-    } else if close {
-        hub.send(Work::Close);
-    }
-    Ok(Json(hub.acquisition()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_bad_arm_names_its_field() {
-        let msg = |body: &str| read_arm(body.as_bytes()).map(|_| ()).expect_err("refused").1;
-        assert!(msg(r#"{"frames_per_trigger": -3, "prefix": "s"}"#).starts_with("frames_per_trigger: "));
-        assert!(msg(r#"{"frames_per_trigger": 3, "prefix": "s", "colour": 1}"#).contains("colour"));
-        assert!(msg(r#"{"prefix": "s"}"#).contains("frames_per_trigger"));
-        assert!(msg("not json").contains("expected"));
+        // the worker clears these between datasets
+        (live, b.to_writer.values().sum())
     }
 
-    #[test]
-    fn the_openapi_document_describes_every_route() {
-        let (_, doc) = api().split_for_parts();
-        let v = serde_json::to_value(&doc).unwrap();
-        for p in ["/acquisition", "/arm", "/trigger", "/disarm", "/cancel"] {
-            assert!(v["paths"][p].is_object(), "{p}");
-        }
-        let arm = &v["components"]["schemas"]["ArmRequest"];
-        assert_eq!(arm["properties"]["frames_per_trigger"]["minimum"], 1);
-        assert!(arm["required"].as_array().unwrap().contains(&"prefix".into()));
+    /// The manager's files of the dataset, and the receivers' masters beside them.
+    fn files(&self, dir: &Path, prefix: &str) -> Vec<PathBuf> {
+        let f = datasets::dataset_files(dir, prefix);
+        let mut paths = vec![f.report, f.events, f.manifest, f.master];
+        paths.extend(self.receivers.iter().map(|name| dir.join(format!("{prefix}_{name}_master.h5"))));
+        paths
+    }
+
+    fn stop_trigger(&self) {
+        // the worker's watch stops the detector, as the dashboard's stop does
+        lock(&self.board).stop_requested = true;
     }
 }

@@ -123,8 +123,10 @@ class Manager(_Client):
 
 
 class Service(_Client):
-    """The acquisition service, `rdaq manage --data-root DIR --serve ADDR`: configured once,
-    then datasets armed, triggered and followed (its OpenAPI document: ``openapi()``).
+    """The acquisition service, `rdaq manage --data-root DIR --serve ADDR` (a system of
+    daemons) or `rdaq receive --data-root DIR --serve ADDR` (one receiver of a detector that
+    something else triggers): configured once, then datasets armed, triggered and followed
+    (its OpenAPI document: ``openapi()``).
 
         svc = rdaq.control.Service("http://127.0.0.1:7200")
         svc.arm(frames_per_trigger=10, triggers=3, period_s=0.01, directory="run1", prefix="lysozyme")
@@ -147,7 +149,8 @@ class Service(_Client):
         return self._call("POST", "/arm", body)
 
     def trigger(self):
-        """Sends the next trigger's frames (returns at once)."""
+        """Starts the next trigger; returns once its frames may come (the receivers
+        listen), while they are taken (follow with ``wait``)."""
         return self._call("POST", "/trigger", {})
 
     def disarm(self):

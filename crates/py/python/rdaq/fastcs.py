@@ -155,7 +155,7 @@ class RdaqController(Controller):
         summary = d.get("summary")
         if summary:
             await self.FullFileName_RBV.update(d["master"][:256])
-            await self.FramesLost_RBV.update(len(summary.get("frames_lost", [])))
+            await self.FramesLost_RBV.update(d.get("frames_lost") or 0)
         live = a["live"]
         await self.FramesIncomplete_RBV.update(live["frames_incomplete"])
         await self.DatagramsDropped_RBV.update(live["datagrams_dropped"])

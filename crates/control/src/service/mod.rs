@@ -1,0 +1,237 @@
+//! The acquisition service: configured once, then datasets that a control system arms,
+//! triggers, cancels and follows through an HTTP API, as many as it likes, without a
+//! restart. Two entry points serve it, with the same API and the same state machine
+//! ([`rdaq_manager::service`]):
+//!
+//! - `rdaq manage --data-root DIR --serve ADDR`: a system of daemons, its detector triggered
+//!   by the manager (`crate::manage`'s worker);
+//! - `rdaq receive --data-root DIR --serve ADDR`: one receiver of a detector that something
+//!   else triggers ([`receive`]).
+//!
+//! The HTTP side ([`api`]) reads requests into the state machine and hands what it answers
+//! to a [`Worker`], which does the slow part (starting receivers, waiting for frames,
+//! closing files) on a thread of its own, one step at a time; a [`Backend`] tells the API
+//! what the acquisition under way shows.
+
+mod api;
+pub mod receive;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::http::StatusCode;
+use rdaq_manager::service::{Send, Service};
+
+pub use api::{Acquisition, ErrorAnswer, Image, Live, Triggered};
+use crate::auth::Access;
+use crate::http::{lock, ApiError};
+
+/// What the API reads of the acquisition under way, and how it stops one.
+pub trait Backend: std::marker::Send + Sync + 'static {
+    /// What the receivers said last, and the frames they handed to the writer in the
+    /// dataset whose files are open (0 when none is).
+    fn live(&self) -> (Live, u64);
+    /// The files of dataset `prefix` in `dir` that an arm must find free.
+    fn files(&self, dir: &Path, prefix: &str) -> Vec<PathBuf>;
+    /// Ends the trigger under way early (a cancel, Ctrl-C): the worker then closes the
+    /// dataset's files.
+    fn stop_trigger(&self);
+}
+
+/// Carries out what the state machine answered, one step at a time.
+pub trait Worker {
+    /// Takes one trigger's frames, opening the dataset's files at its first; says through
+    /// `ready` when the frames may come (the receivers listen), then returns once they are
+    /// taken, or a cancel came.
+    fn trigger(&mut self, send: &Send, ready: &mut Ready) -> anyhow::Result<()>;
+    /// Whether a dataset's files are open.
+    fn is_open(&self) -> bool;
+    /// Closes the open dataset's files.
+    fn finish(&mut self) -> anyhow::Result<Closed>;
+    /// After a failure: stops what is open, keeping its files.
+    fn abandon(&mut self);
+}
+
+/// What closing a dataset's files came to.
+pub struct Closed {
+    /// The summary (report) written beside the master.
+    pub summary: serde_json::Value,
+    /// Frames asked for that are not in the files at all, when known.
+    pub frames_lost: Option<u64>,
+    /// Why the dataset has no complete master, if it has none.
+    pub no_master: Option<String>,
+}
+
+/// What the API hands the worker.
+pub enum Work {
+    /// Take this trigger's frames (opening the dataset's files at its first).
+    Trigger(Send, Ready),
+    /// Close the dataset's files (a cancel or disarm between triggers).
+    Close,
+    /// Ctrl-C: close what is open and stop.
+    Quit,
+}
+
+/// The answer `POST /trigger` waits for: the trigger's frames may come (or why not).
+pub struct Ready(Option<tokio::sync::oneshot::Sender<Result<(), String>>>);
+
+impl Ready {
+    /// The receivers listen: the trigger's frames may come.
+    pub fn listening(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(Ok(()));
+        }
+    }
+
+    /// The trigger failed before its frames could come.
+    fn failed(&mut self, why: &str) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(Err(why.to_string()));
+        }
+    }
+}
+
+/// What the handlers share with the worker.
+pub struct Hub {
+    pub service: Mutex<Service>,
+    pub backend: Arc<dyn Backend>,
+    work: Mutex<mpsc::Sender<Work>>,
+    pub root: PathBuf,
+    pub image: Image,
+    /// Calls of the service's API it refused (4xx), each logged with its reason.
+    refused: AtomicU64,
+}
+
+pub type SharedHub = Arc<Hub>;
+
+impl Hub {
+    fn send(&self, w: Work) {
+        // the worker lives as long as the process serves
+        let _ = lock(&self.work).send(w);
+    }
+}
+
+/// Where and what a service serves.
+pub struct Serving {
+    pub addr: SocketAddr,
+    pub access: Arc<Access>,
+    /// The data root, absolute (see [`data_root`]).
+    pub root: PathBuf,
+    pub image: Image,
+    pub backend: Arc<dyn Backend>,
+    /// Routes served beside the service's (a dashboard).
+    pub extra: axum::Router,
+    /// Who serves, for the logs ("manage", "receive").
+    pub what: &'static str,
+}
+
+/// Serves the service's API, and carries out its datasets with the worker `make` gives
+/// until Ctrl-C (which ends a dataset under way as a cancel does).
+pub fn serve<W: Worker>(s: Serving, make: impl FnOnce(SharedHub) -> W) -> anyhow::Result<()> {
+    let (tx, rx) = mpsc::channel();
+    let (quit, backend) = (tx.clone(), s.backend.clone());
+    ctrlc::set_handler(move || {
+        backend.stop_trigger();
+        let _ = quit.send(Work::Quit);
+    })?;
+    let hub = Arc::new(Hub { service: Mutex::new(Service::new(s.root.clone())), backend: s.backend, work: Mutex::new(tx), root: s.root, image: s.image, refused: AtomicU64::new(0) });
+    let app = api::router(hub.clone()).merge(s.extra);
+    crate::http::serve_in_background(s.addr, app, s.what, s.access)?;
+    tracing::info!(data_root = %hub.root.display(), "acquisition service ready: POST /arm, then /trigger");
+    run(&hub, rx, &mut make(hub.clone()));
+    Ok(())
+}
+
+/// The worker's loop: each step the API handed over, in order, until Ctrl-C; a dataset
+/// open then is closed as cancelled.
+fn run(hub: &Hub, rx: mpsc::Receiver<Work>, w: &mut impl Worker) {
+    for job in rx {
+        match job {
+            Work::Trigger(send, mut ready) => {
+                if let Err(e) = w.trigger(&send, &mut ready) {
+                    fail(hub, w, e, &mut ready);
+                    continue;
+                }
+                ready.listening();
+                if lock(&hub.service).trigger_done() {
+                    close(hub, w);
+                }
+            }
+            Work::Close => close(hub, w),
+            Work::Quit => break,
+        }
+    }
+    if w.is_open() {
+        tracing::warn!("stopping: the dataset under way is closed as cancelled");
+        let _ = lock(&hub.service).cancel();
+        close(hub, w);
+    }
+}
+
+/// Closes the dataset's files and ends it with its summary; a dataset without its master
+/// puts the service in `error`.
+fn close(hub: &Hub, w: &mut impl Worker) {
+    if !w.is_open() {
+        lock(&hub.service).closed(serde_json::Value::Null, None);
+        return;
+    }
+    match w.finish() {
+        Ok(c) => {
+            let mut s = lock(&hub.service);
+            s.closed(c.summary, c.frames_lost);
+            if let Some(why) = c.no_master {
+                s.fail(format!("the dataset's master was not written: {why}"));
+            }
+        }
+        Err(e) => lock(&hub.service).fail(format!("{e:#}")),
+    }
+}
+
+/// A trigger failed: what is open stops (its files kept), the trigger's caller and the
+/// service say why.
+fn fail(hub: &Hub, w: &mut impl Worker, e: anyhow::Error, ready: &mut Ready) {
+    let reason = format!("{e:#}");
+    tracing::error!("dataset failed: {reason}");
+    w.abandon();
+    ready.failed(&reason);
+    lock(&hub.service).fail(reason);
+}
+
+/// How long `POST /trigger` waits for the worker to say the frames may come (a receiver
+/// starts in well under a second; this only bounds a stuck one).
+const READY_WAIT: Duration = Duration::from_secs(60);
+
+/// The service's data root, made if missing, as an absolute path without links.
+pub fn data_root(dir: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("--data-root: cannot create {}", dir.display()))?;
+    dir.canonicalize().with_context(|| format!("--data-root: {}", dir.display()))
+}
+
+/// Why an arm's directory or files cannot be used.
+enum DirError {
+    /// Outside the data root, through a link, or not a directory.
+    Path(anyhow::Error),
+    /// A file of the dataset exists.
+    Exists(anyhow::Error),
+}
+
+impl DirError {
+    fn answer(self) -> ApiError {
+        match self {
+            DirError::Path(e) => ApiError(StatusCode::BAD_REQUEST, format!("{e:#}")),
+            DirError::Exists(e) => ApiError(StatusCode::CONFLICT, format!("{e:#}; choose another prefix or directory")),
+        }
+    }
+}
+
+/// Makes dataset directory `rel` under `root` (never through a link), and refuses a dataset
+/// whose files (`files` there) exist.
+fn prepare_directory(root: &Path, rel: &Path, files: &[PathBuf]) -> Result<(), DirError> {
+    rdaq_run::outputs::make_subdirectory("directory", root, rel).map_err(DirError::Path)?;
+    rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), false).map_err(DirError::Exists)
+}

@@ -1,0 +1,266 @@
+//! `rdaq receive --data-root DIR --serve ADDR`: the acquisition service of one receiver, for a
+//! detector that something else triggers (its own control software, the beamline's timing
+//! system). Configured once from `rdaq receive`'s options (the detector's packets, the
+//! ports, the calibration); each dataset is one acquisition of `rdaq receive`'s chain
+//! ([`rdaq_run::receive`]) into `<data_root>/<directory>/<prefix>_master.h5`, with the
+//! summary `rdaq receive` prints in `<prefix>_summary.json` beside it.
+//!
+//! A dataset's first `POST /trigger` starts the receiver and answers once its ports listen:
+//! the detector may send from then on. The receiver takes frames as they come until it has
+//! `frames_per_trigger x triggers` of them (`triggers` 0: until disarm). A trigger is done
+//! when the frames up to its last have been taken, or when, after some of them, none came
+//! for [`SETTLE`] (what is missing shows in the summary); before its first frame the
+//! service waits as long as the detector does, until a cancel.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use indicatif::ProgressBar;
+use rdaq_emulator::Control;
+use rdaq_manager::service::{Dataset, Send};
+use rdaq_run::board::Board;
+use rdaq_run::config::Config;
+use rdaq_run::receive::Received;
+use rdaq_run::remote::{self, Source};
+
+use super::{Backend, Closed, Image, Live, Ready, Serving, SharedHub};
+use crate::auth::Access;
+use crate::dashboard::process_view;
+use crate::http::lock;
+
+/// How long a trigger whose frames began may go without one more before it counts as done
+/// (a lost frame never comes; the summary reports it).
+const SETTLE: Duration = Duration::from_secs(3);
+
+/// How often a trigger's wait looks at the frames taken.
+const POLL: Duration = Duration::from_millis(10);
+
+/// What `rdaq receive` configured the service with.
+pub struct Options {
+    pub addr: SocketAddr,
+    pub access: Access,
+    pub data_root: PathBuf,
+    /// The detector's packets (its frame count is each dataset's).
+    pub source: Source,
+    pub config: Config,
+    /// The detector's exposure per image, for the files (0: unknown).
+    pub count_time_s: f64,
+}
+
+/// Serves the acquisition service of one receiver until Ctrl-C. The configuration is
+/// checked once, here: the detector's packets, the calibration, the ports' settings.
+pub fn serve(o: Options) -> anyhow::Result<()> {
+    if o.source.detector.is_none() && o.source.format != "sls" {
+        bail!("--data-root: the service of one receiver takes a detector's native packets (--format sls, or --detector NAME); rdaq datagrams and RoCEv2 WRITEs need their senders told each acquisition's buffers: use `rdaq manage --data-root` for those");
+    }
+    let root = super::data_root(&o.data_root)?;
+    let setup = remote::setup(&o.source, &o.config)?;
+    for note in &setup.notes {
+        tracing::info!("{note}");
+    }
+    let g = setup.chain.geometry;
+    let image = Image { height: g.height(), width: g.width() };
+    drop(setup);
+    let shown = Arc::new(Shown::default());
+    let serving = Serving { addr: o.addr, access: Arc::new(o.access), root, image, backend: shown.clone(), extra: axum::Router::new(), what: "receive" };
+    let (source, config, count_time_s) = (o.source, o.config, o.count_time_s);
+    super::serve(serving, |hub| Datasets { hub, shown, source, config, count_time_s, open: None })
+}
+
+/// A dataset's master, and its summary beside it.
+fn dataset_files(dir: &Path, prefix: &str) -> (PathBuf, PathBuf) {
+    (dir.join(format!("{prefix}_master.h5")), dir.join(format!("{prefix}_summary.json")))
+}
+
+/// What the API shows of the dataset under way (or the last): its acquisition's board, and
+/// while its files are open, what stops it.
+#[derive(Default)]
+struct Shown(Mutex<Showing>);
+
+#[derive(Default)]
+struct Showing {
+    board: Option<Arc<Board>>,
+    /// Set while the dataset's files are open.
+    stop: Option<Arc<Control>>,
+}
+
+impl Backend for Shown {
+    fn live(&self) -> (Live, u64) {
+        let shown = lock(&self.0);
+        let Some(board) = &shown.board else { return (Live::default(), 0) };
+        let counters = board.receiver();
+        let live = Live {
+            processing: process_view(board),
+            datagrams_dropped: counters.map_or(0, |c| c.dropped_total()),
+            frames_incomplete: counters.map_or(0, |c| c.frames_incomplete),
+        };
+        let to_writer = if shown.stop.is_some() { board.frames_done().1 } else { 0 };
+        (live, to_writer)
+    }
+
+    /// The series (the master and its first data file) and the summary.
+    fn files(&self, dir: &Path, prefix: &str) -> Vec<PathBuf> {
+        let (master, summary) = dataset_files(dir, prefix);
+        let mut files = rdaq_run::outputs::series_files(&master).to_vec();
+        files.push(summary);
+        files
+    }
+
+    fn stop_trigger(&self) {
+        if let Some(stop) = &lock(&self.0).stop {
+            stop.stop.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The dataset whose files are open: its acquisition's thread, what it shows, what stops
+/// it, and where its summary goes.
+struct Open {
+    thread: JoinHandle<anyhow::Result<Received>>,
+    board: Arc<Board>,
+    stop: Arc<Control>,
+    summary: PathBuf,
+}
+
+/// The worker: one acquisition of `rdaq receive`'s chain per dataset.
+struct Datasets {
+    hub: SharedHub,
+    shown: Arc<Shown>,
+    source: Source,
+    config: Config,
+    count_time_s: f64,
+    open: Option<Open>,
+}
+
+/// What an acquisition's thread says once its receiver listens.
+struct Listening {
+    board: Arc<Board>,
+    ports: Vec<u16>,
+    engine: String,
+}
+
+impl Datasets {
+    /// Starts the armed dataset's acquisition on a thread of its own; returns once its
+    /// receiver listens.
+    fn open_dataset(&self) -> anyhow::Result<Open> {
+        let d = lock(&self.hub.service).dataset().cloned().context("no dataset armed")?;
+        let summary = dataset_files(d.master.parent().context("the master has a directory")?, &d.request.prefix).1;
+        let (source, cfg) = self.configured(&d);
+        let stop = Arc::new(Control::default());
+        let (tx, rx) = mpsc::sync_channel(1);
+        let (master, count_time_s, period_s, halt) = (d.master.clone(), self.count_time_s, d.request.period_s, stop.clone());
+        let thread = std::thread::Builder::new().name("rdaq-dataset".into()).spawn(move || acquire(&source, &cfg, &master, (count_time_s, period_s), &halt, tx))?;
+        // the thread says whether it listens before anything else it does
+        let l = rx.recv().map_err(|_| anyhow::anyhow!("the dataset's acquisition panicked before its receiver listened"))??;
+        *lock(&self.shown.0) = Showing { board: Some(l.board.clone()), stop: Some(stop.clone()) };
+        tracing::info!(dataset = d.number, master = %d.master.display(), frames = d.request.frames_per_trigger, triggers = d.request.triggers, ports = ?l.ports, engine = l.engine, "dataset opened: the receiver listens");
+        Ok(Open { thread, board: l.board, stop, summary })
+    }
+
+    /// The source and configuration of dataset `d`: its frame count, processing on or off.
+    fn configured(&self, d: &Dataset) -> (Source, Config) {
+        let r = &d.request;
+        let mut cfg = self.config.clone();
+        if !r.process {
+            cfg.process.mode = "raw".into();
+        }
+        // bounded where the arm was read: at most 2^50
+        let frames = (r.triggers > 0).then(|| r.frames_per_trigger * r.triggers);
+        (Source { frames, ..self.source.clone() }, cfg)
+    }
+
+    /// Waits until the receiver has taken the frames up to `target` (dark, vetoed or
+    /// written), its acquisition ended, a cancel came, or, once frames from `first` on
+    /// came, none came for [`SETTLE`].
+    fn wait_for(&self, open: &Open, first: u64, target: u64) {
+        let (mut best, mut since) = (0, Instant::now());
+        loop {
+            let done = open.board.frames_done().0;
+            if done >= target || open.thread.is_finished() || open.stop.stop.load(Ordering::Relaxed) || lock(&self.hub.service).is_closing() {
+                return;
+            }
+            if done > best {
+                (best, since) = (done, Instant::now());
+            } else if done > first && since.elapsed() > SETTLE {
+                tracing::warn!(taken = done, expected = target, "no frame came for {SETTLE:?}: the trigger counts as done (what is missing shows in the summary)");
+                return;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Stops the open dataset's acquisition and waits for its end.
+    fn stop(&mut self) -> Option<(anyhow::Result<Received>, PathBuf)> {
+        let open = self.open.take()?;
+        open.stop.stop.store(true, Ordering::Relaxed);
+        let done = open.thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the dataset's acquisition panicked")));
+        lock(&self.shown.0).stop = None;
+        Some((done, open.summary))
+    }
+}
+
+/// An acquisition's thread: starts the receiver on the dataset's files, says so through
+/// `started`, and takes the frames until the receiver has its count or `stop`.
+fn acquire(source: &Source, cfg: &Config, master: &Path, (count_time_s, period_s): (f64, f64), stop: &Control, started: mpsc::SyncSender<anyhow::Result<Listening>>) -> anyhow::Result<Received> {
+    let receiving = remote::setup(source, cfg).and_then(|mut setup| {
+        setup.meta.number_of_images = source.frames;
+        (setup.meta.count_time_s, setup.meta.frame_time_s) = (count_time_s, period_s);
+        rdaq_run::receive::start(setup, cfg, Some(master), source.frames)
+    });
+    let receiving = match receiving {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = started.send(Err(e));
+            bail!("the receiver did not start");
+        }
+    };
+    let l = Listening { board: receiving.board(), ports: receiving.rx.ports().to_vec(), engine: receiving.rx.engine().to_string() };
+    let _ = started.send(Ok(l));
+    receiving.run(&ProgressBar::hidden(), None, stop)
+}
+
+impl super::Worker for Datasets {
+    fn trigger(&mut self, send: &Send, ready: &mut Ready) -> anyhow::Result<()> {
+        if self.open.is_none() {
+            self.open = Some(self.open_dataset()?);
+        }
+        ready.listening();
+        let open = self.open.as_ref().expect("opened above");
+        self.wait_for(open, send.first_frame, send.first_frame + send.frames);
+        if open.stop.stop.load(Ordering::Relaxed) {
+            // a cancel, or Ctrl-C (one more cancel asks nothing)
+            let _ = lock(&self.hub.service).cancel();
+        }
+        Ok(())
+    }
+
+    fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Stops the receiver (it has its frames, or the dataset ends early) and writes the
+    /// summary beside the master.
+    fn finish(&mut self) -> anyhow::Result<Closed> {
+        let cancelled = lock(&self.hub.service).is_cancelling();
+        let (done, path) = self.stop().context("no dataset open")?;
+        let sum = done?.summary;
+        // of a known count, a cancelled dataset's frames after the cancel were not waited for
+        let frames_lost = (!cancelled || sum.frames_expected.is_none()).then(|| sum.frames_lost());
+        sum.write_json(&path, false)?;
+        lock(&self.hub.service).written(sum.frames_written);
+        tracing::info!(frames_complete = sum.frames_complete, frames_expected = ?sum.frames_expected, written = sum.frames_written, lost = sum.lost(), "dataset closed");
+        Ok(Closed { summary: serde_json::to_value(&sum)?, frames_lost, no_master: sum.write_error.clone() })
+    }
+
+    /// The receiver is stopped, its files kept.
+    fn abandon(&mut self) {
+        if let Some((Err(e), _)) = self.stop() {
+            tracing::warn!("closing the failed dataset: {e:#}");
+        }
+    }
+}
