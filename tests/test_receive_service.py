@@ -6,11 +6,13 @@ receiver listens then). Every dataset's master holds the frames sent, raw or con
 aare converts them; a cancel keeps what came; a frame that never came is reported, not
 waited for forever; a port another program holds puts the service in error, saying so."""
 import json
+import re
 import signal
 import socket
 import struct
 import subprocess
 import time
+import urllib.request
 
 import h5py
 import hdf5plugin  # noqa: F401
@@ -106,6 +108,10 @@ def test_datasets_in_a_row_raw_processed_and_open_ended(start, tmp_path):
     d = svc.wait("idle")["dataset"]
     assert not d["cancelled"] and (d["frames_written"], d["frames_lost"]) == (4, 0) and d["summary"]["frames_expected"] is None
     assert frames_of(d["master"])[0] == [10, 11, 12, 13]
+    # the last dataset's receiver counters, as the receiver daemon's /metrics gives them
+    metrics = urllib.request.urlopen(svc.url + "/metrics", timeout=5).read().decode()
+    assert re.search(r'^rdaq_frames_complete_total\{receiver="dr0"\} 4$', metrics, re.M), metrics
+    assert re.search(r'^rdaq_dropped_total\{receiver="dr0",reason="bad_key"\} 0$', metrics, re.M), metrics
 
 
 def written(svc, frames):

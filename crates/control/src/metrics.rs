@@ -9,6 +9,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use rdaq_receiver::Counters;
+use rdaq_run::board::Board;
 
 /// Upper bounds, in seconds, of the latency histograms' buckets.
 pub const LATENCY_BOUNDS: [f64; 14] = [1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
@@ -42,6 +44,35 @@ impl Scrape {
     /// `bounds` (not cumulative, one more for +Inf), the count and the sum.
     pub fn histograms_by(&mut self, name: &str, help: &str, label: &'static str, bounds: &[f64], values: Vec<HistogramValue>) {
         self.registry.register(name, help, HistogramFamily { label, bounds: bounds.to_vec(), values });
+    }
+
+    /// A receiver's counters `c`, its drops by reason, the ring's occupancy, and its
+    /// acquisition's processing counts and latency (from `board`).
+    pub fn receiver(&mut self, c: &Counters, board: &Board) {
+        for f in &rdaq_receiver::counters::FIELDS {
+            self.counter(f.name, f.help, (f.get)(c));
+        }
+        let drops = rdaq_receiver::DropReason::ALL.iter().map(|r| (r.name().to_string(), c.dropped(*r))).collect();
+        self.counters_by("dropped", "Datagrams dropped, by reason", "reason", drops);
+        if let Some(p) = crate::dashboard::process_view(board) {
+            self.counter("process_dark_frames", "Dark frames the processing tracked the pedestal on (this acquisition)", p.dark_frames);
+            self.counter("process_signal_frames", "Signal frames processed (this acquisition)", p.signal_frames);
+            self.counter("process_hits", "Signal frames with enough Bragg spots to be hits (this acquisition)", p.hits);
+            self.counter("process_vetoed", "Signal frames not written by the hit veto (this acquisition)", p.vetoed);
+            self.counter("process_spots", "Bragg spots found (this acquisition)", p.spots_found);
+            self.counter("process_pedestal_updates", "Tracked pedestals published to the converters (this acquisition)", p.pedestal_updates);
+        }
+        self.gauge("ring_slots", "Frame slots of the receiver's ring", c.slots.into());
+        self.gauge("ring_slots_filling", "Ring slots being filled by the receive thread", c.slots_filling.into());
+        self.gauge("ring_slots_handed", "Ring slots held by the consumer (processing, writing)", c.slots_handed.into());
+        let steps = board.latency().buckets(&LATENCY_BOUNDS);
+        let hist = steps.into_iter().map(|b| HistogramValue { label: b.label.into(), counts: b.counts, count: b.count, sum: b.sum_s }).collect();
+        self.histograms_by("frame_latency_seconds", "Per-frame latency of each step (received, complete, processed, written) of the current or last acquisition", "step", &LATENCY_BOUNDS, hist);
+    }
+
+    /// The scrape as `GET /metrics` answers it.
+    pub fn answer(&self) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+        ([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], self.encode())
     }
 
     pub fn encode(&self) -> String {

@@ -664,32 +664,13 @@ async fn metrics(State(s): State<Shared>) -> ([(axum::http::HeaderName, &'static
     let d = lock(&s);
     let c = d.active.as_ref().map(|a| a.rx.counters()).unwrap_or_default();
     let mut m = crate::metrics::Scrape::new("receiver", &d.opts.name);
-    for f in &rdaq_receiver::counters::FIELDS {
-        m.counter(f.name, f.help, (f.get)(&c));
-    }
+    m.receiver(&c, &d.board);
     m.counter("events_dropped", "Events pushed out of the event log unread", lock(&d.events).dropped);
     m.counter("api_refused", "Control calls refused for a missing or wrong token", d.access.refused());
-    let drops = rdaq_receiver::DropReason::ALL.iter().map(|r| (r.name().to_string(), c.dropped(*r))).collect();
-    m.counters_by("dropped", "Datagrams dropped, by reason", "reason", drops);
     let (sent, dropped, waits, consumers) = stream_live(&d).unwrap_or_default();
     m.counter("stream_images_sent", "Images published on the Stream V2 stream (this acquisition)", sent);
     m.counter("stream_images_dropped", "Images the stream dropped: no consumer, or its queue full (this acquisition)", dropped);
     m.counter("stream_waits", "Images that waited for a stream consumer (block policy; this acquisition)", waits);
     m.counter("stream_consumers", "Stream consumers connected while images went out (this acquisition)", consumers);
-    if let Some(p) = dashboard::process_view(&d.board) {
-        m.counter("process_dark_frames", "Dark frames the processing tracked the pedestal on (this acquisition)", p.dark_frames);
-        m.counter("process_signal_frames", "Signal frames processed (this acquisition)", p.signal_frames);
-        m.counter("process_hits", "Signal frames with enough Bragg spots to be hits (this acquisition)", p.hits);
-        m.counter("process_vetoed", "Signal frames not written by the hit veto (this acquisition)", p.vetoed);
-        m.counter("process_spots", "Bragg spots found (this acquisition)", p.spots_found);
-        m.counter("process_pedestal_updates", "Tracked pedestals published to the converters (this acquisition)", p.pedestal_updates);
-    }
-    m.gauge("ring_slots", "Frame slots of the receiver's ring", c.slots.into());
-    m.gauge("ring_slots_filling", "Ring slots being filled by the receive thread", c.slots_filling.into());
-    m.gauge("ring_slots_handed", "Ring slots held by the consumer (processing, writing)", c.slots_handed.into());
-    let bounds = crate::metrics::LATENCY_BOUNDS;
-    let steps = d.board.latency().buckets(&bounds);
-    let hist = steps.into_iter().map(|b| crate::metrics::HistogramValue { label: b.label.into(), counts: b.counts, count: b.count, sum: b.sum_s }).collect();
-    m.histograms_by("frame_latency_seconds", "Per-frame latency of each step (received, complete, processed, written) of the current or last acquisition", "step", &bounds, hist);
-    ([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], m.encode())
+    m.answer()
 }

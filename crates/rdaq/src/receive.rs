@@ -37,11 +37,12 @@ pub struct ReceiveArgs {
     /// /arm, /trigger, /cancel; GET /acquisition, /openapi.json), their files under this
     /// directory; for a detector's native packets (--format sls, --detector) that something
     /// else triggers.
-    #[arg(long, requires = "serve", value_name = "DIR", conflicts_with_all = ["out", "frames", "timeout_s", "buffers_out", "summary_json", "pedestal_run", "dashboard", "out_dir", "name", "memory_mib", "overwrite", "tolerate_loss", "frame_time_s"])]
+    #[arg(long, requires = "serve", value_name = "DIR", conflicts_with_all = ["out", "frames", "timeout_s", "buffers_out", "summary_json", "pedestal_run", "dashboard", "out_dir", "memory_mib", "overwrite", "tolerate_loss", "frame_time_s"])]
     data_root: Option<PathBuf>,
     #[command(flatten)]
     access: AccessArgs,
-    /// Daemon: receiver name, memory for buffers, directory for output files.
+    /// Daemon and service: receiver name (the daemon's and the metrics' label). Daemon:
+    /// memory for buffers, directory for output files.
     #[arg(long, default_value = "dr0")]
     name: String,
     #[arg(long, default_value_t = 1024)]
@@ -298,6 +299,7 @@ fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Res
 /// each dataset an acquisition of the chain above.
 fn serve_datasets(a: ReceiveArgs, cfg: Config, addr: SocketAddr) -> anyhow::Result<ExitCode> {
     let opts = rdaq_control::service::receive::Options {
+        name: a.name.clone(),
         addr,
         access: a.access.access()?,
         data_root: a.data_root.clone().expect("--data-root given"),

@@ -20,6 +20,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use axum::extract::State;
 use indicatif::ProgressBar;
 use rdaq_emulator::Control;
 use rdaq_manager::service::{Dataset, Send};
@@ -42,6 +43,8 @@ const POLL: Duration = Duration::from_millis(10);
 
 /// What `rdaq receive` configured the service with.
 pub struct Options {
+    /// The receiver's name (its metrics' label).
+    pub name: String,
     pub addr: SocketAddr,
     pub access: Access,
     pub data_root: PathBuf,
@@ -67,9 +70,29 @@ pub fn serve(o: Options) -> anyhow::Result<()> {
     let image = Image { height: g.height(), width: g.width() };
     drop(setup);
     let shown = Arc::new(Shown::default());
-    let serving = Serving { addr: o.addr, access: Arc::new(o.access), root, image, backend: shown.clone(), extra: axum::Router::new(), what: "receive" };
+    let access = Arc::new(o.access);
+    let scraped = Arc::new(Scraped { name: o.name, shown: shown.clone(), access: access.clone() });
+    let extra = axum::Router::new().route("/metrics", axum::routing::get(metrics)).with_state(scraped);
+    let serving = Serving { addr: o.addr, access, root, image, backend: shown.clone(), extra, what: "receive" };
     let (source, config, count_time_s) = (o.source, o.config, o.count_time_s);
     super::serve(serving, |hub| Datasets { hub, shown, source, config, count_time_s, open: None })
+}
+
+/// What `GET /metrics` shows: the receiver's counters in the dataset under way (or the
+/// last), by its name.
+struct Scraped {
+    name: String,
+    shown: Arc<Shown>,
+    access: Arc<Access>,
+}
+
+async fn metrics(State(s): State<Arc<Scraped>>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    let mut m = crate::metrics::Scrape::new("receiver", &s.name);
+    if let Some(board) = lock(&s.shown.0).board.clone() {
+        m.receiver(&board.receiver().unwrap_or_default(), &board);
+    }
+    m.counter("api_refused", "Control calls refused for a missing or wrong token", s.access.refused());
+    m.answer()
 }
 
 /// A dataset's master, and its summary beside it.
@@ -253,7 +276,7 @@ impl super::Worker for Datasets {
         let frames_lost = (!cancelled || sum.frames_expected.is_none()).then(|| sum.frames_lost());
         sum.write_json(&path, false)?;
         lock(&self.hub.service).written(sum.frames_written);
-        tracing::info!(frames_complete = sum.frames_complete, frames_expected = ?sum.frames_expected, written = sum.frames_written, lost = sum.lost(), "dataset closed");
+        tracing::info!(frames_complete = sum.frames_complete, frames_expected = ?sum.frames_expected, written = sum.frames_written, frames_lost = ?frames_lost, datagrams_dropped = sum.datagrams_dropped, "dataset closed");
         Ok(Closed { summary: serde_json::to_value(&sum)?, frames_lost, no_master: sum.write_error.clone() })
     }
 
