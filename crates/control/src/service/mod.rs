@@ -32,7 +32,7 @@ use crate::auth::Access;
 use crate::http::{lock, ApiError};
 
 /// What the API reads of the acquisition under way, and how it stops one.
-pub trait Backend: std::marker::Send + Sync + 'static {
+pub(crate) trait Backend: std::marker::Send + Sync + 'static {
     /// What the receivers said last, and the frames they handed to the writer in the
     /// dataset whose files are open (0 when none is).
     fn live(&self) -> (Live, u64);
@@ -44,7 +44,7 @@ pub trait Backend: std::marker::Send + Sync + 'static {
 }
 
 /// Carries out what the state machine answered, one step at a time.
-pub trait Worker {
+pub(crate) trait Worker {
     /// Takes one trigger's frames, opening the dataset's files at its first; says through
     /// `ready` when the frames may come (the receivers listen), then returns once they are
     /// taken, or a cancel came.
@@ -58,17 +58,17 @@ pub trait Worker {
 }
 
 /// What closing a dataset's files came to.
-pub struct Closed {
+pub(crate) struct Closed {
     /// The summary (report) written beside the master.
-    pub summary: serde_json::Value,
+    pub(crate) summary: serde_json::Value,
     /// Frames asked for that are not in the files at all, when known.
-    pub frames_lost: Option<u64>,
+    pub(crate) frames_lost: Option<u64>,
     /// Why the dataset has no complete master, if it has none.
-    pub no_master: Option<String>,
+    pub(crate) no_master: Option<String>,
 }
 
 /// What the API hands the worker.
-pub enum Work {
+enum Work {
     /// Take this trigger's frames (opening the dataset's files at its first).
     Trigger(Send, Ready),
     /// Close the dataset's files (a cancel or disarm between triggers).
@@ -78,11 +78,11 @@ pub enum Work {
 }
 
 /// The answer `POST /trigger` waits for: the trigger's frames may come (or why not).
-pub struct Ready(Option<tokio::sync::oneshot::Sender<Result<(), String>>>);
+pub(crate) struct Ready(Option<tokio::sync::oneshot::Sender<Result<(), String>>>);
 
 impl Ready {
     /// The receivers listen: the trigger's frames may come.
-    pub fn listening(&mut self) {
+    pub(crate) fn listening(&mut self) {
         if let Some(tx) = self.0.take() {
             let _ = tx.send(Ok(()));
         }
@@ -97,17 +97,17 @@ impl Ready {
 }
 
 /// What the handlers share with the worker.
-pub struct Hub {
-    pub service: Mutex<Service>,
-    pub backend: Arc<dyn Backend>,
+pub(crate) struct Hub {
+    pub(crate) service: Mutex<Service>,
+    backend: Arc<dyn Backend>,
     work: Mutex<mpsc::Sender<Work>>,
-    pub root: PathBuf,
-    pub image: Image,
+    root: PathBuf,
+    image: Image,
     /// Calls of the service's API it refused (4xx), each logged with its reason.
     refused: AtomicU64,
 }
 
-pub type SharedHub = Arc<Hub>;
+pub(crate) type SharedHub = Arc<Hub>;
 
 impl Hub {
     fn send(&self, w: Work) {
@@ -117,22 +117,22 @@ impl Hub {
 }
 
 /// Where and what a service serves.
-pub struct Serving {
-    pub addr: SocketAddr,
-    pub access: Arc<Access>,
+pub(crate) struct Serving {
+    pub(crate) addr: SocketAddr,
+    pub(crate) access: Arc<Access>,
     /// The data root, absolute (see [`data_root`]).
-    pub root: PathBuf,
-    pub image: Image,
-    pub backend: Arc<dyn Backend>,
+    pub(crate) root: PathBuf,
+    pub(crate) image: Image,
+    pub(crate) backend: Arc<dyn Backend>,
     /// Routes served beside the service's (a dashboard).
-    pub extra: axum::Router,
+    pub(crate) extra: axum::Router,
     /// Who serves, for the logs ("manage", "receive").
-    pub what: &'static str,
+    pub(crate) what: &'static str,
 }
 
 /// Serves the service's API, and carries out its datasets with the worker `make` gives
 /// until Ctrl-C (which ends a dataset under way as a cancel does).
-pub fn serve<W: Worker>(s: Serving, make: impl FnOnce(SharedHub) -> W) -> anyhow::Result<()> {
+pub(crate) fn serve<W: Worker>(s: Serving, make: impl FnOnce(SharedHub) -> W) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::channel();
     let (quit, backend) = (tx.clone(), s.backend.clone());
     ctrlc::set_handler(move || {
@@ -207,7 +207,7 @@ fn fail(hub: &Hub, w: &mut impl Worker, e: anyhow::Error, ready: &mut Ready) {
 const READY_WAIT: Duration = Duration::from_secs(60);
 
 /// The service's data root, made if missing, as an absolute path without links.
-pub fn data_root(dir: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn data_root(dir: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("--data-root: cannot create {}", dir.display()))?;
     dir.canonicalize().with_context(|| format!("--data-root: {}", dir.display()))
 }
