@@ -152,7 +152,7 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
     assert call("POST", dr + "/stop", {})[0] == 200
     # an acquisition publishes a stream; its counts reach /status, /metrics and the answer
     assert call("POST", dr + "/start", {})[0] == 200
-    assert call("GET", dr + "/status")[1]["stream"] == {"images_sent": 0, "images_dropped": 0, "waits": 0, "consumers": 0}
+    assert call("GET", dr + "/status")[1]["stream"] == {"images_sent": 0, "images_dropped": 0, "waits": 0, "consumers": 0, "images_encoded": 0}
     assert scrape(dr)[("rdaq_stream_images_dropped_total", (("receiver", "dr0"),))] == 0
     code, stopped = call("POST", dr + "/stop", {})
     assert code == 200 and stopped["stream"]["endpoint"].startswith("tcp://127.0.0.1:") and stopped["stream"]["images_sent"] == 0

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import h5py
 import hdf5plugin  # noqa: F401
@@ -96,6 +97,7 @@ def test_without_a_consumer_images_are_dropped_and_counted(rdaq, tmp_path):
     assert r.returncode == 0, r.stderr
     s = json.loads((tmp_path / "s.json").read_text())["stream"]
     assert s["images_sent"] == 0 and s["images_dropped"] == 20 and not s["start_sent"] and s["consumers"] == 0
+    assert s["images_encoded"] == 0, "an image nobody takes is not encoded"
     assert "20 dropped" in r.stdout
 
 
@@ -160,6 +162,46 @@ def test_a_consumer_killed_mid_run_loses_only_what_the_policy_counts(rdaq, tmp_p
     assert st["images_dropped"] > 0, "with nobody left, the drop policy dropped (and counted) the rest"
     assert got == list(range(len(got))) and 100 <= len(got) <= st["images_sent"]
     assert "dropped (no consumer, or its queue full)" in out
+
+
+def test_a_consumer_connecting_mid_run_gets_the_images_from_then_on(rdaq, tmp_path):
+    """Before anyone connects, images are counted as dropped and not encoded; from the
+    connection on, every image reaches the consumer, and only those were encoded."""
+    endpoint, serve = f"tcp://127.0.0.1:{free_port()}", free_port()
+    run = subprocess.Popen([rdaq, "run", "--raw", "--frames", "600", "--rate", "150", "--out", tmp_path, "--stream", endpoint,
+                            "--stream-policy", "drop", "--preview", "none", "--serve", str(serve), "--summary-json", tmp_path / "s.json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def frames_done():
+        try:
+            snap = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{serve}/status", timeout=2).read())
+        except OSError:
+            return 0
+        counters = snap["receivers"][0]["counters"] or {}
+        return counters.get("frames_complete", 0)
+
+    deadline = time.monotonic() + 60
+    while frames_done() < 60:
+        assert run.poll() is None and time.monotonic() < deadline, "the run did not get going"
+        time.sleep(0.05)
+    tests = str(pathlib.Path(__file__).parent)
+    consumer = subprocess.Popen([sys.executable, "-c", CONSUMER.format(tests=tests, endpoint=endpoint)], stdout=subprocess.PIPE, text=True)
+    try:
+        # the summary is written at the end; the dashboard then stays until Ctrl-C
+        while not (tmp_path / "s.json").exists():
+            assert run.poll() is None and time.monotonic() < deadline + 60, "the run did not end"
+            time.sleep(0.05)
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=60)
+        time.sleep(1)
+    finally:
+        consumer.kill()
+    got = [int(line) for line in consumer.stdout.read().split()]
+    assert run.returncode == 0, out + err
+    st = json.loads((tmp_path / "s.json").read_text())["stream"]
+    assert got and got[0] > 0, "connected mid-run"
+    assert got == list(range(got[0], 600)), "every image from the connection on"
+    assert (st["images_sent"], st["images_dropped"], st["images_encoded"]) == (len(got), got[0], len(got)), st
 
 
 def test_an_interrupted_run_still_ends_its_stream(rdaq, tmp_path):

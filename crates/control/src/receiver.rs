@@ -642,17 +642,33 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
         Some(a) => (if a.acq.is_some() { "acquiring" } else if a.starting { "starting" } else { "configured" }, Some(&a.request), Some(a.rx.counters().to_json())),
     };
     let dropped_events = lock(&d.events).dropped;
-    let stream = stream_live(&d).map(|(sent, dropped, waits, consumers)| serde_json::json!({ "images_sent": sent, "images_dropped": dropped, "waits": waits, "consumers": consumers }));
+    let stream = stream_live(&d);
     let processing = dashboard::process_view(&d.board);
     let (frames_done, frames_to_writer) = d.board.frames_done();
     Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream, "processing": processing, "frames_done": frames_done, "frames_to_writer": frames_to_writer, "api_refused": d.access.refused() }))
 }
 
-/// The running acquisition's stream counts: sent, dropped, waits, consumers that took images.
-fn stream_live(d: &ReceiverDaemon) -> Option<(u64, u64, u64, u64)> {
+/// The running acquisition's stream counts.
+#[derive(Default, Serialize)]
+struct StreamCounts {
+    images_sent: u64,
+    images_dropped: u64,
+    waits: u64,
+    /// Consumers that took images.
+    consumers: u64,
+    images_encoded: u64,
+}
+
+fn stream_live(d: &ReceiverDaemon) -> Option<StreamCounts> {
     let live = d.active.as_ref()?.acq.as_ref()?.stream.as_ref()?;
     let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    Some((get(&live.images_sent), get(&live.images_dropped), get(&live.waits), get(&live.consumers)))
+    Some(StreamCounts {
+        images_sent: get(&live.images_sent),
+        images_dropped: get(&live.images_dropped),
+        waits: get(&live.waits),
+        consumers: get(&live.consumers),
+        images_encoded: get(&live.images_encoded),
+    })
 }
 
 /// A series number for the stream: the acquisition's first event number (unique per daemon).
@@ -667,10 +683,11 @@ async fn metrics(State(s): State<Shared>) -> ([(axum::http::HeaderName, &'static
     m.receiver(&c, &d.board);
     m.counter("events_dropped", "Events pushed out of the event log unread", lock(&d.events).dropped);
     m.counter("api_refused", "Control calls refused for a missing or wrong token", d.access.refused());
-    let (sent, dropped, waits, consumers) = stream_live(&d).unwrap_or_default();
-    m.counter("stream_images_sent", "Images published on the Stream V2 stream (this acquisition)", sent);
-    m.counter("stream_images_dropped", "Images the stream dropped: no consumer, or its queue full (this acquisition)", dropped);
-    m.counter("stream_waits", "Images that waited for a stream consumer (block policy; this acquisition)", waits);
-    m.counter("stream_consumers", "Stream consumers connected while images went out (this acquisition)", consumers);
+    let st = stream_live(&d).unwrap_or_default();
+    m.counter("stream_images_sent", "Images published on the Stream V2 stream (this acquisition)", st.images_sent);
+    m.counter("stream_images_dropped", "Images the stream dropped: no consumer, or its queue full (this acquisition)", st.images_dropped);
+    m.counter("stream_waits", "Images that waited for a stream consumer (block policy; this acquisition)", st.waits);
+    m.counter("stream_consumers", "Stream consumers connected while images went out (this acquisition)", st.consumers);
+    m.counter("stream_images_encoded", "Images encoded for the stream or the preview: those someone would take (this acquisition)", st.images_encoded);
     m.answer()
 }

@@ -189,30 +189,33 @@ fn settle(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeSta
 }
 
 /// Assembles frame `f` (minus its reset frame, when given), compresses it once, publishes
-/// and writes it, and gives back its slots.
+/// and writes it, and gives back its slots. Each step is done for the sinks that take its
+/// result: a frame nobody takes (no file, a stream nobody reads) is neither assembled nor
+/// compressed.
 fn emit(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeStats, f: FrameReady, reset: Option<FrameReady>) -> anyhow::Result<()> {
     let mut times = FrameTimes::of(&f, sinks.sent);
-    let mut missing = enc.asm.missing(rx, &f);
-    if let Some(r) = &reset {
-        missing.extend(enc.asm.missing(rx, r));
-    }
+    let streamed = sinks.stream.as_deref_mut().is_some_and(Stream::wants_image);
+    let chunked = sinks.writer.is_some() || streamed;
+    let glance = sinks.board.filter(|b| b.glance_due());
     let raw = rx.data(&f)?;
-    let reset_raw = reset.as_ref().map(|r| rx.data(r)).transpose()?;
-    enc.comp.compress(enc.asm.assemble(raw, reset_raw), &mut enc.chunk);
-    if let (Some(run), Some(words)) = (sinks.pedestal_run.as_deref_mut(), enc.asm.words()) {
-        // missing pixels read as the error word: only whole frames are dark frames
-        if f.status() == FrameStatus::Complete {
-            run.push(words);
-        } else {
-            run.leave_out();
+    let mut missing = Vec::new();
+    if chunked || glance.is_some() || sinks.pedestal_run.is_some() {
+        missing = enc.asm.missing(rx, &f);
+        if let Some(r) = &reset {
+            missing.extend(enc.asm.missing(rx, r));
         }
-    }
-    if let Some((b, words)) = sinks.board.filter(|b| b.glance_due()).zip(enc.asm.words()) {
-        b.show(Glance::raw(&sinks.geometry, f.frame(), words));
+        let reset_raw = reset.as_ref().map(|r| rx.data(r)).transpose()?;
+        let image = enc.asm.assemble(raw, reset_raw);
+        if chunked {
+            enc.comp.compress(image, &mut enc.chunk);
+        }
+        take_image(sinks, &enc.asm, &f, glance);
     }
     times.processed = Some(Instant::now());
-    if let Some(st) = sinks.stream.as_deref_mut() {
-        st.image(f.frame(), &enc.chunk, &missing, None);
+    match sinks.stream.as_deref_mut() {
+        Some(st) if streamed => st.image(f.frame(), &enc.chunk, &missing, None),
+        Some(st) => st.pass_image(),
+        None => {}
     }
     if let Some(w) = sinks.writer.as_deref_mut() {
         write_one(w, s, f.frame(), &enc.chunk, &missing, raw.len() as u64);
@@ -223,6 +226,22 @@ fn emit(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeStats
         rx.release(r)?;
     }
     Ok(())
+}
+
+/// The assembled image of frame `f` for the pedestal run and, when a glance is due, the
+/// board.
+fn take_image(sinks: &mut Sinks, asm: &Assembler, f: &FrameReady, glance: Option<&Board>) {
+    if let (Some(run), Some(words)) = (sinks.pedestal_run.as_deref_mut(), asm.words()) {
+        // missing pixels read as the error word: only whole frames are dark frames
+        if f.status() == FrameStatus::Complete {
+            run.push(words);
+        } else {
+            run.leave_out();
+        }
+    }
+    if let Some((b, words)) = glance.zip(asm.words()) {
+        b.show(Glance::raw(&sinks.geometry, f.frame(), words));
+    }
 }
 
 fn record(s: &mut ConsumeStats, board: Option<&Board>, t: &FrameTimes, written: Option<Instant>) {

@@ -1,7 +1,9 @@
 //! A series on the Stream V2 publisher: `start` when it opens, one `image` per frame written
 //! (the chunk the file got, compressed once for both), `end` when it finishes, also after an
 //! error. Beside it the live preview: a few times a second the series' `start` and the latest
-//! image (with its spots) on a PUB socket, never waiting for anyone.
+//! image (with its spots) on a PUB socket, never waiting for anyone. An image that nobody
+//! would take (no consumer connected under the drop policy, no preview viewer) is neither
+//! encoded nor, where the stream is its only sink, compressed: it is counted as dropped.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,6 +18,8 @@ pub struct Stream {
     main: Option<Publisher>,
     preview: Option<Preview>,
     images: u64,
+    /// Images encoded (for the stream or the preview).
+    encoded: u64,
     t0: Instant,
     /// The exposure of an image (0: unknown).
     count_ns: u64,
@@ -32,6 +36,8 @@ pub struct Live {
     pub waits: AtomicU64,
     /// Consumers connected while images went out.
     pub consumers: AtomicU64,
+    /// Images encoded: those that someone would take.
+    pub images_encoded: AtomicU64,
 }
 
 /// The preview publisher and its clock.
@@ -51,6 +57,9 @@ pub struct StreamReport {
     pub stats: StreamStats,
     pub preview: Option<String>,
     pub preview_images: u64,
+    /// Images encoded for the stream or the preview (an image nobody would take is not).
+    #[serde(default)]
+    pub images_encoded: u64,
     /// Several consumers shared the images of a PUSH stream: each has only part of them.
     #[serde(default)]
     pub split: bool,
@@ -86,7 +95,7 @@ impl Stream {
             None => None,
         };
         let count_ns = (meta.count_time_s * 1e9) as u64;
-        Ok(Some(Stream { enc, main, preview, images: 0, t0, count_ns, live: Arc::default(), error: None }))
+        Ok(Some(Stream { enc, main, preview, images: 0, encoded: 0, t0, count_ns, live: Arc::default(), error: None }))
     }
 
     /// The counts as they go.
@@ -94,7 +103,28 @@ impl Stream {
         self.live.clone()
     }
 
-    /// Publishes the next image of the series (and, when it is time, as the preview).
+    /// Whether the next image would reach anyone: a consumer of the stream (or, under the
+    /// block policy, the one it waits for), or, when one is due, a viewer of the preview.
+    /// When not, the caller need not make its chunk: [`Stream::pass_image`] counts it.
+    pub fn wants_image(&mut self) -> bool {
+        if self.error.is_some() {
+            return false;
+        }
+        let main = self.main.as_mut().is_some_and(Publisher::wants_images);
+        main || self.preview.as_mut().is_some_and(|pv| pv.due() && pv.publisher.wants_images())
+    }
+
+    /// The next image, which nobody would take: counted as dropped, not encoded.
+    pub fn pass_image(&mut self) {
+        self.images += 1;
+        if let Some(p) = self.main.as_mut() {
+            p.pass();
+        }
+        self.show_live();
+    }
+
+    /// Publishes the next image of the series to whoever takes it: the stream's consumers,
+    /// and, when it is due, the preview's viewers.
     pub fn image(&mut self, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)], spots: Option<(&[Spot], bool)>) {
         if self.error.is_some() {
             return;
@@ -103,26 +133,39 @@ impl Stream {
         // was handed on, and lasted the count time
         let stop = self.t0.elapsed().as_nanos() as u64;
         let info = ImageInfo { image_id: self.images, frame_number, missing, spots, time_ns: (stop.saturating_sub(self.count_ns), stop) };
-        self.images += 1;
-        let due = self.preview.as_ref().is_some_and(|pv| pv.last.is_none_or(|t| t.elapsed() >= pv.every));
-        if self.main.is_none() && !due {
-            return;
+        let main = self.main.as_mut().is_some_and(Publisher::wants_images);
+        let preview = self.preview.as_mut().is_some_and(|pv| pv.due() && pv.publisher.wants_images());
+        if !main && !preview {
+            return self.pass_image();
         }
+        self.images += 1;
+        self.encoded += 1;
         let msg = self.enc.image(&info, chunk);
-        let mut r = self.main.as_mut().map_or(Ok(()), |p| p.image(msg));
+        let mut r = Ok(());
+        match self.main.as_mut() {
+            Some(p) if main => r = p.image(msg),
+            Some(p) => p.pass(),
+            None => {}
+        }
+        if let Some(pv) = self.preview.as_mut().filter(|_| preview) {
+            pv.last = Some(Instant::now());
+            r = r.and_then(|()| pv.publisher.image(&pv.start)).and_then(|()| pv.publisher.image(msg));
+        }
+        self.show_live();
+        if let Err(e) = r {
+            eprintln!("rdaq: {e}: the stream stops, the files go on");
+            self.error = Some(e.to_string());
+        }
+    }
+
+    /// The counts for a daemon's `/status` and `/metrics`.
+    fn show_live(&self) {
+        self.live.images_encoded.store(self.encoded, Ordering::Relaxed);
         if let Some(p) = &self.main {
             self.live.images_sent.store(p.stats.images_sent, Ordering::Relaxed);
             self.live.images_dropped.store(p.stats.images_dropped, Ordering::Relaxed);
             self.live.waits.store(p.stats.waits, Ordering::Relaxed);
             self.live.consumers.store(p.stats.consumers, Ordering::Relaxed);
-        }
-        if let Some(pv) = self.preview.as_mut().filter(|_| due) {
-            pv.last = Some(Instant::now());
-            r = r.and_then(|()| pv.publisher.image(&pv.start)).and_then(|()| pv.publisher.image(msg));
-        }
-        if let Err(e) = r {
-            eprintln!("rdaq: {e}: the stream stops, the files go on");
-            self.error = Some(e.to_string());
         }
     }
 
@@ -140,9 +183,17 @@ impl Stream {
             preview: self.preview.as_ref().map(|p| p.publisher.endpoint()),
             // each preview sends the start and the image
             preview_images: self.preview.as_ref().map_or(0, |p| p.publisher.stats.images_sent / 2),
+            images_encoded: self.encoded,
             split: self.main.as_ref().is_some_and(Publisher::split),
             error: self.error.take(),
         }
+    }
+}
+
+impl Preview {
+    /// Whether a preview image is due (the first, then one per `every`).
+    fn due(&self) -> bool {
+        self.last.is_none_or(|t| t.elapsed() >= self.every)
     }
 }
 

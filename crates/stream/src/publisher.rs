@@ -57,7 +57,7 @@ pub enum StreamError {
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StreamStats {
     pub images_sent: u64,
-    /// Images dropped by the `Drop` policy (the queue was full).
+    /// Images dropped by the `Drop` policy (no consumer, or the queue was full).
     pub images_dropped: u64,
     /// Images that waited for a consumer under the `Block` policy.
     pub waits: u64,
@@ -141,6 +141,22 @@ impl Publisher {
             Err(zmq::Error::EAGAIN) => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Whether an image sent now would be taken, or waited for: a consumer is connected, or
+    /// the policy waits for one (`Block`). Reads the monitor.
+    pub fn wants_images(&mut self) -> bool {
+        if self.policy == Policy::Block {
+            return true;
+        }
+        self.watch();
+        self.watch.is_read()
+    }
+
+    /// An image nobody would take (see [`Publisher::wants_images`]): counted as dropped, as
+    /// [`Publisher::image`] would have, without being made or sent.
+    pub fn pass(&mut self) {
+        self.stats.images_dropped += 1;
     }
 
     /// Sends an image under the policy; counts it as sent or dropped.

@@ -4,10 +4,11 @@
 //! have only part of the series (ZeroMQ shares the images round-robin), which the summary
 //! must say instead of "every image sent".
 //!
-//! The monitor is read between sends (every [`DRAIN_EVERY`] images and around `start` and
-//! `end`), never per image, so a consumer that connects and leaves between two reads while
-//! images went out counts as having taken some (it may have taken none): the count errs
-//! towards more readers, never fewer.
+//! The monitor is read between sends (every [`DRAIN_EVERY`] images, around `start` and
+//! `end`, and before each image when the publisher asks whether anyone reads), so a
+//! consumer that connects and leaves between two reads while images went out counts as
+//! having taken some (it may have taken none): the count errs towards more readers, never
+//! fewer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -67,6 +68,11 @@ impl Watch {
                 self.open.retain(|o| o.fd != fd);
             }
         }
+    }
+
+    /// Whether a consumer is connected (as of the last drain).
+    pub fn is_read(&self) -> bool {
+        !self.open.is_empty()
     }
 
     /// The next event waiting, as (event, value): ZeroMQ 4's two frames, the first 6 bytes
