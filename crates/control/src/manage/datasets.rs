@@ -6,7 +6,7 @@
 //! and keeps the report as the dataset's summary.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use rdaq_manager::service::Send;
@@ -15,11 +15,6 @@ use rdaq_manager::TransferMode;
 use super::{Files, Names, Running, Session};
 use crate::http::lock;
 use crate::service::{self, Closed, Ready, SharedHub};
-
-/// How long the receivers may go without taking a frame, after the detector sent its
-/// last, before the trigger counts as done anyway (what is missing is then reported as
-/// incomplete or lost when the dataset ends).
-const SETTLE: Duration = Duration::from_secs(3);
 
 /// The service needs every frame whole in one receiver's files, to join them into one
 /// master per dataset.
@@ -78,8 +73,9 @@ impl<'a> Worker<'a> {
             let _ = lock(&self.hub.service).cancel();
             return Ok(());
         }
-        let target = open.run.frames;
-        self.settle(target);
+        // what the detector sent is all that can come: the clock runs from now
+        let (target, step) = (open.run.frames, Duration::from_millis(self.s.a.heartbeat_ms.clamp(10, 20)));
+        self.hub.settle(target, None, step, || Some(self.receivers_done()));
         Ok(())
     }
 
@@ -102,26 +98,6 @@ impl<'a> Worker<'a> {
         tracing::info!(dataset = d.number, master = %d.master.display(), frames = r.frames_per_trigger, triggers = r.triggers, "dataset opened");
         let run = self.s.begin(&names)?;
         Ok(Open { run, files, asked: 0 })
-    }
-
-    /// Waits until the receivers have taken `target` frames of the dataset (dark, vetoed or
-    /// written), a cancel comes, or they take none for [`SETTLE`].
-    fn settle(&self, target: u64) {
-        let step = Duration::from_millis(self.s.a.heartbeat_ms.clamp(10, 20));
-        let (mut best, mut since) = (0, Instant::now());
-        loop {
-            let done = self.receivers_done();
-            if done >= target || lock(&self.hub.service).is_closing() {
-                return;
-            }
-            if done > best {
-                (best, since) = (done, Instant::now());
-            } else if since.elapsed() > SETTLE {
-                tracing::warn!(taken = done, sent = target, "the receivers took no frame for {SETTLE:?}: going on (what is missing shows in the report)");
-                return;
-            }
-            std::thread::sleep(step);
-        }
     }
 
     /// Frames the live receivers took in this dataset; notes what they said on the board.

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use axum::http::StatusCode;
@@ -114,7 +114,33 @@ impl Hub {
         // the worker lives as long as the process serves
         let _ = lock(&self.work).send(w);
     }
+
+    /// Waits, looking every `step`, until `taken()` (the frames the receivers took in the
+    /// dataset) reaches `target`, `taken()` says the acquisition ended (`None`), the
+    /// dataset is closing, or frames stop coming: none for [`SETTLE`], counted from the
+    /// start, or with `from`, once more than `from` came (before, a detector that something
+    /// else triggers is waited for as long as it takes).
+    pub(crate) fn settle(&self, target: u64, from: Option<u64>, step: Duration, mut taken: impl FnMut() -> Option<u64>) {
+        let (mut best, mut since) = (0, Instant::now());
+        loop {
+            let Some(done) = taken() else { return };
+            if done >= target || lock(&self.service).is_closing() {
+                return;
+            }
+            if done > best {
+                (best, since) = (done, Instant::now());
+            } else if from.is_none_or(|f| done > f) && since.elapsed() > SETTLE {
+                tracing::warn!(taken = done, expected = target, "no frame taken for {SETTLE:?}: the trigger counts as done (what is missing shows in the dataset's summary)");
+                return;
+            }
+            std::thread::sleep(step);
+        }
+    }
 }
+
+/// How long a trigger's frames may stop coming before it counts as done anyway: a frame
+/// lost for good never comes (the dataset's summary reports it).
+const SETTLE: Duration = Duration::from_secs(3);
 
 /// Where and what a service serves.
 pub(crate) struct Serving {

@@ -9,15 +9,15 @@
 //! the detector may send from then on. The receiver takes frames as they come until it has
 //! `frames_per_trigger x triggers` of them (`triggers` 0: until disarm). A trigger is done
 //! when the frames up to its last have been taken, or when, after some of them, none came
-//! for [`SETTLE`] (what is missing shows in the summary); before its first frame the
-//! service waits as long as the detector does, until a cancel.
+//! for a few seconds (what is missing shows in the summary; [`super::Hub::settle`]); before
+//! its first frame the service waits as long as the detector does, until a cancel.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use axum::extract::State;
@@ -33,10 +33,6 @@ use super::{Backend, Closed, Image, Live, Ready, Serving, SharedHub};
 use crate::auth::Access;
 use crate::dashboard::process_view;
 use crate::http::lock;
-
-/// How long a trigger whose frames began may go without one more before it counts as done
-/// (a lost frame never comes; the summary reports it).
-const SETTLE: Duration = Duration::from_secs(3);
 
 /// How often a trigger's wait looks at the frames taken.
 const POLL: Duration = Duration::from_millis(10);
@@ -197,26 +193,6 @@ impl Datasets {
         (Source { frames, ..self.source.clone() }, cfg)
     }
 
-    /// Waits until the receiver has taken the frames up to `target` (dark, vetoed or
-    /// written), its acquisition ended, a cancel came, or, once frames from `first` on
-    /// came, none came for [`SETTLE`].
-    fn wait_for(&self, open: &Open, first: u64, target: u64) {
-        let (mut best, mut since) = (0, Instant::now());
-        loop {
-            let done = open.board.frames_done().0;
-            if done >= target || open.thread.is_finished() || open.stop.stop.load(Ordering::Relaxed) || lock(&self.hub.service).is_closing() {
-                return;
-            }
-            if done > best {
-                (best, since) = (done, Instant::now());
-            } else if done > first && since.elapsed() > SETTLE {
-                tracing::warn!(taken = done, expected = target, "no frame came for {SETTLE:?}: the trigger counts as done (what is missing shows in the summary)");
-                return;
-            }
-            std::thread::sleep(POLL);
-        }
-    }
-
     /// Stops the open dataset's acquisition and waits for its end.
     fn stop(&mut self) -> Option<(anyhow::Result<Received>, PathBuf)> {
         let open = self.open.take()?;
@@ -254,7 +230,8 @@ impl super::Worker for Datasets {
         }
         ready.listening();
         let open = self.open.as_ref().expect("opened above");
-        self.wait_for(open, send.first_frame, send.first_frame + send.frames);
+        let taken = || (!open.thread.is_finished() && !open.stop.stop.load(Ordering::Relaxed)).then(|| open.board.frames_done().0);
+        self.hub.settle(send.first_frame + send.frames, Some(send.first_frame), POLL, taken);
         if open.stop.stop.load(Ordering::Relaxed) {
             // a cancel, or Ctrl-C (one more cancel asks nothing)
             let _ = lock(&self.hub.service).cancel();
