@@ -17,7 +17,7 @@ use crate::assemble::{Assembler, Decoder};
 use crate::pairs::{Outcome, Pairs};
 use crate::board::{Board, Glance};
 use crate::latency::{FrameTimes, Latency};
-use crate::stream::Stream;
+use crate::stream::{Stream, Wanted};
 
 #[derive(Clone, Debug, Default)]
 pub struct ConsumeStats {
@@ -194,8 +194,8 @@ fn settle(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeSta
 /// compressed.
 fn emit(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeStats, f: FrameReady, reset: Option<FrameReady>) -> anyhow::Result<()> {
     let mut times = FrameTimes::of(&f, sinks.sent);
-    let streamed = sinks.stream.as_deref_mut().is_some_and(Stream::wants_image);
-    let chunked = sinks.writer.is_some() || streamed;
+    let wanted = sinks.stream.as_deref_mut().map(Stream::wants_image);
+    let chunked = sinks.writer.is_some() || wanted.is_some_and(Wanted::any);
     let glance = sinks.board.filter(|b| b.glance_due());
     let raw = rx.data(&f)?;
     let mut missing = Vec::new();
@@ -212,10 +212,8 @@ fn emit(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeStats
         take_image(sinks, &enc.asm, &f, glance);
     }
     times.processed = Some(Instant::now());
-    match sinks.stream.as_deref_mut() {
-        Some(st) if streamed => st.image(f.frame(), &enc.chunk, &missing, None),
-        Some(st) => st.pass_image(),
-        None => {}
+    if let (Some(st), Some(w)) = (sinks.stream.as_deref_mut(), wanted) {
+        st.image(w, f.frame(), &enc.chunk, &missing, None);
     }
     if let Some(w) = sinks.writer.as_deref_mut() {
         write_one(w, s, f.frame(), &enc.chunk, &missing, raw.len() as u64);

@@ -517,7 +517,8 @@ impl Graph<'_> {
             return;
         }
         if let Some(s) = self.stream.lock().expect("not poisoned").as_deref_mut() {
-            s.image(wk.frame, &wk.chunk, &wk.missing, Some((&wk.spots, wk.hit)));
+            let wanted = s.wants_image();
+            s.image(wanted, wk.frame, &wk.chunk, &wk.missing, Some((&wk.spots, wk.hit)));
         }
         let frame_bytes = (self.setup.geometry.height() * self.setup.geometry.width() * self.setup.pixel.bytes()) as u64;
         let mut st = self.stats.lock().expect("not poisoned");

@@ -40,6 +40,20 @@ pub struct Live {
     pub images_encoded: AtomicU64,
 }
 
+/// Who the next image would reach ([`Stream::wants_image`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Wanted {
+    main: bool,
+    preview: bool,
+}
+
+impl Wanted {
+    /// Anyone: the image's chunk is needed.
+    pub fn any(self) -> bool {
+        self.main || self.preview
+    }
+}
+
 /// The preview publisher and its clock.
 struct Preview {
     publisher: Publisher,
@@ -103,19 +117,20 @@ impl Stream {
         self.live.clone()
     }
 
-    /// Whether the next image would reach anyone: a consumer of the stream (or, under the
-    /// block policy, the one it waits for), or, when one is due, a viewer of the preview.
-    /// When not, the caller need not make its chunk: [`Stream::pass_image`] counts it.
-    pub fn wants_image(&mut self) -> bool {
+    /// Who the next image would reach: the stream's consumers (or, under the block policy,
+    /// the one it waits for), and, when one is due, the preview's viewers. Nobody: the
+    /// caller need not make its chunk, and [`Stream::image`] only counts it.
+    pub fn wants_image(&mut self) -> Wanted {
         if self.error.is_some() {
-            return false;
+            return Wanted::default();
         }
         let main = self.main.as_mut().is_some_and(Publisher::wants_images);
-        main || self.preview.as_mut().is_some_and(|pv| pv.due() && pv.publisher.wants_images())
+        let preview = self.preview.as_mut().is_some_and(|pv| pv.due() && pv.publisher.wants_images());
+        Wanted { main, preview }
     }
 
     /// The next image, which nobody would take: counted as dropped, not encoded.
-    pub fn pass_image(&mut self) {
+    fn pass_image(&mut self) {
         self.images += 1;
         if let Some(p) = self.main.as_mut() {
             p.pass();
@@ -123,21 +138,20 @@ impl Stream {
         self.show_live();
     }
 
-    /// Publishes the next image of the series to whoever takes it: the stream's consumers,
-    /// and, when it is due, the preview's viewers.
-    pub fn image(&mut self, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)], spots: Option<(&[Spot], bool)>) {
+    /// Publishes the next image of the series to those [`Stream::wants_image`] said it
+    /// would reach (`chunk` is not read when nobody).
+    pub fn image(&mut self, wanted: Wanted, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)], spots: Option<(&[Spot], bool)>) {
         if self.error.is_some() {
             return;
+        }
+        if !wanted.any() {
+            return self.pass_image();
         }
         // rdaq has no exposure clock of the detector's: the exposure ended before the image
         // was handed on, and lasted the count time
         let stop = self.t0.elapsed().as_nanos() as u64;
         let info = ImageInfo { image_id: self.images, frame_number, missing, spots, time_ns: (stop.saturating_sub(self.count_ns), stop) };
-        let main = self.main.as_mut().is_some_and(Publisher::wants_images);
-        let preview = self.preview.as_mut().is_some_and(|pv| pv.due() && pv.publisher.wants_images());
-        if !main && !preview {
-            return self.pass_image();
-        }
+        let Wanted { main, preview } = wanted;
         self.images += 1;
         self.encoded += 1;
         let msg = self.enc.image(&info, chunk);
