@@ -101,6 +101,39 @@ def test_without_a_consumer_images_are_dropped_and_counted(rdaq, tmp_path):
     assert "20 dropped" in r.stdout
 
 
+@pytest.mark.parametrize("reader", [False, True])
+def test_processing_without_a_file_compresses_only_for_a_reader(rdaq, tmp_path, reader):
+    """`rdaq receive --calibration` without --out: the graph converts and finds spots in
+    every signal frame, but with no file and nobody reading the stream it compresses none
+    (a counter that stays at zero); a reader there from the start gets every kept frame."""
+    port, got = free_port(), {}
+    t = threading.Thread(target=lambda: got.setdefault("m", sc.receive(f"tcp://127.0.0.1:{port}", timeout_ms=30000)))
+    if reader:
+        t.start()
+    rx = subprocess.Popen([rdaq, "receive", "--modules", "1", "--port", str(free_port()), "--frames", "40", "--calibration", "emulated",
+                           "--buffers-out", tmp_path / "map.json", "--stream", f"tcp://127.0.0.1:{port}", "--stream-policy", "drop",
+                           "--summary-json", tmp_path / "s.json", "--timeout-s", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "map.json").exists():
+        assert rx.poll() is None and time.monotonic() < deadline, rx.stderr.read()
+        time.sleep(0.05)
+    subprocess.run([rdaq, "emulate", "--buffers", tmp_path / "map.json", "--frames", "40", "--rate", "200"], check=True, capture_output=True, timeout=60)
+    out, err = rx.communicate(timeout=60)
+    assert rx.returncode == 0, out + err
+    s = json.loads((tmp_path / "s.json").read_text())
+    p, st = s["processing"], s["stream"]
+    kept = p["signal_frames"] - p["vetoed"]
+    assert kept > 0 and p["frames_written"] == 0
+    if reader:
+        t.join()
+        images = [m for m in got["m"] if m["type"] == "image"]
+        assert p["frames_compressed"] == st["images_encoded"] == st["images_sent"] == len(images) == kept, (p, st)
+    else:
+        assert p["frames_compressed"] == 0, "no file and no reader: nothing compressed"
+        assert st["images_encoded"] == 0 and st["images_sent"] == 0 and st["images_dropped"] == kept
+        assert " 0 compressed" in out
+
+
 def test_a_standalone_receiver_streams_what_it_writes(rdaq, tmp_path):
     port = free_port()
     got = {}

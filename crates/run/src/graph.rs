@@ -32,7 +32,7 @@ use rdaq_sink::{NxmxWriter, PixelType};
 
 use crate::board::{incomplete_event, Board, Glance, ProcessCounts};
 use crate::latency::FrameTimes;
-use crate::stream::Stream;
+use crate::stream::{Stream, Wanted};
 use serde::Serialize;
 
 use crate::consume::{missing_ranges, next_frame, ConsumeStats};
@@ -121,6 +121,9 @@ struct Work {
     /// Not a hit, and the veto is on: the write stage only counts it.
     vetoed: bool,
     chunk: Vec<u8>,
+    /// `chunk` holds this frame's compressed image (not made for a vetoed frame, nor for
+    /// one that neither a file nor a stream reader would take).
+    chunked: bool,
     times: Option<FrameTimes>,
     /// Photon counts of the image in the file's type, made only for frames delivered
     /// ([`deliver`]).
@@ -141,6 +144,9 @@ pub struct ProcessReport {
     pub vetoed_fraction: f64,
     pub spots_found: u64,
     pub frames_written: u64,
+    /// Signal frames compressed: not those vetoed, nor those that neither a file nor a
+    /// stream reader would take.
+    pub frames_compressed: u64,
     /// Waits of the source for a free frame buffer (the graph's back-pressure).
     pub pool_waits: u64,
     pub stages: Vec<StageReport>,
@@ -204,7 +210,7 @@ fn work_pool(setup: &Setup) -> (Sender<Box<Work>>, ChanRx<Box<Work>>) {
     let (tx, rx) = bounded::<Box<Work>>(pool_size);
     for _ in 0..pool_size {
         let image = vec![f32::NAN; pixels];
-        tx.send(Box::new(Work { frame: 0, seq: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, vetoed: false, chunk: Vec::new(), times: None, counts16: Vec::new(), counts32: Vec::new() })).expect("pool has room");
+        tx.send(Box::new(Work { frame: 0, seq: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, vetoed: false, chunk: Vec::new(), chunked: false, times: None, counts16: Vec::new(), counts32: Vec::new() })).expect("pool has room");
     }
     (tx, rx)
 }
@@ -216,6 +222,7 @@ struct StepTimes {
     spots: AtomicU64,
     compress: AtomicU64,
     frames: AtomicU64,
+    compressed: AtomicU64,
 }
 
 /// What the stages share: the receiver they read, the settings, the calibration in use,
@@ -231,6 +238,13 @@ struct Graph<'a> {
     stats: Mutex<ConsumeStats>,
     writer: Mutex<Option<&'a mut NxmxWriter>>,
     stream: Mutex<Option<&'a mut Stream>>,
+    /// Whether frames are compressed: there is a file, or the stream's last image (at the
+    /// start: its first) would reach someone (a consumer, a preview viewer). Without a file, a
+    /// stream nobody reads costs no compression: the write stage, which asks the stream,
+    /// sets it, and the first frames after a consumer connects reach it uncompressed and
+    /// count as dropped.
+    chunks_wanted: AtomicBool,
+    has_file: bool,
     pool: Sender<Box<Work>>,
 }
 
@@ -240,12 +254,13 @@ struct Graph<'a> {
 pub fn run(
     rx: &Receiver,
     writer: Option<&mut NxmxWriter>,
-    stream: Option<&mut Stream>,
+    mut stream: Option<&mut Stream>,
     setup: Setup,
     bar: &ProgressBar,
     until: Option<&AtomicBool>,
     on_frame: &mut dyn FnMut(&FrameReady),
 ) -> anyhow::Result<(ConsumeStats, ProcessReport)> {
+    let chunks_wanted = writer.is_some() || stream.as_deref_mut().is_some_and(|s| s.wants_image().any());
     Converter::shared(setup.calibration.clone(), setup.invalid)?;
     anyhow::ensure!(setup.workers > 0 && setup.pedestal_bands > 0 && setup.ring_frames > 0, "the graph needs workers, pedestal bands and rings");
     let (pool, pool_rx) = work_pool(&setup);
@@ -258,6 +273,8 @@ pub fn run(
         steps: StepTimes::default(),
         reorder_high_water: AtomicU64::new(0),
         stats: Mutex::new(ConsumeStats { what: if writer.is_some() { "processing and writing frames" } else { "processing frames (no file)" }, ..Default::default() }),
+        chunks_wanted: AtomicBool::new(chunks_wanted),
+        has_file: writer.is_some(),
         writer: Mutex::new(writer),
         stream: Mutex::new(stream),
         pool,
@@ -477,15 +494,22 @@ impl Graph<'_> {
         })
     }
 
+    /// Compresses `wk`'s image unless the frame is vetoed or nobody would take its chunk.
+    pub(super) fn compress_if_wanted(&self, compress: &mut dyn FnMut(&mut Work), wk: &mut Work) {
+        wk.chunked = !wk.vetoed && self.chunks_wanted.load(Ordering::Relaxed);
+        if wk.chunked {
+            compress(wk);
+            self.steps.compressed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// The GPU path's compression stage (vetoed frames pass through untouched).
     fn compress_worker<'g>(&'g self, k: usize) -> WorkerFn<'g, Box<Work>> {
         let mut compress = self.compressor();
         let mut pinned = false;
         Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
             pin_once(&mut pinned, &self.setup.cpus, k);
-            if !wk.vetoed {
-                compress(&mut wk);
-            }
+            self.compress_if_wanted(&mut compress, &mut wk);
             e.send(0, wk);
         })
     }
@@ -518,6 +542,9 @@ impl Graph<'_> {
         }
         if let Some(s) = self.stream.lock().expect("not poisoned").as_deref_mut() {
             let wanted = s.wants_image();
+            self.chunks_wanted.store(self.has_file || wanted.any(), Ordering::Relaxed);
+            // a frame compressed for nobody meets a consumer that just connected: dropped
+            let wanted = if wk.chunked { wanted } else { Wanted::default() };
             s.image(wanted, wk.frame, &wk.chunk, &wk.missing, Some((&wk.spots, wk.hit)));
         }
         let frame_bytes = (self.setup.geometry.height() * self.setup.geometry.width() * self.setup.pixel.bytes()) as u64;
@@ -575,6 +602,7 @@ impl Graph<'_> {
         r.vetoed_fraction = if r.signal_frames > 0 { r.vetoed as f64 / r.signal_frames as f64 } else { 0.0 };
         r.stages = stages.iter().map(|s| StageReport::of(s)).collect();
         r.steps = self.step_report();
+        r.frames_compressed = self.steps.compressed.load(Ordering::Relaxed);
         r.reorder_high_water = self.reorder_high_water.load(Ordering::Relaxed) as usize;
         r.calibration = Some(self.cal.cal.into_inner().expect("not poisoned"));
         let mut st = self.stats.into_inner().expect("not poisoned");

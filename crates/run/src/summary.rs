@@ -426,8 +426,8 @@ impl Summary {
 
     fn print_processing(&self) {
         let Some(p) = &self.processing else { return };
-        println!("processing  : {} dark frames ({} incomplete, not tracked), {} pedestal updates; {} signal frames, {} hits, {} vetoed ({:.1}%), {} spots; {} frames written",
-            p.dark_frames, p.dark_incomplete, p.pedestal_updates, p.signal_frames, p.hits, p.vetoed, 100.0 * p.vetoed_fraction, p.spots_found, p.frames_written);
+        println!("processing  : {} dark frames ({} incomplete, not tracked), {} pedestal updates; {} signal frames, {} hits, {} vetoed ({:.1}%), {} spots; {} compressed, {} frames written",
+            p.dark_frames, p.dark_incomplete, p.pedestal_updates, p.signal_frames, p.hits, p.vetoed, 100.0 * p.vetoed_fraction, p.spots_found, p.frames_compressed, p.frames_written);
         println!("  stage          workers  frames   ms/frame  busy s  waits  dropped  discarded  ring max");
         for s in &p.stages {
             println!("  {:<13} {:>7} {:>7} {:>10.3} {:>7.2} {:>6} {:>8} {:>10} {:>9}",

@@ -48,9 +48,7 @@ impl Graph<'_> {
             let (convert_ns, t) = self.convert_and_find(&conv, &runs, &mut finder, &mut wk);
             self.judge(&mut wk);
             let t2 = Instant::now();
-            if !wk.vetoed {
-                compress(&mut wk);
-            }
+            self.compress_if_wanted(&mut compress, &mut wk);
             let ns = |d: std::time::Duration| d.as_nanos() as u64;
             let st = &self.steps;
             st.convert.fetch_add(convert_ns, Ordering::Relaxed);
