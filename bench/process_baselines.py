@@ -101,8 +101,11 @@ def main():
         out["bitshuffle_lz4_photons16"] = per_frame(bitshuffle.compress_lz4, photons.astype(np.int16), seconds)
         out["bitshuffle_lz4_kev"] = per_frame(bitshuffle.compress_lz4, kev, seconds)
         out["bitshuffle_zstd_photons"] = per_frame(lambda a: bitshuffle.compress_zstd(a, 0, 3), photons, seconds)
+        # the raw words, as a raw run writes them
+        out["bitshuffle_lz4_raw"] = per_frame(bitshuffle.compress_lz4, raw, seconds)
     except ImportError:
-        out["bitshuffle_lz4_photons"] = out["bitshuffle_lz4_photons16"] = out["bitshuffle_lz4_kev"] = out["bitshuffle_zstd_photons"] = None
+        for k in ("bitshuffle_lz4_photons", "bitshuffle_lz4_photons16", "bitshuffle_lz4_kev", "bitshuffle_zstd_photons", "bitshuffle_lz4_raw"):
+            out[k] = None
     print(json.dumps(out))
 
 

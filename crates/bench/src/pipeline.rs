@@ -9,6 +9,9 @@
 //! core or in memory traffic. Everything after is `rdaq run`'s graph as it runs: pedestal
 //! bands for the dark frames, process workers (conversion, spots + veto, compression) for the
 //! signal frames, the reorder and the NXmx writer (a file in the temporary directory).
+//!
+//! With `--raw`, the same for a raw run's chain (`rdaq run --raw`): the assemble workers
+//! (assembly and bitshuffle-LZ4 of the raw words), the reorder and the writer.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -20,6 +23,7 @@ use rdaq_detector::Chopper;
 use rdaq_receiver::memory::Placer;
 use rdaq_receiver::Receiver;
 use rdaq_run::config::Config;
+use rdaq_run::consume;
 use rdaq_run::graph::{self, ProcessReport};
 use rdaq_sink::NxmxWriter;
 
@@ -48,6 +52,10 @@ pub struct PipelineArgs {
     /// table shows their scaling alone.
     #[arg(long)]
     no_dark: bool,
+    /// A raw run's chain instead of the processing graph: the workers assemble and
+    /// compress the raw frames (no dark frames).
+    #[arg(long)]
+    raw: bool,
     /// Write the results as JSON here too.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -77,14 +85,17 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = Config::default();
     cfg.detector.modules = a.modules;
     cfg.process.output = a.output.clone();
-    if a.no_dark {
+    if a.no_dark || a.raw {
         cfg.detector.chopper_dark = 0;
+    }
+    if a.raw {
+        cfg.process.mode = "raw".into();
     }
     cfg.check().context("the bench's configuration")?;
     let pool = Pool::new(&cfg, 32);
     let dir = std::env::temp_dir().join(format!("rdaq-bench-pipeline-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let dark = if a.no_dark { "no dark frames" } else { "chopper 1 dark : 1 signal" };
+    let dark = if a.raw { "raw frames" } else if a.no_dark { "no dark frames" } else { "chopper 1 dark : 1 signal" };
     eprintln!("rdaq bench pipeline: {} module(s) per frame, {dark}, {} output, {} s per point, 1..{max} process workers on {cores} cores", a.modules, a.output, a.seconds);
     let mut points = Vec::new();
     for w in 1..=max {
@@ -96,7 +107,7 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
         points.push(p);
     }
     std::fs::remove_dir_all(&dir).ok();
-    print_table(&points, a.modules, cores);
+    print_table(&points, a.modules, cores, a.raw);
     if let Some(path) = a.json {
         std::fs::write(&path, serde_json::to_string_pretty(&points)?).with_context(|| format!("cannot write {}", path.display()))?;
     }
@@ -137,9 +148,11 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64) -> an
     let geometry = cfg.geometry().context("geometry")?;
     let (mut meta, setup) = rdaq_run::run::plan(cfg, geometry, None)?;
     rdaq_run::run::emulated_series(cfg, &mut meta);
-    let setup = setup.context("the pipeline bench measures the processing graph: process.mode must not be \"raw\"")?;
-    let (workers, bands) = (setup.workers, setup.pedestal_bands);
-    let slots = (workers + bands + 2) * setup.ring_frames + 8;
+    let (workers, bands, rings) = match &setup {
+        Some(s) => (s.workers, s.pedestal_bands, s.ring_frames),
+        None => (cfg.workers(), 0, cfg.process.ring_frames),
+    };
+    let slots = (workers + bands + 2) * rings + 8;
     let (rx, mut placer) = Receiver::in_memory(cfg.detector.modules, MODULE_BYTES as u64, slots)?;
     let kinds = fill(&mut placer, pool);
     let mut writer = NxmxWriter::create(&dir.join(format!("w{workers}_master.h5")), &meta, true)?;
@@ -147,11 +160,17 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64) -> an
     let t0 = Instant::now();
     let (report, frames) = std::thread::scope(|s| {
         let feeder = s.spawn(|| feed(placer, pool, &kinds, Duration::from_secs_f64(seconds)));
-        let r = graph::run(&rx, Some(&mut writer), None, setup, &bar, None, &mut |_| {});
+        let r = match setup {
+            Some(setup) => graph::run(&rx, Some(&mut writer), None, setup, &bar, None, &mut |_| {}).map(|(_, r)| r),
+            None => {
+                let sinks = consume::Sinks { geometry, writer: Some(&mut writer), stream: None, sent: None, board: None, decoder: None, pedestal_run: None, workers: cfg.raw_workers() };
+                consume::consume(&rx, sinks, &bar, None, |_| {}).map(|_| ProcessReport::default())
+            }
+        };
         (r, feeder.join().expect("feeder"))
     });
     let elapsed = t0.elapsed().as_secs_f64();
-    let (_, report) = report?;
+    let report = report?;
     writer.finish()?;
     let module_frames = frames as f64 * cfg.detector.modules as f64;
     Ok(Point {
@@ -227,8 +246,9 @@ fn pedestal_ms(r: &ProcessReport) -> f64 {
     }
 }
 
-fn print_table(points: &[Point], modules: u16, cores: usize) {
-    println!("processing graph of rdaq run without the network: {modules} JUNGFRAU module(s) per frame, frames handed from a pre-filled ring ({cores} cores)");
+fn print_table(points: &[Point], modules: u16, cores: usize, raw: bool) {
+    let chain = if raw { "raw chain of rdaq run --raw (assemble workers: assembly + bitshuffle-LZ4 of the raw words; no steps timed, no pedestal)" } else { "processing graph of rdaq run" };
+    println!("{chain} without the network: {modules} JUNGFRAU module(s) per frame, frames handed from a pre-filled ring ({cores} cores)");
     println!("{:>7} {:>5} {:>10} {:>12} {:>9} {:>11} {:>8}   {:>8} {:>8} {:>9} {:>10}   {:>6} {:>7}",
         "workers", "bands", "mod.fr/s", "per worker", "raw GB/s", "copy GB/s", "raw/copy", "convert", "spots", "compress", "pedestal", "waits", "held");
     for p in points {

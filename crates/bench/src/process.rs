@@ -159,6 +159,7 @@ pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
     conversion(&d, &mut t);
     let found = spot_finding(&d, &mut t);
     let ratio_lz4 = compression(&d, &mut t);
+    lz4_libraries(&d, &mut t);
     described(&d, &mut t)?;
     print_table(&t, found, ratio_lz4);
     if let Some(p) = a.json {
@@ -245,6 +246,8 @@ fn compression(d: &Data, t: &mut Table) -> f64 {
     t.row("keV->photons16+bslz4", s, 4.0, Some(("bitshuffle.compress_lz4 (int16)", "bitshuffle_lz4_photons16")));
     let s = t.time(|i| c.compress(black_box(bytes_of(&d.kev[i])), &mut chunk));
     t.row("bslz4 keV", s, 4.0, Some(("bitshuffle.compress_lz4", "bitshuffle_lz4_kev")));
+    let s = t.time(|i| c16.compress(black_box(bytes_of(&d.raw[i])), &mut chunk));
+    t.row("bslz4 raw", s, 2.0, Some(("bitshuffle.compress_lz4 (raw words)", "bitshuffle_lz4_raw")));
     let mut z = Compressor::new(4, 0, Codec::Zstd(3));
     let s = t.time(|i| z.compress(black_box(bytes_of(&d.photons[i])), &mut chunk));
     t.row("bszstd3 photons32", s, 4.0, Some(("bitshuffle.compress_zstd", "bitshuffle_zstd_photons")));
@@ -256,6 +259,42 @@ fn compression(d: &Data, t: &mut Table) -> f64 {
         c.compress(bytes_of(p), &mut chunk);
         (MODULE_PIXELS * 4) as f64 / chunk.len() as f64 / n
     }).sum()
+}
+
+/// The LZ4 step alone, by `lz4_flex` (what the compressor uses) and by the C library
+/// (liblz4, through the `lz4` crate), on the same bitshuffled blocks of a module frame: the
+/// int16 photon counts and the raw words. The C library's time is the row's baseline.
+fn lz4_libraries(d: &Data, t: &mut Table) {
+    let shuffled = |frames: Vec<&[u8]>| -> Vec<Vec<u8>> {
+        let block = rdaq_process::bitshuffle::default_block_elems(2) * 2;
+        frames.iter().map(|f| {
+            let mut out = vec![0u8; f.len() / block * block];
+            for (src, dst) in f.chunks_exact(block).zip(out.chunks_exact_mut(block)) {
+                rdaq_process::bitshuffle::shuffle_block(src, dst, 2);
+            }
+            out
+        }).collect()
+    };
+    let sets = [("photons16", shuffled(d.photons16.iter().map(|p| bytes_of(p)).collect())), ("raw", shuffled(d.raw.iter().map(|r| bytes_of(r)).collect()))];
+    let block = rdaq_process::bitshuffle::default_block_elems(2) * 2;
+    let mut out = vec![0u8; lz4_flex::block::get_maximum_output_size(block).max(lz4::block::compress_bound(block).expect("block fits"))];
+    for (name, frames) in &sets {
+        let c_lib = t.time(|i| {
+            for b in frames[i].chunks_exact(block) {
+                black_box(lz4::block::compress_to_buffer(b, Some(lz4::block::CompressionMode::DEFAULT), false, &mut out).expect("room for the worst case"));
+            }
+        });
+        let key = format!("liblz4_{name}");
+        t.base.insert(key.clone(), c_lib.into());
+        let flex = t.time(|i| {
+            for b in frames[i].chunks_exact(block) {
+                black_box(lz4_flex::block::compress_into(b, &mut out).expect("room for the worst case"));
+            }
+        });
+        let stage = format!("LZ4 {name} lz4_flex");
+        let base = format!("liblz4 {name} (lz4 crate)");
+        t.row(&stage, flex, 2.0, Some((&base, &key)));
+    }
 }
 
 fn print_table(t: &Table, [lsnr_spots, pf8_spots]: [usize; 2], ratio_lz4: f64) {

@@ -1,7 +1,7 @@
 //! One acquisition's chain after the receiver, the same for every entry point (`rdaq run`,
 //! `rdaq receive`, the receiver daemon, a plan run in one process): the frames go through
-//! the processing graph ([`crate::graph`]) or, raw, through the plain consumer
-//! ([`crate::consume`]), into the sinks (the NXmx series, the Stream V2 stream, the board
+//! the processing graph ([`crate::graph`]) or, raw, through the consumer's assemble
+//! workers ([`crate::consume`]), into the sinks (the NXmx series, the Stream V2 stream, the board
 //! behind the dashboard and `/metrics`); at the end the stream is finished and the files
 //! closed, and the [`Outcome`] says what came of it. A feature added here reaches every
 //! entry point.
@@ -20,7 +20,7 @@ use rdaq_sink::NxmxWriter;
 
 use crate::assemble::Decoder;
 use crate::board::{incomplete_event, Board};
-use crate::consume::{self, ConsumeStats};
+use crate::consume::{self, ConsumeStats, Workers};
 use crate::graph::{self, ProcessReport};
 use crate::outputs;
 use crate::stream::{Stream, StreamReport};
@@ -44,14 +44,18 @@ pub struct Chain {
     pub name: String,
     /// A JUNGFRAU pedestal run that takes every complete raw frame (raw chains only).
     pub pedestal_run: Option<PedestalRun>,
+    /// The workers that assemble and compress raw frames (raw chains only: the graph has
+    /// its own in `processing`).
+    pub workers: Workers,
 }
 
 impl Chain {
-    /// A chain of `processing` (none: raw frames) over the image `geometry`, JUNGFRAU's
-    /// module frames, on a board of its own, reported as `name`; the consumer waits
-    /// `consumer_delay` per frame (testing: a consumer slower than the detector).
-    pub fn new(geometry: Geometry, processing: Option<graph::Setup>, name: impl Into<String>, consumer_delay: Duration) -> Chain {
-        Chain { geometry, decoder: None, processing, board: Arc::default(), sent: None, consumer_delay, name: name.into(), pedestal_run: None }
+    /// A chain of `processing` (none: raw frames, assembled and compressed by `workers`)
+    /// over the image `geometry`, JUNGFRAU's module frames, on a board of its own, reported
+    /// as `name`; the consumer waits `consumer_delay` per frame (testing: a consumer slower
+    /// than the detector).
+    pub fn new(geometry: Geometry, processing: Option<graph::Setup>, workers: Workers, name: impl Into<String>, consumer_delay: Duration) -> Chain {
+        Chain { geometry, decoder: None, processing, board: Arc::default(), sent: None, consumer_delay, name: name.into(), pedestal_run: None, workers }
     }
 }
 
@@ -79,7 +83,7 @@ pub struct Outcome {
 /// The stream is finished also when consuming failed; the files are closed when it did not.
 pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, until: Option<&AtomicBool>, mut on_frame: impl FnMut(&FrameReady)) -> anyhow::Result<Outcome> {
     let Sinks { mut writer, mut stream } = sinks;
-    let Chain { geometry, decoder, processing, board, sent, consumer_delay, name, mut pedestal_run } = chain;
+    let Chain { geometry, decoder, processing, board, sent, consumer_delay, name, mut pedestal_run, workers } = chain;
     anyhow::ensure!(processing.is_none() || pedestal_run.is_none(), "a pedestal run takes raw frames, not processed ones");
     let consumed = match processing {
         Some(setup) => {
@@ -87,7 +91,7 @@ pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, unt
             graph::run(rx, writer.as_mut(), stream.as_mut(), setup, bar, until, &mut on_frame).map(|(c, r)| (c, Some(r)))
         }
         None => {
-            let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: sent.as_deref().map(|c| &c.sent), board: Some(&board), decoder, pedestal_run: pedestal_run.as_mut() };
+            let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: sent.as_deref().map(|c| &c.sent), board: Some(&board), decoder, pedestal_run: pedestal_run.as_mut(), workers };
             consume::consume(rx, sinks, bar, until, |f| {
                 if f.status() != FrameStatus::Complete {
                     board.push_event(incomplete_event(&name, f));

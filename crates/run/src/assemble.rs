@@ -53,26 +53,20 @@ impl Decoder {
     }
 }
 
-/// Builds detector images of one geometry, reusing its buffers from frame to frame.
+/// Builds detector images of one geometry into the caller's buffers, keeping its scratch
+/// from frame to frame.
 pub struct Assembler {
     geometry: Geometry,
     decoder: Option<Decoder>,
     /// The decoded module images (described detectors only), in 16-bit words so that the
     /// descramble stage's int16 planes stay aligned.
     modules: Vec<u16>,
-    /// The detector image, in 16-bit words so that JUNGFRAU's stay aligned.
-    image: Vec<u16>,
 }
 
 impl Assembler {
-    /// An assembler of `geometry`'s images; `decoder` decodes module frames first. With
-    /// `buffers` false it holds no memory (frames are only counted).
-    pub fn new(geometry: Geometry, decoder: Option<Decoder>, buffers: bool) -> Assembler {
-        let pb = decoder.as_ref().map_or(2, Decoder::pixel_bytes);
-        let pixels = if buffers { geometry.height() * geometry.width() } else { 0 };
-        let module_bytes = geometry.module_pixels() * pb;
-        let modules = if buffers && decoder.is_some() { vec![0u16; (module_bytes * geometry.modules as usize).div_ceil(2)] } else { Vec::new() };
-        Assembler { geometry, decoder, modules, image: vec![0u16; (pixels * pb).div_ceil(2)] }
+    /// An assembler of `geometry`'s images; `decoder` decodes module frames first.
+    pub fn new(geometry: Geometry, decoder: Option<Decoder>) -> Assembler {
+        Assembler { geometry, decoder, modules: Vec::new() }
     }
 
     /// Bytes of one pixel of the image.
@@ -84,19 +78,27 @@ impl Assembler {
         self.decoder.as_ref().is_some_and(Decoder::needs_reset)
     }
 
-    /// The image of a slot's data (its modules one after the other); `reset` is the reset
-    /// frame's slot when the detector sends them.
-    pub fn assemble(&mut self, raw: &[u8], reset: Option<&[u8]>) -> &[u8] {
+    /// Whether images are JUNGFRAU's raw 16-bit words (no decoder).
+    pub fn raw_words(&self) -> bool {
+        self.decoder.is_none()
+    }
+
+    /// The image of a slot's data (its modules one after the other) in `image` (16-bit
+    /// words, sized on first use so that JUNGFRAU's words stay aligned); `reset` is the reset
+    /// frame's slot when the detector sends them. Returns the image's bytes.
+    pub fn assemble<'i>(&mut self, raw: &[u8], reset: Option<&[u8]>, image: &'i mut Vec<u16>) -> &'i [u8] {
         let g = self.geometry;
         let pb = self.pixel_bytes();
         let n = g.height() * g.width() * pb;
-        let image = &mut as_bytes_mut(&mut self.image)[..n];
+        image.resize(n.div_ceil(2), 0);
+        let image = &mut as_bytes_mut(image)[..n];
         let Some(dec) = &self.decoder else {
             let (words, mp) = (as_words(raw), g.module_pixels());
             g.assemble_bytes(2, |m| as_bytes(&words[m as usize * mp..(m as usize + 1) * mp]), image);
             return image;
         };
         let (rb, mb) = (dec.layout().raw_bytes(), g.module_pixels() * pb);
+        self.modules.resize((mb * g.modules as usize).div_ceil(2), 0);
         let modules = &mut as_bytes_mut(&mut self.modules)[..mb * g.modules as usize];
         for (m, out) in modules.chunks_exact_mut(mb).enumerate() {
             let data = &raw[m * rb..(m + 1) * rb];
@@ -111,11 +113,6 @@ impl Assembler {
         let modules = &*modules;
         g.assemble_bytes(pb, |m| &modules[m as usize * mb..(m as usize + 1) * mb], image);
         image
-    }
-
-    /// The image as 16-bit words (JUNGFRAU's raw frames; `None` for other pixel types).
-    pub fn words(&self) -> Option<&[u16]> {
-        self.decoder.is_none().then_some(&self.image[..])
     }
 
     /// Runs of image pixels (first, count; row-major) that the frame's missing cells feed

@@ -169,8 +169,9 @@ pub struct Process {
     pub codec: String,
     pub zstd_level: i32,
     /// Process workers, each taking a signal frame through conversion, spot finding, the
-    /// veto and compression on one core (0: one per core the machine has beyond the two that
-    /// receiving and the rest of the graph use, at least 1).
+    /// veto and compression on one core; raw frames: assembly and compression (0: one per
+    /// core the machine has beyond the two that receiving and the rest of the graph use, at
+    /// least 1).
     pub workers: usize,
     /// Pedestal bands: stages that each track their part of every dark frame's pixels
     /// (0: one per two process workers, at least 1).
@@ -718,6 +719,12 @@ impl Config {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(2).max(1),
             n => n,
         }
+    }
+
+    /// The workers that assemble and compress raw frames: the process workers' count and
+    /// rings.
+    pub fn raw_workers(&self) -> crate::consume::Workers {
+        crate::consume::Workers { count: self.workers(), ring_frames: self.process.ring_frames }
     }
 
     /// The pedestal bands: as configured, or one per two process workers (a dark frame costs

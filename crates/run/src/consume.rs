@@ -1,22 +1,36 @@
-//! The consumer side of a receiver: takes finished frames, writes them to the NXmx file,
-//! gives the slots back, and counts what it saw.
+//! The consumer side of a receiver for raw frames: takes finished frames, assembles and
+//! compresses them, writes them to the NXmx file and the stream, gives the slots back, and
+//! counts what it saw. The work runs on the pipeline graph of `rdaq_process::pipeline`:
+//!
+//! ```text
+//! receiver ring -> source (this thread: counts, pairs reset frames) -> assemble (n workers:
+//!   assembly, compression; slot given back) -> write (1: source order restored, pedestal
+//!   run, glance, stream, file)
+//! ```
+//!
+//! so a raw run's assembly and compression use as many cores as it is given, and the
+//! writer, not one consumer thread, sets its pace. Frames move as pooled `Box<Job>` buffers
+//! (allocated once, reused); each byte of a frame is copied once, into the image.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::RecvTimeoutError;
+use crossbeam_channel::{bounded, Receiver as ChanRx, RecvTimeoutError, Sender};
 
 use indicatif::ProgressBar;
 use rdaq_detector::Geometry;
-use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::pedestal_run::PedestalRun;
+use rdaq_process::pipeline::{Emit, Pipeline, Policy, Port, WhenFull, WorkerFn};
+use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_sink::NxmxWriter;
 
 use crate::assemble::{Assembler, Decoder};
-use crate::pairs::{Outcome, Pairs};
 use crate::board::{Board, Glance};
 use crate::latency::{FrameTimes, Latency};
+use crate::pairs::{Outcome, Pairs};
+use crate::reorder::Reorder;
 use crate::stream::{Stream, Wanted};
 
 #[derive(Clone, Debug, Default)]
@@ -34,7 +48,7 @@ pub struct ConsumeStats {
     pub first: Option<Instant>,
     pub last: Option<Instant>,
     /// What the consumer did with the frames, for the summary.
-    pub what: &'static str,
+    pub what: String,
     /// Per-frame latency, step by step.
     pub latency: Latency,
     /// Reset frames subtracted from their data frames (not written).
@@ -74,7 +88,7 @@ impl ConsumeStats {
 /// Runs of pixels (first, count) of the assembled JUNGFRAU image that the frame's missing
 /// cells cover.
 pub fn missing_ranges(rx: &Receiver, geometry: &Geometry, f: &FrameReady) -> Vec<(usize, usize)> {
-    Assembler::new(*geometry, None, false).missing(rx, f)
+    Assembler::new(*geometry, None).missing(rx, f)
 }
 
 /// Pairs of a data frame and its reset frame that may wait for their other frame at once
@@ -83,6 +97,9 @@ const PAIRS_WAITING: usize = 8;
 
 /// How long the consumer waits for a frame before looking at its stop flag.
 const POLL: Duration = Duration::from_millis(50);
+
+/// What a stage expects of the frames it is given: taken from the receiver it reads.
+const OWN_FRAME: &str = "a handed frame of this receiver";
 
 /// The next finished frame; `None` once the receiver has finished, or once `until` is set
 /// and no frame is waiting.
@@ -97,6 +114,14 @@ pub fn next_frame(rx: &Receiver, until: Option<&AtomicBool>) -> Option<FrameRead
     }
 }
 
+/// The workers that assemble and compress raw frames side by side, and the frames each
+/// one's input ring holds (`process.workers`, `process.ring_frames`).
+#[derive(Clone, Copy, Debug)]
+pub struct Workers {
+    pub count: usize,
+    pub ring_frames: usize,
+}
+
 /// Where the consumer puts frames: the assembled image (the detector's `geometry`) goes
 /// to the NXmx files and the stream, compressed once for both.
 pub struct Sinks<'a> {
@@ -106,146 +131,288 @@ pub struct Sinks<'a> {
     /// When the frames were sent, where the detector runs in this process.
     pub sent: Option<&'a rdaq_emulator::clock::SendClock>,
     /// Where latency and a glance at the latest frame are shown while the acquisition goes
-    /// on (the dashboard, a daemon's `/metrics`); events are `on_frame`'s to report.
+    /// on (the dashboard, a daemon's `/metrics`), with the stages' counters; events are
+    /// `on_frame`'s to report.
     pub board: Option<&'a Board>,
     /// How a described detector's module frames become module images (`None`: JUNGFRAU's
     /// 16-bit module frames, put in place as they are).
     pub decoder: Option<Decoder>,
     /// A JUNGFRAU pedestal run that takes every complete frame's image.
     pub pedestal_run: Option<&'a mut PedestalRun>,
+    pub workers: Workers,
+}
+
+/// One frame on its way from the source to the write stage (pooled: allocated once,
+/// reused; its image and chunk grow to their size the first time).
+struct Job {
+    /// The frame's place in the source's order (the write stage keeps it).
+    seq: u64,
+    frame: u64,
+    complete: bool,
+    data: Option<FrameReady>,
+    reset: Option<FrameReady>,
+    bytes_in: u64,
+    missing: Vec<(usize, usize)>,
+    /// The assembled image, in 16-bit words (other pixel sizes in their bytes).
+    image: Vec<u16>,
+    /// `image` holds this frame's image (for the file, the stream, the pedestal run or a
+    /// glance).
+    assembled: bool,
+    /// A glance at this frame is due on the board.
+    glance: bool,
+    chunk: Vec<u8>,
+    /// `chunk` holds this frame's compressed image.
+    chunked: bool,
+    times: Option<FrameTimes>,
+}
+
+/// What the source, the workers and the write stage share.
+struct Consumer<'a> {
+    rx: &'a Receiver,
+    geometry: Geometry,
+    decoder: Option<Decoder>,
+    board: Option<&'a Board>,
+    sent: Option<&'a rdaq_emulator::clock::SendClock>,
+    codec: Codec,
+    has_file: bool,
+    has_pedestal_run: bool,
+    /// Whether frames are compressed: there is a file, or the stream's last image (at the
+    /// start: its first) would reach someone. The write stage, which asks the stream, sets
+    /// it; the first frames after a consumer connects reach it uncompressed and count as
+    /// dropped.
+    chunks_wanted: AtomicBool,
+    stats: Mutex<ConsumeStats>,
+    pool: Sender<Box<Job>>,
 }
 
 /// Consumes frames until the receiver finishes, or until `until` is set and no frame is
 /// waiting: assembles each frame's modules into the detector image (gaps marked),
-/// compresses it once, publishes the chunk on the stream and writes it. Without a writer and
-/// a stream, frames are only counted. `on_frame` sees every frame first.
+/// compresses it once, publishes the chunk on the stream and writes it, in the source's
+/// order. Without a writer, a stream and a pedestal run, frames are only counted.
+/// `on_frame` sees every frame first.
 pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option<&AtomicBool>, mut on_frame: impl FnMut(&FrameReady)) -> anyhow::Result<ConsumeStats> {
     let assemble = sinks.writer.is_some() || sinks.stream.is_some() || sinks.pedestal_run.is_some();
+    let Workers { count, ring_frames } = sinks.workers;
+    let by = format!("{count} worker{}", if count == 1 { "" } else { "s" });
     let what = match (sinks.writer.is_some(), sinks.stream.is_some()) {
-        (true, _) => "assembling and writing frames",
-        (false, true) => "assembling and streaming frames",
-        (false, false) => "counting frames",
+        (true, _) => format!("assembling ({by}) and writing frames"),
+        (false, true) => format!("assembling ({by}) and streaming frames"),
+        (false, false) if assemble => format!("assembling ({by}) frames for the pedestal run"),
+        (false, false) => "counting frames".to_string(),
     };
-    let mut s = ConsumeStats { what, ..Default::default() };
-    let asm = Assembler::new(sinks.geometry, sinks.decoder.take(), assemble);
-    let codec = sinks.writer.as_ref().map_or(Codec::Lz4, |w| w.meta().codec);
-    let mut enc = Encode { comp: Compressor::new(asm.pixel_bytes(), 0, codec), asm, chunk: Vec::new() };
-    // a descrambled detector's frames waiting for their partners (their slots held), and
-    // what an offered frame settled
-    let mut pairs = Pairs::new(PAIRS_WAITING.min(rx.buffer_map().buffers.len() / 4));
-    let mut settled = Vec::with_capacity(4);
-    while let Some(f) = next_frame(rx, until) {
-        on_frame(&f);
-        bar.inc(1);
-        if !s.arrived(&f) || !assemble {
-            if assemble && enc.asm.needs_reset() {
-                pairs.gone(f.frame(), |o| settled.push(o));
-            }
-            record(&mut s, sinks.board, &FrameTimes::of(&f, sinks.sent), None);
-            rx.release(f)?;
-            settle(rx, &mut sinks, &mut enc, &mut s, &mut settled)?;
-            continue;
-        }
-        if !enc.asm.needs_reset() {
-            emit(rx, &mut sinks, &mut enc, &mut s, f, None)?;
-            continue;
-        }
-        pairs.offer(f, |o| settled.push(o));
-        settle(rx, &mut sinks, &mut enc, &mut s, &mut settled)?;
+    anyhow::ensure!(count > 0 && ring_frames > 0, "the consumer needs workers and rings");
+    let chunks_wanted = sinks.writer.is_some() || sinks.stream.as_deref_mut().is_some_and(|s| s.wants_image().any());
+    let (pool, pool_rx) = job_pool(if assemble { (count + 2) * ring_frames + 4 } else { 0 });
+    let c = Consumer {
+        rx,
+        geometry: sinks.geometry,
+        decoder: sinks.decoder.take(),
+        board: sinks.board,
+        sent: sinks.sent,
+        codec: sinks.writer.as_ref().map_or(Codec::Lz4, |w| w.meta().codec),
+        has_file: sinks.writer.is_some(),
+        has_pedestal_run: sinks.pedestal_run.is_some(),
+        chunks_wanted: AtomicBool::new(chunks_wanted),
+        stats: Mutex::new(ConsumeStats { what, ..Default::default() }),
+        pool,
+    };
+    if !assemble {
+        c.count(bar, until, &mut on_frame)?;
+        return Ok(c.stats.into_inner().expect("not poisoned"));
     }
-    pairs.finish(|o| settled.push(o));
-    settle(rx, &mut sinks, &mut enc, &mut s, &mut settled)?;
-    Ok(s)
+    let fed = std::thread::scope(|s| {
+        let mut p: Pipeline<Box<Job>> = Pipeline::default();
+        let mut sinks = Some(sinks);
+        let write = p.stage("write", 1, ring_frames, |_| c.write_worker(sinks.take().expect("one write worker")));
+        let assemble = p.stage("assemble", count, ring_frames, |_| c.assemble_worker());
+        p.connect(assemble, write, Policy::RoundRobin, WhenFull::Block);
+        let to_assemble = p.source(assemble, Policy::LeastLoaded, WhenFull::Block);
+        let running = p.spawn(s);
+        if let Some(b) = c.board {
+            b.set_stages(running.stats.clone());
+        }
+        let fed = c.feed(&pool_rx, to_assemble, bar, until, &mut on_frame);
+        running.join();
+        fed
+    });
+    fed?;
+    Ok(c.stats.into_inner().expect("not poisoned"))
 }
 
-/// What turns a frame into the chunk the file and the stream take, kept from frame to frame.
-struct Encode {
-    asm: Assembler,
-    comp: Compressor,
-    chunk: Vec<u8>,
+/// `n` pooled frame buffers, empty until first used.
+fn job_pool(n: usize) -> (Sender<Box<Job>>, ChanRx<Box<Job>>) {
+    let (tx, rx) = bounded::<Box<Job>>(n.max(1));
+    for _ in 0..n {
+        let job = Job { seq: 0, frame: 0, complete: false, data: None, reset: None, bytes_in: 0, missing: Vec::new(), image: Vec::new(), assembled: false, glance: false, chunk: Vec::new(), chunked: false, times: None };
+        tx.send(Box::new(job)).expect("pool has room");
+    }
+    (tx, rx)
 }
 
-/// Writes the pairs of data and reset frames settled, and gives back every frame settled
-/// (counting the data frames without their reset frame).
-fn settle(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeStats, settled: &mut Vec<Outcome<FrameReady>>) -> anyhow::Result<()> {
-    for o in settled.drain(..) {
-        match o {
-            Outcome::Pair { data, reset } => {
-                s.reset_frames += 1;
-                emit(rx, sinks, enc, s, data, Some(reset))?;
+impl<'a> Consumer<'a> {
+    /// Without sinks: counts each frame and gives its slots back.
+    fn count(&self, bar: &ProgressBar, until: Option<&AtomicBool>, on_frame: &mut dyn FnMut(&FrameReady)) -> anyhow::Result<()> {
+        while let Some(f) = next_frame(self.rx, until) {
+            on_frame(&f);
+            bar.inc(1);
+            self.stats.lock().expect("not poisoned").arrived(&f);
+            self.record(&FrameTimes::of(&f, self.sent), None);
+            self.rx.release(f)?;
+        }
+        Ok(())
+    }
+
+    /// The source: counts every frame, pairs a descrambled detector's data frames with
+    /// their reset frames, and hands the frames with data on to the assemble workers,
+    /// numbered in order. Gives back the slots of frames without data.
+    fn feed(&self, pool: &ChanRx<Box<Job>>, to: Port<Box<Job>>, bar: &ProgressBar, until: Option<&AtomicBool>, on_frame: &mut dyn FnMut(&FrameReady)) -> anyhow::Result<()> {
+        let needs_reset = self.decoder.as_ref().is_some_and(Decoder::needs_reset);
+        // a descrambled detector's frames waiting for their partners (their slots held), and
+        // what an offered frame settled
+        let mut pairs = Pairs::new(PAIRS_WAITING.min(self.rx.buffer_map().buffers.len() / 4));
+        let mut settled = Vec::with_capacity(4);
+        let mut seq = 0u64;
+        while let Some(f) = next_frame(self.rx, until) {
+            on_frame(&f);
+            bar.inc(1);
+            if !self.stats.lock().expect("not poisoned").arrived(&f) {
+                if needs_reset {
+                    pairs.gone(f.frame(), |o| settled.push(o));
+                }
+                self.record(&FrameTimes::of(&f, self.sent), None);
+                self.rx.release(f)?;
+            } else if needs_reset {
+                pairs.offer(f, |o| settled.push(o));
+            } else {
+                self.hand_on(pool, &to, &mut seq, f, None);
             }
-            Outcome::WithoutReset(d) => {
-                s.without_reset += 1;
-                record(s, sinks.board, &FrameTimes::of(&d, sinks.sent), None);
-                rx.release(d)?;
-            }
-            Outcome::UnusedReset(r) => {
-                s.unused_resets += 1;
-                rx.release(r)?;
+            self.settle(pool, &to, &mut seq, &mut settled)?;
+        }
+        pairs.finish(|o| settled.push(o));
+        self.settle(pool, &to, &mut seq, &mut settled)
+    }
+
+    /// Hands on the pairs of data and reset frames settled, and gives back every other
+    /// frame settled (counting the data frames without their reset frame).
+    fn settle(&self, pool: &ChanRx<Box<Job>>, to: &Port<Box<Job>>, seq: &mut u64, settled: &mut Vec<Outcome<FrameReady>>) -> anyhow::Result<()> {
+        for o in settled.drain(..) {
+            match o {
+                Outcome::Pair { data, reset } => {
+                    self.stats.lock().expect("not poisoned").reset_frames += 1;
+                    self.hand_on(pool, to, seq, data, Some(reset));
+                }
+                Outcome::WithoutReset(d) => {
+                    self.stats.lock().expect("not poisoned").without_reset += 1;
+                    self.record(&FrameTimes::of(&d, self.sent), None);
+                    self.rx.release(d)?;
+                }
+                Outcome::UnusedReset(r) => {
+                    self.stats.lock().expect("not poisoned").unused_resets += 1;
+                    self.rx.release(r)?;
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
-}
 
-/// Assembles frame `f` (minus its reset frame, when given), compresses it once, publishes
-/// and writes it, and gives back its slots. Each step is done for the sinks that take its
-/// result: a frame nobody takes (no file, a stream nobody reads) is neither assembled nor
-/// compressed.
-fn emit(rx: &Receiver, sinks: &mut Sinks, enc: &mut Encode, s: &mut ConsumeStats, f: FrameReady, reset: Option<FrameReady>) -> anyhow::Result<()> {
-    let mut times = FrameTimes::of(&f, sinks.sent);
-    let wanted = sinks.stream.as_deref_mut().map(Stream::wants_image);
-    let chunked = sinks.writer.is_some() || wanted.is_some_and(Wanted::any);
-    let glance = sinks.board.filter(|b| b.glance_due());
-    let raw = rx.data(&f)?;
-    let mut missing = Vec::new();
-    if chunked || glance.is_some() || sinks.pedestal_run.is_some() {
-        missing = enc.asm.missing(rx, &f);
+    /// Frame `f` (with its reset frame, when the detector sends them) into a pooled buffer,
+    /// to the assemble workers.
+    fn hand_on(&self, pool: &ChanRx<Box<Job>>, to: &Port<Box<Job>>, seq: &mut u64, f: FrameReady, reset: Option<FrameReady>) {
+        let mut job = pool.recv().expect("the pool outlives the graph");
+        (job.seq, job.frame, job.complete) = (*seq, f.frame(), f.status() == FrameStatus::Complete);
+        job.times = Some(FrameTimes::of(&f, self.sent));
+        (job.data, job.reset) = (Some(f), reset);
+        *seq += 1;
+        to.send(job);
+    }
+
+    /// An assemble worker: each frame's missing pixels, its image (when a sink takes it) and
+    /// the image's chunk (when the file or a stream reader takes it); gives the slots back.
+    fn assemble_worker(&'a self) -> WorkerFn<'a, Box<Job>> {
+        let mut asm = Assembler::new(self.geometry, self.decoder.clone());
+        let mut comp = Compressor::new(asm.pixel_bytes(), 0, self.codec);
+        Box::new(move |mut job: Box<Job>, e: &Emit<Box<Job>>| {
+            self.assemble_one(&mut asm, &mut comp, &mut job);
+            e.send(0, job);
+        })
+    }
+
+    fn assemble_one(&self, asm: &mut Assembler, comp: &mut Compressor, job: &mut Job) {
+        let (f, reset) = (job.data.take().expect("handed on with its slot"), job.reset.take());
+        job.missing.clear();
+        job.missing.extend(asm.missing(self.rx, &f));
         if let Some(r) = &reset {
-            missing.extend(enc.asm.missing(rx, r));
+            job.missing.extend(asm.missing(self.rx, r));
         }
-        let reset_raw = reset.as_ref().map(|r| rx.data(r)).transpose()?;
-        let image = enc.asm.assemble(raw, reset_raw);
-        if chunked {
-            enc.comp.compress(image, &mut enc.chunk);
+        let raw = self.rx.data(&f).expect(OWN_FRAME);
+        job.bytes_in = raw.len() as u64;
+        job.chunked = self.chunks_wanted.load(Ordering::Relaxed);
+        job.glance = self.board.is_some_and(|b| b.glance_due());
+        job.assembled = job.chunked || job.glance || self.has_pedestal_run;
+        if job.assembled {
+            let reset_raw = reset.as_ref().map(|r| self.rx.data(r).expect(OWN_FRAME));
+            let image = asm.assemble(raw, reset_raw, &mut job.image);
+            if job.chunked {
+                comp.compress(image, &mut job.chunk);
+            }
         }
-        take_image(sinks, &enc.asm, &f, glance);
+        if let Some(t) = job.times.as_mut() {
+            t.processed = Some(Instant::now());
+        }
+        self.rx.release(f).expect(OWN_FRAME);
+        if let Some(r) = reset {
+            self.rx.release(r).expect(OWN_FRAME);
+        }
     }
-    times.processed = Some(Instant::now());
-    if let (Some(st), Some(w)) = (sinks.stream.as_deref_mut(), wanted) {
-        st.image(w, f.frame(), &enc.chunk, &missing, None);
-    }
-    if let Some(w) = sinks.writer.as_deref_mut() {
-        write_one(w, s, f.frame(), &enc.chunk, &missing, raw.len() as u64);
-    }
-    record(s, sinks.board, &times, Some(Instant::now()));
-    rx.release(f)?;
-    if let Some(r) = reset {
-        rx.release(r)?;
-    }
-    Ok(())
-}
 
-/// The assembled image of frame `f` for the pedestal run and, when a glance is due, the
-/// board.
-fn take_image(sinks: &mut Sinks, asm: &Assembler, f: &FrameReady, glance: Option<&Board>) {
-    if let (Some(run), Some(words)) = (sinks.pedestal_run.as_deref_mut(), asm.words()) {
-        // missing pixels read as the error word: only whole frames are dark frames
-        if f.status() == FrameStatus::Complete {
-            run.push(words);
-        } else {
-            run.leave_out();
+    /// The write stage: puts the frames back into the source's order, then gives each to
+    /// the pedestal run and the board, publishes its chunk and writes it.
+    fn write_worker(&'a self, sinks: Sinks<'a>) -> WorkerFn<'a, Box<Job>> {
+        let Sinks { mut writer, mut stream, mut pedestal_run, .. } = sinks;
+        let mut order = Reorder::new();
+        Box::new(move |job: Box<Job>, _: &Emit<Box<Job>>| {
+            order.push(job.seq, job, |job| {
+                self.take_image(&job, pedestal_run.as_deref_mut());
+                if let Some(s) = stream.as_deref_mut() {
+                    let wanted = s.wants_image();
+                    self.chunks_wanted.store(self.has_file || wanted.any(), Ordering::Relaxed);
+                    // a frame not compressed meets a consumer that just connected: dropped
+                    let wanted = if job.chunked { wanted } else { Wanted::default() };
+                    s.image(wanted, job.frame, &job.chunk, &job.missing, None);
+                }
+                let mut st = self.stats.lock().expect("not poisoned");
+                if let Some(w) = writer.as_deref_mut() {
+                    write_one(w, &mut st, job.frame, &job.chunk, &job.missing, job.bytes_in);
+                }
+                drop(st);
+                self.record(job.times.as_ref().expect("set by the source"), Some(Instant::now()));
+                let _ = self.pool.send(job);
+            });
+        })
+    }
+
+    /// The assembled image of a frame for the pedestal run and, when a glance is due, the
+    /// board.
+    fn take_image(&self, job: &Job, pedestal_run: Option<&mut PedestalRun>) {
+        let words = (job.assembled && self.decoder.is_none()).then_some(&job.image[..]);
+        if let (Some(run), Some(words)) = (pedestal_run, words) {
+            // missing pixels read as the error word: only whole frames are dark frames
+            if job.complete {
+                run.push(words);
+            } else {
+                run.leave_out();
+            }
+        }
+        if let (Some(b), Some(words)) = (self.board.filter(|_| job.glance), words) {
+            b.show(Glance::raw(&self.geometry, job.frame, words));
         }
     }
-    if let Some((b, words)) = glance.zip(asm.words()) {
-        b.show(Glance::raw(&sinks.geometry, f.frame(), words));
-    }
-}
 
-fn record(s: &mut ConsumeStats, board: Option<&Board>, t: &FrameTimes, written: Option<Instant>) {
-    s.latency.record(t, written);
-    if let Some(b) = board {
-        b.record(t, written);
+    fn record(&self, t: &FrameTimes, written: Option<Instant>) {
+        self.stats.lock().expect("not poisoned").latency.record(t, written);
+        if let Some(b) = self.board {
+            b.record(t, written);
+        }
     }
 }
 

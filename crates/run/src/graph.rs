@@ -41,10 +41,9 @@ mod dark;
 pub mod deliver;
 mod gpu;
 mod process;
-mod reorder;
 
+use crate::reorder::Reorder;
 use dark::{Band, DarkTracker};
-use reorder::Reorder;
 
 /// What a stage expects of the frames it is given: taken from the receiver it reads.
 const OWN_FRAME: &str = "a handed frame of this receiver";
@@ -272,7 +271,7 @@ pub fn run(
         dark_mean: Mutex::new(vec![0.0; pixels]),
         steps: StepTimes::default(),
         reorder_high_water: AtomicU64::new(0),
-        stats: Mutex::new(ConsumeStats { what: if writer.is_some() { "processing and writing frames" } else { "processing frames (no file)" }, ..Default::default() }),
+        stats: Mutex::new(ConsumeStats { what: if writer.is_some() { "processing and writing frames" } else { "processing frames (no file)" }.to_string(), ..Default::default() }),
         chunks_wanted: AtomicBool::new(chunks_wanted),
         has_file: writer.is_some(),
         writer: Mutex::new(writer),

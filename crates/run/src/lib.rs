@@ -43,6 +43,7 @@ pub mod latency;
 pub mod outputs;
 pub mod pairs;
 pub mod receive;
+mod reorder;
 pub mod remote;
 pub mod run;
 pub mod stream;

@@ -144,7 +144,7 @@ fn emulated_setup(cfg: &Config) -> anyhow::Result<(Emulated, Setup)> {
     let Some(d) = cfg.described()? else {
         let geometry = cfg.geometry().expect("checked");
         let (meta, processing) = plan(cfg, geometry, None)?;
-        let chain = Chain::new(geometry, processing, "receiver", cfg.faults.consumer_delay());
+        let chain = Chain::new(geometry, processing, cfg.raw_workers(), "receiver", cfg.faults.consumer_delay());
         return Ok((Emulated::Jungfrau, Setup { rcfg: receiver_config(cfg)?, chain, meta, notes: Vec::new() }));
     };
     if cfg.faults.config().is_some() {

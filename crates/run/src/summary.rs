@@ -243,7 +243,7 @@ impl Summary {
             data_window_s: window,
             elapsed_s: elapsed.as_secs_f64(),
             consumer_frames_per_s: if window > 0.0 { seen as f64 / window } else { 0.0 },
-            consumer: consumed.what.to_string(),
+            consumer: consumed.what.clone(),
             receiver_cpu_s: c.cpu_time.as_secs_f64(),
             compression_ratio: (consumed.bytes_out > 0).then(|| consumed.bytes_in as f64 / consumed.bytes_out as f64),
             output: output.map(Path::to_owned),

@@ -89,7 +89,7 @@ fn start_stations(cfg: &Config, t: &Topology, plan: &Plan) -> anyhow::Result<Vec
         crate::run::emulated_series(cfg, &mut meta);
         let h5 = cfg.output.dir.join(format!("{}_master.h5", spec.name));
         let writer = NxmxWriter::create(&h5, &meta, cfg.output.overwrite)?;
-        let chain = Chain::new(geometry, processing, spec.name.clone(), cfg.faults.consumer_delay());
+        let chain = Chain::new(geometry, processing, cfg.raw_workers(), spec.name.clone(), cfg.faults.consumer_delay());
         stations.push((Station { name: spec.name.clone(), rx }, (chain, Sinks { writer: Some(writer), stream: None })));
     }
     Ok(stations)

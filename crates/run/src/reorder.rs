@@ -1,25 +1,26 @@
-//! The reorder step of the write stage: the process workers finish frames in whatever order
-//! their cores allow, and the file and the stream take them in the order the source handed
-//! them on (vetoed frames pass through too, so that nothing waits for them).
+//! The reorder step of a write stage: workers (the graph's process workers, the raw frames'
+//! assemble workers) finish frames in whatever order their cores allow, and the file and the
+//! stream take them in the order the source handed them on (vetoed frames pass through too,
+//! so that nothing waits for them).
 
 use std::collections::BTreeMap;
 
 /// Items numbered 0, 1, 2, ... by their source, given back in that order.
-pub(super) struct Reorder<T> {
+pub(crate) struct Reorder<T> {
     next: u64,
     waiting: BTreeMap<u64, T>,
     /// The most items held at once, waiting for an earlier one.
-    pub(super) high_water: usize,
+    pub(crate) high_water: usize,
 }
 
 impl<T> Reorder<T> {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Reorder { next: 0, waiting: BTreeMap::new(), high_water: 0 }
     }
 
     /// Takes item `seq` and gives `out` every item that is now next in order. The number of
     /// items held is bounded by what the source can have in flight (its pool).
-    pub(super) fn push(&mut self, seq: u64, item: T, mut out: impl FnMut(T)) {
+    pub(crate) fn push(&mut self, seq: u64, item: T, mut out: impl FnMut(T)) {
         assert!(seq >= self.next && !self.waiting.contains_key(&seq), "item {seq} given twice");
         if seq != self.next {
             self.waiting.insert(seq, item);
