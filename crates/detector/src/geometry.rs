@@ -118,6 +118,17 @@ impl Geometry {
         });
     }
 
+    /// The row runs of every module in image order: (word in a slot of the modules' frames
+    /// one after the other, image pixel, length). The pixels between runs are gaps.
+    pub fn runs_in_image_order(&self) -> Vec<(usize, usize, usize)> {
+        let mut runs = Vec::new();
+        for m in 0..self.modules {
+            self.module_runs(m, |from, at, run| runs.push((m as usize * self.module_pixels() + from, at, run)));
+        }
+        runs.sort_unstable_by_key(|r| r.1);
+        runs
+    }
+
     /// The pixel mask of the full image: [`MASK_GAP`] on every gap pixel.
     pub fn gap_mask(&self) -> Vec<u32> {
         let mut mask = vec![MASK_GAP; self.height() * self.width()];

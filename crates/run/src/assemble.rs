@@ -4,7 +4,9 @@
 //! detector described as data goes through the descramble stage ([`Descrambler`]), its
 //! fields' planes stacked in each module's place.
 
+use rdaq_detector::geometry::GAP_WORD;
 use rdaq_detector::{as_bytes, as_bytes_mut, as_words, Geometry, ModuleLayout, Span};
+use rdaq_process::bitshuffle::Compressor;
 use rdaq_process::descramble::Descrambler;
 use rdaq_receiver::{FrameReady, Receiver};
 
@@ -61,12 +63,16 @@ pub struct Assembler {
     /// The decoded module images (described detectors only), in 16-bit words so that the
     /// descramble stage's int16 planes stay aligned.
     modules: Vec<u16>,
+    /// JUNGFRAU's module rows in image order (word in the slot, image pixel, length), for
+    /// compressing an image straight from the slot.
+    runs: Vec<(usize, usize, usize)>,
 }
 
 impl Assembler {
     /// An assembler of `geometry`'s images; `decoder` decodes module frames first.
     pub fn new(geometry: Geometry, decoder: Option<Decoder>) -> Assembler {
-        Assembler { geometry, decoder, modules: Vec::new() }
+        let runs = if decoder.is_none() { geometry.runs_in_image_order() } else { Vec::new() };
+        Assembler { geometry, decoder, modules: Vec::new(), runs }
     }
 
     /// Bytes of one pixel of the image.
@@ -115,6 +121,18 @@ impl Assembler {
         image
     }
 
+    /// The chunk of the image of a slot of JUNGFRAU words (no decoder), compressed by `comp`
+    /// into `chunk` straight from the slot: the image is made one compression block at a
+    /// time in `staging` (which stays in the core's cache), never as a whole. The chunk is
+    /// the one `comp` makes of [`Assembler::assemble`]'s image.
+    pub fn compress_words(&self, raw: &[u8], comp: &mut Compressor, staging: &mut Vec<u16>, chunk: &mut Vec<u8>) {
+        assert!(self.decoder.is_none(), "a JUNGFRAU's words (no decoder)");
+        let words = as_words(raw);
+        let mut next = 0;
+        let n = self.geometry.height() * self.geometry.width();
+        comp.compress_from(n, staging, chunk, |at, block: &mut [u16]| fill_from_runs(words, &self.runs, &mut next, at, block));
+    }
+
     /// Runs of image pixels (first, count; row-major) that the frame's missing cells feed
     /// (in every plane).
     pub fn missing(&self, rx: &Receiver, f: &FrameReady) -> Vec<(usize, usize)> {
@@ -145,10 +163,56 @@ impl Assembler {
     }
 }
 
+/// Image pixels `at..at + block.len()` made from the slot's `words`: the runs' words, gap
+/// words between them. Blocks come in image order; `next` is the first run not yet used up.
+fn fill_from_runs(words: &[u16], runs: &[(usize, usize, usize)], next: &mut usize, at: usize, block: &mut [u16]) {
+    let (mut p, end, mut out) = (at, at + block.len(), 0);
+    while p < end {
+        while runs.get(*next).is_some_and(|&(_, start, len)| start + len <= p) {
+            *next += 1;
+        }
+        let take = match runs.get(*next) {
+            Some(&(src, start, len)) if start <= p => {
+                let take = (start + len).min(end) - p;
+                block[out..out + take].copy_from_slice(&words[src + (p - start)..][..take]);
+                take
+            }
+            next_run => {
+                let take = next_run.map_or(end, |r| r.1.min(end)) - p;
+                block[out..out + take].fill(GAP_WORD);
+                take
+            }
+        };
+        (p, out) = (p + take, out + take);
+    }
+}
+
 /// The int16 planes of a module image held in bytes (2-aligned: they lie in 16-bit words).
 fn as_words_mut(b: &mut [u8]) -> &mut [i16] {
     assert!(b.as_ptr() as usize % 2 == 0 && b.len() % 2 == 0, "whole, aligned 16-bit words");
     // SAFETY: alignment and length checked above; any bit pattern is a valid i16; the
     // exclusive borrow of `b` is held for the lifetime of the words.
     unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<i16>(), b.len() / 2) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdaq_process::bitshuffle::Codec;
+
+    /// Module grids with gaps both ways, and a partial readout.
+    #[test]
+    fn words_compressed_from_the_slot_give_the_assembled_images_chunk() {
+        let grids = [Geometry::new(4, 2, 8, 36).unwrap(), Geometry::new(2, 1, 8, 36).unwrap().with_module_height(256), Geometry::new(1, 1, 8, 36).unwrap()];
+        for g in grids {
+            let words: Vec<u16> = (0..g.modules as usize * g.module_pixels()).map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(7) as u16 & 0x3fff).collect();
+            let raw = as_bytes(&words);
+            let mut asm = Assembler::new(g, None);
+            let mut comp = Compressor::new(2, 0, Codec::Lz4);
+            let (mut image, mut whole, mut fused, mut staging) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            comp.compress(asm.assemble(raw, None, &mut image), &mut whole);
+            asm.compress_words(raw, &mut comp, &mut staging, &mut fused);
+            assert_eq!(fused, whole, "{g:?}");
+        }
+    }
 }

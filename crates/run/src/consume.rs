@@ -166,6 +166,14 @@ struct Job {
     times: Option<FrameTimes>,
 }
 
+/// An assemble worker's own state, kept from frame to frame.
+struct Worker {
+    asm: Assembler,
+    comp: Compressor,
+    /// One compression block of a JUNGFRAU image made straight from the slot.
+    staging: Vec<u16>,
+}
+
 /// What the source, the workers and the write stage share.
 struct Consumer<'a> {
     rx: &'a Receiver,
@@ -326,35 +334,41 @@ impl<'a> Consumer<'a> {
         to.send(job);
     }
 
-    /// An assemble worker: each frame's missing pixels, its image (when a sink takes it) and
-    /// the image's chunk (when the file or a stream reader takes it); gives the slots back.
+    /// An assemble worker: each frame's missing pixels, its image (when the pedestal run, a
+    /// glance or a described detector's chunk needs it) and the image's chunk (when the file
+    /// or a stream reader takes it; a JUNGFRAU's made straight from the slot when nothing
+    /// else needs the image); gives the slots back.
     fn assemble_worker(&'a self) -> WorkerFn<'a, Box<Job>> {
-        let mut asm = Assembler::new(self.geometry, self.decoder.clone());
-        let mut comp = Compressor::new(asm.pixel_bytes(), 0, self.codec);
+        let asm = Assembler::new(self.geometry, self.decoder.clone());
+        let comp = Compressor::new(asm.pixel_bytes(), 0, self.codec);
+        let mut w = Worker { asm, comp, staging: Vec::new() };
         Box::new(move |mut job: Box<Job>, e: &Emit<Box<Job>>| {
-            self.assemble_one(&mut asm, &mut comp, &mut job);
+            self.assemble_one(&mut w, &mut job);
             e.send(0, job);
         })
     }
 
-    fn assemble_one(&self, asm: &mut Assembler, comp: &mut Compressor, job: &mut Job) {
+    fn assemble_one(&self, w: &mut Worker, job: &mut Job) {
         let (f, reset) = (job.data.take().expect("handed on with its slot"), job.reset.take());
         job.missing.clear();
-        job.missing.extend(asm.missing(self.rx, &f));
+        job.missing.extend(w.asm.missing(self.rx, &f));
         if let Some(r) = &reset {
-            job.missing.extend(asm.missing(self.rx, r));
+            job.missing.extend(w.asm.missing(self.rx, r));
         }
         let raw = self.rx.data(&f).expect(OWN_FRAME);
         job.bytes_in = raw.len() as u64;
         job.chunked = self.chunks_wanted.load(Ordering::Relaxed);
         job.glance = self.board.is_some_and(|b| b.glance_due());
-        job.assembled = job.chunked || job.glance || self.has_pedestal_run;
+        job.assembled = job.glance || self.has_pedestal_run || (job.chunked && !w.asm.raw_words());
         if job.assembled {
             let reset_raw = reset.as_ref().map(|r| self.rx.data(r).expect(OWN_FRAME));
-            let image = asm.assemble(raw, reset_raw, &mut job.image);
+            let image = w.asm.assemble(raw, reset_raw, &mut job.image);
             if job.chunked {
-                comp.compress(image, &mut job.chunk);
+                w.comp.compress(image, &mut job.chunk);
             }
+        } else if job.chunked {
+            // only the chunk is wanted: made from the slot, without the image in memory
+            w.asm.compress_words(raw, &mut w.comp, &mut w.staging, &mut job.chunk);
         }
         if let Some(t) = job.times.as_mut() {
             t.processed = Some(Instant::now());

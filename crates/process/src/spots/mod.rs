@@ -21,6 +21,7 @@
 
 pub mod local_snr;
 pub mod peakfinder8;
+mod radial;
 
 pub use local_snr::{LocalSnr, LocalSnrParams};
 pub use peakfinder8::{Peakfinder8, Peakfinder8Params};

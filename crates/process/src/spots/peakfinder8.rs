@@ -1,5 +1,6 @@
 //! peakfinder8 as cfelpyutils builds it (docs/formats.md section 4).
 
+use super::radial::RadialLanes;
 use super::Spot;
 
 /// One ASIC (panel) of the image as peakfinder8 walks it: its size, the image width, and
@@ -63,6 +64,8 @@ pub struct Peakfinder8 {
     roffset: Vec<f32>,
     rsigma: Vec<f32>,
     rcount: Vec<i32>,
+    /// The searched pixels laid out by radial bin, for the radial sums.
+    lanes: RadialLanes,
     in_peak: Vec<u8>,
     peak_fs: Vec<i32>,
     peak_ss: Vec<i32>,
@@ -85,7 +88,8 @@ impl Peakfinder8 {
         let mask: Vec<bool> = mask.iter().zip(&radius).map(|(&m, &r)| m && r >= p.min_res && r <= p.max_res).collect();
         let max_r = radius.iter().fold(-1e9f32, |a, &r| a.max(r));
         let bins = max_r.ceil() as usize + 1;
-        let bin = radius.iter().map(|&r| rint(r) as u32).collect();
+        let bin: Vec<u32> = radius.iter().map(|&r| rint(r) as u32).collect();
+        let lanes = RadialLanes::new(&bin, &mask, bins);
         Peakfinder8 {
             p,
             radius,
@@ -96,6 +100,7 @@ impl Peakfinder8 {
             roffset: vec![0.0; bins],
             rsigma: vec![0.0; bins],
             rcount: vec![0; bins],
+            lanes,
             in_peak: vec![0; pixels],
             peak_fs: vec![0; pixels],
             peak_ss: vec![0; pixels],
@@ -117,25 +122,17 @@ impl Peakfinder8 {
         out
     }
 
+    /// Five rounds of each bin's mean and sigma over its pixels between the thresholds of
+    /// the round before, and the thresholds they give.
     fn radial_stats(&mut self, data: &[f32]) {
         self.rthreshold.fill(1e9);
         self.lthreshold.fill(-1e9);
+        self.lanes.load(data);
         for _ in 0..5 {
             self.roffset.fill(0.0);
             self.rsigma.fill(0.0);
             self.rcount.fill(0);
-            for i in 0..data.len() {
-                if !self.mask[i] {
-                    continue;
-                }
-                let b = self.bin[i] as usize;
-                let v = data[i];
-                if v < self.rthreshold[b] && v > self.lthreshold[b] {
-                    self.roffset[b] += v;
-                    self.rsigma[b] += v * v;
-                    self.rcount[b] += 1;
-                }
-            }
+            self.lanes.sums(&self.lthreshold, &self.rthreshold, &mut self.roffset, &mut self.rsigma, &mut self.rcount);
             for b in 0..self.roffset.len() {
                 if self.rcount[b] == 0 {
                     self.roffset[b] = 0.0;
@@ -180,10 +177,15 @@ impl Peakfinder8 {
     fn panel(&mut self, data: &[f32], aifs: usize, aiss: usize, count: &mut usize, peaks: &mut Vec<Spot>) {
         let (afs, ass) = (self.p.asic_nx as i32, self.p.asic_ny as i32);
         let o = Panel { afs, ass, wfs: (self.p.asic_nx * self.p.nasics_x) as i32, ofs: aifs as i32 * afs, oss: aiss as i32 * ass };
+        let adc = self.p.adc_threshold;
         for pxss in 1..ass - 1 {
+            let row = ((pxss + o.oss) * o.wfs + o.ofs) as usize;
             for pxfs in 1..afs - 1 {
-                let idx = ((pxss + o.oss) * o.wfs + pxfs + o.ofs) as usize;
-                if !(data[idx] > self.rthreshold[self.bin[idx] as usize] && self.in_peak[idx] == 0 && self.mask[idx]) {
+                let idx = row + pxfs as usize;
+                // every bin's threshold is at least the ADC threshold (or NaN, which no
+                // value exceeds): most pixels are ruled out without looking up their bin
+                let v = data[idx];
+                if !(v > adc && v > self.rthreshold[self.bin[idx] as usize] && self.in_peak[idx] == 0 && self.mask[idx]) {
                     continue;
                 }
                 let (npix, sums) = self.flood(data, pxfs, pxss, idx, o);

@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use rdaq_detector::{as_words, Geometry};
+use rdaq_detector::as_words;
 use rdaq_process::pipeline::{Emit, WorkerFn};
 use rdaq_process::spots::LocalSnr;
 use rdaq_process::Converter;
@@ -17,16 +17,6 @@ use super::{pin_once, Graph, Work, OWN_FRAME};
 /// stay in a core's L2 together with the finder's box of rows.
 const STRIP_ROWS: usize = 16;
 
-/// The image runs of every module in image order: (word in the slot, image pixel, length).
-fn runs_in_image_order(g: &Geometry) -> Vec<(usize, usize, usize)> {
-    let mut runs = Vec::new();
-    for m in 0..g.modules {
-        g.module_runs(m, |from, at, run| runs.push((m as usize * g.module_pixels() + from, at, run)));
-    }
-    runs.sort_unstable_by_key(|r| r.1);
-    runs
-}
-
 impl Graph<'_> {
     /// A process worker (the `k`-th): conversion with spot finding, the veto, and
     /// compression, each step timed.
@@ -34,7 +24,7 @@ impl Graph<'_> {
         let (cal, invalid) = (&self.cal, self.setup.invalid);
         let mut conv = Converter::shared(cal.cal.read().expect("not poisoned").clone(), invalid).expect("checked by run");
         let mut seen = 0u64;
-        let runs = runs_in_image_order(&self.setup.geometry);
+        let runs = self.setup.geometry.runs_in_image_order();
         let mut finder = LocalSnr::new(self.setup.finder);
         let mut compress = self.compressor();
         let mut pinned = false;
