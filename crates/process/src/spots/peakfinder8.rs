@@ -166,26 +166,29 @@ impl Peakfinder8 {
         peaks.clear();
         self.radial_stats(data);
         self.in_peak.fill(0);
+        // no seed is below every bin's threshold (NaN thresholds, which no value exceeds,
+        // are left out by `min`)
+        let floor = self.rthreshold.iter().fold(f32::INFINITY, |m, &t| m.min(t));
         let mut count = 0usize;
         for aiss in 0..self.p.nasics_y {
             for aifs in 0..self.p.nasics_x {
-                self.panel(data, aifs, aiss, &mut count, peaks);
+                self.panel(data, aifs, aiss, floor, &mut count, peaks);
             }
         }
     }
 
-    fn panel(&mut self, data: &[f32], aifs: usize, aiss: usize, count: &mut usize, peaks: &mut Vec<Spot>) {
+    /// Seeds, grows and measures the peaks of one panel; `floor` is the lowest threshold of
+    /// any bin.
+    fn panel(&mut self, data: &[f32], aifs: usize, aiss: usize, floor: f32, count: &mut usize, peaks: &mut Vec<Spot>) {
         let (afs, ass) = (self.p.asic_nx as i32, self.p.asic_ny as i32);
         let o = Panel { afs, ass, wfs: (self.p.asic_nx * self.p.nasics_x) as i32, ofs: aifs as i32 * afs, oss: aiss as i32 * ass };
-        let adc = self.p.adc_threshold;
         for pxss in 1..ass - 1 {
             let row = ((pxss + o.oss) * o.wfs + o.ofs) as usize;
             for pxfs in 1..afs - 1 {
                 let idx = row + pxfs as usize;
-                // every bin's threshold is at least the ADC threshold (or NaN, which no
-                // value exceeds): most pixels are ruled out without looking up their bin
+                // most pixels are ruled out by the lowest threshold, without their bin
                 let v = data[idx];
-                if !(v > adc && v > self.rthreshold[self.bin[idx] as usize] && self.in_peak[idx] == 0 && self.mask[idx]) {
+                if !(v > floor && v > self.rthreshold[self.bin[idx] as usize] && self.in_peak[idx] == 0 && self.mask[idx]) {
                     continue;
                 }
                 let (npix, sums) = self.flood(data, pxfs, pxss, idx, o);
