@@ -102,7 +102,12 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
         cfg.process.workers = w;
         cfg.process.pedestal_bands = a.pedestal_bands.unwrap_or(0);
         cfg.process.cpus = if a.pin { (0..cores).collect() } else { Vec::new() };
-        let p = measure(&cfg, &pool, &dir, a.seconds)?;
+        // each point's files go when it ends: their dirty pages would otherwise be written
+        // back during the next point, on its cores and its disk
+        let point_dir = dir.join(format!("w{w}"));
+        std::fs::create_dir_all(&point_dir)?;
+        let p = measure(&cfg, &pool, &point_dir, a.seconds)?;
+        std::fs::remove_dir_all(&point_dir).ok();
         eprintln!("  {w} worker(s): {:.0} module frames/s", p.module_frames_per_s);
         points.push(p);
     }
