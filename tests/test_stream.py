@@ -101,6 +101,21 @@ def test_without_a_consumer_images_are_dropped_and_counted(rdaq, tmp_path):
     assert "20 dropped" in r.stdout
 
 
+def receive_emulated(rdaq, tmp_path, frames, rate, *args):
+    """`rdaq receive ARGS --frames FRAMES` fed by `rdaq emulate` at RATE through its buffer
+    map: (exit code, stdout, stderr)."""
+    rx = subprocess.Popen([rdaq, "receive", "--port", str(free_port()), "--frames", str(frames), "--buffers-out", tmp_path / "map.json",
+                           "--timeout-s", "60", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "map.json").exists():
+        assert rx.poll() is None and time.monotonic() < deadline, rx.stderr.read()
+        time.sleep(0.05)
+    subprocess.run([rdaq, "emulate", "--buffers", tmp_path / "map.json", "--frames", str(frames), "--rate", str(rate)], check=True,
+                   capture_output=True, timeout=60)
+    out, err = rx.communicate(timeout=60)
+    return rx.returncode, out, err
+
+
 @pytest.mark.parametrize("reader", [False, True])
 def test_processing_without_a_file_compresses_only_for_a_reader(rdaq, tmp_path, reader):
     """`rdaq receive --calibration` without --out: the graph converts and finds spots in
@@ -110,16 +125,9 @@ def test_processing_without_a_file_compresses_only_for_a_reader(rdaq, tmp_path, 
     t = threading.Thread(target=lambda: got.setdefault("m", sc.receive(f"tcp://127.0.0.1:{port}", timeout_ms=30000)))
     if reader:
         t.start()
-    rx = subprocess.Popen([rdaq, "receive", "--modules", "1", "--port", str(free_port()), "--frames", "40", "--calibration", "emulated",
-                           "--buffers-out", tmp_path / "map.json", "--stream", f"tcp://127.0.0.1:{port}", "--stream-policy", "drop",
-                           "--summary-json", tmp_path / "s.json", "--timeout-s", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 20
-    while not (tmp_path / "map.json").exists():
-        assert rx.poll() is None and time.monotonic() < deadline, rx.stderr.read()
-        time.sleep(0.05)
-    subprocess.run([rdaq, "emulate", "--buffers", tmp_path / "map.json", "--frames", "40", "--rate", "200"], check=True, capture_output=True, timeout=60)
-    out, err = rx.communicate(timeout=60)
-    assert rx.returncode == 0, out + err
+    rc, out, err = receive_emulated(rdaq, tmp_path, 40, 200, "--modules", "1", "--calibration", "emulated", "--stream", f"tcp://127.0.0.1:{port}",
+                                    "--stream-policy", "drop", "--summary-json", tmp_path / "s.json")
+    assert rc == 0, out + err
     s = json.loads((tmp_path / "s.json").read_text())
     p, st = s["processing"], s["stream"]
     kept = p["signal_frames"] - p["vetoed"]
@@ -139,17 +147,10 @@ def test_a_standalone_receiver_streams_what_it_writes(rdaq, tmp_path):
     got = {}
     t = threading.Thread(target=lambda: got.setdefault("m", sc.receive(f"tcp://127.0.0.1:{port}", timeout_ms=30000)))
     t.start()
-    rx = subprocess.Popen([rdaq, "receive", "--modules", "2", "--port", str(free_port()), "--frames", "30", "--out", tmp_path / "r.h5",
-                           "--buffers-out", tmp_path / "map.json", "--stream", f"tcp://127.0.0.1:{port}", "--stream-policy", "block",
-                           "--timeout-s", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 20
-    while not (tmp_path / "map.json").exists():
-        assert rx.poll() is None and time.monotonic() < deadline, rx.stderr.read()
-        time.sleep(0.05)
-    subprocess.run([rdaq, "emulate", "--buffers", tmp_path / "map.json", "--frames", "30", "--rate", "100"], check=True, capture_output=True, timeout=60)
-    out, err = rx.communicate(timeout=60)
+    rc, out, err = receive_emulated(rdaq, tmp_path, 30, 100, "--modules", "2", "--out", tmp_path / "r.h5", "--stream", f"tcp://127.0.0.1:{port}",
+                                    "--stream-policy", "block")
     t.join()
-    assert rx.returncode == 0, out + err
+    assert rc == 0, out + err
     images = [m for m in got["m"] if m["type"] == "image"]
     assert got["m"][0]["type"] == "start" and got["m"][-1]["type"] == "end" and len(images) == 30
     with h5py.File(tmp_path / "r.h5", "r") as f:

@@ -10,7 +10,8 @@
 //!
 //! so a raw run's assembly and compression use as many cores as it is given, and the
 //! writer, not one consumer thread, sets its pace. Frames move as pooled `Box<Job>` buffers
-//! (allocated once, reused); each byte of a frame is copied once, into the image.
+//! (allocated once, reused); each byte of a frame is copied once: into the image, or, when
+//! only the chunk is wanted, into a staging block of the compressor that stays in the cache.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -139,6 +140,7 @@ pub struct Sinks<'a> {
     pub decoder: Option<Decoder>,
     /// A JUNGFRAU pedestal run that takes every complete frame's image.
     pub pedestal_run: Option<&'a mut PedestalRun>,
+    /// The assemble workers.
     pub workers: Workers,
 }
 
@@ -390,7 +392,8 @@ impl<'a> Consumer<'a> {
                 if let Some(s) = stream.as_deref_mut() {
                     let wanted = s.wants_image();
                     self.chunks_wanted.store(self.has_file || wanted.any(), Ordering::Relaxed);
-                    // a frame not compressed meets a consumer that just connected: dropped
+                    // a frame not compressed (nobody wanted it then) meets a consumer that
+                    // just connected: dropped
                     let wanted = if job.chunked { wanted } else { Wanted::default() };
                     s.image(wanted, job.frame, &job.chunk, &job.missing, None);
                 }

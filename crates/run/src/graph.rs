@@ -542,7 +542,8 @@ impl Graph<'_> {
         if let Some(s) = self.stream.lock().expect("not poisoned").as_deref_mut() {
             let wanted = s.wants_image();
             self.chunks_wanted.store(self.has_file || wanted.any(), Ordering::Relaxed);
-            // a frame compressed for nobody meets a consumer that just connected: dropped
+            // a frame not compressed (nobody wanted it then) meets a consumer that just
+            // connected: dropped
             let wanted = if wk.chunked { wanted } else { Wanted::default() };
             s.image(wanted, wk.frame, &wk.chunk, &wk.missing, Some((&wk.spots, wk.hit)));
         }
