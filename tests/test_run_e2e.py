@@ -129,6 +129,7 @@ def test_raw_frames_through_several_workers_come_out_in_order(rdaq, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["consumer"] == "assembling (3 workers) and writing frames"
+    assert isinstance(s["consumer_waits"], int), "the source's waits for a buffer are counted"
     assert s["frames_written"] == s["frames_complete"] + s["frames_incomplete"] > 0
     manifest = {(int(row["frame"]), int(row["module"])): row["xxh3"]
                 for row in csv.DictReader(open(out / "rdaq_run_manifest.csv"))}

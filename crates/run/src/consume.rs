@@ -59,6 +59,9 @@ pub struct ConsumeStats {
     pub without_reset: u64,
     /// Reset frames whose data frame did not come: given back unused.
     pub unused_resets: u64,
+    /// Times the raw consumer's source waited for a free frame buffer (back-pressure from
+    /// the assemble workers and the writer).
+    pub pool_waits: u64,
 }
 
 impl ConsumeStats {
@@ -328,7 +331,13 @@ impl<'a> Consumer<'a> {
     /// Frame `f` (with its reset frame, when the detector sends them) into a pooled buffer,
     /// to the assemble workers.
     fn hand_on(&self, pool: &ChanRx<Box<Job>>, to: &Port<Box<Job>>, seq: &mut u64, f: FrameReady, reset: Option<FrameReady>) {
-        let mut job = pool.recv().expect("the pool outlives the graph");
+        let mut job = match pool.try_recv() {
+            Ok(job) => job,
+            Err(_) => {
+                self.stats.lock().expect("not poisoned").pool_waits += 1;
+                pool.recv().expect("the pool outlives the graph")
+            }
+        };
         (job.seq, job.frame, job.complete) = (*seq, f.frame(), f.status() == FrameStatus::Complete);
         job.times = Some(FrameTimes::of(&f, self.sent));
         (job.data, job.reset) = (Some(f), reset);

@@ -109,6 +109,9 @@ pub struct Summary {
     /// what it was.
     pub consumer_frames_per_s: f64,
     pub consumer: String,
+    /// Times the raw consumer waited for a free frame buffer (the processing graph's are
+    /// `processing.pool_waits`).
+    pub consumer_waits: u64,
     pub receiver_cpu_s: f64,
     pub compression_ratio: Option<f64>,
     pub output: Option<PathBuf>,
@@ -244,6 +247,7 @@ impl Summary {
             elapsed_s: elapsed.as_secs_f64(),
             consumer_frames_per_s: if window > 0.0 { seen as f64 / window } else { 0.0 },
             consumer: consumed.what.clone(),
+            consumer_waits: consumed.pool_waits,
             receiver_cpu_s: c.cpu_time.as_secs_f64(),
             compression_ratio: (consumed.bytes_out > 0).then(|| consumed.bytes_in as f64 / consumed.bytes_out as f64),
             output: output.map(Path::to_owned),
@@ -421,6 +425,9 @@ impl Summary {
             let arriving = if self.data_window_s > 0.0 { sent as f64 / self.data_window_s } else { 0.0 };
             println!("limit       : the consumer ({}) was the limit: it took {:.0} frames/s while frames arrived at {:.0} frames/s",
                 self.consumer, self.consumer_frames_per_s, arriving);
+        }
+        if self.consumer_waits > 0 {
+            println!("consumer    : waited {} times for a free frame buffer (back-pressure from its workers and the writer)", self.consumer_waits);
         }
     }
 
