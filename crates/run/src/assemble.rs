@@ -64,15 +64,14 @@ pub struct Assembler {
     /// descramble stage's int16 planes stay aligned.
     modules: Vec<u16>,
     /// JUNGFRAU's module rows in image order (word in the slot, image pixel, length), for
-    /// compressing an image straight from the slot.
+    /// compressing an image straight from the slot (made on first use).
     runs: Vec<(usize, usize, usize)>,
 }
 
 impl Assembler {
     /// An assembler of `geometry`'s images; `decoder` decodes module frames first.
     pub fn new(geometry: Geometry, decoder: Option<Decoder>) -> Assembler {
-        let runs = if decoder.is_none() { geometry.runs_in_image_order() } else { Vec::new() };
-        Assembler { geometry, decoder, modules: Vec::new(), runs }
+        Assembler { geometry, decoder, modules: Vec::new(), runs: Vec::new() }
     }
 
     /// Bytes of one pixel of the image.
@@ -125,8 +124,11 @@ impl Assembler {
     /// into `chunk` straight from the slot: the image is made one compression block at a
     /// time in `staging` (which stays in the core's cache), never as a whole. The chunk is
     /// the one `comp` makes of [`Assembler::assemble`]'s image.
-    pub fn compress_words(&self, raw: &[u8], comp: &mut Compressor, staging: &mut Vec<u16>, chunk: &mut Vec<u8>) {
+    pub fn compress_words(&mut self, raw: &[u8], comp: &mut Compressor, staging: &mut Vec<u16>, chunk: &mut Vec<u8>) {
         assert!(self.decoder.is_none(), "a JUNGFRAU's words (no decoder)");
+        if self.runs.is_empty() {
+            self.runs = self.geometry.runs_in_image_order();
+        }
         let words = as_words(raw);
         let mut next = 0;
         let n = self.geometry.height() * self.geometry.width();
