@@ -18,7 +18,9 @@ pub(super) const LANES: usize = 8;
 /// The slot of a pixel that is not searched.
 const NOT_SEARCHED: u32 = u32::MAX;
 
-/// The lane layout of one detector's bins (fixed by its radius map and mask).
+/// The lane layout of one detector's bins (fixed by its radius map and mask). Bins sorted
+/// by pixel count fill each group, so a radius map of rings pads little; the layout holds at
+/// most [`LANES`] values per searched pixel (every pixel in one bin: seven lanes of padding).
 pub(super) struct RadialLanes {
     /// Per group of [`LANES`] bins: its first slot and its steps (its longest bin's pixels).
     groups: Vec<(usize, usize)>,
