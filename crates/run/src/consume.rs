@@ -32,7 +32,7 @@ use crate::board::{Board, Glance};
 use crate::latency::{FrameTimes, Latency};
 use crate::pairs::{Outcome, Pairs};
 use crate::reorder::Reorder;
-use crate::stream::{Stream, Wanted};
+use crate::stream::{ChunkDemand, Stream};
 
 #[derive(Clone, Debug, Default)]
 pub struct ConsumeStats {
@@ -118,6 +118,15 @@ pub fn next_frame(rx: &Receiver, until: Option<&AtomicBool>) -> Option<FrameRead
     }
 }
 
+/// A free buffer of `pool`; when none is free, calls `waited` (to count the wait) and
+/// waits for one.
+pub(crate) fn from_pool<T>(pool: &ChanRx<T>, waited: impl FnOnce()) -> T {
+    pool.try_recv().unwrap_or_else(|_| {
+        waited();
+        pool.recv().expect("the pool outlives the graph")
+    })
+}
+
 /// The workers that assemble and compress raw frames side by side, and the frames each
 /// one's input ring holds (`process.workers`, `process.ring_frames`).
 #[derive(Clone, Copy, Debug)]
@@ -187,13 +196,9 @@ struct Consumer<'a> {
     board: Option<&'a Board>,
     sent: Option<&'a rdaq_emulator::clock::SendClock>,
     codec: Codec,
-    has_file: bool,
     has_pedestal_run: bool,
-    /// Whether frames are compressed: there is a file, or the stream's last image (at the
-    /// start: its first) would reach someone. The write stage, which asks the stream, sets
-    /// it; the first frames after a consumer connects reach it uncompressed and count as
-    /// dropped.
-    chunks_wanted: AtomicBool,
+    /// Whether the workers compress (set by the write stage as it publishes).
+    demand: ChunkDemand,
     stats: Mutex<ConsumeStats>,
     pool: Sender<Box<Job>>,
 }
@@ -214,7 +219,7 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         (false, false) => "counting frames".to_string(),
     };
     anyhow::ensure!(count > 0 && ring_frames > 0, "the consumer needs workers and rings");
-    let chunks_wanted = sinks.writer.is_some() || sinks.stream.as_deref_mut().is_some_and(|s| s.wants_image().any());
+    let demand = ChunkDemand::new(sinks.writer.is_some(), sinks.stream.as_deref_mut());
     let (pool, pool_rx) = job_pool(if assemble { (count + 2) * ring_frames + 4 } else { 0 });
     let c = Consumer {
         rx,
@@ -223,9 +228,8 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         board: sinks.board,
         sent: sinks.sent,
         codec: sinks.writer.as_ref().map_or(Codec::Lz4, |w| w.meta().codec),
-        has_file: sinks.writer.is_some(),
         has_pedestal_run: sinks.pedestal_run.is_some(),
-        chunks_wanted: AtomicBool::new(chunks_wanted),
+        demand,
         stats: Mutex::new(ConsumeStats { what, ..Default::default() }),
         pool,
     };
@@ -331,13 +335,8 @@ impl<'a> Consumer<'a> {
     /// Frame `f` (with its reset frame, when the detector sends them) into a pooled buffer,
     /// to the assemble workers.
     fn hand_on(&self, pool: &ChanRx<Box<Job>>, to: &Port<Box<Job>>, seq: &mut u64, f: FrameReady, reset: Option<FrameReady>) {
-        let mut job = match pool.try_recv() {
-            Ok(job) => job,
-            Err(_) => {
-                self.stats.lock().expect("not poisoned").pool_waits += 1;
-                pool.recv().expect("the pool outlives the graph")
-            }
-        };
+        // the stats' lock is not held while waiting: the write stage takes it to free a buffer
+        let mut job = from_pool(pool, || self.stats.lock().expect("not poisoned").pool_waits += 1);
         (job.seq, job.frame, job.complete) = (*seq, f.frame(), f.status() == FrameStatus::Complete);
         job.times = Some(FrameTimes::of(&f, self.sent));
         (job.data, job.reset) = (Some(f), reset);
@@ -368,7 +367,7 @@ impl<'a> Consumer<'a> {
         }
         let raw = self.rx.data(&f).expect(OWN_FRAME);
         job.bytes_in = raw.len() as u64;
-        job.chunked = self.chunks_wanted.load(Ordering::Relaxed);
+        job.chunked = self.demand.wanted();
         job.glance = self.board.is_some_and(|b| b.glance_due());
         job.assembled = job.glance || self.has_pedestal_run || (job.chunked && !w.asm.raw_words());
         if job.assembled {
@@ -399,12 +398,7 @@ impl<'a> Consumer<'a> {
             order.push(job.seq, job, |job| {
                 self.take_image(&job, pedestal_run.as_deref_mut());
                 if let Some(s) = stream.as_deref_mut() {
-                    let wanted = s.wants_image();
-                    self.chunks_wanted.store(self.has_file || wanted.any(), Ordering::Relaxed);
-                    // a frame not compressed (nobody wanted it then) meets a consumer that
-                    // just connected: dropped
-                    let wanted = if job.chunked { wanted } else { Wanted::default() };
-                    s.image(wanted, job.frame, &job.chunk, &job.missing, None);
+                    self.demand.publish(s, job.chunked, job.frame, &job.chunk, &job.missing, None);
                 }
                 let mut st = self.stats.lock().expect("not poisoned");
                 if let Some(w) = writer.as_deref_mut() {

@@ -32,10 +32,10 @@ use rdaq_sink::{NxmxWriter, PixelType};
 
 use crate::board::{incomplete_event, Board, Glance, ProcessCounts};
 use crate::latency::FrameTimes;
-use crate::stream::{Stream, Wanted};
+use crate::stream::{ChunkDemand, Stream};
 use serde::Serialize;
 
-use crate::consume::{missing_ranges, next_frame, ConsumeStats};
+use crate::consume::{from_pool, missing_ranges, next_frame, ConsumeStats};
 
 mod dark;
 pub mod deliver;
@@ -237,13 +237,8 @@ struct Graph<'a> {
     stats: Mutex<ConsumeStats>,
     writer: Mutex<Option<&'a mut NxmxWriter>>,
     stream: Mutex<Option<&'a mut Stream>>,
-    /// Whether frames are compressed: there is a file, or the stream's last image (at the
-    /// start: its first) would reach someone (a consumer, a preview viewer). Without a file, a
-    /// stream nobody reads costs no compression: the write stage, which asks the stream,
-    /// sets it, and the first frames after a consumer connects reach it uncompressed and
-    /// count as dropped.
-    chunks_wanted: AtomicBool,
-    has_file: bool,
+    /// Whether the workers compress (set by the write stage as it publishes).
+    demand: ChunkDemand,
     pool: Sender<Box<Work>>,
 }
 
@@ -259,7 +254,7 @@ pub fn run(
     until: Option<&AtomicBool>,
     on_frame: &mut dyn FnMut(&FrameReady),
 ) -> anyhow::Result<(ConsumeStats, ProcessReport)> {
-    let chunks_wanted = writer.is_some() || stream.as_deref_mut().is_some_and(|s| s.wants_image().any());
+    let demand = ChunkDemand::new(writer.is_some(), stream.as_deref_mut());
     Converter::shared(setup.calibration.clone(), setup.invalid)?;
     anyhow::ensure!(setup.workers > 0 && setup.pedestal_bands > 0 && setup.ring_frames > 0, "the graph needs workers, pedestal bands and rings");
     let (pool, pool_rx) = work_pool(&setup);
@@ -272,8 +267,7 @@ pub fn run(
         steps: StepTimes::default(),
         reorder_high_water: AtomicU64::new(0),
         stats: Mutex::new(ConsumeStats { what: if writer.is_some() { "processing and writing frames" } else { "processing frames (no file)" }.to_string(), ..Default::default() }),
-        chunks_wanted: AtomicBool::new(chunks_wanted),
-        has_file: writer.is_some(),
+        demand,
         writer: Mutex::new(writer),
         stream: Mutex::new(stream),
         pool,
@@ -354,13 +348,7 @@ impl Graph<'_> {
             if f.status() == FrameStatus::Discarded {
                 continue;
             }
-            let mut wk = match pool.try_recv() {
-                Ok(wk) => wk,
-                Err(_) => {
-                    source.pool_waits += 1;
-                    pool.recv().expect("the pool outlives the graph")
-                }
-            };
+            let mut wk = from_pool(pool, || source.pool_waits += 1);
             wk.frame = f.frame();
             wk.missing = missing_ranges(self.rx, &self.setup.geometry, &f);
             wk.spots.clear();
@@ -495,7 +483,7 @@ impl Graph<'_> {
 
     /// Compresses `wk`'s image unless the frame is vetoed or nobody would take its chunk.
     pub(super) fn compress_if_wanted(&self, compress: &mut dyn FnMut(&mut Work), wk: &mut Work) {
-        wk.chunked = !wk.vetoed && self.chunks_wanted.load(Ordering::Relaxed);
+        wk.chunked = !wk.vetoed && self.demand.wanted();
         if wk.chunked {
             compress(wk);
             self.steps.compressed.fetch_add(1, Ordering::Relaxed);
@@ -540,12 +528,7 @@ impl Graph<'_> {
             return;
         }
         if let Some(s) = self.stream.lock().expect("not poisoned").as_deref_mut() {
-            let wanted = s.wants_image();
-            self.chunks_wanted.store(self.has_file || wanted.any(), Ordering::Relaxed);
-            // a frame not compressed (nobody wanted it then) meets a consumer that just
-            // connected: dropped
-            let wanted = if wk.chunked { wanted } else { Wanted::default() };
-            s.image(wanted, wk.frame, &wk.chunk, &wk.missing, Some((&wk.spots, wk.hit)));
+            self.demand.publish(s, wk.chunked, wk.frame, &wk.chunk, &wk.missing, Some((&wk.spots, wk.hit)));
         }
         let frame_bytes = (self.setup.geometry.height() * self.setup.geometry.width() * self.setup.pixel.bytes()) as u64;
         let mut st = self.stats.lock().expect("not poisoned");

@@ -5,7 +5,7 @@
 //! would take (no consumer connected under the drop policy, no preview viewer) is neither
 //! encoded nor, where the stream is its only sink, compressed: it is counted as dropped.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,40 @@ impl Wanted {
     /// Anyone: the image's chunk is needed.
     pub fn any(self) -> bool {
         self.main || self.preview
+    }
+}
+
+/// Whether workers that make chunks ahead of the stage that publishes them should make the
+/// next ones: always with a file; otherwise while the stream's last image (at the start:
+/// its first) would reach someone (a consumer, a preview viewer). Without a file, a stream
+/// nobody reads then costs no compression; the first frames after a consumer connects reach
+/// the stream without a chunk and count as dropped.
+pub struct ChunkDemand {
+    wanted: AtomicBool,
+    has_file: bool,
+}
+
+impl ChunkDemand {
+    /// The demand of a chain with a file (`has_file`) and `stream`.
+    pub fn new(has_file: bool, stream: Option<&mut Stream>) -> ChunkDemand {
+        let wanted = has_file || stream.is_some_and(|s| s.wants_image().any());
+        ChunkDemand { wanted: AtomicBool::new(wanted), has_file }
+    }
+
+    /// Whether the next chunks are wanted (read by the workers).
+    pub fn wanted(&self) -> bool {
+        self.wanted.load(Ordering::Relaxed)
+    }
+
+    /// Publishes the next image on `stream` (its chunk made when `chunked`) to those it
+    /// would reach, and sets the demand from who that is.
+    pub fn publish(&self, stream: &mut Stream, chunked: bool, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)], spots: Option<(&[Spot], bool)>) {
+        let wanted = stream.wants_image();
+        self.wanted.store(self.has_file || wanted.any(), Ordering::Relaxed);
+        // a frame not compressed (nobody wanted it then) meets a consumer that just
+        // connected: dropped
+        let wanted = if chunked { wanted } else { Wanted::default() };
+        stream.image(wanted, frame_number, chunk, missing, spots);
     }
 }
 
