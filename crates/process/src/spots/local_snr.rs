@@ -4,9 +4,11 @@
 //! memory and the arithmetic allow:
 //! - the running column sums move down one row per image row in a single fused pass (add
 //!   the entering row, subtract the leaving one), branch-free so that it vectorizes
-//!   (compiled for AVX2 where the CPU has it: 4 f64 lanes instead of 2);
-//! - candidates (pixels at or above the threshold) come from a bit mask of 32 pixels at a
-//!   time; rows known to be wholly finite slide without the finiteness selection;
+//!   (compiled for AVX-512 or AVX2 where the CPU has them: 8 or 4 f64 lanes instead of 2);
+//!   a pixel that is not finite is selected away in the same pass, so no earlier pass over
+//!   the row asks whether it is wholly finite (that pass was where a cold image's rows were
+//!   first waited for);
+//! - candidates (pixels at or above the threshold) come from one compare per 8 pixels;
 //! - each candidate's box sum runs over its columns left to right, four candidates at once
 //!   so that their chains of additions overlap;
 //! - strong pixels are joined into groups in one merge-like walk (they come sorted).
@@ -15,7 +17,7 @@
 //! GPU kernels form it (`rdaq-gpu`'s `kernels/spots.cu`): the column sums add the entering
 //! row, then subtract the leaving one; a box sum adds its columns left to right, then
 //! subtracts the pixel itself. The spots are therefore the same bit for bit, whichever path
-//! or CPU runs (no FMA is enabled, so no product is fused into a sum).
+//! or CPU runs (Rust never fuses a product into a sum, whatever the target features).
 
 use super::Spot;
 
@@ -58,16 +60,21 @@ impl ColumnSums {
     }
 
     /// Adds the row `enter` and subtracts the row `leave` (a row of NaN stands for none: a
-    /// pixel that is not finite counts as nothing). `finite` says whether both rows are
-    /// wholly finite: then no count changes, and the loop has no selection in it.
-    fn slide(&mut self, enter: &[f32], leave: &[f32], finite: bool) {
+    /// pixel that is not finite counts as nothing).
+    fn slide(&mut self, enter: &[f32], leave: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (checked just above).
+            unsafe { slide_avx512(self, enter, leave) };
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2 (checked just above).
-            unsafe { slide_avx2(self, enter, leave, finite) };
+            unsafe { slide_avx2(self, enter, leave) };
             return;
         }
-        slide_loop(self, enter, leave, finite);
+        slide_loop(self, enter, leave);
     }
 
     /// The box's sums at the columns `lo..lo + len` of four candidates at once, each
@@ -87,30 +94,34 @@ impl ColumnSums {
     }
 }
 
+/// [`slide_loop`] compiled for AVX-512 (8 f64 lanes, masks for the selection).
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn slide_avx512(c: &mut ColumnSums, enter: &[f32], leave: &[f32]) {
+    slide_loop(c, enter, leave);
+}
+
 /// [`slide_loop`] compiled for AVX2.
 ///
 /// # Safety
 /// The CPU must have AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn slide_avx2(c: &mut ColumnSums, enter: &[f32], leave: &[f32], finite: bool) {
-    slide_loop(c, enter, leave, finite);
+unsafe fn slide_avx2(c: &mut ColumnSums, enter: &[f32], leave: &[f32]) {
+    slide_loop(c, enter, leave);
 }
 
+/// One pass over both rows: a pixel that is not finite adds +0 (entering) or -0 (leaving)
+/// and no count, so a row's finiteness need not be known beforehand.
 #[inline(always)]
-fn slide_loop(c: &mut ColumnSums, enter: &[f32], leave: &[f32], finite: bool) {
+fn slide_loop(c: &mut ColumnSums, enter: &[f32], leave: &[f32]) {
     let w = enter.len();
     let (s1, s2) = (&mut c.sum[..w], &mut c.sum2[..w]);
     let rows = enter.iter().zip(&leave[..w]).zip(s1.iter_mut().zip(s2.iter_mut()));
     // two roundings, entering row first: the order of the GPU kernel
-    if finite {
-        for ((&a, &b), (s1, s2)) in rows {
-            let (x, y) = (a as f64, -(b as f64));
-            *s1 = (*s1 + x) + y;
-            *s2 = (*s2 + x * x) + y * -y;
-        }
-        return;
-    }
     for (((&a, &b), (s1, s2)), n) in rows.zip(c.count[..w].iter_mut()) {
         let (ao, bo) = (a.is_finite(), b.is_finite());
         let x = if ao { a as f64 } else { 0.0 };
@@ -121,9 +132,101 @@ fn slide_loop(c: &mut ColumnSums, enter: &[f32], leave: &[f32], finite: bool) {
     }
 }
 
-/// Whether every pixel of `row` is finite (vectorizes: no early exit).
-fn all_finite(row: &[f32]) -> bool {
-    row.iter().fold(true, |a, v| a & v.is_finite())
+/// The columns `from..` of `row` at or above `t` into `out`: a bit mask of 32 pixels at a
+/// time, then its set bits.
+fn candidates_from(row: &[f32], from: usize, t: f32, out: &mut Vec<u32>) {
+    for (k, chunk) in row[from..].chunks(32).enumerate() {
+        let bits = chunk.iter().enumerate().fold(0u32, |m, (i, &v)| m | (((v >= t) as u32) << i));
+        push_bits(out, (from + k * 32) as u32, bits);
+    }
+}
+
+fn push_bits(out: &mut Vec<u32>, at: u32, mut bits: u32) {
+    while bits != 0 {
+        out.push(at + bits.trailing_zeros());
+        bits &= bits - 1;
+    }
+}
+
+/// [`candidates_from`] with one compare and one move of the sign bits per 8 pixels.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn candidates_avx2(row: &[f32], t: f32, out: &mut Vec<u32>) {
+    use std::arch::x86_64::{_mm256_cmp_ps, _mm256_loadu_ps, _mm256_movemask_ps, _mm256_set1_ps, _CMP_GE_OQ};
+    let tv = _mm256_set1_ps(t);
+    let whole = row.len() / 8 * 8;
+    for at in (0..whole).step_by(8) {
+        // SAFETY: `at + 8 <= whole <= row.len()`: the 8 pixels are inside `row`.
+        let v = unsafe { _mm256_loadu_ps(row.as_ptr().add(at)) };
+        // ordered compare: NaN is never a candidate, as with `v >= t`
+        let bits = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(v, tv)) as u32;
+        push_bits(out, at as u32, bits);
+    }
+    candidates_from(row, whole, t, out);
+}
+
+/// [`candidates_from`] 16 pixels at a time with no branch per candidate: the columns at or
+/// above `t` are packed to the front of a vector (a compress), stored whole past the
+/// candidates so far, and the length moves by their number.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn candidates_avx512(row: &[f32], t: f32, out: &mut Vec<u32>) {
+    use std::arch::x86_64::{
+        _mm512_add_epi32, _mm512_cmp_ps_mask, _mm512_loadu_ps, _mm512_maskz_compress_epi32, _mm512_set1_epi32,
+        _mm512_set1_ps, _mm512_setr_epi32, _mm512_storeu_si512, _CMP_GE_OQ,
+    };
+    out.reserve(row.len() + 16);
+    let (tv, step) = (_mm512_set1_ps(t), _mm512_set1_epi32(16));
+    let mut columns = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let whole = row.len() / 16 * 16;
+    let (first, mut len) = (out.len(), out.len());
+    for at in (0..whole).step_by(16) {
+        // SAFETY: `at + 16 <= whole <= row.len()`: the 16 pixels are inside `row`.
+        let v = unsafe { _mm512_loadu_ps(row.as_ptr().add(at)) };
+        // ordered compare: NaN is never a candidate, as with `v >= t`
+        let k = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(v, tv);
+        // SAFETY: at most `at` candidates precede, so `len + 16 <= first + row.len() + 16`,
+        // within the capacity reserved above; the lanes past the new candidates are written
+        // but not counted in the length.
+        unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(len).cast(), _mm512_maskz_compress_epi32(k, columns)) };
+        len += k.count_ones() as usize;
+        columns = _mm512_add_epi32(columns, step);
+    }
+    debug_assert!(len - first <= whole);
+    // SAFETY: the elements up to `len` were written just above (or were there before).
+    unsafe { out.set_len(len) };
+    candidates_from(row, whole, t, out);
+}
+
+/// Row and column of ascending pixel indices without a division per pixel (the strong
+/// pixels are mostly lone photons, thousands per frame, and a division costs tens of cycles).
+struct RowCursor {
+    width: u32,
+    row: u32,
+    start: u32,
+}
+
+impl RowCursor {
+    fn new(width: usize) -> Self {
+        RowCursor { width: width as u32, row: 0, start: 0 }
+    }
+
+    /// `(row, column)` of `p`, which is not below the previous one asked.
+    #[inline(always)]
+    fn locate(&mut self, p: u32) -> (u32, u32) {
+        debug_assert!(p >= self.start, "ascending pixels");
+        if p - self.start >= self.width {
+            self.row = p / self.width;
+            self.start = self.row * self.width;
+        }
+        (self.row, p - self.start)
+    }
 }
 
 /// Where the finder is in the image it works on.
@@ -144,10 +247,11 @@ pub struct LocalSnr {
     cols: ColumnSums,
     /// A row of NaN: what enters or leaves the box beyond the image's edges.
     none: Vec<f32>,
-    /// Per image row: wholly finite (found as the row enters the box).
-    finite_rows: Vec<bool>,
     row_candidates: Vec<u32>,
+    /// Strong pixels as image indices, ascending, and their values (taken while their row
+    /// is in the cache: grouping at the end would wait for memory at each of them).
     strong: Vec<u32>,
+    strong_values: Vec<f32>,
     parent: Vec<u32>,
     acc: Vec<(f64, f64, f64, u32)>,
     roots: Vec<usize>,
@@ -166,9 +270,9 @@ impl LocalSnr {
             frame: Frame::default(),
             cols: ColumnSums::default(),
             none: Vec::new(),
-            finite_rows: Vec::new(),
             row_candidates: Vec::new(),
             strong: Vec::new(),
+            strong_values: Vec::new(),
             parent: Vec::new(),
             acc: Vec::new(),
             roots: Vec::new(),
@@ -192,10 +296,10 @@ impl LocalSnr {
     pub fn begin(&mut self, width: usize, height: usize) {
         self.frame = Frame { width, height, next_row: 0, primed: false };
         self.strong.clear();
+        self.strong_values.clear();
         self.cols.reset(width);
         self.none.clear();
         self.none.resize(width, f32::NAN);
-        self.finite_rows.clear();
     }
 
     /// Rows `0..ready` of `image` (the whole image's buffer) are final.
@@ -210,20 +314,15 @@ impl LocalSnr {
                 return;
             }
             for r in 0..n.min(height) {
-                self.finite_rows.push(all_finite(row(r)));
-                self.cols.slide(row(r), &self.none, false);
+                self.cols.slide(row(r), &self.none);
             }
             self.frame.primed = true;
         }
         while self.frame.next_row < height && (self.frame.next_row + n < ready || ready == height) {
             let r = self.frame.next_row;
-            let enter = (r + n < height).then(|| row(r + n));
-            if let Some(e) = enter {
-                self.finite_rows.push(all_finite(e));
-            }
-            let leave = (r > n).then(|| row(r - n - 1));
-            let finite = enter.is_some() && leave.is_some() && self.finite_rows[r + n] && self.finite_rows[r - n - 1];
-            self.cols.slide(enter.unwrap_or(&self.none), leave.unwrap_or(&self.none), finite);
+            let enter = if r + n < height { row(r + n) } else { &self.none };
+            let leave = if r > n { row(r - n - 1) } else { &self.none };
+            self.cols.slide(enter, leave);
             self.candidates(row(r));
             self.strong_in_row(row(r), r * width);
             self.frame.next_row += 1;
@@ -235,26 +334,31 @@ impl LocalSnr {
     pub fn end(&mut self, image: &[f32], spots: &mut Vec<Spot>) {
         self.rows_ready(image, self.frame.height);
         spots.clear();
-        self.group(image, self.frame.width, spots);
+        self.group(self.frame.width, spots);
     }
 
-    /// The pixels of `row` at or above the threshold into `row_candidates`: a bit mask of
-    /// 32 pixels at a time (vectorizes), then its set bits.
+    /// The pixels of `row` at or above the threshold into `row_candidates`.
     fn candidates(&mut self, row: &[f32]) {
-        let t = self.p.threshold;
         self.row_candidates.clear();
-        for (k, chunk) in row.chunks(32).enumerate() {
-            let mut bits = chunk.iter().enumerate().fold(0u32, |m, (i, &v)| m | (((v >= t) as u32) << i));
-            while bits != 0 {
-                self.row_candidates.push((k * 32) as u32 + bits.trailing_zeros());
-                bits &= bits - 1;
-            }
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (checked just above).
+            unsafe { candidates_avx512(row, self.p.threshold, &mut self.row_candidates) };
+            return;
         }
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            unsafe { candidates_avx2(row, self.p.threshold, &mut self.row_candidates) };
+            return;
+        }
+        candidates_from(row, 0, self.p.threshold, &mut self.row_candidates);
     }
 
     /// The SNR test of the row's candidates; strong ones go to `strong` as image indices
-    /// (`at` is the row's first). Candidates whose box lies inside the image go four at a
-    /// time; the others (near the left and right edges, and the last few) one by one.
+    /// (`at` is the row's first), in column order. Candidates whose box lies inside the image
+    /// go four at a time; the others (near the left and right edges, and the last few) one
+    /// by one, after the quad begun before them.
     fn strong_in_row(&mut self, row: &[f32], at: usize) {
         let (n, width) = (self.p.box_half, row.len());
         let span = 2 * n + 1;
@@ -263,11 +367,7 @@ impl LocalSnr {
         let cands = std::mem::take(&mut self.row_candidates);
         for &c in &cands {
             let c = c as usize;
-            let v = row[c];
-            if v.is_infinite() {
-                // saturated: strong whatever its neighbours
-                self.strong.push((at + c) as u32);
-            } else if c >= n && c + n < width {
+            if c >= n && c + n < width && !row[c].is_infinite() {
                 quad[k] = c;
                 k += 1;
                 if k == 4 {
@@ -278,6 +378,10 @@ impl LocalSnr {
                     k = 0;
                 }
             } else {
+                for &q in &quad[..k] {
+                    self.judge_one(row, q, at);
+                }
+                k = 0;
                 self.judge_one(row, c, at);
             }
         }
@@ -285,13 +389,15 @@ impl LocalSnr {
             self.judge_one(row, c, at);
         }
         self.row_candidates = cands;
-        // the strong pixels of a row come in column order (the quads may have reordered them)
-        let first = self.strong.partition_point(|&p| (p as usize) < at);
-        self.strong[first..].sort_unstable();
     }
 
-    /// One candidate whose box may be cut by the image's edge.
+    /// One candidate whose box may be cut by the image's edge, or saturated.
     fn judge_one(&mut self, row: &[f32], c: usize, at: usize) {
+        if row[c].is_infinite() {
+            // saturated: strong whatever its neighbours
+            self.push_strong(at + c, row[c]);
+            return;
+        }
         let n = self.p.box_half;
         let (lo, hi) = (c.saturating_sub(n), (c + n + 1).min(row.len()));
         let (s, s2, cnt) = (self.cols.sum[lo..hi].iter().sum(), self.cols.sum2[lo..hi].iter().sum(), self.cols.count[lo..hi].iter().sum());
@@ -311,8 +417,13 @@ impl LocalSnr {
         let var = ((s2 - x * x) / cnt as f64 - mean * mean).max(0.0);
         let d = x - mean;
         if d > 0.0 && d * d > snr * snr * var {
-            self.strong.push(idx as u32);
+            self.push_strong(idx, v);
         }
+    }
+
+    fn push_strong(&mut self, idx: usize, v: f32) {
+        self.strong.push(idx as u32);
+        self.strong_values.push(v);
     }
 
     /// The spots of `image` given its strong pixels (row-major indices, ascending), found
@@ -323,7 +434,9 @@ impl LocalSnr {
         spots.clear();
         self.strong.clear();
         self.strong.extend_from_slice(strong);
-        self.group(image, width, spots);
+        self.strong_values.clear();
+        self.strong_values.extend(strong.iter().map(|&p| image[p as usize]));
+        self.group(width, spots);
     }
 
     fn find_root(parent: &mut [u32], mut i: u32) -> u32 {
@@ -350,9 +463,9 @@ impl LocalSnr {
         self.parent.clear();
         self.parent.extend(0..s.len() as u32);
         let mut up = 0usize;
+        let mut at = RowCursor::new(width);
         for (i, &p) in s.iter().enumerate() {
-            // 32-bit division: several times cheaper than 64-bit on common CPUs
-            let (p, c) = (p as usize, (p % width as u32) as usize);
+            let (p, c) = (p as usize, at.locate(p).1 as usize);
             if c > 0 && i > 0 && s[i - 1] as usize == p - 1 {
                 Self::join(&mut self.parent, i, i - 1);
             }
@@ -375,21 +488,22 @@ impl LocalSnr {
 
     /// Joins the strong pixels (sorted, row-major) into 8-connected groups and keeps those
     /// of allowed size as spots, in order of their first pixel.
-    fn group(&mut self, image: &[f32], width: usize, spots: &mut Vec<Spot>) {
+    fn group(&mut self, width: usize, spots: &mut Vec<Spot>) {
         self.link(width);
         let s = &self.strong;
         self.acc.clear();
         self.acc.resize(s.len(), (0.0, 0.0, 0.0, 0));
         self.roots.clear();
-        for (i, &p) in s.iter().enumerate() {
+        let mut at = RowCursor::new(width);
+        for (i, (&p, &v)) in s.iter().zip(&self.strong_values).enumerate() {
             let root = Self::find_root(&mut self.parent, i as u32) as usize;
             if root == i {
                 self.roots.push(i);
             }
             let a = &mut self.acc[root];
             a.3 += 1;
-            if let Some(v) = finite(image[p as usize]) {
-                let (r, c) = (p / width as u32, p % width as u32);
+            if let Some(v) = finite(v) {
+                let (r, c) = at.locate(p);
                 a.0 += v;
                 a.1 += v * (c as f64 + 0.5);
                 a.2 += v * (r as f64 + 0.5);
@@ -409,6 +523,76 @@ impl LocalSnr {
 mod tests {
     use super::*;
     use crate::spots::{blob, is_hit};
+
+    /// Pixels that exercise the selections: NaN, infinities, the threshold itself, signs.
+    fn pixel() -> impl proptest::strategy::Strategy<Value = f32> {
+        use proptest::prelude::*;
+        prop_oneof![
+            -50f32..50.0,
+            Just(2.0f32),
+            Just(f32::NAN),
+            Just(f32::INFINITY),
+            Just(f32::NEG_INFINITY),
+            Just(-0.0f32),
+            any::<f32>(),
+        ]
+    }
+
+    /// Every variant of the slide and of the candidate scan this CPU can run, beside the
+    /// plain loops (which are what a CPU without AVX2 runs).
+    #[allow(clippy::type_complexity)]
+    fn variants() -> (Vec<fn(&mut ColumnSums, &[f32], &[f32])>, Vec<fn(&[f32], f32, &mut Vec<u32>)>) {
+        let (mut slides, mut scans): (Vec<fn(&mut ColumnSums, &[f32], &[f32])>, Vec<fn(&[f32], f32, &mut Vec<u32>)>) = (vec![], vec![]);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2 (checked just above).
+                slides.push(|c, e, l| unsafe { slide_avx2(c, e, l) });
+                // SAFETY: as above.
+                scans.push(|r, t, o| unsafe { candidates_avx2(r, t, o) });
+            }
+            if std::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU has AVX-512F (checked just above).
+                slides.push(|c, e, l| unsafe { slide_avx512(c, e, l) });
+                // SAFETY: as above.
+                scans.push(|r, t, o| unsafe { candidates_avx512(r, t, o) });
+            }
+        }
+        (slides, scans)
+    }
+
+    proptest::proptest! {
+        /// The vector paths this CPU can take give the plain loops' sums and candidates, bit
+        /// for bit, over row lengths that leave every kind of remainder.
+        #[test]
+        fn vector_paths_equal_the_plain_loops(
+            rows in proptest::collection::vec(proptest::collection::vec(pixel(), 67), 2..8),
+            width in 1usize..67,
+        ) {
+            let (slides, scans) = variants();
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let mut plain = ColumnSums::default();
+            plain.reset(width);
+            let mut fast: Vec<ColumnSums> = slides.iter().map(|_| { let mut c = ColumnSums::default(); c.reset(width); c }).collect();
+            for pair in rows.windows(2) {
+                let (enter, leave) = (&pair[0][..width], &pair[1][..width]);
+                slide_loop(&mut plain, enter, leave);
+                for (slide, c) in slides.iter().zip(&mut fast) {
+                    slide(c, enter, leave);
+                    proptest::prop_assert_eq!(bits(&c.sum), bits(&plain.sum));
+                    proptest::prop_assert_eq!(bits(&c.sum2), bits(&plain.sum2));
+                    proptest::prop_assert_eq!(&c.count, &plain.count);
+                }
+                let mut expected = vec![7];
+                candidates_from(enter, 0, 2.0, &mut expected);
+                for scan in &scans {
+                    let mut got = vec![7];
+                    scan(enter, 2.0, &mut got);
+                    proptest::prop_assert_eq!(&got, &expected);
+                }
+            }
+        }
+    }
 
     #[test]
     fn local_snr_finds_isolated_spots_at_their_centroids() {
