@@ -62,6 +62,7 @@ impl Scrape {
             self.counter("process_spots", "Bragg spots found (this acquisition)", p.spots_found);
             self.counter("process_pedestal_updates", "Tracked pedestals published to the converters (this acquisition)", p.pedestal_updates);
         }
+        self.counter("consumer_buffer_waits", "Times the consumer waited for a free frame buffer: back-pressure from its workers and the writer (this acquisition)", board.buffer_waits());
         self.gauge("ring_slots", "Frame slots of the receiver's ring", c.slots.into());
         self.gauge("ring_slots_filling", "Ring slots being filled by the receive thread", c.slots_filling.into());
         self.gauge("ring_slots_handed", "Ring slots held by the consumer (processing, writing)", c.slots_handed.into());

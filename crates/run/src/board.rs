@@ -87,6 +87,9 @@ pub struct Board {
     /// that reached the writer: live counts for a controller waiting on a trigger.
     frames_done: AtomicU64,
     frames_to_writer: AtomicU64,
+    /// Times the consumer's source (processing graph or raw chain) waited for a free frame
+    /// buffer: back-pressure from its workers and the writer.
+    buffer_waits: AtomicU64,
 }
 
 impl Default for Board {
@@ -104,6 +107,7 @@ impl Default for Board {
             state: Mutex::new("starting".into()),
             frames_done: AtomicU64::new(0),
             frames_to_writer: AtomicU64::new(0),
+            buffer_waits: AtomicU64::new(0),
         }
     }
 }
@@ -199,6 +203,14 @@ impl Board {
     /// written count, after write errors, is the summary's).
     pub fn frames_done(&self) -> (u64, u64) {
         (self.frames_done.load(Ordering::Relaxed), self.frames_to_writer.load(Ordering::Relaxed))
+    }
+
+    pub fn waited_for_buffer(&self) {
+        self.buffer_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn buffer_waits(&self) -> u64 {
+        self.buffer_waits.load(Ordering::Relaxed)
     }
 
     pub fn latency(&self) -> Latency {

@@ -336,7 +336,12 @@ impl<'a> Consumer<'a> {
     /// to the assemble workers.
     fn hand_on(&self, pool: &ChanRx<Box<Job>>, to: &Port<Box<Job>>, seq: &mut u64, f: FrameReady, reset: Option<FrameReady>) {
         // the stats' lock is not held while waiting: the write stage takes it to free a buffer
-        let mut job = from_pool(pool, || self.stats.lock().expect("not poisoned").pool_waits += 1);
+        let mut job = from_pool(pool, || {
+            self.stats.lock().expect("not poisoned").pool_waits += 1;
+            if let Some(b) = self.board {
+                b.waited_for_buffer();
+            }
+        });
         (job.seq, job.frame, job.complete) = (*seq, f.frame(), f.status() == FrameStatus::Complete);
         job.times = Some(FrameTimes::of(&f, self.sent));
         (job.data, job.reset) = (Some(f), reset);

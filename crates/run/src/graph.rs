@@ -348,7 +348,10 @@ impl Graph<'_> {
             if f.status() == FrameStatus::Discarded {
                 continue;
             }
-            let mut wk = from_pool(pool, || source.pool_waits += 1);
+            let mut wk = from_pool(pool, || {
+                source.pool_waits += 1;
+                self.setup.board.waited_for_buffer();
+            });
             wk.frame = f.frame();
             wk.missing = missing_ranges(self.rx, &self.setup.geometry, &f);
             wk.spots.clear();
