@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand};
 use rdaq_control::manage;
 
 #[derive(Parser)]
-#[command(name = "rdaq", version, about = "Data acquisition for high-rate 2D X-ray detectors")]
+#[command(name = "rdaq", version = env!("RDAQ_VERSION_LONG"), about = "Data acquisition for high-rate 2D X-ray detectors")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
