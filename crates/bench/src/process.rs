@@ -265,8 +265,8 @@ fn compression(d: &Data, t: &mut Table) -> f64 {
 /// (liblz4, through the `lz4` crate), on the same bitshuffled blocks of a module frame: the
 /// int16 photon counts and the raw words. The C library's time is the row's baseline.
 fn lz4_libraries(d: &Data, t: &mut Table) {
+    let block = rdaq_process::bitshuffle::default_block_elems(2) * 2;
     let shuffled = |frames: Vec<&[u8]>| -> Vec<Vec<u8>> {
-        let block = rdaq_process::bitshuffle::default_block_elems(2) * 2;
         frames.iter().map(|f| {
             let mut out = vec![0u8; f.len() / block * block];
             for (src, dst) in f.chunks_exact(block).zip(out.chunks_exact_mut(block)) {
@@ -276,7 +276,6 @@ fn lz4_libraries(d: &Data, t: &mut Table) {
         }).collect()
     };
     let sets = [("photons16", shuffled(d.photons16.iter().map(|p| bytes_of(p)).collect())), ("raw", shuffled(d.raw.iter().map(|r| bytes_of(r)).collect()))];
-    let block = rdaq_process::bitshuffle::default_block_elems(2) * 2;
     let mut out = vec![0u8; lz4_flex::block::get_maximum_output_size(block).max(lz4::block::compress_bound(block).expect("block fits"))];
     for (name, frames) in &sets {
         let c_lib = t.time(|i| {

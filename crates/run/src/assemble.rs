@@ -79,10 +79,6 @@ impl Assembler {
         self.decoder.as_ref().map_or(2, Decoder::pixel_bytes)
     }
 
-    pub fn needs_reset(&self) -> bool {
-        self.decoder.as_ref().is_some_and(Decoder::needs_reset)
-    }
-
     /// Whether images are JUNGFRAU's raw 16-bit words (no decoder).
     pub fn raw_words(&self) -> bool {
         self.decoder.is_none()

@@ -103,7 +103,7 @@ const PAIRS_WAITING: usize = 8;
 const POLL: Duration = Duration::from_millis(50);
 
 /// What a stage expects of the frames it is given: taken from the receiver it reads.
-const OWN_FRAME: &str = "a handed frame of this receiver";
+pub(crate) const OWN_FRAME: &str = "a handed frame of this receiver";
 
 /// The next finished frame; `None` once the receiver has finished, or once `until` is set
 /// and no frame is waiting.
@@ -118,10 +118,13 @@ pub fn next_frame(rx: &Receiver, until: Option<&AtomicBool>) -> Option<FrameRead
     }
 }
 
-/// A free buffer of `pool`; when none is free, calls `waited` (to count the wait) and
-/// waits for one.
-pub(crate) fn from_pool<T>(pool: &ChanRx<T>, waited: impl FnOnce()) -> T {
+/// A free buffer of `pool`; when none is free, counts the wait on `board` (for `/metrics`),
+/// calls `waited` (to count it for the summary) and waits for one.
+pub(crate) fn from_pool<T>(pool: &ChanRx<T>, board: Option<&Board>, waited: impl FnOnce()) -> T {
     pool.try_recv().unwrap_or_else(|_| {
+        if let Some(b) = board {
+            b.waited_for_buffer();
+        }
         waited();
         pool.recv().expect("the pool outlives the graph")
     })
@@ -336,12 +339,7 @@ impl<'a> Consumer<'a> {
     /// to the assemble workers.
     fn hand_on(&self, pool: &ChanRx<Box<Job>>, to: &Port<Box<Job>>, seq: &mut u64, f: FrameReady, reset: Option<FrameReady>) {
         // the stats' lock is not held while waiting: the write stage takes it to free a buffer
-        let mut job = from_pool(pool, || {
-            self.stats.lock().expect("not poisoned").pool_waits += 1;
-            if let Some(b) = self.board {
-                b.waited_for_buffer();
-            }
-        });
+        let mut job = from_pool(pool, self.board, || self.stats.lock().expect("not poisoned").pool_waits += 1);
         (job.seq, job.frame, job.complete) = (*seq, f.frame(), f.status() == FrameStatus::Complete);
         job.times = Some(FrameTimes::of(&f, self.sent));
         (job.data, job.reset) = (Some(f), reset);

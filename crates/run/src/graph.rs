@@ -35,7 +35,7 @@ use crate::latency::FrameTimes;
 use crate::stream::{ChunkDemand, Stream};
 use serde::Serialize;
 
-use crate::consume::{from_pool, missing_ranges, next_frame, ConsumeStats};
+use crate::consume::{from_pool, missing_ranges, next_frame, ConsumeStats, OWN_FRAME};
 
 mod dark;
 pub mod deliver;
@@ -45,8 +45,6 @@ mod process;
 use crate::reorder::Reorder;
 use dark::{Band, DarkTracker};
 
-/// What a stage expects of the frames it is given: taken from the receiver it reads.
-const OWN_FRAME: &str = "a handed frame of this receiver";
 
 /// What the graph needs besides the receiver and the writer.
 pub struct Setup {
@@ -348,10 +346,7 @@ impl Graph<'_> {
             if f.status() == FrameStatus::Discarded {
                 continue;
             }
-            let mut wk = from_pool(pool, || {
-                source.pool_waits += 1;
-                self.setup.board.waited_for_buffer();
-            });
+            let mut wk = from_pool(pool, Some(&self.setup.board), || source.pool_waits += 1);
             wk.frame = f.frame();
             wk.missing = missing_ranges(self.rx, &self.setup.geometry, &f);
             wk.spots.clear();
