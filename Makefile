@@ -1,5 +1,5 @@
 # rdaq: `make run` and `make test` install what is missing, then run. See README.md.
-.PHONY: setup run test test-rust test-e2e bench fmt miri
+.PHONY: setup run test test-rust test-e2e bench fmt miri deb wheel
 
 setup:
 	./scripts/setup.sh
@@ -17,6 +17,14 @@ test-rust:
 test-e2e:
 	.venv/bin/python -m pytest -q tests $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ] && [ -n "$(PYTEST_ARGS)" ]; then exit 0; else exit $$rc; fi
+
+# the Debian package, target/debian/rdaq_<version>-1_amd64.deb (docs/install.md)
+deb: setup
+	./scripts/deb.sh
+
+# the Python wheel for CPython 3.11+ on manylinux_2_28, in target/wheels (docs/install.md)
+wheel: setup
+	./scripts/wheel.sh
 
 bench: setup
 	./target/release/rdaq bench ingest

@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 # clang, libbpf-dev: the AF_XDP engine's XDP program (crates/net/bpf/steer.c, built by cargo);
 # tshark: the RoCEv2 test decodes the emulator's packets with Wireshark's dissector
 # chromium, chromium-driver: the dashboard tests open the page in a real (headless) browser
-# patchelf: maturin puts the libraries the Python extension links (HDF5, ZeroMQ) into its wheel
-APT_PACKAGES=(libhdf5-dev pkg-config iproute2 python3-venv stress-ng dials libzmq3-dev hdf5-tools clang libbpf-dev tshark chromium chromium-driver patchelf)
+# patchelf: maturin puts the libraries the Python extension links (HDF5, ZeroMQ) into its wheel,
+# and the Debian package gives librdaq its soname with it;
+# dpkg-dev, lintian, systemd, cmake: the Debian package is built (dpkg-shlibdeps), checked
+# (lintian, systemd-analyze verify) and built against (CMake's find_package) in the tests
+APT_PACKAGES=(libhdf5-dev pkg-config iproute2 python3-venv stress-ng dials libzmq3-dev hdf5-tools clang libbpf-dev tshark chromium chromium-driver patchelf dpkg-dev lintian systemd cmake)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -32,6 +35,12 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found, installing the Rust toolchain with rustup"
   curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
   export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+# cargo-deb builds the Debian package (scripts/deb.sh, make deb)
+if ! command -v cargo-deb >/dev/null 2>&1; then
+  echo "setup: installing cargo-deb"
+  cargo install --quiet --locked cargo-deb --version 3.8.0
 fi
 
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import sys" 2>/dev/null; then

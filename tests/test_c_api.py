@@ -43,9 +43,10 @@ def compile_c(tmp_path, source, out, static=False, cxx=False):
     return tmp_path / out
 
 
-def receive_with_emulator(rdaq, program_args, map_path, frames, modules, tmp_path):
-    """Runs the program until it is ready, sends `frames` to it; returns its output and the manifest."""
-    p = subprocess.Popen(program_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def receive_with_emulator(rdaq, program_args, map_path, frames, modules, tmp_path, env=None):
+    """Runs the program (in `env`) until it is ready, sends `frames` to it; returns its output
+    and the manifest."""
+    p = subprocess.Popen(program_args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert p.stdout.readline().strip() == "READY", p.stderr.read()
         subprocess.run([str(rdaq), "emulate", "--buffers", str(map_path), "--frames", str(frames), "--modules", str(modules),

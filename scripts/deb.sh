@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds the Debian package (make deb): target/debian/rdaq_<version>-1_amd64.deb, with the rdaq
+# binary, librdaq (shared, static, header, pkg-config file, CMake package), the systemd units
+# and /etc/rdaq. The files cargo-deb packs (crates/rdaq/Cargo.toml, [package.metadata.deb])
+# are staged first in target/release/deb: stripped, librdaq given its soname, the pkg-config
+# and CMake files given the version.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
+command -v cargo-deb >/dev/null 2>&1 || { echo "deb: cargo-deb is missing: run scripts/setup.sh" >&2; exit 1; }
+cargo build --release --quiet -p rdaq -p rdaq-capi
+
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+# before 1.0 a minor version may change the ABI: the soname carries major.minor
+abi=${version%.*}
+stage=target/release/deb
+rm -rf "$stage" target/debian/rdaq_*.deb
+mkdir -p "$stage"
+strip --strip-unneeded -o "$stage/rdaq" target/release/rdaq
+strip --strip-unneeded -o "$stage/librdaq.so.$version" target/release/librdaq.so
+patchelf --set-soname "librdaq.so.$abi" "$stage/librdaq.so.$version"
+ln -s "librdaq.so.$version" "$stage/librdaq.so.$abi"
+ln -s "librdaq.so.$abi" "$stage/librdaq.so"
+strip --strip-debug -o "$stage/librdaq.a" target/release/librdaq.a
+for f in rdaq.pc rdaqConfig.cmake rdaqConfigVersion.cmake; do
+  sed -e "s/@VERSION@/$version/g" -e "s/@ABI@/$abi/g" "packaging/lib/$f.in" > "$stage/$f"
+done
+gzip -9n -c CHANGELOG.md > "$stage/changelog.gz"
+
+deb=$(cargo deb --no-build --no-strip --fast --quiet -p rdaq -o target/debian/)
+# cargo-deb writes no shlibs file; lintian (and dpkg-shlibdeps of programs linking librdaq)
+# need one: the package is repacked with it
+pkg="$stage/pkg"
+dpkg-deb -R "$deb" "$pkg"
+echo "librdaq $abi rdaq (>= $version)" > "$pkg/DEBIAN/shlibs"
+dpkg-deb --root-owner-group -Zxz --build "$pkg" "$deb" >/dev/null
+rm -rf "$pkg"
+echo "$deb"
