@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Debian package (make deb): target/debian/rdaq_<version>-1_amd64.deb, with the rdaq
-# binary, librdaq (shared, static, header, pkg-config file, CMake package), the systemd units
-# and /etc/rdaq. The files cargo-deb packs (crates/rdaq/Cargo.toml, [package.metadata.deb])
+# binary and its manual pages, librdaq (shared, static, header, pkg-config file, CMake
+# package), the systemd units and /etc/rdaq. The files cargo-deb packs (crates/rdaq/Cargo.toml, [package.metadata.deb])
 # are staged first in target/release/deb: stripped, librdaq given its soname, the pkg-config
 # and CMake files given the version.
 set -euo pipefail
@@ -27,6 +27,9 @@ for f in rdaq.pc rdaqConfig.cmake rdaqConfigVersion.cmake; do
   sed -e "s/@VERSION@/$version/g" -e "s/@ABI@/$abi/g" "packaging/lib/$f.in" > "$stage/$f"
 done
 gzip -9n -c CHANGELOG.md > "$stage/changelog.gz"
+mkdir "$stage/man"
+target/release/rdaq manpages "$stage/man"
+gzip -9n "$stage"/man/*.1
 
 deb=$(cargo deb --no-build --no-strip --fast --quiet -p rdaq -o target/debian/)
 # cargo-deb writes no shlibs file; lintian (and dpkg-shlibdeps of programs linking librdaq)

@@ -58,7 +58,7 @@ def wheel():
 def test_the_package_holds_what_a_facility_needs(deb, root):
     listing = run(["dpkg-deb", "-c", str(deb)])
     files = {line.split()[5].removeprefix("./").rstrip("/") for line in listing.splitlines()}
-    for want in ["usr/bin/rdaq", f"usr/lib/librdaq.so.{VERSION}", f"usr/lib/librdaq.so.{ABI}", "usr/lib/librdaq.so", "usr/lib/librdaq.a",
+    for want in ["usr/bin/rdaq", "usr/share/man/man1/rdaq.1.gz", "usr/share/man/man1/rdaq-receive.1.gz", "usr/share/man/man1/rdaq-manage.1.gz", f"usr/lib/librdaq.so.{VERSION}", f"usr/lib/librdaq.so.{ABI}", "usr/lib/librdaq.so", "usr/lib/librdaq.a",
                  "usr/include/rdaq.h", "usr/lib/pkgconfig/rdaq.pc", "usr/lib/cmake/rdaq/rdaqConfig.cmake",
                  "usr/lib/cmake/rdaq/rdaqConfigVersion.cmake", "usr/lib/sysusers.d/rdaq.conf",
                  "usr/share/doc/rdaq/copyright", "usr/share/doc/rdaq/changelog.gz", "usr/share/doc/rdaq/changelog.Debian.gz",

@@ -15,7 +15,7 @@ mod write;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use rdaq_control::manage;
 
 #[derive(Parser)]
@@ -81,6 +81,12 @@ enum Cmd {
     /// Benchmarks (commands, not tests): print a table against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(rdaq_bench::BenchCmd),
+    /// Write the manual pages (rdaq.1 and one per subcommand) into DIR, from this help: the
+    /// Debian package's (scripts/deb.sh).
+    #[command(hide = true)]
+    Manpages {
+        dir: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -100,6 +106,9 @@ fn main() -> ExitCode {
         Cmd::Recover(a) => recover::recover(a).map(|()| ExitCode::SUCCESS),
         Cmd::Join(a) => join::join(a).map(|()| ExitCode::SUCCESS),
         Cmd::Bench(b) => rdaq_bench::bench(b),
+        Cmd::Manpages { dir } => clap_mangen::generate_to(Cli::command(), &dir)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display())),
     };
     match r {
         Ok(code) => code,
