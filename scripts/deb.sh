@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Debian package (make deb): target/debian/rdaq_<version>-1_amd64.deb, with the rdaq
 # binary and its manual pages, librdaq (shared, static, header, pkg-config file, CMake
-# package), the systemd units and /etc/rdaq. The files cargo-deb packs (crates/rdaq/Cargo.toml, [package.metadata.deb])
-# are staged first in target/release/deb: stripped, librdaq given its soname, the pkg-config
-# and CMake files given the version.
+# package), the systemd units and /etc/rdaq. The files cargo-deb packs (crates/rdaq/Cargo.toml,
+# [package.metadata.deb]) are staged first in target/release/deb: stripped, librdaq given its
+# soname, the pkg-config and CMake files given the version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"

@@ -11,8 +11,7 @@ cd "$(dirname "$0")/.."
 # clang, libbpf-dev: the AF_XDP engine's XDP program (crates/net/bpf/steer.c, built by cargo);
 # tshark: the RoCEv2 test decodes the emulator's packets with Wireshark's dissector
 # chromium, chromium-driver: the dashboard tests open the page in a real (headless) browser
-# patchelf: maturin puts the libraries the Python extension links (HDF5, ZeroMQ) into its wheel,
-# and the Debian package gives librdaq its soname with it;
+# patchelf: the Debian package gives librdaq its soname with it;
 # dpkg-dev, lintian, systemd, cmake: the Debian package is built (dpkg-shlibdeps), checked
 # (lintian, systemd-analyze verify) and built against (CMake's find_package) in the tests
 APT_PACKAGES=(libhdf5-dev pkg-config iproute2 python3-venv stress-ng dials libzmq3-dev hdf5-tools clang libbpf-dev tshark chromium chromium-driver patchelf dpkg-dev lintian systemd cmake)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Python package as one wheel (make wheel): CPython 3.11 and later (abi3), any
-# Linux with glibc 2.28 or later (manylinux_2_28: RHEL 8, Debian 10, Ubuntu 18.10 and newer):
+# Linux with glibc 2.28 or later (manylinux_2_28: RHEL 8, Debian 10, Ubuntu 20.04 and newer):
 # target/wheels/rdaq-<version>-cp311-abi3-manylinux_2_28_x86_64.whl.
 # zig (the ziglang package) links it against glibc 2.28's symbols; HDF5 is built from its
 # source and linked in (feature static-hdf5, which needs CMake 3.26: the venv's), as ZeroMQ

@@ -12,12 +12,12 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 import zipfile
 
 import h5py
 import hdf5plugin  # noqa: F401
 import pytest
+from rdaq.control import Service
 
 from conftest import ROOT
 from test_c_api import MODULE_BYTES, receive_with_emulator
@@ -172,8 +172,6 @@ def test_the_shipped_system_runs_a_dataset_from_the_units_command_lines(root, tm
     """/etc/rdaq as shipped: the emulator, receiver dr0 and the manager's acquisition service,
     each started with its unit's command line, take a dataset armed and triggered over the
     API, and write it under the data root."""
-    sys.path.insert(0, str(ROOT / "crates" / "py" / "python"))
-    from rdaq.control import Service
     data = tmp_path / "data"
     data.mkdir()
     procs = []
