@@ -1,6 +1,10 @@
 """The GPU backend (issue 13, in progress): without a GPU, `--backend gpu` answers with one
 line that names what this machine lacks and exits 2 without starting anything; with one, the
-GPU graph's files equal the CPU graph's."""
+GPU graph's files equal the CPU graph's. On every machine, every kernel compiles with CUDA
+12's NVRTC (the `nvidia-cuda-nvrtc-cu12` wheel), with the backend's options."""
+import importlib.util
+import os
+import pathlib
 import subprocess
 
 import h5py
@@ -14,6 +18,23 @@ def gpu_missing(rdaq, tmp_path):
     r = subprocess.run([rdaq, "run", "--backend", "gpu", "--frames", "1", "--out", tmp_path / "probe", "--stream", "none", "--preview", "none"],
                        capture_output=True, text=True, timeout=120)
     return r.stderr.strip() if r.returncode == 2 and "process.backend" in r.stderr else None
+
+
+def test_every_kernel_compiles_through_nvrtc_with_the_backends_options():
+    """crates/gpu/tests/nvrtc.rs with the wheel's NVRTC first on the library path: it compiles
+    each kernel file to PTX, for NVRTC's default target and for the H100's, and finds each
+    kernel in it."""
+    root = pathlib.Path(__file__).parent.parent
+    spec = importlib.util.find_spec("nvidia.cuda_nvrtc")
+    assert spec, "the nvidia-cuda-nvrtc-cu12 wheel is not installed (tests/requirements.txt)"
+    lib = pathlib.Path(list(spec.submodule_search_locations)[0]) / "lib"
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{lib}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+    r = subprocess.run(["cargo", "test", "--release", "-q", "-p", "rdaq-gpu", "--test", "nvrtc", "--", "--nocapture"],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "skipped" not in r.stdout, r.stdout
+    for kernel in ["convert", "pedestal", "bitshuffle", "spots", "csr"]:
+        assert f"compiled kernels/{kernel}.cu" in r.stdout, r.stdout
 
 
 def test_without_a_gpu_the_backend_says_what_is_missing(rdaq, tmp_path):

@@ -53,21 +53,28 @@ fn loadable(name: &str, symbol: Option<&str>) -> bool {
     }
 }
 
+/// Whether NVRTC, the compiler of the kernels, can be loaded and is CUDA 12's; it needs no
+/// GPU. `cudarc` takes the first of these names that loads (and more, for other systems).
+pub fn nvrtc() -> Result<(), GpuError> {
+    const NAMES: [&str; 2] = ["libnvrtc.so", "libnvrtc.so.12"];
+    // one of the symbols cudarc's CUDA 12 NVRTC bindings load eagerly that CUDA 13 lacks
+    const CUDA12_ONLY: &str = "nvrtcGetNVVM";
+    let Some(name) = NAMES.into_iter().find(|n| loadable(n, None)) else {
+        return Err(GpuError::NoNvrtc(NAMES[0]));
+    };
+    if !loadable(name, Some(CUDA12_ONLY)) {
+        return Err(GpuError::NvrtcTooNew(name, CUDA12_ONLY));
+    }
+    Ok(())
+}
+
 /// The first GPU, or why there is none.
 pub fn probe() -> Result<Device, GpuError> {
     const CUDA: &str = "libcuda.so";
-    const NVRTC: &str = "libnvrtc.so";
-    // one of the symbols cudarc's CUDA 12 NVRTC bindings load eagerly that CUDA 13 lacks
-    const CUDA12_ONLY: &str = "nvrtcGetNVVM";
     if !loadable(CUDA, None) {
         return Err(GpuError::NoDriver(CUDA));
     }
-    if !loadable(NVRTC, None) {
-        return Err(GpuError::NoNvrtc(NVRTC));
-    }
-    if !loadable(NVRTC, Some(CUDA12_ONLY)) {
-        return Err(GpuError::NvrtcTooNew(NVRTC, CUDA12_ONLY));
-    }
+    nvrtc()?;
     if CudaContext::device_count()? < 1 {
         return Err(GpuError::NoDevice);
     }

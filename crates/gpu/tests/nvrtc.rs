@@ -1,0 +1,27 @@
+//! Every kernel compiled by NVRTC with the backend's own options, for NVRTC's default target
+//! (what the stages load) and for the H100's (compute_90), with an entry for each of its
+//! kernels: a compile error shows without a GPU. Needs CUDA 12's NVRTC only, a compiler
+//! library; without it the test says why and returns (`tests/test_gpu.py` runs it with the
+//! `nvidia-cuda-nvrtc-cu12` wheel's, so `make test` always compiles them).
+
+use rdaq_gpu::kernels::{ptx, Kernels};
+
+#[test]
+fn every_kernel_compiles_with_the_backends_options() {
+    if let Err(e) = rdaq_gpu::probe::nvrtc() {
+        println!("skipped: {e}");
+        return;
+    }
+    for k in Kernels::ALL {
+        for arch in [None, Some("compute_90")] {
+            let src = ptx(k, arch).unwrap_or_else(|e| panic!("{e}")).to_src();
+            for entry in k.entries() {
+                assert!(src.contains(&format!(".entry {entry}(")), "{}: no kernel {entry} in its PTX", k.file());
+            }
+            if arch.is_some() {
+                assert!(src.contains(".target sm_90"), "{}: PTX not for sm_90", k.file());
+            }
+        }
+        println!("compiled {}", k.file());
+    }
+}
