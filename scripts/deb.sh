@@ -23,8 +23,14 @@ patchelf --set-soname "librdaq.so.$abi" "$stage/librdaq.so.$version"
 ln -s "librdaq.so.$version" "$stage/librdaq.so.$abi"
 ln -s "librdaq.so.$abi" "$stage/librdaq.so"
 strip --strip-debug -o "$stage/librdaq.a" target/release/librdaq.a
+# what a static link of librdaq also needs (the Rust runtime's and HDF5's libraries), for the
+# pkg-config file and the CMake package alike
+static_libs="hdf5_serial stdc++ gcc_s util rt pthread dl m"
+pc_libs=$(printf -- "-l%s " $static_libs)
+cmake_libs=$(echo $static_libs | tr ' ' ';')
 for f in rdaq.pc rdaqConfig.cmake rdaqConfigVersion.cmake; do
-  sed -e "s/@VERSION@/$version/g" -e "s/@ABI@/$abi/g" "packaging/lib/$f.in" > "$stage/$f"
+  sed -e "s/@VERSION@/$version/g" -e "s/@ABI@/$abi/g" -e "s/@STATIC_LIBS_PC@/${pc_libs% }/g" \
+    -e "s/@STATIC_LIBS_CMAKE@/$cmake_libs/g" "packaging/lib/$f.in" > "$stage/$f"
 done
 gzip -9n -c CHANGELOG.md > "$stage/changelog.gz"
 mkdir "$stage/man"

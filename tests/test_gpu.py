@@ -12,6 +12,8 @@ import hdf5plugin  # noqa: F401
 import numpy as np
 import pytest
 
+from conftest import ROOT
+
 
 def gpu_missing(rdaq, tmp_path):
     """Why this machine cannot run the GPU backend (None: it can)."""
@@ -24,13 +26,12 @@ def test_every_kernel_compiles_through_nvrtc_with_the_backends_options():
     """crates/gpu/tests/nvrtc.rs with the wheel's NVRTC first on the library path: it compiles
     each kernel file to PTX, for NVRTC's default target and for the H100's, and finds each
     kernel in it."""
-    root = pathlib.Path(__file__).parent.parent
     spec = importlib.util.find_spec("nvidia.cuda_nvrtc")
     assert spec, "the nvidia-cuda-nvrtc-cu12 wheel is not installed (tests/requirements.txt)"
     lib = pathlib.Path(list(spec.submodule_search_locations)[0]) / "lib"
     env = {**os.environ, "LD_LIBRARY_PATH": f"{lib}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
     r = subprocess.run(["cargo", "test", "--release", "-q", "-p", "rdaq-gpu", "--test", "nvrtc", "--", "--nocapture"],
-                       cwd=root, env=env, capture_output=True, text=True, timeout=900)
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "skipped" not in r.stdout, r.stdout
     for kernel in ["convert", "pedestal", "bitshuffle", "spots", "csr"]:
