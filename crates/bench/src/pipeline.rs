@@ -38,6 +38,15 @@ pub struct PipelineArgs {
     /// The most process workers measured (default: every core of the machine).
     #[arg(long)]
     max_workers: Option<usize>,
+    /// The worker counts measured, e.g. 1,4,8,16 (default: 1..=max-workers).
+    #[arg(long, value_delimiter = ',')]
+    workers: Vec<usize>,
+    /// Where conversion, spots and the pedestal run: cpu, gpu (the CPU workers then
+    /// compress), or gpu-standin (the GPU path's scheduling with its lanes done on the CPU:
+    /// what the path costs besides the device).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "gpu", "gpu-standin"])]
+    backend: String,
+
     /// Pixels written: auto (rdaq run's default: int16 photon counts where they fit), photons16,
     /// photons32 or kev.
     #[arg(long, default_value = "auto")]
@@ -77,12 +86,17 @@ struct Point {
     pedestal_ms_per_dark: f64,
     pool_waits: u64,
     reorder_high_water: usize,
+    /// The GPU path's stages (ms per frame each) and counts, for the gpu backends.
+    gpu: Option<String>,
 }
 
 pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let max = a.max_workers.unwrap_or(cores).max(1);
+    let counts: Vec<usize> = if a.workers.is_empty() { (1..=max).collect() } else { a.workers.clone() };
+    anyhow::ensure!(counts.iter().all(|&w| (1..=1024).contains(&w)), "--workers: each count 1..=1024");
     let mut cfg = Config::default();
+    cfg.process.backend = if a.backend == "gpu" { "gpu".into() } else { "cpu".into() };
     cfg.detector.modules = a.modules;
     cfg.process.output = a.output.clone();
     if a.no_dark || a.raw {
@@ -96,9 +110,9 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     let dir = std::env::temp_dir().join(format!("rdaq-bench-pipeline-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let dark = if a.raw { "raw frames" } else if a.no_dark { "no dark frames" } else { "chopper 1 dark : 1 signal" };
-    eprintln!("rdaq bench pipeline: {} module(s) per frame, {dark}, {} output, {} s per point, 1..{max} process workers on {cores} cores", a.modules, a.output, a.seconds);
+    eprintln!("rdaq bench pipeline: {} module(s) per frame, {dark}, {} output, {} backend, {} s per point, process workers {counts:?} on {cores} cores", a.modules, a.output, a.backend, a.seconds);
     let mut points = Vec::new();
-    for w in 1..=max {
+    for &w in &counts {
         cfg.process.workers = w;
         cfg.process.pedestal_bands = a.pedestal_bands.unwrap_or(0);
         cfg.process.cpus = if a.pin { (0..cores).collect() } else { Vec::new() };
@@ -106,7 +120,7 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
         // back during the next point, on its cores and its disk
         let point_dir = dir.join(format!("w{w}"));
         std::fs::create_dir_all(&point_dir)?;
-        let p = measure(&cfg, &pool, &point_dir, a.seconds)?;
+        let p = measure(&cfg, &pool, &point_dir, a.seconds, a.backend == "gpu-standin")?;
         std::fs::remove_dir_all(&point_dir).ok();
         eprintln!("  {w} worker(s): {:.0} module frames/s", p.module_frames_per_s);
         points.push(p);
@@ -149,9 +163,12 @@ impl Pool {
 
 /// One point: the graph with `cfg`'s workers for `seconds`, and the copy bandwidth of as
 /// many threads.
-fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64) -> anyhow::Result<Point> {
+fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, standin: bool) -> anyhow::Result<Point> {
     let geometry = cfg.geometry().context("geometry")?;
-    let (mut meta, setup) = rdaq_run::run::plan(cfg, geometry, None)?;
+    let (mut meta, mut setup) = rdaq_run::run::plan(cfg, geometry, None)?;
+    if let (Some(s), true) = (setup.as_mut(), standin) {
+        s.gpu = Some(graph::GpuBackend::StandIn(rdaq_gpu::standin::Failures::default()));
+    }
     rdaq_run::run::emulated_series(cfg, &mut meta);
     let (workers, bands, rings) = match &setup {
         Some(s) => (s.workers, s.pedestal_bands, s.ring_frames),
@@ -193,6 +210,7 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64) -> an
         pedestal_ms_per_dark: pedestal_ms(&report),
         pool_waits: report.pool_waits,
         reorder_high_water: report.reorder_high_water,
+        gpu: gpu_line(&report),
     })
 }
 
@@ -237,6 +255,13 @@ fn feed(mut placer: Placer, pool: &Pool, kinds: &[bool], seconds: Duration) -> u
     n
 }
 
+/// The GPU path's stage times and counts in one line.
+fn gpu_line(r: &ProcessReport) -> Option<String> {
+    let g = r.gpu.as_ref()?;
+    let stages: Vec<String> = r.stages.iter().map(|s| format!("{} {:.3} ms x{}", s.name, s.ms_per_frame, s.workers)).collect();
+    Some(format!("{} ({} lanes, ring {}registered): {}; images back {}, device errors {}", g.device, g.lanes, if g.ring_registered { "" } else { "not " }, stages.join(", "), g.images_copied_back, g.device_errors))
+}
+
 fn step(r: &ProcessReport, name: &str) -> f64 {
     r.steps.iter().find(|s| s.name == name).map_or(0.0, |s| s.ms_per_frame)
 }
@@ -260,6 +285,9 @@ fn print_table(points: &[Point], modules: u16, cores: usize, raw: bool) {
         println!("{:>7} {:>5} {:>10.0} {:>12.0} {:>9.2} {:>11.2} {:>7.0}%   {:>8.3} {:>8.3} {:>9.3} {:>10.3}   {:>6} {:>7}",
             p.workers, p.pedestal_bands, p.module_frames_per_s, p.module_frames_per_s_per_worker, p.raw_gb_per_s, p.copy_gb_per_s,
             100.0 * p.raw_gb_per_s / p.copy_gb_per_s, p.convert_ms, p.spots_ms, p.compress_ms, p.pedestal_ms_per_dark, p.pool_waits, p.reorder_high_water);
+    }
+    for p in points.iter().filter(|p| p.gpu.is_some()) {
+        println!("  {} workers: {}", p.workers, p.gpu.as_deref().unwrap_or_default());
     }
     println!("mod.fr/s: JUNGFRAU module frames (1 MiB raw) through the graph per second, dark and signal; raw GB/s their bytes;");
     println!("copy GB/s: as many threads as workers copying 64 MiB buffers, measured in the same run (bytes copied);");

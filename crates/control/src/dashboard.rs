@@ -106,6 +106,9 @@ pub struct ProcessView {
     pub vetoed: u64,
     pub spots_found: u64,
     pub pedestal_updates: u64,
+    /// GPU errors (the GPU backend then processes on the CPU).
+    #[serde(default)]
+    pub device_errors: u64,
 }
 
 /// The latest glance, as `/dashboard/preview.png` shows it.
@@ -145,6 +148,7 @@ pub fn process_view(b: &Board) -> Option<ProcessView> {
         vetoed: get(&p.vetoed),
         spots_found: get(&p.spots_found),
         pedestal_updates: get(&p.pedestal_updates),
+        device_errors: get(&p.device_errors),
     })
 }
 
@@ -159,6 +163,7 @@ impl ProcessView {
             t.vetoed += v.vetoed;
             t.spots_found += v.spots_found;
             t.pedestal_updates += v.pedestal_updates;
+            t.device_errors += v.device_errors;
             Some(t)
         })
     }

@@ -61,6 +61,7 @@ impl Scrape {
             self.counter("process_vetoed", "Signal frames not written by the hit veto (this acquisition)", p.vetoed);
             self.counter("process_spots", "Bragg spots found (this acquisition)", p.spots_found);
             self.counter("process_pedestal_updates", "Tracked pedestals published to the converters (this acquisition)", p.pedestal_updates);
+            self.counter("process_device_errors", "GPU errors; the GPU backend then processes on the CPU (this acquisition)", p.device_errors);
         }
         self.counter("consumer_buffer_waits", "Times the consumer waited for a free frame buffer: back-pressure from its workers and the writer (this acquisition)", board.buffer_waits());
         self.gauge("ring_slots", "Frame slots of the receiver's ring", c.slots.into());

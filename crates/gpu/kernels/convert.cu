@@ -68,3 +68,33 @@ extern "C" __global__ void kev_to_photons_i16(const float* kev, float photon_kev
     x = fminf(fmaxf(x, -32767.0f), 32766.0f);
     out[px] = (short)round_half_away(x);
 }
+
+// The assembled image of raw words from a frame's module words as they lie in its receiver
+// slot (module after module): src_of[px] is the word behind image pixel px, or -1 for a gap
+// pixel, which gets the error word.
+extern "C" __global__ void assemble_words(const unsigned short* __restrict__ words, const int* __restrict__ src_of,
+                                          unsigned short* __restrict__ out, int n) {
+    int px = blockIdx.x * blockDim.x + threadIdx.x;
+    if (px >= n) return;
+    int s = src_of[px];
+    out[px] = s < 0 ? (unsigned short)WORD_ERROR : words[s];
+}
+
+// jf_convert_kev of the assembled image, read straight from the module words (assembly and
+// conversion in one pass). The G0 pedestal, which the tracked pedestal replaces, is its own
+// array (n); G1 and G2's follow each other in ped12 (2 x n); gain holds all three (3 x n).
+extern "C" __global__ void jf_assemble_kev(const unsigned short* __restrict__ words, const int* __restrict__ src_of,
+                                           const float* __restrict__ ped0, const float* __restrict__ ped12,
+                                           const float* __restrict__ gain, const unsigned int* __restrict__ mask,
+                                           int invalid, float* __restrict__ out, int n) {
+    int px = blockIdx.x * blockDim.x + threadIdx.x;
+    if (px >= n) return;
+    int s = src_of[px];
+    unsigned short w = s < 0 ? (unsigned short)WORD_ERROR : words[s];
+    int g = kind(w, mask[px], invalid);
+    if (g == -1) { out[px] = __int_as_float(0x7fc00000); return; }
+    if (g == -2) { out[px] = __int_as_float(0x7f800000); return; }
+    float adc = (float)(w & ADC_MAX);
+    float p = g == 0 ? ped0[px] : ped12[(g - 1) * n + px];
+    out[px] = __fdiv_rn(__fsub_rn(adc, p), gain[g * n + px]);
+}

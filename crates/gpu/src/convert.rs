@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
 use rdaq_process::{Calibration, InvalidGain};
 
-use crate::kernels::{compile, Kernels};
+use crate::kernels::{compile, threads_for, Kernels};
 use crate::probe::{Device, GpuError};
 
 /// The conversion kernels with one module's (or image's) calibration on the device.
@@ -37,9 +37,9 @@ impl GpuConverter {
         Ok(GpuConverter {
             kev: module.load_function("jf_convert_kev")?,
             photons_i32: module.load_function("kev_to_photons_i32")?,
-            pedestal: stream.memcpy_stod(&planes(&cal.pedestal))?,
-            gain: stream.memcpy_stod(&planes(&cal.gain))?,
-            mask: stream.memcpy_stod(&cal.mask)?,
+            pedestal: stream.clone_htod(&planes(&cal.pedestal))?,
+            gain: stream.clone_htod(&planes(&cal.gain))?,
+            mask: stream.clone_htod(&cal.mask)?,
             invalid: match invalid {
                 InvalidGain::Error => 0,
                 InvalidGain::AsG0 => 1,
@@ -80,7 +80,7 @@ impl GpuConverter {
 
     /// One frame to keV on the device; the result stays there.
     pub fn kev_on_device(&self, raw: &[u16]) -> Result<CudaSlice<f32>, GpuError> {
-        let d_raw = self.stream.memcpy_stod(raw)?;
+        let d_raw = self.stream.clone_htod(raw)?;
         let mut out = self.stream.alloc_zeros::<f32>(raw.len())?;
         self.launch_kev(&self.stream, &d_raw, &mut out)?;
         Ok(out)
@@ -98,14 +98,14 @@ impl GpuConverter {
         // SAFETY: the kernel's parameters are, in order, the device buffers and values pushed
         // above (raw, mask and out of n pixels, pedestal and gain of 3n), and it touches no
         // pixel at or beyond n.
-        unsafe { b.launch(LaunchConfig::for_num_elems(n as u32)) }?;
+        unsafe { b.launch(threads_for(n as usize)) }?;
         Ok(())
     }
 
     /// One frame to keV, back in host memory.
     pub fn to_kev(&self, raw: &[u16]) -> Result<Vec<f32>, GpuError> {
         let d = self.kev_on_device(raw)?;
-        Ok(self.stream.memcpy_dtov(&d)?)
+        Ok(self.stream.clone_dtoh(&d)?)
     }
 
     /// One frame to photon counts (int32) for photons of `photon_kev`.
@@ -117,7 +117,7 @@ impl GpuConverter {
         b.arg(&kev).arg(&photon_kev).arg(&mut out).arg(&n);
         // SAFETY: kev and out hold n elements on the device, the kernel's parameters are the
         // values pushed above in order, and it touches no element at or beyond n.
-        unsafe { b.launch(LaunchConfig::for_num_elems(n as u32)) }?;
-        Ok(self.stream.memcpy_dtov(&out)?)
+        unsafe { b.launch(threads_for(n as usize)) }?;
+        Ok(self.stream.clone_dtoh(&out)?)
     }
 }

@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 use rdaq_process::sparse::Csr;
 
-use crate::kernels::{compile, Kernels};
+use crate::kernels::{compile, threads_for, Kernels};
 use crate::probe::{Device, GpuError};
 
 /// The element types the kernels are built for.
@@ -45,8 +45,8 @@ impl GpuCsr {
         b.arg(image).arg(&r32).arg(&c32).arg(&threshold).arg(&mut counts);
         // SAFETY: image holds rows x cols values and counts holds rows entries on the device;
         // thread r reads row r and writes counts[r] only; parameters in the kernel's order.
-        unsafe { b.launch(LaunchConfig::for_num_elems(rows as u32)) }?;
-        let counts = self.stream.memcpy_dtov(&counts)?;
+        unsafe { b.launch(threads_for(rows)) }?;
+        let counts = self.stream.clone_dtoh(&counts)?;
         out.rows = rows;
         out.cols_total = cols;
         out.row_ptr.clear();
@@ -64,7 +64,7 @@ impl GpuCsr {
         if nnz == 0 {
             return Ok(());
         }
-        let d_ptr = self.stream.memcpy_stod(&out.row_ptr)?;
+        let d_ptr = self.stream.clone_htod(&out.row_ptr)?;
         let mut values = self.stream.alloc_zeros::<T>(nnz)?;
         let mut col_of = self.stream.alloc_zeros::<u32>(nnz)?;
         let mut b = self.stream.launch_builder(&fill);
@@ -72,7 +72,7 @@ impl GpuCsr {
         // SAFETY: row_ptr holds rows + 1 offsets whose last is nnz, the sizes of values and
         // col_of; thread r writes entries row_ptr[r]..row_ptr[r + 1] only, which its count
         // pass found; parameters in the kernel's order.
-        unsafe { b.launch(LaunchConfig::for_num_elems(rows as u32)) }?;
+        unsafe { b.launch(threads_for(rows)) }?;
         self.stream.memcpy_dtoh(&values, &mut out.values)?;
         self.stream.memcpy_dtoh(&col_of, &mut out.cols)?;
         Ok(())
@@ -80,7 +80,7 @@ impl GpuCsr {
 
     /// `fill` for an image in host memory (copied to the device first).
     pub fn fill_host<T: CsrValue>(&self, image: &[T], rows: usize, cols: usize, threshold: T, out: &mut Csr<T>) -> Result<(), GpuError> {
-        let d = self.stream.memcpy_stod(image)?;
+        let d = self.stream.clone_htod(image)?;
         self.fill(&d, rows, cols, threshold, out)
     }
 }

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaModule;
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
+use cudarc::driver::{CudaModule, LaunchConfig};
+use cudarc::nvrtc::Ptx;
 
+use crate::nvrtc::Nvrtc;
 use crate::probe::{Device, GpuError};
 
 /// A kernel source file.
@@ -44,10 +45,10 @@ impl Kernels {
     /// The kernels the file defines (its `extern "C" __global__` functions).
     pub fn entries(self) -> &'static [&'static str] {
         match self {
-            Kernels::Convert => &["jf_convert_kev", "kev_to_photons_i32", "kev_to_photons_i16"],
+            Kernels::Convert => &["jf_convert_kev", "kev_to_photons_i32", "kev_to_photons_i16", "assemble_words", "jf_assemble_kev"],
             Kernels::Pedestal => &["pedestal_push", "pedestal_mean"],
             Kernels::Bitshuffle => &["bitshuffle_blocks"],
-            Kernels::Spots => &["colsum_running", "strong_pixels"],
+            Kernels::Spots => &["colsum_running", "strong_pixels", "strong_flags", "row_offsets", "strong_compact"],
             Kernels::Csr => &["csr_count_f32", "csr_fill_f32", "csr_count_i32", "csr_fill_i32"],
         }
     }
@@ -56,19 +57,37 @@ impl Kernels {
 /// NVRTC's options for results equal to the CPU's: no contraction into fused multiply-adds,
 /// IEEE division and square root, no flush of subnormals to zero, no fast math (the kernels
 /// also spell the rounding out with intrinsics).
-pub fn exact_options() -> CompileOptions {
-    CompileOptions { fmad: Some(false), prec_div: Some(true), prec_sqrt: Some(true), ftz: Some(false), use_fast_math: Some(false), ..Default::default() }
+pub const EXACT_OPTIONS: [&str; 4] = ["--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false"];
+
+/// `k` compiled to PTX text with [`EXACT_OPTIONS`] by `nvrtc`, for `arch` (e.g. "compute_90";
+/// `None`: NVRTC's default, which the driver compiles further for its device). Needs NVRTC
+/// only, no GPU.
+pub fn ptx_with(nvrtc: &Nvrtc, k: Kernels, arch: Option<&str>) -> Result<String, GpuError> {
+    let mut opts: Vec<String> = EXACT_OPTIONS.iter().map(|o| o.to_string()).collect();
+    opts.extend(arch.map(|a| format!("--gpu-architecture={a}")));
+    nvrtc.compile(k.source(), k.file(), &opts).map_err(|message| GpuError::Compile { file: k.file(), message })
 }
 
-/// `k` compiled to PTX with [`exact_options`], for `arch` (e.g. "compute_90"; `None`:
-/// NVRTC's default, which the stages use and the driver compiles further for its device).
-/// Needs NVRTC only, no GPU.
-pub fn ptx(k: Kernels, arch: Option<&'static str>) -> Result<Ptx, GpuError> {
-    let opts = CompileOptions { arch, ..exact_options() };
-    compile_ptx_with_opts(k.source(), opts).map_err(|e| GpuError::Compile { file: k.file(), message: e.to_string() })
+/// [`ptx_with`] the NVRTC this process loads.
+pub fn ptx(k: Kernels, arch: Option<&str>) -> Result<String, GpuError> {
+    ptx_with(crate::nvrtc::load(None)?, k, arch)
 }
 
-/// Compiles `k` for the device and loads it.
+/// Compiles `k` with the NVRTC the probe chose, for NVRTC's default target (the driver
+/// compiles the PTX further for its device when it loads it), and loads it.
 pub fn compile(dev: &Device, k: Kernels) -> Result<Arc<CudaModule>, GpuError> {
-    Ok(dev.ctx.load_module(ptx(k, None)?)?)
+    Ok(dev.ctx.load_module(Ptx::from_src(ptx_with(dev.nvrtc, k, None)?))?)
+}
+
+/// One thread per element (pixel, row, byte group), in blocks of 256: few enough threads
+/// per block for any kernel's registers.
+pub(crate) fn threads_for(n: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: ((n as u32).div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// One thread per column, one warp per block: the column sums are a chain of dependent
+/// additions per thread, so their few warps are spread over as many multiprocessors as
+/// there are (1024-thread blocks would put a 4M image's 2,068 columns on 3 of 132).
+pub(crate) fn per_column(width: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (width.div_ceil(32), 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 }
 }

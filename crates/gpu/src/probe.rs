@@ -1,23 +1,24 @@
 //! Whether this machine can run the GPU stages. `cudarc` panics when it cannot load the
-//! CUDA driver or NVRTC, or NVRTC lacks a symbol it binds; this looks for both libraries
-//! first (under the names `cudarc` loads), and for a symbol CUDA 13's NVRTC dropped, so that
-//! a machine without them gets an error that says what is missing.
+//! CUDA driver; this looks for the driver first (under the names `cudarc` loads) and for
+//! NVRTC ([`crate::nvrtc`]), so that a machine without them gets an error that says what is
+//! missing.
 
 use std::ffi::CString;
 use std::sync::Arc;
 
 use cudarc::driver::CudaContext;
 
+use crate::nvrtc::{self, CudaVersion};
+
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
-    #[error("no CUDA driver on this machine ({0} not found): it has no usable GPU; use the cpu backend")]
+    #[error("no CUDA driver on this machine (neither {0} nor libcuda.so could be loaded): it has no usable GPU; use the cpu backend")]
     NoDriver(&'static str),
-    #[error("no NVRTC on this machine ({0} not found): the GPU kernels are compiled at run time and need it")]
-    NoNvrtc(&'static str),
-    /// CUDA 13's NVRTC dropped symbols that the `cudarc` rdaq is built with binds (for CUDA
-    /// 12), and `cudarc` panics on the first it misses.
-    #[error("the NVRTC found ({0}) lacks {1}, which rdaq's CUDA 12 bindings need (CUDA 13 removed it): put a CUDA 12 libnvrtc.so first on LD_LIBRARY_PATH (e.g. from the nvidia-cuda-nvrtc-cu12 wheel)")]
-    NvrtcTooNew(&'static str, &'static str),
+    #[error("no NVRTC on this machine ({0}): the GPU kernels are compiled at run time and need CUDA 12's or 13's libnvrtc (set RDAQ_NVRTC to its path if it is elsewhere)")]
+    NoNvrtc(String),
+    /// PTX from an NVRTC newer than the driver does not load.
+    #[error("the NVRTC found, {nvrtc}, is newer than the driver's CUDA {driver}: its kernels would not load; put an NVRTC of CUDA {driver} or older first (LD_LIBRARY_PATH or RDAQ_NVRTC), or update the driver")]
+    NvrtcTooNew { nvrtc: String, driver: String },
     #[error("CUDA driver: {0}")]
     Driver(#[from] cudarc::driver::DriverError),
     #[error("no CUDA device on this machine")]
@@ -33,52 +34,91 @@ pub enum GpuError {
 pub struct Device {
     pub ctx: Arc<CudaContext>,
     pub name: String,
+    /// The driver's CUDA version.
+    pub driver: CudaVersion,
+    /// The NVRTC the kernels are compiled with.
+    pub nvrtc: &'static nvrtc::Nvrtc,
+    /// How host threads wait for it.
+    pub sync: Sync,
 }
 
-/// Whether the shared library `name` can be loaded and, when `symbol` is given, has it
-/// (the library is unloaded again).
-fn loadable(name: &str, symbol: Option<&str>) -> bool {
+/// Whether the shared library `name` can be loaded (it is unloaded again).
+fn loadable(name: &str) -> bool {
     let c = CString::new(name).expect("no NUL in a library name");
-    let sym = symbol.map(|s| CString::new(s).expect("no NUL in a symbol name"));
-    // SAFETY: dlopen and dlsym with valid NUL-terminated names; the handle is closed right
-    // away and the symbol's address is only compared with null, never used.
+    // SAFETY: dlopen with a valid NUL-terminated name; the handle is closed right away.
     unsafe {
         let h = libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
         if h.is_null() {
             return false;
         }
-        let found = sym.is_none_or(|s| !libc::dlsym(h, s.as_ptr()).is_null());
         libc::dlclose(h);
-        found
+        true
     }
 }
 
-/// Whether NVRTC, the compiler of the kernels, can be loaded and is CUDA 12's; it needs no
-/// GPU. `cudarc` takes the first of these names that loads (and more, for other systems).
-pub fn nvrtc() -> Result<(), GpuError> {
-    const NAMES: [&str; 2] = ["libnvrtc.so", "libnvrtc.so.12"];
-    // one of the symbols cudarc's CUDA 12 NVRTC bindings load eagerly that CUDA 13 lacks
-    const CUDA12_ONLY: &str = "nvrtcGetNVVM";
-    let Some(name) = NAMES.into_iter().find(|n| loadable(n, None)) else {
-        return Err(GpuError::NoNvrtc(NAMES[0]));
-    };
-    if !loadable(name, Some(CUDA12_ONLY)) {
-        return Err(GpuError::NvrtcTooNew(name, CUDA12_ONLY));
-    }
-    Ok(())
+/// NVRTC, the compiler of the kernels, without a driver (compiling needs no GPU).
+pub fn nvrtc() -> Result<&'static nvrtc::Nvrtc, GpuError> {
+    nvrtc::load(None)
+}
+
+/// The CUDA version of the loaded driver.
+fn driver_version() -> Result<CudaVersion, GpuError> {
+    let mut v = 0;
+    // SAFETY: the driver library loads (checked by the caller); cuDriverGetVersion writes
+    // one int and needs no initialisation.
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }.result()?;
+    Ok((v / 1000, (v % 1000) / 10))
 }
 
 /// The first GPU, or why there is none.
 pub fn probe() -> Result<Device, GpuError> {
-    const CUDA: &str = "libcuda.so";
-    if !loadable(CUDA, None) {
+    const CUDA: &str = "libcuda.so.1";
+    if !loadable(CUDA) && !loadable("libcuda.so") {
         return Err(GpuError::NoDriver(CUDA));
     }
-    nvrtc()?;
+    let driver = driver_version()?;
+    let nvrtc = nvrtc::load(Some(driver))?;
     if CudaContext::device_count()? < 1 {
         return Err(GpuError::NoDevice);
     }
     let ctx = CudaContext::new(0)?;
     let name = ctx.name()?;
-    Ok(Device { ctx, name })
+    let sync = Sync::from_env()?;
+    ctx.set_flags(sync.flags())?;
+    Ok(Device { ctx, name, driver, nvrtc, sync })
+}
+
+/// How a host thread waits for the device (the context's scheduling flag), from
+/// `RDAQ_CUDA_SYNC`: each GPU worker waits for its frame, and many threads spinning on the
+/// driver at once slow each other down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sync {
+    /// The driver's choice (spin while there are fewer waiting threads than cores).
+    Auto,
+    Spin,
+    Yield,
+    /// Sleep until the device is done (the default).
+    Blocking,
+}
+
+impl Sync {
+    fn from_env() -> Result<Sync, GpuError> {
+        match std::env::var("RDAQ_CUDA_SYNC").as_deref() {
+            Err(_) | Ok("") | Ok("blocking") => Ok(Sync::Blocking),
+            Ok("auto") => Ok(Sync::Auto),
+            Ok("spin") => Ok(Sync::Spin),
+            Ok("yield") => Ok(Sync::Yield),
+            Ok(other) => Err(GpuError::Input(format!("RDAQ_CUDA_SYNC must be auto, spin, yield or blocking, not {other:?}"))),
+        }
+    }
+
+    fn flags(self) -> cudarc::driver::sys::CUctx_flags {
+        use cudarc::driver::sys::CUctx_flags::*;
+        match self {
+            Sync::Auto => CU_CTX_SCHED_AUTO,
+            Sync::Spin => CU_CTX_SCHED_SPIN,
+            Sync::Yield => CU_CTX_SCHED_YIELD,
+            Sync::Blocking => CU_CTX_SCHED_BLOCKING_SYNC,
+        }
+    }
 }

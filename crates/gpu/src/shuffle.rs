@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
 
-use crate::kernels::{compile, Kernels};
+use crate::kernels::{compile, threads_for, Kernels};
 use crate::probe::{Device, GpuError};
 
 pub struct GpuShuffle {
@@ -23,21 +23,31 @@ impl GpuShuffle {
     /// `data` (elements of `size` bytes) transposed in blocks of `block` elements (a multiple
     /// of 8): each block's whole groups of 8 transposed, the last `n % 8` elements as they are.
     pub fn shuffle(&self, data: &[u8], size: usize, block: usize) -> Result<Vec<u8>, GpuError> {
-        if size == 0 || data.len() % size != 0 || block == 0 || block % 8 != 0 {
-            return Err(GpuError::Input(format!("{} bytes of {size}-byte elements in blocks of {block} (a multiple of 8)", data.len())));
-        }
-        let n = data.len() / size;
-        let (n32, size32, block32) = (to_i32(n)?, to_i32(size)?, to_i32(block)?);
-        let d_src = self.stream.memcpy_stod(data)?;
+        let d_src = self.stream.clone_htod(data)?;
         let mut d_dst = self.stream.alloc_zeros::<u8>(data.len())?;
+        self.launch(&d_src, &mut d_dst, size, block)?;
+        Ok(self.stream.clone_dtoh(&d_dst)?)
+    }
+
+    /// The transposition of device bytes `src` into `dst` (as long), queued on the stream.
+    pub fn launch(&self, src: &CudaSlice<u8>, dst: &mut CudaSlice<u8>, size: usize, block: usize) -> Result<(), GpuError> {
+        if size == 0 || !src.len().is_multiple_of(size) || block == 0 || !block.is_multiple_of(8) || dst.len() != src.len() {
+            return Err(GpuError::Input(format!("{} bytes of {size}-byte elements in blocks of {block} (a multiple of 8) into {}", src.len(), dst.len())));
+        }
+        let n = src.len() / size;
+        let (n32, size32, block32) = (to_i32(n)?, to_i32(size)?, to_i32(block)?);
         let threads = (n / 8) * size + (n % 8) * size;
         let mut b = self.stream.launch_builder(&self.kernel);
-        b.arg(&d_src).arg(&mut d_dst).arg(&n32).arg(&size32).arg(&block32);
+        b.arg(src).arg(dst).arg(&n32).arg(&size32).arg(&block32);
         // SAFETY: src and dst hold n * size bytes on the device; each of the `threads`
         // threads writes inside dst (a group's 8 output bytes within its block's rows, or one
         // tail byte), and the parameters are pushed in the kernel's order.
-        unsafe { b.launch(LaunchConfig::for_num_elems(to_i32(threads.max(1))? as u32)) }?;
-        Ok(self.stream.memcpy_dtov(&d_dst)?)
+        unsafe { b.launch(threads_for(to_i32(threads.max(1))? as usize)) }?;
+        Ok(())
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
     }
 }
 

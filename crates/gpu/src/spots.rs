@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, PushKernelArg};
 use rdaq_process::spots::{LocalSnr, LocalSnrParams, Spot};
 
-use crate::kernels::{compile, Kernels};
+use crate::kernels::{compile, per_column, threads_for, Kernels};
 use crate::probe::{Device, GpuError};
 
 pub struct GpuLocalSnr {
@@ -43,7 +43,7 @@ impl GpuLocalSnr {
         let to_i32 = |x: usize| i32::try_from(x).map_err(|_| GpuError::Input(format!("{x} is more than one launch takes")));
         let (w, h, n) = (to_i32(width)?, to_i32(height)?, to_i32(self.p.box_half)?);
         to_i32(px)?;
-        let d_image = self.stream.memcpy_stod(image)?;
+        let d_image = self.stream.clone_htod(image)?;
         let mut sum = self.stream.alloc_zeros::<f64>(px)?;
         let mut sum2 = self.stream.alloc_zeros::<f64>(px)?;
         let mut cnt = self.stream.alloc_zeros::<u32>(px)?;
@@ -52,15 +52,15 @@ impl GpuLocalSnr {
         // SAFETY: the image and the three sum arrays hold width x height elements on the
         // device, the parameters are pushed in the kernel's order, and thread c touches
         // column c < width only.
-        unsafe { b.launch(LaunchConfig::for_num_elems(width as u32)) }?;
+        unsafe { b.launch(per_column(width as u32)) }?;
         let mut flags = self.stream.alloc_zeros::<u8>(px)?;
         let snr2 = (self.p.snr as f64) * (self.p.snr as f64);
         let mut b = self.stream.launch_builder(&self.strong);
         b.arg(&d_image).arg(&w).arg(&h).arg(&n).arg(&self.p.threshold).arg(&snr2).arg(&sum).arg(&sum2).arg(&cnt).arg(&mut flags);
         // SAFETY: as above, and flags holds width x height bytes; thread p touches pixel
         // p < width x height and reads the sums of its own row.
-        unsafe { b.launch(LaunchConfig::for_num_elems(px as u32)) }?;
-        let flags = self.stream.memcpy_dtov(&flags)?;
+        unsafe { b.launch(threads_for(px)) }?;
+        let flags = self.stream.clone_dtoh(&flags)?;
         self.list.clear();
         self.list.extend(flags.iter().enumerate().filter(|(_, &f)| f != 0).map(|(i, _)| i as u32));
         Ok(&self.list)

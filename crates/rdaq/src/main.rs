@@ -3,6 +3,7 @@
 //! complete and saved, 1 data lost or not saved, 2 errors).
 
 mod acquire;
+mod check;
 mod emulate;
 mod join;
 mod offline;
@@ -78,6 +79,10 @@ enum Cmd {
     /// Processing stages on HDF5 files: conversion, pedestal from dark runs, spot finding.
     #[command(subcommand)]
     Process(offline::ProcessCmd),
+    /// What this host can run: CPUs, memory, AF_XDP, and the GPU with every kernel compared
+    /// with the CPU on it (exit 0: the GPU path runs here; 3: no usable GPU; 1: a kernel
+    /// differs).
+    Check(check::CheckArgs),
     /// Benchmarks (commands, not tests): print a table against a baseline measured in the same run.
     #[command(subcommand)]
     Bench(rdaq_bench::BenchCmd),
@@ -105,6 +110,7 @@ fn main() -> ExitCode {
         Cmd::Process(p) => offline::process(p).map(|()| ExitCode::SUCCESS),
         Cmd::Recover(a) => recover::recover(a).map(|()| ExitCode::SUCCESS),
         Cmd::Join(a) => join::join(a).map(|()| ExitCode::SUCCESS),
+        Cmd::Check(a) => check::check(a),
         Cmd::Bench(b) => rdaq_bench::bench(b),
         Cmd::Manpages { dir } => clap_mangen::generate_to(Cli::command(), &dir)
             .map(|()| ExitCode::SUCCESS)

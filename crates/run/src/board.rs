@@ -56,6 +56,8 @@ pub struct ProcessCounts {
     pub spots_found: AtomicU64,
     pub pedestal_updates: AtomicU64,
     pub dark_incomplete: AtomicU64,
+    /// GPU errors (the GPU backend then processes on the CPU).
+    pub device_errors: AtomicU64,
 }
 
 impl ProcessCounts {

@@ -132,8 +132,8 @@ pub struct Process {
     /// "raw": write the raw words; "auto": "jungfrau" where the calibration is known (the
     /// emulated detector in this process, or `calibration` given), "raw" otherwise.
     pub mode: String,
-    /// Where conversion and spot finding run: "cpu", or "gpu" (issue 13, in progress: not
-    /// yet run on a GPU). Raw runs have no processing to move.
+    /// Where conversion, spot finding and pedestal tracking run: "cpu", or "gpu" (a CUDA
+    /// device; the CPU workers then compress). Raw runs have no processing to move.
     pub backend: String,
     /// Pixels written: "kev" (float32), "photons16" or "photons32" (counts, int16/int32), or
     /// "auto": int16 counts when every count the calibration can give fits, else int32.

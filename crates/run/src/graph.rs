@@ -44,6 +44,7 @@ mod process;
 
 use crate::reorder::Reorder;
 use dark::{Band, DarkTracker};
+pub use gpu::{pixel_map, GpuReport};
 
 
 /// What the graph needs besides the receiver and the writer.
@@ -70,8 +71,10 @@ pub struct Setup {
     pub ring_frames: usize,
     /// The source waits this long per frame (testing: a consumer slower than the detector).
     pub consumer_delay: std::time::Duration,
-    /// Conversion and spot finding on this GPU instead of the CPU (issue 13, in progress).
-    pub gpu: Option<rdaq_gpu::Device>,
+    /// Conversion, spot finding and pedestal tracking on this GPU instead of the CPU: each
+    /// process worker holds a lane of the device (one frame's buffers and stream) and does
+    /// the rest of the frame's work (spots from the strong pixels, compression).
+    pub gpu: Option<GpuBackend>,
     /// The detector of this process, whose send times start each frame's latency.
     pub sent: Option<Arc<rdaq_emulator::Control>>,
     /// Where the graph shows its stages, counts, latency and latest image while it runs.
@@ -79,6 +82,16 @@ pub struct Setup {
     /// Where every written frame goes, with its photon counts, before its buffer returns
     /// to the pool (a program in this process reading the frames: [`deliver`]).
     pub deliver: Option<Sender<deliver::Processed>>,
+}
+
+/// Where the GPU path's lanes run.
+#[derive(Clone)]
+pub enum GpuBackend {
+    /// A CUDA device.
+    Device(rdaq_gpu::Device),
+    /// The CPU stand-in, failing as told: tests and benchmarks of the GPU path's scheduling
+    /// on machines without a GPU (not a backend users choose).
+    StandIn(rdaq_gpu::standin::Failures),
 }
 
 /// The calibration of the emulated detector in image coordinates: each module's synthetic
@@ -113,6 +126,8 @@ struct Work {
     ready: Option<FrameReady>,
     missing: Vec<(usize, usize)>,
     image: Vec<f32>,
+    /// `image` holds this frame's keV (the GPU path fetches it only for frames kept).
+    image_valid: bool,
     spots: Vec<Spot>,
     hit: bool,
     /// Not a hit, and the veto is on: the write stage only counts it.
@@ -151,6 +166,8 @@ pub struct ProcessReport {
     pub steps: Vec<StepReport>,
     /// The most frames the write stage held back to keep the source's order.
     pub reorder_high_water: usize,
+    /// The GPU path's counts (GPU backend only).
+    pub gpu: Option<gpu::GpuReport>,
     /// The tracked pedestal at the end (G0), to be saved with the calibration.
     #[serde(skip)]
     pub calibration: Option<Arc<Calibration>>,
@@ -207,7 +224,7 @@ fn work_pool(setup: &Setup) -> (Sender<Box<Work>>, ChanRx<Box<Work>>) {
     let (tx, rx) = bounded::<Box<Work>>(pool_size);
     for _ in 0..pool_size {
         let image = vec![f32::NAN; pixels];
-        tx.send(Box::new(Work { frame: 0, seq: 0, ready: None, missing: Vec::new(), image, spots: Vec::new(), hit: false, vetoed: false, chunk: Vec::new(), chunked: false, times: None, counts16: Vec::new(), counts32: Vec::new() })).expect("pool has room");
+        tx.send(Box::new(Work { frame: 0, seq: 0, ready: None, missing: Vec::new(), image, image_valid: false, spots: Vec::new(), hit: false, vetoed: false, chunk: Vec::new(), chunked: false, times: None, counts16: Vec::new(), counts32: Vec::new() })).expect("pool has room");
     }
     (tx, rx)
 }
@@ -270,28 +287,31 @@ pub fn run(
         stream: Mutex::new(stream),
         pool,
     };
-    let mut gpu = match &setup.gpu {
-        Some(dev) => Some(gpu::GpuParts::new(dev, &setup)?),
-        None => None,
+    // the device's lanes and the memory registered with it: dropped after the graph's
+    // threads, before the pool and the receiver whose memory it registered
+    let (offload, tracker) = match &setup.gpu {
+        Some(backend) => {
+            let images = pool_images(&g.pool, &pool_rx);
+            let (o, t) = gpu::Offload::new(backend, &setup, rx, &images)?;
+            (Some(o), Some(t))
+        }
+        None => (None, None),
     };
+    let mut tracker = tracker;
     let (stage_stats, source) = std::thread::scope(|s| {
         let mut p: Pipeline<Box<Work>> = Pipeline::default();
         let rf = setup.ring_frames;
         let write = p.stage("write", 1, rf, |_| g.write_worker());
-        let (first, pedestal) = match gpu.take() {
-            // one stage converts and finds the strong pixels on the device, the pedestal
-            // is tracked there too
-            Some(mut parts) => {
-                let tracker = parts.take_pedestal();
+        let (first, pedestal) = match (&offload, tracker.take()) {
+            // the device converts and finds the strong pixels, several frames at once, and
+            // tracks the pedestal; the CPU workers compress
+            (Some(off), Some(tracker)) => {
                 let pedestal = g.pedestal_chain(&mut p, vec![tracker]);
-                let mut parts = Some(parts);
-                let gpu = p.stage("gpu", 1, rf, |_| g.gpu_worker(parts.take().expect("one GPU worker")));
-                let compress = p.stage("compress", setup.workers, rf, |k| g.compress_worker(k));
-                p.connect(gpu, compress, Policy::LeastLoaded, WhenFull::Block);
-                p.connect(compress, write, Policy::RoundRobin, WhenFull::Block);
+                let gpu = p.stage("gpu", setup.workers, rf, |k| g.gpu_worker(off, k));
+                p.connect(gpu, write, Policy::RoundRobin, WhenFull::Block);
                 (gpu, pedestal)
             }
-            None => {
+            _ => {
                 let pedestal = g.pedestal_chain(&mut p, Band::split(pixels, setup.pedestal_bands, setup.window));
                 let process = p.stage("process", setup.workers, rf, |k| g.process_worker(k));
                 p.connect(process, write, Policy::RoundRobin, WhenFull::Block);
@@ -305,7 +325,20 @@ pub fn run(
         let source = g.feed(&pool_rx, [to_pedestal, to_process], bar, until, on_frame);
         (running.join(), source)
     });
-    Ok(g.report(stage_stats, source))
+    let mut report = g.report(stage_stats, source);
+    report.1.gpu = offload.as_ref().map(gpu::Offload::report);
+    Ok(report)
+}
+
+/// Where the pooled frame buffers' images lie (the GPU path registers them, so that kept
+/// images come back by DMA). Takes every buffer out of the pool and puts it back.
+fn pool_images(pool: &Sender<Box<Work>>, rx: &ChanRx<Box<Work>>) -> Vec<(*const u8, usize)> {
+    let all: Vec<Box<Work>> = rx.try_iter().collect();
+    let images = all.iter().map(|w| (w.image.as_ptr().cast::<u8>(), std::mem::size_of_val(w.image.as_slice()))).collect();
+    for w in all {
+        pool.send(w).expect("the pool has room for its own buffers");
+    }
+    images
 }
 
 /// Pins the calling worker to the `k`-th of the configured CPUs (if any), once.
@@ -438,6 +471,14 @@ impl Graph<'_> {
     /// list in the unit of the file's image, the counts, and the veto (a vetoed frame goes
     /// on to the write stage, which keeps the order, but is neither compressed nor written).
     pub(super) fn judge(&self, wk: &mut Work) {
+        if self.decide(wk) {
+            self.setup.board.show(self.glance(wk));
+        }
+    }
+
+    /// [`Graph::judge`] but for showing the frame: returns whether a glance at it is due
+    /// (the caller shows it once its image is there).
+    pub(super) fn decide(&self, wk: &mut Work) -> bool {
         let (setup, counts) = (self.setup, &self.setup.board.process);
         // the finder sums keV; the file's spot list speaks the unit of its image
         if matches!(setup.pixel, PixelType::Photons16 | PixelType::Photons32) {
@@ -448,15 +489,16 @@ impl Graph<'_> {
             t.processed = Some(Instant::now());
         }
         ProcessCounts::add(&counts.spots_found, wk.spots.len() as u64);
-        let glance = if wk.hit { setup.board.glance_due() } else { setup.board.glance_due_without_hit() };
-        if glance {
-            setup.board.show(self.glance(wk));
-        }
         if wk.hit {
             ProcessCounts::add(&counts.hits, 1);
         } else if setup.veto {
             ProcessCounts::add(&counts.vetoed, 1);
             wk.vetoed = true;
+        }
+        if wk.hit {
+            setup.board.glance_due()
+        } else {
+            setup.board.glance_due_without_hit()
         }
     }
 
@@ -481,22 +523,13 @@ impl Graph<'_> {
 
     /// Compresses `wk`'s image unless the frame is vetoed or nobody would take its chunk.
     pub(super) fn compress_if_wanted(&self, compress: &mut dyn FnMut(&mut Work), wk: &mut Work) {
-        wk.chunked = !wk.vetoed && self.demand.wanted();
+        // a frame whose image the GPU path did not fetch (nobody wanted it then) stays
+        // without a chunk, as one that nobody wanted: the stream counts it as dropped
+        wk.chunked = !wk.vetoed && wk.image_valid && self.demand.wanted();
         if wk.chunked {
             compress(wk);
             self.steps.compressed.fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    /// The GPU path's compression stage (vetoed frames pass through untouched).
-    fn compress_worker<'g>(&'g self, k: usize) -> WorkerFn<'g, Box<Work>> {
-        let mut compress = self.compressor();
-        let mut pinned = false;
-        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
-            pin_once(&mut pinned, &self.setup.cpus, k);
-            self.compress_if_wanted(&mut compress, &mut wk);
-            e.send(0, wk);
-        })
     }
 
     /// The dashboard's look at a processed frame: the image (keV) and its spots.

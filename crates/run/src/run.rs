@@ -319,6 +319,12 @@ fn place_gains(g: &Geometry, m: u16, map: &rdaq_process::gainmap::GainMap, cal: 
     });
 }
 
+/// The local-SNR spot finder's settings of the configuration (its threshold in keV).
+pub fn finder_params(cfg: &Config) -> rdaq_process::spots::LocalSnrParams {
+    let (p, e) = (&cfg.process, cfg.detector.photon_energy_kev as f32);
+    rdaq_process::spots::LocalSnrParams { threshold: p.threshold_photons * e, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels }
+}
+
 /// The processing graph's settings from the configuration, the file's pixel type and the
 /// calibration to start with.
 pub fn processing_setup(cfg: &Config, meta: &NxmxMeta, calibration: Calibration) -> anyhow::Result<graph::Setup> {
@@ -333,7 +339,7 @@ pub fn processing_setup(cfg: &Config, meta: &NxmxMeta, calibration: Calibration)
         photon_kev: e,
         pixel: meta.pixel,
         codec: meta.codec,
-        finder: rdaq_process::spots::LocalSnrParams { threshold: p.threshold_photons * e, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels },
+        finder: finder_params(cfg),
         min_spots: p.min_spots,
         veto: p.veto,
         window: p.pedestal_window,
@@ -343,7 +349,7 @@ pub fn processing_setup(cfg: &Config, meta: &NxmxMeta, calibration: Calibration)
         cpus: p.cpus.clone(),
         ring_frames: p.ring_frames,
         consumer_delay: cfg.faults.consumer_delay(),
-        gpu: if p.backend == "gpu" { Some(rdaq_gpu::probe().map_err(|e| anyhow::anyhow!("process.backend = \"gpu\": {e}"))?) } else { None },
+        gpu: if p.backend == "gpu" { Some(graph::GpuBackend::Device(rdaq_gpu::probe().map_err(|e| anyhow::anyhow!("process.backend = \"gpu\": {e}"))?)) } else { None },
         sent: None,
         board: Arc::default(),
         deliver: None,

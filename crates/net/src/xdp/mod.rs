@@ -36,6 +36,23 @@ pub enum XdpError {
     Setup(String),
 }
 
+/// Whether this host can run the AF_XDP engine: its XDP program was built into rdaq, and
+/// the kernel makes AF_XDP sockets for this process (CAP_NET_RAW). Attaching the program to
+/// an interface can still be refused (driver, privileges): `open` says so then.
+pub fn available() -> Result<(), XdpError> {
+    if !program::built() {
+        return Err(XdpError::NotBuilt);
+    }
+    // SAFETY: socket() with constant arguments; the descriptor is closed right away.
+    let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(XdpError::Os { what: "making an AF_XDP socket", source: std::io::Error::last_os_error() });
+    }
+    // SAFETY: `fd` is the socket just made, closed once.
+    unsafe { libc::close(fd) };
+    Ok(())
+}
+
 /// What the AF_XDP engine receives on.
 #[derive(Clone, Debug)]
 pub struct XdpSpec {

@@ -30,6 +30,11 @@ pub struct Steering {
     pub mode: AttachMode,
 }
 
+/// Whether the XDP program was built into rdaq.
+pub(super) fn built() -> bool {
+    OBJECT.is_some()
+}
+
 impl Steering {
     /// Attaches the program to `ifname`, steering UDP to `dest` (any when unspecified) on
     /// `ports` into the sockets of `queues` (receive queue, AF_XDP socket).

@@ -430,12 +430,25 @@ impl LocalSnr {
     /// elsewhere by the same rule (the GPU backend's kernels): grouped as [`LocalSnr::find`]
     /// groups its own.
     pub fn group_strong(&mut self, image: &[f32], width: usize, strong: &[u32], spots: &mut Vec<Spot>) {
-        assert!(strong.windows(2).all(|w| w[0] < w[1]), "strong pixels ascending");
+        self.group_strong_pixels(width, strong.iter().map(|&p| (p, image[p as usize])), spots);
+    }
+
+    /// The strong pixels of the last image found, `(index, value)` ascending by index.
+    pub fn last_strong(&self) -> impl Iterator<Item = (u32, f32)> + '_ {
+        self.strong.iter().copied().zip(self.strong_values.iter().copied())
+    }
+
+    /// [`LocalSnr::group_strong`] given the strong pixels with their values, `(index,
+    /// value)` ascending by index, without the image (the GPU backend sends back only these).
+    pub fn group_strong_pixels(&mut self, width: usize, strong: impl Iterator<Item = (u32, f32)>, spots: &mut Vec<Spot>) {
         spots.clear();
         self.strong.clear();
-        self.strong.extend_from_slice(strong);
         self.strong_values.clear();
-        self.strong_values.extend(strong.iter().map(|&p| image[p as usize]));
+        for (p, v) in strong {
+            self.strong.push(p);
+            self.strong_values.push(v);
+        }
+        assert!(self.strong.windows(2).all(|w| w[0] < w[1]), "strong pixels ascending");
         self.group(width, spots);
     }
 

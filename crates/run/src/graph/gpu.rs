@@ -1,99 +1,417 @@
-//! The graph's GPU stage (issue 13, in progress; not yet run on a GPU): one worker that
-//! assembles a signal frame's raw words from its slot (gaps as the error word, masked by the
-//! calibration), gives the slot back, converts the frame to keV on the device
-//! (`rdaq_gpu::GpuConverter`), finds its strong pixels there and groups them on the host
-//! (`rdaq_gpu::GpuLocalSnr`), then judges the frame as the process workers do. It takes a
-//! newly published pedestal before the next frame. Synchronous per frame: the overlapped
-//! three-stream pipeline is still to come, and so is turning a device error in the middle
-//! of a run into a counted error (today it stops the run: the worker panics).
+//! The graph's GPU path (docs/processing.md):
+//!
+//! ```text
+//! signal -> gpu (n workers, one device lane each) -> write (reorders)
+//! dark   -> pedestal (1, tracked on the device)
+//! ```
+//!
+//! Each GPU worker holds a [`FrameLane`]: the device buffers of one frame and its own stream.
+//! It sends a signal frame's module words from the receiver slot to the device (one copy,
+//! from registered memory), waits for the strong pixels, groups them into spots, judges the
+//! frame, brings its keV image back only when the frame is kept (written, streamed,
+//! delivered or shown), gives the slot back and compresses. The device works on as many
+//! frames at once as there are workers, and the host's part of each frame (grouping,
+//! compression) runs on as many cores; the write stage puts the frames back in order.
+//!
+//! A device error is counted and reported; that frame and every later one are then
+//! processed on the CPU by the same workers (the same results, more slowly), and the dark
+//! frames by a CPU tracker that starts over. The run goes on.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
-use rdaq_detector::jungfrau::WORD_ERROR;
 use rdaq_detector::{as_words, Geometry};
-use rdaq_gpu::{Device, GpuConverter, GpuLocalSnr, GpuPedestal};
+use rdaq_gpu::{ChainSetup, Device, FrameLane, Found, GpuError, GpuPedestal, HostRegistration};
 use rdaq_process::pipeline::{Emit, WorkerFn};
+use rdaq_process::spots::LocalSnr;
+use rdaq_process::{Calibration, Converter};
+use rdaq_receiver::Receiver;
+use serde::Serialize;
 
-use super::{DarkTracker, Graph, Setup, Work, OWN_FRAME};
+use super::{DarkTracker, GpuBackend, Graph, Setup, Work, OWN_FRAME};
+use crate::board::{Board, ProcessCounts};
+use rdaq_proto::events::Event;
 
-/// What the GPU worker holds: made before the graph starts, so that a kernel that does not
-/// compile is an error of the run, not a panic of a worker.
-pub(super) struct GpuParts {
-    conv: GpuConverter,
-    finder: GpuLocalSnr,
-    pedestal: Option<GpuTracker>,
+/// What the GPU path reports in the summary.
+#[derive(Debug, Default, Serialize, Clone)]
+pub struct GpuReport {
+    pub device: String,
+    /// Frames the device holds at once: one per GPU worker.
+    pub lanes: usize,
+    /// Whether the receiver's ring could be registered (page-locked) with the driver, so
+    /// that frames are copied from their slots by DMA.
+    pub ring_registered: bool,
+    /// Frames whose keV image came back (kept frames and glances).
+    pub images_copied_back: u64,
+    /// Frames with more strong pixels than the device lists: found on the host.
+    pub strong_overflow: u64,
+    /// Device errors; after the first the frames are processed on the CPU.
+    pub device_errors: u64,
+    pub frames_on_cpu: u64,
+    pub first_error: Option<String>,
 }
 
-/// The GPU's pedestal tracker as the pedestal stage drives it: dark frames assembled into
-/// raw image words on the host, tracked on the device.
+/// For each image pixel, the index of its word among a frame's module words (-1: gap).
+pub fn pixel_map(g: &Geometry) -> Vec<i32> {
+    let mut map = vec![-1i32; g.height() * g.width()];
+    for (from, at, run) in g.runs_in_image_order() {
+        for k in 0..run {
+            map[at + k] = (from + k) as i32;
+        }
+    }
+    map
+}
+
+/// The GPU's pedestal tracker as the pedestal stage drives it; after a device error, a CPU
+/// tracker of the whole image that starts over.
 pub(super) struct GpuTracker {
-    tracker: GpuPedestal,
-    raw: Vec<u16>,
+    gpu: Option<GpuPedestal>,
+    cpu: Option<super::dark::Band>,
+    window: u32,
+    counts: Arc<Board>,
+    errors: Arc<Errors>,
+}
+
+impl GpuTracker {
+    /// After a device error: a CPU tracker of the image's `pixels` takes over, from nothing.
+    fn fail(&mut self, pixels: usize, e: GpuError) {
+        self.errors.record(&self.counts, "pedestal", &e);
+        self.gpu = None;
+        self.cpu = super::dark::Band::split(pixels, 1, self.window).pop();
+    }
 }
 
 impl DarkTracker for GpuTracker {
     fn push_frame(&mut self, g: &Geometry, words: &[u16]) {
-        assemble(g, words, &mut self.raw);
-        self.tracker.push(&self.raw).expect("the GPU tracks a dark frame");
+        if let Some(t) = self.gpu.as_mut() {
+            match t.push_words(words) {
+                Ok(()) => return,
+                Err(e) => self.fail(g.height() * g.width(), e),
+            }
+        }
+        self.cpu.as_mut().expect("a CPU tracker after a device error").push_frame(g, words);
     }
 
     fn frames(&self) -> u64 {
-        self.tracker.frames()
+        match (&self.gpu, &self.cpu) {
+            (Some(t), _) => t.frames(),
+            (None, Some(c)) => c.frames(),
+            (None, None) => 0,
+        }
     }
 
     fn mean_into(&mut self, out: &mut [f32]) {
-        out.copy_from_slice(&self.tracker.mean().expect("the GPU returns the pedestal"));
+        if let Some(t) = self.gpu.as_ref() {
+            match t.mean() {
+                Ok(m) => return out.copy_from_slice(&m),
+                Err(e) => self.fail(out.len(), e),
+            }
+        }
+        self.cpu.as_mut().expect("a CPU tracker after a device error").mean_into(out);
     }
 }
 
-impl GpuParts {
-    pub(super) fn new(dev: &Device, setup: &Setup) -> anyhow::Result<GpuParts> {
+/// The device errors of the run, shared by the GPU stages.
+#[derive(Default)]
+pub(super) struct Errors {
+    count: AtomicU64,
+    first: std::sync::Mutex<Option<String>>,
+}
+
+impl Errors {
+    fn record(&self, board: &Board, stage: &str, e: &GpuError) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        ProcessCounts::add(&board.process.device_errors, 1);
+        let line = format!("{stage}: {e}");
+        board.push_event(Event::Error { source: "gpu".into(), message: line.clone() });
+        let mut first = self.first.lock().expect("not poisoned");
+        if first.is_none() {
+            eprintln!("rdaq: GPU {line}; the run goes on on the CPU");
+            *first = Some(line);
+        }
+    }
+}
+
+/// The receiver's ring and the frame buffers' images registered with the driver: the ring
+/// first (an empty list: the ring could not be registered, and nothing else is tried).
+fn register(dev: &Device, rx: &Receiver, images: &[(*const u8, usize)]) -> Vec<HostRegistration> {
+    let (start, end) = rx.ring_span();
+    // SAFETY: the ring is mapped for the receiver's life, which outlasts the graph and so
+    // this registration (dropped with the Offload, inside `graph::run`).
+    let Ok(ring) = (unsafe { HostRegistration::new(&dev.ctx, start as *const u8, end - start) }) else {
+        return Vec::new();
+    };
+    let mut registered = vec![ring];
+    for &(p, len) in images {
+        // SAFETY: the frame buffers' images live as long as the pool, which `graph::run`
+        // drops after the Offload; their length never changes.
+        registered.extend(unsafe { HostRegistration::new(&dev.ctx, p, len) }.ok());
+    }
+    registered
+}
+
+/// What the GPU workers share: the lanes, handed out one per worker, the memory
+/// registered with the driver, and the counts.
+pub(super) struct Offload {
+    device: String,
+    lanes: std::sync::Mutex<Vec<Box<dyn FrameLane>>>,
+    workers: usize,
+    /// Set at the first device error: every worker then processes on the CPU.
+    failed: AtomicBool,
+    errors: Arc<Errors>,
+    images: AtomicU64,
+    overflow: AtomicU64,
+    on_cpu: AtomicU64,
+    ring_registered: bool,
+    /// Dropped last (after the lanes, whose drop waits for their copies).
+    _registered: Vec<HostRegistration>,
+}
+
+impl Offload {
+    /// One lane per worker and the pedestal tracker for `setup` on `backend`; on a device,
+    /// registers the receiver's ring and the frame buffers' images, so that copies run as
+    /// DMA (where registration is refused, the driver stages them: slower, the same results).
+    pub(super) fn new(backend: &GpuBackend, setup: &Setup, rx: &Receiver, images: &[(*const u8, usize)]) -> anyhow::Result<(Offload, GpuTracker)> {
         let g = setup.geometry;
-        Ok(GpuParts {
-            conv: GpuConverter::new(dev, &setup.calibration, setup.invalid)?,
-            finder: GpuLocalSnr::new(dev, setup.finder)?,
-            pedestal: Some(GpuTracker { tracker: GpuPedestal::new(dev, g.height() * g.width(), 0, setup.window)?, raw: vec![WORD_ERROR; g.height() * g.width()] }),
-        })
+        let map = pixel_map(&g);
+        let (pixels, words, n) = (g.height() * g.width(), g.modules as usize * g.module_pixels(), setup.workers);
+        let errors = Arc::new(Errors::default());
+        let mut tracker = GpuTracker { gpu: None, cpu: None, window: setup.window, counts: setup.board.clone(), errors: errors.clone() };
+        let mut registered = Vec::new();
+        let (device, lanes): (String, Vec<Box<dyn FrameLane>>) = match backend {
+            GpuBackend::Device(dev) => {
+                let chain = ChainSetup { width: g.width(), height: g.height(), words, src_of: &map, calibration: &setup.calibration, invalid: setup.invalid, finder: setup.finder };
+                let lanes = rdaq_gpu::chain::lanes(dev, &chain, n)?;
+                tracker.gpu = Some(GpuPedestal::new(dev, pixels, 0, setup.window)?.assembling(dev, &map, words)?);
+                registered = register(dev, rx, images);
+                (dev.name.clone(), lanes.into_iter().map(|l| Box::new(l) as Box<dyn FrameLane>).collect())
+            }
+            GpuBackend::StandIn(fail) => {
+                let runs = g.runs_in_image_order();
+                let lanes = rdaq_gpu::standin::lanes(n, g.width(), g.height(), words, runs, setup.calibration.clone(), setup.invalid, setup.finder, pixels / 16, *fail)?;
+                tracker.cpu = super::dark::Band::split(pixels, 1, setup.window).pop();
+                ("CPU stand-in".to_string(), lanes.into_iter().map(|l| Box::new(l) as Box<dyn FrameLane>).collect())
+            }
+        };
+        let ring_registered = !registered.is_empty();
+        let offload = Offload {
+            device,
+            workers: lanes.len(),
+            lanes: std::sync::Mutex::new(lanes),
+            failed: AtomicBool::new(false),
+            errors,
+            images: AtomicU64::new(0),
+            overflow: AtomicU64::new(0),
+            on_cpu: AtomicU64::new(0),
+            ring_registered,
+            _registered: registered,
+        };
+        Ok((offload, tracker))
     }
 
-    /// The pedestal tracker, for the pedestal stage's worker.
-    pub(super) fn take_pedestal(&mut self) -> GpuTracker {
-        self.pedestal.take().expect("taken once")
+    /// A worker's lane (each worker takes one when it is made).
+    fn take_lane(&self) -> Option<Box<dyn FrameLane>> {
+        self.lanes.lock().expect("not poisoned").pop()
     }
-}
 
-/// Copies the modules of a frame's slot into the assembled image of raw words (gap pixels
-/// keep the error word).
-fn assemble(g: &Geometry, words: &[u16], raw: &mut [u16]) {
-    let mp = g.module_pixels();
-    for m in 0..g.modules {
-        let module = &words[m as usize * mp..(m as usize + 1) * mp];
-        g.module_runs(m, |from, at, run| raw[at..at + run].copy_from_slice(&module[from..from + run]));
+    fn fail(&self, board: &Board, e: &GpuError) {
+        self.failed.store(true, Ordering::Relaxed);
+        self.errors.record(board, "gpu", e);
+    }
+
+    pub(super) fn report(&self) -> GpuReport {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        GpuReport {
+            device: self.device.clone(),
+            lanes: self.workers,
+            ring_registered: self.ring_registered,
+            images_copied_back: get(&self.images),
+            strong_overflow: get(&self.overflow),
+            device_errors: get(&self.errors.count),
+            frames_on_cpu: get(&self.on_cpu),
+            first_error: self.errors.first.lock().expect("not poisoned").clone(),
+        }
     }
 }
 
 impl Graph<'_> {
-    pub(super) fn gpu_worker<'g>(&'g self, mut parts: GpuParts) -> WorkerFn<'g, Box<Work>> {
-        let g = self.setup.geometry;
-        let (w, h) = (g.width(), g.height());
-        let mut raw = vec![WORD_ERROR; w * h];
-        let mut seen = 0u64;
+    /// A GPU worker (the `k`-th): each signal frame through its lane, or on the CPU once
+    /// the device has failed; then compressed. The lane follows the published pedestal.
+    pub(super) fn gpu_worker<'g>(&'g self, off: &'g Offload, k: usize) -> WorkerFn<'g, Box<Work>> {
+        let mut lane = off.take_lane();
+        let runs = self.setup.geometry.runs_in_image_order();
+        let mut finder = LocalSnr::new(self.setup.finder);
+        let (mut strong, mut compress) = (Vec::new(), self.compressor());
+        let mut cpu: Option<(u64, Converter)> = None;
+        let (mut pinned, mut seen) = (false, 0u64);
         Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
-            let gen = self.cal.generation.load(Ordering::Acquire);
-            if gen != seen {
-                seen = gen;
-                let cal = self.cal.cal.read().expect("not poisoned").clone();
-                parts.conv.set_calibration(&cal).expect("the tracked pedestal is finite and of the image's size");
+            super::pin_once(&mut pinned, &self.setup.cpus, k);
+            if off.failed.load(Ordering::Relaxed) {
+                // dropping the lane waits for its copies: nothing of it runs on
+                lane = None;
             }
-            let f = wk.ready.take().expect("signal frames come with their slot");
-            assemble(&g, as_words(self.rx.data(&f).expect(OWN_FRAME)), &mut raw);
-            self.rx.release(f).expect(OWN_FRAME);
-            parts.conv.to_kev_into(&raw, &mut wk.image).expect("the GPU converts a frame");
-            let mut found = std::mem::take(&mut wk.spots);
-            parts.finder.find(&wk.image, w, h, &mut found).expect("the GPU finds the strong pixels");
-            wk.spots = found;
-            self.judge(&mut wk);
+            let done = lane.as_mut().map(|l| self.on_device(off, l.as_mut(), &mut seen, &mut finder, &mut strong, &mut wk));
+            if let Some(Err(err)) = &done {
+                off.fail(&self.setup.board, err);
+                lane = None;
+            }
+            if !matches!(done, Some(Ok(()))) {
+                self.process_on_cpu(&mut cpu, &runs, &mut finder, &mut wk);
+                off.on_cpu.fetch_add(1, Ordering::Relaxed);
+            }
+            self.rx.release(wk.ready.take().expect("signal frames come with their slot")).expect(OWN_FRAME);
+            self.compress_if_wanted(&mut compress, &mut wk);
             e.send(0, wk);
         })
+    }
+
+    /// One frame through `lane`: its words to the device, the strong pixels back, spots,
+    /// the hit decision, and the image if the frame is kept. The slot may be given back
+    /// once this returns (the lane's copy of it is done).
+    #[allow(clippy::too_many_arguments)]
+    fn on_device(&self, off: &Offload, lane: &mut dyn FrameLane, seen: &mut u64, finder: &mut LocalSnr, strong: &mut Vec<(u32, f32)>, wk: &mut Work) -> Result<(), GpuError> {
+        let gen = self.cal.generation.load(Ordering::Acquire);
+        if gen != *seen {
+            let cal = self.cal.cal.read().expect("not poisoned").clone();
+            lane.set_pedestal(&cal.pedestal[0], gen)?;
+            *seen = gen;
+        }
+        let f = wk.ready.as_ref().expect("signal frames come with their slot");
+        let words = as_words(self.rx.data(f).expect(OWN_FRAME));
+        // SAFETY: the words are the slot's, held in `wk.ready` until after the lane's results
+        // are in (below) or the lane is dropped (on an error), which waits for its copies.
+        unsafe { lane.submit(words) }?;
+        let (width, height) = (self.setup.geometry.width(), self.setup.geometry.height());
+        wk.image_valid = false;
+        let mut spots = std::mem::take(&mut wk.spots);
+        match lane.strong_pixels(strong)? {
+            Found::Listed(_) => finder.group_strong_pixels(width, strong.iter().copied(), &mut spots),
+            Found::TooMany(_) => {
+                off.overflow.fetch_add(1, Ordering::Relaxed);
+                lane.image_into(&mut wk.image)?;
+                wk.image_valid = true;
+                finder.find(&wk.image, width, height, &mut spots);
+            }
+        }
+        wk.spots = spots;
+        let glance = self.decide(wk);
+        if !wk.image_valid && (glance || self.image_kept(wk)) {
+            lane.image_into(&mut wk.image)?;
+            wk.image_valid = true;
+            off.images.fetch_add(1, Ordering::Relaxed);
+        }
+        if glance {
+            self.setup.board.show(self.glance(wk));
+        }
+        Ok(())
+    }
+
+    /// Whether anything downstream reads the frame's image: the chunk of a frame that is not
+    /// vetoed (for the file or the stream), or a program in this process reading frames.
+    fn image_kept(&self, wk: &Work) -> bool {
+        !wk.vetoed && (self.demand.wanted() || self.setup.deliver.is_some())
+    }
+
+    /// The frame converted and searched on the CPU (after a device error), as a process
+    /// worker does; the converter follows the published pedestal.
+    fn process_on_cpu(&self, cpu: &mut Option<(u64, Converter)>, runs: &[(usize, usize, usize)], finder: &mut LocalSnr, wk: &mut Work) {
+        let gen = self.cal.generation.load(Ordering::Acquire);
+        if cpu.as_ref().is_none_or(|(seen, _)| *seen != gen) {
+            let cal: Arc<Calibration> = self.cal.cal.read().expect("not poisoned").clone();
+            *cpu = Some((gen, Converter::shared(cal, self.setup.invalid).expect("the calibration was checked when the run started")));
+        }
+        let conv = &cpu.as_ref().expect("made above").1;
+        let g = &self.setup.geometry;
+        let f = wk.ready.as_ref().expect("signal frames come with their slot");
+        let words = as_words(self.rx.data(f).expect(OWN_FRAME));
+        for &(src, at, run) in runs {
+            conv.to_kev_at(at, &words[src..src + run], &mut wk.image[at..at + run]);
+        }
+        let mut spots = std::mem::take(&mut wk.spots);
+        finder.find(&wk.image, g.width(), g.height(), &mut spots);
+        wk.spots = spots;
+        wk.image_valid = true;
+        self.judge(wk);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::graph::deliver::{Pixels, Processed};
+    use rdaq_detector::jungfrau::{MODULE_BYTES, MODULE_PIXELS};
+    use rdaq_detector::ModuleSynth;
+    use rdaq_gpu::standin::Failures;
+    use rdaq_process::spots::Spot;
+
+    /// What the graph delivered of one frame: number, pixels, spots, hit.
+    type Seen = (u64, Vec<i64>, Vec<Spot>, bool);
+
+    /// The graph over `frames` frames of two emulated modules (a dark frame, then a signal
+    /// frame, no veto: every signal frame is delivered) from a ring of only 6 slots, which
+    /// the feeder refills as soon as they are given back: a slot given back before the lane
+    /// read it would change what the lane sees.
+    fn run_graph(gpu: Option<GpuBackend>, frames: u64) -> (Vec<Seen>, crate::graph::ProcessReport) {
+        let mut cfg = Config::default();
+        (cfg.detector.modules, cfg.process.veto, cfg.process.workers) = (2, false, 3);
+        let g = cfg.geometry().expect("two modules");
+        let (_, setup) = crate::run::plan(&cfg, g, None).expect("a plan");
+        let (tx, delivered) = crossbeam_channel::bounded::<Processed>(4);
+        let setup = crate::graph::Setup { gpu, deliver: Some(tx), ..setup.expect("processing") };
+        let (rx, mut placer) = Receiver::in_memory(2, MODULE_BYTES as u64, 6).expect("an in-memory receiver");
+        let mut synths: Vec<ModuleSynth> = (0..2).map(|m| ModuleSynth::new(cfg.synth(), m)).collect();
+        let bar = indicatif::ProgressBar::hidden();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let mut words = vec![0u16; 2 * MODULE_PIXELS];
+                for f in 0..frames {
+                    let free = placer.free().next();
+                    let slot = free.unwrap_or_else(|| placer.wait_released().expect("the graph gives slots back"));
+                    for (m, syn) in synths.iter_mut().enumerate() {
+                        syn.frame(f, &mut words[m * MODULE_PIXELS..(m + 1) * MODULE_PIXELS]);
+                    }
+                    for (b, w) in placer.slot_mut(slot).chunks_exact_mut(2).zip(&words) {
+                        b.copy_from_slice(&w.to_le_bytes());
+                    }
+                    placer.hand(slot, f);
+                }
+            });
+            let seen = s.spawn(move || {
+                delivered
+                    .iter()
+                    .map(|p| {
+                        let pixels: Vec<i64> = match p.pixels() {
+                            Pixels::I16(v) => v.iter().map(|&x| x as i64).collect(),
+                            Pixels::I32(v) => v.iter().map(|&x| x as i64).collect(),
+                            Pixels::F32(v) => v.iter().map(|&x| x.to_bits() as i64).collect(),
+                        };
+                        let (spots, hit) = p.spots();
+                        (p.frame(), pixels, spots.to_vec(), hit)
+                    })
+                    .collect::<Vec<Seen>>()
+            });
+            let (_, report) = crate::graph::run(&rx, None, None, setup, &bar, None, &mut |_| {}).expect("the graph runs");
+            (seen.join().expect("the reader"), report)
+        })
+    }
+
+    #[test]
+    fn the_gpu_path_delivers_what_the_cpu_graph_does_in_order_and_survives_device_errors() {
+        let frames = 24;
+        let (want, cpu) = run_graph(None, frames);
+        assert_eq!(want.len(), 12, "every signal frame");
+        assert!(want.windows(2).all(|w| w[0].0 < w[1].0), "in frame order");
+        assert!(want.iter().any(|s| !s.2.is_empty()), "the frames have spots");
+        assert!(cpu.gpu.is_none());
+        for fail in [Failures::default(), Failures { submit: Some(3), wait: None }, Failures { submit: None, wait: Some(5) }] {
+            let (got, report) = run_graph(Some(GpuBackend::StandIn(fail)), frames);
+            assert!(got == want, "{fail:?}: the frames delivered differ from the CPU graph's");
+            let gpu = report.gpu.expect("the GPU path's report");
+            let failing = fail.submit.is_some() || fail.wait.is_some();
+            assert_eq!(gpu.device_errors, failing as u64, "{fail:?}");
+            assert_eq!(gpu.frames_on_cpu > 0, failing, "{fail:?}: frames after the error go to the CPU");
+            assert_eq!(gpu.images_copied_back, 12 - gpu.frames_on_cpu, "{fail:?}: every delivered frame's image came from its lane");
+        }
     }
 }

@@ -78,6 +78,7 @@ impl Graph<'_> {
         let mut found = std::mem::take(&mut wk.spots);
         finder.end(image, &mut found);
         wk.spots = found;
+        wk.image_valid = true;
         (converting, start)
     }
 }

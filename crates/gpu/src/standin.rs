@@ -1,0 +1,123 @@
+//! A stand-in for the device's lanes on the CPU, so that the graph's GPU path (frames in
+//! flight, their order, when slots are given back, device errors) is tested on machines
+//! without a GPU. A [`CpuLane`] does what a [`crate::Lane`] does, at the same moments: it
+//! reads the frame's words only when its results are asked for (as the device's copy may
+//! run until then), converts them with the CPU converter and finds the strong pixels with
+//! the CPU finder. It can be told to fail at the n-th submit or wait, as a device can.
+//! It is not a backend: only tests and benchmarks make it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rdaq_process::spots::{LocalSnr, LocalSnrParams};
+use rdaq_process::{Calibration, Converter, InvalidGain};
+
+use crate::chain::{FrameLane, Found};
+use crate::probe::GpuError;
+
+/// When the stand-in fails: at the n-th submit, or the n-th wait for results (counted from
+/// 1 over all its lanes); `None`: never.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Failures {
+    pub submit: Option<u64>,
+    pub wait: Option<u64>,
+}
+
+/// What the lanes of one stand-in share.
+struct Shared {
+    base: Arc<Calibration>,
+    invalid: InvalidGain,
+    runs: Vec<(usize, usize, usize)>,
+    width: usize,
+    height: usize,
+    words: usize,
+    /// More strong pixels than this: [`Found::TooMany`], as the device's list overflows.
+    cap: usize,
+    fail: Failures,
+    submits: AtomicU64,
+    waits: AtomicU64,
+}
+
+/// The words of the frame in flight, read when its results are asked for.
+struct Pending(*const u16, usize);
+
+// SAFETY: the pointer is only read by the lane's owner, within the lifetime the caller of
+// `submit` guarantees (until the results or the lane's drop), whichever thread holds it.
+unsafe impl Send for Pending {}
+
+pub struct CpuLane {
+    shared: Arc<Shared>,
+    conv: Converter,
+    generation: u64,
+    finder: LocalSnr,
+    pending: Option<Pending>,
+    kev: Vec<f32>,
+}
+
+/// `n` stand-in lanes for an image of `width x height` whose pixels are the runs `runs`
+/// (word in a frame's `words` module words, image pixel, length), with `calibration`.
+#[allow(clippy::too_many_arguments)]
+pub fn lanes(n: usize, width: usize, height: usize, words: usize, runs: Vec<(usize, usize, usize)>, calibration: Arc<Calibration>, invalid: InvalidGain, finder: LocalSnrParams, cap: usize, fail: Failures) -> Result<Vec<CpuLane>, GpuError> {
+    let conv = || Converter::shared(calibration.clone(), invalid).map_err(|e| GpuError::Input(e.to_string()));
+    let convs: Vec<Converter> = (0..n.max(1)).map(|_| conv()).collect::<Result<_, _>>()?;
+    let shared = Arc::new(Shared { base: calibration.clone(), invalid, runs, width, height, words, cap, fail, submits: AtomicU64::new(0), waits: AtomicU64::new(0) });
+    Ok(convs.into_iter().map(|conv| CpuLane { shared: shared.clone(), conv, generation: 0, finder: LocalSnr::new(finder), pending: None, kev: vec![f32::NAN; width * height] }).collect())
+}
+
+/// Whether the `k`-th call (from 1) is the one told to fail.
+fn due(counter: &AtomicU64, at: Option<u64>) -> bool {
+    let k = counter.fetch_add(1, Ordering::Relaxed) + 1;
+    at == Some(k)
+}
+
+impl FrameLane for CpuLane {
+    fn set_pedestal(&mut self, g0: &[f32], generation: u64) -> Result<(), GpuError> {
+        if generation == self.generation {
+            return Ok(());
+        }
+        let mut cal = (*self.shared.base).clone();
+        cal.pedestal[0].copy_from_slice(g0);
+        self.conv = Converter::shared(Arc::new(cal), self.shared.invalid).map_err(|e| GpuError::Input(e.to_string()))?;
+        self.generation = generation;
+        Ok(())
+    }
+
+    unsafe fn submit(&mut self, words: &[u16]) -> Result<(), GpuError> {
+        if words.len() != self.shared.words {
+            return Err(GpuError::Input(format!("a frame of {} words for lanes of {}", words.len(), self.shared.words)));
+        }
+        if due(&self.shared.submits, self.shared.fail.submit) {
+            return Err(GpuError::Input("the stand-in's planned failure at submit".into()));
+        }
+        self.pending = Some(Pending(words.as_ptr(), words.len()));
+        Ok(())
+    }
+
+    fn strong_pixels(&mut self, out: &mut Vec<(u32, f32)>) -> Result<Found, GpuError> {
+        out.clear();
+        let Some(Pending(p, len)) = self.pending.take() else {
+            return Err(GpuError::Input("no frame submitted".into()));
+        };
+        if due(&self.shared.waits, self.shared.fail.wait) {
+            return Err(GpuError::Input("the stand-in's planned failure at wait".into()));
+        }
+        // SAFETY: `submit`'s caller keeps the words alive and unwritten until this returns Ok
+        // (its contract), and `p` and `len` are that slice's.
+        let words = unsafe { std::slice::from_raw_parts(p, len) };
+        for &(src, at, run) in &self.shared.runs {
+            self.conv.to_kev_at(at, &words[src..src + run], &mut self.kev[at..at + run]);
+        }
+        let mut spots = Vec::new();
+        self.finder.find(&self.kev, self.shared.width, self.shared.height, &mut spots);
+        out.extend(self.finder.last_strong());
+        Ok(if out.len() > self.shared.cap { Found::TooMany(out.len()) } else { Found::Listed(out.len()) })
+    }
+
+    fn image_into(&mut self, out: &mut [f32]) -> Result<(), GpuError> {
+        if out.len() != self.kev.len() {
+            return Err(GpuError::Input(format!("{} pixels out for an image of {}", out.len(), self.kev.len())));
+        }
+        out.copy_from_slice(&self.kev);
+        Ok(())
+    }
+}
