@@ -1,5 +1,5 @@
 # rdaq: `make run` and `make test` install what is missing, then run. See README.md.
-.PHONY: setup run test test-rust test-e2e bench fmt miri deb wheel
+.PHONY: setup run test test-rust test-e2e bench fmt miri deb wheel dist
 
 setup:
 	./scripts/setup.sh
@@ -25,6 +25,11 @@ deb: setup
 # the Python wheel for CPython 3.11+ on manylinux_2_28, in target/wheels (docs/install.md)
 wheel: setup
 	./scripts/wheel.sh
+
+# the portable bundle for any x86-64 Linux with glibc >= 2.28, HDF5 and ZeroMQ linked in:
+# target/dist/rdaq-<version>-x86_64-linux.tar.gz (docs/install.md)
+dist: setup
+	./scripts/dist.sh
 
 bench: setup
 	./target/release/rdaq bench ingest

@@ -1,51 +1,96 @@
-"""Whether two runs' masters hold the same frames: every data file's chunks byte for byte (read
-raw, so that no compression filter is needed: h5py alone, as on a GPU host), frame numbers,
-incomplete frames and the spot lists. Prints what differs; exit 0 equal, 1 different.
+"""Whether two runs' files hold the same results, telling a difference of what the runs
+received apart from a difference of their processing: a run on a loaded host may refuse
+frames the other took, or lose other datagrams.
 
-    python3 bench/gpu_files_equal.py A_master.h5 B_master.h5
+Each data file is read directly (chunks raw, so that no compression filter is needed: h5py
+alone, as on a GPU host). The runs *received alike* when their summaries (`--summary-json`)
+show the same refused and never-seen frames, the same missing cells and no kernel drops;
+then every frame must be written by both runs or by neither, with the same chunk, byte for
+byte, and the same spot list. Otherwise only the frames both runs wrote, and got whole or
+with the same pixels missing, are compared, and the rest are counted as received
+differently.
+
+    python3 bench/gpu_files_equal.py A_master.h5 B_master.h5 [A_summary.json B_summary.json]
+
+Exit 0: equal as far as the runs received alike; 1: a difference of processing.
 """
+import json
 import sys
 
 import h5py
-import numpy as np
 
-TABLES = ["entry/data/frame_number", "entry/data/incomplete_frame_number", "entry/result_1/nPeaks",
-          "entry/result_1/peakXPosRaw", "entry/result_1/peakYPosRaw", "entry/result_1/peakTotalIntensity",
-          "entry/result_1/peakNPixels"]
+PEAKS = ["peakXPosRaw", "peakYPosRaw", "peakTotalIntensity", "peakNPixels"]
+RECEPTION = ["frames_refused_runs", "frames_never_seen_runs", "cells_missing", "kernel_drops"]
 
 
-def chunks(master):
-    """Every frame's raw chunk, in file order, from the data files the master links."""
-    out = []
+def data_files(master):
+    """The `/entry` of each data file of the series, through the master's links."""
     data = master["entry/data"]
     for name in sorted(k for k in data if k.startswith("data_")):
-        d = data[name]
-        for i in range(d.shape[0]):
-            out.append(d.id.read_direct_chunk((i, 0, 0))[1])
+        yield data[name].file["entry"]
+
+
+def raw_chunks(d):
+    return [d.id.read_direct_chunk((i,) + (0,) * (d.ndim - 1))[1] for i in range(d.shape[0])]
+
+
+def frames(master):
+    """Per written frame number: (its raw chunk, its spot list, its missing pixels' raw
+    chunk or None when it came whole)."""
+    out = {}
+    for entry in data_files(master):
+        d = entry["data"]
+        numbers = [int(f) for f in d["frame_number"][()]]
+        chunks = raw_chunks(d["data"])
+        missing = {}
+        if "incomplete_frame_number" in d:
+            missing = dict(zip((int(f) for f in d["incomplete_frame_number"][()]), raw_chunks(d["incomplete_pixel_mask"])))
+        res = entry.get("result_1")
+        for row, f in enumerate(numbers):
+            spots = None
+            if res is not None:
+                n = int(res["nPeaks"][row])
+                spots = tuple(res[p][row, :n].tobytes() for p in PEAKS)
+            out[f] = (chunks[row], spots, missing.get(f))
     return out
 
 
-def main(a_path, b_path):
-    diffs = []
+def compare(a_path, b_path, a_summary=None, b_summary=None):
+    """(whether the runs received alike, frames compared, frames not compared, differences)."""
     with h5py.File(a_path, "r") as a, h5py.File(b_path, "r") as b:
-        for t in TABLES:
-            if t in a or t in b:
-                x, y = (a[t][()] if t in a else None), (b[t][()] if t in b else None)
-                if x is None or y is None or x.shape != y.shape or not np.array_equal(x, y):
-                    diffs.append(f"{t}: {None if x is None else x.shape} vs {None if y is None else y.shape}")
-        ca, cb = chunks(a), chunks(b)
-        if len(ca) != len(cb):
-            diffs.append(f"data: {len(ca)} vs {len(cb)} chunks")
-        else:
-            bad = [i for i, (x, y) in enumerate(zip(ca, cb)) if x != y]
-            if bad:
-                diffs.append(f"data: {len(bad)} of {len(ca)} chunks differ, first at {bad[0]}")
-        frames = len(ca)
-    for d in diffs:
+        fa, fb = frames(a), frames(b)
+    alike = a_summary is not None and b_summary is not None and all(a_summary.get(k) == b_summary.get(k) for k in RECEPTION) \
+        and not a_summary.get("kernel_drops")
+    if alike:
+        compared = set(fa) | set(fb)
+    else:
+        compared = {f for f in set(fa) & set(fb) if fa[f][2] == fb[f][2]}
+    diffs = []
+    for f in sorted(compared):
+        x, y = fa.get(f), fb.get(f)
+        if x is None or y is None:
+            diffs.append(f"frame {f}: written by {'the first' if y is None else 'the second'} run only")
+        elif x[2] != y[2]:
+            diffs.append(f"frame {f}: different pixels missing")
+        elif x[0] != y[0]:
+            diffs.append(f"frame {f}: chunks differ")
+        elif x[1] != y[1]:
+            diffs.append(f"frame {f}: spot lists differ")
+    return alike, compared, (set(fa) | set(fb)) - compared, diffs
+
+
+def main(argv):
+    summaries = [json.load(open(p)) for p in argv[2:4]] if len(argv) >= 4 else [None, None]
+    alike, compared, skipped, diffs = compare(argv[0], argv[1], *summaries)
+    for d in diffs[:20]:
         print("differs:", d)
-    print(f"{'equal' if not diffs else 'DIFFERENT'}: {a_path} vs {b_path} ({frames} frames)")
+    if not alike:
+        reception = {k: (s.get(k) if s else None for s in summaries) for k in RECEPTION}
+        print("the runs received differently (or no summaries):", {k: tuple(v) for k, v in reception.items()})
+        print(f"not compared: {len(skipped)} frames written by one run only or with other pixels missing")
+    print(f"{'equal' if not diffs else 'DIFFERENT'}: {argv[0]} vs {argv[1]}: {len(compared)} frames compared, {len(diffs)} differ")
     return 1 if diffs else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(sys.argv[1:]))

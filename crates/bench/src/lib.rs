@@ -55,8 +55,8 @@ pub enum BenchCmd {
     /// The processing graph of rdaq run without the network (frames handed from a pre-filled
     /// ring) over 1..N process workers, beside the copy bandwidth of as many cores.
     Pipeline(pipeline::PipelineArgs),
-    /// The GPU stages against the device's copy bandwidth and the CPU (issue 13, in progress;
-    /// needs a GPU).
+    /// The GPU path against the same device's copy bandwidths, kernel by kernel and end to
+    /// end, and the CPU (needs a GPU).
     Gpu(gpu::GpuBenchArgs),
     /// Images through the Stream V2 publisher to a consumer, beside a bare ZeroMQ PUSH/PULL
     /// pair with messages of the same size.

@@ -54,6 +54,10 @@ pub struct PipelineArgs {
     /// Pedestal bands (default: rdaq run's, one per two workers).
     #[arg(long)]
     pedestal_bands: Option<usize>,
+    /// Frames each worker's input ring holds (process.ring_frames; the pool of frame buffers
+    /// grows with it).
+    #[arg(long)]
+    ring_frames: Option<usize>,
     /// Pin process worker k to CPU k (and the bands to the CPUs after them).
     #[arg(long)]
     pin: bool,
@@ -97,6 +101,9 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(counts.iter().all(|&w| (1..=1024).contains(&w)), "--workers: each count 1..=1024");
     let mut cfg = Config::default();
     cfg.process.backend = if a.backend == "gpu" { "gpu".into() } else { "cpu".into() };
+    if let Some(rf) = a.ring_frames {
+        cfg.process.ring_frames = rf;
+    }
     cfg.detector.modules = a.modules;
     cfg.process.output = a.output.clone();
     if a.no_dark || a.raw {

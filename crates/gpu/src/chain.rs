@@ -186,11 +186,15 @@ pub struct Lane {
     host_value: PinnedHostSlice<f32>,
 }
 
-/// Pinned host memory that the host reads (not write-combined, which is slow to read).
-fn pinned<T: cudarc::driver::DeviceRepr>(dev: &Device, n: usize) -> Result<PinnedHostSlice<T>, GpuError> {
-    // SAFETY: the memory is only read through `as_slice`, after a copy from the device
-    // filled the part that is read (the count says how much).
-    Ok(unsafe { dev.ctx.alloc_pinned_with_flags::<T>(n, 0) }?)
+/// Pinned host memory that the host reads (not write-combined, which is slow to read),
+/// zeroed.
+fn pinned<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(dev: &Device, n: usize) -> Result<PinnedHostSlice<T>, GpuError> {
+    // SAFETY: the memory is zeroed below before anything reads it.
+    let mut p = unsafe { dev.ctx.alloc_pinned_with_flags::<T>(n, 0) }?;
+    // SAFETY: the pointer is to the `n` elements just allocated, and all-zero bytes are a
+    // valid T (ValidAsZeroBits).
+    unsafe { std::ptr::write_bytes(p.as_mut_ptr()?, 0, n) };
+    Ok(p)
 }
 
 impl Lane {

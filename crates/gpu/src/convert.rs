@@ -1,6 +1,6 @@
-//! JUNGFRAU conversion on the GPU (`kernels/convert.cu`): raw words to keV, keV to photon
-//! counts. The calibration lives on the device; frames go in and out through
-//! `memcpy`s here (the pinned, overlapped pipeline of issue 13 is still to come).
+//! JUNGFRAU conversion of an assembled image on the GPU (`kernels/convert.cu`): raw words to
+//! keV, keV to photon counts. The calibration lives on the device; frames go in and out
+//! through plain copies here (checks and benchmarks: the graph's path is [`crate::chain`]).
 
 use std::sync::Arc;
 

@@ -431,10 +431,10 @@ impl Graph<'_> {
                 tracker.push_frame(&g, as_words(self.rx.data(f).expect(OWN_FRAME)));
                 since_publish += 1;
             }
-            let due = tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish;
+            let mut due = tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish;
             if due {
                 since_publish = 0;
-                tracker.mean_into(&mut self.dark_mean.lock().expect("not poisoned"));
+                due = tracker.mean_into(&mut self.dark_mean.lock().expect("not poisoned"));
             }
             if !last {
                 e.send(0, wk);

@@ -18,8 +18,9 @@ pub(super) trait DarkTracker: Send {
     /// Dark frames added so far.
     fn frames(&self) -> u64;
     /// Writes its pixels' G0 pedestal into the image `out` (gap pixels, never sampled, are
-    /// replaced on publishing).
-    fn mean_into(&mut self, out: &mut [f32]);
+    /// replaced on publishing); false when it has none to give and wrote nothing (a GPU
+    /// tracker whose device failed just then: nothing is published).
+    fn mean_into(&mut self, out: &mut [f32]) -> bool;
 }
 
 /// The CPU tracker of image pixels `lo..hi`.
@@ -64,9 +65,10 @@ impl DarkTracker for Band {
         self.tracker.frames()
     }
 
-    fn mean_into(&mut self, out: &mut [f32]) {
+    fn mean_into(&mut self, out: &mut [f32]) -> bool {
         self.tracker.mean_into(&mut self.mean);
         out[self.lo..self.hi].copy_from_slice(&self.mean);
+        true
     }
 }
 

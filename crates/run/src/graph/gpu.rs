@@ -100,14 +100,21 @@ impl DarkTracker for GpuTracker {
         }
     }
 
-    fn mean_into(&mut self, out: &mut [f32]) {
+    fn mean_into(&mut self, out: &mut [f32]) -> bool {
         if let Some(t) = self.gpu.as_ref() {
             match t.mean() {
-                Ok(m) => return out.copy_from_slice(&m),
-                Err(e) => self.fail(out.len(), e),
+                Ok(m) => {
+                    out.copy_from_slice(&m);
+                    return true;
+                }
+                // the CPU tracker that takes over has no frames yet: nothing to publish
+                Err(e) => {
+                    self.fail(out.len(), e);
+                    return false;
+                }
             }
         }
-        self.cpu.as_mut().expect("a CPU tracker after a device error").mean_into(out);
+        self.cpu.as_mut().expect("a CPU tracker after a device error").mean_into(out)
     }
 }
 
