@@ -46,6 +46,9 @@ pub struct PipelineArgs {
     /// what the path costs besides the device).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "gpu", "gpu-standin"])]
     backend: String,
+    /// Frames on the GPU at once (process.gpu_lanes).
+    #[arg(long)]
+    gpu_lanes: Option<usize>,
 
     /// Pixels written: auto (rdaq run's default: int16 photon counts where they fit), photons16,
     /// photons32 or kev.
@@ -101,6 +104,9 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(counts.iter().all(|&w| (1..=1024).contains(&w)), "--workers: each count 1..=1024");
     let mut cfg = Config::default();
     cfg.process.backend = if a.backend == "gpu" { "gpu".into() } else { "cpu".into() };
+    if let Some(l) = a.gpu_lanes {
+        cfg.process.gpu_lanes = l;
+    }
     if let Some(rf) = a.ring_frames {
         cfg.process.ring_frames = rf;
     }
@@ -266,7 +272,7 @@ fn feed(mut placer: Placer, pool: &Pool, kinds: &[bool], seconds: Duration) -> u
 fn gpu_line(r: &ProcessReport) -> Option<String> {
     let g = r.gpu.as_ref()?;
     let stages: Vec<String> = r.stages.iter().map(|s| format!("{} {:.3} ms x{}", s.name, s.ms_per_frame, s.workers)).collect();
-    Some(format!("{} ({} lanes, ring {}registered): {}; images back {}, device errors {}", g.device, g.lanes, if g.ring_registered { "" } else { "not " }, stages.join(", "), g.images_copied_back, g.device_errors))
+    Some(format!("{} ({} lanes, ring {}registered): {}; waits for a lane {}, images back {}, device errors {}", g.device, g.lanes, if g.ring_registered { "" } else { "not " }, stages.join(", "), g.lane_waits, g.images_copied_back, g.device_errors))
 }
 
 fn step(r: &ProcessReport, name: &str) -> f64 {

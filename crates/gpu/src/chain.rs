@@ -130,6 +130,8 @@ fn shared(dev: &Device, s: &ChainSetup) -> Result<Shared, GpuError> {
 pub trait FrameLane: Send {
     /// Takes the tracked G0 pedestal of `generation` unless the lane already has it.
     fn set_pedestal(&mut self, g0: &[f32], generation: u64) -> Result<(), GpuError>;
+    /// The generation of the pedestal the lane converts with (0: the calibration's own).
+    fn pedestal_generation(&self) -> u64;
     /// Queues one frame's module words and returns at once.
     ///
     /// # Safety
@@ -147,6 +149,10 @@ pub trait FrameLane: Send {
 impl FrameLane for Lane {
     fn set_pedestal(&mut self, g0: &[f32], generation: u64) -> Result<(), GpuError> {
         Lane::set_pedestal(self, g0, generation)
+    }
+
+    fn pedestal_generation(&self) -> u64 {
+        self.pedestal_generation
     }
 
     unsafe fn submit(&mut self, words: &[u16]) -> Result<(), GpuError> {

@@ -82,6 +82,10 @@ impl FrameLane for CpuLane {
         Ok(())
     }
 
+    fn pedestal_generation(&self) -> u64 {
+        self.generation
+    }
+
     unsafe fn submit(&mut self, words: &[u16]) -> Result<(), GpuError> {
         if words.len() != self.shared.words {
             return Err(GpuError::Input(format!("a frame of {} words for lanes of {}", words.len(), self.shared.words)));

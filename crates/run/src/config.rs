@@ -135,6 +135,9 @@ pub struct Process {
     /// Where conversion, spot finding and pedestal tracking run: "cpu", or "gpu" (a CUDA
     /// device; the CPU workers then compress). Raw runs have no processing to move.
     pub backend: String,
+    /// Frames on the GPU at once (1..=32; each holds one frame's device buffers, about 32
+    /// bytes a pixel), shared by the workers.
+    pub gpu_lanes: usize,
     /// Pixels written: "kev" (float32), "photons16" or "photons32" (counts, int16/int32), or
     /// "auto": int16 counts when every count the calibration can give fits, else int32.
     pub output: String,
@@ -359,6 +362,7 @@ impl Default for Process {
             codec: "lz4".into(),
             zstd_level: 3,
             backend: "cpu".into(),
+            gpu_lanes: 8,
             workers: 0,
             pedestal_bands: 0,
             cpus: Vec::new(),
@@ -469,6 +473,8 @@ const THREADS_PER_CPU: usize = 4;
 /// Spots kept per frame in the files, and frames each process worker holds, at most.
 const MAX_SPOTS: usize = 100_000;
 const MAX_RING_FRAMES: usize = 4096;
+/// The most frames on a GPU at once (each holds a frame's device buffers: 570 MB for a 16M).
+const MAX_GPU_LANES: usize = 32;
 
 /// This machine's memory in MiB (from /proc/meminfo; unknown: no bound).
 pub fn physical_mib() -> u64 {
@@ -638,6 +644,9 @@ impl Config {
         }
         if !(p.threshold_photons > 0.0) || !(p.snr >= 0.0) || p.min_pixels == 0 || p.max_pixels < p.min_pixels {
             bail!("process: threshold_photons must be positive, snr not negative, and 1 <= min_pixels <= max_pixels");
+        }
+        if !(1..=MAX_GPU_LANES).contains(&p.gpu_lanes) {
+            bail!("process.gpu_lanes must be 1..={MAX_GPU_LANES}, not {}", p.gpu_lanes);
         }
         if p.ring_frames == 0 {
             bail!("process.ring_frames must be at least 1");

@@ -71,10 +71,12 @@ pub struct Setup {
     pub ring_frames: usize,
     /// The source waits this long per frame (testing: a consumer slower than the detector).
     pub consumer_delay: std::time::Duration,
-    /// Conversion, spot finding and pedestal tracking on this GPU instead of the CPU: each
-    /// process worker holds a lane of the device (one frame's buffers and stream) and does
-    /// the rest of the frame's work (spots from the strong pixels, compression).
+    /// Conversion, spot finding and pedestal tracking on this GPU instead of the CPU: a
+    /// process worker takes one of the device's lanes (one frame's buffers and stream) for
+    /// a frame and does the rest of its work (spots from the strong pixels, compression).
     pub gpu: Option<GpuBackend>,
+    /// Frames on the device at once, shared by the workers.
+    pub gpu_lanes: usize,
     /// The detector of this process, whose send times start each frame's latency.
     pub sent: Option<Arc<rdaq_emulator::Control>>,
     /// Where the graph shows its stages, counts, latency and latest image while it runs.

@@ -448,8 +448,8 @@ impl Summary {
             println!("  the receiver side waited {} times for a free frame buffer (back-pressure)", p.pool_waits);
         }
         if let Some(g) = &p.gpu {
-            println!("  gpu: {}, {} lanes, ring {}registered; {} images copied back, {} frames with too many strong pixels for the device's list",
-                g.device, g.lanes, if g.ring_registered { "" } else { "not " }, g.images_copied_back, g.strong_overflow);
+            println!("  gpu: {}, {} lanes, ring {}registered; {} images copied back, {} frames with too many strong pixels for the device's list, {} waits for a free lane",
+                g.device, g.lanes, if g.ring_registered { "" } else { "not " }, g.images_copied_back, g.strong_overflow, g.lane_waits);
             if g.device_errors > 0 {
                 println!("  gpu errors: {} (first: {}); {} frames processed on the CPU after it", g.device_errors, g.first_error.as_deref().unwrap_or("?"), g.frames_on_cpu);
             }

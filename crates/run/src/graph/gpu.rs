@@ -5,13 +5,15 @@
 //! dark   -> pedestal (1, tracked on the device)
 //! ```
 //!
-//! Each GPU worker holds a [`FrameLane`]: the device buffers of one frame and its own stream.
-//! It sends a signal frame's module words from the receiver slot to the device (one copy,
-//! from registered memory), waits for the strong pixels, groups them into spots, judges the
-//! frame, brings its keV image back only when the frame is kept (written, streamed,
-//! delivered or shown), gives the slot back and compresses. The device works on as many
-//! frames at once as there are workers, and the host's part of each frame (grouping,
-//! compression) runs on as many cores; the write stage puts the frames back in order.
+//! The device's frames in flight are its *lanes* ([`FrameLane`]: one frame's device buffers
+//! and its own stream), fewer than the workers: a GPU worker takes a free lane, sends a
+//! signal frame's module words from the receiver slot to the device (one copy, from
+//! registered memory), waits for the strong pixels, groups them into spots, judges the frame,
+//! brings its keV image back only when the frame is kept (written, streamed, delivered or
+//! shown), and gives the lane back; then it gives the slot back and compresses. Frames take
+//! the lanes in the order they come, so none waits behind many others on the device, and the
+//! host's part of each frame (grouping, compression) runs on as many cores as there are
+//! workers; the write stage puts the frames back in order.
 //!
 //! A device error is counted and reported; that frame and every later one are then
 //! processed on the CPU by the same workers (the same results, more slowly), and the dark
@@ -19,6 +21,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver as ChanRx, Sender};
 
 use rdaq_detector::{as_words, Geometry};
 use rdaq_gpu::{ChainSetup, Device, FrameLane, Found, GpuError, GpuPedestal, HostRegistration};
@@ -36,8 +41,10 @@ use rdaq_proto::events::Event;
 #[derive(Debug, Default, Serialize, Clone)]
 pub struct GpuReport {
     pub device: String,
-    /// Frames the device holds at once: one per GPU worker.
+    /// Frames the device holds at once (process.gpu_lanes).
     pub lanes: usize,
+    /// Times a GPU worker waited for a free lane (the device was the limit).
+    pub lane_waits: u64,
     /// Whether the receiver's ring could be registered (page-locked) with the driver, so
     /// that frames are copied from their slots by DMA.
     pub ring_registered: bool,
@@ -157,12 +164,13 @@ fn register(dev: &Device, rx: &Receiver, images: &[(*const u8, usize)]) -> Vec<H
     registered
 }
 
-/// What the GPU workers share: the lanes, handed out one per worker, the memory
-/// registered with the driver, and the counts.
+/// What the GPU workers share: the free lanes, the memory registered with the driver, and
+/// the counts.
 pub(super) struct Offload {
     device: String,
-    lanes: std::sync::Mutex<Vec<Box<dyn FrameLane>>>,
-    workers: usize,
+    free: (Sender<Box<dyn FrameLane>>, ChanRx<Box<dyn FrameLane>>),
+    lanes: usize,
+    lane_waits: AtomicU64,
     /// Set at the first device error: every worker then processes on the CPU.
     failed: AtomicBool,
     errors: Arc<Errors>,
@@ -175,13 +183,13 @@ pub(super) struct Offload {
 }
 
 impl Offload {
-    /// One lane per worker and the pedestal tracker for `setup` on `backend`; on a device,
+    /// The lanes and the pedestal tracker for `setup` on `backend`; on a device,
     /// registers the receiver's ring and the frame buffers' images, so that copies run as
     /// DMA (where registration is refused, the driver stages them: slower, the same results).
     pub(super) fn new(backend: &GpuBackend, setup: &Setup, rx: &Receiver, images: &[(*const u8, usize)]) -> anyhow::Result<(Offload, GpuTracker)> {
         let g = setup.geometry;
         let map = pixel_map(&g);
-        let (pixels, words, n) = (g.height() * g.width(), g.modules as usize * g.module_pixels(), setup.workers);
+        let (pixels, words, n) = (g.height() * g.width(), g.modules as usize * g.module_pixels(), setup.gpu_lanes.max(1));
         let errors = Arc::new(Errors::default());
         let mut tracker = GpuTracker { gpu: None, cpu: None, window: setup.window, counts: setup.board.clone(), errors: errors.clone() };
         let mut registered = Vec::new();
@@ -201,10 +209,16 @@ impl Offload {
             }
         };
         let ring_registered = !registered.is_empty();
+        let free = crossbeam_channel::bounded(lanes.len());
+        let n = lanes.len();
+        for l in lanes {
+            free.0.send(l).expect("room for every lane");
+        }
         let offload = Offload {
             device,
-            workers: lanes.len(),
-            lanes: std::sync::Mutex::new(lanes),
+            free,
+            lanes: n,
+            lane_waits: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             errors,
             images: AtomicU64::new(0),
@@ -216,9 +230,19 @@ impl Offload {
         Ok((offload, tracker))
     }
 
-    /// A worker's lane (each worker takes one when it is made).
-    fn take_lane(&self) -> Option<Box<dyn FrameLane>> {
-        self.lanes.lock().expect("not poisoned").pop()
+    /// A free lane, waiting (counted) while all are in use; `None` once the device has
+    /// failed (a failed frame's lane is not given back).
+    fn lane(&self) -> Option<Box<dyn FrameLane>> {
+        if let Ok(l) = self.free.1.try_recv() {
+            return Some(l);
+        }
+        self.lane_waits.fetch_add(1, Ordering::Relaxed);
+        while !self.failed.load(Ordering::Relaxed) {
+            if let Ok(l) = self.free.1.recv_timeout(Duration::from_millis(20)) {
+                return Some(l);
+            }
+        }
+        None
     }
 
     fn fail(&self, board: &Board, e: &GpuError) {
@@ -230,7 +254,8 @@ impl Offload {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         GpuReport {
             device: self.device.clone(),
-            lanes: self.workers,
+            lanes: self.lanes,
+            lane_waits: get(&self.lane_waits),
             ring_registered: self.ring_registered,
             images_copied_back: get(&self.images),
             strong_overflow: get(&self.overflow),
@@ -242,27 +267,30 @@ impl Offload {
 }
 
 impl Graph<'_> {
-    /// A GPU worker (the `k`-th): each signal frame through its lane, or on the CPU once
-    /// the device has failed; then compressed. The lane follows the published pedestal.
+    /// A GPU worker (the `k`-th): each signal frame through a free lane, or on the CPU once
+    /// the device has failed; then compressed.
     pub(super) fn gpu_worker<'g>(&'g self, off: &'g Offload, k: usize) -> WorkerFn<'g, Box<Work>> {
-        let mut lane = off.take_lane();
         let runs = self.setup.geometry.runs_in_image_order();
         let mut finder = LocalSnr::new(self.setup.finder);
         let (mut strong, mut compress) = (Vec::new(), self.compressor());
         let mut cpu: Option<(u64, Converter)> = None;
-        let (mut pinned, mut seen) = (false, 0u64);
+        let mut pinned = false;
         Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
             super::pin_once(&mut pinned, &self.setup.cpus, k);
-            if off.failed.load(Ordering::Relaxed) {
-                // dropping the lane waits for its copies: nothing of it runs on
-                lane = None;
-            }
-            let done = lane.as_mut().map(|l| self.on_device(off, l.as_mut(), &mut seen, &mut finder, &mut strong, &mut wk));
-            if let Some(Err(err)) = &done {
-                off.fail(&self.setup.board, err);
-                lane = None;
-            }
-            if !matches!(done, Some(Ok(()))) {
+            let done = off.lane().map(|mut lane| match self.on_device(off, lane.as_mut(), &mut finder, &mut strong, &mut wk) {
+                Ok(()) => {
+                    // the free queue has room for every lane: this send does not wait
+                    let _ = off.free.0.send(lane);
+                    true
+                }
+                Err(err) => {
+                    off.fail(&self.setup.board, &err);
+                    // dropping the lane waits for its copies: the slot is then free to go
+                    drop(lane);
+                    false
+                }
+            });
+            if done != Some(true) {
                 self.process_on_cpu(&mut cpu, &runs, &mut finder, &mut wk);
                 off.on_cpu.fetch_add(1, Ordering::Relaxed);
             }
@@ -275,13 +303,11 @@ impl Graph<'_> {
     /// One frame through `lane`: its words to the device, the strong pixels back, spots,
     /// the hit decision, and the image if the frame is kept. The slot may be given back
     /// once this returns (the lane's copy of it is done).
-    #[allow(clippy::too_many_arguments)]
-    fn on_device(&self, off: &Offload, lane: &mut dyn FrameLane, seen: &mut u64, finder: &mut LocalSnr, strong: &mut Vec<(u32, f32)>, wk: &mut Work) -> Result<(), GpuError> {
+    fn on_device(&self, off: &Offload, lane: &mut dyn FrameLane, finder: &mut LocalSnr, strong: &mut Vec<(u32, f32)>, wk: &mut Work) -> Result<(), GpuError> {
         let gen = self.cal.generation.load(Ordering::Acquire);
-        if gen != *seen {
+        if gen != lane.pedestal_generation() {
             let cal = self.cal.cal.read().expect("not poisoned").clone();
             lane.set_pedestal(&cal.pedestal[0], gen)?;
-            *seen = gen;
         }
         let f = wk.ready.as_ref().expect("signal frames come with their slot");
         let words = as_words(self.rx.data(f).expect(OWN_FRAME));
@@ -361,7 +387,7 @@ mod tests {
     /// read it would change what the lane sees.
     fn run_graph(gpu: Option<GpuBackend>, frames: u64) -> (Vec<Seen>, crate::graph::ProcessReport) {
         let mut cfg = Config::default();
-        (cfg.detector.modules, cfg.process.veto, cfg.process.workers) = (2, false, 3);
+        (cfg.detector.modules, cfg.process.veto, cfg.process.workers, cfg.process.gpu_lanes) = (2, false, 3, 2);
         let g = cfg.geometry().expect("two modules");
         let (_, setup) = crate::run::plan(&cfg, g, None).expect("a plan");
         let (tx, delivered) = crossbeam_channel::bounded::<Processed>(4);
