@@ -15,12 +15,13 @@ use rdaq_process::{Calibration, Converter, InvalidGain};
 use crate::chain::{FrameLane, Found};
 use crate::probe::GpuError;
 
-/// When the stand-in fails: at the n-th submit, or the n-th wait for results (counted from
-/// 1 over all its lanes); `None`: never.
+/// When the stand-in fails: at the n-th submit, wait for results, or copy of an image back
+/// (each counted from 1 over all its lanes); `None`: never.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Failures {
     pub submit: Option<u64>,
     pub wait: Option<u64>,
+    pub image: Option<u64>,
 }
 
 /// What the lanes of one stand-in share.
@@ -36,6 +37,7 @@ struct Shared {
     fail: Failures,
     submits: AtomicU64,
     waits: AtomicU64,
+    images: AtomicU64,
 }
 
 /// The words of the frame in flight, read when its results are asked for.
@@ -60,7 +62,7 @@ pub struct CpuLane {
 pub fn lanes(n: usize, width: usize, height: usize, words: usize, runs: Vec<(usize, usize, usize)>, calibration: Arc<Calibration>, invalid: InvalidGain, finder: LocalSnrParams, cap: usize, fail: Failures) -> Result<Vec<CpuLane>, GpuError> {
     let conv = || Converter::shared(calibration.clone(), invalid).map_err(|e| GpuError::Input(e.to_string()));
     let convs: Vec<Converter> = (0..n.max(1)).map(|_| conv()).collect::<Result<_, _>>()?;
-    let shared = Arc::new(Shared { base: calibration.clone(), invalid, runs, width, height, words, cap, fail, submits: AtomicU64::new(0), waits: AtomicU64::new(0) });
+    let shared = Arc::new(Shared { base: calibration.clone(), invalid, runs, width, height, words, cap, fail, submits: AtomicU64::new(0), waits: AtomicU64::new(0), images: AtomicU64::new(0) });
     Ok(convs.into_iter().map(|conv| CpuLane { shared: shared.clone(), conv, generation: 0, finder: LocalSnr::new(finder), pending: None, kev: vec![f32::NAN; width * height] }).collect())
 }
 
@@ -120,6 +122,9 @@ impl FrameLane for CpuLane {
     fn image_into(&mut self, out: &mut [f32]) -> Result<(), GpuError> {
         if out.len() != self.kev.len() {
             return Err(GpuError::Input(format!("{} pixels out for an image of {}", out.len(), self.kev.len())));
+        }
+        if due(&self.shared.images, self.shared.fail.image) {
+            return Err(GpuError::Input("the stand-in's planned failure at an image's copy".into()));
         }
         out.copy_from_slice(&self.kev);
         Ok(())

@@ -233,6 +233,9 @@ impl Offload {
     /// A free lane, waiting (counted) while all are in use; `None` once the device has
     /// failed (a failed frame's lane is not given back).
     fn lane(&self) -> Option<Box<dyn FrameLane>> {
+        if self.failed.load(Ordering::Relaxed) {
+            return None;
+        }
         if let Ok(l) = self.free.1.try_recv() {
             return Some(l);
         }
@@ -277,22 +280,29 @@ impl Graph<'_> {
         let mut pinned = false;
         Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
             super::pin_once(&mut pinned, &self.setup.cpus, k);
-            let done = off.lane().map(|mut lane| match self.on_device(off, lane.as_mut(), &mut finder, &mut strong, &mut wk) {
-                Ok(()) => {
-                    // the free queue has room for every lane: this send does not wait
-                    let _ = off.free.0.send(lane);
-                    true
+            let mut lane = off.lane();
+            if let Some(Err(err)) = lane.as_mut().map(|l| self.spots_on_device(off, l.as_mut(), &mut finder, &mut strong, &mut wk)) {
+                off.fail(&self.setup.board, &err);
+                // dropping the lane waits for its copies: the slot is then free to go
+                lane = None;
+            }
+            match lane {
+                Some(mut l) => {
+                    self.judge_and_fetch(off, &mut l, &mut cpu, &runs, &mut wk);
+                    if !off.failed.load(Ordering::Relaxed) {
+                        // the free queue has room for every lane: this send does not wait
+                        let _ = off.free.0.send(l);
+                    }
                 }
-                Err(err) => {
-                    off.fail(&self.setup.board, &err);
-                    // dropping the lane waits for its copies: the slot is then free to go
-                    drop(lane);
-                    false
+                None => {
+                    self.image_on_cpu(&mut cpu, &runs, &mut wk);
+                    let mut spots = std::mem::take(&mut wk.spots);
+                    let g = &self.setup.geometry;
+                    finder.find(&wk.image, g.width(), g.height(), &mut spots);
+                    wk.spots = spots;
+                    self.judge(&mut wk);
+                    off.on_cpu.fetch_add(1, Ordering::Relaxed);
                 }
-            });
-            if done != Some(true) {
-                self.process_on_cpu(&mut cpu, &runs, &mut finder, &mut wk);
-                off.on_cpu.fetch_add(1, Ordering::Relaxed);
             }
             self.rx.release(wk.ready.take().expect("signal frames come with their slot")).expect(OWN_FRAME);
             self.compress_if_wanted(&mut compress, &mut wk);
@@ -300,10 +310,9 @@ impl Graph<'_> {
         })
     }
 
-    /// One frame through `lane`: its words to the device, the strong pixels back, spots,
-    /// the hit decision, and the image if the frame is kept. The slot may be given back
-    /// once this returns (the lane's copy of it is done).
-    fn on_device(&self, off: &Offload, lane: &mut dyn FrameLane, finder: &mut LocalSnr, strong: &mut Vec<(u32, f32)>, wk: &mut Work) -> Result<(), GpuError> {
+    /// The frame's spots through `lane`: its words to the device, the strong pixels back,
+    /// grouped (or, when the device lists too many, the image back and searched here).
+    fn spots_on_device(&self, off: &Offload, lane: &mut dyn FrameLane, finder: &mut LocalSnr, strong: &mut Vec<(u32, f32)>, wk: &mut Work) -> Result<(), GpuError> {
         let gen = self.cal.generation.load(Ordering::Acquire);
         if gen != lane.pedestal_generation() {
             let cal = self.cal.cal.read().expect("not poisoned").clone();
@@ -317,26 +326,41 @@ impl Graph<'_> {
         let (width, height) = (self.setup.geometry.width(), self.setup.geometry.height());
         wk.image_valid = false;
         let mut spots = std::mem::take(&mut wk.spots);
-        match lane.strong_pixels(strong)? {
-            Found::Listed(_) => finder.group_strong_pixels(width, strong.iter().copied(), &mut spots),
-            Found::TooMany(_) => {
+        let found = lane.strong_pixels(strong);
+        match found {
+            Ok(Found::Listed(_)) => finder.group_strong_pixels(width, strong.iter().copied(), &mut spots),
+            Ok(Found::TooMany(_)) => {
                 off.overflow.fetch_add(1, Ordering::Relaxed);
                 lane.image_into(&mut wk.image)?;
                 wk.image_valid = true;
                 finder.find(&wk.image, width, height, &mut spots);
             }
+            Err(_) => {}
         }
         wk.spots = spots;
+        found.map(drop)
+    }
+
+    /// The hit decision on the spots found, then the keV image from `lane` if the frame is
+    /// kept or shown; if the device fails now, the image is converted on the CPU (with the
+    /// pedestal in use then) and the frame is not judged again.
+    fn judge_and_fetch(&self, off: &Offload, lane: &mut Box<dyn FrameLane>, cpu: &mut Option<(u64, Converter)>, runs: &[(usize, usize, usize)], wk: &mut Work) {
         let glance = self.decide(wk);
         if !wk.image_valid && (glance || self.image_kept(wk)) {
-            lane.image_into(&mut wk.image)?;
-            wk.image_valid = true;
-            off.images.fetch_add(1, Ordering::Relaxed);
+            match lane.image_into(&mut wk.image) {
+                Ok(()) => {
+                    off.images.fetch_add(1, Ordering::Relaxed);
+                    wk.image_valid = true;
+                }
+                Err(err) => {
+                    off.fail(&self.setup.board, &err);
+                    self.image_on_cpu(cpu, runs, wk);
+                }
+            }
         }
         if glance {
             self.setup.board.show(self.glance(wk));
         }
-        Ok(())
     }
 
     /// Whether anything downstream reads the frame's image: the chunk of a frame that is not
@@ -345,26 +369,21 @@ impl Graph<'_> {
         !wk.vetoed && (self.demand.wanted() || self.setup.deliver.is_some())
     }
 
-    /// The frame converted and searched on the CPU (after a device error), as a process
-    /// worker does; the converter follows the published pedestal.
-    fn process_on_cpu(&self, cpu: &mut Option<(u64, Converter)>, runs: &[(usize, usize, usize)], finder: &mut LocalSnr, wk: &mut Work) {
+    /// The frame's keV image converted on the CPU from its slot (after a device error), as
+    /// a process worker does; the converter follows the published pedestal.
+    fn image_on_cpu(&self, cpu: &mut Option<(u64, Converter)>, runs: &[(usize, usize, usize)], wk: &mut Work) {
         let gen = self.cal.generation.load(Ordering::Acquire);
         if cpu.as_ref().is_none_or(|(seen, _)| *seen != gen) {
             let cal: Arc<Calibration> = self.cal.cal.read().expect("not poisoned").clone();
             *cpu = Some((gen, Converter::shared(cal, self.setup.invalid).expect("the calibration was checked when the run started")));
         }
         let conv = &cpu.as_ref().expect("made above").1;
-        let g = &self.setup.geometry;
         let f = wk.ready.as_ref().expect("signal frames come with their slot");
         let words = as_words(self.rx.data(f).expect(OWN_FRAME));
         for &(src, at, run) in runs {
             conv.to_kev_at(at, &words[src..src + run], &mut wk.image[at..at + run]);
         }
-        let mut spots = std::mem::take(&mut wk.spots);
-        finder.find(&wk.image, g.width(), g.height(), &mut spots);
-        wk.spots = spots;
         wk.image_valid = true;
-        self.judge(wk);
     }
 }
 
@@ -437,14 +456,18 @@ mod tests {
         assert!(want.windows(2).all(|w| w[0].0 < w[1].0), "in frame order");
         assert!(want.iter().any(|s| !s.2.is_empty()), "the frames have spots");
         assert!(cpu.gpu.is_none());
-        for fail in [Failures::default(), Failures { submit: Some(3), wait: None }, Failures { submit: None, wait: Some(5) }] {
+        let fails = [Failures::default(), Failures { submit: Some(3), ..Default::default() }, Failures { wait: Some(5), ..Default::default() }, Failures { image: Some(4), ..Default::default() }];
+        for fail in fails {
             let (got, report) = run_graph(Some(GpuBackend::StandIn(fail)), frames);
             assert!(got == want, "{fail:?}: the frames delivered differ from the CPU graph's");
-            let gpu = report.gpu.expect("the GPU path's report");
-            let failing = fail.submit.is_some() || fail.wait.is_some();
+            let gpu = report.gpu.as_ref().expect("the GPU path's report");
+            let failing = fail.submit.is_some() || fail.wait.is_some() || fail.image.is_some();
             assert_eq!(gpu.device_errors, failing as u64, "{fail:?}");
             assert_eq!(gpu.frames_on_cpu > 0, failing, "{fail:?}: frames after the error go to the CPU");
-            assert_eq!(gpu.images_copied_back, 12 - gpu.frames_on_cpu, "{fail:?}: every delivered frame's image came from its lane");
+            let lost_image = fail.image.is_some() as u64;
+            assert_eq!(gpu.images_copied_back + gpu.frames_on_cpu + lost_image, 12, "{fail:?}: every delivered frame's image came from its lane, or the CPU");
+            let counts = |r: &crate::graph::ProcessReport| (r.signal_frames, r.hits, r.vetoed, r.spots_found);
+            assert_eq!(counts(&report), counts(&cpu), "{fail:?}: each frame judged once");
         }
     }
 }
