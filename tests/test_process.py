@@ -2,6 +2,7 @@
 conversion and pedestal tracking, cfelpyutils for peakfinder8, hdf5plugin for every
 compressed chunk. Inputs are made here with numpy; rdaq runs through `rdaq process`."""
 import json
+import os
 import subprocess
 
 import aare
@@ -223,6 +224,25 @@ def test_bench_pipeline_runs_the_graph_and_prints_its_table(rdaq, tmp_path):
     assert p["workers"] == 1 and p["pedestal_bands"] == 1 and p["frames"] > 10
     assert p["module_frames_per_s"] > 0 and p["copy_gb_per_s"] > 0
     assert p["convert_ms"] > 0 and p["spots_ms"] > 0 and p["compress_ms"] > 0 and p["pedestal_ms_per_dark"] > 0
+
+
+@pytest.mark.parametrize("mode", [[], ["--no-dark"], ["--raw"]])
+def test_bench_pipeline_ceiling_hands_on_results_and_prints_the_serial_fraction(rdaq, tmp_path, mode):
+    """`--ceiling`: the workers (and the bands) hand on a frame's results made once; the
+    bench measures one real worker too and prints the serial fraction, Amdahl's table and,
+    for the raw chain, a plain write of the same chunks. Every frame is written: a point
+    whose writer failed is an error, not a row."""
+    out = tmp_path / "c.json"
+    r = subprocess.run([rdaq, "bench", "pipeline", "--ceiling", "--modules", "1", "--seconds", "0.5", "--workers", "1", *mode,
+                        "--json", out], capture_output=True, text=True, timeout=180, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "serial fraction:" in r.stdout and "Amdahl's law" in r.stdout, r.stdout
+    assert ("plain sequential write" in r.stdout) == (mode == ["--raw"]), r.stdout
+    d = json.loads(out.read_text())
+    [c] = d["ceiling"]
+    assert d["real"]["workers"] == 1 and c["frames"] > 10 and c["module_frames_per_s"] > 0
+    # handing on results made once, the workers time no step of their own
+    assert c["convert_ms"] == 0 and c["spots_ms"] == 0 and c["compress_ms"] == 0
 
 
 def test_a_crafted_chunk_is_refused_with_exit_2_never_a_crash(rdaq, tmp_path):

@@ -31,70 +31,76 @@ use rdaq_sink::NxmxWriter;
 pub struct PipelineArgs {
     /// JUNGFRAU modules per frame (rdaq run's default: 2).
     #[arg(long, default_value_t = 2)]
-    modules: u16,
+    pub(crate) modules: u16,
     /// Seconds per number of workers.
     #[arg(long, default_value_t = 3.0)]
-    seconds: f64,
+    pub(crate) seconds: f64,
     /// The most process workers measured (default: every core of the machine).
     #[arg(long)]
-    max_workers: Option<usize>,
+    pub(crate) max_workers: Option<usize>,
     /// The worker counts measured, e.g. 1,4,8,16 (default: 1..=max-workers).
     #[arg(long, value_delimiter = ',')]
-    workers: Vec<usize>,
+    pub(crate) workers: Vec<usize>,
     /// Where conversion, spots and the pedestal run: cpu, gpu (the CPU workers then
     /// compress), or gpu-standin (the GPU path's scheduling with its lanes done on the CPU:
     /// what the path costs besides the device).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "gpu", "gpu-standin"])]
-    backend: String,
+    pub(crate) backend: String,
     /// Frames on the GPU at once (process.gpu_lanes).
     #[arg(long)]
-    gpu_lanes: Option<usize>,
+    pub(crate) gpu_lanes: Option<usize>,
 
     /// Pixels written: auto (rdaq run's default: int16 photon counts where they fit), photons16,
     /// photons32 or kev.
     #[arg(long, default_value = "auto")]
-    output: String,
+    pub(crate) output: String,
     /// Pedestal bands (default: rdaq run's, one per two workers).
     #[arg(long)]
-    pedestal_bands: Option<usize>,
+    pub(crate) pedestal_bands: Option<usize>,
     /// Frames each worker's input ring holds (process.ring_frames; the pool of frame buffers
     /// grows with it).
     #[arg(long)]
-    ring_frames: Option<usize>,
+    pub(crate) ring_frames: Option<usize>,
     /// Pin process worker k to CPU k (and the bands to the CPUs after them).
     #[arg(long)]
-    pin: bool,
+    pub(crate) pin: bool,
     /// No dark frames (no chopper): every frame goes through the process workers, so the
     /// table shows their scaling alone.
     #[arg(long)]
-    no_dark: bool,
+    pub(crate) no_dark: bool,
     /// A raw run's chain instead of the processing graph: the workers assemble and
     /// compress the raw frames (no dark frames).
     #[arg(long)]
-    raw: bool,
+    pub(crate) raw: bool,
+    /// The serial ceiling: the workers and the pedestal bands hand on results made once (a
+    /// chunk and spots of the usual sizes) instead of doing their work, so the table shows
+    /// what the serial parts alone sustain (source, pool, hand-offs, reorder, writer); with
+    /// one real worker measured too, it prints the serial fraction and Amdahl's prediction.
+    #[arg(long)]
+    pub(crate) ceiling: bool,
     /// Write the results as JSON here too.
     #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    pub(crate) json: Option<std::path::PathBuf>,
 }
 
 #[derive(serde::Serialize)]
-struct Point {
-    workers: usize,
-    pedestal_bands: usize,
-    frames: u64,
-    seconds: f64,
-    module_frames_per_s: f64,
-    module_frames_per_s_per_worker: f64,
-    raw_gb_per_s: f64,
-    copy_gb_per_s: f64,
-    convert_ms: f64,
-    spots_ms: f64,
-    compress_ms: f64,
-    pedestal_ms_per_dark: f64,
-    pool_waits: u64,
-    reorder_high_water: usize,
+pub(crate) struct Point {
+    pub(crate) workers: usize,
+    pub(crate) pedestal_bands: usize,
+    pub(crate) frames: u64,
+    pub(crate) seconds: f64,
+    pub(crate) module_frames_per_s: f64,
+    pub(crate) module_frames_per_s_per_worker: f64,
+    pub(crate) raw_gb_per_s: f64,
+    pub(crate) copy_gb_per_s: f64,
+    pub(crate) convert_ms: f64,
+    pub(crate) spots_ms: f64,
+    pub(crate) compress_ms: f64,
+    pub(crate) pedestal_ms_per_dark: f64,
+    pub(crate) pool_waits: u64,
+    pub(crate) reorder_high_water: usize,
     /// The GPU path's stages (ms per frame each) and counts, for the gpu backends.
-    gpu: Option<String>,
+    pub(crate) gpu: Option<String>,
 }
 
 pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
@@ -124,6 +130,10 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&dir)?;
     let dark = if a.raw { "raw frames" } else if a.no_dark { "no dark frames" } else { "chopper 1 dark : 1 signal" };
     eprintln!("rdaq bench pipeline: {} module(s) per frame, {dark}, {} output, {} backend, {} s per point, process workers {counts:?} on {cores} cores", a.modules, a.output, a.backend, a.seconds);
+    if a.ceiling {
+        anyhow::ensure!(a.backend == "cpu", "--ceiling measures the CPU backend's graph (--backend cpu)");
+        return crate::ceiling::bench(&a, &mut cfg, &pool, &dir, &counts);
+    }
     let mut points = Vec::new();
     for &w in &counts {
         cfg.process.workers = w;
@@ -133,7 +143,8 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
         // back during the next point, on its cores and its disk
         let point_dir = dir.join(format!("w{w}"));
         std::fs::create_dir_all(&point_dir)?;
-        let p = measure(&cfg, &pool, &point_dir, a.seconds, a.backend == "gpu-standin")?;
+        let work = if a.backend == "gpu-standin" { Work::GpuStandIn } else { Work::Real };
+        let p = measure(&cfg, &pool, &point_dir, a.seconds, work)?;
         std::fs::remove_dir_all(&point_dir).ok();
         eprintln!("  {w} worker(s): {:.0} module frames/s", p.module_frames_per_s);
         points.push(p);
@@ -146,9 +157,30 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What the workers do at a point.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Work {
+    /// Their steps.
+    Real,
+    /// The GPU path with its lanes done on the CPU.
+    GpuStandIn,
+    /// Hand on results made once (the serial ceiling).
+    Canned,
+}
+
+/// The raw chain's canned chunk: the signal frame's image, assembled and compressed as the
+/// assemble workers do.
+pub(crate) fn raw_chunk(meta: &rdaq_sink::NxmxMeta, pool: &Pool) -> Vec<u8> {
+    let mut asm = rdaq_run::assemble::Assembler::new(meta.geometry, None);
+    let mut comp = rdaq_process::bitshuffle::Compressor::new(asm.pixel_bytes(), 0, meta.codec);
+    let (mut staging, mut chunk) = (Vec::new(), Vec::new());
+    asm.compress_words(rdaq_process::bytes_of(pool.signal_frame()), &mut comp, &mut staging, &mut chunk);
+    chunk
+}
+
 /// Synthetic frames of the emulated detector (all modules), numbered 0.., with whether each is
 /// dark by the chopper.
-struct Pool {
+pub(crate) struct Pool {
     frames: Vec<Vec<u16>>,
     chopper: Chopper,
 }
@@ -172,16 +204,25 @@ impl Pool {
     fn is_dark(&self, frame: u64) -> bool {
         self.chopper.is_dark(frame)
     }
+
+    /// The words of the first signal frame.
+    pub(crate) fn signal_frame(&self) -> &[u16] {
+        let k = (0..self.frames.len()).find(|&k| !self.is_dark(k as u64)).unwrap_or(0);
+        &self.frames[k]
+    }
 }
 
 /// One point: the graph with `cfg`'s workers for `seconds`, and the copy bandwidth of as
 /// many threads.
-fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, standin: bool) -> anyhow::Result<Point> {
+pub(crate) fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work: Work) -> anyhow::Result<Point> {
     let geometry = cfg.geometry().context("geometry")?;
     let (mut meta, mut setup) = rdaq_run::run::plan(cfg, geometry, None)?;
-    if let (Some(s), true) = (setup.as_mut(), standin) {
-        s.gpu = Some(graph::GpuBackend::StandIn(rdaq_gpu::standin::Failures::default()));
+    match (setup.as_mut(), work) {
+        (Some(s), Work::GpuStandIn) => s.gpu = Some(graph::GpuBackend::StandIn(rdaq_gpu::standin::Failures::default())),
+        (Some(s), Work::Canned) => s.canned = Some(std::sync::Arc::new(graph::Canned::of(s, pool.signal_frame())?)),
+        _ => {}
     }
+    let raw_chunk = (setup.is_none() && work == Work::Canned).then(|| raw_chunk(&meta, pool));
     rdaq_run::run::emulated_series(cfg, &mut meta);
     let (workers, bands, rings) = match &setup {
         Some(s) => (s.workers, s.pedestal_bands, s.ring_frames),
@@ -196,16 +237,20 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, stand
     let (report, frames) = std::thread::scope(|s| {
         let feeder = s.spawn(|| feed(placer, pool, &kinds, Duration::from_secs_f64(seconds)));
         let r = match setup {
-            Some(setup) => graph::run(&rx, Some(&mut writer), None, setup, &bar, None, &mut |_| {}).map(|(_, r)| r),
+            Some(setup) => graph::run(&rx, Some(&mut writer), None, setup, &bar, None, &mut |_| {}),
             None => {
-                let sinks = consume::Sinks { geometry, writer: Some(&mut writer), stream: None, sent: None, board: None, decoder: None, pedestal_run: None, workers: cfg.raw_workers() };
-                consume::consume(&rx, sinks, &bar, None, |_| {}).map(|_| ProcessReport::default())
+                let sinks = consume::Sinks { geometry, writer: Some(&mut writer), stream: None, sent: None, board: None, decoder: None, pedestal_run: None, workers: cfg.raw_workers(), canned: raw_chunk.as_deref() };
+                consume::consume(&rx, sinks, &bar, None, |_| {}).map(|st| (st, ProcessReport::default()))
             }
         };
         (r, feeder.join().expect("feeder"))
     });
     let elapsed = t0.elapsed().as_secs_f64();
-    let report = report?;
+    let (stats, report) = report?;
+    // a point whose writer failed measured nothing worth a row
+    if let Some(e) = stats.write_error {
+        anyhow::bail!("{workers} workers: the writer failed, the point is void: {e}");
+    }
     writer.finish()?;
     let module_frames = frames as f64 * cfg.detector.modules as f64;
     Ok(Point {

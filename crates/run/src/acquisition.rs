@@ -91,7 +91,7 @@ pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, unt
             graph::run(rx, writer.as_mut(), stream.as_mut(), setup, bar, until, &mut on_frame).map(|(c, r)| (c, Some(r)))
         }
         None => {
-            let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: sent.as_deref().map(|c| &c.sent), board: Some(&board), decoder, pedestal_run: pedestal_run.as_mut(), workers };
+            let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: sent.as_deref().map(|c| &c.sent), board: Some(&board), decoder, pedestal_run: pedestal_run.as_mut(), workers, canned: None };
             consume::consume(rx, sinks, bar, until, |f| {
                 if f.status() != FrameStatus::Complete {
                     board.push_event(incomplete_event(&name, f));

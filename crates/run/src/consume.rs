@@ -157,6 +157,10 @@ pub struct Sinks<'a> {
     pub pedestal_run: Option<&'a mut PedestalRun>,
     /// The assemble workers.
     pub workers: Workers,
+    /// A chunk made once that the workers hand on instead of assembling and compressing
+    /// (the serial-ceiling benchmark, `rdaq bench pipeline --raw --ceiling`); `None` for an
+    /// acquisition.
+    pub canned: Option<&'a [u8]>,
 }
 
 /// One frame on its way from the source to the write stage (pooled: allocated once,
@@ -204,6 +208,7 @@ struct Consumer<'a> {
     demand: ChunkDemand,
     stats: Mutex<ConsumeStats>,
     pool: Sender<Box<Job>>,
+    canned: Option<&'a [u8]>,
 }
 
 /// Consumes frames until the receiver finishes, or until `until` is set and no frame is
@@ -235,6 +240,7 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         demand,
         stats: Mutex::new(ConsumeStats { what, ..Default::default() }),
         pool,
+        canned: sinks.canned,
     };
     if !assemble {
         c.count(bar, until, &mut on_frame)?;
@@ -371,17 +377,19 @@ impl<'a> Consumer<'a> {
         let raw = self.rx.data(&f).expect(OWN_FRAME);
         job.bytes_in = raw.len() as u64;
         job.chunked = self.demand.wanted();
-        job.glance = self.board.is_some_and(|b| b.glance_due());
-        job.assembled = job.glance || self.has_pedestal_run || (job.chunked && !w.asm.raw_words());
-        if job.assembled {
-            let reset_raw = reset.as_ref().map(|r| self.rx.data(r).expect(OWN_FRAME));
-            let image = w.asm.assemble(raw, reset_raw, &mut job.image);
-            if job.chunked {
-                w.comp.compress(image, &mut job.chunk);
+        match self.canned {
+            // the serial-ceiling benchmark: the chunk made once, no assembly
+            Some(chunk) => {
+                (job.assembled, job.glance) = (false, false);
+                if job.chunked {
+                    job.chunk.clear();
+                    job.chunk.extend_from_slice(chunk);
+                }
             }
-        } else if job.chunked {
-            // only the chunk is wanted: made from the slot, without the image in memory
-            w.asm.compress_words(raw, &mut w.comp, &mut w.staging, &mut job.chunk);
+            None => {
+                let reset_raw = reset.as_ref().map(|r| self.rx.data(r).expect(OWN_FRAME));
+                self.image_and_chunk(w, job, raw, reset_raw);
+            }
         }
         if let Some(t) = job.times.as_mut() {
             t.processed = Some(Instant::now());
@@ -389,6 +397,21 @@ impl<'a> Consumer<'a> {
         self.rx.release(f).expect(OWN_FRAME);
         if let Some(r) = reset {
             self.rx.release(r).expect(OWN_FRAME);
+        }
+    }
+
+    /// The frame's image where something needs it, and its chunk where it is wanted.
+    fn image_and_chunk(&self, w: &mut Worker, job: &mut Job, raw: &[u8], reset_raw: Option<&[u8]>) {
+        job.glance = self.board.is_some_and(|b| b.glance_due());
+        job.assembled = job.glance || self.has_pedestal_run || (job.chunked && !w.asm.raw_words());
+        if job.assembled {
+            let image = w.asm.assemble(raw, reset_raw, &mut job.image);
+            if job.chunked {
+                w.comp.compress(image, &mut job.chunk);
+            }
+        } else if job.chunked {
+            // only the chunk is wanted: made from the slot, without the image in memory
+            w.asm.compress_words(raw, &mut w.comp, &mut w.staging, &mut job.chunk);
         }
     }
 

@@ -84,6 +84,60 @@ pub struct Setup {
     /// Where every written frame goes, with its photon counts, before its buffer returns
     /// to the pool (a program in this process reading the frames: [`deliver`]).
     pub deliver: Option<Sender<deliver::Processed>>,
+    /// Results made once that the workers and the pedestal bands hand on instead of doing
+    /// their work (CPU backend): what the graph's serial parts alone sustain
+    /// (`rdaq bench pipeline --ceiling`). Never set for an acquisition.
+    pub canned: Option<Arc<Canned>>,
+}
+
+/// A signal frame's results made once: its chunk and spots.
+#[derive(Debug, Clone, Default)]
+pub struct Canned {
+    pub chunk: Vec<u8>,
+    /// As the finder gives them (keV): the workers judge them as their own.
+    pub spots: Vec<Spot>,
+}
+
+impl Canned {
+    /// The results of one frame of module words (`words`, as a slot holds them) made by the
+    /// graph's own steps with `setup`'s calibration, finder and file format.
+    pub fn of(setup: &Setup, words: &[u16]) -> anyhow::Result<Canned> {
+        let g = &setup.geometry;
+        let conv = Converter::shared(setup.calibration.clone(), setup.invalid)?;
+        let mut image = vec![f32::NAN; g.height() * g.width()];
+        for (src, at, run) in g.runs_in_image_order() {
+            conv.to_kev_at(at, &words[src..src + run], &mut image[at..at + run]);
+        }
+        let mut c = Canned::default();
+        rdaq_process::spots::LocalSnr::new(setup.finder).find(&image, g.width(), g.height(), &mut c.spots);
+        ChunkMaker::new(setup).make(&image, &mut c.chunk);
+        Ok(c)
+    }
+}
+
+/// Makes the file's chunk of a keV image: photon counts made one compression block at a
+/// time (no whole array of counts in memory), or keV as they are.
+struct ChunkMaker {
+    comp: Compressor,
+    pixel: PixelType,
+    photon_kev: f32,
+    c16: Vec<i16>,
+    c32: Vec<i32>,
+}
+
+impl ChunkMaker {
+    fn new(setup: &Setup) -> ChunkMaker {
+        ChunkMaker { comp: Compressor::new(setup.pixel.bytes(), 0, setup.codec), pixel: setup.pixel, photon_kev: setup.photon_kev, c16: Vec::new(), c32: Vec::new() }
+    }
+
+    fn make(&mut self, image: &[f32], chunk: &mut Vec<u8>) {
+        let (n, e) = (image.len(), self.photon_kev);
+        match self.pixel {
+            PixelType::Photons16 => self.comp.compress_from(n, &mut self.c16, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
+            PixelType::Photons32 => self.comp.compress_from(n, &mut self.c32, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
+            _ => self.comp.compress(bytes_of(image), chunk),
+        }
+    }
 }
 
 /// Where the GPU path's lanes run.
@@ -314,7 +368,10 @@ pub fn run(
                 (gpu, pedestal)
             }
             _ => {
-                let pedestal = g.pedestal_chain(&mut p, Band::split(pixels, setup.pedestal_bands, setup.window));
+                let pedestal = match setup.canned {
+                    Some(_) => g.pedestal_chain(&mut p, (0..setup.pedestal_bands).map(|_| dark::Counted::default()).collect()),
+                    None => g.pedestal_chain(&mut p, Band::split(pixels, setup.pedestal_bands, setup.window)),
+                };
                 let process = p.stage("process", setup.workers, rf, |k| g.process_worker(k));
                 p.connect(process, write, Policy::RoundRobin, WhenFull::Block);
                 (process, pedestal)
@@ -504,23 +561,10 @@ impl Graph<'_> {
         }
     }
 
-    /// The file's pixel type (photon counts, or keV as they are), compressed into a chunk.
-    /// Photon counts are made one compression block at a time, so the counts of a frame
-    /// never exist as a whole array (one pass over the keV image, no second array in memory).
+    /// The file's chunk of a frame's image ([`ChunkMaker`]), made into `wk.chunk`.
     pub(super) fn compressor<'g>(&'g self) -> Box<dyn FnMut(&mut Work) + Send + 'g> {
-        let setup = self.setup;
-        let mut comp = Compressor::new(setup.pixel.bytes(), 0, setup.codec);
-        let (mut c16, mut c32) = (Vec::<i16>::new(), Vec::<i32>::new());
-        let e = setup.photon_kev;
-        Box::new(move |wk: &mut Work| {
-            let (image, chunk) = (&wk.image, &mut wk.chunk);
-            let n = image.len();
-            match setup.pixel {
-                PixelType::Photons16 => comp.compress_from(n, &mut c16, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
-                PixelType::Photons32 => comp.compress_from(n, &mut c32, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
-                _ => comp.compress(bytes_of(image), chunk),
-            }
-        })
+        let mut c = ChunkMaker::new(self.setup);
+        Box::new(move |wk: &mut Work| c.make(&wk.image, &mut wk.chunk))
     }
 
     /// Compresses `wk`'s image unless the frame is vetoed or nobody would take its chunk.

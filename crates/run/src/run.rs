@@ -354,6 +354,7 @@ pub fn processing_setup(cfg: &Config, meta: &NxmxMeta, calibration: Calibration)
         sent: None,
         board: Arc::default(),
         deliver: None,
+        canned: None,
     })
 }
 

@@ -23,6 +23,28 @@ pub(super) trait DarkTracker: Send {
     fn mean_into(&mut self, out: &mut [f32]) -> bool;
 }
 
+/// A tracker that only counts the dark frames, for the serial-ceiling benchmark
+/// ([`super::Canned`]): the bands hand frames on and publish as they would, without the
+/// pixels' work.
+#[derive(Default)]
+pub(super) struct Counted {
+    frames: u64,
+}
+
+impl DarkTracker for Counted {
+    fn push_frame(&mut self, _: &Geometry, _: &[u16]) {
+        self.frames += 1;
+    }
+
+    fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    fn mean_into(&mut self, _: &mut [f32]) -> bool {
+        true
+    }
+}
+
 /// The CPU tracker of image pixels `lo..hi`.
 pub(super) struct Band {
     lo: usize,

@@ -11,7 +11,7 @@ use rdaq_process::pipeline::{Emit, WorkerFn};
 use rdaq_process::spots::LocalSnr;
 use rdaq_process::Converter;
 
-use super::{pin_once, Graph, Work, OWN_FRAME};
+use super::{pin_once, Canned, Graph, Work, OWN_FRAME};
 
 /// Rows converted before the finder looks at what they complete: 16 rows of 4 KiB of keV
 /// stay in a core's L2 together with the finder's box of rows.
@@ -30,6 +30,11 @@ impl Graph<'_> {
         let mut pinned = false;
         Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
             pin_once(&mut pinned, &self.setup.cpus, k);
+            if let Some(c) = &self.setup.canned {
+                self.hand_on_canned(c, &mut wk);
+                e.send(0, wk);
+                return;
+            }
             let gen = cal.generation.load(Ordering::Acquire);
             if gen != seen {
                 seen = gen;
@@ -47,6 +52,18 @@ impl Graph<'_> {
             st.frames.fetch_add(1, Ordering::Relaxed);
             e.send(0, wk);
         })
+    }
+
+    /// The serial-ceiling benchmark's worker: gives the slot back and hands on the canned
+    /// spots and chunk (judged and counted as a frame's own), without the steps' work.
+    fn hand_on_canned(&self, c: &Canned, wk: &mut Work) {
+        self.rx.release(wk.ready.take().expect("signal frames come with their slot")).expect(OWN_FRAME);
+        wk.spots.clone_from(&c.spots);
+        self.judge(wk);
+        wk.chunked = !wk.vetoed && self.demand.wanted();
+        if wk.chunked {
+            wk.chunk.clone_from(&c.chunk);
+        }
     }
 
     /// Converts the frame's modules straight from the slot into the assembled image (keV) in

@@ -1,0 +1,102 @@
+//! `rdaq bench pipeline --ceiling`: the serial ceiling of the processing graph (with `--raw`,
+//! of the raw chain). The workers and the pedestal bands hand on results made once (a signal
+//! frame's chunk and spots, made by the graph's own steps) instead of doing their work, so
+//! each point's rate is what the serial parts alone sustain: the source's hand-off, the pool
+//! of frame buffers, the rings, the chain of bands and the publication of the pedestal, the
+//! reorder and the writer. One point with one real worker gives a worker's time per module
+//! frame; with the ceiling's (the serial part's), Amdahl's law predicts N workers' rate.
+//! With `--raw`, a plain sequential write of the same bytes (one file, fdatasync), measured
+//! in the same run, is the writer's floor.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use rdaq_run::config::Config;
+
+use crate::pipeline::{measure, PipelineArgs, Point, Pool, Work};
+
+/// Worker counts of the Amdahl table.
+const PREDICTED: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// One point in its own directory, removed after (its dirty pages would otherwise be
+/// written back during the next point).
+fn point(cfg: &Config, pool: &Pool, dir: &Path, seconds: f64, work: Work) -> anyhow::Result<Point> {
+    let d = dir.join(format!("w{}-{}", cfg.process.workers, work as u8));
+    std::fs::create_dir_all(&d)?;
+    let p = measure(cfg, pool, &d, seconds, work);
+    std::fs::remove_dir_all(&d).ok();
+    p
+}
+
+pub(crate) fn bench(a: &PipelineArgs, cfg: &mut Config, pool: &Pool, dir: &Path, counts: &[usize]) -> anyhow::Result<ExitCode> {
+    cfg.process.pedestal_bands = a.pedestal_bands.unwrap_or(0);
+    cfg.process.workers = 1;
+    let real = point(cfg, pool, dir, a.seconds, Work::Real)?;
+    eprintln!("  1 real worker: {:.0} module frames/s", real.module_frames_per_s);
+    let mut points = Vec::new();
+    for &w in counts {
+        cfg.process.workers = w;
+        let p = point(cfg, pool, dir, a.seconds, Work::Canned)?;
+        eprintln!("  {w} worker(s) handing on results: {:.0} module frames/s", p.module_frames_per_s);
+        points.push(p);
+    }
+    let chunk = canned_chunk(cfg, pool)?;
+    let plain = if a.raw { Some(plain_write(cfg, &chunk, dir, a.seconds)?) } else { None };
+    std::fs::remove_dir_all(dir).ok();
+    println!("results handed on: a chunk of {} bytes a frame ({:.0} bytes a module frame)", chunk.len(), chunk.len() as f64 / cfg.detector.modules as f64);
+    print(a, &real, &points, plain);
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&serde_json::json!({ "real": real, "ceiling": points, "plain_write_module_frames_per_s": plain }))?)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The chunk the workers hand on, as `measure` makes it.
+fn canned_chunk(cfg: &Config, pool: &Pool) -> anyhow::Result<Vec<u8>> {
+    let (meta, setup) = rdaq_run::run::plan(cfg, cfg.geometry().context("geometry")?, None)?;
+    Ok(match setup {
+        Some(s) => rdaq_run::graph::Canned::of(&s, pool.signal_frame())?.chunk,
+        None => crate::pipeline::raw_chunk(&meta, pool),
+    })
+}
+
+/// Module frames/s a plain sequential write of `chunk` sustains: written again and again to
+/// one file for `seconds`, then fdatasync.
+fn plain_write(cfg: &Config, chunk: &[u8], dir: &Path, seconds: f64) -> anyhow::Result<f64> {
+    let path = dir.join("plain.bin");
+    let mut f = std::fs::File::create(&path)?;
+    let (t0, mut n) = (Instant::now(), 0u64);
+    while t0.elapsed().as_secs_f64() < seconds {
+        f.write_all(chunk)?;
+        n += 1;
+    }
+    f.sync_data()?;
+    let rate = n as f64 * cfg.detector.modules as f64 / t0.elapsed().as_secs_f64();
+    std::fs::remove_file(&path)?;
+    Ok(rate)
+}
+
+fn print(a: &PipelineArgs, real: &Point, points: &[Point], plain: Option<f64>) {
+    let what = if a.raw { "raw chain" } else if a.no_dark { "graph, no dark frames" } else { "graph, chopper 1 dark : 1 signal" };
+    println!("serial ceiling of the {what}: {} module(s) per frame, workers and bands handing on results made once", a.modules);
+    println!("{:>7} {:>5} {:>10} {:>8} {:>6}", "workers", "bands", "mod.fr/s", "waits", "held");
+    for p in points {
+        println!("{:>7} {:>5} {:>10.0} {:>8} {:>6}", p.workers, p.pedestal_bands, p.module_frames_per_s, p.pool_waits, p.reorder_high_water);
+    }
+    let ceiling = points.iter().map(|p| p.module_frames_per_s).fold(0.0, f64::max);
+    let (t1, ts) = (1e6 / real.module_frames_per_s, 1e6 / ceiling);
+    let s = (ts / t1).min(1.0);
+    println!("one real worker: {:.0} module frames/s, {t1:.1} us a module frame; the ceiling: {ceiling:.0} module frames/s, {ts:.1} us of serial work a module frame", real.module_frames_per_s);
+    println!("serial fraction: {s:.4} of a worker's time (1/{:.1})", 1.0 / s);
+    println!("Amdahl's law with it: {:>7} {:>12} {:>8}", "workers", "mod.fr/s", "speedup");
+    for n in PREDICTED {
+        let rate = 1e6 / (ts + (t1 - ts) / n as f64);
+        println!("                      {n:>7} {rate:>12.0} {:>8.1}", rate / real.module_frames_per_s);
+    }
+    if let Some(w) = plain {
+        println!("plain sequential write of the same chunks (one file, fdatasync): {w:.0} module frames/s; the ceiling is {:.2} of it", ceiling / w);
+    }
+}
