@@ -4,6 +4,7 @@ AF_XDP engine. Frames are checked bit-exact against the emulator's manifest, los
 corruption injected on the way are recovered by the RC protocol (ICRC drop, NAK, go-back-N),
 and Wireshark's dissector (tshark) and scapy's RoCE layer read the packets as RoCEv2."""
 import json
+import select
 import shutil
 import subprocess
 import time
@@ -133,11 +134,18 @@ def test_roce_packets_decode_in_wireshark_and_their_icrc_matches_scapys(pair, tm
     cap = tmp_path / "roce.pcap"
     dump = pair.hosts.exec("snd", ["tshark", "-q", "-i", "eth0", "-w", cap, "-f", "udp port 4791"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    for _ in range(100):
-        if cap.exists():
-            break
-        time.sleep(0.1)
-    time.sleep(0.5)
+    # tshark says "Capturing on" once its capture runs (the file can exist before): only
+    # then may the packets go, or the first are missed
+    said = ""
+    deadline = time.monotonic() + 30
+    while "Capturing on" not in said and time.monotonic() < deadline:
+        if select.select([dump.stderr], [], [], 0.5)[0]:
+            line = dump.stderr.readline()
+            if not line:
+                break
+            said += line
+    assert "Capturing on" in said, f"tshark did not start capturing: {said}"
+    time.sleep(0.2)
     rc, out = pair.emulate(frames, "--rate", 50)
     assert rc == 0, out
     rc, out, _ = pair.finish()
