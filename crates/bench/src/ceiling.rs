@@ -13,38 +13,27 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::Context;
 use rdaq_run::config::Config;
 
-use crate::pipeline::{measure, PipelineArgs, Point, Pool, Work};
+use crate::pipeline::{measure_point, PipelineArgs, Point, Pool, Work};
 
 /// Worker counts of the Amdahl table.
 const PREDICTED: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 
-/// One point in its own directory, removed after (its dirty pages would otherwise be
-/// written back during the next point).
-fn point(cfg: &Config, pool: &Pool, dir: &Path, seconds: f64, work: Work) -> anyhow::Result<Point> {
-    let d = dir.join(format!("w{}-{}", cfg.process.workers, work as u8));
-    std::fs::create_dir_all(&d)?;
-    let p = measure(cfg, pool, &d, seconds, work);
-    std::fs::remove_dir_all(&d).ok();
-    p
-}
-
 pub(crate) fn bench(a: &PipelineArgs, cfg: &mut Config, pool: &Pool, dir: &Path, counts: &[usize]) -> anyhow::Result<ExitCode> {
-    cfg.process.pedestal_bands = a.pedestal_bands.unwrap_or(0);
     cfg.process.workers = 1;
-    let real = point(cfg, pool, dir, a.seconds, Work::Real)?;
+    let canned = std::sync::Arc::new(crate::pipeline::canned(cfg, pool)?);
+    let real = measure_point(cfg, pool, dir, a.seconds, Work::Real)?;
     eprintln!("  1 real worker: {:.0} module frames/s", real.module_frames_per_s);
     let mut points = Vec::new();
     for &w in counts {
         cfg.process.workers = w;
-        let p = point(cfg, pool, dir, a.seconds, Work::Canned)?;
+        let p = measure_point(cfg, pool, dir, a.seconds, Work::Canned(&canned))?;
         eprintln!("  {w} worker(s) handing on results: {:.0} module frames/s", p.module_frames_per_s);
         points.push(p);
     }
-    let chunk = canned_chunk(cfg, pool)?;
-    let plain = if a.raw { Some(plain_write(cfg, &chunk, dir, a.seconds)?) } else { None };
+    let chunk = &canned.chunk;
+    let plain = if a.raw { Some(plain_write(cfg, chunk, dir, a.seconds)?) } else { None };
     std::fs::remove_dir_all(dir).ok();
     println!("results handed on: a chunk of {} bytes a frame ({:.0} bytes a module frame)", chunk.len(), chunk.len() as f64 / cfg.detector.modules as f64);
     print(a, &real, &points, plain);
@@ -52,15 +41,6 @@ pub(crate) fn bench(a: &PipelineArgs, cfg: &mut Config, pool: &Pool, dir: &Path,
         std::fs::write(path, serde_json::to_string_pretty(&serde_json::json!({ "real": real, "ceiling": points, "plain_write_module_frames_per_s": plain }))?)?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The chunk the workers hand on, as `measure` makes it.
-fn canned_chunk(cfg: &Config, pool: &Pool) -> anyhow::Result<Vec<u8>> {
-    let (meta, setup) = rdaq_run::run::plan(cfg, cfg.geometry().context("geometry")?, None)?;
-    Ok(match setup {
-        Some(s) => rdaq_run::graph::Canned::of(&s, pool.signal_frame())?.chunk,
-        None => crate::pipeline::raw_chunk(&meta, pool),
-    })
 }
 
 /// Module frames/s a plain sequential write of `chunk` sustains: written again and again to

@@ -27,7 +27,7 @@ use rdaq_gpu::{probe, ChainSetup, Device, GpuConverter, GpuCsr, GpuPedestal, Gpu
 use rdaq_process::spots::{LocalSnr, LocalSnrParams};
 use rdaq_process::{Calibration, Converter, InvalidGain};
 use rdaq_run::config::Config;
-use rdaq_run::graph::{emulated_calibration, pixel_map};
+use rdaq_run::graph::emulated_calibration;
 
 #[derive(clap::Args)]
 pub struct GpuBenchArgs {
@@ -141,7 +141,7 @@ impl<'a> Image<'a> {
     }
 
     fn lanes(&self, n: usize) -> anyhow::Result<Vec<Lane>> {
-        let map = pixel_map(&self.g);
+        let map = self.g.pixel_map();
         let setup = ChainSetup { width: self.g.width(), height: self.g.height(), words: self.words, src_of: &map, calibration: &self.cal, invalid: InvalidGain::Error, finder: self.finder };
         Ok(rdaq_gpu::chain::lanes(self.dev, &setup, n)?)
     }
@@ -320,9 +320,7 @@ impl Image<'_> {
         let cpu = wall(frames, || {
             let words = self.frame(k);
             k += 1;
-            for &(src, at, run) in &runs {
-                conv.to_kev_at(at, &words[src..src + run], &mut image[at..at + run]);
-            }
+            conv.to_kev_runs(&runs, words, &mut image);
             finder.find(&image, self.g.width(), self.g.height(), &mut spots);
             Ok(())
         })?;

@@ -130,6 +130,8 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&dir)?;
     let dark = if a.raw { "raw frames" } else if a.no_dark { "no dark frames" } else { "chopper 1 dark : 1 signal" };
     eprintln!("rdaq bench pipeline: {} module(s) per frame, {dark}, {} output, {} backend, {} s per point, process workers {counts:?} on {cores} cores", a.modules, a.output, a.backend, a.seconds);
+    cfg.process.pedestal_bands = a.pedestal_bands.unwrap_or(0);
+    cfg.process.cpus = if a.pin { (0..cores).collect() } else { Vec::new() };
     if a.ceiling {
         anyhow::ensure!(a.backend == "cpu", "--ceiling measures the CPU backend's graph (--backend cpu)");
         return crate::ceiling::bench(&a, &mut cfg, &pool, &dir, &counts);
@@ -137,15 +139,8 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     let mut points = Vec::new();
     for &w in &counts {
         cfg.process.workers = w;
-        cfg.process.pedestal_bands = a.pedestal_bands.unwrap_or(0);
-        cfg.process.cpus = if a.pin { (0..cores).collect() } else { Vec::new() };
-        // each point's files go when it ends: their dirty pages would otherwise be written
-        // back during the next point, on its cores and its disk
-        let point_dir = dir.join(format!("w{w}"));
-        std::fs::create_dir_all(&point_dir)?;
         let work = if a.backend == "gpu-standin" { Work::GpuStandIn } else { Work::Real };
-        let p = measure(&cfg, &pool, &point_dir, a.seconds, work)?;
-        std::fs::remove_dir_all(&point_dir).ok();
+        let p = measure_point(&cfg, &pool, &dir, a.seconds, work)?;
         eprintln!("  {w} worker(s): {:.0} module frames/s", p.module_frames_per_s);
         points.push(p);
     }
@@ -157,20 +152,45 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One point in its own directory under `dir`, removed when the point ends: its dirty pages
+/// would otherwise be written back during the next point, on its cores and its disk.
+pub(crate) fn measure_point(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work: Work) -> anyhow::Result<Point> {
+    let kind = match work {
+        Work::Real => "real",
+        Work::GpuStandIn => "standin",
+        Work::Canned(_) => "canned",
+    };
+    let d = dir.join(format!("w{}-{kind}", cfg.process.workers));
+    std::fs::create_dir_all(&d)?;
+    let p = measure(cfg, pool, &d, seconds, work);
+    std::fs::remove_dir_all(&d).ok();
+    p
+}
+
 /// What the workers do at a point.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Work {
+#[derive(Clone, Copy)]
+pub(crate) enum Work<'a> {
     /// Their steps.
     Real,
     /// The GPU path with its lanes done on the CPU.
     GpuStandIn,
-    /// Hand on results made once (the serial ceiling).
-    Canned,
+    /// Hand on these results made once (the serial ceiling; the raw chain hands on the
+    /// chunk alone).
+    Canned(&'a std::sync::Arc<graph::Canned>),
 }
 
-/// The raw chain's canned chunk: the signal frame's image, assembled and compressed as the
-/// assemble workers do.
-pub(crate) fn raw_chunk(meta: &rdaq_sink::NxmxMeta, pool: &Pool) -> Vec<u8> {
+/// The results the workers hand on in the serial ceiling, made once from the first signal
+/// frame: the graph's own steps, or for the raw chain the image assembled and compressed as
+/// the assemble workers do.
+pub(crate) fn canned(cfg: &Config, pool: &Pool) -> anyhow::Result<graph::Canned> {
+    let (meta, setup) = rdaq_run::run::plan(cfg, cfg.geometry().context("geometry")?, None)?;
+    match setup {
+        Some(s) => graph::Canned::of(&s, pool.signal_frame()),
+        None => Ok(graph::Canned { chunk: raw_chunk(&meta, pool), spots: Vec::new() }),
+    }
+}
+
+fn raw_chunk(meta: &rdaq_sink::NxmxMeta, pool: &Pool) -> Vec<u8> {
     let mut asm = rdaq_run::assemble::Assembler::new(meta.geometry, None);
     let mut comp = rdaq_process::bitshuffle::Compressor::new(asm.pixel_bytes(), 0, meta.codec);
     let (mut staging, mut chunk) = (Vec::new(), Vec::new());
@@ -214,15 +234,18 @@ impl Pool {
 
 /// One point: the graph with `cfg`'s workers for `seconds`, and the copy bandwidth of as
 /// many threads.
-pub(crate) fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work: Work) -> anyhow::Result<Point> {
+fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work: Work) -> anyhow::Result<Point> {
     let geometry = cfg.geometry().context("geometry")?;
     let (mut meta, mut setup) = rdaq_run::run::plan(cfg, geometry, None)?;
     match (setup.as_mut(), work) {
         (Some(s), Work::GpuStandIn) => s.gpu = Some(graph::GpuBackend::StandIn(rdaq_gpu::standin::Failures::default())),
-        (Some(s), Work::Canned) => s.canned = Some(std::sync::Arc::new(graph::Canned::of(s, pool.signal_frame())?)),
+        (Some(s), Work::Canned(c)) => s.canned = Some(c.clone()),
         _ => {}
     }
-    let raw_chunk = (setup.is_none() && work == Work::Canned).then(|| raw_chunk(&meta, pool));
+    let raw_chunk = match (&setup, work) {
+        (None, Work::Canned(c)) => Some(c.chunk.as_slice()),
+        _ => None,
+    };
     rdaq_run::run::emulated_series(cfg, &mut meta);
     let (workers, bands, rings) = match &setup {
         Some(s) => (s.workers, s.pedestal_bands, s.ring_frames),
@@ -239,7 +262,7 @@ pub(crate) fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds:
         let r = match setup {
             Some(setup) => graph::run(&rx, Some(&mut writer), None, setup, &bar, None, &mut |_| {}),
             None => {
-                let sinks = consume::Sinks { geometry, writer: Some(&mut writer), stream: None, sent: None, board: None, decoder: None, pedestal_run: None, workers: cfg.raw_workers(), canned: raw_chunk.as_deref() };
+                let sinks = consume::Sinks { geometry, writer: Some(&mut writer), stream: None, sent: None, board: None, decoder: None, pedestal_run: None, workers: cfg.raw_workers(), canned: raw_chunk };
                 consume::consume(&rx, sinks, &bar, None, |_| {}).map(|st| (st, ProcessReport::default()))
             }
         };

@@ -129,6 +129,19 @@ impl Geometry {
         runs
     }
 
+    /// For each image pixel (row-major), the index of its word among a frame's module words
+    /// (the modules one after the other, as a receiver slot holds them), or -1 for a gap
+    /// pixel: the map the GPU assembles images with.
+    pub fn pixel_map(&self) -> Vec<i32> {
+        let mut map = vec![-1i32; self.height() * self.width()];
+        for (from, at, run) in self.runs_in_image_order() {
+            for (k, m) in map[at..at + run].iter_mut().enumerate() {
+                *m = (from + k) as i32;
+            }
+        }
+        map
+    }
+
     /// The pixel mask of the full image: [`MASK_GAP`] on every gap pixel.
     pub fn gap_mask(&self) -> Vec<u32> {
         let mut mask = vec![MASK_GAP; self.height() * self.width()];
@@ -173,6 +186,21 @@ mod tests {
     use super::*;
     use crate::jungfrau::MODULE_PIXELS;
     use crate::{as_bytes, as_bytes_mut};
+
+    #[test]
+    fn the_pixel_map_names_every_module_word_once_and_marks_the_gaps() {
+        let g = Geometry::new(4, 2, DEFAULT_GAP_X, DEFAULT_GAP_Y).unwrap();
+        let map = g.pixel_map();
+        let mask = g.gap_mask();
+        let mut seen = vec![false; 4 * g.module_pixels()];
+        for (px, &w) in map.iter().enumerate() {
+            assert_eq!(w < 0, mask[px] & MASK_GAP != 0, "pixel {px}: a gap exactly where the mask says");
+            if w >= 0 {
+                assert!(!std::mem::replace(&mut seen[w as usize], true), "word {w} twice");
+            }
+        }
+        assert!(seen.iter().all(|&s| s), "every word of the frame somewhere");
+    }
 
     #[test]
     fn a_4m_is_8_modules_with_gaps() {

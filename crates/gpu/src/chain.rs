@@ -17,7 +17,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtrMut, LaunchCo
 use rdaq_process::spots::LocalSnrParams;
 use rdaq_process::{Calibration, InvalidGain};
 
-use crate::kernels::{compile, per_column, threads_for, Kernels};
+use crate::kernels::{check_pixel_map, compile, per_column, threads_for, Kernels};
 use crate::probe::{Device, GpuError};
 
 /// Strong pixels that come back with the frame's count, without a second copy (512 KiB;
@@ -87,9 +87,7 @@ fn shared(dev: &Device, s: &ChainSetup) -> Result<Shared, GpuError> {
     let pixels = s.width * s.height;
     let cal = s.calibration;
     cal.check(pixels).map_err(|e| GpuError::Input(e.to_string()))?;
-    if s.src_of.len() != pixels || s.src_of.iter().any(|&i| i >= 0 && i as usize >= s.words) {
-        return Err(GpuError::Input(format!("a pixel map of {} entries for {pixels} pixels, each below {} words", s.src_of.len(), s.words)));
-    }
+    check_pixel_map(s.src_of, pixels, s.words)?;
     to_i32("an image of pixels", pixels)?;
     let convert = compile(dev, Kernels::Convert)?;
     let spots = compile(dev, Kernels::Spots)?;

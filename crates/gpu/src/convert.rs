@@ -50,27 +50,6 @@ impl GpuConverter {
         })
     }
 
-    /// Replaces the calibration on the device (a tracked pedestal was published).
-    pub fn set_calibration(&mut self, cal: &Calibration) -> Result<(), GpuError> {
-        if cal.mask.len() != self.pixels {
-            return Err(GpuError::Input(format!("a calibration of {} pixels for a converter of {}", cal.mask.len(), self.pixels)));
-        }
-        cal.check(self.pixels).map_err(|e| GpuError::Input(e.to_string()))?;
-        self.stream.memcpy_htod(&planes(&cal.pedestal), &mut self.pedestal)?;
-        self.stream.memcpy_htod(&planes(&cal.gain), &mut self.gain)?;
-        self.stream.memcpy_htod(&cal.mask, &mut self.mask)?;
-        Ok(())
-    }
-
-    /// One frame to keV into `out` (host memory, one frame long).
-    pub fn to_kev_into(&self, raw: &[u16], out: &mut [f32]) -> Result<(), GpuError> {
-        if out.len() != raw.len() {
-            return Err(GpuError::Input(format!("{} pixels out for {} in", out.len(), raw.len())));
-        }
-        let d = self.kev_on_device(raw)?;
-        Ok(self.stream.memcpy_dtoh(&d, out)?)
-    }
-
     fn check(&self, n: usize) -> Result<i32, GpuError> {
         if n != self.pixels {
             return Err(GpuError::Input(format!("a frame of {n} pixels for a calibration of {}", self.pixels)));

@@ -79,6 +79,15 @@ pub fn compile(dev: &Device, k: Kernels) -> Result<Arc<CudaModule>, GpuError> {
     Ok(dev.ctx.load_module(Ptx::from_src(ptx_with(dev.nvrtc, k, None)?))?)
 }
 
+/// Checks a pixel map for an image of `pixels` pixels from frames of `words` module words:
+/// one entry a pixel, each -1 (a gap) or a word of the frame, as the assembling kernels need.
+pub(crate) fn check_pixel_map(src_of: &[i32], pixels: usize, words: usize) -> Result<(), GpuError> {
+    if src_of.len() != pixels || src_of.iter().any(|&i| i >= 0 && i as usize >= words) {
+        return Err(GpuError::Input(format!("a pixel map of {} entries for {pixels} pixels, each below {words} words", src_of.len())));
+    }
+    Ok(())
+}
+
 /// One thread per element (pixel, row, byte group), in blocks of 256: few enough threads
 /// per block for any kernel's registers.
 pub(crate) fn threads_for(n: usize) -> LaunchConfig {

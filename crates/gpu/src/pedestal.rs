@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
 
-use crate::kernels::{compile, threads_for, Kernels};
+use crate::kernels::{check_pixel_map, compile, threads_for, Kernels};
 use crate::probe::{Device, GpuError};
 
 /// The gain code (word bits 15..14) of each stage, as the CPU tracker's.
@@ -15,21 +15,43 @@ const STAGE_CODE: [u32; 3] = [0, 1, 3];
 
 pub struct GpuPedestal {
     stream: Arc<CudaStream>,
-    push: CudaFunction,
     mean: CudaFunction,
+    sums: Sums,
+    /// The frame's assembled raw words on the device.
+    raw: CudaSlice<u16>,
+    /// Set by [`GpuPedestal::assembling`]: the assembly kernel, the pixel map and room for
+    /// one frame's module words.
+    assembly: Option<Assembly>,
+    pixels: usize,
+}
+
+/// The tracked window's sums on the device and the kernel that adds a frame to them.
+struct Sums {
+    push: CudaFunction,
     sum: CudaSlice<f64>,
     sum2: CudaSlice<f64>,
     samples: CudaSlice<u32>,
     wrong: CudaSlice<u32>,
-    /// The frame's assembled raw words on the device (taken out while it is pushed).
-    raw_slot: Option<CudaSlice<u16>>,
-    /// Set by [`GpuPedestal::assembling`]: the assembly kernel, the pixel map and room for
-    /// one frame's module words.
-    assembly: Option<Assembly>,
     code: u32,
     window: u32,
-    pixels: usize,
     frames: u64,
+}
+
+impl Sums {
+    /// Queues the addition of the assembled frame `raw` (as many pixels as the sums).
+    fn push(&mut self, stream: &CudaStream, raw: &CudaSlice<u16>) -> Result<(), GpuError> {
+        if raw.len() != self.sum.len() {
+            return Err(GpuError::Input(format!("a frame of {} pixels for a tracker of {}", raw.len(), self.sum.len())));
+        }
+        let n = self.sum.len() as i32;
+        let mut b = stream.launch_builder(&self.push);
+        b.arg(raw).arg(&mut self.sum).arg(&mut self.sum2).arg(&mut self.samples).arg(&mut self.wrong).arg(&self.code).arg(&self.window).arg(&n);
+        // SAFETY: every buffer holds n elements on the device, the parameters are pushed in
+        // the kernel's order, and it touches no pixel at or beyond n.
+        unsafe { b.launch(threads_for(n as usize)) }?;
+        self.frames += 1;
+        Ok(())
+    }
 }
 
 struct Assembly {
@@ -46,34 +68,28 @@ impl GpuPedestal {
         }
         let module = compile(dev, Kernels::Pedestal)?;
         let stream = dev.ctx.default_stream();
-        Ok(GpuPedestal {
+        let sums = Sums {
             push: module.load_function("pedestal_push")?,
-            mean: module.load_function("pedestal_mean")?,
             sum: stream.alloc_zeros(pixels)?,
             sum2: stream.alloc_zeros(pixels)?,
             samples: stream.alloc_zeros(pixels)?,
             wrong: stream.alloc_zeros(pixels)?,
-            raw_slot: Some(stream.alloc_zeros(pixels)?),
-            assembly: None,
-            stream,
             code: STAGE_CODE[stage as usize],
             window,
-            pixels,
             frames: 0,
-        })
+        };
+        Ok(GpuPedestal { mean: module.load_function("pedestal_mean")?, sums, raw: stream.alloc_zeros(pixels)?, assembly: None, stream, pixels })
     }
 
     /// Dark frames pushed so far.
     pub fn frames(&self) -> u64 {
-        self.frames
+        self.sums.frames
     }
 
     /// Takes dark frames as module words too ([`GpuPedestal::push_words`]): `src_of` maps
     /// each image pixel to its word among a frame's `words` module words (-1: a gap).
     pub fn assembling(mut self, dev: &Device, src_of: &[i32], words: usize) -> Result<GpuPedestal, GpuError> {
-        if src_of.len() != self.pixels || src_of.iter().any(|&i| i >= 0 && i as usize >= words) {
-            return Err(GpuError::Input(format!("a pixel map of {} entries for {} pixels, each below {words} words", src_of.len(), self.pixels)));
-        }
+        check_pixel_map(src_of, self.pixels, words)?;
         let module = compile(dev, Kernels::Convert)?;
         self.assembly = Some(Assembly { kernel: module.load_function("assemble_words")?, src_of: self.stream.clone_htod(src_of)?, words: self.stream.alloc_zeros(words)? });
         Ok(self)
@@ -84,9 +100,8 @@ impl GpuPedestal {
         if raw.len() != self.pixels {
             return Err(GpuError::Input(format!("a frame of {} pixels for a tracker of {}", raw.len(), self.pixels)));
         }
-        let dst = self.raw_slot.as_mut().expect("put back after each push");
-        self.stream.memcpy_htod(raw, dst)?;
-        self.launch_push()
+        self.stream.memcpy_htod(raw, &mut self.raw)?;
+        self.sums.push(&self.stream, &self.raw)
     }
 
     /// Adds one dark frame given as a slot's module words: copied (straight from the slot
@@ -102,38 +117,20 @@ impl GpuPedestal {
         self.stream.memcpy_htod(words, &mut a.words)?;
         let n = self.pixels as i32;
         let mut b = self.stream.launch_builder(&a.kernel);
-        b.arg(&a.words).arg(&a.src_of).arg(self.raw_slot.as_mut().expect("put back after each push")).arg(&n);
+        b.arg(&a.words).arg(&a.src_of).arg(&mut self.raw).arg(&n);
         // SAFETY: assemble_words' parameters in order; src_of and raw hold n pixels and
         // every src_of entry is -1 or below the words' length (checked in `assembling`).
         unsafe { b.launch(threads_for(n as usize)) }?;
-        self.launch_push()?;
+        self.sums.push(&self.stream, &self.raw)?;
         // the copy from the caller's memory may be asynchronous (registered memory)
         self.stream.synchronize()?;
         Ok(())
     }
 
-    /// Adds the frame in `raw` to the sums.
-    fn launch_push(&mut self) -> Result<(), GpuError> {
-        let raw = std::mem::take(&mut self.raw_slot);
-        let out = raw.as_ref().map_or(Ok(()), |r| self.push_device(r));
-        self.raw_slot = raw;
-        out
-    }
-
     /// Adds the assembled frame `raw`, already on the device, to the sums (queued on the
     /// tracker's stream; public for timing the kernel alone).
     pub fn push_device(&mut self, raw: &CudaSlice<u16>) -> Result<(), GpuError> {
-        if raw.len() != self.pixels {
-            return Err(GpuError::Input(format!("a frame of {} pixels for a tracker of {}", raw.len(), self.pixels)));
-        }
-        let n = self.pixels as i32;
-        let mut b = self.stream.launch_builder(&self.push);
-        b.arg(raw).arg(&mut self.sum).arg(&mut self.sum2).arg(&mut self.samples).arg(&mut self.wrong).arg(&self.code).arg(&self.window).arg(&n);
-        // SAFETY: every buffer holds n elements on the device, the parameters are pushed in
-        // the kernel's order, and it touches no pixel at or beyond n.
-        unsafe { b.launch(threads_for(n as usize)) }?;
-        self.frames += 1;
-        Ok(())
+        self.sums.push(&self.stream, raw)
     }
 
     /// The pedestal per pixel (0 where no frame of the stage arrived).
@@ -141,7 +138,7 @@ impl GpuPedestal {
         let n = self.pixels as i32;
         let mut out = self.stream.alloc_zeros::<f32>(self.pixels)?;
         let mut b = self.stream.launch_builder(&self.mean);
-        b.arg(&self.sum).arg(&self.samples).arg(&mut out).arg(&n);
+        b.arg(&self.sums.sum).arg(&self.sums.samples).arg(&mut out).arg(&n);
         // SAFETY: sum, samples and out hold n elements on the device, the parameters are
         // pushed in the kernel's order, and it touches no pixel at or beyond n.
         unsafe { b.launch(threads_for(n as usize)) }?;
@@ -150,6 +147,6 @@ impl GpuPedestal {
 
     /// Per pixel, the dark frames whose word was of another gain stage.
     pub fn wrong_gain(&self) -> Result<Vec<u32>, GpuError> {
-        Ok(self.stream.clone_dtoh(&self.wrong)?)
+        Ok(self.stream.clone_dtoh(&self.sums.wrong)?)
     }
 }

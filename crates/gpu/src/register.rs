@@ -12,13 +12,12 @@ use crate::probe::GpuError;
 pub struct HostRegistration {
     ctx: Arc<CudaContext>,
     ptr: *mut std::ffi::c_void,
-    len: usize,
 }
 
 // SAFETY: the registration is a pointer the driver knows; unregistering it from another
 // thread is allowed (the context is bound first), and nothing is read or written through it.
 unsafe impl Send for HostRegistration {}
-// SAFETY: as for Send: shared access only reads the address and length.
+// SAFETY: as for Send: shared access only reads the address.
 unsafe impl Sync for HostRegistration {}
 
 impl HostRegistration {
@@ -37,15 +36,7 @@ impl HostRegistration {
         // SAFETY: the caller vouches that [ptr, ptr + len) is mapped and stays so while the
         // registration lives; flag 0 asks for page-locking only.
         unsafe { sys::cuMemHostRegister_v2(p, len, 0) }.result()?;
-        Ok(HostRegistration { ctx: ctx.clone(), ptr: p, len })
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+        Ok(HostRegistration { ctx: ctx.clone(), ptr: p })
     }
 }
 

@@ -103,21 +103,15 @@ impl Data {
     fn kev(&self, cal: &Calibration, f: usize) -> Vec<f32> {
         let conv = Converter::new(cal.clone(), InvalidGain::Error).expect("a valid calibration");
         let mut image = vec![f32::NAN; self.pixels()];
-        for (src, at, run) in self.g.runs_in_image_order() {
-            conv.to_kev_at(at, &self.frames[f][src..src + run], &mut image[at..at + run]);
-        }
+        conv.to_kev_runs(&self.g.runs_in_image_order(), &self.frames[f], &mut image);
         image
     }
+}
 
-    fn map(&self) -> Vec<i32> {
-        let mut map = vec![-1i32; self.pixels()];
-        for (from, at, run) in self.g.runs_in_image_order() {
-            for k in 0..run {
-                map[at + k] = (from + k) as i32;
-            }
-        }
-        map
-    }
+/// The raw image of module words `words` along `map` (gaps: the error word), as the device's
+/// `assemble_words` makes it.
+fn assembled(map: &[i32], words: &[u16]) -> Vec<u16> {
+    map.iter().map(|&s| if s < 0 { 0xffff } else { words[s as usize] }).collect()
 }
 
 fn same_bits(a: &[f32], b: &[f32]) -> Option<usize> {
@@ -130,7 +124,7 @@ fn same_bits(a: &[f32], b: &[f32]) -> Option<usize> {
 /// The frames through a chain of 3 lanes, all in flight before the first is collected;
 /// `each(frame, lane)` checks one.
 fn through_lanes(dev: &Device, d: &Data, mut each: impl FnMut(usize, &mut chain::Lane) -> Result<Option<String>, GpuError>) -> Outcome {
-    let map = d.map();
+    let map = d.g.pixel_map();
     let setup = ChainSetup { width: d.g.width(), height: d.g.height(), words: 2 * MODULE_PIXELS, src_of: &map, calibration: &d.cal, invalid: InvalidGain::Error, finder: d.finder };
     let mut lanes = chain::lanes(dev, &setup, 3)?;
     for (k, frames) in d.frames.chunks(3).enumerate() {
@@ -160,7 +154,7 @@ fn chain_kev(dev: &Device, d: &Data) -> Outcome {
     // a published pedestal: the lane takes it before its next frame
     let mut cal = d.cal.clone();
     cal.pedestal[0].iter_mut().enumerate().for_each(|(i, p)| *p += (i % 7) as f32 * 0.37);
-    let map = d.map();
+    let map = d.g.pixel_map();
     let setup = ChainSetup { width: d.g.width(), height: d.g.height(), words: 2 * MODULE_PIXELS, src_of: &map, calibration: &d.cal, invalid: InvalidGain::Error, finder: d.finder };
     let mut lane = chain::lanes(dev, &setup, 1)?.pop().expect("one lane");
     lane.set_pedestal(&cal.pedestal[0], 1)?;
@@ -195,12 +189,12 @@ fn chain_spots(dev: &Device, d: &Data) -> Outcome {
 
 fn pedestal(dev: &Device, d: &Data) -> Outcome {
     let px = d.pixels();
-    let map = d.map();
+    let map = d.g.pixel_map();
     let mut gpu = GpuPedestal::new(dev, px, 0, 3)?.assembling(dev, &map, 2 * MODULE_PIXELS)?;
     let mut cpu = Pedestal::<f64>::new(px, 0, 3);
     for words in &d.frames {
         gpu.push_words(words)?;
-        let raw: Vec<u16> = map.iter().map(|&s| if s < 0 { 0xffff } else { words[s as usize] }).collect();
+        let raw = assembled(&map, words);
         cpu.push(&raw);
     }
     let mut want = vec![0f32; px];
@@ -218,9 +212,9 @@ fn pedestal(dev: &Device, d: &Data) -> Outcome {
 fn photons(dev: &Device, d: &Data) -> Outcome {
     let px = d.pixels();
     let conv = GpuConverter::new(dev, &d.cal, InvalidGain::Error)?;
-    let map = d.map();
+    let map = d.g.pixel_map();
     for (f, words) in d.frames.iter().enumerate() {
-        let raw: Vec<u16> = map.iter().map(|&s| if s < 0 { 0xffff } else { words[s as usize] }).collect();
+        let raw = assembled(&map, words);
         let mut want = vec![0i32; px];
         kev_to_photons(&d.kev(&d.cal, f), d.photon_kev, &mut want);
         if conv.to_photons(&raw, d.photon_kev)? != want {

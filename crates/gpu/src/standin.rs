@@ -110,9 +110,7 @@ impl FrameLane for CpuLane {
         // SAFETY: `submit`'s caller keeps the words alive and unwritten until this returns Ok
         // (its contract), and `p` and `len` are that slice's.
         let words = unsafe { std::slice::from_raw_parts(p, len) };
-        for &(src, at, run) in &self.shared.runs {
-            self.conv.to_kev_at(at, &words[src..src + run], &mut self.kev[at..at + run]);
-        }
+        self.conv.to_kev_runs(&self.shared.runs, words, &mut self.kev);
         let mut spots = Vec::new();
         self.finder.find(&self.kev, self.shared.width, self.shared.height, &mut spots);
         out.extend(self.finder.last_strong());

@@ -279,6 +279,15 @@ impl Converter {
         self.to_kev_blocks(first, raw, out);
     }
 
+    /// Converts a frame's module words (`words`, the modules one after the other) into the
+    /// assembled image `image` along `runs`: (word in `words`, image pixel, length) each, as
+    /// a geometry's `runs_in_image_order` lists them. Pixels between runs are left as they are.
+    pub fn to_kev_runs(&self, runs: &[(usize, usize, usize)], words: &[u16], image: &mut [f32]) {
+        for &(src, at, run) in runs {
+            self.to_kev_at(at, &words[src..src + run], &mut image[at..at + run]);
+        }
+    }
+
     /// [`Converter::to_kev_blocks`] compiled for AVX2.
     ///
     /// # Safety

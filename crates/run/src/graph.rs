@@ -44,7 +44,7 @@ mod process;
 
 use crate::reorder::Reorder;
 use dark::{Band, DarkTracker};
-pub use gpu::{pixel_map, GpuReport};
+pub use gpu::GpuReport;
 
 
 /// What the graph needs besides the receiver and the writer.
@@ -105,9 +105,7 @@ impl Canned {
         let g = &setup.geometry;
         let conv = Converter::shared(setup.calibration.clone(), setup.invalid)?;
         let mut image = vec![f32::NAN; g.height() * g.width()];
-        for (src, at, run) in g.runs_in_image_order() {
-            conv.to_kev_at(at, &words[src..src + run], &mut image[at..at + run]);
-        }
+        conv.to_kev_runs(&g.runs_in_image_order(), words, &mut image);
         let mut c = Canned::default();
         rdaq_process::spots::LocalSnr::new(setup.finder).find(&image, g.width(), g.height(), &mut c.spots);
         ChunkMaker::new(setup).make(&image, &mut c.chunk);
@@ -345,7 +343,7 @@ pub fn run(
     };
     // the device's lanes and the memory registered with it: dropped after the graph's
     // threads, before the pool and the receiver whose memory it registered
-    let (offload, tracker) = match &setup.gpu {
+    let (offload, mut tracker) = match &setup.gpu {
         Some(backend) => {
             let images = pool_images(&g.pool, &pool_rx);
             let (o, t) = gpu::Offload::new(backend, &setup, rx, &images)?;
@@ -353,7 +351,6 @@ pub fn run(
         }
         None => (None, None),
     };
-    let mut tracker = tracker;
     let (stage_stats, source) = std::thread::scope(|s| {
         let mut p: Pipeline<Box<Work>> = Pipeline::default();
         let rf = setup.ring_frames;
@@ -385,7 +382,7 @@ pub fn run(
         (running.join(), source)
     });
     let mut report = g.report(stage_stats, source);
-    report.1.gpu = offload.as_ref().map(gpu::Offload::report);
+    report.1.gpu = offload.as_ref().map(|o| o.report(&setup.board));
     Ok(report)
 }
 

@@ -1,7 +1,7 @@
 //! The graph's GPU path (docs/processing.md):
 //!
 //! ```text
-//! signal -> gpu (n workers, one device lane each) -> write (reorders)
+//! signal -> gpu (n workers, sharing the device's lanes) -> write (reorders)
 //! dark   -> pedestal (1, tracked on the device)
 //! ```
 //!
@@ -56,17 +56,6 @@ pub struct GpuReport {
     pub device_errors: u64,
     pub frames_on_cpu: u64,
     pub first_error: Option<String>,
-}
-
-/// For each image pixel, the index of its word among a frame's module words (-1: gap).
-pub fn pixel_map(g: &Geometry) -> Vec<i32> {
-    let mut map = vec![-1i32; g.height() * g.width()];
-    for (from, at, run) in g.runs_in_image_order() {
-        for k in 0..run {
-            map[at + k] = (from + k) as i32;
-        }
-    }
-    map
 }
 
 /// The GPU's pedestal tracker as the pedestal stage drives it; after a device error, a CPU
@@ -125,16 +114,15 @@ impl DarkTracker for GpuTracker {
     }
 }
 
-/// The device errors of the run, shared by the GPU stages.
+/// The device errors of the run, shared by the GPU stages: counted on the board (the
+/// summary, `/metrics`), the first kept for the summary.
 #[derive(Default)]
 pub(super) struct Errors {
-    count: AtomicU64,
     first: std::sync::Mutex<Option<String>>,
 }
 
 impl Errors {
     fn record(&self, board: &Board, stage: &str, e: &GpuError) {
-        self.count.fetch_add(1, Ordering::Relaxed);
         ProcessCounts::add(&board.process.device_errors, 1);
         let line = format!("{stage}: {e}");
         board.push_event(Event::Error { source: "gpu".into(), message: line.clone() });
@@ -188,13 +176,13 @@ impl Offload {
     /// DMA (where registration is refused, the driver stages them: slower, the same results).
     pub(super) fn new(backend: &GpuBackend, setup: &Setup, rx: &Receiver, images: &[(*const u8, usize)]) -> anyhow::Result<(Offload, GpuTracker)> {
         let g = setup.geometry;
-        let map = pixel_map(&g);
         let (pixels, words, n) = (g.height() * g.width(), g.modules as usize * g.module_pixels(), setup.gpu_lanes.max(1));
         let errors = Arc::new(Errors::default());
         let mut tracker = GpuTracker { gpu: None, cpu: None, window: setup.window, counts: setup.board.clone(), errors: errors.clone() };
         let mut registered = Vec::new();
         let (device, lanes): (String, Vec<Box<dyn FrameLane>>) = match backend {
             GpuBackend::Device(dev) => {
+                let map = g.pixel_map();
                 let chain = ChainSetup { width: g.width(), height: g.height(), words, src_of: &map, calibration: &setup.calibration, invalid: setup.invalid, finder: setup.finder };
                 let lanes = rdaq_gpu::chain::lanes(dev, &chain, n)?;
                 tracker.gpu = Some(GpuPedestal::new(dev, pixels, 0, setup.window)?.assembling(dev, &map, words)?);
@@ -209,15 +197,15 @@ impl Offload {
             }
         };
         let ring_registered = !registered.is_empty();
-        let free = crossbeam_channel::bounded(lanes.len());
-        let n = lanes.len();
+        let count = lanes.len();
+        let free = crossbeam_channel::bounded(count);
         for l in lanes {
             free.0.send(l).expect("room for every lane");
         }
         let offload = Offload {
             device,
             free,
-            lanes: n,
+            lanes: count,
             lane_waits: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             errors,
@@ -253,7 +241,7 @@ impl Offload {
         self.errors.record(board, "gpu", e);
     }
 
-    pub(super) fn report(&self) -> GpuReport {
+    pub(super) fn report(&self, board: &Board) -> GpuReport {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         GpuReport {
             device: self.device.clone(),
@@ -262,7 +250,7 @@ impl Offload {
             ring_registered: self.ring_registered,
             images_copied_back: get(&self.images),
             strong_overflow: get(&self.overflow),
-            device_errors: get(&self.errors.count),
+            device_errors: ProcessCounts::get(&board.process.device_errors),
             frames_on_cpu: get(&self.on_cpu),
             first_error: self.errors.first.lock().expect("not poisoned").clone(),
         }
@@ -380,9 +368,7 @@ impl Graph<'_> {
         let conv = &cpu.as_ref().expect("made above").1;
         let f = wk.ready.as_ref().expect("signal frames come with their slot");
         let words = as_words(self.rx.data(f).expect(OWN_FRAME));
-        for &(src, at, run) in runs {
-            conv.to_kev_at(at, &words[src..src + run], &mut wk.image[at..at + run]);
-        }
+        conv.to_kev_runs(runs, words, &mut wk.image);
         wk.image_valid = true;
     }
 }
