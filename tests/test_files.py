@@ -1,7 +1,10 @@
 """The NXmx series on disk: a master file and data files that are readable while they are
 written (HDF5 SWMR) and after the writer is killed, up to its last flush."""
+import ctypes
 import os
+import select
 import signal
+import struct
 import subprocess
 import time
 
@@ -119,6 +122,106 @@ def test_a_killed_run_lists_only_frames_that_are_there_and_is_recovered(rdaq, tm
         assert hashes == [truth[(frame, m)] for m in range(2)], f"frame {frame}"
     r = subprocess.run([rdaq, "recover", master], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and f"lists {len(after)} frames" in r.stdout, "recovering again changes nothing"
+
+
+class Writes:
+    """The names of the files written in a directory, as the kernel reports each write
+    (inotify): a test stops or kills the writer right after a file's first write."""
+
+    IN_MODIFY = 0x2
+
+    def __init__(self, directory):
+        directory.mkdir(parents=True)
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        assert self.fd >= 0 and self.libc.inotify_add_watch(self.fd, bytes(directory), self.IN_MODIFY) >= 0
+
+    def wait_for(self, name, timeout):
+        """Whether `name` is written to within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if not select.select([self.fd], [], [], left)[0]:
+                continue
+            buf, i = os.read(self.fd, 1 << 16), 0
+            while i < len(buf):
+                length = struct.unpack_from("iIII", buf, i)[3]
+                if buf[i + 16:i + 16 + length].rstrip(b"\0") == name.encode():
+                    return True
+                i += 16 + length
+        return False
+
+    def close(self):
+        os.close(self.fd)
+
+
+def stop(p):
+    """Stops the process `p` and returns once every thread of it has stopped."""
+    p.send_signal(signal.SIGSTOP)
+    tasks = f"/proc/{p.pid}/task"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            states = [open(f"{tasks}/{t}/stat").read().rsplit(")", 1)[1].split()[0] for t in os.listdir(tasks)]
+        except FileNotFoundError:  # a thread ended meanwhile
+            continue
+        if all(s in "tT" for s in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"process {p.pid} did not stop")
+
+
+def test_a_data_file_has_its_name_only_once_a_swmr_reader_can_open_it(rdaq, tmp_path):
+    """The writer is stopped right after the first write to each new data file's name: what a
+    kill at that moment leaves must open for a SWMR reader (HDF5 flags a file as open for
+    writing when it creates it, and for SWMR writing only later)."""
+    out = tmp_path / "out"
+    writes = Writes(out)
+    p = start_long_run(rdaq, out, 10)
+    try:
+        for k in range(2, 10):
+            name = f"rdaq_run_data_{k:06}.h5"
+            assert writes.wait_for(name, 60), p.stderr.read() if p.poll() is not None else name
+            stop(p)
+            # the stopped writer still holds its lock; a reader after a kill would not see it
+            with h5py.File(out / name, "r", swmr=True, locking=False) as f:
+                assert "entry/data/frame_number" in f
+            p.send_signal(signal.SIGCONT)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        writes.close()
+
+
+def test_a_run_killed_while_it_makes_a_data_file_is_recovered(rdaq, tmp_path, truth):
+    """Killed while a data file is made under its staging name (the writer is stopped at the
+    file's first write, and until it is caught before the rename): the name is claimed and
+    empty, and `rdaq recover` removes both and lists the frames of the files before."""
+    out = tmp_path / "out"
+    writes = Writes(out)
+    p = start_long_run(rdaq, out, 10)
+    try:
+        for k in range(2, 40):
+            staged = out / f".rdaq_run_data_{k:06}.h5.tmp"
+            assert writes.wait_for(staged.name, 60), "each data file is made under its staging name"
+            stop(p)
+            if staged.exists():
+                break
+            p.send_signal(signal.SIGCONT)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        writes.close()
+    assert staged.exists(), "the writer was never stopped before a rename"
+    kept = 10 * (k - 1)
+    assert (out / f"rdaq_run_data_{k:06}.h5").stat().st_size == 0, "its name is claimed, empty"
+    assert master_frames(out) <= frames_readable(out) == kept
+    r = subprocess.run([rdaq, "recover", out / "rdaq_run_master.h5"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and f"lists {kept} frames" in r.stdout, r.stdout + r.stderr
+    assert not list(out.glob(".*")) and [p.name for p in data_files(out)] == [f"rdaq_run_data_{j:06}.h5" for j in range(1, k)]
+    frames = frames_in(out / "rdaq_run_master.h5")
+    assert sorted(frames) == list(range(kept))
+    for frame, hashes in frames.items():
+        assert hashes == [truth[(frame, m)] for m in range(2)], f"frame {frame}"
 
 
 def test_recover_refuses_what_is_not_an_rdaq_master(rdaq, tmp_path):

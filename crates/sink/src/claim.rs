@@ -5,7 +5,9 @@
 //! else. Overwriting (`--overwrite`) replaces a regular file, never a link or its target.
 //!
 //! Files that a library creates by name (HDF5) are claimed first and then created by the
-//! library over the claimed, regular file.
+//! library over the claimed, regular file. Files that must never be seen half made (the
+//! master; a data file until it is in SWMR mode) are made under their hidden staging name
+//! ([`claim_staging`]) and then renamed over the claimed name.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -48,6 +50,27 @@ pub fn create(path: &Path, overwrite: bool) -> Result<File, ClaimError> {
 /// file (empty when new) that this process created or was allowed to replace.
 pub fn claim(path: &Path, overwrite: bool) -> Result<(), ClaimError> {
     create(path, overwrite).map(drop)
+}
+
+/// The hidden name beside `path` (`.<name>.tmp`) under which a file is made before a rename
+/// gives it `path`.
+pub fn staging(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp"))
+}
+
+/// Claims the staging name of `path` and returns it. A crashed writer's leftover of that
+/// hidden name (or anything else so named) goes first, so that the new file is created,
+/// not written through a link.
+pub fn claim_staging(path: &Path) -> Result<PathBuf, ClaimError> {
+    let tmp = staging(path);
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => return Err(ClaimError::Io { path: tmp, source }),
+    }
+    claim(&tmp, false)?;
+    Ok(tmp)
 }
 
 /// Writes `bytes` to the new file `path` (or replaces it, with `overwrite`).

@@ -70,13 +70,18 @@ struct Results {
 }
 
 impl DataFile {
-    /// Creates the file with every dataset it will hold, and starts SWMR writing.
+    /// Creates the file with every dataset it will hold and starts SWMR writing, under the
+    /// staging name beside `path` (claimed by the caller), and then renames it to `path`: a
+    /// writer killed before SWMR writing started leaves no file of that name that a SWMR
+    /// reader cannot open, only the claimed empty one and the hidden leftover.
     pub fn create(path: &Path, meta: &NxmxMeta, first_image: u64) -> hdf5::Result<DataFile> {
-        let file = File::with_options().with_fapl(|p| p.libver_v110()).create(path)?;
+        let tmp = crate::claim::claim_staging(path).map_err(|e| hdf5::Error::from(e.to_string()))?;
+        let file = File::with_options().with_fapl(|p| p.libver_v110()).create(&tmp)?;
         let entry = nx_group(&file, "entry", "NXentry")?;
         let (data, tables) = data_group(&entry, meta, first_image)?;
         let results = if meta.max_spots > 0 { Some(Results::create(&entry, meta)?) } else { None };
         file.start_swmr()?;
+        std::fs::rename(&tmp, path).map_err(|e| hdf5::Error::from(format!("cannot rename {} to {}: {e}", tmp.display(), path.display())))?;
         Ok(DataFile {
             file,
             data,

@@ -105,16 +105,7 @@ pub fn write_master(path: &Path, meta: &NxmxMeta, mask: &MaskChunk, c: &Contents
 /// Writes a master file `path` whose rows are laid out as `l` says (beside it first, then
 /// renamed over it).
 pub fn write_layout(path: &Path, meta: &NxmxMeta, mask: &MaskChunk, l: &Layout) -> hdf5::Result<()> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    // a crashed writer's leftover (or anything else of that hidden name) goes first, so that
-    // the new one is created, not written through a link
-    match std::fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(hdf5::Error::from(format!("cannot remove {}: {e}", tmp.display()))),
-    }
-    crate::claim::claim(&tmp, false).map_err(|e| hdf5::Error::from(e.to_string()))?;
+    let tmp = crate::claim::claim_staging(path).map_err(|e| hdf5::Error::from(e.to_string()))?;
     {
         let file = File::create(&tmp)?;
         let series = serde_json::to_string(meta).map_err(|e| hdf5::Error::from(e.to_string()))?;

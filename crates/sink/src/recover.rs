@@ -2,7 +2,8 @@
 //! leaves: data files still flagged as open by an SWMR writer (plain readers refuse them),
 //! the last one possibly with rows past its frame tables (frames appended after the last
 //! flush), a master at most one flush behind the data files, and the writer's hidden
-//! `.<master>.tmp` and `.<master>.reserve`. Recovery clears the flags, trims each data file
+//! `.<master>.tmp`, `.<master>.reserve` and `.<data file>.tmp` (a data file being made,
+//! not yet in SWMR mode). Recovery clears the flags, trims each data file
 //! to the frames its tables list (the rows after them are incomplete writes), writes the
 //! master for every frame the data files hold, removes data files left without a frame (or
 //! empty: claimed, not yet created), and removes the leftovers.
@@ -58,6 +59,11 @@ pub fn recover(master: &Path) -> Result<Recovered, RecoverError> {
         if !crate::claim::taken(&path) {
             break;
         }
+        let staged = crate::claim::staging(&path);
+        if crate::claim::taken(&staged) {
+            // the writer died while it made this data file, before it took its name
+            remove(&staged, &mut done)?;
+        }
         let hdf5 = |source| RecoverError::Hdf5 { path: path.clone(), source };
         if std::fs::metadata(&path).is_ok_and(|m| m.len() == 0) {
             // claimed, but the writer died before HDF5 created it
@@ -80,8 +86,7 @@ pub fn recover(master: &Path) -> Result<Recovered, RecoverError> {
     write_master(master, &meta, &MaskChunk::new(&meta), &c).map_err(|source| RecoverError::Hdf5 { path: master.to_owned(), source })?;
     done.frames = numbers.len() as u64;
     let name = master.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    for leftover in [format!(".{name}.tmp"), format!(".{name}.reserve")] {
-        let p = master.with_file_name(leftover);
+    for p in [crate::claim::staging(master), master.with_file_name(format!(".{name}.reserve"))] {
         if crate::claim::taken(&p) {
             remove(&p, &mut done)?;
         }
