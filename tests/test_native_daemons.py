@@ -75,6 +75,8 @@ def test_psi_jungfrau_captures_processed_by_a_receiver_daemon(rdaq, tmp_path, ca
         code, m = buffers(url, rows // 4 * 8192, {"detector": "jungfrau", "interfaces": interfaces, "read_rows": rows})
         assert code == 200 and len(m["data_ports"]) == interfaces, m
         stopped = acquire(url, "proc.h5", frames, lambda: replay([(c, m["data_ports"][i]) for c, i in captures]))
+        threads = call("GET", url + "/status")[1]["threads"]
+        assert threads["busy"] == {"receivers": 1, "writers": 1, "senders": 0} and threads["workers"] >= 1, threads
     finally:
         proc.terminate()
         proc.wait(timeout=10)

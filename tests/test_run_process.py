@@ -4,6 +4,7 @@ what remains is in the NXmx file with its spot lists. Checked against the synthe
 detector's ground truth (`<name>_truth.csv`)."""
 import csv
 import json
+import os
 import subprocess
 
 import h5py
@@ -132,3 +133,30 @@ def test_many_workers_and_pedestal_bands_give_the_same_file_in_order(rdaq, tmp_p
             files[workers] = (numbers, f["entry/data/data"][:], f["entry/result_1/nPeaks"][:])
     (n1, d1, p1), (n3, d3, p3) = files[1], files[3]
     assert n1 == n3 and np.array_equal(d1, d3) and np.array_equal(p1, p3)
+
+
+def test_the_threads_share_the_cores_and_the_summary_says_how(rdaq, tmp_path):
+    """By default the workers and the bands get the cores the receiver, the writer and the
+    emulated modules' senders leave, down to one each; the start line and the summary say how,
+    and only a configuration that sets more threads than the cores gets a warning."""
+    cores = len(os.sched_getaffinity(0))
+    for name, args in [("processed", []), ("raw", ["--raw"]), ("set", ["--config", tmp_path / "set.toml"])]:
+        (tmp_path / "set.toml").write_text(f"[process]\nworkers = {cores + 1}\n")
+        summary = tmp_path / f"{name}.json"
+        r = subprocess.run([rdaq, "run", "--frames", "20", "--out", tmp_path / name, "--stream", "none", "--preview", "none",
+                            "--summary-json", summary, *args], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        t = json.loads(summary.read_text())["threads"]
+        assert t["cores"] == cores and t["busy"] == {"receivers": 1, "writers": 1, "senders": 2}, t
+        assert t["workers"] >= 1 and t["bands"] == (0 if name == "raw" else max(1, t["bands"])), t
+        busy_bands = t["bands"] if t["dark_share"] > 0 else 0
+        assert t["threads"] == 4 + t["workers"] + busy_bands and t["oversubscribed"] == (t["threads"] > cores), t
+        assert f"rdaq run: threads: {t['workers']} worker" in r.stderr and "threads     :" in r.stdout
+        warned = "threads run busy on" in r.stderr
+        if name == "set":
+            assert t["set"] and t["workers"] == cores + 1 and warned, r.stderr
+        else:
+            assert not t["set"] and not warned, r.stderr
+            # the budget fills the cores when they are more than the floor of one each
+            floor = 4 + 1 + (1 if name == "processed" else 0)
+            assert t["threads"] == max(cores, floor), t

@@ -57,6 +57,8 @@ pub struct Snapshot {
     pub stages: Vec<StageView>,
     pub latency: Vec<StepLatency>,
     pub process: Option<ProcessView>,
+    /// How the acquisition shares the host's cores among its threads.
+    pub threads: Option<rdaq_run::budget::ThreadBudget>,
     pub preview: Option<PreviewView>,
     /// The plan: transfer mode, receivers and the DTP epochs (the manager's page).
     pub topology: Option<serde_json::Value>,
@@ -135,6 +137,7 @@ pub fn from_board(b: &Board, s: &mut Snapshot) {
     s.stages = b.stages().iter().map(|st| stage_view(st)).collect();
     s.latency = b.latency().report();
     s.process = process_view(b);
+    s.threads = b.threads();
     s.preview = b.glance().map(|g| PreviewView { frame: g.frame, width: g.width, height: g.height, spots: g.spots.len(), unit: g.unit });
 }
 

@@ -645,7 +645,7 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
     let stream = stream_live(&d);
     let processing = dashboard::process_view(&d.board);
     let (frames_done, frames_to_writer) = d.board.frames_done();
-    Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream, "processing": processing, "frames_done": frames_done, "frames_to_writer": frames_to_writer, "api_refused": d.access.refused() }))
+    Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream, "processing": processing, "frames_done": frames_done, "frames_to_writer": frames_to_writer, "threads": d.board.threads(), "api_refused": d.access.refused() }))
 }
 
 /// The running acquisition's stream counts.

@@ -210,6 +210,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let slots = rx.buffer_map().buffers.len();
     let what = if processing { format!("processing to {}", cfg.process.output) } else { "raw".into() };
     eprintln!("rdaq receive: listening on {ports:?} ({}), {slots} slots, {}; {what}", rx.engine(), recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted()));
+    eprintln!("rdaq receive: threads: {}", cfg.thread_budget().describe());
     report_tuning("rdaq receive", rx);
     let bar = progress_bar(a.frames, "receive");
     let stop = Arc::new(Control::default());

@@ -20,6 +20,8 @@ use rdaq_sink::NxmxWriter;
 
 use crate::assemble::Decoder;
 use crate::board::{incomplete_event, Board};
+use crate::budget::ThreadBudget;
+use crate::config::Config;
 use crate::consume::{self, ConsumeStats, Workers};
 use crate::graph::{self, ProcessReport};
 use crate::outputs;
@@ -47,15 +49,27 @@ pub struct Chain {
     /// The workers that assemble and compress raw frames (raw chains only: the graph has
     /// its own in `processing`).
     pub workers: Workers,
+    /// How the cores are shared among the acquisition's threads.
+    pub threads: ThreadBudget,
 }
 
 impl Chain {
-    /// A chain of `processing` (none: raw frames, assembled and compressed by `workers`)
-    /// over the image `geometry`, JUNGFRAU's module frames, on a board of its own, reported
-    /// as `name`; the consumer waits `consumer_delay` per frame (testing: a consumer slower
-    /// than the detector).
-    pub fn new(geometry: Geometry, processing: Option<graph::Setup>, workers: Workers, name: impl Into<String>, consumer_delay: Duration) -> Chain {
-        Chain { geometry, decoder: None, processing, board: Arc::default(), sent: None, consumer_delay, name: name.into(), pedestal_run: None, workers }
+    /// The chain of the configuration `cfg` (its workers, thread budget and consumer delay)
+    /// for `processing` (none: raw frames) over the image `geometry`, JUNGFRAU's module
+    /// frames, on a board of its own, reported as `name`.
+    pub fn new(cfg: &Config, geometry: Geometry, processing: Option<graph::Setup>, name: impl Into<String>) -> Chain {
+        Chain {
+            geometry,
+            decoder: None,
+            processing,
+            board: Arc::default(),
+            sent: None,
+            consumer_delay: cfg.faults.consumer_delay(),
+            name: name.into(),
+            pedestal_run: None,
+            workers: cfg.raw_workers(),
+            threads: cfg.thread_budget(),
+        }
     }
 }
 
@@ -76,6 +90,7 @@ pub struct Outcome {
     pub stream: Option<StreamReport>,
     /// The pedestal run, with every complete frame taken.
     pub pedestal_run: Option<PedestalRun>,
+    pub threads: ThreadBudget,
 }
 
 /// Takes the receiver's frames through the chain into the sinks until the receiver
@@ -83,7 +98,11 @@ pub struct Outcome {
 /// The stream is finished also when consuming failed; the files are closed when it did not.
 pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, until: Option<&AtomicBool>, mut on_frame: impl FnMut(&FrameReady)) -> anyhow::Result<Outcome> {
     let Sinks { mut writer, mut stream } = sinks;
-    let Chain { geometry, decoder, processing, board, sent, consumer_delay, name, mut pedestal_run, workers } = chain;
+    let Chain { geometry, decoder, processing, board, sent, consumer_delay, name, mut pedestal_run, workers, threads } = chain;
+    if let Some(w) = threads.warning() {
+        eprintln!("rdaq: warning: {w}");
+    }
+    board.set_threads(threads.clone());
     anyhow::ensure!(processing.is_none() || pedestal_run.is_none(), "a pedestal run takes raw frames, not processed ones");
     let consumed = match processing {
         Some(setup) => {
@@ -108,5 +127,5 @@ pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, unt
         Some(w) => outputs::close(w, &mut consumed)?,
         None => None,
     };
-    Ok(Outcome { consumed, processed, h5, stream: streamed, pedestal_run })
+    Ok(Outcome { consumed, processed, h5, stream: streamed, pedestal_run, threads })
 }

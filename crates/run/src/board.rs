@@ -5,6 +5,7 @@
 //! the dashboard. Nothing here is on the per-packet path; per frame it costs a few relaxed
 //! atomic adds and one uncontended lock (the latency histogram).
 
+use crate::budget::ThreadBudget;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -92,6 +93,8 @@ pub struct Board {
     /// Times the consumer's source (processing graph or raw chain) waited for a free frame
     /// buffer: back-pressure from its workers and the writer.
     buffer_waits: AtomicU64,
+    /// How the acquisition shares the cores.
+    threads: Mutex<Option<ThreadBudget>>,
 }
 
 impl Default for Board {
@@ -110,6 +113,7 @@ impl Default for Board {
             frames_done: AtomicU64::new(0),
             frames_to_writer: AtomicU64::new(0),
             buffer_waits: AtomicU64::new(0),
+            threads: Mutex::default(),
         }
     }
 }
@@ -213,6 +217,15 @@ impl Board {
 
     pub fn buffer_waits(&self) -> u64 {
         self.buffer_waits.load(Ordering::Relaxed)
+    }
+
+    pub fn set_threads(&self, t: ThreadBudget) {
+        *lock(&self.threads) = Some(t);
+    }
+
+    /// How the acquisition shares the cores, once it has started.
+    pub fn threads(&self) -> Option<ThreadBudget> {
+        lock(&self.threads).clone()
     }
 
     pub fn latency(&self) -> Latency {

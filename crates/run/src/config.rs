@@ -172,12 +172,11 @@ pub struct Process {
     pub codec: String,
     pub zstd_level: i32,
     /// Process workers, each taking a signal frame through conversion, spot finding, the
-    /// veto and compression on one core; raw frames: assembly and compression (0: one per
-    /// core the machine has beyond the two that receiving and the rest of the graph use, at
-    /// least 1).
+    /// veto and compression on one core; raw frames: assembly and compression (0: the
+    /// thread budget's, [`crate::budget`]).
     pub workers: usize,
     /// Pedestal bands: stages that each track their part of every dark frame's pixels
-    /// (0: one per two process workers, at least 1).
+    /// (0: the thread budget's share for the dark frames, at least 1).
     pub pedestal_bands: usize,
     /// CPUs to pin the process workers and then the pedestal bands to, in order (empty: not
     /// pinned).
@@ -721,13 +720,22 @@ impl Config {
         Duration::from_millis(self.receiver.frame_timeout_ms)
     }
 
-    /// The process workers: as configured, or one per core beyond the two that receiving
-    /// (and the detector, in `rdaq run`) and the rest of the graph take, at least one.
+    /// How this acquisition shares the cores ([`crate::budget`]): the receiver, the writer
+    /// and in `rdaq run` the emulated modules' senders run busy; the process workers and the
+    /// pedestal bands get the cores left, as configured or chosen.
+    pub fn thread_budget(&self) -> crate::budget::ThreadBudget {
+        use crate::budget::{Asked, Busy, ThreadBudget};
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let senders = if self.source == Source::Emulated { self.detector.modules as usize } else { 0 };
+        let busy = Busy { receivers: 1, writers: 1, senders };
+        let dark = ThreadBudget::dark_share(self.detector.chopper_dark, self.detector.chopper_signal);
+        let asked = Asked { workers: self.process.workers, bands: self.process.pedestal_bands };
+        ThreadBudget::share(cores, busy, dark, self.processing(), asked)
+    }
+
+    /// The process workers (or the raw chain's assemble workers) of the thread budget.
     pub fn workers(&self) -> usize {
-        match self.process.workers {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(2).max(1),
-            n => n,
-        }
+        self.thread_budget().workers
     }
 
     /// The workers that assemble and compress raw frames: the process workers' count and
@@ -736,13 +744,9 @@ impl Config {
         crate::consume::Workers { count: self.workers(), ring_frames: self.process.ring_frames }
     }
 
-    /// The pedestal bands: as configured, or one per two process workers (a dark frame costs
-    /// about half a signal frame's processing: `rdaq bench pipeline`), at least one.
+    /// The pedestal bands of the thread budget (at least one).
     pub fn pedestal_bands(&self) -> usize {
-        match self.process.pedestal_bands {
-            0 => (self.workers() / 2).max(1),
-            n => n,
-        }
+        self.thread_budget().bands.max(1)
     }
 
     pub fn rate(&self) -> Option<f64> {

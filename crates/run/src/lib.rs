@@ -5,6 +5,7 @@
 //!   (processing graph or raw consumer, then the sinks), and what came of it.
 //! - [`assemble`]: a frame's slot as the detector image (JUNGFRAU's, or a described
 //!   detector's decoded modules).
+//! - [`budget`]: how an acquisition shares the host's cores among its threads.
 //! - [`board`]: what an acquisition shows while it runs (the web dashboard's source).
 //! - [`config`]: the TOML configuration of a run, checked before anything starts.
 //! - [`consume`]: the plain consumer: frames to the NXmx file, slots back, counts.
@@ -35,6 +36,7 @@
 pub mod acquisition;
 pub mod assemble;
 pub mod board;
+pub mod budget;
 pub mod config;
 pub mod consume;
 pub mod embedded;

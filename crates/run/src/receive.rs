@@ -94,6 +94,7 @@ impl Receiving {
         let expected = frames.map_or(Expected::Unknown, Expected::Count);
         let mut summary = Summary::for_receiver(expected, &counters, &rx.outcome(), &outcome.consumed, start.elapsed(), outcome.h5.as_deref()).with_receiver(&rx);
         summary.stream = outcome.stream;
+        summary.threads = Some(outcome.threads);
         summary.processing = outcome.processed.map(|p| ProcessReport { calibration: None, ..p });
         check_guards(&rx)?;
         Ok(Received { summary, counters, pedestal_run: outcome.pedestal_run })

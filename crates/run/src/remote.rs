@@ -156,7 +156,7 @@ pub fn setup(a: &Source, cfg: &Config) -> anyhow::Result<Setup> {
     let geometry = cfg.geometry().expect("checked").with_module_height(a.read_rows as usize);
     let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, ..common_config(a, cfg, geometry.module_bytes())? };
     let (meta, processing) = crate::run::plan(cfg, geometry, ids(a))?;
-    Ok(Setup { rcfg, chain: Chain::new(geometry, processing, cfg.raw_workers(), "receiver", cfg.faults.consumer_delay()), meta, notes: Vec::new() })
+    Ok(Setup { rcfg, chain: Chain::new(cfg, geometry, processing, "receiver"), meta, notes: Vec::new() })
 }
 
 /// The module ids the calibration is taken for (`None`: the first modules).
@@ -201,7 +201,7 @@ fn described_setup(a: &Source, cfg: &Config, d: &Description) -> anyhow::Result<
         ..NxmxMeta::described(geometry, d, pixel, mask)
     };
     notes.push(format!("{} module(s) of {} at {bits} bits on link {link}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, grid.ports()));
-    Ok(Setup { rcfg, chain: Chain { decoder: Some(decoder), ..Chain::new(geometry, None, cfg.raw_workers(), "receiver", cfg.faults.consumer_delay()) }, meta, notes })
+    Ok(Setup { rcfg, chain: Chain { decoder: Some(decoder), ..Chain::new(cfg, geometry, None, "receiver") }, meta, notes })
 }
 
 /// The receiver settings every format shares, for modules of `module_bytes` bytes.

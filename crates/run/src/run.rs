@@ -61,6 +61,7 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     let preview = cfg.stream.preview_config()?;
     let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     eprintln!("{}", start_line(cfg, &rx));
+    eprintln!("rdaq run: threads: {}", chain.threads.describe());
     report_tuning("rdaq run", &rx);
     // the described detector's sender keeps no send times: its frames have no send latency
     let sent = matches!(detector, Emulated::Jungfrau).then(|| control.clone());
@@ -89,7 +90,7 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     let counters = rx.join()?;
     board.sample(counters);
     let emu = emu?;
-    let Outcome { consumed, processed, h5, stream: streamed, .. } = outcome?;
+    let Outcome { consumed, processed, h5, stream: streamed, threads, .. } = outcome?;
     let manifest = out("_manifest.csv");
     write_manifest(&manifest, &emu.manifest, cfg.output.overwrite)?;
     // stopped early (Ctrl-C, the API): the frames any module sent are those expected
@@ -99,6 +100,7 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     let mut sum = summary::Summary::new(expected, &emu, &counters, &rx.outcome(), &consumed, elapsed, h5.as_deref(), Some(&manifest)).with_receiver(&rx);
     sum.stopped_early_of = stopped.then_some(cfg.emulator.frames);
     sum.stream = streamed;
+    sum.threads = Some(threads);
 
     if let Some(p) = processed {
         save_processing(cfg, geometry, p, &out, &mut sum)?;
@@ -144,7 +146,7 @@ fn emulated_setup(cfg: &Config) -> anyhow::Result<(Emulated, Setup)> {
     let Some(d) = cfg.described()? else {
         let geometry = cfg.geometry().expect("checked");
         let (meta, processing) = plan(cfg, geometry, None)?;
-        let chain = Chain::new(geometry, processing, cfg.raw_workers(), "receiver", cfg.faults.consumer_delay());
+        let chain = Chain::new(cfg, geometry, processing, "receiver");
         return Ok((Emulated::Jungfrau, Setup { rcfg: receiver_config(cfg)?, chain, meta, notes: Vec::new() }));
     };
     if cfg.faults.config().is_some() {

@@ -119,6 +119,8 @@ pub struct Summary {
     /// The calibration at the end of the run (with the tracked pedestal).
     pub calibration: Option<PathBuf>,
     pub processing: Option<crate::graph::ProcessReport>,
+    /// How the acquisition shared the cores among its threads.
+    pub threads: Option<crate::budget::ThreadBudget>,
     /// What the Stream V2 publisher did.
     pub stream: Option<crate::stream::StreamReport>,
     /// What points to a wrong setting (interfaces, read rows, a silent port).
@@ -254,6 +256,7 @@ impl Summary {
             manifest: None,
             calibration: None,
             processing: None,
+            threads: None,
             stream: None,
             hints: outcome.hints.clone(),
         }
@@ -428,6 +431,10 @@ impl Summary {
         }
         if self.consumer_waits > 0 {
             println!("consumer    : waited {} times for a free frame buffer (back-pressure from its workers and the writer)", self.consumer_waits);
+        }
+        if let Some(t) = &self.threads {
+            let over = if t.oversubscribed { format!("; {} busy threads on {} cores: they took turns", t.threads, t.cores) } else { String::new() };
+            println!("threads     : {}{over}", t.describe());
         }
     }
 

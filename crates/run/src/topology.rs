@@ -70,6 +70,7 @@ pub fn run(cfg: &Config, path: &Path, control: Arc<Control>) -> anyhow::Result<(
         let expected = Expected::Frames(frames_sent_to(&st.name, &dtps, cfg.emulator.frames));
         let mut sum = Summary::for_receiver(expected, &counters, &st.rx.outcome(), &o.consumed, elapsed, o.h5.as_deref());
         sum.processing = o.processed.map(|p| ProcessReport { calibration: None, ..p });
+        sum.threads = Some(o.threads);
         sums.push((st.name.clone(), sum));
     }
     Ok((sums, emu))
@@ -89,7 +90,7 @@ fn start_stations(cfg: &Config, t: &Topology, plan: &Plan) -> anyhow::Result<Vec
         crate::run::emulated_series(cfg, &mut meta);
         let h5 = cfg.output.dir.join(format!("{}_master.h5", spec.name));
         let writer = NxmxWriter::create(&h5, &meta, cfg.output.overwrite)?;
-        let chain = Chain::new(geometry, processing, cfg.raw_workers(), spec.name.clone(), cfg.faults.consumer_delay());
+        let chain = Chain::new(cfg, geometry, processing, spec.name.clone());
         stations.push((Station { name: spec.name.clone(), rx }, (chain, Sinks { writer: Some(writer), stream: None })));
     }
     Ok(stations)

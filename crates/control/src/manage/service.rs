@@ -76,7 +76,7 @@ impl Backend for System {
     fn live(&self) -> (Live, u64) {
         let b = lock(&self.board);
         let counted = |k: &str| b.receivers.values().filter_map(|(_, c)| c.as_ref()?[k].as_u64()).sum();
-        let live = Live { processing: ProcessView::sum(b.processing.values()), datagrams_dropped: counted("dropped"), frames_incomplete: counted("frames_incomplete") };
+        let live = Live { processing: ProcessView::sum(b.processing.values()), datagrams_dropped: counted("dropped"), frames_incomplete: counted("frames_incomplete"), threads: None };
         // the worker clears these between datasets
         (live, b.to_writer.values().sum())
     }

@@ -57,6 +57,10 @@ pub struct Live {
     pub datagrams_dropped: u64,
     /// Frames they finished with data missing.
     pub frames_incomplete: u64,
+    /// How the acquisition shares the host's cores (a receiver on its own; a system's
+    /// receivers each say it in their own `/status`).
+    #[schema(value_type = Option<Object>)]
+    pub threads: Option<rdaq_run::budget::ThreadBudget>,
 }
 
 /// What `POST /trigger` started.

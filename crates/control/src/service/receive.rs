@@ -117,6 +117,7 @@ impl Backend for Shown {
             processing: process_view(board),
             datagrams_dropped: counters.map_or(0, |c| c.dropped_total()),
             frames_incomplete: counters.map_or(0, |c| c.frames_incomplete),
+            threads: board.threads(),
         };
         let to_writer = if shown.stop.is_some() { board.frames_done().1 } else { 0 };
         (live, to_writer)
