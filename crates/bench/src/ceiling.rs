@@ -21,13 +21,13 @@ use crate::pipeline::{measure_point, PipelineArgs, Point, Pool, Work};
 const PREDICTED: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 
 pub(crate) fn bench(a: &PipelineArgs, cfg: &mut Config, pool: &Pool, dir: &Path, counts: &[usize]) -> anyhow::Result<ExitCode> {
-    cfg.process.workers = 1;
+    crate::pipeline::set_workers(cfg, a, 1);
     let canned = std::sync::Arc::new(crate::pipeline::canned(cfg, pool)?);
     let real = measure_point(cfg, pool, dir, a.seconds, Work::Real)?;
     eprintln!("  1 real worker: {:.0} module frames/s", real.module_frames_per_s);
     let mut points = Vec::new();
     for &w in counts {
-        cfg.process.workers = w;
+        crate::pipeline::set_workers(cfg, a, w);
         let p = measure_point(cfg, pool, dir, a.seconds, Work::Canned(&canned))?;
         eprintln!("  {w} worker(s) handing on results: {:.0} module frames/s", p.module_frames_per_s);
         points.push(p);

@@ -54,7 +54,7 @@ pub struct PipelineArgs {
     /// photons32 or kev.
     #[arg(long, default_value = "auto")]
     pub(crate) output: String,
-    /// Pedestal bands (default: rdaq run's, one per two workers).
+    /// Pedestal bands (default: the thread budget's proportion beside each point's workers, one per two with the chopper).
     #[arg(long)]
     pub(crate) pedestal_bands: Option<usize>,
     /// Frames each worker's input ring holds (process.ring_frames; the pool of frame buffers
@@ -130,7 +130,6 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&dir)?;
     let dark = if a.raw { "raw frames" } else if a.no_dark { "no dark frames" } else { "chopper 1 dark : 1 signal" };
     eprintln!("rdaq bench pipeline: {} module(s) per frame, {dark}, {} output, {} backend, {} s per point, process workers {counts:?} on {cores} cores", a.modules, a.output, a.backend, a.seconds);
-    cfg.process.pedestal_bands = a.pedestal_bands.unwrap_or(0);
     cfg.process.cpus = if a.pin { (0..cores).collect() } else { Vec::new() };
     if a.ceiling {
         anyhow::ensure!(a.backend == "cpu", "--ceiling measures the CPU backend's graph (--backend cpu)");
@@ -138,7 +137,7 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     }
     let mut points = Vec::new();
     for &w in &counts {
-        cfg.process.workers = w;
+        set_workers(&mut cfg, &a, w);
         let work = if a.backend == "gpu-standin" { Work::GpuStandIn } else { Work::Real };
         let p = measure_point(&cfg, &pool, &dir, a.seconds, work)?;
         eprintln!("  {w} worker(s): {:.0} module frames/s", p.module_frames_per_s);
@@ -150,6 +149,14 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
         std::fs::write(&path, serde_json::to_string_pretty(&points)?).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Sets a point's process workers, and its pedestal bands as asked or as the thread
+/// budget would give them beside that many workers.
+pub(crate) fn set_workers(cfg: &mut Config, a: &PipelineArgs, workers: usize) {
+    let dark = rdaq_run::budget::ThreadBudget::dark_share(cfg.detector.chopper_dark, cfg.detector.chopper_signal);
+    cfg.process.workers = workers;
+    cfg.process.pedestal_bands = a.pedestal_bands.unwrap_or_else(|| rdaq_run::budget::ThreadBudget::bands_beside(workers, dark));
 }
 
 /// One point in its own directory under `dir`, removed when the point ends: its dirty pages

@@ -82,6 +82,14 @@ impl ThreadBudget {
         ThreadBudget { cores, busy, workers, bands: bands_n, dark_share, set, threads, oversubscribed: threads > cores }
     }
 
+    /// The bands that keep pace with `workers` process workers when dark frames make
+    /// `dark_share` of the work (at least one): the budget's proportion, for a count of
+    /// workers given rather than cores (`rdaq bench pipeline`).
+    pub fn bands_beside(workers: usize, dark_share: f64) -> usize {
+        let s = dark_share.clamp(0.0, 0.99);
+        ((workers as f64 * s / (1.0 - s)).round() as usize).max(1)
+    }
+
     /// The share of the processing work that dark frames make on this chopper schedule.
     pub fn dark_share(dark: u32, signal: u32) -> f64 {
         let d = dark as f64 * DARK_COST;
@@ -143,6 +151,14 @@ mod tests {
         let b = ThreadBudget::share(16, recv, chopper, true, Asked::default());
         assert_eq!((b.workers, b.bands), (9, 5));
         assert_eq!(b.describe(), "9 workers + 5 pedestal bands (chosen) beside 1 receiver, 1 writer on 16 cores");
+    }
+
+    #[test]
+    fn beside_a_count_of_workers_the_bands_keep_the_budgets_proportion() {
+        let chopper = ThreadBudget::dark_share(1, 1);
+        let bands: Vec<usize> = [1, 2, 4, 8, 14].iter().map(|&w| ThreadBudget::bands_beside(w, chopper)).collect();
+        assert_eq!(bands, [1, 1, 2, 4, 7]);
+        assert_eq!(ThreadBudget::bands_beside(8, 0.0), 1);
     }
 
     #[test]
