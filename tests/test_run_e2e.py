@@ -200,3 +200,18 @@ def test_run_with_a_topology_processes_each_receivers_share(rdaq, tmp_path):
                     assert f["entry/result_1/nPeaks"][i] == one["entry/result_1/nPeaks"][j]
                     compared += 1
         assert compared == len(ref) > 0, "every frame the single run wrote, written by one receiver of the plan"
+
+
+def test_run_says_at_start_which_rate_this_host_can_emulate(rdaq, tmp_path):
+    """Each emulated module's sender makes its synthetic frame before sending it: asked for
+    more than the host can make, `rdaq run` says so at start with the rate it can emulate,
+    and the summary counts the frames that started late."""
+    for rate, said in [("1000000", r"warning: this host emulates at most about (\d+) frames/s \(2 senders each make a module frame in [0-9.]+ ms\), not the 1000000 Hz asked"),
+                       ("0", r"sends as fast as this host makes its frames: at most about (\d+) frames/s")]:
+        r = subprocess.run([rdaq, "run", "--raw", "--frames", "20", "--rate", rate, "--out", tmp_path / rate, "--stream", "none", "--preview", "none"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode in (0, 1), r.stdout + r.stderr
+        m = re.search(said, r.stderr)
+        assert m and 0 < int(m.group(1)) < 1_000_000, r.stderr
+        if rate != "0":
+            assert re.search(r"detector    : \d+ module frames started more than a frame period late", r.stdout), r.stdout

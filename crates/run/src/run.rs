@@ -62,6 +62,11 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     eprintln!("{}", start_line(cfg, &rx));
     eprintln!("rdaq run: threads: {}", chain.threads.describe());
+    if matches!(detector, Emulated::Jungfrau) {
+        if let Some(line) = emulation_line(cfg, emulation_limit(cfg)) {
+            eprintln!("rdaq run: {line}");
+        }
+    }
     report_tuning("rdaq run", &rx);
     // the described detector's sender keeps no send times: its frames have no send latency
     let sent = matches!(detector, Emulated::Jungfrau).then(|| control.clone());
@@ -129,6 +134,38 @@ fn claim_run(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<(String, NxmxWrite
         eprintln!("rdaq run: {} has files of an earlier run: this run is {name} (--overwrite replaces instead)", cfg.output.name);
     }
     Ok((name, writer))
+}
+
+/// The frames per second this host's emulated modules can make: each sender makes its
+/// module's synthetic frame before it sends it, and the senders share the cores with the
+/// rest of the run. The making is timed on a few frames here; the sending is not counted.
+fn emulation_limit(cfg: &Config) -> (f64, std::time::Duration) {
+    let mut synth = rdaq_detector::ModuleSynth::new(cfg.synth(), 0);
+    let mut words = vec![0u16; rdaq_detector::MODULE_BYTES / 2];
+    let make = (0..3u64)
+        .map(|f| {
+            let t = Instant::now();
+            synth.frame(f, &mut words);
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let share = (cores / cfg.detector.modules.max(1) as f64).min(1.0);
+    (share / make.as_secs_f64().max(1e-9), make)
+}
+
+/// What the start says of the rate asked against what the host can emulate (`limit`, and
+/// the time a module frame takes to make): a warning when it asks for more.
+fn emulation_line(cfg: &Config, (limit, make): (f64, std::time::Duration)) -> Option<String> {
+    let how = format!("{} senders each make a module frame in {:.1} ms", cfg.detector.modules, make.as_secs_f64() * 1e3);
+    match cfg.rate() {
+        None => Some(format!("the emulated detector sends as fast as this host makes its frames: at most about {limit:.0} frames/s ({how})")),
+        Some(r) if r > limit => Some(format!(
+            "warning: this host emulates at most about {limit:.0} frames/s ({how}), not the {r} Hz asked: frames start late (the summary's detector line counts them), and the rates measured are this host's, not the detector's"
+        )),
+        Some(_) => None,
+    }
 }
 
 /// The detector this process emulates.
