@@ -120,13 +120,14 @@ def receive_emulated(rdaq, tmp_path, frames, rate, *args):
 def test_processing_without_a_file_compresses_only_for_a_reader(rdaq, tmp_path, reader):
     """`rdaq receive --calibration` without --out: the graph converts and finds spots in
     every signal frame, but with no file and nobody reading the stream it compresses none
-    (a counter that stays at zero); a reader there from the start gets every kept frame."""
+    (a counter that stays at zero); a reader gets every kept frame (the stream blocks until it
+    has connected: under drop, a reader connecting after the first frames misses them)."""
     port, got = free_port(), {}
     t = threading.Thread(target=lambda: got.setdefault("m", sc.receive(f"tcp://127.0.0.1:{port}", timeout_ms=30000)))
     if reader:
         t.start()
     rc, out, err = receive_emulated(rdaq, tmp_path, 40, 200, "--modules", "1", "--calibration", "emulated", "--stream", f"tcp://127.0.0.1:{port}",
-                                    "--stream-policy", "drop", "--summary-json", tmp_path / "s.json")
+                                    "--stream-policy", "block" if reader else "drop", "--summary-json", tmp_path / "s.json")
     assert rc == 0, out + err
     s = json.loads((tmp_path / "s.json").read_text())
     p, st = s["processing"], s["stream"]

@@ -188,10 +188,32 @@ enum Kind {
 /// The conversion of a module or an assembled image (the calibration's pixels).
 pub struct Converter {
     cal: Arc<Calibration>,
+    /// The G0 pedestal in use: the calibration's, or a tracked one published since
+    /// ([`Converter::with_g0`]).
+    g0: G0Pedestal,
     invalid: InvalidGain,
     /// One bit per pixel: masked (kept apart from the u32 mask so that the fast path reads
     /// 1/8 byte per pixel for it, not 4).
-    masked: Vec<u64>,
+    masked: Arc<Vec<u64>>,
+}
+
+/// A G0 pedestal, finite at every pixel: what a pedestal tracker publishes to converters that
+/// share everything else of their calibration. Checked once where it is made, and handed
+/// out by reference count, so publishing it costs one image, not a calibration per worker.
+#[derive(Clone, Debug)]
+pub struct G0Pedestal(Arc<Vec<f32>>);
+
+impl G0Pedestal {
+    pub fn new(values: Vec<f32>) -> Result<G0Pedestal, CalibrationError> {
+        if let Some(pixel) = values.iter().position(|p| !p.is_finite()) {
+            return Err(CalibrationError::NotFinite { what: "pedestal", pixel, gain: 0 });
+        }
+        Ok(G0Pedestal(Arc::new(values)))
+    }
+
+    pub fn values(&self) -> &[f32] {
+        &self.0
+    }
 }
 
 /// Pixels per block of the fast path: the block is converted as G0, then the pixels that
@@ -213,7 +235,24 @@ impl Converter {
                 masked[px / 64] |= 1 << (px % 64);
             }
         }
-        Ok(Converter { cal, invalid, masked })
+        let g0 = G0Pedestal(Arc::new(cal.pedestal[0].clone()));
+        Ok(Converter { cal, g0, invalid, masked: Arc::new(masked) })
+    }
+
+    /// This converter with the G0 pedestal `g0` (a tracked pedestal, published): its gains,
+    /// mask and other pedestals shared, nothing checked again but the size.
+    pub fn with_g0(&self, g0: G0Pedestal) -> Result<Converter, CalibrationError> {
+        if g0.values().len() != self.pixels() {
+            return Err(CalibrationError::Size { got: g0.values().len(), want: self.pixels() });
+        }
+        Ok(Converter { cal: self.cal.clone(), g0, invalid: self.invalid, masked: self.masked.clone() })
+    }
+
+    /// The calibration this converter converts with (its G0 pedestal in place).
+    pub fn calibration(&self) -> Calibration {
+        let mut cal = (*self.cal).clone();
+        cal.pedestal[0].copy_from_slice(self.g0.values());
+        cal
     }
 
     #[inline(always)]
@@ -257,7 +296,8 @@ impl Converter {
 
     #[inline(always)]
     fn kev(&self, px: usize, g: usize, word: u16) -> f32 {
-        ((word & ADC_MAX) as f32 - self.cal.pedestal[g][px]) / self.cal.gain[g][px]
+        let pedestal = if g == 0 { self.g0.values()[px] } else { self.cal.pedestal[g][px] };
+        ((word & ADC_MAX) as f32 - pedestal) / self.cal.gain[g][px]
     }
 
     /// Converts a whole frame (the calibration's pixels) to keV.
@@ -302,7 +342,7 @@ impl Converter {
     /// exceptions (any word with gain bits, or a masked pixel) one by one.
     #[inline(always)]
     fn to_kev_blocks(&self, first: usize, raw: &[u16], out: &mut [f32]) {
-        let (p0, g0) = (&self.cal.pedestal[0][first..first + raw.len()], &self.cal.gain[0][first..first + raw.len()]);
+        let (p0, g0) = (&self.g0.values()[first..first + raw.len()], &self.cal.gain[0][first..first + raw.len()]);
         for (b, (w, o)) in raw.chunks(BLOCK).zip(out.chunks_mut(BLOCK)).enumerate() {
             let at = b * BLOCK;
             let (p, g) = (&p0[at..at + w.len()], &g0[at..at + w.len()]);
@@ -372,6 +412,26 @@ mod tests {
                 None => assert!(out[px].is_nan(), "pixel {px} word {:#06x}", raw[px]),
             }
         }
+    }
+
+    #[test]
+    fn a_published_g0_pedestal_converts_as_a_calibration_that_holds_it() {
+        let n = 4096;
+        let mut cal = calibration(n);
+        cal.mask[7] = 1;
+        let conv = Converter::new(cal.clone(), InvalidGain::Error).unwrap();
+        let tracked: Vec<f32> = (0..n).map(|px| cal.pedestal[0][px] + (px % 13) as f32 - 6.0).collect();
+        let followed = conv.with_g0(G0Pedestal::new(tracked.clone()).unwrap()).unwrap();
+        cal.pedestal[0] = tracked;
+        let whole = Converter::new(cal.clone(), InvalidGain::Error).unwrap();
+        let raw: Vec<u16> = (0..n as u64).map(|i| rng::at(78, i) as u16).collect();
+        let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
+        followed.to_kev(&raw, &mut a);
+        whole.to_kev(&raw, &mut b);
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "the same keV, bit for bit, every gain and the mask");
+        assert_eq!(followed.calibration().pedestal, cal.pedestal);
+        assert!(matches!(G0Pedestal::new(vec![0.0, f32::NAN]), Err(CalibrationError::NotFinite { pixel: 1, .. })));
+        assert!(matches!(conv.with_g0(G0Pedestal::new(vec![0.0; n - 1]).unwrap()), Err(CalibrationError::Size { .. })));
     }
 
     #[test]

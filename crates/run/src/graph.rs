@@ -26,7 +26,7 @@ use rdaq_detector::{as_words, Chopper, Geometry};
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::pipeline::{Emit, Pipeline, Policy, Port, StageId, StageStats, WhenFull, WorkerFn};
 use rdaq_process::spots::{is_hit, LocalSnrParams, Spot};
-use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain};
+use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, G0Pedestal, InvalidGain};
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_sink::{NxmxWriter, PixelType};
 
@@ -265,10 +265,34 @@ impl StageReport {
     }
 }
 
-/// The calibration the converters use, replaced when the tracked pedestal is published.
+/// The calibration the converters use: the run's, with the G0 pedestal replaced each time
+/// the tracked one is published (the rest never changes, so only the pedestal is handed on).
 struct SharedCal {
-    cal: RwLock<Arc<Calibration>>,
+    base: Arc<Calibration>,
+    g0: RwLock<G0Pedestal>,
     generation: AtomicU64,
+}
+
+impl SharedCal {
+    fn new(base: Arc<Calibration>) -> anyhow::Result<SharedCal> {
+        let g0 = G0Pedestal::new(base.pedestal[0].clone())?;
+        Ok(SharedCal { base, g0: RwLock::new(g0), generation: AtomicU64::new(0) })
+    }
+
+    /// The G0 pedestal published last.
+    fn g0(&self) -> G0Pedestal {
+        self.g0.read().expect("not poisoned").clone()
+    }
+
+    /// `conv` following the pedestal published last, when `seen` (the generation it has)
+    /// is not the latest; returns the latest generation.
+    fn follow(&self, seen: u64, conv: &mut Converter) -> u64 {
+        let gen = self.generation.load(Ordering::Acquire);
+        if gen != seen {
+            *conv = conv.with_g0(self.g0()).expect("the tracked pedestal has the image's pixels");
+        }
+        gen
+    }
 }
 
 /// The pooled frame buffers: enough for every ring of the graph to be full.
@@ -331,7 +355,7 @@ pub fn run(
     let g = Graph {
         rx,
         setup: &setup,
-        cal: SharedCal { cal: RwLock::new(setup.calibration.clone()), generation: AtomicU64::new(0) },
+        cal: SharedCal::new(setup.calibration.clone())?,
         dark_mean: Mutex::new(vec![0.0; pixels]),
         steps: StepTimes::default(),
         reorder_high_water: AtomicU64::new(0),
@@ -509,16 +533,15 @@ impl Graph<'_> {
 
     /// Replaces the converters' G0 pedestal with the one the bands wrote.
     fn publish_pedestal(&self) {
-        let old = self.cal.cal.read().expect("not poisoned").clone();
-        let mut cal = (*old).clone();
-        cal.pedestal[0].copy_from_slice(&self.dark_mean.lock().expect("not poisoned"));
+        let base = &self.cal.base;
+        let mut g0 = self.dark_mean.lock().expect("not poisoned").clone();
         // gap pixels keep their placeholder pedestal (they are masked)
-        for (p, (&m, &o)) in cal.pedestal[0].iter_mut().zip(old.mask.iter().zip(&old.pedestal[0])) {
+        for (p, (&m, &b)) in g0.iter_mut().zip(base.mask.iter().zip(&base.pedestal[0])) {
             if m & rdaq_detector::geometry::MASK_GAP != 0 {
-                *p = o;
+                *p = b;
             }
         }
-        *self.cal.cal.write().expect("not poisoned") = Arc::new(cal);
+        *self.cal.g0.write().expect("not poisoned") = G0Pedestal::new(g0).expect("a mean of ADC values is finite");
         self.cal.generation.fetch_add(1, Ordering::Release);
         ProcessCounts::add(&self.setup.board.process.pedestal_updates, 1);
     }
@@ -661,7 +684,9 @@ impl Graph<'_> {
         r.steps = self.step_report();
         r.frames_compressed = self.steps.compressed.load(Ordering::Relaxed);
         r.reorder_high_water = self.reorder_high_water.load(Ordering::Relaxed) as usize;
-        r.calibration = Some(self.cal.cal.into_inner().expect("not poisoned"));
+        let mut cal = (*self.cal.base).clone();
+        cal.pedestal[0].copy_from_slice(self.cal.g0().values());
+        r.calibration = Some(Arc::new(cal));
         let mut st = self.stats.into_inner().expect("not poisoned");
         st.latency = self.setup.board.latency();
         r.frames_written = st.written;

@@ -29,7 +29,7 @@ use rdaq_detector::{as_words, Geometry};
 use rdaq_gpu::{ChainSetup, Device, FrameLane, Found, GpuError, GpuPedestal, HostRegistration};
 use rdaq_process::pipeline::{Emit, WorkerFn};
 use rdaq_process::spots::LocalSnr;
-use rdaq_process::{Calibration, Converter};
+use rdaq_process::Converter;
 use rdaq_receiver::Receiver;
 use serde::Serialize;
 
@@ -303,8 +303,7 @@ impl Graph<'_> {
     fn spots_on_device(&self, off: &Offload, lane: &mut dyn FrameLane, finder: &mut LocalSnr, strong: &mut Vec<(u32, f32)>, wk: &mut Work) -> Result<(), GpuError> {
         let gen = self.cal.generation.load(Ordering::Acquire);
         if gen != lane.pedestal_generation() {
-            let cal = self.cal.cal.read().expect("not poisoned").clone();
-            lane.set_pedestal(&cal.pedestal[0], gen)?;
+            lane.set_pedestal(self.cal.g0().values(), gen)?;
         }
         let f = wk.ready.as_ref().expect("signal frames come with their slot");
         let words = as_words(self.rx.data(f).expect(OWN_FRAME));
@@ -360,12 +359,8 @@ impl Graph<'_> {
     /// The frame's keV image converted on the CPU from its slot (after a device error), as
     /// a process worker does; the converter follows the published pedestal.
     fn image_on_cpu(&self, cpu: &mut Option<(u64, Converter)>, runs: &[(usize, usize, usize)], wk: &mut Work) {
-        let gen = self.cal.generation.load(Ordering::Acquire);
-        if cpu.as_ref().is_none_or(|(seen, _)| *seen != gen) {
-            let cal: Arc<Calibration> = self.cal.cal.read().expect("not poisoned").clone();
-            *cpu = Some((gen, Converter::shared(cal, self.setup.invalid).expect("the calibration was checked when the run started")));
-        }
-        let conv = &cpu.as_ref().expect("made above").1;
+        let (seen, conv) = cpu.get_or_insert_with(|| (0, Converter::shared(self.cal.base.clone(), self.setup.invalid).expect("the calibration was checked when the run started")));
+        *seen = self.cal.follow(*seen, conv);
         let f = wk.ready.as_ref().expect("signal frames come with their slot");
         let words = as_words(self.rx.data(f).expect(OWN_FRAME));
         conv.to_kev_runs(runs, words, &mut wk.image);

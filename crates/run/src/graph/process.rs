@@ -22,7 +22,7 @@ impl Graph<'_> {
     /// compression, each step timed.
     pub(super) fn process_worker<'g>(&'g self, k: usize) -> WorkerFn<'g, Box<Work>> {
         let (cal, invalid) = (&self.cal, self.setup.invalid);
-        let mut conv = Converter::shared(cal.cal.read().expect("not poisoned").clone(), invalid).expect("checked by run");
+        let mut conv = Converter::shared(cal.base.clone(), invalid).expect("checked by run");
         let mut seen = 0u64;
         let runs = self.setup.geometry.runs_in_image_order();
         let mut finder = LocalSnr::new(self.setup.finder);
@@ -35,11 +35,7 @@ impl Graph<'_> {
                 e.send(0, wk);
                 return;
             }
-            let gen = cal.generation.load(Ordering::Acquire);
-            if gen != seen {
-                seen = gen;
-                conv = Converter::shared(cal.cal.read().expect("not poisoned").clone(), invalid).expect("the tracked pedestal is finite");
-            }
+            seen = cal.follow(seen, &mut conv);
             let (convert_ns, t) = self.convert_and_find(&conv, &runs, &mut finder, &mut wk);
             self.judge(&mut wk);
             let t2 = Instant::now();
