@@ -187,6 +187,9 @@ def test_detector_api_refuses_bad_requests(daemons):
     assert call("PUT", det + "/dtp", {"dtps": [good, dict(good, module=1)]})[0] == 200
     code, body = call("POST", det + "/start", {"frames": 2, "first_frame": 2**64 - 1})
     assert code == 400 and "first_frame" in body["error"] and "2^64" in body["error"], "a run past 2^64 would never end"
+    for rate in (1e-300, -1.0, 1e300):
+        code, body = call("POST", det + "/start", {"frames": 2, "rate_hz": rate})
+        assert code == 400 and "rate_hz" in body["error"] and "1000000" in body["error"], (rate, body)
     assert call("GET", det + "/status")[1]["state"] != "running"
 
 

@@ -8,13 +8,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use rdaq_detector::{Description, ModuleSynth, SynthConfig, MODULE_BYTES, MODULE_PIXELS};
+use rdaq_detector::{Description, SynthConfig, MODULE_BYTES};
 use rdaq_emulator::described::{self, DescribedDetector};
 use rdaq_emulator::{Control, EmulatorConfig, EmulatorError, EmulatorReport};
 use rdaq_proto::events::EventPage;
@@ -72,13 +71,7 @@ impl Daemon for DetectorDaemon {
 
 /// Frames per second one module's synthesis reaches on this machine (measured once).
 fn measure_rate(seed: u64) -> f64 {
-    let mut synth = ModuleSynth::new(SynthConfig { seed, ..Default::default() }, 0);
-    let mut words = vec![0u16; MODULE_PIXELS];
-    let t = Instant::now();
-    for f in 0..5 {
-        synth.frame(f, &mut words);
-    }
-    5.0 / t.elapsed().as_secs_f64()
+    1.0 / rdaq_emulator::config::frame_make_time(&SynthConfig { seed, ..Default::default() }).as_secs_f64()
 }
 
 /// The daemon's API; `access` is the one [`crate::http::serve`] guards it with (its
@@ -198,17 +191,15 @@ async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result
     let Some(dtps) = d.dtps.clone() else {
         return Err(conflict("no DTPs: PUT /dtp first"));
     };
-    if !(req.rate_hz >= 0.0 && req.rate_hz.is_finite()) {
-        return Err(bad("rate_hz: 0 (as fast as possible) or positive"));
-    }
     let cfg = EmulatorConfig {
         modules: d.opts.modules,
         frames: req.frames,
         first_frame: req.first_frame,
-        rate_hz: (req.rate_hz > 0.0).then_some(req.rate_hz),
+        rate_hz: (req.rate_hz != 0.0).then_some(req.rate_hz),
         synth: SynthConfig { seed: d.opts.seed, ..Default::default() },
         ..EmulatorConfig::default()
     };
+    rdaq_emulator::config::check_rate(cfg.rate_hz).map_err(|e| bad(format!("rate_hz: {e}")))?;
     cfg.last_frame().map_err(|e| bad(format!("first_frame: {e}")))?;
     let control = Arc::new(Control::default());
     d.control = control.clone();

@@ -42,7 +42,7 @@ pub struct ManageArgs {
     #[arg(long, default_value_t = 3)]
     misses: u32,
     /// Give up waiting for the detector after this long.
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, value_parser = rdaq_run::config::seconds_arg, default_value_t = 600.0)]
     timeout_s: f64,
     #[arg(long)]
     tolerate_loss: bool,

@@ -40,7 +40,44 @@ pub struct EmulatorConfig {
     pub faults: Option<FaultConfig>,
 }
 
+/// The slowest frame rate asked of an emulated detector (one frame every 1,000 s).
+pub const MIN_RATE_HZ: f64 = 1e-3;
+/// The fastest (JUNGFRAU runs at 2 kHz, EIGER at up to 23 kHz; small test frames faster).
+pub const MAX_RATE_HZ: f64 = 1e6;
+
+/// Checks a frame rate asked from outside: `None` (as fast as possible) or a finite rate in
+/// [`MIN_RATE_HZ`]..=[`MAX_RATE_HZ`], so that the frame period is a duration.
+pub fn check_rate(rate_hz: Option<f64>) -> Result<(), String> {
+    match rate_hz {
+        Some(r) if !(MIN_RATE_HZ..=MAX_RATE_HZ).contains(&r) => Err(format!("the rate must be 0 (as fast as possible) or {MIN_RATE_HZ} to {MAX_RATE_HZ} Hz, not {r}")),
+        _ => Ok(()),
+    }
+}
+
+/// The time one emulated JUNGFRAU module takes to make a frame of `synth` (the best of a
+/// few): what bounds the rate of its sender, which makes each frame before sending it.
+pub fn frame_make_time(synth: &SynthConfig) -> Duration {
+    let mut module = rdaq_detector::ModuleSynth::new(synth.clone(), 0);
+    let mut words = vec![0u16; MODULE_BYTES / 2];
+    (0..3u64)
+        .map(|f| {
+            let t = std::time::Instant::now();
+            module.frame(f, &mut words);
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
+        .max(Duration::from_nanos(1))
+}
+
 impl EmulatorConfig {
+    /// Checks what decides how long the run takes: its rate ([`check_rate`]) and its last
+    /// frame ([`EmulatorConfig::last_frame`]).
+    pub fn check(&self) -> Result<(), EmulatorError> {
+        check_rate(self.rate_hz).map_err(EmulatorError::Config)?;
+        self.last_frame().map(drop)
+    }
+
     /// The frame after the last one sent; frame numbers are 64-bit, so a run that would
     /// pass 2^64 is refused (it would never end).
     pub fn last_frame(&self) -> Result<u64, EmulatorError> {

@@ -148,6 +148,7 @@ pub fn send(det: &DescribedDetector, dests: &[SocketAddr], first: u64, frames: u
     if first.checked_add(frames).is_none() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("first frame {first} + {frames} frames is past the last frame number, 2^64 - 1")));
     }
+    crate::config::check_rate(rate_hz).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let ports = det.ports();
     if dests.len() != det.modules as usize * ports {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} data ports for {} modules of {ports} ports", dests.len(), det.modules)));

@@ -46,7 +46,7 @@ pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], control: Arc<Control>) -> R
     if cfg.module_bytes == 0 || cfg.module_bytes % 2 != 0 {
         return Err(EmulatorError::Config(format!("module_bytes {} must be even and positive", cfg.module_bytes)));
     }
-    cfg.last_frame()?;
+    cfg.check()?;
     if let Some(f) = &cfg.faults {
         f.check().map_err(EmulatorError::Config)?;
         if f.slow.is_some_and(|s| s.module >= cfg.modules) {

@@ -119,9 +119,7 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     let buffers = a.buffers.clone().expect("clap requires --buffers without --serve");
     let text = std::fs::read_to_string(&buffers).with_context(|| format!("cannot read {}", buffers.display()))?;
     let map: BufferMap = serde_json::from_str(&text).with_context(|| format!("{} is not a buffer map", buffers.display()))?;
-    if !(a.rate >= 0.0) {
-        bail!("--rate must be 0 (as fast as possible) or positive");
-    }
+    rdaq_emulator::config::check_rate((a.rate != 0.0).then_some(a.rate)).map_err(|e| anyhow::anyhow!("--rate: {e}"))?;
     if let Some(name) = &a.detector {
         return emulate_described(&a, name, &map, &buffers);
     }
@@ -147,9 +145,9 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         write_manifest(m, &r.manifest, a.overwrite)?;
     }
     let secs = r.elapsed.as_secs_f64();
-    println!(
+    rdaq_run::summary::print_out(&format!(
         "rdaq emulate: {} modules x {} frames, {} datagrams, {:.3} GB in {:.3} s ({:.2} GB/s), gso {}, late frames {}, \
-         held back by a slower module {}, refused {}, RoCEv2 frames refused by the interface {}, requests {} (malformed {}), resent {}, not in history {}",
+         held back by a slower module {}, refused {}, RoCEv2 frames refused by the interface {}, requests {} (malformed {}), resent {}, not in history {}\n",
         map.modules,
         a.frames,
         r.sent.datagrams,
@@ -165,7 +163,7 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         r.retransmit.bad_nacks,
         r.retransmit.resent,
         r.retransmit.history_misses
-    );
+    ));
     if r.refused_in_frames > 0 {
         eprintln!("rdaq emulate: {} sends of frames were refused: nothing listened at the receiver's port (exit 1)", r.refused_in_frames);
         return Ok(ExitCode::from(1));
@@ -214,10 +212,10 @@ fn emulate_described(a: &EmulateArgs, name: &str, map: &BufferMap, buffers: &std
     let first = a.first_frame.unwrap_or(if det.sends_reset_frames() { 2 } else { 1 });
     let r = described::send(&det, &dests, first, a.frames, (a.rate > 0.0).then_some(a.rate), !a.no_gso, &progress)?;
     let secs = r.elapsed.as_secs_f64();
-    println!(
-        "rdaq emulate: {} modules of {} at {bits} bits x {} frames, {} datagrams of {} bytes, {:.3} GB in {:.3} s ({:.2} GB/s), late frames {}, refused {}",
+    rdaq_run::summary::print_out(&format!(
+        "rdaq emulate: {} modules of {} at {bits} bits x {} frames, {} datagrams of {} bytes, {:.3} GB in {:.3} s ({:.2} GB/s), late frames {}, refused {}\n",
         map.modules, d.name, r.frames, r.sent.datagrams, payload + rdaq_proto::SLS_HEADER_LEN, r.sent.bytes as f64 / 1e9, secs, r.sent.bytes as f64 / 1e9 / secs, r.late_frames, r.sent.refused
-    );
+    ));
     if r.sent.refused > 0 {
         eprintln!("rdaq emulate: {} sends were refused: nothing listened at the receiver's ports (exit 1)", r.sent.refused);
         return Ok(ExitCode::from(1));

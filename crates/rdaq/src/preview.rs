@@ -24,7 +24,7 @@ pub struct PreviewArgs {
     #[arg(long)]
     png: PathBuf,
     /// How long to wait for an image on the stream.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, value_parser = rdaq_run::config::seconds_arg, default_value_t = 10.0)]
     timeout_s: f64,
     /// Replace the --png file if it exists.
     #[arg(long)]

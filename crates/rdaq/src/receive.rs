@@ -136,7 +136,7 @@ pub struct ReceiveArgs {
     #[arg(long)]
     frame_time_s: Option<f64>,
     /// Stop after this many seconds in any case.
-    #[arg(long)]
+    #[arg(long, value_parser = rdaq_run::config::seconds_arg)]
     timeout_s: Option<f64>,
     /// NXmx output file (none: frames are counted and dropped). An existing file is refused
     /// unless --overwrite.

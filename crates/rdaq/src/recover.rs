@@ -14,16 +14,19 @@ pub struct RecoverArgs {
 }
 
 pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
+    use std::fmt::Write;
     let r = rdaq_sink::recover::recover(&a.master)?;
+    let mut o = String::new();
     for (path, frames) in &r.data_files {
-        println!("data file   : {} ({frames} frames)", path.display());
+        writeln!(o, "data file   : {} ({frames} frames)", path.display())?;
     }
     if r.rows_dropped > 0 {
-        println!("dropped     : {} rows past the frame tables (frames whose write the crash interrupted)", r.rows_dropped);
+        writeln!(o, "dropped     : {} rows past the frame tables (frames whose write the crash interrupted)", r.rows_dropped)?;
     }
     for p in &r.removed {
-        println!("removed     : {}", p.display());
+        writeln!(o, "removed     : {}", p.display())?;
     }
-    println!("master      : {} lists {} frames", a.master.display(), r.frames);
+    writeln!(o, "master      : {} lists {} frames", a.master.display(), r.frames)?;
+    rdaq_run::summary::print_out(&o);
     Ok(())
 }

@@ -95,14 +95,16 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
 fn run_topology(cfg: &Config, path: &Path, control: Arc<Control>) -> anyhow::Result<ExitCode> {
     let (sums, emu) = rdaq_run::topology::run(cfg, path, control)?;
     let mut worst = ExitCode::SUCCESS;
+    let mut text = String::new();
     for (name, sum) in sums {
-        println!("---- receiver {name} ----");
-        sum.print();
+        text.push_str(&format!("---- receiver {name} ----\n"));
+        sum.write_to(&mut text);
         if sum.lost() {
             worst = sum.exit_code("run", cfg.output.tolerate_loss);
         }
     }
-    println!("sent: {} datagrams, {:.3} GB in {:.2} s", emu.sent.datagrams, emu.sent.bytes as f64 / 1e9, emu.elapsed.as_secs_f64());
+    text.push_str(&format!("sent: {} datagrams, {:.3} GB in {:.2} s\n", emu.sent.datagrams, emu.sent.bytes as f64 / 1e9, emu.elapsed.as_secs_f64()));
+    rdaq_run::summary::print_out(&text);
     Ok(worst)
 }
 

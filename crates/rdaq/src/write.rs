@@ -30,7 +30,7 @@ pub struct WriteArgs {
     #[arg(long)]
     sub: bool,
     /// Give up after this many seconds without a message (default: wait for the end).
-    #[arg(long)]
+    #[arg(long, value_parser = rdaq_run::config::seconds_arg)]
     idle_timeout_s: Option<f64>,
     /// Replace existing files of that name.
     #[arg(long)]
@@ -45,10 +45,7 @@ pub fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--images-per-file must be at least 1");
     }
     rdaq_run::outputs::plain_name("--name", &a.name)?;
-    let idle_timeout = match a.idle_timeout_s {
-        Some(s) if !(s > 0.0 && s.is_finite()) => anyhow::bail!("--idle-timeout-s must be positive"),
-        s => s.map(Duration::from_secs_f64),
-    };
+    let idle_timeout = a.idle_timeout_s.map(Duration::from_secs_f64);
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let _ = ctrlc::set_handler(move || {

@@ -469,6 +469,26 @@ const MAX_SPOTS_PER_FRAME: f64 = 10_000.0;
 const MAX_BACKGROUND: f64 = 10_000.0;
 /// Threads of one kind per CPU, at most.
 const THREADS_PER_CPU: usize = 4;
+
+/// The longest time a command line gives in seconds (a timeout, an idle time): 30 days.
+pub const MAX_SECONDS: f64 = 30.0 * 86_400.0;
+
+/// Reads a time in seconds from the command line (clap's `value_parser`): a finite number
+/// above 0 and at most [`MAX_SECONDS`], so that it is a duration and every wait ends.
+pub fn seconds_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if v > 0.0 && v <= MAX_SECONDS {
+        Ok(v)
+    } else {
+        Err(format!("{s} s: give a time above 0 and at most {MAX_SECONDS} s (30 days)"))
+    }
+}
+/// The longest a frame may wait for its missing datagrams (a minute: far beyond any
+/// retransmission), so that a run's end never waits on a frame for days.
+const MAX_FRAME_TIMEOUT_MS: u64 = 60_000;
+/// Photon energies a detector of this kind is used at (JUNGFRAU: 2-25 keV), with room.
+const MIN_PHOTON_KEV: f64 = 0.1;
+const MAX_PHOTON_KEV: f64 = 200.0;
 /// Spots kept per frame in the files, and frames each process worker holds, at most.
 const MAX_SPOTS: usize = 100_000;
 const MAX_RING_FRAMES: usize = 4096;
@@ -576,8 +596,8 @@ impl Config {
         if self.geometry().is_none() {
             bail!("detector.module_cols {} must divide detector.modules {} into whole rows", self.detector.module_cols, self.detector.modules);
         }
-        if !(self.detector.photon_energy_kev > 0.0) {
-            bail!("detector.photon_energy_kev must be positive");
+        if !(MIN_PHOTON_KEV..=MAX_PHOTON_KEV).contains(&self.detector.photon_energy_kev) {
+            bail!("detector.photon_energy_kev must be {MIN_PHOTON_KEV} to {MAX_PHOTON_KEV} keV, not {}", self.detector.photon_energy_kev);
         }
         if self.described()?.is_none() && (self.detector.bit_depth.is_some() || self.detector.link.is_some()) {
             bail!("detector.bit_depth and detector.link are settings of a detector placed by header (detector.name), not of JUNGFRAU");
@@ -587,8 +607,8 @@ impl Config {
         if self.emulator.frames == 0 {
             bail!("emulator.frames must be at least 1");
         }
-        if !(self.emulator.rate_hz >= 0.0) || !self.emulator.rate_hz.is_finite() {
-            bail!("emulator.rate_hz must be 0 (as fast as possible) or positive");
+        if self.emulator.rate_hz != 0.0 {
+            rdaq_emulator::config::check_rate(Some(self.emulator.rate_hz)).map_err(|e| anyhow::anyhow!("emulator.rate_hz: {e}"))?;
         }
         if self.network.payload_bytes == 0 || self.network.payload_bytes > MAX_PAYLOAD {
             bail!("network.payload_bytes must be 1..={MAX_PAYLOAD}, not {}", self.network.payload_bytes);
@@ -598,6 +618,9 @@ impl Config {
         }
         if let Err(e) = self.network.engine.parse::<rdaq_receiver::EngineKind>() {
             bail!("network.engine: {e}");
+        }
+        if !(1..=MAX_FRAME_TIMEOUT_MS).contains(&self.receiver.frame_timeout_ms) {
+            bail!("receiver.frame_timeout_ms must be 1 to {MAX_FRAME_TIMEOUT_MS}, not {}", self.receiver.frame_timeout_ms);
         }
         if !(0.0..=100.0).contains(&self.network.coalesce_ms) {
             bail!("network.coalesce_ms must be 0 to 100, not {}", self.network.coalesce_ms);

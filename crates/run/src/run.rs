@@ -140,19 +140,10 @@ fn claim_run(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<(String, NxmxWrite
 /// module's synthetic frame before it sends it, and the senders share the cores with the
 /// rest of the run. The making is timed on a few frames here; the sending is not counted.
 fn emulation_limit(cfg: &Config) -> (f64, std::time::Duration) {
-    let mut synth = rdaq_detector::ModuleSynth::new(cfg.synth(), 0);
-    let mut words = vec![0u16; rdaq_detector::MODULE_BYTES / 2];
-    let make = (0..3u64)
-        .map(|f| {
-            let t = Instant::now();
-            synth.frame(f, &mut words);
-            t.elapsed()
-        })
-        .min()
-        .unwrap_or_default();
+    let make = rdaq_emulator::config::frame_make_time(&cfg.synth());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let share = (cores / cfg.detector.modules.max(1) as f64).min(1.0);
-    (share / make.as_secs_f64().max(1e-9), make)
+    (share / make.as_secs_f64(), make)
 }
 
 /// What the start says of the rate asked against what the host can emulate (`limit`, and

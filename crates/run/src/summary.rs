@@ -13,6 +13,28 @@ use serde::Serialize;
 
 use crate::consume::ConsumeStats;
 
+/// A line of the printed summary, into its text.
+macro_rules! say {
+    ($o:expr, $($t:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($o, $($t)*);
+    }};
+}
+
+/// Writes `text` to stdout. A closed stdout (`rdaq run | head -3`, `| true`) is not an error
+/// of the acquisition: what is printed here is also in the summary JSON and the files, which
+/// are written whatever happens to the terminal, so a closed pipe only ends the printing, as
+/// it would end a Unix tool's output.
+pub fn print_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => eprintln!("rdaq: cannot print the summary on stdout: {e}"),
+    }
+}
+
 /// Runs of frame numbers listed at most, in the summary and its JSON.
 const RUNS_SHOWN: usize = 20;
 
@@ -301,40 +323,48 @@ impl Summary {
         ExitCode::from(1)
     }
 
+    /// Prints the summary on stdout (a closed stdout ends nothing: [`print_out`]).
     pub fn print(&self) {
-        println!("---- rdaq summary ----");
-        self.print_frames();
-        self.print_datagrams();
-        self.print_recovery();
-        self.print_rates();
-        self.print_processing();
-        self.print_outputs();
-        self.print_latency();
-        for h in &self.hints {
-            println!("hint        : {h}");
-        }
-        println!("loss        : {}", if self.lost() { "YES" } else { "none" });
+        let mut text = String::new();
+        self.write_to(&mut text);
+        print_out(&text);
     }
 
-    fn print_latency(&self) {
+    /// The summary as [`Summary::print`] prints it.
+    pub fn write_to(&self, o: &mut String) {
+        say!(o, "---- rdaq summary ----");
+        self.print_frames(o);
+        self.print_datagrams(o);
+        self.print_recovery(o);
+        self.print_rates(o);
+        self.print_processing(o);
+        self.print_outputs(o);
+        self.print_latency(o);
+        for h in &self.hints {
+            say!(o, "hint        : {h}");
+        }
+        say!(o, "loss        : {}", if self.lost() { "YES" } else { "none" });
+    }
+
+    fn print_latency(&self, o: &mut String) {
         for (i, l) in self.latency.iter().enumerate() {
             let label = if i == 0 { "latency" } else { "" };
-            println!("{label:<11} : {:<22} p50 {:>9.3} ms  p99 {:>9.3} ms  max {:>9.3} ms  ({} frames)", l.step, l.p50_us as f64 / 1e3, l.p99_us as f64 / 1e3, l.max_us as f64 / 1e3, l.frames);
+            say!(o, "{label:<11} : {:<22} p50 {:>9.3} ms  p99 {:>9.3} ms  max {:>9.3} ms  ({} frames)", l.step, l.p50_us as f64 / 1e3, l.p99_us as f64 / 1e3, l.max_us as f64 / 1e3, l.frames);
         }
     }
 
-    fn print_frames(&self) {
+    fn print_frames(&self, o: &mut String) {
         let beyond = if self.frames_beyond_expected > 0 { format!("; {} more came than expected (see hint)", self.frames_beyond_expected) } else { String::new() };
         let arrived = format!(
             "{} complete, {} incomplete (kept), {} discarded, {} refused (ring full), {} never arrived{beyond}",
             self.frames_complete, self.frames_incomplete, self.frames_discarded, self.frames_refused, self.frames_never_seen
         );
         if let (Some(asked), Some(sent)) = (self.stopped_early_of, self.frames_expected) {
-            println!("stopped     : early, after {sent} of the {asked} frames asked for");
+            say!(o, "stopped     : early, after {sent} of the {asked} frames asked for");
         }
         match self.frames_expected {
-            Some(e) => println!("frames      : {e} expected: {arrived}"),
-            None => println!("frames      : {arrived}"),
+            Some(e) => say!(o, "frames      : {e} expected: {arrived}"),
+            None => say!(o, "frames      : {arrived}"),
         }
         if self.frames_never_seen > 0 {
             let known: u64 = self.frames_never_seen_runs.iter().map(|(a, b)| b - a).sum();
@@ -346,143 +376,143 @@ impl Summary {
             if unknown > 0 {
                 parts.push(format!("{unknown} whose numbers are unknown (before the first or after the last frame seen)"));
             }
-            println!("never seen  : {}", parts.join("; "));
+            say!(o, "never seen  : {}", parts.join("; "));
         }
         if self.frames_refused > 0 {
-            println!("refused     : frames {} (the ring was full: the consumer was behind; each refused whole)", describe_runs(&self.frames_refused_runs, RUNS_SHOWN));
+            say!(o, "refused     : frames {} (the ring was full: the consumer was behind; each refused whole)", describe_runs(&self.frames_refused_runs, RUNS_SHOWN));
         }
         let not_saved = if self.frames_not_saved > 0 { format!(", {} received but not saved", self.frames_not_saved) } else { String::new() };
         let which = if self.processing.is_some() { " (the signal frames that were hits: see processing)" } else { "" };
-        println!("saved       : {} frames written{which}{not_saved}", self.frames_written);
+        say!(o, "saved       : {} frames written{which}{not_saved}", self.frames_written);
         if self.reset_frames + self.data_without_reset + self.unused_reset_frames > 0 {
-            println!(
+            say!(o, 
                 "reset frames: {} subtracted from their data frames (not written); {} data frames without their reset frame (not written); {} reset frames without their data frame (not used)",
                 self.reset_frames, self.data_without_reset, self.unused_reset_frames
             );
         }
     }
 
-    fn print_datagrams(&self) {
+    fn print_datagrams(&self, o: &mut String) {
         if let Some(e) = &self.engine {
-            println!("engine      : {e}");
+            say!(o, "engine      : {e}");
         }
         let sent = match (self.datagrams_sent, self.datagrams_resent) {
             (Some(s), Some(r)) if r > 0 => format!("sent {s} ({r} of them again: requested, or tail probes), "),
             (Some(s), _) => format!("sent {s}, "),
             _ => String::new(),
         };
-        println!("datagrams   : {sent}received {}, placed {} ({} landed in place, {} copied), rejected {}",
+        say!(o, "datagrams   : {sent}received {}, placed {} ({} landed in place, {} copied), rejected {}",
             self.datagrams_received, self.datagrams_placed, self.landed_in_place, self.copied, self.datagrams_dropped);
         if self.evacuated > 0 {
-            println!("moved       : {} payloads landed in a wrongly predicted cell and were moved out first (two copies)", self.evacuated);
+            say!(o, "moved       : {} payloads landed in a wrongly predicted cell and were moved out first (two copies)", self.evacuated);
         }
         if self.datagrams_dropped > 0 {
             let reasons: Vec<String> = self.dropped_by_reason.iter().map(|(n, v)| format!("{n}={v}")).collect();
-            println!("rejected    : {}", reasons.join(" "));
+            say!(o, "rejected    : {}", reasons.join(" "));
         }
         if self.packets_misfit > 0 {
-            println!("misfit      : {} of the detector's packets had no place in the frames as set up: the frames are not what it sent (see hint)", self.packets_misfit);
+            say!(o, "misfit      : {} of the detector's packets had no place in the frames as set up: the frames are not what it sent (see hint)", self.packets_misfit);
         }
         if self.cells_missing > 0 || self.kernel_drops > 0 || self.sends_refused.unwrap_or(0) > 0 {
             let recovered = if self.kernel_drops_recovered { ", sent again by the RoCEv2 sender" } else { "" };
-            println!("missing     : {} datagram cells missing in {} incomplete or discarded frames; {} datagrams dropped by the kernel (socket buffer full{recovered}); {} sends refused (nothing listened at the receiver's port)",
+            say!(o, "missing     : {} datagram cells missing in {} incomplete or discarded frames; {} datagrams dropped by the kernel (socket buffer full{recovered}); {} sends refused (nothing listened at the receiver's port)",
                 self.cells_missing, self.frames_incomplete + self.frames_discarded, self.kernel_drops, self.sends_refused.unwrap_or(0));
         }
         if let Some([d, r, u, c, l]) = self.faults_injected {
-            println!("injected    : dropped {d}, reordered {r}, duplicated {u}, corrupted {c}, delayed {l}");
+            say!(o, "injected    : dropped {d}, reordered {r}, duplicated {u}, corrupted {c}, delayed {l}");
         }
     }
 
-    fn print_recovery(&self) {
+    fn print_recovery(&self, o: &mut String) {
         if self.seq_missing > 0 || self.nacks_sent > 0 || self.datagrams_retransmitted_placed > 0 {
             let resent = self.datagrams_resent.map_or(String::new(), |r| format!(", resent {r}"));
             let misses = self.history_misses.map_or(String::new(), |m| format!(", not in the sender's history {m}"));
-            println!("recovery    : seq missing {}, requests {}{resent}{misses}, placed {} (redundant {}), frames recovered {}, given up {}",
+            say!(o, "recovery    : seq missing {}, requests {}{resent}{misses}, placed {} (redundant {}), frames recovered {}, given up {}",
                 self.seq_missing, self.nacks_sent, self.datagrams_retransmitted_placed, self.datagrams_redundant,
                 self.frames_recovered, self.frames_given_up);
         }
         if self.acks_sent > 0 {
-            println!("rc          : {} ACKs sent, {} ACKs or NAKs refused by the receiver's interface, {} WRITE packets refused by the sender's interface (all recovered by timeout and go-back)",
+            say!(o, "rc          : {} ACKs sent, {} ACKs or NAKs refused by the receiver's interface, {} WRITE packets refused by the sender's interface (all recovered by timeout and go-back)",
                 self.acks_sent, self.replies_refused, self.roce_sends_refused.map_or("?".to_string(), |n| n.to_string()));
         }
         // gaps that were not asked for only matter when something stayed missing; the
         // counts are in the JSON either way
         let unasked = self.nack_ranges_dropped + self.loss_reports_dropped + self.bad_nacks.unwrap_or(0);
         if unasked > 0 && self.lost() {
-            println!("not asked   : {} missing ranges were not asked for again (request queue full, rate limit, or nobody to ask), {} loss reports dropped, {} requests refused by the modules",
+            say!(o, "not asked   : {} missing ranges were not asked for again (request queue full, rate limit, or nobody to ask), {} loss reports dropped, {} requests refused by the modules",
                 self.nack_ranges_dropped, self.loss_reports_dropped, self.bad_nacks.unwrap_or(0));
         }
         if let (Some(late), Some(held)) = (self.late_frames, self.held_back) {
             if late > 0 {
-                println!("detector    : {late} module frames started more than a frame period late; {held} times a module waited for a slower one (common trigger)");
+                say!(o, "detector    : {late} module frames started more than a frame period late; {held} times a module waited for a slower one (common trigger)");
             }
         }
     }
 
-    fn print_rates(&self) {
-        println!("throughput  : {:.3} GB placed; {:.3} GB/s over the {:.2} s data window (first to last frame); receiver CPU {:.2} s",
+    fn print_rates(&self, o: &mut String) {
+        say!(o, "throughput  : {:.3} GB placed; {:.3} GB/s over the {:.2} s data window (first to last frame); receiver CPU {:.2} s",
             self.bytes_placed as f64 / 1e9, self.gb_per_s, self.data_window_s, self.receiver_cpu_s);
-        println!("elapsed     : {:.2} s (start to end, waits included)", self.elapsed_s);
+        say!(o, "elapsed     : {:.2} s (start to end, waits included)", self.elapsed_s);
         if self.frames_refused > 0 {
             let sent = self.frames_complete + self.frames_incomplete + self.frames_discarded + self.frames_refused;
             let arriving = if self.data_window_s > 0.0 { sent as f64 / self.data_window_s } else { 0.0 };
-            println!("limit       : the consumer ({}) was the limit: it took {:.0} frames/s while frames arrived at {:.0} frames/s",
+            say!(o, "limit       : the consumer ({}) was the limit: it took {:.0} frames/s while frames arrived at {:.0} frames/s",
                 self.consumer, self.consumer_frames_per_s, arriving);
         }
         if self.consumer_waits > 0 {
-            println!("consumer    : waited {} times for a free frame buffer (back-pressure from its workers and the writer)", self.consumer_waits);
+            say!(o, "consumer    : waited {} times for a free frame buffer (back-pressure from its workers and the writer)", self.consumer_waits);
         }
         if let Some(t) = &self.threads {
             let over = if t.oversubscribed { format!("; {} busy threads on {} cores: they took turns", t.threads, t.cores) } else { String::new() };
-            println!("threads     : {}{over}", t.describe());
+            say!(o, "threads     : {}{over}", t.describe());
         }
     }
 
-    fn print_processing(&self) {
+    fn print_processing(&self, o: &mut String) {
         let Some(p) = &self.processing else { return };
-        println!("processing  : {} dark frames ({} incomplete, not tracked), {} pedestal updates; {} signal frames, {} hits, {} vetoed ({:.1}%), {} spots; {} compressed, {} frames written",
+        say!(o, "processing  : {} dark frames ({} incomplete, not tracked), {} pedestal updates; {} signal frames, {} hits, {} vetoed ({:.1}%), {} spots; {} compressed, {} frames written",
             p.dark_frames, p.dark_incomplete, p.pedestal_updates, p.signal_frames, p.hits, p.vetoed, 100.0 * p.vetoed_fraction, p.spots_found, p.frames_compressed, p.frames_written);
-        println!("  stage          workers  frames   ms/frame  busy s  waits  dropped  discarded  ring max");
+        say!(o, "  stage          workers  frames   ms/frame  busy s  waits  dropped  discarded  ring max");
         for s in &p.stages {
-            println!("  {:<13} {:>7} {:>7} {:>10.3} {:>7.2} {:>6} {:>8} {:>10} {:>9}",
+            say!(o, "  {:<13} {:>7} {:>7} {:>10.3} {:>7.2} {:>6} {:>8} {:>10} {:>9}",
                 s.name, s.workers, s.frames, s.ms_per_frame, s.busy_s, s.blocked, s.dropped, s.discarded, s.high_water);
         }
         if !p.steps.is_empty() {
             let steps: Vec<String> = p.steps.iter().map(|s| format!("{} {:.3}", s.name, s.ms_per_frame)).collect();
-            println!("  per signal frame (ms, process workers): {}; frames held back for order: at most {}", steps.join(", "), p.reorder_high_water);
+            say!(o, "  per signal frame (ms, process workers): {}; frames held back for order: at most {}", steps.join(", "), p.reorder_high_water);
         }
         if p.pool_waits > 0 {
-            println!("  the receiver side waited {} times for a free frame buffer (back-pressure)", p.pool_waits);
+            say!(o, "  the receiver side waited {} times for a free frame buffer (back-pressure)", p.pool_waits);
         }
         if let Some(g) = &p.gpu {
-            println!("  gpu: {}, {} lanes, ring {}registered; {} images copied back, {} frames with too many strong pixels for the device's list, {} waits for a free lane",
+            say!(o, "  gpu: {}, {} lanes, ring {}registered; {} images copied back, {} frames with too many strong pixels for the device's list, {} waits for a free lane",
                 g.device, g.lanes, if g.ring_registered { "" } else { "not " }, g.images_copied_back, g.strong_overflow, g.lane_waits);
             if g.device_errors > 0 {
-                println!("  gpu errors: {} (first: {}); {} frames processed on the CPU after it", g.device_errors, g.first_error.as_deref().unwrap_or("?"), g.frames_on_cpu);
+                say!(o, "  gpu errors: {} (first: {}); {} frames processed on the CPU after it", g.device_errors, g.first_error.as_deref().unwrap_or("?"), g.frames_on_cpu);
             }
         }
     }
 
-    fn print_outputs(&self) {
+    fn print_outputs(&self, o: &mut String) {
         if let Some(r) = self.compression_ratio {
-            println!("compression : ratio {r:.2} (bitshuffle chunks of the written pixels)");
+            say!(o, "compression : ratio {r:.2} (bitshuffle chunks of the written pixels)");
         }
         match &self.output {
-            Some(o) => println!("output      : {}", o.display()),
-            None if self.frames_written == 0 => println!("output      : none (no frame was written, so no data file was kept)"),
+            Some(path) => say!(o, "output      : {}", path.display()),
+            None if self.frames_written == 0 => say!(o, "output      : none (no frame was written, so no data file was kept)"),
             None => {}
         }
         if let Some(e) = &self.write_error {
-            println!("write error : {e}");
+            say!(o, "write error : {e}");
         }
         if let Some(m) = &self.manifest {
-            println!("manifest    : {}", m.display());
+            say!(o, "manifest    : {}", m.display());
         }
         if let Some(c) = &self.calibration {
-            println!("calibration : {} (with the tracked pedestal)", c.display());
+            say!(o, "calibration : {} (with the tracked pedestal)", c.display());
         }
         if let Some(s) = &self.stream {
-            println!("stream      : {}", s.line());
+            say!(o, "stream      : {}", s.line());
         }
     }
 

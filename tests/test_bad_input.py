@@ -1,0 +1,75 @@
+"""Numbers from the command line that become durations and rates, and a closed stdout: each
+gets a one-line answer (exit 2) or a quiet end, never a panic (exit 101) or a hang."""
+import subprocess
+
+import pytest
+
+from conftest import free_port
+
+
+def no_panic(r):
+    assert r.returncode != 101 and "panicked" not in r.stderr, r.stderr
+
+
+def one_line_error(r, *words):
+    no_panic(r)
+    assert r.returncode == 2, r.stdout + r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert all(w in last for w in words), r.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "NaN", "1e308", "0", "-1"])
+def test_timeouts_from_the_command_line_are_bounded(rdaq, tmp_path, value):
+    for args in (["receive", "--port", "0", "--frames", "1", f"--timeout-s={value}"],
+                 ["preview", "--from", f"tcp://127.0.0.1:{free_port()}", "--png", tmp_path / "p.png", f"--timeout-s={value}"],
+                 ["write", "--from", f"tcp://127.0.0.1:{free_port()}", "--out", tmp_path, f"--idle-timeout-s={value}"]):
+        r = subprocess.run([rdaq, *args], capture_output=True, text=True, timeout=60)
+        no_panic(r)
+        assert r.returncode == 2 and "timeout-s" in r.stderr and "30 days" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("rate", ["1e-300", "-5", "1e300", "nan"])
+def test_rates_from_the_command_line_are_bounded(rdaq, tmp_path, rate):
+    r = subprocess.run([rdaq, "run", "--frames", "3", f"--rate={rate}", "--out", tmp_path, "--stream", "none", "--preview", "none"],
+                       capture_output=True, text=True, timeout=60)
+    one_line_error(r, "emulator.rate_hz", "1000000")
+    assert not list(tmp_path.iterdir()), "a run refused at its start leaves nothing"
+    rx = subprocess.Popen([rdaq, "receive", "--port", "0", "--frames", "1", "--timeout-s", "20", "--buffers-out", tmp_path / "bm.json"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            if (tmp_path / "bm.json").exists() and (tmp_path / "bm.json").stat().st_size > 0:
+                break
+            subprocess.run(["sleep", "0.05"])
+        r = subprocess.run([rdaq, "emulate", "--buffers", tmp_path / "bm.json", "--frames", "2", f"--rate={rate}"],
+                           capture_output=True, text=True, timeout=60)
+        one_line_error(r, "rate", "1000000")
+    finally:
+        rx.kill()
+        rx.wait()
+
+
+@pytest.mark.parametrize("kev", ["inf", "1e300", "nan", "0", "-3"])
+def test_absurd_photon_energies_are_refused(rdaq, tmp_path, kev):
+    r = subprocess.run([rdaq, "run", "--frames", "3", f"--photon-energy-kev={kev}", "--out", tmp_path, "--stream", "none", "--preview", "none"],
+                       capture_output=True, text=True, timeout=60)
+    one_line_error(r, "photon_energy_kev", "200")
+
+
+def test_a_closed_stdout_ends_the_printing_quietly_after_the_data_is_safe(rdaq, tmp_path):
+    """`rdaq run | true`: the summary finds its reader gone; the run still writes its files and
+    the summary JSON and exits with its own status."""
+    out = tmp_path / "out"
+    p = subprocess.run(f"'{rdaq}' run --frames 10 --out '{out}' --stream none --preview none --summary-json '{tmp_path}/s.json' | true; "
+                       "echo \"rc=${PIPESTATUS[0]}\"", shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
+    assert "rc=0" in p.stdout and "panicked" not in p.stderr, p.stdout + p.stderr
+    assert (out / "rdaq_run_master.h5").exists() and (tmp_path / "s.json").stat().st_size > 0
+    p = subprocess.run(f"'{rdaq}' recover '{out}/rdaq_run_master.h5' | true; echo \"rc=${{PIPESTATUS[0]}}\"", shell=True, executable="/bin/bash",
+                       capture_output=True, text=True, timeout=120)
+    assert "rc=0" in p.stdout and "panicked" not in p.stderr, p.stdout + p.stderr
+
+
+def test_a_frame_timeout_beyond_a_minute_is_refused(rdaq):
+    r = subprocess.run([rdaq, "receive", "--port", "0", "--frames", "1", "--timeout-s", "1", "--frame-timeout-ms", "4294967295"],
+                       capture_output=True, text=True, timeout=60)
+    one_line_error(r, "receiver.frame_timeout_ms", "60000")
