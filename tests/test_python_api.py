@@ -345,6 +345,35 @@ def test_an_acquisition_hands_its_processed_frames_as_numpy_arrays_in_place(tmp_
             assert hit and f["entry/result_1/nPeaks"][i] == spots
 
 
+def test_an_acquisition_is_stopped_and_read_from_another_thread_while_one_iterates(tmp_path):
+    """Stopping from another thread is how an acquisition is ended early: while one thread
+    iterates, another reads its properties and stops it, and the iteration ends with the
+    summary of the frames sent."""
+    import threading
+    (tmp_path / "run.toml").write_text('[stream]\nendpoint = "none"\npreview = "none"\n')
+    acq = rdaq.Acquisition(config=tmp_path / "run.toml", frames=100000, rate_hz=50, out=tmp_path)
+    seen, ended = [], threading.Event()
+
+    def iterate():
+        for frame in acq:
+            seen.append(frame.number)
+            frame.release()
+        ended.set()
+
+    t = threading.Thread(target=iterate)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert seen, "frames came"
+    assert acq.shape == (2 * 512 + 36, 1024) and acq.ports == [] and acq.summary is None
+    acq.stop()
+    assert ended.wait(60), "the iterating thread ended after stop()"
+    t.join()
+    s = acq.summary
+    assert s["stopped_early_of"] == 100000 and s["frames_expected"] < 100000 and s["frames_written"] == len(seen), s
+
+
 def test_an_acquisition_refuses_a_raw_configuration(tmp_path):
     (tmp_path / "raw.toml").write_text('[process]\nmode = "raw"\n')
     with pytest.raises(ValueError, match="process.mode"):

@@ -9,7 +9,7 @@
 use std::ffi::c_int;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -39,9 +39,11 @@ const POLL: Duration = Duration::from_millis(100);
 #[pyclass(module = "rdaq._rdaq")]
 pub struct Acquisition {
     frames: crossbeam_channel::Receiver<Processed>,
-    run: Option<JoinHandle<anyhow::Result<Summary>>>,
+    /// Behind locks, not `&mut self`: one thread iterates while another stops the run or
+    /// reads its properties.
+    run: Mutex<Option<JoinHandle<anyhow::Result<Summary>>>>,
     control: Arc<Control>,
-    summary: Option<serde_json::Value>,
+    summary: Mutex<Option<serde_json::Value>>,
     shape: [ffi::Py_ssize_t; 2],
     /// The data ports of a source outside this process (none for the emulated detector).
     ports: Vec<u16>,
@@ -49,13 +51,18 @@ pub struct Acquisition {
 
 impl Acquisition {
     /// Waits for the run's end and keeps its summary; an error of the run raises.
-    fn finish(&mut self, py: Python<'_>) -> PyResult<()> {
-        let Some(run) = self.run.take() else { return Ok(()) };
+    fn finish(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(run) = lock(&self.run).take() else { return Ok(()) };
         let r = py.detach(|| run.join()).map_err(|_| PyRuntimeError::new_err("the acquisition's thread panicked"))?;
         let sum = r.map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))?;
-        self.summary = Some(serde_json::to_value(&sum).map_err(|e| PyRuntimeError::new_err(e.to_string()))?);
+        *lock(&self.summary) = Some(serde_json::to_value(&sum).map_err(|e| PyRuntimeError::new_err(e.to_string()))?);
         Ok(())
     }
+}
+
+/// A panicked holder leaves the value as it was: a poisoned lock is taken as it is.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The `source` dict as a [`Source`] (through JSON; errors name `source.<field>`); the
@@ -95,7 +102,7 @@ impl Acquisition {
         let source = source.map(|s| source_of(py, &s, frames)).transpose()?;
         let e = embedded::start(cfg, source).map_err(bad)?;
         let shape = [e.geometry.height() as ffi::Py_ssize_t, e.geometry.width() as ffi::Py_ssize_t];
-        Ok(Acquisition { frames: e.frames, run: Some(e.run), control: e.control, summary: None, shape, ports: e.ports })
+        Ok(Acquisition { frames: e.frames, run: Mutex::new(Some(e.run)), control: e.control, summary: Mutex::new(None), shape, ports: e.ports })
     }
 
     /// The data ports the detector sends to (a `source` outside this process; empty for
@@ -109,7 +116,7 @@ impl Acquisition {
         slf
     }
 
-    fn __next__(&mut self, py: Python<'_>) -> PyResult<Option<ProcessedFrame>> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<ProcessedFrame>> {
         loop {
             let frames = self.frames.clone();
             match py.detach(|| frames.recv_timeout(POLL)) {
@@ -132,7 +139,7 @@ impl Acquisition {
     /// The run's summary (a dict, as `--summary-json` writes it), once iteration ended.
     #[getter]
     fn summary(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        self.summary.as_ref().map(|s| crate::from_json(py, s)).transpose()
+        lock(&self.summary).as_ref().map(|s| crate::from_json(py, s)).transpose()
     }
 
     /// The shape of the images: (rows, cols).
@@ -146,7 +153,7 @@ impl Acquisition {
     }
 
     /// Stops the detector, lets the frames still coming go, and waits for the run's end.
-    fn __exit__(&mut self, py: Python<'_>, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> PyResult<bool> {
+    fn __exit__(&self, py: Python<'_>, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> PyResult<bool> {
         self.stop();
         while let Ok(p) = py.detach(|| self.frames.recv()) {
             drop(p);
