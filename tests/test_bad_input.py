@@ -73,3 +73,13 @@ def test_a_frame_timeout_beyond_a_minute_is_refused(rdaq):
     r = subprocess.run([rdaq, "receive", "--port", "0", "--frames", "1", "--timeout-s", "1", "--frame-timeout-ms", "4294967295"],
                        capture_output=True, text=True, timeout=60)
     one_line_error(r, "receiver.frame_timeout_ms", "60000")
+
+
+@pytest.mark.parametrize("name", ["a\\nb", ".", "..", ".hidden", "x\\u001b[31m", "a/b", "n" * 201])
+def test_an_output_name_in_a_configuration_is_a_plain_file_name(rdaq, tmp_path, name):
+    """As the APIs refuse them: no newline or escape sequence printed raw, no hidden file."""
+    (tmp_path / "c.toml").write_text(f'[output]\nname = "{name}"\n')
+    r = subprocess.run([rdaq, "run", "--config", tmp_path / "c.toml", "--frames", "2", "--out", tmp_path / "out", "--stream", "none", "--preview", "none"],
+                       capture_output=True, text=True, timeout=60)
+    one_line_error(r, "output.name", "plain file name")
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())

@@ -31,8 +31,8 @@ pub fn refuse_existing<'a>(paths: impl IntoIterator<Item = &'a Path>, overwrite:
 /// Fails unless `name` (the setting `what`) names files inside the output directory: not
 /// empty, no `/`, no NUL.
 pub fn plain_name(what: &str, name: &str) -> anyhow::Result<()> {
-    if name.is_empty() || name.contains(['/', '\0']) {
-        anyhow::bail!("{what} must be a plain file name (files are made inside the output directory), not {name:?}");
+    if name.len() > 200 || !rdaq_proto::names::is_plain_file_name(name) {
+        anyhow::bail!("{what} must be a plain file name (files are made inside the output directory: no '/', not hidden, no control characters, at most 200 bytes), not {name:?}");
     }
     Ok(())
 }
