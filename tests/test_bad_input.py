@@ -83,3 +83,17 @@ def test_an_output_name_in_a_configuration_is_a_plain_file_name(rdaq, tmp_path, 
                        capture_output=True, text=True, timeout=60)
     one_line_error(r, "output.name", "plain file name")
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_a_run_that_cannot_open_its_stream_leaves_no_file(rdaq, tmp_path):
+    """Another acquisition holds the stream's port: the run stops at its start (exit 2, one
+    line naming the stream) before any file of it exists."""
+    import socket
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        r = subprocess.run([rdaq, "run", "--frames", "3", "--out", tmp_path / "out", "--stream", f"tcp://127.0.0.1:{held.getsockname()[1]}",
+                            "--preview", "none"], capture_output=True, text=True, timeout=60)
+    no_panic(r)
+    assert r.returncode == 2 and "in use" in r.stderr.lower(), r.stderr
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir()), list((tmp_path / "out").iterdir())

@@ -122,6 +122,14 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
     assert code == 400 and "output" in body["error"], "a control character in a name is refused"
     code, body = call("PUT", dr + "/buffers", dict(request(), colour="red"))
     assert code in (400, 422) and "colour" in str(body), "unknown fields are refused"
+    # a start refused for its stream (the port is taken) makes no file: the retry starts
+    import socket
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        code, body = call("POST", dr + "/start", {"output": "ok.h5", "directory": "sub", "stream": f"tcp://127.0.0.1:{held.getsockname()[1]}"})
+        assert code == 409 and body["error"].startswith("stream"), body
+    assert not (tmp_path / "sub").exists() and not (tmp_path / "ok.h5").exists(), "the refused start left nothing"
     assert call("POST", dr + "/start", {"output": "ok.h5"})[0] == 200
     assert call("POST", dr + "/start", {})[0] == 409, "started twice"
     code, body = call("PUT", dr + "/buffers", request(slots=3))

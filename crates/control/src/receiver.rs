@@ -458,6 +458,9 @@ fn open_outputs(plan: Plan) -> (Plan, Result<Outputs, ApiError>) {
         for n in notes {
             tracing::info!(receiver = %plan.name, "{n}");
         }
+        // the stream's ports before the directory and the file: a refused start makes neither
+        let preview = plan.preview.as_ref().map(|(c, every)| (c, *every));
+        let stream = Stream::open(plan.stream_cfg.as_ref(), preview, &meta, events_series(&plan.events)).map_err(|e| conflict(format!("stream: {e:#}")))?;
         if let Some(d) = &plan.subdir {
             rdaq_run::outputs::make_subdirectory("directory", &plan.out_dir, d).map_err(|e| bad(format!("{e:#}")))?;
         }
@@ -468,8 +471,6 @@ fn open_outputs(plan: Plan) -> (Plan, Result<Outputs, ApiError>) {
             })?),
             None => None,
         };
-        let preview = plan.preview.as_ref().map(|(c, every)| (c, *every));
-        let stream = Stream::open(plan.stream_cfg.as_ref(), preview, &meta, events_series(&plan.events)).map_err(|e| conflict(format!("stream: {e:#}")))?;
         Ok(Outputs { chain, writer, stream })
     })();
     (plan, opened)

@@ -44,12 +44,13 @@ pub struct Receiving {
 pub fn start(setup: Setup, cfg: &Config, out: Option<&Path>, frames: Option<u64>) -> anyhow::Result<Receiving> {
     let Setup { rcfg, chain, meta, .. } = setup;
     let rx = Receiver::start(rcfg).context("starting the receiver")?;
+    // the stream's ports before the files: a start that fails leaves no file behind
+    let preview = cfg.stream.preview_config()?;
+    let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     let writer = match out {
         Some(p) => Some(open_series(p, &meta, frames, cfg.output.overwrite)?),
         None => None,
     };
-    let preview = cfg.stream.preview_config()?;
-    let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     Ok(Receiving { rx, chain, sinks: Sinks { writer, stream }, frames })
 }
 

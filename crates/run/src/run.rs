@@ -51,15 +51,17 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     emulated_series(cfg, &mut meta);
     let geometry = chain.geometry;
     let processing = chain.processing.map(|p| graph::Setup { deliver, ..p });
+    // what can fail at start (the stream's ports, the receiver's) before any file is made:
+    // a run that fails to start leaves nothing behind
+    let preview = cfg.stream.preview_config()?;
+    let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
+    let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
     let (name, writer) = claim_run(cfg, &meta)?;
     let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));
-    let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
     let frame_bytes = meta.image_bytes() as u64;
     let what = format!("{} frames of {:.1} MB before compression", cfg.emulator.frames, frame_bytes as f64 / 1e6);
     outputs::warn_if_short(&cfg.output.dir, cfg.emulator.frames * frame_bytes, &what);
     outputs::warn_without_reserve(&writer, &out("_master.h5"));
-    let preview = cfg.stream.preview_config()?;
-    let stream = Stream::open(cfg.stream.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
     eprintln!("{}", start_line(cfg, &rx));
     eprintln!("rdaq run: threads: {}", chain.threads.describe());
     if matches!(detector, Emulated::Jungfrau) {
