@@ -97,3 +97,47 @@ def test_a_run_that_cannot_open_its_stream_leaves_no_file(rdaq, tmp_path):
     no_panic(r)
     assert r.returncode == 2 and "in use" in r.stderr.lower(), r.stderr
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir()), list((tmp_path / "out").iterdir())
+
+
+def test_a_call_without_parameters_refuses_a_body_it_cannot_take(rdaq, tmp_path):
+    """`POST /stop` of `rdaq run --serve` takes nothing or `{}`: malformed JSON, a field and a
+    2 MB body are refused, and the run goes on until a proper stop."""
+    import json
+    import signal
+    import time
+    import urllib.error
+    import urllib.request
+
+    port = free_port()
+    p = subprocess.Popen([rdaq, "run", "--frames", "100000", "--rate", "50", "--out", tmp_path / "out", "--stream", "none", "--preview", "none",
+                          "--serve", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def post(body):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/stop", data=body, method="POST", headers={"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def state():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as r:
+            return json.loads(r.read())["state"]
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.poll() is not None else "not acquiring"
+            try:
+                if state() == "acquiring":
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        for body, code in [(b"{not json", 400), (b'{"reason": "x"}', 400), (b"[]", 400), (b" " + b"x" * 2_000_000, 413)]:
+            got, answer = post(body)
+            assert got == code and "error" in answer, (body[:20], got, answer)
+        assert state() == "acquiring", "refused stops stopped nothing"
+        assert post(b"{}")[0] == 200
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)

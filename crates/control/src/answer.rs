@@ -39,6 +39,32 @@ pub async fn json_errors(resp: Response) -> Response {
     answer
 }
 
+/// The most bytes a call that takes no parameters reads of its body.
+const NO_PARAMETERS_MAX: usize = 4096;
+
+/// The body of a call that takes no parameters (`POST /stop`, `/disarm`, ...): nothing, or
+/// the JSON object `{}`. Malformed JSON, a field or another value is refused (400), a body
+/// over 4 KiB too (413), as a body that does not parse is everywhere else.
+pub struct NoParameters;
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for NoParameters {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, _: &S) -> Result<Self, ApiError> {
+        let too_large = |_| ApiError(StatusCode::PAYLOAD_TOO_LARGE, format!("body: more than {NO_PARAMETERS_MAX} bytes for a call that takes no parameters"));
+        let bytes = axum::body::to_bytes(req.into_body(), NO_PARAMETERS_MAX).await.map_err(too_large)?;
+        if !bytes.iter().all(u8::is_ascii_whitespace) {
+            let refuse = |why: String| bad(format!("body: this call takes no parameters, only {{}} or nothing ({why})"));
+            match serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|e| refuse(e.to_string()))? {
+                serde_json::Value::Object(fields) if fields.is_empty() => {}
+                serde_json::Value::Object(fields) => return Err(refuse(format!("unknown field {:?}", fields.keys().next().expect("not empty")))),
+                _ => return Err(refuse("not an object".into())),
+            }
+        }
+        Ok(NoParameters)
+    }
+}
+
 pub fn bad(msg: impl Into<String>) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, msg.into())
 }

@@ -243,7 +243,7 @@ pub struct StopAnswer {
     pub elapsed_s: f64,
 }
 
-async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
+async fn stop(State(s): State<Shared>, _: crate::answer::NoParameters) -> Result<Json<StopAnswer>, ApiError> {
     let handle = {
         let mut d = lock(&s);
         d.control.stop.store(true, Ordering::Relaxed);

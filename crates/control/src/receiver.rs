@@ -567,7 +567,7 @@ pub struct StopAnswer {
     pub processing: Option<serde_json::Value>,
 }
 
-async fn stop(State(s): State<Shared>) -> Result<Json<StopAnswer>, ApiError> {
+async fn stop(State(s): State<Shared>, _: crate::answer::NoParameters) -> Result<Json<StopAnswer>, ApiError> {
     let (rx, acq) = {
         let mut d = lock(&s);
         let Some(active) = d.active.as_mut() else {

@@ -90,7 +90,7 @@ pub fn serve(addr: SocketAddr, access: Access, title: String, frames: Option<u64
     Ok(view)
 }
 
-async fn stop(State(v): State<Arc<RunView>>, ConnectInfo(peer): ConnectInfo<SocketAddr>) -> Result<Json<serde_json::Value>, crate::http::ApiError> {
+async fn stop(State(v): State<Arc<RunView>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, _: crate::answer::NoParameters) -> Result<Json<serde_json::Value>, crate::http::ApiError> {
     if v.board.state() != "acquiring" {
         return Err(crate::http::conflict("the run is not acquiring"));
     }

@@ -129,7 +129,7 @@ pub fn router(b: SharedBoard, access: Arc<Access>) -> axum::Router {
     api.merge(dashboard::routes(Arc::new(ManagerView { board: b, access })))
 }
 
-async fn stop(State(b): State<SharedBoard>, ConnectInfo(peer): ConnectInfo<SocketAddr>) -> Result<Json<serde_json::Value>, crate::http::ApiError> {
+async fn stop(State(b): State<SharedBoard>, ConnectInfo(peer): ConnectInfo<SocketAddr>, _: crate::answer::NoParameters) -> Result<Json<serde_json::Value>, crate::http::ApiError> {
     let mut b = lock(&b);
     if b.status["state"] != "running" {
         return Err(crate::http::conflict("the acquisition is not running"));

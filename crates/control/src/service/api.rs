@@ -188,7 +188,7 @@ fn read_arm(body: &[u8]) -> Result<ArmRequest, ApiError> {
     (status = 409, body = ErrorAnswer, description = "not armed"),
     (status = 500, body = ErrorAnswer, description = "the trigger failed (the service is in error, saying why)"),
 ))]
-async fn trigger(State(hub): State<SharedHub>) -> Result<(StatusCode, Json<Triggered>), ApiError> {
+async fn trigger(State(hub): State<SharedHub>, _: crate::answer::NoParameters) -> Result<(StatusCode, Json<Triggered>), ApiError> {
     let send: Send = lock(&hub.service).trigger().map_err(answer)?;
     let t = Triggered { state: Phase::Acquiring, number: send.number, first_frame: send.first_frame, frames: send.frames };
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -206,7 +206,7 @@ async fn trigger(State(hub): State<SharedHub>) -> Result<(StatusCode, Json<Trigg
     (status = 200, body = Acquisition),
     (status = 409, body = ErrorAnswer, description = "acquiring: cancel instead"),
 ))]
-async fn disarm(State(hub): State<SharedHub>) -> Result<Json<Acquisition>, ApiError> {
+async fn disarm(State(hub): State<SharedHub>, _: crate::answer::NoParameters) -> Result<Json<Acquisition>, ApiError> {
     let close = lock(&hub.service).disarm().map_err(answer)?;
     if close {
         hub.send(Work::Close);
@@ -220,7 +220,7 @@ async fn disarm(State(hub): State<SharedHub>) -> Result<Json<Acquisition>, ApiEr
     (status = 200, body = Acquisition),
     (status = 409, body = ErrorAnswer, description = "nothing to cancel"),
 ))]
-async fn cancel(State(hub): State<SharedHub>) -> Result<Json<Acquisition>, ApiError> {
+async fn cancel(State(hub): State<SharedHub>, _: crate::answer::NoParameters) -> Result<Json<Acquisition>, ApiError> {
     let mut s = lock(&hub.service);
     let acquiring = s.state() == Phase::Acquiring;
     let close = s.cancel().map_err(answer)?;
