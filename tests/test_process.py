@@ -265,3 +265,15 @@ def test_a_crafted_chunk_is_refused_with_exit_2_never_a_crash(rdaq, tmp_path):
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2, (name, r.returncode, r.stderr)
         assert f"{name}.h5: frame 1" in r.stderr and "the dataset's chunks hold 1048576" in r.stderr and len(r.stderr.strip().splitlines()) == 1, (name, r.stderr)
+    # convert meets the crafted chunk after it began writing: it leaves no output behind
+    good = tmp_path / "good.h5"
+    with h5py.File(good, "w") as f:
+        f.create_dataset("entry/data/data", data=raw, chunks=(1, ROWS, COLS), **hdf5plugin.Bitshuffle(cname="lz4"))
+    r = subprocess.run([rdaq, "process", "pedestal", "--input", good, "--output", tmp_path / "cal.h5", "--window", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for name in crafted:
+        out = tmp_path / f"{name}_kev.h5"
+        r = subprocess.run([rdaq, "process", "convert", "--input", tmp_path / f"{name}.h5", "--calibration", tmp_path / "cal.h5", "--output", out],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and f"{name}.h5: frame 1" in r.stderr, (name, r.stderr)
+        assert not out.exists() and not list(tmp_path.glob(f".{name}_kev.h5*")), f"{name}: a failed conversion leaves no file"

@@ -52,10 +52,33 @@ impl Output {
         rdaq_run::outputs::refuse_existing([self.output.as_path()], self.overwrite)
     }
 
-    /// Claims the output's name for HDF5 to create it (never through a link).
-    fn claim(&self) -> anyhow::Result<&Path> {
-        rdaq_sink::claim::claim(&self.output, self.overwrite)?;
-        Ok(&self.output)
+    /// Makes the output with `make`, which creates the file at the path it is given: a hidden
+    /// staging name beside the output, renamed to it once `make` succeeded and removed when it
+    /// failed. A failed step leaves no output, and an output it was to overwrite as it was. The
+    /// output's name is claimed first when it is new (never through a link).
+    fn make<T>(&self, make: impl FnOnce(&Path) -> anyhow::Result<T>) -> anyhow::Result<T> {
+        use rdaq_sink::claim;
+        if self.overwrite {
+            if claim::is_link(&self.output) {
+                return Err(claim::ClaimError::Link(self.output.clone()).into());
+            }
+        } else {
+            claim::claim(&self.output, false)?;
+        }
+        let tmp = claim::claim_staging(&self.output)?;
+        match make(&tmp) {
+            Ok(v) => {
+                std::fs::rename(&tmp, &self.output).with_context(|| format!("cannot rename {} to {}", tmp.display(), self.output.display()))?;
+                Ok(v)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                if !self.overwrite {
+                    let _ = std::fs::remove_file(&self.output);
+                }
+                Err(e)
+            }
+        }
     }
 }
 
@@ -232,7 +255,13 @@ fn convert(a: ConvertArgs) -> anyhow::Result<()> {
     }
     let conv = Converter::new(cal.cal, InvalidGain::parse(&a.invalid_gain)?)?;
     let codec = Codec::parse(&a.codec, a.zstd_level)?;
-    let path = a.out.claim()?;
+    a.out.make(|path| convert_into(path, &a, &conv, &frames, codec))?;
+    eprintln!("rdaq process convert: {} frames -> {}", frames.frames, a.out.output.display());
+    Ok(())
+}
+
+/// Writes the converted frames into the new file `path`.
+fn convert_into(path: &Path, a: &ConvertArgs, conv: &Converter, frames: &FrameReader, codec: Codec) -> anyhow::Result<()> {
     let out = hdf5::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let g = out.create_group("entry")?.create_group("data")?;
     let (r, c) = (frames.rows, frames.cols);
@@ -267,7 +296,6 @@ fn convert(a: ConvertArgs) -> anyhow::Result<()> {
         rdaq_sink::write_chunk(&ds, i, &chunk)?;
     }
     out.flush()?;
-    eprintln!("rdaq process convert: {} frames -> {}", frames.frames, a.out.output.display());
     Ok(())
 }
 
@@ -327,7 +355,7 @@ fn pedestal_with<S: Sum>(a: PedestalArgs) -> anyhow::Result<()> {
     }
     p.mask(a.min_frames.unwrap_or(a.window), a.max_rms, &mut base.cal.mask);
     let masked = base.cal.mask.iter().filter(|&&m| m != 0).count();
-    base.save(a.out.claim()?)?;
+    a.out.make(|path| Ok(base.save(path)?))?;
     eprintln!("rdaq process pedestal: G{} from {} dark frames (window {}), {masked} of {px} pixels masked -> {}", a.stage, frames.frames, a.window, a.out.output.display());
     Ok(())
 }
@@ -374,7 +402,7 @@ fn spots(a: SpotsArgs) -> anyhow::Result<()> {
         }
         all.push(found.clone());
     }
-    write_spot_file(a.out.claim()?, &all)?;
+    a.out.make(|path| write_spot_file(path, &all))?;
     eprintln!("rdaq process spots: {} frames, {} spots -> {}", frames.frames, all.iter().map(Vec::len).sum::<usize>(), a.out.output.display());
     Ok(())
 }
