@@ -139,3 +139,20 @@ def test_files_named_on_the_command_line_are_not_replaced_without_overwrite(rdaq
         assert r.returncode == 0, (cmd, r.stdout + r.stderr)
         assert existing.read_bytes() != b"keep me", cmd
         existing.write_bytes(b"keep me")
+
+
+def test_a_disk_full_at_the_start_is_one_line_and_leaves_nothing(rdaq, small_disk):
+    """No room for even the master: exit 2, one line naming the file and the cause, and no
+    file of the run (not the master's hidden staging file either)."""
+    with open(small_disk / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(bytes(1 << 20))
+                f.flush()
+        except OSError:
+            pass
+    r = run(rdaq, small_disk, "--frames", "5")
+    assert r.returncode == 2, r.stdout + r.stderr
+    err = r.stderr.strip().splitlines()[-1]
+    assert str(small_disk) in err and "No space left on device" in err and "H5F" not in r.stderr, r.stderr
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]

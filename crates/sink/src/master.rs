@@ -106,8 +106,19 @@ pub fn write_master(path: &Path, meta: &NxmxMeta, mask: &MaskChunk, c: &Contents
 /// renamed over it).
 pub fn write_layout(path: &Path, meta: &NxmxMeta, mask: &MaskChunk, l: &Layout) -> hdf5::Result<()> {
     let tmp = crate::claim::claim_staging(path).map_err(|e| hdf5::Error::from(e.to_string()))?;
+    let written = write_staged(&tmp, meta, mask, l);
+    if written.is_err() {
+        // a master that could not be written (a full disk) leaves nothing beside the series
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
+    std::fs::rename(&tmp, path).map_err(|e| hdf5::Error::from(format!("cannot rename {} to {}: {e}", tmp.display(), path.display())))
+}
+
+/// The master's content, written to its staging name `tmp`.
+fn write_staged(tmp: &Path, meta: &NxmxMeta, mask: &MaskChunk, l: &Layout) -> hdf5::Result<()> {
     {
-        let file = File::create(&tmp)?;
+        let file = File::create(tmp)?;
         let series = serde_json::to_string(meta).map_err(|e| hdf5::Error::from(e.to_string()))?;
         str_attr(&file, SERIES_ATTR, &series)?;
         let entry = write_metadata(&file, meta, mask, l.frame_numbers)?;
@@ -120,7 +131,7 @@ pub fn write_layout(path: &Path, meta: &NxmxMeta, mask: &MaskChunk, l: &Layout) 
         }
         file.flush()?;
     }
-    std::fs::rename(&tmp, path).map_err(|e| hdf5::Error::from(format!("cannot rename {} to {}: {e}", tmp.display(), path.display())))
+    Ok(())
 }
 
 /// The master's attribute that holds the series' metadata (JSON).

@@ -117,6 +117,15 @@ pub(crate) fn write_chunk_at(ds: &Dataset, offset: &[hdf5_sys::h5::hsize_t], chu
     })
 }
 
+/// An HDF5 error in one line: the operating system's error where HDF5's file driver recorded
+/// one (a full disk says "No space left on device"), else HDF5's message on one line.
+pub fn brief(e: &hdf5::Error) -> String {
+    match os_error(e) {
+        Some(o) => o.to_string(),
+        None => e.to_string().split_whitespace().collect::<Vec<_>>().join(" "),
+    }
+}
+
 /// The operating system's error behind an HDF5 error, where HDF5's file driver recorded
 /// one (its messages say `errno = 28, error message = 'No space left on device'`).
 pub fn os_error(e: &hdf5::Error) -> Option<std::io::Error> {

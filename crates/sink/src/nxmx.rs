@@ -21,13 +21,13 @@ use crate::data_file::DataFile;
 use crate::instrument::MaskChunk;
 use crate::master::{data_file_name, write_master, Contents, Part};
 use crate::meta::NxmxMeta;
-use crate::nexus::os_error;
 use crate::space::Reserve;
 
 #[derive(Debug, Error)]
 pub enum SinkError {
-    #[error("HDF5 error on {path}: {source}")]
-    Hdf5 { path: PathBuf, source: hdf5::Error },
+    /// In one line (the operating system's error where there is one): not HDF5's stack.
+    #[error("HDF5 error on {path}: {}", crate::nexus::brief(.error))]
+    Hdf5 { path: PathBuf, error: hdf5::Error },
     #[error("frame has {got} bytes, the dataset expects {want}")]
     FrameSize { got: usize, want: usize },
     /// Writing a frame failed (a full disk, an I/O error). The writer stops: the files keep
@@ -103,7 +103,7 @@ impl NxmxWriter {
         if let Err(source) = write_master(master, meta, &mask, &Contents { parts: &[], incomplete: &[], frames: &[], end_time: None }) {
             // the claim left an empty file of that name: nothing of this series stays
             let _ = std::fs::remove_file(master);
-            return Err(SinkError::Hdf5 { path: master.to_owned(), source });
+            return Err(SinkError::Hdf5 { path: master.to_owned(), error: source });
         }
         Ok(NxmxWriter {
             master: master.to_owned(),
@@ -148,7 +148,7 @@ impl NxmxWriter {
     /// Stops writing after a failed write of `frame`, saying why in terms of the operating
     /// system where HDF5 knows it, and gives the reserve back so that closing has room.
     fn fail(&mut self, frame: u64, e: hdf5::Error) -> SinkError {
-        let cause = os_error(&e).map_or_else(|| e.to_string(), |o| o.to_string());
+        let cause = crate::nexus::brief(&e);
         self.stop_writing(frame, cause)
     }
 
@@ -290,12 +290,12 @@ impl NxmxWriter {
             r.release();
         }
         let path = self.data_path();
-        self.close_current().map_err(|source| SinkError::Hdf5 { path, source })?;
+        self.close_current().map_err(|error| SinkError::Hdf5 { path, error })?;
         let end = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
         // after a failed write, the files hold the first frames only
         self.numbers.truncate(self.parts.iter().map(|p| p.frames as usize).sum());
         let c = Contents { parts: &self.parts, incomplete: &self.incomplete, frames: &self.numbers, end_time: Some(&end) };
-        write_master(&self.master, &self.meta, &self.mask, &c).map_err(|source| SinkError::Hdf5 { path: self.master.clone(), source })?;
+        write_master(&self.master, &self.meta, &self.mask, &c).map_err(|error| SinkError::Hdf5 { path: self.master.clone(), error })?;
         let dir = self.master.parent().unwrap_or(Path::new(""));
         Ok(Closed {
             path: self.master.clone(),
