@@ -141,3 +141,32 @@ def test_a_call_without_parameters_refuses_a_body_it_cannot_take(rdaq, tmp_path)
     finally:
         p.send_signal(signal.SIGINT)
         p.wait(timeout=60)
+
+
+def test_a_run_whose_default_stream_ports_are_taken_streams_on_free_ones(rdaq, tmp_path):
+    """Two runs on one host both work: the second finds the default stream and preview ports
+    taken (held here, or by another acquisition), says so, and streams on free ports that its
+    summary names."""
+    import json
+    import socket
+    held = []
+    for port in (31001, 31002):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            held.append(s)
+        except OSError:  # another acquisition has it: taken as well
+            s.close()
+    try:
+        r = subprocess.run([rdaq, "run", "--raw", "--frames", "5", "--out", tmp_path, "--summary-json", tmp_path / "s.json"],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        for s in held:
+            s.close()
+    assert r.returncode == 0, r.stdout + r.stderr
+    for field, default in (("stream.endpoint", "tcp://127.0.0.1:31001"), ("stream.preview", "tcp://127.0.0.1:31002")):
+        assert f"warning: {field}: {default} is taken" in r.stderr, r.stderr
+    st = json.loads((tmp_path / "s.json").read_text())["stream"]
+    assert st["endpoint"].startswith("tcp://127.0.0.1:") and st["endpoint"] != "tcp://127.0.0.1:31001", st
+    assert st["preview"].startswith("tcp://127.0.0.1:") and st["preview"] != "tcp://127.0.0.1:31002", st

@@ -89,6 +89,23 @@ impl Default for Stream {
 }
 
 impl Stream {
+    /// This stream with each default endpoint whose port another process holds (a second
+    /// acquisition on this host) moved to a free port of the same address, and what to say
+    /// about it: two runs on one host both stream, the second where its summary says. An
+    /// endpoint the configuration names stays as it is (its start fails when taken).
+    pub fn off_busy_defaults(&self) -> (Stream, Vec<String>) {
+        let d = Stream::default();
+        let mut s = self.clone();
+        let mut moved = Vec::new();
+        for (field, e, default) in [("stream.endpoint", &mut s.endpoint, d.endpoint), ("stream.preview", &mut s.preview, d.preview)] {
+            if *e == default && port_taken(&default) {
+                moved.push(format!("{field}: {default} is taken (another acquisition on this host?): this run uses a free port instead, named in its summary"));
+                *e = "tcp://127.0.0.1:0".into();
+            }
+        }
+        (s, moved)
+    }
+
     /// The publisher's settings; `None` when the stream is off.
     pub fn config(&self) -> anyhow::Result<Option<rdaq_stream::StreamConfig>> {
         use rdaq_stream::{Policy, SocketKind};
@@ -122,6 +139,12 @@ impl Stream {
         let cfg = rdaq_stream::StreamConfig { endpoint: self.preview.clone(), socket: rdaq_stream::SocketKind::Pub, hwm: 4, policy: rdaq_stream::Policy::Drop };
         Ok(Some((cfg, Duration::from_secs_f64(1.0 / self.preview_hz))))
     }
+}
+
+/// Whether another process listens on the TCP address of `endpoint` (`tcp://host:port`).
+fn port_taken(endpoint: &str) -> bool {
+    let addr = endpoint.strip_prefix("tcp://").and_then(|a| a.parse::<std::net::SocketAddr>().ok());
+    addr.is_some_and(|a| std::net::TcpListener::bind(a).is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse))
 }
 
 /// Online processing of JUNGFRAU frames (docs/processing.md).
