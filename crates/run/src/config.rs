@@ -506,6 +506,7 @@ pub fn seconds_arg(s: &str) -> Result<f64, String> {
         Err(format!("{s} s: give a time above 0 and at most {MAX_SECONDS} s (30 days)"))
     }
 }
+
 /// The longest a frame may wait for its missing datagrams (a minute: far beyond any
 /// retransmission), so that a run's end never waits on a frame for days.
 const MAX_FRAME_TIMEOUT_MS: u64 = 60_000;
