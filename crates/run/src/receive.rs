@@ -45,12 +45,7 @@ pub fn start(setup: Setup, cfg: &Config, out: Option<&Path>, frames: Option<u64>
     let Setup { rcfg, chain, meta, .. } = setup;
     let rx = Receiver::start(rcfg).context("starting the receiver")?;
     // the stream's ports before the files: a start that fails leaves no file behind
-    let (stream_cfg, moved) = cfg.stream.off_busy_defaults();
-    for m in moved {
-        eprintln!("rdaq: warning: {m}");
-    }
-    let preview = stream_cfg.preview_config()?;
-    let stream = Stream::open(stream_cfg.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
+    let stream = Stream::open_configured(&cfg.stream, &meta, "rdaq")?;
     let writer = match out {
         Some(p) => Some(open_series(p, &meta, frames, cfg.output.overwrite)?),
         None => None,

@@ -53,12 +53,7 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     let processing = chain.processing.map(|p| graph::Setup { deliver, ..p });
     // what can fail at start (the stream's ports, the receiver's) before any file is made:
     // a run that fails to start leaves nothing behind
-    let (stream_cfg, moved) = cfg.stream.off_busy_defaults();
-    for m in moved {
-        eprintln!("rdaq run: warning: {m}");
-    }
-    let preview = stream_cfg.preview_config()?;
-    let stream = Stream::open(stream_cfg.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), &meta, 1)?;
+    let stream = Stream::open_configured(&cfg.stream, &meta, "rdaq run")?;
     let mut rx = Receiver::start(rcfg).context("starting the receiver")?;
     let (name, writer) = claim_run(cfg, &meta)?;
     let out = |suffix: &str| cfg.output.dir.join(format!("{name}{suffix}"));

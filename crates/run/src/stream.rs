@@ -115,6 +115,18 @@ pub struct StreamReport {
 }
 
 impl Stream {
+    /// Opens the stream and preview of a run's configuration `s`, moved off a default port
+    /// another acquisition holds ([`crate::config::Stream::off_busy_defaults`]), saying so as
+    /// `who` (the command).
+    pub fn open_configured(s: &crate::config::Stream, meta: &NxmxMeta, who: &str) -> anyhow::Result<Option<Stream>> {
+        let (s, moved) = s.off_busy_defaults();
+        for m in moved {
+            eprintln!("{who}: warning: {m}");
+        }
+        let preview = s.preview_config()?;
+        Stream::open(s.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), meta, 1)
+    }
+
     /// Binds the publishers that are configured and sends `start` (waiting a little for a
     /// consumer). `None` when neither is.
     pub fn open(main: Option<&StreamConfig>, preview: Option<(&StreamConfig, Duration)>, meta: &NxmxMeta, series_id: u64) -> anyhow::Result<Option<Stream>> {
