@@ -75,6 +75,15 @@ def test_a_frame_timeout_beyond_a_minute_is_refused(rdaq):
     one_line_error(r, "receiver.frame_timeout_ms", "60000")
 
 
+def test_the_timeout_ends_a_receive_whatever_its_frame_timeout(rdaq, tmp_path):
+    """--timeout-s is the limit in any case: a receiver told to wait a minute for quiet ports
+    (the frame timeout) stops at its deadline all the same (it waited the minute before)."""
+    r = subprocess.run([rdaq, "receive", "--port", "0", "--frames", "5", "--timeout-s", "1", "--frame-timeout-ms", "60000",
+                        "--out", tmp_path / "m.h5"], capture_output=True, text=True, timeout=40)
+    no_panic(r)
+    assert r.returncode == 1 and "lost" in r.stdout.lower() + r.stderr.lower(), r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("name", ["a\\nb", ".", "..", ".hidden", "x\\u001b[31m", "a/b", "n" * 201])
 def test_an_output_name_in_a_configuration_is_a_plain_file_name(rdaq, tmp_path, name):
     """As the APIs refuse them: no newline or escape sequence printed raw, no hidden file."""

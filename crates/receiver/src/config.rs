@@ -53,6 +53,11 @@ pub enum Format {
 }
 
 /// Path MTUs a RoCEv2 queue pair may have.
+/// The longest a frame may wait for its missing datagrams, and the longest a stop lingers
+/// (a minute: far beyond any retransmission), so that an acquisition's end never waits on a
+/// frame for days.
+pub const MAX_FRAME_TIMEOUT: Duration = Duration::from_secs(60);
+
 pub const ROCE_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 
 impl Format {
@@ -236,6 +241,9 @@ impl ReceiverConfig {
         }
         if self.slots == 0 {
             return bad("slots must be at least 1".into());
+        }
+        if self.frame_timeout.is_zero() || self.frame_timeout > MAX_FRAME_TIMEOUT || self.linger > MAX_FRAME_TIMEOUT {
+            return bad(format!("frame_timeout {:?} and linger {:?} must be above 0 and at most {MAX_FRAME_TIMEOUT:?}", self.frame_timeout, self.linger));
         }
         // SAFETY: sysconf has no preconditions.
         let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;

@@ -6,7 +6,7 @@
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -53,7 +53,7 @@ pub struct Receiver {
     owner: Owner,
     flush_tx: ChanTx<(Control, ChanTx<Counters>)>,
     losses: ChanRx<Loss>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<AtomicU8>,
     counters: Arc<Mutex<Counters>>,
     outcome: Arc<Mutex<Outcome>>,
     thread: Option<JoinHandle<Result<Counters, ReceiverError>>>,
@@ -185,7 +185,7 @@ impl Receiver {
         let (release_tx, release_rx) = crossbeam_channel::unbounded();
         let (flush_tx, flush_rx) = crossbeam_channel::unbounded();
         let (losses_tx, losses) = crossbeam_channel::bounded(LOSS_REPORTS);
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicU8::new(RUNNING));
         let counters = Arc::new(Mutex::new(Counters::default()));
         let outcome = Arc::new(Mutex::new(Outcome::default()));
         let ctx = Loop {
@@ -250,7 +250,7 @@ impl Receiver {
             owner,
             flush_tx: crossbeam_channel::unbounded().0,
             losses: crossbeam_channel::bounded(1).1,
-            stop: Arc::new(AtomicBool::new(false)),
+            stop: Arc::new(AtomicU8::new(RUNNING)),
             counters: Arc::default(),
             outcome: Arc::default(),
             thread: None,
@@ -386,7 +386,13 @@ impl Receiver {
     /// Asks the receive thread to finish: it keeps receiving until the ports are quiet for
     /// the linger time, then finishes the frames in progress under the policy.
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.fetch_max(WHEN_QUIET, Ordering::Relaxed);
+    }
+
+    /// Asks the receive thread to finish at once (a deadline, a drop): what is in progress is
+    /// finished under the policy without waiting for the ports to go quiet.
+    pub fn stop_now(&self) {
+        self.stop.store(NOW, Ordering::Relaxed);
     }
 
     /// Where the ring's slots lie in this process's memory: `[start, end)` as addresses
@@ -412,7 +418,7 @@ impl Receiver {
 
 impl Drop for Receiver {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop_now();
         let _ = self.join();
     }
 }
@@ -430,7 +436,7 @@ struct Loop {
     release_rx: ChanRx<FrameReady>,
     flush_rx: ChanRx<(Control, ChanTx<Counters>)>,
     losses_tx: ChanTx<Loss>,
-    stop: Arc<AtomicBool>,
+    stop: Arc<AtomicU8>,
     shared: Arc<Mutex<Counters>>,
     outcome: Arc<Mutex<Outcome>>,
     ports: Vec<u16>,
@@ -438,6 +444,12 @@ struct Loop {
     tokens: f64,
     last_refill: Instant,
 }
+
+/// What the receive thread is asked: go on, stop once the ports are quiet for the linger
+/// time, stop now.
+const RUNNING: u8 = 0;
+const WHEN_QUIET: u8 = 1;
+const NOW: u8 = 2;
 
 /// Loss reports waiting for the consumer.
 pub const LOSS_REPORTS: usize = 4096;
@@ -492,7 +504,11 @@ impl Loop {
             }
             let c = &self.placement.counters;
             let limit_reached = self.cfg.frames.is_some_and(|n| c.frames_finished() + c.frames_refused >= n);
-            let stopping = self.stop.load(Ordering::Relaxed) && now.duration_since(last_data) >= self.cfg.linger;
+            let stopping = match self.stop.load(Ordering::Relaxed) {
+                RUNNING => false,
+                WHEN_QUIET => now.duration_since(last_data) >= self.cfg.linger,
+                _ => true,
+            };
             if limit_reached || stopping {
                 break;
             }

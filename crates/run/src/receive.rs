@@ -110,7 +110,10 @@ fn consume_until_stopped(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &Progre
         let consumer = s.spawn(|| acquisition::consume(rx, chain, sinks, bar, None, |_| {}));
         let mut sampled = Instant::now();
         while !consumer.is_finished() {
-            if stop.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+            // the deadline is the limit in any case: no waiting for the ports to go quiet
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                rx.stop_now();
+            } else if stop.stop.load(Ordering::Relaxed) {
                 rx.stop();
             }
             if sampled.elapsed() >= SAMPLE_EVERY {
