@@ -18,7 +18,7 @@ pub struct HostsArgs {
     frames: u64,
     /// Distinct frames the emulator synthesizes once and sends in turn (synthesis would
     /// otherwise limit the sender).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::distinct_frames::<usize>)]
     pool: usize,
     #[arg(long, default_value_t = 512)]
     memory_mib: u64,

@@ -37,7 +37,7 @@ pub struct IngestArgs {
     /// Datagrams per probe while searching for the lossless rate (rdaq).
     #[arg(long, default_value_t = 1_000_000)]
     probe: u64,
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u32).range(1..=rdaq_proto::MAX_PAYLOAD as i64))]
     payload_bytes: u32,
     /// Datagrams per read (1..=1024).
     #[arg(long, default_value_t = 64, value_parser = batch_size)]
@@ -51,7 +51,7 @@ pub struct IngestArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [100.0, 1000.0, 2000.0])]
     pub(crate) frame_rates: Vec<f64>,
     /// Seconds of stream per measurement (sls).
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = rdaq_run::config::seconds_arg)]
     pub(crate) seconds: f64,
 }
 
@@ -161,7 +161,7 @@ fn run_bare(a: &IngestArgs, count: u64, rate: Option<f64>, ring: bool) -> anyhow
 }
 
 /// A `--batch` value: what one read of the receiver takes.
-fn batch_size(s: &str) -> Result<usize, String> {
+pub(crate) fn batch_size(s: &str) -> Result<usize, String> {
     let max = rdaq_receiver::engine::MAX_BATCH;
     match s.parse::<usize>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),

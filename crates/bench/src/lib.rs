@@ -77,6 +77,28 @@ pub enum BenchCmd {
     Api(api::ApiBenchArgs),
 }
 
+/// Reads a count of distinct frames a benchmark keeps in memory (1 MiB or more each): 1 to
+/// [`MAX_DISTINCT_FRAMES`].
+pub(crate) fn distinct_frames<T: TryFrom<u64>>(s: &str) -> Result<T, String> {
+    match s.parse::<u64>() {
+        Ok(n) if (1..=MAX_DISTINCT_FRAMES).contains(&n) => T::try_from(n).map_err(|_| format!("{n} is too large here")),
+        _ => Err(format!("must be a number of frames from 1 to {MAX_DISTINCT_FRAMES}")),
+    }
+}
+
+/// The most distinct frames a benchmark cycles through.
+pub const MAX_DISTINCT_FRAMES: u64 = 4096;
+
+/// Reads a rate in Hz from the command line: as the emulator takes it, finite and positive.
+pub(crate) fn rate_arg(s: &str) -> Result<f64, String> {
+    let r: f64 = s.parse().map_err(|_| format!("{s:?} is not a rate in Hz"))?;
+    if r > 0.0 {
+        rdaq_emulator::config::check_rate(Some(r)).map(|()| r)
+    } else {
+        Err(format!("{s} Hz: give a rate above 0"))
+    }
+}
+
 /// Bytes copied per second by `threads` threads at once, each between its own two buffers of
 /// `bytes` (far larger than the caches): the memory floor the benchmarks compare with.
 pub fn copy_bandwidth(threads: usize, bytes: usize, seconds: f64) -> f64 {

@@ -33,7 +33,7 @@ pub struct PipelineArgs {
     #[arg(long, default_value_t = 2)]
     pub(crate) modules: u16,
     /// Seconds per number of workers.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = rdaq_run::config::seconds_arg)]
     pub(crate) seconds: f64,
     /// The most process workers measured (default: every core of the machine).
     #[arg(long)]

@@ -35,10 +35,10 @@ use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain
 #[derive(clap::Args)]
 pub struct ProcessBenchArgs {
     /// Distinct module frames (1024 x 512) cycled through.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = crate::distinct_frames::<usize>)]
     frames: usize,
     /// Seconds per measurement.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = rdaq_run::config::seconds_arg)]
     seconds: f64,
     /// Python with aare, cfelpyutils and bitshuffle (the project venv by default).
     #[arg(long)]

@@ -18,12 +18,18 @@ use rdaq_net::engine::EngineKind;
 use rdaq_net::netns::VethPair;
 use rdaq_receiver::{Counters, Format, IncompletePolicy, Receiver, ReceiverConfig};
 
+/// The most frames of a soak (the checker keeps a hash of each) and of the sender's history.
+const MAX_FRAMES: u64 = 100_000_000;
+/// The largest frame, and the most memory the sender's history and the ring may take.
+const MAX_FRAME_BYTES: u64 = 64 << 20;
+const MAX_MEMORY: u64 = 16 << 30;
+
 #[derive(clap::Args, Clone)]
 pub struct SoakArgs {
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=MAX_FRAMES))]
     frames: u64,
     /// Bytes per frame (one module).
-    #[arg(long, default_value_t = 65_536)]
+    #[arg(long, default_value_t = 65_536, value_parser = clap::value_parser!(u64).range(1..=MAX_FRAME_BYTES))]
     frame_bytes: u64,
     #[arg(long, default_value_t = 8192)]
     payload_bytes: u32,
@@ -49,7 +55,7 @@ pub struct SoakArgs {
     /// Receiver ring slots and sender history, in frames.
     #[arg(long, default_value_t = 2048)]
     slots: usize,
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=MAX_FRAMES))]
     history_frames: u64,
     /// Print the result as JSON (for tests) instead of a table.
     #[arg(long)]
@@ -177,6 +183,9 @@ fn run(a: &SoakArgs, frames: u64, faults: Option<FaultConfig>, progress: bool, p
 }
 
 pub fn soak(a: SoakArgs) -> anyhow::Result<ExitCode> {
+    for (what, frames) in [("--history-frames", a.history_frames), ("--slots", a.slots as u64)] {
+        anyhow::ensure!(frames.saturating_mul(a.frame_bytes) <= MAX_MEMORY, "{what} {frames} of --frame-bytes {} take more than {} GiB", a.frame_bytes, MAX_MEMORY >> 30);
+    }
     let faults = FaultConfig {
         seed: a.seed,
         loss: a.loss,

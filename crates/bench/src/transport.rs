@@ -55,7 +55,7 @@ pub struct TransportArgs {
     /// Datagrams per latency measurement, and their rate.
     #[arg(long, default_value_t = 2000)]
     latency_count: u64,
-    #[arg(long, default_value_t = 2000.0)]
+    #[arg(long, default_value_t = 2000.0, value_parser = crate::rate_arg)]
     latency_rate: f64,
     /// Datagrams of 8 KiB per lossless run (the confirming run; probes use --probe).
     #[arg(long, default_value_t = 10_000_000)]
@@ -69,7 +69,7 @@ pub struct TransportArgs {
     /// is broken down per step, on loopback, for each socket engine (0: skip).
     #[arg(long, default_value_t = 1000)]
     breakdown_frames: u64,
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = crate::ingest::batch_size)]
     batch: usize,
     #[arg(long, default_value_t = 256)]
     recv_buffer_mib: usize,

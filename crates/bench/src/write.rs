@@ -28,7 +28,7 @@ pub struct WriteBenchArgs {
     #[arg(long, default_value_t = 2000)]
     images: u64,
     /// Distinct frames cycled through.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::distinct_frames::<u64>)]
     frames: u64,
     /// Where to write (on the disk to measure); the files are removed afterwards.
     #[arg(long, default_value = "bench-write")]

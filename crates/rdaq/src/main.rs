@@ -5,6 +5,8 @@
 mod acquire;
 mod check;
 mod emulate;
+#[cfg(test)]
+mod edges;
 mod join;
 mod offline;
 mod pedestal;
@@ -95,7 +97,11 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    dispatch(Cli::parse())
+}
+
+/// Runs the command the line asked for; errors end in one line and exit status 2.
+fn dispatch(cli: Cli) -> ExitCode {
     if let Err(e) = init_logs(cli.log_format, &cli.log_level) {
         eprintln!("rdaq: error: {e:#}");
         return ExitCode::from(2);
@@ -124,4 +130,5 @@ fn main() -> ExitCode {
         }
     }
 }
+
 

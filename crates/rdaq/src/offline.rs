@@ -92,7 +92,7 @@ pub struct ConvertArgs {
     #[command(flatten)]
     out: Output,
     /// Photon counts for this photon energy (keV) instead of keV.
-    #[arg(long)]
+    #[arg(long, value_parser = photon_kev)]
     photon_kev: Option<f32>,
     /// Photon count type: i16 or i32.
     #[arg(long, default_value = "i32")]
@@ -152,7 +152,7 @@ pub struct SpotsArgs {
     #[arg(long, requires = "photon_energy_kev")]
     threshold_photons: Option<f32>,
     /// The photon energy that --threshold-photons counts in.
-    #[arg(long)]
+    #[arg(long, value_parser = photon_kev)]
     photon_energy_kev: Option<f32>,
     #[arg(long, default_value_t = 3.0)]
     snr: f32,
@@ -198,6 +198,11 @@ pub struct SpotsArgs {
     radius_map: Option<PathBuf>,
     #[arg(long, default_value = "radius")]
     radius_dataset: String,
+}
+
+/// A photon energy from the command line, bounded as the configuration's.
+fn photon_kev(s: &str) -> Result<f32, String> {
+    rdaq_run::config::photon_kev_arg(s).map(|v| v as f32)
 }
 
 /// The local-SNR threshold in the unit of the image: --threshold, or --threshold-photons
@@ -366,6 +371,9 @@ fn spots(a: SpotsArgs) -> anyhow::Result<()> {
     enum Finder {
         Local(LocalSnr),
         Pf8(Box<Peakfinder8>),
+    }
+    if a.min_pixels == 0 || a.min_pixels > a.max_pixels {
+        bail!("--min-pixels {} must be at least 1 and at most --max-pixels {}", a.min_pixels, a.max_pixels);
     }
     let mut finder = match a.finder.as_str() {
         "local" => Finder::Local(LocalSnr::new(LocalSnrParams { threshold: local_threshold(&a)?, snr: a.snr, box_half: a.box_half, min_pixels: a.min_pixels, max_pixels: a.max_pixels })),

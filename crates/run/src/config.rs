@@ -507,9 +507,18 @@ pub fn seconds_arg(s: &str) -> Result<f64, String> {
     }
 }
 
-/// The longest a frame may wait for its missing datagrams (a minute: far beyond any
-/// retransmission), so that a run's end never waits on a frame for days.
-const MAX_FRAME_TIMEOUT_MS: u64 = 60_000;
+/// Reads a photon energy in keV from the command line (clap's `value_parser`): finite and
+/// within the energies a detector of this kind is used at.
+pub fn photon_kev_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a photon energy in keV"))?;
+    if (MIN_PHOTON_KEV..=MAX_PHOTON_KEV).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s} keV: give a photon energy of {MIN_PHOTON_KEV} to {MAX_PHOTON_KEV} keV"))
+    }
+}
+
+const MAX_FRAME_TIMEOUT_MS: u64 = rdaq_receiver::config::MAX_FRAME_TIMEOUT.as_millis() as u64;
 /// Photon energies a detector of this kind is used at (JUNGFRAU: 2-25 keV), with room.
 const MIN_PHOTON_KEV: f64 = 0.1;
 const MAX_PHOTON_KEV: f64 = 200.0;
@@ -660,14 +669,14 @@ impl Config {
         if r.retransmit && (r.nack_retries == 0 || r.history_mib == 0) {
             bail!("reliability.nack_retries and reliability.history_mib must be at least 1 with retransmission on");
         }
+        // the times first: the emulator's fault configuration makes durations of them
+        for (name, ms) in [("delay_ms", self.faults.delay_ms), ("consumer_delay_ms", self.faults.consumer_delay_ms), ("slow_ms", self.faults.slow_ms)] {
+            if !(0.0..=10_000.0).contains(&ms) {
+                bail!("faults.{name} must be 0 to 10000, not {ms}");
+            }
+        }
         if let Some(f) = self.faults.config() {
             f.check().map_err(anyhow::Error::msg)?;
-        }
-        if !(0.0..=10_000.0).contains(&self.faults.consumer_delay_ms) {
-            bail!("faults.consumer_delay_ms must be 0 to 10000, not {}", self.faults.consumer_delay_ms);
-        }
-        if !(0.0..=10_000.0).contains(&self.faults.slow_ms) {
-            bail!("faults.slow_ms must be 0 to 10000, not {}", self.faults.slow_ms);
         }
         if self.faults.slow_ms > 0.0 && self.faults.slow_module >= self.detector.modules {
             bail!("faults.slow_module {} must be a module of the detector (below {})", self.faults.slow_module, self.detector.modules);

@@ -109,7 +109,7 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     sum.threads = Some(threads);
 
     if let Some(p) = processed {
-        save_processing(cfg, geometry, p, &out, &mut sum)?;
+        save_processing(cfg, geometry, p, &out, &mut sum, expected)?;
     }
     check_guards(&rx)?;
     Ok(sum)
@@ -389,10 +389,10 @@ pub fn processing_setup(cfg: &Config, meta: &NxmxMeta, calibration: Calibration)
     })
 }
 
-/// Writes what the processing leaves beside the data file (the emulated detector's truth,
-/// the tracked calibration) and adds its report to the summary.
-fn save_processing(cfg: &Config, geometry: Geometry, mut p: ProcessReport, out: &dyn Fn(&str) -> PathBuf, sum: &mut summary::Summary) -> anyhow::Result<()> {
-    write_truth(cfg, &geometry, &out("_truth.csv"))?;
+/// Writes what the processing leaves beside the data file (the emulated detector's truth of
+/// the `frames` the run expected, the tracked calibration) and adds its report to the summary.
+fn save_processing(cfg: &Config, geometry: Geometry, mut p: ProcessReport, out: &dyn Fn(&str) -> PathBuf, sum: &mut summary::Summary, frames: u64) -> anyhow::Result<()> {
+    write_truth(cfg, &geometry, &out("_truth.csv"), frames)?;
     if let Some(cal) = p.calibration.take() {
         let path = out("_calibration.h5");
         let cf = rdaq_process::calfile::CalFile { rows: geometry.height(), cols: geometry.width(), cal: (*cal).clone(), rms: None, frames: None };
@@ -404,13 +404,14 @@ fn save_processing(cfg: &Config, geometry: Geometry, mut p: ProcessReport, out: 
     Ok(())
 }
 
-/// The synthetic detector's ground truth for the processing: per frame whether it was dark
-/// and a hit, and every Bragg spot in image pixel coordinates (column x, row y).
-fn write_truth(cfg: &Config, g: &Geometry, path: &Path) -> anyhow::Result<()> {
+/// The synthetic detector's ground truth for the processing of its first `frames` (those
+/// sent, when the run was stopped): per frame whether it was dark and a hit, and every
+/// Bragg spot in image pixel coordinates (column x, row y).
+fn write_truth(cfg: &Config, g: &Geometry, path: &Path, frames: u64) -> anyhow::Result<()> {
     use std::fmt::Write;
     let synths: Vec<_> = (0..g.modules).map(|m| rdaq_detector::ModuleSynth::new(cfg.synth(), m)).collect();
     let mut s = String::from("frame,dark,hit,x,y,photons\n");
-    for frame in 0..cfg.emulator.frames {
+    for frame in 0..frames {
         let (dark, hit) = (synths[0].is_dark(frame), synths[0].is_hit(frame));
         let _ = writeln!(s, "{frame},{},{},,,", dark as u8, hit as u8);
         for (m, syn) in synths.iter().enumerate() {
