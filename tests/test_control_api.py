@@ -1,5 +1,6 @@
 """Bad topologies and bad control requests get clear errors and change nothing."""
 import json
+import re
 import subprocess
 import time
 import urllib.error
@@ -266,3 +267,28 @@ def test_manager_api_shows_events_and_the_report(rdaq, daemons, tmp_path):
     finally:
         if mgr.poll() is None:
             mgr.kill()
+
+
+def test_a_managed_receiver_streams_on_a_free_port_when_its_default_is_taken(rdaq, daemons, tmp_path):
+    """Another acquisition on this host holds the first receiver's default stream port: the
+    managed acquisition still runs, its receiver streams on a free port, and the manager says
+    which."""
+    import socket
+    det, dr = daemons["det"], daemons["dr0"]
+    topo = tmp_path / "t.toml"
+    topo.write_text(f'[detector]\nmodules = 2\ncontrol = "{det[7:]}"\n'
+                    f'[[receivers]]\nname = "dr0"\ncontrol = "{dr[7:]}"\ndata = "127.0.0.1"\ndata_port = 0\nmemory_mib = 64\n')
+    held = socket.socket()
+    try:
+        try:
+            held.bind(("127.0.0.1", 31001))
+            held.listen()
+        except OSError:
+            pass  # another acquisition holds it already: the same case
+        r = subprocess.run([str(rdaq), "manage", "--topology", str(topo), "--frames", "5", "--rate", "50", "--out", str(tmp_path / "o")],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        held.close()
+    assert r.returncode == 0, r.stderr
+    moved = re.findall(r"streaming on a free port.*? receiver=dr0 stream=(tcp://127\.0\.0\.1:\d+) default=tcp://127\.0\.0\.1:31001", r.stderr)
+    assert moved and moved[0] != "tcp://127.0.0.1:31001", r.stderr

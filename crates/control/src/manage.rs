@@ -481,6 +481,7 @@ impl<'a> Session<'a> {
                 gap_y: g.gap_y,
                 overwrite: names.overwrite,
                 stream: Some(streams[*r].clone()),
+                stream_may_move: spec.stream.is_none(),
                 preview: Some(previews[*r].clone()),
                 config: names.sections.clone(),
             };
@@ -493,8 +494,10 @@ impl<'a> Session<'a> {
                     return Err(e.context(format!("starting {}", spec.name)));
                 }
             };
-            if let Some(e) = &v.stream {
-                tracing::info!(receiver = %spec.name, stream = %e, "streaming");
+            match &v.stream {
+                Some(e) if *e != streams[*r] => tracing::warn!(receiver = %spec.name, stream = %e, default = %streams[*r], "streaming on a free port: the default one was taken (another acquisition on that host?)"),
+                Some(e) => tracing::info!(receiver = %spec.name, stream = %e, "streaming"),
+                None => {}
             }
             if let Some(e) = &v.preview {
                 tracing::info!(receiver = %spec.name, preview = %e, "preview");

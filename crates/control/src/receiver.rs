@@ -333,6 +333,11 @@ pub struct StartRequest {
     /// `--stream`).
     #[serde(default)]
     pub stream: Option<String>,
+    /// `stream` is a default (the manager's, for a topology that names none): when another
+    /// process on this host holds its port, the acquisition streams on a free port of the
+    /// same address instead, and the answer names it.
+    #[serde(default)]
+    pub stream_may_move: bool,
     /// The live preview endpoint of this acquisition (`rdaq preview --from`; "none": off;
     /// default: the daemon's `--preview`, itself off by default).
     #[serde(default)]
@@ -437,10 +442,16 @@ fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError>
     if let Some(p) = series.iter().flatten().find(|p| rdaq_sink::claim::taken(p) && !req.overwrite) {
         return Err(conflict(format!("output: {} exists: the receiver does not overwrite data (start with \"overwrite\": true to replace it)", p.display())));
     }
-    let stream_cfg = match &req.stream {
+    let mut stream_cfg = match &req.stream {
         Some(e) => stream_at(daemon_stream, e).map_err(|e| bad(format!("stream: {e:#}")))?,
         None => daemon_stream,
     };
+    if let Some(c) = stream_cfg.as_mut().filter(|_| req.stream_may_move) {
+        if let Some(free) = rdaq_run::config::free_port_if_taken(&c.endpoint) {
+            tracing::warn!(stream = %c.endpoint, "the default stream port is taken (another acquisition on this host?): streaming on a free port, named in the start's answer");
+            c.endpoint = free;
+        }
+    }
     let source = source_of(&active.request)?;
     let mut cfg = acquisition_config(&opts, req.config.clone(), geometry, stream_cfg.is_some()).map_err(|e| bad(format!("config: {e:#}")))?;
     if let Some(p) = &req.preview {
@@ -489,10 +500,9 @@ fn launch(d: &mut ReceiverDaemon, plan: Plan, outputs: Outputs) -> Result<Json<S
     let Some(active) = d.active.as_mut().filter(|a| Arc::ptr_eq(&a.rx, &plan.rx)) else {
         return Err(conflict("the buffers changed while the acquisition started"));
     };
-    let Plan { name, events, path, stream_cfg, preview, .. } = plan;
+    let Plan { name, events, path, .. } = plan;
     let Outputs { chain, writer, stream } = outputs;
-    let endpoint = stream_cfg.as_ref().map(|c| c.endpoint.clone());
-    let preview_endpoint = preview.as_ref().map(|(c, _)| c.endpoint.clone());
+    let (endpoint, preview_endpoint) = stream.as_ref().map(Stream::endpoints).unwrap_or_default();
     let live = stream.as_ref().map(Stream::live);
     // a new acquisition: frame numbers may start again; whatever was in progress is finished
     // and goes nowhere (no consumer yet), so drain it

@@ -98,9 +98,9 @@ impl Stream {
         let mut s = self.clone();
         let mut moved = Vec::new();
         for (field, e, default) in [("stream.endpoint", &mut s.endpoint, d.endpoint), ("stream.preview", &mut s.preview, d.preview)] {
-            if *e == default && port_taken(&default) {
+            if let Some(free) = (*e == default).then(|| free_port_if_taken(&default)).flatten() {
                 moved.push(format!("{field}: {default} is taken (another acquisition on this host?): this run uses a free port instead, named in its summary"));
-                *e = "tcp://127.0.0.1:0".into();
+                *e = free;
             }
         }
         (s, moved)
@@ -142,9 +142,12 @@ impl Stream {
 }
 
 /// Whether another process listens on the TCP address of `endpoint` (`tcp://host:port`).
-fn port_taken(endpoint: &str) -> bool {
-    let addr = endpoint.strip_prefix("tcp://").and_then(|a| a.parse::<std::net::SocketAddr>().ok());
-    addr.is_some_and(|a| std::net::TcpListener::bind(a).is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse))
+/// `tcp://ADDRESS:0` (a port the system picks when the stream binds) when another process
+/// holds the port of the TCP `endpoint`; `None` when it is free or not a TCP address.
+pub fn free_port_if_taken(endpoint: &str) -> Option<String> {
+    let addr = endpoint.strip_prefix("tcp://").and_then(|a| a.parse::<std::net::SocketAddr>().ok())?;
+    let taken = std::net::TcpListener::bind(addr).is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse);
+    taken.then(|| format!("tcp://{}", std::net::SocketAddr::new(addr.ip(), 0)))
 }
 
 /// Online processing of JUNGFRAU frames (docs/processing.md).

@@ -229,6 +229,12 @@ impl Stream {
         }
     }
 
+    /// The endpoints bound (the port the system picked where the configuration said 0):
+    /// the stream's and the preview's.
+    pub fn endpoints(&self) -> (Option<String>, Option<String>) {
+        (self.main.as_ref().map(Publisher::endpoint), self.preview.as_ref().map(|p| p.publisher.endpoint()))
+    }
+
     /// Sends `end` and reports.
     pub fn finish(mut self) -> StreamReport {
         let mut stats = StreamStats::default();
