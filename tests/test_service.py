@@ -218,3 +218,40 @@ def test_the_openapi_document_is_valid_and_the_client_follows_it(service):
     assert set(arm["required"]) == {"frames_per_trigger", "prefix"}
     states = doc["components"]["schemas"]["State"]["enum"]
     assert set(states) == {"idle", "armed", "acquiring", "error"}
+
+
+def test_sigterm_ends_the_service_and_its_dataset_as_a_cancel_does(service):
+    """systemd stops a unit with SIGTERM: the dataset under way is closed as cancelled, its
+    master readable with the frames written, and the service exits 0."""
+    import time
+    svc, root, procs = service
+    svc.arm(frames_per_trigger=400, period_s=0.02, directory="t", prefix="term", process=False)
+    svc.trigger()
+    while svc.acquisition()["dataset"]["frames_written"] < 5:
+        time.sleep(0.05)
+    mgr = procs[-1]
+    mgr.send_signal(signal.SIGTERM)
+    assert mgr.wait(timeout=60) == 0, mgr.stderr.read()
+    with h5py.File(root / "t" / "term_master.h5", "r") as f:
+        numbers = f["entry/data/frame_number"][:].tolist()
+        assert f["entry/data/data"].shape[0] == len(numbers) and 5 <= len(numbers) < 400
+
+
+def test_sigterm_ends_a_receiver_daemon_with_its_files_closed(service):
+    """A receiver daemon told to end (SIGTERM) mid-dataset stops its acquisition as
+    `POST /stop` does: it exits 0, its files are closed (no writer flag, no leftover)."""
+    import time
+    svc, root, procs = service
+    svc.arm(frames_per_trigger=400, period_s=0.02, directory="t", prefix="term", process=False)
+    svc.trigger()
+    while svc.acquisition()["dataset"]["frames_written"] < 5:
+        time.sleep(0.05)
+    dr0 = procs[1]
+    dr0.send_signal(signal.SIGTERM)
+    assert dr0.wait(timeout=60) == 0, dr0.stderr.read()
+    files = sorted(p.name for p in (root / "t").iterdir() if "dr0" in p.name)
+    assert files == ["term_dr0_data_000001.h5", "term_dr0_master.h5"], files
+    with h5py.File(root / "t" / "term_dr0_master.h5", "r") as f:
+        assert f["entry/data/data"].shape[0] == f["entry/data/frame_number"].shape[0] > 0
+    svc.cancel()
+    svc.wait(("idle", "error"))

@@ -30,14 +30,29 @@ async fn events<D: Daemon>(State(s): State<Shared<D>>, Query(q): Query<Since>) -
     Json(lock(&s).event_page(&q))
 }
 
-/// Serves `app` on `addr` until Ctrl-C, behind `access`.
+/// Until SIGINT (Ctrl-C) or SIGTERM (`systemctl stop`, `kill`): both end a daemon the same way.
+async fn interrupted() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Serves `app` on `addr` until SIGINT or SIGTERM, behind `access`.
 pub fn serve(addr: SocketAddr, app: axum::Router, what: &str, access: Arc<Access>) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
         let listener = listen(addr, what, &access).await?;
         axum::serve(listener, guarded(app, access).into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
+                interrupted().await;
                 crate::dashboard::close_feeds();
             })
             .await?;

@@ -85,9 +85,22 @@ impl Daemon for ReceiverDaemon {
     }
 }
 
-/// The daemon's API; `access` is the one [`crate::http::serve`] guards it with (its
-/// refusals are counted in `/metrics`).
-pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
+/// Serves the daemon's API on `addr` behind `access` until SIGINT or SIGTERM; an acquisition
+/// still running then is stopped as `POST /stop` stops it (its files closed and readable).
+pub fn serve(addr: std::net::SocketAddr, opts: Options, access: Arc<crate::auth::Access>) -> anyhow::Result<()> {
+    let (app, shared) = router(opts, access.clone());
+    crate::http::serve(addr, app, "receive", access)?;
+    let acquiring = lock(&shared).active.as_ref().is_some_and(|a| a.acq.is_some());
+    if acquiring {
+        tracing::warn!("stopping the acquisition under way: the daemon was told to end");
+        stop_active(&shared).map_err(|e| anyhow::anyhow!("stopping the acquisition: {}", e.1))?;
+    }
+    Ok(())
+}
+
+/// The daemon's API and its state; `access` is the one [`crate::http::serve`] guards it
+/// with (its refusals are counted in `/metrics`).
+fn router(opts: Options, access: Arc<crate::auth::Access>) -> (Router, Shared) {
     let d = ReceiverDaemon { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))), board: Arc::default(), last: None, access, started: std::time::Instant::now() };
     let shared: Shared = Arc::new(Mutex::new(d));
     let routes = Router::new()
@@ -97,7 +110,7 @@ pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
         .route("/stop", post(stop))
         .route("/status", get(status))
         .route("/metrics", get(metrics));
-    daemon_router(shared.clone(), routes).merge(dashboard::routes(Arc::new(DaemonView(shared))))
+    (daemon_router(shared.clone(), routes).merge(dashboard::routes(Arc::new(DaemonView(shared.clone())))), shared)
 }
 
 /// The receiver daemon on its dashboard.
@@ -578,8 +591,14 @@ pub struct StopAnswer {
 }
 
 async fn stop(State(s): State<Shared>, _: crate::answer::NoParameters) -> Result<Json<StopAnswer>, ApiError> {
+    tokio::task::spawn_blocking(move || stop_active(&s)).await.map_err(internal)?.map(Json)
+}
+
+/// Stops the acquisition under way: frames in progress are finished (under the policy),
+/// the consumer ends, the files are closed; what it came to (blocks until then).
+fn stop_active(s: &Shared) -> Result<StopAnswer, ApiError> {
     let (rx, acq) = {
-        let mut d = lock(&s);
+        let mut d = lock(s);
         let Some(active) = d.active.as_mut() else {
             return Err(conflict("no acquisition to stop"));
         };
@@ -588,16 +607,12 @@ async fn stop(State(s): State<Shared>, _: crate::answer::NoParameters) -> Result
         };
         (active.rx.clone(), acq)
     };
-    let (stats, output, stream, processed, counters) = tokio::task::spawn_blocking(move || {
-        // frames in progress are finished (under the policy) and queued before the flag
-        let counters = rx.flush().unwrap_or_else(|| rx.counters());
-        acq.stop.store(true, Ordering::Relaxed);
-        acq.consumer.join().map_err(|_| anyhow::anyhow!("consumer panicked"))?.map(|o| (o.consumed, o.h5, o.stream, o.processed, counters))
-    })
-    .await
-    .map_err(internal)?
-    .map_err(internal)?;
-    let lost = log_summary(&lock(&s).opts.name, &stats, &counters, output.as_deref());
+    // frames in progress are finished (under the policy) and queued before the flag
+    let counters = rx.flush().unwrap_or_else(|| rx.counters());
+    acq.stop.store(true, Ordering::Relaxed);
+    let outcome = acq.consumer.join().map_err(|_| anyhow::anyhow!("consumer panicked")).map_err(internal)?.map_err(internal)?;
+    let (stats, output, stream, processed) = (outcome.consumed, outcome.h5, outcome.stream, outcome.processed);
+    let lost = log_summary(&lock(s).opts.name, &stats, &counters, output.as_deref());
     let answer = StopAnswer {
         frames_complete: stats.complete,
         frames_incomplete: stats.incomplete,
@@ -611,9 +626,8 @@ async fn stop(State(s): State<Shared>, _: crate::answer::NoParameters) -> Result
         stream,
         processing: processed.map(|p| serde_json::to_value(p).expect("a report serializes")),
     };
-    let mut d = lock(&s);
-    d.last = Some(serde_json::json!({ "lost": lost, "summary": &answer }));
-    Ok(Json(answer))
+    lock(s).last = Some(serde_json::json!({ "lost": lost, "summary": &answer }));
+    Ok(answer)
 }
 
 /// The acquisition's one summary line in the log (a warning when anything was lost or not

@@ -292,7 +292,7 @@ fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Res
         config: cfg.clone(),
     };
     let access = Arc::new(a.access.access()?);
-    rdaq_control::http::serve(addr, daemon::router(opts, access.clone()), "receive", access)?;
+    daemon::serve(addr, opts, access)?;
     Ok(ExitCode::SUCCESS)
 }
 
