@@ -255,3 +255,26 @@ def test_sigterm_ends_a_receiver_daemon_with_its_files_closed(service):
         assert f["entry/data/data"].shape[0] == f["entry/data/frame_number"].shape[0] > 0
     svc.cancel()
     svc.wait(("idle", "error"))
+
+
+def test_a_cancel_at_once_and_a_dropped_arm_leave_a_clean_service(service):
+    """A cancel right after the trigger ends the dataset `cancelled` (with what was written,
+    perhaps nothing: then it has no master), never in error; an arm dropped before its
+    trigger leaves no directory."""
+    svc, root, _ = service
+    for k in range(5):
+        svc.arm(frames_per_trigger=400, period_s=0.02, directory=f"now{k}", prefix="now", process=False)
+        svc.trigger()
+        svc.cancel()
+        a = svc.wait(("idle", "error"))
+        d = a["dataset"]
+        assert a["state"] == "idle" and a["error"] is None and d["cancelled"], a
+        if d["frames_written"] > 0:
+            with h5py.File(d["master"], "r") as f:
+                assert f["entry/data/data"].shape[0] == d["frames_written"]
+        else:
+            assert not os.path.exists(d["master"]), "no frame, no master"
+    svc.arm(frames_per_trigger=4, directory="dropped/deeper", prefix="x", process=False)
+    svc.disarm()
+    assert not (root / "dropped").exists()
+    assert svc.acquisition()["state"] == "idle"

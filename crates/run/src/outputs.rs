@@ -50,6 +50,16 @@ pub fn subdirectory(what: &str, rel: &str) -> anyhow::Result<PathBuf> {
 /// refusing a level that is a symbolic link or not a directory: what a client names stays
 /// under `root`, and nothing is created outside it on the way. Returns `root/rel`.
 pub fn make_subdirectory(what: &str, root: &Path, rel: &Path) -> anyhow::Result<PathBuf> {
+    walk_subdirectory(what, root, rel, true)
+}
+
+/// What [`make_subdirectory`] would refuse, found without creating anything (the levels
+/// that exist are directories, not links): a directory checked now and made later.
+pub fn check_subdirectory(what: &str, root: &Path, rel: &Path) -> anyhow::Result<()> {
+    walk_subdirectory(what, root, rel, false).map(|_| ())
+}
+
+fn walk_subdirectory(what: &str, root: &Path, rel: &Path, create: bool) -> anyhow::Result<PathBuf> {
     let mut at = root.to_owned();
     for c in rel.components().filter(|c| matches!(c, std::path::Component::Normal(_))) {
         at.push(c);
@@ -57,6 +67,7 @@ pub fn make_subdirectory(what: &str, root: &Path, rel: &Path) -> anyhow::Result<
             Ok(m) if m.file_type().is_symlink() => anyhow::bail!("{what}: {} is a symbolic link: rdaq writes only under the output directory", at.display()),
             Ok(m) if !m.is_dir() => anyhow::bail!("{what}: {} is not a directory", at.display()),
             Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => break,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir(&at) {
                 Ok(()) => {}
                 // made meanwhile by another start: a directory is what was wanted

@@ -132,7 +132,8 @@ impl service::Worker for Worker<'_> {
         self.s.publish(&report, lost, &open.files)?;
         let written = report.receivers.values().map(|r| r.frames_written).sum();
         lock(&self.hub.service).written(written);
-        let no_master = report.master.is_none().then(|| report.master_note.clone().unwrap_or_default());
+        // a dataset that wrote no frame (cancelled at once, every frame vetoed) has no master
+        let no_master = (report.master.is_none() && written > 0).then(|| report.master_note.clone().unwrap_or_default());
         tracing::info!(frames_complete = report.frames_complete, frames_expected = report.frames_expected, written, lost, "dataset closed");
         Ok(Closed { summary: serde_json::to_value(&report)?, frames_lost: Some(report.frames_lost.len() as u64), no_master })
     }

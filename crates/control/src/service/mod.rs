@@ -179,7 +179,8 @@ fn run(hub: &Hub, rx: mpsc::Receiver<Work>, w: &mut impl Worker) {
     for job in rx {
         match job {
             Work::Trigger(send, mut ready) => {
-                if let Err(e) = w.trigger(&send, &mut ready) {
+                let made = if w.is_open() { Ok(()) } else { make_directory(hub) };
+                if let Err(e) = made.and_then(|()| w.trigger(&send, &mut ready)) {
                     fail(hub, w, e, &mut ready);
                     continue;
                 }
@@ -197,6 +198,12 @@ fn run(hub: &Hub, rx: mpsc::Receiver<Work>, w: &mut impl Worker) {
         let _ = lock(&hub.service).cancel();
         close(hub, w);
     }
+}
+
+/// Makes the directory of the dataset armed (its first trigger is starting).
+fn make_directory(hub: &Hub) -> anyhow::Result<()> {
+    let rel = lock(&hub.service).dataset().map(|d| PathBuf::from(&d.request.directory)).context("no dataset armed")?;
+    rdaq_run::outputs::make_subdirectory("directory", &hub.root, &rel).map(|_| ())
 }
 
 /// Closes the dataset's files and ends it with its summary; a dataset without its master
@@ -255,9 +262,10 @@ impl DirError {
     }
 }
 
-/// Makes dataset directory `rel` under `root` (never through a link), and refuses a dataset
-/// whose files (`files` there) exist.
+/// Checks dataset directory `rel` under `root` (never through a link; made at the first
+/// trigger, so that an arm dropped leaves nothing), and refuses a dataset whose files
+/// (`files` there) exist.
 fn prepare_directory(root: &Path, rel: &Path, files: &[PathBuf]) -> Result<(), DirError> {
-    rdaq_run::outputs::make_subdirectory("directory", root, rel).map_err(DirError::Path)?;
+    rdaq_run::outputs::check_subdirectory("directory", root, rel).map_err(DirError::Path)?;
     rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), false).map_err(DirError::Exists)
 }
