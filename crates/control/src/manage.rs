@@ -347,7 +347,8 @@ impl<'a> Session<'a> {
         let plan = Plan::new(&t).with_context(|| format!("invalid topology {}", a.topology.display()))?;
         let det_ctl = t.detector.control.context("detector.control: the detector's control address is needed")?;
         let sections = processing::sections(&t).with_context(|| format!("invalid topology {}", a.topology.display()))?;
-        let shared: SharedBoard = std::sync::Arc::new(std::sync::Mutex::new(Board::new(format!("manager {}", a.topology.display()), frames)));
+        let kept = if a.data_root.is_some() { board::EVENTS_KEPT_SERVICE } else { board::EVENTS_KEPT_RUN };
+        let shared: SharedBoard = std::sync::Arc::new(std::sync::Mutex::new(Board::new(format!("manager {}", a.topology.display()), frames, kept)));
         let token = access.token().cloned();
         let api = Api::new(Duration::from_secs(60), token.as_ref());
         let heartbeat = Api::new(Duration::from_millis(a.heartbeat_ms.max(100)), token.as_ref());

@@ -90,9 +90,11 @@ impl Daemon for ReceiverDaemon {
 pub fn serve(addr: std::net::SocketAddr, opts: Options, access: Arc<crate::auth::Access>) -> anyhow::Result<()> {
     let (app, shared) = router(opts, access.clone());
     crate::http::serve(addr, app, "receive", access)?;
-    let acquiring = lock(&shared).active.as_ref().is_some_and(|a| a.acq.is_some());
-    if acquiring {
+    let acquiring = lock(&shared).active.as_ref().filter(|a| a.acq.is_some()).map(|a| a.rx.clone());
+    if let Some(rx) = acquiring {
         tracing::warn!("stopping the acquisition under way: the daemon was told to end");
+        // a detector still sending would keep the consumer busy: nothing more is received
+        rx.stop_now();
         stop_active(&shared).map_err(|e| anyhow::anyhow!("stopping the acquisition: {}", e.1))?;
     }
     Ok(())

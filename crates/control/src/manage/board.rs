@@ -17,8 +17,12 @@ use crate::auth::Access;
 use crate::dashboard::{self, ProcessView, ReceiverView, Snapshot, View};
 use crate::http::lock;
 
-/// Events the manager keeps.
-const EVENTS_KEPT: usize = 1 << 20;
+/// Events the manager keeps for `/events`: of one acquisition (all of a long one's are in its
+/// events.jsonl), and of the service, which runs for weeks: there the log is a window on the
+/// latest datasets (each dataset's events are in its own events.jsonl), so that memory stays
+/// flat however many datasets it takes. Older events are counted as dropped.
+pub const EVENTS_KEPT_RUN: usize = 1 << 20;
+pub const EVENTS_KEPT_SERVICE: usize = 4096;
 
 /// What the manager's API shows.
 pub struct Board {
@@ -42,12 +46,12 @@ pub struct Board {
 }
 
 impl Board {
-    pub fn new(title: String, frames: u64) -> Board {
+    pub fn new(title: String, frames: u64, events_kept: usize) -> Board {
         Board {
             title,
             frames,
             status: serde_json::json!({ "state": "configuring" }),
-            events: EventLog::new(EVENTS_KEPT),
+            events: EventLog::new(events_kept),
             receivers: BTreeMap::new(),
             processing: BTreeMap::new(),
             to_writer: BTreeMap::new(),
