@@ -292,3 +292,40 @@ def test_a_managed_receiver_streams_on_a_free_port_when_its_default_is_taken(rda
     assert r.returncode == 0, r.stderr
     moved = re.findall(r"streaming on a free port.*? receiver=dr0 stream=(tcp://127\.0\.0\.1:\d+) default=tcp://127\.0\.0\.1:31001", r.stderr)
     assert moved and moved[0] != "tcp://127.0.0.1:31001", r.stderr
+
+
+def test_sigterm_ends_one_managed_acquisition_with_its_report_and_files(rdaq, daemons, tmp_path):
+    """`rdaq manage` of one acquisition told to end (SIGTERM, as Ctrl-C): the detector is
+    stopped, the receivers' files closed, the report written; it exits by itself."""
+    import signal
+    import h5py
+    det, dr = daemons["det"], daemons["dr0"]
+    topo = tmp_path / "t.toml"
+    topo.write_text(f'[detector]\nmodules = 2\ncontrol = "{det[7:]}"\n'
+                    f'[[receivers]]\nname = "dr0"\ncontrol = "{dr[7:]}"\ndata = "127.0.0.1"\ndata_port = 0\nmemory_mib = 64\nstream = "none"\n')
+    port = free_port()
+    mgr = subprocess.Popen([str(rdaq), "manage", "--topology", str(topo), "--frames", "2000", "--rate", "20",
+                            "--out", str(tmp_path / "o"), "--serve", f"127.0.0.1:{port}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert mgr.poll() is None and time.monotonic() < deadline, "manager ended or hung"
+            try:
+                if call("GET", dr + "/status")[1]["state"] == "acquiring" and call("GET", f"http://127.0.0.1:{port}/status")[1]["state"] == "running":
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        time.sleep(0.5)
+        mgr.send_signal(signal.SIGTERM)
+        out, err = mgr.communicate(timeout=60)
+    finally:
+        if mgr.poll() is None:
+            mgr.kill()
+    assert mgr.returncode in (0, 1), err
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert 0 < report["frames_complete"] < 2000, report
+    with h5py.File(report["receivers"]["dr0"]["output"], "r") as f:
+        assert f["entry/data/data"].shape[0] == report["receivers"]["dr0"]["frames_written"] > 0
+    assert call("GET", dr + "/status")[1]["state"] != "acquiring"

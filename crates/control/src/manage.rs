@@ -226,6 +226,14 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     }
     let s = Session::open(&a)?;
     s.check_telegrams()?;
+    // Ctrl-C or SIGTERM ends the acquisition as `POST /stop` does (the detector stopped,
+    // the receivers' files closed, the report written); after it, the API's serving
+    let (interrupted, interrupts) = std::sync::mpsc::channel();
+    let board = s.shared.clone();
+    ctrlc::set_handler(move || {
+        lock(&board).stop_requested = true;
+        let _ = interrupted.send(());
+    })?;
     let names = Names { prefix: None, directory: None, overwrite: a.overwrite, sections: s.sections.clone() };
     let mut run = s.begin(&names)?;
     s.send(&mut run, 0, a.frames, a.rate)?;
@@ -236,11 +244,7 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
     print_report(&report, &files.report);
     if a.serve.is_some() {
         tracing::info!("done; the API keeps serving the report until Ctrl-C");
-        let (tx, rx) = std::sync::mpsc::channel();
-        ctrlc::set_handler(move || {
-            let _ = tx.send(());
-        })?;
-        let _ = rx.recv();
+        let _ = interrupts.recv();
     }
     if loss && !a.tolerate_loss {
         tracing::warn!("data was lost (use --tolerate-loss to exit 0 anyway)");
