@@ -1,4 +1,4 @@
-//! RoCEv2 codecs against the golden vectors of FORMATS.md section 2: a CNP captured from a
+//! RoCEv2 codecs against the golden vectors of docs/formats.md section 5: a CNP captured from a
 //! ConnectX-4 Lx NIC, and RC WRITE_ONLY and WRITE_ONLY_WITH_IMM packets whose ICRCs the
 //! Linux software RoCE driver's algorithm gives; property tests of encode and parse.
 

@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn checksum_matches_a_known_header() {
-        // the IPv4 header of FORMATS.md's hardware capture, checksum 0x9161
+        // the IPv4 header of the hardware capture in docs/formats.md section 5, checksum 0x9161
         let ip = [0x45, 0xc2, 0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0, 0, 0x0a, 0x00, 0x11, 0x01, 0x0a, 0x00, 0x12, 0x01];
         assert_eq!(ipv4_checksum(&ip), 0x9161);
     }

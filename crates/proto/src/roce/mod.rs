@@ -1,8 +1,8 @@
 //! RoCEv2 (RDMA over Converged Ethernet v2), sans I/O and allocation-free: the headers an RC
 //! queue pair's RDMA WRITE, SEND and ACK/NAK packets carry ([`headers`]), a whole packet as it
 //! sits in a UDP datagram to port 4791 ([`packet`]), the invariant CRC that ends it
-//! ([`icrc`]), and the Ethernet/IPv4/UDP headers a raw sender puts in front ([`frame`]). Layouts: `../shared/spec/FORMATS.md` section 2 (from Linux `ib_pack.h` and the
-//! software RoCE driver), described in `docs/protocol.md`.
+//! ([`icrc`]), and the Ethernet/IPv4/UDP headers a raw sender puts in front ([`frame`]). Layouts: docs/formats.md section 5 (from Linux `ib_pack.h` and the
+//! software RoCE driver); the protocol in docs/protocol.md.
 
 pub mod frame;
 pub mod headers;
