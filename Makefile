@@ -1,10 +1,14 @@
 # rdaq: `make run` and `make test` install what is missing, then run. See README.md.
-.PHONY: setup run test test-rust test-e2e bench fmt miri deb wheel dist
+.PHONY: setup setup-run run test test-rust test-e2e bench fmt miri deb wheel dist
 
+# everything the tests use; `make run` installs only what the run needs
 setup:
 	./scripts/setup.sh
 
-run: setup
+setup-run:
+	./scripts/setup.sh run
+
+run: setup-run
 	./target/release/rdaq run
 
 test: setup test-rust test-e2e

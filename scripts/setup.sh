@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
-# Installs what rdaq needs on a Debian 12 machine (root): apt packages, the Rust
-# toolchain check, the project Python venv (.venv) for the end-to-end tests, and
-# the release build. Idempotent: every step checks before it installs.
+# Installs what rdaq needs on a Debian 12 machine (root). Idempotent: every step checks
+# before it installs.
+#   scripts/setup.sh run    what `make run` needs: the build's apt packages, the Rust
+#                           toolchain, the release build of the rdaq binary
+#   scripts/setup.sh        everything (`make test`): also the tools the tests use, the
+#                           project Python venv (.venv) with the rdaq package, cargo-deb,
+#                           and the whole workspace built
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PROFILE="${1:-all}"
+case "$PROFILE" in
+  run|all) ;;
+  *) echo "setup: unknown profile '$PROFILE' (run, or none for everything)" >&2; exit 2 ;;
+esac
+
+# what the build needs: HDF5 and ZeroMQ to link, clang and libbpf for the AF_XDP engine's
+# XDP program (crates/net/bpf/steer.c, built by cargo)
+RUN_PACKAGES=(libhdf5-dev pkg-config libzmq3-dev clang libbpf-dev)
 
 # dials: the tests check that DIALS imports rdaq's files and finds its spots;
-# libzmq3-dev: the Stream V2 publisher; hdf5-tools: h5dump and h5clear to look at files by hand
-# (rdaq recover clears a killed writer's flags itself);
-# clang, libbpf-dev: the AF_XDP engine's XDP program (crates/net/bpf/steer.c, built by cargo);
+# hdf5-tools: h5dump and h5clear to look at files by hand (rdaq recover clears a killed
+# writer's flags itself); iproute2: network namespaces; stress-ng: tests on a busy machine;
 # tshark: the RoCEv2 test decodes the emulator's packets with Wireshark's dissector
 # chromium, chromium-driver: the dashboard tests open the page in a real (headless) browser
 # patchelf: the Debian package gives librdaq its soname with it;
 # dpkg-dev, lintian, systemd, cmake: the Debian package is built (dpkg-shlibdeps), checked
 # (lintian, systemd-analyze verify) and built against (CMake's find_package) in the tests
-APT_PACKAGES=(libhdf5-dev pkg-config iproute2 python3-venv stress-ng dials libzmq3-dev hdf5-tools clang libbpf-dev tshark chromium chromium-driver patchelf dpkg-dev lintian systemd cmake)
+TEST_PACKAGES=(iproute2 python3-venv stress-ng dials hdf5-tools tshark chromium chromium-driver patchelf dpkg-dev lintian systemd cmake)
+APT_PACKAGES=("${RUN_PACKAGES[@]}")
+[ "$PROFILE" = all ] && APT_PACKAGES+=("${TEST_PACKAGES[@]}")
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -34,6 +48,12 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found, installing the Rust toolchain with rustup"
   curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
   export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+if [ "$PROFILE" = run ]; then
+  echo "setup: building the rdaq binary (release)"
+  cargo build --release -p rdaq --quiet
+  exit 0
 fi
 
 # cargo-deb builds the Debian package (scripts/deb.sh, make deb)
