@@ -128,7 +128,7 @@ impl<'a> Image<'a> {
         // SAFETY: the registration is dropped before `frames` (the field declared first), and
         // a Vec's heap memory does not move when the Vec does
         let pinned = unsafe { HostRegistration::new(&dev.ctx, frames.as_ptr().cast(), std::mem::size_of_val(frames.as_slice())) }.ok();
-        Ok(Image { dev, g: *g, cal: emulated_calibration(cfg.detector.seed, g), finder: rdaq_run::run::finder_params(&cfg), pinned, frames, words })
+        Ok(Image { dev, g: *g, cal: emulated_calibration(cfg.detector.seed, g), finder: rdaq_run::plan::finder_params(&cfg), pinned, frames, words })
     }
 
     fn frame(&self, k: usize) -> &[u16] {

@@ -190,7 +190,7 @@ pub(crate) enum Work<'a> {
 /// frame: the graph's own steps, or for the raw chain the image assembled and compressed as
 /// the assemble workers do.
 pub(crate) fn canned(cfg: &Config, pool: &Pool) -> anyhow::Result<graph::Canned> {
-    let (meta, setup) = rdaq_run::run::plan(cfg, cfg.geometry().context("geometry")?, None)?;
+    let (meta, setup) = rdaq_run::plan::plan(cfg, cfg.geometry().context("geometry")?, None)?;
     match setup {
         Some(s) => graph::Canned::of(&s, pool.signal_frame()),
         None => Ok(graph::Canned { chunk: raw_chunk(&meta, pool), spots: Vec::new() }),
@@ -243,7 +243,7 @@ impl Pool {
 /// many threads.
 fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work: Work) -> anyhow::Result<Point> {
     let geometry = cfg.geometry().context("geometry")?;
-    let (mut meta, mut setup) = rdaq_run::run::plan(cfg, geometry, None)?;
+    let (mut meta, mut setup) = rdaq_run::plan::plan(cfg, geometry, None)?;
     match (setup.as_mut(), work) {
         (Some(s), Work::GpuStandIn) => s.gpu = Some(graph::GpuBackend::StandIn(rdaq_gpu::standin::Failures::default())),
         (Some(s), Work::Canned(c)) => s.canned = Some(c.clone()),
@@ -253,7 +253,7 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work:
         (None, Work::Canned(c)) => Some(c.chunk.as_slice()),
         _ => None,
     };
-    rdaq_run::run::emulated_series(cfg, &mut meta);
+    rdaq_run::plan::emulated_series(cfg, &mut meta);
     let (workers, bands, rings) = match &setup {
         Some(s) => (s.workers, s.pedestal_bands, s.ring_frames),
         None => (cfg.workers(), 0, cfg.process.ring_frames),

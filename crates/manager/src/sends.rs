@@ -245,12 +245,13 @@ mod tests {
             ("bit_depth = 16", "temporal", 2, "detector.bit_depth"),
         ] {
             let e = Topology::from_toml(&topo(detector, mode, receivers))
+                .and_then(|t| Sends::of(&t).map(|_| ()))
                 .unwrap_err()
                 .to_string();
             assert!(e.starts_with(field), "{detector} {mode}: {e}");
         }
         assert!(
-            Topology::from_toml(&topo("name = \"eiger\"", "temporal", 1)).is_ok(),
+            Topology::from_toml(&topo("name = \"eiger\"", "temporal", 1)).and_then(|t| Sends::of(&t)).is_ok(),
             "one receiver holds every module for the whole run"
         );
     }

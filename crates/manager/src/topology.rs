@@ -252,7 +252,6 @@ impl Topology {
                 }
             }
         }
-        crate::sends::Sends::of(self)?;
         Ok(())
     }
 }

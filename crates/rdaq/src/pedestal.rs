@@ -32,8 +32,8 @@ pub fn save(cfg: &Config, g: Geometry, run: &PedestalRun, path: &Path, overwrite
     if cfg.process.gain_maps.is_empty() {
         eprintln!("rdaq receive: pedestal run: no process.gain_maps: the gains in {} are typical PSI values", path.display());
     }
-    let typical = rdaq_run::run::typical_calibration(&g);
-    let gain = rdaq_run::run::with_gain_maps(cfg, g, &(0..g.modules).collect::<Vec<_>>(), typical)?.gain;
+    let typical = rdaq_run::calibration::typical_calibration(&g);
+    let gain = rdaq_run::calibration::with_gain_maps(cfg, g, &(0..g.modules).collect::<Vec<_>>(), typical)?.gain;
     let cf = run.calibration(gain, g.gap_mask(), TYPICAL_PEDESTAL, 1, MAX_RMS_G0);
     let masked = cf.cal.mask.iter().filter(|&&m| m != 0).count();
     rdaq_sink::claim::claim(path, overwrite)?;

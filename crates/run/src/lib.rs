@@ -8,6 +8,8 @@
 //! - [`budget`]: how an acquisition shares the host's cores among its threads.
 //! - [`board`]: what an acquisition shows while it runs (the web dashboard's source).
 //! - [`config`]: the TOML configuration of a run, checked before anything starts.
+//! - [`plan`]: what the files say of an acquisition and its processing graph's settings;
+//!   [`calibration`]: the calibration the processing starts with.
 //! - [`consume`]: the plain consumer: frames to the NXmx file, slots back, counts.
 //! - [`graph`]: the online processing graph (pedestal, conversion, spots and veto,
 //!   compression, writing) over the receiver's ring.
@@ -37,6 +39,7 @@ pub mod acquisition;
 pub mod assemble;
 pub mod board;
 pub mod budget;
+pub mod calibration;
 pub mod config;
 pub mod consume;
 pub mod embedded;
@@ -45,6 +48,7 @@ pub mod latency;
 pub mod outputs;
 pub mod pairs;
 pub mod receive;
+pub mod plan;
 mod reorder;
 pub mod remote;
 pub mod run;

@@ -155,7 +155,7 @@ pub fn setup(a: &Source, cfg: &Config) -> anyhow::Result<Setup> {
     }
     let geometry = cfg.geometry().expect("checked").with_module_height(a.read_rows as usize);
     let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, ..common_config(a, cfg, geometry.module_bytes())? };
-    let (meta, processing) = crate::run::plan(cfg, geometry, ids(a))?;
+    let (meta, processing) = crate::plan::plan(cfg, geometry, ids(a))?;
     Ok(Setup { rcfg, chain: Chain::new(cfg, geometry, processing, "receiver"), meta, notes: Vec::new() })
 }
 

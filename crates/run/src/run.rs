@@ -17,7 +17,6 @@ use rdaq_emulator::described::{self, DescribedDetector};
 use rdaq_emulator::Control;
 use rdaq_proto::telegram::{BufferMap, ModuleDtp};
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
-use rdaq_process::Calibration;
 use rdaq_sink::{NxmxMeta, NxmxWriter};
 
 use crate::config::Config;
@@ -25,6 +24,7 @@ use crate::acquisition::{self, Chain, Outcome};
 use crate::remote::{self, Setup};
 use crate::board::Board;
 use crate::graph::{self, ProcessReport};
+use crate::plan::{emulated_series, plan};
 use crate::stream::Stream;
 use crate::{outputs, summary};
 
@@ -227,29 +227,6 @@ fn receiver_config(cfg: &Config) -> anyhow::Result<ReceiverConfig> {
     })
 }
 
-/// What the files say of an acquisition of the image `g` ([`Config::file_meta`]) and, when
-/// it is processed, the graph's settings with the calibration it starts from: of the whole
-/// detector (`ids` none: [`calibration`]), or of the detector's modules `ids` the image holds
-/// ([`calibration_of`]).
-pub fn plan(cfg: &Config, g: Geometry, ids: Option<&[u16]>) -> anyhow::Result<(NxmxMeta, Option<graph::Setup>)> {
-    let calibration = match (cfg.processing(), ids) {
-        (false, _) => None,
-        (true, None) => Some(calibration(cfg, g)?),
-        (true, Some(ids)) => Some(calibration_of(cfg, g, ids)?),
-    };
-    let meta = cfg.file_meta(g, calibration.as_ref())?;
-    let processing = calibration.map(|c| processing_setup(cfg, &meta, c)).transpose()?;
-    Ok((meta, processing))
-}
-
-/// What the files say of a series of the emulated detector beyond [`Config::file_meta`]:
-/// the frames it sends and its period.
-pub fn emulated_series(cfg: &Config, meta: &mut NxmxMeta) {
-    let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
-    (meta.frame_time_s, meta.count_time_s) = (frame_time, frame_time);
-    meta.number_of_images = Some(cfg.emulator.frames);
-}
-
 fn start_line(cfg: &Config, rx: &Receiver) -> String {
     let slots = &rx.buffer_map().buffers;
     format!(
@@ -282,111 +259,6 @@ pub fn report_tuning(command: &str, rx: &Receiver) {
 /// the tuning check's warning ([`report_tuning`]), printed after the start line.
 pub fn recv_buffer_line(asked: usize, granted: usize) -> String {
     format!("receive buffer {} MiB asked, {} MiB granted", asked >> 20, granted >> 20)
-}
-
-/// The calibration the processing starts with: `process.calibration`, or the emulated
-/// detector's own, with the gains of `process.gain_maps` (one file per module) when given.
-pub fn calibration(cfg: &Config, g: Geometry) -> anyhow::Result<Calibration> {
-    let maps = cfg.process.gain_maps.len();
-    if maps > 0 && maps != g.modules as usize {
-        bail!("process.gain_maps: {maps} files for {} modules (one per module, in module order)", g.modules);
-    }
-    calibration_of(cfg, g, &(0..g.modules).collect::<Vec<_>>())
-}
-
-/// [`calibration`] of an image whose m-th module is the detector's module `ids[m]` (a
-/// receiver that holds some of the modules): the emulated calibration and the gain maps of
-/// those modules.
-pub fn calibration_of(cfg: &Config, g: Geometry, ids: &[u16]) -> anyhow::Result<Calibration> {
-    let p = &cfg.process;
-    let cal = if cfg.emulated_calibration() {
-        graph::emulated_calibration_of(cfg.detector.seed, &g, ids)
-    } else {
-        let cf = rdaq_process::calfile::CalFile::load(&p.calibration)?;
-        if (cf.rows, cf.cols) != (g.height(), g.width()) {
-            bail!("process.calibration {} is {}x{} pixels, the detector image {}x{}", p.calibration.display(), cf.rows, cf.cols, g.height(), g.width());
-        }
-        cf.cal
-    };
-    with_gain_maps(cfg, g, ids, cal)
-}
-
-/// Typical PSI pedestals and gains over the image `g`, gaps masked: the base of a
-/// calibration whose pedestals are measured (a pedestal run).
-pub fn typical_calibration(g: &Geometry) -> Calibration {
-    use rdaq_detector::jungfrau::{TYPICAL_GAIN, TYPICAL_PEDESTAL};
-    let px = g.height() * g.width();
-    Calibration { pedestal: TYPICAL_PEDESTAL.map(|v| vec![v; px]), gain: TYPICAL_GAIN.map(|v| vec![v; px]), mask: g.gap_mask() }
-}
-
-/// `cal` with the gains of `process.gain_maps` of the modules `ids` (the image's m-th module
-/// is the detector's `ids[m]`), when the configuration has gain maps.
-pub fn with_gain_maps(cfg: &Config, g: Geometry, ids: &[u16], mut cal: Calibration) -> anyhow::Result<Calibration> {
-    let p = &cfg.process;
-    if p.gain_maps.is_empty() {
-        return Ok(cal);
-    }
-    if g.module_width != rdaq_detector::jungfrau::MODULE_COLS || g.module_height > rdaq_detector::jungfrau::MODULE_ROWS {
-        bail!("process.gain_maps are JUNGFRAU's (1024 x 512 per module); these modules are {} x {}", g.module_width, g.module_height);
-    }
-    for (m, &id) in ids.iter().enumerate() {
-        let path = p.gain_maps.get(id as usize).with_context(|| format!("process.gain_maps: no file for module {id} ({} files)", p.gain_maps.len()))?;
-        let map = rdaq_process::gainmap::GainMap::load(path, p.hg0).context("process.gain_maps")?;
-        place_gains(&g, m as u16, &map, &mut cal);
-    }
-    Ok(cal)
-}
-
-/// Puts module `m`'s gain map at its place in the image: its rows around the module centre
-/// when the detector reads fewer than 512 (the rows a partial readout sends).
-fn place_gains(g: &Geometry, m: u16, map: &rdaq_process::gainmap::GainMap, cal: &mut Calibration) {
-    let (w, h) = (g.module_width, g.module_height);
-    let first_row = (rdaq_detector::jungfrau::MODULE_ROWS - h) / 2;
-    g.module_runs(m, |from, at, run| {
-        let (row, col) = (from / w, from % w);
-        for (s, gain) in cal.gain.iter_mut().enumerate() {
-            gain[at..at + run].copy_from_slice(&map.row(s, first_row + row)[col..col + run]);
-        }
-    });
-}
-
-/// The local-SNR spot finder's settings of the configuration (its threshold in keV).
-pub fn finder_params(cfg: &Config) -> rdaq_process::spots::LocalSnrParams {
-    let (p, e) = (&cfg.process, cfg.detector.photon_energy_kev as f32);
-    rdaq_process::spots::LocalSnrParams { threshold: p.threshold_photons * e, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels }
-}
-
-/// The processing graph's settings from the configuration, the file's pixel type and the
-/// calibration to start with.
-pub fn processing_setup(cfg: &Config, meta: &NxmxMeta, calibration: Calibration) -> anyhow::Result<graph::Setup> {
-    let p = &cfg.process;
-    let g = meta.geometry;
-    let e = cfg.detector.photon_energy_kev as f32;
-    Ok(graph::Setup {
-        geometry: g,
-        calibration: Arc::new(calibration),
-        invalid: rdaq_process::InvalidGain::parse(&p.invalid_gain)?,
-        chopper: cfg.chopper(),
-        photon_kev: e,
-        pixel: meta.pixel,
-        codec: meta.codec,
-        finder: finder_params(cfg),
-        min_spots: p.min_spots,
-        veto: p.veto,
-        window: p.pedestal_window,
-        publish: p.pedestal_publish,
-        workers: cfg.workers(),
-        pedestal_bands: cfg.pedestal_bands(),
-        cpus: p.cpus.clone(),
-        ring_frames: p.ring_frames,
-        consumer_delay: cfg.faults.consumer_delay(),
-        gpu: if p.backend == "gpu" { Some(graph::GpuBackend::Device(rdaq_gpu::probe().map_err(|e| anyhow::anyhow!("process.backend = \"gpu\": {e}"))?)) } else { None },
-        gpu_lanes: p.gpu_lanes,
-        sent: None,
-        board: Arc::default(),
-        deliver: None,
-        canned: None,
-    })
 }
 
 /// Writes what the processing leaves beside the data file (the emulated detector's truth of

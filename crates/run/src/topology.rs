@@ -86,8 +86,8 @@ fn start_stations(cfg: &Config, t: &Topology, plan: &Plan) -> anyhow::Result<Vec
         let rx = Receiver::start(cfg.tune(ReceiverConfig { bind: spec.data, ..ReceiverConfig::for_request(&req) })?)
             .with_context(|| format!("starting receiver {}", spec.name))?;
         let geometry = rp.geometry(full);
-        let (mut meta, processing) = crate::run::plan(cfg, geometry, Some(&rp.modules))?;
-        crate::run::emulated_series(cfg, &mut meta);
+        let (mut meta, processing) = crate::plan::plan(cfg, geometry, Some(&rp.modules))?;
+        crate::plan::emulated_series(cfg, &mut meta);
         let h5 = cfg.output.dir.join(format!("{}_master.h5", spec.name));
         let writer = NxmxWriter::create(&h5, &meta, cfg.output.overwrite)?;
         let chain = Chain::new(cfg, geometry, processing, spec.name.clone());

@@ -20,7 +20,8 @@ use hdf5_sys::h5z::{H5Z_class2_t, H5Zregister, H5Z_CLASS_T_VERS, H5Z_FLAG_REVERS
 use rdaq_process::bitshuffle::{decompress, unshuffle_block, Codec, Compressor, MAX_CHUNK_BYTES};
 use rdaq_process::chunk_size;
 
-use crate::nexus::BSHUF_FILTER;
+/// HDF5 filter id of bitshuffle.
+pub const BSHUF_FILTER: i32 = 32008;
 
 const NAME: &[u8] = b"bitshuffle (rdaq)\0";
 

@@ -32,6 +32,7 @@ pub use claim::ClaimError;
 pub use data_file::MASK_MISSING;
 pub use master::{data_file_name, Part};
 pub use meta::{NxmxMeta, PixelType, Rotation, IMAGES_PER_FILE};
-pub use nexus::{frame_stack, os_error, write_chunk, BSHUF_FILTER};
+pub use filter::BSHUF_FILTER;
+pub use nexus::{frame_stack, os_error, write_chunk};
 pub use nxmx::{Closed, NxmxWriter, SinkError, FLUSH_EVERY, RESERVE_BYTES};
 pub use reader::{FrameReader, ReadError};

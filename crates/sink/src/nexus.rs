@@ -5,8 +5,7 @@ use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, Group};
 use rdaq_process::bitshuffle::Codec;
 
-/// HDF5 filter id of bitshuffle.
-pub const BSHUF_FILTER: i32 = 32008;
+use crate::filter::BSHUF_FILTER;
 
 pub(crate) fn str_attr(loc: &hdf5::Location, name: &str, value: &str) -> hdf5::Result<()> {
     let v: VarLenUnicode = value.parse().map_err(|e| hdf5::Error::from(format!("{e:?}")))?;

@@ -389,7 +389,7 @@ mod tests {
         let mut cfg = Config::default();
         (cfg.detector.modules, cfg.process.veto, cfg.process.workers, cfg.process.gpu_lanes) = (2, false, 3, 2);
         let g = cfg.geometry().expect("two modules");
-        let (_, setup) = crate::run::plan(&cfg, g, None).expect("a plan");
+        let (_, setup) = crate::plan::plan(&cfg, g, None).expect("a plan");
         let (tx, delivered) = crossbeam_channel::bounded::<Processed>(4);
         let setup = crate::graph::Setup { gpu, deliver: Some(tx), ..setup.expect("processing") };
         let (rx, mut placer) = Receiver::in_memory(2, MODULE_BYTES as u64, 6).expect("an in-memory receiver");
