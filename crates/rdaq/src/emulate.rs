@@ -18,6 +18,8 @@ use rdaq_proto::telegram::{BufferMap, NativeRequest};
 use rdaq_run::outputs;
 use rdaq_run::run::{single_receiver_dtps, write_manifest};
 
+use crate::interrupt::on_interrupt;
+
 #[derive(Args)]
 pub struct EmulateArgs {
     /// Run as a daemon with a control API on this address, ADDRESS:PORT or a port alone for
@@ -135,7 +137,7 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     };
     let progress = Arc::new(Control::default());
     let p2 = progress.clone();
-    let _ = ctrlc::set_handler(move || p2.stop.store(true, Ordering::Relaxed));
+    on_interrupt("rdaq emulate", "stopping", move || p2.stop.store(true, Ordering::Relaxed));
     if map.data_ports.len() != map.modules as usize {
         bail!("{}: {} data ports for {} modules", buffers.display(), map.data_ports.len(), map.modules);
     }
@@ -207,7 +209,7 @@ fn emulate_described(a: &EmulateArgs, name: &str, map: &BufferMap, buffers: &std
     let dests: Vec<SocketAddr> = map.data_ports.iter().map(|&p| SocketAddr::new(a.target, p)).collect();
     let progress = Arc::new(Control::default());
     let p2 = progress.clone();
-    let _ = ctrlc::set_handler(move || p2.stop.store(true, Ordering::Relaxed));
+    on_interrupt("rdaq emulate", "stopping", move || p2.stop.store(true, Ordering::Relaxed));
     // sls detectors count frames from 1; a detector with reset frames starts with one (even)
     let first = a.first_frame.unwrap_or(if det.sends_reset_frames() { 2 } else { 1 });
     let r = described::send(&det, &dests, first, a.frames, (a.rate > 0.0).then_some(a.rate), !a.no_gso, &progress)?;

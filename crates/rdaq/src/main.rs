@@ -5,6 +5,7 @@
 mod acquire;
 mod check;
 mod emulate;
+mod interrupt;
 #[cfg(test)]
 mod edges;
 mod join;

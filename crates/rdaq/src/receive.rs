@@ -22,6 +22,7 @@ use rdaq_run::{outputs, progress_bar};
 use rdaq_sink::NxmxMeta;
 
 use crate::acquire::{set, AcquireArgs};
+use crate::interrupt::{on_interrupt, Interrupts};
 use crate::pedestal;
 
 #[derive(Args)]
@@ -214,7 +215,8 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     report_tuning("rdaq receive", rx);
     let bar = progress_bar(a.frames, "receive");
     let stop = Arc::new(Control::default());
-    let interrupted = on_interrupt(stop.clone());
+    let flag = stop.clone();
+    let interrupted = on_interrupt("rdaq receive", "finishing", move || flag.stop.store(true, Ordering::Relaxed));
     let view = match a.dashboard {
         Some(addr) => Some(rdaq_control::run::serve(addr, a.access.access()?, format!("rdaq receive {}", ports[0]), a.frames, receiving.board(), stop.clone())?),
         None => None,
@@ -240,26 +242,12 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
 
 /// Shows the summary on the dashboard until Ctrl-C (at once when Ctrl-C ended the
 /// acquisition: the operator wants out).
-fn show_until_interrupted(view: &rdaq_control::run::RunView, sum: &Summary, interrupted: &std::sync::atomic::AtomicBool) {
+fn show_until_interrupted(view: &rdaq_control::run::RunView, sum: &Summary, interrupted: &Interrupts) {
     view.finish(serde_json::json!({ "lost": sum.lost(), "summary": sum }));
-    if !interrupted.load(Ordering::Relaxed) {
+    if !interrupted.seen() {
         eprintln!("rdaq receive: finished; the dashboard shows the summary until Ctrl-C");
     }
-    while !interrupted.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Ctrl-C stops the acquisition (through `stop`, as the dashboard's stop button does) and,
-/// after it, the dashboard; the returned flag says whether it came.
-fn on_interrupt(stop: Arc<Control>) -> Arc<std::sync::atomic::AtomicBool> {
-    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = interrupted.clone();
-    let _ = ctrlc::set_handler(move || {
-        stop.stop.store(true, Ordering::Relaxed);
-        flag.store(true, Ordering::Relaxed);
-    });
-    interrupted
+    interrupted.wait();
 }
 
 /// `rdaq receive --serve`: the receiver daemon, its buffers defined by the manager; its

@@ -13,6 +13,7 @@ use rdaq_run::config::Config;
 use rdaq_run::progress_bar;
 
 use crate::acquire::{set, AcquireArgs};
+use crate::interrupt::on_interrupt;
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -42,19 +43,6 @@ pub struct RunArgs {
 }
 
 
-/// Stops the emulator on Ctrl-C; the receiver then finishes as after a normal end. Each
-/// Ctrl-C is also sent on the returned channel (a served dashboard waits for one).
-fn on_interrupt(progress: Arc<Control>) -> std::sync::mpsc::Receiver<()> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let _ = ctrlc::set_handler(move || {
-        eprintln!("rdaq: interrupted, finishing");
-        progress.stop.store(true, Ordering::Relaxed);
-        let _ = tx.send(());
-    });
-    rx
-}
-
-
 pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = a.acq.config(Config::default())?;
     set(&mut cfg.emulator.frames, a.frames);
@@ -63,7 +51,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     cfg.check()?;
     rdaq_run::outputs::refuse_existing(a.acq.summary_json.as_deref(), cfg.output.overwrite)?;
     let control = Arc::new(Control::default());
-    let interrupts = on_interrupt(control.clone());
+    let stop = control.clone();
+    let interrupts = on_interrupt("rdaq", "finishing", move || stop.stop.store(true, Ordering::Relaxed));
     if let Some(t) = &a.topology {
         if a.serve.is_some() {
             anyhow::bail!("--serve: the dashboard shows a run of one receiver; with --topology, run the daemons under `rdaq manage --serve`");
@@ -83,9 +72,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(v) = view {
         v.finish(serde_json::json!({ "lost": sum.lost(), "summary": sum }));
         // a Ctrl-C during the run means the operator wants out; otherwise the page stays
-        if interrupts.try_recv().is_err() {
+        if !interrupts.seen() {
             eprintln!("rdaq run: finished; the dashboard shows the summary until Ctrl-C");
-            let _ = interrupts.recv();
+            interrupts.wait();
         }
     }
     Ok(sum.exit_code("run", cfg.output.tolerate_loss))

@@ -11,6 +11,8 @@ use rdaq_run::progress_bar;
 use rdaq_run::write::{write as write_series, WriteOptions};
 use rdaq_stream::SocketKind;
 
+use crate::interrupt::on_interrupt;
+
 #[derive(Args)]
 pub struct WriteArgs {
     /// The publisher's endpoint, e.g. tcp://receiver-host:31001; several (--from A --from B,
@@ -48,10 +50,7 @@ pub fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
     let idle_timeout = a.idle_timeout_s.map(Duration::from_secs_f64);
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
-    let _ = ctrlc::set_handler(move || {
-        eprintln!("rdaq write: interrupted, closing the files");
-        flag.store(true, Ordering::Relaxed);
-    });
+    on_interrupt("rdaq write", "closing the files", move || flag.store(true, Ordering::Relaxed));
     let o = WriteOptions {
         from: a.from,
         socket: if a.sub { SocketKind::Pub } else { SocketKind::Push },
