@@ -58,6 +58,13 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_udp_port():
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def frames_in(path, swmr=False, origins=None):
     """{frame number: [xxh3 of each module]} of an NXmx file, modules found by data_origin
     (or given, for a data file, which has no geometry); `swmr` reads a file being written

@@ -21,11 +21,15 @@ FRAMES = 40
 
 
 def topology(tmp_path, process, streams=("none", "none"), previews=("none", "none")):
-    text = ('[detector]\nmodules = 4\nmodule_cols = 1\ncontrol = "127.0.0.1:7100"\nphoton_energy_kev = 12.4\n\n'
+    """The topology file of the system `run_system` starts, on ports the kernel finds free
+    (kept in ports.json beside it); the receivers' data ports any free ones."""
+    ports = {"det": free_port(), "dr0": free_port(), "dr1": free_port(), "mgr": free_port()}
+    (tmp_path / "ports.json").write_text(json.dumps(ports))
+    text = (f'[detector]\nmodules = 4\nmodule_cols = 1\ncontrol = "127.0.0.1:{ports["det"]}"\nphoton_energy_kev = 12.4\n\n'
             '[transfer]\nmode = "temporal"\n')
     for k, name in enumerate(("dr0", "dr1")):
-        text += (f'\n[[receivers]]\nname = "{name}"\ncontrol = "127.0.0.1:{7101 + k}"\ndata = "127.0.0.1"\n'
-                 f'data_port = {22000 + 1000 * k}\nmemory_mib = 256\nstream = "{streams[k]}"\npreview = "{previews[k]}"\n')
+        text += (f'\n[[receivers]]\nname = "{name}"\ncontrol = "127.0.0.1:{ports[name]}"\ndata = "127.0.0.1"\n'
+                 f'data_port = 0\nmemory_mib = 256\nstream = "{streams[k]}"\npreview = "{previews[k]}"\n')
     text += process
     path = tmp_path / "topology.toml"
     path.write_text(text)
@@ -33,18 +37,20 @@ def topology(tmp_path, process, streams=("none", "none"), previews=("none", "non
 
 
 def run_system(rdaq, tmp_path, topo, rc=0, receiver_args=()):
-    procs = [subprocess.Popen([rdaq, "emulate", "--serve", "127.0.0.1:7100", "--modules", "4"],
+    ports = json.loads((tmp_path / "ports.json").read_text())
+    det, mgr_url = f"127.0.0.1:{ports['det']}", f"http://127.0.0.1:{ports['mgr']}"
+    procs = [subprocess.Popen([rdaq, "emulate", "--serve", det, "--modules", "4"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)]
     try:
-        wait_up("http://127.0.0.1:7100/status", procs[0])
-        for k, name in enumerate(("dr0", "dr1")):
+        wait_up(f"http://{det}/status", procs[0])
+        for name in ("dr0", "dr1"):
             (tmp_path / name).mkdir()
-            procs.append(subprocess.Popen([rdaq, "receive", "--serve", f"127.0.0.1:{7101 + k}", "--name", name,
+            procs.append(subprocess.Popen([rdaq, "receive", "--serve", f"127.0.0.1:{ports[name]}", "--name", name,
                                            "--memory-mib", "256", "--out-dir", tmp_path / name, *receiver_args],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-            wait_up(f"http://127.0.0.1:{7101 + k}/status", procs[-1])
+            wait_up(f"http://127.0.0.1:{ports[name]}/status", procs[-1])
         mgr = subprocess.Popen([rdaq, "manage", "--topology", topo, "--frames", str(FRAMES), "--rate", "20",
-                                "--out", tmp_path / "report", "--serve", "127.0.0.1:7199"],
+                                "--out", tmp_path / "report", "--serve", f"127.0.0.1:{ports['mgr']}"],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(mgr)
         # the manager serves its dashboard until Ctrl-C once the report is written
@@ -52,11 +58,11 @@ def run_system(rdaq, tmp_path, topo, rc=0, receiver_args=()):
         while not (tmp_path / "report" / "report.json").exists():
             assert mgr.poll() is None and time.monotonic() < deadline, mgr.stderr.read()
             time.sleep(0.1)
-        snapshot = json.loads(wait_up("http://127.0.0.1:7199/dashboard/snapshot", mgr))
+        snapshot = json.loads(wait_up(f"{mgr_url}/dashboard/snapshot", mgr))
         mgr.send_signal(signal.SIGINT)
         out, err = mgr.communicate(timeout=30)
         assert mgr.returncode == rc, out + err
-        metrics = {name: scrape(f"http://127.0.0.1:{7101 + k}") for k, name in enumerate(("dr0", "dr1"))}
+        metrics = {name: scrape(f"http://127.0.0.1:{ports[name]}") for name in ("dr0", "dr1")}
         return out, snapshot, metrics
     finally:
         for p in procs:
@@ -144,7 +150,7 @@ def test_a_bad_process_section_is_refused_before_anything_starts(rdaq, tmp_path)
 def test_rdaq_write_takes_every_receivers_stream_into_one_series(rdaq, tmp_path):
     """Each receiver streams its share; `rdaq write` with one --from per receiver writes one
     series with every frame once, in frame order: the frames of the joined master."""
-    streams = ("tcp://127.0.0.1:31101", "tcp://127.0.0.1:31103")
+    streams = (f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}")
     topo = topology(tmp_path, '\n[process]\ncalibration = "emulated"\n', streams)
     writer = subprocess.Popen([rdaq, "write", "--from", streams[0], "--from", streams[1], "--out", tmp_path / "wr",
                                "--name", "copy", "--idle-timeout-s", "60", "--summary-json", tmp_path / "w.json"],

@@ -4,6 +4,7 @@ calibration go through the same processing graph as `rdaq run`. The photon count
 file must equal, bit for bit, `rdaq process convert` on the raw file of the same frames,
 and aare's conversion (keV over the photon energy, rounded half away from zero)."""
 import json
+import threading
 
 import aare
 import h5py
@@ -11,6 +12,7 @@ import hdf5plugin  # noqa: F401
 import numpy as np
 import pytest
 
+from conftest import free_port
 from test_process import write_calibration
 from test_sls_replay import finish, replay, start_receiver
 
@@ -218,9 +220,12 @@ def test_python_acquisition_of_a_detector_outside_equals_rdaq_receive(rdaq, tmp_
     (tmp_path / "cli").mkdir()
     s_cli, cli_h5 = receive(rdaq, tmp_path / "cli", case, ["--calibration", cal, "--config", tmp_path / "proc.toml", "--photon-energy-kev", str(KEV)])
     conf = tmp_path / "py.toml"
-    conf.write_text(f'[detector]\nphoton_energy_kev = {KEV}\n[network]\ndata_port = 0\n[stream]\nendpoint = "none"\n'
-                    f'[output]\nname = "py"\n[process]\ncalibration = "{cal}"\nveto = false\noutput = "photons32"\n')
-    got = {}
+    port = free_port()
+    conf.write_text(f'[detector]\nphoton_energy_kev = {KEV}\n[network]\ndata_port = 0\n[stream]\nendpoint = "tcp://127.0.0.1:{port}"\n'
+                    f'policy = "block"\npreview = "none"\n[output]\nname = "py"\n[process]\ncalibration = "{cal}"\nveto = false\noutput = "photons32"\n')
+    got, streamed = {}, []
+    reader = threading.Thread(target=lambda: streamed.extend(rdaq_py.stream.messages(f"tcp://127.0.0.1:{port}", timeout_ms=20000)))
+    reader.start()
     with rdaq_py.Acquisition(config=conf, frames=frames, out=tmp_path / "py", source={"format": "sls", "interfaces": interfaces}) as acq:
         assert len(acq.ports) == interfaces and acq.shape == (rows, 1024)
         replay([(c, acq.ports[i]) for c, i in captures])
@@ -230,6 +235,9 @@ def test_python_acquisition_of_a_detector_outside_equals_rdaq_receive(rdaq, tmp_
             got[frame.number] = a.copy()
             del a
             frame.release()
+    reader.join()
+    # the series announces the frames the source stops after, as rdaq receive's does
+    assert streamed[0]["type"] == "start" and streamed[0]["number_of_images"] == frames, [m["type"] for m in streamed]
     assert acq.summary["frames_written"] == frames == s_cli["frames_written"], acq.summary
     assert acq.summary["processing"]["signal_frames"] == frames
     with h5py.File(cli_h5, "r") as f, h5py.File(tmp_path / "py" / "py_master.h5", "r") as p:

@@ -20,15 +20,16 @@ import numpy as np
 import pytest
 from openapi_spec_validator import validate
 
-from conftest import INTEROP, free_port, read_capture, send_udp
+from conftest import INTEROP, free_port, free_udp_port, read_capture, send_udp
 from rdaq.control import ApiError, Service
 from test_process import write_calibration
 from test_readme_daemons import wait_up
 from test_receive_process import KEV, aare_counts, calibration
 from test_sls_replay import expected_frame
 
-# below 32768: no other program's socket is given it (docs/operation.md)
-DATA_PORT = 24500
+# the service binds it at each trigger: a port the kernel found free, so that two test runs
+# (or another acquisition) on this host do not meet
+DATA_PORT = free_udp_port()
 # one frame of PSI's virtual JUNGFRAU: 128 packets, its frame number in the first 8 bytes
 FRAME = read_capture(INTEROP / "jungfrau_virtual.bin")[:128]
 
@@ -157,8 +158,9 @@ def test_bad_requests_a_held_port_and_the_openapi_document(rdaq, start, tmp_path
                        capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "native packets" in r.stderr, r.stderr
     held = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    held.bind(("127.0.0.1", DATA_PORT + 1))
-    svc, root, _ = start(port=DATA_PORT + 1)
+    held.bind(("127.0.0.1", 0))
+    other = held.getsockname()[1]
+    svc, root, _ = start(port=other)
     with pytest.raises(ApiError) as e:
         svc.arm(frames_per_trigger=1, directory="../out", prefix="x")
     assert e.value.status == 400 and "directory" in str(e.value)
@@ -172,7 +174,7 @@ def test_bad_requests_a_held_port_and_the_openapi_document(rdaq, start, tmp_path
     held.close()
     # the next arm clears the error; a dataset's files are never written over
     svc.arm(frames_per_trigger=1, directory="h", prefix="x", process=False)
-    assert acquire(svc, [[1]], port=DATA_PORT + 1)["dataset"]["frames_written"] == 1
+    assert acquire(svc, [[1]], port=other)["dataset"]["frames_written"] == 1
     with pytest.raises(ApiError) as e:
         svc.arm(frames_per_trigger=1, directory="h", prefix="x")
     assert e.value.status == 409 and "x_master.h5" in str(e.value)

@@ -31,7 +31,7 @@ def service(rdaq, tmp_path):
             '[transfer]\nmode = "temporal"\n\n[process]\ncalibration = "emulated"\n')
     for k, name in enumerate(("dr0", "dr1")):
         text += (f'\n[[receivers]]\nname = "{name}"\ncontrol = "127.0.0.1:{rx[k]}"\ndata = "127.0.0.1"\n'
-                 f'data_port = {23600 + 100 * k}\nmemory_mib = 256\nstream = "none"\npreview = "none"\n')
+                 f'data_port = 0\nmemory_mib = 256\nstream = "none"\npreview = "none"\n')
     topo = tmp_path / "topology.toml"
     topo.write_text(text)
     procs = []

@@ -100,7 +100,8 @@ impl Acquisition {
         cfg.output.overwrite |= overwrite;
         cfg.check().map_err(bad)?;
         let source = source.map(|s| source_of(py, &s, frames)).transpose()?;
-        let e = embedded::start(cfg, source).map_err(bad)?;
+        // the start waits a little for stream consumers, perhaps threads of this program
+        let e = py.detach(|| embedded::start(cfg, source)).map_err(bad)?;
         let shape = [e.geometry.height() as ffi::Py_ssize_t, e.geometry.width() as ffi::Py_ssize_t];
         Ok(Acquisition { frames: e.frames, run: Mutex::new(Some(e.run)), control: e.control, summary: Mutex::new(None), shape, ports: e.ports })
     }

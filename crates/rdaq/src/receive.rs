@@ -201,7 +201,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let series = a.out.as_deref().map(outputs::series_files);
     let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.acq.summary_json.as_deref()).chain(a.pedestal_run.as_deref());
     outputs::refuse_existing(named, overwrite)?;
-    let receiving = rdaq_run::receive::start(setup, &cfg, a.out.as_deref(), a.frames)?;
+    let receiving = rdaq_run::receive::start(setup, &cfg, a.out.as_deref())?;
     let rx = &receiving.rx;
     if let Some(p) = &a.buffers_out {
         outputs::write_file(p, serde_json::to_string_pretty(rx.buffer_map())?.as_bytes(), overwrite)?;
@@ -321,11 +321,10 @@ fn source(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<remote::Source> {
     })
 }
 
-/// What the user told of the series that the detector's packets do not say: the images
-/// expected, the exposure and the period.
+/// What the user told of the series that the detector's packets do not say: the exposure
+/// and the period.
 fn told_times(a: &ReceiveArgs, meta: &mut NxmxMeta) -> anyhow::Result<()> {
     (meta.count_time_s, meta.frame_time_s) = (told_time("--count-time-s", a.count_time_s)?, told_time("--frame-time-s", a.frame_time_s)?);
-    meta.number_of_images = a.frames;
     Ok(())
 }
 

@@ -71,7 +71,7 @@ fn start_remote(cfg: Config, source: Source, control: Arc<Control>, tx: Sender<P
     let g = setup.chain.geometry;
     let out = cfg.output.dir.join(format!("{}_master.h5", cfg.output.name));
     std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
-    let receiving = receive::start(setup, &cfg, Some(&out), source.frames)?;
+    let receiving = receive::start(setup, &cfg, Some(&out))?;
     let ports = receiving.rx.ports().to_vec();
     let run = std::thread::Builder::new()
         .name("rdaq-acquisition".into())

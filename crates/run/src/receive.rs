@@ -40,9 +40,11 @@ pub struct Receiving {
 
 /// Starts the receiver of `setup` and opens the sinks: the series at `out` (none: the
 /// frames are counted only; an existing file is refused unless `output.overwrite`) and the
-/// configuration's stream and preview. `frames`: the receiver stops after that many.
-pub fn start(setup: Setup, cfg: &Config, out: Option<&Path>, frames: Option<u64>) -> anyhow::Result<Receiving> {
+/// configuration's stream and preview. The receiver stops after the frames of its
+/// configuration (the source's count), which the files and the stream announce.
+pub fn start(setup: Setup, cfg: &Config, out: Option<&Path>) -> anyhow::Result<Receiving> {
     let Setup { rcfg, chain, meta, .. } = setup;
+    let frames = rcfg.frames;
     let rx = Receiver::start(rcfg).context("starting the receiver")?;
     // the stream's ports before the files: a start that fails leaves no file behind
     let stream = Stream::open_configured(&cfg.stream, &meta, "rdaq")?;

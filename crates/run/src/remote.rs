@@ -115,8 +115,9 @@ impl Source {
 pub struct Setup {
     pub rcfg: ReceiverConfig,
     pub chain: Chain,
-    /// What the files and the stream say of the series (the source's part is unknown:
-    /// number of images, exposure, period).
+    /// What the files and the stream say of the series: the number of images the source
+    /// stops after (unknown without one); the exposure and the period are the caller's to
+    /// tell (unknown, 0, until then).
     pub meta: NxmxMeta,
     /// What the operator should know of the packets taken (the ports, the descrambling),
     /// for the caller to print or log.
@@ -155,7 +156,8 @@ pub fn setup(a: &Source, cfg: &Config) -> anyhow::Result<Setup> {
     }
     let geometry = cfg.geometry().expect("checked").with_module_height(a.read_rows as usize);
     let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, ..common_config(a, cfg, geometry.module_bytes())? };
-    let (meta, processing) = crate::plan::plan(cfg, geometry, ids(a))?;
+    let (mut meta, processing) = crate::plan::plan(cfg, geometry, ids(a))?;
+    meta.number_of_images = a.frames;
     Ok(Setup { rcfg, chain: Chain::new(cfg, geometry, processing, "receiver"), meta, notes: Vec::new() })
 }
 
@@ -198,6 +200,7 @@ fn described_setup(a: &Source, cfg: &Config, d: &Description) -> anyhow::Result<
         images_per_file: cfg.output.images_per_file,
         photon_energy_kev: cfg.detector.photon_energy_kev,
         rotation: cfg.goniometer.rotation(),
+        number_of_images: a.frames,
         ..NxmxMeta::described(geometry, d, pixel, mask)
     };
     notes.push(format!("{} module(s) of {} at {bits} bits on link {link}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, grid.ports()));

@@ -208,9 +208,8 @@ impl Datasets {
 /// `started`, and takes the frames until the receiver has its count or `stop`.
 fn acquire(source: &Source, cfg: &Config, master: &Path, (count_time_s, period_s): (f64, f64), stop: &Control, started: mpsc::SyncSender<anyhow::Result<Listening>>) -> anyhow::Result<Received> {
     let receiving = remote::setup(source, cfg).and_then(|mut setup| {
-        setup.meta.number_of_images = source.frames;
         (setup.meta.count_time_s, setup.meta.frame_time_s) = (count_time_s, period_s);
-        rdaq_run::receive::start(setup, cfg, Some(master), source.frames)
+        rdaq_run::receive::start(setup, cfg, Some(master))
     });
     let receiving = match receiving {
         Ok(r) => r,
