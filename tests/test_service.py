@@ -278,3 +278,27 @@ def test_a_cancel_at_once_and_a_dropped_arm_leave_a_clean_service(service):
     svc.disarm()
     assert not (root / "dropped").exists()
     assert svc.acquisition()["state"] == "idle"
+
+
+def test_the_service_outlives_its_only_receiver(rdaq, tmp_path):
+    """The only receiver daemon dies mid-dataset (kill -9): the service stays up, stops the
+    detector, and the dataset ends in `error` saying which receiver went away."""
+    import pathlib
+    import time
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts"))
+    import soak_service
+    system = soak_service.System(str(rdaq), tmp_path)
+    try:
+        svc = Service(system.url)
+        svc.arm(frames_per_trigger=1000, period_s=0.02, directory="d", prefix="gone", process=False)
+        svc.trigger()
+        while svc.acquisition()["dataset"]["frames_written"] < 10:
+            time.sleep(0.05)
+        system.procs["receiver"].kill()
+        a = svc.wait(("idle", "error"))
+        assert a["state"] == "error" and "dr0" in a["error"] and "no receiver is left" in a["error"], a
+        assert system.procs["manager"].poll() is None, "the service is still up"
+        assert svc.acquisition()["state"] == "error"
+    finally:
+        system.close()
+    assert system.procs["manager"].returncode == 0

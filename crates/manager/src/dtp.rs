@@ -73,6 +73,10 @@ impl Plan {
         let sends = Sends::of(t)?;
         let parts = t.participants();
         let n = parts.len();
+        // `transfer.receivers = []`, or a re-plan with every receiver gone
+        if n == 0 {
+            return Err(TopologyError::NoReceivers);
+        }
         let modules = t.detector.modules;
         let groups = match t.transfer.mode {
             TransferMode::Temporal => n,
@@ -368,6 +372,9 @@ mod tests {
         assert!(matches!(bad(&topo("spatial-temporal", 3, "groups = 2")), E::Groups { .. }));
         assert!(matches!(bad(&topo("spatial", 5, "")), E::TooManyReceivers { .. }));
         assert_eq!(bad(&topo("temporal", 2, "receivers = [\"dr0\", \"dr9\"]")), E::UnknownReceiver("dr9".into()));
+        for mode in ["temporal", "spatial", "broadcast", "spatial-temporal"] {
+            assert_eq!(bad(&topo(mode, 2, "receivers = []")), E::NoReceivers, "{mode}: an empty list of receivers taking part");
+        }
         assert!(matches!(bad(&topo("sideways", 2, "")), E::Parse(_)));
         let dup = topo("temporal", 2, "").replace("10.0.0.2:7000", "10.0.0.1:7000");
         assert!(matches!(bad(&dup), E::DuplicateControl(..)));
