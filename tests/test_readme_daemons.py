@@ -1,8 +1,9 @@
 """The README's system of daemons, run as written on one host (no network namespaces): the
 detector daemon, two receiver daemons and the manager, with the README's topology file. Only
-the output directories move under the test's own (`/tmp/` becomes the test directory), so
-that runs do not meet. Every frame must be written once, by the receiver the plan sent it to,
-and each receiver's stream must be on its own port."""
+the output directories move under the test's own (`/tmp/` becomes the test directory) and
+the control and data ports to free ones (in a copy of the topology), so that runs, and
+another acquisition on this host, do not meet. Every frame must be written once, by the
+receiver the plan sent it to, and each receiver's stream must be on its own port."""
 import json
 import re
 import shlex
@@ -13,7 +14,7 @@ import urllib.request
 import h5py
 import hdf5plugin  # noqa: F401
 
-from conftest import ROOT
+from conftest import ROOT, free_port
 
 
 def readme_commands():
@@ -41,8 +42,19 @@ def test_the_readme_daemon_example_runs_as_written(rdaq, tmp_path):
     daemons, manage = lines[1:-1], lines[-1]
     assert all(d.endswith("&") for d in daemons) and "manage" in manage
 
+    # the README's control ports, and its topology's data ports, moved to free ones
+    controls = {p: free_port() for p in sorted(set(re.findall(r"127\.0\.0\.1:(70\d\d)", "\n".join(lines))))}
+    topology = (ROOT / "topology.example.toml").read_text()
+    for old, new in controls.items():
+        topology = topology.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+    topology = re.sub(r"(?m)^data_port = \d+", "data_port = 0", topology)
+    (tmp_path / "topology.toml").write_text(topology)
+
     def argv(line):
-        words = shlex.split(line.rstrip("&").replace("/tmp/", f"{tmp_path}/"))
+        for old, new in controls.items():
+            line = line.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+        line = line.replace("/tmp/", f"{tmp_path}/").replace("topology.example.toml", str(tmp_path / "topology.toml"))
+        words = shlex.split(line.rstrip("&"))
         assert words[0] == "$R"
         return [str(rdaq), *words[1:]]
 
