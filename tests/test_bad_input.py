@@ -142,9 +142,20 @@ def test_a_call_without_parameters_refuses_a_body_it_cannot_take(rdaq, tmp_path)
             except OSError:
                 pass
             time.sleep(0.1)
-        for body, code in [(b"{not json", 400), (b'{"reason": "x"}', 400), (b"[]", 400), (b" " + b"x" * 2_000_000, 413)]:
+        for body, code in [(b"{not json", 400), (b'{"reason": "x"}', 400), (b"[]", 400)]:
             got, answer = post(body)
             assert got == code and "error" in answer, (body[:20], got, answer)
+        # a 2 MB body: the server answers 413 once it has read past its limit and closes,
+        # which can reset the connection before the client reads the answer; the refusal is
+        # what is checked, on one of a few tries
+        answers = []
+        for _ in range(5):
+            try:
+                answers.append(post(b" " + b"x" * 2_000_000))
+                break
+            except (ConnectionResetError, BrokenPipeError, urllib.error.URLError) as e:
+                answers.append(e)
+        assert any(isinstance(a, tuple) and a[0] == 413 and "error" in a[1] for a in answers), answers
         assert state() == "acquiring", "refused stops stopped nothing"
         assert post(b"{}")[0] == 200
     finally:
