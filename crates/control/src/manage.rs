@@ -500,7 +500,7 @@ impl<'a> Session<'a> {
                 }
             };
             match &v.stream {
-                Some(e) if *e != streams[*r] => tracing::warn!(receiver = %spec.name, stream = %e, default = %streams[*r], "streaming on a free port: the default one was taken (another acquisition on that host?)"),
+                Some(e) if spec.stream.is_none() && *e != streams[*r] => tracing::warn!(receiver = %spec.name, stream = %e, default = %streams[*r], "streaming on a free port: the default one was taken (another acquisition on that host?)"),
                 Some(e) => tracing::info!(receiver = %spec.name, stream = %e, "streaming"),
                 None => {}
             }
