@@ -223,12 +223,20 @@ def test_manage_refuses_bad_topologies_before_touching_anything(rdaq, daemons, t
         assert call("GET", dr + "/status")[1]["state"] == "idle", needle
 
 
-def test_manager_api_shows_events_and_the_report(rdaq, daemons, tmp_path):
-    import signal
+def one_receiver_topology(tmp_path, daemons, extra=""):
+    """A topology of the fixture's detector daemon (2 modules) and receiver dr0; `extra`
+    adds to dr0's entry."""
     det, dr = daemons["det"], daemons["dr0"]
     topo = tmp_path / "t.toml"
     topo.write_text(f'[detector]\nmodules = 2\ncontrol = "{det[7:]}"\n'
-                    f'[[receivers]]\nname = "dr0"\ncontrol = "{dr[7:]}"\ndata = "127.0.0.1"\ndata_port = 0\nmemory_mib = 64\n')
+                    f'[[receivers]]\nname = "dr0"\ncontrol = "{dr[7:]}"\ndata = "127.0.0.1"\ndata_port = 0\nmemory_mib = 64\n{extra}')
+    return topo
+
+
+def test_manager_api_shows_events_and_the_report(rdaq, daemons, tmp_path):
+    import signal
+    dr = daemons["dr0"]
+    topo = one_receiver_topology(tmp_path, daemons)
     port = free_port()
     mgr = subprocess.Popen([str(rdaq), "manage", "--topology", str(topo), "--frames", "20", "--rate", "50",
                             "--out", str(tmp_path / "o"), "--serve", f"127.0.0.1:{port}"],
@@ -274,10 +282,8 @@ def test_a_managed_receiver_streams_on_a_free_port_when_its_default_is_taken(rda
     managed acquisition still runs, its receiver streams on a free port, and the manager says
     which."""
     import socket
-    det, dr = daemons["det"], daemons["dr0"]
-    topo = tmp_path / "t.toml"
-    topo.write_text(f'[detector]\nmodules = 2\ncontrol = "{det[7:]}"\n'
-                    f'[[receivers]]\nname = "dr0"\ncontrol = "{dr[7:]}"\ndata = "127.0.0.1"\ndata_port = 0\nmemory_mib = 64\n')
+    dr = daemons["dr0"]
+    topo = one_receiver_topology(tmp_path, daemons)
     held = socket.socket()
     try:
         try:
@@ -299,10 +305,8 @@ def test_sigterm_ends_one_managed_acquisition_with_its_report_and_files(rdaq, da
     stopped, the receivers' files closed, the report written; it exits by itself."""
     import signal
     import h5py
-    det, dr = daemons["det"], daemons["dr0"]
-    topo = tmp_path / "t.toml"
-    topo.write_text(f'[detector]\nmodules = 2\ncontrol = "{det[7:]}"\n'
-                    f'[[receivers]]\nname = "dr0"\ncontrol = "{dr[7:]}"\ndata = "127.0.0.1"\ndata_port = 0\nmemory_mib = 64\nstream = "none"\n')
+    dr = daemons["dr0"]
+    topo = one_receiver_topology(tmp_path, daemons, 'stream = "none"\n')
     port = free_port()
     mgr = subprocess.Popen([str(rdaq), "manage", "--topology", str(topo), "--frames", "2000", "--rate", "20",
                             "--out", str(tmp_path / "o"), "--serve", f"127.0.0.1:{port}"],
