@@ -63,8 +63,8 @@ const JUNGFRAU: Wire = Wire { name: "JUNGFRAU module", packets: JUNGFRAU_PACKETS
 /// One EIGER port at 16 bits on `link` ("1g" or "10g"), from the shipped description.
 fn eiger_port(link: &'static str) -> anyhow::Result<Wire> {
     let d = Description::load("eiger")?;
-    let payload = d.link(link).map_err(anyhow::Error::msg)?;
-    let packets = d.packets_per_port(16, payload).expect("the description was checked");
+    let w = d.wire(Some(16), Some(link))?;
+    let (payload, packets) = (w.payload, w.packets_per_port);
     let bits_per_second = if link == "1g" { 1e9 } else { 1e10 };
     // preamble, Ethernet header and FCS, gap: 38 B; IPv4 and UDP: 28 B
     let wire_bytes = (payload + SLS_HEADER_LEN + 38 + 28) as f64;

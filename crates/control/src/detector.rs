@@ -43,11 +43,9 @@ impl Native {
     /// header), at its bit depth and link.
     pub fn new(request: NativeRequest, modules: u16) -> anyhow::Result<Native> {
         let d = Description::named_or_text(&request.detector)?;
-        let bits = request.bit_depth.unwrap_or(d.pixel.default_bit_depth);
-        let link = request.link.clone().unwrap_or_else(|| d.default_link().to_owned());
-        let payload = d.link(&link).map_err(|e| anyhow::anyhow!("--link: {e}"))?;
-        let detector = DescribedDetector::new(&d, bits, payload, modules, request.module_cols).map_err(|e| anyhow::anyhow!("--detector {}: {e}", d.name))?;
-        Ok(Native { detector, request: NativeRequest { bit_depth: Some(bits), link: Some(link), ..request } })
+        let wire = d.wire(request.bit_depth, request.link.as_deref()).map_err(|e| anyhow::anyhow!("--{} {}: {}", e.field.replace('_', "-"), e.value, e.why))?;
+        let detector = DescribedDetector::new(&d, &wire, modules, request.module_cols).map_err(|e| anyhow::anyhow!("--detector {}: {e}", d.name))?;
+        Ok(Native { detector, request: NativeRequest { bit_depth: Some(wire.bits), link: Some(wire.link), ..request } })
     }
 }
 

@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rdaq_detector::description::{Description, Place, Readout};
-use rdaq_detector::ModuleLayout;
+use rdaq_detector::description::{Description, Readout};
+use rdaq_detector::{ModuleLayout, Wire};
 use rdaq_net::send::{BatchSender, SendStats};
 use rdaq_proto::sls::{SlsHeader, SLS_HEADER_LEN, SLS_HEADER_VERSION};
 use xxhash_rust::xxh3::Xxh3;
@@ -33,18 +33,17 @@ pub struct DescribedDetector {
 }
 
 impl DescribedDetector {
-    /// `modules` modules of `d` (`module_cols` per row) sending `bits`-bit pixels in packets
-    /// of `payload` bytes.
-    pub fn new(d: &Description, bits: u32, payload: usize, modules: u16, module_cols: u16) -> Result<DescribedDetector, String> {
-        if d.ports.place != Place::Header {
-            return Err(format!("{} is placed by packet number: its modules are emulated as rdaq modules", d.name));
+    /// `modules` modules of `d` (`module_cols` per row) sending the packets of `wire`
+    /// ([`Description::wire`]).
+    pub fn new(d: &Description, wire: &Wire, modules: u16, module_cols: u16) -> Result<DescribedDetector, String> {
+        if d.wire(Some(wire.bits), Some(&wire.link)).as_ref() != Ok(wire) {
+            return Err(format!("{} does not send {}-bit pixels in {} packets of {} bytes per port over link {:?}", d.name, wire.bits, wire.packets_per_port, wire.payload, wire.link));
         }
-        let layout = ModuleLayout::new(d, bits, false)?;
-        d.packets_per_port(bits, payload).ok_or_else(|| format!("a {bits}-bit port image is not a whole number of {payload}-byte packets"))?;
+        let layout = ModuleLayout::new(d, wire.bits, false)?;
         if modules == 0 || module_cols == 0 || modules % module_cols != 0 {
             return Err(format!("{modules} modules do not fill rows of {module_cols}"));
         }
-        Ok(DescribedDetector { name: d.name.clone(), det_type: d.header.det_type, payload, layout, readout: d.descrambled().unwrap_or_default(), modules, module_cols })
+        Ok(DescribedDetector { name: d.name.clone(), det_type: d.header.det_type, payload: wire.payload, layout, readout: d.descrambled().unwrap_or_default(), modules, module_cols })
     }
 
     /// Ports per module.
@@ -203,7 +202,7 @@ mod tests {
     fn packets_decode_to_the_pattern() {
         let d = Description::load("eiger").unwrap();
         for bits in [4, 8, 12, 16, 32] {
-            let det = DescribedDetector::new(&d, bits, 1024, 2, 2).unwrap();
+            let det = DescribedDetector::new(&d, &d.wire(Some(bits), Some("1g")).unwrap(), 2, 2).unwrap();
             let layout = ModuleLayout::new(&d, bits, false).unwrap();
             let mut raw = Vec::new();
             let mut port = Vec::new();
@@ -221,12 +220,12 @@ mod tests {
             }
         }
         let p = Description::load("percival-like").unwrap();
-        let det = DescribedDetector::new(&p, 16, 8192, 1, 1).unwrap();
+        let det = DescribedDetector::new(&p, &p.wire(Some(16), None).unwrap(), 1, 1).unwrap();
         let mut port = Vec::new();
         det.port_image(3, 0, 1, &mut port);
         // port 1, row 0: readout position 1 is column 64 of the port (8 interleaved ADCs)
         assert_eq!(u16::from_le_bytes([port[2], port[3]]) as u32, det.value(3, 0, 512 + 64, 0));
-        let det = DescribedDetector::new(&d, 16, 4096, 2, 2).unwrap();
+        let det = DescribedDetector::new(&d, &d.wire(Some(16), Some("10g")).unwrap(), 2, 2).unwrap();
         let h = SlsHeader::decode(&det.header(9, 1, 2, 63));
         assert_eq!((h.frame_number, h.packet_number, h.row, h.column, h.det_type), (9, 63, 1, 2, 1));
     }

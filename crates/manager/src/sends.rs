@@ -41,28 +41,7 @@ impl Sends {
                 native: None,
             });
         }
-        let bits = d.bit_depth.unwrap_or(desc.pixel.default_bit_depth);
-        if !desc.pixel.bit_depths.contains(&bits) {
-            return Err(bad(
-                "bit_depth",
-                format!(
-                    "{} sends {:?} bits, not {bits}",
-                    desc.name, desc.pixel.bit_depths
-                ),
-            ));
-        }
-        let link = d
-            .link
-            .clone()
-            .unwrap_or_else(|| desc.default_link().to_owned());
-        let payload = desc.link(&link).map_err(|e| bad("link", e))?;
-        let packets = desc.packets_per_port(bits, payload).ok_or_else(|| {
-            bad(
-                "link",
-                format!("a {bits}-bit port image is not a whole number of {payload}-byte packets"),
-            )
-        })?;
-        let ports = desc.ports.rows * desc.ports.cols;
+        let wire = desc.wire(d.bit_depth, d.link.as_deref()).map_err(|e| bad(e.field, e.why))?;
         let tx = &t.transfer;
         let one_receiver_per_module = match tx.mode {
             TransferMode::Spatial => true,
@@ -85,14 +64,14 @@ impl Sends {
             detector: text,
             interfaces: 1,
             read_rows: 512,
-            bit_depth: Some(bits),
-            link: Some(link),
+            bit_depth: Some(wire.bits),
+            link: Some(wire.link.clone()),
             gap_pixels: false,
             module_cols: d.module_cols,
         };
         Ok(Sends {
-            module_bytes: (ports * packets * payload) as u64,
-            ports,
+            module_bytes: wire.module_bytes() as u64,
+            ports: wire.ports,
             native: Some(native),
         })
     }

@@ -194,17 +194,17 @@ fn emulate_described(a: &EmulateArgs, name: &str, map: &BufferMap, buffers: &std
         bail!("--loss, --corrupt, --duplicate, --reorder and --manifest are settings of the rdaq modules, not of --detector");
     }
     let d = Description::load(name)?;
-    let bits = a.bit_depth.unwrap_or(d.pixel.default_bit_depth);
-    let payload = match &a.link {
-        Some(l) => d.link(l).map_err(|e| anyhow::anyhow!("--link: {e}"))?,
-        None => map.payload_bytes as usize,
+    let link = match a.link.as_deref() {
+        Some(l) => l,
+        None => d.link_of_payload(map.payload_bytes as usize).with_context(|| format!("{}: the receiver takes {}-byte packets, which {} sends on no link", buffers.display(), map.payload_bytes, d.name))?,
     };
-    if payload != map.payload_bytes as usize {
-        bail!("--link {}: {payload}-byte packets, but the receiver of {} takes {}-byte packets", a.link.as_deref().unwrap_or(""), buffers.display(), map.payload_bytes);
+    let wire = d.wire(a.bit_depth, Some(link)).map_err(|e| anyhow::anyhow!("--{} {}: {}", e.field.replace('_', "-"), e.value, e.why))?;
+    if wire.payload != map.payload_bytes as usize {
+        bail!("--link {link}: {}-byte packets, but the receiver of {} takes {}-byte packets", wire.payload, buffers.display(), map.payload_bytes);
     }
-    let det = DescribedDetector::new(&d, bits, payload, map.modules, a.module_cols).map_err(|e| anyhow::anyhow!("--detector {name}: {e}"))?;
+    let det = DescribedDetector::new(&d, &wire, map.modules, a.module_cols).map_err(|e| anyhow::anyhow!("--detector {name}: {e}"))?;
     if det.module_bytes() != map.module_bytes {
-        bail!("{}: the receiver holds module frames of {} bytes, {} at {bits} bits sends {}", buffers.display(), map.module_bytes, d.name, det.module_bytes());
+        bail!("{}: the receiver holds module frames of {} bytes, {} at {} bits sends {}", buffers.display(), map.module_bytes, d.name, wire.bits, det.module_bytes());
     }
     let dests: Vec<SocketAddr> = map.data_ports.iter().map(|&p| SocketAddr::new(a.target, p)).collect();
     let progress = Arc::new(Control::default());
@@ -215,8 +215,8 @@ fn emulate_described(a: &EmulateArgs, name: &str, map: &BufferMap, buffers: &std
     let r = described::send(&det, &dests, first, a.frames, (a.rate > 0.0).then_some(a.rate), !a.no_gso, &progress)?;
     let secs = r.elapsed.as_secs_f64();
     rdaq_run::summary::print_out(&format!(
-        "rdaq emulate: {} modules of {} at {bits} bits x {} frames, {} datagrams of {} bytes, {:.3} GB in {:.3} s ({:.2} GB/s), late frames {}, refused {}\n",
-        map.modules, d.name, r.frames, r.sent.datagrams, payload + rdaq_proto::SLS_HEADER_LEN, r.sent.bytes as f64 / 1e9, secs, r.sent.bytes as f64 / 1e9 / secs, r.late_frames, r.sent.refused
+        "rdaq emulate: {} modules of {} at {} bits x {} frames, {} datagrams of {} bytes, {:.3} GB in {:.3} s ({:.2} GB/s), late frames {}, refused {}\n",
+        map.modules, d.name, wire.bits, r.frames, r.sent.datagrams, wire.payload + rdaq_proto::SLS_HEADER_LEN, r.sent.bytes as f64 / 1e9, secs, r.sent.bytes as f64 / 1e9 / secs, r.late_frames, r.sent.refused
     ));
     if r.sent.refused > 0 {
         eprintln!("rdaq emulate: {} sends were refused: nothing listened at the receiver's ports (exit 1)", r.sent.refused);

@@ -4,7 +4,7 @@
 //! placed by their header, RoCEv2 WRITEs), the receiver that takes them, the image their
 //! frames make, and the chain they go through ([`crate::acquisition`]).
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use rdaq_detector::description::Place;
 use rdaq_detector::{Description, ModuleLayout};
 use rdaq_process::descramble::Descrambler;
@@ -175,11 +175,9 @@ fn described_setup(a: &Source, cfg: &Config, d: &Description) -> anyhow::Result<
     if cfg.processing() {
         bail!("process: the processing graph is JUNGFRAU's; {} frames are written as the detector counts them (drop --calibration, or process.mode = \"raw\")", d.name);
     }
-    let bits = a.bit_depth.unwrap_or(d.pixel.default_bit_depth);
-    let link = a.link.clone().unwrap_or_else(|| d.default_link().to_owned());
-    let payload = d.link(&link).map_err(|e| anyhow::anyhow!("{}: {e}", a.name("link")))?;
-    let layout = ModuleLayout::new(d, bits, a.gap_pixels).map_err(|e| anyhow::anyhow!("{} {bits}: {e}", a.name("bit_depth")))?;
-    let packets = d.packets_per_port(bits, payload).context("the description's packets per port")? as u32;
+    let wire = d.wire(a.bit_depth, a.link.as_deref()).map_err(|e| anyhow::anyhow!("{} {}: {}", a.name(e.field), e.value, e.why))?;
+    let (bits, payload, packets) = (wire.bits, wire.payload, wire.packets_per_port as u32);
+    let layout = ModuleLayout::new(d, bits, a.gap_pixels).map_err(|e| anyhow::anyhow!("{}: {e}", a.name("gap_pixels")))?;
     let module_cols = a.grid_cols.unwrap_or(cfg.detector.module_cols);
     let grid = PortGrid { det_type: d.header.det_type, payload: payload as u32, packets, port_rows: d.ports.rows as u16, port_cols: d.ports.cols as u16, module_cols };
     let rcfg = ReceiverConfig { format: Format::SlsByHeader(grid), module_bytes: grid.module_bytes(), payload_bytes: payload as u32, ..common_config(a, cfg, layout.raw_bytes())? };
@@ -203,7 +201,7 @@ fn described_setup(a: &Source, cfg: &Config, d: &Description) -> anyhow::Result<
         number_of_images: a.frames,
         ..NxmxMeta::described(geometry, d, pixel, mask)
     };
-    notes.push(format!("{} module(s) of {} at {bits} bits on link {link}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, grid.ports()));
+    notes.push(format!("{} module(s) of {} at {bits} bits on link {}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, wire.link, grid.ports()));
     Ok(Setup { rcfg, chain: Chain { decoder: Some(decoder), ..Chain::new(cfg, geometry, None, "receiver") }, meta, notes })
 }
 

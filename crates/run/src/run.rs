@@ -190,9 +190,8 @@ fn emulated_setup(cfg: &Config) -> anyhow::Result<(Emulated, Setup)> {
         ..remote::Source::new("sls")
     };
     let setup = remote::setup(&source, cfg)?;
-    let bits = cfg.detector.bit_depth.unwrap_or(d.pixel.default_bit_depth);
-    let payload = setup.rcfg.payload_bytes as usize;
-    let det = DescribedDetector::new(&d, bits, payload, cfg.detector.modules, cfg.detector.module_cols).map_err(|e| anyhow::anyhow!("detector.name {}: {e}", d.name))?;
+    let wire = d.wire(cfg.detector.bit_depth, cfg.detector.link.as_deref()).map_err(|e| anyhow::anyhow!("detector.{e}"))?;
+    let det = DescribedDetector::new(&d, &wire, cfg.detector.modules, cfg.detector.module_cols).map_err(|e| anyhow::anyhow!("detector.name {}: {e}", d.name))?;
     Ok((Emulated::Described(Box::new(det)), setup))
 }
 
