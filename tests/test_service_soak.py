@@ -8,7 +8,7 @@ import urllib.request
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts"))
 import soak_service  # noqa: E402
 
-# what the manager keeps of its events (crates/control/src/manage/board.rs)
+# what the manager keeps of its events (crates/control/src/manager/board.rs)
 EVENTS_KEPT_SERVICE = 4096
 # Each dataset of 20 frames of 2 modules leaves 100 events in the manager's log; kept
 # without bound (before) they grew its memory by about 11 KiB per dataset.

@@ -6,10 +6,12 @@
 //!   the manager, acquisitions to NXmx files, events, counters, `/metrics`.
 //! - [`detector`]: the detector daemon (`rdaq emulate --serve`): emulated modules that take
 //!   their DTPs from the manager.
-//! - [`manage`]: the system manager's acquisition over both (`rdaq manage`): telegrams,
-//!   buffers, DTPs, start, heartbeats, re-planning, the report.
+//! - [`manager`]: the system manager's runtime over both (`rdaq manage`), beside its
+//!   sans-I/O core [`rdaq_manager`]: telegrams, buffers, DTPs, start, heartbeats,
+//!   re-planning, the report.
 //! - [`service`]: the acquisition service over either (`--data-root DIR --serve ADDR`):
-//!   datasets armed, triggered and followed by a control system.
+//!   datasets armed, triggered and followed by a control system; its state machine, sans
+//!   I/O, is [`rdaq_manager::service`].
 //! - [`dashboard`]: the live web page every server above serves, and `rdaq run --serve`'s
 //!   ([`run`]).
 //! - [`http`]: serving the APIs (routes every daemon has, until Ctrl-C).
@@ -23,7 +25,7 @@ pub mod auth;
 pub mod dashboard;
 pub mod detector;
 pub mod http;
-pub mod manage;
+pub mod manager;
 pub mod metrics;
 pub mod receiver;
 pub mod run;

@@ -4,7 +4,7 @@
 //! ([`rdaq_manager::service`]):
 //!
 //! - `rdaq manage --data-root DIR --serve ADDR`: a system of daemons, its detector triggered
-//!   by the manager (`crate::manage`'s worker);
+//!   by the manager ([`system`]);
 //! - `rdaq receive --data-root DIR --serve ADDR`: one receiver of a detector that something
 //!   else triggers ([`receive`]).
 //!
@@ -15,6 +15,7 @@
 
 mod api;
 pub mod receive;
+pub mod system;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -20,7 +20,7 @@ mod write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use rdaq_control::manage;
+use rdaq_control::{manager, service};
 
 #[derive(Parser)]
 #[command(name = "rdaq", version = env!("RDAQ_VERSION_LONG"), about = "Data acquisition for high-rate 2D X-ray detectors")]
@@ -72,7 +72,7 @@ enum Cmd {
     /// Receive rdaq datagrams or native JUNGFRAU packets into a frame ring and an NXmx file.
     Receive(receive::ReceiveArgs),
     /// System manager: plan and run an acquisition over detector and receiver daemons.
-    Manage(manage::ManageArgs),
+    Manage(manager::ManageArgs),
     /// Make a crashed writer's series whole again: clear the data files' writer flags, trim
     /// them to their frame tables, write the master for what they hold, remove leftovers.
     Recover(recover::RecoverArgs),
@@ -113,7 +113,8 @@ fn dispatch(cli: Cli) -> ExitCode {
         Cmd::Preview(a) => preview::preview(a).map(|()| ExitCode::SUCCESS),
         Cmd::Emulate(a) => emulate::emulate(a),
         Cmd::Receive(a) => receive::receive(a),
-        Cmd::Manage(a) => manage::manage(a),
+        Cmd::Manage(a) if a.serves_datasets() => service::system::serve(&a),
+        Cmd::Manage(a) => manager::manage(a),
         Cmd::Process(p) => offline::process(p).map(|()| ExitCode::SUCCESS),
         Cmd::Recover(a) => recover::recover(a).map(|()| ExitCode::SUCCESS),
         Cmd::Join(a) => join::join(a).map(|()| ExitCode::SUCCESS),

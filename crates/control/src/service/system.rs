@@ -1,18 +1,19 @@
 //! `rdaq manage --data-root DIR --serve ADDR`: the acquisition service over a system of
 //! daemons ([`crate::service`]). The system is configured once from the topology; each
 //! dataset's triggers then run the detector daemon, and the receivers write under the data
-//! root ([`super::datasets`]).
+//! root ([`datasets`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::board::Board;
-use super::datasets::{self, Worker};
-use super::{ManageArgs, Session};
+mod datasets;
+
+use datasets::Worker;
 use crate::dashboard::ProcessView;
 use crate::http::lock;
+use crate::manager::{Board, ManageArgs, Session};
 use crate::service::{self, Backend, Image, Live, Serving};
 
 /// Serves the acquisition service until Ctrl-C: checks the system, then carries out the
@@ -33,7 +34,7 @@ pub fn serve(a: &ManageArgs) -> anyhow::Result<ExitCode> {
         root,
         image: Image { height: g.height(), width: g.width() },
         backend,
-        extra: super::board::router(s.shared.clone(), access),
+        extra: crate::manager::board_router(s.shared.clone(), access),
         what: "manage",
     };
     service::serve(serving, |hub| Worker::new(s, hub))?;

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use rdaq_manager::service::Send;
 use rdaq_manager::TransferMode;
 
-use super::{Files, Names, Running, Session};
+use crate::manager::{Files, Names, Running, Session};
 use crate::http::lock;
 use crate::service::{self, Closed, Ready, SharedHub};
 
