@@ -6,9 +6,9 @@
 //! gathers the events and writes a report in which a frame counts as received only if every
 //! receiver it was sent to is alive and reported it complete.
 //!
-//! The runtime beside the sans-I/O [`rdaq_manager`]: one acquisition's steps ([`session`]),
-//! the daemons' APIs ([`client`]), re-planning ([`replan`]), the report ([`report`]) and
-//! what the manager's own API shows ([`board`]). The acquisition service over a system of
+//! The runtime beside the sans-I/O [`rdaq_manager`]: one acquisition's steps (`session`),
+//! the daemons' APIs (`client`), re-planning (`replan`), the report (`report`) and
+//! what the manager's own API shows (`board`). The acquisition service over a system of
 //! daemons runs its datasets through the same session ([`crate::service::system`]).
 
 use std::net::SocketAddr;

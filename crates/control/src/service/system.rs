@@ -1,7 +1,7 @@
 //! `rdaq manage --data-root DIR --serve ADDR`: the acquisition service over a system of
 //! daemons ([`crate::service`]). The system is configured once from the topology; each
 //! dataset's triggers then run the detector daemon, and the receivers write under the data
-//! root ([`datasets`]).
+//! root (`datasets`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
