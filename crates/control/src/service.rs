@@ -268,5 +268,5 @@ impl DirError {
 /// (`files` there) exist.
 fn prepare_directory(root: &Path, rel: &Path, files: &[PathBuf]) -> Result<(), DirError> {
     rdaq_run::outputs::check_subdirectory("directory", root, rel).map_err(DirError::Path)?;
-    rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), false).map_err(DirError::Exists)
+    rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), false).map_err(|e| DirError::Exists(e.into()))
 }

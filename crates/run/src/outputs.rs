@@ -13,20 +13,7 @@ use rdaq_sink::SinkError;
 
 use crate::consume::ConsumeStats;
 
-/// Fails, naming the file, when one of `paths` is a symbolic link, or exists and
-/// `overwrite` is off. (The files are claimed again when they are created: this is the
-/// early, friendly refusal before anything starts.)
-pub fn refuse_existing<'a>(paths: impl IntoIterator<Item = &'a Path>, overwrite: bool) -> anyhow::Result<()> {
-    for p in paths {
-        if claim::is_link(p) {
-            return Err(ClaimError::Link(p.to_owned()).into());
-        }
-        if !overwrite && claim::taken(p) {
-            return Err(ClaimError::Exists(p.to_owned()).into());
-        }
-    }
-    Ok(())
-}
+pub use claim::refuse_existing;
 
 /// Fails unless `name` (the setting `what`) names files inside the output directory: not
 /// empty, no `/`, no NUL.

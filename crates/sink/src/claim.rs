@@ -117,3 +117,18 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// Fails, naming the file, when one of `paths` is a symbolic link, or exists and
+/// `overwrite` is off. (The files are claimed again when they are created: this is the
+/// early, friendly refusal before anything starts.)
+pub fn refuse_existing<'a>(paths: impl IntoIterator<Item = &'a Path>, overwrite: bool) -> Result<(), ClaimError> {
+    for p in paths {
+        if is_link(p) {
+            return Err(ClaimError::Link(p.to_owned()));
+        }
+        if !overwrite && taken(p) {
+            return Err(ClaimError::Exists(p.to_owned()));
+        }
+    }
+    Ok(())
+}

@@ -19,20 +19,17 @@ use rdaq_process::spots::Spot;
 
 use crate::meta::{NxmxMeta, PixelType};
 use crate::nexus::{frame_stack, nx_group, rows_with_chunks, str_attr, write_chunk};
+use crate::spot_list::{SpotLists, GROW};
 
 /// NXmx pixel_mask bit 1 ("dead"), used for pixels whose data was lost in transfer.
 pub const MASK_MISSING: u32 = 1 << 1;
-
-/// Rows by which the per-frame tables and spot lists are chunked.
-const GROW: usize = 256;
 
 pub(crate) struct DataFile {
     file: File,
     data: Dataset,
     tables: Tables,
-    results: Option<Results>,
+    results: Option<SpotLists>,
     meta_hw: (usize, usize),
-    max_spots: usize,
     mask_words: Compressor,
     mask_chunk: Vec<u8>,
     mask_buf: Vec<u32>,
@@ -52,23 +49,6 @@ struct Tables {
     incomplete_written: usize,
 }
 
-/// Spot lists of the frames not yet flushed.
-struct Results {
-    n_peaks: Dataset,
-    x: Dataset,
-    y: Dataset,
-    intensity: Dataset,
-    pixels: Dataset,
-    hit: Dataset,
-    written: usize,
-    buf_n: Vec<u32>,
-    buf_x: Vec<f32>,
-    buf_y: Vec<f32>,
-    buf_i: Vec<f32>,
-    buf_p: Vec<u32>,
-    buf_hit: Vec<u8>,
-}
-
 impl DataFile {
     /// Creates the file with every dataset it will hold and starts SWMR writing, under the
     /// staging name beside `path` (claimed by the caller), and then renames it to `path`: a
@@ -79,7 +59,7 @@ impl DataFile {
         let file = File::with_options().with_fapl(|p| p.libver_v110()).create(&tmp)?;
         let entry = nx_group(&file, "entry", "NXentry")?;
         let (data, tables) = data_group(&entry, meta, first_image)?;
-        let results = if meta.max_spots > 0 { Some(Results::create(&entry, meta)?) } else { None };
+        let results = if meta.max_spots > 0 { Some(SpotLists::create(&entry, meta.max_spots, Some(meta.pixel.units()), true)?) } else { None };
         file.start_swmr()?;
         std::fs::rename(&tmp, path).map_err(|e| hdf5::Error::from(format!("cannot rename {} to {}: {e}", tmp.display(), path.display())))?;
         Ok(DataFile {
@@ -88,7 +68,6 @@ impl DataFile {
             tables,
             results,
             meta_hw: (meta.geometry.height(), meta.geometry.width()),
-            max_spots: meta.max_spots,
             mask_words: Compressor::new(4, 0, Codec::Lz4),
             mask_chunk: Vec::new(),
             mask_buf: Vec::new(),
@@ -127,7 +106,7 @@ impl DataFile {
     /// Records the spots and the hit decision of the frame appended last.
     pub fn spots(&mut self, spots: &[Spot], total: usize, hit: bool) -> bool {
         let Some(r) = self.results.as_mut() else { return false };
-        r.push(spots, total, hit, self.max_spots);
+        r.push(spots, total, hit);
         true
     }
 
@@ -136,7 +115,7 @@ impl DataFile {
     pub fn flush(&mut self) -> hdf5::Result<()> {
         self.tables.write()?;
         if let Some(r) = self.results.as_mut() {
-            r.write(self.max_spots)?;
+            r.write()?;
         }
         self.file.flush()
     }
@@ -166,7 +145,7 @@ impl DataFile {
         if n < frames {
             self.tables.truncate(n);
             if let Some(r) = self.results.as_mut() {
-                r.truncate(n, self.max_spots);
+                r.truncate(n);
             }
         }
     }
@@ -252,89 +231,5 @@ impl Tables {
         self.incomplete.retain(|f| kept.contains(f));
         self.written = self.written.min(n);
         self.incomplete_written = self.incomplete_written.min(self.incomplete.len());
-    }
-}
-
-impl Results {
-    fn create(entry: &Group, meta: &NxmxMeta) -> hdf5::Result<Results> {
-        let g = nx_group(entry, "result_1", "NXcollection")?;
-        str_attr(&g, "description", "Bragg spots per frame (CXI peak-list layout); positions in pixels, fast (x) and slow (y)")?;
-        let m = meta.max_spots;
-        let per_frame = |name: &str| g.new_dataset::<f32>().chunk((GROW, m)).shape((0.., m)).create(name);
-        let intensity = per_frame("peakTotalIntensity")?;
-        str_attr(&intensity, "units", meta.pixel.units())?;
-        Ok(Results {
-            n_peaks: g.new_dataset::<u32>().chunk(GROW).shape(0..).create("nPeaks")?,
-            x: per_frame("peakXPosRaw")?,
-            y: per_frame("peakYPosRaw")?,
-            intensity,
-            pixels: g.new_dataset::<u32>().chunk((GROW, m)).shape((0.., m)).create("peakNPixels")?,
-            hit: g.new_dataset::<u8>().chunk(GROW).shape(0..).create("hit")?,
-            written: 0,
-            buf_n: Vec::with_capacity(GROW),
-            buf_x: Vec::with_capacity(GROW * m),
-            buf_y: Vec::with_capacity(GROW * m),
-            buf_i: Vec::with_capacity(GROW * m),
-            buf_p: Vec::with_capacity(GROW * m),
-            buf_hit: Vec::with_capacity(GROW),
-        })
-    }
-
-    fn push(&mut self, spots: &[Spot], total: usize, hit: bool, max: usize) {
-        self.buf_n.push(total as u32);
-        for k in 0..max {
-            let s = spots.get(k);
-            self.buf_x.push(s.map_or(0.0, |s| s.x));
-            self.buf_y.push(s.map_or(0.0, |s| s.y));
-            self.buf_i.push(s.map_or(0.0, |s| s.intensity));
-            self.buf_p.push(s.map_or(0, |s| s.pixels));
-        }
-        self.buf_hit.push(hit as u8);
-    }
-
-    fn write(&mut self, m: usize) -> hdf5::Result<()> {
-        let (a, n) = (self.written, self.buf_n.len());
-        if n == 0 {
-            return Ok(());
-        }
-        let to_err = |e: ndarray::ShapeError| hdf5::Error::from(e.to_string());
-        self.n_peaks.resize(a + n)?;
-        self.n_peaks.write_slice(&self.buf_n, a..a + n)?;
-        self.hit.resize(a + n)?;
-        self.hit.write_slice(&self.buf_hit, a..a + n)?;
-        for (ds, buf) in [(&self.x, &self.buf_x), (&self.y, &self.buf_y), (&self.intensity, &self.buf_i)] {
-            ds.resize((a + n, m))?;
-            ds.write_slice(ndarray::ArrayView2::from_shape((n, m), buf).map_err(to_err)?, ndarray::s![a..a + n, ..])?;
-        }
-        self.pixels.resize((a + n, m))?;
-        self.pixels.write_slice(ndarray::ArrayView2::from_shape((n, m), &self.buf_p).map_err(to_err)?, ndarray::s![a..a + n, ..])?;
-        self.written += n;
-        self.buf_n.clear();
-        self.buf_x.clear();
-        self.buf_y.clear();
-        self.buf_i.clear();
-        self.buf_p.clear();
-        self.buf_hit.clear();
-        Ok(())
-    }
-
-    /// Keeps the rows of the first `n` frames only (after a failed write took frames back).
-    fn truncate(&mut self, n: usize, per_frame: usize) {
-        let keep = n.saturating_sub(self.written);
-        self.buf_n.truncate(keep);
-        self.buf_hit.truncate(keep);
-        for b in [&mut self.buf_x, &mut self.buf_y, &mut self.buf_i] {
-            b.truncate(keep * per_frame);
-        }
-        self.buf_p.truncate(keep * per_frame);
-        if self.written > n {
-            // best effort: the file is being rescued after a failure
-            let _ = self.n_peaks.resize(n);
-            let _ = self.hit.resize(n);
-            for ds in [&self.x, &self.y, &self.intensity, &self.pixels] {
-                let _ = ds.resize((n, per_frame));
-            }
-            self.written = n;
-        }
     }
 }

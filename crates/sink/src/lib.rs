@@ -3,7 +3,8 @@
 //! - [`nxmx`]: the NXmx series writer: a master file ([`master`], metadata from
 //!   [`instrument`]) and SWMR data files ([`data_file`]), one compressed frame per chunk by
 //!   direct chunk write, in the layout of `docs/formats.md`.
-//! - [`nexus`]: the NeXus/HDF5 building blocks they share.
+//! - [`nexus`]: the NeXus/HDF5 building blocks they share; [`spot_list`]: the spot lists
+//!   (CXI peak-list layout) of a data file or of a file of them alone.
 //! - [`claim`]: output names created exclusively, never through a symbolic link.
 //! - [`filter`]: bitshuffle (filter 32008) registered in-process from rdaq's codec, so that
 //!   what is written and read does not depend on a plugin in the environment.
@@ -27,6 +28,7 @@ pub mod reader;
 pub(crate) mod readback;
 pub mod recover;
 pub mod space;
+pub mod spot_list;
 
 pub use claim::ClaimError;
 pub use data_file::MASK_MISSING;
@@ -36,3 +38,4 @@ pub use filter::BSHUF_FILTER;
 pub use nexus::{frame_stack, os_error, write_chunk};
 pub use nxmx::{Closed, NxmxWriter, SinkError, FLUSH_EVERY, RESERVE_BYTES};
 pub use reader::{FrameReader, ReadError};
+pub use spot_list::SpotLists;

@@ -1,0 +1,89 @@
+//! Bragg spots found frame by frame in converted frames, with local SNR or peakfinder8,
+//! written as spot lists in the layout a run's data files keep them
+//! ([`rdaq_sink::spot_list`]).
+
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use rdaq_process::spots::{LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params, Spot};
+use rdaq_sink::FrameReader;
+
+use crate::Output;
+
+/// Which finder, with its parameters.
+pub enum Finder {
+    Local(LocalSnrParams),
+    Peakfinder8(Peakfinder8Params, Radius),
+}
+
+/// peakfinder8's radius of each pixel.
+pub enum Radius {
+    /// From the beam centre (pixel indices; none: the image's centre).
+    Centre { x: Option<f64>, y: Option<f64> },
+    /// Given, one per pixel (see [`read_radius_map`]).
+    Map(Vec<f32>),
+}
+
+/// Finds the spots of every frame of `frames` and writes them to `out`; returns the spots
+/// found per frame.
+pub fn spots(frames: &FrameReader, finder: Finder, out: &Output) -> anyhow::Result<Vec<Vec<Spot>>> {
+    let (r, c) = (frames.rows, frames.cols);
+    let mut find = ready(finder, r, c)?;
+    let (mut img, mut found) = (Vec::<f32>::new(), Vec::<Spot>::new());
+    let mut all: Vec<Vec<Spot>> = Vec::with_capacity(frames.frames);
+    for i in 0..frames.frames {
+        frames.read(i, &mut img)?;
+        match &mut find {
+            Ready::Local(f) => f.find(&img, c, r, &mut found),
+            Ready::Pf8(f) => f.find(&img, &mut found),
+        }
+        all.push(found.clone());
+    }
+    out.make(|path| Ok(rdaq_sink::spot_list::write_file(path, &all, None)?))?;
+    Ok(all)
+}
+
+enum Ready {
+    Local(LocalSnr),
+    Pf8(Box<Peakfinder8>),
+}
+
+/// The finder for images of `r` x `c`, its parameters checked.
+fn ready(finder: Finder, r: usize, c: usize) -> anyhow::Result<Ready> {
+    match finder {
+        Finder::Local(p) => {
+            if p.min_pixels == 0 || p.min_pixels > p.max_pixels {
+                bail!("min_pixels {} must be at least 1 and at most max_pixels {}", p.min_pixels, p.max_pixels);
+            }
+            Ok(Ready::Local(LocalSnr::new(p)))
+        }
+        Finder::Peakfinder8(p, radius) => {
+            if (p.asic_ny * p.nasics_y, p.asic_nx * p.nasics_x) != (r, c) {
+                bail!("peakfinder8: {}x{} ASICs of {}x{} do not tile the {r}x{c} image", p.nasics_y, p.nasics_x, p.asic_ny, p.asic_nx);
+            }
+            let radius = match radius {
+                Radius::Centre { x, y } => Peakfinder8::radius_map(c, r, x.unwrap_or(c as f64 / 2.0), y.unwrap_or(r as f64 / 2.0)),
+                Radius::Map(m) if m.len() == r * c => m,
+                Radius::Map(m) => bail!("a radius map of {} pixels for a {r}x{c} image", m.len()),
+            };
+            Ok(Ready::Pf8(Box::new(Peakfinder8::new(p, radius, &vec![true; r * c]))))
+        }
+    }
+}
+
+/// peakfinder8's radius map from `dataset` of the HDF5 file `path` (float, `shape`: the
+/// images' rows and columns).
+pub fn read_radius_map(path: &Path, dataset: &str, shape: (usize, usize)) -> anyhow::Result<Vec<f32>> {
+    let (rows, cols) = shape;
+    let what = || format!("{}:{dataset}", path.display());
+    let f = hdf5::File::open(path).with_context(what)?;
+    let ds = f.dataset(dataset).with_context(what)?;
+    if ds.shape() != [rows, cols] {
+        bail!("{}: shape {:?}, the image is {rows}x{cols}", what(), ds.shape());
+    }
+    let radius: Vec<f32> = rdaq_process::chunk_size::reading(&ds, || ds.read_raw()).with_context(what)?;
+    if radius.iter().any(|r| !r.is_finite() || *r < 0.0) {
+        bail!("{}: radii must be finite and not negative", what());
+    }
+    Ok(radius)
+}
