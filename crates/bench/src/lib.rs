@@ -18,7 +18,6 @@
 //! - [`api`]: the C API and the Python iterator against the Rust consumer.
 
 pub mod api;
-mod ceiling;
 pub mod gpu;
 pub mod hosts;
 pub mod ingest;

@@ -27,6 +27,8 @@ use rdaq_run::consume;
 use rdaq_run::graph::{self, ProcessReport};
 use rdaq_sink::NxmxWriter;
 
+mod ceiling;
+
 #[derive(clap::Args)]
 pub struct PipelineArgs {
     /// JUNGFRAU modules per frame (rdaq run's default: 2).
@@ -133,7 +135,7 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     cfg.process.cpus = if a.pin { (0..cores).collect() } else { Vec::new() };
     if a.ceiling {
         anyhow::ensure!(a.backend == "cpu", "--ceiling measures the CPU backend's graph (--backend cpu)");
-        return crate::ceiling::bench(&a, &mut cfg, &pool, &dir, &counts);
+        return ceiling::bench(&a, &mut cfg, &pool, &dir, &counts);
     }
     let mut points = Vec::new();
     for &w in &counts {

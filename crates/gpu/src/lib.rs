@@ -3,7 +3,8 @@
 //! machines without CUDA, and CUDA 12 and 13 serve alike; kernels are CUDA C sources in
 //! `kernels/`, compiled at run time.
 //!
-//! - [`probe`]: whether this machine can run them, as a one-line answer, never a crash.
+//! - [`probe`]: whether this machine can run them, as a one-line answer, never a crash
+//!   ([`error`]: why not, or why a stage failed).
 //! - [`nvrtc`]: the compiler library, chosen by version against the driver.
 //! - [`kernels`]: the sources and their compilation with the options that keep results
 //!   equal to the CPU's.
@@ -27,6 +28,7 @@
 pub mod chain;
 pub mod convert;
 pub mod csr;
+pub mod error;
 pub mod kernels;
 pub mod nvrtc;
 pub mod pedestal;
@@ -41,7 +43,8 @@ pub use chain::{ChainSetup, FrameLane, Found, Lane};
 pub use convert::GpuConverter;
 pub use csr::GpuCsr;
 pub use pedestal::GpuPedestal;
-pub use probe::{probe, Device, GpuError};
+pub use error::GpuError;
+pub use probe::{probe, Device};
 pub use register::HostRegistration;
 pub use shuffle::GpuShuffle;
 pub use spots::GpuLocalSnr;

@@ -10,7 +10,7 @@
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::OnceLock;
 
-use crate::probe::GpuError;
+use crate::error::GpuError;
 
 /// The library names tried, in order, after `RDAQ_NVRTC` (a path) when it is set.
 pub const NAMES: [&str; 3] = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];

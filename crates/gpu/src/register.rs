@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext};
 
-use crate::probe::GpuError;
+use crate::error::GpuError;
 
 /// A registered range of host memory; unregistered when dropped.
 pub struct HostRegistration {

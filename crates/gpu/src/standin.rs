@@ -13,7 +13,7 @@ use rdaq_process::spots::{LocalSnr, LocalSnrParams};
 use rdaq_process::{Calibration, Converter, InvalidGain};
 
 use crate::chain::{FrameLane, Found};
-use crate::probe::GpuError;
+use crate::error::GpuError;
 
 /// When the stand-in fails: at the n-th submit, wait for results, or copy of an image back
 /// (each counted from 1 over all its lanes); `None`: never.

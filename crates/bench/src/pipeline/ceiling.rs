@@ -15,19 +15,19 @@ use std::time::Instant;
 
 use rdaq_run::config::Config;
 
-use crate::pipeline::{measure_point, PipelineArgs, Point, Pool, Work};
+use super::{measure_point, PipelineArgs, Point, Pool, Work};
 
 /// Worker counts of the Amdahl table.
 const PREDICTED: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 
 pub(crate) fn bench(a: &PipelineArgs, cfg: &mut Config, pool: &Pool, dir: &Path, counts: &[usize]) -> anyhow::Result<ExitCode> {
-    crate::pipeline::set_workers(cfg, a, 1);
-    let canned = std::sync::Arc::new(crate::pipeline::canned(cfg, pool)?);
+    super::set_workers(cfg, a, 1);
+    let canned = std::sync::Arc::new(super::canned(cfg, pool)?);
     let real = measure_point(cfg, pool, dir, a.seconds, Work::Real)?;
     eprintln!("  1 real worker: {:.0} module frames/s", real.module_frames_per_s);
     let mut points = Vec::new();
     for &w in counts {
-        crate::pipeline::set_workers(cfg, a, w);
+        super::set_workers(cfg, a, w);
         let p = measure_point(cfg, pool, dir, a.seconds, Work::Canned(&canned))?;
         eprintln!("  {w} worker(s) handing on results: {:.0} module frames/s", p.module_frames_per_s);
         points.push(p);
