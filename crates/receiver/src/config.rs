@@ -261,7 +261,25 @@ impl ReceiverConfig {
                 return bad(format!("module_ids {:?} must name {} distinct modules", self.module_ids, self.modules));
             }
         }
-        let (cell, sources): (u64, Vec<(u16, SourceKind)>) = match self.format {
+        let (cell, sources) = self.sources()?;
+        let (size, lag) = self.loss_window;
+        if size < 64 || size % 64 != 0 || lag >= size {
+            return bad(format!("loss_window ({size}, {lag}): the size must be a positive multiple of 64 and the lag below it"));
+        }
+        if self.nack.is_some_and(|n| n.rate == 0 || n.retries == 0) {
+            return bad("nack rate and retries must be at least 1 (or retransmission off)".into());
+        }
+        if self.data_port as usize + sources.len() > 65_536 {
+            return bad(format!("data ports {}.. run past 65535", self.data_port));
+        }
+        Ok((Grid::new(self.modules, self.module_bytes, cell), sources))
+    }
+
+    /// The packet cell (the bytes each packet's place in a slot takes) and the sockets of
+    /// the format: one per module, or per module and port or interface.
+    fn sources(&self) -> Result<(u64, Vec<(u16, SourceKind)>), ReceiverError> {
+        let bad = |m: String| Err(ReceiverError::Config(m));
+        Ok(match self.format {
             Format::Rdaq => {
                 if self.payload_bytes == 0 || self.payload_bytes as usize > rdaq_proto::MAX_PAYLOAD {
                     return bad(format!("payload_bytes {} must be 1..={}", self.payload_bytes, rdaq_proto::MAX_PAYLOAD));
@@ -310,18 +328,7 @@ impl ReceiverConfig {
                 let ports = (0..self.modules).flat_map(|m| (0..g.ports()).map(move |port| (m, SourceKind::SlsByHeader { port, grid: g }))).collect();
                 (g.payload as u64, ports)
             }
-        };
-        let (size, lag) = self.loss_window;
-        if size < 64 || size % 64 != 0 || lag >= size {
-            return bad(format!("loss_window ({size}, {lag}): the size must be a positive multiple of 64 and the lag below it"));
-        }
-        if self.nack.is_some_and(|n| n.rate == 0 || n.retries == 0) {
-            return bad("nack rate and retries must be at least 1 (or retransmission off)".into());
-        }
-        if self.data_port as usize + sources.len() > 65_536 {
-            return bad(format!("data ports {}.. run past 65535", self.data_port));
-        }
-        Ok((Grid::new(self.modules, self.module_bytes, cell), sources))
+        })
     }
 }
 
