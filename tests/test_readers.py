@@ -1,4 +1,4 @@
-"""What readers see of rdaq's files, whatever the environment (issue 30, points 1, 9, 10):
+"""What readers see of rdaq's files, whatever the environment:
 the filter settings stored with the chunks are bitshuffle's own (a bitshuffle plugin on
 HDF5_PLUGIN_PATH, as docs/files.md tells DIALS users to export, changes nothing), every
 frame decodes with h5py + hdf5plugin, and rdaq reads back what it wrote with no environment

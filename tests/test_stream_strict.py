@@ -1,4 +1,4 @@
-"""Stream V2 as DECTRIS specifies it (issue 30, point 8): every message of `rdaq run`
+"""Stream V2 as DECTRIS specifies it: every message of `rdaq run`
 (processed and raw) and of an EIGER received by `rdaq receive` is read by a strict reader
 written from the specification's field tables (tests/stream_v2_strict.py), and the values
 are true: times follow the exposure, the series' date is one, number_of_images says what

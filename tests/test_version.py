@@ -1,4 +1,4 @@
-"""`rdaq --version` names the version and the commit the binary was built from (issue 36)."""
+"""`rdaq --version` names the version and the commit the binary was built from."""
 import pathlib
 import re
 import subprocess
