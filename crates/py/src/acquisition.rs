@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crossbeam_channel::RecvTimeoutError;
-use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use rdaq_emulator::Control;
@@ -210,7 +210,7 @@ impl ProcessedFrame {
     #[getter]
     fn array(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         slf.borrow().held()?;
-        Ok(slf.py().import("numpy")?.call_method1("asarray", (slf,))?.unbind())
+        crate::view::array(slf.as_any())
     }
 
     /// numpy's fallback when the buffer protocol fails (a released frame): raise, rather
@@ -224,9 +224,7 @@ impl ProcessedFrame {
 
     /// Gives the buffer back to the graph. Refused while arrays over it exist.
     fn release(&mut self) -> PyResult<()> {
-        if self.exports > 0 {
-            return Err(PyBufferError::new_err(format!("frame {}: {} array(s) still read it; delete them before releasing it", self.number, self.exports)));
-        }
+        crate::view::refuse_while_exported(self.number, self.exports, "it")?;
         self.frame = None;
         Ok(())
     }

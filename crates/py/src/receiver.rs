@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crossbeam_channel::RecvTimeoutError;
-use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::{ffi, create_exception};
 use rdaq_receiver::{FrameReady, FrameStatus, IncompletePolicy, ReceiverConfig};
@@ -234,7 +234,7 @@ impl Frame {
     #[getter]
     fn array(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
         slf.borrow().bytes()?;
-        Ok(slf.py().import("numpy")?.call_method1("asarray", (slf,))?.unbind())
+        crate::view::array(slf.as_any())
     }
 
     /// numpy's fallback when the buffer protocol fails (a released frame): raise, rather
@@ -249,9 +249,7 @@ impl Frame {
     /// Gives the slot back to the receiver. Refused while arrays over it exist (delete them
     /// first); afterwards every access to the pixels raises `FrameReleased`.
     fn release(&mut self) -> PyResult<()> {
-        if self.exports > 0 {
-            return Err(PyBufferError::new_err(format!("frame {}: {} array(s) still read its slot; delete them before releasing it", self.number, self.exports)));
-        }
+        crate::view::refuse_while_exported(self.number, self.exports, "its slot")?;
         self.give_back();
         Ok(())
     }

@@ -59,3 +59,12 @@ pub fn array(obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let view = pyo3::types::PyMemoryView::from(obj)?;
     Ok(obj.py().import("numpy")?.call_method1("asarray", (view,))?.unbind())
 }
+
+/// Refuses to give frame `number`'s memory back while `exports` arrays read it (`what`:
+/// the memory, as its owner calls it).
+pub fn refuse_while_exported(number: u64, exports: usize, what: &str) -> PyResult<()> {
+    if exports > 0 {
+        return Err(PyBufferError::new_err(format!("frame {number}: {exports} array(s) still read {what}; delete them before releasing it")));
+    }
+    Ok(())
+}
