@@ -54,8 +54,9 @@ pub(crate) trait Worker {
     fn is_open(&self) -> bool;
     /// Closes the open dataset's files.
     fn finish(&mut self) -> anyhow::Result<Closed>;
-    /// After a failure: stops what is open, keeping its files.
-    fn abandon(&mut self);
+    /// After a failure: stops what is open, keeping its files; what closing them came to,
+    /// if it got that far.
+    fn abandon(&mut self) -> Option<Closed>;
 }
 
 /// What closing a dataset's files came to.
@@ -231,9 +232,13 @@ fn close(hub: &Hub, w: &mut impl Worker) {
 fn fail(hub: &Hub, w: &mut impl Worker, e: anyhow::Error, ready: &mut Ready) {
     let reason = format!("{e:#}");
     tracing::error!("dataset failed: {reason}");
-    w.abandon();
+    let closed = w.abandon();
     ready.failed(&reason);
-    lock(&hub.service).fail(reason);
+    let mut s = lock(&hub.service);
+    if let Some(c) = closed {
+        s.ended_with(c.summary, c.frames_lost);
+    }
+    s.fail(reason);
 }
 
 /// How long `POST /trigger` waits for the worker to say the frames may come (a receiver

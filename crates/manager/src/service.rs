@@ -252,12 +252,18 @@ impl Service {
     /// The I/O side closed the dataset's files: it ends with `summary` and the frames it
     /// lost (none when no files were open), and the service is idle.
     pub fn closed(&mut self, summary: serde_json::Value, frames_lost: Option<u64>) {
+        self.ended_with(summary, frames_lost);
+        let cancelled = self.closing.unwrap_or(false);
+        self.end(cancelled);
+    }
+
+    /// What the I/O side could close of a dataset that is failing (call [`Service::fail`]
+    /// next): its summary and the frames it lost.
+    pub fn ended_with(&mut self, summary: serde_json::Value, frames_lost: Option<u64>) {
         if let Some(d) = self.current.as_mut() {
             d.summary = Some(summary);
             d.frames_lost = frames_lost;
         }
-        let cancelled = self.closing.unwrap_or(false);
-        self.end(cancelled);
     }
 
     /// Drops an arm before its first trigger; refused while acquiring (cancel instead).

@@ -27,6 +27,17 @@ pub(crate) struct ReceiverReport {
     pub(crate) events_dropped: u64,
     /// Its processing report (none: it wrote raw frames).
     pub(crate) processing: Option<serde_json::Value>,
+    /// A dead receiver: the frames recovered from its files (they are in the master, but
+    /// count as lost: the receiver never confirmed them), or why none were.
+    pub(crate) recovered: Option<Recovery>,
+}
+
+/// What became of a dead receiver's files.
+#[derive(Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Recovery {
+    Frames(u64),
+    Failed(String),
 }
 
 #[derive(Serialize)]
@@ -98,6 +109,27 @@ impl ReceiverReport {
             counters: v.counters,
             events_dropped: 0,
             processing: v.processing,
+            recovered: None,
+        }
+    }
+
+    /// A dead receiver's series at `master` made whole (as `rdaq recover` does), so that
+    /// joining takes the frames it had written; nothing where its files are not readable
+    /// from here. A writer that still holds its files (a receiver cut off, not dead) keeps
+    /// HDF5's lock on them: recovery then fails and says so, and the files are left alone.
+    pub(crate) fn recover(&mut self, name: &str, master: Option<&PathBuf>) {
+        let Some(master) = master.filter(|m| m.exists()) else { return };
+        match rdaq_sink::recover::recover(master) {
+            Ok(r) => {
+                tracing::warn!(receiver = name, frames = r.frames, master = %master.display(), "recovered the dead receiver's files");
+                self.output = Some(master.clone());
+                self.frames_written = r.frames;
+                self.recovered = Some(Recovery::Frames(r.frames));
+            }
+            Err(e) => {
+                tracing::error!(receiver = name, "cannot recover the dead receiver's files: {e}");
+                self.recovered = Some(Recovery::Failed(e.to_string()));
+            }
         }
     }
 }
@@ -162,6 +194,9 @@ pub(crate) fn print_report(report: &Report, report_file: &std::path::Path) {
     );
     for (name, r) in &report.receivers {
         println!("receiver {name:<8}: {} complete, {} incomplete, {} discarded, {} refused (ring full){}", r.frames_complete, r.frames_incomplete, r.frames_discarded, r.frames_refused, if r.alive { "" } else { " (DEAD)" });
+        if let Some(Recovery::Frames(n)) = &r.recovered {
+            println!("receiver {name:<8}: {n} frames recovered from its files (in the master, counted lost)");
+        }
         if let Some(e) = &r.write_error {
             println!("receiver {name:<8}: {e}; {} frames not saved", r.frames_not_saved);
         }

@@ -48,6 +48,8 @@ pub(crate) struct Files {
 pub(crate) struct Running {
     pub(crate) c: Configured,
     pub(crate) feeds: HashMap<usize, Feed>,
+    /// Each receiver's master, where it said it writes it (an absolute path).
+    pub(crate) outputs: HashMap<usize, PathBuf>,
     pub(crate) w: Watch,
     pub(crate) det_events: Vec<Event>,
     pub(crate) det_stops: Vec<serde_json::Value>,
@@ -127,9 +129,9 @@ impl<'a> Session<'a> {
     /// after `names`.
     pub(crate) fn begin(&self, names: &Names) -> anyhow::Result<Running> {
         let c = self.configure()?;
-        let feeds = self.start_receivers(&c, names)?;
+        let (feeds, outputs) = self.start_receivers(&c, names)?;
         let w = Watch { live: c.requests.iter().map(|(r, _)| *r).collect(), dead: BTreeSet::new() };
-        Ok(Running { c, feeds, w, det_events: Vec::new(), det_stops: Vec::new(), manifest: String::new(), frames: 0, elapsed: Duration::ZERO })
+        Ok(Running { c, feeds, outputs, w, det_events: Vec::new(), det_stops: Vec::new(), manifest: String::new(), frames: 0, elapsed: Duration::ZERO })
     }
 
     /// One run of the detector: frames `first..first + frames` at `rate`, watched until
@@ -143,8 +145,14 @@ impl<'a> Session<'a> {
         let watched = self.watch(&mut r.c, &mut r.w, &mut r.feeds, &mut det_feed, start);
         r.elapsed += start.elapsed();
         let det_stop: serde_json::Value = self.api.send("POST", self.det_ctl, "/stop", &serde_json::json!({})).context("stopping the detector")?;
-        watched?;
-        r.frames += self.frames_sent(frames, &det_stop);
+        // a failed run was to deliver every frame asked for: those missing are lost
+        r.frames += if watched.is_ok() { self.frames_sent(frames, &det_stop) } else { frames };
+        let recorded = self.record_run(r, det_feed, det_stop);
+        watched.and(recorded)
+    }
+
+    /// Keeps what the detector said of a run: its manifest rows, events and stop answer.
+    fn record_run(&self, r: &mut Running, mut det_feed: Feed, det_stop: serde_json::Value) -> anyhow::Result<()> {
         let manifest = self.api.text(self.det_ctl, "/manifest").context("detector manifest")?;
         // one header over every run's rows
         let rows = if r.manifest.is_empty() { manifest.as_str() } else { manifest.split_once('\n').map_or("", |(_, rows)| rows) };
@@ -159,7 +167,7 @@ impl<'a> Session<'a> {
     /// report; `asked` is the frames asked for.
     pub(crate) fn end(&self, mut r: Running, files: &Files, asked: u64) -> anyhow::Result<Report> {
         rdaq_run::outputs::write_file(&files.manifest, r.manifest.as_bytes(), files.overwrite)?;
-        let (g, events) = self.gather(&r.c, &mut r.w, &mut r.feeds, &r.det_events)?;
+        let (g, events) = self.gather(&r.c, &mut r.w, &mut r.feeds, &r.outputs, &r.det_events)?;
         rdaq_run::outputs::write_file(&files.events, events.as_bytes(), files.overwrite)?;
         let (frames_complete, frames_lost) = tally(r.frames, &r.c.epochs, &r.w.dead, &g.reported);
         let joined = join_outputs(&files.master, &g.receivers, files.overwrite);
@@ -229,11 +237,13 @@ impl<'a> Session<'a> {
     }
 
     /// Starts every receiver of the plan (each writes its part of the image); if one fails,
-    /// those started go back to waiting (nothing was sent yet).
-    pub(crate) fn start_receivers(&self, c: &Configured, names: &Names) -> anyhow::Result<HashMap<usize, Feed>> {
+    /// those started go back to waiting (nothing was sent yet). Returns their event feeds
+    /// and the masters they write.
+    pub(crate) fn start_receivers(&self, c: &Configured, names: &Names) -> anyhow::Result<(HashMap<usize, Feed>, HashMap<usize, PathBuf>)> {
         let t = &self.t;
         let full = t.geometry();
         let mut feeds: HashMap<usize, Feed> = HashMap::new();
+        let mut outputs = HashMap::new();
         let (streams, previews) = (t.streams(), t.previews());
         for (rp, (r, _)) in self.plan.receivers.iter().zip(&c.requests) {
             let spec = &t.receivers[*r];
@@ -272,9 +282,12 @@ impl<'a> Session<'a> {
                 tracing::info!(receiver = %spec.name, preview = %e, "preview");
             }
             feeds.insert(*r, Feed::new(spec.control, v.events_from));
+            if let Some(o) = v.output.filter(|o| o.is_absolute()) {
+                outputs.insert(*r, o);
+            }
             lock(&self.shared).receivers.insert(spec.name.clone(), (true, None));
         }
-        Ok(feeds)
+        Ok((feeds, outputs))
     }
 
     /// Until the detector has sent everything (or the timeout): its progress, the receivers'
@@ -360,8 +373,9 @@ impl<'a> Session<'a> {
     }
 
     /// Stops every receiver still alive and gathers its answer and events; returns them with
-    /// the events of all components, as JSON lines.
-    pub(crate) fn gather(&self, c: &Configured, w: &mut Watch, feeds: &mut HashMap<usize, Feed>, det_events: &[Event]) -> anyhow::Result<(Gathered, String)> {
+    /// the events of all components, as JSON lines. A dead receiver's files are recovered
+    /// where they can be read from here (`outputs`), so that the master holds its frames.
+    pub(crate) fn gather(&self, c: &Configured, w: &mut Watch, feeds: &mut HashMap<usize, Feed>, outputs: &HashMap<usize, PathBuf>, det_events: &[Event]) -> anyhow::Result<(Gathered, String)> {
         let mut g = Gathered { receivers: BTreeMap::new(), reported: Reported::default() };
         let mut events_out = String::new();
         for (r, _) in &c.requests {
@@ -380,6 +394,9 @@ impl<'a> Session<'a> {
                         w.dead.insert(spec.name.clone());
                     }
                 }
+            }
+            if !rep.alive {
+                rep.recover(&spec.name, outputs.get(r));
             }
             if rep.alive {
                 let feed = feeds.get_mut(r).expect("a feed per started receiver");

@@ -258,9 +258,10 @@ impl super::Worker for Datasets {
     }
 
     /// The receiver is stopped, its files kept.
-    fn abandon(&mut self) {
+    fn abandon(&mut self) -> Option<Closed> {
         if let Some((Err(e), _)) = self.stop() {
             tracing::warn!("closing the failed dataset: {e:#}");
         }
+        None
     }
 }

@@ -66,8 +66,8 @@ impl<'a> Worker<'a> {
         }
         let open = self.open.as_mut().expect("opened above");
         let rate = if send.period_s > 0.0 { 1.0 / send.period_s } else { 0.0 };
-        self.s.send(&mut open.run, send.first_frame, send.frames, rate)?;
         open.asked += send.frames;
+        self.s.send(&mut open.run, send.first_frame, send.frames, rate)?;
         if lock(&self.s.shared).stop_requested {
             // a cancel, or the dashboard's stop (one more cancel asks nothing)
             let _ = lock(&self.hub.service).cancel();
@@ -125,8 +125,23 @@ impl service::Worker for Worker<'_> {
 
     /// Stops the receivers, joins their files and writes the report beside them.
     fn finish(&mut self) -> anyhow::Result<Closed> {
-        lock(&self.s.shared).to_writer.clear();
         let open = self.open.take().context("no dataset open")?;
+        self.close(open)
+    }
+
+    /// The receivers are stopped, their files kept, joined and reported on as far as they
+    /// can be (a dead receiver's recovered).
+    fn abandon(&mut self) -> Option<Closed> {
+        let open = self.open.take()?;
+        self.close(open).map_err(|e| tracing::warn!("closing the failed dataset: {e:#}")).ok()
+    }
+}
+
+impl Worker<'_> {
+    /// Ends the dataset `open`: the receivers stopped, their files joined, the report
+    /// written and shown.
+    fn close(&mut self, open: Open) -> anyhow::Result<Closed> {
+        lock(&self.s.shared).to_writer.clear();
         let report = self.s.end(open.run, &open.files, open.asked)?;
         let lost = report.lost();
         self.s.publish(&report, lost, &open.files)?;
@@ -136,15 +151,5 @@ impl service::Worker for Worker<'_> {
         let no_master = (report.master.is_none() && written > 0).then(|| report.master_note.clone().unwrap_or_default());
         tracing::info!(frames_complete = report.frames_complete, frames_expected = report.frames_expected, written, lost, "dataset closed");
         Ok(Closed { summary: serde_json::to_value(&report)?, frames_lost: Some(report.frames_lost.len() as u64), no_master })
-    }
-
-    /// The receivers are stopped, their files kept.
-    fn abandon(&mut self) {
-        lock(&self.s.shared).to_writer.clear();
-        if let Some(open) = self.open.take() {
-            if let Err(e) = self.s.end(open.run, &open.files, open.asked) {
-                tracing::warn!("closing the failed dataset: {e:#}");
-            }
-        }
     }
 }
