@@ -49,11 +49,11 @@ def usage(pid):
 class System:
     """The three processes, on free ports, writing under `root`."""
 
-    def __init__(self, rdaq, root, modules=2):
+    def __init__(self, rdaq, root, modules=2, data_port=0):
         det, rx, svc = free_port(), free_port(), free_port()
         topo = root / "topology.toml"
         topo.write_text(f'[detector]\nmodules = {modules}\nmodule_cols = 1\ncontrol = "127.0.0.1:{det}"\n\n'
-                        f'[[receivers]]\nname = "dr0"\ncontrol = "127.0.0.1:{rx}"\ndata = "127.0.0.1"\ndata_port = 0\n'
+                        f'[[receivers]]\nname = "dr0"\ncontrol = "127.0.0.1:{rx}"\ndata = "127.0.0.1"\ndata_port = {data_port}\n'
                         'memory_mib = 128\nstream = "none"\npreview = "none"\n')
         data = root / "data"
         data.mkdir()

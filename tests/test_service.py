@@ -8,13 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 
 import h5py
 import pytest
 from openapi_spec_validator import validate
 
-from conftest import free_port, frames_in, manifest
+from conftest import free_port, free_udp_port, frames_in, manifest
 from rdaq.control import ApiError, Service
 from test_readme_daemons import wait_up
 
@@ -311,3 +312,51 @@ def test_the_service_outlives_its_only_receiver(rdaq, tmp_path):
     finally:
         system.close()
     assert system.procs["manager"].returncode == 0
+
+
+def test_each_dataset_counts_its_own_dropped_datagrams(rdaq, tmp_path):
+    """The receivers' drop counters run on from dataset to dataset; a dataset's `live`
+    counts only what it dropped: 50 stray datagrams during the first dataset, none during
+    the second."""
+    import pathlib
+    import socket
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts"))
+    import soak_service
+    port = free_udp_port()
+    system = soak_service.System(str(rdaq), tmp_path, modules=1, data_port=port)
+    try:
+        svc = Service(system.url)
+        dropped = []
+        for k, strays in enumerate((50, 0)):
+            svc.arm(frames_per_trigger=20, period_s=0.05, prefix=f"d{k}", process=False)
+            svc.trigger()
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                for _ in range(strays):
+                    s.sendto(b"not a datagram", ("127.0.0.1", port))
+            dropped.append(svc.wait("idle")["live"]["datagrams_dropped"])
+        assert dropped == [50, 0], dropped
+    finally:
+        system.close()
+
+
+def test_between_triggers_the_service_says_what_it_waits_for(service):
+    """A trigger while one is under way is refused saying so (not "arm first"), and waiting
+    for `idle` between two triggers fails at once, where it could only time out."""
+    svc, root, _ = service
+    svc.arm(frames_per_trigger=30, triggers=2, period_s=0.02, prefix="two", process=False)
+    svc.trigger()
+    with pytest.raises(ApiError) as e:
+        svc.trigger()
+    assert e.value.status == 409 and "trigger 1 of dataset" in e.value.message and "under way" in e.value.message, e.value
+    assert svc.wait("armed")["dataset"]["triggers_done"] == 1
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="trigger 2 of 2"):
+        svc.wait("idle", timeout=30)
+    assert time.monotonic() - started < 5
+    svc.trigger()
+    assert svc.wait("idle")["dataset"]["triggers_done"] == 2
+    (root / "two_master.h5").unlink()
+    (root / "two_report.json").touch()
+    with pytest.raises(ApiError) as e:
+        svc.arm(frames_per_trigger=1, prefix="two", process=False)
+    assert e.value.status == 409 and "never overwrites" in e.value.message and "--overwrite" not in e.value.message, e.value

@@ -255,15 +255,16 @@ pub(crate) fn data_root(dir: &Path) -> anyhow::Result<PathBuf> {
 enum DirError {
     /// Outside the data root, through a link, or not a directory.
     Path(anyhow::Error),
-    /// A file of the dataset exists.
-    Exists(anyhow::Error),
+    /// A file of the dataset exists (or is a link).
+    Exists(rdaq_sink::ClaimError),
 }
 
 impl DirError {
     fn answer(self) -> ApiError {
         match self {
             DirError::Path(e) => ApiError(StatusCode::BAD_REQUEST, format!("{e:#}")),
-            DirError::Exists(e) => ApiError(StatusCode::CONFLICT, format!("{e:#}; choose another prefix or directory")),
+            DirError::Exists(rdaq_sink::ClaimError::Exists(p)) => ApiError(StatusCode::CONFLICT, format!("{} exists: the service never overwrites data; choose another prefix or directory", p.display())),
+            DirError::Exists(e) => ApiError(StatusCode::CONFLICT, e.to_string()),
         }
     }
 }
@@ -273,5 +274,5 @@ impl DirError {
 /// (`files` there) exist.
 fn prepare_directory(root: &Path, rel: &Path, files: &[PathBuf]) -> Result<(), DirError> {
     rdaq_run::outputs::check_subdirectory("directory", root, rel).map_err(DirError::Path)?;
-    rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), false).map_err(|e| DirError::Exists(e.into()))
+    rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), false).map_err(DirError::Exists)
 }

@@ -219,7 +219,7 @@ impl Service {
     /// Starts the next trigger of the armed dataset; refused unless armed.
     pub fn trigger(&mut self) -> Result<Send, ServiceError> {
         let (State::Armed, Some(d), None) = (self.state, self.current.as_mut(), self.closing) else {
-            return Err(ServiceError::State(format!("{}: arm first", self.state_name())));
+            return Err(ServiceError::State(self.why_no_trigger()));
         };
         let r = &d.request;
         let send = Send { number: d.number, first_frame: d.triggers_done * r.frames_per_trigger, frames: r.frames_per_trigger, period_s: r.period_s };
@@ -270,6 +270,10 @@ impl Service {
     /// After a trigger it ends the dataset (see [`Service::cancel`]): cancelled, unless the
     /// dataset was open-ended (`triggers` 0), which ends so.
     pub fn disarm(&mut self) -> Result<bool, ServiceError> {
+        if self.closing.is_some() {
+            // the files are being closed already: asked once
+            return Ok(false);
+        }
         match (self.state, &self.current) {
             (State::Acquiring, _) => Err(ServiceError::State("acquiring: cancel it instead".into())),
             (State::Armed, Some(d)) if d.triggers_done > 0 && d.request.triggers == 0 => Ok(self.close(false)),
@@ -282,10 +286,13 @@ impl Service {
         }
     }
 
-    /// Asks the I/O side to close the files (once); returns whether this asked it.
+    /// Asks the I/O side to close the files (once); returns whether this asked it. The
+    /// dataset is `acquiring` until they are closed (`idle` means its master is complete),
+    /// also when it is closed between triggers.
     fn close(&mut self, cancelled: bool) -> bool {
         let first = self.closing.is_none();
         self.closing.get_or_insert(cancelled);
+        self.state = State::Acquiring;
         first
     }
 
@@ -321,6 +328,18 @@ impl Service {
         }
         self.closing = None;
         self.state = State::Idle;
+    }
+
+    /// Why a trigger is refused now, and what would let one through.
+    fn why_no_trigger(&self) -> String {
+        match (&self.current, self.closing) {
+            (Some(_), Some(true)) => "cancelling: the dataset's files are being closed; arm the next one".into(),
+            (Some(_), Some(false)) => "closing: the dataset's files are being closed; arm the next one".into(),
+            (Some(d), None) if self.state == State::Acquiring => {
+                format!("acquiring: trigger {} of dataset {} is under way; the next is taken once its frames are written (state armed)", d.triggers_done + 1, d.number)
+            }
+            _ => format!("{}: arm first", self.state_name()),
+        }
     }
 
     fn state_name(&self) -> &'static str {

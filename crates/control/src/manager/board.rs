@@ -32,6 +32,9 @@ pub struct Board {
     pub events: EventLog,
     /// Each receiver's last heartbeat: whether it answered, and its counters then.
     pub receivers: BTreeMap<String, (bool, Option<serde_json::Value>)>,
+    /// Each receiver's counters when the acquisition service's dataset started (they run on
+    /// from dataset to dataset: a dataset's own are counted from these).
+    pub counters_base: BTreeMap<String, serde_json::Value>,
     /// Each processing receiver's counts at its last heartbeat.
     pub processing: BTreeMap<String, ProcessView>,
     /// Frames each receiver's acquisition had taken to its writer at its last heartbeat.
@@ -53,6 +56,7 @@ impl Board {
             status: serde_json::json!({ "state": "configuring" }),
             events: EventLog::new(events_kept),
             receivers: BTreeMap::new(),
+            counters_base: BTreeMap::new(),
             processing: BTreeMap::new(),
             to_writer: BTreeMap::new(),
             topology: None,

@@ -76,7 +76,8 @@ struct System {
 impl Backend for System {
     fn live(&self) -> (Live, u64) {
         let b = lock(&self.board);
-        let counted = |k: &str| b.receivers.values().filter_map(|(_, c)| c.as_ref()?[k].as_u64()).sum();
+        let base = |name: &str, k: &str| b.counters_base.get(name).and_then(|c| c[k].as_u64()).unwrap_or(0);
+        let counted = |k: &str| b.receivers.iter().filter_map(|(name, (_, c))| Some(c.as_ref()?[k].as_u64()?.saturating_sub(base(name, k)))).sum();
         let live = Live { processing: ProcessView::sum(b.processing.values()), datagrams_dropped: counted("dropped"), frames_incomplete: counted("frames_incomplete"), threads: None };
         // the worker clears these between datasets
         (live, b.to_writer.values().sum())

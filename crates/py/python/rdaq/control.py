@@ -166,6 +166,8 @@ class Service(_Client):
     def wait(self, states, timeout=60.0, poll=0.05):
         """Polls until the state is one of ``states`` (a name or several) and returns the
         acquisition then; raises ``ApiError`` when the service goes to ``error`` instead,
+        ``RuntimeError`` at once when the dataset is armed between triggers (only a trigger
+        or a disarm moves it on: ``wait("armed")`` waits for a trigger's end), and
         ``TimeoutError`` after ``timeout`` seconds."""
         states = (states,) if isinstance(states, str) else tuple(states)
         deadline = time.monotonic() + timeout
@@ -175,6 +177,17 @@ class Service(_Client):
                 return a
             if a["state"] == "error":
                 raise ApiError(self.url + "/acquisition", 0, a["error"])
+            if a["state"] == "armed" and "armed" not in states and _between_triggers(a["dataset"]):
+                # only a trigger (or a disarm) moves it on: waiting could only time out
+                d = a["dataset"]
+                of = d["request"]["triggers"] or "an open number of"
+                raise RuntimeError(f"{self.url}: dataset {d['number']} is armed for trigger {d['triggers_done'] + 1} of {of}: "
+                                   f"it becomes {'/'.join(states)} only after a trigger or a disarm; wait('armed') waits for a trigger's end")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.url}: still {a['state']} after {timeout} s (waiting for {'/'.join(states)})")
             time.sleep(poll)
+
+
+def _between_triggers(dataset):
+    """Whether a dataset has had a trigger and waits for the next."""
+    return dataset is not None and dataset["triggers_done"] > 0

@@ -97,7 +97,22 @@ impl<'a> Worker<'a> {
         let names = Names { prefix: Some(r.prefix.clone()), directory: (!r.directory.is_empty()).then(|| r.directory.clone()), overwrite: false, sections };
         tracing::info!(dataset = d.number, master = %d.master.display(), frames = r.frames_per_trigger, triggers = r.triggers, "dataset opened");
         let run = self.s.begin(&names)?;
+        self.count_from_here(&run);
         Ok(Open { run, files, asked: 0 })
+    }
+
+    /// Takes the started receivers' counters as the dataset's zero (nothing was sent yet).
+    fn count_from_here(&self, run: &Running) {
+        let mut base = std::collections::BTreeMap::new();
+        for &r in &run.w.live {
+            let spec = &self.s.t.receivers[r];
+            let answer = self.s.heartbeat.get::<serde_json::Value>(spec.control, "/status").ok();
+            self.s.note_status(&spec.name, answer.as_ref());
+            if let Some(c) = answer.map(|v| v["counters"].clone()).filter(|c| !c.is_null()) {
+                base.insert(spec.name.clone(), c);
+            }
+        }
+        lock(&self.s.shared).counters_base = base;
     }
 
     /// Frames the live receivers took in this dataset; notes what they said on the board.
