@@ -224,6 +224,26 @@ def test_a_run_killed_while_it_makes_a_data_file_is_recovered(rdaq, tmp_path, tr
         assert hashes == [truth[(frame, m)] for m in range(2)], f"frame {frame}"
 
 
+def test_recover_leaves_a_series_whose_writer_runs_alone(rdaq, tmp_path):
+    """`rdaq recover` on the master of a run still writing refuses (exit 2, naming the
+    process) and touches nothing: the run ends as if nothing had happened."""
+    out = tmp_path / "out"
+    master = out / "rdaq_run_master.h5"
+    p = start_long_run(rdaq, out, 50)
+    try:
+        deadline = time.monotonic() + 60
+        while not data_files(out) and time.monotonic() < deadline:
+            assert p.poll() is None, p.stderr.read()
+            time.sleep(0.05)
+        r = subprocess.run([rdaq, "recover", master], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and f"is open in process {p.pid}" in r.stderr, r.stderr
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+    frames = frames_in(master)  # the writer closed its files itself: a plain reader opens them
+    assert sorted(frames) == list(range(len(frames))) and frames
+
+
 def test_recover_refuses_what_is_not_an_rdaq_master(rdaq, tmp_path):
     other = tmp_path / "other.h5"
     with h5py.File(other, "w") as f:

@@ -39,6 +39,9 @@ pub enum RecoverError {
     Hdf5 { path: PathBuf, source: hdf5::Error },
     #[error("cannot remove {path}: {source}")]
     Remove { path: PathBuf, source: std::io::Error },
+    /// A writer is still alive: its files are left as they are.
+    #[error("{path} is open in process {pid}: its writer still runs; the series is left as it is")]
+    InUse { path: PathBuf, pid: u32 },
 }
 
 /// One data file as recovery found it.
@@ -50,6 +53,9 @@ struct Held {
 
 /// Recovers the series whose master is `master` (see the module's documentation).
 pub fn recover(master: &Path) -> Result<Recovered, RecoverError> {
+    if let Some((pid, path)) = holder(master) {
+        return Err(RecoverError::InUse { path, pid });
+    }
     let meta = read_meta(master).map_err(|source| RecoverError::NotMaster { path: master.to_owned(), source })?;
     let mut done = Recovered::default();
     let (mut parts, mut numbers, mut incomplete) = (Vec::new(), Vec::new(), Vec::new());
@@ -92,6 +98,33 @@ pub fn recover(master: &Path) -> Result<Recovered, RecoverError> {
         }
     }
     Ok(done)
+}
+
+/// A process of this host (another than this one) that has a file of the series of
+/// `master` open, from /proc: a writer that still runs, whose files recovery must not touch.
+/// A writer on another host that shares the file system is not seen.
+fn holder(master: &Path) -> Option<(u32, PathBuf)> {
+    let dir = master.parent()?.canonicalize().ok()?;
+    let stem = master.file_stem()?.to_string_lossy().strip_suffix("_master").map(str::to_owned)?;
+    let ours = |p: &Path| {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        p.parent() == Some(dir.as_path()) && (name.starts_with(&stem) || name.strip_prefix('.').is_some_and(|n| n.starts_with(&stem)))
+    };
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                if ours(&target) {
+                    return Some((pid, target));
+                }
+            }
+        }
+    }
+    None
 }
 
 fn remove(path: &Path, done: &mut Recovered) -> Result<(), RecoverError> {

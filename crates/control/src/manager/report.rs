@@ -115,8 +115,9 @@ impl ReceiverReport {
 
     /// A dead receiver's series at `master` made whole (as `rdaq recover` does), so that
     /// joining takes the frames it had written; nothing where its files are not readable
-    /// from here. A writer that still holds its files (a receiver cut off, not dead) keeps
-    /// HDF5's lock on them: recovery then fails and says so, and the files are left alone.
+    /// from here. Recovery refuses a series whose files a process still holds (a receiver
+    /// that stopped answering but still runs) and says so; the caller only asks for a
+    /// receiver of this host, where that is seen.
     pub(crate) fn recover(&mut self, name: &str, master: Option<&PathBuf>) {
         let Some(master) = master.filter(|m| m.exists()) else { return };
         match rdaq_sink::recover::recover(master) {

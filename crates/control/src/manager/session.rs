@@ -395,7 +395,8 @@ impl<'a> Session<'a> {
                     }
                 }
             }
-            if !rep.alive {
+            // only this host's receivers: a writer elsewhere that still runs would not be seen
+            if !rep.alive && spec.control.ip().is_loopback() {
                 rep.recover(&spec.name, outputs.get(r));
             }
             if rep.alive {
