@@ -89,7 +89,7 @@ def test_datasets_in_a_row_raw_processed_and_open_ended(start, tmp_path):
     a = acquire(svc, [[1, 2, 3], [4, 5, 6]])
     d = a["dataset"]
     assert a["state"] == "idle" and d["triggers_done"] == 2 and not d["cancelled"]
-    assert d["master"] == str(root / "run1" / "raw_master.h5") and (d["frames_written"], d["frames_lost"]) == (6, 0)
+    assert d["master"] == str(root / "run1" / "raw_master.h5") and (d["frames_written"], d["frames_lost"], d["warning"]) == (6, 0, None)
     assert d["summary"]["frames_expected"] == d["summary"]["frames_complete"] == 6
     numbers, data = frames_of(d["master"])
     assert numbers == [1, 2, 3, 4, 5, 6] and all(np.array_equal(f, expected_frame()) for f in data)
@@ -141,6 +141,7 @@ def test_a_cancel_or_ctrl_c_keeps_what_came_and_a_lost_frame_is_reported(start):
     d = svc.wait("idle", timeout=30)["dataset"]
     s = d["summary"]
     assert (s["frames_complete"], s["frames_never_seen"], s["frames_expected"], d["frames_lost"]) == (2, 1, 3, 1), s
+    assert d["warning"] == "1 frames lost: not in the files (the summary says which and why)", d
     assert frames_of(d["master"])[0] == [1, 3]
     # Ctrl-C while acquiring: the dataset is closed as cancelled, with its summary
     svc.arm(frames_per_trigger=10, directory="c", prefix="interrupted", process=False)

@@ -96,6 +96,8 @@ pub struct Dataset {
     /// The acquisition's report once the dataset ended (the one `rdaq manage` writes).
     #[schema(value_type = Option<Object>)]
     pub summary: Option<serde_json::Value>,
+    /// Once it ended, what a clean end hides: frames lost (none: nothing to say).
+    pub warning: Option<String>,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -192,7 +194,7 @@ impl Service {
         self.datasets = number;
         self.state = State::Armed;
         self.error = None;
-        Ok(self.current.insert(Dataset { number, request: req, master, dataset: FRAMES_DATASET, triggers_done: 0, frames_written: 0, cancelled: false, frames_lost: None, summary: None }))
+        Ok(self.current.insert(Dataset { number, request: req, master, dataset: FRAMES_DATASET, triggers_done: 0, frames_written: 0, cancelled: false, frames_lost: None, summary: None, warning: None }))
     }
 
     /// The master file an arm request names, once its fields are in range (what `arm`
@@ -263,6 +265,7 @@ impl Service {
         if let Some(d) = self.current.as_mut() {
             d.summary = Some(summary);
             d.frames_lost = frames_lost;
+            d.warning = frames_lost.filter(|&n| n > 0).map(|n| format!("{n} frames lost: not in the files (the summary says which and why)"));
         }
     }
 
@@ -488,5 +491,21 @@ mod tests {
         let e = serde_json::from_str::<ArmRequest>(r#"{"frames_per_trigger": 10, "prefix": "s", "colour": 1}"#).unwrap_err();
         assert!(e.to_string().contains("colour"), "{e}");
         assert!(serde_json::from_str::<ArmRequest>(r#"{"frames_per_trigger": -3, "prefix": "s"}"#).is_err(), "negative frames");
+    }
+
+    #[test]
+    fn a_dataset_that_lost_frames_says_so_beside_its_clean_end() {
+        let mut s = Service::new("/data".into());
+        s.arm(arm(5, 1)).unwrap();
+        s.trigger().unwrap();
+        assert!(s.trigger_done());
+        s.closed(serde_json::Value::Null, Some(3));
+        let d = s.dataset().unwrap();
+        assert_eq!((s.state(), d.warning.as_deref()), (State::Idle, Some("3 frames lost: not in the files (the summary says which and why)")));
+        s.arm(arm(5, 1)).unwrap();
+        s.trigger().unwrap();
+        assert!(s.trigger_done());
+        s.closed(serde_json::Value::Null, Some(0));
+        assert_eq!(s.dataset().unwrap().warning, None);
     }
 }

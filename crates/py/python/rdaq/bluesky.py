@@ -32,6 +32,7 @@ words (``<u2``); a described detector of another bit depth is not described righ
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import PurePosixPath
 
 from ophyd_async.core import (
@@ -53,6 +54,7 @@ __all__ = ["RdaqDetector"]
 
 #: how often the service is asked how far a trigger came
 POLL_S = 0.05
+_log = logging.getLogger("rdaq.bluesky")
 
 
 class _Link:
@@ -86,7 +88,10 @@ class _Link:
         elif state == "armed":
             await self.call("disarm")
         if state in ("acquiring", "armed"):
-            await self.call("wait", ("idle", "error"))
+            a = await self.call("wait", ("idle", "error"))
+            d = a["dataset"] or {}
+            if d.get("warning"):
+                _log.warning("rdaq: dataset %s: %s", d["master"], d["warning"])
         self.named, self.triggers = None, 0
 
     async def follow(self):

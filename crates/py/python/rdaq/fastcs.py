@@ -13,7 +13,7 @@ PVs (``<prefix>:<name>``; settings have a ``_RBV`` readback):
   fast as the detector goes), ``FilePath`` (the directory under the service's data root),
   ``FileName`` (the files' prefix), ``Process`` (online processing on or off);
 - ``NumCaptured_RBV`` (frames written), ``DetectorState_RBV`` (Idle, Armed, Acquiring,
-  Error), ``StatusMessage_RBV`` (why it is in Error), ``FullFileName_RBV`` (the master of the
+  Error), ``StatusMessage_RBV`` (why it is in Error; at Idle, a warning when the last dataset lost frames), ``FullFileName_RBV`` (the master of the
   last dataset), ``FrameRate_RBV`` (frames written per second), ``FramesLost_RBV`` and
   ``FramesIncomplete_RBV`` (of the last dataset), ``DatagramsDropped_RBV`` (the receivers'
   counters), ``HitRate_RBV`` and ``SpotsPerFrame_RBV`` (online processing).
@@ -86,7 +86,7 @@ class RdaqController(Controller):
     process = AttrRW(Bool(), initial_value=True, description="Online processing on or off")
     NumCaptured_RBV = AttrR(Int(), description="Frames written in the dataset")
     DetectorState_RBV = AttrR(Enum(DetectorState))
-    StatusMessage_RBV = AttrR(String(length=256), description="Why the service is in Error")
+    StatusMessage_RBV = AttrR(String(length=256), description="Error, or the last dataset's warning")
     FullFileName_RBV = AttrR(String(length=256), description="Master file of the last dataset")
     FrameRate_RBV = AttrR(Float(units="Hz"), description="Frames written per second")
     FramesLost_RBV = AttrR(Int(), description="Frames the last dataset lost")
@@ -170,6 +170,8 @@ class RdaqController(Controller):
         await self.FrameRate_RBV.update(rate)
         if state == DetectorState.Error:
             await self.StatusMessage_RBV.update((a["error"] or "")[:256])
+        elif summary and d.get("warning") and state == DetectorState.Idle:
+            await self.StatusMessage_RBV.update(f"warning: {d['warning']}"[:256])
         # between two of its triggers the dataset is armed, and still under way
         sending = self._triggers is not None and not self._triggers.done()
         busy = state == DetectorState.Acquiring or (state == DetectorState.Armed and sending)
