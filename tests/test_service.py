@@ -360,3 +360,19 @@ def test_between_triggers_the_service_says_what_it_waits_for(service):
     with pytest.raises(ApiError) as e:
         svc.arm(frames_per_trigger=1, prefix="two", process=False)
     assert e.value.status == 409 and "never overwrites" in e.value.message and "--overwrite" not in e.value.message, e.value
+
+
+def test_the_arm_times_are_the_files_times(service):
+    """The arm's period and exposure are the master's frame_time and count_time (they
+    were 0 in every master the manager's service wrote); an exposure longer than the period
+    is refused naming count_time_s."""
+    svc, root, _ = service
+    svc.arm(frames_per_trigger=4, period_s=0.01, count_time_s=0.004, prefix="timed", process=False)
+    svc.trigger()
+    master = svc.wait("idle")["dataset"]["master"]
+    with h5py.File(master, "r") as f:
+        det = f["entry/instrument/detector"]
+        assert (det["frame_time"][()], det["count_time"][()]) == (0.01, 0.004)
+    with pytest.raises(ApiError) as e:
+        svc.arm(frames_per_trigger=4, period_s=0.01, count_time_s=0.02, prefix="too_long")
+    assert e.value.status == 400 and "count_time_s" in e.value.message, e.value

@@ -94,7 +94,8 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
         lock(&board).stop_requested = true;
         let _ = interrupted.send(());
     })?;
-    let names = Names { prefix: None, directory: None, overwrite: a.overwrite, sections: s.sections.clone() };
+    let frame_time_s = if a.rate > 0.0 { 1.0 / a.rate } else { 0.0 };
+    let names = Names { prefix: None, directory: None, overwrite: a.overwrite, sections: s.sections.clone(), times: (0.0, frame_time_s) };
     let mut run = s.begin(&names)?;
     s.send(&mut run, 0, a.frames, a.rate)?;
     let files = Files { report: a.out.join("report.json"), events: a.out.join("events.jsonl"), manifest: a.out.join("manifest.csv"), master: a.out.join(JOINED), overwrite: a.overwrite };

@@ -363,6 +363,12 @@ pub struct StartRequest {
     /// `process.calibration`, the frames are processed.
     #[serde(default)]
     pub config: Option<toml::Table>,
+    /// Each frame's exposure and period in seconds, for the files and the stream (0:
+    /// unknown).
+    #[serde(default)]
+    pub count_time_s: f64,
+    #[serde(default)]
+    pub frame_time_s: f64,
 }
 
 
@@ -418,6 +424,8 @@ struct Plan {
     cfg: Config,
     stream_cfg: Option<rdaq_stream::StreamConfig>,
     preview: Option<(rdaq_stream::StreamConfig, Duration)>,
+    /// The frames' count time and frame time (0: unknown).
+    times: (f64, f64),
 }
 
 /// What the acquisition writes to, made outside the lock.
@@ -438,6 +446,7 @@ fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError>
         return Err(conflict("an acquisition is already running"));
     }
     let modules = active.request.modules.len() as u16;
+    rdaq_proto::times::check(req.count_time_s, req.frame_time_s).map_err(|(field, why)| bad(format!("{field}: {why}")))?;
     if let Some((field, gap)) = [("gap_x", req.gap_x), ("gap_y", req.gap_y)].into_iter().find(|&(_, g)| g > rdaq_run::config::MAX_GAP) {
         return Err(bad(format!("{field}: {gap} gap pixels; at most {} (a module's width)", rdaq_run::config::MAX_GAP)));
     }
@@ -474,13 +483,14 @@ fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError>
     }
     let preview = cfg.stream.preview_config().map_err(|e| bad(format!("preview: {e:#}")))?;
     active.starting = true;
-    Ok(Plan { rx: active.rx.clone(), name, events, out_dir, subdir, path, overwrite: req.overwrite, source, cfg, stream_cfg, preview })
+    Ok(Plan { rx: active.rx.clone(), name, events, out_dir, subdir, path, overwrite: req.overwrite, source, cfg, stream_cfg, preview, times: (req.count_time_s, req.frame_time_s) })
 }
 
 /// Builds the chain and creates the files and the stream of `plan` (slow: not under the lock).
 fn open_outputs(plan: Plan) -> (Plan, Result<Outputs, ApiError>) {
     let opened = (|| {
-        let remote::Setup { chain, meta, notes, .. } = remote::setup(&plan.source, &plan.cfg).map_err(|e| bad(format!("config: {e:#}")))?;
+        let remote::Setup { chain, mut meta, notes, .. } = remote::setup(&plan.source, &plan.cfg).map_err(|e| bad(format!("config: {e:#}")))?;
+        (meta.count_time_s, meta.frame_time_s) = plan.times;
         for n in notes {
             tracing::info!(receiver = %plan.name, "{n}");
         }

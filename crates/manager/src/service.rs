@@ -39,10 +39,15 @@ pub struct ArmRequest {
     #[serde(default = "one")]
     #[schema(minimum = 0, maximum = 1048576, default = 1)]
     pub triggers: u64,
-    /// Frame period in seconds; 0: as fast as the detector goes.
+    /// Frame period in seconds; 0: as fast as the detector goes. The files' `frame_time`.
     #[serde(default)]
     #[schema(minimum = 0, maximum = 3600, default = 0)]
     pub period_s: f64,
+    /// Each frame's exposure in seconds (the files' `count_time`), at most the period; 0:
+    /// not known.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 3600, default = 0)]
+    pub count_time_s: f64,
     /// The dataset's directory, relative to the service's data root.
     #[serde(default)]
     pub directory: String,
@@ -209,6 +214,7 @@ impl Service {
         if !(r.period_s.is_finite() && (0.0..=MAX_PERIOD_S).contains(&r.period_s)) {
             return Err(field("period_s", format!("{}; from 0 (as fast as possible) to {MAX_PERIOD_S} s", r.period_s)));
         }
+        rdaq_proto::times::check(r.count_time_s, r.period_s).map_err(|(name, why)| field(if name == "frame_time_s" { "period_s" } else { "count_time_s" }, why))?;
         if r.prefix.len() > 200 || !names::is_plain_file_name(&r.prefix) {
             return Err(field("prefix", format!("{:?} is not a plain file name", r.prefix)));
         }
@@ -362,7 +368,7 @@ mod tests {
     use super::*;
 
     fn arm(frames: u64, triggers: u64) -> ArmRequest {
-        ArmRequest { frames_per_trigger: frames, triggers, period_s: 0.01, directory: "run1".into(), prefix: "sample".into(), process: true }
+        ArmRequest { frames_per_trigger: frames, triggers, period_s: 0.01, count_time_s: 0.0, directory: "run1".into(), prefix: "sample".into(), process: true }
     }
 
     #[test]
@@ -472,7 +478,9 @@ mod tests {
         assert_eq!(bad(&mut s, arm(1, u64::MAX)), "triggers");
         for p in [f64::NAN, -1.0, f64::INFINITY, 1e9] {
             assert_eq!(bad(&mut s, ArmRequest { period_s: p, ..arm(1, 1) }), "period_s", "{p}");
+            assert_eq!(bad(&mut s, ArmRequest { count_time_s: p, ..arm(1, 1) }), "count_time_s", "{p}");
         }
+        assert_eq!(bad(&mut s, ArmRequest { count_time_s: 0.02, ..arm(1, 1) }), "count_time_s", "longer than the period");
         for d in ["../elsewhere", "/etc", "a/../../b", "run\n1"] {
             assert_eq!(bad(&mut s, ArmRequest { directory: d.into(), ..arm(1, 1) }), "directory", "{d}");
         }

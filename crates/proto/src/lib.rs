@@ -9,7 +9,8 @@
 //! - [`seq`]: wrap-safe sequence number arithmetic.
 //! - [`telegram`]: configuration documents (buffer requests and maps, module DTPs).
 //! - [`events`]: the event channel's events and a bounded event log.
-//! - [`names`]: the file and directory names a request carries.
+//! - [`names`]: the file and directory names a request carries; [`times`]: the count and
+//!   frame times it carries.
 //!
 //! The byte layouts are documented in `docs/protocol.md`.
 
@@ -23,6 +24,7 @@ pub mod roce;
 pub mod seq;
 pub mod sls;
 pub mod telegram;
+pub mod times;
 
 pub use datagram::{checksum, DecodeError, Flags, Header, CHECKSUM_LEN, HEADER_LEN, MAGIC, MAX_PAYLOAD, VERSION};
 pub use sls::{SlsError, SlsHeader, SLS_HEADER_LEN};

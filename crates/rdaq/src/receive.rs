@@ -294,7 +294,7 @@ fn serve_datasets(a: ReceiveArgs, cfg: Config, addr: SocketAddr) -> anyhow::Resu
         data_root: a.data_root.clone().expect("--data-root given"),
         source: source(&a, &cfg)?,
         config: cfg,
-        count_time_s: told_time("--count-time-s", a.count_time_s)?,
+        count_time_s: told_count_time(&a)?,
     };
     rdaq_control::service::receive::serve(opts)?;
     Ok(ExitCode::SUCCESS)
@@ -322,16 +322,17 @@ fn source(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<remote::Source> {
 }
 
 /// What the user told of the series that the detector's packets do not say: the exposure
-/// and the period.
+/// and the period (not told: 0, unknown).
 fn told_times(a: &ReceiveArgs, meta: &mut NxmxMeta) -> anyhow::Result<()> {
-    (meta.count_time_s, meta.frame_time_s) = (told_time("--count-time-s", a.count_time_s)?, told_time("--frame-time-s", a.frame_time_s)?);
+    let (count, frame) = (a.count_time_s.unwrap_or(0.0), a.frame_time_s.unwrap_or(0.0));
+    rdaq_proto::times::check(count, frame).map_err(|(field, why)| anyhow::anyhow!("--{}: {why}", field.replace('_', "-")))?;
+    (meta.count_time_s, meta.frame_time_s) = (count, frame);
     Ok(())
 }
 
-/// A time the user told, in seconds (not told: 0, unknown).
-fn told_time(name: &str, v: Option<f64>) -> anyhow::Result<f64> {
-    match v {
-        Some(t) if !(t >= 0.0 && t.is_finite()) => bail!("{name} must be a time in seconds, 0 or more"),
-        v => Ok(v.unwrap_or(0.0)),
-    }
+/// The exposure the user told (not told: 0, unknown); each dataset's arm gives the period.
+fn told_count_time(a: &ReceiveArgs) -> anyhow::Result<f64> {
+    let count = a.count_time_s.unwrap_or(0.0);
+    rdaq_proto::times::check(count, 0.0).map_err(|(_, why)| anyhow::anyhow!("--count-time-s: {why}"))?;
+    Ok(count)
 }

@@ -23,14 +23,17 @@ use crate::detector::{self, DetectorState, DetectorStatus, DtpUpload};
 use crate::http::lock;
 use crate::receiver::{self as daemon, StartAnswer, StopAnswer};
 
-/// How one acquisition's receivers name their files: `<name>_master.h5`, or
-/// `<prefix>_<name>_master.h5` in `directory` (under each daemon's output directory).
+/// How one acquisition's receivers name their files (`<name>_master.h5`, or
+/// `<prefix>_<name>_master.h5` in `directory`, under each daemon's output directory) and
+/// what the files say of the frames.
 pub(crate) struct Names {
     pub(crate) prefix: Option<String>,
     pub(crate) directory: Option<String>,
     pub(crate) overwrite: bool,
     /// The configuration sections of every receiver's acquisition (none: raw frames).
     pub(crate) sections: Option<toml::Table>,
+    /// The frames' count time and frame time in seconds, for the files (0: unknown).
+    pub(crate) times: (f64, f64),
 }
 
 /// Where the manager writes what an acquisition came to.
@@ -263,6 +266,8 @@ impl<'a> Session<'a> {
                 stream_may_move: spec.stream.is_none(),
                 preview: Some(previews[*r].clone()),
                 config: names.sections.clone(),
+                count_time_s: names.times.0,
+                frame_time_s: names.times.1,
             };
             let v: StartAnswer = match self.api.send("POST", spec.control, "/start", &body) {
                 Ok(v) => v,

@@ -173,7 +173,9 @@ impl Datasets {
         let (source, cfg) = self.configured(&d);
         let stop = Arc::new(Control::default());
         let (tx, rx) = mpsc::sync_channel(1);
-        let (master, count_time_s, period_s, halt) = (d.master.clone(), self.count_time_s, d.request.period_s, stop.clone());
+        // the arm's exposure, else the one the service was started with
+        let count_time_s = if d.request.count_time_s > 0.0 { d.request.count_time_s } else { self.count_time_s };
+        let (master, period_s, halt) = (d.master.clone(), d.request.period_s, stop.clone());
         let thread = std::thread::Builder::new().name("rdaq-dataset".into()).spawn(move || acquire(&source, &cfg, &master, (count_time_s, period_s), &halt, tx))?;
         // the thread says whether it listens before anything else it does
         let l = rx.recv().map_err(|_| anyhow::anyhow!("the dataset's acquisition panicked before its receiver listened"))??;

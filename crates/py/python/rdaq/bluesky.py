@@ -65,6 +65,7 @@ class _Link:
         self.service = service
         self.frames = 1
         self.period_s = 0.0
+        self.count_time_s = 0.0
         self.named = None  # (directory, prefix) of the dataset armed
         self.triggers = 0  # triggers sent to the dataset armed
         self.written, self.set_written = soft_signal_r_and_setter(int, initial_value=0)
@@ -77,7 +78,7 @@ class _Link:
     async def arm(self):
         directory, prefix = self.named
         await self.call("arm", frames_per_trigger=self.frames, prefix=prefix, triggers=0,
-                        period_s=self.period_s, directory=directory, process=False)
+                        period_s=self.period_s, count_time_s=self.count_time_s, directory=directory, process=False)
 
     async def idle(self):
         """Leaves the service idle: an arm dropped, an open dataset's files closed, a
@@ -127,7 +128,7 @@ class _Trigger(DetectorTriggerLogic):
         if changed and self.link.triggers:
             raise ValueError(f"{num} frames per trigger every {livetime + deadtime} s: the dataset under way "
                              f"takes {self.link.frames} every {self.link.period_s} s (unstage first)")
-        self.link.frames, self.link.period_s = num, livetime + deadtime
+        self.link.frames, self.link.period_s, self.link.count_time_s = num, livetime + deadtime, livetime
         if changed and self.link.named:
             await self.link.arm()
 

@@ -141,11 +141,12 @@ class Service(_Client):
         one under way, else the last that ended (with its ``summary``)."""
         return self._call("GET", "/acquisition")
 
-    def arm(self, frames_per_trigger, prefix, triggers=1, period_s=0.0, directory="", process=True):
+    def arm(self, frames_per_trigger, prefix, triggers=1, period_s=0.0, directory="", process=True, count_time_s=0.0):
         """Arms the next dataset; its files are ``<directory>/<prefix>_master.h5`` and its
-        data files under the data root."""
+        data files under the data root. ``period_s`` and ``count_time_s`` (each frame's
+        exposure; 0: unknown) are the files' ``frame_time`` and ``count_time``."""
         body = {"frames_per_trigger": frames_per_trigger, "prefix": prefix, "triggers": triggers,
-                "period_s": period_s, "directory": directory, "process": process}
+                "period_s": period_s, "count_time_s": count_time_s, "directory": directory, "process": process}
         return self._call("POST", "/arm", body)
 
     def trigger(self):

@@ -10,7 +10,7 @@ PVs (``<prefix>:<name>``; settings have a ``_RBV`` readback):
 
 - ``Acquire`` (1: arm the dataset below and send its triggers, one after the other; 0:
   cancel), ``NumImages`` (frames per trigger), ``NumTriggers``, ``AcquirePeriod`` (s; 0: as
-  fast as the detector goes), ``FilePath`` (the directory under the service's data root),
+  fast as the detector goes), ``AcquireTime`` (each frame's exposure, s; 0: unknown), ``FilePath`` (the directory under the service's data root),
   ``FileName`` (the files' prefix), ``Process`` (online processing on or off);
 - ``NumCaptured_RBV`` (frames written), ``DetectorState_RBV`` (Idle, Armed, Acquiring,
   Error), ``StatusMessage_RBV`` (why it is in Error; at Idle, a warning when the last dataset lost frames), ``FullFileName_RBV`` (the master of the
@@ -81,6 +81,7 @@ class RdaqController(Controller):
     num_images = AttrRW(Int(min=1), initial_value=1, description="Frames per trigger")
     num_triggers = AttrRW(Int(min=1), initial_value=1, description="Triggers of the dataset")
     acquire_period = AttrRW(Float(units="s", min=0.0, prec=6), initial_value=0.0, description="Frame period (0: fastest)")
+    acquire_time = AttrRW(Float(units="s", min=0.0, prec=6), initial_value=0.0, description="Exposure per frame (0: unknown)")
     file_path = AttrRW(String(length=256), initial_value="", description="Directory under the data root")
     file_name = AttrRW(String(length=200), initial_value="rdaq", description="Prefix of the dataset's files")
     process = AttrRW(Bool(), initial_value=True, description="Online processing on or off")
@@ -123,7 +124,7 @@ class RdaqController(Controller):
 
     async def _arm(self):
         await asyncio.to_thread(self.service.arm, frames_per_trigger=self.num_images.get(), prefix=self.file_name.get(),
-                                triggers=self.num_triggers.get(), period_s=self.acquire_period.get(),
+                                triggers=self.num_triggers.get(), period_s=self.acquire_period.get(), count_time_s=self.acquire_time.get(),
                                 directory=self.file_path.get(), process=self.process.get())
         await self.StatusMessage_RBV.update("")
 

@@ -94,7 +94,7 @@ impl<'a> Worker<'a> {
             b.lost = None;
         }
         let sections = if r.process { self.s.sections.clone() } else { None };
-        let names = Names { prefix: Some(r.prefix.clone()), directory: (!r.directory.is_empty()).then(|| r.directory.clone()), overwrite: false, sections };
+        let names = Names { prefix: Some(r.prefix.clone()), directory: (!r.directory.is_empty()).then(|| r.directory.clone()), overwrite: false, sections, times: (r.count_time_s, r.period_s) };
         tracing::info!(dataset = d.number, master = %d.master.display(), frames = r.frames_per_trigger, triggers = r.triggers, "dataset opened");
         let run = self.s.begin(&names)?;
         self.count_from_here(&run);
