@@ -85,12 +85,14 @@ def test_datasets_in_a_row_raw_processed_and_open_ended(start, tmp_path):
     a = svc.acquisition()
     assert a["state"] == "idle" and a["image"] == {"height": 512, "width": 1024}
     # raw: two triggers of three frames
-    svc.arm(frames_per_trigger=3, triggers=2, directory="run1", prefix="raw", process=False)
+    svc.arm(frames_per_trigger=3, triggers=2, directory="run1", prefix="raw", process=False, sample_name="thaumatin", detector_distance_m=0.2)
     a = acquire(svc, [[1, 2, 3], [4, 5, 6]])
     d = a["dataset"]
     assert a["state"] == "idle" and d["triggers_done"] == 2 and not d["cancelled"]
     assert d["master"] == str(root / "run1" / "raw_master.h5") and (d["frames_written"], d["frames_lost"], d["warning"]) == (6, 0, None)
     assert d["summary"]["frames_expected"] == d["summary"]["frames_complete"] == 6
+    with h5py.File(d["master"], "r") as f:  # the arm's metadata, over the service's configuration
+        assert (f["entry/sample/name"][()].decode(), f["entry/instrument/detector/distance"][()]) == ("thaumatin", 0.2)
     numbers, data = frames_of(d["master"])
     assert numbers == [1, 2, 3, 4, 5, 6] and all(np.array_equal(f, expected_frame()) for f in data)
     assert json.loads((root / "run1" / "raw_summary.json").read_text()) == d["summary"]

@@ -376,3 +376,24 @@ def test_the_arm_times_are_the_files_times(service):
     with pytest.raises(ApiError) as e:
         svc.arm(frames_per_trigger=4, period_s=0.01, count_time_s=0.02, prefix="too_long")
     assert e.value.status == 400 and "count_time_s" in e.value.message, e.value
+
+
+def test_the_arm_metadata_is_in_the_master(service):
+    """The sample's name, the photon energy, the detector's distance and the beam centre
+    of an arm are in the dataset's master (NXmx, read with h5py), and out-of-range values
+    are refused naming the field."""
+    svc, root, _ = service
+    svc.arm(frames_per_trigger=3, prefix="meta", process=False, sample_name="lysozyme 7", photon_energy_kev=9.5,
+            detector_distance_m=0.155, beam_center_x=1021.5, beam_center_y=-12.0)
+    svc.trigger()
+    master = svc.wait("idle")["dataset"]["master"]
+    with h5py.File(master, "r") as f:
+        det = f["entry/instrument/detector"]
+        assert f["entry/sample/name"][()].decode() == "lysozyme 7"
+        assert abs(f["entry/instrument/beam/incident_wavelength"][()] - 12.398419843320026 / 9.5) < 1e-9
+        assert det["distance"][()] == 0.155
+        assert (det["beam_center_x"][()], det["beam_center_y"][()]) == (1021.5, -12.0)
+    for field, value in [("photon_energy_kev", 500.0), ("detector_distance_m", 0.0), ("beam_center_x", float("inf")), ("sample_name", "a\nb")]:
+        with pytest.raises(ApiError) as e:
+            svc._call("POST", "/arm", {"frames_per_trigger": 1, "prefix": "bad", field: value if value != float("inf") else 1e300})
+        assert e.value.status == 400 and field in e.value.message, e.value

@@ -57,6 +57,54 @@ pub struct ArmRequest {
     #[serde(default = "yes")]
     #[schema(default = true)]
     pub process: bool,
+    /// The sample's name, for the files (`/entry/sample/name`; empty: none).
+    #[serde(default)]
+    pub sample_name: String,
+    /// The photon energy (keV), the detector's distance (m) and where the beam meets it
+    /// (pixels, fast x and slow y), for the files; not given: the configuration's.
+    #[serde(default)]
+    #[schema(minimum = 0.1, maximum = 200)]
+    pub photon_energy_kev: Option<f64>,
+    #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 100)]
+    pub detector_distance_m: Option<f64>,
+    #[serde(default)]
+    pub beam_center_x: Option<f64>,
+    #[serde(default)]
+    pub beam_center_y: Option<f64>,
+}
+
+impl ArmRequest {
+    /// The configuration sections that carry this dataset's metadata to its acquisition
+    /// (empty where the arm gives none).
+    pub fn metadata_sections(&self) -> toml::Table {
+        let mut detector = toml::Table::new();
+        let given = [("photon_energy_kev", self.photon_energy_kev), ("distance_m", self.detector_distance_m), ("beam_center_x", self.beam_center_x), ("beam_center_y", self.beam_center_y)];
+        for (key, v) in given {
+            if let Some(v) = v {
+                detector.insert(key.into(), v.into());
+            }
+        }
+        let mut t = toml::Table::new();
+        if !detector.is_empty() {
+            t.insert("detector".into(), detector.into());
+        }
+        if !self.sample_name.is_empty() {
+            t.insert("sample".into(), toml::Table::from_iter([("name".to_string(), toml::Value::from(self.sample_name.clone()))]).into());
+        }
+        t
+    }
+
+    /// Checks the metadata fields (each error names its field).
+    fn check_metadata(&self) -> Result<(), ServiceError> {
+        use rdaq_proto::metadata;
+        let named = |r: Result<(), metadata::Refused>| r.map_err(|(name, why)| field(name, why));
+        named(metadata::sample_name("sample_name", &self.sample_name))?;
+        named(self.photon_energy_kev.map_or(Ok(()), |e| metadata::photon_energy("photon_energy_kev", e)))?;
+        named(self.detector_distance_m.map_or(Ok(()), |m| metadata::distance("detector_distance_m", m)))?;
+        named(self.beam_center_x.map_or(Ok(()), |x| metadata::beam_center("beam_center_x", x)))?;
+        named(self.beam_center_y.map_or(Ok(()), |y| metadata::beam_center("beam_center_y", y)))
+    }
 }
 
 fn one() -> u64 {
@@ -214,6 +262,7 @@ impl Service {
         if !(r.period_s.is_finite() && (0.0..=MAX_PERIOD_S).contains(&r.period_s)) {
             return Err(field("period_s", format!("{}; from 0 (as fast as possible) to {MAX_PERIOD_S} s", r.period_s)));
         }
+        r.check_metadata()?;
         rdaq_proto::times::check(r.count_time_s, r.period_s).map_err(|(name, why)| field(if name == "frame_time_s" { "period_s" } else { "count_time_s" }, why))?;
         if r.prefix.len() > 200 || !names::is_plain_file_name(&r.prefix) {
             return Err(field("prefix", format!("{:?} is not a plain file name", r.prefix)));
@@ -368,7 +417,7 @@ mod tests {
     use super::*;
 
     fn arm(frames: u64, triggers: u64) -> ArmRequest {
-        ArmRequest { frames_per_trigger: frames, triggers, period_s: 0.01, count_time_s: 0.0, directory: "run1".into(), prefix: "sample".into(), process: true }
+        ArmRequest { frames_per_trigger: frames, triggers, period_s: 0.01, count_time_s: 0.0, directory: "run1".into(), prefix: "sample".into(), process: true, sample_name: String::new(), photon_energy_kev: None, detector_distance_m: None, beam_center_x: None, beam_center_y: None }
     }
 
     #[test]
@@ -481,6 +530,10 @@ mod tests {
             assert_eq!(bad(&mut s, ArmRequest { count_time_s: p, ..arm(1, 1) }), "count_time_s", "{p}");
         }
         assert_eq!(bad(&mut s, ArmRequest { count_time_s: 0.02, ..arm(1, 1) }), "count_time_s", "longer than the period");
+        assert_eq!(bad(&mut s, ArmRequest { photon_energy_kev: Some(0.0), ..arm(1, 1) }), "photon_energy_kev");
+        assert_eq!(bad(&mut s, ArmRequest { detector_distance_m: Some(-0.1), ..arm(1, 1) }), "detector_distance_m");
+        assert_eq!(bad(&mut s, ArmRequest { beam_center_y: Some(f64::NAN), ..arm(1, 1) }), "beam_center_y");
+        assert_eq!(bad(&mut s, ArmRequest { sample_name: "a\tb".into(), ..arm(1, 1) }), "sample_name");
         for d in ["../elsewhere", "/etc", "a/../../b", "run\n1"] {
             assert_eq!(bad(&mut s, ArmRequest { directory: d.into(), ..arm(1, 1) }), "directory", "{d}");
         }

@@ -9,7 +9,8 @@
 //! - [`seq`]: wrap-safe sequence number arithmetic.
 //! - [`telegram`]: configuration documents (buffer requests and maps, module DTPs).
 //! - [`events`]: the event channel's events and a bounded event log.
-//! - [`names`]: the file and directory names a request carries; [`times`]: the count and
+//! - [`names`]: the file and directory names a request carries; [`metadata`]: what it
+//!   says of the experiment (photon energy, distance, beam centre, sample); [`times`]: the count and
 //!   frame times it carries.
 //!
 //! The byte layouts are documented in `docs/protocol.md`.
@@ -19,6 +20,7 @@
 pub mod datagram;
 pub mod events;
 pub mod nack;
+pub mod metadata;
 pub mod names;
 pub mod roce;
 pub mod seq;

@@ -29,6 +29,7 @@ pub struct Config {
     pub output: Output,
     pub stream: Stream,
     pub goniometer: Goniometer,
+    pub sample: Sample,
     /// Where the frames come from; set by the entry point, not in the file.
     #[serde(skip)]
     pub source: Source,
@@ -88,6 +89,7 @@ impl Config {
         meta.pixel = self.pixel_type(calibration)?;
         meta.images_per_file = self.output.images_per_file;
         meta.rotation = self.goniometer.rotation();
+        self.experiment_into(&mut meta);
         if self.processing() {
             meta.codec = rdaq_process::bitshuffle::Codec::parse(&self.process.codec, self.process.zstd_level)?;
             meta.max_spots = self.process.max_spots;
@@ -95,6 +97,15 @@ impl Config {
         Ok(meta)
     }
 
+
+    /// What the configuration says of the experiment, into the files' metadata: the
+    /// detector's distance, the beam centre (when given) and the sample's name.
+    pub fn experiment_into(&self, meta: &mut rdaq_sink::NxmxMeta) {
+        let d = &self.detector;
+        meta.detector_distance_m = d.distance_m;
+        meta.beam_center = [d.beam_center_x.unwrap_or(meta.beam_center[0]), d.beam_center_y.unwrap_or(meta.beam_center[1])];
+        meta.sample_name = self.sample.name.clone();
+    }
 
     pub fn geometry(&self) -> Option<rdaq_detector::Geometry> {
         let d = &self.detector;

@@ -194,13 +194,14 @@ fn described_setup(a: &Source, cfg: &Config, d: &Description) -> anyhow::Result<
     };
     let (w, h) = decoder.module_size();
     let geometry = cfg.geometry().expect("checked").with_module_size(w, h);
-    let meta = NxmxMeta {
+    let mut meta = NxmxMeta {
         images_per_file: cfg.output.images_per_file,
         photon_energy_kev: cfg.detector.photon_energy_kev,
         rotation: cfg.goniometer.rotation(),
         number_of_images: a.frames,
         ..NxmxMeta::described(geometry, d, pixel, mask)
     };
+    cfg.experiment_into(&mut meta);
     notes.push(format!("{} module(s) of {} at {bits} bits on link {}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, wire.link, grid.ports()));
     Ok(Setup { rcfg, chain: Chain { decoder: Some(decoder), ..Chain::new(cfg, geometry, None, "receiver") }, meta, notes })
 }

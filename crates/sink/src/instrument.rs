@@ -52,6 +52,9 @@ pub(crate) fn write_metadata(file: &File, meta: &NxmxMeta, mask: &MaskChunk, fra
 /// every image, from its frame number (frames the processing vetoed leave gaps in the angles).
 fn sample_group(entry: &Group, meta: &NxmxMeta, frames: &[u64]) -> hdf5::Result<()> {
     let sample = nx_group(entry, "sample", "NXsample")?;
+    if !meta.sample_name.is_empty() {
+        str_ds(&sample, "name", &meta.sample_name)?;
+    }
     let Some(rot) = meta.rotation else {
         str_ds(&sample, "depends_on", ".")?;
         return Ok(());

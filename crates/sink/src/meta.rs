@@ -112,6 +112,9 @@ pub struct NxmxMeta {
     pub number_of_images: Option<u64>,
     /// Stills when `None`.
     pub rotation: Option<Rotation>,
+    /// The sample's name (`/entry/sample/name`; empty: not written).
+    #[serde(default)]
+    pub sample_name: String,
     /// pixel_mask bits of one module image (module_width x module_height), set in every
     /// module's place: the gap pixels between chips of an EIGER assembled with them.
     #[serde(skip)]
@@ -163,6 +166,7 @@ impl NxmxMeta {
             images_per_file: IMAGES_PER_FILE,
             number_of_images: None,
             rotation: None,
+            sample_name: String::new(),
             module_mask: None,
         }
     }

@@ -25,6 +25,7 @@ fn meta() -> NxmxMeta {
         images_per_file: 16,
         number_of_images: None,
         rotation: None,
+        sample_name: "lyso".into(),
         module_mask: None,
     }
 }
@@ -77,6 +78,8 @@ fn frames_and_tables_land_in_the_file() {
     assert_eq!(gaps[1024..1032], [1; 8], "the 8-pixel gap between the two modules");
     let origin: Vec<i32> = file.dataset("entry/instrument/detector/module_1/data_origin").unwrap().read_raw().unwrap();
     assert_eq!(origin, vec![0, 1032]);
+    let sample: hdf5::types::VarLenUnicode = file.dataset("entry/sample/name").unwrap().read_scalar().unwrap();
+    assert_eq!(sample.as_str(), "lyso");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -170,7 +170,7 @@ impl Datasets {
     fn open_dataset(&self) -> anyhow::Result<Open> {
         let d = lock(&self.hub.service).dataset().cloned().context("no dataset armed")?;
         let summary = dataset_files(d.master.parent().context("the master has a directory")?, &d.request.prefix).1;
-        let (source, cfg) = self.configured(&d);
+        let (source, cfg) = self.configured(&d)?;
         let stop = Arc::new(Control::default());
         let (tx, rx) = mpsc::sync_channel(1);
         // the arm's exposure, else the one the service was started with
@@ -185,15 +185,15 @@ impl Datasets {
     }
 
     /// The source and configuration of dataset `d`: its frame count, processing on or off.
-    fn configured(&self, d: &Dataset) -> (Source, Config) {
+    fn configured(&self, d: &Dataset) -> anyhow::Result<(Source, Config)> {
         let r = &d.request;
-        let mut cfg = self.config.clone();
+        let mut cfg = Config::with_sections(self.config.clone(), r.metadata_sections()).context("the arm's metadata")?;
         if !r.process {
             cfg.process.mode = "raw".into();
         }
         // bounded where the arm was read: at most 2^50
         let frames = (r.triggers > 0).then(|| r.frames_per_trigger * r.triggers);
-        (Source { frames, ..self.source.clone() }, cfg)
+        Ok((Source { frames, ..self.source.clone() }, cfg))
     }
 
     /// Stops the open dataset's acquisition and waits for its end.

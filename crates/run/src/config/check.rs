@@ -4,6 +4,8 @@
 
 use anyhow::{bail, Context};
 
+use rdaq_proto::metadata::{self, MAX_PHOTON_KEV, MIN_PHOTON_KEV};
+
 use super::{Config, Source};
 
 const MAX_PAYLOAD: u32 = rdaq_proto::MAX_PAYLOAD as u32;
@@ -41,9 +43,6 @@ pub fn photon_kev_arg(s: &str) -> Result<f64, String> {
 }
 
 const MAX_FRAME_TIMEOUT_MS: u64 = rdaq_receiver::config::MAX_FRAME_TIMEOUT.as_millis() as u64;
-/// Photon energies a detector of this kind is used at (JUNGFRAU: 2-25 keV), with room.
-const MIN_PHOTON_KEV: f64 = 0.1;
-const MAX_PHOTON_KEV: f64 = 200.0;
 /// Spots kept per frame in the files, and frames each process worker holds, at most.
 const MAX_SPOTS: usize = 100_000;
 const MAX_RING_FRAMES: usize = 4096;
@@ -107,9 +106,13 @@ impl Config {
         if self.geometry().is_none() {
             bail!("detector.module_cols {} must divide detector.modules {} into whole rows", d.module_cols, d.modules);
         }
-        if !(MIN_PHOTON_KEV..=MAX_PHOTON_KEV).contains(&d.photon_energy_kev) {
-            bail!("detector.photon_energy_kev must be {MIN_PHOTON_KEV} to {MAX_PHOTON_KEV} keV, not {}", d.photon_energy_kev);
+        let m = |r: Result<(), (&str, String)>| r.map_err(|(field, why)| anyhow::anyhow!("{field}: {why}"));
+        m(metadata::photon_energy("detector.photon_energy_kev", d.photon_energy_kev))?;
+        m(metadata::distance("detector.distance_m", d.distance_m))?;
+        for (field, v) in [("detector.beam_center_x", d.beam_center_x), ("detector.beam_center_y", d.beam_center_y)] {
+            m(v.map_or(Ok(()), |px| metadata::beam_center(field, px)))?;
         }
+        m(metadata::sample_name("sample.name", &self.sample.name))?;
         if self.described()?.is_none() && (d.bit_depth.is_some() || d.link.is_some()) {
             bail!("detector.bit_depth and detector.link are settings of a detector placed by header (detector.name), not of JUNGFRAU");
         }

@@ -254,6 +254,11 @@ pub struct Detector {
     /// Seed of the synthetic frames: same seed, same bytes.
     pub seed: u64,
     pub photon_energy_kev: f64,
+    /// The detector's distance from the sample, in metres, and where the direct beam meets
+    /// it, in pixels (fast x, slow y; none: the image's centre), for the files.
+    pub distance_m: f64,
+    pub beam_center_x: Option<f64>,
+    pub beam_center_y: Option<f64>,
     pub background_photons: f64,
     pub spots_per_frame: f64,
     /// Fraction of signal frames with a crystal in the beam (Bragg spots).
@@ -335,6 +340,9 @@ impl Default for Detector {
             gap_y: rdaq_detector::geometry::DEFAULT_GAP_Y,
             seed: 1,
             photon_energy_kev: 12.4,
+            distance_m: 0.1,
+            beam_center_x: None,
+            beam_center_y: None,
             background_photons: 0.01,
             spots_per_frame: 30.0,
             hit_fraction: 0.5,
@@ -464,4 +472,12 @@ impl Default for Output {
             overwrite: false,
         }
     }
+}
+
+/// The sample, as the files name it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sample {
+    /// `/entry/sample/name` (empty: not written).
+    pub name: String,
 }

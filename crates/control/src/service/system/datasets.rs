@@ -93,7 +93,7 @@ impl<'a> Worker<'a> {
             b.report = None;
             b.lost = None;
         }
-        let sections = if r.process { self.s.sections.clone() } else { None };
+        let sections = with_metadata(if r.process { self.s.sections.clone() } else { None }, r.metadata_sections());
         let names = Names { prefix: Some(r.prefix.clone()), directory: (!r.directory.is_empty()).then(|| r.directory.clone()), overwrite: false, sections, times: (r.count_time_s, r.period_s) };
         tracing::info!(dataset = d.number, master = %d.master.display(), frames = r.frames_per_trigger, triggers = r.triggers, "dataset opened");
         let run = self.s.begin(&names)?;
@@ -167,4 +167,20 @@ impl Worker<'_> {
         tracing::info!(frames_complete = report.frames_complete, frames_expected = report.frames_expected, written, lost, "dataset closed");
         Ok(Closed { summary: serde_json::to_value(&report)?, frames_lost: Some(report.frames_lost.len() as u64), no_master })
     }
+}
+
+/// The receivers' configuration sections with the dataset's metadata over them (section by
+/// section); none when there is neither.
+fn with_metadata(sections: Option<toml::Table>, metadata: toml::Table) -> Option<toml::Table> {
+    if metadata.is_empty() {
+        return sections;
+    }
+    let mut all = sections.unwrap_or_default();
+    for (name, values) in metadata {
+        let section = all.entry(name).or_insert_with(|| toml::Table::new().into());
+        if let (Some(s), toml::Value::Table(v)) = (section.as_table_mut(), values) {
+            s.extend(v);
+        }
+    }
+    Some(all)
 }
