@@ -81,8 +81,28 @@ pub struct ErrorAnswer {
 }
 
 #[derive(OpenApi)]
-#[openapi(info(title = "rdaq acquisition service", description = "Configured once, then datasets: arm, trigger, cancel, follow. Every call that changes something needs the token when one is set (Authorization: Bearer)."))]
+#[openapi(
+    info(title = "rdaq acquisition service", description = "Configured once, then datasets: arm, trigger, cancel, follow. Every call that changes something needs the token when one is set (Authorization: Bearer); with --protect-reads, reads too.")
+)]
 struct ApiDoc;
+
+/// The document of the routes, with the bearer token as its security scheme (`bearer`),
+/// which every call that changes something (a POST) requires: the service's `--token-file`
+/// or `RDAQ_TOKEN`, when one is set.
+fn with_bearer(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(BEARER, SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    for item in doc.paths.paths.values_mut() {
+        if let Some(op) = item.post.as_mut() {
+            op.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
+        }
+    }
+    doc
+}
+
+/// The name of the bearer token's security scheme in the document.
+const BEARER: &str = "bearer";
 
 /// The service's routes, each with its part of the OpenAPI document.
 fn api() -> OpenApiRouter<SharedHub> {
@@ -99,7 +119,7 @@ fn api() -> OpenApiRouter<SharedHub> {
 pub(super) fn router(hub: SharedHub) -> axum::Router {
     let (router, doc) = api().with_state(hub.clone()).split_for_parts();
     let router = router.layer(axum::middleware::from_fn_with_state(hub, note_refusal));
-    let doc = Arc::new(doc);
+    let doc = Arc::new(with_bearer(doc));
     router.route("/openapi.json", axum::routing::get(move || async move { Json(doc.as_ref().clone()) }))
 }
 
@@ -250,10 +270,13 @@ mod tests {
     #[test]
     fn the_openapi_document_describes_every_route() {
         let (_, doc) = api().split_for_parts();
-        let v = serde_json::to_value(&doc).unwrap();
+        let v = serde_json::to_value(with_bearer(doc)).unwrap();
         for p in ["/acquisition", "/arm", "/trigger", "/disarm", "/cancel"] {
             assert!(v["paths"][p].is_object(), "{p}");
         }
+        assert_eq!(v["components"]["securitySchemes"][BEARER]["scheme"], "bearer");
+        assert!(v["paths"]["/arm"]["post"]["security"][0][BEARER].is_array(), "a change needs the token");
+        assert!(v["paths"]["/acquisition"]["get"]["security"].is_null(), "a read does not (without --protect-reads)");
         let arm = &v["components"]["schemas"]["ArmRequest"];
         assert_eq!(arm["properties"]["frames_per_trigger"]["minimum"], 1);
         assert!(arm["required"].as_array().unwrap().contains(&"prefix".into()));
