@@ -27,7 +27,7 @@ def udp_port():
 def ioc(service, monkeypatch):  # noqa: F811
     """`python -m rdaq.fastcs` over the service, its EPICS servers on ports of their own on
     loopback (the clients here told the same), its Tango device on a free port."""
-    svc, root, _ = service
+    svc, root, procs = service
     env = {"EPICS_CA_SERVER_PORT": str(udp_port()), "EPICS_CA_REPEATER_PORT": str(udp_port()),
            "EPICS_CAS_INTF_ADDR_LIST": "127.0.0.1", "EPICS_CA_ADDR_LIST": "127.0.0.1", "EPICS_CA_AUTO_ADDR_LIST": "NO",
            "EPICS_PVA_SERVER_PORT": str(free_port()), "EPICS_PVA_BROADCAST_PORT": str(udp_port()),
@@ -58,7 +58,7 @@ def ioc(service, monkeypatch):  # noqa: F811
         except tango.DevFailed:
             assert time.monotonic() < deadline, "the Tango device did not come up"
             time.sleep(0.2)
-    yield ctx, tango_port, svc, root
+    yield ctx, tango_port, svc, root, procs
     ctx.close()
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
@@ -77,7 +77,7 @@ def wait_idle(get, frames, timeout=60):
 
 
 def test_pva_arms_acquires_and_reads_the_counters(ioc):
-    ctx, _, svc, root = ioc
+    ctx, _, svc, root, _ = ioc
 
     assert str(ctx.get(f"{PREFIX}:DetectorState_RBV")) == "Idle"
     for name, value in (("NumImages", 8), ("NumTriggers", 2), ("AcquirePeriod", 0.005), ("FilePath", "epics"),
@@ -95,7 +95,7 @@ def test_pva_arms_acquires_and_reads_the_counters(ioc):
 
 def test_ca_arms_acquires_with_processing_and_reads_the_hit_rate(ioc):
     from caproto.sync.client import read, write
-    _, _, svc, root = ioc
+    _, _, svc, root, _ = ioc
 
     def get(name):
         v = read(f"{PREFIX}:{name}", repeater=False).data
@@ -121,7 +121,7 @@ def test_ca_arms_acquires_with_processing_and_reads_the_hit_rate(ioc):
 
 def test_tango_without_a_database_arms_acquires_and_reads_the_counters(ioc):
     import tango
-    _, port, svc, root = ioc
+    _, port, svc, root, _ = ioc
     dev = tango.DeviceProxy(tango_url(port))
     dev.NumImages = 6
     dev.NumTriggers = 1
@@ -136,7 +136,7 @@ def test_tango_without_a_database_arms_acquires_and_reads_the_counters(ioc):
 
 
 def test_a_client_that_goes_away_changes_nothing_and_cancel_works(ioc):
-    ctx, _, svc, _ = ioc
+    ctx, _, svc, _, _ = ioc
     from p4p.client.thread import Context
     other = Context("pva")
     for name, value in (("NumImages", 500), ("AcquirePeriod", 0.01), ("FileName", "long"), ("Process", False)):
@@ -149,3 +149,26 @@ def test_a_client_that_goes_away_changes_nothing_and_cancel_works(ioc):
     ctx.put(f"{PREFIX}:Acquire", False)
     d = svc.wait("idle")["dataset"]
     assert d["cancelled"] and 5 <= d["frames_written"] < 500
+
+
+def test_the_state_says_when_the_service_does_not_answer(ioc):
+    """ADDriver's states: Idle, then Disconnected (with the reason) within seconds of the
+    service going silent, and Idle again once it answers."""
+    ctx, _, svc, root, procs = ioc
+    get = lambda n: str(ctx.get(f"{PREFIX}:{n}"))  # noqa: E731
+    assert get("DetectorState_RBV") == "Idle"
+    manager = procs[-1]
+    os.kill(manager.pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 20
+        while get("DetectorState_RBV") != "Disconnected":
+            assert time.monotonic() < deadline, get("DetectorState_RBV")
+            time.sleep(0.2)
+        assert ctx.get(f"{PREFIX}:StatusMessage_RBV").raw.value.startswith("service unreachable")
+    finally:
+        os.kill(manager.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 20
+    while get("DetectorState_RBV") != "Idle":
+        assert time.monotonic() < deadline, get("DetectorState_RBV")
+        time.sleep(0.2)
+    assert ctx.get(f"{PREFIX}:StatusMessage_RBV").raw.value == ""

@@ -10,11 +10,14 @@ PVs (``<prefix>:<name>``; settings have a ``_RBV`` readback):
 
 - ``Acquire`` (1: arm the dataset below and send its triggers, one after the other; 0:
   cancel), ``NumImages`` (frames per trigger), ``NumTriggers``, ``AcquirePeriod`` (s; 0: as
-  fast as the detector goes), ``AcquireTime`` (each frame's exposure, s; 0: unknown), ``FilePath`` (the directory under the service's data root),
-  ``FileName`` (the files' prefix), ``Process`` (online processing on or off);
-- ``NumCaptured_RBV`` (frames written), ``DetectorState_RBV`` (Idle, Armed, Acquiring,
-  Error), ``StatusMessage_RBV`` (why it is in Error; at Idle, a warning when the last dataset lost frames), ``FullFileName_RBV`` (the master of the
-  last dataset), ``FrameRate_RBV`` (frames written per second), ``FramesLost_RBV`` and
+  fast as the detector goes), ``AcquireTime`` (each frame's exposure, s; 0: unknown),
+  ``FilePath`` (the directory under the service's data root), ``FileName`` (the files'
+  prefix), ``Process`` (online processing on or off);
+- ``NumCaptured_RBV`` (frames written), ``DetectorState_RBV`` (ADDriver's states and
+  indices: Idle, Acquire, Waiting (armed for a trigger), Error, Aborted (after a cancel),
+  Disconnected (the service does not answer)), ``StatusMessage_RBV`` (why it is in Error or
+  Disconnected; at Idle, a warning when the last dataset lost frames), ``FullFileName_RBV``
+  (the master of the last dataset), ``FrameRate_RBV`` (frames written per second), ``FramesLost_RBV`` and
   ``FramesIncomplete_RBV`` (of the last dataset), ``DatagramsDropped_RBV`` (the receivers'
   counters), ``HitRate_RBV`` and ``SpotsPerFrame_RBV`` (online processing).
 
@@ -42,21 +45,36 @@ from .control import ApiError, Service
 
 __all__ = ["RdaqController", "DetectorState", "main"]
 
-#: how often the PVs follow the service
+#: how often the PVs follow the service, and how long one look may take before the
+#: service counts as unreachable
 SCAN_S = 0.2
+LOOK_TIMEOUT_S = 2.0
 
 
 class DetectorState(enum.Enum):
-    """The service's state (Tango wants enum values 0, 1, ...)."""
+    """areaDetector's ADDriver states, with its indices (what a beamline screen and ophyd's
+    ``ADBase`` expect); the service's states map onto them (``of``)."""
 
     Idle = 0
-    Armed = 1
-    Acquiring = 2
-    Error = 3
+    Acquire = 1
+    Readout = 2
+    Correct = 3
+    Saving = 4
+    Aborting = 5
+    Error = 6
+    Waiting = 7
+    Initializing = 8
+    Disconnected = 9
+    Aborted = 10
 
     @classmethod
-    def of(cls, state: str) -> DetectorState:
-        return cls[state.capitalize()]
+    def of(cls, acquisition: dict) -> DetectorState:
+        """``idle`` (``Aborted`` after a cancelled dataset), ``armed`` (``Waiting`` for a
+        trigger), ``acquiring`` (``Acquire``), ``error``."""
+        state, d = acquisition["state"], acquisition["dataset"] or {}
+        if state == "idle":
+            return cls.Aborted if d.get("cancelled") else cls.Idle
+        return {"armed": cls.Waiting, "acquiring": cls.Acquire, "error": cls.Error}[state]
 
 
 @dataclass
@@ -99,6 +117,8 @@ class RdaqController(Controller):
     def __init__(self, url: str, token: str | None = None):
         super().__init__(ios=[_AcquireIO(self)])
         self.service = Service(url, token=token)
+        # the scan's own client: a service that does not answer is seen within seconds
+        self._look = Service(url, token=token, timeout=LOOK_TIMEOUT_S)
         self._triggers: asyncio.Task | None = None
         self._rate = (0, time.monotonic())
 
@@ -140,16 +160,19 @@ class RdaqController(Controller):
     async def follow(self):
         """The PVs brought up to the service; an unreachable service says so and retries."""
         try:
-            a = await asyncio.to_thread(self.service.acquisition)
-        except ApiError as e:
-            await self.StatusMessage_RBV.update(f"service unreachable: {e.message}"[:256])
+            a = await asyncio.to_thread(self._look.acquisition)
+        except (ApiError, OSError) as e:
+            await self.StatusMessage_RBV.update(f"service unreachable: {getattr(e, 'message', e)}"[:256])
+            await self.DetectorState_RBV.update(DetectorState.Disconnected)
             return
+        if self.StatusMessage_RBV.get().startswith("service unreachable"):
+            await self.StatusMessage_RBV.update("")
         await self._show(a)
 
     async def _show(self, a):
         """Counts and results first, the state and Acquire's readback last: a client that
         sees Idle reads the finished dataset's file and counts."""
-        state = DetectorState.of(a["state"])
+        state = DetectorState.of(a)
         d = a["dataset"] or {}
         written = d.get("frames_written", 0)
         await self.NumCaptured_RBV.update(written)
@@ -166,16 +189,16 @@ class RdaqController(Controller):
             await self.SpotsPerFrame_RBV.update(p["spots_found"] / p["signal_frames"])
         before, then = self._rate
         now = time.monotonic()
-        rate = max(0, written - before) / (now - then) if state == DetectorState.Acquiring and now > then else 0.0
+        rate = max(0, written - before) / (now - then) if state == DetectorState.Acquire and now > then else 0.0
         self._rate = (written, now)
         await self.FrameRate_RBV.update(rate)
         if state == DetectorState.Error:
             await self.StatusMessage_RBV.update((a["error"] or "")[:256])
-        elif summary and d.get("warning") and state == DetectorState.Idle:
+        elif summary and d.get("warning") and state in (DetectorState.Idle, DetectorState.Aborted):
             await self.StatusMessage_RBV.update(f"warning: {d['warning']}"[:256])
         # between two of its triggers the dataset is armed, and still under way
         sending = self._triggers is not None and not self._triggers.done()
-        busy = state == DetectorState.Acquiring or (state == DetectorState.Armed and sending)
+        busy = state == DetectorState.Acquire or (state == DetectorState.Waiting and sending)
         if self.acquire.get() != busy:
             await self.acquire.update(busy)
         await self.DetectorState_RBV.update(state)
