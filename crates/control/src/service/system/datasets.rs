@@ -103,29 +103,25 @@ impl<'a> Worker<'a> {
 
     /// Takes the started receivers' counters as the dataset's zero (nothing was sent yet).
     fn count_from_here(&self, run: &Running) {
-        let mut base = std::collections::BTreeMap::new();
-        for &r in &run.w.live {
-            let spec = &self.s.t.receivers[r];
-            let answer = self.s.heartbeat.get::<serde_json::Value>(spec.control, "/status").ok();
-            self.s.note_status(&spec.name, answer.as_ref());
-            if let Some(c) = answer.map(|v| v["counters"].clone()).filter(|c| !c.is_null()) {
-                base.insert(spec.name.clone(), c);
-            }
-        }
+        let base = self.look(&run.w.live).into_iter().filter_map(|(name, a)| Some((name, a.map(|v| v["counters"].clone()).filter(|c| !c.is_null())?))).collect();
         lock(&self.s.shared).counters_base = base;
     }
 
-    /// Frames the live receivers took in this dataset; notes what they said on the board.
+    /// Frames the live receivers took in this dataset.
     fn receivers_done(&self) -> u64 {
         let Some(open) = &self.open else { return 0 };
-        let mut done = 0;
-        for &r in &open.run.w.live {
+        self.look(&open.run.w.live).iter().map(|(_, a)| a.as_ref().map_or(0, |v| v["frames_done"].as_u64().unwrap_or(0))).sum()
+    }
+
+    /// Each of the receivers' `/status` answer (none: it did not answer), noted on the board.
+    fn look(&self, receivers: &[usize]) -> Vec<(String, Option<serde_json::Value>)> {
+        let look_at = |r: usize| {
             let spec = &self.s.t.receivers[r];
             let answer = self.s.heartbeat.get::<serde_json::Value>(spec.control, "/status").ok();
             self.s.note_status(&spec.name, answer.as_ref());
-            done += answer.map_or(0, |v| v["frames_done"].as_u64().unwrap_or(0));
-        }
-        done
+            (spec.name.clone(), answer)
+        };
+        receivers.iter().map(|&r| look_at(r)).collect()
     }
 }
 
