@@ -44,10 +44,10 @@ def start(rdaq, tmp_path):
     """Starts `rdaq receive` as the service with `extra` options; stops it (Ctrl-C, exit 0)."""
     procs = []
 
-    def run(*extra, port=DATA_PORT):
+    def run(*extra, port=DATA_PORT, source=("--format", "sls")):
         addr = f"127.0.0.1:{free_port()}"
         root = tmp_path / "data"
-        p = subprocess.Popen([rdaq, "receive", "--format", "sls", "--port", str(port), "--stream", "none",
+        p = subprocess.Popen([rdaq, "receive", *source, "--port", str(port), "--stream", "none",
                               "--frame-timeout-ms", "200", "--data-root", root, "--serve", addr, *extra],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         procs.append(p)
@@ -184,3 +184,19 @@ def test_bad_requests_a_held_port_and_the_openapi_document(rdaq, start, tmp_path
     doc = svc.openapi()
     validate(doc)
     assert {"/acquisition", "/arm", "/trigger", "/disarm", "/cancel"} <= set(doc["paths"])
+
+
+def test_a_described_detector_feeds_the_service_on_one_host(start, rdaq):
+    """The docs' recipe for one host: `rdaq receive --detector eiger --data-root` fed by
+    `rdaq emulate --detector eiger --port`, which needs no buffer map."""
+    port = free_udp_port()  # EIGER: 4 ports per module, from this one on
+    svc, root, _ = start("--bit-depth", "16", port=port, source=("--detector", "eiger"))
+    svc.arm(frames_per_trigger=5, prefix="eiger", process=False)
+    svc.trigger()
+    r = subprocess.run([rdaq, "emulate", "--detector", "eiger", "--bit-depth", "16", "--port", str(port), "--frames", "5",
+                        "--rate", "100"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "1 modules of EIGER at 16 bits x 5 frames" in r.stdout, r.stdout + r.stderr
+    d = svc.wait("idle", timeout=30)["dataset"]
+    assert (d["frames_written"], d["frames_lost"]) == (5, 0), d
+    with h5py.File(d["master"], "r") as f:
+        assert f["entry/data/data"].shape[0] == 5

@@ -34,8 +34,13 @@ pub struct EmulateArgs {
     #[arg(long, default_value_t = 1)]
     modules: u16,
     /// The receiver's buffer map (JSON written by `rdaq receive --buffers-out`).
-    #[arg(long, required_unless_present = "serve")]
+    #[arg(long, required_unless_present_any = ["serve", "port"])]
     buffers: Option<PathBuf>,
+    /// A described detector sent without a buffer map: the receiver's first data port
+    /// (`rdaq receive --detector ... --port`); port p of module m goes to PORT + m x ports
+    /// + p, as the receiver binds them. --modules says how many modules.
+    #[arg(long, requires = "detector", conflicts_with_all = ["buffers", "serve"])]
+    port: Option<u16>,
     /// Receiver data address.
     #[arg(long, default_value = "127.0.0.1")]
     target: IpAddr,
@@ -118,12 +123,15 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         rdaq_control::http::serve(addr, detector::router(opts, access.clone()), "emulate", access)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let buffers = a.buffers.clone().expect("clap requires --buffers without --serve");
+    rdaq_emulator::config::check_rate((a.rate != 0.0).then_some(a.rate)).map_err(|e| anyhow::anyhow!("--rate: {e}"))?;
+    if let (Some(name), Some(port)) = (&a.detector, a.port) {
+        return emulate_described(&a, name, Receiving::Port(port));
+    }
+    let buffers = a.buffers.clone().expect("clap requires --buffers without --serve or --port");
     let text = std::fs::read_to_string(&buffers).with_context(|| format!("cannot read {}", buffers.display()))?;
     let map: BufferMap = serde_json::from_str(&text).with_context(|| format!("{} is not a buffer map", buffers.display()))?;
-    rdaq_emulator::config::check_rate((a.rate != 0.0).then_some(a.rate)).map_err(|e| anyhow::anyhow!("--rate: {e}"))?;
     if let Some(name) = &a.detector {
-        return emulate_described(&a, name, &map, &buffers);
+        return emulate_described(&a, name, Receiving::Map(&map, &buffers));
     }
     let cfg = EmulatorConfig {
         modules: map.modules,
@@ -173,6 +181,29 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The receiver's data ports for `det`'s packets, checked against its buffer map when it
+/// has one.
+fn described_destinations(a: &EmulateArgs, det: &DescribedDetector, wire: &rdaq_detector::Wire, to: &Receiving) -> anyhow::Result<Vec<SocketAddr>> {
+    match to {
+        Receiving::Map(map, buffers) => {
+            if wire.payload != map.payload_bytes as usize {
+                bail!("--link {}: {}-byte packets, but the receiver of {} takes {}-byte packets", wire.link, wire.payload, buffers.display(), map.payload_bytes);
+            }
+            if det.module_bytes() != map.module_bytes {
+                bail!("{}: the receiver holds module frames of {} bytes, {} at {} bits sends {}", buffers.display(), map.module_bytes, det.name(), wire.bits, det.module_bytes());
+            }
+            Ok(map.data_ports.iter().map(|&p| SocketAddr::new(a.target, p)).collect())
+        }
+        Receiving::Port(first) => {
+            let ports = a.modules as usize * det.ports();
+            if *first as usize + ports > 65_536 {
+                bail!("--port {first}: {ports} ports from there run past 65535");
+            }
+            Ok((0..ports).map(|k| SocketAddr::new(a.target, first + k as u16)).collect())
+        }
+    }
+}
+
 /// The described detector the daemon emulates (`--serve --detector`).
 fn served_native(a: &EmulateArgs, name: &str) -> anyhow::Result<detector::Native> {
     let request = NativeRequest {
@@ -187,26 +218,32 @@ fn served_native(a: &EmulateArgs, name: &str) -> anyhow::Result<detector::Native
     detector::Native::new(request, a.modules)
 }
 
+/// Where a described detector's packets go: the ports of a receiver's buffer map (which
+/// says its packets' size too), or consecutive ports from a first one.
+enum Receiving<'a> {
+    Map(&'a BufferMap, &'a std::path::Path),
+    Port(u16),
+}
+
 /// `rdaq emulate --detector`: a described detector's packets, port `p` of module `m` to the
 /// receiver's data port `m * ports + p`.
-fn emulate_described(a: &EmulateArgs, name: &str, map: &BufferMap, buffers: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn emulate_described(a: &EmulateArgs, name: &str, to: Receiving) -> anyhow::Result<ExitCode> {
     if a.loss + a.corrupt + a.duplicate + a.reorder > 0.0 || a.manifest.is_some() {
         bail!("--loss, --corrupt, --duplicate, --reorder and --manifest are settings of the rdaq modules, not of --detector");
     }
     let d = Description::load(name)?;
-    let link = match a.link.as_deref() {
-        Some(l) => l,
-        None => d.link_of_payload(map.payload_bytes as usize).with_context(|| format!("{}: the receiver takes {}-byte packets, which {} sends on no link", buffers.display(), map.payload_bytes, d.name))?,
+    let link = match (a.link.as_deref(), &to) {
+        (Some(l), _) => Some(l),
+        (None, Receiving::Map(map, buffers)) => Some(d.link_of_payload(map.payload_bytes as usize).with_context(|| format!("{}: the receiver takes {}-byte packets, which {} sends on no link", buffers.display(), map.payload_bytes, d.name))?),
+        (None, Receiving::Port(_)) => None,
     };
-    let wire = d.wire(a.bit_depth, Some(link)).map_err(|e| anyhow::anyhow!("--{} {}: {}", e.field.replace('_', "-"), e.value, e.why))?;
-    if wire.payload != map.payload_bytes as usize {
-        bail!("--link {link}: {}-byte packets, but the receiver of {} takes {}-byte packets", wire.payload, buffers.display(), map.payload_bytes);
-    }
-    let det = DescribedDetector::new(&d, &wire, map.modules, a.module_cols).map_err(|e| anyhow::anyhow!("--detector {name}: {e}"))?;
-    if det.module_bytes() != map.module_bytes {
-        bail!("{}: the receiver holds module frames of {} bytes, {} at {} bits sends {}", buffers.display(), map.module_bytes, d.name, wire.bits, det.module_bytes());
-    }
-    let dests: Vec<SocketAddr> = map.data_ports.iter().map(|&p| SocketAddr::new(a.target, p)).collect();
+    let wire = d.wire(a.bit_depth, link).map_err(|e| anyhow::anyhow!("--{} {}: {}", e.field.replace('_', "-"), e.value, e.why))?;
+    let modules = match &to {
+        Receiving::Map(map, _) => map.modules,
+        Receiving::Port(_) => a.modules,
+    };
+    let det = DescribedDetector::new(&d, &wire, modules, a.module_cols).map_err(|e| anyhow::anyhow!("--detector {name}: {e}"))?;
+    let dests = described_destinations(a, &det, &wire, &to)?;
     let progress = Arc::new(Control::default());
     let p2 = progress.clone();
     on_interrupt("rdaq emulate", "stopping", move || p2.stop.store(true, Ordering::Relaxed));
@@ -216,7 +253,7 @@ fn emulate_described(a: &EmulateArgs, name: &str, map: &BufferMap, buffers: &std
     let secs = r.elapsed.as_secs_f64();
     rdaq_run::summary::print_out(&format!(
         "rdaq emulate: {} modules of {} at {} bits x {} frames, {} datagrams of {} bytes, {:.3} GB in {:.3} s ({:.2} GB/s), late frames {}, refused {}\n",
-        map.modules, d.name, wire.bits, r.frames, r.sent.datagrams, wire.payload + rdaq_proto::SLS_HEADER_LEN, r.sent.bytes as f64 / 1e9, secs, r.sent.bytes as f64 / 1e9 / secs, r.late_frames, r.sent.refused
+        modules, d.name, wire.bits, r.frames, r.sent.datagrams, wire.payload + rdaq_proto::SLS_HEADER_LEN, r.sent.bytes as f64 / 1e9, secs, r.sent.bytes as f64 / 1e9 / secs, r.late_frames, r.sent.refused
     ));
     if r.sent.refused > 0 {
         eprintln!("rdaq emulate: {} sends were refused: nothing listened at the receiver's ports (exit 1)", r.sent.refused);
