@@ -19,7 +19,6 @@ use rdaq_run::remote;
 use rdaq_run::run::{recv_buffer_line, report_tuning};
 use rdaq_run::summary::Summary;
 use rdaq_run::{outputs, progress_bar};
-use rdaq_sink::NxmxMeta;
 
 use crate::acquire::{set, AcquireArgs};
 use crate::interrupt::{on_interrupt, Interrupts};
@@ -191,7 +190,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     for n in &setup.notes {
         eprintln!("rdaq receive: {n}");
     }
-    told_times(&a, &mut setup.meta)?;
+    (setup.meta.count_time_s, setup.meta.frame_time_s) = told_times(&a)?;
     if a.pedestal_run.is_some() {
         setup.chain.pedestal_run = Some(pedestal::start(&setup.chain)?);
     }
@@ -294,7 +293,8 @@ fn serve_datasets(a: ReceiveArgs, cfg: Config, addr: SocketAddr) -> anyhow::Resu
         data_root: a.data_root.clone().expect("--data-root given"),
         source: source(&a, &cfg)?,
         config: cfg,
-        count_time_s: told_count_time(&a)?,
+        // each dataset's arm gives the period
+        count_time_s: told_times(&a)?.0,
     };
     rdaq_control::service::receive::serve(opts)?;
     Ok(ExitCode::SUCCESS)
@@ -323,16 +323,8 @@ fn source(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<remote::Source> {
 
 /// What the user told of the series that the detector's packets do not say: the exposure
 /// and the period (not told: 0, unknown).
-fn told_times(a: &ReceiveArgs, meta: &mut NxmxMeta) -> anyhow::Result<()> {
+fn told_times(a: &ReceiveArgs) -> anyhow::Result<(f64, f64)> {
     let (count, frame) = (a.count_time_s.unwrap_or(0.0), a.frame_time_s.unwrap_or(0.0));
     rdaq_proto::times::check(count, frame).map_err(|(field, why)| anyhow::anyhow!("--{}: {why}", field.replace('_', "-")))?;
-    (meta.count_time_s, meta.frame_time_s) = (count, frame);
-    Ok(())
-}
-
-/// The exposure the user told (not told: 0, unknown); each dataset's arm gives the period.
-fn told_count_time(a: &ReceiveArgs) -> anyhow::Result<f64> {
-    let count = a.count_time_s.unwrap_or(0.0);
-    rdaq_proto::times::check(count, 0.0).map_err(|(_, why)| anyhow::anyhow!("--count-time-s: {why}"))?;
-    Ok(count)
+    Ok((count, frame))
 }

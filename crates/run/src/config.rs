@@ -272,7 +272,7 @@ impl Config {
 }
 
 /// Puts the tables and values of `over` into `doc`, table by table.
-fn merge(doc: &mut toml::Table, over: toml::Table) {
+pub fn merge(doc: &mut toml::Table, over: toml::Table) {
     for (k, v) in over {
         match (doc.get_mut(&k), v) {
             (Some(toml::Value::Table(d)), toml::Value::Table(o)) => merge(d, o),

@@ -165,18 +165,13 @@ impl Worker<'_> {
     }
 }
 
-/// The receivers' configuration sections with the dataset's metadata over them (section by
-/// section); none when there is neither.
+/// The receivers' configuration sections with the dataset's metadata over them; none when
+/// there is neither.
 fn with_metadata(sections: Option<toml::Table>, metadata: toml::Table) -> Option<toml::Table> {
     if metadata.is_empty() {
         return sections;
     }
     let mut all = sections.unwrap_or_default();
-    for (name, values) in metadata {
-        let section = all.entry(name).or_insert_with(|| toml::Table::new().into());
-        if let (Some(s), toml::Value::Table(v)) = (section.as_table_mut(), values) {
-            s.extend(v);
-        }
-    }
+    rdaq_run::config::merge(&mut all, metadata);
     Some(all)
 }
