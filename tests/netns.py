@@ -36,7 +36,7 @@ class Hosts:
         for i, name in enumerate(names):
             ns = self._ns(name)
             a, b = f"{self.tag}a{i}", f"{self.tag}b{i}"
-            run("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+            run("ip", "link", "add", a, "address", self._mac(i), "type", "veth", "peer", "name", b)
             run("ip", "link", "set", a, "netns", ns)
             run("ip", "link", "set", b, "netns", self.sw)
             run("ip", "-n", ns, "link", "set", a, "name", "eth0")
@@ -46,6 +46,20 @@ class Hosts:
             addr = f"10.213.7.{i + 1}"
             run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
             self.addr[name] = addr
+        self._neighbours(names)
+
+    @staticmethod
+    def _mac(i):
+        return f"02:72:64:71:07:{i + 1:02x}"
+
+    def _neighbours(self, names):
+        """Permanent neighbour entries: without them a burst's first datagrams wait for ARP,
+        and on a busy machine the kernel's small queue of unresolved packets drops them."""
+        for name in names:
+            for j, other in enumerate(names):
+                if other != name:
+                    run("ip", "-n", f"{self.tag}{name}", "neigh", "replace", self.addr[other],
+                        "lladdr", self._mac(j), "dev", "eth0", "nud", "permanent")
 
     def _ns(self, name):
         ns = f"{self.tag}{name}"

@@ -29,6 +29,10 @@ fn ip(args: &[&str]) -> io::Result<()> {
     }
 }
 
+// Locally administered; each pair is alone on its link, so every pair may use the same two.
+const SENDER_MAC: &str = "02:72:64:61:71:01";
+const RECEIVER_MAC: &str = "02:72:64:61:71:02";
+
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
 impl VethPair {
@@ -46,18 +50,28 @@ impl VethPair {
         ip(&["netns", "add", &a])?;
         ip(&["netns", "add", &b])?;
         let mtu = mtu.to_string();
-        ip(&["link", "add", &ia, "netns", &a, "mtu", &mtu, "type", "veth", "peer", "name", &ib, "netns", &b, "mtu", &mtu])?;
+        ip(&["link", "add", &ia, "netns", &a, "mtu", &mtu, "address", SENDER_MAC, "type", "veth", "peer", "name", &ib, "netns", &b, "mtu", &mtu, "address", RECEIVER_MAC])?;
         for (ns, itf, addr) in [(&a, &ia, "10.99.0.1/24"), (&b, &ib, "10.99.0.2/24")] {
             ip(&["-n", ns, "addr", "add", addr, "dev", itf])?;
             ip(&["-n", ns, "link", "set", itf, "up"])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
+        pair.neighbour(&pair.sender_ns, &pair.sender_if, pair.receiver_ip, RECEIVER_MAC)?;
+        pair.neighbour(&pair.receiver_ns, &pair.receiver_if, pair.sender_ip, SENDER_MAC)?;
         Ok(pair)
     }
 
     /// Gives the sender side one more address (a second host on the same link).
     pub fn add_sender_ip(&self, addr: Ipv4Addr) -> io::Result<()> {
-        ip(&["-n", &self.sender_ns, "addr", "add", &format!("{addr}/24"), "dev", &self.sender_if])
+        ip(&["-n", &self.sender_ns, "addr", "add", &format!("{addr}/24"), "dev", &self.sender_if])?;
+        self.neighbour(&self.receiver_ns, &self.receiver_if, addr, SENDER_MAC)
+    }
+
+    /// A permanent neighbour entry: without it the first datagrams wait for ARP, and on a
+    /// busy machine the kernel's small queue of unresolved packets drops all but the last few
+    /// of a burst before the reply comes.
+    fn neighbour(&self, ns: &str, itf: &str, addr: Ipv4Addr, mac: &str) -> io::Result<()> {
+        ip(&["-n", ns, "neigh", "replace", &addr.to_string(), "lladdr", mac, "dev", itf, "nud", "permanent"])
     }
 
     /// Moves the calling thread into namespace `ns` (threads it starts later follow).
