@@ -135,6 +135,37 @@ def test_tango_without_a_database_arms_acquires_and_reads_the_counters(ioc):
     assert dev.FrameslostRbv == 0
 
 
+def test_tango_with_lima_names_and_a_state_that_follows(ioc):
+    """LImA's attribute and command names; State RUNNING while the dataset is under way and
+    ON once stopped; acq_status Running, then Ready."""
+    import tango
+    _, port, svc, root, _ = ioc
+    dev = tango.DeviceProxy(tango_url(port))
+    dev.acq_nb_frames = 400
+    dev.acq_expo_time = 0.002
+    dev.saving_directory = "lima"
+    dev.saving_prefix = "l"
+    dev.Process = False
+    dev.AcquirePeriod = 0.01
+    assert (dev.NumImages, dev.AcquireTime, dev.FilePath) == (400, 0.002, "lima")
+    assert dev.last_image_saved == -1
+    dev.startAcq()
+    deadline = time.monotonic() + 20
+    while dev.State() != tango.DevState.RUNNING or dev.last_image_saved < 4:
+        assert time.monotonic() < deadline, (dev.State(), dev.last_image_saved)
+        time.sleep(0.1)
+    assert dev.acq_status == "Running"
+    dev.stopAcq()
+    d = svc.wait("idle")["dataset"]
+    assert d["cancelled"] and d["master"] == str(root / "lima" / "l_master.h5")
+    assert d["request"]["count_time_s"] == 0.002
+    deadline = time.monotonic() + 10
+    while dev.State() != tango.DevState.ON:
+        assert time.monotonic() < deadline, dev.State()
+        time.sleep(0.1)
+    assert dev.acq_status == "Ready" and dev.last_image_saved == d["frames_written"] - 1
+
+
 def test_a_client_that_goes_away_changes_nothing_and_cancel_works(ioc):
     ctx, _, svc, _, _ = ioc
     from p4p.client.thread import Context
@@ -151,12 +182,25 @@ def test_a_client_that_goes_away_changes_nothing_and_cancel_works(ioc):
     assert d["cancelled"] and 5 <= d["frames_written"] < 500
 
 
+def ca_severity(name):
+    from caproto import ChannelType
+    from caproto.sync.client import read
+    return read(f"{PREFIX}:{name}", data_type=ChannelType.TIME_LONG, repeater=False).metadata.severity
+
+
+def pva_severity(ctx, name):
+    return ctx.get(f"{PREFIX}:{name}").raw["alarm.severity"]
+
+
 def test_the_state_says_when_the_service_does_not_answer(ioc):
     """ADDriver's states: Idle, then Disconnected (with the reason) within seconds of the
-    service going silent, and Idle again once it answers."""
-    ctx, _, svc, root, procs = ioc
+    service going silent, every readback INVALID on both EPICS transports and the Tango
+    State UNKNOWN; Idle, ON and no alarm again once it answers."""
+    import tango
+    ctx, port, svc, root, procs = ioc
+    dev = tango.DeviceProxy(tango_url(port))
     get = lambda n: str(ctx.get(f"{PREFIX}:{n}"))  # noqa: E731
-    assert get("DetectorState_RBV") == "Idle"
+    assert get("DetectorState_RBV") == "Idle" and dev.State() == tango.DevState.ON
     manager = procs[-1]
     os.kill(manager.pid, signal.SIGSTOP)
     try:
@@ -165,6 +209,11 @@ def test_the_state_says_when_the_service_does_not_answer(ioc):
             assert time.monotonic() < deadline, get("DetectorState_RBV")
             time.sleep(0.2)
         assert ctx.get(f"{PREFIX}:StatusMessage_RBV").raw.value.startswith("service unreachable")
+        for name in ("NumCaptured_RBV", "DetectorState_RBV", "NumImages_RBV", "FramesLost_RBV"):
+            assert pva_severity(ctx, name) == 3, name
+        assert ca_severity("NumCaptured_RBV") == 3 and ca_severity("DetectorState_RBV") == 3
+        assert dev.State() == tango.DevState.UNKNOWN and dev.acq_status == "Fault"
+        assert "service unreachable" in dev.Status()
     finally:
         os.kill(manager.pid, signal.SIGCONT)
     deadline = time.monotonic() + 20
@@ -172,3 +221,57 @@ def test_the_state_says_when_the_service_does_not_answer(ioc):
         assert time.monotonic() < deadline, get("DetectorState_RBV")
         time.sleep(0.2)
     assert ctx.get(f"{PREFIX}:StatusMessage_RBV").raw.value == ""
+    assert pva_severity(ctx, "NumCaptured_RBV") == 0 and ca_severity("NumCaptured_RBV") == 0
+    assert dev.State() == tango.DevState.ON and dev.acq_status == "Ready"
+
+
+def test_a_refused_acquire_fails_the_put_and_says_why(ioc):
+    """Existing files: the PVA put fails, the CA put leaves Acquire in MAJOR alarm, and
+    StatusMessage_RBV says why; ImageMode Continuous is refused the same way."""
+    from caproto import ChannelType
+    from caproto.sync.client import read, write
+    from p4p.client.thread import RemoteError
+    ctx, _, svc, root, _ = ioc
+    for name, value in (("NumImages", 2), ("FileName", "twice"), ("Process", False)):
+        ctx.put(f"{PREFIX}:{name}", value)
+    ctx.put(f"{PREFIX}:Acquire", True)
+    wait_idle(lambda n: ctx.get(f"{PREFIX}:{n}"), 2)
+    with pytest.raises(RemoteError):
+        ctx.put(f"{PREFIX}:Acquire", True)
+    assert "overwrite" in ctx.get(f"{PREFIX}:StatusMessage_RBV").raw.value
+    write(f"{PREFIX}:Acquire", 1, notify=True, repeater=False)
+    assert read(f"{PREFIX}:Acquire", data_type=ChannelType.TIME_ENUM, repeater=False).metadata.severity == 2
+    ctx.put(f"{PREFIX}:FileName", "continuous")
+    ctx.put(f"{PREFIX}:ImageMode", "Continuous")
+    with pytest.raises(RemoteError):
+        ctx.put(f"{PREFIX}:Acquire", True)
+    assert "Continuous" in ctx.get(f"{PREFIX}:StatusMessage_RBV").raw.value
+    assert svc.acquisition()["dataset"]["request"]["prefix"] == "twice"
+    with pytest.raises(RemoteError):
+        ctx.put(f"{PREFIX}:NumExposures", 2)
+    assert ctx.get(f"{PREFIX}:NumExposures_RBV") == 1
+
+
+def test_external_triggers_single_images_and_numbered_files(ioc):
+    """TriggerMode External: Acquire arms and waits (Waiting, Acquire_RBV 1) for triggers
+    from elsewhere; ImageMode Single takes one frame per trigger; AutoIncrement numbers the
+    files; the counters count the frames."""
+    ctx, _, svc, root, _ = ioc
+    get = lambda n: ctx.get(f"{PREFIX}:{n}")  # noqa: E731
+    for name, value in (("TriggerMode", "External"), ("ImageMode", "Single"), ("NumImages", 50), ("NumTriggers", 2),
+                        ("AutoIncrement", True), ("FileNumber", 7), ("FileName", "ext"), ("Process", False)):
+        ctx.put(f"{PREFIX}:{name}", value)
+    ctx.put(f"{PREFIX}:Acquire", True)
+    deadline = time.monotonic() + 20
+    while str(get("DetectorState_RBV")) != "Waiting" or not get("Acquire_RBV"):
+        assert time.monotonic() < deadline, (get("DetectorState_RBV"), get("Acquire_RBV"))
+        time.sleep(0.1)
+    assert get("FileNumber_RBV") == 8
+    for _ in range(2):
+        svc.trigger()
+        svc.wait(("armed", "idle"))
+    wait_idle(get, 2)
+    master = get("FullFileName_RBV").raw.value
+    assert master == str(root / "ext_007_master.h5")
+    assert frames_as_sent(master) == [0, 1]
+    assert get("NumImagesCounter_RBV") == 2 and get("ArrayCounter_RBV") == 2 and not get("Acquire_RBV")

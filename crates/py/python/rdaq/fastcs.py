@@ -6,33 +6,44 @@ AttrRW / transport API is the one written against).
 
     python -m rdaq.fastcs --service http://127.0.0.1:7200 --prefix BL01:RDAQ --tango-port 18000
 
-PVs (``<prefix>:<name>``; settings have a ``_RBV`` readback):
+PVs (``<prefix>:<name>``; settings have a ``_RBV`` readback; docs/control-systems.md maps
+each to its areaDetector and LImA counterpart):
 
-- ``Acquire`` (1: arm the dataset below and send its triggers, one after the other; 0:
-  cancel), ``NumImages`` (frames per trigger), ``NumTriggers``, ``AcquirePeriod`` (s; 0: as
-  fast as the detector goes), ``AcquireTime`` (each frame's exposure, s; 0: unknown),
-  ``FilePath`` (the directory under the service's data root), ``FileName`` (the files'
-  prefix), ``Process`` (online processing on or off);
-- ``NumCaptured_RBV`` (frames written), ``DetectorState_RBV`` (ADDriver's states and
-  indices: Idle, Acquire, Waiting (armed for a trigger), Error, Aborted (after a cancel),
-  Disconnected (the service does not answer)), ``StatusMessage_RBV`` (why it is in Error or
-  Disconnected; at Idle, a warning when the last dataset lost frames), ``FullFileName_RBV``
-  (the master of the last dataset), ``FrameRate_RBV`` (frames written per second), ``FramesLost_RBV`` and
-  ``FramesIncomplete_RBV`` (of the last dataset), ``DatagramsDropped_RBV`` (the receivers'
-  counters), ``HitRate_RBV`` and ``SpotsPerFrame_RBV`` (online processing).
+- ``Acquire`` (1: arm the dataset below and, with ``TriggerMode`` Internal, send its
+  triggers one after the other; 0: cancel; the readback is 1 while a dataset is under way),
+  ``ImageMode`` (Single: one frame per trigger; Multiple: ``NumImages``; Continuous is
+  refused), ``TriggerMode`` (Internal; External: the triggers come from elsewhere),
+  ``NumImages`` (frames per trigger), ``NumTriggers``, ``NumExposures`` (1),
+  ``AcquirePeriod`` (s; 0: as fast as the detector goes), ``AcquireTime`` (each frame's
+  exposure, s; 0: unknown), ``FilePath`` (the directory under the service's data root),
+  ``FileName`` (the files' prefix), ``FileNumber`` and ``AutoIncrement`` (1: the prefix is
+  ``<FileName>_<FileNumber, 3 digits>`` and FileNumber counts up at each arm), ``Process``
+  (online processing on or off), ``ArrayCounter`` (frames written since it was set);
+- ``NumCaptured_RBV`` and ``NumImagesCounter_RBV`` (frames written in the dataset),
+  ``DetectorState_RBV`` (ADDriver's states and indices: Idle, Acquire, Waiting (armed for a
+  trigger), Error, Aborted (after a cancel), Disconnected (the service does not answer)),
+  ``StatusMessage_RBV`` (why it is in Error or Disconnected; at Idle, a warning when the last
+  dataset lost frames), ``FullFileName_RBV`` (the master of the last dataset),
+  ``FrameRate_RBV`` (frames written per second), ``FramesLost_RBV`` and
+  ``FramesIncomplete_RBV`` (of the last dataset), ``DatagramsDropped_RBV`` (the dataset's),
+  ``HitRate_RBV`` and ``SpotsPerFrame_RBV`` (online processing).
+
+A refused put (the service says why: existing files, a bad path, a dataset under way) fails
+on PV Access and leaves the PV in MAJOR alarm on Channel Access, with the reason in
+``StatusMessage_RBV``. While the service does not answer, every readback is in INVALID alarm
+(communication).
 
 The Tango device has the same attributes, named as FastCS names them for Tango (``Acquire``,
-``NumImages``, ..., ``NumcapturedRbv`` for ``NumCaptured_RBV``). ``--tango-port`` serves it
-without a Tango database (pytango's device test context), as ``<prefix with / for :>``.
+``NumImages``, ..., ``NumcapturedRbv`` for ``NumCaptured_RBV``), LImA's names beside them
+(rdaq.fastcs_tango), and a State that follows the acquisition (ON, RUNNING, FAULT, UNKNOWN
+when the service does not answer). ``--tango-port`` serves it without a Tango database
+(pytango's device test context), as ``<prefix with / for :>``.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import enum
 import signal
-import threading
 import time
 from dataclasses import dataclass
 
@@ -42,39 +53,15 @@ from fastcs.datatypes import Bool, Enum, Float, Int, String
 from fastcs.methods import scan
 
 from .control import ApiError, Service
+from .fastcs_alarm import Readbacks, record_pva_readbacks
+from .fastcs_state import DetectorState, ImageMode, TriggerMode
 
-__all__ = ["RdaqController", "DetectorState", "main"]
+__all__ = ["RdaqController", "DetectorState", "ImageMode", "TriggerMode", "main"]
 
 #: how often the PVs follow the service, and how long one look may take before the
 #: service counts as unreachable
 SCAN_S = 0.2
 LOOK_TIMEOUT_S = 2.0
-
-
-class DetectorState(enum.Enum):
-    """areaDetector's ADDriver states, with its indices (what a beamline screen and ophyd's
-    ``ADBase`` expect); the service's states map onto them (``of``)."""
-
-    Idle = 0
-    Acquire = 1
-    Readout = 2
-    Correct = 3
-    Saving = 4
-    Aborting = 5
-    Error = 6
-    Waiting = 7
-    Initializing = 8
-    Disconnected = 9
-    Aborted = 10
-
-    @classmethod
-    def of(cls, acquisition: dict) -> DetectorState:
-        """``idle`` (``Aborted`` after a cancelled dataset), ``armed`` (``Waiting`` for a
-        trigger), ``acquiring`` (``Acquire``), ``error``."""
-        state, d = acquisition["state"], acquisition["dataset"] or {}
-        if state == "idle":
-            return cls.Aborted if d.get("cancelled") else cls.Idle
-        return {"armed": cls.Waiting, "acquiring": cls.Acquire, "error": cls.Error}[state]
 
 
 @dataclass
@@ -91,19 +78,38 @@ class _AcquireIO(AttributeIO[bool, _Acquire]):
         await self.controller.put_acquire(bool(value))
 
 
+@dataclass
+class _OneExposure(AttributeIORef):
+    """``NumExposures``: areaDetector's exposures per frame; rdaq's frames are one each."""
+
+
+class _OneExposureIO(AttributeIO[int, _OneExposure]):
+    async def send(self, attr, value):
+        if value != 1:
+            raise ValueError(f"NumExposures {value}: each frame is one exposure (1)")
+        await attr.update(value)
+
+
 class RdaqController(Controller):
     """The acquisition service at ``url`` as areaDetector-style attributes (their
     descriptions fit Channel Access's 40-character DESC)."""
 
     acquire = AttrRW(Bool(), io_ref=_Acquire(), description="1: arm and trigger; 0: cancel")
+    image_mode = AttrRW(Enum(ImageMode), initial_value=ImageMode.Multiple, description="Single: 1 frame per trigger")
+    trigger_mode = AttrRW(Enum(TriggerMode), initial_value=TriggerMode.Internal, description="External: triggers come from elsewhere")
     num_images = AttrRW(Int(min=1), initial_value=1, description="Frames per trigger")
     num_triggers = AttrRW(Int(min=1), initial_value=1, description="Triggers of the dataset")
+    num_exposures = AttrRW(Int(min=1), io_ref=_OneExposure(), initial_value=1, description="Exposures per frame (1)")
     acquire_period = AttrRW(Float(units="s", min=0.0, prec=6), initial_value=0.0, description="Frame period (0: fastest)")
     acquire_time = AttrRW(Float(units="s", min=0.0, prec=6), initial_value=0.0, description="Exposure per frame (0: unknown)")
     file_path = AttrRW(String(length=256), initial_value="", description="Directory under the data root")
     file_name = AttrRW(String(length=200), initial_value="rdaq", description="Prefix of the dataset's files")
+    file_number = AttrRW(Int(min=0), initial_value=0, description="Next number in the prefix")
+    auto_increment = AttrRW(Bool(), initial_value=False, description="1: prefix FileName_FileNumber")
     process = AttrRW(Bool(), initial_value=True, description="Online processing on or off")
+    array_counter = AttrRW(Int(min=0), initial_value=0, description="Frames written since set")
     NumCaptured_RBV = AttrR(Int(), description="Frames written in the dataset")
+    NumImagesCounter_RBV = AttrR(Int(), description="Frames written in the dataset")
     DetectorState_RBV = AttrR(Enum(DetectorState))
     StatusMessage_RBV = AttrR(String(length=256), description="Error, or the last dataset's warning")
     FullFileName_RBV = AttrR(String(length=256), description="Master file of the last dataset")
@@ -114,38 +120,57 @@ class RdaqController(Controller):
     HitRate_RBV = AttrR(Float(), description="Hits per signal frame")
     SpotsPerFrame_RBV = AttrR(Float(), description="Bragg spots per signal frame")
 
-    def __init__(self, url: str, token: str | None = None):
-        super().__init__(ios=[_AcquireIO(self)])
+    def __init__(self, url: str, token: str | None = None, prefix: str = "RDAQ"):
+        super().__init__(ios=[_AcquireIO(self), _OneExposureIO()])
+        self.set_path([prefix])
         self.service = Service(url, token=token)
         # the scan's own client: a service that does not answer is seen within seconds
         self._look = Service(url, token=token, timeout=LOOK_TIMEOUT_S)
+        self._readbacks = Readbacks(prefix, self)
         self._triggers: asyncio.Task | None = None
         self._rate = (0, time.monotonic())
+        # (dataset number, frames written) last counted into ArrayCounter
+        self._counted: tuple[int, int] | None = None
 
     async def connect(self):
         await asyncio.to_thread(self.service.acquisition)
         await super().connect()
 
     async def put_acquire(self, on: bool):
-        """Acquire = 1 arms the dataset the settings describe and sends its triggers one
-        after the other; Acquire = 0 cancels it. A refusal shows in StatusMessage_RBV."""
+        """Acquire = 1 arms the dataset the settings describe and, with internal triggers,
+        sends its triggers one after the other; Acquire = 0 cancels it. A refusal shows in
+        StatusMessage_RBV and fails the put."""
         try:
             if on:
                 await self._arm()
-                self._triggers = asyncio.ensure_future(self._send_triggers())
+                if self.trigger_mode.get() == TriggerMode.Internal:
+                    self._triggers = asyncio.ensure_future(self._send_triggers())
             else:
                 if self._triggers is not None:
                     self._triggers.cancel()
                 await asyncio.to_thread(self.service.cancel)
-        except ApiError as e:
-            await self.StatusMessage_RBV.update(e.message[:256])
+        except (ApiError, ValueError) as e:
+            await self.StatusMessage_RBV.update(getattr(e, "message", str(e))[:256])
             raise
         await self.acquire.update(on)
 
+    def _frames_per_trigger(self) -> int:
+        mode = self.image_mode.get()
+        if mode == ImageMode.Continuous:
+            raise ValueError("ImageMode Continuous: a dataset has a frame count (Single or Multiple)")
+        return 1 if mode == ImageMode.Single else self.num_images.get()
+
+    def _prefix(self) -> str:
+        if not self.auto_increment.get():
+            return self.file_name.get()
+        return f"{self.file_name.get()}_{self.file_number.get():03d}"
+
     async def _arm(self):
-        await asyncio.to_thread(self.service.arm, frames_per_trigger=self.num_images.get(), prefix=self.file_name.get(),
+        await asyncio.to_thread(self.service.arm, frames_per_trigger=self._frames_per_trigger(), prefix=self._prefix(),
                                 triggers=self.num_triggers.get(), period_s=self.acquire_period.get(), count_time_s=self.acquire_time.get(),
                                 directory=self.file_path.get(), process=self.process.get())
+        if self.auto_increment.get():
+            await self.file_number.put(self.file_number.get() + 1, sync_setpoint=True)
         await self.StatusMessage_RBV.update("")
 
     async def _send_triggers(self):
@@ -158,15 +183,19 @@ class RdaqController(Controller):
 
     @scan(SCAN_S)
     async def follow(self):
-        """The PVs brought up to the service; an unreachable service says so and retries."""
+        """The PVs brought up to the service; an unreachable service says so, with every
+        readback INVALID, and is asked again."""
         try:
             a = await asyncio.to_thread(self._look.acquisition)
         except (ApiError, OSError) as e:
-            await self.StatusMessage_RBV.update(f"service unreachable: {getattr(e, 'message', e)}"[:256])
+            message = f"service unreachable: {getattr(e, 'message', e)}"[:256]
+            await self.StatusMessage_RBV.update(message)
             await self.DetectorState_RBV.update(DetectorState.Disconnected)
+            self._readbacks.invalid(message)
             return
         if self.StatusMessage_RBV.get().startswith("service unreachable"):
             await self.StatusMessage_RBV.update("")
+        self._readbacks.valid()
         await self._show(a)
 
     async def _show(self, a):
@@ -176,6 +205,8 @@ class RdaqController(Controller):
         d = a["dataset"] or {}
         written = d.get("frames_written", 0)
         await self.NumCaptured_RBV.update(written)
+        await self.NumImagesCounter_RBV.update(written)
+        await self._count_arrays(d.get("number", 0), written)
         summary = d.get("summary")
         if summary:
             await self.FullFileName_RBV.update(d["master"][:256])
@@ -196,52 +227,21 @@ class RdaqController(Controller):
             await self.StatusMessage_RBV.update((a["error"] or "")[:256])
         elif summary and d.get("warning") and state in (DetectorState.Idle, DetectorState.Aborted):
             await self.StatusMessage_RBV.update(f"warning: {d['warning']}"[:256])
-        # between two of its triggers the dataset is armed, and still under way
-        sending = self._triggers is not None and not self._triggers.done()
-        busy = state == DetectorState.Acquire or (state == DetectorState.Waiting and sending)
+        # armed between triggers (or for external ones), the dataset is under way
+        busy = state in (DetectorState.Acquire, DetectorState.Waiting)
         if self.acquire.get() != busy:
             await self.acquire.update(busy)
         await self.DetectorState_RBV.update(state)
 
-
-def _tango_transport(port: int, name: str, on_stop):
-    """A FastCS transport serving the controller as Tango device ``name`` on ``port``,
-    without a Tango database (pytango's DeviceTestContext). Tango's server takes SIGTERM and
-    SIGINT for itself and stops: ``on_stop`` is called then, to stop the rest."""
-    from fastcs.transports import Transport
-    from fastcs.transports.tango.dsr import TangoDSR
-    from tango.test_context import DeviceTestContext
-
-    class TangoNoDbTransport(Transport):
-        def connect(self, controller_apis, loop):
-            # the device class is named after the controller's id, which is the PV prefix
-            # (with ':'): Tango takes a plain name
-            apis = [dataclasses.replace(api, path=["RdaqDetector"]) for api in controller_apis]
-            self._dsr = TangoDSR(apis, loop)
-
-        async def serve(self):
-            stop = threading.Event()
-            try:
-                await asyncio.to_thread(self._run, stop)
-            finally:
-                stop.set()
-            on_stop()
-
-        def _run(self, stop):
-            context = DeviceTestContext(self._dsr._devices[0], device_name=name, host="127.0.0.1", port=port, process=False)
-            context.start()
-            try:
-                while not stop.wait(0.2) and context.thread.is_alive():
-                    pass
-            finally:
-                # a server that took a signal has stopped already (and cannot be asked to)
-                if context.thread.is_alive():
-                    context.stop()
-
-        def __repr__(self):
-            return f"TangoNoDbTransport(tango://127.0.0.1:{port}/{name}#dbase=no)"
-
-    return TangoNoDbTransport()
+    async def _count_arrays(self, number: int, written: int):
+        """ArrayCounter counts on by the frames written since the last look (the datasets
+        that ended before the IOC started are not counted)."""
+        if self._counted is not None:
+            seen_number, seen = self._counted
+            new = written - seen if number == seen_number else written
+            if new > 0:
+                await self.array_counter.update(self.array_counter.get() + new)
+        self._counted = (number, written)
 
 
 def main(argv=None):
@@ -261,8 +261,8 @@ def main(argv=None):
         Service(a.service, token=a.token).acquisition()
     except ApiError as e:
         ap.exit(2, f"rdaq.fastcs: --service: {e}\n")
-    controller = RdaqController(a.service, token=a.token)
-    controller.set_path([a.prefix])
+    controller = RdaqController(a.service, token=a.token, prefix=a.prefix)
+    record_pva_readbacks()
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     served = []
@@ -274,7 +274,8 @@ def main(argv=None):
     if a.tango_port:
         parts = a.prefix.replace(":", "/").split("/")
         name = a.tango_name or "/".join((parts + ["1", "1"])[:3])
-        transports.append(_tango_transport(a.tango_port, name, lambda: served[0].cancel()))
+        from .fastcs_tango import tango_transport
+        transports.append(tango_transport(controller, a.tango_port, name, lambda: served[0].cancel()))
     if not transports:
         ap.error("nothing to serve: --no-ca and --no-pva without --tango-port")
     served.append(loop.create_task(FastCS(controller, transports, loop).serve(interactive=False)))
