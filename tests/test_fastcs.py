@@ -275,3 +275,19 @@ def test_external_triggers_single_images_and_numbered_files(ioc):
     assert master == str(root / "ext_007_master.h5")
     assert frames_as_sent(master) == [0, 1]
     assert get("NumImagesCounter_RBV") == 2 and get("ArrayCounter_RBV") == 2 and not get("Acquire_RBV")
+
+
+def test_the_docs_list_every_pv_the_ioc_serves():
+    """docs/control-systems.md's PV table names exactly the IOC's PVs."""
+    import re
+    from pathlib import Path
+
+    from fastcs.util import snake_to_pascal
+    from rdaq.fastcs import RdaqController
+
+    text = (Path(__file__).parent.parent / "docs" / "control-systems.md").read_text()
+    table = text[text.index("| PV (`PREFIX:` ...) |"):]
+    table = table[:table.index("\n\n")]
+    documented = {name for row in table.splitlines()[2:] for name in re.findall(r"`([A-Za-z_]+)`", row.split("|")[1])}
+    served = {snake_to_pascal(name) for name in RdaqController("http://127.0.0.1:1").attributes}
+    assert documented == served
