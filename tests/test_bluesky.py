@@ -116,3 +116,55 @@ def test_two_runs_make_two_datasets(bluesky):
     RE(bp.count([det], num=2))
     second = svc.acquisition()["dataset"]
     assert second["number"] == first["number"] + 1 and second["master"] != first["master"]
+
+
+def test_external_edge_triggers_from_elsewhere(bluesky):
+    """EXTERNAL_EDGE: the dataset takes one frame per trigger, and the kickoff's wait ends
+    when the triggers sent from elsewhere (here a thread calling the service) brought them;
+    the exposure is the detector's acquire_time when the TriggerInfo gives no livetime."""
+    import threading
+    import time
+
+    from ophyd_async.core import DetectorTrigger
+    RE, det, _, docs, svc = bluesky
+    RE(bps.mv(det.acquire_time, 0.002))
+
+    failed = []
+
+    def hardware():
+        try:
+            deadline = time.monotonic() + 60
+            while svc.acquisition()["state"] != "armed":
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            for _ in range(5):
+                svc.trigger()
+                svc.wait(("armed", "idle"))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            failed.append(e)
+
+    sender = threading.Thread(target=hardware, daemon=True)
+
+    @bpp.stage_decorator([det])
+    @bpp.run_decorator()
+    def fly():
+        yield from bps.prepare(det, TriggerInfo(number_of_events=5, trigger=DetectorTrigger.EXTERNAL_EDGE), wait=True)
+        sender.start()
+        yield from bps.declare_stream(det, name="primary", collect=True)
+        yield from bps.kickoff(det, wait=True)
+        yield from bps.collect_while_completing(flyers=[det], dets=[det], flush_period=0.2)
+
+    RE(fly())
+    sender.join(timeout=30)
+    assert not failed and not sender.is_alive()
+    check(docs, 1, 5)
+    d = svc.acquisition()["dataset"]
+    assert (d["request"]["frames_per_trigger"], d["request"]["count_time_s"], d["triggers_done"]) == (1, 0.002, 5)
+    values = {}
+
+    def read():
+        values["counter"] = yield from bps.rd(det.image_counter)
+        values["file"] = yield from bps.rd(det.file_path)
+
+    RE(read())
+    assert values == {"counter": 5, "file": d["master"]}

@@ -17,8 +17,13 @@ first ``trigger`` without one) arms an open-ended dataset (``triggers`` 0) named
 provider, with as many frames per trigger as the ``TriggerInfo`` asks for exposures (the
 ``collections_per_event`` of a step scan's point, the whole of a fly scan's kickoff) and
 its ``livetime + deadtime`` as the frame period; each ``trigger`` or ``kickoff`` is one
-service trigger; ``unstage`` disarms, which closes the dataset's files normally. Only
-internal triggers. The documents are StreamResource (the dataset's NXmx master,
+service trigger; ``unstage`` disarms, which closes the dataset's files normally. External
+edge triggers (``DetectorTrigger.EXTERNAL_EDGE``) arm one frame per trigger and let each
+``trigger`` or ``kickoff`` wait for its frames, which triggers from elsewhere start (the
+service's ``/trigger``, from a fly-scan controller, or a detector's trigger input); gates
+(``EXTERNAL_LEVEL``) are not supported. The exposure is ``livetime``, else the detector's
+``acquire_time``; ``image_counter`` is the dataset's frames written and ``file_path`` its
+master. The documents are StreamResource (the dataset's NXmx master,
 ``/entry/data/data``, one frame per collection) and StreamDatum, counted by the frames the
 service says were written.
 
@@ -67,8 +72,10 @@ class _Link:
         self.period_s = 0.0
         self.count_time_s = 0.0
         self.named = None  # (directory, prefix) of the dataset armed
-        self.triggers = 0  # triggers sent to the dataset armed
+        self.triggers = 0  # triggers sent (or, external, waited for) in the dataset armed
+        self.external = 0  # external triggers: the frames each trigger or kickoff waits for
         self.written, self.set_written = soft_signal_r_and_setter(int, initial_value=0)
+        self.file_path, self.set_file_path = soft_signal_r_and_setter(str, initial_value="")
         self.poller = None
 
     async def call(self, method, *args, **kwargs):
@@ -95,54 +102,76 @@ class _Link:
                 _log.warning("rdaq: dataset %s: %s", d["master"], d["warning"])
         self.named, self.triggers = None, 0
 
-    async def follow(self):
-        """Brings the written count up to the service's until the trigger under way ends."""
+    async def follow(self, frames=None):
+        """Brings the written count up to the service's until the trigger under way ends
+        or, with ``frames``, until the dataset has written that many."""
         while True:
             a = await self.call("acquisition")
             d = a["dataset"] or {}
-            self.set_written(d.get("frames_written", 0))
-            if a["state"] != "acquiring":
+            written = d.get("frames_written", 0)
+            self.set_written(written)
+            if frames is None and a["state"] != "acquiring":
+                return a
+            if frames is not None and (written >= frames or a["state"] in ("idle", "error")):
                 return a
             await asyncio.sleep(POLL_S)
 
 
 class _Trigger(DetectorTriggerLogic):
-    """Internal triggers only: ``num`` frames per service trigger, ``livetime + deadtime``
-    apart. A plan that does not prepare takes ``frames_per_point`` frames per point,
-    ``period_s`` apart (with ``OPHYD_ASYNC_PRESERVE_DETECTOR_STATE=YES``, as for
-    ophyd-async's areaDetectors)."""
+    """Internal triggers: ``num`` frames per service trigger, ``livetime + deadtime`` apart;
+    external edges: one frame per trigger from elsewhere. A plan that does not prepare
+    takes ``frames_per_point`` frames per point, ``period_s`` apart, each ``acquire_time``
+    long (with ``OPHYD_ASYNC_PRESERVE_DETECTOR_STATE=YES``, as for ophyd-async's
+    areaDetectors)."""
 
-    def __init__(self, link, frames_per_point, period_s):
+    def __init__(self, link, frames_per_point, period_s, acquire_time):
         self.link = link
-        self.frames_per_point, self.period_s = frames_per_point, period_s
+        self.frames_per_point, self.period_s, self.acquire_time = frames_per_point, period_s, acquire_time
 
     def config_sigs(self):
-        return {self.frames_per_point, self.period_s}
+        return {self.frames_per_point, self.period_s, self.acquire_time}
 
     async def default_trigger_info(self):
-        frames, period = await asyncio.gather(self.frames_per_point.get_value(), self.period_s.get_value())
-        return TriggerInfo(collections_per_event=max(1, frames), deadtime=max(0.0, period))
+        frames, period, exposure = await asyncio.gather(self.frames_per_point.get_value(), self.period_s.get_value(),
+                                                        self.acquire_time.get_value())
+        return TriggerInfo(collections_per_event=max(1, frames), livetime=max(0.0, exposure),
+                           deadtime=max(0.0, period - exposure))
 
     async def prepare_internal(self, num, livetime, deadtime):
-        changed = (num, livetime + deadtime) != (self.link.frames, self.link.period_s)
-        if changed and self.link.triggers:
-            raise ValueError(f"{num} frames per trigger every {livetime + deadtime} s: the dataset under way "
-                             f"takes {self.link.frames} every {self.link.period_s} s (unstage first)")
-        self.link.frames, self.link.period_s, self.link.count_time_s = num, livetime + deadtime, livetime
-        if changed and self.link.named:
-            await self.link.arm()
+        livetime = livetime or await self.acquire_time.get_value()
+        await self._prepare(num, livetime + deadtime, livetime, 0)
+
+    async def prepare_edge(self, num, livetime):
+        livetime = livetime or await self.acquire_time.get_value()
+        await self._prepare(1, 0.0, livetime, num)
+
+    async def _prepare(self, frames, period_s, count_time_s, external):
+        link = self.link
+        changed = (frames, period_s, count_time_s) != (link.frames, link.period_s, link.count_time_s)
+        if (changed or external != link.external) and link.triggers:
+            raise ValueError(f"{frames} frames per trigger every {period_s} s: the dataset under way "
+                             f"takes {link.frames} every {link.period_s} s (unstage first)")
+        link.frames, link.period_s, link.count_time_s, link.external = frames, period_s, count_time_s, external
+        if changed and link.named:
+            await link.arm()
 
 
 class _Acquire(DetectorAcquireLogic):
-    """One service trigger per ``trigger`` or ``kickoff``."""
+    """One service trigger per ``trigger`` or ``kickoff``; with external triggers, a wait
+    for the frames they bring (counted from the arm, so triggers that came early count)."""
 
     def __init__(self, link):
         self.link = link
 
     async def start_acquiring(self):
-        await self.link.call("trigger")
-        self.link.triggers += 1
-        self.link.poller = asyncio.ensure_future(self.link.follow())
+        link = self.link
+        if link.external:
+            link.triggers += 1
+            link.poller = asyncio.ensure_future(link.follow(frames=link.external * link.triggers))
+            return
+        await link.call("trigger")
+        link.triggers += 1
+        link.poller = asyncio.ensure_future(link.follow())
 
     async def wait_for_idle(self):
         if self.link.poller is None:
@@ -151,6 +180,8 @@ class _Acquire(DetectorAcquireLogic):
         self.link.poller = None
         if a["state"] == "error":
             raise RuntimeError(f"rdaq: {a['error']}")
+        if a["state"] == "idle" and self.link.external:
+            raise RuntimeError(f"rdaq: dataset {a['dataset']['number']} ended while waiting for external triggers")
 
     async def ensure_stopped(self):
         if self.link.poller is not None:
@@ -179,6 +210,7 @@ class _Data(DetectorDataLogic):
         await self.link.arm()
         self.link.set_written(0)
         d = (await self.link.call("acquisition"))["dataset"]
+        self.link.set_file_path(d["master"])
         image = a["image"]
         resource = StreamResourceInfo(data_key=datakey_name, shape=(image["height"], image["width"]),
                                       chunk_shape=(1, image["height"], image["width"]), dtype_numpy="<u2",
@@ -192,15 +224,21 @@ class _Data(DetectorDataLogic):
 
 class RdaqDetector(StandardDetector):
     """A detector of frames from the rdaq acquisition service at ``url``, written where
-    ``path_provider`` says (a directory under the service's data root). ``frames_per_point``
-    and ``period_s`` are what a plan that does not prepare the detector gets."""
+    ``path_provider`` says (a directory under the service's data root). ``frames_per_point``,
+    ``period_s`` and ``acquire_time`` are what a plan that does not prepare the detector
+    gets (``acquire_time``, each frame's exposure, also when a ``TriggerInfo``'s livetime
+    is 0); ``image_counter`` counts the frames the dataset wrote, ``file_path`` is its
+    master file."""
 
     def __init__(self, url: str, path_provider: PathProvider, token: str | None = None, name: str = ""):
         self._link = _Link(Service(url, token=token))
         self.frames_per_point = soft_signal_rw(int, initial_value=1)
         self.period_s = soft_signal_rw(float, initial_value=0.0, units="s")
-        self.add_detector_logics(_Trigger(self._link, self.frames_per_point, self.period_s), _Acquire(self._link),
-                                 _Data(self._link, path_provider))
+        self.acquire_time = soft_signal_rw(float, initial_value=0.0, units="s")
+        self.image_counter = self._link.written
+        self.file_path = self._link.file_path
+        self.add_detector_logics(_Trigger(self._link, self.frames_per_point, self.period_s, self.acquire_time),
+                                 _Acquire(self._link), _Data(self._link, path_provider))
         super().__init__(name=name)
 
     async def connect(self, mock=False, timeout=10.0, force_reconnect=False):
