@@ -183,7 +183,7 @@ def test_bad_requests_a_held_port_and_the_openapi_document(rdaq, start, tmp_path
     assert e.value.status == 409 and "x_master.h5" in str(e.value)
     doc = svc.openapi()
     validate(doc)
-    assert {"/acquisition", "/arm", "/trigger", "/disarm", "/cancel"} <= set(doc["paths"])
+    assert set(doc["paths"]) == {"/acquisition", "/arm", "/trigger", "/disarm", "/cancel", "/metrics"}
 
 
 def test_a_described_detector_feeds_the_service_on_one_host(start, rdaq):

@@ -210,7 +210,17 @@ def test_the_openapi_document_is_valid_and_the_client_follows_it(service):
     validate(doc)
     assert doc["openapi"].startswith("3.")
     methods = {p: set(ops) for p, ops in doc["paths"].items()}
-    assert methods == {"/acquisition": {"get"}, "/arm": {"post"}, "/trigger": {"post"}, "/disarm": {"post"}, "/cancel": {"post"}}
+    assert methods == {"/acquisition": {"get"}, "/arm": {"post"}, "/trigger": {"post"}, "/disarm": {"post"}, "/cancel": {"post"},
+                       "/status": {"get"}, "/events": {"get"}, "/report": {"get"}, "/stop": {"post"}, "/": {"get"},
+                       "/dashboard/assets/{file}": {"get"}, "/dashboard/live": {"get"}, "/dashboard/snapshot": {"get"},
+                       "/dashboard/preview.png": {"get"}}
+    assert doc["paths"]["/stop"]["post"]["security"] == [{"bearer": []}]
+    # the routes described by hand are served (the report answers 409 until a run ended)
+    for path in ("/status", "/events", "/report", "/", "/dashboard/snapshot"):
+        try:
+            svc._call("GET", path)
+        except ApiError as e:
+            assert e.status == 409, (path, e)
     # the client's arm sends exactly the fields the document describes
     arm = doc["components"]["schemas"]["ArmRequest"]
     import inspect

@@ -76,7 +76,7 @@ mod replan;
 mod report;
 mod session;
 
-pub(crate) use board::{router as board_router, Board};
+pub(crate) use board::{described as board_described, router as board_router, Board};
 pub(crate) use session::{Files, Names, Running, Session};
 use report::{print_report, JOINED};
 

@@ -152,8 +152,9 @@ pub(crate) struct Serving {
     pub(crate) root: PathBuf,
     pub(crate) image: Image,
     pub(crate) backend: Arc<dyn Backend>,
-    /// Routes served beside the service's (a dashboard).
+    /// Routes served beside the service's (a dashboard), and their description.
     pub(crate) extra: axum::Router,
+    pub(crate) extra_described: Vec<crate::http::Described>,
     /// Who serves, for the logs ("manage", "receive").
     pub(crate) what: &'static str,
 }
@@ -168,7 +169,7 @@ pub(crate) fn serve<W: Worker>(s: Serving, make: impl FnOnce(SharedHub) -> W) ->
         let _ = quit.send(Work::Quit);
     })?;
     let hub = Arc::new(Hub { service: Mutex::new(Service::new(s.root.clone())), backend: s.backend, work: Mutex::new(tx), root: s.root, image: s.image, refused: AtomicU64::new(0) });
-    let app = api::router(hub.clone()).merge(s.extra);
+    let app = api::router(hub.clone(), &s.extra_described).merge(s.extra);
     crate::http::serve_in_background(s.addr, app, s.what, s.access)?;
     tracing::info!(data_root = %hub.root.display(), "acquisition service ready: POST /arm, then /trigger");
     run(&hub, rx, &mut make(hub.clone()));

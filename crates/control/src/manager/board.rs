@@ -15,7 +15,7 @@ use rdaq_proto::events::{Event, EventLog, EventPage};
 
 use crate::auth::Access;
 use crate::dashboard::{self, ProcessView, ReceiverView, Snapshot, View};
-use crate::http::lock;
+use crate::http::{lock, Described};
 
 /// Events the manager keeps for `/events`: of one acquisition (all of a long one's are in its
 /// events.jsonl), and of the service, which runs for weeks: there the log is a window on the
@@ -116,6 +116,17 @@ impl View for ManagerView {
 pub fn serve(addr: SocketAddr, b: SharedBoard, access: Arc<Access>) -> anyhow::Result<()> {
     crate::http::serve_in_background(addr, router(b, access.clone()), "manage", access)?;
     Ok(())
+}
+
+/// The manager's API and dashboard as an OpenAPI document describes them.
+pub fn described() -> Vec<Described> {
+    let api = [
+        Described { path: "/status", post: false, summary: "The manager's state, plan and receivers", answers: "application/json" },
+        Described { path: "/events", post: false, summary: "A page of the event channel from `since` (at most `limit`)", answers: "application/json" },
+        Described { path: "/report", post: false, summary: "The last acquisition's report (409 while one runs)", answers: "application/json" },
+        Described { path: "/stop", post: true, summary: "Stops the acquisition under way early", answers: "application/json" },
+    ];
+    api.into_iter().chain(dashboard::DESCRIBED).collect()
 }
 
 /// The manager's API and dashboard.

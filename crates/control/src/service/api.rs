@@ -21,7 +21,7 @@ use utoipa_axum::routes;
 
 use super::{prepare_directory, Hub, Ready, SharedHub, Work, READY_WAIT};
 use crate::dashboard::ProcessView;
-use crate::http::{lock, ApiError};
+use crate::http::{lock, ApiError, Described};
 
 /// The size of the images in a dataset's master (modules and gaps).
 #[derive(Clone, Copy, Serialize, ToSchema)]
@@ -114,12 +114,29 @@ fn api() -> OpenApiRouter<SharedHub> {
         .routes(routes!(cancel))
 }
 
-/// The service's routes, and `/openapi.json`: the document they make; every refusal counted
-/// and logged.
-pub(super) fn router(hub: SharedHub) -> axum::Router {
+/// Adds the routes served beside the service's to the document, each with its one answer
+/// and, for a templated path, its path parameter.
+fn with_described(mut doc: utoipa::openapi::OpenApi, extra: &[Described]) -> utoipa::openapi::OpenApi {
+    use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn};
+    use utoipa::openapi::{ContentBuilder, ObjectBuilder, Required, ResponseBuilder, Type};
+    for d in extra {
+        let answer = ResponseBuilder::new().description(d.summary).content(d.answers, ContentBuilder::new().build()).build();
+        let mut op = OperationBuilder::new().summary(Some(d.summary)).response("200", answer);
+        for name in d.path.split('/').filter_map(|part| part.strip_prefix('{')?.strip_suffix('}')) {
+            let string = ObjectBuilder::new().schema_type(Type::String).build();
+            op = op.parameter(ParameterBuilder::new().name(name).parameter_in(ParameterIn::Path).required(Required::True).schema(Some(string)).build());
+        }
+        doc.paths.add_path_operation(d.path, vec![if d.post { HttpMethod::Post } else { HttpMethod::Get }], op.build());
+    }
+    doc
+}
+
+/// The service's routes, and `/openapi.json`: the document they make with the routes
+/// `extra` describes; every refusal counted and logged.
+pub(super) fn router(hub: SharedHub, extra: &[Described]) -> axum::Router {
     let (router, doc) = api().with_state(hub.clone()).split_for_parts();
     let router = router.layer(axum::middleware::from_fn_with_state(hub, note_refusal));
-    let doc = Arc::new(with_bearer(doc));
+    let doc = Arc::new(with_bearer(with_described(doc, extra)));
     router.route("/openapi.json", axum::routing::get(move || async move { Json(doc.as_ref().clone()) }))
 }
 

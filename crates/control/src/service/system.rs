@@ -35,6 +35,7 @@ pub fn serve(a: &ManageArgs) -> anyhow::Result<ExitCode> {
         image: Image { height: g.height(), width: g.width() },
         backend,
         extra: crate::manager::board_router(s.shared.clone(), access),
+        extra_described: crate::manager::board_described(),
         what: "manage",
     };
     service::serve(serving, |hub| Worker::new(s, hub))?;
