@@ -110,6 +110,7 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     let max = a.max_workers.unwrap_or(cores).max(1);
     let counts: Vec<usize> = if a.workers.is_empty() { (1..=max).collect() } else { a.workers.clone() };
     anyhow::ensure!(counts.iter().all(|&w| (1..=1024).contains(&w)), "--workers: each count 1..=1024");
+    anyhow::ensure!(a.pedestal_bands.is_none_or(|b| b <= 1024), "--pedestal-bands: 0 (the thread budget's) to 1024");
     let mut cfg = Config::default();
     cfg.process.backend = if a.backend == "gpu" { "gpu".into() } else { "cpu".into() };
     if let Some(l) = a.gpu_lanes {

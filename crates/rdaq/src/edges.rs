@@ -88,7 +88,18 @@ fn with_value(mut line: Vec<String>, option: &str, value: &str) -> Vec<String> {
 
 /// A child of this test binary running `args` as `rdaq` would, its stderr into `err`.
 fn spawn(dir: &Path, args: &[String], err: &Path) -> std::process::Child {
-    Command::new(std::env::current_exe().expect("the test binary"))
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+    // SAFETY: between fork and exec the closure only calls signal(2), which is
+    // async-signal-safe. A test started in the background of a shell inherits SIGINT
+    // ignored; the child gets what an operator's Ctrl-C meets.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    command
         .args(["--exact", "edges::edge_case", "--include-ignored", "--nocapture", "--test-threads=1", "-q"])
         .env(CHILD, args.join("\x1f"))
         .env("RUST_BACKTRACE", "0")
