@@ -45,40 +45,41 @@ class Readbacks:
         """INVALID severity (communication) on every readback, with ``message`` on PVA."""
         if self.raised == message:
             return
-        self._set(3, message)
+        self._set(True, message)
         self.raised = message
 
     def valid(self):
         """Clears what ``invalid`` set (values that did not change are not posted again by
         FastCS, so the alarm is cleared here)."""
         if self.raised is not None:
-            self._set(0, "")
+            self._set(False, "")
             self.raised = None
 
-    def _set(self, severity: int, message: str):
+    def _set(self, alarmed: bool, message: str):
+        from fastcs.transports.epics.pva.types import Severity, Status, p4p_alarm_states
         from softioc import alarm
 
-        status = alarm.COMM_ALARM if severity else alarm.NO_ALARM
+        severity, status = (alarm.INVALID_ALARM, alarm.COMM_ALARM) if alarmed else (alarm.NO_ALARM, alarm.NO_ALARM)
         for record in self._ca_records():
             record.set_alarm(severity, status)
+        states = (p4p_alarm_states(Severity.INVALID, Status.DEVICE, message) if alarmed else p4p_alarm_states()).model_dump()
         for attribute, pv in _pva_readbacks:
-            pv.post({"value": _pva_value(attribute), "alarm": {"severity": severity, "status": 1 if severity else 0,
-                                                               "message": message}})
+            pv.post({"value": _pva_value(attribute), **states})
 
     def _ca_records(self):
-        from softioc.device import ProcessDeviceSupportIn
-        from softioc.device_core import LookupRecordList
-
-        names = set(self._ca_names())
-        return [r for name, r in list(LookupRecordList()) if name in names and isinstance(r, ProcessDeviceSupportIn)]
-
-    def _ca_names(self):
+        """The readbacks' softioc records (none when Channel Access is not served, and not
+        one FastCS left out for a name too long)."""
         from fastcs.util import snake_to_pascal
+        from softioc.device_core import LookupRecord
 
         for name, attribute in self.controller.attributes.items():
+            if not isinstance(attribute, AttrR):
+                continue
             pv = f"{self.prefix}:{snake_to_pascal(name)}"
-            if isinstance(attribute, AttrR):
-                yield f"{pv}_RBV" if isinstance(attribute, AttrW) else pv
+            try:
+                yield LookupRecord(f"{pv}_RBV" if isinstance(attribute, AttrW) else pv)
+            except KeyError:
+                continue
 
 
 def _pva_value(attribute):

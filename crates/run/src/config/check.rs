@@ -35,11 +35,7 @@ pub fn seconds_arg(s: &str) -> Result<f64, String> {
 /// within the energies a detector of this kind is used at.
 pub fn photon_kev_arg(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a photon energy in keV"))?;
-    if (MIN_PHOTON_KEV..=MAX_PHOTON_KEV).contains(&v) {
-        Ok(v)
-    } else {
-        Err(format!("{s} keV: give a photon energy of {MIN_PHOTON_KEV} to {MAX_PHOTON_KEV} keV"))
-    }
+    metadata::photon_energy("", v).map(|()| v).map_err(|_| format!("{s} keV: give a photon energy of {MIN_PHOTON_KEV} to {MAX_PHOTON_KEV} keV"))
 }
 
 const MAX_FRAME_TIMEOUT_MS: u64 = rdaq_receiver::config::MAX_FRAME_TIMEOUT.as_millis() as u64;
