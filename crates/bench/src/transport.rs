@@ -499,10 +499,47 @@ fn lossless_table(net: &Net, engines: &[EngineKind], a: &TransportArgs) -> anyho
     Ok(())
 }
 
+/// Ctrl-C and SIGTERM during the paced runs: the run under way stops, so that its scratch
+/// files are removed as after a normal end, and the bench ends.
+struct Interrupts {
+    seen: AtomicBool,
+    run: std::sync::Mutex<Option<std::sync::Arc<rdaq_emulator::Control>>>,
+}
+
+impl Interrupts {
+    fn install() -> std::sync::Arc<Interrupts> {
+        let i = std::sync::Arc::new(Interrupts { seen: AtomicBool::new(false), run: std::sync::Mutex::new(None) });
+        let on = i.clone();
+        // the bench sets no other handler; were one set, the default action would stay
+        let _ = ctrlc::set_handler(move || {
+            on.seen.store(true, Ordering::Relaxed);
+            if let Some(c) = on.run.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
+                c.stop.store(true, Ordering::Relaxed);
+            }
+        });
+        i
+    }
+
+    fn seen(&self) -> bool {
+        self.seen.load(Ordering::Relaxed)
+    }
+
+    /// The control of the next run, which an interrupt stops; none after one came.
+    fn next_run(&self) -> anyhow::Result<std::sync::Arc<rdaq_emulator::Control>> {
+        let control = std::sync::Arc::new(rdaq_emulator::Control::default());
+        *self.run.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(control.clone());
+        if self.seen() {
+            bail!("interrupted");
+        }
+        Ok(control)
+    }
+}
+
 /// The per-step latency of a paced `rdaq run` (raw frames, written to a scratch directory)
 /// on each socket engine over loopback. AF_XDP has no row: `rdaq run` keeps emulator and
 /// receiver in one namespace, where the receiver's address is reached through loopback.
 fn breakdown_table(a: &TransportArgs) -> anyhow::Result<()> {
+    let interrupts = Interrupts::install();
     let mut rows = Vec::new();
     for &k in a.engines.iter().filter(|&&k| k != EngineKind::AfXdp) {
         let dir = std::env::temp_dir().join(format!("rdaq-bench-transport-{}", std::process::id()));
@@ -517,8 +554,11 @@ fn breakdown_table(a: &TransportArgs) -> anyhow::Result<()> {
         cfg.output.overwrite = true;
         cfg.check()?;
         eprintln!("rdaq bench transport: a paced acquisition on {k}: {} frames of 2 modules at 100 Hz, raw, written to {}", a.breakdown_frames, dir.display());
-        let sum = rdaq_run::run::run(&cfg, std::sync::Arc::new(rdaq_emulator::Control::default()), std::sync::Arc::default(), &indicatif::ProgressBar::hidden());
+        let sum = rdaq_run::run::run(&cfg, interrupts.next_run()?, std::sync::Arc::default(), &indicatif::ProgressBar::hidden());
         let _ = std::fs::remove_dir_all(&dir);
+        if interrupts.seen() {
+            bail!("interrupted; the paced acquisition's files in {} are removed", dir.display());
+        }
         let sum = sum.with_context(|| format!("the paced acquisition on {k}"))?;
         rows.push((k, sum));
     }
