@@ -59,8 +59,8 @@ pub struct PipelineArgs {
     /// Pedestal bands (default: the thread budget's proportion beside each point's workers, one per two with the chopper).
     #[arg(long)]
     pub(crate) pedestal_bands: Option<usize>,
-    /// Frames each worker's input ring holds (process.ring_frames; the pool of frame buffers
-    /// grows with it).
+    /// Frames queued per worker in the workers' shared ring (process.ring_frames; the pool
+    /// of frame buffers grows with it).
     #[arg(long)]
     pub(crate) ring_frames: Option<usize>,
     /// Pin process worker k to CPU k (and the bands to the CPUs after them).

@@ -94,7 +94,7 @@ pub struct StageView {
     pub busy_s: f64,
     /// Frames in its input rings, the one in work included.
     pub queued: u64,
-    /// Room of its input rings (all workers).
+    /// Room of its input rings (all workers; one shared ring or one each).
     pub capacity: usize,
     pub blocked: u64,
     pub dropped: u64,
@@ -184,7 +184,7 @@ fn stage_view(st: &rdaq_process::pipeline::StageStats) -> StageView {
         frames,
         busy_s: st.busy_ns.load(Relaxed) as f64 / 1e9,
         queued: sent.saturating_sub(frames),
-        capacity: st.capacity * st.workers,
+        capacity: st.capacity * st.rings.len(),
         blocked: st.blocked(),
         dropped: st.dropped(),
         discarded: st.discarded.load(Relaxed),

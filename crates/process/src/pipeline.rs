@@ -1,9 +1,16 @@
 //! The pipeline graph (in the spirit of CRACEN): stages joined by bounded rings, each stage
-//! a pool of worker threads, each worker with its own input ring. A stage sends on its
-//! output ports; a port chooses among the next stage's workers by its policy:
-//! round-robin, least-loaded (the shortest ring) or broadcast (every worker gets a clone,
-//! available only for messages that are cheap to clone, e.g. `Arc`). A full ring either
-//! blocks the sender (back-pressure, counted) or drops the message (counted).
+//! a pool of worker threads, each worker with its own input ring, or all of them taking from
+//! one shared ring ([`Pipeline::shared_stage`]). A stage sends on its output ports; a port
+//! chooses among the next stage's rings by its policy: round-robin, least-loaded (the
+//! shortest ring) or broadcast (every worker gets a clone, available only for messages that
+//! are cheap to clone, e.g. `Arc`). A full ring either blocks the sender (back-pressure,
+//! counted) or drops the message (counted).
+//!
+//! A shared ring is for stages whose output is put back in order: its workers take messages
+//! in the order sent, whenever one is free, so they finish at most about one message each
+//! out of order. With a ring per worker, a message queued behind others on one worker
+//! finishes after messages sent later to the others, and the stage downstream holds up to
+//! `workers x capacity` of them to restore the order.
 //!
 //! Messages move by ownership (a `Box` of a pooled frame buffer is a pointer), never by
 //! copying frame data. Every ring counts what it carried, how often a sender waited and
@@ -206,10 +213,20 @@ impl<'a, M: Send + 'a> Default for Pipeline<'a, M> {
 impl<'a, M: Send + 'a> Pipeline<'a, M> {
     /// Adds a stage of `workers` threads, each with an input ring of `capacity` messages;
     /// `make(k)` builds worker k's function (its own state and scratch buffers).
-    pub fn stage(&mut self, name: &str, workers: usize, capacity: usize, mut make: impl FnMut(usize) -> WorkerFn<'a, M>) -> StageId {
+    pub fn stage(&mut self, name: &str, workers: usize, capacity: usize, make: impl FnMut(usize) -> WorkerFn<'a, M>) -> StageId {
+        self.add_stage(name, workers, workers, capacity, make)
+    }
+
+    /// Adds a stage of `workers` threads that take from one shared ring of `capacity`
+    /// messages, each whenever it is free (messages start in the order sent).
+    pub fn shared_stage(&mut self, name: &str, workers: usize, capacity: usize, make: impl FnMut(usize) -> WorkerFn<'a, M>) -> StageId {
+        self.add_stage(name, workers, 1, capacity, make)
+    }
+
+    fn add_stage(&mut self, name: &str, workers: usize, rings: usize, capacity: usize, mut make: impl FnMut(usize) -> WorkerFn<'a, M>) -> StageId {
         assert!(workers > 0 && capacity > 0, "a stage has workers and rings");
-        let inputs: Vec<_> = (0..workers).map(|_| bounded(capacity)).collect();
-        let rings = (0..workers).map(|_| Arc::new(RingStats::default())).collect();
+        let inputs: Vec<_> = (0..rings).map(|_| bounded(capacity)).collect();
+        let rings = (0..rings).map(|_| Arc::new(RingStats::default())).collect();
         let stats = Arc::new(StageStats {
             name: name.to_string(),
             workers,
@@ -263,7 +280,10 @@ impl<'a, M: Send + 'a> Pipeline<'a, M> {
         for spec in self.stages {
             stats.push(spec.stats.clone());
             let receivers: Vec<Receiver<M>> = spec.inputs.into_iter().map(|(_, rx)| rx).collect();
-            for (k, (mut work, rx)) in spec.workers.into_iter().zip(receivers).enumerate() {
+            // a shared ring's workers each hold a receiver of the one ring
+            let ring_of = |k: usize| receivers[k % receivers.len()].clone();
+            for (k, mut work) in spec.workers.into_iter().enumerate() {
+                let rx = ring_of(k);
                 let emit = Emit { ports: spec.ports.clone(), stats: spec.stats.clone() };
                 let st = spec.stats.clone();
                 let name = format!("{}-{k}", st.name);
@@ -307,13 +327,14 @@ mod tests {
     use std::sync::Mutex;
 
     /// source -> double (n workers, policy) -> collect (1 worker)
-    fn run(workers: usize, policy: Policy, n: u64) -> (Vec<(usize, u64)>, Vec<Arc<StageStats>>) {
+    fn run(workers: usize, policy: Policy, shared: bool, n: u64) -> (Vec<(usize, u64)>, Vec<Arc<StageStats>>) {
         let out = Mutex::new(Vec::new());
         let stats = std::thread::scope(|s| {
             let mut p: Pipeline<(usize, u64)> = Pipeline::default();
-            let double = p.stage("double", workers, 4, |k| Box::new(move |(_, v), e: &Emit<_>| {
+            let double = |k| -> WorkerFn<(usize, u64)> { Box::new(move |(_, v), e: &Emit<_>| {
                 e.send(0, (k, v * 2));
-            }));
+            }) };
+            let double = if shared { p.shared_stage("double", workers, 4, double) } else { p.stage("double", workers, 4, double) };
             let out = &out;
             let collect = p.stage("collect", 1, 4, |_| Box::new(move |m, _: &Emit<_>| out.lock().unwrap().push(m)));
             p.connect(double, collect, Policy::RoundRobin, WhenFull::Block);
@@ -330,8 +351,8 @@ mod tests {
 
     #[test]
     fn every_message_arrives_once_and_is_counted() {
-        for policy in [Policy::RoundRobin, Policy::LeastLoaded] {
-            let (mut got, stats) = run(3, policy, 1000);
+        for (policy, shared) in [(Policy::RoundRobin, false), (Policy::LeastLoaded, false), (Policy::LeastLoaded, true)] {
+            let (mut got, stats) = run(3, policy, shared, 1000);
             got.sort_by_key(|m| m.1);
             assert_eq!(got.iter().map(|m| m.1).collect::<Vec<_>>(), (0..1000).map(|v| v * 2).collect::<Vec<_>>());
             assert_eq!(stats[0].processed.load(Ordering::Relaxed), 1000);
@@ -345,7 +366,7 @@ mod tests {
 
     #[test]
     fn round_robin_spreads_evenly() {
-        let (got, _) = run(4, Policy::RoundRobin, 400);
+        let (got, _) = run(4, Policy::RoundRobin, false, 400);
         for k in 0..4 {
             assert_eq!(got.iter().filter(|m| m.0 == k).count(), 100, "worker {k}");
         }
@@ -374,6 +395,39 @@ mod tests {
         let c = out.into_inner().unwrap();
         assert_eq!(c[0] + c[1], 200);
         assert!(c[1] > 3 * c[0], "the fast worker took most: {c:?}");
+    }
+
+    #[test]
+    fn a_shared_ring_passes_a_stuck_worker_by() {
+        let (release, stuck) = bounded::<()>(1);
+        let done = AtomicU64::new(0);
+        let stats = std::thread::scope(|s| {
+            let mut p: Pipeline<u64> = Pipeline::default();
+            let (done, stuck) = (&done, &stuck);
+            let st = p.shared_stage("work", 2, 2, |_| Box::new(move |v, _: &Emit<_>| {
+                if v == 0 {
+                    stuck.recv().expect("released");
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }));
+            let src = p.source(st, Policy::LeastLoaded, WhenFull::Block);
+            let running = p.spawn(s);
+            let sender = s.spawn(move || (0..=20).all(|v| src.send(v)));
+            // message 0 holds one worker: the other takes every later one (with a ring each,
+            // message 2 would wait behind message 0)
+            let t = Instant::now();
+            while done.load(Ordering::Relaxed) < 20 && t.elapsed() < std::time::Duration::from_secs(60) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let passed = done.load(Ordering::Relaxed);
+            release.send(()).expect("the stuck worker waits");
+            assert!(sender.join().expect("the sender ends"));
+            assert_eq!(passed, 20, "messages 1..=20 taken while message 0 held a worker");
+            running.join()
+        });
+        assert_eq!(stats[0].rings.len(), 1);
+        assert_eq!(stats[0].processed.load(Ordering::Relaxed), 21);
+        assert!(stats[0].high_water() <= 2);
     }
 
     #[test]

@@ -130,8 +130,8 @@ pub(crate) fn from_pool<T>(pool: &ChanRx<T>, board: Option<&Board>, waited: impl
     })
 }
 
-/// The workers that assemble and compress raw frames side by side, and the frames each
-/// one's input ring holds (`process.workers`, `process.ring_frames`).
+/// The workers that assemble and compress raw frames side by side, and the frames queued
+/// per worker in their shared ring (`process.workers`, `process.ring_frames`).
 #[derive(Clone, Copy, Debug)]
 pub struct Workers {
     pub count: usize,
@@ -243,6 +243,9 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         canned: sinks.canned,
     };
     if !assemble {
+        if let Some(b) = c.board {
+            b.set_consuming();
+        }
         c.count(bar, until, &mut on_frame)?;
         return Ok(c.stats.into_inner().expect("not poisoned"));
     }
@@ -250,12 +253,13 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         let mut p: Pipeline<Box<Job>> = Pipeline::default();
         let mut sinks = Some(sinks);
         let write = p.stage("write", 1, ring_frames, |_| c.write_worker(sinks.take().expect("one write worker")));
-        let assemble = p.stage("assemble", count, ring_frames, |_| c.assemble_worker());
+        let assemble = p.shared_stage("assemble", count, count * ring_frames, |_| c.assemble_worker());
         p.connect(assemble, write, Policy::RoundRobin, WhenFull::Block);
         let to_assemble = p.source(assemble, Policy::LeastLoaded, WhenFull::Block);
         let running = p.spawn(s);
         if let Some(b) = c.board {
             b.set_stages(running.stats.clone());
+            b.set_consuming();
         }
         let fed = c.feed(&pool_rx, to_assemble, bar, until, &mut on_frame);
         running.join();

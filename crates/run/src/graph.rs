@@ -384,7 +384,7 @@ pub fn run(
             // tracks the pedestal; the CPU workers compress
             (Some(off), Some(tracker)) => {
                 let pedestal = g.pedestal_chain(&mut p, vec![tracker]);
-                let gpu = p.stage("gpu", setup.workers, rf, |k| g.gpu_worker(off, k));
+                let gpu = p.shared_stage("gpu", setup.workers, setup.workers * rf, |k| g.gpu_worker(off, k));
                 p.connect(gpu, write, Policy::RoundRobin, WhenFull::Block);
                 (gpu, pedestal)
             }
@@ -393,7 +393,7 @@ pub fn run(
                     Some(_) => g.pedestal_chain(&mut p, (0..setup.pedestal_bands).map(|_| dark::Counted::default()).collect()),
                     None => g.pedestal_chain(&mut p, Band::split(pixels, setup.pedestal_bands, setup.window)),
                 };
-                let process = p.stage("process", setup.workers, rf, |k| g.process_worker(k));
+                let process = p.shared_stage("process", setup.workers, setup.workers * rf, |k| g.process_worker(k));
                 p.connect(process, write, Policy::RoundRobin, WhenFull::Block);
                 (process, pedestal)
             }
@@ -402,6 +402,7 @@ pub fn run(
         let to_process = p.source(first, Policy::LeastLoaded, WhenFull::Block);
         let running = p.spawn(s);
         setup.board.set_stages(running.stats.clone());
+        setup.board.set_consuming();
         let source = g.feed(&pool_rx, [to_pedestal, to_process], bar, until, on_frame);
         (running.join(), source)
     });

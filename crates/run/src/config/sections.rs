@@ -186,7 +186,9 @@ pub struct Process {
     /// CPUs to pin the process workers and then the pedestal bands to, in order (empty: not
     /// pinned).
     pub cpus: Vec<usize>,
-    /// Frames each stage worker's input ring holds.
+    /// Frames queued per worker: the process (or assemble) workers take from one shared ring
+    /// of `workers x ring_frames` frames; each pedestal band and the writer has a ring of its
+    /// own of `ring_frames`.
     pub ring_frames: usize,
 }
 
