@@ -7,7 +7,7 @@
 
 use crate::budget::ThreadBudget;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdaq_detector::Geometry;
@@ -95,6 +95,9 @@ pub struct Board {
     buffer_waits: AtomicU64,
     /// How the acquisition shares the cores.
     threads: Mutex<Option<ThreadBudget>>,
+    /// Whether the consumer takes frames (its buffers made, its threads started) or has
+    /// ended: a detector started before that fills the receiver's ring meanwhile.
+    consuming: (Mutex<bool>, Condvar),
 }
 
 impl Default for Board {
@@ -114,6 +117,7 @@ impl Default for Board {
             frames_to_writer: AtomicU64::new(0),
             buffer_waits: AtomicU64::new(0),
             threads: Mutex::default(),
+            consuming: Default::default(),
         }
     }
 }
@@ -217,6 +221,20 @@ impl Board {
 
     pub fn buffer_waits(&self) -> u64 {
         self.buffer_waits.load(Ordering::Relaxed)
+    }
+
+    /// The consumer takes frames from now on, or has ended (it will take none).
+    pub fn set_consuming(&self) {
+        *lock(&self.consuming.0) = true;
+        self.consuming.1.notify_all();
+    }
+
+    /// Waits until the consumer takes frames or has ended ([`Board::set_consuming`]).
+    pub fn wait_consuming(&self) {
+        let mut up = lock(&self.consuming.0);
+        while !*up {
+            up = self.consuming.1.wait(up).unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     pub fn set_threads(&self, t: ThreadBudget) {

@@ -84,7 +84,13 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
                 std::thread::sleep(SAMPLE_EVERY);
             }
         });
-        let consumer = s.spawn(move || acquisition::consume(rx_ref, chain, sinks, bar, None, |_| {}));
+        let consumer = s.spawn(move || {
+            let _ended = ConsumerEnded(b);
+            acquisition::consume(rx_ref, chain, sinks, bar, None, |_| {})
+        });
+        // the detector starts once the consumer takes frames: at 1 kHz a consumer still making
+        // its frame buffers (hundreds of MB) left the receiver's ring to fill and refuse frames
+        b.wait_consuming();
         let emu = emulate(&detector, cfg, &rx, &control);
         rx.stop();
         let outcome = consumer.join().expect("consumer thread panicked");
@@ -145,6 +151,16 @@ fn emulation_limit(cfg: &Config) -> (f64, std::time::Duration) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let share = (cores / cfg.detector.modules.max(1) as f64).min(1.0);
     (share / make.as_secs_f64(), make)
+}
+
+/// Marks the consumer as ended when its thread leaves, however it leaves, so that nothing
+/// waits for a consumer that failed before it took frames.
+struct ConsumerEnded<'a>(&'a Board);
+
+impl Drop for ConsumerEnded<'_> {
+    fn drop(&mut self) {
+        self.0.set_consuming();
+    }
 }
 
 /// What the start says of the rate asked against what the host can emulate (`limit`, and
