@@ -48,14 +48,17 @@ TOML
 for pair in 1 2; do
     for b in cpu gpu; do
         step "run_lossy_${b}_$pair" 120 "$R" run --config "$W/lossy.toml" --backend $b --frames 200 --modules 4 \
-            --out "$W/lossy_${b}_$pair" --stream none --preview none --tolerate-loss
+            --out "$W/lossy_${b}_$pair" --stream none --preview none --tolerate-loss --summary-json "$W/lossy_${b}_$pair.json"
     done
 done
 for pair in 1 2; do
-    step "equal_lossy_cpu_gpu_$pair" 60 python3 "$here/gpu_files_equal.py" "$W/lossy_cpu_$pair/rdaq_run_master.h5" "$W/lossy_gpu_$pair/rdaq_run_master.h5"
+    step "equal_lossy_cpu_gpu_$pair" 60 python3 "$here/gpu_files_equal.py" "$W/lossy_cpu_$pair/rdaq_run_master.h5" "$W/lossy_gpu_$pair/rdaq_run_master.h5" \
+        "$W/lossy_cpu_$pair.json" "$W/lossy_gpu_$pair.json"
 done
-step equal_lossy_cpu_cpu 60 python3 "$here/gpu_files_equal.py" "$W/lossy_cpu_1/rdaq_run_master.h5" "$W/lossy_cpu_2/rdaq_run_master.h5"
-step equal_lossy_gpu_gpu 60 python3 "$here/gpu_files_equal.py" "$W/lossy_gpu_1/rdaq_run_master.h5" "$W/lossy_gpu_2/rdaq_run_master.h5"
+step equal_lossy_cpu_cpu 60 python3 "$here/gpu_files_equal.py" "$W/lossy_cpu_1/rdaq_run_master.h5" "$W/lossy_cpu_2/rdaq_run_master.h5" \
+    "$W/lossy_cpu_1.json" "$W/lossy_cpu_2.json"
+step equal_lossy_gpu_gpu 60 python3 "$here/gpu_files_equal.py" "$W/lossy_gpu_1/rdaq_run_master.h5" "$W/lossy_gpu_2/rdaq_run_master.h5" \
+    "$W/lossy_gpu_1.json" "$W/lossy_gpu_2.json"
 rm -rf "$W"/lossy_*
 for b in gpu cpu; do
     step "run_1khz_$b" 120 "$R" run --backend $b --modules 2 --rate 1000 --frames 10000 --out "$W/khz_$b" --stream none --preview none
