@@ -224,6 +224,7 @@ def test_bench_pipeline_runs_the_graph_and_prints_its_table(rdaq, tmp_path):
     assert p["workers"] == 1 and p["pedestal_bands"] == 1 and p["frames"] > 10
     assert p["module_frames_per_s"] > 0 and p["copy_gb_per_s"] > 0
     assert p["convert_ms"] > 0 and p["spots_ms"] > 0 and p["compress_ms"] > 0 and p["pedestal_ms_per_dark"] > 0
+    assert 0 < p["workers_busy"] <= 1.05, p["workers_busy"]
 
 
 @pytest.mark.parametrize("mode", [[], ["--no-dark"], ["--raw"]])

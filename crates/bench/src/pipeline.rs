@@ -101,6 +101,9 @@ pub(crate) struct Point {
     pub(crate) pedestal_ms_per_dark: f64,
     pub(crate) pool_waits: u64,
     pub(crate) reorder_high_water: usize,
+    /// The share of the point's time its process (or GPU) workers were busy, 0 to 1 (none:
+    /// the raw chain, whose stages are not reported): below 1, they waited for frames.
+    pub(crate) workers_busy: Option<f64>,
     /// The GPU path's stages (ms per frame each) and counts, for the gpu backends.
     pub(crate) gpu: Option<String>,
 }
@@ -301,6 +304,7 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work:
         pedestal_ms_per_dark: pedestal_ms(&report),
         pool_waits: report.pool_waits,
         reorder_high_water: report.reorder_high_water,
+        workers_busy: workers_busy(&report, elapsed),
         gpu: gpu_line(&report),
     })
 }
@@ -357,6 +361,12 @@ fn step(r: &ProcessReport, name: &str) -> f64 {
     r.steps.iter().find(|s| s.name == name).map_or(0.0, |s| s.ms_per_frame)
 }
 
+/// The process (or GPU) workers' busy time over the time they had.
+fn workers_busy(r: &ProcessReport, elapsed: f64) -> Option<f64> {
+    let s = r.stages.iter().find(|s| s.name == "process" || s.name == "gpu")?;
+    (elapsed > 0.0).then(|| s.busy_s / (s.workers as f64 * elapsed))
+}
+
 /// Busy time of every pedestal band per dark frame (ms of CPU).
 fn pedestal_ms(r: &ProcessReport) -> f64 {
     let busy: f64 = r.stages.iter().filter(|s| s.name.starts_with("pedestal")).map(|s| s.busy_s).sum();
@@ -370,12 +380,13 @@ fn pedestal_ms(r: &ProcessReport) -> f64 {
 fn print_table(points: &[Point], modules: u16, cores: usize, raw: bool) {
     let chain = if raw { "raw chain of rdaq run --raw (assemble workers: assembly + bitshuffle-LZ4 of the raw words; no steps timed, no pedestal)" } else { "processing graph of rdaq run" };
     println!("{chain} without the network: {modules} JUNGFRAU module(s) per frame, frames handed from a pre-filled ring ({cores} cores)");
-    println!("{:>7} {:>5} {:>10} {:>12} {:>9} {:>11} {:>8}   {:>8} {:>8} {:>9} {:>10}   {:>6} {:>7}",
-        "workers", "bands", "mod.fr/s", "per worker", "raw GB/s", "copy GB/s", "raw/copy", "convert", "spots", "compress", "pedestal", "waits", "held");
+    println!("{:>7} {:>5} {:>10} {:>12} {:>9} {:>11} {:>8}   {:>8} {:>8} {:>9} {:>10}   {:>6} {:>7} {:>6}",
+        "workers", "bands", "mod.fr/s", "per worker", "raw GB/s", "copy GB/s", "raw/copy", "convert", "spots", "compress", "pedestal", "waits", "held", "busy");
     for p in points {
-        println!("{:>7} {:>5} {:>10.0} {:>12.0} {:>9.2} {:>11.2} {:>7.0}%   {:>8.3} {:>8.3} {:>9.3} {:>10.3}   {:>6} {:>7}",
+        let busy = p.workers_busy.map_or("-".to_string(), |b| format!("{:.0}%", 100.0 * b));
+        println!("{:>7} {:>5} {:>10.0} {:>12.0} {:>9.2} {:>11.2} {:>7.0}%   {:>8.3} {:>8.3} {:>9.3} {:>10.3}   {:>6} {:>7} {:>6}",
             p.workers, p.pedestal_bands, p.module_frames_per_s, p.module_frames_per_s_per_worker, p.raw_gb_per_s, p.copy_gb_per_s,
-            100.0 * p.raw_gb_per_s / p.copy_gb_per_s, p.convert_ms, p.spots_ms, p.compress_ms, p.pedestal_ms_per_dark, p.pool_waits, p.reorder_high_water);
+            100.0 * p.raw_gb_per_s / p.copy_gb_per_s, p.convert_ms, p.spots_ms, p.compress_ms, p.pedestal_ms_per_dark, p.pool_waits, p.reorder_high_water, busy);
     }
     for p in points.iter().filter(|p| p.gpu.is_some()) {
         println!("  {} workers: {}", p.workers, p.gpu.as_deref().unwrap_or_default());
@@ -383,6 +394,7 @@ fn print_table(points: &[Point], modules: u16, cores: usize, raw: bool) {
     println!("mod.fr/s: JUNGFRAU module frames (1 MiB raw) through the graph per second, dark and signal; raw GB/s their bytes;");
     println!("copy GB/s: as many threads as workers copying 64 MiB buffers, measured in the same run (bytes copied);");
     println!("convert / spots / compress: ms per signal frame in each step of a process worker; pedestal: ms of the bands per dark frame;");
-    println!("waits: times the source waited for a free frame buffer; held: most frames the writer held back to keep the order.");
+    println!("waits: times the source waited for a free frame buffer; held: most frames the writer held back to keep the order;");
+    println!("busy: the share of the point's time the process workers were busy (the rest they waited for frames; - for the raw chain).");
     println!("Placing the frames in the ring (DMA or the receive thread) is not measured; on a loaded machine busy times include time descheduled.");
 }
