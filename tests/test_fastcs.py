@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import h5py
 import pytest
 
 from conftest import free_port
@@ -275,6 +276,34 @@ def test_external_triggers_single_images_and_numbered_files(ioc):
     assert master == str(root / "ext_007_master.h5")
     assert frames_as_sent(master) == [0, 1]
     assert get("NumImagesCounter_RBV") == 2 and get("ArrayCounter_RBV") == 2 and not get("Acquire_RBV")
+
+
+def test_the_metadata_pvs_reach_the_master(ioc):
+    """PhotonEnergy (eV), DetDist (mm), BeamX, BeamY and SampleName are in the dataset's
+    master in NXmx's units; PhotonEnergy back at 0 leaves the service's energy."""
+    ctx, _, svc, root, _ = ioc
+    get = lambda n: ctx.get(f"{PREFIX}:{n}")  # noqa: E731
+    for name, value in (("PhotonEnergy", 9500.0), ("DetDist", 155.0), ("BeamX", 1021.5), ("BeamY", -12.0),
+                        ("SampleName", "lysozyme 7"), ("NumImages", 3), ("FileName", "meta"), ("Process", False)):
+        ctx.put(f"{PREFIX}:{name}", value)
+    ctx.put(f"{PREFIX}:Acquire", True)
+    wait_idle(get, 3)
+    with h5py.File(get("FullFileName_RBV").raw.value, "r") as f:
+        det = f["entry/instrument/detector"]
+        assert f["entry/sample/name"][()].decode() == "lysozyme 7"
+        assert abs(f["entry/instrument/beam/incident_wavelength"][()] - 12.398419843320026 / 9.5) < 1e-9
+        assert abs(det["distance"][()] - 0.155) < 1e-12
+        assert (det["beam_center_x"][()], det["beam_center_y"][()]) == (1021.5, -12.0)
+    ctx.put(f"{PREFIX}:PhotonEnergy", 0.0)
+    ctx.put(f"{PREFIX}:FileName", "meta_default")
+    ctx.put(f"{PREFIX}:Acquire", True)
+    deadline = time.monotonic() + 60
+    while not get("FullFileName_RBV").raw.value.endswith("meta_default_master.h5"):
+        assert time.monotonic() < deadline, get("FullFileName_RBV")
+        time.sleep(0.1)
+    wait_idle(get, 3)
+    with h5py.File(get("FullFileName_RBV").raw.value, "r") as f:
+        assert abs(f["entry/instrument/beam/incident_wavelength"][()] - 12.398419843320026 / 9.5) > 1e-3
 
 
 def test_the_docs_list_every_pv_the_ioc_serves():

@@ -18,7 +18,10 @@ each to its areaDetector and LImA counterpart):
   exposure, s; 0: unknown), ``FilePath`` (the directory under the service's data root),
   ``FileName`` (the files' prefix), ``FileNumber`` and ``AutoIncrement`` (1: the prefix is
   ``<FileName>_<FileNumber, 3 digits>`` and FileNumber counts up at each arm), ``Process``
-  (online processing on or off), ``ArrayCounter`` (frames written since it was set);
+  (online processing on or off), ``ArrayCounter`` (frames written since it was set), and the
+  dataset's metadata for the files, named as ADEiger and ADPilatus name theirs:
+  ``PhotonEnergy`` (eV), ``DetDist`` (mm), ``BeamX`` and ``BeamY`` (pixels), and
+  ``SampleName`` (each at 0, or empty, leaves the service's configuration's);
 - ``NumCaptured_RBV`` and ``NumImagesCounter_RBV`` (frames written in the dataset),
   ``DetectorState_RBV`` (ADDriver's states and indices: Idle, Acquire, Waiting (armed for a
   trigger), Error, Aborted (after a cancel), Disconnected (the service does not answer)),
@@ -107,6 +110,12 @@ class RdaqController(Controller):
     file_number = AttrRW(Int(min=0), initial_value=0, description="Next number in the prefix")
     auto_increment = AttrRW(Bool(), initial_value=False, description="1: prefix FileName_FileNumber")
     process = AttrRW(Bool(), initial_value=True, description="Online processing on or off")
+    # the dataset's metadata, named as ADEiger and ADPilatus name theirs (0: the service's)
+    photon_energy = AttrRW(Float(units="eV", min=0.0, prec=1), initial_value=0.0, description="Photon energy (0: as configured)")
+    det_dist = AttrRW(Float(units="mm", min=0.0, prec=3), initial_value=0.0, description="Detector distance (0: as configured)")
+    beam_x = AttrRW(Float(units="pixel", prec=2), initial_value=0.0, description="Beam centre x (both 0: as configured)")
+    beam_y = AttrRW(Float(units="pixel", prec=2), initial_value=0.0, description="Beam centre y (both 0: as configured)")
+    sample_name = AttrRW(String(length=200), initial_value="", description="The sample's name in the files")
     array_counter = AttrRW(Int(min=0), initial_value=0, description="Frames written since set")
     NumCaptured_RBV = AttrR(Int(), description="Frames written in the dataset")
     NumImagesCounter_RBV = AttrR(Int(), description="Frames written in the dataset")
@@ -165,10 +174,20 @@ class RdaqController(Controller):
             return self.file_name.get()
         return f"{self.file_name.get()}_{self.file_number.get():03d}"
 
+    def _metadata(self) -> dict:
+        """The arm's metadata in the service's units; a setting at 0 leaves the service's."""
+        energy_ev, distance_mm = self.photon_energy.get(), self.det_dist.get()
+        beam = (self.beam_x.get(), self.beam_y.get())
+        return {"sample_name": self.sample_name.get(),
+                "photon_energy_kev": energy_ev / 1000.0 if energy_ev > 0 else None,
+                "detector_distance_m": distance_mm / 1000.0 if distance_mm > 0 else None,
+                "beam_center_x": beam[0] if beam != (0.0, 0.0) else None,
+                "beam_center_y": beam[1] if beam != (0.0, 0.0) else None}
+
     async def _arm(self):
         await asyncio.to_thread(self.service.arm, frames_per_trigger=self._frames_per_trigger(), prefix=self._prefix(),
                                 triggers=self.num_triggers.get(), period_s=self.acquire_period.get(), count_time_s=self.acquire_time.get(),
-                                directory=self.file_path.get(), process=self.process.get())
+                                directory=self.file_path.get(), process=self.process.get(), **self._metadata())
         if self.auto_increment.get():
             await self.file_number.put(self.file_number.get() + 1, sync_setpoint=True)
         await self.StatusMessage_RBV.update("")
