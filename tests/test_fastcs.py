@@ -81,6 +81,9 @@ def test_pva_arms_acquires_and_reads_the_counters(ioc):
     ctx, _, svc, root, _ = ioc
 
     assert str(ctx.get(f"{PREFIX}:DetectorState_RBV")) == "Idle"
+    ctx.put(f"{PREFIX}:FilePath", "epics")
+    time.sleep(1)
+    assert not ctx.get(f"{PREFIX}:FilePathExists_RBV"), "the directory is made at the first trigger"
     for name, value in (("NumImages", 8), ("NumTriggers", 2), ("AcquirePeriod", 0.005), ("FilePath", "epics"),
                         ("FileName", "pva"), ("Process", False)):
         ctx.put(f"{PREFIX}:{name}", value)
@@ -89,6 +92,7 @@ def test_pva_arms_acquires_and_reads_the_counters(ioc):
     wait_idle(lambda n: ctx.get(f"{PREFIX}:{n}"), 16)
     master = ctx.get(f"{PREFIX}:FullFileName_RBV").raw.value
     assert master == str(root / "epics" / "pva_master.h5")
+    assert ctx.get(f"{PREFIX}:FilePathExists_RBV")
     assert frames_as_sent(master) == list(range(16))
     assert ctx.get(f"{PREFIX}:FramesLost_RBV") == 0 and not ctx.get(f"{PREFIX}:Acquire_RBV")
     assert svc.acquisition()["dataset"]["triggers_done"] == 2

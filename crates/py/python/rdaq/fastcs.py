@@ -27,6 +27,8 @@ each to its areaDetector and LImA counterpart):
   trigger), Error, Aborted (after a cancel), Disconnected (the service does not answer)),
   ``StatusMessage_RBV`` (why it is in Error or Disconnected; at Idle, a warning when the last
   dataset lost frames), ``FullFileName_RBV`` (the master of the last dataset),
+  ``FilePathExists_RBV`` (1: ``FilePath`` is a directory under the data root, as the IOC's
+  host sees it; the service makes a missing one at the first trigger),
   ``FrameRate_RBV`` (frames written per second), ``FramesLost_RBV`` and
   ``FramesIncomplete_RBV`` (of the last dataset), ``DatagramsDropped_RBV`` (the dataset's),
   ``HitRate_RBV`` and ``SpotsPerFrame_RBV`` (online processing).
@@ -46,9 +48,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import time
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from fastcs.attributes import AttributeIO, AttributeIORef, AttrR, AttrRW
 from fastcs.controllers import Controller
@@ -122,6 +126,7 @@ class RdaqController(Controller):
     DetectorState_RBV = AttrR(Enum(DetectorState))
     StatusMessage_RBV = AttrR(String(length=256), description="Error, or the last dataset's warning")
     FullFileName_RBV = AttrR(String(length=256), description="Master file of the last dataset")
+    FilePathExists_RBV = AttrR(Bool(), description="FilePath is a directory there")
     FrameRate_RBV = AttrR(Float(units="Hz"), description="Frames written per second")
     FramesLost_RBV = AttrR(Int(), description="Frames the last dataset lost")
     FramesIncomplete_RBV = AttrR(Int(), description="Frames with data missing")
@@ -242,6 +247,7 @@ class RdaqController(Controller):
         rate = max(0, written - before) / (now - then) if state == DetectorState.Acquire and now > then else 0.0
         self._rate = (written, now)
         await self.FrameRate_RBV.update(rate)
+        await self.FilePathExists_RBV.update(self._file_path_exists(a["data_root"]))
         if state == DetectorState.Error:
             await self.StatusMessage_RBV.update((a["error"] or "")[:256])
         elif summary and d.get("warning") and state in (DetectorState.Idle, DetectorState.Aborted):
@@ -251,6 +257,15 @@ class RdaqController(Controller):
         if self.acquire.get() != busy:
             await self.acquire.update(busy)
         await self.DetectorState_RBV.update(state)
+
+    def _file_path_exists(self, root: str) -> bool:
+        """Whether FilePath is a directory under the data root as this host sees it (the
+        service makes a missing one at the dataset's first trigger, as areaDetector's
+        CreateDirectory does; a path it would refuse is not there)."""
+        rel = PurePath(self.file_path.get())
+        if rel.is_absolute() or ".." in rel.parts:
+            return False
+        return os.path.isdir(os.path.join(root, rel))
 
     async def _count_arrays(self, number: int, written: int):
         """ArrayCounter counts on by the frames written since the last look (the datasets
