@@ -233,6 +233,26 @@ def one_receiver_topology(tmp_path, daemons, extra=""):
     return topo
 
 
+def assert_documents(url, paths):
+    """`url` serves a valid OpenAPI document that lists `paths`, each call that changes
+    something behind the bearer token."""
+    from openapi_spec_validator import validate
+    code, doc = call("GET", url + "/openapi.json")
+    assert code == 200, doc
+    validate(doc)
+    assert set(paths) <= set(doc["paths"]), sorted(doc["paths"])
+    for item in doc["paths"].values():
+        for method in ("post", "put"):
+            if method in item:
+                assert item[method]["security"] == [{"bearer": []}], item
+
+
+def test_the_daemons_serve_their_openapi_documents(daemons):
+    """The receiver and detector daemons each serve a valid OpenAPI document of their routes."""
+    assert_documents(daemons["dr0"], ["/telegram", "/buffers", "/start", "/stop", "/status", "/metrics", "/events", "/dashboard/snapshot"])
+    assert_documents(daemons["det"], ["/telegram", "/dtp", "/start", "/stop", "/status", "/manifest", "/events"])
+
+
 def test_manager_api_shows_events_and_the_report(rdaq, daemons, tmp_path):
     import signal
     dr = daemons["dr0"]
@@ -254,6 +274,7 @@ def test_manager_api_shows_events_and_the_report(rdaq, daemons, tmp_path):
             time.sleep(0.2)
         code, report = call("GET", url + "/report")
         assert code == 200 and report["frames_complete"] == 20 and report["frames_lost"] == []
+        assert_documents(url, ["/status", "/events", "/report", "/stop", "/dashboard/snapshot"])
         code, page = call("GET", url + "/events?since=0&limit=100000")
         kinds = [e["type"] for e in page["events"]]
         assert kinds.count("frame_complete") == 20

@@ -26,7 +26,7 @@ use rdaq_run::board::{Board, Glance, ProcessCounts};
 use rdaq_run::latency::StepLatency;
 use serde::Serialize;
 
-use crate::http::Described;
+use crate::openapi::{Described, Method};
 
 /// How often the live feed sends an update.
 pub const PERIOD: Duration = Duration::from_millis(500);
@@ -193,11 +193,11 @@ fn stage_view(st: &rdaq_process::pipeline::StageStats) -> StageView {
 
 /// The dashboard's routes as an OpenAPI document describes them.
 pub const DESCRIBED: [Described; 5] = [
-    Described { path: "/", post: false, summary: "The dashboard's page", answers: "text/html" },
-    Described { path: "/dashboard/assets/{file}", post: false, summary: "The dashboard's script and style files", answers: "text/plain" },
-    Described { path: "/dashboard/live", post: false, summary: "The dashboard's live feed: a snapshot per event (server-sent events)", answers: "text/event-stream" },
-    Described { path: "/dashboard/snapshot", post: false, summary: "What the dashboard shows (receivers, plan, result)", answers: "application/json" },
-    Described { path: "/dashboard/preview.png", post: false, summary: "The latest frame, as an image", answers: "image/png" },
+    Described { path: "/", method: Method::Get, summary: "The dashboard's page", answers: "text/html" },
+    Described { path: "/dashboard/assets/{file}", method: Method::Get, summary: "The dashboard's script and style files", answers: "text/plain" },
+    Described { path: "/dashboard/live", method: Method::Get, summary: "The dashboard's live feed: a snapshot per event (server-sent events)", answers: "text/event-stream" },
+    Described { path: "/dashboard/snapshot", method: Method::Get, summary: "What the dashboard shows (receivers, plan, result)", answers: "application/json" },
+    Described { path: "/dashboard/preview.png", method: Method::Get, summary: "The latest frame, as an image", answers: "image/png" },
 ];
 
 /// The dashboard's routes over `view`: the page at `/`, its files, the live feed and the

@@ -21,6 +21,7 @@ use rdaq_proto::telegram::{DetectorTelegram, ModuleDtp, NativeRequest, TELEGRAM_
 use serde::{Deserialize, Serialize};
 
 use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
+use crate::openapi::{self, Described, Method};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -84,8 +85,20 @@ pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
         .route("/stop", post(stop))
         .route("/status", get(status))
         .route("/manifest", get(manifest));
-    daemon_router(Arc::new(std::sync::Mutex::new(d)), routes)
+    let doc = openapi::document("rdaq detector daemon", "Emulated detector modules: the manager uploads what each module sends where (DTPs), then starts and stops them. Calls that change something need the token when one is set (Authorization: Bearer). Bodies are JSON objects, described in docs/control.md, not here.", &DESCRIBED);
+    openapi::serve_document(daemon_router(Arc::new(std::sync::Mutex::new(d)), routes), doc)
 }
+
+/// The daemon's routes as its OpenAPI document describes them.
+const DESCRIBED: [Described; 7] = [
+    Described { path: "/telegram", method: Method::Get, summary: "What the modules offer: their count, sizes and links (the manager plans with it)", answers: "application/json" },
+    Described { path: "/dtp", method: Method::Put, summary: "What each module sends where (the manager's data transfer processes)", answers: "application/json" },
+    Described { path: "/start", method: Method::Post, summary: "Starts sending frames (count, rate, faults)", answers: "application/json" },
+    Described { path: "/stop", method: Method::Post, summary: "Stops sending; answers what was sent", answers: "application/json" },
+    Described { path: "/status", method: Method::Get, summary: "Whether the modules send, and what they sent", answers: "application/json" },
+    Described { path: "/manifest", method: Method::Get, summary: "The frames sent, one CSV line each", answers: "text/csv" },
+    Described { path: "/events", method: Method::Get, summary: "A page of the event channel from `since` (at most `limit`)", answers: "application/json" },
+];
 
 async fn telegram(State(s): State<Shared>) -> Json<DetectorTelegram> {
     let d = lock(&s);

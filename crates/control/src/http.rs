@@ -98,13 +98,3 @@ pub fn listen_addr(s: &str) -> Result<SocketAddr, String> {
     s.parse().map_err(|_| format!("{s:?} is not ADDRESS:PORT or a port"))
 }
 
-/// A route described by hand in an OpenAPI document (the manager's board, the dashboard,
-/// the metrics beside the acquisition service's): its handlers answer free-form JSON or
-/// text.
-pub struct Described {
-    pub path: &'static str,
-    pub post: bool,
-    pub summary: &'static str,
-    /// The media type of its answer.
-    pub answers: &'static str,
-}

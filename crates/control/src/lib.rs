@@ -27,6 +27,7 @@ pub mod detector;
 pub mod http;
 pub mod manager;
 pub mod metrics;
+pub mod openapi;
 pub mod receiver;
 pub mod run;
 pub mod service;

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dashboard::{self, ReceiverView, Snapshot, View};
 use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
+use crate::openapi::{self, Described, Method};
 use rdaq_run::acquisition::{self, Chain};
 use rdaq_run::remote;
 use rdaq_run::config::Config;
@@ -112,8 +113,22 @@ fn router(opts: Options, access: Arc<crate::auth::Access>) -> (Router, Shared) {
         .route("/stop", post(stop))
         .route("/status", get(status))
         .route("/metrics", get(metrics));
-    (daemon_router(shared.clone(), routes).merge(dashboard::routes(Arc::new(DaemonView(shared.clone())))), shared)
+    let app = daemon_router(shared.clone(), routes).merge(dashboard::routes(Arc::new(DaemonView(shared.clone()))));
+    let described: Vec<Described> = DESCRIBED.into_iter().chain(dashboard::DESCRIBED).collect();
+    let doc = openapi::document("rdaq receiver daemon", "A data receiver: its buffers defined by the manager, one acquisition at a time into its output directory. Calls that change something need the token when one is set (Authorization: Bearer). Bodies are JSON objects, described in docs/control.md, not here.", &described);
+    (openapi::serve_document(app, doc), shared)
 }
+
+/// The daemon's routes as its OpenAPI document describes them.
+const DESCRIBED: [Described; 7] = [
+    Described { path: "/telegram", method: Method::Get, summary: "What the receiver offers: its ports, address and memory (the manager plans with it)", answers: "application/json" },
+    Described { path: "/buffers", method: Method::Put, summary: "Defines the receiver's buffers from the manager's buffer request; answers their buffer map", answers: "application/json" },
+    Described { path: "/start", method: Method::Post, summary: "Starts an acquisition into a file of the output directory", answers: "application/json" },
+    Described { path: "/stop", method: Method::Post, summary: "Stops the acquisition under way; answers its summary", answers: "application/json" },
+    Described { path: "/status", method: Method::Get, summary: "The acquisition under way or the last one, its counters and how the cores are shared", answers: "application/json" },
+    Described { path: "/metrics", method: Method::Get, summary: "The receiver's counters, OpenMetrics text", answers: "application/openmetrics-text" },
+    Described { path: "/events", method: Method::Get, summary: "A page of the event channel from `since` (at most `limit`)", answers: "application/json" },
+];
 
 /// The receiver daemon on its dashboard.
 struct DaemonView(Shared);

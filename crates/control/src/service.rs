@@ -154,7 +154,7 @@ pub(crate) struct Serving {
     pub(crate) backend: Arc<dyn Backend>,
     /// Routes served beside the service's (a dashboard), and their description.
     pub(crate) extra: axum::Router,
-    pub(crate) extra_described: Vec<crate::http::Described>,
+    pub(crate) extra_described: Vec<crate::openapi::Described>,
     /// Who serves, for the logs ("manage", "receive").
     pub(crate) what: &'static str,
 }

@@ -15,7 +15,8 @@ use rdaq_proto::events::{Event, EventLog, EventPage};
 
 use crate::auth::Access;
 use crate::dashboard::{self, ProcessView, ReceiverView, Snapshot, View};
-use crate::http::{lock, Described};
+use crate::http::lock;
+use crate::openapi::{Described, Method};
 
 /// Events the manager keeps for `/events`: of one acquisition (all of a long one's are in its
 /// events.jsonl), and of the service, which runs for weeks: there the log is a window on the
@@ -114,17 +115,18 @@ impl View for ManagerView {
 
 /// Starts the manager's API and dashboard in a background thread.
 pub fn serve(addr: SocketAddr, b: SharedBoard, access: Arc<Access>) -> anyhow::Result<()> {
-    crate::http::serve_in_background(addr, router(b, access.clone()), "manage", access)?;
+    let doc = crate::openapi::document("rdaq system manager", "One acquisition over the receiver and detector daemons of a topology: its state, plan, events and report. Stop needs the token when one is set (Authorization: Bearer).", &described());
+    crate::http::serve_in_background(addr, crate::openapi::serve_document(router(b, access.clone()), doc), "manage", access)?;
     Ok(())
 }
 
 /// The manager's API and dashboard as an OpenAPI document describes them.
 pub fn described() -> Vec<Described> {
     let api = [
-        Described { path: "/status", post: false, summary: "The manager's state, plan and receivers", answers: "application/json" },
-        Described { path: "/events", post: false, summary: "A page of the event channel from `since` (at most `limit`)", answers: "application/json" },
-        Described { path: "/report", post: false, summary: "The last acquisition's report (409 while one runs)", answers: "application/json" },
-        Described { path: "/stop", post: true, summary: "Stops the acquisition under way early", answers: "application/json" },
+        Described { path: "/status", method: Method::Get, summary: "The manager's state, plan and receivers", answers: "application/json" },
+        Described { path: "/events", method: Method::Get, summary: "A page of the event channel from `since` (at most `limit`)", answers: "application/json" },
+        Described { path: "/report", method: Method::Get, summary: "The last acquisition's report (409 while one runs)", answers: "application/json" },
+        Described { path: "/stop", method: Method::Post, summary: "Stops the acquisition under way early", answers: "application/json" },
     ];
     api.into_iter().chain(dashboard::DESCRIBED).collect()
 }

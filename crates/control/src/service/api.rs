@@ -21,7 +21,8 @@ use utoipa_axum::routes;
 
 use super::{prepare_directory, Hub, Ready, SharedHub, Work, READY_WAIT};
 use crate::dashboard::ProcessView;
-use crate::http::{lock, ApiError, Described};
+use crate::http::{lock, ApiError};
+use crate::openapi::{with_bearer, with_described, Described};
 
 /// The size of the images in a dataset's master (modules and gaps).
 #[derive(Clone, Copy, Serialize, ToSchema)]
@@ -86,24 +87,6 @@ pub struct ErrorAnswer {
 )]
 struct ApiDoc;
 
-/// The document of the routes, with the bearer token as its security scheme (`bearer`),
-/// which every call that changes something (a POST) requires: the service's `--token-file`
-/// or `RDAQ_TOKEN`, when one is set.
-fn with_bearer(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
-    use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
-    let components = doc.components.get_or_insert_with(Default::default);
-    components.add_security_scheme(BEARER, SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
-    for item in doc.paths.paths.values_mut() {
-        if let Some(op) = item.post.as_mut() {
-            op.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
-        }
-    }
-    doc
-}
-
-/// The name of the bearer token's security scheme in the document.
-const BEARER: &str = "bearer";
-
 /// The service's routes, each with its part of the OpenAPI document.
 fn api() -> OpenApiRouter<SharedHub> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
@@ -112,23 +95,6 @@ fn api() -> OpenApiRouter<SharedHub> {
         .routes(routes!(trigger))
         .routes(routes!(disarm))
         .routes(routes!(cancel))
-}
-
-/// Adds the routes served beside the service's to the document, each with its one answer
-/// and, for a templated path, its path parameter.
-fn with_described(mut doc: utoipa::openapi::OpenApi, extra: &[Described]) -> utoipa::openapi::OpenApi {
-    use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn};
-    use utoipa::openapi::{ContentBuilder, ObjectBuilder, Required, ResponseBuilder, Type};
-    for d in extra {
-        let answer = ResponseBuilder::new().description(d.summary).content(d.answers, ContentBuilder::new().build()).build();
-        let mut op = OperationBuilder::new().summary(Some(d.summary)).response("200", answer);
-        for name in d.path.split('/').filter_map(|part| part.strip_prefix('{')?.strip_suffix('}')) {
-            let string = ObjectBuilder::new().schema_type(Type::String).build();
-            op = op.parameter(ParameterBuilder::new().name(name).parameter_in(ParameterIn::Path).required(Required::True).schema(Some(string)).build());
-        }
-        doc.paths.add_path_operation(d.path, vec![if d.post { HttpMethod::Post } else { HttpMethod::Get }], op.build());
-    }
-    doc
 }
 
 /// The service's routes, and `/openapi.json`: the document they make with the routes
@@ -291,8 +257,8 @@ mod tests {
         for p in ["/acquisition", "/arm", "/trigger", "/disarm", "/cancel"] {
             assert!(v["paths"][p].is_object(), "{p}");
         }
-        assert_eq!(v["components"]["securitySchemes"][BEARER]["scheme"], "bearer");
-        assert!(v["paths"]["/arm"]["post"]["security"][0][BEARER].is_array(), "a change needs the token");
+        assert_eq!(v["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+        assert!(v["paths"]["/arm"]["post"]["security"][0]["bearer"].is_array(), "a change needs the token");
         assert!(v["paths"]["/acquisition"]["get"]["security"].is_null(), "a read does not (without --protect-reads)");
         let arm = &v["components"]["schemas"]["ArmRequest"];
         assert_eq!(arm["properties"]["frames_per_trigger"]["minimum"], 1);

@@ -32,7 +32,8 @@ use rdaq_run::remote::{self, Source};
 use super::{Backend, Closed, Image, Live, Ready, Serving, SharedHub};
 use crate::auth::Access;
 use crate::dashboard::process_view;
-use crate::http::{lock, Described};
+use crate::http::lock;
+use crate::openapi::{Described, Method};
 
 /// How often a trigger's wait looks at the frames taken.
 const POLL: Duration = Duration::from_millis(10);
@@ -69,7 +70,7 @@ pub fn serve(o: Options) -> anyhow::Result<()> {
     let access = Arc::new(o.access);
     let scraped = Arc::new(Scraped { name: o.name, shown: shown.clone(), access: access.clone() });
     let extra = axum::Router::new().route("/metrics", axum::routing::get(metrics)).with_state(scraped);
-    let metrics = Described { path: "/metrics", post: false, summary: "The receiver's counters in the dataset under way (or the last), OpenMetrics text", answers: "application/openmetrics-text" };
+    let metrics = Described { path: "/metrics", method: Method::Get, summary: "The receiver's counters in the dataset under way (or the last), OpenMetrics text", answers: "application/openmetrics-text" };
     let serving = Serving { addr: o.addr, access, root, image, backend: shown.clone(), extra, extra_described: vec![metrics], what: "receive" };
     let (source, config, count_time_s) = (o.source, o.config, o.count_time_s);
     super::serve(serving, |hub| Datasets { hub, shown, source, config, count_time_s, open: None })
