@@ -269,19 +269,25 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work:
     let kinds = fill(&mut placer, pool);
     let mut writer = NxmxWriter::create(&dir.join(format!("w{workers}_master.h5")), &meta, true)?;
     let bar = indicatif::ProgressBar::hidden();
+    // the point is timed from when the consumer takes frames: making its frame buffers
+    // (hundreds of MB with many workers) is not the steady state measured
+    let raw_board = rdaq_run::board::Board::default();
+    let board = setup.as_ref().map(|s| s.board.clone());
     let t0 = Instant::now();
     let (report, frames) = std::thread::scope(|s| {
         let feeder = s.spawn(|| feed(placer, pool, &kinds, Duration::from_secs_f64(seconds)));
         let r = match setup {
             Some(setup) => graph::run(&rx, Some(&mut writer), None, setup, &bar, None, &mut |_| {}),
             None => {
-                let sinks = consume::Sinks { geometry, writer: Some(&mut writer), stream: None, sent: None, board: None, decoder: None, pedestal_run: None, workers: cfg.raw_workers(), canned: raw_chunk };
+                let sinks = consume::Sinks { geometry, writer: Some(&mut writer), stream: None, sent: None, board: Some(&raw_board), decoder: None, pedestal_run: None, workers: cfg.raw_workers(), canned: raw_chunk };
                 consume::consume(&rx, sinks, &bar, None, |_| {}).map(|st| (st, ProcessReport::default()))
             }
         };
         (r, feeder.join().expect("feeder"))
     });
-    let elapsed = t0.elapsed().as_secs_f64();
+    let end = Instant::now();
+    let since = board.as_deref().unwrap_or(&raw_board).consuming_since().unwrap_or(t0);
+    let elapsed = (end - since).as_secs_f64();
     let (stats, report) = report?;
     // a point whose writer failed measured nothing worth a row
     if let Some(e) = stats.write_error {

@@ -97,7 +97,7 @@ pub struct Board {
     threads: Mutex<Option<ThreadBudget>>,
     /// Whether the consumer takes frames (its buffers made, its threads started) or has
     /// ended: a detector started before that fills the receiver's ring meanwhile.
-    consuming: (Mutex<bool>, Condvar),
+    consuming: (Mutex<Option<Instant>>, Condvar),
 }
 
 impl Default for Board {
@@ -225,16 +225,21 @@ impl Board {
 
     /// The consumer takes frames from now on, or has ended (it will take none).
     pub fn set_consuming(&self) {
-        *lock(&self.consuming.0) = true;
+        lock(&self.consuming.0).get_or_insert_with(Instant::now);
         self.consuming.1.notify_all();
     }
 
     /// Waits until the consumer takes frames or has ended ([`Board::set_consuming`]).
     pub fn wait_consuming(&self) {
         let mut up = lock(&self.consuming.0);
-        while !*up {
+        while up.is_none() {
             up = self.consuming.1.wait(up).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// When the consumer began to take frames (after making its buffers and threads).
+    pub fn consuming_since(&self) -> Option<Instant> {
+        *lock(&self.consuming.0)
     }
 
     pub fn set_threads(&self, t: ThreadBudget) {
