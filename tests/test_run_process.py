@@ -160,3 +160,24 @@ def test_the_threads_share_the_cores_and_the_summary_says_how(rdaq, tmp_path):
             # the budget fills the cores when they are more than the floor of one each
             floor = 4 + 1 + (1 if name == "processed" else 0)
             assert t["threads"] == max(cores, floor), t
+
+
+def test_the_veto_is_said_at_start_and_in_the_summary(rdaq, tmp_path):
+    """The start line says whether the veto is on and with which min_spots; a run that vetoes
+    every frame warns with the settings to change; with the veto off, the saved line says
+    every signal frame was written."""
+    def run(name, settings):
+        cfg = tmp_path / f"{name}.toml"
+        cfg.write_text(f"[process]\n{settings}\n")
+        r = subprocess.run([str(rdaq), "run", "--config", str(cfg), "--frames", "20", "--out", str(tmp_path / name),
+                            "--stream", "none", "--preview", "none"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r
+    r = run("all_vetoed", "min_spots = 100000")
+    assert "veto on: a signal frame with fewer than 100000 spots is not written" in r.stderr, r.stderr
+    assert "warning     : every signal frame was vetoed (none had 100000 spots)" in r.stdout, r.stdout
+    assert "process.veto = false" in r.stdout
+    r = run("no_veto", "veto = false")
+    assert "veto off: every signal frame is written" in r.stderr, r.stderr
+    assert "saved       : 10 frames written (every signal frame: the veto is off)" in r.stdout, r.stdout
+    assert "warning     : every signal frame" not in r.stdout

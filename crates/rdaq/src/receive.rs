@@ -208,7 +208,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let bind = cfg.network.bind;
     let ports: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(bind, p)).collect();
     let slots = rx.buffer_map().buffers.len();
-    let what = if processing { format!("processing to {}", cfg.process.output) } else { "raw".into() };
+    let what = if processing { cfg.processing_said() } else { "raw".into() };
     eprintln!("rdaq receive: listening on {ports:?} ({}), {slots} slots, {}; {what}", rx.engine(), recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted()));
     eprintln!("rdaq receive: threads: {}", cfg.thread_budget().describe());
     report_tuning("rdaq receive", rx);

@@ -217,6 +217,14 @@ impl Config {
 
     /// Whether the frames go through the processing graph: process.mode "jungfrau", or
     /// "auto" for a JUNGFRAU whose calibration is known.
+    /// What the start line says of processed frames: to which pixels, and whether the veto
+    /// keeps the hits only.
+    pub fn processing_said(&self) -> String {
+        let p = &self.process;
+        let veto = if p.veto { format!("veto on: a signal frame with fewer than {} spots is not written (process.min_spots, process.veto)", p.min_spots) } else { "veto off: every signal frame is written".into() };
+        format!("processing to {}, {veto}", p.output)
+    }
+
     pub fn processing(&self) -> bool {
         match self.process.mode.as_str() {
             "jungfrau" => true,

@@ -213,6 +213,9 @@ pub struct ProcessReport {
     /// Signal frames compressed: not those vetoed, nor those that neither a file nor a
     /// stream reader would take.
     pub frames_compressed: u64,
+    /// Whether the veto was on (only hits written), and the spots that make a hit.
+    pub veto: bool,
+    pub min_spots: usize,
     /// Waits of the source for a free frame buffer (the graph's back-pressure).
     pub pool_waits: u64,
     pub stages: Vec<StageReport>,
@@ -407,6 +410,7 @@ pub fn run(
         (running.join(), source)
     });
     let mut report = g.report(stage_stats, source);
+    (report.1.veto, report.1.min_spots) = (setup.veto, setup.min_spots);
     report.1.gpu = offload.as_ref().map(|o| o.report(&setup.board));
     Ok(report)
 }

@@ -253,7 +253,7 @@ fn start_line(cfg: &Config, rx: &Receiver) -> String {
         slots.first().map_or(0, |b| b.size) as f64 / (1u64 << 20) as f64,
         rx.ports(),
         rx.engine(),
-        if cfg.processing() { format!("processing to {}", cfg.process.output) } else { "raw".to_string() },
+        if cfg.processing() { cfg.processing_said() } else { "raw".to_string() },
         recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted())
     )
 }

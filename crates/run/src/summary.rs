@@ -382,7 +382,11 @@ impl Summary {
             say!(o, "refused     : frames {} (the ring was full: the consumer was behind; each refused whole)", describe_runs(&self.frames_refused_runs, RUNS_SHOWN));
         }
         let not_saved = if self.frames_not_saved > 0 { format!(", {} received but not saved", self.frames_not_saved) } else { String::new() };
-        let which = if self.processing.is_some() { " (the signal frames that were hits: see processing)" } else { "" };
+        let which = match &self.processing {
+            Some(p) if p.veto => " (the signal frames that were hits: see processing)",
+            Some(_) => " (every signal frame: the veto is off)",
+            None => "",
+        };
         say!(o, "saved       : {} frames written{which}{not_saved}", self.frames_written);
         if self.reset_frames + self.data_without_reset + self.unused_reset_frames > 0 {
             say!(o, 
@@ -470,6 +474,9 @@ impl Summary {
 
     fn print_processing(&self, o: &mut String) {
         let Some(p) = &self.processing else { return };
+        if p.veto && p.signal_frames > 0 && p.hits == 0 {
+            say!(o, "warning     : every signal frame was vetoed (none had {} spots): nothing of them was written; lower process.min_spots, or set process.veto = false to write every frame", p.min_spots);
+        }
         say!(o, "processing  : {} dark frames ({} incomplete, not tracked), {} pedestal updates; {} signal frames, {} hits, {} vetoed ({:.1}%), {} spots; {} compressed, {} frames written",
             p.dark_frames, p.dark_incomplete, p.pedestal_updates, p.signal_frames, p.hits, p.vetoed, 100.0 * p.vetoed_fraction, p.spots_found, p.frames_compressed, p.frames_written);
         say!(o, "  stage          workers  frames   ms/frame  busy s  waits  dropped  discarded  ring max");
