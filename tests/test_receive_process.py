@@ -4,6 +4,7 @@ calibration go through the same processing graph as `rdaq run`. The photon count
 file must equal, bit for bit, `rdaq process convert` on the raw file of the same frames,
 and aare's conversion (keV over the photon energy, rounded half away from zero)."""
 import json
+import subprocess
 import threading
 
 import aare
@@ -56,7 +57,6 @@ def test_processed_stream_equals_offline_conversion_and_aare(rdaq, tmp_path, cas
     assert s_raw["processing"] is None and s["processing"] is not None, s["stderr"]
     assert s["processing"]["signal_frames"] == s["frames_complete"] == s_raw["frames_complete"]
     assert s["processing"]["frames_written"] == s["frames_written"] == s_raw["frames_written"]
-    import subprocess
     subprocess.run([rdaq, "process", "convert", "--input", raw_h5, "--calibration", tmp_path / "cal.h5",
                     "--photon-kev", str(KEV), "--counts", "i32", "--output", tmp_path / "offline.h5"], check=True)
     with h5py.File(out, "r") as f, h5py.File(raw_h5, "r") as r, h5py.File(tmp_path / "offline.h5", "r") as o:
@@ -110,7 +110,6 @@ def test_psi_gain_maps_give_the_gains_as_aare_reads_them(rdaq, tmp_path, case, h
 
 def test_processing_of_a_stream_needs_its_calibration(rdaq, tmp_path):
     """Processing asked for without a calibration: one line naming the setting, exit 2."""
-    import subprocess
     (tmp_path / "proc.toml").write_text('[process]\nmode = "jungfrau"\n')
     r = subprocess.run([rdaq, "receive", "--format", "sls", "--config", tmp_path / "proc.toml", "--frames", "1"],
                        capture_output=True, text=True, timeout=30)
@@ -142,6 +141,15 @@ def test_a_pedestal_run_makes_the_calibration_the_next_acquisition_uses(rdaq, tm
     assert np.array_equal(gain, aare.load_calibration(str(tmp_path / "gainMaps_M001.bin")).astype(np.float32))
     # every pixel showed one stage: the other two are masked (too few frames)
     assert (mask != 0).all() and set(np.unique(mask).tolist()) == {2}
+    # a calibration that masks every pixel is refused at start, naming the limit...
+    r = subprocess.run([rdaq, "receive", "--format", "sls", "--calibration", tmp_path / "cal.h5", "--frames", "1",
+                        "--timeout-s", "1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "module 0 has 100.0% of its pixels masked, more than process.max_masked = 0.1" in r.stderr, r.stderr
+    # ...unless told to take it anyway, and the start says how much it masks
+    (tmp_path / "any.toml").write_text("[process]\nmax_masked = 1.0\nveto = false\n")
+    (tmp_path / "masked").mkdir()
+    s, _ = receive(rdaq, tmp_path / "masked", "one interface", ["--calibration", tmp_path / "cal.h5", "--config", tmp_path / "any.toml"])
+    assert "calibration: pixels masked per module: 100.0%" in s["stderr"], s["stderr"]
     # the next acquisition: with the masks cleared, each pixel converts to 0 photons
     with h5py.File(tmp_path / "cal.h5", "r+") as c:
         c["pixel_mask"][...] = 0

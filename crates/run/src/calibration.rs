@@ -31,9 +31,46 @@ pub fn calibration_of(cfg: &Config, g: Geometry, ids: &[u16]) -> anyhow::Result<
         if (cf.rows, cf.cols) != (g.height(), g.width()) {
             bail!("process.calibration {} is {}x{} pixels, the detector image {}x{}", p.calibration.display(), cf.rows, cf.cols, g.height(), g.width());
         }
+        refuse_masked(cfg, &g, &cf)?;
         cf.cal
     };
     with_gain_maps(cfg, g, ids, cal)
+}
+
+/// The share of each module's pixels that `cal` masks (gaps are not the modules' pixels).
+pub fn masked_shares(g: &Geometry, cal: &Calibration) -> Vec<f64> {
+    (0..g.modules)
+        .map(|m| {
+            let (mut masked, mut all) = (0usize, 0usize);
+            g.module_runs(m, |_, at, run| {
+                masked += cal.mask[at..at + run].iter().filter(|&&b| b != 0).count();
+                all += run;
+            });
+            masked as f64 / all.max(1) as f64
+        })
+        .collect()
+}
+
+/// What the start says of a calibration: the share of each module's pixels it masks.
+pub fn masked_said(g: &Geometry, cal: &Calibration) -> String {
+    let shares: Vec<String> = masked_shares(g, cal).iter().map(|s| format!("{:.1}%", 100.0 * s)).collect();
+    format!("calibration: pixels masked per module: {}", shares.join(", "))
+}
+
+/// Refuses a calibration file that masks more of a module than `process.max_masked`, naming
+/// the gains its file measured from no frame (a pedestal run without forced G1 and G2 frames
+/// masks every pixel, and every processed pixel would be the masked value).
+fn refuse_masked(cfg: &Config, g: &Geometry, cf: &rdaq_process::calfile::CalFile) -> anyhow::Result<()> {
+    let limit = cfg.process.max_masked;
+    let shares = masked_shares(g, &cf.cal);
+    let Some((m, share)) = shares.iter().enumerate().find(|(_, &s)| s > limit) else { return Ok(()) };
+    let unmeasured: Vec<String> = cf.frames.iter().flat_map(|f| f.iter().enumerate()).filter(|(_, &n)| n == 0).map(|(s, _)| format!("G{s}")).collect();
+    let why = if unmeasured.is_empty() { String::new() } else { format!(" (its pedestals of {} were measured from no frame: take dark frames in each gain, e.g. forceswitchg1 and forceswitchg2)", unmeasured.join(" and ")) };
+    bail!(
+        "process.calibration {}: module {m} has {:.1}% of its pixels masked, more than process.max_masked = {limit}{why}; set process.max_masked = 1 to use it anyway",
+        cfg.process.calibration.display(),
+        100.0 * share
+    )
 }
 
 /// Typical PSI pedestals and gains over the image `g`, gaps masked: the base of a

@@ -212,6 +212,9 @@ impl Config {
         if p.ring_frames == 0 {
             bail!("process.ring_frames must be at least 1");
         }
+        if !(0.0..=1.0).contains(&p.max_masked) {
+            bail!("process.max_masked must be 0 to 1 (a share of a module's pixels), not {}", p.max_masked);
+        }
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         if let Some(c) = p.cpus.iter().find(|&&c| c >= cpus) {
             bail!("process.cpus: CPU {c} is not one of this machine's 0..{}", cpus - 1);

@@ -152,6 +152,9 @@ pub struct Process {
     /// `detector.seed`); empty: the emulated detector's own in `rdaq run`, none for a
     /// detector outside this process.
     pub calibration: PathBuf,
+    /// The largest share (0 to 1) of a module's pixels a calibration file may mask: a file
+    /// that masks more is refused at start (1: any is taken).
+    pub max_masked: f64,
     /// PSI's gain map files, one per module in module order (`gainMaps_M<id>.bin`): they
     /// replace the calibration's gains; the pedestals stay the calibration's.
     pub gain_maps: Vec<PathBuf>,
@@ -361,6 +364,7 @@ impl Default for Process {
             output: "auto".into(),
             invalid_gain: "error".into(),
             calibration: PathBuf::new(),
+            max_masked: 0.1,
             gain_maps: Vec::new(),
             hg0: false,
             pedestal_window: 128,
