@@ -205,6 +205,20 @@ def test_frames_that_never_arrived_are_counted_with_their_numbers(rdaq, tmp_path
     assert "never seen  : frames 15" in st["stdout"]
 
 
+def test_a_detector_that_sends_fewer_frames_is_not_waited_for(rdaq, tmp_path):
+    """Asked for 10 frames, the detector sends its 3 and stops: the receiver ends about
+    --quiet-s after the last datagram, not at --timeout-s, and says why; the 7 frames that
+    never came are counted as lost (exit 1)."""
+    import time
+    t = time.monotonic()
+    proc, ports, out, summary = start_receiver(rdaq, tmp_path, 1, 10, timeout_s="600", extra=["--quiet-s", "1"])
+    replay([("jungfrau_virtual.bin", ports[0])])
+    st = finish(proc, summary, rc=1)
+    assert time.monotonic() - t < 120, "ended by --timeout-s, not by the quiet"
+    assert st["frames_complete"] == 3, st["stdout"]
+    assert "no datagram for 1.0 s: the detector has finished (--quiet-s)" in st["stderr"], st["stderr"]
+
+
 def test_an_existing_output_is_refused_before_anything_starts(rdaq, tmp_path):
     """`--out EXISTING` exits 2 naming the file, which is left as it was; --overwrite replaces it."""
     out = tmp_path / "precious.h5"

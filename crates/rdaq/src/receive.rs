@@ -15,10 +15,14 @@ use rdaq_control::receiver as daemon;
 use rdaq_detector::Description;
 use rdaq_emulator::Control;
 use rdaq_run::config::Config;
+use rdaq_run::receive::Ending;
 use rdaq_run::remote;
 use rdaq_run::run::{recv_buffer_line, report_tuning};
 use rdaq_run::summary::Summary;
 use rdaq_run::{outputs, progress_bar};
+
+/// Seconds without a datagram after which an acquisition of a known frame count ends.
+const DEFAULT_QUIET_S: f64 = 10.0;
 
 use crate::acquire::{set, AcquireArgs};
 use crate::interrupt::{on_interrupt, Interrupts};
@@ -37,7 +41,7 @@ pub struct ReceiveArgs {
     /// /arm, /trigger, /cancel; GET /acquisition, /openapi.json), their files under this
     /// directory; for a detector's native packets (--format sls, --detector) that something
     /// else triggers.
-    #[arg(long, requires = "serve", value_name = "DIR", conflicts_with_all = ["out", "frames", "timeout_s", "buffers_out", "summary_json", "pedestal_run", "dashboard", "out_dir", "memory_mib", "overwrite", "tolerate_loss", "frame_time_s"])]
+    #[arg(long, requires = "serve", value_name = "DIR", conflicts_with_all = ["out", "frames", "timeout_s", "quiet_s", "buffers_out", "summary_json", "pedestal_run", "dashboard", "out_dir", "memory_mib", "overwrite", "tolerate_loss", "frame_time_s"])]
     data_root: Option<PathBuf>,
     #[command(flatten)]
     access: AccessArgs,
@@ -138,6 +142,12 @@ pub struct ReceiveArgs {
     /// Stop after this many seconds in any case.
     #[arg(long, value_parser = rdaq_run::config::seconds_arg)]
     timeout_s: Option<f64>,
+    /// End once no datagram came for this many seconds after the first: the detector has
+    /// finished, and frames not seen by then never arrived. Default: 10 with --frames (a
+    /// detector that sends fewer frames is not waited for until --timeout-s), none without;
+    /// 0: never (slow external triggers).
+    #[arg(long, value_parser = rdaq_run::config::seconds_or_off_arg)]
+    quiet_s: Option<f64>,
     /// NXmx output file (none: frames are counted and dropped). An existing file is refused
     /// unless --overwrite.
     #[arg(long)]
@@ -221,7 +231,11 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let deadline = a.timeout_s.map(|t| Instant::now() + Duration::from_secs_f64(t));
-    let done = receiving.run(&bar, deadline, &stop)?;
+    let quiet = a.quiet_s.or(a.frames.map(|_| DEFAULT_QUIET_S)).filter(|&q| q > 0.0).map(Duration::from_secs_f64);
+    let done = receiving.run(&bar, Ending { deadline, quiet }, &stop)?;
+    if done.ended_quiet {
+        eprintln!("rdaq receive: no datagram for {:.1} s: the detector has finished (--quiet-s)", quiet.unwrap_or_default().as_secs_f64());
+    }
     let sum = done.summary;
     sum.print();
     if let Some(p) = &a.acq.summary_json {
@@ -259,6 +273,7 @@ fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Res
         ("--summary-json", a.acq.summary_json.is_some()),
         ("--frames", a.frames.is_some()),
         ("--timeout-s", a.timeout_s.is_some()),
+        ("--quiet-s", a.quiet_s.is_some()),
         ("--detector", a.detector.is_some()),
         ("--dashboard", a.dashboard.is_some()),
     ];

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 mod check;
 mod sections;
 
-pub use check::{photon_kev_arg, physical_mib, seconds_arg, MAX_GAP, MAX_SECONDS};
+pub use check::{photon_kev_arg, physical_mib, seconds_arg, seconds_or_off_arg, MAX_GAP, MAX_SECONDS};
 pub use sections::*;
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]

@@ -75,7 +75,7 @@ fn start_remote(cfg: Config, source: Source, control: Arc<Control>, tx: Sender<P
     let ports = receiving.rx.ports().to_vec();
     let run = std::thread::Builder::new()
         .name("rdaq-acquisition".into())
-        .spawn(move || receiving.run(&indicatif::ProgressBar::hidden(), None, &control).map(|r| r.summary))
+        .spawn(move || receiving.run(&indicatif::ProgressBar::hidden(), receive::Ending::default(), &control).map(|r| r.summary))
         .context("cannot start the acquisition")?;
     Ok((run, g, ports))
 }

@@ -74,6 +74,19 @@ pub struct Received {
     pub counters: Counters,
     /// The pedestal run the chain recorded, with every complete frame taken.
     pub pedestal_run: Option<PedestalRun>,
+    /// The acquisition ended because the detector went quiet ([`Ending::quiet`]).
+    pub ended_quiet: bool,
+}
+
+/// What ends an acquisition besides its frame count and a stop.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ending {
+    /// The limit in any case.
+    pub deadline: Option<Instant>,
+    /// The detector has finished once no datagram came for this long after the first: the
+    /// frames not seen by then never arrived (a detector that sent fewer frames than asked
+    /// is not waited for until the deadline).
+    pub quiet: Option<Duration>,
 }
 
 impl Receiving {
@@ -83,13 +96,14 @@ impl Receiving {
     }
 
     /// Takes the frames through the chain until the receiver stops by itself (its frame
-    /// count), `stop` is set (Ctrl-C, the dashboard, Python), or the deadline; then the
+    /// count), `stop` is set (Ctrl-C, the dashboard, Python), or as `ending` says; then the
     /// summary.
-    pub fn run(self, bar: &ProgressBar, deadline: Option<Instant>, stop: &Control) -> anyhow::Result<Received> {
+    pub fn run(self, bar: &ProgressBar, ending: Ending, stop: &Control) -> anyhow::Result<Received> {
         let Receiving { mut rx, chain, sinks, frames } = self;
         let board = chain.board.clone();
         let start = Instant::now();
-        let outcome = consume_until_stopped(&rx, chain, sinks, bar, deadline, stop)?;
+        let (outcome, ended_quiet) = consume_until_stopped(&rx, chain, sinks, bar, ending, stop);
+        let outcome = outcome?;
         bar.finish();
         let counters = rx.join()?;
         board.sample(counters);
@@ -99,31 +113,49 @@ impl Receiving {
         summary.threads = Some(outcome.threads);
         summary.processing = outcome.processed.map(|p| ProcessReport { calibration: None, ..p });
         check_guards(&rx)?;
-        Ok(Received { summary, counters, pedestal_run: outcome.pedestal_run })
+        Ok(Received { summary, counters, pedestal_run: outcome.pedestal_run, ended_quiet })
     }
 }
 
-/// Takes the frames through the chain until the receiver stops by itself, `stop`, or the
-/// deadline; the board follows the receiver's counters.
-fn consume_until_stopped(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, deadline: Option<Instant>, stop: &Control) -> anyhow::Result<Outcome> {
+/// Takes the frames through the chain until the receiver stops by itself, `stop`, or as
+/// `ending` says; the board follows the receiver's counters. Says whether the detector's
+/// quiet ended it.
+fn consume_until_stopped(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, ending: Ending, stop: &Control) -> (anyhow::Result<Outcome>, bool) {
     let board = chain.board.clone();
     board.set_state("acquiring");
     std::thread::scope(|s| {
         let consumer = s.spawn(|| acquisition::consume(rx, chain, sinks, bar, None, |_| {}));
         let mut sampled = Instant::now();
+        let mut heard = (0u64, Instant::now());
+        let mut quiet = false;
         while !consumer.is_finished() {
             // the deadline is the limit in any case: no waiting for the ports to go quiet
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if ending.deadline.is_some_and(|d| Instant::now() >= d) {
                 rx.stop_now();
             } else if stop.stop.load(Ordering::Relaxed) {
                 rx.stop();
             }
             if sampled.elapsed() >= SAMPLE_EVERY {
-                board.sample(rx.counters());
+                let c = rx.counters();
+                board.sample(c);
                 sampled = Instant::now();
+                if !quiet && went_quiet(&mut heard, c.datagrams, ending.quiet) {
+                    quiet = true;
+                    rx.stop_now();
+                }
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        consumer.join().expect("consumer thread panicked")
+        (consumer.join().expect("consumer thread panicked"), quiet)
     })
+}
+
+/// Whether no datagram came for `quiet` since the last change of the count (`heard`: the
+/// count and when it last changed), once one came.
+fn went_quiet(heard: &mut (u64, Instant), datagrams: u64, quiet: Option<Duration>) -> bool {
+    if datagrams != heard.0 {
+        *heard = (datagrams, Instant::now());
+        return false;
+    }
+    datagrams > 0 && quiet.is_some_and(|q| heard.1.elapsed() >= q)
 }

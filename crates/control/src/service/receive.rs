@@ -224,7 +224,7 @@ fn acquire(source: &Source, cfg: &Config, master: &Path, (count_time_s, period_s
     };
     let l = Listening { board: receiving.board(), ports: receiving.rx.ports().to_vec(), engine: receiving.rx.engine().to_string() };
     let _ = started.send(Ok(l));
-    receiving.run(&ProgressBar::hidden(), None, stop)
+    receiving.run(&ProgressBar::hidden(), rdaq_run::receive::Ending::default(), stop)
 }
 
 impl super::Worker for Datasets {

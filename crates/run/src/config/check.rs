@@ -31,6 +31,14 @@ pub fn seconds_arg(s: &str) -> Result<f64, String> {
     }
 }
 
+/// [`seconds_arg`], or 0: off.
+pub fn seconds_or_off_arg(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v == 0.0 => Ok(0.0),
+        _ => seconds_arg(s),
+    }
+}
+
 /// Reads a photon energy in keV from the command line (clap's `value_parser`): finite and
 /// within the energies a detector of this kind is used at.
 pub fn photon_kev_arg(s: &str) -> Result<f64, String> {
