@@ -19,8 +19,8 @@ pub fn start(chain: &Chain) -> anyhow::Result<PedestalRun> {
         bail!("--pedestal-run takes a JUNGFRAU's raw frames: drop --calibration (or set process.mode = \"raw\"), and no --detector other than jungfrau");
     }
     let g = chain.geometry;
-    // every frame of a stage counts (no running window)
-    Ok(PedestalRun::new(g.height(), g.width(), u32::MAX))
+    // each frame in as many bands of pixels as the chain has workers
+    Ok(PedestalRun::new(g.height(), g.width(), chain.workers.count))
 }
 
 /// Writes the run's calibration to `path`: the gains of `process.gain_maps`, else typical
