@@ -129,6 +129,8 @@ def test_a_pedestal_run_makes_the_calibration_the_next_acquisition_uses(rdaq, tm
     (tmp_path / "dark").mkdir()
     s, _ = receive(rdaq, tmp_path / "dark", "one interface", ["--pedestal-run", tmp_path / "cal.h5", "--config", tmp_path / "maps.toml"])
     assert s["frames_complete"] == 3 and "pedestal run of 3 frames" in s["stderr"], s["stderr"]
+    # each pixel showed one stage: the run says which stages most pixels never showed
+    assert "warning: G1 was measured in 29.3% of the pixels: take dark frames with the detector in forceswitchg1" in s["stderr"], s["stderr"]
     adc = (np.arange(512) // 4 + 1).astype(np.float32)[:, None] * np.ones((1, 1024), np.float32)
     stage_of = np.zeros(1024, int)
     stage_of[300:600], stage_of[600:] = 1, 2

@@ -106,6 +106,12 @@ impl PedestalRun {
         self.left_out
     }
 
+    /// The share of the pixels that were in each stage in at least one frame.
+    pub fn measured_shares(&self) -> [f64; 3] {
+        let px = (self.rows * self.cols).max(1) as f64;
+        self.stages.each_ref().map(|st| st.samples.iter().filter(|&&n| n > 0).count() as f64 / px)
+    }
+
     /// The calibration: each stage's pedestal, RMS and frame count, the `gain` given, and a
     /// mask: `mask` (gaps, say) with the pixels that had fewer than `min_frames` frames in a
     /// stage (their pedestal is `fallback`'s) or a G0 RMS above `max_rms_g0` ADU. Frames in

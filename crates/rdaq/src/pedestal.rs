@@ -48,5 +48,21 @@ pub fn save(cfg: &Config, g: Geometry, run: &PedestalRun, path: &Path, overwrite
         n[2],
         path.display()
     );
+    warn_unmeasured(run);
     Ok(())
+}
+
+/// Names the gain stages most pixels never showed: a pedestal run needs dark frames in each,
+/// and pixels without one are masked (a calibration masking many is refused when used).
+fn warn_unmeasured(run: &PedestalRun) {
+    const SWITCH: [&str; 3] = ["dynamic gain", "forceswitchg1", "forceswitchg2"];
+    for (s, share) in run.measured_shares().into_iter().enumerate() {
+        if share < 0.99 {
+            eprintln!(
+                "rdaq receive: warning: G{s} was measured in {:.1}% of the pixels: take dark frames with the detector in {} (slsDetectorPackage's gainmode) in the same run; the others are masked, and process.max_masked refuses such a calibration",
+                100.0 * share,
+                SWITCH[s]
+            );
+        }
+    }
 }
