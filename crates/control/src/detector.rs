@@ -97,7 +97,7 @@ const DESCRIBED: [Described; 7] = [
     Described { path: "/stop", method: Method::Post, summary: "Stops sending; answers what was sent", answers: "application/json" },
     Described { path: "/status", method: Method::Get, summary: "Whether the modules send, and what they sent", answers: "application/json" },
     Described { path: "/manifest", method: Method::Get, summary: "The frames sent, one CSV line each", answers: "text/csv" },
-    Described { path: "/events", method: Method::Get, summary: "A page of the event channel from `since` (at most `limit`)", answers: "application/json" },
+    openapi::EVENTS,
 ];
 
 async fn telegram(State(s): State<Shared>) -> Json<DetectorTelegram> {

@@ -30,6 +30,9 @@ pub struct Described {
     pub answers: &'static str,
 }
 
+/// `/events`, which every daemon serves ([`crate::http::daemon_router`]).
+pub const EVENTS: Described = Described { path: "/events", method: Method::Get, summary: "A page of the event channel from `since` (at most `limit`)", answers: "application/json" };
+
 /// The name of the bearer token's security scheme in the documents.
 const BEARER: &str = "bearer";
 

@@ -127,7 +127,7 @@ const DESCRIBED: [Described; 7] = [
     Described { path: "/stop", method: Method::Post, summary: "Stops the acquisition under way; answers its summary", answers: "application/json" },
     Described { path: "/status", method: Method::Get, summary: "The acquisition under way or the last one, its counters and how the cores are shared", answers: "application/json" },
     Described { path: "/metrics", method: Method::Get, summary: "The receiver's counters, OpenMetrics text", answers: "application/openmetrics-text" },
-    Described { path: "/events", method: Method::Get, summary: "A page of the event channel from `since` (at most `limit`)", answers: "application/json" },
+    openapi::EVENTS,
 ];
 
 /// The receiver daemon on its dashboard.

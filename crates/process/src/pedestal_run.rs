@@ -20,7 +20,6 @@ const MIN_BAND_PIXELS: usize = 1 << 16;
 
 /// One stage's sums over the image: each pixel's words in that stage, their squares (f64:
 /// exact for any run of 14-bit words shorter than 2^25 frames) and how many.
-#[derive(Clone)]
 struct StageSums {
     sum: Vec<f64>,
     sum2: Vec<f64>,
