@@ -554,7 +554,7 @@ fn breakdown_table(a: &TransportArgs) -> anyhow::Result<()> {
         cfg.output.overwrite = true;
         cfg.check()?;
         eprintln!("rdaq bench transport: a paced acquisition on {k}: {} frames of 2 modules at 100 Hz, raw, written to {}", a.breakdown_frames, dir.display());
-        let sum = rdaq_run::run::run(&cfg, interrupts.next_run()?, std::sync::Arc::default(), &indicatif::ProgressBar::hidden());
+        let sum = rdaq_run::emulated::run(&cfg, interrupts.next_run()?, std::sync::Arc::default(), &indicatif::ProgressBar::hidden());
         let _ = std::fs::remove_dir_all(&dir);
         if interrupts.seen() {
             bail!("interrupted; the paced acquisition's files in {} are removed", dir.display());

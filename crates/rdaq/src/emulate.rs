@@ -16,7 +16,8 @@ use rdaq_emulator::described::{self, DescribedDetector};
 use rdaq_emulator::{Control, EmulatorConfig, FaultConfig};
 use rdaq_proto::telegram::{BufferMap, NativeRequest};
 use rdaq_run::outputs;
-use rdaq_run::run::{single_receiver_dtps, write_manifest};
+use rdaq_run::outputs::write_manifest;
+use rdaq_run::plan::single_receiver_dtps;
 
 use crate::interrupt::on_interrupt;
 

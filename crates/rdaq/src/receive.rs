@@ -17,7 +17,7 @@ use rdaq_emulator::Control;
 use rdaq_run::config::Config;
 use rdaq_run::receive::Ending;
 use rdaq_run::remote;
-use rdaq_run::run::{recv_buffer_line, report_tuning};
+use rdaq_run::receiver_report::{recv_buffer_line, report_tuning};
 use rdaq_run::summary::Summary;
 use rdaq_run::{outputs, progress_bar};
 

@@ -1,5 +1,5 @@
 //! `rdaq run`: the main job, an acquisition on this host with the emulated detector
-//! (`rdaq_run::run`), or a whole plan of receivers (`rdaq_run::topology`).
+//! (`rdaq_run::emulated`), or a whole plan of receivers (`rdaq_run::topology`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -64,7 +64,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         Some(addr) => Some(rdaq_control::run::serve(addr, a.access.access()?, format!("rdaq run {}", cfg.output.name), Some(cfg.emulator.frames), board.clone(), control.clone())?),
         None => None,
     };
-    let sum = rdaq_run::run::run(&cfg, control, board, &progress_bar(Some(cfg.emulator.frames), "run"))?;
+    let sum = rdaq_run::emulated::run(&cfg, control, board, &progress_bar(Some(cfg.emulator.frames), "run"))?;
     sum.print();
     if let Some(p) = a.acq.summary_json {
         sum.write_json(&p, cfg.output.overwrite)?;

@@ -55,7 +55,7 @@ fn start_emulated(cfg: Config, control: Arc<Control>, tx: Sender<Processed>) -> 
     let g = cfg.geometry().expect("checked");
     let run = std::thread::Builder::new()
         .name("rdaq-acquisition".into())
-        .spawn(move || crate::run::run_delivering(&cfg, control, Arc::default(), &indicatif::ProgressBar::hidden(), Some(tx)))
+        .spawn(move || crate::emulated::run_delivering(&cfg, control, Arc::default(), &indicatif::ProgressBar::hidden(), Some(tx)))
         .context("cannot start the acquisition")?;
     Ok((run, g, Vec::new()))
 }

@@ -30,7 +30,7 @@
 //! use std::sync::Arc;
 //! let cfg = rdaq_run::config::Config::default();
 //! cfg.check()?;
-//! let summary = rdaq_run::run::run(&cfg, Arc::default(), Arc::default(), &rdaq_run::progress_bar(None, "run"))?;
+//! let summary = rdaq_run::emulated::run(&cfg, Arc::default(), Arc::default(), &rdaq_run::progress_bar(None, "run"))?;
 //! summary.print();
 //! # Ok::<(), anyhow::Error>(())
 //! ```
@@ -43,15 +43,16 @@ pub mod calibration;
 pub mod config;
 pub mod consume;
 pub mod embedded;
+pub mod emulated;
 pub mod graph;
 pub mod latency;
 pub mod outputs;
 pub mod pairs;
 pub mod receive;
+pub mod receiver_report;
 pub mod plan;
 mod reorder;
 pub mod remote;
-pub mod run;
 pub mod stream;
 pub mod summary;
 pub mod topology;

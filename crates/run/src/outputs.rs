@@ -152,6 +152,12 @@ pub fn close(w: rdaq_sink::NxmxWriter, stats: &mut ConsumeStats) -> anyhow::Resu
     Ok(None)
 }
 
+/// Writes what the modules sent (see [`rdaq_emulator::manifest_csv`]) to a new file (or
+/// replacing one, with `overwrite`).
+pub fn write_manifest(path: &Path, m: &[rdaq_emulator::ManifestEntry], overwrite: bool) -> anyhow::Result<()> {
+    write_file(path, rdaq_emulator::manifest_csv(m).as_bytes(), overwrite)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

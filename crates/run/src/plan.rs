@@ -1,10 +1,12 @@
 //! An acquisition's plan from its configuration: what the files say of it and, when its
 //! frames are processed, the processing graph's settings with the calibration it starts from.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use rdaq_detector::Geometry;
 use rdaq_process::Calibration;
+use rdaq_proto::telegram::{BufferMap, ModuleDtp};
 use rdaq_sink::NxmxMeta;
 
 use crate::calibration::{calibration, calibration_of};
@@ -70,4 +72,9 @@ pub fn emulated_series(cfg: &Config, meta: &mut NxmxMeta) {
     let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
     (meta.frame_time_s, meta.count_time_s) = (frame_time, frame_time);
     meta.number_of_images = Some(cfg.emulator.frames);
+}
+
+/// Hand configuration of one receiver: module m sends every frame to its port there.
+pub fn single_receiver_dtps(map: &BufferMap, data: IpAddr) -> Vec<ModuleDtp> {
+    (0..map.modules).map(|m| ModuleDtp::single(map, m, SocketAddr::new(data, map.data_ports[m as usize]))).collect()
 }

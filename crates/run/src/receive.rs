@@ -22,7 +22,7 @@ use crate::board::Board;
 use crate::config::Config;
 use crate::graph::ProcessReport;
 use crate::remote::Setup;
-use crate::run::check_guards;
+use crate::receiver_report::check_guards;
 use crate::stream::Stream;
 use crate::summary::{Expected, Summary};
 use crate::outputs;

@@ -19,7 +19,7 @@ use rdaq_sink::NxmxWriter;
 use crate::acquisition::{self, Chain, Sinks};
 use crate::config::Config;
 use crate::graph::ProcessReport;
-use crate::run::write_manifest;
+use crate::outputs::write_manifest;
 use crate::summary::{Expected, Summary};
 use crate::outputs;
 

@@ -4,7 +4,7 @@
 //! `<name>_master.h5` with `<name>_data_000001.h5`, ..., `<name>_manifest.csv`, and with
 //! processing `<name>_truth.csv` and `<name>_calibration.h5`.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,7 +15,6 @@ use indicatif::ProgressBar;
 use rdaq_detector::Geometry;
 use rdaq_emulator::described::{self, DescribedDetector};
 use rdaq_emulator::Control;
-use rdaq_proto::telegram::{BufferMap, ModuleDtp};
 use rdaq_receiver::{Format, Receiver, ReceiverConfig};
 use rdaq_sink::{NxmxMeta, NxmxWriter};
 
@@ -24,7 +23,9 @@ use crate::acquisition::{self, Chain, Outcome};
 use crate::remote::{self, Setup};
 use crate::board::Board;
 use crate::graph::{self, ProcessReport};
-use crate::plan::{emulated_series, plan};
+use crate::outputs::write_manifest;
+use crate::plan::{emulated_series, plan, single_receiver_dtps};
+use crate::receiver_report::{check_guards, recv_buffer_line, report_tuning};
 use crate::stream::Stream;
 use crate::{outputs, summary};
 
@@ -119,15 +120,6 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     }
     check_guards(&rx)?;
     Ok(sum)
-}
-
-/// Fails when a guard region around the receiver's ring was overwritten (a bug of rdaq's:
-/// nothing may write outside its buffers).
-pub fn check_guards(rx: &Receiver) -> anyhow::Result<()> {
-    if !rx.guards_intact() {
-        bail!("a guard region around the frame ring was overwritten: this is a bug");
-    }
-    Ok(())
 }
 
 /// The run's name and its series: the configured name, or the next free numbered one when
@@ -258,24 +250,6 @@ fn start_line(cfg: &Config, rx: &Receiver) -> String {
     )
 }
 
-/// Prints the host's transport settings as the receiver found them, and a warning line for
-/// each known-bad one.
-pub fn report_tuning(command: &str, rx: &Receiver) {
-    for f in rx.tuning() {
-        eprintln!("{command}: tuning: {}: {}", f.setting, f.value);
-        if let Some(w) = &f.warning {
-            eprintln!("{command}: warning: {w}");
-        }
-    }
-}
-
-/// The socket receive buffer asked for and what the kernel granted (Linux reports twice the
-/// request, half of it for its own bookkeeping). Whether that is a cap, and what to do, is
-/// the tuning check's warning ([`report_tuning`]), printed after the start line.
-pub fn recv_buffer_line(asked: usize, granted: usize) -> String {
-    format!("receive buffer {} MiB asked, {} MiB granted", asked >> 20, granted >> 20)
-}
-
 /// Writes what the processing leaves beside the data file (the emulated detector's truth of
 /// the `frames` the run expected, the tracked calibration) and adds its report to the summary.
 fn save_processing(cfg: &Config, geometry: Geometry, mut p: ProcessReport, out: &dyn Fn(&str) -> PathBuf, sum: &mut summary::Summary, frames: u64) -> anyhow::Result<()> {
@@ -309,16 +283,5 @@ fn write_truth(cfg: &Config, g: &Geometry, path: &Path, frames: u64) -> anyhow::
         }
     }
     outputs::write_file(path, s.as_bytes(), cfg.output.overwrite)
-}
-
-/// Writes what the modules sent (see [`rdaq_emulator::manifest_csv`]) to a new file (or
-/// replacing one, with `overwrite`).
-pub fn write_manifest(path: &Path, m: &[rdaq_emulator::ManifestEntry], overwrite: bool) -> anyhow::Result<()> {
-    outputs::write_file(path, rdaq_emulator::manifest_csv(m).as_bytes(), overwrite)
-}
-
-/// Hand configuration of one receiver: module m sends every frame to its port there.
-pub fn single_receiver_dtps(map: &BufferMap, data: IpAddr) -> Vec<ModuleDtp> {
-    (0..map.modules).map(|m| ModuleDtp::single(map, m, SocketAddr::new(data, map.data_ports[m as usize]))).collect()
 }
 
