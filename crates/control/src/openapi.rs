@@ -30,7 +30,7 @@ pub struct Described {
     pub answers: &'static str,
 }
 
-/// `/events`, which every daemon serves ([`crate::http::daemon_router`]).
+/// `/events`, which every daemon and the manager serve ([`crate::http::daemon_router`]).
 pub const EVENTS: Described = Described { path: "/events", method: Method::Get, summary: "A page of the event channel from `since` (at most `limit`)", answers: "application/json" };
 
 /// The name of the bearer token's security scheme in the documents.
@@ -51,7 +51,7 @@ pub fn serve_document<S: Clone + Send + Sync + 'static>(router: Router<S>, doc: 
 
 /// Adds the routes `extra` describes to `doc`, each with its one answer, a free-form JSON
 /// body for a call that changes something and, for a templated path, its path parameter.
-pub fn with_described(mut doc: OpenApi, extra: &[Described]) -> OpenApi {
+pub(crate) fn with_described(mut doc: OpenApi, extra: &[Described]) -> OpenApi {
     for d in extra {
         let answer = ResponseBuilder::new().description(d.summary).content(d.answers, ContentBuilder::new().build()).build();
         let mut op = OperationBuilder::new().summary(Some(d.summary)).response("200", answer);
@@ -76,7 +76,7 @@ pub fn with_described(mut doc: OpenApi, extra: &[Described]) -> OpenApi {
 
 /// `doc` with the bearer token as its security scheme (`bearer`), which every call that
 /// changes something (a POST or PUT) requires when a token is set.
-pub fn with_bearer(mut doc: OpenApi) -> OpenApi {
+pub(crate) fn with_bearer(mut doc: OpenApi) -> OpenApi {
     let components = doc.components.get_or_insert_with(Default::default);
     components.add_security_scheme(BEARER, SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
     for item in doc.paths.paths.values_mut() {

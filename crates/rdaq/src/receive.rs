@@ -21,12 +21,12 @@ use rdaq_run::receiver_report::{recv_buffer_line, report_tuning};
 use rdaq_run::summary::Summary;
 use rdaq_run::{outputs, progress_bar};
 
-/// Seconds without a datagram after which an acquisition of a known frame count ends.
-const DEFAULT_QUIET_S: f64 = 10.0;
-
 use crate::acquire::{set, AcquireArgs};
 use crate::interrupt::{on_interrupt, Interrupts};
 use crate::pedestal;
+
+/// Seconds without a datagram after which an acquisition of a known frame count ends.
+const DEFAULT_QUIET_S: f64 = 10.0;
 
 #[derive(Args)]
 pub struct ReceiveArgs {

@@ -410,7 +410,6 @@ pub fn run(
         (running.join(), source)
     });
     let mut report = g.report(stage_stats, source);
-    (report.1.veto, report.1.min_spots) = (setup.veto, setup.min_spots);
     report.1.gpu = offload.as_ref().map(|o| o.report(&setup.board));
     Ok(report)
 }
@@ -689,6 +688,7 @@ impl Graph<'_> {
         r.steps = self.step_report();
         r.frames_compressed = self.steps.compressed.load(Ordering::Relaxed);
         r.reorder_high_water = self.reorder_high_water.load(Ordering::Relaxed) as usize;
+        (r.veto, r.min_spots) = (self.setup.veto, self.setup.min_spots);
         let mut cal = (*self.cal.base).clone();
         cal.pedestal[0].copy_from_slice(self.cal.g0().values());
         r.calibration = Some(Arc::new(cal));

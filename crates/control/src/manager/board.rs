@@ -124,7 +124,7 @@ pub fn serve(addr: SocketAddr, b: SharedBoard, access: Arc<Access>) -> anyhow::R
 pub fn described() -> Vec<Described> {
     let api = [
         Described { path: "/status", method: Method::Get, summary: "The manager's state, plan and receivers", answers: "application/json" },
-        Described { path: "/events", method: Method::Get, summary: "A page of the event channel from `since` (at most `limit`)", answers: "application/json" },
+        crate::openapi::EVENTS,
         Described { path: "/report", method: Method::Get, summary: "The last acquisition's report (409 while one runs)", answers: "application/json" },
         Described { path: "/stop", method: Method::Post, summary: "Stops the acquisition under way early", answers: "application/json" },
     ];

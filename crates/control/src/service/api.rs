@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Request, State};
@@ -22,7 +21,7 @@ use utoipa_axum::routes;
 use super::{prepare_directory, Hub, Ready, SharedHub, Work, READY_WAIT};
 use crate::dashboard::ProcessView;
 use crate::http::{lock, ApiError};
-use crate::openapi::{with_bearer, with_described, Described};
+use crate::openapi::{serve_document, with_bearer, with_described, Described};
 
 /// The size of the images in a dataset's master (modules and gaps).
 #[derive(Clone, Copy, Serialize, ToSchema)]
@@ -102,8 +101,7 @@ fn api() -> OpenApiRouter<SharedHub> {
 pub(super) fn router(hub: SharedHub, extra: &[Described]) -> axum::Router {
     let (router, doc) = api().with_state(hub.clone()).split_for_parts();
     let router = router.layer(axum::middleware::from_fn_with_state(hub, note_refusal));
-    let doc = Arc::new(with_bearer(with_described(doc, extra)));
-    router.route("/openapi.json", axum::routing::get(move || async move { Json(doc.as_ref().clone()) }))
+    serve_document(router, with_bearer(with_described(doc, extra)))
 }
 
 /// Middleware: a refused call (4xx) is counted and logged with its one-line reason.
