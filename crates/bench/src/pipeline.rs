@@ -14,15 +14,17 @@
 //! (assembly and bitshuffle-LZ4 of the raw words), the reorder and the writer.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use rdaq_detector::jungfrau::{MODULE_BYTES, MODULE_PIXELS};
 use rdaq_detector::synth::ModuleSynth;
 use rdaq_detector::Chopper;
-use rdaq_receiver::memory::Placer;
+use rdaq_receiver::memory::{Placer, Released};
 use rdaq_receiver::Receiver;
 use rdaq_run::config::Config;
+use rdaq_run::board::Board;
 use rdaq_run::consume;
 use rdaq_run::graph::{self, ProcessReport};
 use rdaq_sink::NxmxWriter;
@@ -101,8 +103,8 @@ pub(crate) struct Point {
     pub(crate) pedestal_ms_per_dark: f64,
     pub(crate) pool_waits: u64,
     pub(crate) reorder_high_water: usize,
-    /// The share of the point's time its process (or GPU) workers were busy, 0 to 1 (none:
-    /// the raw chain, whose stages are not reported): below 1, they waited for frames.
+    /// The share of the point's time its process, GPU or assemble workers were busy, 0 to 1:
+    /// below 1, they waited for frames.
     pub(crate) workers_busy: Option<f64>,
     /// The GPU path's stages (ms per frame each) and counts, for the gpu backends.
     pub(crate) gpu: Option<String>,
@@ -269,13 +271,12 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work:
     let kinds = fill(&mut placer, pool);
     let mut writer = NxmxWriter::create(&dir.join(format!("w{workers}_master.h5")), &meta, true)?;
     let bar = indicatif::ProgressBar::hidden();
-    // the point is timed from when the consumer takes frames: making its frame buffers
-    // (hundreds of MB with many workers) is not the steady state measured
     let raw_board = rdaq_run::board::Board::default();
     let board = setup.as_ref().map(|s| s.board.clone());
-    let t0 = Instant::now();
-    let (report, frames) = std::thread::scope(|s| {
-        let feeder = s.spawn(|| feed(placer, pool, &kinds, Duration::from_secs_f64(seconds)));
+    let watch = board.as_deref().unwrap_or(&raw_board);
+    let ended = AtomicBool::new(false);
+    let (report, fed) = std::thread::scope(|s| {
+        let feeder = s.spawn(|| feed(placer, pool, &kinds, Duration::from_secs_f64(seconds), watch, &ended));
         let r = match setup {
             Some(setup) => graph::run(&rx, Some(&mut writer), None, setup, &bar, None, &mut |_| {}),
             None => {
@@ -283,22 +284,24 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work:
                 consume::consume(&rx, sinks, &bar, None, |_| {}).map(|st| (st, ProcessReport::default()))
             }
         };
+        // a graph that failed before taking frames leaves the feeder waiting
+        ended.store(true, Ordering::Relaxed);
         (r, feeder.join().expect("feeder"))
     });
-    let end = Instant::now();
-    let since = board.as_deref().unwrap_or(&raw_board).consuming_since().unwrap_or(t0);
-    let elapsed = (end - since).as_secs_f64();
     let (stats, report) = report?;
     // a point whose writer failed measured nothing worth a row
     if let Some(e) = stats.write_error {
         anyhow::bail!("{workers} workers: the writer failed, the point is void: {e}");
     }
     writer.finish()?;
+    let (from, to) = fed.window.with_context(|| format!("{workers} workers: the graph ran too briefly to measure (--seconds)"))?;
+    let elapsed = (to.at - from.at).as_secs_f64();
+    let frames = to.frames - from.frames;
     let module_frames = frames as f64 * cfg.detector.modules as f64;
     Ok(Point {
         workers,
         pedestal_bands: bands,
-        frames,
+        frames: fed.handed,
         seconds: elapsed,
         module_frames_per_s: module_frames / elapsed,
         module_frames_per_s_per_worker: module_frames / elapsed / workers as f64,
@@ -310,7 +313,7 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work:
         pedestal_ms_per_dark: pedestal_ms(&report),
         pool_waits: report.pool_waits,
         reorder_high_water: report.reorder_high_water,
-        workers_busy: workers_busy(&report, elapsed),
+        workers_busy: from.busy_s.zip(to.busy_s).map(|(a, b)| (b - a) / (workers as f64 * elapsed)),
         gpu: gpu_line(&report),
     })
 }
@@ -330,30 +333,71 @@ fn fill(placer: &mut Placer, pool: &Pool) -> Vec<bool> {
         .collect()
 }
 
-/// Hands frames 0, 1, ... on, each in a free slot of its kind (dark or signal), until
-/// `seconds` have passed; returns how many.
-fn feed(mut placer: Placer, pool: &Pool, kinds: &[bool], seconds: Duration) -> u64 {
+/// What the feeder saw: the frames it handed on, and the graph's progress sampled once it
+/// had warmed up and again when the feeder stopped (none: the graph ended first).
+struct Fed {
+    handed: u64,
+    window: Option<(Progress, Progress)>,
+}
+
+/// The frames the graph finished (dark and signal) and its workers' busy time, at a moment.
+#[derive(Clone, Copy)]
+struct Progress {
+    at: Instant,
+    frames: u64,
+    /// The process, GPU or assemble workers' busy seconds (none: not reported).
+    busy_s: Option<f64>,
+}
+
+impl Progress {
+    fn of(board: &Board) -> Progress {
+        let workers = board.stages().into_iter().find(|s| matches!(s.name.as_str(), "process" | "gpu" | "assemble"));
+        let busy_s = workers.map(|s| s.busy_ns.load(Ordering::Relaxed) as f64 / 1e9);
+        Progress { at: Instant::now(), frames: board.frames_done().0, busy_s }
+    }
+}
+
+/// Hands frames 0, 1, ... on, each in a free slot of its kind (dark or signal), for
+/// `seconds` from when the graph takes frames, or until `ended`. The point's rate is
+/// measured between two samples of the graph's progress: after a warm-up (a quarter of the
+/// time, at most half a second: its first frames, buffers touched for the first time) and
+/// when the feeding stops, so neither the graph's setup, nor its drain, nor its teardown
+/// (freeing, unregistering memory) is in it.
+fn feed(mut placer: Placer, pool: &Pool, kinds: &[bool], seconds: Duration, board: &Board, ended: &AtomicBool) -> Fed {
+    let poll = Duration::from_millis(20);
+    while board.consuming_since().is_none() {
+        if ended.load(Ordering::Relaxed) {
+            return Fed { handed: 0, window: None };
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let mut free: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
     for s in placer.free().collect::<Vec<_>>() {
         free[kinds[s as usize] as usize].push(s);
     }
     let start = Instant::now();
+    let warm = start + (seconds / 4).min(Duration::from_millis(500));
+    let mut first = None;
     let mut n = 0u64;
     while start.elapsed() < seconds {
+        if first.is_none() && Instant::now() >= warm {
+            first = Some(Progress::of(board));
+        }
         let want = pool.is_dark(n) as usize;
         let slot = loop {
             if let Some(s) = free[want].pop() {
                 break s;
             }
-            match placer.wait_released() {
-                Some(s) => free[kinds[s as usize] as usize].push(s),
-                None => return n,
+            match placer.wait_released_for(poll) {
+                Released::Slot(s) => free[kinds[s as usize] as usize].push(s),
+                Released::NotYet if !ended.load(Ordering::Relaxed) => {}
+                Released::NotYet | Released::Gone => return Fed { handed: n, window: None },
             }
         };
         placer.hand(slot, n);
         n += 1;
     }
-    n
+    Fed { handed: n, window: first.map(|f| (f, Progress::of(board))) }
 }
 
 /// The GPU path's stage times and counts in one line.
@@ -365,12 +409,6 @@ fn gpu_line(r: &ProcessReport) -> Option<String> {
 
 fn step(r: &ProcessReport, name: &str) -> f64 {
     r.steps.iter().find(|s| s.name == name).map_or(0.0, |s| s.ms_per_frame)
-}
-
-/// The process (or GPU) workers' busy time over the time they had.
-fn workers_busy(r: &ProcessReport, elapsed: f64) -> Option<f64> {
-    let s = r.stages.iter().find(|s| s.name == "process" || s.name == "gpu")?;
-    (elapsed > 0.0).then(|| s.busy_s / (s.workers as f64 * elapsed))
 }
 
 /// Busy time of every pedestal band per dark frame (ms of CPU).
@@ -397,10 +435,11 @@ fn print_table(points: &[Point], modules: u16, cores: usize, raw: bool) {
     for p in points.iter().filter(|p| p.gpu.is_some()) {
         println!("  {} workers: {}", p.workers, p.gpu.as_deref().unwrap_or_default());
     }
-    println!("mod.fr/s: JUNGFRAU module frames (1 MiB raw) through the graph per second, dark and signal; raw GB/s their bytes;");
+    println!("mod.fr/s: JUNGFRAU module frames (1 MiB raw) through the graph per second, dark and signal, from a quarter of the point");
+    println!("  (at most 0.5 s) after the graph took its first frame to the end of the feeding (no setup, warm-up, drain or teardown); raw GB/s their bytes;");
     println!("copy GB/s: as many threads as workers copying 64 MiB buffers, measured in the same run (bytes copied);");
     println!("convert / spots / compress: ms per signal frame in each step of a process worker; pedestal: ms of the bands per dark frame;");
     println!("waits: times the source waited for a free frame buffer; held: most frames the writer held back to keep the order;");
-    println!("busy: the share of the point's time the process workers were busy (the rest they waited for frames; - for the raw chain).");
+    println!("busy: the share of the point's time the workers were busy (the rest they waited for frames).");
     println!("Placing the frames in the ring (DMA or the receive thread) is not measured; on a loaded machine busy times include time descheduled.");
 }

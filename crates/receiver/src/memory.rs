@@ -5,15 +5,25 @@
 //! `missing_mask`) is the [`Receiver`]'s own.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver as ChanRx, Sender as ChanTx};
+use crossbeam_channel::{Receiver as ChanRx, RecvTimeoutError, Sender as ChanTx};
 
 use crate::arena::Arena;
 use crate::counters::Counters;
 use crate::engine::{Receiver, ReceiverError};
 use crate::frame::{FrameReady, FrameStatus, Owner};
 use crate::grid::Grid;
+
+/// What [`Placer::wait_released_for`] saw.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Released {
+    Slot(u32),
+    /// None was given back in time.
+    NotYet,
+    /// The receiver is gone.
+    Gone,
+}
 
 /// Hands the slots of an in-memory receiver on as frames (the receive thread's part).
 /// Dropping it ends the receiver's frames.
@@ -87,6 +97,18 @@ impl Placer {
         Some(f.slot)
     }
 
+    /// [`Placer::wait_released`], waiting at most `timeout`.
+    pub fn wait_released_for(&mut self, timeout: Duration) -> Released {
+        match self.release_rx.recv_timeout(timeout) {
+            Ok(f) => {
+                self.handed[f.slot as usize] = false;
+                Released::Slot(f.slot)
+            }
+            Err(RecvTimeoutError::Timeout) => Released::NotYet,
+            Err(RecvTimeoutError::Disconnected) => Released::Gone,
+        }
+    }
+
     /// Slots that are not handed on, with those given back since last seen.
     pub fn free(&mut self) -> impl Iterator<Item = u32> + '_ {
         self.take_released();
@@ -122,6 +144,17 @@ mod tests {
         let numbers: Vec<u64> = rx.frames().iter().map(|f| f.frame()).collect();
         assert_eq!(numbers, vec![11, 12]);
         assert_eq!(rx.counters().frames_complete, 3);
+    }
+
+    #[test]
+    fn waiting_for_a_slot_can_stop() {
+        let (rx, mut placer) = Receiver::in_memory(1, 4096, 1).unwrap();
+        placer.hand(0, 0);
+        assert_eq!(placer.wait_released_for(Duration::from_millis(1)), Released::NotYet);
+        rx.release(rx.frames().recv().unwrap()).unwrap();
+        assert_eq!(placer.wait_released_for(Duration::from_secs(60)), Released::Slot(0));
+        drop(rx);
+        assert_eq!(placer.wait_released_for(Duration::from_secs(60)), Released::Gone);
     }
 
     #[test]
