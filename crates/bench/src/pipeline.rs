@@ -313,7 +313,8 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work:
         pedestal_ms_per_dark: pedestal_ms(&report),
         pool_waits: report.pool_waits,
         reorder_high_water: report.reorder_high_water,
-        workers_busy: from.busy_s.zip(to.busy_s).map(|(a, b)| (b - a) / (workers as f64 * elapsed)),
+        // a frame counts when it ends: one in progress at the first sample is counted whole
+        workers_busy: from.busy_s.zip(to.busy_s).map(|(a, b)| ((b - a) / (workers as f64 * elapsed)).min(1.0)),
         gpu: gpu_line(&report),
     })
 }

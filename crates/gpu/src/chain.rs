@@ -47,6 +47,8 @@ struct Shared {
     flags: CudaFunction,
     offsets: CudaFunction,
     compact: CudaFunction,
+    photons_i16: CudaFunction,
+    photons_i32: CudaFunction,
     src_of: CudaSlice<i32>,
     ped12: CudaSlice<f32>,
     gain: CudaSlice<f32>,
@@ -100,6 +102,8 @@ fn shared(dev: &Device, s: &ChainSetup) -> Result<Shared, GpuError> {
         flags: spots.load_function("strong_flags")?,
         offsets: spots.load_function("row_offsets")?,
         compact: spots.load_function("strong_compact")?,
+        photons_i16: convert.load_function("kev_to_photons_i16")?,
+        photons_i32: convert.load_function("kev_to_photons_i32")?,
         src_of: stream.clone_htod(s.src_of)?,
         ped12: stream.clone_htod(&ped12)?,
         gain: stream.clone_htod(&gain)?,
@@ -142,6 +146,28 @@ pub trait FrameLane: Send {
     fn strong_pixels(&mut self, out: &mut Vec<(u32, f32)>) -> Result<Found, GpuError>;
     /// The frame's keV image into `out` (one image long).
     fn image_into(&mut self, out: &mut [f32]) -> Result<(), GpuError>;
+    /// The frame's photon counts into `out` (one image long), as
+    /// [`rdaq_process::kev_to_photons`] makes them for photons of `photon_kev`.
+    fn photons_into(&mut self, photon_kev: f32, out: Counts<'_>) -> Result<(), GpuError>;
+}
+
+/// Where a frame's photon counts go: the file's pixel type.
+pub enum Counts<'a> {
+    I16(&'a mut [i16]),
+    I32(&'a mut [i32]),
+}
+
+impl Counts<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Counts::I16(c) => c.len(),
+            Counts::I32(c) => c.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl FrameLane for Lane {
@@ -164,6 +190,10 @@ impl FrameLane for Lane {
 
     fn image_into(&mut self, out: &mut [f32]) -> Result<(), GpuError> {
         Lane::image_into(self, out)
+    }
+
+    fn photons_into(&mut self, photon_kev: f32, out: Counts<'_>) -> Result<(), GpuError> {
+        Lane::photons_into(self, photon_kev, out)
     }
 }
 
@@ -188,6 +218,9 @@ pub struct Lane {
     host_count: PinnedHostSlice<u32>,
     host_index: PinnedHostSlice<u32>,
     host_value: PinnedHostSlice<f32>,
+    /// The frame's photon counts, made when asked for (the file's type only).
+    counts16: Option<CudaSlice<i16>>,
+    counts32: Option<CudaSlice<i32>>,
 }
 
 /// Pinned host memory that the host reads (not write-combined, which is slow to read),
@@ -221,6 +254,8 @@ impl Lane {
             host_count: pinned(dev, 1)?,
             host_index: pinned(dev, LISTED_AT_ONCE)?,
             host_value: pinned(dev, LISTED_AT_ONCE)?,
+            counts16: None,
+            counts32: None,
             shared,
             stream,
         };
@@ -368,6 +403,21 @@ impl Lane {
         Ok(())
     }
 
+    /// The frame's photon counts into `out` (one image long), converted from the keV image
+    /// on the device with the CPU's arithmetic (`kernels/convert.cu`): a kept frame's file
+    /// pixels come back in half (int16) or the same (int32) bytes as its keV image, and the
+    /// host has nothing to convert. Fastest into registered memory.
+    pub fn photons_into(&mut self, photon_kev: f32, out: Counts<'_>) -> Result<(), GpuError> {
+        if out.len() != self.shared.pixels {
+            return Err(GpuError::Input(format!("{} counts out for an image of {}", out.len(), self.shared.pixels)));
+        }
+        let (sh, s) = (&self.shared, &self.stream);
+        match out {
+            Counts::I16(out) => photons(s, &sh.photons_i16, &self.kev, photon_kev, &mut self.counts16, out),
+            Counts::I32(out) => photons(s, &sh.photons_i32, &self.kev, photon_kev, &mut self.counts32, out),
+        }
+    }
+
     /// The device's keV image of the frame, for checks and benchmarks.
     pub fn kev(&self) -> &CudaSlice<f32> {
         &self.kev
@@ -376,6 +426,34 @@ impl Lane {
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
+}
+
+/// Photon counts of the keV image `kev` by `kernel` (kev_to_photons_i16 or _i32) into
+/// `dev` (allocated the first time), then into `out`, waiting for the copy.
+fn photons<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    s: &Arc<CudaStream>,
+    kernel: &CudaFunction,
+    kev: &CudaSlice<f32>,
+    photon_kev: f32,
+    dev: &mut Option<CudaSlice<T>>,
+    out: &mut [T],
+) -> Result<(), GpuError> {
+    let n = kev.len();
+    let dev = match dev {
+        Some(d) => d,
+        None => dev.insert(s.alloc_zeros::<T>(n)?),
+    };
+    let ni = to_i32("an image of pixels", n)?;
+    let mut b = s.launch_builder(kernel);
+    b.arg(kev).arg(&photon_kev).arg(&mut *dev).arg(&ni);
+    // SAFETY: kev_to_photons_i16/_i32's parameters in order, the output of the kernel's
+    // element type (the caller pairs them); kev and dev hold n values and no thread touches
+    // a pixel >= n.
+    unsafe { b.launch(threads_for(n)) }?;
+    s.memcpy_dtoh(&*dev, out)?;
+    // registered (page-locked) memory is written asynchronously: wait for it
+    s.synchronize()?;
+    Ok(())
 }
 
 impl Drop for Lane {

@@ -39,7 +39,7 @@ pub mod shuffle;
 pub mod spots;
 pub mod standin;
 
-pub use chain::{ChainSetup, FrameLane, Found, Lane};
+pub use chain::{ChainSetup, Counts, FrameLane, Found, Lane};
 pub use convert::GpuConverter;
 pub use csr::GpuCsr;
 pub use pedestal::GpuPedestal;

@@ -15,7 +15,7 @@ use rdaq_process::sparse::Csr;
 use rdaq_process::spots::{LocalSnr, LocalSnrParams};
 use rdaq_process::{kev_to_photons, Calibration, Converter, InvalidGain};
 
-use crate::chain::{self, ChainSetup, Found};
+use crate::chain::{self, ChainSetup, Counts, Found};
 use crate::probe::{Device, GpuError};
 use crate::{GpuConverter, GpuCsr, GpuPedestal, GpuShuffle};
 
@@ -33,7 +33,7 @@ pub fn all(dev: &Device) -> Vec<Check> {
         ("assembly + conversion to keV, 3 lanes in flight", chain_kev),
         ("strong pixels and spots (local SNR), 3 lanes", chain_spots),
         ("pedestal tracking of dark frames (from module words)", pedestal),
-        ("photon counts (int32) from keV", photons),
+        ("photon counts (int16, int32) from keV, 3 lanes", photons),
         ("bitshuffle transposition (int16, float32)", bitshuffle),
         ("CSR compaction (float32, int32)", csr),
     ];
@@ -221,7 +221,17 @@ fn photons(dev: &Device, d: &Data) -> Outcome {
             return Ok(Err(format!("frame {f}: counts differ")));
         }
     }
-    Ok(Ok(format!("{} frames equal", d.frames.len())))
+    let (mut got16, mut got32, mut want16, mut want32) = (vec![0i16; px], vec![0i32; px], vec![0i16; px], vec![0i32; px]);
+    let out = through_lanes(dev, d, |f, lane| {
+        lane.strong_pixels(&mut Vec::new())?;
+        lane.photons_into(d.photon_kev, Counts::I16(&mut got16))?;
+        lane.photons_into(d.photon_kev, Counts::I32(&mut got32))?;
+        let kev = d.kev(&d.cal, f);
+        kev_to_photons(&kev, d.photon_kev, &mut want16);
+        kev_to_photons(&kev, d.photon_kev, &mut want32);
+        Ok((got16 != want16 || got32 != want32).then(|| format!("frame {f}: a lane's counts differ")))
+    })?;
+    Ok(out.map(|s| format!("{s}, by the converter and the lanes")))
 }
 
 fn bitshuffle(dev: &Device, _: &Data) -> Outcome {

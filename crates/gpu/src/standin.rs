@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rdaq_process::spots::{LocalSnr, LocalSnrParams};
-use rdaq_process::{Calibration, Converter, InvalidGain};
+use rdaq_process::{kev_to_photons, Calibration, Converter, InvalidGain};
 
-use crate::chain::{FrameLane, Found};
+use crate::chain::{Counts, FrameLane, Found};
 use crate::error::GpuError;
 
 /// When the stand-in fails: at the n-th submit, wait for results, or copy of an image back
@@ -125,6 +125,20 @@ impl FrameLane for CpuLane {
             return Err(GpuError::Input("the stand-in's planned failure at an image's copy".into()));
         }
         out.copy_from_slice(&self.kev);
+        Ok(())
+    }
+
+    fn photons_into(&mut self, photon_kev: f32, out: Counts<'_>) -> Result<(), GpuError> {
+        if out.len() != self.kev.len() {
+            return Err(GpuError::Input(format!("{} counts out for an image of {}", out.len(), self.kev.len())));
+        }
+        if due(&self.shared.images, self.shared.fail.image) {
+            return Err(GpuError::Input("the stand-in's planned failure at an image's copy".into()));
+        }
+        match out {
+            Counts::I16(c) => kev_to_photons(&self.kev, photon_kev, c),
+            Counts::I32(c) => kev_to_photons(&self.kev, photon_kev, c),
+        }
         Ok(())
     }
 }

@@ -104,17 +104,18 @@ impl Canned {
     pub fn of(setup: &Setup, words: &[u16]) -> anyhow::Result<Canned> {
         let g = &setup.geometry;
         let conv = Converter::shared(setup.calibration.clone(), setup.invalid)?;
-        let mut image = vec![f32::NAN; g.height() * g.width()];
-        conv.to_kev_runs(&g.runs_in_image_order(), words, &mut image);
-        let mut c = Canned::default();
-        rdaq_process::spots::LocalSnr::new(setup.finder).find(&image, g.width(), g.height(), &mut c.spots);
-        ChunkMaker::new(setup).make(&image, &mut c.chunk);
-        Ok(c)
+        let mut wk = Work::new(g.height() * g.width(), None);
+        conv.to_kev_runs(&g.runs_in_image_order(), words, &mut wk.image);
+        let mut spots = Vec::new();
+        rdaq_process::spots::LocalSnr::new(setup.finder).find(&wk.image, g.width(), g.height(), &mut spots);
+        ChunkMaker::new(setup).make(&mut wk);
+        Ok(Canned { chunk: wk.chunk, spots })
     }
 }
 
-/// Makes the file's chunk of a keV image: photon counts made one compression block at a
-/// time (no whole array of counts in memory), or keV as they are.
+/// Makes the file's chunk of a frame: photon counts made from its keV image one compression
+/// block at a time (no whole array of counts in memory), or keV as they are; or the photon
+/// counts the device made, as they are.
 struct ChunkMaker {
     comp: Compressor,
     pixel: PixelType,
@@ -128,11 +129,14 @@ impl ChunkMaker {
         ChunkMaker { comp: Compressor::new(setup.pixel.bytes(), 0, setup.codec), pixel: setup.pixel, photon_kev: setup.photon_kev, c16: Vec::new(), c32: Vec::new() }
     }
 
-    fn make(&mut self, image: &[f32], chunk: &mut Vec<u8>) {
-        let (n, e) = (image.len(), self.photon_kev);
-        match self.pixel {
-            PixelType::Photons16 => self.comp.compress_from(n, &mut self.c16, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
-            PixelType::Photons32 => self.comp.compress_from(n, &mut self.c32, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
+    /// The chunk of `wk`'s pixels: its counts when they hold them, else made from its keV.
+    fn make(&mut self, wk: &mut Work) {
+        let (image, chunk, n, e) = (&wk.image, &mut wk.chunk, wk.image.len(), self.photon_kev);
+        match (self.pixel, wk.counts_valid) {
+            (PixelType::Photons16, true) => self.comp.compress(bytes_of(&wk.counts16), chunk),
+            (PixelType::Photons32, true) => self.comp.compress(bytes_of(&wk.counts32), chunk),
+            (PixelType::Photons16, false) => self.comp.compress_from(n, &mut self.c16, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
+            (PixelType::Photons32, false) => self.comp.compress_from(n, &mut self.c32, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
             _ => self.comp.compress(bytes_of(image), chunk),
         }
     }
@@ -191,10 +195,27 @@ struct Work {
     /// one that neither a file nor a stream reader would take).
     chunked: bool,
     times: Option<FrameTimes>,
-    /// Photon counts of the image in the file's type, made only for frames delivered
-    /// ([`deliver`]).
+    /// Photon counts of the image in the file's type: made for frames delivered
+    /// ([`deliver`]), or fetched from the device for a kept frame (`counts_valid`).
     counts16: Vec<i16>,
     counts32: Vec<i32>,
+    /// The counts hold this frame's pixels (the GPU path fetched them instead of its keV).
+    counts_valid: bool,
+}
+
+impl Work {
+    /// A buffer for images of `pixels` pixels; with `counts` (the GPU path, whose kept
+    /// frames come back as the file's photon counts), room for them too, made now so that
+    /// it can be registered with the driver.
+    fn new(pixels: usize, counts: Option<PixelType>) -> Work {
+        let mut w = Work { frame: 0, seq: 0, ready: None, missing: Vec::new(), image: vec![f32::NAN; pixels], image_valid: false, spots: Vec::new(), hit: false, vetoed: false, chunk: Vec::new(), chunked: false, times: None, counts16: Vec::new(), counts32: Vec::new(), counts_valid: false };
+        match counts {
+            Some(PixelType::Photons16) => w.counts16.resize(pixels, 0),
+            Some(PixelType::Photons32) => w.counts32.resize(pixels, 0),
+            _ => {}
+        }
+        w
+    }
 }
 
 /// Processing counts for the summary.
@@ -303,9 +324,9 @@ fn work_pool(setup: &Setup) -> (Sender<Box<Work>>, ChanRx<Box<Work>>) {
     let pixels = setup.geometry.height() * setup.geometry.width();
     let pool_size = (setup.workers + setup.pedestal_bands + 2) * setup.ring_frames + 4;
     let (tx, rx) = bounded::<Box<Work>>(pool_size);
+    let counts = setup.gpu.as_ref().map(|_| setup.pixel);
     for _ in 0..pool_size {
-        let image = vec![f32::NAN; pixels];
-        tx.send(Box::new(Work { frame: 0, seq: 0, ready: None, missing: Vec::new(), image, image_valid: false, spots: Vec::new(), hit: false, vetoed: false, chunk: Vec::new(), chunked: false, times: None, counts16: Vec::new(), counts32: Vec::new() })).expect("pool has room");
+        tx.send(Box::new(Work::new(pixels, counts))).expect("pool has room");
     }
     (tx, rx)
 }
@@ -414,11 +435,16 @@ pub fn run(
     Ok(report)
 }
 
-/// Where the pooled frame buffers' images lie (the GPU path registers them, so that kept
-/// images come back by DMA). Takes every buffer out of the pool and puts it back.
+/// Where the pooled frame buffers' images and counts lie (the GPU path registers them, so
+/// that kept frames come back by DMA). Takes every buffer out of the pool and puts it back.
 fn pool_images(pool: &Sender<Box<Work>>, rx: &ChanRx<Box<Work>>) -> Vec<(*const u8, usize)> {
     let all: Vec<Box<Work>> = rx.try_iter().collect();
-    let images = all.iter().map(|w| (w.image.as_ptr().cast::<u8>(), std::mem::size_of_val(w.image.as_slice()))).collect();
+    let span = |b: &[u8]| (b.as_ptr(), b.len());
+    let images = all
+        .iter()
+        .flat_map(|w| [span(bytes_of(&w.image)), span(bytes_of(&w.counts16)), span(bytes_of(&w.counts32))])
+        .filter(|&(_, len)| len > 0)
+        .collect();
     for w in all {
         pool.send(w).expect("the pool has room for its own buffers");
     }
@@ -467,7 +493,7 @@ impl Graph<'_> {
             wk.frame = f.frame();
             wk.missing = missing_ranges(self.rx, &self.setup.geometry, &f);
             wk.spots.clear();
-            (wk.hit, wk.vetoed) = (false, false);
+            (wk.hit, wk.vetoed, wk.counts_valid) = (false, false, false);
             wk.times = Some(times);
             wk.ready = Some(f);
             let process = &self.setup.board.process;
@@ -588,14 +614,14 @@ impl Graph<'_> {
     /// The file's chunk of a frame's image ([`ChunkMaker`]), made into `wk.chunk`.
     pub(super) fn compressor<'g>(&'g self) -> Box<dyn FnMut(&mut Work) + Send + 'g> {
         let mut c = ChunkMaker::new(self.setup);
-        Box::new(move |wk: &mut Work| c.make(&wk.image, &mut wk.chunk))
+        Box::new(move |wk: &mut Work| c.make(wk))
     }
 
     /// Compresses `wk`'s image unless the frame is vetoed or nobody would take its chunk.
     pub(super) fn compress_if_wanted(&self, compress: &mut dyn FnMut(&mut Work), wk: &mut Work) {
         // a frame whose image the GPU path did not fetch (nobody wanted it then) stays
         // without a chunk, as one that nobody wanted: the stream counts it as dropped
-        wk.chunked = !wk.vetoed && wk.image_valid && self.demand.wanted();
+        wk.chunked = !wk.vetoed && (wk.image_valid || wk.counts_valid) && self.demand.wanted();
         if wk.chunked {
             compress(wk);
             self.steps.compressed.fetch_add(1, Ordering::Relaxed);

@@ -35,8 +35,10 @@ impl Processed {
     /// wraps it; dropping it gives the buffer back to `pool`.
     pub(super) fn new(mut wk: Box<Work>, pixel: PixelType, photon_kev: f32, pool: Sender<Box<Work>>) -> Processed {
         let n = wk.image.len();
-        // allocated once per pooled buffer, the first time it is handed out
+        // allocated once per pooled buffer, the first time it is handed out; counts that
+        // came from the device are the frame's already
         match pixel {
+            _ if wk.counts_valid => {}
             PixelType::Photons16 => {
                 wk.counts16.resize(n, 0);
                 kev_to_photons(&wk.image, photon_kev, &mut wk.counts16);

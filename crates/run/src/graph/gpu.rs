@@ -26,11 +26,12 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver as ChanRx, Sender};
 
 use rdaq_detector::{as_words, Geometry};
-use rdaq_gpu::{ChainSetup, Device, FrameLane, Found, GpuError, GpuPedestal, HostRegistration};
+use rdaq_gpu::{ChainSetup, Counts, Device, FrameLane, Found, GpuError, GpuPedestal, HostRegistration};
 use rdaq_process::pipeline::{Emit, WorkerFn};
 use rdaq_process::spots::LocalSnr;
 use rdaq_process::Converter;
 use rdaq_receiver::Receiver;
+use rdaq_sink::PixelType;
 use serde::Serialize;
 
 use super::{DarkTracker, GpuBackend, Graph, Setup, Work, OWN_FRAME};
@@ -48,7 +49,8 @@ pub struct GpuReport {
     /// Whether the receiver's ring could be registered (page-locked) with the driver, so
     /// that frames are copied from their slots by DMA.
     pub ring_registered: bool,
-    /// Frames whose keV image came back (kept frames and glances).
+    /// Frames whose pixels came back: a kept frame's photon counts when the file holds
+    /// counts, else (and for glances) its keV image.
     pub images_copied_back: u64,
     /// Frames with more strong pixels than the device lists: found on the host.
     pub strong_overflow: u64,
@@ -334,10 +336,9 @@ impl Graph<'_> {
     fn judge_and_fetch(&self, off: &Offload, lane: &mut Box<dyn FrameLane>, cpu: &mut Option<(u64, Converter)>, runs: &[(usize, usize, usize)], wk: &mut Work) {
         let glance = self.decide(wk);
         if !wk.image_valid && (glance || self.image_kept(wk)) {
-            match lane.image_into(&mut wk.image) {
+            match self.fetch(lane.as_mut(), glance, wk) {
                 Ok(()) => {
                     off.images.fetch_add(1, Ordering::Relaxed);
-                    wk.image_valid = true;
                 }
                 Err(err) => {
                     off.fail(&self.setup.board, &err);
@@ -347,6 +348,18 @@ impl Graph<'_> {
         }
         if glance {
             self.setup.board.show(self.glance(wk));
+        }
+    }
+
+    /// A kept frame's pixels from `lane`: its photon counts when the file holds counts and
+    /// no glance wants its keV (half the bytes back for int16, and nothing to convert
+    /// here), else its keV image.
+    fn fetch(&self, lane: &mut dyn FrameLane, glance: bool, wk: &mut Work) -> Result<(), GpuError> {
+        let e = self.setup.photon_kev;
+        match self.setup.pixel {
+            PixelType::Photons16 if !glance => lane.photons_into(e, Counts::I16(&mut wk.counts16)).map(|()| wk.counts_valid = true),
+            PixelType::Photons32 if !glance => lane.photons_into(e, Counts::I32(&mut wk.counts32)).map(|()| wk.counts_valid = true),
+            _ => lane.image_into(&mut wk.image).map(|()| wk.image_valid = true),
         }
     }
 
@@ -376,6 +389,7 @@ mod tests {
     use rdaq_detector::jungfrau::{MODULE_BYTES, MODULE_PIXELS};
     use rdaq_detector::ModuleSynth;
     use rdaq_gpu::standin::Failures;
+    use rdaq_process::kev_to_photons;
     use rdaq_process::spots::Spot;
 
     /// What the graph delivered of one frame: number, pixels, spots, hit.
@@ -449,6 +463,37 @@ mod tests {
             assert_eq!(gpu.images_copied_back + gpu.frames_on_cpu + lost_image, 12, "{fail:?}: every delivered frame's image came from its lane, or the CPU");
             let counts = |r: &crate::graph::ProcessReport| (r.signal_frames, r.hits, r.vetoed, r.spots_found);
             assert_eq!(counts(&report), counts(&cpu), "{fail:?}: each frame judged once");
+        }
+    }
+
+    #[test]
+    fn counts_from_the_device_make_the_chunk_the_kev_image_makes() {
+        let mut cfg = Config::default();
+        cfg.detector.modules = 1;
+        let g = cfg.geometry().expect("one module");
+        let (_, setup) = crate::plan::plan(&cfg, g, None).expect("a plan");
+        let mut setup = setup.expect("processing");
+        let n = g.height() * g.width();
+        let kev = |i: usize| match i % 997 {
+            0 => f32::NAN,
+            1 => f32::INFINITY,
+            k => (k as f32 - 40.0) * 1.37,
+        };
+        for pixel in [PixelType::Photons16, PixelType::Photons32] {
+            setup.pixel = pixel;
+            let mut wk = Work::new(n, Some(pixel));
+            wk.image.iter_mut().enumerate().for_each(|(i, v)| *v = kev(i));
+            let mut maker = crate::graph::ChunkMaker::new(&setup);
+            maker.make(&mut wk);
+            let from_kev = std::mem::take(&mut wk.chunk);
+            match pixel {
+                PixelType::Photons16 => kev_to_photons(&wk.image, setup.photon_kev, &mut wk.counts16),
+                _ => kev_to_photons(&wk.image, setup.photon_kev, &mut wk.counts32),
+            }
+            wk.image.fill(f32::NAN);
+            wk.counts_valid = true;
+            maker.make(&mut wk);
+            assert!(wk.chunk == from_kev, "{pixel:?}: the chunks differ");
         }
     }
 }
