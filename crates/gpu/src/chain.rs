@@ -49,6 +49,7 @@ struct Shared {
     compact: CudaFunction,
     photons_i16: CudaFunction,
     photons_i32: CudaFunction,
+    shuffle: CudaFunction,
     src_of: CudaSlice<i32>,
     ped12: CudaSlice<f32>,
     gain: CudaSlice<f32>,
@@ -104,6 +105,7 @@ fn shared(dev: &Device, s: &ChainSetup) -> Result<Shared, GpuError> {
         compact: spots.load_function("strong_compact")?,
         photons_i16: convert.load_function("kev_to_photons_i16")?,
         photons_i32: convert.load_function("kev_to_photons_i32")?,
+        shuffle: compile(dev, Kernels::Bitshuffle)?.load_function("bitshuffle_blocks")?,
         src_of: stream.clone_htod(s.src_of)?,
         ped12: stream.clone_htod(&ped12)?,
         gain: stream.clone_htod(&gain)?,
@@ -147,8 +149,10 @@ pub trait FrameLane: Send {
     /// The frame's keV image into `out` (one image long).
     fn image_into(&mut self, out: &mut [f32]) -> Result<(), GpuError>;
     /// The frame's photon counts into `out` (one image long), as
-    /// [`rdaq_process::kev_to_photons`] makes them for photons of `photon_kev`.
-    fn photons_into(&mut self, photon_kev: f32, out: Counts<'_>) -> Result<(), GpuError>;
+    /// [`rdaq_process::kev_to_photons`] makes them for photons of `photon_kev`; with
+    /// `shuffle`, their bytes transposed in blocks of that many elements, as
+    /// [`rdaq_process::bitshuffle::shuffle_blocks`] lays them out (what a chunk compresses).
+    fn photons_into(&mut self, photon_kev: f32, shuffle: Option<usize>, out: Counts<'_>) -> Result<(), GpuError>;
 }
 
 /// Where a frame's photon counts go: the file's pixel type.
@@ -192,8 +196,8 @@ impl FrameLane for Lane {
         Lane::image_into(self, out)
     }
 
-    fn photons_into(&mut self, photon_kev: f32, out: Counts<'_>) -> Result<(), GpuError> {
-        Lane::photons_into(self, photon_kev, out)
+    fn photons_into(&mut self, photon_kev: f32, shuffle: Option<usize>, out: Counts<'_>) -> Result<(), GpuError> {
+        Lane::photons_into(self, photon_kev, shuffle, out)
     }
 }
 
@@ -218,9 +222,10 @@ pub struct Lane {
     host_count: PinnedHostSlice<u32>,
     host_index: PinnedHostSlice<u32>,
     host_value: PinnedHostSlice<f32>,
-    /// The frame's photon counts, made when asked for (the file's type only).
-    counts16: Option<CudaSlice<i16>>,
-    counts32: Option<CudaSlice<i32>>,
+    /// The frame's photon counts and their transposition, made when asked for (the file's
+    /// type only).
+    counts16: Option<[CudaSlice<i16>; 2]>,
+    counts32: Option<[CudaSlice<i32>; 2]>,
 }
 
 /// Pinned host memory that the host reads (not write-combined, which is slow to read),
@@ -404,17 +409,22 @@ impl Lane {
     }
 
     /// The frame's photon counts into `out` (one image long), converted from the keV image
-    /// on the device with the CPU's arithmetic (`kernels/convert.cu`): a kept frame's file
-    /// pixels come back in half (int16) or the same (int32) bytes as its keV image, and the
-    /// host has nothing to convert. Fastest into registered memory.
-    pub fn photons_into(&mut self, photon_kev: f32, out: Counts<'_>) -> Result<(), GpuError> {
+    /// on the device with the CPU's arithmetic (`kernels/convert.cu`); with `shuffle`, their
+    /// bytes transposed there in blocks of that many elements (`kernels/bitshuffle.cu`), so
+    /// that the host only compresses them. A kept frame's file pixels come back in half
+    /// (int16) or the same (int32) bytes as its keV image. Fastest into registered memory.
+    pub fn photons_into(&mut self, photon_kev: f32, shuffle: Option<usize>, out: Counts<'_>) -> Result<(), GpuError> {
         if out.len() != self.shared.pixels {
             return Err(GpuError::Input(format!("{} counts out for an image of {}", out.len(), self.shared.pixels)));
         }
-        let (sh, s) = (&self.shared, &self.stream);
+        if shuffle.is_some_and(|b| b == 0 || !b.is_multiple_of(8)) {
+            return Err(GpuError::Input(format!("bitshuffle blocks of {shuffle:?} elements (a multiple of 8)")));
+        }
+        let (sh, stream, kev) = (&self.shared, &self.stream, &self.kev);
+        let shuffle = shuffle.map(|b| (&sh.shuffle, b));
         match out {
-            Counts::I16(out) => photons(s, &sh.photons_i16, &self.kev, photon_kev, &mut self.counts16, out),
-            Counts::I32(out) => photons(s, &sh.photons_i32, &self.kev, photon_kev, &mut self.counts32, out),
+            Counts::I16(out) => Photons { stream, photons: &sh.photons_i16, shuffle, kev, photon_kev }.into(&mut self.counts16, out),
+            Counts::I32(out) => Photons { stream, photons: &sh.photons_i32, shuffle, kev, photon_kev }.into(&mut self.counts32, out),
         }
     }
 
@@ -428,32 +438,51 @@ impl Lane {
     }
 }
 
-/// Photon counts of the keV image `kev` by `kernel` (kev_to_photons_i16 or _i32) into
-/// `dev` (allocated the first time), then into `out`, waiting for the copy.
-fn photons<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-    s: &Arc<CudaStream>,
-    kernel: &CudaFunction,
-    kev: &CudaSlice<f32>,
+/// One frame's photon counts made on the device: by `photons` (kev_to_photons_i16 or _i32,
+/// paired with the counts' type by the caller) from `kev`, then transposed by `shuffle` in
+/// blocks of its elements if asked.
+struct Photons<'a> {
+    stream: &'a Arc<CudaStream>,
+    photons: &'a CudaFunction,
+    shuffle: Option<(&'a CudaFunction, usize)>,
+    kev: &'a CudaSlice<f32>,
     photon_kev: f32,
-    dev: &mut Option<CudaSlice<T>>,
-    out: &mut [T],
-) -> Result<(), GpuError> {
-    let n = kev.len();
-    let dev = match dev {
-        Some(d) => d,
-        None => dev.insert(s.alloc_zeros::<T>(n)?),
-    };
-    let ni = to_i32("an image of pixels", n)?;
-    let mut b = s.launch_builder(kernel);
-    b.arg(kev).arg(&photon_kev).arg(&mut *dev).arg(&ni);
-    // SAFETY: kev_to_photons_i16/_i32's parameters in order, the output of the kernel's
-    // element type (the caller pairs them); kev and dev hold n values and no thread touches
-    // a pixel >= n.
-    unsafe { b.launch(threads_for(n)) }?;
-    s.memcpy_dtoh(&*dev, out)?;
-    // registered (page-locked) memory is written asynchronously: wait for it
-    s.synchronize()?;
-    Ok(())
+}
+
+impl Photons<'_> {
+    /// Into the device buffers `dev` (made the first time), then `out`, waiting for the copy.
+    fn into<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(self, dev: &mut Option<[CudaSlice<T>; 2]>, out: &mut [T]) -> Result<(), GpuError> {
+        let (s, n) = (self.stream, self.kev.len());
+        let [counts, shuffled] = match dev {
+            Some(d) => d,
+            None => dev.insert([s.alloc_zeros::<T>(n)?, s.alloc_zeros::<T>(n)?]),
+        };
+        let ni = to_i32("an image of pixels", n)?;
+        let mut b = s.launch_builder(self.photons);
+        b.arg(self.kev).arg(&self.photon_kev).arg(&mut *counts).arg(&ni);
+        // SAFETY: kev_to_photons_i16/_i32's parameters in order, the output of the kernel's
+        // element type (the caller pairs them); kev and counts hold n values and no thread
+        // touches a pixel >= n.
+        unsafe { b.launch(threads_for(n)) }?;
+        let Some((kernel, block)) = self.shuffle else {
+            s.memcpy_dtoh(&*counts, out)?;
+            s.synchronize()?;
+            return Ok(());
+        };
+        let size = std::mem::size_of::<T>();
+        let (size32, block32) = (to_i32("an element size", size)?, to_i32("a block", block)?);
+        let mut b = s.launch_builder(kernel);
+        b.arg(&*counts).arg(&mut *shuffled).arg(&ni).arg(&size32).arg(&block32);
+        // SAFETY: bitshuffle_blocks' parameters in order (its byte pointers are the buffers'
+        // device addresses); counts and shuffled hold n elements of `size` bytes, block is a
+        // positive multiple of 8 (checked by the caller), and each thread writes inside
+        // shuffled: a group's bytes within its block, or one tail byte.
+        unsafe { b.launch(threads_for((n / 8) * size + (n % 8) * size)) }?;
+        s.memcpy_dtoh(&*shuffled, out)?;
+        // registered (page-locked) memory is written asynchronously: wait for it
+        s.synchronize()?;
+        Ok(())
+    }
 }
 
 impl Drop for Lane {

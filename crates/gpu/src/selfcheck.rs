@@ -9,11 +9,11 @@ use rdaq_detector::geometry::{DEFAULT_GAP_X, DEFAULT_GAP_Y, MASK_GAP};
 use rdaq_detector::jungfrau::MODULE_PIXELS;
 use rdaq_detector::synth::{ModuleSynth, SynthConfig};
 use rdaq_detector::Geometry;
-use rdaq_process::bitshuffle::{default_block_elems, shuffle_block};
+use rdaq_process::bitshuffle::{default_block_elems, shuffle_block, shuffle_blocks};
 use rdaq_process::pedestal::Pedestal;
 use rdaq_process::sparse::Csr;
 use rdaq_process::spots::{LocalSnr, LocalSnrParams};
-use rdaq_process::{kev_to_photons, Calibration, Converter, InvalidGain};
+use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain};
 
 use crate::chain::{self, ChainSetup, Counts, Found};
 use crate::probe::{Device, GpuError};
@@ -33,7 +33,7 @@ pub fn all(dev: &Device) -> Vec<Check> {
         ("assembly + conversion to keV, 3 lanes in flight", chain_kev),
         ("strong pixels and spots (local SNR), 3 lanes", chain_spots),
         ("pedestal tracking of dark frames (from module words)", pedestal),
-        ("photon counts (int16, int32) from keV, 3 lanes", photons),
+        ("photon counts (int16, int32) from keV, 3 lanes, bitshuffled", photons),
         ("bitshuffle transposition (int16, float32)", bitshuffle),
         ("CSR compaction (float32, int32)", csr),
     ];
@@ -222,16 +222,30 @@ fn photons(dev: &Device, d: &Data) -> Outcome {
         }
     }
     let (mut got16, mut got32, mut want16, mut want32) = (vec![0i16; px], vec![0i32; px], vec![0i16; px], vec![0i32; px]);
+    let (mut shuffled16, mut shuffled32) = (vec![0u8; 2 * px], vec![0u8; 4 * px]);
     let out = through_lanes(dev, d, |f, lane| {
         lane.strong_pixels(&mut Vec::new())?;
-        lane.photons_into(d.photon_kev, Counts::I16(&mut got16))?;
-        lane.photons_into(d.photon_kev, Counts::I32(&mut got32))?;
         let kev = d.kev(&d.cal, f);
         kev_to_photons(&kev, d.photon_kev, &mut want16);
         kev_to_photons(&kev, d.photon_kev, &mut want32);
-        Ok((got16 != want16 || got32 != want32).then(|| format!("frame {f}: a lane's counts differ")))
+        lane.photons_into(d.photon_kev, None, Counts::I16(&mut got16))?;
+        lane.photons_into(d.photon_kev, None, Counts::I32(&mut got32))?;
+        if got16 != want16 || got32 != want32 {
+            return Ok(Some(format!("frame {f}: a lane's counts differ")));
+        }
+        // the chunk writer's blocks, and a block that leaves a short last one and a tail
+        for block in [default_block_elems(2), 1000] {
+            shuffle_blocks(bytes_of(&want16), 2, block, &mut shuffled16);
+            shuffle_blocks(bytes_of(&want32), 4, block, &mut shuffled32);
+            lane.photons_into(d.photon_kev, Some(block), Counts::I16(&mut got16))?;
+            lane.photons_into(d.photon_kev, Some(block), Counts::I32(&mut got32))?;
+            if bytes_of(&got16) != shuffled16 || bytes_of(&got32) != shuffled32 {
+                return Ok(Some(format!("frame {f}: a lane's bitshuffled counts differ (blocks of {block})")));
+            }
+        }
+        Ok(None)
     })?;
-    Ok(out.map(|s| format!("{s}, by the converter and the lanes")))
+    Ok(out.map(|s| format!("{s}, by the converter and the lanes, plain and bitshuffled")))
 }
 
 fn bitshuffle(dev: &Device, _: &Data) -> Outcome {

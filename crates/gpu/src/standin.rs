@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rdaq_process::spots::{LocalSnr, LocalSnrParams};
-use rdaq_process::{kev_to_photons, Calibration, Converter, InvalidGain};
+use rdaq_process::bitshuffle::shuffle_blocks;
+use rdaq_process::convert::Count;
+use rdaq_process::{bytes_of, bytes_of_mut, kev_to_photons, Calibration, Converter, InvalidGain, Plain};
 
 use crate::chain::{Counts, FrameLane, Found};
 use crate::error::GpuError;
@@ -128,7 +130,7 @@ impl FrameLane for CpuLane {
         Ok(())
     }
 
-    fn photons_into(&mut self, photon_kev: f32, out: Counts<'_>) -> Result<(), GpuError> {
+    fn photons_into(&mut self, photon_kev: f32, shuffle: Option<usize>, out: Counts<'_>) -> Result<(), GpuError> {
         if out.len() != self.kev.len() {
             return Err(GpuError::Input(format!("{} counts out for an image of {}", out.len(), self.kev.len())));
         }
@@ -136,9 +138,18 @@ impl FrameLane for CpuLane {
             return Err(GpuError::Input("the stand-in's planned failure at an image's copy".into()));
         }
         match out {
-            Counts::I16(c) => kev_to_photons(&self.kev, photon_kev, c),
-            Counts::I32(c) => kev_to_photons(&self.kev, photon_kev, c),
+            Counts::I16(c) => counts_into(&self.kev, photon_kev, shuffle, c),
+            Counts::I32(c) => counts_into(&self.kev, photon_kev, shuffle, c),
         }
         Ok(())
+    }
+}
+
+/// What the device's photons and bitshuffle kernels make, on the CPU.
+fn counts_into<T: Count + Plain>(kev: &[f32], photon_kev: f32, shuffle: Option<usize>, out: &mut [T]) {
+    kev_to_photons(kev, photon_kev, out);
+    if let Some(block) = shuffle {
+        let counts = bytes_of(out).to_vec();
+        shuffle_blocks(&counts, std::mem::size_of::<T>(), block, bytes_of_mut(out));
     }
 }

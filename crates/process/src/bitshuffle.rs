@@ -19,6 +19,20 @@ pub fn default_block_elems(elem_size: usize) -> usize {
     ((8192 / elem_size) / 8 * 8).max(128)
 }
 
+/// `src` (elements of `size` bytes) cut into blocks of `block_elems` elements as a chunk is
+/// (the last block rounded down to whole groups of 8), each block transposed into `dst`
+/// ([`shuffle_block`]), the last `n % 8` elements copied as they are: the layout
+/// [`Compressor::compress_shuffled`] takes, and the GPU's bitshuffle makes.
+pub fn shuffle_blocks(src: &[u8], size: usize, block_elems: usize, dst: &mut [u8]) {
+    assert!(src.len().is_multiple_of(size) && dst.len() == src.len() && block_elems.is_multiple_of(8) && block_elems > 0, "whole elements, blocks of whole 8-element groups");
+    let n = src.len() / size;
+    let whole = n / 8 * 8 * size;
+    for (s, d) in src[..whole].chunks(block_elems * size).zip(dst[..whole].chunks_mut(block_elems * size)) {
+        shuffle_block(s, d, size);
+    }
+    dst[whole..].copy_from_slice(&src[whole..]);
+}
+
 /// Transposes one 8x8 bit matrix held in a u64 (byte i = row i): afterwards byte j, bit i
 /// is what was byte i, bit j.
 #[inline(always)]
@@ -245,6 +259,11 @@ impl Compressor {
         Compressor { elem_size, block_elems, shuffled: vec![0; block_bytes], packed: vec![0; worst], zstd }
     }
 
+    /// Elements per block (the last block of a chunk may hold fewer).
+    pub fn block_elems(&self) -> usize {
+        self.block_elems
+    }
+
     /// Compresses `src` (whole elements) into `out` (cleared first) as one chunk.
     pub fn compress(&mut self, src: &[u8], out: &mut Vec<u8>) {
         let es = self.elem_size;
@@ -280,6 +299,22 @@ impl Compressor {
         out.extend_from_slice(crate::bytes_of(&staging[..n - at]));
     }
 
+    /// The chunk [`Compressor::compress`] makes of elements whose blocks are transposed
+    /// already: `shuffled` as [`shuffle_blocks`] lays them out with this compressor's block
+    /// size (the GPU's bitshuffle makes the same), so only the codec runs here.
+    pub fn compress_shuffled(&mut self, shuffled: &[u8], out: &mut Vec<u8>) {
+        let es = self.elem_size;
+        assert_eq!(shuffled.len() % es, 0, "whole elements");
+        let n = shuffled.len() / es;
+        self.header(n, out);
+        let mut at = 0;
+        for elems in self.blocks(n) {
+            self.pack(&shuffled[at..at + elems * es], out);
+            at += elems * es;
+        }
+        out.extend_from_slice(&shuffled[at..]);
+    }
+
     /// The chunk's header for `n` elements.
     fn header(&self, n: usize, out: &mut Vec<u8>) {
         out.clear();
@@ -297,8 +332,14 @@ impl Compressor {
 
     /// Shuffles and compresses one block (whole 8-element groups) onto the chunk.
     fn block(&mut self, src: &[u8], out: &mut Vec<u8>) {
-        let shuffled = &mut self.shuffled[..src.len()];
-        shuffle_block(src, shuffled, self.elem_size);
+        let mut shuffled = std::mem::take(&mut self.shuffled);
+        shuffle_block(src, &mut shuffled[..src.len()], self.elem_size);
+        self.pack(&shuffled[..src.len()], out);
+        self.shuffled = shuffled;
+    }
+
+    /// Compresses one shuffled block onto the chunk, its size first.
+    fn pack(&mut self, shuffled: &[u8], out: &mut Vec<u8>) {
         // into a scratch block sized once for the worst case, then only the compressed
         // bytes into the chunk: no zeroing of a worst-case output per block
         let c = match self.zstd.as_mut() {
@@ -432,7 +473,12 @@ mod tests {
             let mut c = Compressor::new(size, block, codec);
             let mut out = Vec::new();
             c.compress(&src, &mut out);
-            prop_assert_eq!(decompress(&out, size, codec).unwrap(), src);
+            prop_assert_eq!(&decompress(&out, size, codec).unwrap(), &src);
+            let mut shuffled = vec![0u8; src.len()];
+            shuffle_blocks(&src, size, c.block_elems(), &mut shuffled);
+            let mut from_shuffled = Vec::new();
+            c.compress_shuffled(&shuffled, &mut from_shuffled);
+            prop_assert_eq!(from_shuffled, out);
         }
     }
 

@@ -60,3 +60,10 @@ pub fn bytes_of<T: Plain>(v: &[T]) -> &[u8] {
     // initialized; the length in bytes is exact and the lifetime tied to `v`.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
+
+/// [`bytes_of`], to write: any bytes written make valid numbers.
+pub fn bytes_of_mut<T: Plain>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: as `bytes_of`, and every bit pattern is a valid value of the sealed numeric
+    // types, so whatever is written leaves `v` valid; the borrow is exclusive.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}

@@ -115,7 +115,7 @@ impl Canned {
 
 /// Makes the file's chunk of a frame: photon counts made from its keV image one compression
 /// block at a time (no whole array of counts in memory), or keV as they are; or the photon
-/// counts the device made, as they are.
+/// counts the device made (plain or already bitshuffled), as they are.
 struct ChunkMaker {
     comp: Compressor,
     pixel: PixelType,
@@ -132,11 +132,13 @@ impl ChunkMaker {
     /// The chunk of `wk`'s pixels: its counts when they hold them, else made from its keV.
     fn make(&mut self, wk: &mut Work) {
         let (image, chunk, n, e) = (&wk.image, &mut wk.chunk, wk.image.len(), self.photon_kev);
-        match (self.pixel, wk.counts_valid) {
-            (PixelType::Photons16, true) => self.comp.compress(bytes_of(&wk.counts16), chunk),
-            (PixelType::Photons32, true) => self.comp.compress(bytes_of(&wk.counts32), chunk),
-            (PixelType::Photons16, false) => self.comp.compress_from(n, &mut self.c16, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
-            (PixelType::Photons32, false) => self.comp.compress_from(n, &mut self.c32, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
+        match (self.pixel, wk.counts) {
+            (PixelType::Photons16, Counts::Plain) => self.comp.compress(bytes_of(&wk.counts16), chunk),
+            (PixelType::Photons32, Counts::Plain) => self.comp.compress(bytes_of(&wk.counts32), chunk),
+            (PixelType::Photons16, Counts::Shuffled) => self.comp.compress_shuffled(bytes_of(&wk.counts16), chunk),
+            (PixelType::Photons32, Counts::Shuffled) => self.comp.compress_shuffled(bytes_of(&wk.counts32), chunk),
+            (PixelType::Photons16, _) => self.comp.compress_from(n, &mut self.c16, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
+            (PixelType::Photons32, _) => self.comp.compress_from(n, &mut self.c32, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
             _ => self.comp.compress(bytes_of(image), chunk),
         }
     }
@@ -196,11 +198,22 @@ struct Work {
     chunked: bool,
     times: Option<FrameTimes>,
     /// Photon counts of the image in the file's type: made for frames delivered
-    /// ([`deliver`]), or fetched from the device for a kept frame (`counts_valid`).
+    /// ([`deliver`]), or fetched from the device for a kept frame (`counts`).
     counts16: Vec<i16>,
     counts32: Vec<i32>,
-    /// The counts hold this frame's pixels (the GPU path fetched them instead of its keV).
-    counts_valid: bool,
+    counts: Counts,
+}
+
+/// What a frame's counts hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Counts {
+    /// Nothing of this frame.
+    Stale,
+    /// Its pixels (the GPU path fetched them instead of its keV).
+    Plain,
+    /// Its pixels' bytes transposed in the chunk's blocks, ready for the codec (the GPU path,
+    /// when nothing reads the counts themselves).
+    Shuffled,
 }
 
 impl Work {
@@ -208,7 +221,7 @@ impl Work {
     /// frames come back as the file's photon counts), room for them too, made now so that
     /// it can be registered with the driver.
     fn new(pixels: usize, counts: Option<PixelType>) -> Work {
-        let mut w = Work { frame: 0, seq: 0, ready: None, missing: Vec::new(), image: vec![f32::NAN; pixels], image_valid: false, spots: Vec::new(), hit: false, vetoed: false, chunk: Vec::new(), chunked: false, times: None, counts16: Vec::new(), counts32: Vec::new(), counts_valid: false };
+        let mut w = Work { frame: 0, seq: 0, ready: None, missing: Vec::new(), image: vec![f32::NAN; pixels], image_valid: false, spots: Vec::new(), hit: false, vetoed: false, chunk: Vec::new(), chunked: false, times: None, counts16: Vec::new(), counts32: Vec::new(), counts: Counts::Stale };
         match counts {
             Some(PixelType::Photons16) => w.counts16.resize(pixels, 0),
             Some(PixelType::Photons32) => w.counts32.resize(pixels, 0),
@@ -493,7 +506,7 @@ impl Graph<'_> {
             wk.frame = f.frame();
             wk.missing = missing_ranges(self.rx, &self.setup.geometry, &f);
             wk.spots.clear();
-            (wk.hit, wk.vetoed, wk.counts_valid) = (false, false, false);
+            (wk.hit, wk.vetoed, wk.counts) = (false, false, Counts::Stale);
             wk.times = Some(times);
             wk.ready = Some(f);
             let process = &self.setup.board.process;
@@ -621,7 +634,7 @@ impl Graph<'_> {
     pub(super) fn compress_if_wanted(&self, compress: &mut dyn FnMut(&mut Work), wk: &mut Work) {
         // a frame whose image the GPU path did not fetch (nobody wanted it then) stays
         // without a chunk, as one that nobody wanted: the stream counts it as dropped
-        wk.chunked = !wk.vetoed && (wk.image_valid || wk.counts_valid) && self.demand.wanted();
+        wk.chunked = !wk.vetoed && (wk.image_valid || wk.counts != Counts::Stale) && self.demand.wanted();
         if wk.chunked {
             compress(wk);
             self.steps.compressed.fetch_add(1, Ordering::Relaxed);

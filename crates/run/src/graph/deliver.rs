@@ -10,7 +10,7 @@ use rdaq_process::kev_to_photons;
 use rdaq_process::spots::Spot;
 use rdaq_sink::PixelType;
 
-use super::Work;
+use super::{Counts, Work};
 
 /// Frames waiting for the holder, at most.
 pub const WAITING: usize = 8;
@@ -36,9 +36,11 @@ impl Processed {
     pub(super) fn new(mut wk: Box<Work>, pixel: PixelType, photon_kev: f32, pool: Sender<Box<Work>>) -> Processed {
         let n = wk.image.len();
         // allocated once per pooled buffer, the first time it is handed out; counts that
-        // came from the device are the frame's already
+        // came from the device are the frame's already (plain: frames delivered are not
+        // fetched bitshuffled)
+        debug_assert_ne!(wk.counts, Counts::Shuffled, "a delivered frame's counts are plain");
         match pixel {
-            _ if wk.counts_valid => {}
+            _ if wk.counts == Counts::Plain => {}
             PixelType::Photons16 => {
                 wk.counts16.resize(n, 0);
                 kev_to_photons(&wk.image, photon_kev, &mut wk.counts16);

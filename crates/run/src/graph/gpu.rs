@@ -26,7 +26,8 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver as ChanRx, Sender};
 
 use rdaq_detector::{as_words, Geometry};
-use rdaq_gpu::{ChainSetup, Counts, Device, FrameLane, Found, GpuError, GpuPedestal, HostRegistration};
+use rdaq_gpu::{ChainSetup, Counts as LaneCounts, Device, FrameLane, Found, GpuError, GpuPedestal, HostRegistration};
+use rdaq_process::bitshuffle::default_block_elems;
 use rdaq_process::pipeline::{Emit, WorkerFn};
 use rdaq_process::spots::LocalSnr;
 use rdaq_process::Converter;
@@ -34,7 +35,7 @@ use rdaq_receiver::Receiver;
 use rdaq_sink::PixelType;
 use serde::Serialize;
 
-use super::{DarkTracker, GpuBackend, Graph, Setup, Work, OWN_FRAME};
+use super::{Counts, DarkTracker, GpuBackend, Graph, Setup, Work, OWN_FRAME};
 use crate::board::{Board, ProcessCounts};
 use rdaq_proto::events::Event;
 
@@ -353,12 +354,17 @@ impl Graph<'_> {
 
     /// A kept frame's pixels from `lane`: its photon counts when the file holds counts and
     /// no glance wants its keV (half the bytes back for int16, and nothing to convert
-    /// here), else its keV image.
+    /// here), bitshuffled there too unless a program in this process reads them; else its
+    /// keV image.
     fn fetch(&self, lane: &mut dyn FrameLane, glance: bool, wk: &mut Work) -> Result<(), GpuError> {
         let e = self.setup.photon_kev;
+        let (shuffle, held) = match self.setup.deliver {
+            Some(_) => (None, Counts::Plain),
+            None => (Some(default_block_elems(self.setup.pixel.bytes())), Counts::Shuffled),
+        };
         match self.setup.pixel {
-            PixelType::Photons16 if !glance => lane.photons_into(e, Counts::I16(&mut wk.counts16)).map(|()| wk.counts_valid = true),
-            PixelType::Photons32 if !glance => lane.photons_into(e, Counts::I32(&mut wk.counts32)).map(|()| wk.counts_valid = true),
+            PixelType::Photons16 if !glance => lane.photons_into(e, shuffle, LaneCounts::I16(&mut wk.counts16)).map(|()| wk.counts = held),
+            PixelType::Photons32 if !glance => lane.photons_into(e, shuffle, LaneCounts::I32(&mut wk.counts32)).map(|()| wk.counts = held),
             _ => lane.image_into(&mut wk.image).map(|()| wk.image_valid = true),
         }
     }
@@ -399,13 +405,21 @@ mod tests {
     /// frame, no veto: every signal frame is delivered) from a ring of only 6 slots, which
     /// the feeder refills as soon as they are given back: a slot given back before the lane
     /// read it would change what the lane sees.
-    fn run_graph(gpu: Option<GpuBackend>, frames: u64) -> (Vec<Seen>, crate::graph::ProcessReport) {
+    /// Two emulated modules, three workers and two lanes, no veto.
+    fn two_modules() -> Config {
         let mut cfg = Config::default();
         (cfg.detector.modules, cfg.process.veto, cfg.process.workers, cfg.process.gpu_lanes) = (2, false, 3, 2);
+        cfg
+    }
+
+    /// With `file`, the frames go to that file (master) instead of being delivered.
+    fn run_graph(gpu: Option<GpuBackend>, frames: u64, file: Option<&std::path::Path>) -> (Vec<Seen>, crate::graph::ProcessReport) {
+        let cfg = two_modules();
         let g = cfg.geometry().expect("two modules");
-        let (_, setup) = crate::plan::plan(&cfg, g, None).expect("a plan");
+        let (meta, setup) = crate::plan::plan(&cfg, g, None).expect("a plan");
         let (tx, delivered) = crossbeam_channel::bounded::<Processed>(4);
-        let setup = crate::graph::Setup { gpu, deliver: Some(tx), ..setup.expect("processing") };
+        let mut writer = file.map(|p| rdaq_sink::NxmxWriter::create(p, &meta, true).expect("a file"));
+        let setup = crate::graph::Setup { gpu, deliver: file.is_none().then_some(tx), ..setup.expect("processing") };
         let (rx, mut placer) = Receiver::in_memory(2, MODULE_BYTES as u64, 6).expect("an in-memory receiver");
         let mut synths: Vec<ModuleSynth> = (0..2).map(|m| ModuleSynth::new(cfg.synth(), m)).collect();
         let bar = indicatif::ProgressBar::hidden();
@@ -438,22 +452,46 @@ mod tests {
                     })
                     .collect::<Vec<Seen>>()
             });
-            let (_, report) = crate::graph::run(&rx, None, None, setup, &bar, None, &mut |_| {}).expect("the graph runs");
+            let (_, report) = crate::graph::run(&rx, writer.as_mut(), None, setup, &bar, None, &mut |_| {}).expect("the graph runs");
+            if let Some(w) = writer {
+                w.finish().expect("the file closes");
+            }
             (seen.join().expect("the reader"), report)
         })
     }
 
     #[test]
+    fn the_gpu_path_writes_the_frames_the_cpu_graph_writes() {
+        let dir = std::env::temp_dir().join(format!("rdaq-gpu-path-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let cfg = two_modules();
+        let (meta, _) = crate::plan::plan(&cfg, cfg.geometry().expect("two modules"), None).expect("a plan");
+        let written = |name: &str, gpu: Option<GpuBackend>| {
+            let master = dir.join(format!("{name}_master.h5"));
+            let (_, report) = run_graph(gpu, 24, Some(&master));
+            let data = rdaq_sink::FrameReader::open(&dir.join(rdaq_sink::data_file_name(&master, 1)), "entry/data/data").expect("the data file");
+            let frames: Vec<Vec<u8>> = (0..data.frames).map(|i| data.read_bytes(i, meta.pixel).expect("a frame")).collect();
+            (frames, report)
+        };
+        let (want, _) = written("cpu", None);
+        let (got, report) = written("standin", Some(GpuBackend::StandIn(Failures::default())));
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(want.len(), 12, "every signal frame written");
+        assert!(got == want, "the frames written differ from the CPU graph's");
+        assert!(report.gpu.expect("the GPU path's report").images_copied_back > 0, "kept frames came back from the lanes");
+    }
+
+    #[test]
     fn the_gpu_path_delivers_what_the_cpu_graph_does_in_order_and_survives_device_errors() {
         let frames = 24;
-        let (want, cpu) = run_graph(None, frames);
+        let (want, cpu) = run_graph(None, frames, None);
         assert_eq!(want.len(), 12, "every signal frame");
         assert!(want.windows(2).all(|w| w[0].0 < w[1].0), "in frame order");
         assert!(want.iter().any(|s| !s.2.is_empty()), "the frames have spots");
         assert!(cpu.gpu.is_none());
         let fails = [Failures::default(), Failures { submit: Some(3), ..Default::default() }, Failures { wait: Some(5), ..Default::default() }, Failures { image: Some(4), ..Default::default() }];
         for fail in fails {
-            let (got, report) = run_graph(Some(GpuBackend::StandIn(fail)), frames);
+            let (got, report) = run_graph(Some(GpuBackend::StandIn(fail)), frames, None);
             assert!(got == want, "{fail:?}: the frames delivered differ from the CPU graph's");
             let gpu = report.gpu.as_ref().expect("the GPU path's report");
             let failing = fail.submit.is_some() || fail.wait.is_some() || fail.image.is_some();
@@ -467,7 +505,7 @@ mod tests {
     }
 
     #[test]
-    fn counts_from_the_device_make_the_chunk_the_kev_image_makes() {
+    fn counts_from_the_device_plain_or_bitshuffled_make_the_chunk_the_kev_image_makes() {
         let mut cfg = Config::default();
         cfg.detector.modules = 1;
         let g = cfg.geometry().expect("one module");
@@ -491,9 +529,23 @@ mod tests {
                 _ => kev_to_photons(&wk.image, setup.photon_kev, &mut wk.counts32),
             }
             wk.image.fill(f32::NAN);
-            wk.counts_valid = true;
+            wk.counts = Counts::Plain;
             maker.make(&mut wk);
-            assert!(wk.chunk == from_kev, "{pixel:?}: the chunks differ");
+            assert!(wk.chunk == from_kev, "{pixel:?}: the chunk of the counts differs");
+            let block = default_block_elems(pixel.bytes());
+            match pixel {
+                PixelType::Photons16 => shuffle_in_place(&mut wk.counts16, block),
+                _ => shuffle_in_place(&mut wk.counts32, block),
+            }
+            wk.counts = Counts::Shuffled;
+            maker.make(&mut wk);
+            assert!(wk.chunk == from_kev, "{pixel:?}: the chunk of the bitshuffled counts differs");
         }
+    }
+
+    /// What the device's bitshuffle makes of `v`, on the CPU.
+    fn shuffle_in_place<T: rdaq_process::Plain>(v: &mut [T], block: usize) {
+        let plain = rdaq_process::bytes_of(v).to_vec();
+        rdaq_process::bitshuffle::shuffle_blocks(&plain, std::mem::size_of::<T>(), block, rdaq_process::bytes_of_mut(v));
     }
 }
