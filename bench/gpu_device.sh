@@ -64,7 +64,7 @@ for b in gpu cpu; do
     step "run_1khz_$b" 120 "$R" run --backend $b --modules 2 --rate 1000 --frames 10000 --out "$W/khz_$b" --stream none --preview none
     rm -rf "$W/khz_$b"
 done
-step pipeline_gpu_4m_nodark 240 "$R" bench pipeline --modules 8 --backend gpu --no-dark --workers 4,8,14 --seconds 2
+step pipeline_gpu_4m_nodark 240 "$R" bench pipeline --modules 8 --backend gpu --no-dark --workers 8,14,20 --seconds 3
 step pipeline_gpu_4m_chopper 120 "$R" bench pipeline --modules 8 --backend gpu --workers 14 --seconds 2
 step pipeline_cpu_4m_nodark 120 "$R" bench pipeline --modules 8 --no-dark --workers 14 --seconds 2
 step pipeline_cpu_graph 240 "$R" bench pipeline --workers 1,8,16 --seconds 1.5

@@ -1,8 +1,9 @@
 //! The GPU chain of the processing graph, built for throughput: a frame goes to the device as
 //! the module words of its receiver slot (one copy, straight from the slot when the ring is
 //! registered, [`crate::HostRegistration`]), is assembled and converted to keV in one kernel,
-//! and its strong pixels are found there; only their list comes back, and the keV image only
-//! for the frames that are kept ([`Lane::image_into`]). Each [`Lane`] holds one frame's device
+//! and its strong pixels are found there; only their list comes back, and for the frames that
+//! are kept their photon counts, bitshuffled there for the chunk ([`Lane::photons_into`]), or
+//! their keV image ([`Lane::image_into`]). Each [`Lane`] holds one frame's device
 //! buffers and its own stream: with several lanes, frames are copied, converted and searched
 //! at once, and the host queues a frame without waiting for the last.
 //!
@@ -423,8 +424,8 @@ impl Lane {
         let (sh, stream, kev) = (&self.shared, &self.stream, &self.kev);
         let shuffle = shuffle.map(|b| (&sh.shuffle, b));
         match out {
-            Counts::I16(out) => Photons { stream, photons: &sh.photons_i16, shuffle, kev, photon_kev }.into(&mut self.counts16, out),
-            Counts::I32(out) => Photons { stream, photons: &sh.photons_i32, shuffle, kev, photon_kev }.into(&mut self.counts32, out),
+            Counts::I16(out) => Photons { stream, photons: &sh.photons_i16, shuffle, kev, photon_kev }.fetch(&mut self.counts16, out),
+            Counts::I32(out) => Photons { stream, photons: &sh.photons_i32, shuffle, kev, photon_kev }.fetch(&mut self.counts32, out),
         }
     }
 
@@ -451,7 +452,7 @@ struct Photons<'a> {
 
 impl Photons<'_> {
     /// Into the device buffers `dev` (made the first time), then `out`, waiting for the copy.
-    fn into<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(self, dev: &mut Option<[CudaSlice<T>; 2]>, out: &mut [T]) -> Result<(), GpuError> {
+    fn fetch<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(self, dev: &mut Option<[CudaSlice<T>; 2]>, out: &mut [T]) -> Result<(), GpuError> {
         let (s, n) = (self.stream, self.kev.len());
         let [counts, shuffled] = match dev {
             Some(d) => d,
