@@ -239,6 +239,13 @@ impl Image<'_> {
         let push = timed(&ps, frames, || Ok(ped.push_device(&d_raw)?))?;
         // per pixel: the word, and the f64 sums, the count and the wrong-gain count read and written
         row("kernel: pedestal tracking of a dark frame (pedestal_push)", push, (2.0 + 2.0 * 24.0) * px as f64, Some(device));
+        // the graph's dark path: a frame's words from its (registered) slot, assembled and
+        // tracked, waited for one at a time; and the tracked pedestal brought back to publish
+        let mut tracker = GpuPedestal::new(self.dev, px, 0, 128)?.assembling(self.dev, &self.g.pixel_map(), self.words)?;
+        let dark = wall(frames, || Ok(tracker.push_words(self.frame(0))?))?;
+        row("dark frame from its slot, tracked, one at a time (push_words)", dark, 2.0 * self.words as f64, Some(device));
+        let mean = wall(frames.min(50), || Ok(tracker.mean().map(drop)?))?;
+        row("the tracked pedestal back for publication (mean)", mean, 4.0 * px as f64, Some(device));
         let shuffle = GpuShuffle::new(self.dev)?;
         let ss = shuffle.stream().clone();
         let d_src: CudaSlice<u8> = ss.alloc_zeros(2 * px)?;
