@@ -380,7 +380,7 @@ impl Default for Process {
             codec: "lz4".into(),
             zstd_level: 3,
             backend: "cpu".into(),
-            gpu_lanes: 16,
+            gpu_lanes: 8,
             workers: 0,
             pedestal_bands: 0,
             cpus: Vec::new(),
