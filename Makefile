@@ -16,10 +16,11 @@ test: setup test-rust test-e2e
 test-rust:
 	cargo test --release --workspace
 
-# pytest exits 5 when it collected no tests: that is a failure of the suite here too,
-# except when a subset was selected on purpose with PYTEST_ARGS.
+# The slowest tests are listed (the suite has a 30-minute budget). pytest exits 5 when it
+# collected no tests: that is a failure of the suite here too, except when a subset was
+# selected on purpose with PYTEST_ARGS.
 test-e2e:
-	.venv/bin/python -m pytest -q tests $(PYTEST_ARGS); rc=$$?; \
+	.venv/bin/python -m pytest -q --durations=15 tests $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ] && [ -n "$(PYTEST_ARGS)" ]; then exit 0; else exit $$rc; fi
 
 # the Debian package, target/debian/rdaq_<version>-1_amd64.deb (docs/install.md)
