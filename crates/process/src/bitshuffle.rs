@@ -240,9 +240,7 @@ pub struct Compressor {
     elem_size: usize,
     block_elems: usize,
     shuffled: Vec<u8>,
-    /// One compressed block, at its worst-case size.
-    packed: Vec<u8>,
-    zstd: Option<zstd::bulk::Compressor<'static>>,
+    packer: Packer,
 }
 
 impl Compressor {
@@ -256,7 +254,7 @@ impl Compressor {
         };
         let block_bytes = block_elems * elem_size;
         let worst = lz4_flex::block::get_maximum_output_size(block_bytes).max(zstd::zstd_safe::compress_bound(block_bytes));
-        Compressor { elem_size, block_elems, shuffled: vec![0; block_bytes], packed: vec![0; worst], zstd }
+        Compressor { elem_size, block_elems, shuffled: vec![0; block_bytes], packer: Packer { packed: vec![0; worst], zstd } }
     }
 
     /// Elements per block (the last block of a chunk may hold fewer).
@@ -266,16 +264,7 @@ impl Compressor {
 
     /// Compresses `src` (whole elements) into `out` (cleared first) as one chunk.
     pub fn compress(&mut self, src: &[u8], out: &mut Vec<u8>) {
-        let es = self.elem_size;
-        assert_eq!(src.len() % es, 0, "whole elements");
-        let n = src.len() / es;
-        self.header(n, out);
-        let mut at = 0;
-        for elems in self.blocks(n) {
-            self.block(&src[at..at + elems * es], out);
-            at += elems * es;
-        }
-        out.extend_from_slice(&src[at..]);
+        self.chunk(src, false, out);
     }
 
     /// Compresses `n` elements of `T` (of the compressor's element size) into `out` (cleared
@@ -303,16 +292,26 @@ impl Compressor {
     /// already: `shuffled` as [`shuffle_blocks`] lays them out with this compressor's block
     /// size (the GPU's bitshuffle makes the same), so only the codec runs here.
     pub fn compress_shuffled(&mut self, shuffled: &[u8], out: &mut Vec<u8>) {
+        self.chunk(shuffled, true, out);
+    }
+
+    /// The chunk of `src` (whole elements), its blocks `transposed` already or not.
+    fn chunk(&mut self, src: &[u8], transposed: bool, out: &mut Vec<u8>) {
         let es = self.elem_size;
-        assert_eq!(shuffled.len() % es, 0, "whole elements");
-        let n = shuffled.len() / es;
+        assert_eq!(src.len() % es, 0, "whole elements");
+        let n = src.len() / es;
         self.header(n, out);
         let mut at = 0;
         for elems in self.blocks(n) {
-            self.pack(&shuffled[at..at + elems * es], out);
+            let block = &src[at..at + elems * es];
+            if transposed {
+                self.packer.pack(block, out);
+            } else {
+                self.block(block, out);
+            }
             at += elems * es;
         }
-        out.extend_from_slice(&shuffled[at..]);
+        out.extend_from_slice(&src[at..]);
     }
 
     /// The chunk's header for `n` elements.
@@ -332,12 +331,20 @@ impl Compressor {
 
     /// Shuffles and compresses one block (whole 8-element groups) onto the chunk.
     fn block(&mut self, src: &[u8], out: &mut Vec<u8>) {
-        let mut shuffled = std::mem::take(&mut self.shuffled);
-        shuffle_block(src, &mut shuffled[..src.len()], self.elem_size);
-        self.pack(&shuffled[..src.len()], out);
-        self.shuffled = shuffled;
+        let shuffled = &mut self.shuffled[..src.len()];
+        shuffle_block(src, shuffled, self.elem_size);
+        self.packer.pack(shuffled, out);
     }
+}
 
+/// The codec's side of a [`Compressor`]: one compressed block at its worst-case size, and
+/// the Zstd context.
+struct Packer {
+    packed: Vec<u8>,
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+}
+
+impl Packer {
     /// Compresses one shuffled block onto the chunk, its size first.
     fn pack(&mut self, shuffled: &[u8], out: &mut Vec<u8>) {
         // into a scratch block sized once for the worst case, then only the compressed
