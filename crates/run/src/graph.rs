@@ -113,6 +113,12 @@ impl Canned {
     }
 }
 
+/// Elements per compressed block of a chunk of `pixel`s: what the chunk maker cuts, and so
+/// what the device must transpose for it.
+fn chunk_block_elems(pixel: PixelType) -> usize {
+    rdaq_process::bitshuffle::default_block_elems(pixel.bytes())
+}
+
 /// Makes the file's chunk of a frame: photon counts made from its keV image one compression
 /// block at a time (no whole array of counts in memory), or keV as they are; or the photon
 /// counts the device made (plain or already bitshuffled), as they are.
@@ -126,7 +132,7 @@ struct ChunkMaker {
 
 impl ChunkMaker {
     fn new(setup: &Setup) -> ChunkMaker {
-        ChunkMaker { comp: Compressor::new(setup.pixel.bytes(), 0, setup.codec), pixel: setup.pixel, photon_kev: setup.photon_kev, c16: Vec::new(), c32: Vec::new() }
+        ChunkMaker { comp: Compressor::new(setup.pixel.bytes(), chunk_block_elems(setup.pixel), setup.codec), pixel: setup.pixel, photon_kev: setup.photon_kev, c16: Vec::new(), c32: Vec::new() }
     }
 
     /// The chunk of `wk`'s pixels: its counts when they hold them, else made from its keV.

@@ -27,7 +27,6 @@ use crossbeam_channel::{Receiver as ChanRx, Sender};
 
 use rdaq_detector::{as_words, Geometry};
 use rdaq_gpu::{ChainSetup, Counts as LaneCounts, Device, FrameLane, Found, GpuError, GpuPedestal, HostRegistration};
-use rdaq_process::bitshuffle::default_block_elems;
 use rdaq_process::pipeline::{Emit, WorkerFn};
 use rdaq_process::spots::LocalSnr;
 use rdaq_process::Converter;
@@ -360,7 +359,7 @@ impl Graph<'_> {
         let e = self.setup.photon_kev;
         let (shuffle, held) = match self.setup.deliver {
             Some(_) => (None, Counts::Plain),
-            None => (Some(default_block_elems(self.setup.pixel.bytes())), Counts::Shuffled),
+            None => (Some(super::chunk_block_elems(self.setup.pixel)), Counts::Shuffled),
         };
         match self.setup.pixel {
             PixelType::Photons16 if !glance => lane.photons_into(e, shuffle, LaneCounts::I16(&mut wk.counts16)).map(|()| wk.counts = held),
@@ -532,7 +531,7 @@ mod tests {
             wk.counts = Counts::Plain;
             maker.make(&mut wk);
             assert!(wk.chunk == from_kev, "{pixel:?}: the chunk of the counts differs");
-            let block = default_block_elems(pixel.bytes());
+            let block = crate::graph::chunk_block_elems(pixel);
             match pixel {
                 PixelType::Photons16 => shuffle_in_place(&mut wk.counts16, block),
                 _ => shuffle_in_place(&mut wk.counts32, block),
