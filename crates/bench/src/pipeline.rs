@@ -284,8 +284,10 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work:
                 consume::consume(&rx, sinks, &bar, None, |_| {}).map(|st| (st, ProcessReport::default()))
             }
         };
-        // a graph that failed before taking frames leaves the feeder waiting
+        // a graph that failed before taking frames leaves the feeder waiting: the consumer
+        // has ended, which wakes it
         ended.store(true, Ordering::Relaxed);
+        watch.set_consuming();
         (r, feeder.join().expect("feeder"))
     });
     let (stats, report) = report?;
@@ -366,11 +368,9 @@ impl Progress {
 /// (freeing, unregistering memory) is in it.
 fn feed(mut placer: Placer, pool: &Pool, kinds: &[bool], seconds: Duration, board: &Board, ended: &AtomicBool) -> Fed {
     let poll = Duration::from_millis(20);
-    while board.consuming_since().is_none() {
-        if ended.load(Ordering::Relaxed) {
-            return Fed { handed: 0, window: None };
-        }
-        std::thread::sleep(Duration::from_millis(1));
+    board.wait_consuming();
+    if ended.load(Ordering::Relaxed) {
+        return Fed { handed: 0, window: None };
     }
     let mut free: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
     for s in placer.free().collect::<Vec<_>>() {
