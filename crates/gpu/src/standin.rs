@@ -56,6 +56,8 @@ pub struct CpuLane {
     finder: LocalSnr,
     pending: Option<Pending>,
     kev: Vec<f32>,
+    /// The counts before their transposition (grown once).
+    scratch: Vec<u8>,
 }
 
 /// `n` stand-in lanes for an image of `width x height` whose pixels are the runs `runs`
@@ -65,7 +67,7 @@ pub fn lanes(n: usize, width: usize, height: usize, words: usize, runs: Vec<(usi
     let conv = || Converter::shared(calibration.clone(), invalid).map_err(|e| GpuError::Input(e.to_string()));
     let convs: Vec<Converter> = (0..n.max(1)).map(|_| conv()).collect::<Result<_, _>>()?;
     let shared = Arc::new(Shared { base: calibration.clone(), invalid, runs, width, height, words, cap, fail, submits: AtomicU64::new(0), waits: AtomicU64::new(0), images: AtomicU64::new(0) });
-    Ok(convs.into_iter().map(|conv| CpuLane { shared: shared.clone(), conv, generation: 0, finder: LocalSnr::new(finder), pending: None, kev: vec![f32::NAN; width * height] }).collect())
+    Ok(convs.into_iter().map(|conv| CpuLane { shared: shared.clone(), conv, generation: 0, finder: LocalSnr::new(finder), pending: None, kev: vec![f32::NAN; width * height], scratch: Vec::new() }).collect())
 }
 
 /// Whether the `k`-th call (from 1) is the one told to fail.
@@ -138,18 +140,20 @@ impl FrameLane for CpuLane {
             return Err(GpuError::Input("the stand-in's planned failure at an image's copy".into()));
         }
         match out {
-            Counts::I16(c) => counts_into(&self.kev, photon_kev, shuffle, c),
-            Counts::I32(c) => counts_into(&self.kev, photon_kev, shuffle, c),
+            Counts::I16(c) => counts_into(&self.kev, photon_kev, shuffle, &mut self.scratch, c),
+            Counts::I32(c) => counts_into(&self.kev, photon_kev, shuffle, &mut self.scratch, c),
         }
         Ok(())
     }
 }
 
-/// What the device's photons and bitshuffle kernels make, on the CPU.
-fn counts_into<T: Count + Plain>(kev: &[f32], photon_kev: f32, shuffle: Option<usize>, out: &mut [T]) {
+/// What the device's photons and bitshuffle kernels make, on the CPU (`scratch` holds the
+/// counts before their transposition).
+fn counts_into<T: Count + Plain>(kev: &[f32], photon_kev: f32, shuffle: Option<usize>, scratch: &mut Vec<u8>, out: &mut [T]) {
     kev_to_photons(kev, photon_kev, out);
     if let Some(block) = shuffle {
-        let counts = bytes_of(out).to_vec();
-        shuffle_blocks(&counts, std::mem::size_of::<T>(), block, bytes_of_mut(out));
+        scratch.clear();
+        scratch.extend_from_slice(bytes_of(out));
+        shuffle_blocks(scratch, std::mem::size_of::<T>(), block, bytes_of_mut(out));
     }
 }
