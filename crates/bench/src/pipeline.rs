@@ -61,6 +61,9 @@ pub struct PipelineArgs {
     /// Pedestal bands (default: the thread budget's proportion beside each point's workers, one per two with the chopper).
     #[arg(long)]
     pub(crate) pedestal_bands: Option<usize>,
+    /// Dark frames between publications of the tracked pedestal (process.pedestal_publish).
+    #[arg(long)]
+    pub(crate) pedestal_publish: Option<u32>,
     /// Frames queued per worker in the workers' shared ring (process.ring_frames; the pool
     /// of frame buffers grows with it).
     #[arg(long)]
@@ -118,6 +121,9 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(a.pedestal_bands.is_none_or(|b| b <= 1024), "--pedestal-bands: 0 (the thread budget's) to 1024");
     let mut cfg = Config::default();
     cfg.process.backend = if a.backend == "gpu" { "gpu".into() } else { "cpu".into() };
+    if let Some(n) = a.pedestal_publish {
+        cfg.process.pedestal_publish = n;
+    }
     if let Some(l) = a.gpu_lanes {
         cfg.process.gpu_lanes = l;
     }

@@ -19,6 +19,7 @@ use rdaq_process::spots::LocalSnrParams;
 use rdaq_process::{Calibration, InvalidGain};
 
 use crate::kernels::{check_pixel_map, compile, per_column, threads_for, Kernels};
+use crate::pedestal::DevicePedestal;
 use crate::probe::{Device, GpuError};
 
 /// Strong pixels that come back with the frame's count, without a second copy (512 KiB;
@@ -135,6 +136,8 @@ fn shared(dev: &Device, s: &ChainSetup) -> Result<Shared, GpuError> {
 pub trait FrameLane: Send {
     /// Takes the tracked G0 pedestal of `generation` unless the lane already has it.
     fn set_pedestal(&mut self, g0: &[f32], generation: u64) -> Result<(), GpuError>;
+    /// [`FrameLane::set_pedestal`] from a pedestal the device's tracker left there.
+    fn set_pedestal_device(&mut self, g0: &DevicePedestal, generation: u64) -> Result<(), GpuError>;
     /// The generation of the pedestal the lane converts with (0: the calibration's own).
     fn pedestal_generation(&self) -> u64;
     /// Queues one frame's module words and returns at once.
@@ -180,6 +183,10 @@ impl FrameLane for Lane {
         Lane::set_pedestal(self, g0, generation)
     }
 
+    fn set_pedestal_device(&mut self, g0: &DevicePedestal, generation: u64) -> Result<(), GpuError> {
+        Lane::set_pedestal_device(self, g0, generation)
+    }
+
     fn pedestal_generation(&self) -> u64 {
         self.pedestal_generation
     }
@@ -209,6 +216,8 @@ pub struct Lane {
     stream: Arc<CudaStream>,
     words: CudaSlice<u16>,
     ped0: CudaSlice<f32>,
+    /// The device pedestal `ped0` was last copied from, kept while the copy may run.
+    ped0_from: Option<DevicePedestal>,
     pedestal_generation: u64,
     kev: CudaSlice<f32>,
     sum: CudaSlice<f64>,
@@ -247,6 +256,7 @@ impl Lane {
         let lane = Lane {
             words: stream.alloc_zeros(shared.words)?,
             ped0: stream.clone_htod(ped0)?,
+            ped0_from: None,
             pedestal_generation: 0,
             kev: stream.alloc_zeros(px)?,
             sum: stream.alloc_zeros(px)?,
@@ -280,7 +290,21 @@ impl Lane {
         }
         self.stream.memcpy_htod(g0, &mut self.ped0)?;
         self.stream.synchronize()?;
-        self.pedestal_generation = generation;
+        (self.pedestal_generation, self.ped0_from) = (generation, None);
+        Ok(())
+    }
+
+    /// [`Lane::set_pedestal`] from a pedestal on the device: a copy there, queued before the
+    /// lane's next frame (the lane keeps the source until it takes another).
+    pub fn set_pedestal_device(&mut self, g0: &DevicePedestal, generation: u64) -> Result<(), GpuError> {
+        if generation == self.pedestal_generation {
+            return Ok(());
+        }
+        if g0.len() != self.shared.pixels {
+            return Err(GpuError::Input(format!("a pedestal of {} pixels for an image of {}", g0.len(), self.shared.pixels)));
+        }
+        self.stream.memcpy_dtod(&*g0.0, &mut self.ped0)?;
+        (self.pedestal_generation, self.ped0_from) = (generation, Some(g0.clone()));
         Ok(())
     }
 

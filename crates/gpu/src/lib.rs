@@ -42,7 +42,7 @@ pub mod standin;
 pub use chain::{ChainSetup, Counts, FrameLane, Found, Lane};
 pub use convert::GpuConverter;
 pub use csr::GpuCsr;
-pub use pedestal::GpuPedestal;
+pub use pedestal::{DevicePedestal, GpuPedestal};
 pub use error::GpuError;
 pub use probe::{probe, Device};
 pub use register::HostRegistration;

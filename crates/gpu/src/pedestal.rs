@@ -2,10 +2,15 @@
 //! tracker `rdaq_process::pedestal::Pedestal<f64>`: the sums stay on the device, dark frames
 //! are pushed (as an assembled image, or as a slot's module words that the device assembles),
 //! the mean comes back when it is published.
+//!
+//! Dark frames of module words may be queued several at once ([`GpuPedestal::submit_words`]):
+//! their copies wait in the copy engine behind the frame lanes' copies, so a tracker that
+//! waited for each frame would track far fewer dark frames per second than the device can.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, PushKernelArg};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, PushKernelArg};
 
 use crate::kernels::{check_pixel_map, compile, threads_for, Kernels};
 use crate::probe::{Device, GpuError};
@@ -23,7 +28,29 @@ pub struct GpuPedestal {
     /// one frame's module words.
     assembly: Option<Assembly>,
     pixels: usize,
+    /// Frames of module words whose copy may not be done yet, oldest first: each an event
+    /// recorded after its copy, an index into `events`.
+    copying: VecDeque<usize>,
+    events: Vec<CudaEvent>,
 }
+
+/// A G0 pedestal the tracker computed, complete and left on the device, so that frame
+/// lanes take it there instead of each copying it from the host.
+#[derive(Clone)]
+pub struct DevicePedestal(pub(crate) Arc<CudaSlice<f32>>);
+
+impl DevicePedestal {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
+}
+
+/// Dark frames of module words queued on the device at most ([`GpuPedestal::submit_words`]).
+pub const DARK_IN_FLIGHT: usize = 8;
 
 /// The tracked window's sums on the device and the kernel that adds a frame to them.
 struct Sums {
@@ -67,7 +94,8 @@ impl GpuPedestal {
             return Err(GpuError::Input(format!("stage {stage} (0..2), window {window} (at least 1), {pixels} pixels")));
         }
         let module = compile(dev, Kernels::Pedestal)?;
-        let stream = dev.ctx.default_stream();
+        // a stream of its own: the frame lanes' work neither waits for it nor it for theirs
+        let stream = dev.ctx.new_stream()?;
         let sums = Sums {
             push: module.load_function("pedestal_push")?,
             sum: stream.alloc_zeros(pixels)?,
@@ -78,7 +106,9 @@ impl GpuPedestal {
             window,
             frames: 0,
         };
-        Ok(GpuPedestal { mean: module.load_function("pedestal_mean")?, sums, raw: stream.alloc_zeros(pixels)?, assembly: None, stream, pixels })
+        let events = (0..DARK_IN_FLIGHT).map(|_| dev.ctx.new_event(None)).collect::<Result<_, _>>()?;
+        let raw = stream.alloc_zeros(pixels)?;
+        Ok(GpuPedestal { mean: module.load_function("pedestal_mean")?, sums, raw, assembly: None, stream, pixels, copying: VecDeque::new(), events })
     }
 
     /// Dark frames pushed so far.
@@ -108,23 +138,71 @@ impl GpuPedestal {
     /// where it is registered memory), assembled and tracked on the device. Returns once the
     /// words are no longer needed.
     pub fn push_words(&mut self, words: &[u16]) -> Result<(), GpuError> {
+        // SAFETY: the words are borrowed until this returns, after their copy is done.
+        unsafe { self.submit_words(words) }?;
+        self.reading(0).map(|_| ())
+    }
+
+    /// Queues one dark frame given as a slot's module words (copied straight from the slot
+    /// where it is registered memory, assembled and tracked on the device) and returns;
+    /// first waits while [`DARK_IN_FLIGHT`] frames are still being copied. Frames are
+    /// tracked in the order submitted.
+    ///
+    /// # Safety
+    /// The device reads `words` after this returns: the caller keeps them alive and
+    /// unwritten until [`GpuPedestal::reading`] no longer counts this frame or the tracker is
+    /// dropped (which waits for its stream).
+    pub unsafe fn submit_words(&mut self, words: &[u16]) -> Result<(), GpuError> {
         let Some(a) = self.assembly.as_mut() else {
             return Err(GpuError::Input("a tracker made without a pixel map takes assembled frames".into()));
         };
         if words.len() != a.words.len() {
             return Err(GpuError::Input(format!("a frame of {} words for a tracker of {}", words.len(), a.words.len())));
         }
-        self.stream.memcpy_htod(words, &mut a.words)?;
+        let s = self.stream.clone();
+        // the raw copy below does not make the context current on this thread itself
+        s.context().bind_to_thread()?;
+        {
+            let (dst, _written) = a.words.device_ptr_mut(&s);
+            // SAFETY: `dst` holds as many words as `words`; the caller keeps `words` valid
+            // until the copy is known to be done (this function's contract). The copy of a
+            // later frame into the same device words is queued after this frame's assembly
+            // on the same stream.
+            unsafe { cudarc::driver::result::memcpy_htod_async(dst, words, s.cu_stream()) }?;
+        }
+        self.copied()?;
         let n = self.pixels as i32;
-        let mut b = self.stream.launch_builder(&a.kernel);
+        let a = self.assembly.as_ref().expect("checked above");
+        let mut b = s.launch_builder(&a.kernel);
         b.arg(&a.words).arg(&a.src_of).arg(&mut self.raw).arg(&n);
         // SAFETY: assemble_words' parameters in order; src_of and raw hold n pixels and
         // every src_of entry is -1 or below the words' length (checked in `assembling`).
         unsafe { b.launch(threads_for(n as usize)) }?;
-        self.sums.push(&self.stream, &self.raw)?;
-        // the copy from the caller's memory may be asynchronous (registered memory)
-        self.stream.synchronize()?;
+        self.sums.push(&s, &self.raw)
+    }
+
+    /// Records that the frame just queued has been copied once the stream gets here, after
+    /// making room among the events.
+    fn copied(&mut self) -> Result<(), GpuError> {
+        self.reading(DARK_IN_FLIGHT - 1)?;
+        let next = self.copying.back().map_or(0, |&i| (i + 1) % DARK_IN_FLIGHT);
+        self.events[next].record(&self.stream)?;
+        self.copying.push_back(next);
         Ok(())
+    }
+
+    /// Waits until at most `keep` of the frames submitted are still being copied from the
+    /// caller's memory; returns how many are (the last ones submitted).
+    pub fn reading(&mut self, keep: usize) -> Result<usize, GpuError> {
+        while let Some(&oldest) = self.copying.front() {
+            if self.copying.len() > keep {
+                self.events[oldest].synchronize()?;
+            } else if !self.events[oldest].try_is_complete()? {
+                break;
+            }
+            self.copying.pop_front();
+        }
+        Ok(self.copying.len())
     }
 
     /// Adds the assembled frame `raw`, already on the device, to the sums (queued on the
@@ -135,6 +213,12 @@ impl GpuPedestal {
 
     /// The pedestal per pixel (0 where no frame of the stage arrived).
     pub fn mean(&self) -> Result<Vec<f32>, GpuError> {
+        Ok(self.mean_on_device()?.0)
+    }
+
+    /// [`GpuPedestal::mean`], and the same values left on the device for frame lanes to
+    /// take there ([`crate::Lane::set_pedestal_device`]).
+    pub fn mean_on_device(&self) -> Result<(Vec<f32>, DevicePedestal), GpuError> {
         let n = self.pixels as i32;
         let mut out = self.stream.alloc_zeros::<f32>(self.pixels)?;
         let mut b = self.stream.launch_builder(&self.mean);
@@ -142,11 +226,20 @@ impl GpuPedestal {
         // SAFETY: sum, samples and out hold n elements on the device, the parameters are
         // pushed in the kernel's order, and it touches no pixel at or beyond n.
         unsafe { b.launch(threads_for(n as usize)) }?;
-        Ok(self.stream.clone_dtoh(&out)?)
+        // a copy into pageable memory returns once done, and so once the kernel is
+        let host = self.stream.clone_dtoh(&out)?;
+        Ok((host, DevicePedestal(Arc::new(out))))
     }
 
     /// Per pixel, the dark frames whose word was of another gain stage.
     pub fn wrong_gain(&self) -> Result<Vec<u32>, GpuError> {
         Ok(self.stream.clone_dtoh(&self.sums.wrong)?)
+    }
+}
+
+impl Drop for GpuPedestal {
+    /// Waits for the copies still reading the callers' memory ([`GpuPedestal::submit_words`]).
+    fn drop(&mut self) {
+        let _ = self.stream.synchronize();
     }
 }

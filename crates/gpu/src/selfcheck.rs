@@ -16,6 +16,7 @@ use rdaq_process::spots::{LocalSnr, LocalSnrParams};
 use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain};
 
 use crate::chain::{self, ChainSetup, Counts, Found};
+use crate::pedestal::{DevicePedestal, DARK_IN_FLIGHT};
 use crate::probe::{Device, GpuError};
 use crate::{GpuConverter, GpuCsr, GpuPedestal, GpuShuffle};
 
@@ -165,7 +166,20 @@ fn chain_kev(dev: &Device, d: &Data) -> Outcome {
     if let Some(p) = same_bits(&d.kev(&cal, 1), &got) {
         return Ok(Err(format!("after a new pedestal: pixel {p} differs")));
     }
-    Ok(out.map(|s| format!("{s}, and after a new pedestal")))
+    // another, left on the device by the tracker's stream: the lane copies it there
+    cal.pedestal[0].iter_mut().enumerate().for_each(|(i, p)| *p -= (i % 5) as f32 * 0.61);
+    let s = dev.ctx.new_stream()?;
+    let on_device = DevicePedestal(std::sync::Arc::new(s.clone_htod(&cal.pedestal[0])?));
+    s.synchronize()?;
+    lane.set_pedestal_device(&on_device, 2)?;
+    // SAFETY: as above
+    unsafe { lane.submit(&d.frames[2]) }?;
+    lane.strong_pixels(&mut Vec::new())?;
+    lane.image_into(&mut got)?;
+    if let Some(p) = same_bits(&d.kev(&cal, 2), &got) {
+        return Ok(Err(format!("after a new pedestal on the device: pixel {p} differs")));
+    }
+    Ok(out.map(|s| format!("{s}, and after new pedestals from the host and the device")))
 }
 
 fn chain_spots(dev: &Device, d: &Data) -> Outcome {
@@ -192,10 +206,18 @@ fn pedestal(dev: &Device, d: &Data) -> Outcome {
     let map = d.g.pixel_map();
     let mut gpu = GpuPedestal::new(dev, px, 0, 3)?.assembling(dev, &map, 2 * MODULE_PIXELS)?;
     let mut cpu = Pedestal::<f64>::new(px, 0, 3);
-    for words in &d.frames {
-        gpu.push_words(words)?;
-        let raw = assembled(&map, words);
-        cpu.push(&raw);
+    // the frames twice over, one waited for, then more queued at once than the tracker holds
+    let (first, rest) = d.frames.split_first().expect("frames to check with");
+    gpu.push_words(first)?;
+    for words in rest.iter().chain(&d.frames) {
+        // SAFETY: `d.frames` outlives the tracker, and nothing writes them.
+        unsafe { gpu.submit_words(words) }?;
+    }
+    if gpu.reading(0)? != 0 {
+        return Ok(Err("dark frames still being copied after waiting for them".into()));
+    }
+    for words in d.frames.iter().chain(&d.frames) {
+        cpu.push(&assembled(&map, words));
     }
     let mut want = vec![0f32; px];
     cpu.mean_into(&mut want);
@@ -206,7 +228,7 @@ fn pedestal(dev: &Device, d: &Data) -> Outcome {
     if gpu.wrong_gain()? != cpu.wrong_gain() {
         return Ok(Err("wrong-gain counts differ".into()));
     }
-    Ok(Ok(format!("{} dark frames, window 3, equal", d.frames.len())))
+    Ok(Ok(format!("{} dark frames (up to {DARK_IN_FLIGHT} in flight), window 3, equal", 2 * d.frames.len())))
 }
 
 fn photons(dev: &Device, d: &Data) -> Outcome {

@@ -16,6 +16,7 @@ use rdaq_process::{bytes_of, bytes_of_mut, kev_to_photons, Calibration, Converte
 
 use crate::chain::{Counts, FrameLane, Found};
 use crate::error::GpuError;
+use crate::pedestal::DevicePedestal;
 
 /// When the stand-in fails: at the n-th submit, wait for results, or copy of an image back
 /// (each counted from 1 over all its lanes); `None`: never.
@@ -86,6 +87,10 @@ impl FrameLane for CpuLane {
         self.conv = Converter::shared(Arc::new(cal), self.shared.invalid).map_err(|e| GpuError::Input(e.to_string()))?;
         self.generation = generation;
         Ok(())
+    }
+
+    fn set_pedestal_device(&mut self, _: &DevicePedestal, _: u64) -> Result<(), GpuError> {
+        Err(GpuError::Input("the CPU stand-in's lanes take the pedestal from the host".into()))
     }
 
     fn pedestal_generation(&self) -> u64 {

@@ -167,10 +167,11 @@ impl<M> Port<M> {
     }
 }
 
-/// What a worker sees of the graph: its output ports and its stage's counters.
+/// What a worker sees of the graph: its output ports, its stage's counters and its input.
 pub struct Emit<M> {
     ports: Vec<Port<M>>,
     stats: Arc<StageStats>,
+    input: Receiver<M>,
 }
 
 impl<M> Emit<M> {
@@ -182,6 +183,12 @@ impl<M> Emit<M> {
     /// Counts a message the stage discards on purpose.
     pub fn discard(&self) {
         self.stats.discarded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Messages waiting in the worker's input ring (its stage's, for a shared ring). The
+    /// last message of a run sees none.
+    pub fn queued(&self) -> usize {
+        self.input.len()
     }
 }
 
@@ -284,7 +291,7 @@ impl<'a, M: Send + 'a> Pipeline<'a, M> {
             let ring_of = |k: usize| receivers[k % receivers.len()].clone();
             for (k, mut work) in spec.workers.into_iter().enumerate() {
                 let rx = ring_of(k);
-                let emit = Emit { ports: spec.ports.clone(), stats: spec.stats.clone() };
+                let emit = Emit { ports: spec.ports.clone(), stats: spec.stats.clone(), input: rx.clone() };
                 let st = spec.stats.clone();
                 let name = format!("{}-{k}", st.name);
                 let h = std::thread::Builder::new()
@@ -485,5 +492,33 @@ mod tests {
         assert_eq!(stats[0].dropped(), 7);
         assert_eq!(done.load(Ordering::Relaxed), 3);
         assert_eq!(stats[0].processed.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_worker_sees_what_waits_in_its_ring_and_the_last_message_sees_nothing() {
+        let gate = std::sync::Barrier::new(2);
+        let seen = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            let mut p: Pipeline<u64> = Pipeline::default();
+            let (gate, seen) = (&gate, &seen);
+            let stage = p.stage("look", 1, 8, |_| Box::new(move |v, e: &Emit<_>| {
+                if v == 0 {
+                    gate.wait();
+                }
+                seen.lock().expect("not poisoned").push((v, e.queued()));
+            }));
+            let src = p.source(stage, Policy::RoundRobin, WhenFull::Block);
+            let running = p.spawn(s);
+            // message 0 is taken and held at the gate while 1..=3 wait behind it
+            src.send(0);
+            while src.targets[0].0.len() > 0 {
+                std::thread::yield_now();
+            }
+            (1..=3).for_each(|v| assert!(src.send(v)));
+            gate.wait();
+            drop(src);
+            running.join()
+        });
+        assert_eq!(seen.into_inner().expect("not poisoned"), vec![(0, 3), (1, 2), (2, 1), (3, 0)]);
     }
 }

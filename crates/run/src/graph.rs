@@ -15,6 +15,7 @@
 //! the slot (each band its own pixels) and the last gives the slot back. Every stage runs on
 //! the pipeline graph of `rdaq_process::pipeline`, with its counters in the summary.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -23,6 +24,7 @@ use crossbeam_channel::{bounded, Receiver as ChanRx, Sender};
 use indicatif::ProgressBar;
 use rdaq_detector::jungfrau::ModuleCalibration;
 use rdaq_detector::{as_words, Chopper, Geometry};
+use rdaq_gpu::pedestal::DARK_IN_FLIGHT;
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::pipeline::{Emit, Pipeline, Policy, Port, StageId, StageStats, WhenFull, WorkerFn};
 use rdaq_process::spots::{is_hit, LocalSnrParams, Spot};
@@ -548,36 +550,54 @@ impl Graph<'_> {
     /// Pedestal tracking of the dark frames' pixels of one band (raw words, read from the
     /// slot) by `tracker`. Every band writes its part of the pedestal once the window is full
     /// and then every `publish` dark frames; the `last` band then publishes it to the
-    /// converters, gives the slot back and the buffer to the pool.
+    /// converters, gives the slots back and the buffers to the pool. A tracker that reads
+    /// its frames late (the GPU's) keeps several in flight while more wait in the stage's
+    /// ring, and all of them read when none waits (so at the end of the run).
     fn pedestal_worker<'g, T: DarkTracker + 'g>(&'g self, mut tracker: T, last: bool, cpu: usize) -> WorkerFn<'g, Box<Work>> {
         let g = self.setup.geometry;
         let (mut since_publish, mut pinned) = (0u32, false);
-        Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
+        let mut held: VecDeque<Box<Work>> = VecDeque::with_capacity(DARK_IN_FLIGHT);
+        Box::new(move |wk: Box<Work>, e: &Emit<Box<Work>>| {
             pin_once(&mut pinned, &self.setup.cpus, cpu);
             let f = wk.ready.as_ref().expect("dark frames come with their slot");
-            let complete = f.status() == FrameStatus::Complete;
-            if complete {
-                tracker.push_frame(&g, as_words(self.rx.data(f).expect(OWN_FRAME)));
+            if f.status() == FrameStatus::Complete {
+                // SAFETY: the frame, and so its slot, stays in `held` until the tracker no
+                // longer reads it (below); the last message of the run sees no more waiting,
+                // so none is held when the worker ends.
+                unsafe { tracker.push_frame(&g, as_words(self.rx.data(f).expect(OWN_FRAME))) };
                 since_publish += 1;
+                held.push_back(wk);
+            } else {
+                if last {
+                    ProcessCounts::add(&self.setup.board.process.dark_incomplete, 1);
+                }
+                self.hand_on_dark(wk, last, e);
             }
             let mut due = tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish;
             if due {
                 since_publish = 0;
                 due = tracker.mean_into(&mut self.dark_mean.lock().expect("not poisoned"));
             }
-            if !last {
-                e.send(0, wk);
-                return;
+            let keep = if e.queued() > 0 { DARK_IN_FLIGHT - 1 } else { 0 };
+            let reading = tracker.reading(keep);
+            while held.len() > reading {
+                self.hand_on_dark(held.pop_front().expect("more held than read"), last, e);
             }
-            if !complete {
-                ProcessCounts::add(&self.setup.board.process.dark_incomplete, 1);
-            }
-            self.rx.release(wk.ready.take().expect("still held")).expect(OWN_FRAME);
-            if due {
+            if due && last {
                 self.publish_pedestal();
             }
-            let _ = self.pool.send(wk);
         })
+    }
+
+    /// A dark frame whose words a band no longer reads: on to the next band, or (after the
+    /// `last`) its slot back to the receiver and its buffer to the pool.
+    fn hand_on_dark(&self, mut wk: Box<Work>, last: bool, e: &Emit<Box<Work>>) {
+        if !last {
+            e.send(0, wk);
+            return;
+        }
+        self.rx.release(wk.ready.take().expect("still held")).expect(OWN_FRAME);
+        let _ = self.pool.send(wk);
     }
 
     /// Replaces the converters' G0 pedestal with the one the bands wrote.

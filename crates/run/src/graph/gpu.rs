@@ -26,7 +26,8 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver as ChanRx, Sender};
 
 use rdaq_detector::{as_words, Geometry};
-use rdaq_gpu::{ChainSetup, Counts as LaneCounts, Device, FrameLane, Found, GpuError, GpuPedestal, HostRegistration};
+use rdaq_gpu::pedestal::DARK_IN_FLIGHT;
+use rdaq_gpu::{ChainSetup, Counts as LaneCounts, Device, DevicePedestal, FrameLane, Found, GpuError, GpuPedestal, HostRegistration};
 use rdaq_process::pipeline::{Emit, WorkerFn};
 use rdaq_process::spots::LocalSnr;
 use rdaq_process::Converter;
@@ -60,34 +61,58 @@ pub struct GpuReport {
     pub first_error: Option<String>,
 }
 
-/// The GPU's pedestal tracker as the pedestal stage drives it; after a device error, a CPU
-/// tracker of the whole image that starts over.
+/// The GPU's pedestal tracker as the pedestal stage drives it, several dark frames queued
+/// at once; after a device error, a CPU tracker of the whole image that starts over. The
+/// stand-in's CPU tracker reads its frames as late as the device does.
 pub(super) struct GpuTracker {
     gpu: Option<GpuPedestal>,
-    cpu: Option<super::dark::Band>,
+    cpu: Option<Box<dyn DarkTracker>>,
+    /// The image's pixels, and the window, for the CPU tracker that may take over.
+    pixels: usize,
     window: u32,
+    /// The pedestal last computed on the device, for the lanes to take there.
+    published: Arc<Published>,
     counts: Arc<Board>,
     errors: Arc<Errors>,
 }
 
 impl GpuTracker {
-    /// After a device error: a CPU tracker of the image's `pixels` takes over, from nothing.
-    fn fail(&mut self, pixels: usize, e: GpuError) {
+    /// After a device error: a CPU tracker of the image takes over, from nothing (dropping
+    /// the device's tracker waits for the copies it was making).
+    fn fail(&mut self, e: GpuError) {
         self.errors.record(&self.counts, "pedestal", &e);
         self.gpu = None;
-        self.cpu = super::dark::Band::split(pixels, 1, self.window).pop();
+        *self.published.lock().expect("not poisoned") = None;
+        self.cpu = Some(Box::new(super::dark::Band::split(self.pixels, 1, self.window).pop().expect("an image has pixels")));
+    }
+
+    fn cpu(&mut self) -> &mut dyn DarkTracker {
+        self.cpu.as_deref_mut().expect("a CPU tracker after a device error")
     }
 }
 
 impl DarkTracker for GpuTracker {
-    fn push_frame(&mut self, g: &Geometry, words: &[u16]) {
+    unsafe fn push_frame(&mut self, g: &Geometry, words: &[u16]) {
         if let Some(t) = self.gpu.as_mut() {
-            match t.push_words(words) {
+            // SAFETY: this function's contract is the device tracker's: the caller keeps the
+            // words until `reading` no longer counts the frame or this tracker is dropped.
+            match unsafe { t.submit_words(words) } {
                 Ok(()) => return,
-                Err(e) => self.fail(g.height() * g.width(), e),
+                Err(e) => self.fail(e),
             }
         }
-        self.cpu.as_mut().expect("a CPU tracker after a device error").push_frame(g, words);
+        // SAFETY: the same contract, passed on.
+        unsafe { self.cpu().push_frame(g, words) }
+    }
+
+    fn reading(&mut self, keep: usize) -> usize {
+        if let Some(t) = self.gpu.as_mut() {
+            match t.reading(keep) {
+                Ok(n) => return n,
+                Err(e) => self.fail(e),
+            }
+        }
+        self.cpu().reading(keep)
     }
 
     fn frames(&self) -> u64 {
@@ -100,21 +125,26 @@ impl DarkTracker for GpuTracker {
 
     fn mean_into(&mut self, out: &mut [f32]) -> bool {
         if let Some(t) = self.gpu.as_ref() {
-            match t.mean() {
-                Ok(m) => {
+            match t.mean_on_device() {
+                Ok((m, on_device)) => {
                     out.copy_from_slice(&m);
+                    *self.published.lock().expect("not poisoned") = Some(on_device);
                     return true;
                 }
                 // the CPU tracker that takes over has no frames yet: nothing to publish
                 Err(e) => {
-                    self.fail(out.len(), e);
+                    self.fail(e);
                     return false;
                 }
             }
         }
-        self.cpu.as_mut().expect("a CPU tracker after a device error").mean_into(out)
+        self.cpu().mean_into(out)
     }
 }
+
+/// Where the device's tracker leaves the pedestal it computed before the graph publishes it
+/// (the lanes then copy it there; `None` while the pedestal comes from the host).
+type Published = std::sync::Mutex<Option<DevicePedestal>>;
 
 /// The device errors of the run, shared by the GPU stages: counted on the board (the
 /// summary, `/metrics`), the first kept for the summary.
@@ -163,6 +193,7 @@ pub(super) struct Offload {
     lane_waits: AtomicU64,
     /// Set at the first device error: every worker then processes on the CPU.
     failed: AtomicBool,
+    published: Arc<Published>,
     errors: Arc<Errors>,
     images: AtomicU64,
     overflow: AtomicU64,
@@ -179,8 +210,8 @@ impl Offload {
     pub(super) fn new(backend: &GpuBackend, setup: &Setup, rx: &Receiver, images: &[(*const u8, usize)]) -> anyhow::Result<(Offload, GpuTracker)> {
         let g = setup.geometry;
         let (pixels, words, n) = (g.height() * g.width(), g.modules as usize * g.module_pixels(), setup.gpu_lanes.max(1));
-        let errors = Arc::new(Errors::default());
-        let mut tracker = GpuTracker { gpu: None, cpu: None, window: setup.window, counts: setup.board.clone(), errors: errors.clone() };
+        let (errors, published) = (Arc::new(Errors::default()), Arc::new(Published::default()));
+        let mut tracker = GpuTracker { gpu: None, cpu: None, pixels, window: setup.window, published: published.clone(), counts: setup.board.clone(), errors: errors.clone() };
         let mut registered = Vec::new();
         let (device, lanes): (String, Vec<Box<dyn FrameLane>>) = match backend {
             GpuBackend::Device(dev) => {
@@ -194,7 +225,8 @@ impl Offload {
             GpuBackend::StandIn(fail) => {
                 let runs = g.runs_in_image_order();
                 let lanes = rdaq_gpu::standin::lanes(n, g.width(), g.height(), words, runs, setup.calibration.clone(), setup.invalid, setup.finder, pixels / 16, *fail)?;
-                tracker.cpu = super::dark::Band::split(pixels, 1, setup.window).pop();
+                let band = super::dark::Band::split(pixels, 1, setup.window).pop().expect("an image has pixels");
+                tracker.cpu = Some(Box::new(super::dark::Deferred::new(band, g, DARK_IN_FLIGHT)));
                 ("CPU stand-in".to_string(), lanes.into_iter().map(|l| Box::new(l) as Box<dyn FrameLane>).collect())
             }
         };
@@ -210,6 +242,7 @@ impl Offload {
             lanes: count,
             lane_waits: AtomicU64::new(0),
             failed: AtomicBool::new(false),
+            published,
             errors,
             images: AtomicU64::new(0),
             overflow: AtomicU64::new(0),
@@ -305,7 +338,13 @@ impl Graph<'_> {
     fn spots_on_device(&self, off: &Offload, lane: &mut dyn FrameLane, finder: &mut LocalSnr, strong: &mut Vec<(u32, f32)>, wk: &mut Work) -> Result<(), GpuError> {
         let gen = self.cal.generation.load(Ordering::Acquire);
         if gen != lane.pedestal_generation() {
-            lane.set_pedestal(self.cal.g0().values(), gen)?;
+            // the device's own pedestal, where its tracker made it (the one the graph
+            // publishes, or a later one), rather than the host's copy through every lane
+            let on_device = off.published.lock().expect("not poisoned").clone();
+            match on_device {
+                Some(p) => lane.set_pedestal_device(&p, gen)?,
+                None => lane.set_pedestal(self.cal.g0().values(), gen)?,
+            }
         }
         let f = wk.ready.as_ref().expect("signal frames come with their slot");
         let words = as_words(self.rx.data(f).expect(OWN_FRAME));
