@@ -213,22 +213,29 @@ impl GpuPedestal {
 
     /// The pedestal per pixel (0 where no frame of the stage arrived).
     pub fn mean(&self) -> Result<Vec<f32>, GpuError> {
-        Ok(self.mean_on_device()?.0)
+        let mut out = vec![0f32; self.pixels];
+        self.mean_into(&mut out)?;
+        Ok(out)
     }
 
-    /// [`GpuPedestal::mean`], and the same values left on the device for frame lanes to
-    /// take there ([`crate::Lane::set_pedestal_device`]).
-    pub fn mean_on_device(&self) -> Result<(Vec<f32>, DevicePedestal), GpuError> {
+    /// [`GpuPedestal::mean`] into `out` (one image long), and the same values left on the
+    /// device for frame lanes to take there ([`crate::Lane::set_pedestal_device`]).
+    pub fn mean_into(&self, out: &mut [f32]) -> Result<DevicePedestal, GpuError> {
+        if out.len() != self.pixels {
+            return Err(GpuError::Input(format!("{} pixels out for a tracker of {}", out.len(), self.pixels)));
+        }
         let n = self.pixels as i32;
-        let mut out = self.stream.alloc_zeros::<f32>(self.pixels)?;
+        let mut mean = self.stream.alloc_zeros::<f32>(self.pixels)?;
         let mut b = self.stream.launch_builder(&self.mean);
-        b.arg(&self.sums.sum).arg(&self.sums.samples).arg(&mut out).arg(&n);
-        // SAFETY: sum, samples and out hold n elements on the device, the parameters are
+        b.arg(&self.sums.sum).arg(&self.sums.samples).arg(&mut mean).arg(&n);
+        // SAFETY: sum, samples and mean hold n elements on the device, the parameters are
         // pushed in the kernel's order, and it touches no pixel at or beyond n.
         unsafe { b.launch(threads_for(n as usize)) }?;
-        // a copy into pageable memory returns once done, and so once the kernel is
-        let host = self.stream.clone_dtoh(&out)?;
-        Ok((host, DevicePedestal(Arc::new(out))))
+        self.stream.memcpy_dtoh(&mean, out)?;
+        // `out` may be registered memory, written asynchronously; and once the copy is done,
+        // so is the kernel whose values the lanes take
+        self.stream.synchronize()?;
+        Ok(DevicePedestal(Arc::new(mean)))
     }
 
     /// Per pixel, the dark frames whose word was of another gain stage.

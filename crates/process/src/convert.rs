@@ -214,6 +214,11 @@ impl G0Pedestal {
     pub fn values(&self) -> &[f32] {
         &self.0
     }
+
+    /// The values' buffer back, unless another holder shares it (then the pedestal itself).
+    pub fn into_values(self) -> Result<Vec<f32>, G0Pedestal> {
+        Arc::try_unwrap(self.0).map_err(G0Pedestal)
+    }
 }
 
 /// Pixels per block of the fast path: the block is converted as G0, then the pixels that

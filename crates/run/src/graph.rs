@@ -316,12 +316,34 @@ struct SharedCal {
     base: Arc<Calibration>,
     g0: RwLock<G0Pedestal>,
     generation: AtomicU64,
+    /// The gap pixels, which keep the base's placeholder pedestal (they are masked).
+    gaps: Vec<usize>,
+    /// The buffer of a pedestal no converter holds any more, for the next publication.
+    spare: Mutex<Vec<f32>>,
 }
 
 impl SharedCal {
     fn new(base: Arc<Calibration>) -> anyhow::Result<SharedCal> {
         let g0 = G0Pedestal::new(base.pedestal[0].clone())?;
-        Ok(SharedCal { base, g0: RwLock::new(g0), generation: AtomicU64::new(0) })
+        let gaps = base.mask.iter().enumerate().filter(|(_, &m)| m & rdaq_detector::geometry::MASK_GAP != 0).map(|(p, _)| p).collect();
+        Ok(SharedCal { base, g0: RwLock::new(g0), generation: AtomicU64::new(0), gaps, spare: Mutex::new(Vec::new()) })
+    }
+
+    /// Publishes the tracked G0 pedestal `mean` to the converters (gap pixels from the
+    /// base), in a buffer of an earlier pedestal where no converter holds it any more.
+    fn publish(&self, mean: &[f32]) {
+        let mut g0 = std::mem::take(&mut *self.spare.lock().expect("not poisoned"));
+        g0.clear();
+        g0.extend_from_slice(mean);
+        for &p in &self.gaps {
+            g0[p] = self.base.pedestal[0][p];
+        }
+        let new = G0Pedestal::new(g0).expect("a mean of ADC values is finite");
+        let old = std::mem::replace(&mut *self.g0.write().expect("not poisoned"), new);
+        self.generation.fetch_add(1, Ordering::Release);
+        if let Ok(buffer) = old.into_values() {
+            *self.spare.lock().expect("not poisoned") = buffer;
+        }
     }
 
     /// The G0 pedestal published last.
@@ -602,16 +624,7 @@ impl Graph<'_> {
 
     /// Replaces the converters' G0 pedestal with the one the bands wrote.
     fn publish_pedestal(&self) {
-        let base = &self.cal.base;
-        let mut g0 = self.dark_mean.lock().expect("not poisoned").clone();
-        // gap pixels keep their placeholder pedestal (they are masked)
-        for (p, (&m, &b)) in g0.iter_mut().zip(base.mask.iter().zip(&base.pedestal[0])) {
-            if m & rdaq_detector::geometry::MASK_GAP != 0 {
-                *p = b;
-            }
-        }
-        *self.cal.g0.write().expect("not poisoned") = G0Pedestal::new(g0).expect("a mean of ADC values is finite");
-        self.cal.generation.fetch_add(1, Ordering::Release);
+        self.cal.publish(&self.dark_mean.lock().expect("not poisoned"));
         ProcessCounts::add(&self.setup.board.process.pedestal_updates, 1);
     }
 
@@ -761,5 +774,28 @@ impl Graph<'_> {
         st.latency = self.setup.board.latency();
         r.frames_written = st.written;
         (st, r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_publication_keeps_the_gaps_and_never_writes_a_pedestal_still_held() {
+        let mask = vec![0, rdaq_detector::geometry::MASK_GAP, 0, 0];
+        let base = Calibration { pedestal: [vec![7.0; 4], vec![0.0; 4], vec![0.0; 4]], gain: [vec![1.0; 4], vec![1.0; 4], vec![1.0; 4]], mask };
+        let cal = SharedCal::new(Arc::new(base)).expect("a valid calibration");
+        cal.publish(&[1.0, 2.0, 3.0, 4.0]);
+        let held = cal.g0();
+        assert_eq!(held.values(), [1.0, 7.0, 3.0, 4.0], "the gap pixel keeps the base's pedestal");
+        // the first publication is held: the next two must not reuse its buffer
+        cal.publish(&[5.0; 4]);
+        cal.publish(&[6.0; 4]);
+        assert_eq!(held.values(), [1.0, 7.0, 3.0, 4.0]);
+        assert_eq!(cal.g0().values(), [6.0, 7.0, 6.0, 6.0]);
+        assert_eq!(cal.generation.load(Ordering::Acquire), 3);
+        // the second publication, held by nobody, leaves its buffer for the next one
+        assert_eq!(cal.spare.lock().expect("not poisoned").len(), 4);
     }
 }

@@ -125,9 +125,8 @@ impl DarkTracker for GpuTracker {
 
     fn mean_into(&mut self, out: &mut [f32]) -> bool {
         if let Some(t) = self.gpu.as_ref() {
-            match t.mean_on_device() {
-                Ok((m, on_device)) => {
-                    out.copy_from_slice(&m);
+            match t.mean_into(out) {
+                Ok(on_device) => {
                     *self.published.lock().expect("not poisoned") = Some(on_device);
                     return true;
                 }
