@@ -61,6 +61,10 @@ pub struct PipelineArgs {
     /// Pedestal bands (default: the thread budget's proportion beside each point's workers, one per two with the chopper).
     #[arg(long)]
     pub(crate) pedestal_bands: Option<usize>,
+    /// GPU workers that may process a frame on the CPU while every lane is busy
+    /// (process.gpu_cpu_workers).
+    #[arg(long)]
+    pub(crate) gpu_cpu_workers: Option<usize>,
     /// Dark frames between publications of the tracked pedestal (process.pedestal_publish).
     #[arg(long)]
     pub(crate) pedestal_publish: Option<u32>,
@@ -123,6 +127,9 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     cfg.process.backend = if a.backend == "gpu" { "gpu".into() } else { "cpu".into() };
     if let Some(n) = a.pedestal_publish {
         cfg.process.pedestal_publish = n;
+    }
+    if let Some(n) = a.gpu_cpu_workers {
+        cfg.process.gpu_cpu_workers = n;
     }
     if let Some(l) = a.gpu_lanes {
         cfg.process.gpu_lanes = l;
@@ -411,7 +418,17 @@ fn feed(mut placer: Placer, pool: &Pool, kinds: &[bool], seconds: Duration, boar
 fn gpu_line(r: &ProcessReport) -> Option<String> {
     let g = r.gpu.as_ref()?;
     let stages: Vec<String> = r.stages.iter().map(|s| format!("{} {:.3} ms x{}", s.name, s.ms_per_frame, s.workers)).collect();
-    Some(format!("{} ({} lanes, ring {}registered): {}; waits for a lane {}, images back {}, device errors {}", g.device, g.lanes, if g.ring_registered { "" } else { "not " }, stages.join(", "), g.lane_waits, g.images_copied_back, g.device_errors))
+    Some(format!(
+        "{} ({} lanes, ring {}registered): {}; waits for a lane {}, images back {}, frames on the CPU while the lanes were busy {}, device errors {}",
+        g.device,
+        g.lanes,
+        if g.ring_registered { "" } else { "not " },
+        stages.join(", "),
+        g.lane_waits,
+        g.images_copied_back,
+        g.frames_shared_with_cpu,
+        g.device_errors
+    ))
 }
 
 fn step(r: &ProcessReport, name: &str) -> f64 {

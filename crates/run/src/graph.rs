@@ -79,6 +79,8 @@ pub struct Setup {
     pub gpu: Option<GpuBackend>,
     /// Frames on the device at once, shared by the workers.
     pub gpu_lanes: usize,
+    /// GPU workers that may process a frame on the CPU while every lane is busy.
+    pub gpu_cpu_workers: usize,
     /// The detector of this process, whose send times start each frame's latency.
     pub sent: Option<Arc<rdaq_emulator::Control>>,
     /// Where the graph shows its stages, counts, latency and latest image while it runs.

@@ -60,6 +60,7 @@ pub fn processing_setup(cfg: &Config, meta: &NxmxMeta, calibration: Calibration)
         consumer_delay: cfg.faults.consumer_delay(),
         gpu: if p.backend == "gpu" { Some(graph::GpuBackend::Device(rdaq_gpu::probe().map_err(|e| anyhow::anyhow!("process.backend = \"gpu\": {e}"))?)) } else { None },
         gpu_lanes: p.gpu_lanes,
+        gpu_cpu_workers: p.gpu_cpu_workers,
         sent: None,
         board: Arc::default(),
         deliver: None,

@@ -494,6 +494,9 @@ impl Summary {
         if let Some(g) = &p.gpu {
             say!(o, "  gpu: {}, {} lanes, ring {}registered; {} images copied back, {} frames with too many strong pixels for the device's list, {} waits for a free lane",
                 g.device, g.lanes, if g.ring_registered { "" } else { "not " }, g.images_copied_back, g.strong_overflow, g.lane_waits);
+            if g.frames_shared_with_cpu > 0 {
+                say!(o, "  gpu: {} frames processed on the CPU while every lane was busy (process.gpu_cpu_workers)", g.frames_shared_with_cpu);
+            }
             if g.device_errors > 0 {
                 say!(o, "  gpu errors: {} (first: {}); {} frames processed on the CPU after it", g.device_errors, g.first_error.as_deref().unwrap_or("?"), g.frames_on_cpu);
             }

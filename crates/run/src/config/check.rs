@@ -247,7 +247,7 @@ impl Config {
             bail!("detector.background_photons must be 0 to {MAX_BACKGROUND} (mean photons per pixel), not {}", d.background_photons);
         }
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        for (field, n) in [("process.workers", p.workers), ("process.pedestal_bands", p.pedestal_bands)] {
+        for (field, n) in [("process.workers", p.workers), ("process.pedestal_bands", p.pedestal_bands), ("process.gpu_cpu_workers", p.gpu_cpu_workers)] {
             if n > THREADS_PER_CPU * cpus {
                 bail!("{field} {n} must be at most {} ({THREADS_PER_CPU} per CPU of this machine's {cpus}); 0 chooses", THREADS_PER_CPU * cpus);
             }

@@ -143,6 +143,9 @@ pub struct Process {
     /// Frames on the GPU at once (1..=32; each holds one frame's device buffers, about 32
     /// bytes a pixel), shared by the workers.
     pub gpu_lanes: usize,
+    /// GPU workers that may process a signal frame on the CPU (conversion, spots, the
+    /// veto) when every lane is busy, instead of waiting for one (0: none).
+    pub gpu_cpu_workers: usize,
     /// Pixels written: "kev" (float32), "photons16" or "photons32" (counts, int16/int32), or
     /// "auto": int16 counts when every count the calibration can give fits, else int32.
     pub output: String,
@@ -381,6 +384,7 @@ impl Default for Process {
             zstd_level: 3,
             backend: "cpu".into(),
             gpu_lanes: 8,
+            gpu_cpu_workers: 0,
             workers: 0,
             pedestal_bands: 0,
             cpus: Vec::new(),

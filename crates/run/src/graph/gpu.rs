@@ -19,7 +19,7 @@
 //! processed on the CPU by the same workers (the same results, more slowly), and the dark
 //! frames by a CPU tracker that starts over. The run goes on.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +58,9 @@ pub struct GpuReport {
     /// Device errors; after the first the frames are processed on the CPU.
     pub device_errors: u64,
     pub frames_on_cpu: u64,
+    /// Frames a worker processed on the CPU while every lane was busy
+    /// (process.gpu_cpu_workers), beside those after a device error.
+    pub frames_shared_with_cpu: u64,
     pub first_error: Option<String>,
 }
 
@@ -183,6 +186,26 @@ fn register(dev: &Device, rx: &Receiver, images: &[(*const u8, usize)]) -> Vec<H
     registered
 }
 
+/// Where a GPU worker processes its frame ([`Offload::take`]).
+enum Take<'a> {
+    Lane(Box<dyn FrameLane>),
+    /// On the CPU while every lane is busy.
+    Shared(CpuTurn<'a>),
+    /// On the CPU since a device error.
+    AfterError,
+}
+
+/// A worker's turn at processing a frame on the CPU while the lanes are busy: counted when it
+/// ends.
+struct CpuTurn<'a>(&'a Offload);
+
+impl Drop for CpuTurn<'_> {
+    fn drop(&mut self) {
+        self.0.shared.fetch_add(1, Ordering::Relaxed);
+        self.0.cpu_now.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// What the GPU workers share: the free lanes, the memory registered with the driver, and
 /// the counts.
 pub(super) struct Offload {
@@ -197,6 +220,11 @@ pub(super) struct Offload {
     images: AtomicU64,
     overflow: AtomicU64,
     on_cpu: AtomicU64,
+    /// Workers that may process a frame on the CPU at once while every lane is busy, those
+    /// doing so now, and the frames they processed.
+    cpu_max: usize,
+    cpu_now: AtomicUsize,
+    shared: AtomicU64,
     ring_registered: bool,
     /// Dropped last (after the lanes, whose drop waits for their copies).
     _registered: Vec<HostRegistration>,
@@ -246,21 +274,35 @@ impl Offload {
             images: AtomicU64::new(0),
             overflow: AtomicU64::new(0),
             on_cpu: AtomicU64::new(0),
+            cpu_max: setup.gpu_cpu_workers,
+            cpu_now: AtomicUsize::new(0),
+            shared: AtomicU64::new(0),
             ring_registered,
             _registered: registered,
         };
         Ok((offload, tracker))
     }
 
-    /// A free lane, waiting (counted) while all are in use; `None` once the device has
-    /// failed (a failed frame's lane is not given back).
-    fn lane(&self) -> Option<Box<dyn FrameLane>> {
+    /// Where a worker's next frame goes: a free lane; while all are in use, the CPU if fewer
+    /// than `cpu_max` workers process a frame there; else the next lane to come free,
+    /// waiting (counted). The CPU once the device has failed.
+    fn take(&self) -> Take<'_> {
         if self.failed.load(Ordering::Relaxed) {
-            return None;
+            return Take::AfterError;
         }
         if let Ok(l) = self.free.1.try_recv() {
-            return Some(l);
+            return Take::Lane(l);
         }
+        let turn = self.cpu_now.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.cpu_max).then_some(n + 1));
+        if turn.is_ok() {
+            return Take::Shared(CpuTurn(self));
+        }
+        self.lane().map_or(Take::AfterError, Take::Lane)
+    }
+
+    /// The next lane to come free, waiting (counted); `None` once the device has failed
+    /// (a failed frame's lane is not given back).
+    fn lane(&self) -> Option<Box<dyn FrameLane>> {
         self.lane_waits.fetch_add(1, Ordering::Relaxed);
         while !self.failed.load(Ordering::Relaxed) {
             if let Ok(l) = self.free.1.recv_timeout(Duration::from_millis(20)) {
@@ -286,6 +328,7 @@ impl Offload {
             strong_overflow: get(&self.overflow),
             device_errors: ProcessCounts::get(&board.process.device_errors),
             frames_on_cpu: get(&self.on_cpu),
+            frames_shared_with_cpu: get(&self.shared),
             first_error: self.errors.first.lock().expect("not poisoned").clone(),
         }
     }
@@ -302,27 +345,29 @@ impl Graph<'_> {
         let mut pinned = false;
         Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
             super::pin_once(&mut pinned, &self.setup.cpus, k);
-            let mut lane = off.lane();
-            if let Some(Err(err)) = lane.as_mut().map(|l| self.spots_on_device(off, l.as_mut(), &mut finder, &mut strong, &mut wk)) {
-                off.fail(&self.setup.board, &err);
-                // dropping the lane waits for its copies: the slot is then free to go
-                lane = None;
-            }
-            match lane {
-                Some(mut l) => {
-                    self.judge_and_fetch(off, &mut l, &mut cpu, &runs, &mut wk);
-                    if !off.failed.load(Ordering::Relaxed) {
-                        // the free queue has room for every lane: this send does not wait
-                        let _ = off.free.0.send(l);
+            match off.take() {
+                Take::Lane(mut l) => match self.spots_on_device(off, l.as_mut(), &mut finder, &mut strong, &mut wk) {
+                    Ok(()) => {
+                        self.judge_and_fetch(off, &mut l, &mut cpu, &runs, &mut wk);
+                        if !off.failed.load(Ordering::Relaxed) {
+                            // the free queue has room for every lane: this send does not wait
+                            let _ = off.free.0.send(l);
+                        }
                     }
+                    Err(err) => {
+                        off.fail(&self.setup.board, &err);
+                        // dropping the lane waits for its copies: the slot is then free to go
+                        drop(l);
+                        self.frame_on_cpu(&mut cpu, &runs, &mut finder, &mut wk);
+                        off.on_cpu.fetch_add(1, Ordering::Relaxed);
+                    }
+                },
+                Take::Shared(turn) => {
+                    self.frame_on_cpu(&mut cpu, &runs, &mut finder, &mut wk);
+                    drop(turn);
                 }
-                None => {
-                    self.image_on_cpu(&mut cpu, &runs, &mut wk);
-                    let mut spots = std::mem::take(&mut wk.spots);
-                    let g = &self.setup.geometry;
-                    finder.find(&wk.image, g.width(), g.height(), &mut spots);
-                    wk.spots = spots;
-                    self.judge(&mut wk);
+                Take::AfterError => {
+                    self.frame_on_cpu(&mut cpu, &runs, &mut finder, &mut wk);
                     off.on_cpu.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -330,6 +375,17 @@ impl Graph<'_> {
             self.compress_if_wanted(&mut compress, &mut wk);
             e.send(0, wk);
         })
+    }
+
+    /// The whole frame on the CPU, as a process worker does it: its image, its spots, the
+    /// decision.
+    fn frame_on_cpu(&self, cpu: &mut Option<(u64, Converter)>, runs: &[(usize, usize, usize)], finder: &mut LocalSnr, wk: &mut Work) {
+        self.image_on_cpu(cpu, runs, wk);
+        let mut spots = std::mem::take(&mut wk.spots);
+        let g = &self.setup.geometry;
+        finder.find(&wk.image, g.width(), g.height(), &mut spots);
+        wk.spots = spots;
+        self.judge(wk);
     }
 
     /// The frame's spots through `lane`: its words to the device, the strong pixels back,
@@ -451,7 +507,10 @@ mod tests {
 
     /// With `file`, the frames go to that file (master) instead of being delivered.
     fn run_graph(gpu: Option<GpuBackend>, frames: u64, file: Option<&std::path::Path>) -> (Vec<Seen>, crate::graph::ProcessReport) {
-        let cfg = two_modules();
+        run_graph_of(two_modules(), gpu, frames, file)
+    }
+
+    fn run_graph_of(cfg: Config, gpu: Option<GpuBackend>, frames: u64, file: Option<&std::path::Path>) -> (Vec<Seen>, crate::graph::ProcessReport) {
         let g = cfg.geometry().expect("two modules");
         let (meta, setup) = crate::plan::plan(&cfg, g, None).expect("a plan");
         let (tx, delivered) = crossbeam_channel::bounded::<Processed>(4);
@@ -516,6 +575,43 @@ mod tests {
         assert_eq!(want.len(), 12, "every signal frame written");
         assert!(got == want, "the frames written differ from the CPU graph's");
         assert!(report.gpu.expect("the GPU path's report").images_copied_back > 0, "kept frames came back from the lanes");
+    }
+
+    #[test]
+    fn a_worker_takes_the_cpu_while_every_lane_is_busy_up_to_the_limit() {
+        let mut cfg = two_modules();
+        (cfg.process.gpu_lanes, cfg.process.gpu_cpu_workers) = (1, 1);
+        let (_, setup) = crate::plan::plan(&cfg, cfg.geometry().expect("two modules"), None).expect("a plan");
+        let setup = setup.expect("processing");
+        let (rx, _placer) = Receiver::in_memory(2, MODULE_BYTES as u64, 2).expect("an in-memory receiver");
+        let (off, _tracker) = Offload::new(&GpuBackend::StandIn(Failures::default()), &setup, &rx, &[]).expect("the stand-in's lanes");
+        let Take::Lane(lane) = off.take() else { panic!("the free lane first") };
+        let Take::Shared(turn) = off.take() else { panic!("the CPU while the only lane is busy") };
+        // the one turn on the CPU is taken too: the next worker waits for the lane
+        let waited = std::thread::scope(|s| {
+            let next = s.spawn(|| matches!(off.take(), Take::Lane(_)));
+            while off.lane_waits.load(Ordering::Relaxed) == 0 {
+                std::thread::yield_now();
+            }
+            off.free.0.send(lane).expect("room for the lane");
+            next.join().expect("the waiting worker")
+        });
+        assert!(waited, "the lane given back goes to the worker waiting for it");
+        assert_eq!(off.shared.load(Ordering::Relaxed), 0, "counted when the turn ends");
+        drop(turn);
+        assert_eq!((off.shared.load(Ordering::Relaxed), off.cpu_now.load(Ordering::Relaxed)), (1, 0));
+    }
+
+    #[test]
+    fn frames_shared_with_the_cpu_are_the_ones_the_cpu_graph_delivers() {
+        let (want, _) = run_graph(None, 24, None);
+        let mut cfg = two_modules();
+        (cfg.process.gpu_lanes, cfg.process.gpu_cpu_workers) = (1, 2);
+        let (got, report) = run_graph_of(cfg, Some(GpuBackend::StandIn(Failures::default())), 24, None);
+        assert!(got == want, "the frames delivered differ from the CPU graph's");
+        let gpu = report.gpu.expect("the GPU path's report");
+        assert_eq!(gpu.images_copied_back + gpu.frames_shared_with_cpu, 12, "every frame's image came from the lane or the CPU");
+        assert_eq!((gpu.device_errors, gpu.frames_on_cpu), (0, 0));
     }
 
     #[test]
