@@ -181,3 +181,46 @@ def test_the_veto_is_said_at_start_and_in_the_summary(rdaq, tmp_path):
     assert "veto off: every signal frame is written" in r.stderr, r.stderr
     assert "saved       : 10 frames written (every signal frame: the veto is off)" in r.stdout, r.stdout
     assert "warning     : every signal frame" not in r.stdout
+
+
+def spot_lists(path):
+    with h5py.File(path, "r") as f:
+        r = f["entry/result_1"]
+        n = r["nPeaks"][()]
+        return n, [tuple(r[k][i, :n[i]].tolist() for k in ("peakXPosRaw", "peakYPosRaw", "peakTotalIntensity")) for i in range(len(n))]
+
+
+def test_reprocessing_a_runs_file_takes_the_runs_finder_settings(rdaq, tmp_path):
+    """The master keeps the processing settings; `rdaq process spots` on it takes them as its
+    defaults and says so. On a keV file it finds the run's spots exactly; on photon counts
+    (rounded) a few differ: 964 spots against the run's 987 on these 60 frames (2.3%), the
+    tolerance below."""
+    for output in ("kev", "auto"):
+        cfg = tmp_path / f"{output}.toml"
+        cfg.write_text(f'[process]\noutput = "{output}"\n')
+        out = tmp_path / output
+        r = subprocess.run([str(rdaq), "run", "--frames", "60", "--config", str(cfg), "--out", str(out)],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        master = out / "rdaq_run_master.h5"
+        with h5py.File(master, "r") as f:
+            settings = json.loads(f.attrs["rdaq_series"])["processing"]
+        assert settings["finder"] == "local" and settings["threshold_photons"] == 0.5 and settings["veto_min_spots"] == 10
+        spots = tmp_path / f"{output}_spots.h5"
+        r = subprocess.run([str(rdaq), "process", "spots", "--input", str(master), "--output", str(spots)],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "defaults from the run that wrote" in r.stderr and "snr 3, box half-size 15, 4-200 pixels" in r.stderr
+        (n_run, run), (n_again, again) = spot_lists(master), spot_lists(spots)
+        assert len(n_run) == len(n_again) > 0
+        if output == "kev":
+            assert "threshold 6.2 keV (0.5 photons)" in r.stderr
+            assert again == run, "the run's spots, from its own keV images"
+        else:
+            assert "threshold 0.5 photons" in r.stderr
+            assert abs(int(n_again.sum()) - int(n_run.sum())) <= 0.05 * n_run.sum(), (n_again.sum(), n_run.sum())
+    # an option given overrides the file's setting
+    r = subprocess.run([str(rdaq), "process", "spots", "--input", str(tmp_path / "kev" / "rdaq_run_master.h5"),
+                        "--output", str(tmp_path / "strict.h5"), "--snr", "6"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert spot_lists(tmp_path / "strict.h5")[0].sum() < spot_lists(tmp_path / "kev_spots.h5")[0].sum()

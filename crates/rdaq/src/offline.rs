@@ -2,14 +2,14 @@
 //! ([`rdaq_offline`]: reprocessing, calibration from a dark run, spot finding), its options
 //! turned into the stages' own.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use rdaq_offline::{ConvertOptions, Counts, Finder, PedestalOptions, Radius, Sums, Unit};
 use rdaq_process::bitshuffle::Codec;
 use rdaq_process::spots::{LocalSnrParams, Peakfinder8Params};
 use rdaq_process::InvalidGain;
-use rdaq_sink::FrameReader;
+use rdaq_sink::{FrameReader, PixelType};
 
 #[derive(clap::Subcommand)]
 pub enum ProcessCmd {
@@ -109,13 +109,15 @@ pub struct SpotsArgs {
     input: Input,
     #[command(flatten)]
     out: Output,
-    /// local (local SNR) or peakfinder8.
-    #[arg(long, default_value = "local")]
-    finder: String,
+    /// local (local SNR) or peakfinder8. The local finder's settings default to those of the
+    /// run that wrote an rdaq master (its finder and parameters), else to the values shown.
+    #[arg(long)]
+    finder: Option<String>,
     /// local: strong-pixel threshold in the unit of the image (keV for frames converted to
-    /// keV), then SNR, box half-size, pixel counts.
-    #[arg(long, default_value_t = 6.2, conflicts_with = "threshold_photons")]
-    threshold: f32,
+    /// keV, photons for counts) [default: 6.2], then SNR [3], box half-size [15], pixel
+    /// counts [4, 200].
+    #[arg(long, conflicts_with = "threshold_photons")]
+    threshold: Option<f32>,
     /// local: the strong-pixel threshold in photons instead, for keV images: the threshold
     /// is this many photons of --photon-energy-kev.
     #[arg(long, requires = "photon_energy_kev")]
@@ -123,14 +125,14 @@ pub struct SpotsArgs {
     /// The photon energy that --threshold-photons counts in.
     #[arg(long, value_parser = photon_kev)]
     photon_energy_kev: Option<f32>,
-    #[arg(long, default_value_t = 3.0)]
-    snr: f32,
-    #[arg(long, default_value_t = 15)]
-    box_half: usize,
-    #[arg(long, default_value_t = 4)]
-    min_pixels: u32,
-    #[arg(long, default_value_t = 200)]
-    max_pixels: u32,
+    #[arg(long)]
+    snr: Option<f32>,
+    #[arg(long)]
+    box_half: Option<usize>,
+    #[arg(long)]
+    min_pixels: Option<u32>,
+    #[arg(long)]
+    max_pixels: Option<u32>,
     /// peakfinder8: ASIC size and count, thresholds, background radius, resolution limits,
     /// beam centre (pixel indices); the image must be nasics_y*asic_ny x nasics_x*asic_nx.
     #[arg(long, default_value_t = 256)]
@@ -174,14 +176,48 @@ fn photon_kev(s: &str) -> Result<f32, String> {
     rdaq_run::config::photon_kev_arg(s).map(|v| v as f32)
 }
 
-/// The local-SNR threshold in the unit of the image: --threshold, or --threshold-photons
-/// photons of --photon-energy-kev.
-fn local_threshold(a: &SpotsArgs) -> anyhow::Result<f32> {
-    match (a.threshold_photons, a.photon_energy_kev) {
-        (Some(p), Some(e)) if p > 0.0 && e > 0.0 => Ok(p * e),
+/// The local finder's settings when neither the options nor the file say otherwise.
+const LOCAL_DEFAULTS: LocalSnrParams = LocalSnrParams { threshold: 6.2, snr: 3.0, box_half: 15, min_pixels: 4, max_pixels: 200 };
+
+/// The local-SNR finder's settings: each option given, else the run's that made the file
+/// (`run`: its settings in the unit of the file's image), else [`LOCAL_DEFAULTS`].
+fn local_params(a: &SpotsArgs, run: Option<LocalSnrParams>) -> anyhow::Result<LocalSnrParams> {
+    let base = run.unwrap_or(LOCAL_DEFAULTS);
+    let threshold = match (a.threshold_photons, a.photon_energy_kev) {
+        (Some(p), Some(e)) if p > 0.0 && e > 0.0 => p * e,
         (Some(p), Some(e)) => anyhow::bail!("--threshold-photons {p} and --photon-energy-kev {e} must both be positive"),
-        _ => Ok(a.threshold),
-    }
+        _ => a.threshold.unwrap_or(base.threshold),
+    };
+    Ok(LocalSnrParams {
+        threshold,
+        snr: a.snr.unwrap_or(base.snr),
+        box_half: a.box_half.unwrap_or(base.box_half),
+        min_pixels: a.min_pixels.unwrap_or(base.min_pixels),
+        max_pixels: a.max_pixels.unwrap_or(base.max_pixels),
+    })
+}
+
+/// The local finder's settings of the run that wrote the master `path`, in the unit of its
+/// image (photons for counts, keV for keV), with a line that says where they come from;
+/// `None` for a file rdaq did not process (or wrote before it kept them).
+fn run_settings(path: &Path) -> Option<(LocalSnrParams, String)> {
+    let meta = rdaq_sink::master::read_meta(path).ok()?;
+    let p = meta.processing?;
+    let (per_photon, threshold) = match meta.pixel {
+        PixelType::Kev => (meta.photon_energy_kev as f32, format!("{} keV ({} photons)", p.threshold_photons * meta.photon_energy_kev as f32, p.threshold_photons)),
+        PixelType::Photons16 | PixelType::Photons32 => (1.0, format!("{} photons", p.threshold_photons)),
+        _ => return None,
+    };
+    let params = LocalSnrParams { threshold: p.threshold_photons * per_photon, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels };
+    let line = format!(
+        "rdaq process spots: defaults from the run that wrote {}: local SNR, threshold {threshold}, snr {}, box half-size {}, {}-{} pixels (options given override them)",
+        path.display(),
+        p.snr,
+        p.box_half,
+        p.min_pixels,
+        p.max_pixels
+    );
+    Some((params, line))
 }
 
 pub fn process(cmd: ProcessCmd) -> anyhow::Result<()> {
@@ -234,10 +270,17 @@ fn spots(a: SpotsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The finder the options name, for the images of `frames`.
+/// The finder the options name, for the images of `frames` (the local one by default, with
+/// the settings of the run that wrote the file where it is an rdaq master).
 fn finder(a: &SpotsArgs, frames: &FrameReader) -> anyhow::Result<Finder> {
-    match a.finder.as_str() {
-        "local" => Ok(Finder::Local(LocalSnrParams { threshold: local_threshold(a)?, snr: a.snr, box_half: a.box_half, min_pixels: a.min_pixels, max_pixels: a.max_pixels })),
+    match a.finder.as_deref().unwrap_or("local") {
+        "local" => {
+            let run = run_settings(&a.input.input).map(|(params, line)| {
+                eprintln!("{line}");
+                params
+            });
+            Ok(Finder::Local(local_params(a, run)?))
+        }
         "peakfinder8" => {
             let p = Peakfinder8Params {
                 max_num_peaks: a.max_num_peaks,
@@ -260,5 +303,33 @@ fn finder(a: &SpotsArgs, frames: &FrameReader) -> anyhow::Result<Finder> {
             Ok(Finder::Peakfinder8(p, radius))
         }
         f => anyhow::bail!("--finder {f:?}: expected local or peakfinder8"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Spots {
+        #[command(flatten)]
+        a: SpotsArgs,
+    }
+
+    fn args(extra: &[&str]) -> SpotsArgs {
+        let base = ["spots", "--input", "m.h5", "--output", "s.h5"];
+        Spots::try_parse_from(base.iter().chain(extra)).expect("valid options").a
+    }
+
+    #[test]
+    fn the_options_given_override_the_runs_settings_which_override_the_defaults() {
+        let run = LocalSnrParams { threshold: 8.0, snr: 4.0, box_half: 10, min_pixels: 3, max_pixels: 100 };
+        assert_eq!(local_params(&args(&[]), None).expect("defaults"), LOCAL_DEFAULTS);
+        assert_eq!(local_params(&args(&[]), Some(run)).expect("the run's"), run);
+        let mixed = local_params(&args(&["--snr", "2.5", "--min-pixels", "6"]), Some(run)).expect("mixed");
+        assert_eq!(mixed, LocalSnrParams { snr: 2.5, min_pixels: 6, ..run });
+        let photons = local_params(&args(&["--threshold-photons", "2", "--photon-energy-kev", "12.4"]), Some(run)).expect("photons");
+        assert_eq!(photons.threshold, 2.0 * 12.4);
     }
 }

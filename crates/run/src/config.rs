@@ -93,6 +93,16 @@ impl Config {
         if self.processing() {
             meta.codec = rdaq_process::bitshuffle::Codec::parse(&self.process.codec, self.process.zstd_level)?;
             meta.max_spots = self.process.max_spots;
+            let p = &self.process;
+            meta.processing = Some(rdaq_sink::ProcessingMeta {
+                finder: "local".into(),
+                threshold_photons: p.threshold_photons,
+                snr: p.snr,
+                box_half: p.box_half,
+                min_pixels: p.min_pixels,
+                max_pixels: p.max_pixels,
+                veto_min_spots: p.veto.then_some(p.min_spots),
+            });
         }
         Ok(meta)
     }

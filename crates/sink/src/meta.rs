@@ -115,10 +115,31 @@ pub struct NxmxMeta {
     /// The sample's name (`/entry/sample/name`; empty: not written).
     #[serde(default)]
     pub sample_name: String,
+    /// The online processing that made the images and spot lists (`None`: not processed
+    /// by rdaq, or a file written before rdaq kept it).
+    #[serde(default)]
+    pub processing: Option<ProcessingMeta>,
     /// pixel_mask bits of one module image (module_width x module_height), set in every
     /// module's place: the gap pixels between chips of an EIGER assembled with them.
     #[serde(skip)]
     pub module_mask: Option<Vec<u32>>,
+}
+
+/// The settings of the online processing that made a file: what `rdaq process spots` takes
+/// as its defaults for that file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcessingMeta {
+    /// The spot finder: "local" (local SNR).
+    pub finder: String,
+    /// The finder ran on the keV image: its strong-pixel threshold was this many photons of
+    /// the series' photon energy; then SNR, box half-size, pixel counts of a spot.
+    pub threshold_photons: f32,
+    pub snr: f32,
+    pub box_half: usize,
+    pub min_pixels: u32,
+    pub max_pixels: u32,
+    /// Frames with fewer spots were vetoed (neither written nor streamed); `None`: no veto.
+    pub veto_min_spots: Option<usize>,
 }
 
 /// The codec as filter 32008's cd_values 4 and 5.
@@ -167,6 +188,7 @@ impl NxmxMeta {
             number_of_images: None,
             rotation: None,
             sample_name: String::new(),
+            processing: None,
             module_mask: None,
         }
     }
@@ -181,6 +203,7 @@ impl NxmxMeta {
             sensor_thickness_m: d.sensor_thickness_um * 1e-6,
             detector_name: format!("{} {}-module (rdaq)", d.name, geometry.modules),
             pixel,
+            processing: None,
             module_mask,
             ..NxmxMeta::receiver(geometry)
         }

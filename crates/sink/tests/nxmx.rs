@@ -26,6 +26,7 @@ fn meta() -> NxmxMeta {
         number_of_images: None,
         rotation: None,
         sample_name: "lyso".into(),
+        processing: None,
         module_mask: None,
     }
 }
