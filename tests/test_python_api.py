@@ -207,6 +207,29 @@ def test_find_spots_equals_the_cli(tmp_path):
         rdaq.find_spots(img, threshold=0)
 
 
+@pytest.mark.usefixtures("rdaq")
+def test_a_runs_finder_settings_find_its_spots_again(tmp_path):
+    """run_finder reads the settings a processed run kept in its master: find_spots with them
+    on the run's keV images gives the run's spot lists."""
+    (tmp_path / "kev.toml").write_text('[process]\noutput = "kev"\n')
+    subprocess.run([str(RDAQ), "run", "--frames", "40", "--config", str(tmp_path / "kev.toml"), "--out", str(tmp_path / "run")],
+                   check=True, capture_output=True, timeout=300)
+    master = tmp_path / "run" / "rdaq_run_master.h5"
+    kw = rdaq.run_finder(master)
+    assert kw == {"threshold": pytest.approx(6.2), "snr": 3.0, "box_half": 15, "min_pixels": 4, "max_pixels": 200}
+    with h5py.File(master, "r") as f:
+        r = f["entry/result_1"]
+        assert len(r["nPeaks"]) > 0
+        for i in range(len(r["nPeaks"])):
+            n = r["nPeaks"][i]
+            run = np.stack([r[k][i, :n] for k in ("peakXPosRaw", "peakYPosRaw", "peakTotalIntensity", "peakNPixels")], axis=1)
+            again = rdaq.find_spots(np.ascontiguousarray(f["entry/data/data"][i], dtype=np.float32), **kw)
+            assert np.array_equal(again, run), i
+    with h5py.File(tmp_path / "plain.h5", "w") as f:
+        f["entry/data/data"] = np.zeros((1, 4, 4), np.float32)
+    assert rdaq.run_finder(tmp_path / "plain.h5") is None
+
+
 def test_the_readme_example_runs():
     import pathlib
     import re

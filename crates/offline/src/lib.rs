@@ -14,4 +14,4 @@ pub mod spots;
 pub use convert::{convert, ConvertOptions, Counts, Unit};
 pub use output::Output;
 pub use pedestal::{pedestal, PedestalOptions, Pedestalled, Sums};
-pub use spots::{read_radius_map, spots, Finder, Radius};
+pub use spots::{read_radius_map, run_finder, spots, Finder, Radius, RunFinder};

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use rdaq_process::spots::{LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params, Spot};
-use rdaq_sink::FrameReader;
+use rdaq_sink::{FrameReader, PixelType};
 
 use crate::Output;
 
@@ -22,6 +22,32 @@ pub enum Radius {
     Centre { x: Option<f64>, y: Option<f64> },
     /// Given, one per pixel (see [`read_radius_map`]).
     Map(Vec<f32>),
+}
+
+/// The local finder of the processed run that wrote an rdaq master, in the unit of the
+/// file's image: [`run_finder`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RunFinder {
+    pub params: LocalSnrParams,
+    /// The run's threshold in photons (`params.threshold` is in the image's unit).
+    pub threshold_photons: f32,
+    /// The image's unit: "keV" or "photons".
+    pub unit: &'static str,
+}
+
+/// The local finder's settings of the processed run that wrote the master `path` (kept in
+/// its `rdaq_series`), the threshold in the unit of its image (keV for keV images, photons
+/// for counts); `None` for a file rdaq did not process, or wrote before it kept them.
+pub fn run_finder(path: &Path) -> Option<RunFinder> {
+    let meta = rdaq_sink::master::read_meta(path).ok()?;
+    let p = meta.processing?;
+    let (unit, per_photon) = match meta.pixel {
+        PixelType::Kev => ("keV", meta.photon_energy_kev as f32),
+        PixelType::Photons16 | PixelType::Photons32 => ("photons", 1.0),
+        _ => return None,
+    };
+    let params = LocalSnrParams { threshold: p.threshold_photons * per_photon, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels };
+    (p.finder == "local").then_some(RunFinder { params, threshold_photons: p.threshold_photons, unit })
 }
 
 /// Finds the spots of every frame of `frames` and writes them to `out`; returns the spots

@@ -6,7 +6,7 @@
 use numpy::{PyArray1, PyArray2, PyArrayDescrMethods, PyArrayMethods, PyReadonlyArray2, PyReadonlyArray3, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::spots::{LocalSnr, LocalSnrParams, Spot};
 use rdaq_process::{Calibration, InvalidGain};
@@ -144,6 +144,23 @@ pub fn find_spots<'py>(py: Python<'py>, image: PyReadonlyArray2<'py, f32>, thres
     py.detach(|| finder.find(img, w, h, &mut spots));
     let flat: Vec<f32> = spots.iter().flat_map(|s| [s.x, s.y, s.intensity, s.pixels as f32]).collect();
     f32_array(py, flat, (spots.len(), 4))
+}
+
+/// The local spot finder's settings of the processed run that wrote the rdaq master `path`
+/// (kept in the file), as `find_spots`' keyword arguments with the threshold in the unit of
+/// the file's image (keV, or photons for counts); None for a file rdaq did not process.
+#[pyfunction]
+pub fn run_finder(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Option<Bound<'_, PyDict>>> {
+    let Some(r) = py.detach(|| rdaq_offline::run_finder(&path)) else {
+        return Ok(None);
+    };
+    let (p, d) = (r.params, PyDict::new(py));
+    d.set_item("threshold", p.threshold)?;
+    d.set_item("snr", p.snr)?;
+    d.set_item("box_half", p.box_half)?;
+    d.set_item("min_pixels", p.min_pixels)?;
+    d.set_item("max_pixels", p.max_pixels)?;
+    Ok(Some(d))
 }
 
 /// The array's bytes as one bitshuffle chunk (HDF5 filter 32008's format: a 12-byte

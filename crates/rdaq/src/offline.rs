@@ -9,7 +9,7 @@ use rdaq_offline::{ConvertOptions, Counts, Finder, PedestalOptions, Radius, Sums
 use rdaq_process::bitshuffle::Codec;
 use rdaq_process::spots::{LocalSnrParams, Peakfinder8Params};
 use rdaq_process::InvalidGain;
-use rdaq_sink::{FrameReader, PixelType};
+use rdaq_sink::FrameReader;
 
 #[derive(clap::Subcommand)]
 pub enum ProcessCmd {
@@ -197,18 +197,15 @@ fn local_params(a: &SpotsArgs, run: Option<LocalSnrParams>) -> anyhow::Result<Lo
     })
 }
 
-/// The local finder's settings of the run that wrote the master `path`, in the unit of its
-/// image (photons for counts, keV for keV), with a line that says where they come from;
-/// `None` for a file rdaq did not process (or wrote before it kept them).
+/// The local finder's settings of the run that wrote the master `path`, with a line that
+/// says where they come from; `None` for a file rdaq did not process.
 fn run_settings(path: &Path) -> Option<(LocalSnrParams, String)> {
-    let meta = rdaq_sink::master::read_meta(path).ok()?;
-    let p = meta.processing?;
-    let (per_photon, threshold) = match meta.pixel {
-        PixelType::Kev => (meta.photon_energy_kev as f32, format!("{} keV ({} photons)", p.threshold_photons * meta.photon_energy_kev as f32, p.threshold_photons)),
-        PixelType::Photons16 | PixelType::Photons32 => (1.0, format!("{} photons", p.threshold_photons)),
-        _ => return None,
+    let r = rdaq_offline::run_finder(path)?;
+    let p = r.params;
+    let threshold = match r.unit {
+        "photons" => format!("{} photons", p.threshold),
+        unit => format!("{} {unit} ({} photons)", p.threshold, r.threshold_photons),
     };
-    let params = LocalSnrParams { threshold: p.threshold_photons * per_photon, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels };
     let line = format!(
         "rdaq process spots: defaults from the run that wrote {}: local SNR, threshold {threshold}, snr {}, box half-size {}, {}-{} pixels (options given override them)",
         path.display(),
@@ -217,7 +214,7 @@ fn run_settings(path: &Path) -> Option<(LocalSnrParams, String)> {
         p.min_pixels,
         p.max_pixels
     );
-    Some((params, line))
+    Some((p, line))
 }
 
 pub fn process(cmd: ProcessCmd) -> anyhow::Result<()> {

@@ -1,4 +1,5 @@
 """Type stubs of the extension module (crates/py/src)."""
+import os
 from types import TracebackType
 from typing import Iterator, Optional
 
@@ -124,6 +125,11 @@ class Pedestal:
 def find_spots(image: npt.NDArray[np.float32], threshold: float, snr: float = 3.0, box_half: int = 15,
                min_pixels: int = 4, max_pixels: int = 200) -> npt.NDArray[np.float32]:
     """Spots as rows of (x, y, intensity, pixels)."""
+
+def run_finder(path: str | os.PathLike[str]) -> dict[str, float | int] | None:
+    """The local finder's settings of the processed run that wrote the rdaq master `path`, as
+    find_spots' keyword arguments (the threshold in the unit of the file's image); None for a
+    file rdaq did not process."""
 
 def compress(array: npt.NDArray, codec: str = "lz4", zstd_level: int = 3) -> bytes:
     """One bitshuffle chunk (HDF5 filter 32008's format) of the array's bytes."""
