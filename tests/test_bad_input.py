@@ -56,6 +56,18 @@ def test_absurd_photon_energies_are_refused(rdaq, tmp_path, kev):
     one_line_error(r, "photon_energy_kev", "200")
 
 
+@pytest.mark.parametrize("option", ["--box-half=100000000000000", "--snr=nan", "--snr=-1", "--threshold=0", "--threshold=inf"])
+def test_absurd_finder_settings_are_refused(rdaq, tmp_path, option):
+    import h5py
+    import numpy as np
+    with h5py.File(tmp_path / "img.h5", "w") as f:
+        f["entry/data/data"] = np.zeros((1, 64, 64), np.float32)
+    r = subprocess.run([rdaq, "process", "spots", "--input", tmp_path / "img.h5", "--output", tmp_path / "s.h5", option],
+                       capture_output=True, text=True, timeout=60)
+    one_line_error(r, option.split("=")[0].lstrip("-").replace("-", "_"))
+    assert not (tmp_path / "s.h5").exists()
+
+
 def test_a_closed_stdout_ends_the_printing_quietly_after_the_data_is_safe(rdaq, tmp_path):
     """`rdaq run | true`: the summary finds its reader gone; the run still writes its files and
     the summary JSON and exits with its own status."""
