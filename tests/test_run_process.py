@@ -224,3 +224,28 @@ def test_reprocessing_a_runs_file_takes_the_runs_finder_settings(rdaq, tmp_path)
                         "--output", str(tmp_path / "strict.h5"), "--snr", "6"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert spot_lists(tmp_path / "strict.h5")[0].sum() < spot_lists(tmp_path / "kev_spots.h5")[0].sum()
+
+
+def test_a_raw_run_converted_with_the_calibration_gives_the_online_spots_bit_for_bit(rdaq, tmp_path):
+    """The same 60 emulated frames, once processed (keV written) and once raw: the raw frames
+    converted offline with the processed run's calibration (no pedestal was published within
+    60 frames) and searched with the run's settings give its spot lists exactly."""
+    (tmp_path / "kev.toml").write_text('[process]\noutput = "kev"\n')
+    for args in (["--config", str(tmp_path / "kev.toml"), "--out", str(tmp_path / "proc")], ["--raw", "--out", str(tmp_path / "raw")]):
+        r = subprocess.run([str(rdaq), "run", "--frames", "60", *args], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+    for cmd in (["convert", "--input", tmp_path / "raw" / "rdaq_run_master.h5", "--calibration", tmp_path / "proc" / "rdaq_run_calibration.h5",
+                 "--output", tmp_path / "kev.h5"],
+                ["spots", "--input", tmp_path / "kev.h5", "--output", tmp_path / "spots.h5", "--threshold", "6.2"]):
+        r = subprocess.run([str(rdaq), "process", *cmd], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+    with h5py.File(tmp_path / "raw" / "rdaq_run_master.h5", "r") as f:
+        raw_numbers = f["entry/data/frame_number"][()].tolist()
+    with h5py.File(tmp_path / "proc" / "rdaq_run_master.h5", "r") as f:
+        online_numbers = f["entry/data/frame_number"][()].tolist()
+    n_online, online = spot_lists(tmp_path / "proc" / "rdaq_run_master.h5")
+    n_offline, offline = spot_lists(tmp_path / "spots.h5")
+    assert len(online) > 0 and len(offline) == len(raw_numbers) == 60
+    by_number = dict(zip(raw_numbers, offline))
+    for number, spots in zip(online_numbers, online):
+        assert by_number[number] == spots, number
