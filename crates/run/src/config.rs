@@ -381,6 +381,16 @@ mod tests {
     }
 
     #[test]
+    fn the_finders_numbers_are_bounded() {
+        for (box_half, snr, threshold) in [(1 << 40, 3.0, 0.5), (15, f32::NAN, 0.5), (15, f32::INFINITY, 0.5), (15, 3.0, f32::INFINITY)] {
+            let mut c = Config::default();
+            (c.process.box_half, c.process.snr, c.process.threshold_photons) = (box_half, snr, threshold);
+            let e = format!("{:#}", c.check().unwrap_err());
+            assert!(e.contains("box_half") || e.contains("threshold_photons"), "{e}");
+        }
+    }
+
+    #[test]
     fn stream_settings_are_checked_by_name() {
         let mut c = Config::default();
         c.stream.policy = "sometimes".into();

@@ -211,8 +211,12 @@ impl Config {
         if p.pedestal_window == 0 || p.pedestal_publish == 0 {
             bail!("process.pedestal_window and process.pedestal_publish must be at least 1");
         }
-        if !(p.threshold_photons > 0.0) || !(p.snr >= 0.0) || p.min_pixels == 0 || p.max_pixels < p.min_pixels {
+        if !(p.threshold_photons.is_finite() && p.threshold_photons > 0.0) || !(p.snr.is_finite() && p.snr >= 0.0) || p.min_pixels == 0 || p.max_pixels < p.min_pixels {
             bail!("process: threshold_photons must be positive, snr not negative, and 1 <= min_pixels <= max_pixels");
+        }
+        let side = self.geometry().map_or(usize::MAX, |g| g.height().min(g.width()));
+        if p.box_half >= side {
+            bail!("process.box_half must be less than the image's smaller side ({side}), not {}", p.box_half);
         }
         if !(1..=MAX_GPU_LANES).contains(&p.gpu_lanes) {
             bail!("process.gpu_lanes must be 1..={MAX_GPU_LANES}, not {}", p.gpu_lanes);
