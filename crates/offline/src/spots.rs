@@ -78,15 +78,7 @@ enum Ready {
 fn ready(finder: Finder, r: usize, c: usize) -> anyhow::Result<Ready> {
     match finder {
         Finder::Local(p) => {
-            if p.min_pixels == 0 || p.min_pixels > p.max_pixels {
-                bail!("min_pixels {} must be at least 1 and at most max_pixels {}", p.min_pixels, p.max_pixels);
-            }
-            if !(p.threshold.is_finite() && p.threshold > 0.0) || !(p.snr.is_finite() && p.snr >= 0.0) {
-                bail!("threshold {} must be positive and snr {} not negative", p.threshold, p.snr);
-            }
-            if p.box_half >= r.min(c) {
-                bail!("box_half {} must be less than the image's smaller side ({})", p.box_half, r.min(c));
-            }
+            p.check(r, c).map_err(anyhow::Error::msg)?;
             Ok(Ready::Local(LocalSnr::new(p)))
         }
         Finder::Peakfinder8(p, radius) => {

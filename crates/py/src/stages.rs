@@ -134,12 +134,11 @@ impl Pedestal {
 #[pyfunction]
 #[pyo3(signature = (image, threshold, snr=3.0, box_half=15, min_pixels=4, max_pixels=200))]
 pub fn find_spots<'py>(py: Python<'py>, image: PyReadonlyArray2<'py, f32>, threshold: f32, snr: f32, box_half: usize, min_pixels: u32, max_pixels: u32) -> PyResult<Bound<'py, PyArray2<f32>>> {
-    if !(threshold > 0.0) || !(snr >= 0.0) || min_pixels == 0 || max_pixels < min_pixels {
-        return Err(bad(format!("threshold {threshold} must be > 0, snr {snr} >= 0, 0 < min_pixels {min_pixels} <= max_pixels {max_pixels}")));
-    }
     let (h, w) = (image.shape()[0], image.shape()[1]);
+    let params = LocalSnrParams { threshold, snr, box_half, min_pixels, max_pixels };
+    params.check(h, w).map_err(bad)?;
     let img = image.as_slice().map_err(|_| bad("image: must be C-contiguous".into()))?;
-    let mut finder = LocalSnr::new(LocalSnrParams { threshold, snr, box_half, min_pixels, max_pixels });
+    let mut finder = LocalSnr::new(params);
     let mut spots: Vec<Spot> = Vec::new();
     py.detach(|| finder.find(img, w, h, &mut spots));
     let flat: Vec<f32> = spots.iter().flat_map(|s| [s.x, s.y, s.intensity, s.pixels as f32]).collect();

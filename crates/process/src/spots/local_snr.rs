@@ -39,6 +39,21 @@ impl LocalSnrParams {
     pub fn for_photon_energy(kev: f32) -> Self {
         LocalSnrParams { threshold: 0.5 * kev, snr: 3.0, box_half: 15, min_pixels: 4, max_pixels: 200 }
     }
+
+    /// Why these settings cannot find spots on an image of `rows x cols`, if they cannot:
+    /// what every entry point that takes them from outside checks.
+    pub fn check(&self, rows: usize, cols: usize) -> Result<(), String> {
+        if self.min_pixels == 0 || self.min_pixels > self.max_pixels {
+            return Err(format!("min_pixels {} must be at least 1 and at most max_pixels {}", self.min_pixels, self.max_pixels));
+        }
+        if !(self.threshold.is_finite() && self.threshold > 0.0) || !(self.snr.is_finite() && self.snr >= 0.0) {
+            return Err(format!("threshold {} must be positive and snr {} not negative", self.threshold, self.snr));
+        }
+        if self.box_half >= rows.min(cols) {
+            return Err(format!("box_half {} must be less than the image's smaller side ({})", self.box_half, rows.min(cols)));
+        }
+        Ok(())
+    }
 }
 
 /// The running sums over the box's rows, one entry per image column.
@@ -690,5 +705,16 @@ mod tests {
             f.find(&img, w, h, &mut spots);
             assert_eq!(!spots.is_empty(), strong, "snr {snr} against z {z}");
         }
+    }
+
+    #[test]
+    fn settings_that_cannot_find_spots_are_named() {
+        let p = LocalSnrParams::for_photon_energy(12.4);
+        assert_eq!(p.check(512, 1024), Ok(()));
+        let why = |q: LocalSnrParams| q.check(512, 1024).expect_err("refused");
+        assert!(why(LocalSnrParams { box_half: 512, ..p }).contains("box_half 512"));
+        assert!(why(LocalSnrParams { snr: f32::NAN, ..p }).contains("snr NaN"));
+        assert!(why(LocalSnrParams { threshold: f32::INFINITY, ..p }).contains("threshold inf"));
+        assert!(why(LocalSnrParams { min_pixels: 0, ..p }).contains("min_pixels 0"));
     }
 }
