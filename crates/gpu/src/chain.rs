@@ -282,11 +282,8 @@ impl Lane {
     /// Takes the tracked G0 pedestal of `generation` unless the lane already has it (a
     /// blocking copy: the lane holds no frame when it is given one).
     pub fn set_pedestal(&mut self, g0: &[f32], generation: u64) -> Result<(), GpuError> {
-        if generation == self.pedestal_generation {
+        if !self.takes_pedestal(g0.len(), generation)? {
             return Ok(());
-        }
-        if g0.len() != self.shared.pixels {
-            return Err(GpuError::Input(format!("a pedestal of {} pixels for an image of {}", g0.len(), self.shared.pixels)));
         }
         self.stream.memcpy_htod(g0, &mut self.ped0)?;
         self.stream.synchronize()?;
@@ -297,15 +294,24 @@ impl Lane {
     /// [`Lane::set_pedestal`] from a pedestal on the device: a copy there, queued before the
     /// lane's next frame (the lane keeps the source until it takes another).
     pub fn set_pedestal_device(&mut self, g0: &DevicePedestal, generation: u64) -> Result<(), GpuError> {
-        if generation == self.pedestal_generation {
+        if !self.takes_pedestal(g0.len(), generation)? {
             return Ok(());
-        }
-        if g0.len() != self.shared.pixels {
-            return Err(GpuError::Input(format!("a pedestal of {} pixels for an image of {}", g0.len(), self.shared.pixels)));
         }
         self.stream.memcpy_dtod(&*g0.0, &mut self.ped0)?;
         (self.pedestal_generation, self.ped0_from) = (generation, Some(g0.clone()));
         Ok(())
+    }
+
+    /// Whether a pedestal of `generation` and `pixels` is new to the lane; an error when it
+    /// is not the image's size.
+    fn takes_pedestal(&self, pixels: usize, generation: u64) -> Result<bool, GpuError> {
+        if generation == self.pedestal_generation {
+            return Ok(false);
+        }
+        if pixels != self.shared.pixels {
+            return Err(GpuError::Input(format!("a pedestal of {pixels} pixels for an image of {}", self.shared.pixels)));
+        }
+        Ok(true)
     }
 
     /// Queues one frame: its module words to the device, assembly and conversion, the
