@@ -5,7 +5,7 @@ mod common;
 use common::Net;
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdaq_net::send::BatchSender;
 use rdaq_proto::datagram::{Flags, Header, HEADER_LEN};
@@ -42,6 +42,19 @@ fn take_frames(rx: &Receiver, seen: &mut Vec<(u64, FrameStatus, Vec<u32>)>) {
         }
         seen.push((f.frame(), f.status(), f.missing().to_vec()));
         rx.release(f).unwrap();
+    }
+}
+
+/// Takes frames until `frame` and every frame before it were handed on. The sender waits
+/// for this rather than for the clock, so that a busy host cannot fill the 4-slot ring, and
+/// the incomplete frame times out (with the stream paused, QUIET_FACTOR timeouts) before its
+/// slot comes round again (else the newer frame overtakes it: tested in the placement tests).
+fn take_through(rx: &Receiver, seen: &mut Vec<(u64, FrameStatus, Vec<u32>)>, frame: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.len() as u64 <= frame {
+        assert!(Instant::now() < deadline, "frame {frame} not handed on in 30 s: {} frames were", seen.len());
+        std::thread::sleep(Duration::from_millis(1));
+        take_frames(rx, seen);
     }
 }
 
@@ -114,11 +127,7 @@ fn run(net: &Net, predict: bool, disorder: bool) {
             let dgrams = datagrams(&map, frame, m, disorder);
             senders[m as usize].send(dgrams.len(), |i| (&dgrams[i].0, &dgrams[i].1)).unwrap();
         }
-        // pace so the 4-slot ring is released in time; let the incomplete frame time out
-        // before its slot comes round again (else the newer frame overtakes it: tested in
-        // the placement tests): with the stream paused, that takes QUIET_FACTOR timeouts
-        std::thread::sleep(Duration::from_millis(if frame == 17 { 1200 } else { 3 }));
-        take_frames(&rx, &mut seen);
+        take_through(&rx, &mut seen, frame);
     }
     rx.stop();
     let counters = rx.join().unwrap();
