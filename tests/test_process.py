@@ -3,6 +3,7 @@ conversion and pedestal tracking, cfelpyutils for peakfinder8, hdf5plugin for ev
 compressed chunk. Inputs are made here with numpy; rdaq runs through `rdaq process`."""
 import json
 import os
+import re
 import subprocess
 
 import aare
@@ -225,6 +226,17 @@ def test_bench_pipeline_runs_the_graph_and_prints_its_table(rdaq, tmp_path):
     assert p["module_frames_per_s"] > 0 and p["copy_gb_per_s"] > 0
     assert p["convert_ms"] > 0 and p["spots_ms"] > 0 and p["compress_ms"] > 0 and p["pedestal_ms_per_dark"] > 0
     assert 0 < p["workers_busy"] <= 1.05, p["workers_busy"]
+
+
+def test_bench_pipeline_raw_says_what_limits_the_raw_chain(rdaq, tmp_path):
+    """`--raw`: beside the table, a plain sequential write of the same chunks measured in the
+    same run, and which limits the chain (the write, the copy bandwidth, or neither)."""
+    r = subprocess.run([rdaq, "bench", "pipeline", "--raw", "--modules", "1", "--seconds", "0.5", "--workers", "1"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"plain sequential write of the same chunks .*: \d+ module frames/s; the best point \(1 workers\) is [\d.]+ of it", r.stdout), r.stdout
+    [limit] = [line for line in r.stdout.splitlines() if line.startswith("limit: ")]
+    assert limit.split(": ", 1)[1].startswith(("the write", "the copy bandwidth", "neither")), limit
 
 
 @pytest.mark.parametrize("mode", [[], ["--no-dark"], ["--raw"]])

@@ -164,8 +164,12 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
         eprintln!("  {w} worker(s): {:.0} module frames/s", p.module_frames_per_s);
         points.push(p);
     }
+    let plain = if a.raw { Some(ceiling::plain_write(&cfg, &canned(&cfg, &pool)?.chunk, &dir, a.seconds)?) } else { None };
     std::fs::remove_dir_all(&dir).ok();
     print_table(&points, a.modules, cores, a.raw);
+    if let Some(w) = plain {
+        print_raw_limit(&points, w);
+    }
     if let Some(path) = a.json {
         std::fs::write(&path, serde_json::to_string_pretty(&points)?).with_context(|| format!("cannot write {}", path.display()))?;
     }
@@ -443,6 +447,23 @@ fn pedestal_ms(r: &ProcessReport) -> f64 {
     } else {
         0.0
     }
+}
+
+/// What limits the raw chain at its best point: the write (it reaches most of what a plain
+/// sequential write of the same chunks sustains on this file system, measured in the same
+/// run), the copy bandwidth, or neither (the workers).
+fn print_raw_limit(points: &[Point], plain: f64) {
+    let Some(best) = points.iter().max_by(|a, b| a.module_frames_per_s.total_cmp(&b.module_frames_per_s)) else { return };
+    let (of_write, of_copy) = (best.module_frames_per_s / plain, best.raw_gb_per_s / best.copy_gb_per_s);
+    let limit = if of_write >= 0.8 {
+        "the write (one HDF5 writer: a faster disk, or the frames split over more series, would take more)"
+    } else if of_copy >= 0.8 {
+        "the copy bandwidth"
+    } else {
+        "neither the write nor the copy bandwidth: the workers or a serial step (see --ceiling)"
+    };
+    println!("plain sequential write of the same chunks (one file, fdatasync): {plain:.0} module frames/s; the best point ({} workers) is {of_write:.2} of it", best.workers);
+    println!("limit: {limit}");
 }
 
 fn print_table(points: &[Point], modules: u16, cores: usize, raw: bool) {

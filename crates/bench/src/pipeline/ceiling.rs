@@ -45,7 +45,7 @@ pub(crate) fn bench(a: &PipelineArgs, cfg: &mut Config, pool: &Pool, dir: &Path,
 
 /// Module frames/s a plain sequential write of `chunk` sustains: written again and again to
 /// one file for `seconds`, then fdatasync.
-fn plain_write(cfg: &Config, chunk: &[u8], dir: &Path, seconds: f64) -> anyhow::Result<f64> {
+pub(crate) fn plain_write(cfg: &Config, chunk: &[u8], dir: &Path, seconds: f64) -> anyhow::Result<f64> {
     let path = dir.join("plain.bin");
     let mut f = std::fs::File::create(&path)?;
     let (t0, mut n) = (Instant::now(), 0u64);
