@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import h5py
 import pytest
@@ -109,7 +110,7 @@ def test_ca_arms_acquires_with_processing_and_reads_the_hit_rate(ioc):
 
     for name, value in (("NumImages", 20), ("FilePath", "epics"), ("FileName", "ca"), ("Process", 1)):
         write(f"{PREFIX}:{name}", value if not isinstance(value, str) else value.encode(), notify=True, repeater=False)
-    write(f"{PREFIX}:Acquire", 1, notify=True, repeater=False)
+    write(f"{PREFIX}:Acquire", 1, notify=True, repeater=False, timeout=120)
     d = svc.wait("idle")["dataset"]
     wait_idle(get, d["frames_written"])
     assert d["summary"]["processing"]["signal_frames"] == 20
@@ -122,6 +123,45 @@ def test_ca_arms_acquires_with_processing_and_reads_the_hit_rate(ioc):
     assert get("SpotsPerFrame_RBV") > 0
     assert get("FramesLost_RBV") == 0 and get("DatagramsDropped_RBV") == 0
     assert bytes(read(f"{PREFIX}:FullFileName_RBV", repeater=False).data).rstrip(b"\0").decode() == str(root / "epics" / "ca_master.h5")
+
+
+def test_ca_acquire_is_a_busy_record(ioc):
+    """On Channel Access a put of 1 with a callback (`caput -c`) completes when the dataset
+    has ended, every frame written, and Acquire is 0 again; a plain put of 0 while such a put
+    waits cancels the dataset and ends the wait; a put of 0 with nothing under way is no
+    error."""
+    from caproto import ChannelType
+    from caproto.sync.client import read, write
+    ctx, _, svc, _, _ = ioc
+
+    def acquire():
+        return read(f"{PREFIX}:Acquire", data_type=ChannelType.TIME_ENUM, repeater=False)
+
+    for name, value in (("NumImages", 30), ("AcquirePeriod", 0.01), ("FileName", "busy"), ("Process", False)):
+        ctx.put(f"{PREFIX}:{name}", value)
+    write(f"{PREFIX}:Acquire", 1, notify=True, repeater=False, timeout=120)
+    a = svc.acquisition()
+    assert a["state"] == "idle" and a["dataset"]["frames_written"] == 30 and not a["dataset"]["cancelled"], a
+    assert acquire().data[0] == 0 and acquire().metadata.severity == 0
+
+    for name, value in (("NumImages", 3000), ("FileName", "busy_cancel")):
+        ctx.put(f"{PREFIX}:{name}", value)
+    # caproto's sync client is not thread-safe: the waiting put is caproto-put -c, as caput -c
+    put = subprocess.Popen([Path(sys.executable).parent / "caproto-put", "--notify", "--no-repeater", "-w", "300",
+                            f"{PREFIX}:Acquire", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while (svc.acquisition()["dataset"] or {}).get("frames_written", 0) < 5 or svc.acquisition()["dataset"]["request"]["prefix"] != "busy_cancel":
+        assert time.monotonic() < deadline, svc.acquisition()
+        time.sleep(0.05)
+    assert put.poll() is None, "the put waits while its dataset runs"
+    write(f"{PREFIX}:Acquire", 0, repeater=False)
+    out, _ = put.communicate(timeout=60)
+    assert put.returncode == 0, out
+    d = svc.acquisition()["dataset"]
+    assert d["cancelled"] and 5 <= d["frames_written"] < 3000, d
+    write(f"{PREFIX}:Acquire", 0, notify=True, repeater=False, timeout=30)
+    assert acquire().data[0] == 0 and acquire().metadata.severity == 0
+    assert svc.acquisition()["state"] == "idle"
 
 
 def test_tango_without_a_database_arms_acquires_and_reads_the_counters(ioc):

@@ -10,7 +10,8 @@ PVs (``<prefix>:<name>``; settings have a ``_RBV`` readback; docs/control-system
 each to its areaDetector and LImA counterpart):
 
 - ``Acquire`` (1: arm the dataset below and, with ``TriggerMode`` Internal, send its
-  triggers one after the other; 0: cancel; the readback is 1 while a dataset is under way),
+  triggers one after the other; 0: cancel; the readback is 1 while a dataset is under way;
+  on Channel Access a busy record: a put of 1 completes when the dataset has ended),
   ``ImageMode`` (Single: one frame per trigger; Multiple: ``NumImages``; Continuous is
   refused), ``TriggerMode`` (Internal; External: the triggers come from elsewhere),
   ``NumImages`` (frames per trigger), ``NumTriggers``, ``NumExposures`` (1),
@@ -61,6 +62,7 @@ from fastcs.methods import scan
 
 from .control import ApiError, Service
 from .fastcs_alarm import Readbacks, record_pva_readbacks
+from .fastcs_busy import busy_acquire_on_ca
 from .fastcs_state import DetectorState, ImageMode, TriggerMode
 
 __all__ = ["RdaqController", "DetectorState", "ImageMode", "TriggerMode", "main"]
@@ -69,6 +71,8 @@ __all__ = ["RdaqController", "DetectorState", "ImageMode", "TriggerMode", "main"
 #: service counts as unreachable
 SCAN_S = 0.2
 LOOK_TIMEOUT_S = 2.0
+#: how often a busy Acquire put looks for its dataset's end
+BUSY_POLL_S = 0.1
 
 
 @dataclass
@@ -142,6 +146,9 @@ class RdaqController(Controller):
         self._look = Service(url, token=token, timeout=LOOK_TIMEOUT_S)
         self._readbacks = Readbacks(prefix, self)
         self._triggers: asyncio.Task | None = None
+        # Channel Access's Acquire waits for the dataset through this (rdaq.fastcs_busy)
+        self.acquire.rdaq_busy = self._until_dataset_ends
+        self._put_armed = False
         self._rate = (0, time.monotonic())
         # (dataset number, frames written) last counted into ArrayCounter
         self._counted: tuple[int, int] | None = None
@@ -154,19 +161,50 @@ class RdaqController(Controller):
         """Acquire = 1 arms the dataset the settings describe and, with internal triggers,
         sends its triggers one after the other; Acquire = 0 cancels it. A refusal shows in
         StatusMessage_RBV and fails the put."""
+        self._put_armed = False
         try:
             if on:
                 await self._arm()
+                self._put_armed = True
                 if self.trigger_mode.get() == TriggerMode.Internal:
                     self._triggers = asyncio.ensure_future(self._send_triggers())
             else:
-                if self._triggers is not None:
-                    self._triggers.cancel()
-                await asyncio.to_thread(self.service.cancel)
+                await self._cancel()
         except (ApiError, ValueError) as e:
             await self.StatusMessage_RBV.update(getattr(e, "message", str(e))[:256])
             raise
         await self.acquire.update(on)
+
+    async def _cancel(self):
+        """Cancels the dataset under way; with none (an Acquire 0 after the dataset ended, as
+        a busy record's stop may come), nothing happens, as on areaDetector."""
+        if self._triggers is not None:
+            self._triggers.cancel()
+        try:
+            await asyncio.to_thread(self.service.cancel)
+        except ApiError as e:
+            if e.status != 409 or (await asyncio.to_thread(self.service.acquisition))["state"] not in ("idle", "error"):
+                raise
+
+    async def _until_dataset_ends(self, cancel_asked):
+        """Channel Access's busy Acquire: after a put of 1 that armed a dataset, waits until
+        the dataset has ended (idle or error), cancelling it when ``cancel_asked()`` (a plain
+        put of 0 arrived meanwhile); a refused put returns False at once. While the service
+        does not answer the put waits (the readbacks say so)."""
+        if not self._put_armed:
+            return False
+        cancelled = False
+        while True:
+            await asyncio.sleep(BUSY_POLL_S)
+            if not cancelled and cancel_asked():
+                cancelled = True
+                await self._cancel()
+            try:
+                a = await asyncio.to_thread(self._look.acquisition)
+            except (ApiError, OSError):
+                continue
+            if a["state"] in ("idle", "error"):
+                return True
 
     def _frames_per_trigger(self) -> int:
         mode = self.image_mode.get()
@@ -297,6 +335,7 @@ def main(argv=None):
         ap.exit(2, f"rdaq.fastcs: --service: {e}\n")
     controller = RdaqController(a.service, token=a.token, prefix=a.prefix)
     record_pva_readbacks()
+    busy_acquire_on_ca()
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     served = []
