@@ -118,10 +118,13 @@ def test_two_runs_make_two_datasets(bluesky):
     assert second["number"] == first["number"] + 1 and second["master"] != first["master"]
 
 
-def test_external_edge_triggers_from_elsewhere(bluesky):
+@pytest.mark.parametrize("trigger, count_time_s, code", [("EXTERNAL_EDGE", 0.002, "exts"), ("EXTERNAL_LEVEL", 0.0, "exte")])
+def test_external_triggers_from_elsewhere(bluesky, trigger, count_time_s, code):
     """EXTERNAL_EDGE: the dataset takes one frame per trigger, and the kickoff's wait ends
     when the triggers sent from elsewhere (here a thread calling the service) brought them;
-    the exposure is the detector's acquire_time when the TriggerInfo gives no livetime."""
+    the exposure is the detector's acquire_time when the TriggerInfo gives no livetime.
+    EXTERNAL_LEVEL (gates) the same, with the exposure the gate's (count time 0). The mode
+    is in the master, in Dectris's codes."""
     import threading
     import time
 
@@ -148,7 +151,7 @@ def test_external_edge_triggers_from_elsewhere(bluesky):
     @bpp.stage_decorator([det])
     @bpp.run_decorator()
     def fly():
-        yield from bps.prepare(det, TriggerInfo(number_of_events=5, trigger=DetectorTrigger.EXTERNAL_EDGE), wait=True)
+        yield from bps.prepare(det, TriggerInfo(number_of_events=5, trigger=DetectorTrigger[trigger]), wait=True)
         sender.start()
         yield from bps.declare_stream(det, name="primary", collect=True)
         yield from bps.kickoff(det, wait=True)
@@ -159,7 +162,10 @@ def test_external_edge_triggers_from_elsewhere(bluesky):
     assert not failed and not sender.is_alive()
     check(docs, 1, 5)
     d = svc.acquisition()["dataset"]
-    assert (d["request"]["frames_per_trigger"], d["request"]["count_time_s"], d["triggers_done"]) == (1, 0.002, 5)
+    assert (d["request"]["frames_per_trigger"], d["request"]["count_time_s"], d["triggers_done"]) == (1, count_time_s, 5)
+    with h5py.File(d["master"], "r") as f:
+        assert f["entry/instrument/detector/detectorSpecific/trigger_mode"][()].decode() == code
+        assert f["entry/instrument/detector/count_time"][()] == count_time_s
     values = {}
 
     def read():

@@ -297,13 +297,15 @@ def test_a_refused_acquire_fails_the_put_and_says_why(ioc):
     assert ctx.get(f"{PREFIX}:NumExposures_RBV") == 1
 
 
-def test_external_triggers_single_images_and_numbered_files(ioc):
+@pytest.mark.parametrize("mode, code, count_time", [("External", "exts", 0.002), ("Gate", "exte", 0.0)])
+def test_external_triggers_single_images_and_numbered_files(ioc, mode, code, count_time):
     """TriggerMode External: Acquire arms and waits (Waiting, Acquire_RBV 1) for triggers
     from elsewhere; ImageMode Single takes one frame per trigger; AutoIncrement numbers the
-    files; the counters count the frames."""
+    files; the counters count the frames. Gate: the same, each exposure the gate's (count
+    time 0 whatever AcquireTime says). The mode is in the master, in Dectris's codes."""
     ctx, _, svc, root, _ = ioc
     get = lambda n: ctx.get(f"{PREFIX}:{n}")  # noqa: E731
-    for name, value in (("TriggerMode", "External"), ("ImageMode", "Single"), ("NumImages", 50), ("NumTriggers", 2),
+    for name, value in (("TriggerMode", mode), ("ImageMode", "Single"), ("NumImages", 50), ("NumTriggers", 2), ("AcquireTime", 0.002),
                         ("AutoIncrement", True), ("FileNumber", 7), ("FileName", "ext"), ("Process", False)):
         ctx.put(f"{PREFIX}:{name}", value)
     ctx.put(f"{PREFIX}:Acquire", True)
@@ -319,6 +321,9 @@ def test_external_triggers_single_images_and_numbered_files(ioc):
     master = get("FullFileName_RBV").raw.value
     assert master == str(root / "ext_007_master.h5")
     assert frames_as_sent(master) == [0, 1]
+    with h5py.File(master, "r") as f:
+        assert f["entry/instrument/detector/detectorSpecific/trigger_mode"][()].decode() == code
+        assert f["entry/instrument/detector/count_time"][()] == count_time
     assert get("NumImagesCounter_RBV") == 2 and get("ArrayCounter_RBV") == 2 and not get("Acquire_RBV")
 
 

@@ -72,6 +72,13 @@ pub struct ArmRequest {
     pub beam_center_x: Option<f64>,
     #[serde(default)]
     pub beam_center_y: Option<f64>,
+    /// How the detector's frames are triggered, for the files: internal, external (each
+    /// trigger signal starts a trigger's frames: a `POST /trigger` per signal, or the
+    /// detector's own input) or gate (the signal's length is each frame's exposure, so
+    /// `count_time_s` stays 0); not given: the configuration's (`detector.trigger_mode`).
+    #[serde(default)]
+    #[schema(value_type = Option<String>, example = "external")]
+    pub trigger_mode: Option<String>,
 }
 
 impl ArmRequest {
@@ -84,6 +91,9 @@ impl ArmRequest {
             if let Some(v) = v {
                 detector.insert(key.into(), v.into());
             }
+        }
+        if let Some(mode) = &self.trigger_mode {
+            detector.insert("trigger_mode".into(), mode.clone().into());
         }
         let mut t = toml::Table::new();
         if !detector.is_empty() {
@@ -103,7 +113,12 @@ impl ArmRequest {
         named(self.photon_energy_kev.map_or(Ok(()), |e| metadata::photon_energy("photon_energy_kev", e)))?;
         named(self.detector_distance_m.map_or(Ok(()), |m| metadata::distance("detector_distance_m", m)))?;
         named(self.beam_center_x.map_or(Ok(()), |x| metadata::beam_center("beam_center_x", x)))?;
-        named(self.beam_center_y.map_or(Ok(()), |y| metadata::beam_center("beam_center_y", y)))
+        named(self.beam_center_y.map_or(Ok(()), |y| metadata::beam_center("beam_center_y", y)))?;
+        if let Some(mode) = &self.trigger_mode {
+            named(metadata::trigger_mode("trigger_mode", mode))?;
+            named(metadata::gate_exposure("count_time_s", mode, self.count_time_s))?;
+        }
+        Ok(())
     }
 }
 
@@ -417,7 +432,7 @@ mod tests {
     use super::*;
 
     fn arm(frames: u64, triggers: u64) -> ArmRequest {
-        ArmRequest { frames_per_trigger: frames, triggers, period_s: 0.01, count_time_s: 0.0, directory: "run1".into(), prefix: "sample".into(), process: true, sample_name: String::new(), photon_energy_kev: None, detector_distance_m: None, beam_center_x: None, beam_center_y: None }
+        ArmRequest { frames_per_trigger: frames, triggers, period_s: 0.01, count_time_s: 0.0, directory: "run1".into(), prefix: "sample".into(), process: true, sample_name: String::new(), photon_energy_kev: None, detector_distance_m: None, beam_center_x: None, beam_center_y: None, trigger_mode: None }
     }
 
     #[test]
@@ -534,6 +549,9 @@ mod tests {
         assert_eq!(bad(&mut s, ArmRequest { detector_distance_m: Some(-0.1), ..arm(1, 1) }), "detector_distance_m");
         assert_eq!(bad(&mut s, ArmRequest { beam_center_y: Some(f64::NAN), ..arm(1, 1) }), "beam_center_y");
         assert_eq!(bad(&mut s, ArmRequest { sample_name: "a\tb".into(), ..arm(1, 1) }), "sample_name");
+        assert_eq!(bad(&mut s, ArmRequest { trigger_mode: Some("edge".into()), ..arm(1, 1) }), "trigger_mode");
+        let gate = |count_time_s| ArmRequest { trigger_mode: Some("gate".into()), count_time_s, ..arm(1, 1) };
+        assert_eq!(bad(&mut s, gate(0.005)), "count_time_s", "a gate sets the exposure");
         for d in ["../elsewhere", "/etc", "a/../../b", "run\n1"] {
             assert_eq!(bad(&mut s, ArmRequest { directory: d.into(), ..arm(1, 1) }), "directory", "{d}");
         }
@@ -543,6 +561,9 @@ mod tests {
         assert_eq!(s.state(), State::Idle, "refused arms changed nothing");
         let d = s.arm(ArmRequest { directory: "".into(), ..arm(1, 1) }).unwrap();
         assert_eq!(d.master, Path::new("/data/sample_master.h5"), "no directory: the root");
+        let sections = s.arm(gate(0.0)).unwrap().request.metadata_sections();
+        assert_eq!(sections["detector"]["trigger_mode"].as_str(), Some("gate"), "the mode goes to the configuration");
+        assert!(arm(1, 1).metadata_sections().is_empty(), "no mode given: the configuration's");
     }
 
     #[test]

@@ -109,12 +109,14 @@ impl Config {
 
 
     /// What the configuration says of the experiment, into the files' metadata: the
-    /// detector's distance, the beam centre (when given) and the sample's name.
+    /// detector's distance, the beam centre (when given), the sample's name and how the
+    /// frames are triggered.
     pub fn experiment_into(&self, meta: &mut rdaq_sink::NxmxMeta) {
         let d = &self.detector;
         meta.detector_distance_m = d.distance_m;
         meta.beam_center = [d.beam_center_x.unwrap_or(meta.beam_center[0]), d.beam_center_y.unwrap_or(meta.beam_center[1])];
         meta.sample_name = self.sample.name.clone();
+        meta.trigger_mode = d.trigger_mode.clone();
     }
 
     pub fn geometry(&self) -> Option<rdaq_detector::Geometry> {

@@ -71,7 +71,9 @@ pub fn processing_setup(cfg: &Config, meta: &NxmxMeta, calibration: Calibration)
 /// the frames it sends and its period.
 pub fn emulated_series(cfg: &Config, meta: &mut NxmxMeta) {
     let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
-    (meta.frame_time_s, meta.count_time_s) = (frame_time, frame_time);
+    // behind a gate the exposure is the gate's, not known here
+    let count_time = if meta.trigger_mode == "gate" { 0.0 } else { frame_time };
+    (meta.frame_time_s, meta.count_time_s) = (frame_time, count_time);
     meta.number_of_images = Some(cfg.emulator.frames);
 }
 

@@ -91,6 +91,7 @@ fn detector_group(instrument: &Group, meta: &NxmxMeta, mask: &MaskChunk) -> hdf5
     str_ds(&det, "sensor_material", &meta.sensor_material)?;
     f64_ds(&det, "sensor_thickness", meta.sensor_thickness_m, "m")?;
     pixel_markers(&det, meta.pixel)?;
+    trigger_mode(&det, &meta.trigger_mode)?;
     // gaps between modules (and chips, when assembled with gap pixels); the emulated detector has no static defects, and transfer
     // losses go to the per-frame mask. Deflated: it is mostly zeros.
     let pixel_mask = det.new_dataset::<u32>().chunk((h, w)).deflate(MaskChunk::LEVEL).shape((h, w)).create("pixel_mask")?;
@@ -103,6 +104,19 @@ fn detector_group(instrument: &Group, meta: &NxmxMeta, mask: &MaskChunk) -> hdf5
         module_group(&det, meta, m)?;
     }
     Ok(())
+}
+
+/// How the frames were triggered, where Dectris's masters say it and in its codes: `ints`
+/// (internal), `exts` (each trigger signal starts a series), `exte` (enable: the signal's
+/// length is the exposure, a gate).
+fn trigger_mode(det: &Group, mode: &str) -> hdf5::Result<()> {
+    let code = match mode {
+        "external" => "exts",
+        "gate" => "exte",
+        _ => "ints",
+    };
+    let specific = nx_group(det, "detectorSpecific", "NXcollection")?;
+    str_ds(&specific, "trigger_mode", code).map(drop)
 }
 
 /// The saturation and underload values and the bit depth of the pixel type.

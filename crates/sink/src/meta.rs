@@ -115,6 +115,10 @@ pub struct NxmxMeta {
     /// The sample's name (`/entry/sample/name`; empty: not written).
     #[serde(default)]
     pub sample_name: String,
+    /// How the frames were triggered: internal, external or gate
+    /// (`/entry/instrument/detector/detectorSpecific/trigger_mode`, in Dectris's codes).
+    #[serde(default = "internal")]
+    pub trigger_mode: String,
     /// The online processing that made the images and spot lists (`None`: not processed
     /// by rdaq, or a file written before rdaq kept it).
     #[serde(default)]
@@ -140,6 +144,10 @@ pub struct ProcessingMeta {
     pub max_pixels: u32,
     /// Frames with fewer spots were vetoed (neither written nor streamed); `None`: no veto.
     pub veto_min_spots: Option<usize>,
+}
+
+fn internal() -> String {
+    "internal".into()
 }
 
 /// The codec as filter 32008's cd_values 4 and 5.
@@ -188,6 +196,7 @@ impl NxmxMeta {
             number_of_images: None,
             rotation: None,
             sample_name: String::new(),
+            trigger_mode: internal(),
             processing: None,
             module_mask: None,
         }

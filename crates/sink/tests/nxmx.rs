@@ -26,6 +26,7 @@ fn meta() -> NxmxMeta {
         number_of_images: None,
         rotation: None,
         sample_name: "lyso".into(),
+        trigger_mode: "gate".into(),
         processing: None,
         module_mask: None,
     }
@@ -81,6 +82,8 @@ fn frames_and_tables_land_in_the_file() {
     assert_eq!(origin, vec![0, 1032]);
     let sample: hdf5::types::VarLenUnicode = file.dataset("entry/sample/name").unwrap().read_scalar().unwrap();
     assert_eq!(sample.as_str(), "lyso");
+    let mode: hdf5::types::VarLenUnicode = file.dataset("entry/instrument/detector/detectorSpecific/trigger_mode").unwrap().read_scalar().unwrap();
+    assert_eq!(mode.as_str(), "exte", "a gate in Dectris's code");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -21,8 +21,9 @@ service trigger; ``unstage`` disarms, which closes the dataset's files normally.
 edge triggers (``DetectorTrigger.EXTERNAL_EDGE``) arm one frame per trigger and let each
 ``trigger`` or ``kickoff`` wait for its frames, which triggers from elsewhere start (the
 service's ``/trigger``, from a fly-scan controller, or a detector's trigger input); gates
-(``EXTERNAL_LEVEL``) are not supported. The exposure is ``livetime``, else the detector's
-``acquire_time``; ``image_counter`` is the dataset's frames written and ``file_path`` its
+(``EXTERNAL_LEVEL``) likewise, each frame exposed while its gate is high (the files' count
+time is then 0, unknown). The trigger mode goes into the files (``internal``, ``external``,
+``gate``). The exposure is ``livetime``, else the detector's ``acquire_time``; ``image_counter`` is the dataset's frames written and ``file_path`` its
 master. The documents are StreamResource (the dataset's NXmx master,
 ``/entry/data/data``, one frame per collection) and StreamDatum, counted by the frames the
 service says were written.
@@ -74,6 +75,7 @@ class _Link:
         self.named = None  # (directory, prefix) of the dataset armed
         self.triggers = 0  # triggers sent (or, external, waited for) in the dataset armed
         self.external = 0  # external triggers: the frames each trigger or kickoff waits for
+        self.mode = "internal"  # the service's trigger mode: internal, external or gate
         self.written, self.set_written = soft_signal_r_and_setter(int, initial_value=0)
         self.file_path, self.set_file_path = soft_signal_r_and_setter(str, initial_value="")
         self.poller = None
@@ -84,8 +86,8 @@ class _Link:
 
     async def arm(self):
         directory, prefix = self.named
-        await self.call("arm", frames_per_trigger=self.frames, prefix=prefix, triggers=0,
-                        period_s=self.period_s, count_time_s=self.count_time_s, directory=directory, process=False)
+        await self.call("arm", frames_per_trigger=self.frames, prefix=prefix, triggers=0, period_s=self.period_s,
+                        count_time_s=self.count_time_s, directory=directory, process=False, trigger_mode=self.mode)
 
     async def idle(self):
         """Leaves the service idle: an arm dropped, an open dataset's files closed, a
@@ -119,7 +121,7 @@ class _Link:
 
 class _Trigger(DetectorTriggerLogic):
     """Internal triggers: ``num`` frames per service trigger, ``livetime + deadtime`` apart;
-    external edges: one frame per trigger from elsewhere. A plan that does not prepare
+    external edges and gates: one frame per trigger from elsewhere. A plan that does not prepare
     takes ``frames_per_point`` frames per point, ``period_s`` apart, each ``acquire_time``
     long (with ``OPHYD_ASYNC_PRESERVE_DETECTOR_STATE=YES``, as for ophyd-async's
     areaDetectors)."""
@@ -139,19 +141,23 @@ class _Trigger(DetectorTriggerLogic):
 
     async def prepare_internal(self, num, livetime, deadtime):
         livetime = livetime or await self.acquire_time.get_value()
-        await self._prepare(num, livetime + deadtime, livetime, 0)
+        await self._prepare(num, livetime + deadtime, livetime, 0, "internal")
 
     async def prepare_edge(self, num, livetime):
         livetime = livetime or await self.acquire_time.get_value()
-        await self._prepare(1, 0.0, livetime, num)
+        await self._prepare(1, 0.0, livetime, num, "external")
 
-    async def _prepare(self, frames, period_s, count_time_s, external):
+    async def prepare_level(self, num):
+        # each frame is exposed while its gate is high: the gate sets the exposure
+        await self._prepare(1, 0.0, 0.0, num, "gate")
+
+    async def _prepare(self, frames, period_s, count_time_s, external, mode):
         link = self.link
-        changed = (frames, period_s, count_time_s) != (link.frames, link.period_s, link.count_time_s)
+        changed = (frames, period_s, count_time_s, mode) != (link.frames, link.period_s, link.count_time_s, link.mode)
         if (changed or external != link.external) and link.triggers:
-            raise ValueError(f"{frames} frames per trigger every {period_s} s: the dataset under way "
-                             f"takes {link.frames} every {link.period_s} s (unstage first)")
-        link.frames, link.period_s, link.count_time_s, link.external = frames, period_s, count_time_s, external
+            raise ValueError(f"{frames} frames per trigger every {period_s} s ({mode}): the dataset under way "
+                             f"takes {link.frames} every {link.period_s} s ({link.mode}) (unstage first)")
+        link.frames, link.period_s, link.count_time_s, link.external, link.mode = frames, period_s, count_time_s, external, mode
         if changed and link.named:
             await link.arm()
 

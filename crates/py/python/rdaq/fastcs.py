@@ -13,7 +13,8 @@ each to its areaDetector and LImA counterpart):
   triggers one after the other; 0: cancel; the readback is 1 while a dataset is under way;
   on Channel Access a busy record: a put of 1 completes when the dataset has ended),
   ``ImageMode`` (Single: one frame per trigger; Multiple: ``NumImages``; Continuous is
-  refused), ``TriggerMode`` (Internal; External: the triggers come from elsewhere),
+  refused), ``TriggerMode`` (Internal; External: the triggers come from elsewhere; Gate: as
+  External, each frame exposed while its trigger is high),
   ``NumImages`` (frames per trigger), ``NumTriggers``, ``NumExposures`` (1),
   ``AcquirePeriod`` (s; 0: as fast as the detector goes), ``AcquireTime`` (each frame's
   exposure, s; 0: unknown), ``FilePath`` (the directory under the service's data root),
@@ -228,9 +229,13 @@ class RdaqController(Controller):
                 "beam_center_y": beam[1] if beam != (0.0, 0.0) else None}
 
     async def _arm(self):
+        mode = self.trigger_mode.get()
         await asyncio.to_thread(self.service.arm, frames_per_trigger=self._frames_per_trigger(), prefix=self._prefix(),
-                                triggers=self.num_triggers.get(), period_s=self.acquire_period.get(), count_time_s=self.acquire_time.get(),
-                                directory=self.file_path.get(), process=self.process.get(), **self._metadata())
+                                triggers=self.num_triggers.get(), period_s=self.acquire_period.get(),
+                                # behind a gate the exposure is the gate's
+                                count_time_s=0.0 if mode == TriggerMode.Gate else self.acquire_time.get(),
+                                directory=self.file_path.get(), process=self.process.get(), trigger_mode=mode.service_name,
+                                **self._metadata())
         if self.auto_increment.get():
             await self.file_number.put(self.file_number.get() + 1, sync_setpoint=True)
         await self.StatusMessage_RBV.update("")

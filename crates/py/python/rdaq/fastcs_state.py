@@ -43,7 +43,15 @@ class ImageMode(enum.Enum):
 class TriggerMode(enum.Enum):
     """``TriggerMode``: Internal, the IOC sends the dataset's triggers one after the other;
     External, it arms the dataset and the triggers come from elsewhere (the service's
-    ``/trigger``, from a fly-scan controller or a detector's trigger input)."""
+    ``/trigger``, from a fly-scan controller or a detector's trigger input); Gate, as
+    External with each frame exposed while its trigger signal is high (the files' count time
+    is then unknown, 0). The mode is the files' ``detectorSpecific/trigger_mode``."""
 
     Internal = 0
     External = 1
+    Gate = 2
+
+    @property
+    def service_name(self) -> str:
+        """The mode as the service's arm names it."""
+        return self.name.lower()

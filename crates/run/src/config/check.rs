@@ -117,6 +117,7 @@ impl Config {
             m(v.map_or(Ok(()), |px| metadata::beam_center(field, px)))?;
         }
         m(metadata::sample_name("sample.name", &self.sample.name))?;
+        m(metadata::trigger_mode("detector.trigger_mode", &d.trigger_mode))?;
         if self.described()?.is_none() && (d.bit_depth.is_some() || d.link.is_some()) {
             bail!("detector.bit_depth and detector.link are settings of a detector placed by header (detector.name), not of JUNGFRAU");
         }

@@ -267,6 +267,10 @@ pub struct Detector {
     pub distance_m: f64,
     pub beam_center_x: Option<f64>,
     pub beam_center_y: Option<f64>,
+    /// How the detector's frames are triggered, for the files: internal, external (each
+    /// trigger signal starts a trigger's frames) or gate (the signal's length is each
+    /// frame's exposure).
+    pub trigger_mode: String,
     pub background_photons: f64,
     pub spots_per_frame: f64,
     /// Fraction of signal frames with a crystal in the beam (Bragg spots).
@@ -351,6 +355,7 @@ impl Default for Detector {
             distance_m: 0.1,
             beam_center_x: None,
             beam_center_y: None,
+            trigger_mode: "internal".into(),
             background_photons: 0.01,
             spots_per_frame: 30.0,
             hit_fraction: 0.5,
