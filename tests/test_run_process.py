@@ -229,16 +229,23 @@ def test_reprocessing_a_runs_file_takes_the_runs_finder_settings(rdaq, tmp_path)
 def test_a_raw_run_converted_with_the_calibration_gives_the_online_spots_bit_for_bit(rdaq, tmp_path):
     """The same 60 emulated frames, once processed (keV written) and once raw: the raw frames
     converted offline with the processed run's calibration (no pedestal was published within
-    60 frames) and searched with the run's settings give its spot lists exactly."""
+    60 frames) and searched give its spot lists exactly. No option names a setting: the raw
+    run's master keeps those it would have processed with (the invalid gain, the finder's),
+    convert takes them and passes them on with the keV frames, and spots takes them there;
+    each says so on one line."""
     (tmp_path / "kev.toml").write_text('[process]\noutput = "kev"\n')
     for args in (["--config", str(tmp_path / "kev.toml"), "--out", str(tmp_path / "proc")], ["--raw", "--out", str(tmp_path / "raw")]):
         r = subprocess.run([str(rdaq), "run", "--frames", "60", *args], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
+    said = []
     for cmd in (["convert", "--input", tmp_path / "raw" / "rdaq_run_master.h5", "--calibration", tmp_path / "proc" / "rdaq_run_calibration.h5",
                  "--output", tmp_path / "kev.h5"],
-                ["spots", "--input", tmp_path / "kev.h5", "--output", tmp_path / "spots.h5", "--threshold", "6.2"]):
+                ["spots", "--input", tmp_path / "kev.h5", "--output", tmp_path / "spots.h5"]):
         r = subprocess.run([str(rdaq), "process", *cmd], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
+        said.append(r.stderr)
+    assert "defaults from the run that wrote" in said[0] and "invalid gain error" in said[0], said[0]
+    assert "threshold 6.2 keV (0.5 photons)" in said[1], said[1]
     with h5py.File(tmp_path / "raw" / "rdaq_run_master.h5", "r") as f:
         raw_numbers = f["entry/data/frame_number"][()].tolist()
     with h5py.File(tmp_path / "proc" / "rdaq_run_master.h5", "r") as f:

@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::calfile::CalFile;
 use rdaq_process::{bytes_of, Converter, InvalidGain};
-use rdaq_sink::FrameReader;
+use rdaq_sink::{FrameReader, NxmxMeta, PixelType};
 
 use crate::Output;
 
@@ -33,6 +33,9 @@ pub struct ConvertOptions {
     /// What the invalid gain code 10 means.
     pub invalid_gain: InvalidGain,
     pub codec: Codec,
+    /// The raw run's series (its master's `rdaq_series`), kept in the new file with the
+    /// converted pixel type, so that `rdaq process spots` takes the run's finder settings.
+    pub series: Option<NxmxMeta>,
 }
 
 impl Counts {
@@ -57,9 +60,35 @@ pub fn convert(frames: &FrameReader, o: &ConvertOptions, out: &Output) -> anyhow
     Ok(frames.frames)
 }
 
+/// The series' metadata of a raw run's master at `path`, when rdaq wrote it raw and kept
+/// the settings it would have processed with; `None` otherwise.
+pub fn raw_run(path: &Path) -> Option<NxmxMeta> {
+    let meta = rdaq_sink::master::read_series(path).ok()?;
+    (meta.pixel == PixelType::Raw && meta.processing.is_some()).then_some(meta)
+}
+
+/// The series `o.series` as the converted file holds it: its new pixel type, photon energy
+/// and codec.
+fn converted_series(o: &ConvertOptions) -> Option<NxmxMeta> {
+    let mut meta = o.series.clone()?;
+    meta.pixel = match o.unit {
+        Unit::Kev => PixelType::Kev,
+        Unit::Photons { counts: Counts::I16, .. } => PixelType::Photons16,
+        Unit::Photons { counts: Counts::I32, .. } => PixelType::Photons32,
+    };
+    if let Unit::Photons { energy_kev, .. } = o.unit {
+        meta.photon_energy_kev = energy_kev as f64;
+    }
+    meta.codec = o.codec;
+    Some(meta)
+}
+
 /// Writes the converted frames into the new file `path`.
 fn convert_into(path: &Path, o: &ConvertOptions, conv: &Converter, frames: &FrameReader) -> anyhow::Result<()> {
     let out = hdf5::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    if let Some(meta) = converted_series(o) {
+        rdaq_sink::master::write_series(&out, &meta)?;
+    }
     let g = out.create_group("entry")?.create_group("data")?;
     let (r, c) = (frames.rows, frames.cols);
     let ds = match o.unit {

@@ -35,11 +35,12 @@ pub struct RunFinder {
     pub unit: &'static str,
 }
 
-/// The local finder's settings of the processed run that wrote the master `path` (kept in
-/// its `rdaq_series`), the threshold in the unit of its image (keV for keV images, photons
-/// for counts); `None` for a file rdaq did not process, or wrote before it kept them.
+/// The local finder's settings of the run that wrote the master `path` (kept in its
+/// `rdaq_series`; or a file `rdaq process convert` made from a raw run's master), the
+/// threshold in the unit of its image (keV for keV images, photons for counts); `None` for
+/// raw images, a file rdaq did not write, or one written before rdaq kept them.
 pub fn run_finder(path: &Path) -> Option<RunFinder> {
-    let meta = rdaq_sink::master::read_meta(path).ok()?;
+    let meta = rdaq_sink::master::read_series(path).ok()?;
     let p = meta.processing?;
     let (unit, per_photon) = match meta.pixel {
         PixelType::Kev => ("keV", meta.photon_energy_kev as f32),

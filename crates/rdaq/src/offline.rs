@@ -66,9 +66,10 @@ pub struct ConvertArgs {
     /// Photon count type: i16 or i32.
     #[arg(long, default_value = "i32")]
     counts: String,
-    /// The invalid gain code 10: error, g0 (as aare) or g2.
-    #[arg(long, default_value = "error")]
-    invalid_gain: String,
+    /// The invalid gain code 10: error, g0 (as aare) or g2 (default: the run's, for a raw
+    /// run's master that keeps it, else error).
+    #[arg(long)]
+    invalid_gain: Option<String>,
     /// Chunk codec: lz4 or zstd.
     #[arg(long, default_value = "lz4")]
     codec: String,
@@ -233,11 +234,18 @@ fn open_frames(i: &Input) -> anyhow::Result<FrameReader> {
 fn convert(a: ConvertArgs) -> anyhow::Result<()> {
     let out = a.out.checked()?;
     let counts = Counts::parse(&a.counts).map_err(|e| anyhow::anyhow!("--counts: {e}"))?;
+    let series = rdaq_offline::raw_run(&a.input.input);
+    let run_gain = series.as_ref().and_then(|m| m.processing.as_ref()).map(|p| p.invalid_gain.clone());
+    if let (None, Some(gain)) = (&a.invalid_gain, &run_gain) {
+        eprintln!("rdaq process convert: defaults from the run that wrote {}: invalid gain {gain}; its finder's settings go with the frames for rdaq process spots (options given override them)", a.input.input.display());
+    }
+    let gain = a.invalid_gain.or(run_gain).unwrap_or_else(|| "error".into());
     let o = ConvertOptions {
         calibration: a.calibration,
         unit: a.photon_kev.map_or(Unit::Kev, |energy_kev| Unit::Photons { energy_kev, counts }),
-        invalid_gain: InvalidGain::parse(&a.invalid_gain)?,
+        invalid_gain: InvalidGain::parse(&gain).map_err(|e| anyhow::anyhow!("--invalid-gain: {e}"))?,
         codec: Codec::parse(&a.codec, a.zstd_level)?,
+        series,
     };
     let frames = open_frames(&a.input)?;
     let n = rdaq_offline::convert(&frames, &o, &out)?;

@@ -90,11 +90,17 @@ impl Config {
         meta.images_per_file = self.output.images_per_file;
         meta.rotation = self.goniometer.rotation();
         self.experiment_into(&mut meta);
-        if self.processing() {
+        let applied = self.processing();
+        if applied {
             meta.codec = rdaq_process::bitshuffle::Codec::parse(&self.process.codec, self.process.zstd_level)?;
             meta.max_spots = self.process.max_spots;
+        }
+        // raw JUNGFRAU frames keep the settings they would have been processed with
+        if applied || self.jungfrau() {
             let p = &self.process;
             meta.processing = Some(rdaq_sink::ProcessingMeta {
+                applied,
+                invalid_gain: p.invalid_gain.clone(),
                 finder: "local".into(),
                 threshold_photons: p.threshold_photons,
                 snr: p.snr,

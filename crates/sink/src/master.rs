@@ -119,8 +119,7 @@ pub fn write_layout(path: &Path, meta: &NxmxMeta, mask: &MaskChunk, l: &Layout) 
 fn write_staged(tmp: &Path, meta: &NxmxMeta, mask: &MaskChunk, l: &Layout) -> hdf5::Result<()> {
     {
         let file = File::create(tmp)?;
-        let series = serde_json::to_string(meta).map_err(|e| hdf5::Error::from(e.to_string()))?;
-        str_attr(&file, SERIES_ATTR, &series)?;
+        write_series(&file, meta)?;
         let entry = write_metadata(&file, meta, mask, l.frame_numbers)?;
         if let Some(t) = l.end_time {
             str_ds(&entry, "end_time", t)?;
@@ -141,8 +140,7 @@ const SERIES_ATTR: &str = "rdaq_series";
 /// attribute, with the module mask taken from module 0's place in the pixel mask.
 pub fn read_meta(path: &Path) -> hdf5::Result<NxmxMeta> {
     let file = File::open(path)?;
-    let json: hdf5::types::VarLenUnicode = file.attr(SERIES_ATTR)?.read_scalar()?;
-    let mut meta: NxmxMeta = serde_json::from_str(json.as_str()).map_err(|e| hdf5::Error::from(format!("{SERIES_ATTR}: {e}")))?;
+    let mut meta = series_of(&file)?;
     let mask_ds = file.dataset("entry/instrument/detector/pixel_mask")?;
     let mask: Vec<u32> = rdaq_process::chunk_size::reading(&mask_ds, || mask_ds.read_raw())?;
     let g = meta.geometry;
@@ -152,6 +150,23 @@ pub fn read_meta(path: &Path) -> hdf5::Result<NxmxMeta> {
     let module: Vec<u32> = (0..g.module_height).flat_map(|y| mask[y * g.width()..y * g.width() + g.module_width].iter().copied()).collect();
     meta.module_mask = module.iter().any(|&m| m != 0).then_some(module);
     Ok(meta)
+}
+
+/// The series' metadata a file rdaq wrote keeps in its `rdaq_series` attribute (a master,
+/// or a file `rdaq process convert` made from one), without the module mask.
+pub fn read_series(path: &Path) -> hdf5::Result<NxmxMeta> {
+    series_of(&File::open(path)?)
+}
+
+/// Keeps `meta` in `file`'s `rdaq_series` attribute.
+pub fn write_series(file: &File, meta: &NxmxMeta) -> hdf5::Result<()> {
+    let series = serde_json::to_string(meta).map_err(|e| hdf5::Error::from(e.to_string()))?;
+    str_attr(file, SERIES_ATTR, &series)
+}
+
+fn series_of(file: &File) -> hdf5::Result<NxmxMeta> {
+    let json: hdf5::types::VarLenUnicode = file.attr(SERIES_ATTR)?.read_scalar()?;
+    serde_json::from_str(json.as_str()).map_err(|e| hdf5::Error::from(format!("{SERIES_ATTR}: {e}")))
 }
 
 /// `/entry/data`: the links to the data files and the virtual datasets across them.

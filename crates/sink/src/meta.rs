@@ -129,10 +129,18 @@ pub struct NxmxMeta {
     pub module_mask: Option<Vec<u32>>,
 }
 
-/// The settings of the online processing that made a file: what `rdaq process spots` takes
-/// as its defaults for that file.
+/// The settings of the online processing that made a file, or (`applied` false) that a run
+/// of raw JUNGFRAU frames was configured with: what `rdaq process convert` and `spots` take
+/// as their defaults for that file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProcessingMeta {
+    /// Whether the processing made the file's images; false: the images are raw, and these
+    /// are the run's settings for processing them.
+    #[serde(default = "applied")]
+    pub applied: bool,
+    /// What the conversion made of the invalid gain code 10: error, g0 or g2.
+    #[serde(default = "invalid_gain_error")]
+    pub invalid_gain: String,
     /// The spot finder: "local" (local SNR).
     pub finder: String,
     /// The finder ran on the keV image: its strong-pixel threshold was this many photons of
@@ -144,6 +152,14 @@ pub struct ProcessingMeta {
     pub max_pixels: u32,
     /// Frames with fewer spots were vetoed (neither written nor streamed); `None`: no veto.
     pub veto_min_spots: Option<usize>,
+}
+
+fn applied() -> bool {
+    true
+}
+
+fn invalid_gain_error() -> String {
+    "error".into()
 }
 
 fn internal() -> String {
