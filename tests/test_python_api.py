@@ -225,9 +225,23 @@ def test_a_runs_finder_settings_find_its_spots_again(tmp_path):
             run = np.stack([r[k][i, :n] for k in ("peakXPosRaw", "peakYPosRaw", "peakTotalIntensity", "peakNPixels")], axis=1)
             again = rdaq.find_spots(np.ascontiguousarray(f["entry/data/data"][i], dtype=np.float32), **kw)
             assert np.array_equal(again, run), i
+    assert rdaq.run_converter(master) == {"invalid_gain": "error"}
     with h5py.File(tmp_path / "plain.h5", "w") as f:
         f["entry/data/data"] = np.zeros((1, 4, 4), np.float32)
-    assert rdaq.run_finder(tmp_path / "plain.h5") is None
+    assert rdaq.run_finder(tmp_path / "plain.h5") is None and rdaq.run_converter(tmp_path / "plain.h5") is None
+
+
+@pytest.mark.usefixtures("rdaq")
+def test_a_raw_runs_conversion_settings_are_kept(tmp_path):
+    """A raw run's master keeps the settings it would have processed with: run_converter
+    gives its conversion rule (here `process.invalid_gain = "g2"`), run_finder nothing (the
+    images are raw words)."""
+    (tmp_path / "g2.toml").write_text('[process]\ninvalid_gain = "g2"\nmode = "raw"\n')
+    subprocess.run([str(RDAQ), "run", "--frames", "4", "--config", str(tmp_path / "g2.toml"), "--out", str(tmp_path / "raw")],
+                   check=True, capture_output=True, timeout=300)
+    master = tmp_path / "raw" / "rdaq_run_master.h5"
+    assert rdaq.run_converter(master) == {"invalid_gain": "g2"}
+    assert rdaq.run_finder(master) is None
 
 
 def test_the_readme_example_runs():

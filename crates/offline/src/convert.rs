@@ -60,6 +60,12 @@ pub fn convert(frames: &FrameReader, o: &ConvertOptions, out: &Output) -> anyhow
     Ok(frames.frames)
 }
 
+/// The invalid-gain rule of the run that wrote the rdaq master `path` (a processed run's, or
+/// a raw JUNGFRAU run's that it would have converted with); `None` for a file without it.
+pub fn run_invalid_gain(path: &Path) -> Option<String> {
+    rdaq_sink::master::read_series(path).ok()?.processing.map(|p| p.invalid_gain)
+}
+
 /// The series' metadata of a raw run's master at `path`, when rdaq wrote it raw and kept
 /// the settings it would have processed with; `None` otherwise.
 pub fn raw_run(path: &Path) -> Option<NxmxMeta> {

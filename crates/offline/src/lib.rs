@@ -11,7 +11,7 @@ pub mod output;
 pub mod pedestal;
 pub mod spots;
 
-pub use convert::{convert, raw_run, ConvertOptions, Counts, Unit};
+pub use convert::{convert, raw_run, run_invalid_gain, ConvertOptions, Counts, Unit};
 pub use output::Output;
 pub use pedestal::{pedestal, PedestalOptions, Pedestalled, Sums};
 pub use spots::{read_radius_map, run_finder, spots, Finder, Radius, RunFinder};

@@ -34,6 +34,7 @@ fn _rdaq(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stages::Pedestal>()?;
     m.add_function(wrap_pyfunction!(stages::find_spots, m)?)?;
     m.add_function(wrap_pyfunction!(stages::run_finder, m)?)?;
+    m.add_function(wrap_pyfunction!(stages::run_converter, m)?)?;
     m.add_function(wrap_pyfunction!(stages::compress, m)?)?;
     m.add_function(wrap_pyfunction!(stages::decompress, m)?)?;
     m.add_function(wrap_pyfunction!(stages::radius_map, m)?)?;

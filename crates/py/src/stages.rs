@@ -162,6 +162,19 @@ pub fn run_finder(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Option<B
     Ok(Some(d))
 }
 
+/// The conversion settings of the run that wrote the rdaq master `path` (a processed run's,
+/// or a raw JUNGFRAU run's that it would have converted with), as `Converter`'s keyword
+/// arguments beside the calibration's arrays; None for a file without them.
+#[pyfunction]
+pub fn run_converter(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Option<Bound<'_, PyDict>>> {
+    let Some(gain) = py.detach(|| rdaq_offline::run_invalid_gain(&path)) else {
+        return Ok(None);
+    };
+    let d = PyDict::new(py);
+    d.set_item("invalid_gain", gain)?;
+    Ok(Some(d))
+}
+
 /// The array's bytes as one bitshuffle chunk (HDF5 filter 32008's format: a 12-byte
 /// header, then blocks), with "lz4" or "zstd".
 #[pyfunction]

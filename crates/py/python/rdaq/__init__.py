@@ -15,10 +15,10 @@ in place; releasing is refused while one exists, and a released frame's pixels r
 """
 from . import control, stream
 from ._rdaq import (Acquisition, Converter, Emulator, Frame, FrameReleased, Pedestal, ProcessedFrame, Receiver, compress, decompress,
-                    find_spots, radius_map, run_finder)
+                    find_spots, radius_map, run_converter, run_finder)
 
 __all__ = ["Receiver", "Frame", "FrameReleased", "Acquisition", "ProcessedFrame", "Emulator", "Converter", "convert", "Pedestal", "find_spots",
-           "compress", "decompress", "radius_map", "run_finder", "control", "stream"]
+           "compress", "decompress", "radius_map", "run_converter", "run_finder", "control", "stream"]
 
 
 def convert(raw, pedestal, gain, mask=None, invalid_gain="error"):
