@@ -1,6 +1,7 @@
 //! What requests and configurations say of an experiment beside the frames: the photon
 //! energy, the detector's distance, where the beam meets it, the sample's name and how the
-//! frames are triggered, bounded where they are read. Each error names the field as the request spells it.
+//! frames are triggered, bounded where they are read. Each error names the field as the
+//! request spells it.
 
 /// Photon energies a detector of this kind is used at (JUNGFRAU: 2-25 keV), with room.
 pub const MIN_PHOTON_KEV: f64 = 0.1;
