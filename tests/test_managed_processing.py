@@ -147,6 +147,50 @@ def test_a_bad_process_section_is_refused_before_anything_starts(rdaq, tmp_path)
     assert r.returncode == 2 and "process.veto" in r.stderr and "topology.toml" in r.stderr, r.stderr
 
 
+def test_one_joined_stream_of_every_receivers_share(rdaq, tmp_path):
+    """`rdaq write --stream` publishes the receivers' shares (a temporal plan: alternate
+    frames) again as one Stream V2 series, without files: a consumer strict about every
+    field of the specification sees one start, every frame once in frame order with
+    image_id from 0, and one end; frame numbers, chunks and spot counts equal the joined
+    master's."""
+    import threading
+
+    import stream_consumer as sc
+    import stream_v2_strict as strict
+    streams = (f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}")
+    joined = f"tcp://127.0.0.1:{free_port()}"
+    topo = topology(tmp_path, '\n[process]\ncalibration = "emulated"\n', streams)
+    joiner = subprocess.Popen([rdaq, "write", "--from", streams[0], "--from", streams[1], "--stream", joined, "--stream-policy", "block",
+                               "--idle-timeout-s", "60", "--summary-json", tmp_path / "j.json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    got = []
+    consumer = threading.Thread(target=lambda: got.extend(sc.receive(joined, timeout_ms=120000)))
+    consumer.start()
+    try:
+        run_system(rdaq, tmp_path, topo, receiver_args=["--stream-policy", "block"])
+        out, err = joiner.communicate(timeout=60)
+    finally:
+        joiner.kill()
+    consumer.join(60)
+    assert joiner.returncode == 0, out + err
+    assert [m["type"] for m in got].count("start") == 1 and got[0]["type"] == "start", [m["type"] for m in got][:3]
+    assert [m["type"] for m in got].count("end") == 1 and got[-1]["type"] == "end"
+    for m in got:
+        assert strict.problems(m) == [], strict.problems(m)
+    images = [m for m in got if m["type"] == "image"]
+    assert [m["image_id"] for m in images] == list(range(len(images)))
+    numbers = [m["user_data"]["rdaq"]["frame_number"] for m in images]
+    with h5py.File(tmp_path / "report" / "acquisition_master.h5", "r") as j:
+        assert numbers == j["entry/data/frame_number"][:].tolist()
+        n_peaks = j["entry/result_1/nPeaks"][:].tolist()
+        for i in range(0, len(images), 7):
+            assert np.array_equal(sc.decode_array(images[i]["data"]["data"]), j["entry/data/data"][i]), f"image {i}"
+    kept = got[0]["user_data"]["rdaq"]["max_spots"]
+    assert [len(m["user_data"]["rdaq"]["spots"]["x"]) for m in images] == [min(n, kept) for n in n_peaks]
+    w = json.loads((tmp_path / "j.json").read_text())
+    assert w["ended"] and w["master"] is None and w["stream"]["images_sent"] == len(images) and w["stream"]["end_sent"]
+
+
 def test_rdaq_write_takes_every_receivers_stream_into_one_series(rdaq, tmp_path):
     """Each receiver streams its share; `rdaq write` with one --from per receiver writes one
     series with every frame once, in frame order: the frames of the joined master."""

@@ -19,9 +19,19 @@ pub struct WriteArgs {
     /// one per receiver of an acquisition) are written as one series in frame order.
     #[arg(long, required = true)]
     from: Vec<String>,
-    /// Output directory.
+    /// Output directory (none: no files; then --stream).
+    #[arg(long, required_unless_present = "stream")]
+    out: Option<PathBuf>,
+    /// Publish the merged series again as one Stream V2 series on this endpoint (one live
+    /// stream of the receivers' shares: one start, every image once in frame order, one end).
     #[arg(long)]
-    out: PathBuf,
+    stream: Option<String>,
+    /// The joined stream's socket: push (consumers share the images) or pub.
+    #[arg(long, default_value = "push")]
+    stream_socket: String,
+    /// The joined stream's policy when its consumers are slower: drop (counted) or block.
+    #[arg(long, default_value = "drop")]
+    stream_policy: String,
     /// Files are <NAME>_master.h5, <NAME>_data_000001.h5, ...
     #[arg(long, default_value = "series")]
     name: String,
@@ -51,10 +61,18 @@ pub fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     on_interrupt("rdaq write", "closing the files", move || flag.store(true, Ordering::Relaxed));
+    let stream = match a.stream {
+        Some(endpoint) => {
+            let s = rdaq_run::config::Stream { endpoint, socket: a.stream_socket, policy: a.stream_policy, ..Default::default() };
+            s.config().map_err(|e| anyhow::anyhow!("--stream: {e}"))?
+        }
+        None => None,
+    };
     let o = WriteOptions {
         from: a.from,
         socket: if a.sub { SocketKind::Pub } else { SocketKind::Push },
         dir: a.out,
+        stream,
         name: Some(a.name),
         images_per_file: a.images_per_file,
         overwrite: a.overwrite,

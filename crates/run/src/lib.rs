@@ -45,6 +45,7 @@ pub mod consume;
 pub mod embedded;
 pub mod emulated;
 pub mod graph;
+pub mod joined;
 pub mod latency;
 pub mod outputs;
 pub mod pairs;

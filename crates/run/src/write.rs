@@ -9,6 +9,10 @@
 //! has one waiting (or has ended). A source that falls more than [`MAX_WAITING`] images
 //! behind the others no longer holds them back: what it sends later is written when it
 //! comes, and counted as out of order.
+//!
+//! With a stream endpoint, the merged series is also published again as one Stream V2
+//! series ([`crate::joined`]): one live stream of a multi-receiver acquisition; the files
+//! are then optional.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -18,8 +22,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use indicatif::ProgressBar;
 use rdaq_sink::{NxmxMeta, NxmxWriter};
-use rdaq_stream::{decode, Buffer, Consumer, Image, Message, SocketKind};
+use rdaq_stream::{decode, Buffer, Consumer, Image, Message, SocketKind, StreamConfig, StreamStats};
 
+use crate::joined::Joined;
 use crate::outputs;
 
 /// Images waiting for the other sources, at most, before the lowest is written anyway.
@@ -29,7 +34,10 @@ pub struct WriteOptions {
     /// The publishers' endpoints, e.g. `tcp://receiver-host:31001` (one per receiver).
     pub from: Vec<String>,
     pub socket: SocketKind,
-    pub dir: PathBuf,
+    /// Where the files go (none: no files, the joined stream only).
+    pub dir: Option<PathBuf>,
+    /// Publish the merged series again as one Stream V2 series here.
+    pub stream: Option<StreamConfig>,
     /// Files are `<name>_master.h5`, `<name>_data_000001.h5`, ... (default name "series").
     pub name: Option<String>,
     /// Images per data file; default what the source says (rdaq's), else 1000.
@@ -60,6 +68,15 @@ pub struct WriteReport {
     pub write_error: Option<String>,
     /// Each source's part.
     pub sources: Vec<SourceReport>,
+    /// The joined stream: where it was published and what it sent.
+    pub stream: Option<JoinedReport>,
+}
+
+#[derive(Debug, Default, serde::Serialize)]
+pub struct JoinedReport {
+    pub endpoint: String,
+    #[serde(flatten)]
+    pub stats: StreamStats,
 }
 
 /// What one source sent.
@@ -93,7 +110,12 @@ impl WriteReport {
         println!("end         : {}", if self.ended { "received" } else { "not received (timeout or interrupted)" });
         match &self.master {
             Some(m) => println!("output      : {}", m.display()),
-            None => println!("output      : none (no series started)"),
+            None => println!("output      : no files"),
+        }
+        if let Some(j) = &self.stream {
+            let s = &j.stats;
+            println!("stream      : {}: {} images sent, {} dropped, {} waits; start {}, end {}", j.endpoint, s.images_sent, s.images_dropped, s.waits,
+                if s.start_sent { "sent" } else { "not sent" }, if s.end_sent { "sent" } else { "not sent" });
         }
         if let Some(e) = &self.write_error {
             println!("write error : {e}");
@@ -101,9 +123,10 @@ impl WriteReport {
     }
 }
 
-/// The series being written.
+/// The series being written (to files, or only to the joined stream).
 struct Series {
-    writer: NxmxWriter,
+    meta: NxmxMeta,
+    writer: Option<NxmxWriter>,
     spots: bool,
     first: Option<Instant>,
     last: Option<Instant>,
@@ -116,6 +139,8 @@ struct Source {
     consumer: Consumer,
     report: SourceReport,
     started: bool,
+    /// The images its `start` said its series holds.
+    announced: Option<u64>,
     next_id: u64,
     waiting: VecDeque<Image>,
 }
@@ -123,15 +148,35 @@ struct Source {
 /// Consumes one series from each of `o.from` and writes them as one; stops when every
 /// source ended, when `stop` is set, or after `o.idle_timeout` without a message.
 pub fn write(o: &WriteOptions, stop: &AtomicBool, bar: &ProgressBar) -> anyhow::Result<WriteReport> {
-    std::fs::create_dir_all(&o.dir).with_context(|| format!("cannot create {}", o.dir.display()))?;
     if o.from.is_empty() {
         bail!("--from: at least one stream endpoint");
     }
+    if o.dir.is_none() && o.stream.is_none() {
+        bail!("nothing to write: give --out (files), --stream (one joined stream) or both");
+    }
+    if let Some(dir) = &o.dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let mut joined = o.stream.as_ref().map(Joined::bind).transpose()?;
     let mut sources = Vec::with_capacity(o.from.len());
     for e in &o.from {
         let consumer = Consumer::connect(e, o.socket, 1000)?;
-        sources.push(Source { consumer, report: SourceReport { endpoint: e.clone(), ..Default::default() }, started: false, next_id: 0, waiting: VecDeque::new() });
+        sources.push(Source { consumer, report: SourceReport { endpoint: e.clone(), ..Default::default() }, started: false, announced: None, next_id: 0, waiting: VecDeque::new() });
     }
+    let report = consume(o, stop, bar, &mut sources, joined.as_mut());
+    let mut report = report?;
+    if let Some(j) = joined {
+        let endpoint = j.endpoint();
+        report.stream = Some(JoinedReport { endpoint, stats: j.end()? });
+    }
+    report.images_missing = sources.iter().map(|s| s.report.images_missing).sum();
+    report.sources = sources.into_iter().map(|s| s.report).collect();
+    Ok(report)
+}
+
+/// Takes the sources' messages until every source ended, `stop` is set, or `o.idle_timeout`
+/// passed without a message, merging their images into the series.
+fn consume(o: &WriteOptions, stop: &AtomicBool, bar: &ProgressBar, sources: &mut [Source], mut joined: Option<&mut Joined>) -> anyhow::Result<WriteReport> {
     let (mut buf, mut report, mut series) = (Buffer::new(), WriteReport::default(), None::<Series>);
     let mut heard = Instant::now();
     while !stop.load(Ordering::Relaxed) && !sources.iter().all(|s| s.report.ended) {
@@ -145,7 +190,7 @@ pub fn write(o: &WriteOptions, stop: &AtomicBool, bar: &ProgressBar) -> anyhow::
             take(o, &mut sources[k], &buf, &mut series, &mut report, bar)?;
         }
         if let Some(s) = series.as_mut() {
-            merge(s, &mut sources, &mut report, bar);
+            merge(s, sources, &mut report, bar, joined.as_deref_mut())?;
         }
         if any {
             heard = Instant::now();
@@ -157,12 +202,16 @@ pub fn write(o: &WriteOptions, stop: &AtomicBool, bar: &ProgressBar) -> anyhow::
     report.ended = sources.iter().all(|s| s.report.ended);
     if let Some(mut s) = series {
         // what still waits (interrupted, or a source that never ended) is written too
+        let ended: Vec<bool> = sources.iter().map(|src| src.report.ended).collect();
         sources.iter_mut().for_each(|src| src.report.ended = true);
-        merge(&mut s, &mut sources, &mut report, bar);
+        merge(&mut s, sources, &mut report, bar, joined.as_deref_mut())?;
+        sources.iter_mut().zip(ended).for_each(|(src, e)| src.report.ended = e);
+        // a series without images (every frame vetoed) still starts and ends
+        if let Some(j) = joined.filter(|_| s.first.is_none()) {
+            j.start(&joined_meta(&s.meta, sources))?;
+        }
         close(s, &mut report)?;
     }
-    report.images_missing = sources.iter().map(|s| s.report.images_missing).sum();
-    report.sources = sources.into_iter().map(|s| s.report).collect();
     Ok(report)
 }
 
@@ -174,9 +223,10 @@ fn take(o: &WriteOptions, src: &mut Source, buf: &Buffer, series: &mut Option<Se
         Ok(Message::Start(_)) if src.started => bail!("{from}: a second series started before the first ended; rdaq write writes one series per source"),
         Ok(Message::Start(meta)) => {
             src.started = true;
+            src.announced = meta.number_of_images;
             match series {
                 None => *series = Some(open(o, *meta, bar)?),
-                Some(s) => same_images(s.writer.meta(), &meta).with_context(|| format!("{from}: its series cannot be written with the first source's"))?,
+                Some(s) => same_images(&s.meta, &meta).with_context(|| format!("{from}: its series cannot be written with the first source's"))?,
             }
         }
         Ok(Message::Image(_)) if !src.started => report.images_before_start += 1,
@@ -207,13 +257,16 @@ fn same_images(a: &NxmxMeta, b: &NxmxMeta) -> anyhow::Result<()> {
 }
 
 /// Writes the waiting images in frame order: the lowest, as long as every source still
-/// running has one waiting, or too many wait.
-fn merge(s: &mut Series, sources: &mut [Source], report: &mut WriteReport, bar: &ProgressBar) {
+/// running has one waiting, or too many wait. The joined stream starts with the first.
+fn merge(s: &mut Series, sources: &mut [Source], report: &mut WriteReport, bar: &ProgressBar, mut joined: Option<&mut Joined>) -> anyhow::Result<()> {
     loop {
         let held = sources.iter().any(|x| !x.report.ended && x.waiting.is_empty());
         let waiting: usize = sources.iter().map(|x| x.waiting.len()).sum();
         if waiting == 0 || (held && waiting <= MAX_WAITING) {
-            return;
+            return Ok(());
+        }
+        if let Some(j) = joined.as_deref_mut().filter(|_| s.first.is_none()) {
+            j.start(&joined_meta(&s.meta, sources))?;
         }
         let k = (0..sources.len()).filter(|&k| !sources[k].waiting.is_empty()).min_by_key(|&k| sources[k].waiting[0].frame_number).expect("an image waits");
         let img = sources[k].waiting.pop_front().expect("an image waits");
@@ -221,25 +274,42 @@ fn merge(s: &mut Series, sources: &mut [Source], report: &mut WriteReport, bar: 
             report.images_out_of_order += 1;
         }
         s.highest = s.highest.max(Some(img.frame_number));
+        if let Some(j) = joined.as_deref_mut() {
+            j.image(&img)?;
+        }
         put(s, img, report);
         bar.inc(1);
     }
 }
 
-/// Creates the files of the series the `start` message describes.
+/// The joined series' metadata: the first source's, holding every source's images when each
+/// said how many.
+fn joined_meta(first: &NxmxMeta, sources: &[Source]) -> NxmxMeta {
+    let announced: Option<u64> = sources.iter().map(|x| x.announced).sum();
+    NxmxMeta { number_of_images: announced, ..first.clone() }
+}
+
+/// Creates the files of the series the `start` message describes (none without a
+/// directory).
 fn open(o: &WriteOptions, mut meta: NxmxMeta, bar: &ProgressBar) -> anyhow::Result<Series> {
     if let Some(n) = o.images_per_file {
         meta.images_per_file = n;
     }
-    let name = o.name.clone().unwrap_or_else(|| "series".to_string());
-    let master = o.dir.join(format!("{name}_master.h5"));
-    outputs::refuse_existing(outputs::series_files(&master).iter().map(PathBuf::as_path), o.overwrite)?;
     if let Some(n) = meta.number_of_images {
         bar.set_length(n);
     }
-    let writer = NxmxWriter::create(&master, &meta, o.overwrite)?;
-    outputs::warn_without_reserve(&writer, &master);
-    Ok(Series { spots: meta.max_spots > 0, writer, first: None, last: None, highest: None })
+    let writer = match &o.dir {
+        Some(dir) => {
+            let name = o.name.clone().unwrap_or_else(|| "series".to_string());
+            let master = dir.join(format!("{name}_master.h5"));
+            outputs::refuse_existing(outputs::series_files(&master).iter().map(PathBuf::as_path), o.overwrite)?;
+            let writer = NxmxWriter::create(&master, &meta, o.overwrite)?;
+            outputs::warn_without_reserve(&writer, &master);
+            Some(writer)
+        }
+        None => None,
+    };
+    Ok(Series { spots: meta.max_spots > 0, meta, writer, first: None, last: None, highest: None })
 }
 
 /// Writes one image's chunk as it came, with its spot list.
@@ -247,17 +317,15 @@ fn put(s: &mut Series, img: Image, report: &mut WriteReport) {
     let now = Instant::now();
     s.first.get_or_insert(now);
     s.last = Some(now);
-    if report.write_error.is_some() {
-        return;
-    }
-    let want = s.writer.meta().pixel.bytes();
+    let Some(writer) = s.writer.as_mut().filter(|_| report.write_error.is_none()) else { return };
+    let want = s.meta.pixel.bytes();
     if img.elem != want {
         report.write_error = Some(format!("image {} (frame {}): {}-byte pixels, the series' start said {want}", img.image_id, img.frame_number, img.elem));
         return;
     }
-    let r = s.writer.write_chunk(img.frame_number, &img.chunk, &img.missing).and_then(|()| match (s.spots, &img.spots) {
-        (true, Some((spots, hit))) => s.writer.write_spots(spots, spots.len(), *hit),
-        (true, None) => s.writer.write_spots(&[], 0, false),
+    let r = writer.write_chunk(img.frame_number, &img.chunk, &img.missing).and_then(|()| match (s.spots, &img.spots) {
+        (true, Some((spots, hit))) => writer.write_spots(spots, spots.len(), *hit),
+        (true, None) => writer.write_spots(&[], 0, false),
         (false, _) => Ok(()),
     });
     match r {
@@ -274,7 +342,8 @@ fn close(s: Series, report: &mut WriteReport) -> anyhow::Result<()> {
         (Some(a), Some(b)) => (b - a).as_secs_f64(),
         _ => 0.0,
     };
-    let closed = s.writer.finish()?;
+    let Some(writer) = s.writer else { return Ok(()) };
+    let closed = writer.finish()?;
     if let Some(why) = closed.unreadable {
         report.write_error.get_or_insert(why);
     }

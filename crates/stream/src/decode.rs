@@ -38,6 +38,9 @@ pub struct Image {
     /// Byte ranges of the raw 16-bit image with no data (as the NXmx writer takes them).
     pub missing: Vec<(usize, usize)>,
     pub spots: Option<(Vec<Spot>, bool)>,
+    /// The exposure's start and stop in nanoseconds since the series' date (0, 0 when the
+    /// message's rationals are absent or not countable in nanoseconds).
+    pub time_ns: (u64, u64),
 }
 
 type Map = Vec<(Value, Value)>;
@@ -176,7 +179,8 @@ fn image(m: &Map) -> Result<Image, DecodeError> {
     let data = map(m, "data")?;
     let (_, array) = data.first().ok_or(DecodeError::Field("data"))?;
     let (elem, chunk) = bslz4(array)?;
-    let mut img = Image { image_id: uint(m, "image_id")?, frame_number: uint(m, "image_id")?, elem, chunk, ..Image::default() };
+    let time_ns = (nanoseconds(m, "start_time"), nanoseconds(m, "stop_time"));
+    let mut img = Image { image_id: uint(m, "image_id")?, frame_number: uint(m, "image_id")?, elem, chunk, time_ns, ..Image::default() };
     if let Some(r) = rdaq_fields(m) {
         img.frame_number = uint(r, "frame_number")?;
         let runs = get(r, "missing_pixels").and_then(|v| v.as_array()).ok_or(DecodeError::Field("missing_pixels"))?;
@@ -190,6 +194,16 @@ fn image(m: &Map) -> Result<Image, DecodeError> {
         }
     }
     Ok(img)
+}
+
+/// A time rational `[count, per second]` in nanoseconds; 0 when absent or malformed.
+fn nanoseconds(m: &Map, key: &'static str) -> u64 {
+    let pair = get(m, key).and_then(|v| v.as_array()).filter(|p| p.len() == 2);
+    let n = |v: &Value| v.as_integer().and_then(|i| u128::try_from(i).ok());
+    match pair.map(|p| (n(&p[0]), n(&p[1]))) {
+        Some((Some(count), Some(base))) if base > 0 => u64::try_from(count * 1_000_000_000 / base).unwrap_or(u64::MAX),
+        _ => 0,
+    }
 }
 
 /// `40([dims, T(56500(["bslz4", elem, chunk]))])` -> (elem, chunk).
@@ -246,6 +260,7 @@ mod tests {
         let Message::Image(img) = decode(e.image(&info, &[7, 8, 9])).unwrap() else { panic!("image") };
         assert_eq!((img.image_id, img.frame_number, img.elem, img.chunk.as_slice()), (2, 9, 4, &[7u8, 8, 9][..]));
         assert_eq!(img.missing, vec![(20, 40)]);
+        assert_eq!(img.time_ns, (0, 1));
         assert_eq!(img.spots, Some((spots, true)));
         assert!(matches!(decode(e.end(1, 0)).unwrap(), Message::End));
         let e = decode(&[0xa1, 0x64, b't', b'y', b'p', b'e', 0x63, b'f', b'o', b'o']).unwrap_err();
