@@ -1,0 +1,124 @@
+"""rdaq.sls, the detector-control layer over PSI's slsdet, against a stand-in of
+slsdet.Detector that records every call and answers as the real one does (its property
+names, its per-module dicts, its enums: checked against the real slsdet's below)."""
+import enum
+import types
+
+import pytest
+
+from rdaq.sls import DetectorError, SlsControl
+
+GainMode = enum.Enum("gainMode", "DYNAMIC FORCE_SWITCH_G1 FORCE_SWITCH_G2 FIX_G1 FIX_G2 FIX_G0")
+TimingMode = enum.Enum("timingMode", "AUTO_TIMING TRIGGER_EXPOSURE GATED BURST_TRIGGER TRIGGER_GATED")
+RunStatus = enum.Enum("runStatus", "IDLE ERROR WAITING RUN_FINISHED TRANSMITTING RUNNING STOPPED")
+ENUMS = types.SimpleNamespace(gainMode=GainMode, timingMode=TimingMode, runStatus=RunStatus)
+SETTINGS = ["numinterfaces", "udp_dstip", "udp_dstmac", "udp_dstport", "udp_dstip2", "udp_dstmac2", "udp_dstport2",
+            "timing", "frames", "triggers", "period", "exptime", "gainmode"]
+
+
+class StandIn:
+    """slsdet.Detector as rdaq.sls uses it: settings recorded in order (a dict of module
+    index to value sets each module, as slsdet's set_using_dict does), start and stop,
+    and a status that runs for `busy` polls after each start, then says `ends`."""
+
+    def __init__(self, modules=2, busy=2, ends=None, interrupt_at=None):
+        self.__dict__.update(calls=[], modules=modules, busy=busy, ends=list(ends or []), polls=0, interrupt_at=interrupt_at,
+                             values={"gainmode": GainMode.DYNAMIC, "frames": 1})
+
+    def __len__(self):
+        return self.modules
+
+    def __setattr__(self, name, value):
+        assert name in SETTINGS, f"slsdet.Detector has no setting {name} here"
+        if isinstance(value, dict):
+            assert set(value) <= set(range(self.modules)), value
+        self.calls.append((name, value))
+        self.values[name] = value
+
+    def __getattr__(self, name):
+        if name in ("gainmode", "frames"):
+            return self.values[name]
+        raise AttributeError(name)
+
+    def start(self):
+        self.calls.append(("start", self.values["gainmode"], self.values["frames"]))
+        self.__dict__["polls"] = 0
+
+    def stop(self):
+        self.calls.append(("stop",))
+
+    @property
+    def status(self):
+        self.__dict__["polls"] += 1
+        if self.polls == self.interrupt_at:
+            raise KeyboardInterrupt
+        if self.polls <= self.busy:
+            return RunStatus.RUNNING
+        return self.ends.pop(0) if self.ends else RunStatus.IDLE
+
+
+def test_the_stand_in_speaks_slsdets_api():
+    """Every setting, call and enum member the stand-in offers exists in slsdet 10.0.1."""
+    slsdet = pytest.importorskip("slsdet")
+    for name in SETTINGS + ["start", "stop", "status", "hostname", "__len__"]:
+        assert hasattr(slsdet.Detector, name), name
+    for ours, theirs in ((GainMode, slsdet.gainMode), (TimingMode, slsdet.timingMode), (RunStatus, slsdet.runStatus)):
+        assert all(hasattr(theirs, m.name) for m in ours), ours
+
+
+def test_two_modules_with_two_interfaces_send_to_the_receivers_ports():
+    """Module m, interface i sends to port + m * interfaces + i, where `rdaq receive --port
+    --interfaces 2` listens."""
+    d = StandIn(modules=2)
+    SlsControl(d, ENUMS).point_at("10.1.1.100", "9c:dc:71:47:e5:d4", port=50001, interfaces=2)
+    assert d.calls == [("numinterfaces", 2), ("udp_dstip", "10.1.1.100"), ("udp_dstmac", "9c:dc:71:47:e5:d4"),
+                       ("udp_dstport", {0: 50001, 1: 50003}), ("udp_dstip2", "10.1.1.100"), ("udp_dstmac2", "9c:dc:71:47:e5:d4"),
+                       ("udp_dstport2", {0: 50002, 1: 50004})]
+    one = StandIn(modules=3)
+    SlsControl(one, ENUMS).point_at("10.1.1.100", "9c:dc:71:47:e5:d4", port=50001)
+    assert ("udp_dstport", {0: 50001, 1: 50002, 2: 50003}) in one.calls and not any(c[0].endswith("2") for c in one.calls)
+    with pytest.raises(ValueError, match="65536"):
+        SlsControl(StandIn(), ENUMS).point_at("10.1.1.100", "9c:dc:71:47:e5:d4", port=65535, interfaces=2)
+
+
+def test_frames_timing_and_exposure_by_rdaqs_trigger_names():
+    d = StandIn()
+    c = SlsControl(d, ENUMS)
+    c.configure(frames=100, period_s=0.002, exptime_s=10e-6, trigger="external", triggers=5)
+    assert d.calls == [("timing", TimingMode.TRIGGER_EXPOSURE), ("frames", 100), ("triggers", 5), ("period", 0.002), ("exptime", 10e-6)]
+    with pytest.raises(ValueError, match="trigger 'edge'"):
+        c.configure(frames=1, period_s=0.0, exptime_s=1e-5, trigger="edge")
+    with pytest.raises(ValueError, match="exposure"):
+        c.configure(frames=1, period_s=0.0, exptime_s=0.0)
+
+
+def test_the_pedestal_procedure_forces_each_gain_and_restores_the_detector():
+    """Dynamic gain (G0), then forced G1, then forced G2, each with the frames asked for and
+    acquired to the end; the gain mode and frame count found are restored after."""
+    d = StandIn()
+    d.values.update(gainmode=GainMode.FIX_G1, frames=7)
+    stages = []
+    SlsControl(d, ENUMS).pedestal(frames=1000, on_stage=stages.append)
+    assert stages == ["g0", "g1", "g2"]
+    starts = [c for c in d.calls if c[0] == "start"]
+    assert starts == [("start", GainMode.DYNAMIC, 1000), ("start", GainMode.FORCE_SWITCH_G1, 1000), ("start", GainMode.FORCE_SWITCH_G2, 1000)]
+    assert d.calls[-2:] == [("gainmode", GainMode.FIX_G1), ("frames", 7)]
+
+
+def test_a_stage_that_fails_stops_the_detector_and_still_restores_it():
+    """The detector says ERROR in the forced-G1 stage: it is stopped, the procedure raises,
+    and the gain mode and frames are back as they were; the G2 stage never starts."""
+    d = StandIn(ends=[RunStatus.IDLE, RunStatus.ERROR])
+    with pytest.raises(DetectorError, match="error"):
+        SlsControl(d, ENUMS).pedestal(frames=10)
+    assert [c[1] for c in d.calls if c[0] == "start"] == [GainMode.DYNAMIC, GainMode.FORCE_SWITCH_G1]
+    assert ("stop",) in d.calls and d.calls[-2:] == [("gainmode", GainMode.DYNAMIC), ("frames", 1)]
+
+
+def test_an_interrupt_stops_the_detector_and_restores_it():
+    """Ctrl-C while the detector runs: stopped, restored, and the interrupt goes on."""
+    d = StandIn(busy=10**9, interrupt_at=3)
+    with pytest.raises(KeyboardInterrupt):
+        SlsControl(d, ENUMS).pedestal(frames=10)
+    assert ("stop",) in d.calls and d.calls[-2:] == [("gainmode", GainMode.DYNAMIC), ("frames", 1)]
+    assert SlsControl(StandIn(), ENUMS).state() == "running"
