@@ -122,3 +122,41 @@ def test_an_interrupt_stops_the_detector_and_restores_it():
         SlsControl(d, ENUMS).pedestal(frames=10)
     assert ("stop",) in d.calls and d.calls[-2:] == [("gainmode", GainMode.DYNAMIC), ("frames", 1)]
     assert SlsControl(StandIn(), ENUMS).state() == "running"
+
+
+def test_a_pedestal_run_with_the_detector_driven(rdaq, tmp_path):
+    """pedestal_run: `rdaq receive --pedestal-run` started and listening, then the procedure.
+    The stand-in detector replays PSI's virtual JUNGFRAU's three captured frames at each
+    start (numbered on from the last) to the port point_at gave it: the receiver takes 9
+    frames, writes a calibration with every stage's frames, and exits 0; the detector is
+    restored."""
+    import socket
+
+    import h5py
+
+    from conftest import INTEROP, read_capture, send_udp
+    from rdaq.sls import pedestal_run
+    capture = read_capture(INTEROP / "jungfrau_virtual.bin")
+    numbers = sorted({int.from_bytes(p[:8], "little") for p in capture})
+    assert len(numbers) == 3
+
+    class Replaying(StandIn):
+        def start(self):
+            super().start()
+            stage = sum(1 for c in self.calls if c[0] == "start") - 1
+            port = self.values["udp_dstport"][0]
+            send_udp([((int.from_bytes(p[:8], "little") + 3 * stage).to_bytes(8, "little") + p[8:], port) for p in capture])
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = Replaying(modules=1)
+    c = SlsControl(d, ENUMS)
+    c.point_at("127.0.0.1", "00:00:00:00:00:00", port)
+    rc = pedestal_run(c, tmp_path / "cal.h5", frames=3, port=port, rdaq=str(rdaq),
+                      receive_args=["--modules", "1", "--timeout-s", "60", "--frame-timeout-ms", "200", "--ring-mib", "16", "--stream", "none"])
+    assert rc == 0
+    with h5py.File(tmp_path / "cal.h5", "r") as f:
+        assert f["pedestal_frames"][:].tolist() == [9, 9, 9]
+    assert [c[1] for c in d.calls if c[0] == "start"] == [GainMode.DYNAMIC, GainMode.FORCE_SWITCH_G1, GainMode.FORCE_SWITCH_G2]
+    assert d.calls[-2:] == [("gainmode", GainMode.DYNAMIC), ("frames", 1)]

@@ -18,15 +18,25 @@ taking ``3 * frames`` frames records all three into the calibration. The gain mo
 count the detector had are restored afterwards, also when a stage fails or is interrupted
 (the detector is stopped first).
 
-Reduced form, said here and in docs/processing.md: this is the Python layer only; ``rdaq
-receive`` and the acquisition service do not call it yet, and it has run against a stand-in
-of ``slsdet.Detector`` that records every call (tests/test_sls_control.py), not a detector.
+``pedestal_run`` (and ``python -m rdaq.sls pedestal --detector HOST ...``) runs the whole
+pedestal run: ``rdaq receive --pedestal-run`` started and listening, then the procedure.
+
+Reduced form, said here and in docs/processing.md: ``rdaq receive`` and the acquisition
+service do not drive the detector themselves yet (this layer runs ``rdaq receive``), and it
+has run against a stand-in of ``slsdet.Detector`` that records every call and replays PSI's
+virtual JUNGFRAU's packets (tests/test_sls_control.py), not against a detector.
 """
 from __future__ import annotations
 
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-__all__ = ["SlsControl", "DetectorError"]
+__all__ = ["SlsControl", "DetectorError", "pedestal_run", "main"]
 
 #: how often the detector's state is asked while it acquires
 POLL_S = 0.05
@@ -131,3 +141,61 @@ class SlsControl:
                 self.acquire()
         finally:
             self.det.gainmode, self.det.frames = before
+
+
+def pedestal_run(control: SlsControl, calibration, frames: int, port: int, interfaces: int = 1, rdaq: str = "rdaq",
+                 receive_args=(), ready_timeout_s: float = 60.0) -> int:
+    """A whole JUNGFRAU pedestal run: ``rdaq receive --format sls --pedestal-run
+    calibration`` taking ``3 * frames`` frames on ``port`` (and ``interfaces``), started
+    first, then the detector's pedestal procedure; returns rdaq receive's exit status (0:
+    the calibration was written). The detector's UDP destinations must point at the
+    receiver already (``SlsControl.point_at``). A failing procedure stops the receiver."""
+    with tempfile.TemporaryDirectory(prefix="rdaq-sls-") as tmp:
+        ready = Path(tmp) / "ports.json"
+        cmd = [rdaq, "receive", "--format", "sls", "--port", str(port), "--interfaces", str(interfaces), "--frames", str(3 * frames),
+               "--pedestal-run", str(calibration), "--buffers-out", str(ready), *map(str, receive_args)]
+        receiver = subprocess.Popen(cmd)
+        try:
+            _wait_listening(receiver, ready, ready_timeout_s)
+            control.pedestal(frames)
+        except BaseException:
+            receiver.terminate()
+            receiver.wait(timeout=60)
+            raise
+        return receiver.wait()
+
+
+def _wait_listening(receiver, ready: Path, timeout_s: float):
+    """Until the receiver says where it listens (its --buffers-out file)."""
+    deadline = time.monotonic() + timeout_s
+    while not ready.exists():
+        if receiver.poll() is not None:
+            raise DetectorError(f"rdaq receive ended before it listened (exit {receiver.returncode})")
+        if time.monotonic() > deadline:
+            raise DetectorError(f"rdaq receive did not listen within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rdaq.sls", description="Drive a JUNGFRAU through slsdet for rdaq's receiver.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("pedestal", help="a pedestal run (G0, forced G1, forced G2) into a calibration file")
+    p.add_argument("--detector", required=True, help="the detector's hostname(s), modules joined by +")
+    p.add_argument("--receiver-ip", required=True, help="the receiver's data interface address")
+    p.add_argument("--receiver-mac", required=True, help="... and its MAC address")
+    p.add_argument("--port", type=int, default=50001, help="rdaq receive's first data port (default 50001)")
+    p.add_argument("--interfaces", type=int, default=1, choices=(1, 2))
+    p.add_argument("--frames", type=int, default=1000, help="dark frames per gain stage (default 1000)")
+    p.add_argument("--period-s", type=float, default=0.002)
+    p.add_argument("--exptime-s", type=float, default=10e-6)
+    p.add_argument("--calibration", required=True, type=Path, help="the calibration file to write")
+    p.add_argument("--rdaq", default=os.environ.get("RDAQ", "rdaq"), help="the rdaq binary (default: RDAQ, else rdaq on PATH)")
+    a = ap.parse_args(argv)
+    c = SlsControl.connect(a.detector)
+    c.point_at(a.receiver_ip, a.receiver_mac, a.port, a.interfaces)
+    c.configure(a.frames, a.period_s, a.exptime_s)
+    return pedestal_run(c, a.calibration, a.frames, a.port, a.interfaces, a.rdaq)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
