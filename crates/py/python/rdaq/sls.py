@@ -191,10 +191,16 @@ def main(argv=None) -> int:
     p.add_argument("--calibration", required=True, type=Path, help="the calibration file to write")
     p.add_argument("--rdaq", default=os.environ.get("RDAQ", "rdaq"), help="the rdaq binary (default: RDAQ, else rdaq on PATH)")
     a = ap.parse_args(argv)
-    c = SlsControl.connect(a.detector)
-    c.point_at(a.receiver_ip, a.receiver_mac, a.port, a.interfaces)
-    c.configure(a.frames, a.period_s, a.exptime_s)
-    return pedestal_run(c, a.calibration, a.frames, a.port, a.interfaces, a.rdaq)
+    if not 1 <= a.frames <= 1_000_000:
+        ap.error(f"--frames {a.frames}: 1 to 1000000 per stage")
+    try:
+        c = SlsControl.connect(a.detector)
+        c.point_at(a.receiver_ip, a.receiver_mac, a.port, a.interfaces)
+        c.configure(a.frames, a.period_s, a.exptime_s)
+        return pedestal_run(c, a.calibration, a.frames, a.port, a.interfaces, a.rdaq)
+    except (ValueError, DetectorError, RuntimeError) as e:
+        print(f"python -m rdaq.sls: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
