@@ -160,3 +160,65 @@ def test_a_pedestal_run_with_the_detector_driven(rdaq, tmp_path):
         assert f["pedestal_frames"][:].tolist() == [9, 9, 9]
     assert [c[1] for c in d.calls if c[0] == "start"] == [GainMode.DYNAMIC, GainMode.FORCE_SWITCH_G1, GainMode.FORCE_SWITCH_G2]
     assert d.calls[-2:] == [("gainmode", GainMode.DYNAMIC), ("frames", 1)]
+
+
+class VirtualJungfrau(StandIn):
+    """A one-module JUNGFRAU behind the stand-in: at each start it sends `frames` frames to
+    where point_at sent it, each a frame of PSI's virtual JUNGFRAU's capture (its ADC values)
+    numbered on, every pixel in the gain its gain mode gives a dark pixel (G0, or forced G1
+    or G2); in dynamic gain with `spots`, twelve 3 x 3 blocks 1,000 ADU above the dark."""
+
+    GAIN_BITS = {GainMode.DYNAMIC: 0x0000, GainMode.FORCE_SWITCH_G1: 0x4000, GainMode.FORCE_SWITCH_G2: 0xC000}
+
+    def __init__(self, capture, **kw):
+        super().__init__(modules=1, **kw)
+        self.__dict__.update(capture=capture, spots=False, sent=0)
+
+    def start(self):
+        import numpy as np
+
+        from conftest import send_udp
+        super().start()
+        bits, port = self.GAIN_BITS[self.values["gainmode"]], self.values["udp_dstport"][0]
+        frames = {}
+        for p in self.capture:
+            frames.setdefault(int.from_bytes(p[:8], "little"), []).append(p)
+        cycle = [frames[k] for k in sorted(frames)]
+        out = []
+        for k in range(self.values["frames"]):
+            self.__dict__["sent"] += 1
+            for p in cycle[k % len(cycle)]:
+                pixels = (np.frombuffer(p[48:], "<u2") & 0x3FFF) | bits
+                packet = int.from_bytes(p[12:16], "little")
+                if self.spots and bits == 0 and packet % 10 == 5 and packet < 125:
+                    block = pixels.reshape(4, 1024)
+                    block[:3, 200 + packet:203 + packet] += 1000
+                out.append((self.sent.to_bytes(8, "little") + p[8:48] + pixels.astype("<u2").tobytes(), port))
+        send_udp(out)
+
+
+def test_the_jungfrau_walkthrough_from_a_hostname_to_processed_frames(rdaq, tmp_path, monkeypatch):
+    """docs/jungfrau.md's commands, with the stand-in detector for slsdet's: the pedestal
+    run writes a calibration that masks nothing (every pixel seen in every gain), and the
+    acquisition with it converts the frames, finds the twelve spots of each and keeps every
+    frame as a hit."""
+    import json
+    import socket
+
+    from conftest import INTEROP, read_capture
+    import rdaq.sls as sls
+    det = VirtualJungfrau(read_capture(INTEROP / "jungfrau_virtual.bin"))
+    monkeypatch.setattr(sls.SlsControl, "connect", classmethod(lambda cls, host: cls(det, ENUMS)))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = ["--detector", "jf1", "--receiver-ip", "127.0.0.1", "--receiver-mac", "00:00:00:00:00:00", "--port", str(port),
+              "--rdaq", str(rdaq)]
+    assert sls.main(["pedestal", *common, "--frames", "20", "--calibration", str(tmp_path / "cal.h5")]) == 0
+    det.__dict__["spots"] = True
+    receive = [f"--receive={a}" for a in ["--calibration", tmp_path / "cal.h5", "--summary-json", tmp_path / "s.json", "--modules", "1"]]
+    assert sls.main(["acquire", *common, "--frames", "6", "--out", str(tmp_path / "run.h5"), *receive]) == 0
+    s = json.loads((tmp_path / "s.json").read_text())
+    p = s["processing"]
+    assert (s["frames_complete"], p["signal_frames"], p["hits"]) == (6, 6, 6), p
+    assert p["spots_found"] == 6 * 12, p

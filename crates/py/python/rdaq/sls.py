@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["SlsControl", "DetectorError", "pedestal_run", "main"]
+__all__ = ["SlsControl", "DetectorError", "pedestal_run", "receive_beside", "main"]
 
 #: how often the detector's state is asked while it acquires
 POLL_S = 0.05
@@ -144,20 +144,30 @@ class SlsControl:
 
 
 def pedestal_run(control: SlsControl, calibration, frames: int, port: int, interfaces: int = 1, rdaq: str = "rdaq",
-                 receive_args=(), ready_timeout_s: float = 60.0) -> int:
+                 receive_args=(), ready_timeout_s: float = 60.0, bind: str = "127.0.0.1") -> int:
     """A whole JUNGFRAU pedestal run: ``rdaq receive --format sls --pedestal-run
     calibration`` taking ``3 * frames`` frames on ``port`` (and ``interfaces``), started
     first, then the detector's pedestal procedure; returns rdaq receive's exit status (0:
     the calibration was written). The detector's UDP destinations must point at the
     receiver already (``SlsControl.point_at``). A failing procedure stops the receiver."""
+    args = ["--frames", 3 * frames, "--pedestal-run", calibration, *receive_args]
+    return receive_beside(control, lambda: control.pedestal(frames), port, interfaces, rdaq, args, ready_timeout_s, bind)
+
+
+def receive_beside(control: SlsControl, drive, port: int, interfaces: int = 1, rdaq: str = "rdaq", receive_args=(),
+                   ready_timeout_s: float = 60.0, bind: str = "127.0.0.1") -> int:
+    """``rdaq receive --format sls`` on ``bind``, ``port`` (and ``interfaces``) with
+    ``receive_args``, started first; once it listens, ``drive()`` (the detector's
+    acquisition); returns rdaq receive's exit status. A failing ``drive`` stops the receiver
+    and raises."""
     with tempfile.TemporaryDirectory(prefix="rdaq-sls-") as tmp:
         ready = Path(tmp) / "ports.json"
-        cmd = [rdaq, "receive", "--format", "sls", "--port", str(port), "--interfaces", str(interfaces), "--frames", str(3 * frames),
-               "--pedestal-run", str(calibration), "--buffers-out", str(ready), *map(str, receive_args)]
+        cmd = [rdaq, "receive", "--format", "sls", "--bind", bind, "--port", str(port), "--interfaces", str(interfaces),
+               "--buffers-out", str(ready), *map(str, receive_args)]
         receiver = subprocess.Popen(cmd)
         try:
             _wait_listening(receiver, ready, ready_timeout_s)
-            control.pedestal(frames)
+            drive()
         except BaseException:
             receiver.terminate()
             receiver.wait(timeout=60)
@@ -176,28 +186,42 @@ def _wait_listening(receiver, ready: Path, timeout_s: float):
         time.sleep(0.05)
 
 
-def main(argv=None) -> int:
+def _arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m rdaq.sls", description="Drive a JUNGFRAU through slsdet for rdaq's receiver.")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pedestal", help="a pedestal run (G0, forced G1, forced G2) into a calibration file")
-    p.add_argument("--detector", required=True, help="the detector's hostname(s), modules joined by +")
-    p.add_argument("--receiver-ip", required=True, help="the receiver's data interface address")
-    p.add_argument("--receiver-mac", required=True, help="... and its MAC address")
-    p.add_argument("--port", type=int, default=50001, help="rdaq receive's first data port (default 50001)")
-    p.add_argument("--interfaces", type=int, default=1, choices=(1, 2))
+    a = sub.add_parser("acquire", help="frames into rdaq receive: raw, or processed with --calibration")
+    for q in (p, a):
+        q.add_argument("--detector", required=True, help="the detector's hostname(s), modules joined by +")
+        q.add_argument("--receiver-ip", required=True, help="the receiver's data interface address")
+        q.add_argument("--receiver-mac", required=True, help="... and its MAC address")
+        q.add_argument("--port", type=int, default=50001, help="rdaq receive's first data port (default 50001)")
+        q.add_argument("--interfaces", type=int, default=1, choices=(1, 2))
+        q.add_argument("--period-s", type=float, default=0.002)
+        q.add_argument("--exptime-s", type=float, default=10e-6)
+        q.add_argument("--rdaq", default=os.environ.get("RDAQ", "rdaq"), help="the rdaq binary (default: RDAQ, else rdaq on PATH)")
     p.add_argument("--frames", type=int, default=1000, help="dark frames per gain stage (default 1000)")
-    p.add_argument("--period-s", type=float, default=0.002)
-    p.add_argument("--exptime-s", type=float, default=10e-6)
     p.add_argument("--calibration", required=True, type=Path, help="the calibration file to write")
-    p.add_argument("--rdaq", default=os.environ.get("RDAQ", "rdaq"), help="the rdaq binary (default: RDAQ, else rdaq on PATH)")
+    a.add_argument("--frames", type=int, required=True, help="frames to take")
+    a.add_argument("--out", required=True, type=Path, help="rdaq receive's --out")
+    a.add_argument("--receive", action="append", default=[], metavar="ARG",
+                   help="one more argument for rdaq receive (repeat: --receive=--calibration --receive=cal.h5)")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = _arguments()
     a = ap.parse_args(argv)
-    if not 1 <= a.frames <= 1_000_000:
-        ap.error(f"--frames {a.frames}: 1 to 1000000 per stage")
+    if not 1 <= a.frames <= 1_000_000_000:
+        ap.error(f"--frames {a.frames}: 1 to 10^9")
     try:
         c = SlsControl.connect(a.detector)
         c.point_at(a.receiver_ip, a.receiver_mac, a.port, a.interfaces)
         c.configure(a.frames, a.period_s, a.exptime_s)
-        return pedestal_run(c, a.calibration, a.frames, a.port, a.interfaces, a.rdaq)
+        if a.command == "pedestal":
+            return pedestal_run(c, a.calibration, a.frames, a.port, a.interfaces, a.rdaq, bind=a.receiver_ip)
+        args = ["--frames", a.frames, "--out", a.out, *a.receive]
+        return receive_beside(c, c.acquire, a.port, a.interfaces, a.rdaq, args, bind=a.receiver_ip)
     except (ValueError, DetectorError, RuntimeError) as e:
         print(f"python -m rdaq.sls: {e}", file=sys.stderr)
         return 2
