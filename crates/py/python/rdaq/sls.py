@@ -222,6 +222,9 @@ def main(argv=None) -> int:
             return pedestal_run(c, a.calibration, a.frames, a.port, a.interfaces, a.rdaq, bind=a.receiver_ip)
         args = ["--frames", a.frames, "--out", a.out, *a.receive]
         return receive_beside(c, c.acquire, a.port, a.interfaces, a.rdaq, args, bind=a.receiver_ip)
+    except ImportError:
+        print("python -m rdaq.sls: PSI's slsdet is not installed (pip install \"rdaq[sls]\")", file=sys.stderr)
+        return 2
     except (ValueError, DetectorError, RuntimeError) as e:
         print(f"python -m rdaq.sls: {e}", file=sys.stderr)
         return 2
