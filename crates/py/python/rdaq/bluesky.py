@@ -23,8 +23,8 @@ edge triggers (``DetectorTrigger.EXTERNAL_EDGE``) arm one frame per trigger and 
 service's ``/trigger``, from a fly-scan controller, or a detector's trigger input); gates
 (``EXTERNAL_LEVEL``) likewise, each frame exposed while its gate is high (the files' count
 time is then 0, unknown). The trigger mode goes into the files (``internal``, ``external``,
-``gate``). The exposure is ``livetime``, else the detector's ``acquire_time``; ``image_counter`` is the dataset's frames written and ``file_path`` its
-master. The documents are StreamResource (the dataset's NXmx master,
+``gate``). The exposure is ``livetime``, else the detector's ``acquire_time``;
+``image_counter`` is the dataset's frames written and ``file_path`` its master. The documents are StreamResource (the dataset's NXmx master,
 ``/entry/data/data``, one frame per collection) and StreamDatum, counted by the frames the
 service says were written.
 
@@ -121,8 +121,8 @@ class _Link:
 
 class _Trigger(DetectorTriggerLogic):
     """Internal triggers: ``num`` frames per service trigger, ``livetime + deadtime`` apart;
-    external edges and gates: one frame per trigger from elsewhere. A plan that does not prepare
-    takes ``frames_per_point`` frames per point, ``period_s`` apart, each ``acquire_time``
+    external edges and gates: one frame per trigger from elsewhere. A plan that does not
+    prepare takes ``frames_per_point`` frames per point, ``period_s`` apart, each ``acquire_time``
     long (with ``OPHYD_ASYNC_PRESERVE_DETECTOR_STATE=YES``, as for ophyd-async's
     areaDetectors)."""
 
