@@ -163,8 +163,7 @@ pub fn write(o: &WriteOptions, stop: &AtomicBool, bar: &ProgressBar) -> anyhow::
         let consumer = Consumer::connect(e, o.socket, 1000)?;
         sources.push(Source { consumer, report: SourceReport { endpoint: e.clone(), ..Default::default() }, started: false, announced: None, next_id: 0, waiting: VecDeque::new() });
     }
-    let report = consume(o, stop, bar, &mut sources, joined.as_mut());
-    let mut report = report?;
+    let mut report = consume(o, stop, bar, &mut sources, joined.as_mut())?;
     if let Some(j) = joined {
         let endpoint = j.endpoint();
         report.stream = Some(JoinedReport { endpoint, stats: j.end()? });
