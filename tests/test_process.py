@@ -229,14 +229,16 @@ def test_bench_pipeline_runs_the_graph_and_prints_its_table(rdaq, tmp_path):
 
 
 def test_bench_pipeline_raw_says_what_limits_the_raw_chain(rdaq, tmp_path):
-    """`--raw`: beside the table, a plain sequential write of the same chunks measured in the
-    same run, and which limits the chain (the write, the copy bandwidth, or neither)."""
+    """`--raw`: beside the table, a plain sequential write of the same chunks and the serial
+    parts alone, measured in the same run, and which limits the chain (the write, the serial
+    parts, the copy bandwidth, or the workers)."""
     r = subprocess.run([rdaq, "bench", "pipeline", "--raw", "--modules", "1", "--seconds", "0.5", "--workers", "1"],
                        capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert re.search(r"plain sequential write of the same chunks .*: \d+ module frames/s; the best point \(1 workers\) is [\d.]+ of it", r.stdout), r.stdout
+    assert re.search(r"plain sequential write of the same chunks .*: \d+ module frames/s; the serial parts alone \(1 workers handing on "
+                     r"a chunk made once\): \d+; the best point \(1 workers\) is [\d.]+ of the write and [\d.]+ of the serial parts", r.stdout), r.stdout
     [limit] = [line for line in r.stdout.splitlines() if line.startswith("limit: ")]
-    assert limit.split(": ", 1)[1].startswith(("the write", "the copy bandwidth", "neither")), limit
+    assert limit.split(": ", 1)[1].startswith(("the write", "the serial parts", "the copy bandwidth", "the workers")), limit
 
 
 @pytest.mark.parametrize("mode", [[], ["--no-dark"], ["--raw"]])

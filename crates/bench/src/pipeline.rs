@@ -164,11 +164,11 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
         eprintln!("  {w} worker(s): {:.0} module frames/s", p.module_frames_per_s);
         points.push(p);
     }
-    let plain = if a.raw { Some(ceiling::plain_write(&cfg, &canned(&cfg, &pool)?.chunk, &dir, a.seconds)?) } else { None };
+    let limits = if a.raw { Some(raw_limits(&mut cfg, &a, &pool, &dir, &counts)?) } else { None };
     std::fs::remove_dir_all(&dir).ok();
     print_table(&points, a.modules, cores, a.raw);
-    if let Some(w) = plain {
-        print_raw_limit(&points, w);
+    if let Some(l) = limits {
+        print_raw_limit(&points, l);
     }
     if let Some(path) = a.json {
         std::fs::write(&path, serde_json::to_string_pretty(&points)?).with_context(|| format!("cannot write {}", path.display()))?;
@@ -449,20 +449,42 @@ fn pedestal_ms(r: &ProcessReport) -> f64 {
     }
 }
 
-/// What limits the raw chain at its best point: the write (it reaches most of what a plain
-/// sequential write of the same chunks sustains on this file system, measured in the same
-/// run), the copy bandwidth, or neither (the workers).
-fn print_raw_limit(points: &[Point], plain: f64) {
+/// What the raw chain's limits are on this machine, measured in the same run: a plain
+/// sequential write of the same chunks, and the serial parts alone (the workers handing on a
+/// chunk made once, at the most workers measured: the source, the reorder and the writer).
+struct RawLimits {
+    plain_write: f64,
+    serial: f64,
+    serial_workers: usize,
+}
+
+fn raw_limits(cfg: &mut Config, a: &PipelineArgs, pool: &Pool, dir: &std::path::Path, counts: &[usize]) -> anyhow::Result<RawLimits> {
+    let canned = std::sync::Arc::new(canned(cfg, pool)?);
+    let plain_write = ceiling::plain_write(cfg, &canned.chunk, dir, a.seconds)?;
+    let serial_workers = counts.iter().copied().max().unwrap_or(1);
+    set_workers(cfg, a, serial_workers);
+    let serial = measure_point(cfg, pool, dir, a.seconds, Work::Canned(&canned))?.module_frames_per_s;
+    Ok(RawLimits { plain_write, serial, serial_workers })
+}
+
+/// What limits the raw chain at its best point: the write (most of what a plain sequential
+/// write of the same chunks sustains on this file system), the serial parts (most of what
+/// they sustain alone: the one HDF5 writer, below a plain write), the copy bandwidth, or the
+/// workers.
+fn print_raw_limit(points: &[Point], l: RawLimits) {
     let Some(best) = points.iter().max_by(|a, b| a.module_frames_per_s.total_cmp(&b.module_frames_per_s)) else { return };
-    let (of_write, of_copy) = (best.module_frames_per_s / plain, best.raw_gb_per_s / best.copy_gb_per_s);
-    let limit = if of_write >= 0.8 {
-        "the write (one HDF5 writer: a faster disk, or the frames split over more series, would take more)"
-    } else if of_copy >= 0.8 {
-        "the copy bandwidth"
+    let rate = best.module_frames_per_s;
+    let limit = if rate >= 0.8 * l.plain_write {
+        "the write (one HDF5 writer: a faster disk, or the frames split over more series, would take more)".to_string()
+    } else if rate >= 0.8 * l.serial {
+        format!("the serial parts, the one HDF5 writer foremost: alone they sustain {:.0}, {:.2} of a plain write (more series, each with its writer, would take more)", l.serial, l.serial / l.plain_write)
+    } else if best.raw_gb_per_s >= 0.8 * best.copy_gb_per_s {
+        "the copy bandwidth".to_string()
     } else {
-        "neither the write nor the copy bandwidth: the workers or a serial step (see --ceiling)"
+        "the workers (more of them, or faster ones)".to_string()
     };
-    println!("plain sequential write of the same chunks (one file, fdatasync): {plain:.0} module frames/s; the best point ({} workers) is {of_write:.2} of it", best.workers);
+    println!("plain sequential write of the same chunks (one file, fdatasync): {:.0} module frames/s; the serial parts alone ({} workers handing on a chunk made once): {:.0}; the best point ({} workers) is {:.2} of the write and {:.2} of the serial parts",
+        l.plain_write, l.serial_workers, l.serial, best.workers, rate / l.plain_write, rate / l.serial);
     println!("limit: {limit}");
 }
 
