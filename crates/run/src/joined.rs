@@ -32,6 +32,11 @@ impl Joined {
         Ok(())
     }
 
+    /// Whether the series' `start` went out (or was tried).
+    pub fn started(&self) -> bool {
+        self.encoder.is_some()
+    }
+
     /// Sends one merged image as the next of the series (an image before `start` is not
     /// sent, and not counted).
     pub fn image(&mut self, img: &Image) -> Result<(), StreamError> {

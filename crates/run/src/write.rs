@@ -189,7 +189,7 @@ fn consume(o: &WriteOptions, stop: &AtomicBool, bar: &ProgressBar, sources: &mut
             take(o, &mut sources[k], &buf, &mut series, &mut report, bar)?;
         }
         if let Some(s) = series.as_mut() {
-            merge(s, sources, &mut report, bar, joined.as_deref_mut())?;
+            merge(s, sources, Merge::InOrder, &mut report, bar, joined.as_deref_mut())?;
         }
         if any {
             heard = Instant::now();
@@ -201,12 +201,9 @@ fn consume(o: &WriteOptions, stop: &AtomicBool, bar: &ProgressBar, sources: &mut
     report.ended = sources.iter().all(|s| s.report.ended);
     if let Some(mut s) = series {
         // what still waits (interrupted, or a source that never ended) is written too
-        let ended: Vec<bool> = sources.iter().map(|src| src.report.ended).collect();
-        sources.iter_mut().for_each(|src| src.report.ended = true);
-        merge(&mut s, sources, &mut report, bar, joined.as_deref_mut())?;
-        sources.iter_mut().zip(ended).for_each(|(src, e)| src.report.ended = e);
+        merge(&mut s, sources, Merge::All, &mut report, bar, joined.as_deref_mut())?;
         // a series without images (every frame vetoed) still starts and ends
-        if let Some(j) = joined.filter(|_| s.first.is_none()) {
+        if let Some(j) = joined.filter(|j| !j.started()) {
             j.start(&joined_meta(&s.meta, sources))?;
         }
         close(s, &mut report)?;
@@ -255,16 +252,26 @@ fn same_images(a: &NxmxMeta, b: &NxmxMeta) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes the waiting images in frame order: the lowest, as long as every source still
-/// running has one waiting, or too many wait. The joined stream starts with the first.
-fn merge(s: &mut Series, sources: &mut [Source], report: &mut WriteReport, bar: &ProgressBar, mut joined: Option<&mut Joined>) -> anyhow::Result<()> {
+/// How much of what waits [`merge`] writes.
+#[derive(Clone, Copy, PartialEq)]
+enum Merge {
+    /// The lowest frame, as long as every source still running has one waiting, or too
+    /// many wait.
+    InOrder,
+    /// Everything, in frame order (the sources are done, or the writer stops).
+    All,
+}
+
+/// Writes the waiting images in frame order, as `how` says. The joined stream starts with
+/// the first.
+fn merge(s: &mut Series, sources: &mut [Source], how: Merge, report: &mut WriteReport, bar: &ProgressBar, mut joined: Option<&mut Joined>) -> anyhow::Result<()> {
     loop {
-        let held = sources.iter().any(|x| !x.report.ended && x.waiting.is_empty());
+        let held = how == Merge::InOrder && sources.iter().any(|x| !x.report.ended && x.waiting.is_empty());
         let waiting: usize = sources.iter().map(|x| x.waiting.len()).sum();
         if waiting == 0 || (held && waiting <= MAX_WAITING) {
             return Ok(());
         }
-        if let Some(j) = joined.as_deref_mut().filter(|_| s.first.is_none()) {
+        if let Some(j) = joined.as_deref_mut().filter(|j| !j.started()) {
             j.start(&joined_meta(&s.meta, sources))?;
         }
         let k = (0..sources.len()).filter(|&k| !sources[k].waiting.is_empty()).min_by_key(|&k| sources[k].waiting[0].frame_number).expect("an image waits");
