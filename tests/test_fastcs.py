@@ -150,8 +150,12 @@ def test_ca_acquire_is_a_busy_record(ioc):
     put = subprocess.Popen([Path(sys.executable).parent / "caproto-put", "--notify", "--no-repeater", "-w", "300",
                             f"{PREFIX}:Acquire", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
-    while (svc.acquisition()["dataset"] or {}).get("frames_written", 0) < 5 or svc.acquisition()["dataset"]["request"]["prefix"] != "busy_cancel":
-        assert time.monotonic() < deadline, svc.acquisition()
+    while True:
+        # one look for both: the previous dataset's count must not pass for this one's
+        d = svc.acquisition()["dataset"] or {}
+        if d.get("request", {}).get("prefix") == "busy_cancel" and d["frames_written"] >= 5:
+            break
+        assert time.monotonic() < deadline, d
         time.sleep(0.05)
     assert put.poll() is None, "the put waits while its dataset runs"
     write(f"{PREFIX}:Acquire", 0, repeater=False)
