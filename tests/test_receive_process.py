@@ -108,6 +108,50 @@ def test_psi_gain_maps_give_the_gains_as_aare_reads_them(rdaq, tmp_path, case, h
     assert np.array_equal(online, ref), "photon counts differ from aare's with the gain map"
 
 
+@pytest.mark.parametrize("case,hg0", [("one interface", False), ("256 rows", True)])
+def test_a_psi_pedestal_file_gives_the_pedestals_and_bad_pixels(rdaq, tmp_path, case, hg0):
+    """A pedestal file of PSI's tools (jungfrau_utils' layout: /gains holds the pedestals of
+    G0, G1, G2 and HG0 over the stacked modules, /pixel_mask the bad pixels) is taken as the
+    calibration: the counts equal aare's conversion with those pedestals (HG0's for G0 in
+    fixed high gain; a partial readout takes the central rows) and the gain map's gains, and
+    its bad pixels are masked."""
+    rows = CASES[case][3]
+    rng = np.random.default_rng(5)
+    maps = np.stack([rng.normal(m, abs(0.02 * m), (512, 1024)) for m in (41.0, -1.439, -0.1145, 120.0, -4.2, -0.3)])
+    maps.astype("<f8").tofile(tmp_path / "gainMaps_M000.bin")
+    # G0's and HG0's pedestals far from the ADC values, so that G0's words convert to counts
+    # that tell the two apart
+    pedestals = rng.uniform(0, 130, (4, 512, 1024))
+    pedestals[[0, 3]] = rng.uniform(-6000, 6000, (2, 512, 1024))
+    bad = np.zeros((512, 1024), np.int32)
+    bad[rng.integers(0, 512, 40), rng.integers(0, 1024, 40)] = 1 << rng.integers(0, 3, 40)
+    with h5py.File(tmp_path / "pedestal.h5", "w") as f:
+        f["gains"] = pedestals
+        f["gainsRMS"] = rng.uniform(1, 3, (4, 512, 1024))
+        f["pixel_mask"] = bad
+    (tmp_path / "proc.toml").write_text(f'[process]\nveto = false\noutput = "photons32"\n'
+                                        f'gain_maps = ["{tmp_path / "gainMaps_M000.bin"}"]\nhg0 = {str(hg0).lower()}\n')
+    raw_dir, proc_dir = tmp_path / "raw", tmp_path / "processed"
+    raw_dir.mkdir(), proc_dir.mkdir()
+    _, raw_h5 = receive(rdaq, raw_dir, case, [])
+    s, out = receive(rdaq, proc_dir, case, ["--calibration", tmp_path / "pedestal.h5", "--config", tmp_path / "proc.toml",
+                                            "--photon-energy-kev", str(KEV)])
+    assert s["processing"] is not None, s["stderr"]
+    assert "is a PSI pedestal file (jungfrau_utils' layout): its pedestals and bad pixels, with the gains of process.gain_maps" in s["stderr"]
+    top = (512 - rows) // 2
+    central = slice(top, top + rows)
+    pd = np.ascontiguousarray(pedestals[[3 if hg0 else 0, 1, 2]][:, central]).astype(np.float32)
+    gains = np.ascontiguousarray(aare.load_calibration(str(tmp_path / "gainMaps_M000.bin"), hg0=hg0).astype(np.float32)[:, central])
+    with h5py.File(out, "r") as f, h5py.File(raw_h5, "r") as r:
+        online, raw = f["entry/data/data"][()], r["entry/data/data"][()]
+    q = (aare.apply_calibration(raw, pd=pd, cal=gains) / np.float32(KEV)).astype(np.float64)
+    ref = (np.sign(q) * np.floor(np.abs(q) + 0.5)).astype(np.int32)
+    masked = np.broadcast_to(bad[central] != 0, online.shape)
+    assert masked.any() and np.unique(online[~masked]).size > 20
+    assert (online[masked] == np.iinfo(np.int32).min).all(), "PSI's bad pixels are not masked"
+    assert np.array_equal(online[~masked], ref[~masked]), "photon counts differ from aare's with PSI's pedestals"
+
+
 def test_processing_of_a_stream_needs_its_calibration(rdaq, tmp_path):
     """Processing asked for without a calibration: one line naming the setting, exit 2."""
     (tmp_path / "proc.toml").write_text('[process]\nmode = "jungfrau"\n')

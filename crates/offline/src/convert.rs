@@ -51,6 +51,9 @@ impl Counts {
 
 /// Converts `frames` into `out`; returns the frames converted.
 pub fn convert(frames: &FrameReader, o: &ConvertOptions, out: &Output) -> anyhow::Result<usize> {
+    if rdaq_process::psi_pedestal::is_psi_pedestal(&o.calibration) {
+        bail!("--calibration {} is a PSI pedestal file, which holds no gains and has no gaps: an acquisition takes it (process.calibration, with process.gain_maps), this command takes rdaq's calibration files only", o.calibration.display());
+    }
     let cal = CalFile::load(&o.calibration)?;
     if (cal.rows, cal.cols) != (frames.rows, frames.cols) {
         bail!("calibration is {}x{} pixels, the frames {}x{}", cal.rows, cal.cols, frames.rows, frames.cols);

@@ -8,6 +8,7 @@
 //!   pixel word's fields (readout order, bit fields, reset frames).
 //! - [`pedestal`]: pedestal tracking over a running window of dark frames, per gain stage.
 //! - [`pedestal_run`]: a pedestal run (G0, then forced G1 and G2) into a calibration.
+//! - [`psi_pedestal`]: pedestal files of PSI's own tools (jungfrau_utils, sf-daq).
 //! - [`pipeline`]: the graph of stages, bounded rings and worker pools.
 //! - [`spots`]: Bragg spot finding (local SNR; peakfinder8) and the hit veto.
 //! - [`bitshuffle`]: bitshuffle + LZ4 / Zstd chunks (HDF5 filter 32008).
@@ -23,6 +24,7 @@ pub mod gainmap;
 pub mod pedestal;
 pub mod pedestal_run;
 pub mod pipeline;
+pub mod psi_pedestal;
 pub mod sparse;
 pub mod spots;
 

@@ -1,9 +1,10 @@
 //! The calibration an acquisition's processing starts with: a file of `rdaq process
-//! pedestal`, or the emulated detector's own, with PSI's gain maps of its modules when given;
+//! pedestal` or of a pedestal run, a pedestal file of PSI's tools, or the emulated detector's own, with PSI's gain maps of its modules when given;
 //! and the typical values a pedestal run starts from.
 
 use anyhow::{bail, Context};
 use rdaq_detector::Geometry;
+use rdaq_process::psi_pedestal::{is_psi_pedestal, PsiPedestal};
 use rdaq_process::Calibration;
 
 use crate::config::Config;
@@ -27,7 +28,11 @@ pub fn calibration_of(cfg: &Config, g: Geometry, ids: &[u16]) -> anyhow::Result<
     let cal = if cfg.emulated_calibration() {
         graph::emulated_calibration_of(cfg.detector.seed, &g, ids)
     } else {
-        let cf = rdaq_process::calfile::CalFile::load(&p.calibration)?;
+        let cf = if is_psi_pedestal(&p.calibration) {
+            PsiPedestal::load(&p.calibration, p.hg0).context("process.calibration")?.calibration(&g, ids, typical_calibration(&g)).context("process.calibration")?
+        } else {
+            rdaq_process::calfile::CalFile::load(&p.calibration)?
+        };
         if (cf.rows, cf.cols) != (g.height(), g.width()) {
             bail!("process.calibration {} is {}x{} pixels, the detector image {}x{}", p.calibration.display(), cf.rows, cf.cols, g.height(), g.width());
         }
@@ -35,6 +40,16 @@ pub fn calibration_of(cfg: &Config, g: Geometry, ids: &[u16]) -> anyhow::Result<
         cf.cal
     };
     with_gain_maps(cfg, g, ids, cal)
+}
+
+/// What the start says of a calibration file of PSI's tools: where its gains come from.
+pub fn psi_said(cfg: &Config) -> Option<String> {
+    let p = &cfg.process;
+    if cfg.emulated_calibration() || !is_psi_pedestal(&p.calibration) {
+        return None;
+    }
+    let gains = if p.gain_maps.is_empty() { "typical PSI gains (no process.gain_maps)" } else { "the gains of process.gain_maps" };
+    Some(format!("calibration: {} is a PSI pedestal file (jungfrau_utils' layout): its pedestals and bad pixels, with {gains}", p.calibration.display()))
 }
 
 /// The share of each module's pixels that `cal` masks (gaps are not the modules' pixels).

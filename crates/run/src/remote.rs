@@ -158,7 +158,8 @@ pub fn setup(a: &Source, cfg: &Config) -> anyhow::Result<Setup> {
     let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, ..common_config(a, cfg, geometry.module_bytes())? };
     let (mut meta, processing) = crate::plan::plan(cfg, geometry, ids(a))?;
     meta.number_of_images = a.frames;
-    let notes = processing.iter().filter(|_| !cfg.emulated_calibration()).map(|p| crate::calibration::masked_said(&geometry, &p.calibration)).collect();
+    let masked = processing.iter().filter(|_| !cfg.emulated_calibration()).map(|p| crate::calibration::masked_said(&geometry, &p.calibration));
+    let notes = crate::calibration::psi_said(cfg).into_iter().chain(masked).collect();
     Ok(Setup { rcfg, chain: Chain::new(cfg, geometry, processing, "receiver"), meta, notes })
 }
 

@@ -151,7 +151,9 @@ pub struct Process {
     pub output: String,
     /// The invalid gain code 10: "error", "g0" or "g2".
     pub invalid_gain: String,
-    /// Calibration file; "emulated": the emulated detector's own calibration (of
+    /// Calibration file: rdaq's (`rdaq process pedestal`, a pedestal run), or a pedestal file
+    /// of PSI's tools (jungfrau_utils' layout: its pedestals and bad pixels, the gains of
+    /// `gain_maps` or typical ones); "emulated": the emulated detector's own calibration (of
     /// `detector.seed`); empty: the emulated detector's own in `rdaq run`, none for a
     /// detector outside this process.
     pub calibration: PathBuf,
@@ -161,7 +163,8 @@ pub struct Process {
     /// PSI's gain map files, one per module in module order (`gainMaps_M<id>.bin`): they
     /// replace the calibration's gains; the pedestals stay the calibration's.
     pub gain_maps: Vec<PathBuf>,
-    /// The detector runs in fixed high gain: G0's gains are the gain maps' HG0 map.
+    /// The detector runs in fixed high gain: G0's gains are the gain maps' HG0 map (and G0's
+    /// pedestal a PSI pedestal file's HG0 pedestal).
     pub hg0: bool,
     /// Dark frames in the pedestal's running window, and how often (in dark frames, once
     /// the window is full) the converters take the tracked G0 pedestal.
