@@ -2,6 +2,7 @@
 slsdet.Detector that records every call and answers as the real one does (its property
 names, its per-module dicts, its enums: checked against the real slsdet's below)."""
 import enum
+import time
 import types
 
 import pytest
@@ -170,9 +171,9 @@ class VirtualJungfrau(StandIn):
 
     GAIN_BITS = {GainMode.DYNAMIC: 0x0000, GainMode.FORCE_SWITCH_G1: 0x4000, GainMode.FORCE_SWITCH_G2: 0xC000}
 
-    def __init__(self, capture, **kw):
+    def __init__(self, capture, send_at_most=None, **kw):
         super().__init__(modules=1, **kw)
-        self.__dict__.update(capture=capture, spots=False, sent=0)
+        self.__dict__.update(capture=capture, spots=False, sent=0, send_at_most=send_at_most)
 
     def start(self):
         import numpy as np
@@ -184,8 +185,8 @@ class VirtualJungfrau(StandIn):
         for p in self.capture:
             frames.setdefault(int.from_bytes(p[:8], "little"), []).append(p)
         cycle = [frames[k] for k in sorted(frames)]
-        out = []
-        for k in range(self.values["frames"]):
+        for k in range(min(self.values["frames"], self.send_at_most or self.values["frames"])):
+            out = []
             self.__dict__["sent"] += 1
             for p in cycle[k % len(cycle)]:
                 pixels = (np.frombuffer(p[48:], "<u2") & 0x3FFF) | bits
@@ -194,7 +195,10 @@ class VirtualJungfrau(StandIn):
                     block = pixels.reshape(4, 1024)
                     block[:3, 200 + packet:203 + packet] += 1000
                 out.append((self.sent.to_bytes(8, "little") + p[8:48] + pixels.astype("<u2").tobytes(), port))
-        send_udp(out)
+            # a frame at a time, as a detector paces them: a burst of all of them could
+            # overflow the loopback's backlog (1,000 datagrams by default) on a busy host
+            send_udp(out)
+            time.sleep(0.002)
 
 
 def test_the_jungfrau_walkthrough_from_a_hostname_to_processed_frames(rdaq, tmp_path, monkeypatch):
@@ -222,3 +226,127 @@ def test_the_jungfrau_walkthrough_from_a_hostname_to_processed_frames(rdaq, tmp_
     p = s["processing"]
     assert (s["frames_complete"], p["signal_frames"], p["hits"]) == (6, 6, 6), p
     assert p["spots_found"] == 6 * 12, p
+
+
+def virtual_jungfrau(hostname):
+    """`RDAQ_SLS_DETECTOR`'s factory (test_sls_control:virtual_jungfrau) for `rdaq receive
+    --sls-detector`, in the client it starts: a VirtualJungfrau with spots when STANDIN_SPOTS
+    is set, sending at most STANDIN_SEND frames per start, ending ERROR when STANDIN_ENDS says
+    so, never ending with STANDIN_BUSY; its calls are written to STANDIN_LOG (JSON) when the client exits."""
+    import atexit
+    import json
+    import os
+
+    from conftest import INTEROP, read_capture
+    send = os.environ.get("STANDIN_SEND")
+    ends = [RunStatus.ERROR] if os.environ.get("STANDIN_ENDS") == "error" else None
+    busy = 10**9 if os.environ.get("STANDIN_BUSY") else 2
+    det = VirtualJungfrau(read_capture(INTEROP / "jungfrau_virtual.bin"), send_at_most=int(send) if send else None, ends=ends, busy=busy)
+    det.__dict__["spots"] = bool(os.environ.get("STANDIN_SPOTS"))
+    det.__dict__["hostname"] = hostname
+
+    def said(v):
+        if isinstance(v, enum.Enum):
+            return v.name
+        return {str(k): said(x) for k, x in v.items()} if isinstance(v, dict) else v
+
+    def log():
+        with open(os.environ["STANDIN_LOG"], "w") as f:
+            json.dump({"hostname": hostname, "calls": [[said(x) for x in c] for c in det.calls]}, f)
+    atexit.register(log)
+    return SlsControl(det, ENUMS)
+
+
+def driven(rdaq, tmp_path, args, bind="127.0.0.1", timeout_s=120, **env):
+    """`rdaq receive --format sls --sls-detector jf1` on a free port with `args`, its client
+    on the stand-in; returns the process result, the stand-in's log and the port."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tests = str(Path(__file__).parent)
+    log = tmp_path / f"standin-{port}.json"
+    e = {**os.environ, "RDAQ_SLS_DETECTOR": "test_sls_control:virtual_jungfrau", "RDAQ_PYTHON": sys.executable,
+         "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]), "STANDIN_LOG": str(log),
+         **{k: str(v) for k, v in env.items()}}
+    cmd = [rdaq, "receive", "--format", "sls", "--bind", bind, "--port", str(port), "--sls-detector", "jf1",
+           "--receiver-mac", "00:11:22:33:44:55", "--modules", "1", "--ring-mib", "16", "--stream", "none", "--timeout-s", str(timeout_s),
+           *map(str, args)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=e)
+    return r, json.loads(log.read_text()) if log.exists() else None, port
+
+
+def test_rdaq_receive_drives_the_detector_from_its_hostname_to_processed_frames(rdaq, tmp_path):
+    """docs/jungfrau.md's two commands: `rdaq receive --sls-detector` points the detector's
+    UDP destination at itself, runs PSI's pedestal procedure (dynamic, forced G1, forced G2,
+    then the gain mode and frames put back) into a calibration that masks nothing, then
+    takes processed frames with it: the twelve spots of each frame found, every frame a hit.
+    Each run ends when the detector says it is done (a quiet time of a minute is never
+    reached)."""
+    import json
+    r, log, port = driven(rdaq, tmp_path, ["--frames", 60, "--pedestal-run", tmp_path / "cal.h5", "--quiet-s", 60])
+    assert r.returncode == 0, r.stderr
+    calls = log["calls"]
+    assert log["hostname"] == "jf1"
+    assert ["udp_dstport", {"0": port}] in calls and ["udp_dstip", "127.0.0.1"] in calls and ["udp_dstmac", "00:11:22:33:44:55"] in calls
+    assert [c[1:] for c in calls if c[0] == "start"] == [["DYNAMIC", 20], ["FORCE_SWITCH_G1", 20], ["FORCE_SWITCH_G2", 20]]
+    assert calls[-2:] == [["gainmode", "DYNAMIC"], ["frames", 1]], "the detector is put back"
+    import h5py
+    with h5py.File(tmp_path / "cal.h5", "r") as f:
+        assert f["pedestal_frames"][:].tolist() == [20, 20, 20]
+        assert not f["pixel_mask"][:].any()
+    r, log, _ = driven(rdaq, tmp_path, ["--frames", 6, "--calibration", tmp_path / "cal.h5", "--out", tmp_path / "run.h5",
+                                        "--summary-json", tmp_path / "s.json", "--frame-time-s", 0.002, "--count-time-s", 1e-5],
+                       STANDIN_SPOTS=1)
+    assert r.returncode == 0, r.stderr
+    assert [c for c in log["calls"] if c[0] in ("timing", "frames", "period", "exptime")] == [["timing", "AUTO_TIMING"], ["frames", 6], ["period", 0.002], ["exptime", 1e-5]]
+    s = json.loads((tmp_path / "s.json").read_text())
+    p = s["processing"]
+    assert (s["frames_complete"], p["signal_frames"], p["hits"], p["spots_found"]) == (6, 6, 6, 72), p
+
+
+def test_the_receiver_ends_when_the_driven_detector_is_done(rdaq, tmp_path):
+    """A detector that sends 4 of the 6 frames asked and then says it is done: the receiver
+    ends then (not after --quiet-s 60), counts the 2 that never came, and exits 1."""
+    import json
+    r, _, _ = driven(rdaq, tmp_path, ["--frames", 6, "--out", tmp_path / "raw.h5", "--quiet-s", 60, "--summary-json", tmp_path / "s.json"],
+                     STANDIN_SEND=4)
+    assert r.returncode == 1, r.stderr
+    assert "the detector says it has finished, and the datagrams in flight have landed" in r.stderr, r.stderr
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["frames_complete"] == 4 and s["frames_never_seen"] == 2, s
+
+
+def test_a_detector_that_fails_fails_the_receive_and_is_put_back(rdaq, tmp_path):
+    """The detector says ERROR in the pedestal's first stage: the client stops it, puts its
+    gain mode and frames back and says why; rdaq receive exits 2 naming the client, and
+    writes no calibration."""
+    r, log, _ = driven(rdaq, tmp_path, ["--frames", 9, "--pedestal-run", tmp_path / "cal.h5"], STANDIN_ENDS="error")
+    assert r.returncode == 2, r.stderr
+    assert "the detector says error" in r.stderr and "--sls-detector: driving the detector failed" in r.stderr, r.stderr
+    assert ["stop"] in log["calls"] and log["calls"][-2:] == [["gainmode", "DYNAMIC"], ["frames", 1]]
+
+
+def test_a_receiver_stopped_early_stops_the_detector_and_puts_it_back(rdaq, tmp_path):
+    """A detector that never says it is done, and the receiver's --timeout-s reached: the
+    receiver interrupts its client once, which stops the detector and puts its gain mode
+    and frames back; the frames that never came make the exit 1."""
+    r, log, _ = driven(rdaq, tmp_path, ["--frames", 9, "--pedestal-run", tmp_path / "cal.h5"], timeout_s=3, STANDIN_BUSY=1)
+    assert r.returncode == 1, r.stderr
+    assert "interrupted: the detector was stopped" in r.stderr, r.stderr
+    assert [c[0] for c in log["calls"] if c[0] in ("start", "stop")] == ["start", "stop"]
+    assert log["calls"][-2:] == [["gainmode", "DYNAMIC"], ["frames", 1]]
+
+
+def test_what_a_driven_detector_cannot_take_is_refused_before_it_starts(rdaq, tmp_path):
+    """A pedestal run's frames not in three equal stages, or a receiver listening on every
+    address (no destination for the detector): exit 2, one line, the detector untouched."""
+    r, log, _ = driven(rdaq, tmp_path, ["--frames", 10, "--pedestal-run", tmp_path / "cal.h5"])
+    assert r.returncode == 2 and "a multiple of 3" in r.stderr and log is None, r.stderr
+    r, log, _ = driven(rdaq, tmp_path, ["--frames", 3], bind="0.0.0.0")
+    assert r.returncode == 2 and "--sls-detector needs --bind" in r.stderr and log is None, r.stderr

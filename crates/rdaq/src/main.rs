@@ -15,6 +15,7 @@ mod preview;
 mod receive;
 mod recover;
 mod run;
+mod sls_drive;
 mod write;
 
 use std::process::ExitCode;

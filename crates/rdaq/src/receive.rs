@@ -15,7 +15,7 @@ use rdaq_control::receiver as daemon;
 use rdaq_detector::Description;
 use rdaq_emulator::Control;
 use rdaq_run::config::Config;
-use rdaq_run::receive::Ending;
+use rdaq_run::receive::{Ended, Ending};
 use rdaq_run::remote;
 use rdaq_run::receiver_report::{recv_buffer_line, report_tuning};
 use rdaq_run::summary::Summary;
@@ -24,9 +24,17 @@ use rdaq_run::{outputs, progress_bar};
 use crate::acquire::{set, AcquireArgs};
 use crate::interrupt::{on_interrupt, Interrupts};
 use crate::pedestal;
+use crate::sls_drive::{Ask, Drive, SlsArgs};
 
 /// Seconds without a datagram after which an acquisition of a known frame count ends.
 const DEFAULT_QUIET_S: f64 = 10.0;
+
+/// How long a driven detector may take to end by itself once the receiver has its frames.
+const DRIVE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Beyond the frame timeout, how long a driven detector's last datagrams may take to land
+/// once it says it has finished.
+const LANDED: Duration = Duration::from_millis(500);
 
 #[derive(Args)]
 pub struct ReceiveArgs {
@@ -41,7 +49,7 @@ pub struct ReceiveArgs {
     /// /arm, /trigger, /cancel; GET /acquisition, /openapi.json), their files under this
     /// directory; for a detector's native packets (--format sls, --detector) that something
     /// else triggers.
-    #[arg(long, requires = "serve", value_name = "DIR", conflicts_with_all = ["out", "frames", "timeout_s", "quiet_s", "buffers_out", "summary_json", "pedestal_run", "dashboard", "out_dir", "memory_mib", "overwrite", "tolerate_loss", "frame_time_s"])]
+    #[arg(long, requires = "serve", value_name = "DIR", conflicts_with_all = ["out", "frames", "timeout_s", "quiet_s", "buffers_out", "summary_json", "pedestal_run", "dashboard", "out_dir", "memory_mib", "overwrite", "tolerate_loss", "frame_time_s", "sls_detector"])]
     data_root: Option<PathBuf>,
     #[command(flatten)]
     access: AccessArgs,
@@ -139,6 +147,10 @@ pub struct ReceiveArgs {
     /// unknown.
     #[arg(long)]
     frame_time_s: Option<f64>,
+    /// How the detector is triggered (detector.trigger_mode, for the files; a driven
+    /// detector is set so): internal, external or gate.
+    #[arg(long)]
+    trigger_mode: Option<String>,
     /// Stop after this many seconds in any case.
     #[arg(long, value_parser = rdaq_run::config::seconds_arg)]
     timeout_s: Option<f64>,
@@ -167,6 +179,8 @@ pub struct ReceiveArgs {
     /// process.gain_maps, else typical values.
     #[arg(long)]
     pedestal_run: Option<PathBuf>,
+    #[command(flatten)]
+    sls: SlsArgs,
 }
 
 /// The configuration of `rdaq receive`: the defaults of a detector outside this process,
@@ -184,6 +198,7 @@ fn config(a: &ReceiveArgs) -> anyhow::Result<Config> {
     set(&mut cfg.receiver.ring_mib, a.ring_mib);
     set(&mut cfg.receiver.frame_timeout_ms, a.frame_timeout_ms);
     set(&mut cfg.receiver.policy, a.policy.clone());
+    set(&mut cfg.detector.trigger_mode, a.trigger_mode.clone());
     cfg.check()?;
     Ok(cfg)
 }
@@ -210,6 +225,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let series = a.out.as_deref().map(outputs::series_files);
     let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.acq.summary_json.as_deref()).chain(a.pedestal_run.as_deref());
     outputs::refuse_existing(named, overwrite)?;
+    let drive_command = a.sls.command(&ask(&a, &cfg)?)?;
     let receiving = rdaq_run::receive::start(setup, &cfg, a.out.as_deref())?;
     let rx = &receiving.rx;
     if let Some(p) = &a.buffers_out {
@@ -232,9 +248,19 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     };
     let deadline = a.timeout_s.map(|t| Instant::now() + Duration::from_secs_f64(t));
     let quiet = a.quiet_s.or(a.frames.map(|_| DEFAULT_QUIET_S)).filter(|&q| q > 0.0).map(Duration::from_secs_f64);
-    let done = receiving.run(&bar, Ending { deadline, quiet }, &stop)?;
-    if done.ended_quiet {
-        eprintln!("rdaq receive: no datagram for {:.1} s: the detector has finished (--quiet-s)", quiet.unwrap_or_default().as_secs_f64());
+    let drive = drive_command.map(Drive::start).transpose()?;
+    let finished = drive.as_ref().map(|d| (d.ended(), cfg.frame_timeout() + LANDED));
+    let done = receiving.run(&bar, Ending { deadline, quiet, finished }, &stop);
+    // a receiver that has its frames lets the detector end by itself; one stopped early
+    // (Ctrl-C, the dashboard, the deadline, an error) stops the detector at once
+    let early = stop.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) || done.is_err();
+    let patience = if early { Duration::ZERO } else { DRIVE_PATIENCE };
+    let drove = drive.map(|d| d.finish(patience)).transpose();
+    let done = done?;
+    match done.ended {
+        Ended::Quiet => eprintln!("rdaq receive: no datagram for {:.1} s: the detector has finished (--quiet-s)", quiet.unwrap_or_default().as_secs_f64()),
+        Ended::Finished => eprintln!("rdaq receive: the detector says it has finished, and the datagrams in flight have landed"),
+        Ended::Itself => {}
     }
     let sum = done.summary;
     sum.print();
@@ -250,7 +276,25 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     if let Some(v) = view {
         show_until_interrupted(&v, &sum, &interrupted);
     }
+    drove?;
     Ok(sum.exit_code("receive", cfg.output.tolerate_loss))
+}
+
+/// What a driven detector is asked for: what this receiver takes.
+fn ask(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<Ask> {
+    let (count, frame) = told_times(a)?;
+    rdaq_proto::metadata::gate_exposure("--count-time-s", &cfg.detector.trigger_mode, count).map_err(|(field, why)| anyhow::anyhow!("{field}: {why}"))?;
+    let told = |t: f64| (t > 0.0).then_some(t);
+    Ok(Ask {
+        bind: cfg.network.bind,
+        port: cfg.network.data_port,
+        interfaces: a.interfaces,
+        frames: a.frames.unwrap_or_default(),
+        period_s: told(frame),
+        exptime_s: told(count),
+        pedestal: a.pedestal_run.is_some(),
+        trigger: cfg.detector.trigger_mode.clone(),
+    })
 }
 
 /// Shows the summary on the dashboard until Ctrl-C (at once when Ctrl-C ended the
@@ -276,6 +320,7 @@ fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Res
         ("--quiet-s", a.quiet_s.is_some()),
         ("--detector", a.detector.is_some()),
         ("--dashboard", a.dashboard.is_some()),
+        ("--sls-detector", a.sls.sls_detector.is_some()),
     ];
     if let Some((opt, _)) = standalone.iter().find(|(_, given)| *given) {
         bail!("{opt} is an option of a receiver on its own; the daemon (--serve) writes what each POST /start asks into --out-dir");

@@ -6,7 +6,7 @@
 //! configuration.
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,12 +74,12 @@ pub struct Received {
     pub counters: Counters,
     /// The pedestal run the chain recorded, with every complete frame taken.
     pub pedestal_run: Option<PedestalRun>,
-    /// The acquisition ended because the detector went quiet ([`Ending::quiet`]).
-    pub ended_quiet: bool,
+    /// What ended the acquisition.
+    pub ended: Ended,
 }
 
 /// What ends an acquisition besides its frame count and a stop.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Ending {
     /// The limit in any case.
     pub deadline: Option<Instant>,
@@ -87,6 +87,20 @@ pub struct Ending {
     /// frames not seen by then never arrived (a detector that sent fewer frames than asked
     /// is not waited for until the deadline).
     pub quiet: Option<Duration>,
+    /// Set once the detector says it has sent everything (rdaq drives it): the receiver then
+    /// ends once no datagram came for the duration (the datagrams in flight have landed).
+    pub finished: Option<(Arc<AtomicBool>, Duration)>,
+}
+
+/// What ended the receiving, beside its own frame count, a stop or the deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The receiver itself (its frames, a stop, the deadline).
+    Itself,
+    /// No datagram came for `Ending::quiet`.
+    Quiet,
+    /// The detector said it had finished, and the datagrams in flight have landed.
+    Finished,
 }
 
 impl Receiving {
@@ -102,7 +116,7 @@ impl Receiving {
         let Receiving { mut rx, chain, sinks, frames } = self;
         let board = chain.board.clone();
         let start = Instant::now();
-        let (outcome, ended_quiet) = consume_until_stopped(&rx, chain, sinks, bar, ending, stop);
+        let (outcome, ended) = consume_until_stopped(&rx, chain, sinks, bar, ending, stop);
         let outcome = outcome?;
         bar.finish();
         let counters = rx.join()?;
@@ -113,21 +127,20 @@ impl Receiving {
         summary.threads = Some(outcome.threads);
         summary.processing = outcome.processed.map(|p| ProcessReport { calibration: None, ..p });
         check_guards(&rx)?;
-        Ok(Received { summary, counters, pedestal_run: outcome.pedestal_run, ended_quiet })
+        Ok(Received { summary, counters, pedestal_run: outcome.pedestal_run, ended })
     }
 }
 
 /// Takes the frames through the chain until the receiver stops by itself, `stop`, or as
-/// `ending` says; the board follows the receiver's counters. Says whether the detector's
-/// quiet ended it.
-fn consume_until_stopped(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, ending: Ending, stop: &Control) -> (anyhow::Result<Outcome>, bool) {
+/// `ending` says; the board follows the receiver's counters. Says what ended it.
+fn consume_until_stopped(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, ending: Ending, stop: &Control) -> (anyhow::Result<Outcome>, Ended) {
     let board = chain.board.clone();
     board.set_state("acquiring");
     std::thread::scope(|s| {
         let consumer = s.spawn(|| acquisition::consume(rx, chain, sinks, bar, None, |_| {}));
         let mut sampled = Instant::now();
         let mut heard = (0u64, Instant::now());
-        let mut quiet = false;
+        let mut ended = Ended::Itself;
         while !consumer.is_finished() {
             // the deadline is the limit in any case: no waiting for the ports to go quiet
             if ending.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -139,15 +152,30 @@ fn consume_until_stopped(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &Progre
                 let c = rx.counters();
                 board.sample(c);
                 sampled = Instant::now();
-                if !quiet && went_quiet(&mut heard, c.datagrams, ending.quiet) {
-                    quiet = true;
-                    rx.stop_now();
+                if ended == Ended::Itself {
+                    ended = quiet_end(&mut heard, c.datagrams, &ending);
+                    if ended != Ended::Itself {
+                        rx.stop_now();
+                    }
                 }
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        (consumer.join().expect("consumer thread panicked"), quiet)
+        (consumer.join().expect("consumer thread panicked"), ended)
     })
+}
+
+/// Whether the ports' quiet ends the receiving: no datagram for `ending.quiet` once one came,
+/// or, once the detector has finished, none for its grace (also when none came at all).
+fn quiet_end(heard: &mut (u64, Instant), datagrams: u64, ending: &Ending) -> Ended {
+    let finished = ending.finished.as_ref().filter(|(f, _)| f.load(Ordering::Acquire));
+    if went_quiet(heard, datagrams, ending.quiet) {
+        Ended::Quiet
+    } else if finished.is_some_and(|(_, grace)| heard.1.elapsed() >= *grace) {
+        Ended::Finished
+    } else {
+        Ended::Itself
+    }
 }
 
 /// Whether no datagram came for `quiet` since the last change of the count (`heard`: the

@@ -21,14 +21,18 @@ count the detector had are restored afterwards, also when a stage fails or is in
 ``pedestal_run`` (and ``python -m rdaq.sls pedestal --detector HOST ...``) runs the whole
 pedestal run: ``rdaq receive --pedestal-run`` started and listening, then the procedure.
 
-Reduced form, said here and in docs/processing.md: ``rdaq receive`` and the acquisition
-service do not drive the detector themselves yet (this layer runs ``rdaq receive``), and it
-has run against a stand-in of ``slsdet.Detector`` that records every call and replays PSI's
+``rdaq receive --sls-detector HOST`` drives the detector itself through ``python -m rdaq.sls
+drive`` (the detector alone: pointed, set, started and waited for, or the pedestal
+procedure), and ends when the detector is done.
+
+Reduced form, said here and in docs/jungfrau.md: the acquisition service does not drive the
+detector yet, and this layer has run against a stand-in of ``slsdet.Detector`` that records every call and replays PSI's
 virtual JUNGFRAU's packets (tests/test_sls_control.py), not against a detector.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import subprocess
 import sys
@@ -40,6 +44,9 @@ __all__ = ["SlsControl", "DetectorError", "pedestal_run", "receive_beside", "mai
 
 #: how often the detector's state is asked while it acquires
 POLL_S = 0.05
+
+#: the exit status after an interrupt (as a shell reports SIGINT)
+INTERRUPTED = 130
 
 
 class DetectorError(RuntimeError):
@@ -58,7 +65,13 @@ class SlsControl:
 
     @classmethod
     def connect(cls, hostname: str) -> SlsControl:
-        """The detector at ``hostname`` (modules joined by ``+``), as slsdet connects to it."""
+        """The detector at ``hostname`` (modules joined by ``+``), as slsdet connects to it.
+        With ``RDAQ_SLS_DETECTOR=module:callable`` set, ``callable(hostname)`` gives the
+        ``SlsControl`` instead (a simulator with slsdet's API; the tests' stand-in)."""
+        factory = os.environ.get("RDAQ_SLS_DETECTOR")
+        if factory:
+            module, _, name = factory.partition(":")
+            return getattr(importlib.import_module(module), name)(hostname)
         from slsdet import Detector
         det = Detector()
         det.hostname = hostname
@@ -80,21 +93,29 @@ class SlsControl:
             d.udp_dstip2, d.udp_dstmac2 = ip, mac
             d.udp_dstport2 = {m: port + m * interfaces + 1 for m in range(modules)}
 
-    def configure(self, frames: int, period_s: float, exptime_s: float, trigger: str = "internal", triggers: int = 1):
-        """Frames per trigger, their period and exposure (seconds), and the trigger mode as
-        rdaq names it: internal (the detector's timing), external (a trigger signal starts
-        each trigger's frames) or gate (each frame exposed while the signal is high)."""
+    def configure(self, frames: int | None, period_s: float | None, exptime_s: float | None, trigger: str = "internal",
+                  triggers: int = 1):
+        """Frames per trigger, their period and exposure (seconds; ``None`` leaves the
+        detector's: a pedestal procedure sets its frames itself and puts the detector's back), and the trigger mode as rdaq names it: internal (the detector's timing),
+        external (a trigger signal starts each trigger's frames) or gate (each frame exposed
+        while the signal is high)."""
         t = self.enums.timingMode
         timing = {"internal": t.AUTO_TIMING, "external": t.TRIGGER_EXPOSURE, "gate": t.GATED}.get(trigger)
         if timing is None:
             raise ValueError(f"trigger {trigger!r}: internal, external or gate")
-        if frames < 1 or triggers < 1 or not period_s >= 0 or not exptime_s > 0:
+        if not (frames is None or frames >= 1) or triggers < 1 or not (period_s is None or period_s >= 0) \
+                or not (exptime_s is None or exptime_s > 0):
             raise ValueError(f"frames {frames}, triggers {triggers}, period {period_s} s, exposure {exptime_s} s: frames and "
                              "triggers at least 1, a period of 0 or more and an exposure above 0")
         d = self.det
         d.timing = timing
-        d.frames, d.triggers = frames, triggers
-        d.period, d.exptime = period_s, exptime_s
+        if frames is not None:
+            d.frames = frames
+        d.triggers = triggers
+        if period_s is not None:
+            d.period = period_s
+        if exptime_s is not None:
+            d.exptime = exptime_s
 
     def state(self) -> str:
         """The detector's state as slsdet says it (idle, running, ...; several when its
@@ -200,6 +221,18 @@ def _arguments() -> argparse.ArgumentParser:
         q.add_argument("--period-s", type=float, default=0.002)
         q.add_argument("--exptime-s", type=float, default=10e-6)
         q.add_argument("--rdaq", default=os.environ.get("RDAQ", "rdaq"), help="the rdaq binary (default: RDAQ, else rdaq on PATH)")
+    d = sub.add_parser("drive", help="the detector alone, for rdaq receive --sls-detector (which runs this): pointed at "
+                       "the receiver, set, started and waited for (or the pedestal procedure)")
+    d.add_argument("--detector", required=True)
+    d.add_argument("--receiver-ip", required=True)
+    d.add_argument("--receiver-mac", required=True)
+    d.add_argument("--port", type=int, required=True)
+    d.add_argument("--interfaces", type=int, default=1, choices=(1, 2))
+    d.add_argument("--frames", type=int, required=True, help="frames (with --pedestal: per gain stage)")
+    d.add_argument("--period-s", type=float, help="default: the detector's")
+    d.add_argument("--exptime-s", type=float, help="default: the detector's")
+    d.add_argument("--trigger", default="internal", choices=("internal", "external", "gate"))
+    d.add_argument("--pedestal", action="store_true", help="PSI's pedestal procedure: dynamic, forced G1, forced G2")
     p.add_argument("--frames", type=int, default=1000, help="dark frames per gain stage (default 1000)")
     p.add_argument("--calibration", required=True, type=Path, help="the calibration file to write")
     a.add_argument("--frames", type=int, required=True, help="frames to take")
@@ -217,7 +250,11 @@ def main(argv=None) -> int:
     try:
         c = SlsControl.connect(a.detector)
         c.point_at(a.receiver_ip, a.receiver_mac, a.port, a.interfaces)
-        c.configure(a.frames, a.period_s, a.exptime_s)
+        pedestal = a.command == "pedestal" or getattr(a, "pedestal", False)
+        c.configure(None if pedestal else a.frames, a.period_s, a.exptime_s, getattr(a, "trigger", "internal"))
+        if a.command == "drive":
+            c.pedestal(a.frames) if a.pedestal else c.acquire()
+            return 0
         if a.command == "pedestal":
             return pedestal_run(c, a.calibration, a.frames, a.port, a.interfaces, a.rdaq, bind=a.receiver_ip)
         args = ["--frames", a.frames, "--out", a.out, *a.receive]
@@ -225,6 +262,9 @@ def main(argv=None) -> int:
     except ImportError:
         print("python -m rdaq.sls: PSI's slsdet is not installed (pip install \"rdaq[sls]\")", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("python -m rdaq.sls: interrupted: the detector was stopped and its gain mode and frames put back", file=sys.stderr)
+        return INTERRUPTED
     except (ValueError, DetectorError, RuntimeError) as e:
         print(f"python -m rdaq.sls: {e}", file=sys.stderr)
         return 2
