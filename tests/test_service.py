@@ -184,6 +184,8 @@ def test_bad_requests_are_refused_naming_the_field_and_change_nothing(service, t
     refused(400, "colour", frames_per_trigger=3, prefix="p", colour="red")
     refused(400, "period_s", frames_per_trigger=3, prefix="p", period_s=-1)
     refused(400, "prefix", frames_per_trigger=3, prefix="../p")
+    # a pedestal dataset is the service of one receiver's
+    refused(400, "pedestal", frames_per_trigger=3, prefix="p", pedestal=True)
     outside = tmp_path / "outside"
     outside.mkdir()
     for d in ("..", "../outside", str(outside), "a/../../outside"):

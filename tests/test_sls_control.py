@@ -232,7 +232,8 @@ def virtual_jungfrau(hostname):
     """`RDAQ_SLS_DETECTOR`'s factory (test_sls_control:virtual_jungfrau) for `rdaq receive
     --sls-detector`, in the client it starts: a VirtualJungfrau with spots when STANDIN_SPOTS
     is set, sending at most STANDIN_SEND frames per start, ending ERROR when STANDIN_ENDS says
-    so, never ending with STANDIN_BUSY; its calls are written to STANDIN_LOG (JSON) when the client exits."""
+    so, never ending with STANDIN_BUSY; its calls are appended to STANDIN_LOG (a JSON line)
+    when the client exits."""
     import atexit
     import json
     import os
@@ -242,7 +243,9 @@ def virtual_jungfrau(hostname):
     ends = [RunStatus.ERROR] if os.environ.get("STANDIN_ENDS") == "error" else None
     busy = 10**9 if os.environ.get("STANDIN_BUSY") else 2
     det = VirtualJungfrau(read_capture(INTEROP / "jungfrau_virtual.bin"), send_at_most=int(send) if send else None, ends=ends, busy=busy)
-    det.__dict__["spots"] = bool(os.environ.get("STANDIN_SPOTS"))
+    spots = os.environ.get("STANDIN_SPOTS", "")
+    # a path: spots while that file exists (a service's datasets after its pedestal)
+    det.__dict__["spots"] = os.path.exists(spots) if spots.startswith("/") else bool(spots)
     det.__dict__["hostname"] = hostname
 
     def said(v):
@@ -251,34 +254,42 @@ def virtual_jungfrau(hostname):
         return {str(k): said(x) for k, x in v.items()} if isinstance(v, dict) else v
 
     def log():
-        with open(os.environ["STANDIN_LOG"], "w") as f:
-            json.dump({"hostname": hostname, "calls": [[said(x) for x in c] for c in det.calls]}, f)
+        # one line per client: a service starts one per trigger
+        with open(os.environ["STANDIN_LOG"], "a") as f:
+            f.write(json.dumps({"hostname": hostname, "calls": [[said(x) for x in c] for c in det.calls]}) + "\n")
     atexit.register(log)
     return SlsControl(det, ENUMS)
+
+
+def standin_env(log, **env):
+    """The environment of `rdaq receive --sls-detector` whose client drives the stand-in,
+    which logs its calls to `log`."""
+    import os
+    import sys
+    from pathlib import Path
+    tests = str(Path(__file__).parent)
+    return {**os.environ, "RDAQ_SLS_DETECTOR": "test_sls_control:virtual_jungfrau", "RDAQ_PYTHON": sys.executable,
+            "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]), "STANDIN_LOG": str(log),
+            **{k: str(v) for k, v in env.items()}}
+
+
+MAC = "00:11:22:33:44:55"
 
 
 def driven(rdaq, tmp_path, args, bind="127.0.0.1", timeout_s=120, **env):
     """`rdaq receive --format sls --sls-detector jf1` on a free port with `args`, its client
     on the stand-in; returns the process result, the stand-in's log and the port."""
     import json
-    import os
-    import socket
     import subprocess
-    import sys
-    from pathlib import Path
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    tests = str(Path(__file__).parent)
+
+    from conftest import free_udp_port
+    port = free_udp_port()
     log = tmp_path / f"standin-{port}.json"
-    e = {**os.environ, "RDAQ_SLS_DETECTOR": "test_sls_control:virtual_jungfrau", "RDAQ_PYTHON": sys.executable,
-         "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]), "STANDIN_LOG": str(log),
-         **{k: str(v) for k, v in env.items()}}
     cmd = [rdaq, "receive", "--format", "sls", "--bind", bind, "--port", str(port), "--sls-detector", "jf1",
-           "--receiver-mac", "00:11:22:33:44:55", "--modules", "1", "--ring-mib", "16", "--stream", "none", "--timeout-s", str(timeout_s),
+           "--receiver-mac", MAC, "--modules", "1", "--ring-mib", "16", "--stream", "none", "--timeout-s", str(timeout_s),
            *map(str, args)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=e)
-    return r, json.loads(log.read_text()) if log.exists() else None, port
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=standin_env(log, **env))
+    return r, json.loads(log.read_text().splitlines()[-1]) if log.exists() else None, port
 
 
 def test_rdaq_receive_drives_the_detector_from_its_hostname_to_processed_frames(rdaq, tmp_path):
@@ -293,7 +304,7 @@ def test_rdaq_receive_drives_the_detector_from_its_hostname_to_processed_frames(
     assert r.returncode == 0, r.stderr
     calls = log["calls"]
     assert log["hostname"] == "jf1"
-    assert ["udp_dstport", {"0": port}] in calls and ["udp_dstip", "127.0.0.1"] in calls and ["udp_dstmac", "00:11:22:33:44:55"] in calls
+    assert ["udp_dstport", {"0": port}] in calls and ["udp_dstip", "127.0.0.1"] in calls and ["udp_dstmac", MAC] in calls
     assert [c[1:] for c in calls if c[0] == "start"] == [["DYNAMIC", 20], ["FORCE_SWITCH_G1", 20], ["FORCE_SWITCH_G2", 20]]
     assert calls[-2:] == [["gainmode", "DYNAMIC"], ["frames", 1]], "the detector is put back"
     import h5py
@@ -350,3 +361,53 @@ def test_what_a_driven_detector_cannot_take_is_refused_before_it_starts(rdaq, tm
     assert r.returncode == 2 and "a multiple of 3" in r.stderr and log is None, r.stderr
     r, log, _ = driven(rdaq, tmp_path, ["--frames", 3], bind="0.0.0.0")
     assert r.returncode == 2 and "--sls-detector needs --bind" in r.stderr and log is None, r.stderr
+
+
+def test_the_service_drives_the_detector_through_a_pedestal_dataset_and_processed_ones(rdaq, tmp_path):
+    """The acquisition service of one receiver with --sls-detector: a pedestal dataset (one
+    service call: POST /arm with pedestal, POST /trigger) runs PSI's procedure on the
+    detector and records `<prefix>_calibration.h5`, which the service then processes with:
+    the next dataset's trigger sets the detector's frames, period and exposure, starts it,
+    and its twelve spots per frame are found in every frame. A pedestal of two triggers is
+    refused (one asked of `rdaq manage`'s service: tests/test_service.py)."""
+    import json
+    import signal
+    import subprocess
+
+    import h5py
+
+    from conftest import free_port, free_udp_port
+    from rdaq.control import ApiError, Service
+    from test_readme_daemons import wait_up
+    log, spots = tmp_path / "standin.jsonl", tmp_path / "spots-on"
+    addr, root = f"127.0.0.1:{free_port()}", tmp_path / "data"
+    p = subprocess.Popen([rdaq, "receive", "--format", "sls", "--bind", "127.0.0.1", "--port", str(free_udp_port()),
+                          "--sls-detector", "jf1", "--receiver-mac", MAC, "--modules", "1", "--ring-mib", "16", "--stream", "none",
+                          "--frame-timeout-ms", "200", "--data-root", root, "--serve", addr],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=standin_env(log, STANDIN_SPOTS=spots))
+    try:
+        wait_up(f"http://{addr}/acquisition", p)
+        svc = Service(f"http://{addr}")
+        with pytest.raises(ApiError, match="triggers"):
+            svc.arm(30, "dark", triggers=2, pedestal=True)
+        svc.arm(30, "dark", pedestal=True)
+        svc.trigger()
+        a = svc.wait("idle", timeout=120)
+        assert a["dataset"]["summary"]["calibration"] == str(root / "dark_calibration.h5")
+        with h5py.File(root / "dark_calibration.h5", "r") as f:
+            assert f["pedestal_frames"][:].tolist() == [10, 10, 10] and not f["pixel_mask"][:].any()
+        spots.touch()
+        svc.arm(6, "run1", period_s=0.002, count_time_s=1e-5)
+        svc.trigger()
+        a = svc.wait("idle", timeout=120)
+        s = a["dataset"]["summary"]
+        assert (s["frames_complete"], s["processing"]["hits"], s["processing"]["spots_found"]) == (6, 6, 72), s
+    finally:
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    pedestal, run = [json.loads(line)["calls"] for line in log.read_text().splitlines()]
+    assert [c[1:] for c in pedestal if c[0] == "start"] == [["DYNAMIC", 10], ["FORCE_SWITCH_G1", 10], ["FORCE_SWITCH_G2", 10]]
+    assert pedestal[-2:] == [["gainmode", "DYNAMIC"], ["frames", 1]]
+    assert [c for c in run if c[0] in ("timing", "frames", "period", "exptime", "start")] == [
+        ["timing", "AUTO_TIMING"], ["frames", 6], ["period", 0.002], ["exptime", 1e-5], ["start", "DYNAMIC", 6]]

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use axum::http::StatusCode;
-use rdaq_manager::service::{Send, Service};
+use rdaq_manager::service::{ArmRequest, Send, Service};
 
 pub use api::{Acquisition, ErrorAnswer, Image, Live, Triggered};
 use crate::auth::Access;
@@ -37,8 +37,14 @@ pub(crate) trait Backend: std::marker::Send + Sync + 'static {
     /// What the receivers said last, and the frames they handed to the writer in the
     /// dataset whose files are open (0 when none is).
     fn live(&self) -> (Live, u64);
-    /// The files of dataset `prefix` in `dir` that an arm must find free.
-    fn files(&self, dir: &Path, prefix: &str) -> Vec<PathBuf>;
+    /// The files of the dataset `req` asks for in `dir` that an arm must find free.
+    fn files(&self, dir: &Path, req: &ArmRequest) -> Vec<PathBuf>;
+    /// Why this service cannot take the dataset `req` asks for (a field it does not
+    /// serve), if it cannot: `(field, why)`.
+    fn refuses(&self, req: &ArmRequest) -> Option<(&'static str, String)> {
+        let _ = req;
+        None
+    }
     /// Ends the trigger under way early (a cancel, Ctrl-C): the worker then closes the
     /// dataset's files.
     fn stop_trigger(&self);

@@ -79,6 +79,13 @@ pub struct ArmRequest {
     #[serde(default)]
     #[schema(value_type = Option<String>, example = "external")]
     pub trigger_mode: Option<String>,
+    /// A JUNGFRAU pedestal run instead of data (one trigger, the beam off): its raw dark
+    /// frames (with a detector the service drives, a third each in dynamic, forced G1 and
+    /// forced G2 gain) are recorded into `<prefix>_calibration.h5` beside the dataset's raw
+    /// files, and the service's processing takes that calibration from then on.
+    #[serde(default)]
+    #[schema(default = false)]
+    pub pedestal: bool,
 }
 
 impl ArmRequest {
@@ -271,6 +278,9 @@ impl Service {
         if r.frames_per_trigger == 0 || r.frames_per_trigger > MAX_FRAMES_PER_TRIGGER {
             return Err(field("frames_per_trigger", format!("{}; from 1 to {MAX_FRAMES_PER_TRIGGER}", r.frames_per_trigger)));
         }
+        if r.pedestal && r.triggers != 1 {
+            return Err(field("triggers", format!("{} for a pedestal dataset, which takes one trigger", r.triggers)));
+        }
         if r.triggers > MAX_TRIGGERS {
             return Err(field("triggers", format!("{}; up to {MAX_TRIGGERS} (0: until disarm)", r.triggers)));
         }
@@ -432,7 +442,7 @@ mod tests {
     use super::*;
 
     fn arm(frames: u64, triggers: u64) -> ArmRequest {
-        ArmRequest { frames_per_trigger: frames, triggers, period_s: 0.01, count_time_s: 0.0, directory: "run1".into(), prefix: "sample".into(), process: true, sample_name: String::new(), photon_energy_kev: None, detector_distance_m: None, beam_center_x: None, beam_center_y: None, trigger_mode: None }
+        ArmRequest { frames_per_trigger: frames, triggers, period_s: 0.01, count_time_s: 0.0, directory: "run1".into(), prefix: "sample".into(), process: true, sample_name: String::new(), photon_energy_kev: None, detector_distance_m: None, beam_center_x: None, beam_center_y: None, trigger_mode: None, pedestal: false }
     }
 
     #[test]
@@ -550,6 +560,7 @@ mod tests {
         assert_eq!(bad(&mut s, ArmRequest { beam_center_y: Some(f64::NAN), ..arm(1, 1) }), "beam_center_y");
         assert_eq!(bad(&mut s, ArmRequest { sample_name: "a\tb".into(), ..arm(1, 1) }), "sample_name");
         assert_eq!(bad(&mut s, ArmRequest { trigger_mode: Some("edge".into()), ..arm(1, 1) }), "trigger_mode");
+        assert_eq!(bad(&mut s, ArmRequest { pedestal: true, ..arm(30, 2) }), "triggers", "a pedestal is one trigger");
         let gate = |count_time_s| ArmRequest { trigger_mode: Some("gate".into()), count_time_s, ..arm(1, 1) };
         assert_eq!(bad(&mut s, gate(0.005)), "count_time_s", "a gate sets the exposure");
         for d in ["../elsewhere", "/etc", "a/../../b", "run\n1"] {

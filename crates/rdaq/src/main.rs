@@ -10,7 +10,6 @@ mod interrupt;
 mod edges;
 mod join;
 mod offline;
-mod pedestal;
 mod preview;
 mod receive;
 mod recover;

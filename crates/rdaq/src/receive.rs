@@ -23,18 +23,13 @@ use rdaq_run::{outputs, progress_bar};
 
 use crate::acquire::{set, AcquireArgs};
 use crate::interrupt::{on_interrupt, Interrupts};
-use crate::pedestal;
-use crate::sls_drive::{Ask, Drive, SlsArgs};
+use rdaq_run::pedestal;
+use crate::sls_drive::SlsArgs;
+use rdaq_run::drive::{Ask, Drive, LANDED, PATIENCE};
 
 /// Seconds without a datagram after which an acquisition of a known frame count ends.
 const DEFAULT_QUIET_S: f64 = 10.0;
 
-/// How long a driven detector may take to end by itself once the receiver has its frames.
-const DRIVE_PATIENCE: Duration = Duration::from_secs(10);
-
-/// Beyond the frame timeout, how long a driven detector's last datagrams may take to land
-/// once it says it has finished.
-const LANDED: Duration = Duration::from_millis(500);
 
 #[derive(Args)]
 pub struct ReceiveArgs {
@@ -49,7 +44,7 @@ pub struct ReceiveArgs {
     /// /arm, /trigger, /cancel; GET /acquisition, /openapi.json), their files under this
     /// directory; for a detector's native packets (--format sls, --detector) that something
     /// else triggers.
-    #[arg(long, requires = "serve", value_name = "DIR", conflicts_with_all = ["out", "frames", "timeout_s", "quiet_s", "buffers_out", "summary_json", "pedestal_run", "dashboard", "out_dir", "memory_mib", "overwrite", "tolerate_loss", "frame_time_s", "sls_detector"])]
+    #[arg(long, requires = "serve", value_name = "DIR", conflicts_with_all = ["out", "frames", "timeout_s", "quiet_s", "buffers_out", "summary_json", "pedestal_run", "dashboard", "out_dir", "memory_mib", "overwrite", "tolerate_loss", "frame_time_s"])]
     data_root: Option<PathBuf>,
     #[command(flatten)]
     access: AccessArgs,
@@ -225,7 +220,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let series = a.out.as_deref().map(outputs::series_files);
     let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.acq.summary_json.as_deref()).chain(a.pedestal_run.as_deref());
     outputs::refuse_existing(named, overwrite)?;
-    let drive_command = a.sls.command(&ask(&a, &cfg)?)?;
+    let drive_command = a.sls.driver().command(&ask(&a, &cfg)?)?;
     let receiving = rdaq_run::receive::start(setup, &cfg, a.out.as_deref())?;
     let rx = &receiving.rx;
     if let Some(p) = &a.buffers_out {
@@ -254,7 +249,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     // a receiver that has its frames lets the detector end by itself; one stopped early
     // (Ctrl-C, the dashboard, the deadline, an error) stops the detector at once
     let early = stop.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) || done.is_err();
-    let patience = if early { Duration::ZERO } else { DRIVE_PATIENCE };
+    let patience = if early { Duration::ZERO } else { PATIENCE };
     let drove = drive.map(|d| d.finish(patience)).transpose();
     let done = done?;
     match done.ended {
@@ -268,7 +263,9 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
         sum.write_json(p, overwrite)?;
     }
     if let (Some(path), Some(run)) = (&a.pedestal_run, &done.pedestal_run) {
-        pedestal::save(&cfg, chain_geometry, run, path, overwrite)?;
+        for line in pedestal::save(&cfg, chain_geometry, run, path, overwrite)? {
+            eprintln!("rdaq receive: {line}");
+        }
     }
     if done.counters.datagrams == 0 && bind.is_loopback() {
         eprintln!("rdaq receive: nothing arrived on {ports:?}: a detector on a network card sends to that card's address; use --bind <its address> or --bind 0.0.0.0");
@@ -352,6 +349,7 @@ fn serve_datasets(a: ReceiveArgs, cfg: Config, addr: SocketAddr) -> anyhow::Resu
         access: a.access.access()?,
         data_root: a.data_root.clone().expect("--data-root given"),
         source: source(&a, &cfg)?,
+        driver: a.sls.driver(),
         config: cfg,
         // each dataset's arm gives the period
         count_time_s: told_times(&a)?.0,

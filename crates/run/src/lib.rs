@@ -20,6 +20,8 @@
 //!   [`receive`]: that acquisition from start to summary (`rdaq receive`, Python);
 //!   [`embedded`]: either acquisition in a thread of a program (Python, librdaq), its
 //!   processed frames handed out.
+//! - [`drive`]: a PSI detector driven by its receiver, through PSI's Python client.
+//! - [`pedestal`]: a pedestal run recorded into a calibration file.
 //! - [`pairs`]: a descrambled detector's data frames paired with their reset frames.
 //! - [`outputs`]: the output files and the rule that protects them (no silent overwrite).
 //! - [`summary`]: the end-of-acquisition summary and the exit status it implies.
@@ -38,6 +40,7 @@
 pub mod acquisition;
 pub mod assemble;
 pub mod board;
+pub mod drive;
 pub mod budget;
 pub mod calibration;
 pub mod config;
@@ -49,6 +52,7 @@ pub mod joined;
 pub mod latency;
 pub mod outputs;
 pub mod pairs;
+pub mod pedestal;
 pub mod receive;
 pub mod receiver_report;
 pub mod plan;

@@ -161,10 +161,13 @@ async fn arm(State(hub): State<SharedHub>, body: Bytes) -> Result<Json<Acquisiti
         let s = lock(&hub.service);
         s.can_arm().and_then(|()| s.master(&req)).map_err(answer)?
     };
+    if let Some((field, why)) = hub.backend.refuses(&req) {
+        return Err(answer(ServiceError::Field { field, why }));
+    }
     let dir = master.parent().expect("a master path has a directory").to_path_buf();
     let rel = Path::new(&req.directory).to_path_buf();
     let h = hub.clone();
-    tokio::task::spawn_blocking(move || prepare_directory(&h.root, &rel, &h.backend.files(&dir, &req.prefix)).map(|()| req))
+    tokio::task::spawn_blocking(move || prepare_directory(&h.root, &rel, &h.backend.files(&dir, &req)).map(|()| req))
         .await
         .map_err(crate::http::internal)?
         .map_err(|e| e.answer())

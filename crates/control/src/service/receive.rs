@@ -11,21 +11,31 @@
 //! when the frames up to its last have been taken, or when, after some of them, none came
 //! for a few seconds (what is missing shows in the summary; [`super::Hub::settle`]); before
 //! its first frame the service waits as long as the detector does, until a cancel.
+//!
+//! With `--sls-detector`, the service drives the detector itself ([`rdaq_run::drive`]):
+//! each trigger, once the receiver listens, sets the detector's frames, period, exposure and
+//! trigger mode from the arm and starts it, and the trigger is done when the detector says
+//! so and the datagrams in flight have landed. A pedestal dataset (the arm's `pedestal`)
+//! takes the raw dark frames (a driven detector runs PSI's procedure: dynamic, forced G1,
+//! forced G2) into `<prefix>_calibration.h5`, and the datasets after it are processed with
+//! that calibration.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use axum::extract::State;
 use indicatif::ProgressBar;
 use rdaq_emulator::Control;
-use rdaq_manager::service::{Dataset, Send};
+use rdaq_detector::Geometry;
+use rdaq_manager::service::{ArmRequest, Dataset, Send};
 use rdaq_run::board::Board;
 use rdaq_run::config::Config;
+use rdaq_run::drive::{Ask, Drive, Driver, LANDED, PATIENCE};
 use rdaq_run::receive::Received;
 use rdaq_run::remote::{self, Source};
 
@@ -47,6 +57,8 @@ pub struct Options {
     pub data_root: PathBuf,
     /// The detector's packets (its frame count is each dataset's).
     pub source: Source,
+    /// The detector the service drives for each trigger, if any.
+    pub driver: Driver,
     pub config: Config,
     /// The detector's exposure per image, for the files (0: unknown).
     pub count_time_s: f64,
@@ -72,8 +84,8 @@ pub fn serve(o: Options) -> anyhow::Result<()> {
     let extra = axum::Router::new().route("/metrics", axum::routing::get(metrics)).with_state(scraped);
     let metrics = Described { path: "/metrics", method: Method::Get, summary: "The receiver's counters in the dataset under way (or the last), OpenMetrics text", answers: "application/openmetrics-text" };
     let serving = Serving { addr: o.addr, access, root, image, backend: shown.clone(), extra, extra_described: vec![metrics], what: "receive" };
-    let (source, config, count_time_s) = (o.source, o.config, o.count_time_s);
-    super::serve(serving, |hub| Datasets { hub, shown, source, config, count_time_s, open: None })
+    let (source, config, count_time_s, driver) = (o.source, o.config, o.count_time_s, o.driver);
+    super::serve(serving, |hub| Datasets { hub, shown, source, config, count_time_s, driver, open: None })
 }
 
 /// What `GET /metrics` shows: the receiver's counters in the dataset under way (or the
@@ -96,6 +108,11 @@ async fn metrics(State(s): State<Arc<Scraped>>) -> ([(axum::http::HeaderName, &'
 /// A dataset's master, and its summary beside it.
 fn dataset_files(dir: &Path, prefix: &str) -> (PathBuf, PathBuf) {
     (dir.join(format!("{prefix}_master.h5")), dir.join(format!("{prefix}_summary.json")))
+}
+
+/// The calibration a pedestal dataset records.
+fn calibration_file(dir: &Path, prefix: &str) -> PathBuf {
+    dir.join(format!("{prefix}_calibration.h5"))
 }
 
 /// What the API shows of the dataset under way (or the last): its acquisition's board, and
@@ -125,11 +142,15 @@ impl Backend for Shown {
         (live, to_writer)
     }
 
-    /// The series (the master and its first data file) and the summary.
-    fn files(&self, dir: &Path, prefix: &str) -> Vec<PathBuf> {
-        let (master, summary) = dataset_files(dir, prefix);
+    /// The series (the master and its first data file), the summary, and a pedestal's
+    /// calibration.
+    fn files(&self, dir: &Path, req: &ArmRequest) -> Vec<PathBuf> {
+        let (master, summary) = dataset_files(dir, &req.prefix);
         let mut files = rdaq_run::outputs::series_files(&master).to_vec();
         files.push(summary);
+        if req.pedestal {
+            files.push(calibration_file(dir, &req.prefix));
+        }
         files
     }
 
@@ -146,7 +167,14 @@ struct Open {
     thread: JoinHandle<anyhow::Result<Received>>,
     board: Arc<Board>,
     stop: Arc<Control>,
+    closing: Closing,
+}
+
+/// What closing a dataset writes: its summary, and a pedestal dataset's calibration (with
+/// the configuration and image it was taken with).
+struct Closing {
     summary: PathBuf,
+    calibration: Option<(PathBuf, Config, Geometry)>,
 }
 
 /// The worker: one acquisition of `rdaq receive`'s chain per dataset.
@@ -156,6 +184,7 @@ struct Datasets {
     source: Source,
     config: Config,
     count_time_s: f64,
+    driver: Driver,
     open: Option<Open>,
 }
 
@@ -164,6 +193,7 @@ struct Listening {
     board: Arc<Board>,
     ports: Vec<u16>,
     engine: String,
+    geometry: Geometry,
 }
 
 impl Datasets {
@@ -171,26 +201,31 @@ impl Datasets {
     /// receiver listens.
     fn open_dataset(&self) -> anyhow::Result<Open> {
         let d = lock(&self.hub.service).dataset().cloned().context("no dataset armed")?;
-        let summary = dataset_files(d.master.parent().context("the master has a directory")?, &d.request.prefix).1;
+        let dir = d.master.parent().context("the master has a directory")?;
+        let summary = dataset_files(dir, &d.request.prefix).1;
         let (source, cfg) = self.configured(&d)?;
         let stop = Arc::new(Control::default());
         let (tx, rx) = mpsc::sync_channel(1);
         // the arm's exposure, else the one the service was started with
         let count_time_s = if d.request.count_time_s > 0.0 { d.request.count_time_s } else { self.count_time_s };
-        let (master, period_s, halt) = (d.master.clone(), d.request.period_s, stop.clone());
-        let thread = std::thread::Builder::new().name("rdaq-dataset".into()).spawn(move || acquire(&source, &cfg, &master, (count_time_s, period_s), &halt, tx))?;
+        let (master, period_s, halt, pedestal, thread_cfg) = (d.master.clone(), d.request.period_s, stop.clone(), d.request.pedestal, cfg.clone());
+        let thread = std::thread::Builder::new()
+            .name("rdaq-dataset".into())
+            .spawn(move || acquire(&source, &thread_cfg, &master, (count_time_s, period_s), pedestal, &halt, tx))?;
         // the thread says whether it listens before anything else it does
         let l = rx.recv().map_err(|_| anyhow::anyhow!("the dataset's acquisition panicked before its receiver listened"))??;
         *lock(&self.shown.0) = Showing { board: Some(l.board.clone()), stop: Some(stop.clone()) };
-        tracing::info!(dataset = d.number, master = %d.master.display(), frames = d.request.frames_per_trigger, triggers = d.request.triggers, ports = ?l.ports, engine = l.engine, "dataset opened: the receiver listens");
-        Ok(Open { thread, board: l.board, stop, summary })
+        tracing::info!(dataset = d.number, master = %d.master.display(), frames = d.request.frames_per_trigger, triggers = d.request.triggers, pedestal, ports = ?l.ports, engine = l.engine, "dataset opened: the receiver listens");
+        let calibration = pedestal.then(|| (calibration_file(dir, &d.request.prefix), cfg, l.geometry));
+        Ok(Open { thread, board: l.board, stop, closing: Closing { summary, calibration } })
     }
 
     /// The source and configuration of dataset `d`: its frame count, processing on or off.
     fn configured(&self, d: &Dataset) -> anyhow::Result<(Source, Config)> {
         let r = &d.request;
         let mut cfg = Config::with_sections(self.config.clone(), r.metadata_sections()).context("the arm's metadata")?;
-        if !r.process {
+        // a pedestal run takes the raw words
+        if !r.process || r.pedestal {
             cfg.process.mode = "raw".into();
         }
         // bounded where the arm was read: at most 2^50
@@ -199,20 +234,72 @@ impl Datasets {
     }
 
     /// Stops the open dataset's acquisition and waits for its end.
-    fn stop(&mut self) -> Option<(anyhow::Result<Received>, PathBuf)> {
+    fn stop(&mut self) -> Option<(anyhow::Result<Received>, Closing)> {
         let open = self.open.take()?;
         open.stop.stop.store(true, Ordering::Relaxed);
         let done = open.thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the dataset's acquisition panicked")));
         lock(&self.shown.0).stop = None;
-        Some((done, open.summary))
+        Some((done, open.closing))
     }
+
+    /// What the driven detector is asked for in the trigger `send` of the armed dataset.
+    fn ask(&self, send: &Send) -> anyhow::Result<Ask> {
+        let d = lock(&self.hub.service).dataset().cloned().context("no dataset armed")?;
+        let r = &d.request;
+        let told = |t: f64| (t > 0.0).then_some(t);
+        Ok(Ask {
+            bind: self.config.network.bind,
+            port: self.config.network.data_port,
+            interfaces: self.source.interfaces,
+            frames: send.frames,
+            period_s: told(send.period_s),
+            exptime_s: told(r.count_time_s),
+            pedestal: r.pedestal,
+            trigger: r.trigger_mode.clone().unwrap_or_else(|| self.config.detector.trigger_mode.clone()),
+        })
+    }
+
+    /// Records a pedestal dataset's calibration, and takes it for the datasets after.
+    fn keep_calibration(&mut self, received: &Received, (path, cfg, g): (PathBuf, Config, Geometry)) -> anyhow::Result<PathBuf> {
+        let run = received.pedestal_run.as_ref().context("the pedestal dataset recorded no pedestal run")?;
+        for line in rdaq_run::pedestal::save(&cfg, g, run, &path, false)? {
+            tracing::info!("{line}");
+        }
+        self.config.process.calibration = path.clone();
+        tracing::info!(calibration = %path.display(), "the datasets from now on are processed with this calibration");
+        Ok(path)
+    }
+}
+
+/// Waits for the trigger's frames (as [`super::Hub::settle`]); with a driven detector, the
+/// trigger is also done once the detector has said it is finished and the datagrams in
+/// flight have landed.
+fn take_trigger(hub: &SharedHub, open: &Open, send: &Send, finished: Option<(Arc<AtomicBool>, Duration)>) {
+    let mut heard = (0u64, Instant::now());
+    let taken = || {
+        if open.thread.is_finished() || open.stop.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let done = open.board.frames_done().0;
+        if done != heard.0 {
+            heard = (done, Instant::now());
+        }
+        let landed = finished.as_ref().is_some_and(|(f, grace)| f.load(Ordering::Acquire) && heard.1.elapsed() >= *grace);
+        (!landed).then_some(done)
+    };
+    hub.settle(send.first_frame + send.frames, Some(send.first_frame), POLL, taken);
 }
 
 /// An acquisition's thread: starts the receiver on the dataset's files, says so through
 /// `started`, and takes the frames until the receiver has its count or `stop`.
-fn acquire(source: &Source, cfg: &Config, master: &Path, (count_time_s, period_s): (f64, f64), stop: &Control, started: mpsc::SyncSender<anyhow::Result<Listening>>) -> anyhow::Result<Received> {
+fn acquire(source: &Source, cfg: &Config, master: &Path, (count_time_s, period_s): (f64, f64), pedestal: bool, stop: &Control, started: mpsc::SyncSender<anyhow::Result<Listening>>) -> anyhow::Result<Received> {
+    let mut geometry = None;
     let receiving = remote::setup(source, cfg).and_then(|mut setup| {
         (setup.meta.count_time_s, setup.meta.frame_time_s) = (count_time_s, period_s);
+        if pedestal {
+            setup.chain.pedestal_run = Some(rdaq_run::pedestal::start(&setup.chain)?);
+        }
+        geometry = Some(setup.chain.geometry);
         rdaq_run::receive::start(setup, cfg, Some(master))
     });
     let receiving = match receiving {
@@ -222,7 +309,8 @@ fn acquire(source: &Source, cfg: &Config, master: &Path, (count_time_s, period_s
             bail!("the receiver did not start");
         }
     };
-    let l = Listening { board: receiving.board(), ports: receiving.rx.ports().to_vec(), engine: receiving.rx.engine().to_string() };
+    let geometry = geometry.expect("set before the receiver started");
+    let l = Listening { board: receiving.board(), ports: receiving.rx.ports().to_vec(), engine: receiving.rx.engine().to_string(), geometry };
     let _ = started.send(Ok(l));
     receiving.run(&ProgressBar::hidden(), rdaq_run::receive::Ending::default(), stop)
 }
@@ -232,14 +320,21 @@ impl super::Worker for Datasets {
         if self.open.is_none() {
             self.open = Some(self.open_dataset()?);
         }
+        let drive = match self.driver.command(&self.ask(send)?)? {
+            Some(c) => Some(Drive::start(c)?),
+            None => None,
+        };
         ready.listening();
         let open = self.open.as_ref().expect("opened above");
-        let taken = || (!open.thread.is_finished() && !open.stop.stop.load(Ordering::Relaxed)).then(|| open.board.frames_done().0);
-        self.hub.settle(send.first_frame + send.frames, Some(send.first_frame), POLL, taken);
-        if open.stop.stop.load(Ordering::Relaxed) {
+        let finished = drive.as_ref().map(|d| (d.ended(), self.config.frame_timeout() + LANDED));
+        take_trigger(&self.hub, open, send, finished);
+        let stopped = open.stop.stop.load(Ordering::Relaxed);
+        if stopped {
             // a cancel, or Ctrl-C (one more cancel asks nothing)
             let _ = lock(&self.hub.service).cancel();
         }
+        // a cancelled trigger stops the detector at once; one that has its frames lets it end
+        drive.map(|d| d.finish(if stopped { Duration::ZERO } else { PATIENCE })).transpose()?;
         Ok(())
     }
 
@@ -251,14 +346,19 @@ impl super::Worker for Datasets {
     /// summary beside the master.
     fn finish(&mut self) -> anyhow::Result<Closed> {
         let cancelled = lock(&self.hub.service).is_cancelling();
-        let (done, path) = self.stop().context("no dataset open")?;
-        let sum = done?.summary;
+        let (done, closing) = self.stop().context("no dataset open")?;
+        let received = done?;
+        let sum = &received.summary;
         // of a known count, a cancelled dataset's frames after the cancel were not waited for
         let frames_lost = (!cancelled || sum.frames_expected.is_none()).then(|| sum.frames_lost());
-        sum.write_json(&path, false)?;
+        sum.write_json(&closing.summary, false)?;
         lock(&self.hub.service).written(sum.frames_written);
         tracing::info!(frames_complete = sum.frames_complete, frames_expected = ?sum.frames_expected, written = sum.frames_written, frames_lost = ?frames_lost, datagrams_dropped = sum.datagrams_dropped, "dataset closed");
-        Ok(Closed { summary: serde_json::to_value(&sum)?, frames_lost, no_master: sum.write_error.clone() })
+        let mut summary = serde_json::to_value(sum)?;
+        if let Some(c) = closing.calibration {
+            summary["calibration"] = self.keep_calibration(&received, c)?.display().to_string().into();
+        }
+        Ok(Closed { summary, frames_lost, no_master: sum.write_error.clone() })
     }
 
     /// The receiver is stopped, its files kept.

@@ -15,6 +15,7 @@ use crate::dashboard::ProcessView;
 use crate::http::lock;
 use crate::manager::{Board, ManageArgs, Session};
 use crate::service::{self, Backend, Image, Live, Serving};
+use rdaq_manager::service::ArmRequest;
 
 /// Serves the acquisition service until Ctrl-C: checks the system, then carries out the
 /// datasets the API asks for, one at a time.
@@ -85,11 +86,16 @@ impl Backend for System {
     }
 
     /// The manager's files of the dataset, and the receivers' masters beside them.
-    fn files(&self, dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    fn files(&self, dir: &Path, req: &ArmRequest) -> Vec<PathBuf> {
+        let prefix = &req.prefix;
         let f = datasets::dataset_files(dir, prefix);
         let mut paths = vec![f.report, f.events, f.manifest, f.master];
         paths.extend(self.receivers.iter().map(|name| dir.join(format!("{prefix}_{name}_master.h5"))));
         paths
+    }
+
+    fn refuses(&self, req: &ArmRequest) -> Option<(&'static str, String)> {
+        req.pedestal.then(|| ("pedestal", "a pedestal dataset is taken by the service of one receiver (rdaq receive --data-root --serve), not by the system's".into()))
     }
 
     fn stop_trigger(&self) {

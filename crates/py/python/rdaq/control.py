@@ -143,16 +143,20 @@ class Service(_Client):
 
     def arm(self, frames_per_trigger, prefix, triggers=1, period_s=0.0, directory="", process=True, count_time_s=0.0,
             sample_name="", photon_energy_kev=None, detector_distance_m=None, beam_center_x=None, beam_center_y=None,
-            trigger_mode=None):
+            trigger_mode=None, pedestal=False):
         """Arms the next dataset; its files are ``<directory>/<prefix>_master.h5`` and its
         data files under the data root. ``period_s`` and ``count_time_s`` (each frame's
         exposure; 0: unknown) are the files' ``frame_time`` and ``count_time``; the sample's
         name, the photon energy (keV), the detector's distance (m), the beam centre (pixels)
         and the trigger mode (``internal``, ``external`` or ``gate``) go into the files too
-        (not given: the service's configuration's)."""
+        (not given: the service's configuration's). ``pedestal``: a JUNGFRAU pedestal run
+        into ``<prefix>_calibration.h5``, which the service processes with from then on (the
+        service of one receiver; one trigger)."""
         body = {"frames_per_trigger": frames_per_trigger, "prefix": prefix, "triggers": triggers,
                 "period_s": period_s, "count_time_s": count_time_s, "directory": directory, "process": process,
                 "sample_name": sample_name}
+        if pedestal:
+            body["pedestal"] = True
         given = {"photon_energy_kev": photon_energy_kev, "detector_distance_m": detector_distance_m,
                  "beam_center_x": beam_center_x, "beam_center_y": beam_center_y, "trigger_mode": trigger_mode}
         body.update({k: v for k, v in given.items() if v is not None})

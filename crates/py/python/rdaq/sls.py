@@ -25,8 +25,9 @@ pedestal run: ``rdaq receive --pedestal-run`` started and listening, then the pr
 drive`` (the detector alone: pointed, set, started and waited for, or the pedestal
 procedure), and ends when the detector is done.
 
-Reduced form, said here and in docs/jungfrau.md: the acquisition service does not drive the
-detector yet, and this layer has run against a stand-in of ``slsdet.Detector`` that records every call and replays PSI's
+The acquisition service of one receiver (``rdaq receive --data-root --serve
+--sls-detector``) drives it the same way for each trigger. Reduced form, said here and in
+docs/jungfrau.md: this layer has run against a stand-in of ``slsdet.Detector`` that records every call and replays PSI's
 virtual JUNGFRAU's packets (tests/test_sls_control.py), not against a detector.
 """
 from __future__ import annotations
