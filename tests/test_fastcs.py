@@ -2,6 +2,7 @@
 service served as PV Access, Channel Access and a Tango device without a database; a p4p
 (PVA), a caproto (CA) and a pytango client each arm, acquire and read the counters of a real
 acquisition over the emulated detector and the daemons."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -30,6 +31,14 @@ def ioc(service, monkeypatch):  # noqa: F811
     """`python -m rdaq.fastcs` over the service, its EPICS servers on ports of their own on
     loopback (the clients here told the same), its Tango device on a free port."""
     svc, root, procs = service
+    with fastcs_ioc(svc.url, root.parent / "fastcs.log", monkeypatch) as (ctx, tango_port):
+        yield ctx, tango_port, svc, root, procs
+
+
+@contextlib.contextmanager
+def fastcs_ioc(url, log, monkeypatch):
+    """`python -m rdaq.fastcs` over the service at `url`, logging to `log`: a PVA client
+    context and the Tango device's port while it serves."""
     env = {"EPICS_CA_SERVER_PORT": str(udp_port()), "EPICS_CA_REPEATER_PORT": str(udp_port()),
            "EPICS_CAS_INTF_ADDR_LIST": "127.0.0.1", "EPICS_CA_ADDR_LIST": "127.0.0.1", "EPICS_CA_AUTO_ADDR_LIST": "NO",
            "EPICS_PVA_SERVER_PORT": str(free_port()), "EPICS_PVA_BROADCAST_PORT": str(udp_port()),
@@ -37,8 +46,7 @@ def ioc(service, monkeypatch):  # noqa: F811
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     tango_port = free_port()
-    log = root.parent / "fastcs.log"
-    proc = subprocess.Popen([sys.executable, "-m", "rdaq.fastcs", "--service", svc.url, "--prefix", PREFIX,
+    proc = subprocess.Popen([sys.executable, "-m", "rdaq.fastcs", "--service", url, "--prefix", PREFIX,
                              "--tango-port", str(tango_port)], env={**os.environ, **env},
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, text=True)
     from p4p.client.thread import Context
@@ -60,7 +68,7 @@ def ioc(service, monkeypatch):  # noqa: F811
         except tango.DevFailed:
             assert time.monotonic() < deadline, "the Tango device did not come up"
             time.sleep(0.2)
-    yield ctx, tango_port, svc, root, procs
+    yield ctx, tango_port
     ctx.close()
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
@@ -357,6 +365,54 @@ def test_the_metadata_pvs_reach_the_master(ioc):
     wait_idle(get, 3)
     with h5py.File(get("FullFileName_RBV").raw.value, "r") as f:
         assert abs(f["entry/instrument/beam/incident_wavelength"][()] - 12.398419843320026 / 9.5) > 1e-3
+
+
+def test_the_pedestal_action_on_channel_access_and_tango(rdaq, tmp_path, monkeypatch):
+    """`Pedestal` on the service of one receiver that drives the (stand-in) detector: a put
+    to the CA action PV, and the Tango command, each take a pedestal dataset of 3 x
+    PedestalFrames frames through PSI's procedure, and Calibration_RBV names the calibration
+    written."""
+    from caproto.sync.client import read, write
+    import tango
+
+    from conftest import free_udp_port
+    from rdaq.control import Service
+    from test_readme_daemons import wait_up
+    from test_sls_control import MAC, standin_env
+    addr, root = f"127.0.0.1:{free_port()}", tmp_path / "data"
+    svc_proc = subprocess.Popen([rdaq, "receive", "--format", "sls", "--bind", "127.0.0.1", "--port", str(free_udp_port()),
+                                 "--sls-detector", "jf1", "--receiver-mac", MAC, "--modules", "1", "--ring-mib", "16",
+                                 "--stream", "none", "--frame-timeout-ms", "200", "--data-root", root, "--serve", addr],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env=standin_env(tmp_path / "standin.jsonl"))
+    try:
+        wait_up(f"http://{addr}/acquisition", svc_proc)
+        svc = Service(f"http://{addr}")
+        with fastcs_ioc(svc.url, tmp_path / "fastcs.log", monkeypatch) as (ctx, tango_port):
+            def calibration():
+                return bytes(read(f"{PREFIX}:Calibration_RBV", repeater=False).data).rstrip(b"\0").decode()
+
+            def until_written(path):
+                deadline = time.monotonic() + 120
+                while calibration() != str(path):
+                    assert time.monotonic() < deadline, (calibration(), svc.acquisition())
+                    time.sleep(0.1)
+
+            write(f"{PREFIX}:PedestalFrames", 10, notify=True, repeater=False)
+            write(f"{PREFIX}:FileName", b"ca", notify=True, repeater=False)
+            write(f"{PREFIX}:Pedestal", 1, notify=True, repeater=False, timeout=60)
+            until_written(root / "ca_pedestal_calibration.h5")
+            dev = tango.DeviceProxy(tango_url(tango_port))
+            dev.FileName = "tango"
+            dev.Pedestal()
+            until_written(root / "tango_pedestal_calibration.h5")
+        for name in ("ca", "tango"):
+            with h5py.File(root / f"{name}_pedestal_calibration.h5", "r") as f:
+                assert f["pedestal_frames"][:].tolist() == [10, 10, 10]
+    finally:
+        svc_proc.send_signal(signal.SIGINT)
+        _, err = svc_proc.communicate(timeout=60)
+    assert svc_proc.returncode == 0, err
 
 
 def test_the_docs_list_every_pv_the_ioc_serves():

@@ -33,7 +33,11 @@ each to its areaDetector and LImA counterpart):
   host sees it; the service makes a missing one at the first trigger),
   ``FrameRate_RBV`` (frames written per second), ``FramesLost_RBV`` and
   ``FramesIncomplete_RBV`` (of the last dataset), ``DatagramsDropped_RBV`` (the dataset's),
-  ``HitRate_RBV`` and ``SpotsPerFrame_RBV`` (online processing).
+  ``HitRate_RBV`` and ``SpotsPerFrame_RBV`` (online processing);
+- ``Pedestal`` (a command: a JUNGFRAU pedestal dataset of 3 x ``PedestalFrames`` dark
+  frames, ``<FileName>_pedestal``, armed and triggered on the service of one receiver, which
+  drives the detector through PSI's procedure and processes with the calibration from then
+  on) and ``Calibration_RBV`` (the calibration the last pedestal wrote).
 
 A refused put (the service says why: existing files, a bad path, a dataset under way) fails
 on PV Access and leaves the PV in MAJOR alarm on Channel Access, with the reason in
@@ -59,7 +63,7 @@ from pathlib import PurePath
 from fastcs.attributes import AttributeIO, AttributeIORef, AttrR, AttrRW
 from fastcs.controllers import Controller
 from fastcs.datatypes import Bool, Enum, Float, Int, String
-from fastcs.methods import scan
+from fastcs.methods import command, scan
 
 from .control import ApiError, Service
 from .fastcs_alarm import Readbacks, record_pva_readbacks
@@ -126,6 +130,7 @@ class RdaqController(Controller):
     beam_y = AttrRW(Float(units="pixel", prec=2), initial_value=0.0, description="Beam centre y (both 0: as configured)")
     sample_name = AttrRW(String(length=200), initial_value="", description="The sample's name in the files")
     array_counter = AttrRW(Int(min=0), initial_value=0, description="Frames written since set")
+    pedestal_frames = AttrRW(Int(min=1), initial_value=1000, description="Dark frames per gain (Pedestal)")
     NumCaptured_RBV = AttrR(Int(), description="Frames written in the dataset")
     NumImagesCounter_RBV = AttrR(Int(), description="Frames written in the dataset")
     DetectorState_RBV = AttrR(Enum(DetectorState))
@@ -138,6 +143,7 @@ class RdaqController(Controller):
     DatagramsDropped_RBV = AttrR(Int(), description="Datagrams the receivers dropped")
     HitRate_RBV = AttrR(Float(), description="Hits per signal frame")
     SpotsPerFrame_RBV = AttrR(Float(), description="Bragg spots per signal frame")
+    Calibration_RBV = AttrR(String(length=256), description="Calibration of the last pedestal")
 
     def __init__(self, url: str, token: str | None = None, prefix: str = "RDAQ"):
         super().__init__(ios=[_AcquireIO(self), _OneExposureIO()])
@@ -248,6 +254,23 @@ class RdaqController(Controller):
             if a["state"] != "armed":
                 return
 
+    @command()
+    async def pedestal(self):
+        """A JUNGFRAU pedestal (the service of one receiver; beam off): arms a pedestal
+        dataset of 3 x PedestalFrames frames, ``<FileName>_pedestal`` in FilePath, and
+        triggers it; the detector the service drives takes them in dynamic, forced G1 and
+        forced G2 gain. Returns once it is under way; Calibration_RBV names the calibration
+        once it is written, and the datasets after it are processed with it."""
+        try:
+            await asyncio.to_thread(self.service.arm, frames_per_trigger=3 * self.pedestal_frames.get(),
+                                    prefix=f"{self.file_name.get()}_pedestal", directory=self.file_path.get(),
+                                    period_s=self.acquire_period.get(), count_time_s=self.acquire_time.get(), pedestal=True)
+            await asyncio.to_thread(self.service.trigger)
+        except (ApiError, ValueError) as e:
+            await self.StatusMessage_RBV.update(getattr(e, "message", str(e))[:256])
+            raise
+        await self.StatusMessage_RBV.update("")
+
     @scan(SCAN_S)
     async def follow(self):
         """The PVs brought up to the service; an unreachable service says so, with every
@@ -278,6 +301,8 @@ class RdaqController(Controller):
         if summary:
             await self.FullFileName_RBV.update(d["master"][:256])
             await self.FramesLost_RBV.update(d.get("frames_lost") or 0)
+            if summary.get("calibration"):
+                await self.Calibration_RBV.update(summary["calibration"][:256])
         live = a["live"]
         await self.FramesIncomplete_RBV.update(live["frames_incomplete"])
         await self.DatagramsDropped_RBV.update(live["datagrams_dropped"])
