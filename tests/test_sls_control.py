@@ -14,7 +14,7 @@ TimingMode = enum.Enum("timingMode", "AUTO_TIMING TRIGGER_EXPOSURE GATED BURST_T
 RunStatus = enum.Enum("runStatus", "IDLE ERROR WAITING RUN_FINISHED TRANSMITTING RUNNING STOPPED")
 ENUMS = types.SimpleNamespace(gainMode=GainMode, timingMode=TimingMode, runStatus=RunStatus)
 SETTINGS = ["numinterfaces", "udp_dstip", "udp_dstmac", "udp_dstport", "udp_dstip2", "udp_dstmac2", "udp_dstport2",
-            "timing", "frames", "triggers", "period", "exptime", "gainmode"]
+            "timing", "frames", "triggers", "period", "exptime", "gainmode", "dr"]
 
 
 class StandIn:
@@ -80,6 +80,21 @@ def test_two_modules_with_two_interfaces_send_to_the_receivers_ports():
     assert ("udp_dstport", {0: 50001, 1: 50002, 2: 50003}) in one.calls and not any(c[0].endswith("2") for c in one.calls)
     with pytest.raises(ValueError, match="65536"):
         SlsControl(StandIn(), ENUMS).point_at("10.1.1.100", "9c:dc:71:47:e5:d4", port=65535, interfaces=2)
+
+
+def test_an_eigers_half_modules_send_to_the_receivers_four_ports_per_module():
+    """slsdet's EIGER modules are half-modules of two ports each: half j sends to port + 2j
+    and port + 2j + 1, the four ports per module `rdaq receive --detector eiger` listens on;
+    no interface count or second destination is set (a JUNGFRAU's), and the bit depth is."""
+    d = StandIn(modules=4)
+    c = SlsControl(d, ENUMS)
+    c.point_at("10.1.1.100", "9c:dc:71:47:e5:d4", port=50011, kind="eiger")
+    c.bit_depth(8)
+    assert d.calls == [("udp_dstip", "10.1.1.100"), ("udp_dstmac", "9c:dc:71:47:e5:d4"),
+                       ("udp_dstport", {0: 50011, 1: 50013, 2: 50015, 3: 50017}),
+                       ("udp_dstport2", {0: 50012, 1: 50014, 2: 50016, 3: 50018}), ("dr", 8)]
+    with pytest.raises(ValueError, match="bit depth 24"):
+        c.bit_depth(24)
 
 
 def test_frames_timing_and_exposure_by_rdaqs_trigger_names():
@@ -234,8 +249,6 @@ def virtual_jungfrau(hostname):
     is set, sending at most STANDIN_SEND frames per start, ending ERROR when STANDIN_ENDS says
     so, never ending with STANDIN_BUSY; its calls are appended to STANDIN_LOG (a JSON line)
     when the client exits."""
-    import atexit
-    import json
     import os
 
     from conftest import INTEROP, read_capture
@@ -246,7 +259,16 @@ def virtual_jungfrau(hostname):
     spots = os.environ.get("STANDIN_SPOTS", "")
     # a path: spots while that file exists (a service's datasets after its pedestal)
     det.__dict__["spots"] = os.path.exists(spots) if spots.startswith("/") else bool(spots)
-    det.__dict__["hostname"] = hostname
+    log_at_exit(det, hostname)
+    return SlsControl(det, ENUMS)
+
+
+def log_at_exit(det, hostname):
+    """Appends the stand-in's calls to STANDIN_LOG as one JSON line when the client exits
+    (a service starts one client per trigger)."""
+    import atexit
+    import json
+    import os
 
     def said(v):
         if isinstance(v, enum.Enum):
@@ -254,11 +276,9 @@ def virtual_jungfrau(hostname):
         return {str(k): said(x) for k, x in v.items()} if isinstance(v, dict) else v
 
     def log():
-        # one line per client: a service starts one per trigger
         with open(os.environ["STANDIN_LOG"], "a") as f:
             f.write(json.dumps({"hostname": hostname, "calls": [[said(x) for x in c] for c in det.calls]}) + "\n")
     atexit.register(log)
-    return SlsControl(det, ENUMS)
 
 
 def standin_env(log, **env):
@@ -276,7 +296,7 @@ def standin_env(log, **env):
 MAC = "00:11:22:33:44:55"
 
 
-def driven(rdaq, tmp_path, args, bind="127.0.0.1", timeout_s=120, **env):
+def driven(rdaq, tmp_path, args, bind="127.0.0.1", timeout_s=120, fmt="sls", **env):
     """`rdaq receive --format sls --sls-detector jf1` on a free port with `args`, its client
     on the stand-in; returns the process result, the stand-in's log and the port."""
     import json
@@ -285,8 +305,9 @@ def driven(rdaq, tmp_path, args, bind="127.0.0.1", timeout_s=120, **env):
     from conftest import free_udp_port
     port = free_udp_port()
     log = tmp_path / f"standin-{port}.json"
-    cmd = [rdaq, "receive", "--format", "sls", "--bind", bind, "--port", str(port), "--sls-detector", "jf1",
-           "--receiver-mac", MAC, "--modules", "1", "--ring-mib", "16", "--stream", "none", "--timeout-s", str(timeout_s),
+    source = ["--format", fmt, "--modules", "1"] if fmt else []
+    cmd = [rdaq, "receive", *source, "--bind", bind, "--port", str(port), "--sls-detector", "jf1",
+           "--receiver-mac", MAC, "--ring-mib", "16", "--stream", "none", "--timeout-s", str(timeout_s),
            *map(str, args)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=standin_env(log, **env))
     return r, json.loads(log.read_text().splitlines()[-1]) if log.exists() else None, port
@@ -411,3 +432,46 @@ def test_the_service_drives_the_detector_through_a_pedestal_dataset_and_processe
     assert pedestal[-2:] == [["gainmode", "DYNAMIC"], ["frames", 1]]
     assert [c for c in run if c[0] in ("timing", "frames", "period", "exptime", "start")] == [
         ["timing", "AUTO_TIMING"], ["frames", 6], ["period", 0.002], ["exptime", 1e-5], ["start", "DYNAMIC", 6]]
+
+
+class VirtualEiger(StandIn):
+    """An EIGER module behind the stand-in (slsdet's two half-modules): at each start it
+    sends PSI's virtual EIGER's captured streams, each half-module's two to its two ports."""
+
+    def __init__(self, streams):
+        super().__init__(modules=2)
+        self.__dict__.update(streams=streams)
+
+    def start(self):
+        from conftest import send_udp
+        super().start()
+        ports = [self.values["udp_dstport"][0], self.values["udp_dstport2"][0], self.values["udp_dstport"][1], self.values["udp_dstport2"][1]]
+        send_udp([(p, port) for port, st in zip(ports, self.streams) for p in st])
+
+
+def virtual_eiger(hostname):
+    """`RDAQ_SLS_DETECTOR`'s factory of a VirtualEiger replaying the capture STANDIN_CAPTURE
+    (tests/data/sls-eiger-virtual), logging as virtual_jungfrau does."""
+    import os
+
+    from conftest import read_capture
+    from pathlib import Path
+    data = Path(__file__).parent / "data" / "sls-eiger-virtual"
+    det = VirtualEiger([read_capture(data / f"{os.environ['STANDIN_CAPTURE']}_port{p}.bin") for p in range(50011, 50015)])
+    log_at_exit(det, hostname)
+    return SlsControl(det, ENUMS)
+
+
+def test_rdaq_receive_drives_an_eiger(rdaq, tmp_path):
+    """`rdaq receive --detector eiger --sls-detector`: the stand-in EIGER's half-modules are
+    pointed at the receiver's four ports, its bit depth set to the receiver's, and the frames
+    it sends (PSI's virtual EIGER's) all arrive; the receiver ends when it is done."""
+    import json
+    r, log, port = driven(rdaq, tmp_path, ["--detector", "eiger", "--bit-depth", 16, "--link", "1g", "--frames", 3,
+                                           "--out", tmp_path / "e.h5", "--summary-json", tmp_path / "s.json"],
+                          RDAQ_SLS_DETECTOR="test_sls_control:virtual_eiger", STANDIN_CAPTURE="eiger_1g_dr16", fmt=None)
+    assert r.returncode == 0, r.stderr
+    calls = log["calls"]
+    assert ["udp_dstport", {"0": port, "1": port + 2}] in calls and ["udp_dstport2", {"0": port + 1, "1": port + 3}] in calls
+    assert ["dr", 16] in calls and not any(c[0] == "numinterfaces" for c in calls)
+    assert json.loads((tmp_path / "s.json").read_text())["frames_complete"] == 3

@@ -25,7 +25,7 @@ use crate::acquire::{set, AcquireArgs};
 use crate::interrupt::{on_interrupt, Interrupts};
 use rdaq_run::pedestal;
 use crate::sls_drive::SlsArgs;
-use rdaq_run::drive::{Ask, Drive, LANDED, PATIENCE};
+use rdaq_run::drive::{Ask, Drive, Kind, LANDED, PATIENCE};
 
 /// Seconds without a datagram after which an acquisition of a known frame count ends.
 const DEFAULT_QUIET_S: f64 = 10.0;
@@ -282,7 +282,9 @@ fn ask(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<Ask> {
     let (count, frame) = told_times(a)?;
     rdaq_proto::metadata::gate_exposure("--count-time-s", &cfg.detector.trigger_mode, count).map_err(|(field, why)| anyhow::anyhow!("{field}: {why}"))?;
     let told = |t: f64| (t > 0.0).then_some(t);
+    let kind = if a.sls.sls_detector.is_some() { Kind::of(&source(a, cfg)?)? } else { Kind::Jungfrau };
     Ok(Ask {
+        kind,
         bind: cfg.network.bind,
         port: cfg.network.data_port,
         interfaces: a.interfaces,

@@ -39,8 +39,29 @@ pub const LANDED: Duration = Duration::from_millis(500);
 /// The client's exit status once interrupted, having stopped and restored the detector.
 const INTERRUPTED: i32 = 130;
 
+/// Which PSI detector is driven: they take their UDP destinations differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// JUNGFRAU (`--format sls`): one or two interfaces per module.
+    Jungfrau,
+    /// EIGER (`--detector eiger`): two ports per half-module, and its bit depth (`dr`).
+    Eiger { bit_depth: u32 },
+}
+
+impl Kind {
+    /// The driven kind of the detector whose packets `source` takes.
+    pub fn of(source: &crate::remote::Source) -> anyhow::Result<Kind> {
+        match &source.detector {
+            None if source.format == "sls" => Ok(Kind::Jungfrau),
+            Some(d) if d.name.eq_ignore_ascii_case("eiger") => Ok(Kind::Eiger { bit_depth: source.bit_depth.unwrap_or(d.pixel.default_bit_depth) }),
+            _ => bail!("--sls-detector drives a JUNGFRAU (--format sls) or an EIGER (--detector eiger), whose packets this receiver does not take"),
+        }
+    }
+}
+
 /// What the driven detector is asked for.
 pub struct Ask {
+    pub kind: Kind,
     pub bind: IpAddr,
     pub port: u16,
     pub interfaces: u8,
@@ -75,6 +96,9 @@ impl Driver {
         if ask.frames == 0 {
             bail!("--sls-detector needs a frame count (--frames): the frames the detector takes");
         }
+        if ask.pedestal && ask.kind != Kind::Jungfrau {
+            bail!("--sls-detector: a pedestal run is a JUNGFRAU's (forced gain switching)");
+        }
         let frames = if ask.pedestal {
             if ask.frames % 3 != 0 {
                 bail!("--frames {} with --pedestal-run and --sls-detector: three stages of as many frames each, a multiple of 3", ask.frames);
@@ -92,6 +116,9 @@ impl Driver {
             }
         }
         c.args(["--trigger", &ask.trigger]);
+        if let Kind::Eiger { bit_depth } = ask.kind {
+            c.args(["--kind", "eiger", "--bit-depth", &bit_depth.to_string()]);
+        }
         if ask.pedestal {
             c.arg("--pedestal");
         }
@@ -171,7 +198,7 @@ mod tests {
     use super::*;
 
     fn ask(frames: u64, pedestal: bool) -> Ask {
-        Ask { bind: "10.1.1.100".parse().unwrap(), port: 50001, interfaces: 2, frames, period_s: Some(0.002), exptime_s: None, pedestal, trigger: "internal".into() }
+        Ask { kind: Kind::Jungfrau, bind: "10.1.1.100".parse().unwrap(), port: 50001, interfaces: 2, frames, period_s: Some(0.002), exptime_s: None, pedestal, trigger: "internal".into() }
     }
 
     fn args() -> Driver {
@@ -184,6 +211,9 @@ mod tests {
         let line: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(line.join(" "), "-m rdaq.sls drive --detector jf1+jf2 --receiver-ip 10.1.1.100 --receiver-mac 9c:dc:71:47:e5:d4 --port 50001 --interfaces 2 --frames 1000 --period-s 0.002 --trigger internal --pedestal");
         assert!(Driver::default().command(&ask(1, false)).unwrap().is_none());
+        let c = args().command(&Ask { kind: Kind::Eiger { bit_depth: 8 }, ..ask(5, false) }).unwrap().unwrap();
+        let line: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(line.join(" ").ends_with("--frames 5 --period-s 0.002 --trigger internal --kind eiger --bit-depth 8"), "{line:?}");
     }
 
     #[test]
@@ -192,5 +222,6 @@ mod tests {
         assert!(e(args(), ask(1000, true)).contains("a multiple of 3"));
         assert!(e(Driver { receiver_mac: Some("9c:dc:71".into()), ..args() }, ask(3, false)).contains("--receiver-mac"));
         assert!(e(args(), Ask { bind: "0.0.0.0".parse().unwrap(), ..ask(3, false) }).contains("--bind"));
+        assert!(e(args(), Ask { kind: Kind::Eiger { bit_depth: 16 }, ..ask(3, true) }).contains("JUNGFRAU's"));
     }
 }

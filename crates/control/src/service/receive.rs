@@ -35,7 +35,7 @@ use rdaq_detector::Geometry;
 use rdaq_manager::service::{ArmRequest, Dataset, Send};
 use rdaq_run::board::Board;
 use rdaq_run::config::Config;
-use rdaq_run::drive::{Ask, Drive, Driver, LANDED, PATIENCE};
+use rdaq_run::drive::{Ask, Drive, Driver, Kind, LANDED, PATIENCE};
 use rdaq_run::receive::Received;
 use rdaq_run::remote::{self, Source};
 
@@ -248,6 +248,7 @@ impl Datasets {
         let r = &d.request;
         let told = |t: f64| (t > 0.0).then_some(t);
         Ok(Ask {
+            kind: Kind::of(&self.source)?,
             bind: self.config.network.bind,
             port: self.config.network.data_port,
             interfaces: self.source.interfaces,
@@ -320,8 +321,8 @@ impl super::Worker for Datasets {
         if self.open.is_none() {
             self.open = Some(self.open_dataset()?);
         }
-        let drive = match self.driver.command(&self.ask(send)?)? {
-            Some(c) => Some(Drive::start(c)?),
+        let drive = match &self.driver.sls_detector {
+            Some(_) => self.driver.command(&self.ask(send)?)?.map(Drive::start).transpose()?,
             None => None,
         };
         ready.listening();

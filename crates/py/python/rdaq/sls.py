@@ -78,9 +78,16 @@ class SlsControl:
         det.hostname = hostname
         return cls(det)
 
-    def point_at(self, ip: str, mac: str, port: int, interfaces: int = 1):
+    def point_at(self, ip: str, mac: str, port: int, interfaces: int = 1, kind: str = "jungfrau"):
         """Every module's UDP interfaces send to this receiver: ``ip`` and ``mac`` (the
-        receiver's data interface), and each its own port from ``port`` on."""
+        receiver's data interface), and each its own port from ``port`` on. An EIGER
+        (``kind="eiger"``: slsdet's modules are its half-modules, two ports each) sends
+        half-module ``j``'s ports to ``port + 2j`` and ``port + 2j + 1``, as ``rdaq receive
+        --detector eiger`` listens (four ports per module)."""
+        if kind == "eiger":
+            return self._point_eiger_at(ip, mac, port)
+        if kind != "jungfrau":
+            raise ValueError(f"kind {kind!r}: jungfrau or eiger")
         if interfaces not in (1, 2):
             raise ValueError(f"interfaces {interfaces}: 1 or 2")
         modules = len(self.det)
@@ -93,6 +100,21 @@ class SlsControl:
         if interfaces == 2:
             d.udp_dstip2, d.udp_dstmac2 = ip, mac
             d.udp_dstport2 = {m: port + m * interfaces + 1 for m in range(modules)}
+
+    def _point_eiger_at(self, ip: str, mac: str, port: int):
+        halves = len(self.det)
+        if not (0 < port and port + 2 * halves - 1 <= 65535):
+            raise ValueError(f"port {port}: {2 * halves} ports from it must fit under 65536")
+        d = self.det
+        d.udp_dstip, d.udp_dstmac = ip, mac
+        d.udp_dstport = {j: port + 2 * j for j in range(halves)}
+        d.udp_dstport2 = {j: port + 2 * j + 1 for j in range(halves)}
+
+    def bit_depth(self, bits: int):
+        """An EIGER's bit depth (slsdet's ``dr``): what ``rdaq receive --bit-depth`` takes."""
+        if bits not in (4, 8, 12, 16, 32):
+            raise ValueError(f"bit depth {bits}: 4, 8, 12, 16 or 32")
+        self.det.dr = bits
 
     def configure(self, frames: int | None, period_s: float | None, exptime_s: float | None, trigger: str = "internal",
                   triggers: int = 1):
@@ -234,6 +256,8 @@ def _arguments() -> argparse.ArgumentParser:
     d.add_argument("--exptime-s", type=float, help="default: the detector's")
     d.add_argument("--trigger", default="internal", choices=("internal", "external", "gate"))
     d.add_argument("--pedestal", action="store_true", help="PSI's pedestal procedure: dynamic, forced G1, forced G2")
+    d.add_argument("--kind", default="jungfrau", choices=("jungfrau", "eiger"))
+    d.add_argument("--bit-depth", type=int, help="an EIGER's dr")
     p.add_argument("--frames", type=int, default=1000, help="dark frames per gain stage (default 1000)")
     p.add_argument("--calibration", required=True, type=Path, help="the calibration file to write")
     a.add_argument("--frames", type=int, required=True, help="frames to take")
@@ -250,7 +274,12 @@ def main(argv=None) -> int:
         ap.error(f"--frames {a.frames}: 1 to 10^9")
     try:
         c = SlsControl.connect(a.detector)
-        c.point_at(a.receiver_ip, a.receiver_mac, a.port, a.interfaces)
+        kind = getattr(a, "kind", "jungfrau")
+        if kind == "eiger" and (getattr(a, "pedestal", False) or a.command != "drive"):
+            raise ValueError("an EIGER is driven by rdaq receive --detector eiger --sls-detector; the pedestal is a JUNGFRAU's")
+        c.point_at(a.receiver_ip, a.receiver_mac, a.port, a.interfaces, kind)
+        if kind == "eiger" and a.bit_depth is not None:
+            c.bit_depth(a.bit_depth)
         pedestal = a.command == "pedestal" or getattr(a, "pedestal", False)
         c.configure(None if pedestal else a.frames, a.period_s, a.exptime_s, getattr(a, "trigger", "internal"))
         if a.command == "drive":
