@@ -37,29 +37,52 @@ pub struct RunFinder {
 
 /// The local finder's settings of the run that wrote the master `path` (kept in its
 /// `rdaq_series`; or a file `rdaq process convert` made from a raw run's master), the
-/// threshold in the unit of its image (keV for keV images, photons for counts); `None` for
-/// raw images, a file rdaq did not write, or one written before rdaq kept them.
+/// threshold in the unit of its image (keV for keV images, photons for photon counts, counts
+/// for a counting detector's); `None` for raw images, a file rdaq did not write, or one
+/// written before rdaq kept them.
 pub fn run_finder(path: &Path) -> Option<RunFinder> {
     let meta = rdaq_sink::master::read_series(path).ok()?;
     let p = meta.processing?;
     let (unit, per_photon) = match meta.pixel {
         PixelType::Kev => ("keV", meta.photon_energy_kev as f32),
         PixelType::Photons16 | PixelType::Photons32 => ("photons", 1.0),
+        PixelType::Counts(_) => ("counts", 1.0),
         _ => return None,
     };
     let params = LocalSnrParams { threshold: p.threshold_photons * per_photon, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels };
     (p.finder == "local").then_some(RunFinder { params, threshold_photons: p.threshold_photons, unit })
 }
 
+/// What a counting detector's frames leave out of the finder: every pixel's NXmx mask bits
+/// and the count at which a pixel saturates.
+pub struct Counted {
+    pub mask: Vec<u32>,
+    pub saturation: f32,
+}
+
+/// The mask and saturation of the counting detector's series whose rdaq master is `path`
+/// (`None` for another file), as its online spot finding left them out.
+pub fn counted(path: &Path) -> Option<Counted> {
+    let meta = rdaq_sink::master::read_series(path).ok()?;
+    let PixelType::Counts(bits) = meta.pixel else { return None };
+    Some(Counted { mask: meta.pixel_mask(), saturation: rdaq_process::spots::count_saturation(bits) })
+}
+
 /// Finds the spots of every frame of `frames` and writes them to `out`; returns the spots
-/// found per frame.
-pub fn spots(frames: &FrameReader, finder: Finder, out: &Output) -> anyhow::Result<Vec<Vec<Spot>>> {
+/// found per frame. A counting detector's `counted` pixels are left out, as online.
+pub fn spots(frames: &FrameReader, finder: Finder, counted: Option<&Counted>, out: &Output) -> anyhow::Result<Vec<Vec<Spot>>> {
     let (r, c) = (frames.rows, frames.cols);
+    if counted.is_some_and(|k| k.mask.len() != r * c) {
+        bail!("the series' pixel mask does not cover the {r}x{c} images");
+    }
     let mut find = ready(finder, r, c)?;
     let (mut img, mut found) = (Vec::<f32>::new(), Vec::<Spot>::new());
     let mut all: Vec<Vec<Spot>> = Vec::with_capacity(frames.frames);
     for i in 0..frames.frames {
         frames.read(i, &mut img)?;
+        if let Some(k) = counted {
+            rdaq_process::spots::mask_counts(&mut img, &k.mask, k.saturation);
+        }
         match &mut find {
             Ready::Local(f) => f.find(&img, c, r, &mut found),
             Ready::Pf8(f) => f.find(&img, &mut found),

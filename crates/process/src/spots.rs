@@ -40,6 +40,45 @@ pub fn is_hit(spots: &[Spot], min_spots: usize) -> bool {
     spots.len() >= min_spots
 }
 
+/// The count at which a counting detector of `bits`-bit counts saturates (its largest).
+pub fn count_saturation(bits: u8) -> f32 {
+    if bits >= 32 {
+        u32::MAX as f32
+    } else {
+        ((1u64 << bits) - 1) as f32
+    }
+}
+
+/// A counting detector's image (counts, a photon each) as the finders take it: the pixels
+/// `mask` marks (NXmx bits: gaps, the detector's own) NaN and the saturated ones (at or
+/// above `saturation`) +inf, so that neither is a strong pixel nor background, as a
+/// JUNGFRAU's error and saturated words convert.
+pub fn mask_counts(image: &mut [f32], mask: &[u32], saturation: f32) {
+    for (v, &m) in image.iter_mut().zip(mask) {
+        if m != 0 {
+            *v = f32::NAN;
+        } else if *v >= saturation {
+            *v = f32::INFINITY;
+        }
+    }
+}
+
+
+#[cfg(test)]
+mod count_tests {
+    use super::*;
+
+    #[test]
+    fn masked_and_saturated_counts_are_left_out() {
+        let mut image = vec![1.0, 4095.0, 7.0, 5000.0];
+        mask_counts(&mut image, &[0, 0, 1, 0], count_saturation(12));
+        assert_eq!(image[0], 1.0);
+        assert_eq!(image[1], f32::INFINITY);
+        assert!(image[2].is_nan());
+        assert_eq!(image[3], f32::INFINITY);
+        assert_eq!(count_saturation(32), u32::MAX as f32);
+    }
+}
 
 /// A Gaussian blob of `total` centred at `(cx, cy)` added to `image` (tests).
 #[cfg(test)]

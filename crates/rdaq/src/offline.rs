@@ -270,7 +270,11 @@ fn spots(a: SpotsArgs) -> anyhow::Result<()> {
     let out = a.out.checked()?;
     let frames = open_frames(&a.input)?;
     let finder = finder(&a, &frames)?;
-    let all = rdaq_offline::spots(&frames, finder, &out)?;
+    let counted = rdaq_offline::counted(&a.input.input);
+    if counted.is_some() {
+        eprintln!("rdaq process spots: a counting detector's counts: the series' masked and saturated pixels are left out, as online");
+    }
+    let all = rdaq_offline::spots(&frames, finder, counted.as_ref(), &out)?;
     eprintln!("rdaq process spots: {} frames, {} spots -> {}", all.len(), all.iter().map(Vec::len).sum::<usize>(), out.path.display());
     Ok(())
 }

@@ -215,7 +215,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
         setup.chain.pedestal_run = Some(pedestal::start(&setup.chain)?);
     }
     let chain_geometry = setup.chain.geometry;
-    let processing = setup.chain.processing.is_some();
+    let processing = setup.chain.processing.is_some() || setup.chain.finding.is_some();
     let overwrite = cfg.output.overwrite;
     let series = a.out.as_deref().map(outputs::series_files);
     let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.acq.summary_json.as_deref()).chain(a.pedestal_run.as_deref());

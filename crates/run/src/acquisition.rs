@@ -51,6 +51,9 @@ pub struct Chain {
     pub workers: Workers,
     /// How the cores are shared among the acquisition's threads.
     pub threads: ThreadBudget,
+    /// A counting detector's spot finding and veto in the raw chain's workers
+    /// ([`crate::counts`]; raw chains only).
+    pub finding: Option<Arc<crate::counts::Finding>>,
 }
 
 impl Chain {
@@ -69,6 +72,7 @@ impl Chain {
             pedestal_run: None,
             workers: cfg.raw_workers(),
             threads: cfg.thread_budget(),
+            finding: None,
         }
     }
 }
@@ -83,7 +87,8 @@ pub struct Sinks {
 /// What came of an acquisition's frames.
 pub struct Outcome {
     pub consumed: ConsumeStats,
-    /// The processing graph's report (`None` for raw frames).
+    /// The processing graph's report, or a counting detector's spot finding's (`None` for
+    /// raw frames).
     pub processed: Option<ProcessReport>,
     /// The master file, when it holds a frame.
     pub h5: Option<PathBuf>,
@@ -98,7 +103,7 @@ pub struct Outcome {
 /// The stream is finished also when consuming failed; the files are closed when it did not.
 pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, until: Option<&AtomicBool>, mut on_frame: impl FnMut(&FrameReady)) -> anyhow::Result<Outcome> {
     let Sinks { mut writer, mut stream } = sinks;
-    let Chain { geometry, decoder, processing, board, sent, consumer_delay, name, mut pedestal_run, workers, threads } = chain;
+    let Chain { geometry, decoder, processing, board, sent, consumer_delay, name, mut pedestal_run, workers, threads, finding } = chain;
     if let Some(w) = threads.warning() {
         eprintln!("rdaq: warning: {w}");
     }
@@ -110,7 +115,7 @@ pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, unt
             graph::run(rx, writer.as_mut(), stream.as_mut(), setup, bar, until, &mut on_frame).map(|(c, r)| (c, Some(r)))
         }
         None => {
-            let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: sent.as_deref().map(|c| &c.sent), board: Some(&board), decoder, pedestal_run: pedestal_run.as_mut(), workers, canned: None };
+            let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: sent.as_deref().map(|c| &c.sent), board: Some(&board), decoder, pedestal_run: pedestal_run.as_mut(), workers, canned: None, finding };
             consume::consume(rx, sinks, bar, until, |f| {
                 if f.status() != FrameStatus::Complete {
                     board.push_event(incomplete_event(&name, f));
@@ -118,7 +123,10 @@ pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, unt
                 on_frame(f);
                 std::thread::sleep(consumer_delay);
             })
-            .map(|c| (c, None))
+            .map(|mut c| {
+                let found = c.processed.take();
+                (c, found)
+            })
         }
     };
     let streamed = stream.map(Stream::finish);

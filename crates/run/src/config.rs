@@ -240,6 +240,9 @@ impl Config {
     pub fn processing_said(&self) -> String {
         let p = &self.process;
         let veto = if p.veto { format!("veto on: a signal frame with fewer than {} spots is not written (process.min_spots, process.veto)", p.min_spots) } else { "veto off: every signal frame is written".into() };
+        if p.mode == "spots" {
+            return format!("spots found in the counts (local SNR, {} counts and SNR {} to be strong), {veto}", p.threshold_photons, p.snr);
+        }
         format!("processing to {}, {veto}", p.output)
     }
 

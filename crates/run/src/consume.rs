@@ -13,8 +13,8 @@
 //! (allocated once, reused); each byte of a frame is copied once: into the image, or, when
 //! only the chunk is wanted, into a staging block of the compressor that stays in the cache.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver as ChanRx, RecvTimeoutError, Sender};
@@ -24,11 +24,13 @@ use rdaq_detector::Geometry;
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::pedestal_run::PedestalRun;
 use rdaq_process::pipeline::{Emit, Pipeline, Policy, Port, WhenFull, WorkerFn};
+use rdaq_process::spots::Spot;
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_sink::NxmxWriter;
 
 use crate::assemble::{Assembler, Decoder};
 use crate::board::{Board, Glance};
+use crate::counts::{CountFinder, Finding};
 use crate::latency::{FrameTimes, Latency};
 use crate::pairs::{Outcome, Pairs};
 use crate::reorder::Reorder;
@@ -62,6 +64,8 @@ pub struct ConsumeStats {
     /// Times the raw consumer's source waited for a free frame buffer (back-pressure from
     /// the assemble workers and the writer).
     pub pool_waits: u64,
+    /// A counting detector's spot finding and veto, when on.
+    pub processed: Option<crate::graph::ProcessReport>,
 }
 
 impl ConsumeStats {
@@ -161,6 +165,8 @@ pub struct Sinks<'a> {
     /// (the serial-ceiling benchmark, `rdaq bench pipeline --raw --ceiling`); `None` for an
     /// acquisition.
     pub canned: Option<&'a [u8]>,
+    /// A counting detector's spot finding and veto ([`crate::counts`]).
+    pub finding: Option<Arc<Finding>>,
 }
 
 /// One frame on its way from the source to the write stage (pooled: allocated once,
@@ -185,6 +191,11 @@ struct Job {
     /// `chunk` holds this frame's compressed image.
     chunked: bool,
     times: Option<FrameTimes>,
+    /// With spot finding: the frame's spots, whether it is a hit, and whether the veto
+    /// keeps it out of the file and the stream.
+    spots: Vec<Spot>,
+    hit: bool,
+    vetoed: bool,
 }
 
 /// An assemble worker's own state, kept from frame to frame.
@@ -193,6 +204,7 @@ struct Worker {
     comp: Compressor,
     /// One compression block of a JUNGFRAU image made straight from the slot.
     staging: Vec<u16>,
+    finder: Option<CountFinder>,
 }
 
 /// What the source, the workers and the write stage share.
@@ -209,6 +221,9 @@ struct Consumer<'a> {
     stats: Mutex<ConsumeStats>,
     pool: Sender<Box<Job>>,
     canned: Option<&'a [u8]>,
+    finding: Option<Arc<Finding>>,
+    /// Frames compressed (with spot finding: the report's count).
+    compressed: AtomicU64,
 }
 
 /// Consumes frames until the receiver finishes, or until `until` is set and no frame is
@@ -241,6 +256,8 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         stats: Mutex::new(ConsumeStats { what, ..Default::default() }),
         pool,
         canned: sinks.canned,
+        finding: sinks.finding.take(),
+        compressed: AtomicU64::new(0),
     };
     if !assemble {
         if let Some(b) = c.board {
@@ -266,14 +283,35 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         fed
     });
     fed?;
-    Ok(c.stats.into_inner().expect("not poisoned"))
+    let mut stats = c.stats.into_inner().expect("not poisoned");
+    if let (Some(f), Some(b)) = (&c.finding, c.board) {
+        stats.processed = Some(crate::counts::report(f, b, stats.written, c.compressed.load(Ordering::Relaxed), stats.pool_waits));
+    }
+    Ok(stats)
 }
 
 /// `n` pooled frame buffers, empty until first used.
 fn job_pool(n: usize) -> (Sender<Box<Job>>, ChanRx<Box<Job>>) {
     let (tx, rx) = bounded::<Box<Job>>(n.max(1));
     for _ in 0..n {
-        let job = Job { seq: 0, frame: 0, complete: false, data: None, reset: None, bytes_in: 0, missing: Vec::new(), image: Vec::new(), assembled: false, glance: false, chunk: Vec::new(), chunked: false, times: None };
+        let job = Job {
+            seq: 0,
+            frame: 0,
+            complete: false,
+            data: None,
+            reset: None,
+            bytes_in: 0,
+            missing: Vec::new(),
+            image: Vec::new(),
+            assembled: false,
+            glance: false,
+            chunk: Vec::new(),
+            chunked: false,
+            times: None,
+            spots: Vec::new(),
+            hit: false,
+            vetoed: false,
+        };
         tx.send(Box::new(job)).expect("pool has room");
     }
     (tx, rx)
@@ -364,7 +402,8 @@ impl<'a> Consumer<'a> {
     fn assemble_worker(&'a self) -> WorkerFn<'a, Box<Job>> {
         let asm = Assembler::new(self.geometry, self.decoder.clone());
         let comp = Compressor::new(asm.pixel_bytes(), 0, self.codec);
-        let mut w = Worker { asm, comp, staging: Vec::new() };
+        let finder = self.finding.clone().map(CountFinder::new);
+        let mut w = Worker { asm, comp, staging: Vec::new(), finder };
         Box::new(move |mut job: Box<Job>, e: &Emit<Box<Job>>| {
             self.assemble_one(&mut w, &mut job);
             e.send(0, job);
@@ -399,14 +438,27 @@ impl<'a> Consumer<'a> {
         }
     }
 
-    /// The frame's image where something needs it, and its chunk where it is wanted.
+    /// The frame's image where something needs it (with spot finding, always), its spots
+    /// and the veto's word, and its chunk where it is wanted and not vetoed.
     fn image_and_chunk(&self, w: &mut Worker, job: &mut Job, raw: &[u8], reset_raw: Option<&[u8]>) {
         job.glance = self.board.is_some_and(|b| b.glance_due());
-        job.assembled = job.glance || self.has_pedestal_run || (job.chunked && !w.asm.raw_words());
+        job.assembled = job.glance || self.has_pedestal_run || w.finder.is_some() || (job.chunked && !w.asm.raw_words());
+        (job.hit, job.vetoed) = (false, false);
+        job.spots.clear();
         if job.assembled {
             let image = w.asm.assemble(raw, reset_raw, &mut job.image);
+            if let Some(f) = w.finder.as_mut() {
+                let (width, height) = (self.geometry.width(), self.geometry.height());
+                let judged = f.judge(image, width, height, &mut job.spots, self.board);
+                (job.hit, job.vetoed) = (judged.hit, judged.vetoed);
+                job.chunked &= !job.vetoed;
+                if let (Some(b), true) = (self.board, job.glance) {
+                    b.show(f.glance(job.frame, width, height, &job.spots));
+                }
+            }
             if job.chunked {
                 w.comp.compress(image, &mut job.chunk);
+                self.compressed.fetch_add(1, Ordering::Relaxed);
             }
         } else if job.chunked {
             // only the chunk is wanted: made from the slot, without the image in memory
@@ -422,13 +474,20 @@ impl<'a> Consumer<'a> {
         Box::new(move |job: Box<Job>, _: &Emit<Box<Job>>| {
             order.push(job.seq, job, |job| {
                 self.take_image(&job, pedestal_run.as_deref_mut());
+                if job.vetoed {
+                    // counted by the finder; neither written nor streamed
+                    self.record(job.times.as_ref().expect("set by the source"), None);
+                    let _ = self.pool.send(job);
+                    return;
+                }
                 let chunk = self.canned.unwrap_or(&job.chunk);
+                let spots = self.finding.is_some().then_some((&job.spots[..], job.hit));
                 if let Some(s) = stream.as_deref_mut() {
-                    self.demand.publish(s, job.chunked, job.frame, chunk, &job.missing, None);
+                    self.demand.publish(s, job.chunked, job.frame, chunk, &job.missing, spots);
                 }
                 let mut st = self.stats.lock().expect("not poisoned");
                 if let Some(w) = writer.as_deref_mut() {
-                    write_one(w, &mut st, job.frame, chunk, &job.missing, job.bytes_in);
+                    write_one(w, &mut st, job.frame, chunk, &job.missing, job.bytes_in, spots);
                 }
                 drop(st);
                 self.record(job.times.as_ref().expect("set by the source"), Some(Instant::now()));
@@ -464,13 +523,14 @@ impl<'a> Consumer<'a> {
 
 /// Writes one frame's chunk and counts it; after a write error, frames are counted as not
 /// saved.
-fn write_one(w: &mut NxmxWriter, s: &mut ConsumeStats, frame: u64, chunk: &[u8], missing: &[(usize, usize)], bytes_in: u64) {
+fn write_one(w: &mut NxmxWriter, s: &mut ConsumeStats, frame: u64, chunk: &[u8], missing: &[(usize, usize)], bytes_in: u64, spots: Option<(&[Spot], bool)>) {
     if s.write_error.is_some() {
         s.not_saved += 1;
         return;
     }
     let before = w.bytes_written;
-    match w.write_chunk(frame, chunk, missing) {
+    let written = w.write_chunk(frame, chunk, missing).and_then(|()| spots.map_or(Ok(()), |(sp, hit)| w.write_spots(sp, sp.len(), hit)));
+    match written {
         Ok(()) => {
             s.bytes_in += bytes_in;
             s.bytes_out += w.bytes_written - before;

@@ -10,7 +10,8 @@
 //! - [`config`]: the TOML configuration of a run, checked before anything starts.
 //! - [`plan`]: what the files say of an acquisition and its processing graph's settings;
 //!   [`calibration`]: the calibration the processing starts with.
-//! - [`consume`]: the plain consumer: frames to the NXmx file, slots back, counts.
+//! - [`consume`]: the plain consumer: frames to the NXmx file, slots back, counts;
+//!   [`counts`]: spot finding and the veto on a counting detector's frames there.
 //! - [`graph`]: the online processing graph (pedestal, conversion, spots and veto,
 //!   compression, writing) over the receiver's ring.
 //! - [`run`]: a single-receiver run with the emulated detector; [`topology`]: a run of a
@@ -45,6 +46,7 @@ pub mod budget;
 pub mod calibration;
 pub mod config;
 pub mod consume;
+pub mod counts;
 pub mod embedded;
 pub mod emulated;
 pub mod graph;

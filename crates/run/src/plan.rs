@@ -18,6 +18,9 @@ use crate::graph;
 /// detector (`ids` none: [`calibration`]), or of the detector's modules `ids` the image holds
 /// ([`calibration_of`]).
 pub fn plan(cfg: &Config, g: Geometry, ids: Option<&[u16]>) -> anyhow::Result<(NxmxMeta, Option<graph::Setup>)> {
+    if cfg.process.mode == "spots" {
+        anyhow::bail!("process.mode = \"spots\" finds the spots in a counting detector's counts; a JUNGFRAU's frames are converted first: process.mode = \"jungfrau\" (or \"auto\" with its calibration)");
+    }
     let calibration = match (cfg.processing(), ids) {
         (false, _) => None,
         (true, None) => Some(calibration(cfg, g)?),

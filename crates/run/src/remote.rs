@@ -4,6 +4,8 @@
 //! placed by their header, RoCEv2 WRITEs), the receiver that takes them, the image their
 //! frames make, and the chain they go through ([`crate::acquisition`]).
 
+use std::sync::Arc;
+
 use anyhow::bail;
 use rdaq_detector::description::Place;
 use rdaq_detector::{Description, ModuleLayout};
@@ -15,6 +17,7 @@ use serde::Deserialize;
 use crate::acquisition::Chain;
 use crate::assemble::Decoder;
 use crate::config::Config;
+use crate::counts::Finding;
 
 /// What the detector sends, beyond the configuration: the packets' format and the
 /// detector's settings that shape them. Python's `Acquisition(source={...})` gives it as a
@@ -205,7 +208,37 @@ fn described_setup(a: &Source, cfg: &Config, d: &Description) -> anyhow::Result<
     };
     cfg.experiment_into(&mut meta);
     notes.push(format!("{} module(s) of {} at {bits} bits on link {}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, wire.link, grid.ports()));
-    Ok(Setup { rcfg, chain: Chain { decoder: Some(decoder), ..Chain::new(cfg, geometry, None, "receiver") }, meta, notes })
+    let finding = counting_spots(cfg, d, &decoder, &mut meta)?;
+    Ok(Setup { rcfg, chain: Chain { decoder: Some(decoder), finding, ..Chain::new(cfg, geometry, None, "receiver") }, meta, notes })
+}
+
+/// With `process.mode = "spots"`, a counting detector's spot finding and veto, and what the
+/// files say of them (spot lists, the finder's settings, the codec).
+fn counting_spots(cfg: &Config, d: &Description, decoder: &Decoder, meta: &mut NxmxMeta) -> anyhow::Result<Option<Arc<Finding>>> {
+    let p = &cfg.process;
+    if p.mode != "spots" {
+        return Ok(None);
+    }
+    if d.kind != rdaq_detector::description::Kind::Counting || !matches!(decoder, Decoder::Layout(_)) {
+        bail!("process.mode = \"spots\" finds spots in a counting detector's counts; {} integrates (its description's kind), and its planes are written as they come", d.name);
+    }
+    let params = rdaq_process::spots::LocalSnrParams { threshold: p.threshold_photons, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels };
+    params.check(meta.geometry.height(), meta.geometry.width()).map_err(|e| anyhow::anyhow!("process: {e}"))?;
+    meta.codec = rdaq_process::bitshuffle::Codec::parse(&p.codec, p.zstd_level)?;
+    meta.max_spots = p.max_spots;
+    meta.processing = Some(rdaq_sink::ProcessingMeta {
+        applied: true,
+        invalid_gain: p.invalid_gain.clone(),
+        finder: "local".into(),
+        threshold_photons: p.threshold_photons,
+        snr: p.snr,
+        box_half: p.box_half,
+        min_pixels: p.min_pixels,
+        max_pixels: p.max_pixels,
+        veto_min_spots: p.veto.then_some(p.min_spots),
+    });
+    let (mask, saturation) = (Arc::new(meta.pixel_mask()), Finding::saturation_of(meta.pixel));
+    Ok(Some(Arc::new(Finding { params, min_spots: p.min_spots, veto: p.veto, mask, saturation, pixel: meta.pixel })))
 }
 
 /// The receiver settings every format shares, for modules of `module_bytes` bytes.

@@ -197,8 +197,8 @@ impl Config {
 
     fn check_process(&self) -> anyhow::Result<()> {
         let p = &self.process;
-        if !["auto", "jungfrau", "raw"].contains(&p.mode.as_str()) {
-            bail!("process.mode must be \"auto\", \"jungfrau\" or \"raw\", not {:?}", p.mode);
+        if !["auto", "jungfrau", "spots", "raw"].contains(&p.mode.as_str()) {
+            bail!("process.mode must be \"auto\", \"jungfrau\", \"spots\" or \"raw\", not {:?}", p.mode);
         }
         if p.hg0 && p.gain_maps.is_empty() {
             bail!("process.hg0 takes the HG0 map of process.gain_maps: give the gain maps too");

@@ -134,7 +134,9 @@ pub fn free_port_if_taken(endpoint: &str) -> Option<String> {
 #[serde(deny_unknown_fields, default)]
 pub struct Process {
     /// "jungfrau": convert, track the pedestal on dark frames, find spots, veto, compress;
-    /// "raw": write the raw words; "auto": "jungfrau" where the calibration is known (the
+    /// "spots": a counting detector's (EIGER's) counts as they come, with the spots found
+    /// and the veto (`threshold_photons` in counts); "raw": write the raw words (a
+    /// described detector's counts); "auto": "jungfrau" where the calibration is known (the
     /// emulated detector in this process, or `calibration` given), "raw" otherwise.
     pub mode: String,
     /// Where conversion, spot finding and pedestal tracking run: "cpu", or "gpu" (a CUDA

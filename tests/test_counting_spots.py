@@ -1,0 +1,114 @@
+"""Spot finding and the veto on a counting detector's counts (`process.mode = "spots"`):
+PSI's virtual EIGER's captured frames (one module, four ports, 16 bits), with bright 3 x 3
+blocks added to some frames' packets, through `rdaq receive --detector eiger`. The spots the
+run wrote equal `rdaq process spots` on its own file (the counts read back, the same pixels
+left out), the veto keeps exactly the hits, and a detector that integrates is refused."""
+import json
+import shutil
+import subprocess
+
+import h5py
+import hdf5plugin  # noqa: F401
+import numpy as np
+import pytest
+
+from test_eiger import capture, receive
+from test_run_process import spot_lists
+from conftest import send_udp
+
+# spots added per frame (frame numbers 2, 3, 4 of the capture): two hits and a miss at the
+# default min_spots of 10
+SPOTS = {2: 12, 3: 3, 4: 11}
+
+
+def spotted(streams):
+    """The capture's four streams with SPOTS[frame] bright 3 x 3 blocks in the top-left
+    port (its packet k carries the port's row k: 512 pixels of 16 bits)."""
+    out = [list(st) for st in streams]
+    top = out[0]
+    for i, p in enumerate(top):
+        frame, packet = int.from_bytes(p[:8], "little"), int.from_bytes(p[12:16], "little")
+        pixels = np.frombuffer(p[48:], "<u2").copy()
+        for s in range(SPOTS[frame]):
+            row, col = 10 + 20 * s, 20 + 37 * s
+            if row <= packet < row + 3:
+                pixels[col:col + 3] += 1000
+        top[i] = p[:48] + pixels.tobytes()
+    return out
+
+
+def run(rdaq, tmp_path, veto):
+    (tmp_path / "spots.toml").write_text(f'[process]\nmode = "spots"\nveto = {str(veto).lower()}\n')
+    streams = spotted(capture("eiger_1g_dr16"))
+    order = [0, 1, 3, 2]
+    return receive(rdaq, tmp_path, 3, ["--detector", "eiger", "--bit-depth", "16", "--link", "1g", "--config", str(tmp_path / "spots.toml")],
+                   send=lambda ports: send_udp([(p, ports[i]) for i, st in zip(order, streams) for p in st]))
+
+
+def test_the_spots_of_a_counting_detector_equal_the_finder_on_its_file(rdaq, tmp_path):
+    """Veto off: every frame written with its spot list; the summary counts the spots and
+    the hits; `rdaq process spots` on the master (the run's finder settings, the counts
+    read back) finds the same spots."""
+    s, out = run(rdaq, tmp_path, veto=False)
+    assert "spots found in the counts" in s["stderr"] and "veto off" in s["stderr"], s["stderr"]
+    p = s["processing"]
+    assert (p["signal_frames"], p["hits"], p["vetoed"], s["frames_written"]) == (3, 2, 0, 3), p
+    master = out
+    n_run, run_spots = spot_lists(master)
+    assert n_run.tolist() == [SPOTS[f] for f in (2, 3, 4)] and p["spots_found"] == sum(SPOTS.values())
+    with h5py.File(master, "r") as f:
+        series = json.loads(f.attrs["rdaq_series"])
+        assert series["processing"]["applied"] and series["processing"]["finder"] == "local"
+        assert f["entry/result_1/peakTotalIntensity"].attrs["units"] in (b"counts", "counts")
+    r = subprocess.run([str(rdaq), "process", "spots", "--input", str(master), "--output", str(tmp_path / "again.h5")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "threshold 0.5 counts" in r.stderr and "masked and saturated pixels are left out" in r.stderr, r.stderr
+    n_again, again = spot_lists(tmp_path / "again.h5")
+    assert n_again.tolist() == n_run.tolist() and again == run_spots
+
+
+def test_the_veto_writes_the_hits_of_a_counting_detector(rdaq, tmp_path):
+    """Veto on (min_spots 10): the frame with 3 spots is counted as vetoed and not written;
+    the hits' images and spot lists are those of the run without the veto."""
+    s, out = run(rdaq, tmp_path, veto=True)
+    p = s["processing"]
+    assert (p["signal_frames"], p["hits"], p["vetoed"], s["frames_written"]) == (3, 2, 1, 2), p
+    assert s["frames_complete"] == 3, s
+    master = out
+    with h5py.File(master, "r") as f:
+        assert f["entry/data/frame_number"][:].tolist() == [2, 4]
+    assert spot_lists(master)[0].tolist() == [SPOTS[2], SPOTS[4]]
+
+
+def test_spot_finding_is_for_counting_detectors(rdaq, tmp_path):
+    """`process.mode = "spots"` with a JUNGFRAU (whose frames are converted first) or an
+    integrating described detector: one line naming the setting, exit 2."""
+    (tmp_path / "spots.toml").write_text('[process]\nmode = "spots"\n')
+    r = subprocess.run([str(rdaq), "receive", "--format", "sls", "--config", str(tmp_path / "spots.toml"), "--frames", "1"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "process.mode = \"spots\"" in r.stderr and "JUNGFRAU" in r.stderr, r.stderr
+    r = subprocess.run([str(rdaq), "receive", "--detector", "percival-like", "--config", str(tmp_path / "spots.toml"), "--frames", "1"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "integrates" in r.stderr, r.stderr
+
+
+
+@pytest.mark.skipif(shutil.which("dials.import") is None, reason="DIALS is installed by scripts/setup.sh")
+def test_dials_finds_the_spots_rdaq_found_in_a_counting_detectors_file(rdaq, tmp_path):
+    """DIALS imports the EIGER run's master and `dials.find_spots` finds, within a pixel,
+    every spot rdaq found online."""
+    from test_dials import HERE, dials
+    _, master = run(rdaq, tmp_path, veto=False)
+    dials("dials.import", master, cwd=tmp_path)
+    dials("dials.find_spots", "imported.expt", "nproc=1", cwd=tmp_path)
+    dump = subprocess.run(["/usr/bin/python3", HERE / "dials_dump.py", "imported.expt", "strong.refl"],
+                          capture_output=True, text=True, cwd=tmp_path, check=True)
+    seen = json.loads(dump.stdout)
+    assert seen["images"] == 3
+    n, ours = spot_lists(master)
+    for img in range(3):
+        theirs = np.array([(x, y) for i, _, x, y in seen["spots"] if i == img] or [(-1e9, -1e9)])
+        for x, y in zip(ours[img][0], ours[img][1]):
+            assert np.hypot(theirs[:, 0] - x, theirs[:, 1] - y).min() <= 1.0, (img, x, y)
+    assert sum(len(o[0]) for o in ours) == sum(SPOTS.values())
