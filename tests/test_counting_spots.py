@@ -112,3 +112,32 @@ def test_dials_finds_the_spots_rdaq_found_in_a_counting_detectors_file(rdaq, tmp
         for x, y in zip(ours[img][0], ours[img][1]):
             assert np.hypot(theirs[:, 0] - x, theirs[:, 1] - y).min() <= 1.0, (img, x, y)
     assert sum(len(o[0]) for o in ours) == sum(SPOTS.values())
+
+
+def test_the_python_acquisition_iterates_a_counting_detectors_frames_with_their_spots(rdaq, tmp_path):
+    """`rdaq.Acquisition(source={"detector": "eiger", ...})` with `process.mode = "spots"`:
+    the frames sent to its ports come out as uint16 arrays over the chain's buffers, each
+    with its spots, equal to the file `rdaq receive` writes from the same packets."""
+    import rdaq as rdaq_py  # the Python package (the fixture `rdaq` is the binary)
+    _, cli_h5 = run(rdaq, tmp_path, veto=False)
+    conf = tmp_path / "py.toml"
+    conf.write_text('[network]\ndata_port = 0\n[stream]\nendpoint = "none"\npreview = "none"\n[output]\nname = "py"\n'
+                    '[process]\nmode = "spots"\nveto = false\n')
+    streams, order, got = spotted(capture("eiger_1g_dr16")), [0, 1, 3, 2], {}
+    source = {"detector": "eiger", "bit_depth": 16, "link": "1g"}
+    with rdaq_py.Acquisition(config=conf, frames=3, out=tmp_path / "py", source=source) as acq:
+        assert len(acq.ports) == 4 and acq.shape == (512, 1024)
+        send_udp([(p, acq.ports[i]) for i, st in zip(order, streams) for p in st])
+        for frame in acq:
+            a = np.asarray(frame)
+            assert a.dtype == np.uint16 and np.shares_memory(a, frame.array)
+            got[frame.number] = (a.copy(), len(frame.spots), frame.hit)
+            del a
+            frame.release()
+    assert acq.summary["processing"]["hits"] == 2, acq.summary
+    with h5py.File(cli_h5, "r") as f:
+        numbers = f["entry/data/frame_number"][:].tolist()
+        assert sorted(got) == numbers == [2, 3, 4]
+        for i, n in enumerate(numbers):
+            assert np.array_equal(got[n][0], f["entry/data/data"][i]), f"frame {n}"
+            assert got[n][1:] == (SPOTS[n], SPOTS[n] >= 10)

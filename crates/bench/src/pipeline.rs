@@ -297,7 +297,7 @@ fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work:
         let r = match setup {
             Some(setup) => graph::run(&rx, Some(&mut writer), None, setup, &bar, None, &mut |_| {}),
             None => {
-                let sinks = consume::Sinks { geometry, writer: Some(&mut writer), stream: None, sent: None, board: Some(&raw_board), decoder: None, pedestal_run: None, workers: cfg.raw_workers(), canned: raw_chunk, finding: None };
+                let sinks = consume::Sinks { geometry, writer: Some(&mut writer), stream: None, sent: None, board: Some(&raw_board), decoder: None, pedestal_run: None, workers: cfg.raw_workers(), canned: raw_chunk, finding: None, deliver: None };
                 consume::consume(&rx, sinks, &bar, None, |_| {}).map(|st| (st, ProcessReport::default()))
             }
         };

@@ -113,6 +113,8 @@ impl Run {
             Pixels::I16(v) => (0, v.as_ptr() as *const u8, std::mem::size_of_val(v)),
             Pixels::I32(v) => (1, v.as_ptr() as *const u8, std::mem::size_of_val(v)),
             Pixels::F32(v) => (2, v.as_ptr() as *const u8, std::mem::size_of_val(v)),
+            // a counting detector's counts: 3, 4, 5 for 1, 2, 4 bytes
+            Pixels::Counts { bytes, size } => (2 + size.trailing_zeros() as i32 + 1, bytes.as_ptr(), bytes.len()),
         };
         let (spots, hit) = p.spots();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);

@@ -51,10 +51,11 @@ pub struct RdaqImage {
     /// The frame number.
     pub number: u64,
     /// The pixels as the files hold them: 0, int16 photon counts; 1, int32 photon counts;
-    /// 2, float32 keV (with the files' saturation and no-data markers).
+    /// 2, float32 keV (with the files' saturation and no-data markers); a counting
+    /// detector's counts: 3, uint8; 4, uint16; 5, uint32 (little-endian, maybe unaligned).
     pub pixel: i32,
-    /// `height` rows of `width` pixels, row-major, native-endian, in the processing
-    /// graph's buffer (read-only); `len` bytes.
+    /// `height` rows of `width` pixels, row-major, native-endian, in the acquisition's
+    /// buffer (read-only); `len` bytes.
     pub data: *const u8,
     pub len: usize,
     pub width: u32,

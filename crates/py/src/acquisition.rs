@@ -268,6 +268,16 @@ fn layout(px: &Pixels) -> crate::view::Pixels {
         Pixels::I16(v) => (v.as_ptr().cast(), 2, c"h", std::mem::size_of_val(*v)),
         Pixels::I32(v) => (v.as_ptr().cast(), 4, c"i", std::mem::size_of_val(*v)),
         Pixels::F32(v) => (v.as_ptr().cast(), 4, c"f", std::mem::size_of_val(*v)),
+        // a counting detector's counts, little-endian as the struct module says ("<": no
+        // alignment asked of the buffer)
+        Pixels::Counts { bytes, size } => {
+            let format = match size {
+                1 => c"B",
+                2 => c"<H",
+                _ => c"<I",
+            };
+            (bytes.as_ptr(), *size, format, bytes.len())
+        }
     };
     crate::view::Pixels { buf, len, item, format }
 }

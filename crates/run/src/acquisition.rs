@@ -54,6 +54,9 @@ pub struct Chain {
     /// A counting detector's spot finding and veto in the raw chain's workers
     /// ([`crate::counts`]; raw chains only).
     pub finding: Option<Arc<crate::counts::Finding>>,
+    /// Where a counting detector's written frames go with their spots (a program in this
+    /// process reading them; raw chains with `finding` only).
+    pub deliver: Option<crossbeam_channel::Sender<crate::graph::deliver::Processed>>,
 }
 
 impl Chain {
@@ -73,6 +76,7 @@ impl Chain {
             workers: cfg.raw_workers(),
             threads: cfg.thread_budget(),
             finding: None,
+            deliver: None,
         }
     }
 }
@@ -103,7 +107,7 @@ pub struct Outcome {
 /// The stream is finished also when consuming failed; the files are closed when it did not.
 pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, until: Option<&AtomicBool>, mut on_frame: impl FnMut(&FrameReady)) -> anyhow::Result<Outcome> {
     let Sinks { mut writer, mut stream } = sinks;
-    let Chain { geometry, decoder, processing, board, sent, consumer_delay, name, mut pedestal_run, workers, threads, finding } = chain;
+    let Chain { geometry, decoder, processing, board, sent, consumer_delay, name, mut pedestal_run, workers, threads, finding, deliver } = chain;
     if let Some(w) = threads.warning() {
         eprintln!("rdaq: warning: {w}");
     }
@@ -115,7 +119,7 @@ pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, unt
             graph::run(rx, writer.as_mut(), stream.as_mut(), setup, bar, until, &mut on_frame).map(|(c, r)| (c, Some(r)))
         }
         None => {
-            let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: sent.as_deref().map(|c| &c.sent), board: Some(&board), decoder, pedestal_run: pedestal_run.as_mut(), workers, canned: None, finding };
+            let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: sent.as_deref().map(|c| &c.sent), board: Some(&board), decoder, pedestal_run: pedestal_run.as_mut(), workers, canned: None, finding, deliver };
             consume::consume(rx, sinks, bar, until, |f| {
                 if f.status() != FrameStatus::Complete {
                     board.push_event(incomplete_event(&name, f));

@@ -31,6 +31,7 @@ use rdaq_sink::NxmxWriter;
 use crate::assemble::{Assembler, Decoder};
 use crate::board::{Board, Glance};
 use crate::counts::{CountFinder, Finding};
+use crate::graph::deliver::Processed;
 use crate::latency::{FrameTimes, Latency};
 use crate::pairs::{Outcome, Pairs};
 use crate::reorder::Reorder;
@@ -167,6 +168,50 @@ pub struct Sinks<'a> {
     pub canned: Option<&'a [u8]>,
     /// A counting detector's spot finding and veto ([`crate::counts`]).
     pub finding: Option<Arc<Finding>>,
+    /// Where every written frame goes, with its counts and spots, before its buffer returns
+    /// to the pool (with spot finding only: a program in this process reading the frames).
+    pub deliver: Option<Sender<Processed>>,
+}
+
+/// A counting detector's written frame handed to a program ([`crate::graph::deliver`]): its
+/// pooled buffer, back to the pool when dropped.
+pub struct Delivered {
+    job: Option<Box<Job>>,
+    pool: Sender<Box<Job>>,
+    pixel_bytes: usize,
+    bytes: usize,
+}
+
+impl Delivered {
+    fn job(&self) -> &Job {
+        self.job.as_ref().expect("held until dropped")
+    }
+
+    pub fn frame(&self) -> u64 {
+        self.job().frame
+    }
+
+    /// The assembled image's counts, little-endian.
+    pub fn bytes(&self) -> &[u8] {
+        &rdaq_process::bytes_of(&self.job().image[..])[..self.bytes]
+    }
+
+    pub fn pixel_bytes(&self) -> usize {
+        self.pixel_bytes
+    }
+
+    pub fn spots(&self) -> (&[Spot], bool) {
+        (&self.job().spots, self.job().hit)
+    }
+}
+
+impl Drop for Delivered {
+    fn drop(&mut self) {
+        if let Some(job) = self.job.take() {
+            // the consumer may have ended: then the buffer just goes
+            let _ = self.pool.send(job);
+        }
+    }
 }
 
 /// One frame on its way from the source to the write stage (pooled: allocated once,
@@ -224,6 +269,7 @@ struct Consumer<'a> {
     finding: Option<Arc<Finding>>,
     /// Frames compressed (with spot finding: the report's count).
     compressed: AtomicU64,
+    deliver: Option<Sender<Processed>>,
 }
 
 /// Consumes frames until the receiver finishes, or until `until` is set and no frame is
@@ -258,6 +304,7 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         canned: sinks.canned,
         finding: sinks.finding.take(),
         compressed: AtomicU64::new(0),
+        deliver: sinks.deliver.take(),
     };
     if !assemble {
         if let Some(b) = c.board {
@@ -491,9 +538,25 @@ impl<'a> Consumer<'a> {
                 }
                 drop(st);
                 self.record(job.times.as_ref().expect("set by the source"), Some(Instant::now()));
-                let _ = self.pool.send(job);
+                self.hand_back(job);
             });
         })
+    }
+
+    /// A written frame's buffer: to the program that reads the frames (a counting
+    /// detector's, assembled), else back to the pool.
+    fn hand_back(&self, job: Box<Job>) {
+        let (Some(to), Some(f)) = (&self.deliver, &self.finding) else {
+            let _ = self.pool.send(job);
+            return;
+        };
+        let pixel_bytes = f.pixel.bytes();
+        let bytes = self.geometry.width() * self.geometry.height() * pixel_bytes;
+        let d = Delivered { job: Some(job), pool: self.pool.clone(), pixel_bytes, bytes };
+        // a holder that went away takes no more frames: they go back to the pool
+        if let Err(e) = to.send(Processed::counted(d)) {
+            drop(e.into_inner());
+        }
     }
 
     /// The assembled image of a frame for the pedestal run and, when a glance is due, the

@@ -1,7 +1,8 @@
 //! An acquisition embedded in a program (Python's `rdaq.Acquisition`, librdaq's
 //! `rdaq_acquisition_*`): `rdaq run`'s (the emulated detector in this process) or `rdaq
 //! receive`'s (a detector outside, [`crate::receive`]), started in a thread of its own, its
-//! processed frames handed to the program as they are written ([`graph::deliver`]). The
+//! processed frames (or a counting detector's frames with their spots) handed to the program
+//! as they are written ([`graph::deliver`]). The
 //! bindings only turn their arguments into the configuration and the source.
 
 use std::sync::Arc;
@@ -64,10 +65,12 @@ fn start_emulated(cfg: Config, control: Arc<Control>, tx: Sender<Processed>) -> 
 /// series is `<output.dir>/<output.name>_master.h5`.
 fn start_remote(cfg: Config, source: Source, control: Arc<Control>, tx: Sender<Processed>) -> anyhow::Result<Started> {
     let mut setup = remote::setup(&source, &cfg)?;
-    let Some(processing) = setup.chain.processing.take() else {
-        bail!("process: an embedded acquisition hands out processed frames: give a calibration (process.calibration); raw frames come from a receiver of their own");
-    };
-    setup.chain.processing = Some(graph::Setup { deliver: Some(tx), ..processing });
+    match setup.chain.processing.take() {
+        Some(processing) => setup.chain.processing = Some(graph::Setup { deliver: Some(tx), ..processing }),
+        // a counting detector's frames with their spots
+        None if setup.chain.finding.is_some() => setup.chain.deliver = Some(tx),
+        None => bail!("process: an embedded acquisition hands out processed frames: give a JUNGFRAU's calibration (process.calibration), or process.mode = \"spots\" for a counting detector; raw frames come from a receiver of their own"),
+    }
     let g = setup.chain.geometry;
     let out = cfg.output.dir.join(format!("{}_master.h5", cfg.output.name));
     std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;

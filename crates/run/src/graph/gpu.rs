@@ -542,6 +542,7 @@ mod tests {
                             Pixels::I16(v) => v.iter().map(|&x| x as i64).collect(),
                             Pixels::I32(v) => v.iter().map(|&x| x as i64).collect(),
                             Pixels::F32(v) => v.iter().map(|&x| x.to_bits() as i64).collect(),
+                            Pixels::Counts { bytes, .. } => bytes.iter().map(|&x| x as i64).collect(),
                         };
                         let (spots, hit) = p.spots();
                         (p.frame(), pixels, spots.to_vec(), hit)
