@@ -37,12 +37,15 @@ def spotted(streams):
     return out
 
 
-def run(rdaq, tmp_path, veto):
-    (tmp_path / "spots.toml").write_text(f'[process]\nmode = "spots"\nveto = {str(veto).lower()}\n')
+def run(rdaq, tmp_path, veto, stream=None):
+    """`rdaq receive --detector eiger` of the spotted frames with spot finding (the veto on
+    or off), publishing on `stream` when given; its summary and master."""
+    (tmp_path / "spots.toml").write_text(f'[process]\nmode = "spots"\nveto = {str(veto).lower()}\n'
+                                         + (f'[stream]\nendpoint = "{stream}"\npolicy = "block"\n' if stream else ""))
     streams = spotted(capture("eiger_1g_dr16"))
     order = [0, 1, 3, 2]
     return receive(rdaq, tmp_path, 3, ["--detector", "eiger", "--bit-depth", "16", "--link", "1g", "--config", str(tmp_path / "spots.toml")],
-                   send=lambda ports: send_udp([(p, ports[i]) for i, st in zip(order, streams) for p in st]))
+                   send=lambda ports: send_udp([(p, ports[i]) for i, st in zip(order, streams) for p in st]), stream=stream)
 
 
 def test_the_spots_of_a_counting_detector_equal_the_finder_on_its_file(rdaq, tmp_path):
@@ -71,10 +74,23 @@ def test_the_spots_of_a_counting_detector_equal_the_finder_on_its_file(rdaq, tmp
 def test_the_veto_writes_the_hits_of_a_counting_detector(rdaq, tmp_path):
     """Veto on (min_spots 10): the frame with 3 spots is counted as vetoed and not written;
     the hits' images and spot lists are those of the run without the veto."""
-    s, out = run(rdaq, tmp_path, veto=True)
+    import threading
+
+    import rdaq as rdaq_py
+    from conftest import free_port
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    streamed = []
+    reader = threading.Thread(target=lambda: streamed.extend(rdaq_py.stream.messages(endpoint, timeout_ms=20000)))
+    reader.start()
+    s, out = run(rdaq, tmp_path, veto=True, stream=endpoint)
+    reader.join()
     p = s["processing"]
     assert (p["signal_frames"], p["hits"], p["vetoed"], s["frames_written"]) == (3, 2, 1, 2), p
     assert s["frames_complete"] == 3, s
+    # the stream carries the hits with their spots, the counts' type
+    images = [m for m in streamed if m["type"] == "image"]
+    assert streamed[0]["image_dtype"] == "uint16" and [m["image_id"] for m in images] == [0, 1]
+    assert [len(m["user_data"]["rdaq"]["spots"]["x"]) for m in images] == [SPOTS[2], SPOTS[4]], images[0]["user_data"]
     master = out
     with h5py.File(master, "r") as f:
         assert f["entry/data/frame_number"][:].tolist() == [2, 4]

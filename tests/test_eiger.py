@@ -31,13 +31,14 @@ def capture(name):
     return [read_capture(EIGER / f"{name}_port{p}.bin") for p in range(50011, 50015)]
 
 
-def receive(rdaq, tmp_path, frames, args, ports=4, rc=0, send=None, timeout_s=20):
-    """Runs `rdaq receive` with `args` until `frames` frames; `send(ports)` sends the data.
-    Returns the summary (with the process's output) and the output file."""
+def receive(rdaq, tmp_path, frames, args, ports=4, rc=0, send=None, timeout_s=20, stream=None):
+    """Runs `rdaq receive` with `args` until `frames` frames; `send(ports)` sends the data;
+    publishes on `stream` when given. Returns the summary (with the process's output) and
+    the output file."""
     ready, out, summary = tmp_path / "ports.json", tmp_path / "eiger.h5", tmp_path / "summary.json"
     cmd = [str(rdaq), "receive", *args, "--port", "0", "--frames", str(frames), "--timeout-s", str(timeout_s),
            "--frame-timeout-ms", "300", "--ring-mib", "32", "--out", str(out), "--buffers-out", str(ready),
-           "--summary-json", str(summary), "--stream", "none"]
+           "--summary-json", str(summary), "--stream", stream or "none"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     data_ports = wait_for_file(ready, proc)["data_ports"]
     assert len(data_ports) == ports
