@@ -157,3 +157,36 @@ def test_the_python_acquisition_iterates_a_counting_detectors_frames_with_their_
         for i, n in enumerate(numbers):
             assert np.array_equal(got[n][0], f["entry/data/data"][i]), f"frame {n}"
             assert got[n][1:] == (SPOTS[n], SPOTS[n] >= 10)
+
+
+def test_the_acquisition_service_finds_a_counting_detectors_spots(rdaq, tmp_path):
+    """The acquisition service of one receiver (`rdaq receive --detector eiger --data-root
+    --serve`) with `process.mode = "spots"`: a dataset of the spotted frames writes the hits
+    (the veto on), and its summary and live view count the spots."""
+    import signal
+
+    from conftest import free_port, free_udp_port
+    from rdaq.control import Service
+    from test_readme_daemons import wait_up
+    (tmp_path / "spots.toml").write_text('[process]\nmode = "spots"\n')
+    addr, port = f"127.0.0.1:{free_port()}", free_udp_port()
+    p = subprocess.Popen([rdaq, "receive", "--detector", "eiger", "--bit-depth", "16", "--link", "1g", "--port", str(port),
+                          "--config", tmp_path / "spots.toml", "--stream", "none", "--frame-timeout-ms", "200",
+                          "--data-root", tmp_path / "data", "--serve", addr], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_up(f"http://{addr}/acquisition", p)
+        svc = Service(f"http://{addr}")
+        svc.arm(3, "lyso")
+        svc.trigger()
+        streams = spotted(capture("eiger_1g_dr16"))
+        send_udp([(d, port + i) for i, st in enumerate(streams) for d in st])
+        a = svc.wait("idle", timeout=60)
+    finally:
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    s = a["dataset"]["summary"]
+    assert (s["processing"]["hits"], s["processing"]["vetoed"], s["processing"]["spots_found"], s["frames_written"]) == (2, 1, 26, 2), s
+    assert a["live"]["processing"]["hits"] == 2, a["live"]
+    with h5py.File(tmp_path / "data" / "lyso_master.h5", "r") as f:
+        assert f["entry/data/frame_number"][:].tolist() == [2, 4]
