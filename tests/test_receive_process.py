@@ -77,6 +77,20 @@ def aare_counts(raw, pedestal, gain):
     return (np.sign(q) * np.floor(np.abs(q) + 0.5)).astype(np.int32)
 
 
+def raw_and_with_gain_maps(rdaq, tmp_path, case, gain_map, hg0, calibration):
+    """The case's frames received raw, then processed with `calibration` and the gain map
+    (photons32, the veto off): the raw file, and the processed run's summary and file."""
+    (tmp_path / "proc.toml").write_text(f'[process]\nveto = false\noutput = "photons32"\n'
+                                        f'gain_maps = ["{gain_map}"]\nhg0 = {str(hg0).lower()}\n')
+    raw_dir, proc_dir = tmp_path / "raw", tmp_path / "processed"
+    raw_dir.mkdir(), proc_dir.mkdir()
+    _, raw_h5 = receive(rdaq, raw_dir, case, [])
+    s, out = receive(rdaq, proc_dir, case, ["--calibration", calibration, "--config", tmp_path / "proc.toml",
+                                            "--photon-energy-kev", str(KEV)])
+    assert s["processing"] is not None, s["stderr"]
+    return raw_h5, s, out
+
+
 @pytest.mark.parametrize("case,hg0", [("one interface", False), ("256 rows", True)])
 def test_psi_gain_maps_give_the_gains_as_aare_reads_them(rdaq, tmp_path, case, hg0):
     """PSI's gain map file (6 float64 maps of 512 x 1024: G0, G1, G2, HG0, HG1, HG2) gives
@@ -89,14 +103,7 @@ def test_psi_gain_maps_give_the_gains_as_aare_reads_them(rdaq, tmp_path, case, h
     maps.astype("<f8").tofile(tmp_path / "gainMaps_M001.bin")
     pedestal, _ = calibration(rows)
     write_calibration(tmp_path / "cal.h5", pedestal, np.ones((3, rows, 1024), np.float32), np.zeros((rows, 1024), np.uint32))
-    (tmp_path / "proc.toml").write_text(f'[process]\nveto = false\noutput = "photons32"\n'
-                                        f'gain_maps = ["{tmp_path / "gainMaps_M001.bin"}"]\nhg0 = {str(hg0).lower()}\n')
-    raw_dir, proc_dir = tmp_path / "raw", tmp_path / "processed"
-    raw_dir.mkdir(), proc_dir.mkdir()
-    _, raw_h5 = receive(rdaq, raw_dir, case, [])
-    s, out = receive(rdaq, proc_dir, case, ["--calibration", tmp_path / "cal.h5", "--config", tmp_path / "proc.toml",
-                                            "--photon-energy-kev", str(KEV)])
-    assert s["processing"] is not None, s["stderr"]
+    raw_h5, s, out = raw_and_with_gain_maps(rdaq, tmp_path, case, tmp_path / "gainMaps_M001.bin", hg0, tmp_path / "cal.h5")
     gains = aare.load_calibration(str(tmp_path / "gainMaps_M001.bin"), hg0=hg0).astype(np.float32)
     top = (512 - rows) // 2
     gains = np.ascontiguousarray(gains[:, top:top + rows])
@@ -129,14 +136,7 @@ def test_a_psi_pedestal_file_gives_the_pedestals_and_bad_pixels(rdaq, tmp_path, 
         f["gains"] = pedestals
         f["gainsRMS"] = rng.uniform(1, 3, (4, 512, 1024))
         f["pixel_mask"] = bad
-    (tmp_path / "proc.toml").write_text(f'[process]\nveto = false\noutput = "photons32"\n'
-                                        f'gain_maps = ["{tmp_path / "gainMaps_M000.bin"}"]\nhg0 = {str(hg0).lower()}\n')
-    raw_dir, proc_dir = tmp_path / "raw", tmp_path / "processed"
-    raw_dir.mkdir(), proc_dir.mkdir()
-    _, raw_h5 = receive(rdaq, raw_dir, case, [])
-    s, out = receive(rdaq, proc_dir, case, ["--calibration", tmp_path / "pedestal.h5", "--config", tmp_path / "proc.toml",
-                                            "--photon-energy-kev", str(KEV)])
-    assert s["processing"] is not None, s["stderr"]
+    raw_h5, s, out = raw_and_with_gain_maps(rdaq, tmp_path, case, tmp_path / "gainMaps_M000.bin", hg0, tmp_path / "pedestal.h5")
     assert "is a PSI pedestal file (jungfrau_utils' layout): its pedestals and bad pixels, with the gains of process.gain_maps" in s["stderr"]
     top = (512 - rows) // 2
     central = slice(top, top + rows)

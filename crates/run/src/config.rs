@@ -97,20 +97,25 @@ impl Config {
         }
         // raw JUNGFRAU frames keep the settings they would have been processed with
         if applied || self.jungfrau() {
-            let p = &self.process;
-            meta.processing = Some(rdaq_sink::ProcessingMeta {
-                applied,
-                invalid_gain: p.invalid_gain.clone(),
-                finder: "local".into(),
-                threshold_photons: p.threshold_photons,
-                snr: p.snr,
-                box_half: p.box_half,
-                min_pixels: p.min_pixels,
-                max_pixels: p.max_pixels,
-                veto_min_spots: p.veto.then_some(p.min_spots),
-            });
+            meta.processing = Some(self.processing_meta(applied));
         }
         Ok(meta)
+    }
+
+    /// What the files keep of the processing settings (`applied`: they made the images).
+    pub fn processing_meta(&self, applied: bool) -> rdaq_sink::ProcessingMeta {
+        let p = &self.process;
+        rdaq_sink::ProcessingMeta {
+            applied,
+            invalid_gain: p.invalid_gain.clone(),
+            finder: "local".into(),
+            threshold_photons: p.threshold_photons,
+            snr: p.snr,
+            box_half: p.box_half,
+            min_pixels: p.min_pixels,
+            max_pixels: p.max_pixels,
+            veto_min_spots: p.veto.then_some(p.min_spots),
+        }
     }
 
 

@@ -226,17 +226,7 @@ fn counting_spots(cfg: &Config, d: &Description, decoder: &Decoder, meta: &mut N
     params.check(meta.geometry.height(), meta.geometry.width()).map_err(|e| anyhow::anyhow!("process: {e}"))?;
     meta.codec = rdaq_process::bitshuffle::Codec::parse(&p.codec, p.zstd_level)?;
     meta.max_spots = p.max_spots;
-    meta.processing = Some(rdaq_sink::ProcessingMeta {
-        applied: true,
-        invalid_gain: p.invalid_gain.clone(),
-        finder: "local".into(),
-        threshold_photons: p.threshold_photons,
-        snr: p.snr,
-        box_half: p.box_half,
-        min_pixels: p.min_pixels,
-        max_pixels: p.max_pixels,
-        veto_min_spots: p.veto.then_some(p.min_spots),
-    });
+    meta.processing = Some(cfg.processing_meta(true));
     let (mask, saturation) = (Arc::new(meta.pixel_mask()), Finding::saturation_of(meta.pixel));
     Ok(Some(Arc::new(Finding { params, min_spots: p.min_spots, veto: p.veto, mask, saturation, pixel: meta.pixel })))
 }
