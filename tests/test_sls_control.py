@@ -389,8 +389,9 @@ def test_the_service_drives_the_detector_through_a_pedestal_dataset_and_processe
     service call: POST /arm with pedestal, POST /trigger) runs PSI's procedure on the
     detector and records `<prefix>_calibration.h5`, which the service then processes with:
     the next dataset's trigger sets the detector's frames, period and exposure, starts it,
-    and its twelve spots per frame are found in every frame. A pedestal of two triggers is
-    refused (one asked of `rdaq manage`'s service: tests/test_service.py)."""
+    and its twelve spots per frame are found in every frame. A pedestal of two triggers, or
+    of frames not in three equal stages, is refused at the arm (one asked of `rdaq manage`'s
+    service: tests/test_service.py)."""
     import json
     import signal
     import subprocess
@@ -411,6 +412,8 @@ def test_the_service_drives_the_detector_through_a_pedestal_dataset_and_processe
         svc = Service(f"http://{addr}")
         with pytest.raises(ApiError, match="triggers"):
             svc.arm(30, "dark", triggers=2, pedestal=True)
+        with pytest.raises(ApiError, match="frames_per_trigger.*multiple of 3"):
+            svc.arm(31, "dark", pedestal=True)
         svc.arm(30, "dark", pedestal=True)
         svc.trigger()
         a = svc.wait("idle", timeout=120)

@@ -1,10 +1,9 @@
 //! A PSI detector (JUNGFRAU, EIGER) driven by its receiver (`rdaq receive --sls-detector
 //! HOST`, the acquisition service of one receiver), through PSI's own Python client slsdet
 //! (`python -m rdaq.sls drive`, from the `sls` extra of rdaq's Python package): once the
-//! receiver listens, the detector's UDP
-//! destinations are pointed at it, its frames (and period, exposure, trigger mode when given)
-//! are set, and it is started; for `--pedestal-run`, PSI's pedestal procedure (dynamic, forced
-//! G1, forced G2) runs instead. When the detector says it is done, the receiver ends as soon
+//! receiver listens, the detector's UDP destinations are pointed at it, its frames (and
+//! period, exposure, trigger mode when given) are set, and it is started; for a pedestal
+//! run, PSI's pedestal procedure (dynamic, forced G1, forced G2) runs instead. When the detector says it is done, the receiver ends as soon
 //! as the datagrams in flight have landed, instead of waiting for `--quiet-s`.
 //!
 //! The client runs in a process group of its own, so that Ctrl-C reaches it once, from here:

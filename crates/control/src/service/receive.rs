@@ -78,7 +78,7 @@ pub fn serve(o: Options) -> anyhow::Result<()> {
     let g = setup.chain.geometry;
     let image = Image { height: g.height(), width: g.width() };
     drop(setup);
-    let shown = Arc::new(Shown::default());
+    let shown = Arc::new(Shown(Mutex::default(), o.driver.sls_detector.is_some()));
     let access = Arc::new(o.access);
     let scraped = Arc::new(Scraped { name: o.name, shown: shown.clone(), access: access.clone() });
     let extra = axum::Router::new().route("/metrics", axum::routing::get(metrics)).with_state(scraped);
@@ -116,9 +116,9 @@ fn calibration_file(dir: &Path, prefix: &str) -> PathBuf {
 }
 
 /// What the API shows of the dataset under way (or the last): its acquisition's board, and
-/// while its files are open, what stops it.
+/// while its files are open, what stops it; and whether the service drives the detector.
 #[derive(Default)]
-struct Shown(Mutex<Showing>);
+struct Shown(Mutex<Showing>, bool);
 
 #[derive(Default)]
 struct Showing {
@@ -152,6 +152,12 @@ impl Backend for Shown {
             files.push(calibration_file(dir, &req.prefix));
         }
         files
+    }
+
+    /// A driven detector's pedestal takes three stages of as many frames.
+    fn refuses(&self, req: &ArmRequest) -> Option<(&'static str, String)> {
+        (self.1 && req.pedestal && req.frames_per_trigger % 3 != 0)
+            .then(|| ("frames_per_trigger", format!("{} for a pedestal of the driven detector: three gain stages of as many frames, a multiple of 3", req.frames_per_trigger)))
     }
 
     fn stop_trigger(&self) {
