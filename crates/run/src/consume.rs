@@ -467,6 +467,8 @@ impl<'a> Consumer<'a> {
         let raw = self.rx.data(&f).expect(OWN_FRAME);
         job.bytes_in = raw.len() as u64;
         job.chunked = self.demand.wanted();
+        (job.hit, job.vetoed) = (false, false);
+        job.spots.clear();
         match self.canned {
             // the serial-ceiling benchmark: the chunk made once, handed on by reference (the
             // write stage takes it), no assembly
@@ -490,8 +492,6 @@ impl<'a> Consumer<'a> {
     fn image_and_chunk(&self, w: &mut Worker, job: &mut Job, raw: &[u8], reset_raw: Option<&[u8]>) {
         job.glance = self.board.is_some_and(|b| b.glance_due());
         job.assembled = job.glance || self.has_pedestal_run || w.finder.is_some() || (job.chunked && !w.asm.raw_words());
-        (job.hit, job.vetoed) = (false, false);
-        job.spots.clear();
         if job.assembled {
             let image = w.asm.assemble(raw, reset_raw, &mut job.image);
             if let Some(f) = w.finder.as_mut() {

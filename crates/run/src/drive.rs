@@ -99,7 +99,7 @@ impl Driver {
             bail!("--sls-detector: a pedestal run is a JUNGFRAU's (forced gain switching)");
         }
         let frames = if ask.pedestal {
-            if ask.frames % 3 != 0 {
+            if !ask.frames.is_multiple_of(3) {
                 bail!("--frames {} with --pedestal-run and --sls-detector: three stages of as many frames each, a multiple of 3", ask.frames);
             }
             ask.frames / 3

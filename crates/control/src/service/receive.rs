@@ -156,7 +156,7 @@ impl Backend for Shown {
 
     /// A driven detector's pedestal takes three stages of as many frames.
     fn refuses(&self, req: &ArmRequest) -> Option<(&'static str, String)> {
-        (self.1 && req.pedestal && req.frames_per_trigger % 3 != 0)
+        (self.1 && req.pedestal && !req.frames_per_trigger.is_multiple_of(3))
             .then(|| ("frames_per_trigger", format!("{} for a pedestal of the driven detector: three gain stages of as many frames, a multiple of 3", req.frames_per_trigger)))
     }
 
