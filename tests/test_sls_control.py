@@ -296,7 +296,7 @@ def standin_env(log, **env):
 MAC = "00:11:22:33:44:55"
 
 
-def driven(rdaq, tmp_path, args, bind="127.0.0.1", timeout_s=120, fmt="sls", **env):
+def driven(rdaq, tmp_path, args, bind="127.0.0.1", timeout_s=120, fmt="sls", mac=MAC, **env):
     """`rdaq receive --format sls --sls-detector jf1` on a free port with `args`, its client
     on the stand-in; returns the process result, the stand-in's log and the port."""
     import json
@@ -307,7 +307,7 @@ def driven(rdaq, tmp_path, args, bind="127.0.0.1", timeout_s=120, fmt="sls", **e
     log = tmp_path / f"standin-{port}.json"
     source = ["--format", fmt, "--modules", "1"] if fmt else []
     cmd = [rdaq, "receive", *source, "--bind", bind, "--port", str(port), "--sls-detector", "jf1",
-           "--receiver-mac", MAC, "--ring-mib", "16", "--stream", "none", "--timeout-s", str(timeout_s),
+           *(["--receiver-mac", mac] if mac else []), "--ring-mib", "16", "--stream", "none", "--timeout-s", str(timeout_s),
            *map(str, args)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=standin_env(log, **env))
     return r, json.loads(log.read_text().splitlines()[-1]) if log.exists() else None, port
@@ -466,15 +466,18 @@ def virtual_eiger(hostname):
 
 
 def test_rdaq_receive_drives_an_eiger(rdaq, tmp_path):
-    """`rdaq receive --detector eiger --sls-detector`: the stand-in EIGER's half-modules are
-    pointed at the receiver's four ports, its bit depth set to the receiver's, and the frames
-    it sends (PSI's virtual EIGER's) all arrive; the receiver ends when it is done."""
+    """`rdaq receive --detector eiger --sls-detector` (no --receiver-mac): the stand-in
+    EIGER's half-modules are pointed at the receiver's four ports and the MAC of the card
+    holding --bind, its bit depth set to the receiver's, and the frames it sends (PSI's
+    virtual EIGER's) all arrive; the receiver ends when it is done."""
     import json
     r, log, port = driven(rdaq, tmp_path, ["--detector", "eiger", "--bit-depth", 16, "--link", "1g", "--frames", 3,
                                            "--out", tmp_path / "e.h5", "--summary-json", tmp_path / "s.json"],
-                          RDAQ_SLS_DETECTOR="test_sls_control:virtual_eiger", STANDIN_CAPTURE="eiger_1g_dr16", fmt=None)
+                          RDAQ_SLS_DETECTOR="test_sls_control:virtual_eiger", STANDIN_CAPTURE="eiger_1g_dr16", fmt=None, mac=None)
     assert r.returncode == 0, r.stderr
     calls = log["calls"]
+    # no --receiver-mac: the MAC of the interface holding --bind (loopback's)
+    assert ["udp_dstmac", "00:00:00:00:00:00"] in calls
     assert ["udp_dstport", {"0": port, "1": port + 2}] in calls and ["udp_dstport2", {"0": port + 1, "1": port + 3}] in calls
     assert ["dr", 16] in calls and not any(c[0] == "numinterfaces" for c in calls)
     assert json.loads((tmp_path / "s.json").read_text())["frames_complete"] == 3

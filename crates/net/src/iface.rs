@@ -85,7 +85,21 @@ fn rx_queues(name: &str) -> Option<u32> {
 
 /// Runs an interface ioctl on a throwaway socket: with `data`, the request points at it,
 /// else the result is the ifreq's integer field (MTU, or the flags in its low half).
+/// The hardware (MAC) address of interface `name`, as `aa:bb:cc:dd:ee:ff`.
+pub fn hardware_address(name: &str) -> Option<String> {
+    let req = ifreq_call(name, libc::SIOCGIFHWADDR, None)?;
+    // SAFETY: reading the sockaddr member of the union the kernel filled (SIOCGIFHWADDR).
+    let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
+    Some(sa.sa_data[..6].iter().map(|&b| format!("{:02x}", b as u8)).collect::<Vec<_>>().join(":"))
+}
+
 fn ifreq_ioctl(name: &str, request: libc::c_ulong, data: Option<*mut libc::c_void>) -> Option<i32> {
+    // SAFETY: reading the integer member of the union the kernel filled (SIOCGIFMTU).
+    ifreq_call(name, request, data).map(|req| unsafe { req.ifr_ifru.ifru_mtu })
+}
+
+/// The ifreq of interface `name` that the ioctl `request` filled.
+fn ifreq_call(name: &str, request: libc::c_ulong, data: Option<*mut libc::c_void>) -> Option<libc::ifreq> {
     // SAFETY: an all-zero ifreq is valid (plain data and a union).
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     let bytes = name.as_bytes();
@@ -108,10 +122,5 @@ fn ifreq_ioctl(name: &str, request: libc::c_ulong, data: Option<*mut libc::c_voi
     let rc = unsafe { libc::ioctl(fd, request, &mut req) };
     // SAFETY: `fd` was opened above and is not used after.
     unsafe { libc::close(fd) };
-    if rc == 0 {
-        // SAFETY: reading the integer member of the union the kernel filled (SIOCGIFMTU).
-        Some(unsafe { req.ifr_ifru.ifru_mtu })
-    } else {
-        None
-    }
+    (rc == 0).then_some(req)
 }

@@ -13,9 +13,10 @@ pub struct SlsArgs {
     /// PSI's pedestal procedure (--frames / 3 frames each in dynamic, forced G1 and forced
     /// G2 gain). The service (--data-root) drives it for each trigger the same way. Needs
     /// rdaq's Python package with slsdet (pip install "rdaq[sls]").
-    #[arg(long, value_name = "HOST", requires = "receiver_mac")]
+    #[arg(long, value_name = "HOST")]
     pub sls_detector: Option<String>,
-    /// The MAC address of this receiver's data interface (the detector's udp_dstmac).
+    /// The MAC address of this receiver's data interface (the detector's udp_dstmac;
+    /// default: that of the interface holding --bind).
     #[arg(long, requires = "sls_detector")]
     pub receiver_mac: Option<String>,
     /// The Python that runs slsdet (the environment rdaq's Python package is installed in).

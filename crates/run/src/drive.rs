@@ -22,7 +22,8 @@ use anyhow::{bail, Context};
 pub struct Driver {
     /// The detector's hostname (modules joined by `+`); none: nothing is driven.
     pub sls_detector: Option<String>,
-    /// The MAC address of the receiver's data interface (the detector's udp_dstmac).
+    /// The MAC address of the receiver's data interface (the detector's udp_dstmac); none:
+    /// the address of the interface that holds the receiver's address.
     pub receiver_mac: Option<String>,
     /// The Python that runs slsdet (the environment rdaq's Python package is installed in).
     pub python: String,
@@ -88,8 +89,11 @@ impl Driver {
         if ask.bind.is_unspecified() {
             bail!("--sls-detector needs --bind <the address of the card the detector sends to>: the detector's udp_dstip cannot be {}", ask.bind);
         }
-        let mac = self.receiver_mac.as_deref().unwrap_or_default();
-        if !is_mac(mac) {
+        let mac = match &self.receiver_mac {
+            Some(m) => m.clone(),
+            None => mac_of(ask.bind)?,
+        };
+        if !is_mac(&mac) {
             bail!("--receiver-mac {mac:?}: six hexadecimal bytes joined by colons (aa:bb:cc:dd:ee:ff)");
         }
         if ask.frames == 0 {
@@ -107,7 +111,7 @@ impl Driver {
             ask.frames
         };
         let mut c = Command::new(&self.python);
-        c.args(["-m", "rdaq.sls", "drive", "--detector", host, "--receiver-ip", &ask.bind.to_string(), "--receiver-mac", mac]);
+        c.args(["-m", "rdaq.sls", "drive", "--detector", host, "--receiver-ip", &ask.bind.to_string(), "--receiver-mac", &mac]);
         c.args(["--port", &ask.port.to_string(), "--interfaces", &ask.interfaces.to_string(), "--frames", &frames.to_string()]);
         for (opt, v) in [("--period-s", ask.period_s), ("--exptime-s", ask.exptime_s)] {
             if let Some(v) = v {
@@ -123,6 +127,13 @@ impl Driver {
         }
         Ok(Some(c))
     }
+}
+
+/// The MAC address of the interface that holds `ip`: where the detector is to send.
+fn mac_of(ip: IpAddr) -> anyhow::Result<String> {
+    let IpAddr::V4(v4) = ip else { bail!("--sls-detector: give --receiver-mac for an IPv6 --bind ({ip})") };
+    let iface = rdaq_net::iface::Interface::holding(v4).ok().flatten().with_context(|| format!("--sls-detector: no interface of this host holds --bind {ip}: give --receiver-mac"))?;
+    rdaq_net::iface::hardware_address(&iface.name).with_context(|| format!("--sls-detector: the MAC address of {} cannot be read: give --receiver-mac", iface.name))
 }
 
 fn is_mac(s: &str) -> bool {
@@ -210,6 +221,9 @@ mod tests {
         let line: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(line.join(" "), "-m rdaq.sls drive --detector jf1+jf2 --receiver-ip 10.1.1.100 --receiver-mac 9c:dc:71:47:e5:d4 --port 50001 --interfaces 2 --frames 1000 --period-s 0.002 --trigger internal --pedestal");
         assert!(Driver::default().command(&ask(1, false)).unwrap().is_none());
+        // without --receiver-mac, the MAC of the interface holding --bind (loopback's: zeros)
+        let lo = Driver { receiver_mac: None, ..args() }.command(&Ask { bind: "127.0.0.1".parse().unwrap(), ..ask(3, false) }).unwrap().unwrap();
+        assert!(lo.get_args().any(|a| a == "00:00:00:00:00:00"), "{:?}", lo.get_args().collect::<Vec<_>>());
         let c = args().command(&Ask { kind: Kind::Eiger { bit_depth: 8 }, ..ask(5, false) }).unwrap().unwrap();
         let line: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert!(line.join(" ").ends_with("--frames 5 --period-s 0.002 --trigger internal --kind eiger --bit-depth 8"), "{line:?}");
@@ -221,6 +235,7 @@ mod tests {
         assert!(e(args(), ask(1000, true)).contains("a multiple of 3"));
         assert!(e(Driver { receiver_mac: Some("9c:dc:71".into()), ..args() }, ask(3, false)).contains("--receiver-mac"));
         assert!(e(args(), Ask { bind: "0.0.0.0".parse().unwrap(), ..ask(3, false) }).contains("--bind"));
+        assert!(e(Driver { receiver_mac: None, ..args() }, Ask { bind: "192.0.2.7".parse().unwrap(), ..ask(3, false) }).contains("no interface of this host holds"));
         assert!(e(args(), Ask { kind: Kind::Eiger { bit_depth: 16 }, ..ask(3, true) }).contains("JUNGFRAU's"));
     }
 }
