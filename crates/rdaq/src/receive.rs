@@ -15,6 +15,8 @@ use rdaq_control::receiver as daemon;
 use rdaq_detector::Description;
 use rdaq_emulator::Control;
 use rdaq_run::config::Config;
+use rdaq_run::drive::{Ask, Drive, Kind, LANDED, PATIENCE};
+use rdaq_run::pedestal;
 use rdaq_run::receive::{Ended, Ending};
 use rdaq_run::remote;
 use rdaq_run::receiver_report::{recv_buffer_line, report_tuning};
@@ -23,13 +25,10 @@ use rdaq_run::{outputs, progress_bar};
 
 use crate::acquire::{set, AcquireArgs};
 use crate::interrupt::{on_interrupt, Interrupts};
-use rdaq_run::pedestal;
 use crate::sls_drive::SlsArgs;
-use rdaq_run::drive::{Ask, Drive, Kind, LANDED, PATIENCE};
 
 /// Seconds without a datagram after which an acquisition of a known frame count ends.
 const DEFAULT_QUIET_S: f64 = 10.0;
-
 
 #[derive(Args)]
 pub struct ReceiveArgs {

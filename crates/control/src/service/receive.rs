@@ -78,7 +78,7 @@ pub fn serve(o: Options) -> anyhow::Result<()> {
     let g = setup.chain.geometry;
     let image = Image { height: g.height(), width: g.width() };
     drop(setup);
-    let shown = Arc::new(Shown(Mutex::default(), o.driver.sls_detector.is_some()));
+    let shown = Arc::new(Shown { showing: Mutex::default(), driven: o.driver.sls_detector.is_some() });
     let access = Arc::new(o.access);
     let scraped = Arc::new(Scraped { name: o.name, shown: shown.clone(), access: access.clone() });
     let extra = axum::Router::new().route("/metrics", axum::routing::get(metrics)).with_state(scraped);
@@ -98,7 +98,7 @@ struct Scraped {
 
 async fn metrics(State(s): State<Arc<Scraped>>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
     let mut m = crate::metrics::Scrape::new("receiver", &s.name);
-    if let Some(board) = lock(&s.shown.0).board.clone() {
+    if let Some(board) = lock(&s.shown.showing).board.clone() {
         m.receiver(&board.receiver().unwrap_or_default(), &board);
     }
     m.counter("api_refused", "Control calls refused for a missing or wrong token", s.access.refused());
@@ -117,8 +117,10 @@ fn calibration_file(dir: &Path, prefix: &str) -> PathBuf {
 
 /// What the API shows of the dataset under way (or the last): its acquisition's board, and
 /// while its files are open, what stops it; and whether the service drives the detector.
-#[derive(Default)]
-struct Shown(Mutex<Showing>, bool);
+struct Shown {
+    showing: Mutex<Showing>,
+    driven: bool,
+}
 
 #[derive(Default)]
 struct Showing {
@@ -129,7 +131,7 @@ struct Showing {
 
 impl Backend for Shown {
     fn live(&self) -> (Live, u64) {
-        let shown = lock(&self.0);
+        let shown = lock(&self.showing);
         let Some(board) = &shown.board else { return (Live::default(), 0) };
         let counters = board.receiver();
         let live = Live {
@@ -156,12 +158,12 @@ impl Backend for Shown {
 
     /// A driven detector's pedestal takes three stages of as many frames.
     fn refuses(&self, req: &ArmRequest) -> Option<(&'static str, String)> {
-        (self.1 && req.pedestal && !req.frames_per_trigger.is_multiple_of(3))
+        (self.driven && req.pedestal && !req.frames_per_trigger.is_multiple_of(3))
             .then(|| ("frames_per_trigger", format!("{} for a pedestal of the driven detector: three gain stages of as many frames, a multiple of 3", req.frames_per_trigger)))
     }
 
     fn stop_trigger(&self) {
-        if let Some(stop) = &lock(&self.0).stop {
+        if let Some(stop) = &lock(&self.showing).stop {
             stop.stop.store(true, Ordering::Relaxed);
         }
     }
@@ -220,7 +222,7 @@ impl Datasets {
             .spawn(move || acquire(&source, &thread_cfg, &master, (count_time_s, period_s), pedestal, &halt, tx))?;
         // the thread says whether it listens before anything else it does
         let l = rx.recv().map_err(|_| anyhow::anyhow!("the dataset's acquisition panicked before its receiver listened"))??;
-        *lock(&self.shown.0) = Showing { board: Some(l.board.clone()), stop: Some(stop.clone()) };
+        *lock(&self.shown.showing) = Showing { board: Some(l.board.clone()), stop: Some(stop.clone()) };
         tracing::info!(dataset = d.number, master = %d.master.display(), frames = d.request.frames_per_trigger, triggers = d.request.triggers, pedestal, ports = ?l.ports, engine = l.engine, "dataset opened: the receiver listens");
         let calibration = pedestal.then(|| (calibration_file(dir, &d.request.prefix), cfg, l.geometry));
         Ok(Open { thread, board: l.board, stop, closing: Closing { summary, calibration } })
@@ -244,7 +246,7 @@ impl Datasets {
         let open = self.open.take()?;
         open.stop.stop.store(true, Ordering::Relaxed);
         let done = open.thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the dataset's acquisition panicked")));
-        lock(&self.shown.0).stop = None;
+        lock(&self.shown.showing).stop = None;
         Some((done, open.closing))
     }
 
