@@ -27,7 +27,8 @@ procedure), and ends when the detector is done.
 
 The acquisition service of one receiver (``rdaq receive --data-root --serve
 --sls-detector``) drives it the same way for each trigger. Reduced form, said here and in
-docs/jungfrau.md: this layer has run against a stand-in of ``slsdet.Detector`` that records every call and replays PSI's
+docs/jungfrau.md: this layer has run against a stand-in of ``slsdet.Detector`` that records
+every call and replays PSI's
 virtual JUNGFRAU's packets (tests/test_sls_control.py), not against a detector.
 """
 from __future__ import annotations
@@ -119,7 +120,8 @@ class SlsControl:
     def configure(self, frames: int | None, period_s: float | None, exptime_s: float | None, trigger: str = "internal",
                   triggers: int = 1):
         """Frames per trigger, their period and exposure (seconds; ``None`` leaves the
-        detector's: a pedestal procedure sets its frames itself and puts the detector's back), and the trigger mode as rdaq names it: internal (the detector's timing),
+        detector's: a pedestal procedure sets its frames itself and puts the detector's
+        back), and the trigger mode as rdaq names it: internal (the detector's timing),
         external (a trigger signal starts each trigger's frames) or gate (each frame exposed
         while the signal is high)."""
         t = self.enums.timingMode
@@ -283,7 +285,10 @@ def main(argv=None) -> int:
         pedestal = a.command == "pedestal" or getattr(a, "pedestal", False)
         c.configure(None if pedestal else a.frames, a.period_s, a.exptime_s, getattr(a, "trigger", "internal"))
         if a.command == "drive":
-            c.pedestal(a.frames) if a.pedestal else c.acquire()
+            if a.pedestal:
+                c.pedestal(a.frames)
+            else:
+                c.acquire()
             return 0
         if a.command == "pedestal":
             return pedestal_run(c, a.calibration, a.frames, a.port, a.interfaces, a.rdaq, bind=a.receiver_ip)
