@@ -190,3 +190,21 @@ def test_the_acquisition_service_finds_a_counting_detectors_spots(rdaq, tmp_path
     assert a["live"]["processing"]["hits"] == 2, a["live"]
     with h5py.File(tmp_path / "data" / "lyso_master.h5", "r") as f:
         assert f["entry/data/frame_number"][:].tolist() == [2, 4]
+
+
+def test_rdaq_run_of_an_emulated_counting_detector_finds_spots_too(rdaq, tmp_path):
+    """`rdaq run` with `detector.name = "eiger"` (its own packets emulated in the process)
+    and `process.mode = "spots"`: every frame is judged (the emulator's counting pattern is
+    not physics: no spots), the files carry the spot lists and the finder's settings."""
+    (tmp_path / "c.toml").write_text('[detector]\nname = "eiger"\nbit_depth = 16\n[process]\nmode = "spots"\nveto = false\n'
+                                     '[emulator]\nframes = 5\n')
+    r = subprocess.run([str(rdaq), "run", "--config", str(tmp_path / "c.toml"), "--out", str(tmp_path / "o"), "--stream", "none",
+                        "--preview", "none", "--summary-json", str(tmp_path / "s.json")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["frames_written"] == 5 and s["processing"]["signal_frames"] == 5, s
+    master = tmp_path / "o" / "rdaq_run_master.h5"
+    n, _ = spot_lists(master)
+    assert len(n) == 5 and int(n.sum()) == s["processing"]["spots_found"]
+    with h5py.File(master, "r") as f:
+        assert json.loads(f.attrs["rdaq_series"])["processing"]["applied"]
