@@ -51,7 +51,7 @@ def run(rdaq, tmp_path, veto, stream=None):
 def test_the_spots_of_a_counting_detector_equal_the_finder_on_its_file(rdaq, tmp_path):
     """Veto off: every frame written with its spot list; the summary counts the spots and
     the hits; `rdaq process spots` on the master (the run's finder settings, the counts
-    read back) finds the same spots."""
+    read back) finds the same spots, and its peakfinder8 as many."""
     s, out = run(rdaq, tmp_path, veto=False)
     assert "spots found in the counts" in s["stderr"] and "veto off" in s["stderr"], s["stderr"]
     p = s["processing"]
@@ -69,6 +69,12 @@ def test_the_spots_of_a_counting_detector_equal_the_finder_on_its_file(rdaq, tmp
     assert "threshold 0.5 counts" in r.stderr and "masked and saturated pixels are left out" in r.stderr, r.stderr
     n_again, again = spot_lists(tmp_path / "again.h5")
     assert n_again.tolist() == n_run.tolist() and again == run_spots
+    # peakfinder8 (offline) on the same counts finds the blocks too
+    r = subprocess.run([str(rdaq), "process", "spots", "--input", str(master), "--output", str(tmp_path / "pf8.h5"), "--finder", "peakfinder8",
+                        "--asic-nx", "1024", "--asic-ny", "512", "--nasics-x", "1", "--nasics-y", "1", "--adc-threshold", "100"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert spot_lists(tmp_path / "pf8.h5")[0].tolist() == [SPOTS[f] for f in (2, 3, 4)]
 
 
 def test_the_veto_writes_the_hits_of_a_counting_detector(rdaq, tmp_path):
