@@ -214,3 +214,34 @@ def test_rdaq_run_of_an_emulated_counting_detector_finds_spots_too(rdaq, tmp_pat
     assert len(n) == 5 and int(n.sum()) == s["processing"]["spots_found"]
     with h5py.File(master, "r") as f:
         assert json.loads(f.attrs["rdaq_series"])["processing"]["applied"]
+
+
+def test_a_receiver_daemon_finds_a_counting_detectors_spots(rdaq, tmp_path):
+    """The receiver daemon with native EIGER buffers and an acquisition whose configuration
+    says `process.mode = "spots"`: the spotted frames are written with their spot lists, as
+    `rdaq receive` writes them."""
+    import time
+
+    from test_control_api import call
+    from test_native_daemons import buffers, receiver_daemon
+    _, cli_h5 = run(rdaq, tmp_path, veto=False)
+    streams = spotted(capture("eiger_1g_dr16"))
+    proc, url, _ = receiver_daemon(rdaq, tmp_path)
+    try:
+        code, m = buffers(url, 1 << 20, {"detector": "eiger", "bit_depth": 16, "link": "1g"})
+        assert code == 200 and len(m["data_ports"]) == 4, m
+        code, started = call("POST", url + "/start", {"output": "eiger.h5", "config": {"process": {"mode": "spots", "veto": False}}})
+        assert code == 200, started
+        send_udp([(d, m["data_ports"][i]) for i, st in enumerate(streams) for d in st])
+        deadline = time.monotonic() + 20
+        while call("GET", url + "/status")[1]["counters"]["frames_complete"] < 3:
+            assert time.monotonic() < deadline, call("GET", url + "/status")
+            time.sleep(0.05)
+        code, stopped = call("POST", url + "/stop", {})
+        assert code == 200, stopped
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert stopped["frames_written"] == 3, stopped
+    (n_daemon, daemon), (n_cli, cli) = spot_lists(stopped["output"]), spot_lists(cli_h5)
+    assert n_daemon.tolist() == n_cli.tolist() == [SPOTS[f] for f in (2, 3, 4)] and daemon == cli
