@@ -550,7 +550,7 @@ impl<'a> Consumer<'a> {
             let _ = self.pool.send(job);
             return;
         };
-        let pixel_bytes = f.pixel.bytes();
+        let pixel_bytes = f.pixel_bytes();
         let bytes = self.geometry.width() * self.geometry.height() * pixel_bytes;
         let d = Delivered { job: Some(job), pool: self.pool.clone(), pixel_bytes, bytes };
         // a holder that went away takes no more frames: they go back to the pool

@@ -23,19 +23,14 @@ pub struct Finding {
     pub veto: bool,
     /// Every image pixel's NXmx mask bits (non-zero: left out).
     pub mask: Arc<Vec<u32>>,
-    /// A pixel at or above this count is saturated (the detector's largest count).
-    pub saturation: f32,
-    /// The file's pixels (their bytes in the assembled image).
-    pub pixel: PixelType,
+    /// The counts' bits: the detector saturates at its largest count.
+    pub bits: u8,
 }
 
 impl Finding {
-    /// The largest count of `pixel`'s counts: where the detector saturates.
-    pub fn saturation_of(pixel: PixelType) -> f32 {
-        match pixel {
-            PixelType::Counts(bits) => count_saturation(bits),
-            _ => u32::MAX as f32,
-        }
+    /// The bytes of a count in the assembled image (the file's pixel).
+    pub fn pixel_bytes(&self) -> usize {
+        PixelType::Counts(self.bits).bytes()
     }
 }
 
@@ -43,6 +38,7 @@ impl Finding {
 pub(crate) struct CountFinder {
     finding: Arc<Finding>,
     finder: LocalSnr,
+    saturation: f32,
     image: Vec<f32>,
 }
 
@@ -54,7 +50,7 @@ pub(crate) struct Judged {
 
 impl CountFinder {
     pub fn new(finding: Arc<Finding>) -> CountFinder {
-        CountFinder { finder: LocalSnr::new(finding.params), finding, image: Vec::new() }
+        CountFinder { finder: LocalSnr::new(finding.params), saturation: count_saturation(finding.bits), finding, image: Vec::new() }
     }
 
     /// A glance at the frame judged last (its counts, the left-out pixels without a value,
@@ -68,12 +64,12 @@ impl CountFinder {
     /// counts) into `spots`, judges the frame and counts it on `board`.
     pub fn judge(&mut self, bytes: &[u8], width: usize, height: usize, spots: &mut Vec<Spot>, board: Option<&Board>) -> Judged {
         self.image.clear();
-        match self.finding.pixel.bytes() {
+        match self.finding.pixel_bytes() {
             1 => self.image.extend(bytes.iter().map(|&b| b as f32)),
             2 => self.image.extend(bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]) as f32)),
             _ => self.image.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)),
         }
-        mask_counts(&mut self.image, &self.finding.mask, self.finding.saturation);
+        mask_counts(&mut self.image, &self.finding.mask, self.saturation);
         self.finder.find(&self.image, width, height, spots);
         let hit = is_hit(spots, self.finding.min_spots);
         let vetoed = self.finding.veto && !hit;
@@ -94,20 +90,7 @@ impl CountFinder {
 /// The processing report of a counting detector's frames: the board's counts, the frames
 /// written and compressed.
 pub fn report(finding: &Finding, board: &Board, frames_written: u64, frames_compressed: u64, pool_waits: u64) -> ProcessReport {
-    let c = &board.process;
-    let get = ProcessCounts::get;
-    let (signal_frames, vetoed) = (get(&c.signal_frames), get(&c.vetoed));
-    ProcessReport {
-        signal_frames,
-        hits: get(&c.hits),
-        vetoed,
-        vetoed_fraction: if signal_frames > 0 { vetoed as f64 / signal_frames as f64 } else { 0.0 },
-        spots_found: get(&c.spots_found),
-        frames_written,
-        frames_compressed,
-        veto: finding.veto,
-        min_spots: finding.min_spots,
-        pool_waits,
-        ..ProcessReport::default()
-    }
+    let mut r = ProcessReport { frames_written, frames_compressed, veto: finding.veto, min_spots: finding.min_spots, pool_waits, ..ProcessReport::default() };
+    r.take_counts(&board.process);
+    r
 }

@@ -274,6 +274,16 @@ pub struct ProcessReport {
     pub calibration: Option<Arc<Calibration>>,
 }
 
+impl ProcessReport {
+    /// The board's running counts into the report, and the share of signal frames vetoed.
+    pub fn take_counts(&mut self, c: &ProcessCounts) {
+        let get = ProcessCounts::get;
+        (self.dark_frames, self.signal_frames, self.hits, self.vetoed) = (get(&c.dark_frames), get(&c.signal_frames), get(&c.hits), get(&c.vetoed));
+        (self.spots_found, self.pedestal_updates, self.dark_incomplete) = (get(&c.spots_found), get(&c.pedestal_updates), get(&c.dark_incomplete));
+        self.vetoed_fraction = if self.signal_frames > 0 { self.vetoed as f64 / self.signal_frames as f64 } else { 0.0 };
+    }
+}
+
 #[derive(Debug, Serialize, Clone)]
 pub struct StepReport {
     pub name: &'static str,
@@ -759,11 +769,7 @@ impl Graph<'_> {
     /// The consumer's statistics and the processing report, from the source's counts, the
     /// stages' and the tracked calibration.
     fn report(self, stages: Vec<Arc<StageStats>>, mut r: ProcessReport) -> (ConsumeStats, ProcessReport) {
-        let c = &self.setup.board.process;
-        let get = ProcessCounts::get;
-        (r.dark_frames, r.signal_frames, r.hits, r.vetoed) = (get(&c.dark_frames), get(&c.signal_frames), get(&c.hits), get(&c.vetoed));
-        (r.spots_found, r.pedestal_updates, r.dark_incomplete) = (get(&c.spots_found), get(&c.pedestal_updates), get(&c.dark_incomplete));
-        r.vetoed_fraction = if r.signal_frames > 0 { r.vetoed as f64 / r.signal_frames as f64 } else { 0.0 };
+        r.take_counts(&self.setup.board.process);
         r.stages = stages.iter().map(|s| StageReport::of(s)).collect();
         r.steps = self.step_report();
         r.frames_compressed = self.steps.compressed.load(Ordering::Relaxed);

@@ -33,8 +33,14 @@ pub fn plan(cfg: &Config, g: Geometry, ids: Option<&[u16]>) -> anyhow::Result<(N
 
 /// The local-SNR spot finder's settings of the configuration (its threshold in keV).
 pub fn finder_params(cfg: &Config) -> rdaq_process::spots::LocalSnrParams {
-    let (p, e) = (&cfg.process, cfg.detector.photon_energy_kev as f32);
-    rdaq_process::spots::LocalSnrParams { threshold: p.threshold_photons * e, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels }
+    finder_params_in(cfg, cfg.detector.photon_energy_kev as f32)
+}
+
+/// The finder's settings for images in a unit of which a photon is `per_photon` (keV: the
+/// photon energy; a counting detector's counts: 1).
+pub fn finder_params_in(cfg: &Config, per_photon: f32) -> rdaq_process::spots::LocalSnrParams {
+    let p = &cfg.process;
+    rdaq_process::spots::LocalSnrParams { threshold: p.threshold_photons * per_photon, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels }
 }
 
 /// The processing graph's settings from the configuration, the file's pixel type and the

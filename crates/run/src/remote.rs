@@ -222,13 +222,14 @@ fn counting_spots(cfg: &Config, d: &Description, decoder: &Decoder, meta: &mut N
     if d.kind != rdaq_detector::description::Kind::Counting || !matches!(decoder, Decoder::Layout(_)) {
         bail!("process.mode = \"spots\" finds spots in a counting detector's counts; {} integrates (its description's kind), and its planes are written as they come", d.name);
     }
-    let params = rdaq_process::spots::LocalSnrParams { threshold: p.threshold_photons, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels };
+    // a count is a photon
+    let params = crate::plan::finder_params_in(cfg, 1.0);
     params.check(meta.geometry.height(), meta.geometry.width()).map_err(|e| anyhow::anyhow!("process: {e}"))?;
     meta.codec = rdaq_process::bitshuffle::Codec::parse(&p.codec, p.zstd_level)?;
     meta.max_spots = p.max_spots;
     meta.processing = Some(cfg.processing_meta(true));
-    let (mask, saturation) = (Arc::new(meta.pixel_mask()), Finding::saturation_of(meta.pixel));
-    Ok(Some(Arc::new(Finding { params, min_spots: p.min_spots, veto: p.veto, mask, saturation, pixel: meta.pixel })))
+    let PixelType::Counts(bits) = meta.pixel else { bail!("process.mode = \"spots\": {} writes no counts", d.name) };
+    Ok(Some(Arc::new(Finding { params, min_spots: p.min_spots, veto: p.veto, mask: Arc::new(meta.pixel_mask()), bits })))
 }
 
 /// The receiver settings every format shares, for modules of `module_bytes` bytes.
