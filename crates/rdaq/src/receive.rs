@@ -15,7 +15,7 @@ use rdaq_control::receiver as daemon;
 use rdaq_detector::Description;
 use rdaq_emulator::Control;
 use rdaq_run::config::Config;
-use rdaq_run::drive::{Ask, Drive, Kind, LANDED, PATIENCE};
+use rdaq_run::drive::{Ask, Drive, LANDED, PATIENCE};
 use rdaq_run::pedestal;
 use rdaq_run::receive::{Ended, Ending};
 use rdaq_run::remote;
@@ -219,7 +219,15 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let series = a.out.as_deref().map(outputs::series_files);
     let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.acq.summary_json.as_deref()).chain(a.pedestal_run.as_deref());
     outputs::refuse_existing(named, overwrite)?;
-    let drive_command = a.sls.driver().command(&ask(&a, &cfg)?)?;
+    let (count, frame) = told_times(&a)?;
+    rdaq_proto::metadata::gate_exposure("--count-time-s", &cfg.detector.trigger_mode, count).map_err(|(field, why)| anyhow::anyhow!("{field}: {why}"))?;
+    let drive_command = match &a.sls.sls_detector {
+        Some(_) => {
+            let ask = Ask::of(&cfg, &source(&a, &cfg)?, a.frames.unwrap_or_default(), (frame, count), a.pedestal_run.is_some(), cfg.detector.trigger_mode.clone())?;
+            a.sls.driver().command(&ask)?
+        }
+        None => None,
+    };
     let receiving = rdaq_run::receive::start(setup, &cfg, a.out.as_deref())?;
     let rx = &receiving.rx;
     if let Some(p) = &a.buffers_out {
@@ -274,25 +282,6 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     }
     drove?;
     Ok(sum.exit_code("receive", cfg.output.tolerate_loss))
-}
-
-/// What a driven detector is asked for: what this receiver takes.
-fn ask(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<Ask> {
-    let (count, frame) = told_times(a)?;
-    rdaq_proto::metadata::gate_exposure("--count-time-s", &cfg.detector.trigger_mode, count).map_err(|(field, why)| anyhow::anyhow!("{field}: {why}"))?;
-    let told = |t: f64| (t > 0.0).then_some(t);
-    let kind = if a.sls.sls_detector.is_some() { Kind::of(&source(a, cfg)?)? } else { Kind::Jungfrau };
-    Ok(Ask {
-        kind,
-        bind: cfg.network.bind,
-        port: cfg.network.data_port,
-        interfaces: a.interfaces,
-        frames: a.frames.unwrap_or_default(),
-        period_s: told(frame),
-        exptime_s: told(count),
-        pedestal: a.pedestal_run.is_some(),
-        trigger: cfg.detector.trigger_mode.clone(),
-    })
 }
 
 /// Shows the summary on the dashboard until Ctrl-C (at once when Ctrl-C ended the

@@ -73,6 +73,26 @@ pub struct Ask {
     pub trigger: String,
 }
 
+impl Ask {
+    /// What the receiver of `source` under `cfg` asks of the detector it drives: `frames`
+    /// (a pedestal's three stages together), the period and exposure when told (above 0),
+    /// and the trigger mode.
+    pub fn of(cfg: &crate::config::Config, source: &crate::remote::Source, frames: u64, (period_s, exptime_s): (f64, f64), pedestal: bool, trigger: String) -> anyhow::Result<Ask> {
+        let told = |t: f64| (t > 0.0).then_some(t);
+        Ok(Ask {
+            kind: Kind::of(source)?,
+            bind: cfg.network.bind,
+            port: cfg.network.data_port,
+            interfaces: source.interfaces,
+            frames,
+            period_s: told(period_s),
+            exptime_s: told(exptime_s),
+            pedestal,
+            trigger,
+        })
+    }
+}
+
 /// The detector's client while it drives the detector.
 pub struct Drive {
     child: Arc<Mutex<Child>>,

@@ -35,7 +35,7 @@ use rdaq_detector::Geometry;
 use rdaq_manager::service::{ArmRequest, Dataset, Send};
 use rdaq_run::board::Board;
 use rdaq_run::config::Config;
-use rdaq_run::drive::{Ask, Drive, Driver, Kind, LANDED, PATIENCE};
+use rdaq_run::drive::{Ask, Drive, Driver, LANDED, PATIENCE};
 use rdaq_run::receive::Received;
 use rdaq_run::remote::{self, Source};
 
@@ -254,18 +254,8 @@ impl Datasets {
     fn ask(&self, send: &Send) -> anyhow::Result<Ask> {
         let d = lock(&self.hub.service).dataset().cloned().context("no dataset armed")?;
         let r = &d.request;
-        let told = |t: f64| (t > 0.0).then_some(t);
-        Ok(Ask {
-            kind: Kind::of(&self.source)?,
-            bind: self.config.network.bind,
-            port: self.config.network.data_port,
-            interfaces: self.source.interfaces,
-            frames: send.frames,
-            period_s: told(send.period_s),
-            exptime_s: told(r.count_time_s),
-            pedestal: r.pedestal,
-            trigger: r.trigger_mode.clone().unwrap_or_else(|| self.config.detector.trigger_mode.clone()),
-        })
+        let trigger = r.trigger_mode.clone().unwrap_or_else(|| self.config.detector.trigger_mode.clone());
+        Ask::of(&self.config, &self.source, send.frames, (send.period_s, r.count_time_s), r.pedestal, trigger)
     }
 
     /// Records a pedestal dataset's calibration, and takes it for the datasets after.
