@@ -116,6 +116,10 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
     assert code == 400 and "output" in body["error"]
     code, body = call("POST", dr + "/start", {"gap_y": 1000000})
     assert code == 400 and "gap_y" in body["error"], body
+    code, body = call("POST", dr + "/start", {"detector": {"modules": 1, "module_cols": 1}})
+    assert code == 400 and "detector.modules" in body["error"], "modules 0 and 1 are not part of a 1-module detector"
+    code, body = call("POST", dr + "/start", {"detector": {"modules": 4, "module_cols": 3}})
+    assert code == 400 and "detector.module_cols" in body["error"], body
     code, body = call("POST", dr + "/start", {"config": {"process": {"workers": 10 ** 9}}})
     assert code == 400 and "process.workers" in body["error"], body
     assert call("GET", dr + "/status")[1]["state"] == "configured", "answers at once, and nothing started"

@@ -20,13 +20,13 @@ from test_readme_daemons import wait_up
 FRAMES = 40
 
 
-def topology(tmp_path, process, streams=("none", "none"), previews=("none", "none")):
+def topology(tmp_path, process, streams=("none", "none"), previews=("none", "none"), mode="temporal"):
     """The topology file of the system `run_system` starts, on ports the kernel finds free
     (kept in ports.json beside it); the receivers' data ports any free ones."""
     ports = {"det": free_port(), "dr0": free_port(), "dr1": free_port(), "mgr": free_port()}
     (tmp_path / "ports.json").write_text(json.dumps(ports))
     text = (f'[detector]\nmodules = 4\nmodule_cols = 1\ncontrol = "127.0.0.1:{ports["det"]}"\nphoton_energy_kev = 12.4\n\n'
-            '[transfer]\nmode = "temporal"\n')
+            f'[transfer]\nmode = "{mode}"\n')
     for k, name in enumerate(("dr0", "dr1")):
         text += (f'\n[[receivers]]\nname = "{name}"\ncontrol = "127.0.0.1:{ports[name]}"\ndata = "127.0.0.1"\n'
                  f'data_port = 0\nmemory_mib = 256\nstream = "{streams[k]}"\npreview = "{previews[k]}"\n')
@@ -214,3 +214,80 @@ def test_rdaq_write_takes_every_receivers_stream_into_one_series(rdaq, tmp_path)
         for i in range(0, FRAMES, 7):
             assert np.array_equal(c["entry/data/data"][i], j["entry/data/data"][i]), f"frame {i}"
         assert np.array_equal(c["entry/result_1/nPeaks"][:], j["entry/result_1/nPeaks"][:])
+
+
+def test_one_joined_stream_of_a_spatial_plan_carries_whole_images(rdaq, tmp_path):
+    """Receivers that each hold two of the four modules (a spatial plan) stream parts of
+    every image; `rdaq write --stream --out` joins the parts of each frame into the whole
+    image. Each receiver's veto judges its own modules, so some frames come from one
+    receiver only: the consumer (strict about every field) sees one start and one end, every
+    frame either receiver kept once, in frame order, each module's pixels equal to the
+    receiver's file that holds it, the modules of a receiver that did not keep the frame
+    marked missing, and the spots of both parts in the whole image's coordinates; the files
+    `rdaq write` writes equal the stream."""
+    import threading
+
+    import stream_consumer as sc
+    import stream_v2_strict as strict
+    streams = (f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}")
+    joined = f"tcp://127.0.0.1:{free_port()}"
+    topo = topology(tmp_path, '\n[process]\ncalibration = "emulated"\nmin_spots = 60\n', streams, mode="spatial")
+    joiner = subprocess.Popen([rdaq, "write", "--from", streams[0], "--from", streams[1], "--stream", joined, "--stream-policy", "block",
+                               "--out", tmp_path / "wr", "--name", "whole", "--idle-timeout-s", "60", "--summary-json", tmp_path / "j.json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    got = []
+    consumer = threading.Thread(target=lambda: got.extend(sc.receive(joined, timeout_ms=120000)))
+    consumer.start()
+    try:
+        out, _, _ = run_system(rdaq, tmp_path, topo, receiver_args=["--stream-policy", "block"])
+        jout, jerr = joiner.communicate(timeout=60)
+    finally:
+        joiner.kill()
+    consumer.join(60)
+    assert joiner.returncode == 0, jout + jerr
+    types = [m["type"] for m in got]
+    assert types.count("start") == 1 and types[0] == "start" and types.count("end") == 1 and types[-1] == "end", types[:3]
+    for m in got:
+        assert strict.problems(m) == [], strict.problems(m)
+    start, images = got[0], [m for m in got if m["type"] == "image"]
+    assert (start["image_size_x"], start["image_size_y"]) == (1024, 4 * 512 + 3 * 36), "the whole detector"
+    assert (start["beam_center_x"], start["beam_center_y"]) == (512, (4 * 512 + 3 * 36) / 2)
+    assert [m["image_id"] for m in images] == list(range(len(images)))
+    numbers = [m["user_data"]["rdaq"]["frame_number"] for m in images]
+    parts = {}
+    for name in ("dr0", "dr1"):
+        with h5py.File(tmp_path / name / f"{name}_master.h5", "r") as f:
+            frames = f["entry/data/frame_number"][:].tolist()
+            parts[name] = {fr: (f["entry/data/data"][i], f["entry/result_1/nPeaks"][i]) for i, fr in enumerate(frames)}
+    assert numbers == sorted(set(parts["dr0"]) | set(parts["dr1"])), "every frame a receiver kept, once, in order"
+    alone = [fr for fr in numbers if (fr in parts["dr0"]) != (fr in parts["dr1"])]
+    assert alone and len(alone) < len(numbers), "some frames kept by one receiver only, some by both"
+    rows = 2 * 512 + 36  # a part: two modules and the gap between them
+    w = json.loads((tmp_path / "j.json").read_text())
+    assert w["ended"] and w["images_written"] == len(images) and w["images_with_parts_absent"] == len(alone) and w["parts_late"] == 0
+    with h5py.File(tmp_path / "wr" / "whole_master.h5", "r") as c:
+        assert c["entry/data/frame_number"][:].tolist() == numbers
+        incomplete = c["entry/data/incomplete_frame_number"][:].tolist() if "incomplete_frame_number" in c["entry/data"] else []
+        assert sorted(incomplete) == alone, "a frame with a part absent is written incomplete"
+        for i, m in enumerate(images):
+            image = sc.decode_array(m["data"]["data"])
+            assert np.array_equal(image, c["entry/data/data"][i]), f"file and stream, image {i}"
+            missing = np.zeros(image.size, bool)
+            for first, count in m["user_data"]["rdaq"]["missing_pixels"]:
+                missing[first:first + count] = True
+            missing = missing.reshape(image.shape)
+            fr = numbers[i]
+            for name, top in (("dr0", 0), ("dr1", rows + 36)):
+                if fr in parts[name]:
+                    assert np.array_equal(image[top:top + rows], parts[name][fr][0]), f"frame {fr}: {name}'s modules"
+                    assert not missing[top:top + rows].any()
+                else:
+                    assert missing[top:top + 512].all() and missing[top + 548:top + rows].all(), f"frame {fr}: {name}'s modules marked"
+            assert np.array_equal(image[rows:rows + 36], image[512:548]), "the gap between the parts holds the gaps' value"
+            spots = m["user_data"]["rdaq"]["spots"]
+            want = sum(int(parts[name][fr][1]) for name in ("dr0", "dr1") if fr in parts[name])
+            assert len(spots["x"]) == min(want, start["user_data"]["rdaq"]["max_spots"]), f"frame {fr} spots"
+            lower = [y for y in spots["y"] if y >= rows + 36]
+            if fr not in parts["dr1"]:
+                assert not lower, f"frame {fr}: no spots where dr1's modules are"
+    assert "processing :" in out

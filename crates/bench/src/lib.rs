@@ -14,13 +14,15 @@
 //! - [`roce`]: the software RoCEv2 target beside rdaq datagrams on the AF_XDP engine, and
 //!   the ICRC's share of its receive CPU.
 //! - [`stream`]: the Stream V2 publisher against bare ZeroMQ; [`write`]: the NXmx writer
-//!   against a plain sequential write of the same bytes.
+//!   against a plain sequential write of the same bytes; [`join`]: `rdaq write` joining a
+//!   spatial plan's parts against compressing the whole image once.
 //! - [`api`]: the C API and the Python iterator against the Rust consumer.
 
 pub mod api;
 pub mod gpu;
 pub mod hosts;
 pub mod ingest;
+pub mod join;
 pub mod pipeline;
 pub mod process;
 pub mod roce;
@@ -61,6 +63,9 @@ pub enum BenchCmd {
     /// Images through the Stream V2 publisher to a consumer, beside a bare ZeroMQ PUSH/PULL
     /// pair with messages of the same size.
     Stream(stream::StreamBenchArgs),
+    /// `rdaq write` joining a spatial plan's parts into whole images, beside compressing the
+    /// whole image once.
+    Join(join::JoinBenchArgs),
     /// The receive engines (recvmmsg, io_uring, AF_XDP) side by side on loopback and a veth
     /// pair: bandwidth, CPU and one-way latency against message size, and the highest
     /// lossless rate of 8 KiB datagrams for each engine's bare loop and full receiver.
@@ -136,6 +141,7 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
         BenchCmd::Process(a) => process::bench(a),
         BenchCmd::Pipeline(a) => pipeline::bench(a),
         BenchCmd::Stream(a) => stream::bench(a),
+        BenchCmd::Join(a) => join::bench(a),
         BenchCmd::Gpu(a) => gpu::bench(a),
         BenchCmd::Transport(a) => transport::bench(a),
         BenchCmd::Roce(a) => roce::bench(a),

@@ -384,6 +384,19 @@ pub struct StartRequest {
     pub count_time_s: f64,
     #[serde(default)]
     pub frame_time_s: f64,
+    /// The whole detector's module grid, when the modules held here are some of its modules
+    /// (a spatial plan), stacked in one column: the files and the stream then say where
+    /// they go, so that `rdaq write` joins the receivers' parts into whole images.
+    #[serde(default)]
+    pub detector: Option<DetectorGrid>,
+}
+
+/// A detector's module grid: its modules, and how many per row.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetectorGrid {
+    pub modules: u16,
+    pub module_cols: u16,
 }
 
 
@@ -441,6 +454,8 @@ struct Plan {
     preview: Option<(rdaq_stream::StreamConfig, Duration)>,
     /// The frames' count time and frame time (0: unknown).
     times: (f64, f64),
+    /// The whole detector, when the modules held here are a part of it.
+    part: Option<(Vec<u16>, Geometry)>,
 }
 
 /// What the acquisition writes to, made outside the lock.
@@ -467,6 +482,7 @@ fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError>
     }
     let geometry = Geometry::new(modules, req.module_cols, req.gap_x, req.gap_y)
         .ok_or_else(|| bad(format!("module_cols: {} does not divide the {modules} modules held here into rows", req.module_cols)))?;
+    let part = req.detector.map(|d| detector_of(d, &active.request.modules, geometry)).transpose()?;
     let subdir = match &req.directory {
         Some(_) if req.output.is_none() => return Err(bad("directory: only with an output")),
         Some(d) => Some(rdaq_run::outputs::subdirectory("directory", d).map_err(|e| bad(format!("{e:#}")))?),
@@ -498,7 +514,22 @@ fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError>
     }
     let preview = cfg.stream.preview_config().map_err(|e| bad(format!("preview: {e:#}")))?;
     active.starting = true;
-    Ok(Plan { rx: active.rx.clone(), name, events, out_dir, subdir, path, overwrite: req.overwrite, source, cfg, stream_cfg, preview, times: (req.count_time_s, req.frame_time_s) })
+    Ok(Plan { rx: active.rx.clone(), name, events, out_dir, subdir, path, overwrite: req.overwrite, source, cfg, stream_cfg, preview, times: (req.count_time_s, req.frame_time_s), part })
+}
+
+/// The whole detector of grid `d` that the modules `ids` held here (in the image
+/// `geometry`) are part of; they must be one column of it.
+fn detector_of(d: DetectorGrid, ids: &[u16], geometry: Geometry) -> Result<(Vec<u16>, Geometry), ApiError> {
+    let whole = Geometry::new(d.modules, d.module_cols, geometry.gap_x, geometry.gap_y)
+        .ok_or_else(|| bad(format!("detector.module_cols: {} does not divide the detector's {} modules into rows", d.module_cols, d.modules)))?;
+    let part = rdaq_sink::DetectorPart { module_ids: ids.to_vec(), detector: whole };
+    if !part.valid() {
+        return Err(bad(format!("detector.modules: the modules held here ({ids:?}) are not distinct modules of a {}-module detector", d.modules)));
+    }
+    if geometry.module_cols != 1 {
+        return Err(bad("module_cols: the modules of a part of a detector are stacked in one column (module_cols 1)"));
+    }
+    Ok((part.module_ids, whole))
 }
 
 /// Builds the chain and creates the files and the stream of `plan` (slow: not under the lock).
@@ -506,6 +537,9 @@ fn open_outputs(plan: Plan) -> (Plan, Result<Outputs, ApiError>) {
     let opened = (|| {
         let remote::Setup { chain, mut meta, notes, .. } = remote::setup(&plan.source, &plan.cfg).map_err(|e| bad(format!("config: {e:#}")))?;
         (meta.count_time_s, meta.frame_time_s) = plan.times;
+        if let Some((ids, whole)) = &plan.part {
+            rdaq_run::remote::hold_part(&mut meta, &plan.cfg, ids, *whole);
+        }
         for n in notes {
             tracing::info!(receiver = %plan.name, "{n}");
         }

@@ -54,6 +54,7 @@ pub mod joined;
 pub mod latency;
 pub mod outputs;
 pub mod pairs;
+pub mod parts;
 pub mod pedestal;
 pub mod receive;
 pub mod receiver_report;

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use rdaq_detector::description::Place;
-use rdaq_detector::{Description, ModuleLayout};
+use rdaq_detector::{Description, Geometry, ModuleLayout};
 use rdaq_process::descramble::Descrambler;
 use rdaq_receiver::{Format, PortGrid, ReceiverConfig};
-use rdaq_sink::{NxmxMeta, PixelType};
+use rdaq_sink::{DetectorPart, NxmxMeta, PixelType};
 use serde::Deserialize;
 
 use crate::acquisition::Chain;
@@ -164,6 +164,23 @@ pub fn setup(a: &Source, cfg: &Config) -> anyhow::Result<Setup> {
     let masked = processing.iter().filter(|_| !cfg.emulated_calibration()).map(|p| crate::calibration::masked_said(&geometry, &p.calibration));
     let notes = crate::calibration::psi_said(cfg).into_iter().chain(masked).collect();
     Ok(Setup { rcfg, chain: Chain::new(cfg, geometry, processing, "receiver"), meta, notes })
+}
+
+/// Makes `meta` the images of the modules `ids` of the detector `whole` (a receiver of a
+/// spatial plan): its files and stream then say where they go. The beam centre, which the
+/// configuration gives for the whole detector (by default its centre), is counted from the
+/// part's first module, so that a joiner adding that module's place gets it back.
+pub fn hold_part(meta: &mut NxmxMeta, cfg: &Config, ids: &[u16], whole: Geometry) {
+    let g = meta.geometry;
+    let detector = whole.with_module_size(g.module_width, g.module_height);
+    let (r0, c0) = detector.origin(ids[0]);
+    let d = &cfg.detector;
+    let x = d.beam_center_x.unwrap_or(detector.width() as f64 / 2.0);
+    let y = d.beam_center_y.unwrap_or(detector.height() as f64 / 2.0);
+    meta.beam_center = [x - c0 as f64, y - r0 as f64];
+    // the name is the detector's (made from the modules of the image)
+    meta.detector_name = meta.detector_name.replacen(&format!(" {}-module", g.modules), &format!(" {}-module", detector.modules), 1);
+    meta.part = Some(DetectorPart { module_ids: ids.to_vec(), detector });
 }
 
 /// The module ids the calibration is taken for (`None`: the first modules).

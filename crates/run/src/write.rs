@@ -10,6 +10,10 @@
 //! behind the others no longer holds them back: what it sends later is written when it
 //! comes, and counted as out of order.
 //!
+//! Receivers that each hold some of the modules (a spatial plan; their `start` says which)
+//! send parts of every image: the parts of one frame are joined into the whole image
+//! ([`crate::parts`]), and the modules of a part that did not come are marked missing.
+//!
 //! With a stream endpoint, the merged series is also published again as one Stream V2
 //! series ([`crate::joined`]): one live stream of a multi-receiver acquisition; the files
 //! are then optional.
@@ -21,11 +25,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use indicatif::ProgressBar;
-use rdaq_sink::{NxmxMeta, NxmxWriter};
+use rdaq_sink::{DetectorPart, NxmxMeta, NxmxWriter};
 use rdaq_stream::{decode, Buffer, Consumer, Image, Message, SocketKind, StreamConfig, StreamStats};
 
 use crate::joined::Joined;
 use crate::outputs;
+use crate::parts::PartJoiner;
 
 /// Images waiting for the other sources, at most, before the lowest is written anyway.
 pub const MAX_WAITING: usize = 256;
@@ -59,6 +64,11 @@ pub struct WriteReport {
     pub images_before_start: u64,
     /// Images written after one of a higher frame number (a source that fell behind).
     pub images_out_of_order: u64,
+    /// Parts of images (receivers of some of the modules): images written with the parts of
+    /// some sources absent (their modules marked missing: a frame that receiver vetoed or
+    /// never took), and parts that came after their frame was written (not joined).
+    pub images_with_parts_absent: u64,
+    pub parts_late: u64,
     pub messages_undecodable: u64,
     pub bytes: u64,
     /// First to last image.
@@ -92,7 +102,7 @@ pub struct SourceReport {
 impl WriteReport {
     /// Whether the series arrived whole and was saved.
     pub fn complete(&self) -> bool {
-        self.ended && self.images_missing == 0 && self.images_before_start == 0 && self.messages_undecodable == 0 && self.write_error.is_none()
+        self.ended && self.images_missing == 0 && self.images_before_start == 0 && self.messages_undecodable == 0 && self.parts_late == 0 && self.write_error.is_none()
     }
 
     pub fn print(&self) {
@@ -106,6 +116,9 @@ impl WriteReport {
                 println!("source      : {}: {} images, {} skipped, {}", s.endpoint, s.images, s.images_missing, if s.ended { "ended" } else { "no end" });
             }
             println!("order       : {} images written out of frame order", self.images_out_of_order);
+        }
+        if self.images_with_parts_absent > 0 || self.parts_late > 0 {
+            println!("parts       : {} images with some sources' parts absent (marked missing), {} parts late (not joined)", self.images_with_parts_absent, self.parts_late);
         }
         println!("end         : {}", if self.ended { "received" } else { "not received (timeout or interrupted)" });
         match &self.master {
@@ -132,6 +145,8 @@ struct Series {
     last: Option<Instant>,
     /// The highest frame number written so far.
     highest: Option<u64>,
+    /// Joins the parts when the sources hold parts of the detector.
+    joiner: Option<PartJoiner>,
 }
 
 /// One publisher and the images of its series waiting for the merge.
@@ -141,6 +156,8 @@ struct Source {
     started: bool,
     /// The images its `start` said its series holds.
     announced: Option<u64>,
+    /// The modules it holds, when its images are parts of the detector's.
+    part: Option<DetectorPart>,
     next_id: u64,
     waiting: VecDeque<Image>,
 }
@@ -161,7 +178,7 @@ pub fn write(o: &WriteOptions, stop: &AtomicBool, bar: &ProgressBar) -> anyhow::
     let mut sources = Vec::with_capacity(o.from.len());
     for e in &o.from {
         let consumer = Consumer::connect(e, o.socket, 1000)?;
-        sources.push(Source { consumer, report: SourceReport { endpoint: e.clone(), ..Default::default() }, started: false, announced: None, next_id: 0, waiting: VecDeque::new() });
+        sources.push(Source { consumer, report: SourceReport { endpoint: e.clone(), ..Default::default() }, started: false, announced: None, part: None, next_id: 0, waiting: VecDeque::new() });
     }
     let mut report = consume(o, stop, bar, &mut sources, joined.as_mut())?;
     if let Some(j) = joined {
@@ -220,9 +237,10 @@ fn take(o: &WriteOptions, src: &mut Source, buf: &Buffer, series: &mut Option<Se
         Ok(Message::Start(meta)) => {
             src.started = true;
             src.announced = meta.number_of_images;
+            src.part = meta.part.clone();
             match series {
                 None => *series = Some(open(o, *meta, bar)?),
-                Some(s) => same_images(&s.meta, &meta).with_context(|| format!("{from}: its series cannot be written with the first source's"))?,
+                Some(s) => same_images(s, &meta).with_context(|| format!("{from}: its series cannot be written with the first source's"))?,
             }
         }
         Ok(Message::Image(_)) if !src.started => report.images_before_start += 1,
@@ -243,9 +261,17 @@ fn take(o: &WriteOptions, src: &mut Source, buf: &Buffer, series: &mut Option<Se
     Ok(())
 }
 
-/// Fails unless a second source's series has the first one's images (size, pixels, spots).
-fn same_images(a: &NxmxMeta, b: &NxmxMeta) -> anyhow::Result<()> {
-    let (ga, gb) = (&a.geometry, &b.geometry);
+/// Fails unless a second source's series has the first one's images (size, pixels, spots),
+/// or parts of the same detector when the first's are parts.
+fn same_images(s: &Series, b: &NxmxMeta) -> anyhow::Result<()> {
+    let a = &s.meta;
+    match (&s.joiner, &b.part) {
+        (Some(j), Some(p)) if j.detector() != p.detector => bail!("its images are parts of a {}-module detector, the first's of a {}-module one", p.detector.modules, j.detector().modules),
+        (Some(_), None) => bail!("its images are whole images, the first source's parts of them (modules held by one receiver each)"),
+        (None, Some(_)) => bail!("its images are parts of the detector (modules held by one receiver each), the first source's whole images"),
+        _ => {}
+    }
+    let (ga, gb) = (&a.geometry, &b.part.as_ref().map_or(b.geometry, |p| p.detector));
     if (ga.height(), ga.width()) != (gb.height(), gb.width()) || a.pixel != b.pixel || a.max_spots != b.max_spots {
         bail!("its images are {}x{} {:?} with {} spots kept, the first's {}x{} {:?} with {}", gb.height(), gb.width(), b.pixel, b.max_spots, ga.height(), ga.width(), a.pixel, a.max_spots);
     }
@@ -275,7 +301,13 @@ fn merge(s: &mut Series, sources: &mut [Source], how: Merge, report: &mut WriteR
             j.start(&joined_meta(&s.meta, sources))?;
         }
         let k = (0..sources.len()).filter(|&k| !sources[k].waiting.is_empty()).min_by_key(|&k| sources[k].waiting[0].frame_number).expect("an image waits");
-        let img = sources[k].waiting.pop_front().expect("an image waits");
+        let img = match s.joiner.is_some() {
+            true => match join_parts(s, sources, sources[k].waiting[0].frame_number, report) {
+                Some(img) => img,
+                None => continue,
+            },
+            false => sources[k].waiting.pop_front().expect("an image waits"),
+        };
         if s.highest.is_some_and(|h| img.frame_number < h) {
             report.images_out_of_order += 1;
         }
@@ -288,16 +320,57 @@ fn merge(s: &mut Series, sources: &mut [Source], how: Merge, report: &mut WriteR
     }
 }
 
+/// The whole image of frame `frame` from the parts of it waiting first in line; `None`
+/// when they came after the frame was written (counted late), or cannot be joined
+/// (counted undecodable).
+fn join_parts(s: &mut Series, sources: &mut [Source], frame: u64, report: &mut WriteReport) -> Option<Image> {
+    let taken: Vec<(usize, Image)> =
+        sources.iter_mut().enumerate().filter(|(_, x)| x.waiting.front().is_some_and(|i| i.frame_number == frame)).map(|(k, x)| (k, x.waiting.pop_front().expect("an image waits"))).collect();
+    if s.highest.is_some_and(|h| frame <= h) {
+        if report.parts_late == 0 {
+            eprintln!("rdaq write: parts of frame {frame} came after it was written (a source fell behind): counted, not joined");
+        }
+        report.parts_late += taken.len() as u64;
+        return None;
+    }
+    let parts: Vec<(&DetectorPart, Image)> = taken.into_iter().map(|(k, img)| (sources[k].part.as_ref().expect("a source of parts"), img)).collect();
+    let brought: usize = parts.iter().map(|(p, _)| p.module_ids.len()).sum();
+    let joiner = s.joiner.as_mut().expect("parts are joined");
+    match joiner.join(&parts) {
+        Ok(img) => {
+            report.images_with_parts_absent += u64::from(brought < joiner.detector().modules as usize);
+            Some(img)
+        }
+        Err(e) => {
+            if report.messages_undecodable == 0 {
+                eprintln!("rdaq write: frame {frame}: a part cannot be joined: {e}");
+            }
+            report.messages_undecodable += 1;
+            None
+        }
+    }
+}
+
 /// The joined series' metadata: the first source's, holding every source's images when each
-/// said how many.
+/// said how many (sources of parts each a share of the images as large as their part of
+/// the modules).
 fn joined_meta(first: &NxmxMeta, sources: &[Source]) -> NxmxMeta {
-    let announced: Option<u64> = sources.iter().map(|x| x.announced).sum();
+    let modules = first.geometry.modules as u64;
+    let shares: Option<u64> = sources.iter().map(|x| Some(x.announced? * x.part.as_ref().map_or(modules, |p| p.module_ids.len() as u64))).sum();
+    let announced = shares.filter(|n| n % modules == 0).map(|n| n / modules);
     NxmxMeta { number_of_images: announced, ..first.clone() }
 }
 
 /// Creates the files of the series the `start` message describes (none without a
-/// directory).
-fn open(o: &WriteOptions, mut meta: NxmxMeta, bar: &ProgressBar) -> anyhow::Result<Series> {
+/// directory): of the whole detector when its images are parts of it.
+fn open(o: &WriteOptions, meta: NxmxMeta, bar: &ProgressBar) -> anyhow::Result<Series> {
+    let (mut meta, joiner) = match meta.part.clone() {
+        Some(part) => {
+            let joiner = PartJoiner::new(part.detector, meta.pixel);
+            (whole_meta(meta, &part), Some(joiner))
+        }
+        None => (meta, None),
+    };
     if let Some(n) = o.images_per_file {
         meta.images_per_file = n;
     }
@@ -315,7 +388,15 @@ fn open(o: &WriteOptions, mut meta: NxmxMeta, bar: &ProgressBar) -> anyhow::Resu
         }
         None => None,
     };
-    Ok(Series { spots: meta.max_spots > 0, meta, writer, first: None, last: None, highest: None })
+    Ok(Series { spots: meta.max_spots > 0, meta, writer, first: None, last: None, highest: None, joiner })
+}
+
+/// The series of the whole detector that a part's series belongs to: its images and
+/// beam centre (the part's counts from its first module).
+fn whole_meta(part_meta: NxmxMeta, part: &DetectorPart) -> NxmxMeta {
+    let (r0, c0) = part.detector.origin(part.module_ids[0]);
+    let [x, y] = part_meta.beam_center;
+    NxmxMeta { geometry: part.detector, beam_center: [x + c0 as f64, y + r0 as f64], part: None, ..part_meta }
 }
 
 /// Writes one image's chunk as it came, with its spot list.

@@ -33,7 +33,7 @@ pub mod spot_list;
 pub use claim::ClaimError;
 pub use data_file::MASK_MISSING;
 pub use master::{data_file_name, Part};
-pub use meta::{NxmxMeta, PixelType, ProcessingMeta, Rotation, IMAGES_PER_FILE};
+pub use meta::{DetectorPart, NxmxMeta, PixelType, ProcessingMeta, Rotation, IMAGES_PER_FILE};
 pub use filter::BSHUF_FILTER;
 pub use nexus::{frame_stack, os_error, write_chunk};
 pub use nxmx::{Closed, NxmxWriter, SinkError, FLUSH_EVERY, RESERVE_BYTES};

@@ -58,6 +58,17 @@ impl PixelType {
         }
     }
 
+    /// The bytes of a pixel that holds no data (a gap between modules), little-endian: all
+    /// ones in raw words and counts, the minimum in photon counts and planes, NaN in keV.
+    pub fn no_data(self) -> Vec<u8> {
+        match self {
+            PixelType::Raw | PixelType::Counts(_) => vec![0xff; self.bytes()],
+            PixelType::Kev => f32::NAN.to_le_bytes().to_vec(),
+            PixelType::Photons16 | PixelType::Fields => i16::MIN.to_le_bytes().to_vec(),
+            PixelType::Photons32 => i32::MIN.to_le_bytes().to_vec(),
+        }
+    }
+
     /// The name of the element type (numpy's and Stream V2's `image_dtype`).
     pub fn dtype(self) -> &'static str {
         match self {
@@ -127,6 +138,46 @@ pub struct NxmxMeta {
     /// module's place: the gap pixels between chips of an EIGER assembled with them.
     #[serde(skip)]
     pub module_mask: Option<Vec<u32>>,
+    /// Set when the images hold only some of the detector's modules (a receiver of a
+    /// spatial plan): which, and the whole detector they belong in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<DetectorPart>,
+}
+
+/// The modules of a detector that a receiver holds, stacked in one column of its images
+/// (with the detector's gaps between them), and where they sit in the whole detector.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DetectorPart {
+    /// The global id of each module of the image, from the top.
+    pub module_ids: Vec<u16>,
+    /// The whole detector's module grid.
+    pub detector: Geometry,
+}
+
+impl DetectorPart {
+    /// The image geometry of the part: its modules in one column, the detector's gaps and
+    /// module size.
+    pub fn geometry(&self) -> Geometry {
+        let d = self.detector;
+        Geometry { modules: self.module_ids.len() as u16, module_cols: 1, ..d }
+    }
+
+    /// Whether every module id is one of the detector's, each once.
+    pub fn valid(&self) -> bool {
+        let mut seen = vec![false; self.detector.modules as usize];
+        !self.module_ids.is_empty() && self.module_ids.iter().all(|&m| seen.get_mut(m as usize).is_some_and(|s| !std::mem::replace(s, true)))
+    }
+
+    /// Where the part's image position (x fast, y slow) lands in the whole detector's
+    /// image: it keeps its place relative to the module at or above it (a position in the
+    /// gap below a module lands in the gap below that module's place).
+    pub fn to_detector(&self, x: f64, y: f64) -> (f64, f64) {
+        let d = self.detector;
+        let pitch = (d.module_height + d.gap_y) as f64;
+        let i = (y / pitch).floor().clamp(0.0, (self.module_ids.len() - 1) as f64);
+        let (r0, c0) = d.origin(self.module_ids[i as usize]);
+        (x + c0 as f64, y - i * pitch + r0 as f64)
+    }
 }
 
 /// The settings of the online processing that made a file, or (`applied` false) that a run
@@ -215,6 +266,7 @@ impl NxmxMeta {
             trigger_mode: internal(),
             processing: None,
             module_mask: None,
+            part: None,
         }
     }
 

@@ -29,6 +29,7 @@ fn meta() -> NxmxMeta {
         trigger_mode: "gate".into(),
         processing: None,
         module_mask: None,
+        part: None,
     }
 }
 

@@ -5,7 +5,7 @@ use ciborium::Value;
 use rdaq_detector::Geometry;
 use rdaq_process::bitshuffle::Codec;
 use rdaq_process::spots::Spot;
-use rdaq_sink::{NxmxMeta, PixelType, Rotation};
+use rdaq_sink::{DetectorPart, NxmxMeta, PixelType, Rotation};
 
 use crate::message::{TAG_COMPRESSED, TAG_MULTI_DIM, TAG_SELF_DESCRIBED};
 
@@ -133,8 +133,27 @@ fn start(m: &Map) -> Result<NxmxMeta, DecodeError> {
         meta.detector_name = text(r, "detector")?.to_string();
         meta.max_spots = uint(r, "max_spots")? as usize;
         meta.images_per_file = uint(r, "images_per_file")? as usize;
+        meta.part = part(r, geometry)?;
     }
     Ok(meta)
+}
+
+/// The modules a receiver holds and the whole detector's grid, when it sent them: its
+/// images are `geometry`, those modules in one column.
+fn part(r: &Map, geometry: Geometry) -> Result<Option<DetectorPart>, DecodeError> {
+    let Some(ids) = get(r, "module_ids") else { return Ok(None) };
+    let bad = |why: &str| DecodeError::Value { field: "user_data.rdaq.module_ids", why: why.into() };
+    let ids = ids.as_array().ok_or_else(|| bad("not an array"))?;
+    let module_ids = ids.iter().map(|v| v.as_integer().and_then(|i| u16::try_from(i).ok()).ok_or_else(|| bad("not a module id"))).collect::<Result<Vec<_>, _>>()?;
+    let count = |key: &'static str| uint(r, key).and_then(|n| u16::try_from(n).map_err(|_| DecodeError::Value { field: key, why: format!("{n} modules") }));
+    let detector = Geometry::new(count("detector_modules")?, count("detector_module_cols")?, geometry.gap_x, geometry.gap_y)
+        .ok_or(DecodeError::Value { field: "user_data.rdaq.detector_module_cols", why: "does not divide the detector's modules into rows".into() })?
+        .with_module_size(geometry.module_width, geometry.module_height);
+    let part = DetectorPart { module_ids, detector };
+    if !part.valid() || part.geometry() != geometry {
+        return Err(bad("not distinct modules of the detector, one column of the image"));
+    }
+    Ok(Some(part))
 }
 
 /// The bit depth of counts whose saturation value is 2^bits - 1.
@@ -277,5 +296,23 @@ mod tests {
             let Message::Start(got) = decode(e.start()).unwrap() else { panic!("start") };
             assert_eq!((got.pixel, got.geometry), (pixel, g));
         }
+    }
+
+    #[test]
+    fn a_part_of_the_detector_says_which_modules_it_holds() {
+        let detector = Geometry::new(6, 2, 8, 36).unwrap();
+        let part = DetectorPart { module_ids: vec![2, 3], detector };
+        let meta = NxmxMeta { part: Some(part.clone()), ..NxmxMeta::jungfrau(part.geometry(), 12.4, 0.01) };
+        let mut e = Encoder::new(&meta, 1);
+        let Message::Start(got) = decode(e.start()).unwrap() else { panic!("start") };
+        assert_eq!(got.part, Some(part.clone()));
+        // modules that are not the detector's, or images that are not their column, are refused
+        for bad in [DetectorPart { module_ids: vec![5, 6], detector }, DetectorPart { module_ids: vec![2, 2], detector }] {
+            let meta = NxmxMeta { part: Some(bad), ..meta.clone() };
+            let err = decode(Encoder::new(&meta, 1).start()).unwrap_err();
+            assert!(err.to_string().contains("module_ids"), "{err}");
+        }
+        let wide = NxmxMeta { part: Some(DetectorPart { module_ids: vec![0, 1], detector }), ..NxmxMeta::jungfrau(Geometry::new(2, 2, 8, 36).unwrap(), 12.4, 0.01) };
+        assert!(decode(Encoder::new(&wide, 1).start()).is_err());
     }
 }

@@ -185,7 +185,7 @@ impl Encoder {
             c.float("increment", r.increment_deg);
         }
         c.map("user_data", 1);
-        c.map("rdaq", 10);
+        c.map("rdaq", 10 + if m.part.is_some() { 3 } else { 0 });
         c.string("detector", &m.detector_name);
         // the module grid, for a writer that rebuilds the NXmx geometry from the stream
         c.uint("modules", g.modules as u64);
@@ -197,6 +197,14 @@ impl Encoder {
         c.string("units", m.pixel.units());
         c.uint("images_per_file", m.images_per_file as u64);
         c.uint("max_spots", m.max_spots as u64);
+        // a receiver holding some of the modules: where they go, for a joiner of the parts
+        if let Some(p) = &m.part {
+            c.text("module_ids");
+            c.h(Header::Array(Some(p.module_ids.len())));
+            p.module_ids.iter().for_each(|&id| c.h(Header::Positive(id as u64)));
+            c.uint("detector_modules", p.detector.modules as u64);
+            c.uint("detector_module_cols", p.detector.module_cols as u64);
+        }
         &self.buf
     }
 

@@ -268,6 +268,8 @@ impl<'a> Session<'a> {
                 config: names.sections.clone(),
                 count_time_s: names.times.0,
                 frame_time_s: names.times.1,
+                // a receiver of some of the modules says where they go (for a joiner)
+                detector: (rp.modules.len() != full.modules as usize).then_some(daemon::DetectorGrid { modules: full.modules, module_cols: full.module_cols }),
             };
             let v: StartAnswer = match self.api.send("POST", spec.control, "/start", &body) {
                 Ok(v) => v,
