@@ -121,12 +121,12 @@ def test_psi_eiger_captures_through_a_receiver_daemon(rdaq, tmp_path):
         assert f["entry/instrument/detector/description"][()] == c["entry/instrument/detector/description"][()]
 
 
-def eiger_topology(tmp_path, ports, mode="spatial", bits=16):
+def eiger_topology(tmp_path, ports, mode="spatial", bits=16, streams=("none", "none")):
     text = (f'[detector]\nname = "eiger"\nbit_depth = {bits}\nmodules = 2\nmodule_cols = 1\n'
             f'control = "127.0.0.1:{ports["det"]}"\n\n[transfer]\nmode = "{mode}"\n')
     for k, name in enumerate(("dr0", "dr1")):
         text += (f'\n[[receivers]]\nname = "{name}"\ncontrol = "127.0.0.1:{ports[name]}"\ndata = "127.0.0.1"\n'
-                 f'data_port = 0\nmemory_mib = 64\nstream = "none"\n')
+                 f'data_port = 0\nmemory_mib = 64\nstream = "{streams[k]}"\n')
     path = tmp_path / f"topology-{mode}.toml"
     path.write_text(text)
     return path
@@ -135,9 +135,10 @@ def eiger_topology(tmp_path, ports, mode="spatial", bits=16):
 def test_an_eiger_acquisition_through_the_manager(rdaq, tmp_path):
     """`rdaq manage` with `detector.name = "eiger"`: the emulated EIGER sends each module's
     four ports to the receiver holding it (spatial), and every pixel of every frame in each
-    receiver's file is the emulator's pattern for that module. A temporal plan (modules
-    that would change receiver frame by frame) and a detector of other settings are
-    refused before anything is sent."""
+    receiver's file is the emulator's pattern for that module; `rdaq write` joins the two
+    receivers' streams into whole images of the detector. A temporal plan (modules that
+    would change receiver frame by frame) and a detector of other settings are refused
+    before anything is sent."""
     frames, bits = 20, 12
     ports = {k: free_port() for k in ("det", "dr0", "dr1")}
     procs = [subprocess.Popen([rdaq, "emulate", "--serve", f"127.0.0.1:{ports['det']}", "--modules", "2", "--detector", "eiger",
@@ -157,9 +158,15 @@ def test_an_eiger_acquisition_through_the_manager(rdaq, tmp_path):
         r = subprocess.run([*manage, "--topology", eiger_topology(tmp_path, ports, "spatial", 16), "--out", tmp_path / "b"],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode != 0 and "detector.name" in r.stderr and "12 bits" in r.stderr, r.stderr
-        r = subprocess.run([*manage, "--topology", eiger_topology(tmp_path, ports, "spatial", bits), "--out", tmp_path / "report"],
+        streams = (f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}")
+        procs.append(subprocess.Popen([rdaq, "write", "--from", streams[0], "--from", streams[1], "--out", tmp_path / "joined", "--name", "eiger",
+                                       "--idle-timeout-s", "60", "--summary-json", tmp_path / "w.json"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        r = subprocess.run([*manage, "--topology", eiger_topology(tmp_path, ports, "spatial", bits, streams), "--out", tmp_path / "report"],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
+        out, err = procs[-1].communicate(timeout=60)
+        assert procs[-1].returncode == 0, out + err
     finally:
         for p in procs:
             p.terminate()
@@ -174,3 +181,12 @@ def test_an_eiger_acquisition_through_the_manager(rdaq, tmp_path):
             assert f["entry/data/frame_number"][:].tolist() == list(range(frames))
             for i in (0, frames // 2, frames - 1):
                 assert np.array_equal(data[i], pattern(i, m, bits)), f"{name}, frame {i}"
+    with h5py.File(tmp_path / "joined" / "eiger_master.h5", "r") as j:
+        data = j["entry/data/data"]
+        assert data.shape == (frames, 2 * 512 + 36, 1024) and data.dtype == np.uint16, data.shape
+        assert j["entry/data/frame_number"][:].tolist() == list(range(frames))
+        assert "incomplete_frame_number" not in j["entry/data"] or len(j["entry/data/incomplete_frame_number"]) == 0
+        for i in (0, frames // 2, frames - 1):
+            assert np.array_equal(data[i, :512], pattern(i, 0, bits)) and np.array_equal(data[i, 548:], pattern(i, 1, bits)), f"frame {i}"
+            assert (data[i, 512:548] == 0xffff).all(), "the gap between the modules"
+        assert j["entry/instrument/detector/description"][()].decode().startswith("EIGER 2-module")

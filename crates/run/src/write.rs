@@ -337,7 +337,11 @@ fn join_parts(s: &mut Series, sources: &mut [Source], frame: u64, report: &mut W
     let brought: usize = parts.iter().map(|(p, _)| p.module_ids.len()).sum();
     let joiner = s.joiner.as_mut().expect("parts are joined");
     match joiner.join(&parts) {
-        Ok(img) => {
+        Ok(mut img) => {
+            // as one receiver would: at most max_spots
+            if let Some((spots, _)) = img.spots.as_mut() {
+                spots.truncate(s.meta.max_spots);
+            }
             report.images_with_parts_absent += u64::from(brought < joiner.detector().modules as usize);
             Some(img)
         }
