@@ -16,7 +16,8 @@ use crate::interrupt::on_interrupt;
 #[derive(Args)]
 pub struct WriteArgs {
     /// The publisher's endpoint, e.g. tcp://receiver-host:31001; several (--from A --from B,
-    /// one per receiver of an acquisition) are written as one series in frame order.
+    /// one per receiver of an acquisition) are written as one series in frame order, the
+    /// parts of receivers that each hold some of the modules joined into whole images.
     #[arg(long, required = true)]
     from: Vec<String>,
     /// Output directory (none: no files; then --stream).
