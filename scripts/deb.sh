@@ -3,26 +3,28 @@
 # binary and its manual pages, librdaq (shared, static, header, pkg-config file, CMake
 # package), the systemd units and /etc/rdaq. The files cargo-deb packs (crates/rdaq/Cargo.toml,
 # [package.metadata.deb]) are staged first in target/release/deb: stripped, librdaq given its
-# soname, the pkg-config and CMake files given the version.
+# soname, the pkg-config and CMake files given the version. Built in CARGO_TARGET_DIR (default
+# target), which cargo-deb maps the assets' target/release/ paths to.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
 command -v cargo-deb >/dev/null 2>&1 || { echo "deb: cargo-deb is missing: run scripts/setup.sh" >&2; exit 1; }
 cargo build --release --quiet -p rdaq -p rdaq-capi
+release="${CARGO_TARGET_DIR:-target}/release"
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 # before 1.0 a minor version may change the ABI: the soname carries major.minor
 abi=${version%.*}
-stage=target/release/deb
+stage="$release/deb"
 rm -rf "$stage" target/debian/rdaq_*.deb
 mkdir -p "$stage"
-strip --strip-unneeded -o "$stage/rdaq" target/release/rdaq
-strip --strip-unneeded -o "$stage/librdaq.so.$version" target/release/librdaq.so
+strip --strip-unneeded -o "$stage/rdaq" "$release/rdaq"
+strip --strip-unneeded -o "$stage/librdaq.so.$version" "$release/librdaq.so"
 patchelf --set-soname "librdaq.so.$abi" "$stage/librdaq.so.$version"
 ln -s "librdaq.so.$version" "$stage/librdaq.so.$abi"
 ln -s "librdaq.so.$abi" "$stage/librdaq.so"
-strip --strip-debug -o "$stage/librdaq.a" target/release/librdaq.a
+strip --strip-debug -o "$stage/librdaq.a" "$release/librdaq.a"
 # what a static link of librdaq also needs (the Rust runtime's and HDF5's libraries), for the
 # pkg-config file and the CMake package alike
 static_libs="hdf5_serial stdc++ gcc_s util rt pthread dl m"
@@ -34,7 +36,7 @@ for f in rdaq.pc rdaqConfig.cmake rdaqConfigVersion.cmake; do
 done
 gzip -9n -c CHANGELOG.md > "$stage/changelog.gz"
 mkdir "$stage/man"
-target/release/rdaq manpages "$stage/man"
+"$release/rdaq" manpages "$stage/man"
 gzip -9n "$stage"/man/*.1
 
 deb=$(cargo deb --no-build --no-strip --fast --quiet -p rdaq -o target/debian/)

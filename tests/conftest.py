@@ -159,3 +159,72 @@ def net(request, tmp_path):
     n = EngineNet(request.param, tmp_path)
     yield n
     n.close()
+
+
+# The packaging builds (the wheel, the portable bundle, the .deb) take minutes each on the
+# 2-core CI machine. When a session collects their tests, they start at once in the background
+# at low priority, one after the other, while the other tests run; their tests go last and
+# wait for what they need. The .deb is built in its own target directory, so that no build
+# replaces target/release/rdaq under the tests that run it.
+BUILDS = ("wheel", "dist", "deb")
+BUILT_FOR = {"test_package.py": ("wheel", "deb"), "test_dist.py": ("dist",)}
+BUILD_ENV = {"deb": {"CARGO_TARGET_DIR": str(ROOT / "target" / "deb")}}
+
+
+class Builds:
+    """Scripts/<name>.sh for each name, run one after the other in the background."""
+
+    def __init__(self, names):
+        import tempfile
+        self.names, self.dir = names, pathlib.Path(tempfile.mkdtemp(prefix="rdaq-builds-"))
+        steps = []
+        for n in names:
+            env = " ".join(f"{k}={v}" for k, v in BUILD_ENV.get(n, {}).items())
+            steps.append(f"{env} nice -n 10 scripts/{n}.sh >{self.dir}/{n}.out 2>{self.dir}/{n}.err; echo $? >{self.dir}/{n}.rc")
+        self.proc = subprocess.Popen(["bash", "-c", "; ".join(steps)], cwd=ROOT, start_new_session=True)
+
+    def result(self, name, timeout):
+        """The last word of the script's output (the file it made); fails with its output
+        when it failed."""
+        rc = self.dir / f"{name}.rc"
+        deadline = time.monotonic() + timeout
+        while not (rc.exists() and rc.read_text().strip()):
+            assert self.proc.poll() is None or rc.exists(), f"the builds stopped before scripts/{name}.sh"
+            assert time.monotonic() < deadline, f"scripts/{name}.sh did not finish in {timeout} s"
+            time.sleep(1)
+        out, err = (self.dir / f"{name}.out").read_text(), (self.dir / f"{name}.err").read_text()
+        assert rc.read_text().strip() == "0", out + err
+        return out.split()[-1]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            import signal
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+
+
+_builds = None
+
+
+def pytest_collection_modifyitems(session, config, items):
+    global _builds
+    names = {n for i in items for n in BUILT_FOR.get(i.path.name, ())}
+    if names:
+        items.sort(key=lambda i: i.path.name in BUILT_FOR)
+        _builds = Builds([n for n in BUILDS if n in names])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _builds is not None:
+        _builds.stop()
+
+
+def built(name, timeout):
+    """What scripts/<name>.sh made (the path it printed last), relative to the repository:
+    from the background build when the session started one, else built now."""
+    if _builds is not None and name in _builds.names:
+        return ROOT / _builds.result(name, timeout)
+    env = dict(os.environ, **BUILD_ENV.get(name, {}))
+    r = subprocess.run([str(ROOT / "scripts" / f"{name}.sh")], capture_output=True, text=True, timeout=timeout, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return ROOT / r.stdout.split()[-1]

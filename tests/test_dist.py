@@ -9,16 +9,14 @@ import h5py
 import hdf5plugin  # noqa: F401
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, built
 
 VERSION = re.search(r'^version = "(.*)"$', (ROOT / "Cargo.toml").read_text(), re.M).group(1)
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    r = subprocess.run([str(ROOT / "scripts" / "dist.sh")], capture_output=True, text=True, timeout=1500)
-    assert r.returncode == 0, r.stdout + r.stderr
-    path = ROOT / r.stdout.split()[-1]
+    path = built("dist", timeout=1500)
     assert path.name == f"rdaq-{VERSION}-x86_64-linux.tar.gz", path
     out = tmp_path_factory.mktemp("bundle")
     with tarfile.open(path) as t:

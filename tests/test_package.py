@@ -19,7 +19,7 @@ import hdf5plugin  # noqa: F401
 import pytest
 from rdaq.control import Service
 
-from conftest import ROOT
+from conftest import ROOT, built
 from test_c_api import MODULE_BYTES, receive_with_emulator
 from test_readme_daemons import wait_up
 
@@ -37,8 +37,7 @@ def run(cmd, **kw):
 
 @pytest.fixture(scope="module")
 def deb():
-    path = run([str(ROOT / "scripts" / "deb.sh")], timeout=900).split()[-1]
-    return ROOT / path
+    return built("deb", timeout=1500)
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +50,7 @@ def root(deb, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def wheel():
-    path = run([str(ROOT / "scripts" / "wheel.sh")], timeout=1500).split()[-1]
-    return ROOT / path
+    return built("wheel", timeout=1500)
 
 
 def test_the_package_holds_what_a_facility_needs(deb, root):
