@@ -82,33 +82,49 @@ def test_c_program_receives_frames_bit_exact_and_misuse_is_refused(rdaq, librdaq
     assert seen == set(range(frames))
 
 
+DTYPES = {0: np.int16, 1: np.int32, 2: np.float32, 3: np.uint8, 4: np.uint16, 5: np.uint32}
+EIGER_SPOTS = '[detector]\nname = "eiger"\nbit_depth = 16\n[process]\nmode = "spots"\nveto = false\n'
+
+
+def read_frames(path):
+    """{frame number: (pixels, spots)} of the frames acquire.c wrote."""
+    data, got, at = path.read_bytes(), {}, 0
+    while at < len(data):
+        number = int(np.frombuffer(data, "<u8", 1, at)[0])
+        pixel, width, height, spots = (int(v) for v in np.frombuffer(data, "<i4", 4, at + 8))
+        dtype = DTYPES[pixel]
+        n = width * height * np.dtype(dtype).itemsize
+        got[number] = (np.frombuffer(data[at + 24:at + 24 + n], dtype).reshape(height, width), spots)
+        at += 24 + n
+    return got
+
+
 @pytest.mark.parametrize("static", [False, True], ids=["shared", "static"])
-def test_c_program_runs_an_acquisition_and_reads_its_processed_frames(librdaq, tmp_path, static):
+@pytest.mark.parametrize("detector", ["jungfrau", "eiger"])
+def test_c_program_runs_an_acquisition_and_reads_its_processed_frames(librdaq, tmp_path, static, detector):
     """rdaq_acquisition_*: the acquisition of `rdaq run` from a configuration text, its
     processed frames read in place; they equal the frames of the NXmx file it wrote, and
-    the summary is rdaq run's."""
+    the summary is rdaq run's. An emulated EIGER with spot finding on its counts hands out
+    its counts (pixel type 4, uint16) with their spot counts."""
     prog = compile_c(tmp_path, "acquire.c", "acquire", static=static)
     conf = tmp_path / "acq.toml"
-    conf.write_text(f'[detector]\nmodules = 1\n[emulator]\nframes = 8\nrate_hz = 50\n[stream]\nendpoint = "none"\npreview = "none"\n'
-                    f'[output]\ndir = "{tmp_path}"\nname = "c"\n')
+    conf.write_text((EIGER_SPOTS if detector == "eiger" else '[detector]\nmodules = 1\n') +
+                    f'[emulator]\nframes = 8\nrate_hz = 50\n[stream]\nendpoint = "none"\npreview = "none"\n[output]\ndir = "{tmp_path}"\nname = "c"\n')
     r = subprocess.run([str(prog), str(conf), str(tmp_path / "frames.bin")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("SUMMARY "))[8:])
-    data = (tmp_path / "frames.bin").read_bytes()
-    got, at = {}, 0
-    while at < len(data):
-        number, pixel = int(np.frombuffer(data[at:at + 8], "<u8")[0]), int(np.frombuffer(data[at + 8:at + 12], "<i4")[0])
-        dtype = {0: np.int16, 1: np.int32, 2: np.float32}[pixel]
-        n = 512 * 1024 * np.dtype(dtype).itemsize
-        got[number] = np.frombuffer(data[at + 12:at + 12 + n], dtype).reshape(512, 1024)
-        at += 12 + n
+    got = read_frames(tmp_path / "frames.bin")
     assert f"OK {len(got)} frames, 0 failures" in r.stdout
-    assert summary["frames_written"] == len(got) > 0 and summary["processing"]["hits"] == len(got), summary
+    assert summary["frames_written"] == len(got) > 0 and summary["processing"]["hits"] == len(got if detector == "jungfrau" else []), summary
+    if detector == "eiger":
+        assert {a.dtype for a, _ in got.values()} == {np.dtype(np.uint16)} and len(got) == 8
     with h5py.File(tmp_path / "c_master.h5", "r") as f:
         numbers = f["entry/data/frame_number"][:].tolist()
         assert sorted(numbers) == sorted(got)
+        n_peaks = f["entry/result_1/nPeaks"][:].tolist()
         for i, n in enumerate(numbers):
-            assert f["entry/data/data"].dtype == got[n].dtype and np.array_equal(f["entry/data/data"][i], got[n]), f"frame {n}"
+            assert f["entry/data/data"].dtype == got[n][0].dtype and np.array_equal(f["entry/data/data"][i], got[n][0]), f"frame {n}"
+            assert got[n][1] == n_peaks[i], f"frame {n}: spots"
 
 
 def test_the_cpp_example_of_the_docs_receives_frames(rdaq, librdaq, tmp_path):

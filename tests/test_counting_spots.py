@@ -37,10 +37,11 @@ def spotted(streams):
     return out
 
 
-def run(rdaq, tmp_path, veto, stream=None):
+def run(rdaq, tmp_path, veto, stream=None, process=""):
     """`rdaq receive --detector eiger` of the spotted frames with spot finding (the veto on
-    or off), publishing on `stream` when given; its summary and master."""
-    (tmp_path / "spots.toml").write_text(f'[process]\nmode = "spots"\nveto = {str(veto).lower()}\n'
+    or off, more `process` settings), publishing on `stream` when given; its summary and
+    master."""
+    (tmp_path / "spots.toml").write_text(f'[process]\nmode = "spots"\nveto = {str(veto).lower()}\n{process}'
                                          + (f'[stream]\nendpoint = "{stream}"\npolicy = "block"\n' if stream else ""))
     streams = spotted(capture("eiger_1g_dr16"))
     order = [0, 1, 3, 2]
@@ -77,6 +78,37 @@ def test_the_spots_of_a_counting_detector_equal_the_finder_on_its_file(rdaq, tmp
     assert spot_lists(tmp_path / "pf8.h5")[0].tolist() == [SPOTS[f] for f in (2, 3, 4)]
 
 
+def test_peakfinder8_finds_a_counting_detectors_spots_online_as_on_its_file(rdaq, tmp_path):
+    """`process.finder = "peakfinder8"` (ADC threshold 100 counts, SNR 5, 2 to 200 pixels,
+    background ring 3): the spots found online equal peakfinder8 run by `rdaq process spots`
+    on the file with the same settings (the whole image one panel, radii from the beam
+    centre, the series' masked and saturated pixels left out), and the file keeps the
+    finder's settings."""
+    pf8 = 'finder = "peakfinder8"\nthreshold_photons = 100\nsnr = 5\nmin_pixels = 2\nmax_pixels = 200\nlocal_bg_radius = 3\n'
+    s, master = run(rdaq, tmp_path, veto=False, process=pf8)
+    assert "peakfinder8, ADC threshold 100 counts" in s["stderr"], s["stderr"]
+    p = s["processing"]
+    assert (p["signal_frames"], p["hits"], p["spots_found"]) == (3, 2, sum(SPOTS.values())), p
+    n_run, run_spots = spot_lists(master)
+    assert n_run.tolist() == [SPOTS[f] for f in (2, 3, 4)]
+    with h5py.File(master, "r") as f:
+        series = json.loads(f.attrs["rdaq_series"])
+        assert (series["processing"]["finder"], series["processing"]["local_bg_radius"]) == ("peakfinder8", 3)
+        cx, cy = series["beam_center"]
+    r = subprocess.run([str(rdaq), "process", "spots", "--input", str(master), "--output", str(tmp_path / "pf8.h5"), "--finder", "peakfinder8",
+                        "--asic-nx", "1024", "--asic-ny", "512", "--nasics-x", "1", "--nasics-y", "1", "--adc-threshold", "100",
+                        "--min-snr", "5", "--min-pixel-count", "2", "--max-pixel-count", "200", "--local-bg-radius", "3",
+                        "--center-x", str(cx), "--center-y", str(cy)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    n_off, off = spot_lists(tmp_path / "pf8.h5")
+    assert n_off.tolist() == n_run.tolist() and off == run_spots
+    # without --finder, `rdaq process spots` takes the run's peakfinder8
+    r = subprocess.run([str(rdaq), "process", "spots", "--input", str(master), "--output", str(tmp_path / "again.h5")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "found its spots with peakfinder8" in r.stderr, r.stderr
+    assert spot_lists(tmp_path / "again.h5")[1] == run_spots
+
+
 def test_the_veto_writes_the_hits_of_a_counting_detector(rdaq, tmp_path):
     """Veto on (min_spots 10): the frame with 3 spots is counted as vetoed and not written;
     the hits' images and spot lists are those of the run without the veto."""
@@ -105,7 +137,8 @@ def test_the_veto_writes_the_hits_of_a_counting_detector(rdaq, tmp_path):
 
 def test_spot_finding_is_for_counting_detectors(rdaq, tmp_path):
     """`process.mode = "spots"` with a JUNGFRAU (whose frames are converted first) or an
-    integrating described detector: one line naming the setting, exit 2."""
+    integrating described detector, peakfinder8 online for a JUNGFRAU, or a finder rdaq
+    does not have: one line naming the setting, exit 2."""
     (tmp_path / "spots.toml").write_text('[process]\nmode = "spots"\n')
     r = subprocess.run([str(rdaq), "receive", "--format", "sls", "--config", str(tmp_path / "spots.toml"), "--frames", "1"],
                        capture_output=True, text=True, timeout=30)
@@ -113,6 +146,12 @@ def test_spot_finding_is_for_counting_detectors(rdaq, tmp_path):
     r = subprocess.run([str(rdaq), "receive", "--detector", "percival-like", "--config", str(tmp_path / "spots.toml"), "--frames", "1"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "integrates" in r.stderr, r.stderr
+    # peakfinder8 online is a counting detector's; a finder rdaq does not have is named
+    for finder, says in (("peakfinder8", "counting detector"), ("dozor", "must be")):
+        (tmp_path / "f.toml").write_text(f'[process]\nfinder = "{finder}"\n')
+        r = subprocess.run([str(rdaq), "run", "--config", str(tmp_path / "f.toml"), "--frames", "1", "--out", str(tmp_path / "o")],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and "process.finder" in r.stderr and says in r.stderr, r.stderr
 
 
 
@@ -163,6 +202,31 @@ def test_the_python_acquisition_iterates_a_counting_detectors_frames_with_their_
         for i, n in enumerate(numbers):
             assert np.array_equal(got[n][0], f["entry/data/data"][i]), f"frame {n}"
             assert got[n][1:] == (SPOTS[n], SPOTS[n] >= 10)
+
+
+def test_the_python_acquisition_of_an_emulated_counting_detector(tmp_path):
+    """`rdaq.Acquisition` without a source runs `rdaq run`'s acquisition: with an emulated
+    EIGER (`detector.name`) and `process.mode = "spots"` it hands out the counts (uint16)
+    with their spots, equal to the file it writes, as with a source."""
+    import rdaq as rdaq_py
+    conf = tmp_path / "py.toml"
+    conf.write_text('[detector]\nname = "eiger"\nbit_depth = 16\n[stream]\nendpoint = "none"\npreview = "none"\n'
+                    '[output]\nname = "py"\n[process]\nmode = "spots"\nveto = false\n')
+    got = {}
+    with rdaq_py.Acquisition(config=conf, frames=4, out=tmp_path / "py") as acq:
+        for frame in acq:
+            a = np.asarray(frame)
+            assert a.dtype == np.uint16
+            got[frame.number] = (a.copy(), len(frame.spots))
+            del a
+            frame.release()
+    assert acq.summary["frames_written"] == 4 and acq.summary["processing"]["signal_frames"] == 4, acq.summary
+    with h5py.File(tmp_path / "py" / "py_master.h5", "r") as f:
+        numbers = f["entry/data/frame_number"][:].tolist()
+        assert sorted(got) == sorted(numbers) and len(numbers) == 4
+        n_peaks = f["entry/result_1/nPeaks"][:].tolist()
+        for i, n in enumerate(numbers):
+            assert np.array_equal(got[n][0], f["entry/data/data"][i]) and got[n][1] == n_peaks[i], f"frame {n}"
 
 
 def test_the_acquisition_service_finds_a_counting_detectors_spots(rdaq, tmp_path):

@@ -1,8 +1,8 @@
 /* librdaq's acquisition from C (tests/test_c_api.py builds and runs it): checks that misuse
  * returns errors, then runs the acquisition a configuration file describes (the emulated
- * detector's, processed) and writes each processed frame to a file (frame number, then
- * the pixels as the files hold them) for the test to compare with the NXmx file, and
- * prints the summary.
+ * detector's, processed) and writes each processed frame to a file (frame number, pixel
+ * type, width, height, spots, then the pixels as the files hold them) for the test to
+ * compare with the NXmx file, and prints the summary.
  *
  * usage: acquire CONFIG FRAMES_OUT */
 #include <stdio.h>
@@ -70,10 +70,16 @@ int main(int argc, char **argv) {
     RdaqStatus s;
     int frames = 0;
     while ((s = rdaq_acquisition_next(h, -1, &img)) == RDAQ_STATUS_OK) {
-        size_t item = img.pixel == 0 ? 2 : 4;
-        EXPECT(img.len == (size_t)img.width * img.height * item, "frame %llu: %zu bytes", (unsigned long long)img.number, img.len);
+        /* bytes per pixel of each pixel type (rdaq.h) */
+        static const size_t item[] = {2, 4, 4, 1, 2, 4};
+        EXPECT(img.pixel >= 0 && img.pixel <= 5, "frame %llu: pixel type %d", (unsigned long long)img.number, (int)img.pixel);
+        if (img.pixel < 0 || img.pixel > 5) break;
+        EXPECT(img.len == (size_t)img.width * img.height * item[img.pixel], "frame %llu: %zu bytes", (unsigned long long)img.number, img.len);
         fwrite(&img.number, sizeof img.number, 1, out);
         fwrite(&img.pixel, sizeof img.pixel, 1, out);
+        fwrite(&img.width, sizeof img.width, 1, out);
+        fwrite(&img.height, sizeof img.height, 1, out);
+        fwrite(&img.spots, sizeof img.spots, 1, out);
         fwrite(img.data, 1, img.len, out);
         EXPECT(rdaq_acquisition_release(h, img.id) == RDAQ_STATUS_OK, "release");
         EXPECT(rdaq_acquisition_release(h, img.id) == RDAQ_STATUS_BAD_FRAME, "a double release");

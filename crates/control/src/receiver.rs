@@ -454,8 +454,6 @@ struct Plan {
     preview: Option<(rdaq_stream::StreamConfig, Duration)>,
     /// The frames' count time and frame time (0: unknown).
     times: (f64, f64),
-    /// The whole detector, when the modules held here are a part of it.
-    part: Option<(Vec<u16>, Geometry)>,
 }
 
 /// What the acquisition writes to, made outside the lock.
@@ -482,7 +480,7 @@ fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError>
     }
     let geometry = Geometry::new(modules, req.module_cols, req.gap_x, req.gap_y)
         .ok_or_else(|| bad(format!("module_cols: {} does not divide the {modules} modules held here into rows", req.module_cols)))?;
-    let part = req.detector.map(|d| detector_of(d, &active.request.modules, geometry)).transpose()?;
+    let whole = req.detector.map(|d| detector_of(d, &active.request.modules, geometry)).transpose()?;
     let subdir = match &req.directory {
         Some(_) if req.output.is_none() => return Err(bad("directory: only with an output")),
         Some(d) => Some(rdaq_run::outputs::subdirectory("directory", d).map_err(|e| bad(format!("{e:#}")))?),
@@ -507,19 +505,19 @@ fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError>
             c.endpoint = free;
         }
     }
-    let source = source_of(&active.request)?;
+    let source = remote::Source { whole, ..source_of(&active.request)? };
     let mut cfg = acquisition_config(&opts, req.config.clone(), geometry, stream_cfg.is_some()).map_err(|e| bad(format!("config: {e:#}")))?;
     if let Some(p) = &req.preview {
         cfg.stream.preview = p.clone();
     }
     let preview = cfg.stream.preview_config().map_err(|e| bad(format!("preview: {e:#}")))?;
     active.starting = true;
-    Ok(Plan { rx: active.rx.clone(), name, events, out_dir, subdir, path, overwrite: req.overwrite, source, cfg, stream_cfg, preview, times: (req.count_time_s, req.frame_time_s), part })
+    Ok(Plan { rx: active.rx.clone(), name, events, out_dir, subdir, path, overwrite: req.overwrite, source, cfg, stream_cfg, preview, times: (req.count_time_s, req.frame_time_s) })
 }
 
 /// The whole detector of grid `d` that the modules `ids` held here (in the image
 /// `geometry`) are part of; they must be one column of it.
-fn detector_of(d: DetectorGrid, ids: &[u16], geometry: Geometry) -> Result<(Vec<u16>, Geometry), ApiError> {
+fn detector_of(d: DetectorGrid, ids: &[u16], geometry: Geometry) -> Result<Geometry, ApiError> {
     let whole = Geometry::new(d.modules, d.module_cols, geometry.gap_x, geometry.gap_y)
         .ok_or_else(|| bad(format!("detector.module_cols: {} does not divide the detector's {} modules into rows", d.module_cols, d.modules)))?;
     let part = rdaq_sink::DetectorPart { module_ids: ids.to_vec(), detector: whole };
@@ -529,7 +527,7 @@ fn detector_of(d: DetectorGrid, ids: &[u16], geometry: Geometry) -> Result<(Vec<
     if geometry.module_cols != 1 {
         return Err(bad("module_cols: the modules of a part of a detector are stacked in one column (module_cols 1)"));
     }
-    Ok((part.module_ids, whole))
+    Ok(whole)
 }
 
 /// Builds the chain and creates the files and the stream of `plan` (slow: not under the lock).
@@ -537,9 +535,6 @@ fn open_outputs(plan: Plan) -> (Plan, Result<Outputs, ApiError>) {
     let opened = (|| {
         let remote::Setup { chain, mut meta, notes, .. } = remote::setup(&plan.source, &plan.cfg).map_err(|e| bad(format!("config: {e:#}")))?;
         (meta.count_time_s, meta.frame_time_s) = plan.times;
-        if let Some((ids, whole)) = &plan.part {
-            rdaq_run::remote::hold_part(&mut meta, &plan.cfg, ids, *whole);
-        }
         for n in notes {
             tracing::info!(receiver = %plan.name, "{n}");
         }

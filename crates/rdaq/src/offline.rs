@@ -282,6 +282,20 @@ fn spots(a: SpotsArgs) -> anyhow::Result<()> {
 /// The finder the options name, for the images of `frames` (the local one by default, with
 /// the settings of the run that wrote the file where it is an rdaq master).
 fn finder(a: &SpotsArgs, frames: &FrameReader) -> anyhow::Result<Finder> {
+    if a.finder.is_none() {
+        if let Some((p, [x, y])) = rdaq_offline::run_peakfinder8(&a.input.input) {
+            eprintln!(
+                "rdaq process spots: the run that wrote {} found its spots with peakfinder8: ADC threshold {} counts, SNR {}, {}-{} pixels, background ring {}, radii from ({x}, {y}) (--finder chooses another)",
+                a.input.input.display(),
+                p.adc_threshold,
+                p.minimum_snr,
+                p.min_pixel_count,
+                p.max_pixel_count,
+                p.local_bg_radius
+            );
+            return Ok(Finder::Peakfinder8(p, Radius::Centre { x: Some(x), y: Some(y) }));
+        }
+    }
     match a.finder.as_deref().unwrap_or("local") {
         "local" => {
             let run = run_settings(&a.input.input).map(|(params, line)| {

@@ -108,7 +108,8 @@ impl Config {
         rdaq_sink::ProcessingMeta {
             applied,
             invalid_gain: p.invalid_gain.clone(),
-            finder: "local".into(),
+            finder: p.finder.clone(),
+            local_bg_radius: (p.finder == "peakfinder8").then_some(p.local_bg_radius),
             threshold_photons: p.threshold_photons,
             snr: p.snr,
             box_half: p.box_half,
@@ -246,6 +247,9 @@ impl Config {
         let p = &self.process;
         let veto = if p.veto { format!("veto on: a signal frame with fewer than {} spots is not written (process.min_spots, process.veto)", p.min_spots) } else { "veto off: every signal frame is written".into() };
         if p.mode == "spots" {
+            if p.finder == "peakfinder8" {
+                return format!("spots found in the counts (peakfinder8, ADC threshold {} counts, SNR {}, background ring {} pixels), {veto}", p.threshold_photons, p.snr, p.local_bg_radius);
+            }
             return format!("spots found in the counts (local SNR, {} counts and SNR {} to be strong), {veto}", p.threshold_photons, p.snr);
         }
         format!("processing to {}, {veto}", p.output)

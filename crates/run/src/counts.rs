@@ -3,22 +3,31 @@
 //! raw consumer's assemble workers find the spots in each assembled image, a count a photon,
 //! with the local-SNR finder of JUNGFRAU's graph: the pixels the NXmx mask marks (gaps, the
 //! detector's own) are left out as NaN and the saturated ones (at the detector's largest
-//! count) as +inf, as a JUNGFRAU's error and saturated words convert. The write stage writes
+//! count) as +inf, as a JUNGFRAU's error and saturated words convert; or with peakfinder8
+//! (`process.finder`), the whole image one panel, each pixel's radius from the beam centre,
+//! as `rdaq process spots --finder peakfinder8` runs it on the file. The write stage writes
 //! the hits (every frame with the veto off) with their spot lists, and the board counts them.
 
 use std::sync::Arc;
 
-use rdaq_process::spots::{count_saturation, is_hit, mask_counts, LocalSnr, LocalSnrParams, Spot};
+use rdaq_process::spots::{count_saturation, is_hit, mask_counts, LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params, Spot};
 use rdaq_sink::PixelType;
 
 use crate::board::{Board, Glance, ProcessCounts};
 use crate::graph::ProcessReport;
 
+/// The finder of a counting detector's spots, its thresholds in counts.
+#[derive(Clone, Debug)]
+pub enum CountFinderKind {
+    Local(LocalSnrParams),
+    /// peakfinder8 over the whole image as one panel, with each pixel's radius.
+    Peakfinder8(Peakfinder8Params, Arc<Vec<f32>>),
+}
+
 /// What a counting detector's frames are judged by.
 #[derive(Clone, Debug)]
 pub struct Finding {
-    /// The local-SNR finder, its threshold in counts.
-    pub params: LocalSnrParams,
+    pub finder: CountFinderKind,
     pub min_spots: usize,
     pub veto: bool,
     /// Every image pixel's NXmx mask bits (non-zero: left out).
@@ -34,10 +43,16 @@ impl Finding {
     }
 }
 
+/// A finder with its scratch buffers.
+enum Ready {
+    Local(LocalSnr),
+    Pf8(Box<Peakfinder8>),
+}
+
 /// An assemble worker's finder, kept from frame to frame.
 pub(crate) struct CountFinder {
     finding: Arc<Finding>,
-    finder: LocalSnr,
+    finder: Ready,
     saturation: f32,
     image: Vec<f32>,
 }
@@ -50,7 +65,12 @@ pub(crate) struct Judged {
 
 impl CountFinder {
     pub fn new(finding: Arc<Finding>) -> CountFinder {
-        CountFinder { finder: LocalSnr::new(finding.params), saturation: count_saturation(finding.bits), finding, image: Vec::new() }
+        let finder = match &finding.finder {
+            CountFinderKind::Local(p) => Ready::Local(LocalSnr::new(*p)),
+            // every pixel searched, as offline: the masked ones are NaN, which no test passes
+            CountFinderKind::Peakfinder8(p, radius) => Ready::Pf8(Box::new(Peakfinder8::new(*p, radius.to_vec(), &vec![true; radius.len()]))),
+        };
+        CountFinder { finder, saturation: count_saturation(finding.bits), finding, image: Vec::new() }
     }
 
     /// A glance at the frame judged last (its counts, the left-out pixels without a value,
@@ -70,7 +90,10 @@ impl CountFinder {
             _ => self.image.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)),
         }
         mask_counts(&mut self.image, &self.finding.mask, self.saturation);
-        self.finder.find(&self.image, width, height, spots);
+        match &mut self.finder {
+            Ready::Local(f) => f.find(&self.image, width, height, spots),
+            Ready::Pf8(f) => f.find(&self.image, spots),
+        }
         let hit = is_hit(spots, self.finding.min_spots);
         let vetoed = self.finding.veto && !hit;
         if let Some(b) = board {

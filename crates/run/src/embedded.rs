@@ -50,8 +50,10 @@ type Started = (JoinHandle<anyhow::Result<Summary>>, Geometry, Vec<u16>);
 
 /// `rdaq run`'s acquisition, its processed frames to `tx`.
 fn start_emulated(cfg: Config, control: Arc<Control>, tx: Sender<Processed>) -> anyhow::Result<Started> {
-    if !cfg.processing() {
-        bail!("process.mode: an embedded acquisition hands out processed frames; raw frames come from a receiver of their own (rdaq.Receiver, rdaq_receiver_open)");
+    // a JUNGFRAU's processed frames, or a counting detector's counts with their spots
+    let counted = cfg.process.mode == "spots" && cfg.described()?.is_some();
+    if !cfg.processing() && !counted {
+        bail!("process.mode: an embedded acquisition hands out processed frames (or a counting detector's with process.mode = \"spots\"); raw frames come from a receiver of their own (rdaq.Receiver, rdaq_receiver_open)");
     }
     let g = cfg.geometry().expect("checked");
     let run = std::thread::Builder::new()

@@ -42,8 +42,9 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
     run_delivering(cfg, control, board, bar, None)
 }
 
-/// [`run`], with every written frame of a processed run handed to `deliver` before its
-/// buffer is reused ([`graph::deliver`]: the Python package's frames).
+/// [`run`], with every written frame of a processed run (or of a counting detector whose
+/// spots are found) handed to `deliver` before its buffer is reused ([`graph::deliver`]:
+/// the Python package's frames).
 pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &ProgressBar, deliver: Option<Sender<graph::deliver::Processed>>) -> anyhow::Result<summary::Summary> {
     let (detector, Setup { rcfg, chain, mut meta, notes }) = emulated_setup(cfg)?;
     for n in notes {
@@ -51,7 +52,10 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     }
     emulated_series(cfg, &mut meta);
     let geometry = chain.geometry;
-    let processing = chain.processing.map(|p| graph::Setup { deliver, ..p });
+    let (processing, deliver) = match chain.processing {
+        Some(p) => (Some(graph::Setup { deliver, ..p }), None),
+        None => (None, deliver.filter(|_| chain.finding.is_some())),
+    };
     // what can fail at start (the stream's ports, the receiver's) before any file is made:
     // a run that fails to start leaves nothing behind
     let stream = Stream::open_configured(&cfg.stream, &meta, "rdaq run")?;
@@ -72,7 +76,7 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     report_tuning("rdaq run", &rx);
     // the described detector's sender keeps no send times: its frames have no send latency
     let sent = matches!(detector, Emulated::Jungfrau).then(|| control.clone());
-    let chain = Chain { board: board.clone(), sent, processing, ..chain };
+    let chain = Chain { board: board.clone(), sent, processing, deliver, ..chain };
     let sinks = acquisition::Sinks { writer: Some(writer), stream };
     let start = Instant::now();
     board.set_state("acquiring");

@@ -10,6 +10,7 @@ use anyhow::bail;
 use rdaq_detector::description::Place;
 use rdaq_detector::{Description, Geometry, ModuleLayout};
 use rdaq_process::descramble::Descrambler;
+use rdaq_process::spots::{Peakfinder8, Peakfinder8Params};
 use rdaq_receiver::{Format, PortGrid, ReceiverConfig};
 use rdaq_sink::{DetectorPart, NxmxMeta, PixelType};
 use serde::Deserialize;
@@ -17,7 +18,7 @@ use serde::Deserialize;
 use crate::acquisition::Chain;
 use crate::assemble::Decoder;
 use crate::config::Config;
-use crate::counts::Finding;
+use crate::counts::{CountFinderKind, Finding};
 
 /// What the detector sends, beyond the configuration: the packets' format and the
 /// detector's settings that shape them. Python's `Acquisition(source={...})` gives it as a
@@ -52,6 +53,10 @@ pub struct Source {
     /// image's, `detector.module_cols`).
     #[serde(skip)]
     pub grid_cols: Option<u16>,
+    /// The whole detector, when `module_ids` are some of its modules stacked in one column
+    /// (a receiver of a spatial plan): the files and the stream then say where they go.
+    #[serde(skip)]
+    pub whole: Option<Geometry>,
     /// How errors name these settings: as the options of `rdaq receive`, or as the fields
     /// of a table (a buffer request's `native`, Python's `source`).
     #[serde(skip)]
@@ -97,6 +102,7 @@ impl Source {
             frames: None,
             module_ids: Vec::new(),
             grid_cols: None,
+            whole: None,
             naming: Naming::Options,
         }
     }
@@ -161,19 +167,23 @@ pub fn setup(a: &Source, cfg: &Config) -> anyhow::Result<Setup> {
     let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, ..common_config(a, cfg, geometry.module_bytes())? };
     let (mut meta, processing) = crate::plan::plan(cfg, geometry, ids(a))?;
     meta.number_of_images = a.frames;
+    held_part(a, cfg, &mut meta);
     let masked = processing.iter().filter(|_| !cfg.emulated_calibration()).map(|p| crate::calibration::masked_said(&geometry, &p.calibration));
     let notes = crate::calibration::psi_said(cfg).into_iter().chain(masked).collect();
     Ok(Setup { rcfg, chain: Chain::new(cfg, geometry, processing, "receiver"), meta, notes })
 }
 
-/// Makes `meta` the images of the modules `ids` of the detector `whole` (a receiver of a
-/// spatial plan): its files and stream then say where they go. The beam centre, which the
-/// configuration gives for the whole detector (by default its centre), is counted from the
-/// part's first module, so that a joiner adding that module's place gets it back.
-pub fn hold_part(meta: &mut NxmxMeta, cfg: &Config, ids: &[u16], whole: Geometry) {
+/// Makes `meta` the images of the modules `a` holds of the whole detector it names (a
+/// receiver of a spatial plan): its files and stream then say where they go. The beam
+/// centre, which the configuration gives for the whole detector (by default its centre), is
+/// counted from the part's first module, so that a joiner adding that module's place gets
+/// it back (and peakfinder8's radii are the whole detector's).
+fn held_part(a: &Source, cfg: &Config, meta: &mut NxmxMeta) {
+    let (Some(whole), Some(&first)) = (a.whole, a.module_ids.first()) else { return };
+    let ids = &a.module_ids;
     let g = meta.geometry;
     let detector = whole.with_module_size(g.module_width, g.module_height);
-    let (r0, c0) = detector.origin(ids[0]);
+    let (r0, c0) = detector.origin(first);
     let d = &cfg.detector;
     let x = d.beam_center_x.unwrap_or(detector.width() as f64 / 2.0);
     let y = d.beam_center_y.unwrap_or(detector.height() as f64 / 2.0);
@@ -224,6 +234,7 @@ fn described_setup(a: &Source, cfg: &Config, d: &Description) -> anyhow::Result<
         ..NxmxMeta::described(geometry, d, pixel, mask)
     };
     cfg.experiment_into(&mut meta);
+    held_part(a, cfg, &mut meta);
     notes.push(format!("{} module(s) of {} at {bits} bits on link {}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, wire.link, grid.ports()));
     let finding = counting_spots(cfg, d, &decoder, &mut meta)?;
     Ok(Setup { rcfg, chain: Chain { decoder: Some(decoder), finding, ..Chain::new(cfg, geometry, None, "receiver") }, meta, notes })
@@ -239,14 +250,38 @@ fn counting_spots(cfg: &Config, d: &Description, decoder: &Decoder, meta: &mut N
     if d.kind != rdaq_detector::description::Kind::Counting || !matches!(decoder, Decoder::Layout(_)) {
         bail!("process.mode = \"spots\" finds spots in a counting detector's counts; {} integrates (its description's kind), and its planes are written as they come", d.name);
     }
-    // a count is a photon
-    let params = crate::plan::finder_params_in(cfg, 1.0);
-    params.check(meta.geometry.height(), meta.geometry.width()).map_err(|e| anyhow::anyhow!("process: {e}"))?;
+    let finder = count_finder(cfg, meta)?;
     meta.codec = rdaq_process::bitshuffle::Codec::parse(&p.codec, p.zstd_level)?;
     meta.max_spots = p.max_spots;
     meta.processing = Some(cfg.processing_meta(true));
     let PixelType::Counts(bits) = meta.pixel else { bail!("process.mode = \"spots\": {} writes no counts", d.name) };
-    Ok(Some(Arc::new(Finding { params, min_spots: p.min_spots, veto: p.veto, mask: Arc::new(meta.pixel_mask()), bits })))
+    Ok(Some(Arc::new(Finding { finder, min_spots: p.min_spots, veto: p.veto, mask: Arc::new(meta.pixel_mask()), bits })))
+}
+
+/// The finder `process.finder` names for the counts of the images `meta` describes, its
+/// thresholds in counts (a count is a photon).
+fn count_finder(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<CountFinderKind> {
+    let (h, w) = (meta.geometry.height(), meta.geometry.width());
+    let p = &cfg.process;
+    if p.finder == "peakfinder8" {
+        let params = Peakfinder8Params {
+            asic_nx: w,
+            asic_ny: h,
+            nasics_x: 1,
+            nasics_y: 1,
+            adc_threshold: p.threshold_photons,
+            minimum_snr: p.snr,
+            min_pixel_count: p.min_pixels as usize,
+            max_pixel_count: p.max_pixels as usize,
+            local_bg_radius: p.local_bg_radius,
+            ..Peakfinder8Params::jungfrau_module()
+        };
+        let [x, y] = meta.beam_center;
+        return Ok(CountFinderKind::Peakfinder8(params, Arc::new(Peakfinder8::radius_map(w, h, x, y))));
+    }
+    let params = crate::plan::finder_params_in(cfg, 1.0);
+    params.check(h, w).map_err(|e| anyhow::anyhow!("process: {e}"))?;
+    Ok(CountFinderKind::Local(params))
 }
 
 /// The receiver settings every format shares, for modules of `module_bytes` bytes.

@@ -192,8 +192,12 @@ pub struct ProcessingMeta {
     /// What the conversion made of the invalid gain code 10: error, g0 or g2.
     #[serde(default = "invalid_gain_error")]
     pub invalid_gain: String,
-    /// The spot finder: "local" (local SNR).
+    /// The spot finder: "local" (local SNR) or "peakfinder8" (a counting detector's counts,
+    /// `threshold_photons` its ADC threshold in counts, radii from the beam centre).
     pub finder: String,
+    /// peakfinder8's background ring in pixels (`None`: the local finder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_bg_radius: Option<i32>,
     /// The finder ran on the keV image: its strong-pixel threshold was this many photons of
     /// the series' photon energy; then SNR, box half-size, pixel counts of a spot.
     pub threshold_photons: f32,

@@ -49,6 +49,8 @@ pub fn photon_kev_arg(s: &str) -> Result<f64, String> {
 const MAX_FRAME_TIMEOUT_MS: u64 = rdaq_receiver::config::MAX_FRAME_TIMEOUT.as_millis() as u64;
 /// Spots kept per frame in the files, and frames each process worker holds, at most.
 const MAX_SPOTS: usize = 100_000;
+/// peakfinder8's background ring, at most (its reference uses a few pixels).
+const MAX_BG_RADIUS: i32 = 64;
 const MAX_RING_FRAMES: usize = 4096;
 /// The most frames on a GPU at once (each holds a frame's device buffers: 570 MB for a 16M).
 const MAX_GPU_LANES: usize = 32;
@@ -211,6 +213,13 @@ impl Config {
         rdaq_process::bitshuffle::Codec::parse(&p.codec, p.zstd_level).context("process.codec")?;
         if p.pedestal_window == 0 || p.pedestal_publish == 0 {
             bail!("process.pedestal_window and process.pedestal_publish must be at least 1");
+        }
+        match p.finder.as_str() {
+            "local" => {}
+            "peakfinder8" if p.mode != "spots" => bail!("process.finder = \"peakfinder8\" finds spots in a counting detector's counts (process.mode = \"spots\"); a JUNGFRAU's graph finds them with \"local\" (rdaq process spots --finder peakfinder8 offline)"),
+            "peakfinder8" if !(1..=MAX_BG_RADIUS).contains(&p.local_bg_radius) => bail!("process.local_bg_radius must be 1 to {MAX_BG_RADIUS} pixels, not {}", p.local_bg_radius),
+            "peakfinder8" => {}
+            f => bail!("process.finder must be \"local\" or \"peakfinder8\", not {f:?}"),
         }
         if !(p.threshold_photons.is_finite() && p.threshold_photons > 0.0) || !(p.snr.is_finite() && p.snr >= 0.0) || p.min_pixels == 0 || p.max_pixels < p.min_pixels {
             bail!("process: threshold_photons must be positive, snr not negative, and 1 <= min_pixels <= max_pixels");

@@ -172,7 +172,14 @@ pub struct Process {
     /// the window is full) the converters take the tracked G0 pedestal.
     pub pedestal_window: u32,
     pub pedestal_publish: u32,
-    /// Local-SNR spot finder: threshold in photons, SNR, box half-size, pixels per spot.
+    /// The spot finder: "local" (local SNR), or "peakfinder8" (a counting detector's
+    /// counts, `process.mode = "spots"`: its ADC threshold `threshold_photons` counts,
+    /// minimum SNR `snr`, `min_pixels` to `max_pixels` pixels, background ring
+    /// `local_bg_radius`, radii from the beam centre).
+    pub finder: String,
+    /// peakfinder8's local background radius in pixels.
+    pub local_bg_radius: i32,
+    /// Spot finder: threshold in photons, SNR, box half-size (local SNR), pixels per spot.
     pub threshold_photons: f32,
     pub snr: f32,
     pub box_half: usize,
@@ -382,6 +389,8 @@ impl Default for Process {
             hg0: false,
             pedestal_window: 128,
             pedestal_publish: 32,
+            finder: "local".into(),
+            local_bg_radius: 3,
             threshold_photons: 0.5,
             snr: 3.0,
             box_half: 15,
