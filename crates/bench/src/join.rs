@@ -64,7 +64,8 @@ fn parts(detector: Geometry, receivers: u16) -> anyhow::Result<Vec<(DetectorPart
 }
 
 pub fn bench(a: JoinBenchArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(a.images > 0 && a.receivers > 0 && a.modules % a.receivers == 0 && a.modules <= 64, "--modules (at most 64) must be a positive multiple of --receivers");
+    anyhow::ensure!(a.images > 0, "--images must be positive");
+    anyhow::ensure!(a.receivers > 0 && a.modules > 0 && a.modules % a.receivers == 0 && a.modules <= 64, "--modules (1 to 64) must be a multiple of --receivers (at least 1)");
     let detector = Geometry::new(a.modules, 1, DEFAULT_GAP_X, DEFAULT_GAP_Y).expect("one column");
     let parts = parts(detector, a.receivers)?;
     let mut joiner = PartJoiner::new(detector, PixelType::Photons16);

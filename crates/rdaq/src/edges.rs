@@ -66,6 +66,7 @@ fn base(path: &[String], case: usize) -> Option<Vec<String>> {
         "bench pipeline" => "bench pipeline --modules 1 --seconds 0.2 --workers 1".into(),
         "bench gpu" => "bench gpu --frames 2 --workers 1".into(),
         "bench stream" => "bench stream --images 10 --rounds 1".into(),
+        "bench join" => "bench join --images 2 --modules 2 --receivers 1".into(),
         "bench transport" => "bench transport --net loopback --engines recvmmsg --sizes 64 --bytes-per-size 20000 --datagrams 20000 --probe 20000 --latency-count 10 --breakdown-frames 0 --no-lossless".into(),
         "bench roce" => "bench roce --frames 2 --icrc-packets 10".into(),
         "bench write" => format!("bench write --images 4 --frames 2 --rounds 1 --dir {out}"),
