@@ -58,21 +58,8 @@ pub fn run_finder(path: &Path) -> Option<RunFinder> {
 /// in counts, radii from the series' beam centre (x, y); `None` for another file.
 pub fn run_peakfinder8(path: &Path) -> Option<(Peakfinder8Params, [f64; 2])> {
     let meta = rdaq_sink::master::read_series(path).ok()?;
-    let p = meta.processing.filter(|p| p.finder == "peakfinder8")?;
     let g = meta.geometry;
-    let params = Peakfinder8Params {
-        asic_nx: g.width(),
-        asic_ny: g.height(),
-        nasics_x: 1,
-        nasics_y: 1,
-        adc_threshold: p.threshold_photons,
-        minimum_snr: p.snr,
-        min_pixel_count: p.min_pixels as usize,
-        max_pixel_count: p.max_pixels as usize,
-        local_bg_radius: p.local_bg_radius?,
-        ..Peakfinder8Params::jungfrau_module()
-    };
-    Some((params, meta.beam_center))
+    Some((meta.processing?.peakfinder8(g.width(), g.height())?, meta.beam_center))
 }
 
 /// What a counting detector's frames leave out of the finder: every pixel's NXmx mask bits

@@ -10,7 +10,7 @@ use anyhow::bail;
 use rdaq_detector::description::Place;
 use rdaq_detector::{Description, Geometry, ModuleLayout};
 use rdaq_process::descramble::Descrambler;
-use rdaq_process::spots::{Peakfinder8, Peakfinder8Params};
+use rdaq_process::spots::Peakfinder8;
 use rdaq_receiver::{Format, PortGrid, ReceiverConfig};
 use rdaq_sink::{DetectorPart, NxmxMeta, PixelType};
 use serde::Deserialize;
@@ -262,20 +262,7 @@ fn counting_spots(cfg: &Config, d: &Description, decoder: &Decoder, meta: &mut N
 /// thresholds in counts (a count is a photon).
 fn count_finder(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<CountFinderKind> {
     let (h, w) = (meta.geometry.height(), meta.geometry.width());
-    let p = &cfg.process;
-    if p.finder == "peakfinder8" {
-        let params = Peakfinder8Params {
-            asic_nx: w,
-            asic_ny: h,
-            nasics_x: 1,
-            nasics_y: 1,
-            adc_threshold: p.threshold_photons,
-            minimum_snr: p.snr,
-            min_pixel_count: p.min_pixels as usize,
-            max_pixel_count: p.max_pixels as usize,
-            local_bg_radius: p.local_bg_radius,
-            ..Peakfinder8Params::jungfrau_module()
-        };
+    if let Some(params) = cfg.processing_meta(true).peakfinder8(w, h) {
         let [x, y] = meta.beam_center;
         return Ok(CountFinderKind::Peakfinder8(params, Arc::new(Peakfinder8::radius_map(w, h, x, y))));
     }

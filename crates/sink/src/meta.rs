@@ -209,6 +209,26 @@ pub struct ProcessingMeta {
     pub veto_min_spots: Option<usize>,
 }
 
+impl ProcessingMeta {
+    /// peakfinder8's parameters when it was the finder, for `width` x `height` images: the
+    /// whole image one panel, its thresholds in counts.
+    pub fn peakfinder8(&self, width: usize, height: usize) -> Option<rdaq_process::spots::Peakfinder8Params> {
+        let local_bg_radius = self.local_bg_radius.filter(|_| self.finder == "peakfinder8")?;
+        Some(rdaq_process::spots::Peakfinder8Params {
+            asic_nx: width,
+            asic_ny: height,
+            nasics_x: 1,
+            nasics_y: 1,
+            adc_threshold: self.threshold_photons,
+            minimum_snr: self.snr,
+            min_pixel_count: self.min_pixels as usize,
+            max_pixel_count: self.max_pixels as usize,
+            local_bg_radius,
+            ..rdaq_process::spots::Peakfinder8Params::jungfrau_module()
+        })
+    }
+}
+
 fn applied() -> bool {
     true
 }
