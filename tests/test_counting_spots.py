@@ -309,3 +309,44 @@ def test_a_receiver_daemon_finds_a_counting_detectors_spots(rdaq, tmp_path):
     assert stopped["frames_written"] == 3, stopped
     (n_daemon, daemon), (n_cli, cli) = spot_lists(stopped["output"]), spot_lists(cli_h5)
     assert n_daemon.tolist() == n_cli.tolist() == [SPOTS[f] for f in (2, 3, 4)] and daemon == cli
+
+
+def test_the_dashboard_glances_at_a_counting_detectors_frames(rdaq, tmp_path):
+    """`rdaq run --serve` of an emulated EIGER with spot finding: the dashboard's snapshot
+    shows the counting glance (its unit counts, the image's size), `/dashboard/preview.png`
+    renders it at the image's size, and `rdaq preview` renders the live preview's counts."""
+    import signal
+    import struct
+    import time
+    import urllib.request
+
+    from conftest import free_port
+    conf = tmp_path / "c.toml"
+    conf.write_text('[detector]\nname = "eiger"\nbit_depth = 16\nmodules = 1\n[process]\nmode = "spots"\nveto = false\n'
+                    f'[emulator]\nframes = 100000\nrate_hz = 20\n[stream]\nendpoint = "none"\npreview = "tcp://127.0.0.1:{free_port()}"\n')
+    preview = conf.read_text().split('preview = "')[1].split('"')[0]
+    port = free_port()
+    p = subprocess.Popen([str(rdaq), "run", "--config", str(conf), "--out", str(tmp_path / "o"), "--serve", str(port)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, glance = time.monotonic() + 60, None
+        while glance is None:
+            assert p.poll() is None and time.monotonic() < deadline, "no glance on the dashboard"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/dashboard/snapshot", timeout=5) as r:
+                    glance = json.loads(r.read()).get("preview")
+            except OSError:
+                pass
+            time.sleep(0.2)
+        assert (glance["unit"], glance["width"], glance["height"]) == ("counts", 1024, 512), glance
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/dashboard/preview.png", timeout=10) as r:
+            png = r.read()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (1024, 512)
+        r = subprocess.run([str(rdaq), "preview", "--from", preview, "--png", str(tmp_path / "live.png"), "--timeout-s", "30"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert struct.unpack(">II", (tmp_path / "live.png").read_bytes()[16:24]) == (1024, 512)
+    finally:
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    assert p.returncode in (0, 130), err
