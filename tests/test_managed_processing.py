@@ -189,6 +189,7 @@ def test_one_joined_stream_of_every_receivers_share(rdaq, tmp_path):
     assert [len(m["user_data"]["rdaq"]["spots"]["x"]) for m in images] == [min(n, kept) for n in n_peaks]
     w = json.loads((tmp_path / "j.json").read_text())
     assert w["ended"] and w["master"] is None and w["stream"]["images_sent"] == len(images) and w["stream"]["end_sent"]
+    assert got[-1]["user_data"]["rdaq"] == {"images_sent": len(images), "images_dropped": 0, "images_missing": 0}, got[-1]
 
 
 def test_rdaq_write_takes_every_receivers_stream_into_one_series(rdaq, tmp_path):

@@ -47,11 +47,12 @@ impl Joined {
         self.publisher.image(encoder.image(&info, &img.chunk))
     }
 
-    /// Sends the `end` (once a `start` went out) and says what the stream did.
-    pub fn end(mut self) -> Result<StreamStats, StreamError> {
+    /// Sends the `end` (once a `start` went out), with the images the sources' numbering
+    /// skipped (`missing`), and says what the stream did.
+    pub fn end(mut self, missing: u64) -> Result<StreamStats, StreamError> {
         if let Some(encoder) = self.encoder.as_mut() {
             let (sent, dropped) = (self.publisher.stats.images_sent, self.publisher.stats.images_dropped);
-            self.publisher.stats.end_sent = self.publisher.control(encoder.end(sent, dropped))?;
+            self.publisher.stats.end_sent = self.publisher.control(encoder.end(sent, dropped, Some(missing)))?;
         }
         Ok(self.publisher.stats)
     }

@@ -239,7 +239,7 @@ impl Stream {
     pub fn finish(mut self) -> StreamReport {
         let mut stats = StreamStats::default();
         if let Some(p) = self.main.as_mut() {
-            let end = self.enc.end(p.stats.images_sent, p.stats.images_dropped).to_vec();
+            let end = self.enc.end(p.stats.images_sent, p.stats.images_dropped, None).to_vec();
             p.stats.end_sent = self.error.is_none() && p.control(&end).unwrap_or(false);
             stats = p.stats.clone();
         }

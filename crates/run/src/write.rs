@@ -181,11 +181,11 @@ pub fn write(o: &WriteOptions, stop: &AtomicBool, bar: &ProgressBar) -> anyhow::
         sources.push(Source { consumer, report: SourceReport { endpoint: e.clone(), ..Default::default() }, started: false, announced: None, part: None, next_id: 0, waiting: VecDeque::new() });
     }
     let mut report = consume(o, stop, bar, &mut sources, joined.as_mut())?;
+    report.images_missing = sources.iter().map(|s| s.report.images_missing).sum();
     if let Some(j) = joined {
         let endpoint = j.endpoint();
-        report.stream = Some(JoinedReport { endpoint, stats: j.end()? });
+        report.stream = Some(JoinedReport { endpoint, stats: j.end(report.images_missing)? });
     }
-    report.images_missing = sources.iter().map(|s| s.report.images_missing).sum();
     report.sources = sources.into_iter().map(|s| s.report).collect();
     Ok(report)
 }

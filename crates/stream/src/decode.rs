@@ -281,7 +281,7 @@ mod tests {
         assert_eq!(img.missing, vec![(20, 40)]);
         assert_eq!(img.time_ns, (0, 1));
         assert_eq!(img.spots, Some((spots, true)));
-        assert!(matches!(decode(e.end(1, 0)).unwrap(), Message::End));
+        assert!(matches!(decode(e.end(1, 0, None)).unwrap(), Message::End));
         let e = decode(&[0xa1, 0x64, b't', b'y', b'p', b'e', 0x63, b'f', b'o', b'o']).unwrap_err();
         assert!(e.to_string().contains("unknown message type \"foo\""), "{e}");
     }

@@ -270,13 +270,17 @@ impl Encoder {
         &self.buf
     }
 
-    /// The `end` message, with what the publisher counted.
-    pub fn end(&mut self, images_sent: u64, images_dropped: u64) -> &[u8] {
+    /// The `end` message, with what the publisher counted, and for a series joined from
+    /// several sources the images their own numbering skipped (lost before the joiner).
+    pub fn end(&mut self, images_sent: u64, images_dropped: u64, images_missing: Option<u64>) -> &[u8] {
         let mut c = self.begin("end", 1);
         c.map("user_data", 1);
-        c.map("rdaq", 2);
+        c.map("rdaq", 2 + usize::from(images_missing.is_some()));
         c.uint("images_sent", images_sent);
         c.uint("images_dropped", images_dropped);
+        if let Some(n) = images_missing {
+            c.uint("images_missing", n);
+        }
         &self.buf
     }
 }
@@ -338,7 +342,7 @@ mod tests {
         assert_eq!(rdaq[0], (Value::Text("frame_number".into()), Value::Integer(42.into())));
         assert_eq!(rdaq[1].1, Value::Bool(false));
         assert_eq!(rdaq[2].1, Value::Array(vec![Value::Array(vec![Value::Integer(2.into()), Value::Integer(4.into())])]));
-        let end = decode(e.end(4, 1));
+        let end = decode(e.end(4, 1, Some(2)));
         assert_eq!(get(&end, "type"), &Value::Text("end".into()));
     }
 }
