@@ -15,7 +15,7 @@ use thiserror::Error;
 pub enum PartError {
     #[error("its image does not decompress: {0}")]
     Chunk(#[from] ChunkError),
-    #[error("its image has {got} bytes, its modules make {want}")]
+    #[error("its image says it has {got} bytes, its modules make {want}")]
     Size { got: usize, want: usize },
     #[error("{got}-byte pixels, the series' start said {want}")]
     Pixel { got: usize, want: usize },
@@ -89,11 +89,13 @@ impl PartJoiner {
             return Err(PartError::Pixel { got: img.elem, want: pb });
         }
         let g = part.geometry();
-        let pixels = bitshuffle::decompress(&img.chunk, pb, Codec::Lz4)?;
         let want = g.height() * g.width() * pb;
-        if pixels.len() != want {
-            return Err(PartError::Size { got: pixels.len(), want });
+        // the chunk's header says its size: checked before anything is allocated for it
+        let claimed = img.chunk.get(..8).map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")) as usize);
+        if claimed != want {
+            return Err(PartError::Size { got: claimed, want });
         }
+        let pixels = bitshuffle::decompress(&img.chunk, pb, Codec::Lz4)?;
         for (i, &m) in part.module_ids.iter().enumerate() {
             if std::mem::replace(&mut self.held[m as usize], true) {
                 return Err(PartError::Twice(m));
@@ -237,6 +239,14 @@ mod tests {
         assert_eq!((spots[0].x, spots[0].y, spots[0].intensity), (c0 as f32 + 1.5, r0 as f32 + 2.25, 9.0));
         let ((a, ia), (b, ib)) = (spotted(), spotted());
         assert!(matches!(j.join(&[(&a, ia), (&b, ib)]), Err(PartError::Twice(2))));
+    }
+
+    #[test]
+    fn a_part_of_another_size_is_refused_before_it_is_decompressed() {
+        let (a, mut ia) = part_image(&[0, 1], 1);
+        ia.chunk[..8].copy_from_slice(&(1u64 << 40).to_be_bytes());
+        let mut j = PartJoiner::new(detector(), PixelType::Raw);
+        assert!(matches!(j.join(&[(&a, ia)]), Err(PartError::Size { got, .. }) if got == 1 << 40));
     }
 
     #[test]
