@@ -161,8 +161,9 @@ mod avx2 {
             for (byte, plane) in planes.iter_mut().take(size).enumerate() {
                 let mut v = _mm256_setzero_si256();
                 for bit in 0..8 {
-                    // SAFETY (load): 4 bytes at (byte*8 + bit)*row + 4g, inside src as the
-                    // store of shuffle_groups_of_32 is inside its dst.
+                    // SAFETY (load): 4 bytes at (byte*8 + bit)*row + 4g; 4g + 4 <= row since
+                    // g < n/32, and byte*8 + bit < 8*size, so they end within 8*size*row,
+                    // src's length.
                     let at = (byte * 8 + bit) * row + 4 * g;
                     let word = src.as_ptr().add(at).cast::<u32>().read_unaligned();
                     let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(u32::from_le(word) as i32), spread);
