@@ -36,11 +36,11 @@ fn module_photons(m: u16) -> anyhow::Result<Vec<i16>> {
     let e = cfg.photon_energy_kev;
     let mut synth = ModuleSynth::new(cfg, m);
     let conv = Converter::new(Calibration::unmasked(synth.calibration()), InvalidGain::Error)?;
-    let (mut raw, mut kev, mut photons) = (vec![0u16; MODULE_PIXELS], vec![0f32; MODULE_PIXELS], vec![0i32; MODULE_PIXELS]);
+    let (mut raw, mut kev, mut photons) = (vec![0u16; MODULE_PIXELS], vec![0f32; MODULE_PIXELS], vec![0i16; MODULE_PIXELS]);
     synth.frame(1, &mut raw);
     conv.to_kev(&raw, &mut kev);
     kev_to_photons(&kev, e, &mut photons);
-    Ok(photons.iter().map(|&p| p.clamp(i16::MIN as i32 + 1, i16::MAX as i32) as i16).collect())
+    Ok(photons)
 }
 
 /// Each receiver's part of the detector and its compressed image.

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use rdaq_process::spots::{LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params, Spot};
+use rdaq_process::spots::{LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params, Spot, SpotFinder};
 use rdaq_sink::{FrameReader, PixelType};
 
 use crate::Output;
@@ -92,27 +92,19 @@ pub fn spots(frames: &FrameReader, finder: Finder, counted: Option<&Counted>, ou
         if let Some(k) = counted {
             rdaq_process::spots::mask_counts(&mut img, &k.mask, k.saturation);
         }
-        match &mut find {
-            Ready::Local(f) => f.find(&img, c, r, &mut found),
-            Ready::Pf8(f) => f.find(&img, &mut found),
-        }
+        find.find(&img, c, r, &mut found);
         all.push(found.clone());
     }
     out.make(|path| Ok(rdaq_sink::spot_list::write_file(path, &all, None)?))?;
     Ok(all)
 }
 
-enum Ready {
-    Local(LocalSnr),
-    Pf8(Box<Peakfinder8>),
-}
-
 /// The finder for images of `r` x `c`, its parameters checked.
-fn ready(finder: Finder, r: usize, c: usize) -> anyhow::Result<Ready> {
+fn ready(finder: Finder, r: usize, c: usize) -> anyhow::Result<SpotFinder> {
     match finder {
         Finder::Local(p) => {
             p.check(r, c).map_err(anyhow::Error::msg)?;
-            Ok(Ready::Local(LocalSnr::new(p)))
+            Ok(SpotFinder::Local(LocalSnr::new(p)))
         }
         Finder::Peakfinder8(p, radius) => {
             if (p.asic_ny * p.nasics_y, p.asic_nx * p.nasics_x) != (r, c) {
@@ -123,7 +115,7 @@ fn ready(finder: Finder, r: usize, c: usize) -> anyhow::Result<Ready> {
                 Radius::Map(m) if m.len() == r * c => m,
                 Radius::Map(m) => bail!("a radius map of {} pixels for a {r}x{c} image", m.len()),
             };
-            Ok(Ready::Pf8(Box::new(Peakfinder8::new(p, radius, &vec![true; r * c]))))
+            Ok(SpotFinder::Peakfinder8(Peakfinder8::new(p, radius, &vec![true; r * c])))
         }
     }
 }

@@ -35,6 +35,22 @@ pub struct Spot {
     pub pixels: u32,
 }
 
+/// Either finder with its scratch buffers, as a run or a file's reader chose it.
+pub enum SpotFinder {
+    Local(LocalSnr),
+    Peakfinder8(Peakfinder8),
+}
+
+impl SpotFinder {
+    /// The spots of `image` (`width` x `height`, row-major) into `out`.
+    pub fn find(&mut self, image: &[f32], width: usize, height: usize, out: &mut Vec<Spot>) {
+        match self {
+            SpotFinder::Local(f) => f.find(image, width, height, out),
+            SpotFinder::Peakfinder8(f) => f.find(image, out),
+        }
+    }
+}
+
 /// The hit decision: a frame is kept if it has at least `min_spots` spots.
 pub fn is_hit(spots: &[Spot], min_spots: usize) -> bool {
     spots.len() >= min_spots

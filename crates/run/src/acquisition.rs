@@ -79,6 +79,18 @@ impl Chain {
             deliver: None,
         }
     }
+
+    /// Hands every written frame to `tx` before its buffer is reused: the graph's
+    /// processed frames, or a counting detector's counts with their spots. False (and
+    /// nothing handed out) for a chain of raw frames.
+    pub fn deliver_to(&mut self, tx: crossbeam_channel::Sender<crate::graph::deliver::Processed>) -> bool {
+        match self.processing.as_mut() {
+            Some(p) => p.deliver = Some(tx),
+            None if self.finding.is_some() => self.deliver = Some(tx),
+            None => return false,
+        }
+        true
+    }
 }
 
 /// Where the frames go.

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use rdaq_process::spots::{count_saturation, is_hit, mask_counts, LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params, Spot};
+use rdaq_process::spots::{count_saturation, is_hit, mask_counts, LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params, Spot, SpotFinder};
 use rdaq_sink::PixelType;
 
 use crate::board::{Board, Glance, ProcessCounts};
@@ -43,16 +43,10 @@ impl Finding {
     }
 }
 
-/// A finder with its scratch buffers.
-enum Ready {
-    Local(LocalSnr),
-    Pf8(Box<Peakfinder8>),
-}
-
 /// An assemble worker's finder, kept from frame to frame.
 pub(crate) struct CountFinder {
     finding: Arc<Finding>,
-    finder: Ready,
+    finder: SpotFinder,
     saturation: f32,
     image: Vec<f32>,
 }
@@ -66,9 +60,9 @@ pub(crate) struct Judged {
 impl CountFinder {
     pub fn new(finding: Arc<Finding>) -> CountFinder {
         let finder = match &finding.finder {
-            CountFinderKind::Local(p) => Ready::Local(LocalSnr::new(*p)),
+            CountFinderKind::Local(p) => SpotFinder::Local(LocalSnr::new(*p)),
             // every pixel searched, as offline: the masked ones are NaN, which no test passes
-            CountFinderKind::Peakfinder8(p, radius) => Ready::Pf8(Box::new(Peakfinder8::new(*p, radius.to_vec(), &vec![true; radius.len()]))),
+            CountFinderKind::Peakfinder8(p, radius) => SpotFinder::Peakfinder8(Peakfinder8::new(*p, radius.to_vec(), &vec![true; radius.len()])),
         };
         CountFinder { finder, saturation: count_saturation(finding.bits), finding, image: Vec::new() }
     }
@@ -90,10 +84,7 @@ impl CountFinder {
             _ => self.image.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)),
         }
         mask_counts(&mut self.image, &self.finding.mask, self.saturation);
-        match &mut self.finder {
-            Ready::Local(f) => f.find(&self.image, width, height, spots),
-            Ready::Pf8(f) => f.find(&self.image, spots),
-        }
+        self.finder.find(&self.image, width, height, spots);
         let hit = is_hit(spots, self.finding.min_spots);
         let vetoed = self.finding.veto && !hit;
         if let Some(b) = board {

@@ -2,7 +2,7 @@
 //! `rdaq_acquisition_*`): `rdaq run`'s (the emulated detector in this process) or `rdaq
 //! receive`'s (a detector outside, [`crate::receive`]), started in a thread of its own, its
 //! processed frames (or a counting detector's frames with their spots) handed to the program
-//! as they are written ([`graph::deliver`]). The
+//! as they are written ([`crate::graph::deliver`]). The
 //! bindings only turn their arguments into the configuration and the source.
 
 use std::sync::Arc;
@@ -15,7 +15,6 @@ use rdaq_emulator::Control;
 
 use crate::config::Config;
 use crate::graph::deliver::{Processed, WAITING};
-use crate::graph;
 use crate::receive;
 use crate::remote::{self, Source};
 use crate::summary::Summary;
@@ -67,11 +66,8 @@ fn start_emulated(cfg: Config, control: Arc<Control>, tx: Sender<Processed>) -> 
 /// series is `<output.dir>/<output.name>_master.h5`.
 fn start_remote(cfg: Config, source: Source, control: Arc<Control>, tx: Sender<Processed>) -> anyhow::Result<Started> {
     let mut setup = remote::setup(&source, &cfg)?;
-    match setup.chain.processing.take() {
-        Some(processing) => setup.chain.processing = Some(graph::Setup { deliver: Some(tx), ..processing }),
-        // a counting detector's frames with their spots
-        None if setup.chain.finding.is_some() => setup.chain.deliver = Some(tx),
-        None => bail!("process: an embedded acquisition hands out processed frames: give a JUNGFRAU's calibration (process.calibration), or process.mode = \"spots\" for a counting detector; raw frames come from a receiver of their own"),
+    if !setup.chain.deliver_to(tx) {
+        bail!("process: an embedded acquisition hands out processed frames: give a JUNGFRAU's calibration (process.calibration), or process.mode = \"spots\" for a counting detector; raw frames come from a receiver of their own");
     }
     let g = setup.chain.geometry;
     let out = cfg.output.dir.join(format!("{}_master.h5", cfg.output.name));

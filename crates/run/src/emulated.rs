@@ -46,16 +46,16 @@ pub fn run(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &Progres
 /// spots are found) handed to `deliver` before its buffer is reused ([`graph::deliver`]:
 /// the Python package's frames).
 pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, bar: &ProgressBar, deliver: Option<Sender<graph::deliver::Processed>>) -> anyhow::Result<summary::Summary> {
-    let (detector, Setup { rcfg, chain, mut meta, notes }) = emulated_setup(cfg)?;
+    let (detector, Setup { rcfg, mut chain, mut meta, notes }) = emulated_setup(cfg)?;
     for n in notes {
         eprintln!("rdaq run: {n}");
     }
     emulated_series(cfg, &mut meta);
     let geometry = chain.geometry;
-    let (processing, deliver) = match chain.processing {
-        Some(p) => (Some(graph::Setup { deliver, ..p }), None),
-        None => (None, deliver.filter(|_| chain.finding.is_some())),
-    };
+    // a raw chain hands out nothing (an embedded acquisition refuses one before it starts)
+    if let Some(tx) = deliver {
+        chain.deliver_to(tx);
+    }
     // what can fail at start (the stream's ports, the receiver's) before any file is made:
     // a run that fails to start leaves nothing behind
     let stream = Stream::open_configured(&cfg.stream, &meta, "rdaq run")?;
@@ -76,7 +76,7 @@ pub fn run_delivering(cfg: &Config, control: Arc<Control>, board: Arc<Board>, ba
     report_tuning("rdaq run", &rx);
     // the described detector's sender keeps no send times: its frames have no send latency
     let sent = matches!(detector, Emulated::Jungfrau).then(|| control.clone());
-    let chain = Chain { board: board.clone(), sent, processing, deliver, ..chain };
+    let chain = Chain { board: board.clone(), sent, ..chain };
     let sinks = acquisition::Sinks { writer: Some(writer), stream };
     let start = Instant::now();
     board.set_state("acquiring");
