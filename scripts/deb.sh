@@ -5,13 +5,24 @@
 # [package.metadata.deb]) are staged first in target/release/deb: stripped, librdaq given its
 # soname, the pkg-config and CMake files given the version. Built in CARGO_TARGET_DIR (default
 # target), which cargo-deb maps the assets' target/release/ paths to.
+#   scripts/deb.sh --no-build   packs what is already built there (the test suite's, built by
+#                               scripts/setup.sh and cargo test), so that no build replaces
+#                               the binaries under running tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
+case "${1:-}" in
+  "") build=1 ;;
+  --no-build) build=0 ;;
+  *) echo "deb: unknown argument '$1' (--no-build, or none)" >&2; exit 2 ;;
+esac
 command -v cargo-deb >/dev/null 2>&1 || { echo "deb: cargo-deb is missing: run scripts/setup.sh" >&2; exit 1; }
-cargo build --release --quiet -p rdaq -p rdaq-capi
+[ "$build" = 1 ] && cargo build --release --quiet -p rdaq -p rdaq-capi
 release="${CARGO_TARGET_DIR:-target}/release"
+for f in rdaq librdaq.so librdaq.a; do
+  [ -f "$release/$f" ] || { echo "deb: $release/$f is missing: build it first (scripts/deb.sh without --no-build)" >&2; exit 1; }
+done
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 # before 1.0 a minor version may change the ABI: the soname carries major.minor

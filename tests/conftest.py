@@ -164,11 +164,11 @@ def net(request, tmp_path):
 # The packaging builds (the wheel, the portable bundle, the .deb) take minutes each on the
 # 2-core CI machine. When a session collects their tests, they start at once in the background
 # at low priority, one after the other, while the other tests run; their tests go last and
-# wait for what they need. The .deb is built in its own target directory, so that no build
-# replaces target/release/rdaq under the tests that run it.
+# wait for what they need. The .deb packs the binaries the other tests run (built before the
+# session): a build of its own would cost minutes and could replace them under those tests.
 BUILDS = ("wheel", "dist", "deb")
 BUILT_FOR = {"test_package.py": ("wheel", "deb"), "test_dist.py": ("dist",)}
-BUILD_ENV = {"deb": {"CARGO_TARGET_DIR": str(ROOT / "target" / "deb")}}
+BUILD_ARGS = {"deb": "--no-build"}
 
 
 class Builds:
@@ -179,8 +179,7 @@ class Builds:
         self.names, self.dir = names, pathlib.Path(tempfile.mkdtemp(prefix="rdaq-builds-"))
         steps = []
         for n in names:
-            env = " ".join(f"{k}={v}" for k, v in BUILD_ENV.get(n, {}).items())
-            steps.append(f"{env} nice -n 10 scripts/{n}.sh >{self.dir}/{n}.out 2>{self.dir}/{n}.err; echo $? >{self.dir}/{n}.rc")
+            steps.append(f"nice -n 10 scripts/{n}.sh {BUILD_ARGS.get(n, '')} >{self.dir}/{n}.out 2>{self.dir}/{n}.err; echo $? >{self.dir}/{n}.rc")
         self.proc = subprocess.Popen(["bash", "-c", "; ".join(steps)], cwd=ROOT, start_new_session=True)
 
     def result(self, name, timeout):
@@ -224,7 +223,7 @@ def built(name, timeout):
     from the background build when the session started one, else built now."""
     if _builds is not None and name in _builds.names:
         return ROOT / _builds.result(name, timeout)
-    env = dict(os.environ, **BUILD_ENV.get(name, {}))
-    r = subprocess.run([str(ROOT / "scripts" / f"{name}.sh")], capture_output=True, text=True, timeout=timeout, env=env)
+    args = BUILD_ARGS.get(name, "").split()
+    r = subprocess.run([str(ROOT / "scripts" / f"{name}.sh"), *args], capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
     return ROOT / r.stdout.split()[-1]

@@ -43,7 +43,7 @@ def test_every_kernel_compiles_through_nvrtc_with_the_backends_options(cuda):
         env["LD_LIBRARY_PATH"] = f"{wheel_lib('nvidia.cuda_nvrtc')}:{os.environ.get('LD_LIBRARY_PATH', '')}"
     else:
         env["RDAQ_NVRTC"] = str(wheel_lib("nvidia.cu13") / "libnvrtc.so.13")
-    r = subprocess.run(["cargo", "test", "--release", "-q", "-p", "rdaq-gpu", "--test", "nvrtc", "--", "--nocapture"],
+    r = subprocess.run(["cargo", "test", "--release", "-q", "--workspace", "--test", "nvrtc", "--", "--nocapture"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "skipped" not in r.stdout, r.stdout
