@@ -174,6 +174,7 @@ def test_receiver_api_refuses_bad_requests_and_is_idempotent(daemons, tmp_path):
     assert all(("rdaq_" + k + "_total", (("receiver", "dr0"),)) in m for k in ("landed_in_place", "copied", "evacuated"))
     assert m[("rdaq_ring_slots", (("receiver", "dr0"),))] == 4 and m[("rdaq_ring_slots_handed", (("receiver", "dr0"),))] == 0
     assert m[("rdaq_consumer_buffer_waits_total", (("receiver", "dr0"),))] == 0, "no frames, so no wait for a buffer"
+    assert m[("rdaq_writer_chunks_handed_on_total", (("receiver", "dr0"),))] == 0 and ("rdaq_writer_io_waits_total", (("receiver", "dr0"),)) in m
     # every series the shipped Grafana dashboard asks for is one the receiver exports
     import pathlib
     import re

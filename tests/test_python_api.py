@@ -24,7 +24,8 @@ MODULE_ROWS, MODULE_COLS = 512, 1024
 
 def test_frames_arrive_bit_exact_in_place_as_numpy_arrays():
     frames, modules = 12, 2
-    with rdaq.Receiver(modules=modules, frames=frames, slots=8) as rx:
+    # a slot for every frame: a consumer descheduled on a busy machine never fills the ring
+    with rdaq.Receiver(modules=modules, frames=frames, slots=16) as rx:
         start, end = rx.ring
         emu = rdaq.Emulator(rx.buffer_map, frames=frames, rate=200)
         emu.start()
@@ -42,7 +43,7 @@ def test_frames_arrive_bit_exact_in_place_as_numpy_arrays():
                 del a
         manifest = emu.join()
         c = rx.counters()
-        assert c["frames_complete"] == frames and c["dropped"] == 0 and c["ring"]["slots"] == 8
+        assert c["frames_complete"] == frames and c["dropped"] == 0 and c["ring"]["slots"] == 16, c
     assert len(manifest) == frames * modules
     want = {}
     for frame, module, h in manifest:

@@ -131,6 +131,9 @@ def test_raw_frames_through_several_workers_come_out_in_order(rdaq, tmp_path):
     assert s["consumer"] == "assembling (3 workers) and writing frames"
     assert isinstance(s["consumer_waits"], int), "the source's waits for a buffer are counted"
     assert s["frames_written"] == s["frames_complete"] + s["frames_incomplete"] > 0
+    # the writer's I/O threads copied every chunk into the data files (read back below)
+    assert s["chunks_handed_on"] == s["frames_written"] and isinstance(s["io_waits"], int), s
+    assert f"{s['chunks_handed_on']} chunks written out by the writer's 2 I/O threads" in r.stdout
     manifest = {(int(row["frame"]), int(row["module"])): row["xxh3"]
                 for row in csv.DictReader(open(out / "rdaq_run_manifest.csv"))}
     with h5py.File(out / "rdaq_run_master.h5", "r") as f:

@@ -120,7 +120,9 @@ def test_many_workers_and_pedestal_bands_give_the_same_file_in_order(rdaq, tmp_p
         r = subprocess.run([str(rdaq), "run", "--config", str(cfg), "--frames", "240", "--out", str(out),
                             "--summary-json", str(summary)], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
-        p = json.loads(summary.read_text())["processing"]
+        whole = json.loads(summary.read_text())
+        p = whole["processing"]
+        assert whole["chunks_handed_on"] == p["frames_written"] == 120, "every chunk copied by the writer's I/O threads"
         stages = {s["name"]: s for s in p["stages"]}
         assert stages["process"]["workers"] == workers and stages["process"]["frames"] == 120
         names = ["pedestal"] if bands == 1 else [f"pedestal {i}/{bands}" for i in range(1, bands + 1)]

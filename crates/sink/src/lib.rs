@@ -17,6 +17,7 @@
 
 pub mod claim;
 pub mod data_file;
+pub mod deferred;
 pub mod filter;
 pub mod instrument;
 pub mod join;
@@ -24,17 +25,18 @@ pub mod master;
 pub mod meta;
 pub mod nexus;
 pub mod nxmx;
-pub mod reader;
 pub(crate) mod readback;
+pub mod reader;
 pub mod recover;
 pub mod space;
 pub mod spot_list;
 
 pub use claim::ClaimError;
 pub use data_file::MASK_MISSING;
+pub use deferred::SharedChunk;
+pub use filter::BSHUF_FILTER;
 pub use master::{data_file_name, Part};
 pub use meta::{DetectorPart, NxmxMeta, PixelType, ProcessingMeta, Rotation, IMAGES_PER_FILE};
-pub use filter::BSHUF_FILTER;
 pub use nexus::{frame_stack, os_error, write_chunk};
 pub use nxmx::{Closed, NxmxWriter, SinkError, FLUSH_EVERY, RESERVE_BYTES};
 pub use reader::{FrameReader, ReadError};
