@@ -75,7 +75,14 @@ fi
 
 echo "setup: building rdaq (release)"
 cargo build --release --workspace --quiet
-# the Python package `rdaq` (crates/py, PyO3) into the venv; `maturin build --release -m
-# crates/py/Cargo.toml` makes a wheel for other environments (docs/api.md)
+# the Python package `rdaq` (crates/py, PyO3) into the venv, as `maturin develop` installs
+# it (a .pth naming crates/py/python, the extension module beside its Python files) but with
+# the extension module the workspace build just made: maturin would compile every rdaq crate
+# again with the extension's own feature set, minutes on 2 cores. `make wheel` makes a wheel
+# for other environments (docs/api.md). The module is replaced, not overwritten in place:
+# a running Python keeps the one it loaded.
 echo "setup: installing the rdaq Python package into .venv"
-VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet -m crates/py/Cargo.toml >/dev/null
+cp --remove-destination target/release/lib_rdaq.so crates/py/python/rdaq/_rdaq.abi3.so
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$PWD/crates/py/python" > "$site/rdaq.pth"
+.venv/bin/python -c "import rdaq" || { echo "setup: the rdaq Python package does not import" >&2; exit 1; }
