@@ -10,18 +10,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CLANG");
     println!("cargo:rustc-check-cfg=cfg(rdaq_xdp_program)");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("steer.o");
-    let arch_include = format!(
-        "/usr/include/{}-linux-gnu",
-        std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default()
-    );
-    let candidates = std::env::var("CLANG").map(|c| vec![c]).unwrap_or_else(|_| {
-        vec![
-            "clang".into(),
-            "clang-15".into(),
-            "clang-16".into(),
-            "clang-14".into(),
-        ]
-    });
+    let arch_include = format!("/usr/include/{}-linux-gnu", std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default());
+    let candidates = std::env::var("CLANG").map(|c| vec![c]).unwrap_or_else(|_| vec!["clang".into(), "clang-15".into(), "clang-16".into(), "clang-14".into()]);
     for clang in candidates {
         let status = Command::new(&clang)
             .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])

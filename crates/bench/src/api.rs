@@ -22,10 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use librdaq::{
-    rdaq_counters, rdaq_next_frame, rdaq_receiver_buffer_map, rdaq_receiver_close,
-    rdaq_receiver_open, rdaq_release, RdaqCounters, RdaqFrame, RdaqStatus,
-};
+use librdaq::{rdaq_counters, rdaq_next_frame, rdaq_receiver_buffer_map, rdaq_receiver_close, rdaq_receiver_open, rdaq_release, RdaqCounters, RdaqFrame, RdaqStatus};
 use rdaq_emulator::{Control, EmulatorConfig};
 use rdaq_proto::telegram::{BufferMap, ModuleDtp};
 use rdaq_receiver::{Receiver, ReceiverConfig};
@@ -69,43 +66,21 @@ impl Mode {
 /// The ring of the stream measurement.
 const STREAM_SLOTS: u64 = 16;
 
-type Sender =
-    std::thread::JoinHandle<Result<rdaq_emulator::EmulatorReport, rdaq_emulator::EmulatorError>>;
+type Sender = std::thread::JoinHandle<Result<rdaq_emulator::EmulatorReport, rdaq_emulator::EmulatorError>>;
 
 /// Starts sending `frames` frames to the receiver of `map` at `rate` (0: as fast as possible).
 fn send(map: &BufferMap, frames: u64, rate: f64) -> Sender {
-    let dtps: Vec<ModuleDtp> = (0..map.modules)
-        .map(|m| {
-            ModuleDtp::single(
-                map,
-                m,
-                SocketAddr::from(([127, 0, 0, 1], map.data_ports[m as usize])),
-            )
-        })
-        .collect();
-    let cfg = EmulatorConfig {
-        modules: map.modules,
-        frames,
-        rate_hz: (rate > 0.0).then_some(rate),
-        frame_pool: 8,
-        ..EmulatorConfig::default()
-    };
+    let dtps: Vec<ModuleDtp> = (0..map.modules).map(|m| ModuleDtp::single(map, m, SocketAddr::from(([127, 0, 0, 1], map.data_ports[m as usize])))).collect();
+    let cfg = EmulatorConfig { modules: map.modules, frames, rate_hz: (rate > 0.0).then_some(rate), frame_pool: 8, ..EmulatorConfig::default() };
     std::thread::spawn(move || rdaq_emulator::run(&cfg, &dtps, Arc::new(Control::default())))
 }
 
 /// Waits for the sender; in a drain, also until every frame is queued for the consumer.
-fn before_timing(
-    mode: Mode,
-    sender: Sender,
-    frames: u64,
-    complete: impl Fn() -> u64,
-) -> anyhow::Result<Option<Sender>> {
+fn before_timing(mode: Mode, sender: Sender, frames: u64, complete: impl Fn() -> u64) -> anyhow::Result<Option<Sender>> {
     if mode == Mode::Stream {
         return Ok(Some(sender));
     }
-    sender
-        .join()
-        .map_err(|_| anyhow::anyhow!("emulator panicked"))??;
+    sender.join().map_err(|_| anyhow::anyhow!("emulator panicked"))??;
     wait_queued(frames, complete)?;
     Ok(None)
 }
@@ -121,8 +96,7 @@ fn rate(n: u64, first: Option<Instant>, start: Instant, mode: Mode) -> f64 {
 
 fn after_timing(sender: Option<Sender>) -> anyhow::Result<()> {
     if let Some(s) = sender {
-        s.join()
-            .map_err(|_| anyhow::anyhow!("emulator panicked"))??;
+        s.join().map_err(|_| anyhow::anyhow!("emulator panicked"))??;
     }
     Ok(())
 }
@@ -141,15 +115,8 @@ fn wait_queued(frames: u64, complete: impl Fn() -> u64) -> anyhow::Result<()> {
 
 /// One round of the Rust consumer: frames/s and complete frames taken.
 fn rust_round(frames: u64, mode: Mode, rate_hz: f64) -> anyhow::Result<(f64, u64)> {
-    let rx = Receiver::start(ReceiverConfig {
-        data_port: 0,
-        slots: mode.slots(frames) as usize,
-        frames: Some(frames),
-        ..ReceiverConfig::default()
-    })?;
-    let sender = before_timing(mode, send(rx.buffer_map(), frames, rate_hz), frames, || {
-        rx.counters().frames_complete
-    })?;
+    let rx = Receiver::start(ReceiverConfig { data_port: 0, slots: mode.slots(frames) as usize, frames: Some(frames), ..ReceiverConfig::default() })?;
+    let sender = before_timing(mode, send(rx.buffer_map(), frames, rate_hz), frames, || rx.counters().frames_complete)?;
     let (start, mut first, mut n, mut complete) = (Instant::now(), None, 0u64, 0u64);
     while let Ok(f) = rx.frames().recv() {
         first.get_or_insert_with(Instant::now);
@@ -171,32 +138,19 @@ fn ok(s: RdaqStatus, what: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     // SAFETY: librdaq's own NUL-terminated message, read before the next call on this thread.
-    let msg = unsafe { std::ffi::CStr::from_ptr(librdaq::rdaq_last_error()) }
-        .to_string_lossy()
-        .into_owned();
+    let msg = unsafe { std::ffi::CStr::from_ptr(librdaq::rdaq_last_error()) }.to_string_lossy().into_owned();
     bail!("{what}: {s:?} {msg}")
 }
 
 /// One round through the C API: frames/s and complete frames taken.
 fn c_round(frames: u64, mode: Mode, rate_hz: f64) -> anyhow::Result<(f64, u64)> {
-    let config = CString::new(format!(
-        "modules = 1\nslots = {}\nframes = {frames}\n",
-        mode.slots(frames)
-    ))?;
+    let config = CString::new(format!("modules = 1\nslots = {}\nframes = {frames}\n", mode.slots(frames)))?;
     let mut h = 0u64;
     // SAFETY: a NUL-terminated config and a writable handle.
-    ok(
-        unsafe { rdaq_receiver_open(config.as_ptr(), &mut h) },
-        "open",
-    )?;
+    ok(unsafe { rdaq_receiver_open(config.as_ptr(), &mut h) }, "open")?;
     let mut buf = vec![0u8; 1 << 20];
     // SAFETY: `buf` has `buf.len()` writable bytes; `needed` may be null.
-    ok(
-        unsafe {
-            rdaq_receiver_buffer_map(h, buf.as_mut_ptr().cast(), buf.len(), std::ptr::null_mut())
-        },
-        "buffer map",
-    )?;
+    ok(unsafe { rdaq_receiver_buffer_map(h, buf.as_mut_ptr().cast(), buf.len(), std::ptr::null_mut()) }, "buffer map")?;
     let json = std::ffi::CStr::from_bytes_until_nul(&buf)?.to_str()?;
     let sender = send(&serde_json::from_str(json)?, frames, rate_hz);
     let complete = || {
@@ -262,32 +216,13 @@ print(json.dumps(rates))
 
 /// Every rate of the Python consumer in `mode`, or why there is none.
 fn python_rounds(a: &ApiBenchArgs, frames: u64, mode: Mode) -> anyhow::Result<Vec<(f64, u64)>> {
-    let what = if mode == Mode::Drain {
-        "drain"
-    } else {
-        "stream"
-    };
+    let what = if mode == Mode::Drain { "drain" } else { "stream" };
     let out = std::process::Command::new(&a.python)
-        .args([
-            "-c",
-            PYTHON,
-            &frames.to_string(),
-            &mode.slots(frames).to_string(),
-            what,
-            &a.rounds.to_string(),
-            &a.rate.to_string(),
-        ])
+        .args(["-c", PYTHON, &frames.to_string(), &mode.slots(frames).to_string(), what, &a.rounds.to_string(), &a.rate.to_string()])
         .output()
         .with_context(|| format!("--python {}", a.python))?;
     if !out.status.success() {
-        bail!(
-            "--python {}: {}",
-            a.python,
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("failed")
-        );
+        bail!("--python {}: {}", a.python, String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("failed"));
     }
     Ok(serde_json::from_slice(&out.stdout)?)
 }
@@ -304,30 +239,9 @@ pub fn bench(a: ApiBenchArgs) -> anyhow::Result<ExitCode> {
     }
     println!("rdaq bench api: one-module (1 MiB) frames; each consumer takes a frame, reads one word in place, releases it; {} rounds per row", a.rounds);
     println!("{}", crate::machine_line());
-    println!(
-        "{:<44} {:>15} {:>14} {:>9} {:>12}",
-        "measurement / consumer", "median frames/s", "best frames/s", "vs Rust", "not complete"
-    );
-    let pace = if a.rate > 0.0 {
-        format!("{} Hz", a.rate)
-    } else {
-        "full speed".into()
-    };
-    for (mode, frames, what) in [
-        (
-            Mode::Stream,
-            a.frames,
-            format!(
-                "stream: {} frames sent at {pace}, ring of {STREAM_SLOTS}",
-                a.frames
-            ),
-        ),
-        (
-            Mode::Drain,
-            a.drain_frames,
-            format!("drain: a full ring of {} frames", a.drain_frames),
-        ),
-    ] {
+    println!("{:<44} {:>15} {:>14} {:>9} {:>12}", "measurement / consumer", "median frames/s", "best frames/s", "vs Rust", "not complete");
+    let pace = if a.rate > 0.0 { format!("{} Hz", a.rate) } else { "full speed".into() };
+    for (mode, frames, what) in [(Mode::Stream, a.frames, format!("stream: {} frames sent at {pace}, ring of {STREAM_SLOTS}", a.frames)), (Mode::Drain, a.drain_frames, format!("drain: a full ring of {} frames", a.drain_frames))] {
         println!("{what}");
         table(&a, frames, mode)?;
     }
@@ -346,23 +260,13 @@ fn table(a: &ApiBenchArgs, frames: u64, mode: Mode) -> anyhow::Result<()> {
     // frames of all rounds that did not arrive complete
     let row = |name: &str, v: &[(f64, u64)]| {
         let lost: u64 = v.iter().map(|x| frames - x.1.min(frames)).sum();
-        println!(
-            "  {:<42} {:>15.0} {:>14.0} {:>8.1}% {:>12}",
-            name,
-            median(v),
-            v.iter().map(|x| x.0).fold(0.0, f64::max),
-            100.0 * median(v) / base,
-            lost
-        );
+        println!("  {:<42} {:>15.0} {:>14.0} {:>8.1}% {:>12}", name, median(v), v.iter().map(|x| x.0).fold(0.0, f64::max), 100.0 * median(v) / base, lost);
     };
     row("Rust (Receiver::frames)", &rust);
     row("C API (rdaq_next_frame, rdaq_release)", &c);
     match python {
         Ok(p) => row("Python (for frame in rdaq.Receiver)", &p),
-        Err(e) => println!(
-            "  {:<42} not measured: {e:#}",
-            "Python (for frame in rdaq.Receiver)"
-        ),
+        Err(e) => println!("  {:<42} not measured: {e:#}", "Python (for frame in rdaq.Receiver)"),
     }
     Ok(())
 }

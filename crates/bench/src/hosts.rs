@@ -40,10 +40,7 @@ struct HostsOutcome {
 /// One acquisition over `n` receivers on loopback at `rate` frames/s; consumers only give
 /// slots back.
 fn hosts_run(a: &HostsArgs, n: usize, rate: f64) -> anyhow::Result<HostsOutcome> {
-    let mut text = format!(
-        "[detector]\nmodules = {}\n[transfer]\nmode = \"temporal\"\n",
-        a.modules
-    );
+    let mut text = format!("[detector]\nmodules = {}\n[transfer]\nmode = \"temporal\"\n", a.modules);
     for i in 0..n {
         text += &format!(
             "[[receivers]]\nname = \"dr{i}\"\ncontrol = \"127.0.0.1:{}\"\ndata = \"127.0.0.1\"\ndata_port = 0\nmemory_mib = {}\n",
@@ -67,31 +64,20 @@ fn hosts_run(a: &HostsArgs, n: usize, rate: f64) -> anyhow::Result<HostsOutcome>
         .collect::<Result<Vec<_>, _>>()?;
     let maps: Vec<BufferMap> = receivers.iter().map(|r| r.buffer_map().clone()).collect();
     let dtps = plan.module_dtps(&t, &maps)?;
-    let cfg = rdaq_emulator::EmulatorConfig {
-        modules: a.modules,
-        frames: a.frames,
-        rate_hz: Some(rate),
-        frame_pool: a.pool,
-        ..Default::default()
-    };
+    let cfg = rdaq_emulator::EmulatorConfig { modules: a.modules, frames: a.frames, rate_hz: Some(rate), frame_pool: a.pool, ..Default::default() };
     let windows = std::thread::scope(|s| -> anyhow::Result<Vec<(Option<Instant>, Instant)>> {
         let consumers: Vec<_> = receivers
             .iter()
-            .map(|rx| s.spawn(move || crate::drain(rx, None)))
+            .map(|rx| {
+                s.spawn(move || crate::drain(rx, None))
+            })
             .collect();
-        let r = rdaq_emulator::run(
-            &cfg,
-            &dtps,
-            std::sync::Arc::new(rdaq_emulator::Control::default()),
-        );
+        let r = rdaq_emulator::run(&cfg, &dtps, std::sync::Arc::new(rdaq_emulator::Control::default()));
         for rx in &receivers {
             rx.stop();
         }
         r?;
-        Ok(consumers
-            .into_iter()
-            .map(|c| c.join().expect("consumer panicked"))
-            .collect())
+        Ok(consumers.into_iter().map(|c| c.join().expect("consumer panicked")).collect())
     })?;
     let first = windows.iter().filter_map(|w| w.0).min();
     let last = windows.iter().map(|w| w.1).max();
@@ -99,16 +85,8 @@ fn hosts_run(a: &HostsArgs, n: usize, rate: f64) -> anyhow::Result<HostsOutcome>
         (Some(f), Some(l)) if l > f => l - f,
         _ => Duration::ZERO,
     };
-    let mut out = HostsOutcome {
-        receivers: n,
-        rate,
-        sender_limited: false,
-        frames_complete: 0,
-        lost: 0,
-        bytes: 0,
-        window,
-        per_receiver: Vec::new(),
-    };
+    let mut out =
+        HostsOutcome { receivers: n, rate, sender_limited: false, frames_complete: 0, lost: 0, bytes: 0, window, per_receiver: Vec::new() };
     for (rx, w) in receivers.iter_mut().zip(&windows) {
         let c = rx.join()?;
         out.frames_complete += c.frames_complete;
@@ -133,11 +111,7 @@ fn highest_lossless(a: &HostsArgs, n: usize) -> anyhow::Result<HostsOutcome> {
     let mut rate = 50.0;
     let bad = loop {
         let mut o = hosts_run(a, n, rate)?;
-        eprintln!(
-            "  {n} receiver(s) at {rate:.0} frames/s: lost {}, achieved {:.0}/s",
-            o.lost,
-            o.achieved()
-        );
+        eprintln!("  {n} receiver(s) at {rate:.0} frames/s: lost {}, achieved {:.0}/s", o.lost, o.achieved());
         if o.lost > 0 {
             break rate;
         }
@@ -148,9 +122,7 @@ fn highest_lossless(a: &HostsArgs, n: usize) -> anyhow::Result<HostsOutcome> {
         good = Some(o);
         rate *= 2.0;
     };
-    let Some(mut best) = good else {
-        bail!("{n} receiver(s): frames lost even at 50 frames/s")
-    };
+    let Some(mut best) = good else { bail!("{n} receiver(s): frames lost even at 50 frames/s") };
     let mut bad = bad;
     for _ in 0..4 {
         let mid = 0.5 * (best.rate + bad);
@@ -169,10 +141,7 @@ pub fn hosts(a: HostsArgs) -> anyhow::Result<ExitCode> {
     if a.modules == 0 || a.frames < 100 {
         bail!("--modules must be positive and --frames at least 100");
     }
-    eprintln!(
-        "rdaq bench hosts: {} modules, {} frames per run, pool of {} distinct frames",
-        a.modules, a.frames, a.pool
-    );
+    eprintln!("rdaq bench hosts: {} modules, {} frames per run, pool of {} distinct frames", a.modules, a.frames, a.pool);
     let one = highest_lossless(&a, 1)?;
     let two = highest_lossless(&a, 2)?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -181,15 +150,7 @@ pub fn hosts(a: HostsArgs) -> anyhow::Result<ExitCode> {
     println!("machine: {cores} CPUs shared by the emulator's {} module threads, the receivers and their consumers", a.modules);
     println!(
         "{:<10} {:>9} {:>9} {:>8} {:>6} {:>8} {:>10} {:>24} {:>11}",
-        "receivers",
-        "asked/s",
-        "frames/s",
-        "frames",
-        "lost",
-        "GB/s",
-        "GB/s/host",
-        "per host (GB/s, CPU%)",
-        "efficiency"
+        "receivers", "asked/s", "frames/s", "frames", "lost", "GB/s", "GB/s/host", "per host (GB/s, CPU%)", "efficiency"
     );
     let base = one.bytes as f64 / one.window.as_secs_f64().max(1e-9);
     for o in [&one, &two] {
@@ -197,13 +158,7 @@ pub fn hosts(a: HostsArgs) -> anyhow::Result<ExitCode> {
         let hosts: Vec<String> = o
             .per_receiver
             .iter()
-            .map(|(b, w, cpu)| {
-                format!(
-                    "{:.2} {:.0}%",
-                    *b as f64 / w.as_secs_f64().max(1e-9) / 1e9,
-                    100.0 * cpu.as_secs_f64() / o.window.as_secs_f64().max(1e-9)
-                )
-            })
+            .map(|(b, w, cpu)| format!("{:.2} {:.0}%", *b as f64 / w.as_secs_f64().max(1e-9) / 1e9, 100.0 * cpu.as_secs_f64() / o.window.as_secs_f64().max(1e-9)))
             .collect();
         println!(
             "{:<10} {:>9.0} {:>9.0} {:>8} {:>6} {:>8.2} {:>10.2} {:>24} {:>10.0}%{}",
@@ -216,14 +171,11 @@ pub fn hosts(a: HostsArgs) -> anyhow::Result<ExitCode> {
             agg / 1e9 / o.receivers as f64,
             hosts.join(" | "),
             100.0 * agg / (base * o.receivers as f64),
-            if o.sender_limited {
-                "  (sender-limited)"
-            } else {
-                ""
-            }
+            if o.sender_limited { "  (sender-limited)" } else { "" }
         );
     }
     println!("efficiency: aggregate rate over (receivers x the single receiver's rate). All processes share");
     println!("this machine's {cores} cores, so a second receiver adds no hardware: see docs/scaling.md for real hosts.");
     Ok(ExitCode::SUCCESS)
 }
+

@@ -96,53 +96,31 @@ impl crate::Probe for Outcome {
 }
 
 /// The sender: one module, frames of 128 datagrams built once, headers rewritten per frame.
-fn send(
-    map: &BufferMap,
-    dest: SocketAddr,
-    count: u64,
-    rate: Option<f64>,
-    pin: Option<usize>,
-) -> anyhow::Result<(u64, bool)> {
+fn send(map: &BufferMap, dest: SocketAddr, count: u64, rate: Option<f64>, pin: Option<usize>) -> anyhow::Result<(u64, bool)> {
     if let Some(cpu) = pin {
         socket::pin_current_thread(cpu)?;
     }
-    let mut tx = BatchSender::connect(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        dest,
-        true,
-        16 << 20,
-    )?;
+    let mut tx = BatchSender::connect(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), dest, true, 16 << 20)?;
     send_module_frames(&mut tx, map, count, rate)?;
     Ok((tx.stats.datagrams, tx.gso()))
 }
 
 /// Sends `count` datagrams of one module's 1 MiB frames into the buffers of `map`, paced at
 /// `rate` datagrams/s (in small chunks) or at full speed (a frame per call).
-pub(crate) fn send_module_frames(
-    tx: &mut BatchSender,
-    map: &BufferMap,
-    count: u64,
-    rate: Option<f64>,
-) -> anyhow::Result<()> {
-    let frame: Vec<u8> = (0..MODULE_BYTES as usize)
-        .map(|i| (i * 7 + i / 4096) as u8)
-        .collect();
+pub(crate) fn send_module_frames(tx: &mut BatchSender, map: &BufferMap, count: u64, rate: Option<f64>) -> anyhow::Result<()> {
+    let frame: Vec<u8> = (0..MODULE_BYTES as usize).map(|i| (i * 7 + i / 4096) as u8).collect();
     let mut pk = Packetizer::new(0, map.module_bytes, map.payload_bytes, map.checksum);
     let start = Instant::now();
     let mut sent = 0u64;
     let mut f = 0u64;
     while sent < count {
-        let n = pk
-            .frame(f, map.buffer_for(f), 0, &frame)
-            .min((count - sent) as usize);
+        let n = pk.frame(f, map.buffer_for(f), 0, &frame).min((count - sent) as usize);
         let mut k = 0;
         while k < n {
             // paced: small chunks spread over time; full speed: the whole frame per call
             let m = if rate.is_some() { 28.min(n - k) } else { n - k };
             if let Some(r) = rate {
-                rdaq_net::pace::wait_until(
-                    start + Duration::from_secs_f64((sent + k as u64) as f64 / r),
-                );
+                rdaq_net::pace::wait_until(start + Duration::from_secs_f64((sent + k as u64) as f64 / r));
             }
             tx.send(m, |j| pk.datagram(k + j, &frame))?;
             k += m;
@@ -167,52 +145,19 @@ pub(crate) fn map_for(buffers: &[LocalBufferInfo], payload: u32, port: u16) -> B
 }
 
 fn run_bare(a: &IngestArgs, count: u64, rate: Option<f64>, ring: bool) -> anyhow::Result<Outcome> {
-    let (sock, _) = socket::bind_receiver(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        a.recv_buffer_mib << 20,
-    )?;
+    let (sock, _) = socket::bind_receiver(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), a.recv_buffer_mib << 20)?;
     let port = sock.local_addr()?.port();
-    let map = map_for(
-        &[LocalBufferInfo {
-            id: 1,
-            key: 1,
-            size: MODULE_BYTES,
-            va: 0,
-        }],
-        a.payload_bytes,
-        port,
-    );
+    let map = map_for(&[LocalBufferInfo { id: 1, key: 1, size: MODULE_BYTES, va: 0 }], a.payload_bytes, port);
     let done = Arc::new(AtomicBool::new(false));
-    let (pin_rx, pin_tx) = if a.no_pin {
-        (None, None)
-    } else {
-        (Some(1), Some(0))
-    };
+    let (pin_rx, pin_tx) = if a.no_pin { (None, None) } else { (Some(1), Some(0)) };
     let receiver = {
         let (done, batch, payload) = (done.clone(), a.batch, a.payload_bytes as usize);
-        std::thread::Builder::new()
-            .name("rdaq-bare".into())
-            .spawn(move || bare_loop(sock, batch, payload, count, pin_rx, ring, &done))?
+        std::thread::Builder::new().name("rdaq-bare".into()).spawn(move || bare_loop(sock, batch, payload, count, pin_rx, ring, &done))?
     };
-    let (sent, gso) = send(
-        &map,
-        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        count,
-        rate,
-        pin_tx,
-    )?;
+    let (sent, gso) = send(&map, SocketAddr::from((Ipv4Addr::LOCALHOST, port)), count, rate, pin_tx)?;
     done.store(true, Ordering::Relaxed);
     let (received, window, in_window, cpu) = receiver.join().expect("bare loop panicked")?;
-    Ok(Outcome {
-        sent,
-        received,
-        window,
-        in_window,
-        recv_cpu: cpu,
-        rate_asked: rate,
-        gso,
-        copies: None,
-    })
+    Ok(Outcome { sent, received, window, in_window, recv_cpu: cpu, rate_asked: rate, gso, copies: None })
 }
 
 /// A `--batch` value: what one read of the receiver takes.
@@ -228,32 +173,13 @@ pub(crate) fn batch_size(s: &str) -> Result<usize, String> {
 /// the receiver makes its own ([`Arena`]: one mapping, huge pages where granted, every page
 /// written before the clock starts); returns (received, first..last, datagrams in that
 /// window, thread CPU time).
-fn bare_loop(
-    sock: UdpSocket,
-    batch: usize,
-    payload: usize,
-    count: u64,
-    pin: Option<usize>,
-    ring: bool,
-    done: &AtomicBool,
-) -> anyhow::Result<(u64, Duration, u64, Duration)> {
+fn bare_loop(sock: UdpSocket, batch: usize, payload: usize, count: u64, pin: Option<usize>, ring: bool, done: &AtomicBool) -> anyhow::Result<(u64, Duration, u64, Duration)> {
     if let Some(cpu) = pin {
         socket::pin_current_thread(cpu)?;
     }
-    let arena = if ring {
-        Some(Arena::new(
-            RING_BYTES / MODULE_BYTES as usize,
-            MODULE_BYTES as usize,
-        )?)
-    } else {
-        None
-    };
-    let base = arena
-        .as_ref()
-        .map_or(std::ptr::null_mut(), |a| a.slot_ptr(0));
-    let cells = arena
-        .as_ref()
-        .map_or(0, |a| a.slots() * a.slot_bytes() / payload.max(1));
+    let arena = if ring { Some(Arena::new(RING_BYTES / MODULE_BYTES as usize, MODULE_BYTES as usize)?) } else { None };
+    let base = arena.as_ref().map_or(std::ptr::null_mut(), |a| a.slot_ptr(0));
+    let cells = arena.as_ref().map_or(0, |a| a.slots() * a.slot_bytes() / payload.max(1));
     let mut cell = 0usize;
     let cpu0 = socket::thread_cpu_time();
     let mut rx = MmsgReceiver::new(batch, rdaq_proto::HEADER_LEN, payload);
@@ -264,16 +190,8 @@ fn bare_loop(
         // SAFETY: landings are distinct `payload`-byte cells of the arena's slots (cells wrap
         // at the ring's end, and a batch is far smaller than the ring), which nothing else
         // reads or writes and which live until the loop ends; or scratch without a ring.
-        let n = unsafe {
-            rx.recv(sock.as_raw_fd(), |i| {
-                (cells > 0).then(|| base.add(((cell + i) % cells) * payload))
-            })
-        }? as u64;
-        cell = if cells > 0 {
-            (cell + n as usize) % cells
-        } else {
-            0
-        };
+        let n = unsafe { rx.recv(sock.as_raw_fd(), |i| (cells > 0).then(|| base.add(((cell + i) % cells) * payload))) }? as u64;
+        cell = if cells > 0 { (cell + n as usize) % cells } else { 0 };
         if n == 0 {
             if done.load(Ordering::Relaxed) && quiet_since.elapsed() > Duration::from_millis(300) {
                 break;
@@ -291,12 +209,7 @@ fn bare_loop(
         got += n;
     }
     let window = first.map_or(Duration::ZERO, |f| last - f);
-    Ok((
-        got,
-        window,
-        got.saturating_sub(first_n),
-        socket::thread_cpu_time() - cpu0,
-    ))
+    Ok((got, window, got.saturating_sub(first_n), socket::thread_cpu_time() - cpu0))
 }
 
 fn run_place(a: &IngestArgs, count: u64, rate: Option<f64>) -> anyhow::Result<Outcome> {
@@ -354,21 +267,11 @@ fn measure(a: &IngestArgs, mode: Mode, count: u64, rate: Option<f64>) -> anyhow:
 /// Full speed first; on loss, bisect the paced rate with probes, then confirm at full count.
 fn lossless(a: &IngestArgs, mode: Mode) -> anyhow::Result<Outcome> {
     let full = measure(a, mode, a.datagrams, None)?;
-    eprintln!(
-        "  {mode:?} full speed: {:.0} datagrams/s, lost {}",
-        full.rate(),
-        full.lost()
-    );
+    eprintln!("  {mode:?} full speed: {:.0} datagrams/s, lost {}", full.rate(), full.lost());
     if full.lost() == 0 {
         return Ok(full);
     }
-    let found = crate::search_lossless(
-        &format!("{mode:?}"),
-        full.rate(),
-        a.probe,
-        a.datagrams,
-        |n, r| measure(a, mode, n, r),
-    )?;
+    let found = crate::search_lossless(&format!("{mode:?}"), full.rate(), a.probe, a.datagrams, |n, r| measure(a, mode, n, r))?;
     found.with_context(|| format!("{mode:?}: no lossless rate found"))
 }
 
@@ -380,21 +283,11 @@ pub fn ingest(a: IngestArgs) -> anyhow::Result<ExitCode> {
     if !a.no_pin && cores < 2 {
         bail!("pinning needs 2 CPUs; use --no-pin");
     }
-    eprintln!(
-        "rdaq bench ingest: {} datagrams of {} payload bytes per run, batch {}",
-        a.datagrams, a.payload_bytes, a.batch
-    );
+    eprintln!("rdaq bench ingest: {} datagrams of {} payload bytes per run, batch {}", a.datagrams, a.payload_bytes, a.batch);
     let bare = lossless(&a, Mode::Bare).context("bare recvmmsg loop")?;
     let bare_ring = lossless(&a, Mode::BareRing).context("bare recvmmsg loop into a ring")?;
     let place = lossless(&a, Mode::Place).context("receiver placement")?;
-    print_table(
-        &a,
-        [
-            ("bare recvmmsg (discard)", bare),
-            ("bare recvmmsg into ring", bare_ring),
-            ("placement (rdaq)", place),
-        ],
-    );
+    print_table(&a, [("bare recvmmsg (discard)", bare), ("bare recvmmsg into ring", bare_ring), ("placement (rdaq)", place)]);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -405,25 +298,10 @@ fn print_table(a: &IngestArgs, rows: [(&str, Outcome); 3]) {
     let [(_, bare), (_, ring), (_, place)] = rows;
     println!();
     println!("rdaq bench ingest: highest lossless rate, {} B datagrams ({} B payload) over loopback, {} per run", a.payload_bytes as usize + rdaq_proto::HEADER_LEN, a.payload_bytes, a.datagrams);
-    println!(
-        "{}, sender GSO {}, pinned {}",
-        crate::machine_line(),
-        place.gso,
-        !a.no_pin
-    );
+    println!("{}, sender GSO {}, pinned {}", crate::machine_line(), place.gso, !a.no_pin);
     println!(
         "{:<23} {:>10} {:>5} {:>9} {:>12} {:>7} {:>10} {:>14} {:>9} {:>9} {:>9}",
-        "path",
-        "datagrams",
-        "lost",
-        "paced at",
-        "datagrams/s",
-        "Gb/s",
-        "recv CPU%",
-        "CPU ns/dgram",
-        "rate/bare",
-        "CPU/bare",
-        "CPU/ring"
+        "path", "datagrams", "lost", "paced at", "datagrams/s", "Gb/s", "recv CPU%", "CPU ns/dgram", "rate/bare", "CPU/bare", "CPU/ring"
     );
     let ns = |o: &Outcome| o.recv_cpu.as_secs_f64() * 1e9 / o.received.max(1) as f64;
     for (name, o) in rows {
@@ -454,9 +332,7 @@ fn print_table(a: &IngestArgs, rows: [(&str, Outcome); 3]) {
     println!("where granted, pre-faulted), without any checks: placement against it (CPU/ring) is the cost of");
     println!("rdaq's own work with the same memory traffic; the scratch loop (CPU/bare) also leaves out the ring.");
     if bare.rate_asked.is_none() && place.rate_asked.is_none() {
-        println!(
-            "Both paths were lossless at the sender's full speed: the sender is the limit of this"
-        );
+        println!("Both paths were lossless at the sender's full speed: the sender is the limit of this");
         println!("machine, so rate/bare mostly shows sender variance; the CPU columns compare the receive paths.");
     }
 }

@@ -7,9 +7,9 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use rdaq_detector::geometry::{DEFAULT_GAP_X, DEFAULT_GAP_Y};
 use rdaq_detector::jungfrau::MODULE_PIXELS;
 use rdaq_detector::synth::{ModuleSynth, SynthConfig};
+use rdaq_detector::geometry::{DEFAULT_GAP_X, DEFAULT_GAP_Y};
 use rdaq_detector::Geometry;
 use rdaq_process::bitshuffle::{self, Codec, Compressor};
 use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, InvalidGain};
@@ -35,15 +35,8 @@ fn module_photons(m: u16) -> anyhow::Result<Vec<i16>> {
     let cfg = SynthConfig::default();
     let e = cfg.photon_energy_kev;
     let mut synth = ModuleSynth::new(cfg, m);
-    let conv = Converter::new(
-        Calibration::unmasked(synth.calibration()),
-        InvalidGain::Error,
-    )?;
-    let (mut raw, mut kev, mut photons) = (
-        vec![0u16; MODULE_PIXELS],
-        vec![0f32; MODULE_PIXELS],
-        vec![0i16; MODULE_PIXELS],
-    );
+    let conv = Converter::new(Calibration::unmasked(synth.calibration()), InvalidGain::Error)?;
+    let (mut raw, mut kev, mut photons) = (vec![0u16; MODULE_PIXELS], vec![0f32; MODULE_PIXELS], vec![0i16; MODULE_PIXELS]);
     synth.frame(1, &mut raw);
     conv.to_kev(&raw, &mut kev);
     kev_to_photons(&kev, e, &mut photons);
@@ -56,17 +49,12 @@ fn parts(detector: Geometry, receivers: u16) -> anyhow::Result<Vec<(DetectorPart
     let no_data = PixelType::Photons16.no_data();
     (0..receivers)
         .map(|r| {
-            let part = DetectorPart {
-                module_ids: (r * per..(r + 1) * per).collect(),
-                detector,
-            };
+            let part = DetectorPart { module_ids: (r * per..(r + 1) * per).collect(), detector };
             let g = part.geometry();
             let mut image = no_data.repeat(g.height() * g.width());
             for (i, &m) in part.module_ids.iter().enumerate() {
                 let px = module_photons(m)?;
-                g.module_runs(i as u16, |from, at, len| {
-                    image[at * 2..(at + len) * 2].copy_from_slice(bytes_of(&px[from..from + len]))
-                });
+                g.module_runs(i as u16, |from, at, len| image[at * 2..(at + len) * 2].copy_from_slice(bytes_of(&px[from..from + len])));
             }
             let mut chunk = Vec::new();
             Compressor::new(2, 0, Codec::Lz4).compress(&image, &mut chunk);
@@ -77,29 +65,12 @@ fn parts(detector: Geometry, receivers: u16) -> anyhow::Result<Vec<(DetectorPart
 
 pub fn bench(a: JoinBenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(a.images > 0, "--images must be positive");
-    anyhow::ensure!(
-        a.receivers > 0 && a.modules > 0 && a.modules % a.receivers == 0 && a.modules <= 64,
-        "--modules (1 to 64) must be a multiple of --receivers (at least 1)"
-    );
+    anyhow::ensure!(a.receivers > 0 && a.modules > 0 && a.modules % a.receivers == 0 && a.modules <= 64, "--modules (1 to 64) must be a multiple of --receivers (at least 1)");
     let detector = Geometry::new(a.modules, 1, DEFAULT_GAP_X, DEFAULT_GAP_Y).expect("one column");
     let parts = parts(detector, a.receivers)?;
     let mut joiner = PartJoiner::new(detector, PixelType::Photons16);
     // the parts as they come from the stream: their chunks copied outside the timing
-    let take = || {
-        parts
-            .iter()
-            .map(|(d, c)| {
-                (
-                    d,
-                    Image {
-                        elem: 2,
-                        chunk: c.clone(),
-                        ..Image::default()
-                    },
-                )
-            })
-            .collect::<Vec<_>>()
-    };
+    let take = || parts.iter().map(|(d, c)| (d, Image { elem: 2, chunk: c.clone(), ..Image::default() })).collect::<Vec<_>>();
     let whole = joiner.join(&take())?;
     let pixels = bitshuffle::decompress(&whole.chunk, 2, Codec::Lz4)?;
     println!("rdaq bench join: {} modules ({} x {} int16 photon counts), {} receivers' parts, {} images per row, one thread", a.modules, detector.height(), detector.width(), a.receivers, a.images);
@@ -124,21 +95,10 @@ pub fn bench(a: JoinBenchArgs) -> anyhow::Result<ExitCode> {
         std::hint::black_box(joiner.join(&taken)?);
         joined += t.elapsed().as_secs_f64();
     }
-    println!(
-        "{:<46} {:>10} {:>14} {:>8}",
-        "row", "images/s", "module frames/s", "vs floor"
-    );
-    for (name, secs) in [
-        ("compress the whole image once (the floor)", floor),
-        ("decompress the parts", unpack),
-        ("join (decompress, place, compress)", joined),
-    ] {
+    println!("{:<46} {:>10} {:>14} {:>8}", "row", "images/s", "module frames/s", "vs floor");
+    for (name, secs) in [("compress the whole image once (the floor)", floor), ("decompress the parts", unpack), ("join (decompress, place, compress)", joined)] {
         let rate = a.images as f64 / secs;
-        println!(
-            "{name:<46} {rate:>10.0} {:>14.0} {:>7.0}%",
-            rate * a.modules as f64,
-            100.0 * floor / secs
-        );
+        println!("{name:<46} {rate:>10.0} {:>14.0} {:>7.0}%", rate * a.modules as f64, 100.0 * floor / secs);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -85,12 +85,8 @@ pub enum BenchCmd {
 /// [`MAX_DISTINCT_FRAMES`].
 pub(crate) fn distinct_frames<T: TryFrom<u64>>(s: &str) -> Result<T, String> {
     match s.parse::<u64>() {
-        Ok(n) if (1..=MAX_DISTINCT_FRAMES).contains(&n) => {
-            T::try_from(n).map_err(|_| format!("{n} is too large here"))
-        }
-        _ => Err(format!(
-            "must be a number of frames from 1 to {MAX_DISTINCT_FRAMES}"
-        )),
+        Ok(n) if (1..=MAX_DISTINCT_FRAMES).contains(&n) => T::try_from(n).map_err(|_| format!("{n} is too large here")),
+        _ => Err(format!("must be a number of frames from 1 to {MAX_DISTINCT_FRAMES}")),
     }
 }
 
@@ -99,9 +95,7 @@ pub const MAX_DISTINCT_FRAMES: u64 = 4096;
 
 /// Reads a rate in Hz from the command line: as the emulator takes it, finite and positive.
 pub(crate) fn rate_arg(s: &str) -> Result<f64, String> {
-    let r: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a rate in Hz"))?;
+    let r: f64 = s.parse().map_err(|_| format!("{s:?} is not a rate in Hz"))?;
     if r > 0.0 {
         rdaq_emulator::config::check_rate(Some(r)).map(|()| r)
     } else {
@@ -156,6 +150,7 @@ pub fn bench(b: BenchCmd) -> anyhow::Result<ExitCode> {
     }
 }
 
+
 /// "machine: N CPUs, Linux VERSION": the line each table names its machine with.
 pub(crate) fn machine_line() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -176,13 +171,7 @@ pub(crate) trait Probe {
 /// The highest lossless rate below `full` (a lossy full-speed rate), as PERCIVAL searched it
 /// by hand: 5 bisecting probes of `probe` datagrams from 30% of `full`, then confirming runs
 /// of `count` datagrams, 10% lower each time one loses; `None` after 4 lossy confirmations.
-pub(crate) fn search_lossless<R: Probe>(
-    what: &str,
-    full: f64,
-    probe: u64,
-    count: u64,
-    measure: impl Fn(u64, Option<f64>) -> anyhow::Result<R>,
-) -> anyhow::Result<Option<R>> {
+pub(crate) fn search_lossless<R: Probe>(what: &str, full: f64, probe: u64, count: u64, measure: impl Fn(u64, Option<f64>) -> anyhow::Result<R>) -> anyhow::Result<Option<R>> {
     let (mut lo, mut hi) = (0.3 * full, full);
     for _ in 0..5 {
         let mid = 0.5 * (lo + hi);

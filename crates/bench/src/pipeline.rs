@@ -23,8 +23,8 @@ use rdaq_detector::synth::ModuleSynth;
 use rdaq_detector::Chopper;
 use rdaq_receiver::memory::{Placer, Released};
 use rdaq_receiver::Receiver;
-use rdaq_run::board::Board;
 use rdaq_run::config::Config;
+use rdaq_run::board::Board;
 use rdaq_run::consume;
 use rdaq_run::graph::{self, ProcessReport};
 use rdaq_sink::NxmxWriter;
@@ -120,25 +120,11 @@ pub(crate) struct Point {
 pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let max = a.max_workers.unwrap_or(cores).max(1);
-    let counts: Vec<usize> = if a.workers.is_empty() {
-        (1..=max).collect()
-    } else {
-        a.workers.clone()
-    };
-    anyhow::ensure!(
-        counts.iter().all(|&w| (1..=1024).contains(&w)),
-        "--workers: each count 1..=1024"
-    );
-    anyhow::ensure!(
-        a.pedestal_bands.is_none_or(|b| b <= 1024),
-        "--pedestal-bands: 0 (the thread budget's) to 1024"
-    );
+    let counts: Vec<usize> = if a.workers.is_empty() { (1..=max).collect() } else { a.workers.clone() };
+    anyhow::ensure!(counts.iter().all(|&w| (1..=1024).contains(&w)), "--workers: each count 1..=1024");
+    anyhow::ensure!(a.pedestal_bands.is_none_or(|b| b <= 1024), "--pedestal-bands: 0 (the thread budget's) to 1024");
     let mut cfg = Config::default();
-    cfg.process.backend = if a.backend == "gpu" {
-        "gpu".into()
-    } else {
-        "cpu".into()
-    };
+    cfg.process.backend = if a.backend == "gpu" { "gpu".into() } else { "cpu".into() };
     if let Some(n) = a.pedestal_publish {
         cfg.process.pedestal_publish = n;
     }
@@ -163,54 +149,29 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
     let pool = Pool::new(&cfg, 32);
     let dir = std::env::temp_dir().join(format!("rdaq-bench-pipeline-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let dark = if a.raw {
-        "raw frames"
-    } else if a.no_dark {
-        "no dark frames"
-    } else {
-        "chopper 1 dark : 1 signal"
-    };
+    let dark = if a.raw { "raw frames" } else if a.no_dark { "no dark frames" } else { "chopper 1 dark : 1 signal" };
     eprintln!("rdaq bench pipeline: {} module(s) per frame, {dark}, {} output, {} backend, {} s per point, process workers {counts:?} on {cores} cores", a.modules, a.output, a.backend, a.seconds);
-    cfg.process.cpus = if a.pin {
-        (0..cores).collect()
-    } else {
-        Vec::new()
-    };
+    cfg.process.cpus = if a.pin { (0..cores).collect() } else { Vec::new() };
     if a.ceiling {
-        anyhow::ensure!(
-            a.backend == "cpu",
-            "--ceiling measures the CPU backend's graph (--backend cpu)"
-        );
+        anyhow::ensure!(a.backend == "cpu", "--ceiling measures the CPU backend's graph (--backend cpu)");
         return ceiling::bench(&a, &mut cfg, &pool, &dir, &counts);
     }
     let mut points = Vec::new();
     for &w in &counts {
         set_workers(&mut cfg, &a, w);
-        let work = if a.backend == "gpu-standin" {
-            Work::GpuStandIn
-        } else {
-            Work::Real
-        };
+        let work = if a.backend == "gpu-standin" { Work::GpuStandIn } else { Work::Real };
         let p = measure_point(&cfg, &pool, &dir, a.seconds, work)?;
-        eprintln!(
-            "  {w} worker(s): {:.0} module frames/s",
-            p.module_frames_per_s
-        );
+        eprintln!("  {w} worker(s): {:.0} module frames/s", p.module_frames_per_s);
         points.push(p);
     }
-    let limits = if a.raw {
-        Some(raw_limits(&mut cfg, &a, &pool, &dir, &counts)?)
-    } else {
-        None
-    };
+    let limits = if a.raw { Some(raw_limits(&mut cfg, &a, &pool, &dir, &counts)?) } else { None };
     std::fs::remove_dir_all(&dir).ok();
     print_table(&points, a.modules, cores, a.raw);
     if let Some(l) = limits {
         print_raw_limit(&points, l);
     }
     if let Some(path) = a.json {
-        std::fs::write(&path, serde_json::to_string_pretty(&points)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(&path, serde_json::to_string_pretty(&points)?).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -218,25 +179,14 @@ pub fn bench(a: PipelineArgs) -> anyhow::Result<ExitCode> {
 /// Sets a point's process workers, and its pedestal bands as asked or as the thread
 /// budget would give them beside that many workers.
 pub(crate) fn set_workers(cfg: &mut Config, a: &PipelineArgs, workers: usize) {
-    let dark = rdaq_run::budget::ThreadBudget::dark_share(
-        cfg.detector.chopper_dark,
-        cfg.detector.chopper_signal,
-    );
+    let dark = rdaq_run::budget::ThreadBudget::dark_share(cfg.detector.chopper_dark, cfg.detector.chopper_signal);
     cfg.process.workers = workers;
-    cfg.process.pedestal_bands = a
-        .pedestal_bands
-        .unwrap_or_else(|| rdaq_run::budget::ThreadBudget::bands_beside(workers, dark));
+    cfg.process.pedestal_bands = a.pedestal_bands.unwrap_or_else(|| rdaq_run::budget::ThreadBudget::bands_beside(workers, dark));
 }
 
 /// One point in its own directory under `dir`, removed when the point ends: its dirty pages
 /// would otherwise be written back during the next point, on its cores and its disk.
-pub(crate) fn measure_point(
-    cfg: &Config,
-    pool: &Pool,
-    dir: &std::path::Path,
-    seconds: f64,
-    work: Work,
-) -> anyhow::Result<Point> {
+pub(crate) fn measure_point(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work: Work) -> anyhow::Result<Point> {
     let kind = match work {
         Work::Real => "real",
         Work::GpuStandIn => "standin",
@@ -268,10 +218,7 @@ pub(crate) fn canned(cfg: &Config, pool: &Pool) -> anyhow::Result<graph::Canned>
     let (meta, setup) = rdaq_run::plan::plan(cfg, cfg.geometry().context("geometry")?, None)?;
     match setup {
         Some(s) => graph::Canned::of(&s, pool.signal_frame()),
-        None => Ok(graph::Canned {
-            chunk: raw_chunk(&meta, pool),
-            spots: Vec::new(),
-        }),
+        None => Ok(graph::Canned { chunk: raw_chunk(&meta, pool), spots: Vec::new() }),
     }
 }
 
@@ -279,12 +226,7 @@ fn raw_chunk(meta: &rdaq_sink::NxmxMeta, pool: &Pool) -> Vec<u8> {
     let mut asm = rdaq_run::assemble::Assembler::new(meta.geometry, None);
     let mut comp = rdaq_process::bitshuffle::Compressor::new(asm.pixel_bytes(), 0, meta.codec);
     let (mut staging, mut chunk) = (Vec::new(), Vec::new());
-    asm.compress_words(
-        rdaq_process::bytes_of(pool.signal_frame()),
-        &mut comp,
-        &mut staging,
-        &mut chunk,
-    );
+    asm.compress_words(rdaq_process::bytes_of(pool.signal_frame()), &mut comp, &mut staging, &mut chunk);
     chunk
 }
 
@@ -298,9 +240,7 @@ pub(crate) struct Pool {
 impl Pool {
     fn new(cfg: &Config, n: usize) -> Pool {
         let modules = cfg.detector.modules as usize;
-        let mut synths: Vec<ModuleSynth> = (0..cfg.detector.modules)
-            .map(|m| ModuleSynth::new(cfg.synth(), m))
-            .collect();
+        let mut synths: Vec<ModuleSynth> = (0..cfg.detector.modules).map(|m| ModuleSynth::new(cfg.synth(), m)).collect();
         let frames = (0..n as u64)
             .map(|f| {
                 let mut words = vec![0u16; modules * MODULE_PIXELS];
@@ -310,10 +250,7 @@ impl Pool {
                 words
             })
             .collect();
-        Pool {
-            frames,
-            chopper: cfg.chopper(),
-        }
+        Pool { frames, chopper: cfg.chopper() }
     }
 
     fn is_dark(&self, frame: u64) -> bool {
@@ -322,30 +259,18 @@ impl Pool {
 
     /// The words of the first signal frame.
     pub(crate) fn signal_frame(&self) -> &[u16] {
-        let k = (0..self.frames.len())
-            .find(|&k| !self.is_dark(k as u64))
-            .unwrap_or(0);
+        let k = (0..self.frames.len()).find(|&k| !self.is_dark(k as u64)).unwrap_or(0);
         &self.frames[k]
     }
 }
 
 /// One point: the graph with `cfg`'s workers for `seconds`, and the copy bandwidth of as
 /// many threads.
-fn measure(
-    cfg: &Config,
-    pool: &Pool,
-    dir: &std::path::Path,
-    seconds: f64,
-    work: Work,
-) -> anyhow::Result<Point> {
+fn measure(cfg: &Config, pool: &Pool, dir: &std::path::Path, seconds: f64, work: Work) -> anyhow::Result<Point> {
     let geometry = cfg.geometry().context("geometry")?;
     let (mut meta, mut setup) = rdaq_run::plan::plan(cfg, geometry, None)?;
     match (setup.as_mut(), work) {
-        (Some(s), Work::GpuStandIn) => {
-            s.gpu = Some(graph::GpuBackend::StandIn(
-                rdaq_gpu::standin::Failures::default(),
-            ))
-        }
+        (Some(s), Work::GpuStandIn) => s.gpu = Some(graph::GpuBackend::StandIn(rdaq_gpu::standin::Failures::default())),
         (Some(s), Work::Canned(c)) => s.canned = Some(c.clone()),
         _ => {}
     }
@@ -368,34 +293,12 @@ fn measure(
     let watch = board.as_deref().unwrap_or(&raw_board);
     let ended = AtomicBool::new(false);
     let (report, fed) = std::thread::scope(|s| {
-        let feeder = s.spawn(|| {
-            feed(
-                placer,
-                pool,
-                &kinds,
-                Duration::from_secs_f64(seconds),
-                watch,
-                &ended,
-            )
-        });
+        let feeder = s.spawn(|| feed(placer, pool, &kinds, Duration::from_secs_f64(seconds), watch, &ended));
         let r = match setup {
             Some(setup) => graph::run(&rx, Some(&mut writer), None, setup, &bar, None, &mut |_| {}),
             None => {
-                let sinks = consume::Sinks {
-                    geometry,
-                    writer: Some(&mut writer),
-                    stream: None,
-                    sent: None,
-                    board: Some(&raw_board),
-                    decoder: None,
-                    pedestal_run: None,
-                    workers: cfg.raw_workers(),
-                    canned: raw_chunk.as_ref(),
-                    finding: None,
-                    deliver: None,
-                };
-                consume::consume(&rx, sinks, &bar, None, |_| {})
-                    .map(|st| (st, ProcessReport::default()))
+                let sinks = consume::Sinks { geometry, writer: Some(&mut writer), stream: None, sent: None, board: Some(&raw_board), decoder: None, pedestal_run: None, workers: cfg.raw_workers(), canned: raw_chunk.as_ref(), finding: None, deliver: None };
+                consume::consume(&rx, sinks, &bar, None, |_| {}).map(|st| (st, ProcessReport::default()))
             }
         };
         // a graph that failed before taking frames leaves the feeder waiting: the consumer
@@ -410,9 +313,7 @@ fn measure(
         anyhow::bail!("{workers} workers: the writer failed, the point is void: {e}");
     }
     writer.finish()?;
-    let (from, to) = fed.window.with_context(|| {
-        format!("{workers} workers: the graph ran too briefly to measure (--seconds)")
-    })?;
+    let (from, to) = fed.window.with_context(|| format!("{workers} workers: the graph ran too briefly to measure (--seconds)"))?;
     let elapsed = (to.at - from.at).as_secs_f64();
     let frames = to.frames - from.frames;
     let module_frames = frames as f64 * cfg.detector.modules as f64;
@@ -432,10 +333,7 @@ fn measure(
         pool_waits: report.pool_waits,
         reorder_high_water: report.reorder_high_water,
         // a frame counts when it ends: one in progress at the first sample is counted whole
-        workers_busy: from
-            .busy_s
-            .zip(to.busy_s)
-            .map(|(a, b)| ((b - a) / (workers as f64 * elapsed)).min(1.0)),
+        workers_busy: from.busy_s.zip(to.busy_s).map(|(a, b)| ((b - a) / (workers as f64 * elapsed)).min(1.0)),
         gpu: gpu_line(&report),
     })
 }
@@ -473,16 +371,9 @@ struct Progress {
 
 impl Progress {
     fn of(board: &Board) -> Progress {
-        let workers = board
-            .stages()
-            .into_iter()
-            .find(|s| matches!(s.name.as_str(), "process" | "gpu" | "assemble"));
+        let workers = board.stages().into_iter().find(|s| matches!(s.name.as_str(), "process" | "gpu" | "assemble"));
         let busy_s = workers.map(|s| s.busy_ns.load(Ordering::Relaxed) as f64 / 1e9);
-        Progress {
-            at: Instant::now(),
-            frames: board.frames_done().0,
-            busy_s,
-        }
+        Progress { at: Instant::now(), frames: board.frames_done().0, busy_s }
     }
 }
 
@@ -492,21 +383,11 @@ impl Progress {
 /// time, at most half a second: its first frames, buffers touched for the first time) and
 /// when the feeding stops, so neither the graph's setup, nor its drain, nor its teardown
 /// (freeing, unregistering memory) is in it.
-fn feed(
-    mut placer: Placer,
-    pool: &Pool,
-    kinds: &[bool],
-    seconds: Duration,
-    board: &Board,
-    ended: &AtomicBool,
-) -> Fed {
+fn feed(mut placer: Placer, pool: &Pool, kinds: &[bool], seconds: Duration, board: &Board, ended: &AtomicBool) -> Fed {
     let poll = Duration::from_millis(20);
     board.wait_consuming();
     if ended.load(Ordering::Relaxed) {
-        return Fed {
-            handed: 0,
-            window: None,
-        };
+        return Fed { handed: 0, window: None };
     }
     let mut free: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
     for s in placer.free().collect::<Vec<_>>() {
@@ -528,31 +409,19 @@ fn feed(
             match placer.wait_released_for(poll) {
                 Released::Slot(s) => free[kinds[s as usize] as usize].push(s),
                 Released::NotYet if !ended.load(Ordering::Relaxed) => {}
-                Released::NotYet | Released::Gone => {
-                    return Fed {
-                        handed: n,
-                        window: None,
-                    }
-                }
+                Released::NotYet | Released::Gone => return Fed { handed: n, window: None },
             }
         };
         placer.hand(slot, n);
         n += 1;
     }
-    Fed {
-        handed: n,
-        window: first.map(|f| (f, Progress::of(board))),
-    }
+    Fed { handed: n, window: first.map(|f| (f, Progress::of(board))) }
 }
 
 /// The GPU path's stage times and counts in one line.
 fn gpu_line(r: &ProcessReport) -> Option<String> {
     let g = r.gpu.as_ref()?;
-    let stages: Vec<String> = r
-        .stages
-        .iter()
-        .map(|s| format!("{} {:.3} ms x{}", s.name, s.ms_per_frame, s.workers))
-        .collect();
+    let stages: Vec<String> = r.stages.iter().map(|s| format!("{} {:.3} ms x{}", s.name, s.ms_per_frame, s.workers)).collect();
     Some(format!(
         "{} ({} lanes, ring {}registered): {}; waits for a lane {}, images back {}, frames on the CPU while the lanes were busy {}, device errors {}",
         g.device,
@@ -567,20 +436,12 @@ fn gpu_line(r: &ProcessReport) -> Option<String> {
 }
 
 fn step(r: &ProcessReport, name: &str) -> f64 {
-    r.steps
-        .iter()
-        .find(|s| s.name == name)
-        .map_or(0.0, |s| s.ms_per_frame)
+    r.steps.iter().find(|s| s.name == name).map_or(0.0, |s| s.ms_per_frame)
 }
 
 /// Busy time of every pedestal band per dark frame (ms of CPU).
 fn pedestal_ms(r: &ProcessReport) -> f64 {
-    let busy: f64 = r
-        .stages
-        .iter()
-        .filter(|s| s.name.starts_with("pedestal"))
-        .map(|s| s.busy_s)
-        .sum();
+    let busy: f64 = r.stages.iter().filter(|s| s.name.starts_with("pedestal")).map(|s| s.busy_s).sum();
     if r.dark_frames > 0 {
         busy * 1e3 / r.dark_frames as f64
     } else {
@@ -597,24 +458,13 @@ struct RawLimits {
     serial_workers: usize,
 }
 
-fn raw_limits(
-    cfg: &mut Config,
-    a: &PipelineArgs,
-    pool: &Pool,
-    dir: &std::path::Path,
-    counts: &[usize],
-) -> anyhow::Result<RawLimits> {
+fn raw_limits(cfg: &mut Config, a: &PipelineArgs, pool: &Pool, dir: &std::path::Path, counts: &[usize]) -> anyhow::Result<RawLimits> {
     let canned = std::sync::Arc::new(canned(cfg, pool)?);
     let plain_write = ceiling::plain_write(cfg, &canned.chunk, dir, a.seconds)?;
     let serial_workers = counts.iter().copied().max().unwrap_or(1);
     set_workers(cfg, a, serial_workers);
-    let serial =
-        measure_point(cfg, pool, dir, a.seconds, Work::Canned(&canned))?.module_frames_per_s;
-    Ok(RawLimits {
-        plain_write,
-        serial,
-        serial_workers,
-    })
+    let serial = measure_point(cfg, pool, dir, a.seconds, Work::Canned(&canned))?.module_frames_per_s;
+    Ok(RawLimits { plain_write, serial, serial_workers })
 }
 
 /// What limits the raw chain at its best point: the write (most of what a plain sequential
@@ -622,12 +472,7 @@ fn raw_limits(
 /// they sustain alone: the one HDF5 writer, below a plain write), the copy bandwidth, or the
 /// workers.
 fn print_raw_limit(points: &[Point], l: RawLimits) {
-    let Some(best) = points
-        .iter()
-        .max_by(|a, b| a.module_frames_per_s.total_cmp(&b.module_frames_per_s))
-    else {
-        return;
-    };
+    let Some(best) = points.iter().max_by(|a, b| a.module_frames_per_s.total_cmp(&b.module_frames_per_s)) else { return };
     let rate = best.module_frames_per_s;
     let limit = if rate >= 0.8 * l.plain_write {
         "the write (one HDF5 writer: a faster disk, or the frames split over more series, would take more)".to_string()
@@ -644,28 +489,18 @@ fn print_raw_limit(points: &[Point], l: RawLimits) {
 }
 
 fn print_table(points: &[Point], modules: u16, cores: usize, raw: bool) {
-    let chain = if raw {
-        "raw chain of rdaq run --raw (assemble workers: assembly + bitshuffle-LZ4 of the raw words; no steps timed, no pedestal)"
-    } else {
-        "processing graph of rdaq run"
-    };
+    let chain = if raw { "raw chain of rdaq run --raw (assemble workers: assembly + bitshuffle-LZ4 of the raw words; no steps timed, no pedestal)" } else { "processing graph of rdaq run" };
     println!("{chain} without the network: {modules} JUNGFRAU module(s) per frame, frames handed from a pre-filled ring ({cores} cores)");
     println!("{:>7} {:>5} {:>10} {:>12} {:>9} {:>11} {:>8}   {:>8} {:>8} {:>9} {:>10}   {:>6} {:>7} {:>6}",
         "workers", "bands", "mod.fr/s", "per worker", "raw GB/s", "copy GB/s", "raw/copy", "convert", "spots", "compress", "pedestal", "waits", "held", "busy");
     for p in points {
-        let busy = p
-            .workers_busy
-            .map_or("-".to_string(), |b| format!("{:.0}%", 100.0 * b));
+        let busy = p.workers_busy.map_or("-".to_string(), |b| format!("{:.0}%", 100.0 * b));
         println!("{:>7} {:>5} {:>10.0} {:>12.0} {:>9.2} {:>11.2} {:>7.0}%   {:>8.3} {:>8.3} {:>9.3} {:>10.3}   {:>6} {:>7} {:>6}",
             p.workers, p.pedestal_bands, p.module_frames_per_s, p.module_frames_per_s_per_worker, p.raw_gb_per_s, p.copy_gb_per_s,
             100.0 * p.raw_gb_per_s / p.copy_gb_per_s, p.convert_ms, p.spots_ms, p.compress_ms, p.pedestal_ms_per_dark, p.pool_waits, p.reorder_high_water, busy);
     }
     for p in points.iter().filter(|p| p.gpu.is_some()) {
-        println!(
-            "  {} workers: {}",
-            p.workers,
-            p.gpu.as_deref().unwrap_or_default()
-        );
+        println!("  {} workers: {}", p.workers, p.gpu.as_deref().unwrap_or_default());
     }
     println!("mod.fr/s: JUNGFRAU module frames (1 MiB raw) through the graph per second, dark and signal, from a quarter of the point");
     println!("  (at most 0.5 s) after the graph took its first frame to the end of the feeding (no setup, warm-up, drain or teardown); raw GB/s their bytes;");

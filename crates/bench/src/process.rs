@@ -111,21 +111,8 @@ impl Data {
             kev_to_photons(&kev[i], e, &mut photons16[i]);
         }
         let lsnr = LocalSnrParams::for_photon_energy(e);
-        let p8 = Peakfinder8Params {
-            adc_threshold: 0.5 * e,
-            ..Peakfinder8Params::jungfrau_module()
-        };
-        Ok(Data {
-            photon_kev: e,
-            cal,
-            conv,
-            raw,
-            kev,
-            photons,
-            photons16,
-            lsnr,
-            p8,
-        })
+        let p8 = Peakfinder8Params { adc_threshold: 0.5 * e, ..Peakfinder8Params::jungfrau_module() };
+        Ok(Data { photon_kev: e, cal, conv, raw, kev, photons, photons16, lsnr, p8 })
     }
 }
 
@@ -168,13 +155,7 @@ pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
     eprintln!("rdaq bench process: {n} module frames of {MODULE_COLS} x {MODULE_ROWS}, {} s per measurement, pinned to core 0", a.seconds);
     let copy = crate::copy_bandwidth(1, 256 << 20, a.seconds);
     let base = baselines(&a, &d)?;
-    let mut t = Table {
-        seconds: a.seconds,
-        frames: n,
-        copy,
-        base,
-        rows: Vec::new(),
-    };
+    let mut t = Table { seconds: a.seconds, frames: n, copy, base, rows: Vec::new() };
     conversion(&d, &mut t);
     let found = spot_finding(&d, &mut t);
     let ratio_lz4 = compression(&d, &mut t);
@@ -183,8 +164,7 @@ pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
     print_table(&t, found, ratio_lz4);
     if let Some(p) = a.json {
         let j = serde_json::json!({ "copy_gb_per_s": copy / 1e9, "rows": t.rows, "lz4_ratio_photons": ratio_lz4 });
-        std::fs::write(&p, serde_json::to_string_pretty(&j)?)
-            .with_context(|| format!("cannot write {}", p.display()))?;
+        std::fs::write(&p, serde_json::to_string_pretty(&j)?).with_context(|| format!("cannot write {}", p.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -193,26 +173,13 @@ pub fn bench(a: ProcessBenchArgs) -> anyhow::Result<ExitCode> {
 fn conversion(d: &Data, t: &mut Table) {
     let mut out = vec![0f32; MODULE_PIXELS];
     let s = t.time(|i| d.conv.to_kev(black_box(&d.raw[i]), &mut out));
-    t.row(
-        "convert keV",
-        s,
-        14.125,
-        Some(("aare apply_calibration", "aare_convert")),
-    );
+    t.row("convert keV", s, 14.125, Some(("aare apply_calibration", "aare_convert")));
     let mut counts = vec![0i32; MODULE_PIXELS];
-    let s = t.time(|i| {
-        d.conv
-            .to_photons(black_box(&d.raw[i]), d.photon_kev, &mut counts)
-    });
+    let s = t.time(|i| d.conv.to_photons(black_box(&d.raw[i]), d.photon_kev, &mut counts));
     t.row("convert photons32", s, 14.125, None);
     let mut ped = Pedestal::<f64>::new(MODULE_PIXELS, 0, 128);
     let s = t.time(|i| ped.push(black_box(&d.raw[i])));
-    t.row(
-        "pedestal f64",
-        s,
-        38.0,
-        Some(("aare Pedestal_d.push", "aare_pedestal")),
-    );
+    t.row("pedestal f64", s, 38.0, Some(("aare Pedestal_d.push", "aare_pedestal")));
 }
 
 /// Both spot finders; returns the spots each found over the frames.
@@ -220,42 +187,19 @@ fn spot_finding(d: &Data, t: &mut Table) -> [usize; 2] {
     let mut spots = Vec::new();
     let mut finder = LocalSnr::new(d.lsnr);
     let s = t.time(|i| finder.find(black_box(&d.kev[i]), MODULE_COLS, MODULE_ROWS, &mut spots));
-    t.row(
-        "spots local SNR",
-        s,
-        4.0,
-        Some(("numpy+scipy local SNR (same rule)", "local_snr")),
-    );
-    let lsnr: usize = d
-        .kev
-        .iter()
-        .map(|k| {
-            finder.find(k, MODULE_COLS, MODULE_ROWS, &mut spots);
-            spots.len()
-        })
-        .sum();
-    let radius = Peakfinder8::radius_map(
-        MODULE_COLS,
-        MODULE_ROWS,
-        MODULE_COLS as f64 / 2.0,
-        MODULE_ROWS as f64 / 2.0,
-    );
+    t.row("spots local SNR", s, 4.0, Some(("numpy+scipy local SNR (same rule)", "local_snr")));
+    let lsnr: usize = d.kev.iter().map(|k| {
+        finder.find(k, MODULE_COLS, MODULE_ROWS, &mut spots);
+        spots.len()
+    }).sum();
+    let radius = Peakfinder8::radius_map(MODULE_COLS, MODULE_ROWS, MODULE_COLS as f64 / 2.0, MODULE_ROWS as f64 / 2.0);
     let mut pf8 = Peakfinder8::new(d.p8, radius, &vec![true; MODULE_PIXELS]);
     let s = t.time(|i| pf8.find(black_box(&d.kev[i]), &mut spots));
-    t.row(
-        "spots peakfinder8",
-        s,
-        4.0,
-        Some(("cfelpyutils peakfinder8", "peakfinder8")),
-    );
-    let pf8_spots: usize = d
-        .kev
-        .iter()
-        .map(|k| {
-            pf8.find(k, &mut spots);
-            spots.len()
-        })
-        .sum();
+    t.row("spots peakfinder8", s, 4.0, Some(("cfelpyutils peakfinder8", "peakfinder8")));
+    let pf8_spots: usize = d.kev.iter().map(|k| {
+        pf8.find(k, &mut spots);
+        spots.len()
+    }).sum();
     [lsnr, pf8_spots]
 }
 
@@ -265,13 +209,8 @@ fn spot_finding(d: &Data, t: &mut Table) -> [usize; 2] {
 /// positions (the path of any other order), and EIGER's 12-bit unpacking with the flip.
 fn described(d: &Data, t: &mut Table) -> anyhow::Result<()> {
     let desc = Description::load("percival-like")?;
-    let s = Descrambler::for_description(&desc)
-        .map_err(anyhow::Error::msg)?
-        .context("percival-like is descrambled")?;
-    anyhow::ensure!(
-        s.pixels() == MODULE_PIXELS,
-        "the example's modules are JUNGFRAU-sized"
-    );
+    let s = Descrambler::for_description(&desc).map_err(anyhow::Error::msg)?.context("percival-like is descrambled")?;
+    anyhow::ensure!(s.pixels() == MODULE_PIXELS, "the example's modules are JUNGFRAU-sized");
     let mut planes = vec![0i16; s.pixels() * s.planes()];
     let n = d.raw.len();
     let secs = t.time(|i| s.run(black_box(&d.raw[i]), Some(&d.raw[(i + 1) % n]), &mut planes));
@@ -280,22 +219,12 @@ fn described(d: &Data, t: &mut Table) -> anyhow::Result<()> {
     // the same stage gathering through its table of readout positions (any order's path)
     let r = desc.descrambled().context("percival-like has a readout")?;
     let lay = ModuleLayout::new(&desc, 16, false).map_err(anyhow::Error::msg)?;
-    let table = Descrambler::new(
-        lay.segment_sources(),
-        r.positions(lay.port_width()),
-        &desc.pixel.fields,
-        r.reset_frame,
-    )
-    .map_err(anyhow::Error::msg)?;
+    let table = Descrambler::new(lay.segment_sources(), r.positions(lay.port_width()), &desc.pixel.fields, r.reset_frame).map_err(anyhow::Error::msg)?;
     let secs = t.time(|i| table.run(black_box(&d.raw[i]), Some(&d.raw[(i + 1) % n]), &mut planes));
     t.row("descramble (table)", secs, 10.0, None);
     let eiger = Description::load("eiger")?;
     let l = ModuleLayout::new(&eiger, 12, false).map_err(anyhow::Error::msg)?;
-    let raw: Vec<Vec<u8>> = d
-        .raw
-        .iter()
-        .map(|r| bytes_of(r)[..l.raw_bytes()].to_vec())
-        .collect();
+    let raw: Vec<Vec<u8>> = d.raw.iter().map(|r| bytes_of(r)[..l.raw_bytes()].to_vec()).collect();
     let mut image = vec![0u8; MODULE_PIXELS * l.pixel_bytes()];
     let secs = t.time(|i| l.decode(black_box(&raw[i]), &mut image));
     t.row("EIGER 12-bit unpack", secs, 1.5 + 2.0, None);
@@ -307,75 +236,29 @@ fn compression(d: &Data, t: &mut Table) -> f64 {
     let mut chunk = Vec::new();
     let mut c = Compressor::new(4, 0, Codec::Lz4);
     let s = t.time(|i| c.compress(black_box(bytes_of(&d.photons[i])), &mut chunk));
-    t.row(
-        "bslz4 photons32",
-        s,
-        4.0,
-        Some(("bitshuffle.compress_lz4", "bitshuffle_lz4_photons")),
-    );
+    t.row("bslz4 photons32", s, 4.0, Some(("bitshuffle.compress_lz4", "bitshuffle_lz4_photons")));
     let mut c16 = Compressor::new(2, 0, Codec::Lz4);
     let s = t.time(|i| c16.compress(black_box(bytes_of(&d.photons16[i])), &mut chunk));
-    t.row(
-        "bslz4 photons16",
-        s,
-        2.0,
-        Some((
-            "bitshuffle.compress_lz4 (int16)",
-            "bitshuffle_lz4_photons16",
-        )),
-    );
+    t.row("bslz4 photons16", s, 2.0, Some(("bitshuffle.compress_lz4 (int16)", "bitshuffle_lz4_photons16")));
     // what rdaq run does: counts made from keV one block at a time, straight into the compressor
     let mut staging = Vec::new();
-    let s = t.time(|i| {
-        c16.compress_from(
-            MODULE_PIXELS,
-            &mut staging,
-            &mut chunk,
-            |at, b: &mut [i16]| kev_to_photons(&d.kev[i][at..at + b.len()], d.photon_kev, b),
-        )
-    });
-    t.row(
-        "keV->photons16+bslz4",
-        s,
-        4.0,
-        Some((
-            "bitshuffle.compress_lz4 (int16)",
-            "bitshuffle_lz4_photons16",
-        )),
-    );
+    let s = t.time(|i| c16.compress_from(MODULE_PIXELS, &mut staging, &mut chunk, |at, b: &mut [i16]| kev_to_photons(&d.kev[i][at..at + b.len()], d.photon_kev, b)));
+    t.row("keV->photons16+bslz4", s, 4.0, Some(("bitshuffle.compress_lz4 (int16)", "bitshuffle_lz4_photons16")));
     let s = t.time(|i| c.compress(black_box(bytes_of(&d.kev[i])), &mut chunk));
-    t.row(
-        "bslz4 keV",
-        s,
-        4.0,
-        Some(("bitshuffle.compress_lz4", "bitshuffle_lz4_kev")),
-    );
+    t.row("bslz4 keV", s, 4.0, Some(("bitshuffle.compress_lz4", "bitshuffle_lz4_kev")));
     let s = t.time(|i| c16.compress(black_box(bytes_of(&d.raw[i])), &mut chunk));
-    t.row(
-        "bslz4 raw",
-        s,
-        2.0,
-        Some(("bitshuffle.compress_lz4 (raw words)", "bitshuffle_lz4_raw")),
-    );
+    t.row("bslz4 raw", s, 2.0, Some(("bitshuffle.compress_lz4 (raw words)", "bitshuffle_lz4_raw")));
     let mut z = Compressor::new(4, 0, Codec::Zstd(3));
     let s = t.time(|i| z.compress(black_box(bytes_of(&d.photons[i])), &mut chunk));
-    t.row(
-        "bszstd3 photons32",
-        s,
-        4.0,
-        Some(("bitshuffle.compress_zstd", "bitshuffle_zstd_photons")),
-    );
+    t.row("bszstd3 photons32", s, 4.0, Some(("bitshuffle.compress_zstd", "bitshuffle_zstd_photons")));
     let mut csr = Csr::default();
     let s = t.time(|i| csr.fill(black_box(&d.photons[i]), MODULE_ROWS, MODULE_COLS, 0));
     t.row("sparse CSR > 0", s, 4.0, None);
     let n = d.photons.len() as f64;
-    d.photons
-        .iter()
-        .map(|p| {
-            c.compress(bytes_of(p), &mut chunk);
-            (MODULE_PIXELS * 4) as f64 / chunk.len() as f64 / n
-        })
-        .sum()
+    d.photons.iter().map(|p| {
+        c.compress(bytes_of(p), &mut chunk);
+        (MODULE_PIXELS * 4) as f64 / chunk.len() as f64 / n
+    }).sum()
 }
 
 /// The LZ4 step alone, by `lz4_flex` (what the compressor uses) and by the C library
@@ -384,102 +267,49 @@ fn compression(d: &Data, t: &mut Table) -> f64 {
 fn lz4_libraries(d: &Data, t: &mut Table) {
     let block = rdaq_process::bitshuffle::default_block_elems(2) * 2;
     let shuffled = |frames: Vec<&[u8]>| -> Vec<Vec<u8>> {
-        frames
-            .iter()
-            .map(|f| {
-                let mut out = vec![0u8; f.len() / block * block];
-                for (src, dst) in f.chunks_exact(block).zip(out.chunks_exact_mut(block)) {
-                    rdaq_process::bitshuffle::shuffle_block(src, dst, 2);
-                }
-                out
-            })
-            .collect()
+        frames.iter().map(|f| {
+            let mut out = vec![0u8; f.len() / block * block];
+            for (src, dst) in f.chunks_exact(block).zip(out.chunks_exact_mut(block)) {
+                rdaq_process::bitshuffle::shuffle_block(src, dst, 2);
+            }
+            out
+        }).collect()
     };
-    let sets = [
-        (
-            "photons16",
-            shuffled(d.photons16.iter().map(|p| bytes_of(p)).collect()),
-        ),
-        ("raw", shuffled(d.raw.iter().map(|r| bytes_of(r)).collect())),
-    ];
-    let mut out = vec![
-        0u8;
-        lz4_flex::block::get_maximum_output_size(block)
-            .max(lz4::block::compress_bound(block).expect("block fits"))
-    ];
+    let sets = [("photons16", shuffled(d.photons16.iter().map(|p| bytes_of(p)).collect())), ("raw", shuffled(d.raw.iter().map(|r| bytes_of(r)).collect()))];
+    let mut out = vec![0u8; lz4_flex::block::get_maximum_output_size(block).max(lz4::block::compress_bound(block).expect("block fits"))];
     for (name, frames) in &sets {
         let c_lib = t.time(|i| {
             for b in frames[i].chunks_exact(block) {
-                black_box(
-                    lz4::block::compress_to_buffer(
-                        b,
-                        Some(lz4::block::CompressionMode::DEFAULT),
-                        false,
-                        &mut out,
-                    )
-                    .expect("room for the worst case"),
-                );
+                black_box(lz4::block::compress_to_buffer(b, Some(lz4::block::CompressionMode::DEFAULT), false, &mut out).expect("room for the worst case"));
             }
         });
         let key = format!("liblz4_{name}");
         t.base.insert(key.clone(), c_lib.into());
         let flex = t.time(|i| {
             for b in frames[i].chunks_exact(block) {
-                black_box(
-                    lz4_flex::block::compress_into(b, &mut out).expect("room for the worst case"),
-                );
+                black_box(lz4_flex::block::compress_into(b, &mut out).expect("room for the worst case"));
             }
         });
         let stage = format!("lz4_flex {name}");
-        t.row(
-            &stage,
-            flex,
-            2.0,
-            Some(("liblz4 (lz4 crate), same blocks", &key)),
-        );
+        t.row(&stage, flex, 2.0, Some(("liblz4 (lz4 crate), same blocks", &key)));
     }
 }
 
 fn print_table(t: &Table, [lsnr_spots, pf8_spots]: [usize; 2], ratio_lz4: f64) {
-    println!(
-        "copy bandwidth (one core, 256 MiB buffers): {:.2} GB/s copied ({:.2} GB/s of traffic)",
-        t.copy / 1e9,
-        2.0 * t.copy / 1e9
-    );
-    println!(
-        "{:<20} {:>9} {:>9} {:>8} {:>9} {:>7}   {:<34} {:>9} {:>8}",
-        "stage",
-        "ms/frame",
-        "Mpx/s",
-        "GB/s",
-        "floor ms",
-        "/floor",
-        "baseline (same data)",
-        "ms/frame",
-        "speedup"
-    );
+    println!("copy bandwidth (one core, 256 MiB buffers): {:.2} GB/s copied ({:.2} GB/s of traffic)", t.copy / 1e9, 2.0 * t.copy / 1e9);
+    println!("{:<20} {:>9} {:>9} {:>8} {:>9} {:>7}   {:<34} {:>9} {:>8}", "stage", "ms/frame", "Mpx/s", "GB/s", "floor ms", "/floor", "baseline (same data)", "ms/frame", "speedup");
     for r in &t.rows {
         let fl = r.floor_ms.map_or("-".into(), |f| format!("{f:.3}"));
-        let over = r
-            .floor_ms
-            .map_or("-".into(), |f| format!("{:.2}x", r.ms_per_frame / f));
+        let over = r.floor_ms.map_or("-".into(), |f| format!("{:.2}x", r.ms_per_frame / f));
         let (bn, bm, sp) = match (&r.baseline, r.baseline_ms, r.speedup) {
             (Some(n), Some(m), Some(s)) => (n.clone(), format!("{m:.3}"), format!("{s:.2}x")),
             (Some(n), _, _) => (n.clone(), "n/a".into(), "-".into()),
             _ => ("-".into(), "-".into(), "-".into()),
         };
-        println!(
-            "{:<20} {:>9.3} {:>9.1} {:>8.2} {:>9} {:>7}   {:<34} {:>9} {:>8}",
-            r.stage, r.ms_per_frame, r.mpixel_per_s, r.gb_per_s, fl, over, bn, bm, sp
-        );
+        println!("{:<20} {:>9.3} {:>9.1} {:>8.2} {:>9} {:>7}   {:<34} {:>9} {:>8}", r.stage, r.ms_per_frame, r.mpixel_per_s, r.gb_per_s, fl, over, bn, bm, sp);
     }
     println!("bitshuffle+LZ4 ratio of the photon counts: {ratio_lz4:.1}");
-    let count = |k: &str| {
-        t.base
-            .get(k)
-            .and_then(|v| v.as_u64())
-            .map_or("n/a".into(), |v| v.to_string())
-    };
+    let count = |k: &str| t.base.get(k).and_then(|v| v.as_u64()).map_or("n/a".into(), |v| v.to_string());
     println!(
         "spots found in the {} frames: local SNR rdaq {lsnr_spots}, numpy+scipy {}; peakfinder8 rdaq {pf8_spots}, cfelpyutils {}",
         t.frames,
@@ -491,61 +321,27 @@ fn print_table(t: &Table, [lsnr_spots, pf8_spots]: [usize; 2], ratio_lz4: f64) {
 }
 
 /// The reference libraries on the same frames, in a Python process pinned to the same core.
-fn baselines(
-    a: &ProcessBenchArgs,
-    d: &Data,
-) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+fn baselines(a: &ProcessBenchArgs, d: &Data) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
     let (raw, kev, photons, cal, lsnr, p8) = (&d.raw, &d.kev, &d.photons, &d.cal, d.lsnr, d.p8);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let python = a
-        .python
-        .clone()
-        .unwrap_or_else(|| root.join(".venv/bin/python"));
+    let python = a.python.clone().unwrap_or_else(|| root.join(".venv/bin/python"));
     let script = root.join("bench/process_baselines.py");
     if !python.exists() || !script.exists() {
-        eprintln!(
-            "rdaq bench process: no {} or {}: baselines skipped (run make setup)",
-            python.display(),
-            script.display()
-        );
+        eprintln!("rdaq bench process: no {} or {}: baselines skipped (run make setup)", python.display(), script.display());
         return Ok(Default::default());
     }
     let dir = std::env::temp_dir().join(format!("rdaq-bench-process-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let f = hdf5::File::create(dir.join("bench_inputs.h5"))?;
     let n = raw.len();
-    f.new_dataset::<u16>()
-        .shape((n, MODULE_ROWS, MODULE_COLS))
-        .create("raw")?
-        .write_raw(&flat(raw))?;
-    f.new_dataset::<f32>()
-        .shape((n, MODULE_ROWS, MODULE_COLS))
-        .create("kev")?
-        .write_raw(&flat(kev))?;
-    f.new_dataset::<i32>()
-        .shape((n, MODULE_ROWS, MODULE_COLS))
-        .create("photons")?
-        .write_raw(&flat(photons))?;
+    f.new_dataset::<u16>().shape((n, MODULE_ROWS, MODULE_COLS)).create("raw")?.write_raw(&flat(raw))?;
+    f.new_dataset::<f32>().shape((n, MODULE_ROWS, MODULE_COLS)).create("kev")?.write_raw(&flat(kev))?;
+    f.new_dataset::<i32>().shape((n, MODULE_ROWS, MODULE_COLS)).create("photons")?.write_raw(&flat(photons))?;
     let stack = |a: &[Vec<f32>; 3]| a.iter().flatten().copied().collect::<Vec<f32>>();
-    f.new_dataset::<f32>()
-        .shape((3, MODULE_ROWS, MODULE_COLS))
-        .create("pedestal")?
-        .write_raw(&stack(&cal.pedestal))?;
-    f.new_dataset::<f32>()
-        .shape((3, MODULE_ROWS, MODULE_COLS))
-        .create("gain")?
-        .write_raw(&stack(&cal.gain))?;
-    let lsnr = [
-        lsnr.threshold as f64,
-        lsnr.snr as f64,
-        lsnr.box_half as f64,
-        lsnr.min_pixels as f64,
-        lsnr.max_pixels as f64,
-    ];
-    f.new_attr::<f64>()
-        .shape(lsnr.len())
-        .create("local_snr")?
-        .write_raw(&lsnr)?;
+    f.new_dataset::<f32>().shape((3, MODULE_ROWS, MODULE_COLS)).create("pedestal")?.write_raw(&stack(&cal.pedestal))?;
+    f.new_dataset::<f32>().shape((3, MODULE_ROWS, MODULE_COLS)).create("gain")?.write_raw(&stack(&cal.gain))?;
+    let lsnr = [lsnr.threshold as f64, lsnr.snr as f64, lsnr.box_half as f64, lsnr.min_pixels as f64, lsnr.max_pixels as f64];
+    f.new_attr::<f64>().shape(lsnr.len()).create("local_snr")?.write_raw(&lsnr)?;
     let p8 = [
         p8.max_num_peaks as f64,
         p8.asic_nx as f64,
@@ -560,40 +356,19 @@ fn baselines(
         p8.min_res as f64,
         p8.max_res as f64,
     ];
-    f.new_attr::<f64>()
-        .shape(p8.len())
-        .create("peakfinder8")?
-        .write_raw(&p8)?;
+    f.new_attr::<f64>().shape(p8.len()).create("peakfinder8")?.write_raw(&p8)?;
     drop(f);
-    eprintln!(
-        "rdaq bench process: baselines in {} (aare, cfelpyutils, bitshuffle; one thread)",
-        python.display()
-    );
-    let out = Command::new("taskset")
-        .arg("-c")
-        .arg("0")
-        .arg(&python)
-        .arg(&script)
-        .arg(&dir)
-        .arg(a.seconds.to_string())
-        .env("OMP_NUM_THREADS", "1")
-        .output();
+    eprintln!("rdaq bench process: baselines in {} (aare, cfelpyutils, bitshuffle; one thread)", python.display());
+    let out = Command::new("taskset").arg("-c").arg("0").arg(&python).arg(&script).arg(&dir).arg(a.seconds.to_string())
+        .env("OMP_NUM_THREADS", "1").output();
     let out = match out {
         Ok(o) => o,
         // no taskset: run unpinned
-        Err(_) => Command::new(&python)
-            .arg(&script)
-            .arg(&dir)
-            .arg(a.seconds.to_string())
-            .env("OMP_NUM_THREADS", "1")
-            .output()?,
+        Err(_) => Command::new(&python).arg(&script).arg(&dir).arg(a.seconds.to_string()).env("OMP_NUM_THREADS", "1").output()?,
     };
     std::fs::remove_dir_all(&dir).ok();
     if !out.status.success() {
-        eprintln!(
-            "rdaq bench process: baselines failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        eprintln!("rdaq bench process: baselines failed: {}", String::from_utf8_lossy(&out.stderr).trim());
         return Ok(Default::default());
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("baseline output")?;

@@ -72,53 +72,28 @@ fn run(pair: &VethPair, format: Format, payload: u32, frames: u64) -> anyhow::Re
             Ok((rx.join()?, first.map_or(Duration::ZERO, |f| last - f)))
         });
         let Ok(map) = map_rx.recv() else {
-            return Err(receiver
-                .join()
-                .expect("receiver panicked")
-                .err()
-                .unwrap_or_else(|| anyhow::anyhow!("the receiver did not start")));
+            return Err(receiver.join().expect("receiver panicked").err().unwrap_or_else(|| anyhow::anyhow!("the receiver did not start")));
         };
         let emu = s
             .spawn(move || -> anyhow::Result<rdaq_emulator::EmulatorReport> {
                 VethPair::enter(&pair.sender_ns)?;
                 rdaq_net::socket::pin_current_thread(0)?;
-                let ecfg = EmulatorConfig {
-                    frames,
-                    rate_hz: None,
-                    frame_pool: 16,
-                    history_bytes: 0,
-                    ..EmulatorConfig::default()
-                };
-                let dtps = [ModuleDtp::single(
-                    &map,
-                    0,
-                    SocketAddr::new(pair.receiver_ip.into(), map.data_ports[0]),
-                )];
-                Ok(rdaq_emulator::run(
-                    &ecfg,
-                    &dtps,
-                    Arc::new(Control::default()),
-                )?)
+                let ecfg = EmulatorConfig { frames, rate_hz: None, frame_pool: 16, history_bytes: 0, ..EmulatorConfig::default() };
+                let dtps = [ModuleDtp::single(&map, 0, SocketAddr::new(pair.receiver_ip.into(), map.data_ports[0]))];
+                Ok(rdaq_emulator::run(&ecfg, &dtps, Arc::new(Control::default()))?)
             })
             .join()
             .expect("emulator panicked");
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         let (counters, window) = receiver.join().expect("receiver panicked")?;
         let emu = emu?;
-        Ok(Run {
-            counters,
-            window,
-            resent: emu.retransmit.resent,
-            sent: emu.sent.datagrams,
-        })
+        Ok(Run { counters, window, resent: emu.retransmit.resent, sent: emu.sent.datagrams })
     })
 }
 
 /// Nanoseconds of one ICRC over a WRITE_MIDDLE packet of `mtu` payload bytes.
 fn icrc_ns(mtu: usize, packets: u64) -> f64 {
-    let ip = [
-        0x45u8, 0, 0x10, 0x3A, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 99, 0, 1, 10, 99, 0, 2,
-    ];
+    let ip = [0x45u8, 0, 0x10, 0x3A, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 99, 0, 1, 10, 99, 0, 2];
     let udp = [0xC0u8, 0, 0x12, 0xB7, 0x10, 0x26, 0, 0];
     let rest: Vec<u8> = (0..12 + mtu).map(|i| i as u8).collect();
     let t = Instant::now();
@@ -136,25 +111,10 @@ pub fn bench(a: RoceArgs) -> anyhow::Result<ExitCode> {
     println!("rdaq bench roce: {}", crate::machine_line());
     let pair = VethPair::create("roce", 9000).context("the veth pair (needs root and iproute2)")?;
     println!("veth pair between two namespaces (MTU 9000), AF_XDP engine (copy mode), receive thread on CPU 1, emulator on CPU 0, {} module frames of 1 MiB each, full speed", a.frames);
-    println!(
-        "{:<44} {:>9} {:>9} {:>10} {:>12} {:>12} {:>10}",
-        "format", "complete", "GB/s", "recv CPU", "ns / 8 KiB", "sent/placed", "go-back"
-    );
+    println!("{:<44} {:>9} {:>9} {:>10} {:>12} {:>12} {:>10}", "format", "complete", "GB/s", "recv CPU", "ns / 8 KiB", "sent/placed", "go-back");
     let rows = [
-        (
-            "rdaq datagrams, 8 KiB (UDP sockets, GSO)",
-            Format::Rdaq,
-            8192,
-        ),
-        (
-            "RoCEv2 WRITE, MTU 4096 (raw frames, RC)",
-            Format::Roce {
-                mtu: a.mtu,
-                first_frame: 0,
-                frame_stride: 1,
-            },
-            a.mtu,
-        ),
+        ("rdaq datagrams, 8 KiB (UDP sockets, GSO)", Format::Rdaq, 8192),
+        ("RoCEv2 WRITE, MTU 4096 (raw frames, RC)", Format::Roce { mtu: a.mtu, first_frame: 0, frame_stride: 1 }, a.mtu),
     ];
     let mut roce_ns_per_packet = None;
     for (name, format, payload) in rows {
@@ -178,18 +138,9 @@ pub fn bench(a: RoceArgs) -> anyhow::Result<ExitCode> {
     }
     let icrc = icrc_ns(a.mtu as usize, a.icrc_packets);
     println!();
-    println!(
-        "{:<44} {:>12} {:>22} {:>8}",
-        "ICRC (crc32fast)", "ns / packet", "RoCEv2 recv ns / packet", "share"
-    );
+    println!("{:<44} {:>12} {:>22} {:>8}", "ICRC (crc32fast)", "ns / packet", "RoCEv2 recv ns / packet", "share");
     if let Some(p) = roce_ns_per_packet {
-        println!(
-            "{:<44} {:>12.0} {:>22.0} {:>7.1}%",
-            format!("{} B packet (BTH + payload)", 12 + a.mtu),
-            icrc,
-            p,
-            100.0 * icrc / p
-        );
+        println!("{:<44} {:>12.0} {:>22.0} {:>7.1}%", format!("{} B packet (BTH + payload)", 12 + a.mtu), icrc, p, 100.0 * icrc / p);
     }
     Ok(ExitCode::SUCCESS)
 }

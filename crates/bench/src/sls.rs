@@ -18,13 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use rdaq_detector::Description;
 use rdaq_net::send::BatchSender;
 use rdaq_net::socket;
-use rdaq_proto::sls::{
-    SlsHeader, DET_TYPE_JUNGFRAU, JUNGFRAU_PACKETS_PER_FRAME, JUNGFRAU_PACKET_PAYLOAD,
-    SLS_HEADER_LEN, SLS_HEADER_VERSION,
-};
+use rdaq_detector::Description;
+use rdaq_proto::sls::{SlsHeader, DET_TYPE_JUNGFRAU, JUNGFRAU_PACKETS_PER_FRAME, JUNGFRAU_PACKET_PAYLOAD, SLS_HEADER_LEN, SLS_HEADER_VERSION};
 use rdaq_receiver::{Format, IncompletePolicy, PortGrid, Receiver, ReceiverConfig};
 
 use crate::ingest::IngestArgs;
@@ -52,14 +49,7 @@ impl Wire {
 
     fn format(&self) -> Format {
         if self.by_header {
-            let g = PortGrid {
-                det_type: self.det_type,
-                payload: self.payload as u32,
-                packets: self.packets as u32,
-                port_rows: 1,
-                port_cols: 1,
-                module_cols: 1,
-            };
+            let g = PortGrid { det_type: self.det_type, payload: self.payload as u32, packets: self.packets as u32, port_rows: 1, port_cols: 1, module_cols: 1 };
             Format::SlsByHeader(g)
         } else {
             Format::sls(1)
@@ -68,14 +58,7 @@ impl Wire {
 }
 
 /// One JUNGFRAU module: 128 packets of 8240 B on 10 GbE.
-const JUNGFRAU: Wire = Wire {
-    name: "JUNGFRAU module",
-    packets: JUNGFRAU_PACKETS_PER_FRAME as usize,
-    payload: JUNGFRAU_PACKET_PAYLOAD,
-    det_type: DET_TYPE_JUNGFRAU,
-    line_gap: LINE_RATE_GAP,
-    by_header: false,
-};
+const JUNGFRAU: Wire = Wire { name: "JUNGFRAU module", packets: JUNGFRAU_PACKETS_PER_FRAME as usize, payload: JUNGFRAU_PACKET_PAYLOAD, det_type: DET_TYPE_JUNGFRAU, line_gap: LINE_RATE_GAP, by_header: false };
 
 /// One EIGER port at 16 bits on `link` ("1g" or "10g"), from the shipped description.
 fn eiger_port(link: &'static str) -> anyhow::Result<Wire> {
@@ -85,19 +68,8 @@ fn eiger_port(link: &'static str) -> anyhow::Result<Wire> {
     let bits_per_second = if link == "1g" { 1e9 } else { 1e10 };
     // preamble, Ethernet header and FCS, gap: 38 B; IPv4 and UDP: 28 B
     let wire_bytes = (payload + SLS_HEADER_LEN + 38 + 28) as f64;
-    let name = if link == "1g" {
-        "EIGER port, 1GbE"
-    } else {
-        "EIGER port, 10GbE"
-    };
-    Ok(Wire {
-        name,
-        packets,
-        payload,
-        det_type: d.header.det_type,
-        line_gap: Duration::from_secs_f64(wire_bytes * 8.0 / bits_per_second),
-        by_header: true,
-    })
+    let name = if link == "1g" { "EIGER port, 1GbE" } else { "EIGER port, 10GbE" };
+    Ok(Wire { name, packets, payload, det_type: d.header.det_type, line_gap: Duration::from_secs_f64(wire_bytes * 8.0 / bits_per_second), by_header: true })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,36 +102,18 @@ impl Measured {
 }
 
 /// Sends `frames` frames of `w` to `dest` at `rate` frames/s.
-fn send(
-    w: &Wire,
-    dest: SocketAddr,
-    frames: u64,
-    rate: f64,
-    pattern: Pattern,
-    pin: Option<usize>,
-) -> anyhow::Result<()> {
+fn send(w: &Wire, dest: SocketAddr, frames: u64, rate: f64, pattern: Pattern, pin: Option<usize>) -> anyhow::Result<()> {
     if let Some(cpu) = pin {
         socket::pin_current_thread(cpu)?;
     }
-    let mut tx = BatchSender::connect(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        dest,
-        pattern == Pattern::Burst,
-        16 << 20,
-    )?;
+    let mut tx = BatchSender::connect(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), dest, pattern == Pattern::Burst, 16 << 20)?;
     let payload: Vec<u8> = (0..w.payload).map(|i| (i * 7) as u8).collect();
     let mut headers = vec![[0u8; SLS_HEADER_LEN]; w.packets];
     let period = Duration::from_secs_f64(1.0 / rate);
     let start = Instant::now();
     for f in 0..frames {
         for (p, h) in headers.iter_mut().enumerate() {
-            let hdr = SlsHeader {
-                frame_number: f + 1,
-                packet_number: p as u32,
-                det_type: w.det_type,
-                version: SLS_HEADER_VERSION,
-                ..Default::default()
-            };
+            let hdr = SlsHeader { frame_number: f + 1, packet_number: p as u32, det_type: w.det_type, version: SLS_HEADER_VERSION, ..Default::default() };
             hdr.encode(h);
         }
         let t0 = start + period.mul_f64(f as f64);
@@ -183,13 +137,7 @@ fn send(
 /// slsReceiver's listener: a blocking receive per packet into a packet buffer, then the
 /// payload copied into the frame buffer at its frame and packet; a receive timeout lets it
 /// see the stop flag.
-fn bare_listener(
-    w: Wire,
-    sock: UdpSocket,
-    expected: u64,
-    done: &AtomicBool,
-    pin: Option<usize>,
-) -> anyhow::Result<Measured> {
+fn bare_listener(w: Wire, sock: UdpSocket, expected: u64, done: &AtomicBool, pin: Option<usize>) -> anyhow::Result<Measured> {
     if let Some(cpu) = pin {
         socket::pin_current_thread(cpu)?;
     }
@@ -209,44 +157,22 @@ fn bare_listener(
             Ok(_) => {}
         }
         let h = SlsHeader::decode(packet[..SLS_HEADER_LEN].try_into().expect("header length"));
-        let at = (h.frame_number as usize % RING_FRAMES) * w.frame_bytes()
-            + (h.packet_number as usize % w.packets) * w.payload;
+        let at = (h.frame_number as usize % RING_FRAMES) * w.frame_bytes() + (h.packet_number as usize % w.packets) * w.payload;
         ring[at..at + w.payload].copy_from_slice(&packet[SLS_HEADER_LEN..]);
         got += 1;
     }
     std::hint::black_box(&ring);
-    Ok(Measured {
-        packets: got,
-        lost: expected - got,
-        cpu: socket::thread_cpu_time() - cpu0,
-        syscalls,
-        sleeps: socket::thread_waits() - sleeps0,
-    })
+    Ok(Measured { packets: got, lost: expected - got, cpu: socket::thread_cpu_time() - cpu0, syscalls, sleeps: socket::thread_waits() - sleeps0 })
 }
 
-fn run_bare(
-    a: &IngestArgs,
-    w: &Wire,
-    frames: u64,
-    rate: f64,
-    pattern: Pattern,
-) -> anyhow::Result<Measured> {
-    let (sock, _) = socket::bind_receiver(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        a.recv_buffer_mib << 20,
-    )?;
+fn run_bare(a: &IngestArgs, w: &Wire, frames: u64, rate: f64, pattern: Pattern) -> anyhow::Result<Measured> {
+    let (sock, _) = socket::bind_receiver(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), a.recv_buffer_mib << 20)?;
     let dest = sock.local_addr()?;
     let done = Arc::new(AtomicBool::new(false));
-    let (pin_rx, pin_tx) = if a.no_pin {
-        (None, None)
-    } else {
-        (Some(1), Some(0))
-    };
+    let (pin_rx, pin_tx) = if a.no_pin { (None, None) } else { (Some(1), Some(0)) };
     let expected = frames * w.packets as u64;
     let (d2, w2) = (done.clone(), *w);
-    let listener = std::thread::Builder::new()
-        .name("sls-listener".into())
-        .spawn(move || bare_listener(w2, sock, expected, &d2, pin_rx))?;
+    let listener = std::thread::Builder::new().name("sls-listener".into()).spawn(move || bare_listener(w2, sock, expected, &d2, pin_rx))?;
     send(w, dest, frames, rate, pattern, pin_tx)?;
     done.store(true, Ordering::Relaxed);
     listener.join().expect("listener panicked")
@@ -254,13 +180,7 @@ fn run_bare(
 
 /// rdaq's receiver on sls packets, with a consumer that gives every frame back; the CPU is
 /// the receive thread's and the consumer's together.
-fn run_rdaq(
-    a: &IngestArgs,
-    w: &Wire,
-    frames: u64,
-    rate: f64,
-    pattern: Pattern,
-) -> anyhow::Result<Measured> {
+fn run_rdaq(a: &IngestArgs, w: &Wire, frames: u64, rate: f64, pattern: Pattern) -> anyhow::Result<Measured> {
     let mut rx = Receiver::start(ReceiverConfig {
         format: w.format(),
         data_port: 0,
@@ -278,23 +198,19 @@ fn run_rdaq(
         ..ReceiverConfig::default()
     })?;
     let dest = SocketAddr::from((Ipv4Addr::LOCALHOST, rx.ports()[0]));
-    let (consumer_cpu, consumer_sleeps) =
-        std::thread::scope(|s| -> anyhow::Result<(Duration, u64)> {
-            let rx_ref = &rx;
-            let consumer = s.spawn(move || {
-                let (cpu0, sleeps0) = (socket::thread_cpu_time(), socket::thread_waits());
-                for f in rx_ref.frames().iter() {
-                    rx_ref.release(f).expect("a frame of this receiver");
-                }
-                (
-                    socket::thread_cpu_time() - cpu0,
-                    socket::thread_waits() - sleeps0,
-                )
-            });
-            send(w, dest, frames, rate, pattern, (!a.no_pin).then_some(0))?;
-            rx.stop();
-            Ok(consumer.join().expect("consumer panicked"))
-        })?;
+    let (consumer_cpu, consumer_sleeps) = std::thread::scope(|s| -> anyhow::Result<(Duration, u64)> {
+        let rx_ref = &rx;
+        let consumer = s.spawn(move || {
+            let (cpu0, sleeps0) = (socket::thread_cpu_time(), socket::thread_waits());
+            for f in rx_ref.frames().iter() {
+                rx_ref.release(f).expect("a frame of this receiver");
+            }
+            (socket::thread_cpu_time() - cpu0, socket::thread_waits() - sleeps0)
+        });
+        send(w, dest, frames, rate, pattern, (!a.no_pin).then_some(0))?;
+        rx.stop();
+        Ok(consumer.join().expect("consumer panicked"))
+    })?;
     let c = rx.join()?;
     let expected = frames * w.packets as u64;
     Ok(Measured {
@@ -320,38 +236,19 @@ pub fn ingest_sls(a: &IngestArgs) -> anyhow::Result<ExitCode> {
         Some("eiger") => vec![eiger_port("1g")?, eiger_port("10g")?],
         Some(other) => bail!("--detector must be jungfrau or eiger, not {other:?}"),
     };
-    println!(
-        "rdaq bench ingest: native sls packets over loopback, {} s per row",
-        a.seconds
-    );
+    println!("rdaq bench ingest: native sls packets over loopback, {} s per row", a.seconds);
     println!("receive CPU per packet: slsReceiver's method (blocking recvfrom + copy into the frame buffer) vs rdaq (receive thread + consumer)");
     let mut worst: f64 = 0.0;
     for w in &wires {
         println!();
-        println!(
-            "{}: {} packets of {} B per frame",
-            w.name,
-            w.packets,
-            w.payload + SLS_HEADER_LEN
-        );
+        println!("{}: {} packets of {} B per frame", w.name, w.packets, w.payload + SLS_HEADER_LEN);
         println!(
             "{:<9} {:>9} {:>10} {:<28} {:>9} {:>6} {:>13} {:>15} {:>13} {:>9}",
-            "pattern",
-            "frames/s",
-            "packets/s",
-            "receiver",
-            "packets",
-            "lost",
-            "CPU ns/packet",
-            "syscalls/packet",
-            "sleeps/frame",
-            "CPU/bare"
+            "pattern", "frames/s", "packets/s", "receiver", "packets", "lost", "CPU ns/packet", "syscalls/packet", "sleeps/frame", "CPU/bare"
         );
         for pattern in [Pattern::LineRate, Pattern::Burst, Pattern::Spread] {
             for &rate in &a.frame_rates {
-                if pattern == Pattern::LineRate
-                    && w.line_gap * w.packets as u32 > Duration::from_secs_f64(1.0 / rate)
-                {
+                if pattern == Pattern::LineRate && w.line_gap * w.packets as u32 > Duration::from_secs_f64(1.0 / rate) {
                     println!("{:<9} {:>9.0} {:>10.0} (a frame takes longer than its period on this link: not measured)", "linerate", rate, rate * w.packets as f64);
                     continue;
                 }
@@ -369,10 +266,7 @@ fn measure_row(a: &IngestArgs, w: &Wire, pattern: Pattern, rate: f64) -> anyhow:
     let frames = ((rate * a.seconds).ceil() as u64).max(2);
     let bare = run_bare(a, w, frames, rate, pattern)?;
     let rdaq = run_rdaq(a, w, frames, rate, pattern)?;
-    for (name, m) in [
-        ("recvfrom + copy (slsReceiver)", bare),
-        ("rdaq receiver", rdaq),
-    ] {
+    for (name, m) in [("recvfrom + copy (slsReceiver)", bare), ("rdaq receiver", rdaq)] {
         println!(
             "{:<9} {:>9.0} {:>10.0} {:<28} {:>9} {:>6} {:>13.0} {:>15.3} {:>13.1} {:>8.2}x",
             format!("{pattern:?}").to_lowercase(),

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use rdaq_emulator::{Control, EmulatorConfig, EmulatorReport, FaultConfig};
-use rdaq_net::engine::EngineKind;
-use rdaq_net::netns::VethPair;
 use rdaq_proto::telegram::ModuleDtp;
 use rdaq_receiver::FrameStatus;
+use rdaq_net::engine::EngineKind;
+use rdaq_net::netns::VethPair;
 use rdaq_receiver::{Counters, Format, IncompletePolicy, Receiver, ReceiverConfig};
 
 /// The most frames of a soak (the checker keeps a hash of each) and of the sender's history.
@@ -95,15 +95,9 @@ fn start_receiver(a: &SoakArgs, pair: Option<&VethPair>) -> anyhow::Result<Recei
         linger: Duration::from_millis(100),
         ..ReceiverConfig::default()
     };
-    let Some(p) = pair else {
-        return Ok(Receiver::start(cfg)?);
-    };
+    let Some(p) = pair else { return Ok(Receiver::start(cfg)?) };
     let cfg = ReceiverConfig {
-        format: Format::Roce {
-            mtu: a.roce_mtu,
-            first_frame: 0,
-            frame_stride: 1,
-        },
+        format: Format::Roce { mtu: a.roce_mtu, first_frame: 0, frame_stride: 1 },
         engine: EngineKind::AfXdp,
         bind: p.receiver_ip.into(),
         payload_bytes: a.roce_mtu,
@@ -111,23 +105,13 @@ fn start_receiver(a: &SoakArgs, pair: Option<&VethPair>) -> anyhow::Result<Recei
         ..cfg
     };
     // the receive thread lives in the namespace of the thread that starts it
-    std::thread::scope(|s| {
-        s.spawn(|| -> anyhow::Result<Receiver> {
-            VethPair::enter(&p.receiver_ns)?;
-            Ok(Receiver::start(cfg)?)
-        })
-        .join()
-        .expect("receiver start panicked")
-    })
+    std::thread::scope(|s| s.spawn(|| -> anyhow::Result<Receiver> {
+        VethPair::enter(&p.receiver_ns)?;
+        Ok(Receiver::start(cfg)?)
+    }).join().expect("receiver start panicked"))
 }
 
-fn run(
-    a: &SoakArgs,
-    frames: u64,
-    faults: Option<FaultConfig>,
-    progress: bool,
-    pair: Option<&VethPair>,
-) -> anyhow::Result<Outcome> {
+fn run(a: &SoakArgs, frames: u64, faults: Option<FaultConfig>, progress: bool, pair: Option<&VethPair>) -> anyhow::Result<Outcome> {
     let mut receiver = start_receiver(a, pair)?;
     let ip: std::net::IpAddr = pair.map_or([127, 0, 0, 1].into(), |p| p.receiver_ip.into());
     let addr = std::net::SocketAddr::new(ip, receiver.ports()[0]);
@@ -139,23 +123,11 @@ fn run(
         module_bytes: a.frame_bytes,
         history_bytes: a.history_frames * a.frame_bytes,
         faults,
-        synth: rdaq_detector::synth::SynthConfig {
-            seed: a.seed,
-            ..Default::default()
-        },
+        synth: rdaq_detector::synth::SynthConfig { seed: a.seed, ..Default::default() },
         ..EmulatorConfig::default()
     };
     let control = Arc::new(Control::default());
-    let bar = progress.then(|| {
-        rdaq_run::progress_bar(
-            Some(frames),
-            if cfg.faults.is_some() {
-                "soak"
-            } else {
-                "clean"
-            },
-        )
-    });
+    let bar = progress.then(|| rdaq_run::progress_bar(Some(frames), if cfg.faults.is_some() { "soak" } else { "clean" }));
     let start = Instant::now();
     let (tx, hashes, incomplete, last) = std::thread::scope(|s| -> anyhow::Result<_> {
         let consumer = s.spawn(|| {
@@ -172,11 +144,7 @@ fn run(
                     FrameStatus::Incomplete => incomplete += 1,
                     FrameStatus::Complete => {
                         if let Some(h) = hashes.get_mut(f.frame() as usize) {
-                            *h = Some(xxhash_rust::xxh3::xxh3_64(
-                                receiver
-                                    .data(&f)
-                                    .expect("a complete frame of this receiver"),
-                            ));
+                            *h = Some(xxhash_rust::xxh3::xxh3_64(receiver.data(&f).expect("a complete frame of this receiver")));
                         }
                     }
                 }
@@ -203,16 +171,7 @@ fn run(
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let mut o = Outcome {
-        elapsed: last - start,
-        sent: tx.manifest.len() as u64,
-        exact: 0,
-        mismatched: 0,
-        incomplete,
-        missing: 0,
-        rx,
-        tx,
-    };
+    let mut o = Outcome { elapsed: last - start, sent: tx.manifest.len() as u64, exact: 0, mismatched: 0, incomplete, missing: 0, rx, tx };
     for e in &o.tx.manifest {
         match hashes.get(e.frame as usize).copied().flatten() {
             Some(h) if h == e.xxh3 => o.exact += 1,
@@ -224,16 +183,8 @@ fn run(
 }
 
 pub fn soak(a: SoakArgs) -> anyhow::Result<ExitCode> {
-    for (what, frames) in [
-        ("--history-frames", a.history_frames),
-        ("--slots", a.slots as u64),
-    ] {
-        anyhow::ensure!(
-            frames.saturating_mul(a.frame_bytes) <= MAX_MEMORY,
-            "{what} {frames} of --frame-bytes {} take more than {} GiB",
-            a.frame_bytes,
-            MAX_MEMORY >> 30
-        );
+    for (what, frames) in [("--history-frames", a.history_frames), ("--slots", a.slots as u64)] {
+        anyhow::ensure!(frames.saturating_mul(a.frame_bytes) <= MAX_MEMORY, "{what} {frames} of --frame-bytes {} take more than {} GiB", a.frame_bytes, MAX_MEMORY >> 30);
     }
     let faults = FaultConfig {
         seed: a.seed,
@@ -245,39 +196,17 @@ pub fn soak(a: SoakArgs) -> anyhow::Result<ExitCode> {
         ..FaultConfig::default()
     };
     faults.check().map_err(anyhow::Error::msg)?;
-    let pair = (a.roce_mtu > 0)
-        .then(|| {
-            VethPair::create("soak", 9000)
-                .context("the veth pair for RoCEv2 (needs root and iproute2)")
-        })
-        .transpose()?;
+    let pair = (a.roce_mtu > 0).then(|| VethPair::create("soak", 9000).context("the veth pair for RoCEv2 (needs root and iproute2)")).transpose()?;
     let pair = pair.as_ref();
-    let baseline = if a.baseline_frames > 0 {
-        Some(run(
-            &a,
-            a.baseline_frames.min(a.frames),
-            None,
-            !a.json,
-            pair,
-        )?)
-    } else {
-        None
-    };
+    let baseline = if a.baseline_frames > 0 { Some(run(&a, a.baseline_frames.min(a.frames), None, !a.json, pair)?) } else { None };
     let soak = run(&a, a.frames, Some(faults), !a.json, pair)?;
     let ok = soak.exact == a.frames;
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json(&a, &soak, baseline.as_ref()))?
-        );
+        println!("{}", serde_json::to_string_pretty(&json(&a, &soak, baseline.as_ref()))?);
     } else {
         print_table(&a, &soak, baseline.as_ref());
     }
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 fn rate(o: &Outcome) -> f64 {
@@ -319,11 +248,7 @@ fn json(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) -> serde_json::Value 
 
 fn print_table(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) {
     let (rx, tx) = (&o.rx, &o.tx);
-    let payload = if a.roce_mtu > 0 {
-        a.roce_mtu
-    } else {
-        a.payload_bytes
-    };
+    let payload = if a.roce_mtu > 0 { a.roce_mtu } else { a.payload_bytes };
     println!(
         "soak: {} frames of {} bytes ({} datagrams of {} B each) at {} frames/s asked",
         a.frames,
@@ -333,10 +258,7 @@ fn print_table(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) {
         a.rate
     );
     if a.roce_mtu > 0 {
-        println!(
-            "transport: RoCEv2 WRITEs, path MTU {}, over a veth pair into the AF_XDP engine",
-            a.roce_mtu
-        );
+        println!("transport: RoCEv2 WRITEs, path MTU {}, over a veth pair into the AF_XDP engine", a.roce_mtu);
     }
     println!(
         "faults (seed {}): loss {} in bursts of {} on average, reorder {}, duplicate {}, corrupt {}",
@@ -364,84 +286,36 @@ fn print_table(a: &SoakArgs, o: &Outcome, base: Option<&Outcome>) {
         ("  duplicates dropped", Some(rx.dropped(Duplicate))),
         ("  retransmission requests sent", Some(rx.nacks_sent)),
         ("  ... naming ranges", Some(rx.nack_ranges)),
-        (
-            "  retransmitted datagrams placed",
-            Some(rx.placed_retransmitted),
-        ),
+        ("  retransmitted datagrams placed", Some(rx.placed_retransmitted)),
         ("  retransmissions no longer needed", Some(rx.redundant)),
-        (
-            "  frames completed by retransmission",
-            Some(rx.frames_recovered),
-        ),
+        ("  frames completed by retransmission", Some(rx.frames_recovered)),
         ("  frames given up", Some(rx.frames_given_up)),
         ("  kernel drops", Some(rx.kernel_drops)),
         ("  RoCEv2 ACKs sent", Some(rx.acks_sent)),
-        (
-            "  RoCEv2 ACKs/NAKs refused by the interface",
-            Some(rx.replies_refused),
-        ),
+        ("  RoCEv2 ACKs/NAKs refused by the interface", Some(rx.replies_refused)),
         ("controller (sender's history)", None),
         ("  requests received", Some(tx.retransmit.nacks)),
         ("  datagrams asked for", Some(tx.retransmit.requested)),
         ("  datagrams resent", Some(tx.retransmit.resent)),
-        (
-            "  asked for but out of history",
-            Some(tx.retransmit.history_misses),
-        ),
+        ("  asked for but out of history", Some(tx.retransmit.history_misses)),
         ("  tail probes", Some(tx.retransmit.probes)),
-        (
-            "  RoCEv2 frames refused by the interface",
-            Some(tx.roce_refused),
-        ),
+        ("  RoCEv2 frames refused by the interface", Some(tx.roce_refused)),
         ("  malformed requests", Some(tx.retransmit.bad_nacks)),
-        (
-            "  other drops at the receiver",
-            Some(rx.dropped_total() - rx.dropped(BadChecksum) - rx.dropped(Duplicate)),
-        ),
+        ("  other drops at the receiver", Some(rx.dropped_total() - rx.dropped(BadChecksum) - rx.dropped(Duplicate))),
     ];
     println!();
     for (label, v) in rows {
-        println!(
-            "{label:<44} {:>14}",
-            v.map_or(String::new(), |v| v.to_string())
-        );
+        println!("{label:<44} {:>14}", v.map_or(String::new(), |v| v.to_string()));
     }
-    let reasons: Vec<String> = rx
-        .drops_by_reason()
-        .iter()
-        .map(|(n, v)| format!("{n}={v}"))
-        .collect();
-    println!(
-        "{:<44} {}",
-        "drops by reason",
-        if reasons.is_empty() {
-            "none".to_string()
-        } else {
-            reasons.join(" ")
-        }
-    );
+    let reasons: Vec<String> = rx.drops_by_reason().iter().map(|(n, v)| format!("{n}={v}")).collect();
+    println!("{:<44} {}", "drops by reason", if reasons.is_empty() { "none".to_string() } else { reasons.join(" ") });
     println!();
-    println!(
-        "{:<30} {:>12} {:>12} {:>10}",
-        "run", "frames/s", "GB/s", "vs clean"
-    );
+    println!("{:<30} {:>12} {:>12} {:>10}", "run", "frames/s", "GB/s", "vs clean");
     if let Some(b) = base {
-        println!(
-            "{:<30} {:>12.0} {:>12.3} {:>10}",
-            format!("clean ({} frames)", b.sent),
-            rate(b),
-            rate(b) * a.frame_bytes as f64 / 1e9,
-            "1.00"
-        );
+        println!("{:<30} {:>12.0} {:>12.3} {:>10}", format!("clean ({} frames)", b.sent), rate(b), rate(b) * a.frame_bytes as f64 / 1e9, "1.00");
     }
     let vs = base.map_or("-".to_string(), |b| format!("{:.2}", rate(o) / rate(b)));
-    println!(
-        "{:<30} {:>12.0} {:>12.3} {:>10}",
-        format!("with faults ({} frames)", o.sent),
-        rate(o),
-        rate(o) * a.frame_bytes as f64 / 1e9,
-        vs
-    );
+    println!("{:<30} {:>12.0} {:>12.3} {:>10}", format!("with faults ({} frames)", o.sent), rate(o), rate(o) * a.frame_bytes as f64 / 1e9, vs);
     println!();
     println!(
         "{}",

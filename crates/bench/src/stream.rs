@@ -76,25 +76,14 @@ fn bare(msg: &[u8], n: u64, hwm: i32) -> f64 {
 
 /// Seconds for `n` images of `chunk` through rdaq's publisher.
 fn published(meta: &NxmxMeta, chunk: &[u8], n: u64, hwm: i32, what: Consume) -> f64 {
-    let cfg = StreamConfig {
-        endpoint: "tcp://127.0.0.1:*".into(),
-        socket: SocketKind::Push,
-        hwm,
-        policy: Policy::Block,
-    };
+    let cfg = StreamConfig { endpoint: "tcp://127.0.0.1:*".into(), socket: SocketKind::Push, hwm, policy: Policy::Block };
     let mut p = Publisher::bind(&cfg).expect("bind");
     let done = consumer(p.endpoint(), n, hwm, what);
     let mut enc = Encoder::new(meta, 1);
     p.image(&b"go"[..]).expect("handshake");
     let t0 = Instant::now();
     for i in 0..n {
-        let info = ImageInfo {
-            image_id: i,
-            frame_number: i,
-            missing: &[],
-            spots: None,
-            time_ns: (0, 0),
-        };
+        let info = ImageInfo { image_id: i, frame_number: i, missing: &[], spots: None, time_ns: (0, 0) };
         p.image(enc.image(&info, chunk)).expect("send");
     }
     (done.join().expect("consumer") - t0).as_secs_f64()
@@ -107,11 +96,7 @@ fn chunks() -> anyhow::Result<[(PixelType, Vec<u8>); 2]> {
     let mut synth = ModuleSynth::new(cfg, 0);
     let mc = synth.calibration();
     let conv = Converter::new(Calibration::unmasked(mc), InvalidGain::Error)?;
-    let (mut raw, mut kev, mut photons) = (
-        vec![0u16; MODULE_PIXELS],
-        vec![0f32; MODULE_PIXELS],
-        vec![0i32; MODULE_PIXELS],
-    );
+    let (mut raw, mut kev, mut photons) = (vec![0u16; MODULE_PIXELS], vec![0f32; MODULE_PIXELS], vec![0i32; MODULE_PIXELS]);
     synth.frame(1, &mut raw);
     conv.to_kev(&raw, &mut kev);
     kev_to_photons(&kev, e, &mut photons);
@@ -122,34 +107,16 @@ fn chunks() -> anyhow::Result<[(PixelType, Vec<u8>); 2]> {
 }
 
 pub fn bench(a: StreamBenchArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        a.images > 0 && a.hwm > 0 && a.rounds > 0,
-        "--images, --hwm and --rounds must be positive"
-    );
+    anyhow::ensure!(a.images > 0 && a.hwm > 0 && a.rounds > 0, "--images, --hwm and --rounds must be positive");
     println!(
         "rdaq bench stream: {} images per row over loopback TCP, high-water mark {}, one JUNGFRAU module frame per image, best of {} rounds (rows in turn)",
         a.images, a.hwm, a.rounds
     );
-    println!(
-        "{:<44} {:>10} {:>12} {:>9} {:>8}",
-        "row", "msg bytes", "images/s", "GB/s", "vs bare"
-    );
+    println!("{:<44} {:>10} {:>12} {:>9} {:>8}", "row", "msg bytes", "images/s", "GB/s", "vs bare");
     for (pixel, chunk) in chunks()? {
-        let mut meta =
-            NxmxMeta::jungfrau(Geometry::new(1, 1, 0, 0).expect("one module"), 12.4, 0.001);
+        let mut meta = NxmxMeta::jungfrau(Geometry::new(1, 1, 0, 0).expect("one module"), 12.4, 0.001);
         meta.pixel = pixel;
-        let size = Encoder::new(&meta, 1)
-            .image(
-                &ImageInfo {
-                    image_id: 0,
-                    frame_number: 0,
-                    missing: &[],
-                    spots: None,
-                    time_ns: (0, 0),
-                },
-                &chunk,
-            )
-            .len();
+        let size = Encoder::new(&meta, 1).image(&ImageInfo { image_id: 0, frame_number: 0, missing: &[], spots: None, time_ns: (0, 0) }, &chunk).len();
         let msg = vec![7u8; size];
         let mut best = [f64::MAX; 3];
         for _ in 0..a.rounds {
@@ -163,19 +130,10 @@ pub fn bench(a: StreamBenchArgs) -> anyhow::Result<ExitCode> {
             ("rdaq publisher (CBOR encode + send)", best[1]),
             ("rdaq publisher, consumer decodes (rdaq write)", best[2]),
         ];
-        println!(
-            "-- {} image: {} -> {} bytes compressed",
-            pixel.dtype(),
-            MODULE_PIXELS * pixel.bytes(),
-            chunk.len()
-        );
+        println!("-- {} image: {} -> {} bytes compressed", pixel.dtype(), MODULE_PIXELS * pixel.bytes(), chunk.len());
         for (name, secs) in rows {
             let rate = a.images as f64 / secs;
-            println!(
-                "{name:<44} {size:>10} {rate:>12.0} {:>9.2} {:>7.0}%",
-                rate * size as f64 / 1e9,
-                100.0 * base / secs
-            );
+            println!("{name:<44} {size:>10} {rate:>12.0} {:>9.2} {:>7.0}%", rate * size as f64 / 1e9, 100.0 * base / secs);
         }
     }
     Ok(ExitCode::SUCCESS)

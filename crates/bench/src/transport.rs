@@ -154,10 +154,7 @@ impl Run {
 }
 
 fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -166,14 +163,7 @@ fn now_ns() -> u64 {
 /// Busy time of all CPUs so far (/proc/stat: everything but idle and iowait).
 fn all_cpu_busy() -> Duration {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let v: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
+    let v: Vec<u64> = stat.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
     let total: u64 = v.iter().take(8).sum();
     let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
     // SAFETY: sysconf has no preconditions.
@@ -183,22 +173,10 @@ fn all_cpu_busy() -> Duration {
 
 /// Sends `count` datagrams of `load` to `dest` from the sender's side, paced at `rate` or
 /// at full speed; returns how many the kernel took.
-fn send(
-    net: &Net,
-    dest: SocketAddr,
-    load: Load,
-    map: Option<&BufferMap>,
-    count: u64,
-    rate: Option<f64>,
-) -> anyhow::Result<u64> {
+fn send(net: &Net, dest: SocketAddr, load: Load, map: Option<&BufferMap>, count: u64, rate: Option<f64>) -> anyhow::Result<u64> {
     net.enter_sender()?;
     socket::pin_current_thread(0)?;
-    let mut tx = BatchSender::connect(
-        SocketAddr::new(net.sender_ip().into(), 0),
-        dest,
-        true,
-        16 << 20,
-    )?;
+    let mut tx = BatchSender::connect(SocketAddr::new(net.sender_ip().into(), 0), dest, true, 16 << 20)?;
     let start = Instant::now();
     match load {
         Load::Sized(size) => {
@@ -206,11 +184,7 @@ fn send(
             let mut heads = vec![[0u8; STAMP]; 32];
             let mut sent = 0u64;
             while sent < count {
-                let n = if rate.is_some() {
-                    1
-                } else {
-                    heads.len().min((count - sent) as usize)
-                };
+                let n = if rate.is_some() { 1 } else { heads.len().min((count - sent) as usize) };
                 if let Some(r) = rate {
                     rdaq_net::pace::wait_until(start + Duration::from_secs_f64(sent as f64 / r));
                 }
@@ -233,64 +207,29 @@ fn send(
 
 /// The bare loop of one engine: receives into successive cells of a ring, no checks, and
 /// with stamps in the datagrams records their one-way latency.
-fn bare(
-    net: &Net,
-    kind: EngineKind,
-    load: Load,
-    count: u64,
-    rate: Option<f64>,
-    a: &TransportArgs,
-) -> anyhow::Result<Run> {
+fn bare(net: &Net, kind: EngineKind, load: Load, count: u64, rate: Option<f64>, a: &TransportArgs) -> anyhow::Result<Run> {
     let (hdr, landing) = match load {
         Load::Sized(s) => (STAMP, s - STAMP),
         Load::Rdaq => (rdaq_proto::HEADER_LEN, 8192),
     };
     let map = match load {
         // one 1 MiB buffer: the bare loop checks nothing, any id and key do
-        Load::Rdaq => Some(map_for(
-            &[LocalBufferInfo {
-                id: 1,
-                key: 1,
-                size: MODULE_BYTES,
-                va: 0,
-            }],
-            8192,
-            0,
-        )),
+        Load::Rdaq => Some(map_for(&[LocalBufferInfo { id: 1, key: 1, size: MODULE_BYTES, va: 0 }], 8192, 0)),
         Load::Sized(_) => None,
     };
     let done = AtomicBool::new(false);
     let (port_tx, port_rx) = mpsc::channel();
     let mut cpu0 = Duration::ZERO;
     let (sent, mut run) = std::thread::scope(|s| -> anyhow::Result<(u64, Run)> {
-        let receiver = s.spawn(|| {
-            bare_receive(
-                net,
-                kind,
-                hdr,
-                landing,
-                count,
-                rate.is_some() && matches!(load, Load::Sized(_)),
-                a,
-                &done,
-                port_tx,
-            )
-        });
+        let receiver = s.spawn(|| bare_receive(net, kind, hdr, landing, count, rate.is_some() && matches!(load, Load::Sized(_)), a, &done, port_tx));
         let Ok(port) = port_rx.recv() else {
-            return Err(receiver
-                .join()
-                .expect("receiver panicked")
-                .err()
-                .unwrap_or_else(|| anyhow::anyhow!("the receiver did not start")));
+            return Err(receiver.join().expect("receiver panicked").err().unwrap_or_else(|| anyhow::anyhow!("the receiver did not start")));
         };
         // from here: the ring and the engine are set up, their page clearing is not counted
         cpu0 = all_cpu_busy();
         let dest = SocketAddr::new(net.receiver_ip().into(), port);
         let map = map.as_ref();
-        let sent = s
-            .spawn(move || send(net, dest, load, map, count, rate))
-            .join()
-            .expect("sender panicked");
+        let sent = s.spawn(move || send(net, dest, load, map, count, rate)).join().expect("sender panicked");
         done.store(true, Ordering::Relaxed);
         let run = receiver.join().expect("receiver panicked")?;
         Ok((sent?, run))
@@ -302,54 +241,23 @@ fn bare(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn bare_receive(
-    net: &Net,
-    kind: EngineKind,
-    hdr: usize,
-    landing: usize,
-    count: u64,
-    stamped: bool,
-    a: &TransportArgs,
-    done: &AtomicBool,
-    port: mpsc::Sender<u16>,
-) -> anyhow::Result<Run> {
+fn bare_receive(net: &Net, kind: EngineKind, hdr: usize, landing: usize, count: u64, stamped: bool, a: &TransportArgs, done: &AtomicBool, port: mpsc::Sender<u16>) -> anyhow::Result<Run> {
     net.enter_receiver()?;
     socket::pin_current_thread(1)?;
-    let (sock, _) = socket::bind_receiver(
-        SocketAddr::new(net.receiver_ip().into(), 0),
-        a.recv_buffer_mib << 20,
-    )?;
+    let (sock, _) = socket::bind_receiver(SocketAddr::new(net.receiver_ip().into(), 0), a.recv_buffer_mib << 20)?;
     let sockets: [UdpSocket; 1] = [sock];
-    let spec = EngineSpec {
-        sockets: &sockets,
-        bind: IpAddr::V4(net.receiver_ip()),
-        batch: a.batch,
-        hdr_len: hdr,
-        landing_len: landing,
-        buffer_bytes: a.recv_buffer_mib << 20,
-        roce: None,
-    };
+    let spec = EngineSpec { sockets: &sockets, bind: IpAddr::V4(net.receiver_ip()), batch: a.batch, hdr_len: hdr, landing_len: landing, buffer_bytes: a.recv_buffer_mib << 20, roce: None };
     let mut engine = Engine::open(kind, &spec)?;
     let arena = Arena::new(RING_BYTES / MODULE_BYTES as usize, MODULE_BYTES as usize)?;
     let (base, cells) = (arena.slot_ptr(0), RING_BYTES / landing.max(1));
-    let mut latency = stamped
-        .then(|| Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds"));
+    let mut latency = stamped.then(|| Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds"));
     let _ = port.send(sockets[0].local_addr()?.port());
     let cpu0 = socket::thread_cpu_time();
-    let (mut got, mut cell, mut first, mut first_n, mut last) =
-        (0u64, 0usize, None, 0u64, Instant::now());
+    let (mut got, mut cell, mut first, mut first_n, mut last) = (0u64, 0usize, None, 0u64, Instant::now());
     let mut quiet = Instant::now();
     let mut pollfds = engine.pollfds();
     // the receiver's read policy, except for latency, which is the transport's own
-    let mut pace = Coalesce::new(
-        Duration::from_millis(1),
-        if stamped {
-            Duration::ZERO
-        } else {
-            Duration::from_millis(4)
-        },
-        2 * a.batch,
-    );
+    let mut pace = Coalesce::new(Duration::from_millis(1), if stamped { Duration::ZERO } else { Duration::from_millis(4) }, 2 * a.batch);
     while got < count {
         let (mut round, mut more) = (0, false);
         for q in 0..engine.queues() {
@@ -366,8 +274,7 @@ fn bare_receive(
             let t = now_ns();
             if let Some(h) = latency.as_mut() {
                 for i in 0..n {
-                    let sent =
-                        u64::from_le_bytes(engine.header(i)[..8].try_into().expect("8-byte stamp"));
+                    let sent = u64::from_le_bytes(engine.header(i)[..8].try_into().expect("8-byte stamp"));
                     h.saturating_record(t.saturating_sub(sent));
                 }
             }
@@ -409,13 +316,7 @@ fn bare_receive(
 }
 
 /// The full receiver on `kind`: rdaq datagrams of one 1 MiB module placed into a 256 MiB ring.
-fn place(
-    net: &Net,
-    kind: EngineKind,
-    count: u64,
-    rate: Option<f64>,
-    a: &TransportArgs,
-) -> anyhow::Result<Run> {
+fn place(net: &Net, kind: EngineKind, count: u64, rate: Option<f64>, a: &TransportArgs) -> anyhow::Result<Run> {
     let frames = count.div_ceil(MODULE_BYTES / 8192);
     let cfg = ReceiverConfig {
         format: Format::Rdaq,
@@ -451,31 +352,14 @@ fn place(
             let c = rx.join()?;
             let window = first.map_or(Duration::ZERO, |f| last - f);
             let engine = rx.engine().to_string();
-            Ok(Run {
-                sent: 0,
-                received: c.placed,
-                window,
-                in_window: c.placed.saturating_sub(MODULE_BYTES / 8192),
-                recv_cpu: c.cpu_time,
-                all_cpu: Duration::ZERO,
-                rate_asked: rate,
-                latency: None,
-                engine,
-            })
+            Ok(Run { sent: 0, received: c.placed, window, in_window: c.placed.saturating_sub(MODULE_BYTES / 8192), recv_cpu: c.cpu_time, all_cpu: Duration::ZERO, rate_asked: rate, latency: None, engine })
         });
         let Ok(map) = map_rx.recv() else {
-            return Err(receiver
-                .join()
-                .expect("receiver panicked")
-                .err()
-                .unwrap_or_else(|| anyhow::anyhow!("the receiver did not start")));
+            return Err(receiver.join().expect("receiver panicked").err().unwrap_or_else(|| anyhow::anyhow!("the receiver did not start")));
         };
         cpu0 = all_cpu_busy();
         let dest = SocketAddr::new(net.receiver_ip().into(), map.data_ports[0]);
-        let sent = s
-            .spawn(move || send(net, dest, Load::Rdaq, Some(&map), count, rate))
-            .join()
-            .expect("sender panicked");
+        let sent = s.spawn(move || send(net, dest, Load::Rdaq, Some(&map), count, rate)).join().expect("sender panicked");
         done.store(true, Ordering::Relaxed);
         let run = receiver.join().expect("receiver panicked")?;
         Ok((sent?, run))
@@ -487,32 +371,14 @@ fn place(
 
 /// Full speed first; on loss, bisect the paced rate with probes, then confirm at full
 /// count; returns the lossless run and the loss at 1.2 times its rate (a probe).
-fn lossless(
-    what: &str,
-    a: &TransportArgs,
-    measure: impl Fn(u64, Option<f64>) -> anyhow::Result<Run>,
-) -> anyhow::Result<(Run, Run)> {
+fn lossless(what: &str, a: &TransportArgs, measure: impl Fn(u64, Option<f64>) -> anyhow::Result<Run>) -> anyhow::Result<(Run, Run)> {
     let full = measure(a.datagrams, None)?;
-    eprintln!(
-        "  {what} full speed: {:.0} datagrams/s, lost {}",
-        full.rate(),
-        full.lost()
-    );
-    let found = if full.lost() == 0 {
-        Some(full)
-    } else {
-        crate::search_lossless(what, full.rate(), a.probe, a.datagrams, &measure)?
-    };
-    let Some(found) = found else {
-        bail!("{what}: no lossless rate found")
-    };
+    eprintln!("  {what} full speed: {:.0} datagrams/s, lost {}", full.rate(), full.lost());
+    let found = if full.lost() == 0 { Some(full) } else { crate::search_lossless(what, full.rate(), a.probe, a.datagrams, &measure)? };
+    let Some(found) = found else { bail!("{what}: no lossless rate found") };
     let over = 1.2 * found.rate();
     let beyond = measure(a.probe, Some(over))?;
-    eprintln!(
-        "  {what} at 1.2x ({over:.0}/s): lost {} of {}",
-        beyond.lost(),
-        beyond.sent
-    );
+    eprintln!("  {what} at 1.2x ({over:.0}/s): lost {} of {}", beyond.lost(), beyond.sent);
     Ok((found, beyond))
 }
 
@@ -531,9 +397,7 @@ pub fn bench(a: TransportArgs) -> anyhow::Result<ExitCode> {
         nets.push(Net::Loopback);
     }
     if a.net == "veth" || a.net == "both" {
-        nets.push(Net::Veth(
-            VethPair::create("bench", 65535).context("the veth pair (needs root and iproute2)")?,
-        ));
+        nets.push(Net::Veth(VethPair::create("bench", 65535).context("the veth pair (needs root and iproute2)")?));
     }
     if nets.is_empty() {
         bail!("--net must be loopback, veth or both, not {:?}", a.net);
@@ -542,12 +406,7 @@ pub fn bench(a: TransportArgs) -> anyhow::Result<ExitCode> {
         breakdown_table(&a)?;
     }
     for net in &nets {
-        let engines: Vec<EngineKind> = a
-            .engines
-            .iter()
-            .copied()
-            .filter(|&k| !(k == EngineKind::AfXdp && matches!(net, Net::Loopback)))
-            .collect();
+        let engines: Vec<EngineKind> = a.engines.iter().copied().filter(|&k| !(k == EngineKind::AfXdp && matches!(net, Net::Loopback))).collect();
         sizes_table(net, &engines, &a)?;
         if !a.no_lossless {
             lossless_table(net, &engines, &a)?;
@@ -561,22 +420,9 @@ fn sizes_table(net: &Net, engines: &[EngineKind], a: &TransportArgs) -> anyhow::
     for &size in &a.sizes {
         let count = (a.bytes_per_size / size as u64).clamp(20_000, 2_000_000);
         for &k in engines {
-            eprintln!(
-                "rdaq bench transport: {} {k} {size} B: {count} at full speed, {} paced",
-                net.name(),
-                a.latency_count
-            );
-            let full = bare(net, k, Load::Sized(size), count, None, a)
-                .with_context(|| format!("{k}, {size} B, full speed"))?;
-            let light = bare(
-                net,
-                k,
-                Load::Sized(size),
-                a.latency_count,
-                Some(a.latency_rate),
-                a,
-            )
-            .with_context(|| format!("{k}, {size} B, paced"))?;
+            eprintln!("rdaq bench transport: {} {k} {size} B: {count} at full speed, {} paced", net.name(), a.latency_count);
+            let full = bare(net, k, Load::Sized(size), count, None, a).with_context(|| format!("{k}, {size} B, full speed"))?;
+            let light = bare(net, k, Load::Sized(size), a.latency_count, Some(a.latency_rate), a).with_context(|| format!("{k}, {size} B, paced"))?;
             rows.push((size, k, full, light));
         }
     }
@@ -585,18 +431,7 @@ fn sizes_table(net: &Net, engines: &[EngineKind], a: &TransportArgs) -> anyhow::
     println!("{}", crate::machine_line());
     println!(
         "{:>6} {:<9} {:>10} {:>12} {:>7} {:>6} {:>12} {:>12} {:>9} {:>9} {:>9} {:>6}",
-        "bytes",
-        "engine",
-        "datagrams",
-        "datagrams/s",
-        "Gb/s",
-        "lost%",
-        "rx CPU ns/dg",
-        "all CPU ns/dg",
-        "p50 us",
-        "p99 us",
-        "p99.9 us",
-        "lat n"
+        "bytes", "engine", "datagrams", "datagrams/s", "Gb/s", "lost%", "rx CPU ns/dg", "all CPU ns/dg", "p50 us", "p99 us", "p99.9 us", "lat n"
     );
     for (size, k, full, light) in &rows {
         let h = light.latency.as_ref();
@@ -628,14 +463,8 @@ fn sizes_table(net: &Net, engines: &[EngineKind], a: &TransportArgs) -> anyhow::
 fn lossless_table(net: &Net, engines: &[EngineKind], a: &TransportArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for &k in engines {
-        eprintln!(
-            "rdaq bench transport: {} {k}: lossless search, {} datagrams per confirming run",
-            net.name(),
-            a.datagrams
-        );
-        let b = lossless(&format!("{k} bare"), a, |n, r| {
-            bare(net, k, Load::Rdaq, n, r, a)
-        })?;
+        eprintln!("rdaq bench transport: {} {k}: lossless search, {} datagrams per confirming run", net.name(), a.datagrams);
+        let b = lossless(&format!("{k} bare"), a, |n, r| bare(net, k, Load::Rdaq, n, r, a))?;
         let p = lossless(&format!("{k} placement"), a, |n, r| place(net, k, n, r, a))?;
         rows.push((k, b, p));
     }
@@ -644,20 +473,10 @@ fn lossless_table(net: &Net, engines: &[EngineKind], a: &TransportArgs) -> anyho
     println!("{}", crate::machine_line());
     println!(
         "{:<9} {:<10} {:>12} {:>7} {:>9} {:>12} {:>12} {:>10}  asked 1.2x: reached, lost",
-        "engine",
-        "loop",
-        "datagrams/s",
-        "Gb/s",
-        "paced at",
-        "rx CPU ns/dg",
-        "all CPU ns/dg",
-        "place/bare"
+        "engine", "loop", "datagrams/s", "Gb/s", "paced at", "rx CPU ns/dg", "all CPU ns/dg", "place/bare"
     );
     for (k, (b, bo), (p, po)) in &rows {
-        for (name, r, over, ratio) in [
-            ("bare", b, bo, None),
-            ("placement", p, po, Some(p.rate() / b.rate())),
-        ] {
+        for (name, r, over, ratio) in [("bare", b, bo, None), ("placement", p, po, Some(p.rate() / b.rate()))] {
             println!(
                 "{:<9} {:<10} {:>12.0} {:>7.2} {:>9} {:>12.0} {:>12.0} {:>10}  {:.0}/s: {:.0}/s, {:.2}%",
                 k.name(),
@@ -689,20 +508,12 @@ struct Interrupts {
 
 impl Interrupts {
     fn install() -> std::sync::Arc<Interrupts> {
-        let i = std::sync::Arc::new(Interrupts {
-            seen: AtomicBool::new(false),
-            run: std::sync::Mutex::new(None),
-        });
+        let i = std::sync::Arc::new(Interrupts { seen: AtomicBool::new(false), run: std::sync::Mutex::new(None) });
         let on = i.clone();
         // the bench sets no other handler; were one set, the default action would stay
         let _ = ctrlc::set_handler(move || {
             on.seen.store(true, Ordering::Relaxed);
-            if let Some(c) = on
-                .run
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .as_ref()
-            {
+            if let Some(c) = on.run.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
                 c.stop.store(true, Ordering::Relaxed);
             }
         });
@@ -716,10 +527,7 @@ impl Interrupts {
     /// The control of the next run, which an interrupt stops; none after one came.
     fn next_run(&self) -> anyhow::Result<std::sync::Arc<rdaq_emulator::Control>> {
         let control = std::sync::Arc::new(rdaq_emulator::Control::default());
-        *self
-            .run
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(control.clone());
+        *self.run.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(control.clone());
         if self.seen() {
             bail!("interrupted");
         }
@@ -746,18 +554,10 @@ fn breakdown_table(a: &TransportArgs) -> anyhow::Result<()> {
         cfg.output.overwrite = true;
         cfg.check()?;
         eprintln!("rdaq bench transport: a paced acquisition on {k}: {} frames of 2 modules at 100 Hz, raw, written to {}", a.breakdown_frames, dir.display());
-        let sum = rdaq_run::emulated::run(
-            &cfg,
-            interrupts.next_run()?,
-            std::sync::Arc::default(),
-            &indicatif::ProgressBar::hidden(),
-        );
+        let sum = rdaq_run::emulated::run(&cfg, interrupts.next_run()?, std::sync::Arc::default(), &indicatif::ProgressBar::hidden());
         let _ = std::fs::remove_dir_all(&dir);
         if interrupts.seen() {
-            bail!(
-                "interrupted; the paced acquisition's files in {} are removed",
-                dir.display()
-            );
+            bail!("interrupted; the paced acquisition's files in {} are removed", dir.display());
         }
         let sum = sum.with_context(|| format!("the paced acquisition on {k}"))?;
         rows.push((k, sum));
@@ -765,29 +565,13 @@ fn breakdown_table(a: &TransportArgs) -> anyhow::Result<()> {
     println!();
     println!("rdaq bench transport: latency per frame, step by step, of a paced acquisition (rdaq run --raw, 2 modules, 100 Hz, {} frames) on loopback", a.breakdown_frames);
     println!("{}", crate::machine_line());
-    println!(
-        "{:<9} {:<22} {:>7} {:>10} {:>10} {:>10}",
-        "engine", "step", "frames", "p50 ms", "p99 ms", "max ms"
-    );
+    println!("{:<9} {:<22} {:>7} {:>10} {:>10} {:>10}", "engine", "step", "frames", "p50 ms", "p99 ms", "max ms");
     for (k, sum) in &rows {
         for l in &sum.latency {
-            println!(
-                "{:<9} {:<22} {:>7} {:>10.3} {:>10.3} {:>10.3}",
-                k.name(),
-                l.step,
-                l.frames,
-                l.p50_us as f64 / 1e3,
-                l.p99_us as f64 / 1e3,
-                l.max_us as f64 / 1e3
-            );
+            println!("{:<9} {:<22} {:>7} {:>10.3} {:>10.3} {:>10.3}", k.name(), l.step, l.frames, l.p50_us as f64 / 1e3, l.p99_us as f64 / 1e3, l.max_us as f64 / 1e3);
         }
         if sum.lost() {
-            println!(
-                "{:<9} (this acquisition lost frames: {} complete of {:?})",
-                k.name(),
-                sum.frames_complete,
-                sum.frames_expected
-            );
+            println!("{:<9} (this acquisition lost frames: {} complete of {:?})", k.name(), sum.frames_complete, sum.frames_expected);
         }
     }
     println!("received -> complete spans the frame's own sending: the emulator spreads each frame over its 10 ms period.");

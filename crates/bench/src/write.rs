@@ -91,16 +91,10 @@ fn series(dir: &Path, chunks: &[Vec<u8>], n: u64, per_file: usize) -> anyhow::Re
 }
 
 pub fn bench(a: WriteBenchArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        a.images > 0 && a.frames > 0 && a.images_per_file > 0 && a.rounds > 0,
-        "--images, --frames, --images-per-file and --rounds must be positive"
-    );
-    std::fs::create_dir_all(&a.dir)
-        .with_context(|| format!("cannot create {}", a.dir.display()))?;
+    anyhow::ensure!(a.images > 0 && a.frames > 0 && a.images_per_file > 0 && a.rounds > 0, "--images, --frames, --images-per-file and --rounds must be positive");
+    std::fs::create_dir_all(&a.dir).with_context(|| format!("cannot create {}", a.dir.display()))?;
     let chunks = chunks(a.frames);
-    let bytes: u64 = (0..a.images)
-        .map(|i| chunks[(i % a.frames) as usize].len() as u64)
-        .sum();
+    let bytes: u64 = (0..a.images).map(|i| chunks[(i % a.frames) as usize].len() as u64).sum();
     println!(
         "rdaq bench write: {} images ({:.1} MB compressed, {:.0} KB each on average) into {}, {} per data file, each measurement ending with fdatasync",
         a.images,
@@ -109,34 +103,18 @@ pub fn bench(a: WriteBenchArgs) -> anyhow::Result<ExitCode> {
         a.dir.display(),
         a.images_per_file
     );
-    println!(
-        "{:<48} {:>6} {:>10} {:>9} {:>9}",
-        "row", "round", "images/s", "MB/s", "vs plain"
-    );
+    println!("{:<48} {:>6} {:>10} {:>9} {:>9}", "row", "round", "images/s", "MB/s", "vs plain");
     let (mut best_plain, mut best_series) = (f64::MAX, f64::MAX);
     for round in 1..=a.rounds {
         let p = plain(&a.dir, &chunks, a.images)?;
         let s = series(&a.dir, &chunks, a.images, a.images_per_file)?;
         best_plain = best_plain.min(p);
         best_series = best_series.min(s);
-        for (name, secs) in [
-            ("plain sequential write of the same bytes", p),
-            ("rdaq NXmx series (master + SWMR data files)", s),
-        ] {
-            println!(
-                "{name:<48} {round:>6} {:>10.0} {:>9.1} {:>8.0}%",
-                a.images as f64 / secs,
-                bytes as f64 / 1e6 / secs,
-                100.0 * p / secs
-            );
+        for (name, secs) in [("plain sequential write of the same bytes", p), ("rdaq NXmx series (master + SWMR data files)", s)] {
+            println!("{name:<48} {round:>6} {:>10.0} {:>9.1} {:>8.0}%", a.images as f64 / secs, bytes as f64 / 1e6 / secs, 100.0 * p / secs);
         }
     }
-    println!(
-        "best: plain {:.1} MB/s, rdaq {:.1} MB/s ({:.0}%)",
-        bytes as f64 / 1e6 / best_plain,
-        bytes as f64 / 1e6 / best_series,
-        100.0 * best_plain / best_series
-    );
+    println!("best: plain {:.1} MB/s, rdaq {:.1} MB/s ({:.0}%)", bytes as f64 / 1e6 / best_plain, bytes as f64 / 1e6 / best_series, 100.0 * best_plain / best_series);
     master_rewrites(&a.dir)?;
     let _ = std::fs::remove_dir(&a.dir);
     Ok(ExitCode::SUCCESS)
@@ -149,31 +127,13 @@ fn master_rewrites(dir: &Path) -> anyhow::Result<()> {
     use rdaq_sink::instrument::MaskChunk;
     use rdaq_sink::master::{write_master, Contents, Part};
     const WRITES: u32 = 10;
-    println!(
-        "{:<48} {:>10} {:>20} {:>9}",
-        "master rewrite", "frames", "mask deflated once", "each time"
-    );
+    println!("{:<48} {:>10} {:>20} {:>9}", "master rewrite", "frames", "mask deflated once", "each time");
     for (modules, cols, frames) in [(2u16, 1u16, 1000u64), (8, 2, 20_000)] {
-        let mut meta = NxmxMeta::jungfrau(
-            Geometry::new(modules, cols, 8, 36).expect("whole rows"),
-            12.4,
-            0.001,
-        );
+        let mut meta = NxmxMeta::jungfrau(Geometry::new(modules, cols, 8, 36).expect("whole rows"), 12.4, 0.001);
         meta.max_spots = 100;
-        let parts: Vec<Part> = (1..=frames / 1000)
-            .map(|k| Part {
-                file: rdaq_sink::data_file_name(&dir.join("m_master.h5"), k as usize),
-                frames: 1000,
-                incomplete: 0,
-            })
-            .collect();
+        let parts: Vec<Part> = (1..=frames / 1000).map(|k| Part { file: rdaq_sink::data_file_name(&dir.join("m_master.h5"), k as usize), frames: 1000, incomplete: 0 }).collect();
         let numbers: Vec<u64> = (0..frames).collect();
-        let c = Contents {
-            parts: &parts,
-            incomplete: &[],
-            frames: &numbers,
-            end_time: None,
-        };
+        let c = Contents { parts: &parts, incomplete: &[], frames: &numbers, end_time: None };
         let path = dir.join("m_master.h5");
         let once = MaskChunk::new(&meta);
         let timed = |each: bool| -> anyhow::Result<f64> {
@@ -185,11 +145,7 @@ fn master_rewrites(dir: &Path) -> anyhow::Result<()> {
             Ok(t0.elapsed().as_secs_f64() * 1e3 / WRITES as f64)
         };
         let (cached, each) = (timed(false)?, timed(true)?);
-        let label = format!(
-            "{modules} modules ({} x {} pixels), spot lists",
-            meta.geometry.height(),
-            meta.geometry.width()
-        );
+        let label = format!("{modules} modules ({} x {} pixels), spot lists", meta.geometry.height(), meta.geometry.width());
         println!("{label:<48} {frames:>10} {cached:>17.1} ms {each:>6.1} ms");
     }
     std::fs::remove_file(dir.join("m_master.h5"))?;

@@ -22,42 +22,20 @@ struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            modules: 1,
-            bind: "127.0.0.1".into(),
-            port: 0,
-            slots: 16,
-            frames: None,
-            frame_timeout_ms: 500,
-            policy: "keep".into(),
-            engine: "recvmmsg".into(),
-        }
+        Options { modules: 1, bind: "127.0.0.1".into(), port: 0, slots: 16, frames: None, frame_timeout_ms: 500, policy: "keep".into(), engine: "recvmmsg".into() }
     }
 }
 
 /// The receiver configuration `text` describes; the error names the field.
 pub fn parse(text: &str) -> Result<ReceiverConfig, String> {
     let o: Options = toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))?;
-    let bind: IpAddr = o
-        .bind
-        .parse()
-        .map_err(|_| format!("bind: {:?} is not an IP address", o.bind))?;
+    let bind: IpAddr = o.bind.parse().map_err(|_| format!("bind: {:?} is not an IP address", o.bind))?;
     let policy: IncompletePolicy = o.policy.parse().map_err(|e| format!("policy: {e}"))?;
     let engine = o.engine.parse().map_err(|e| format!("engine: {e}"))?;
     if o.modules == 0 || o.slots < 2 {
         return Err("modules: at least 1; slots: at least 2".into());
     }
-    Ok(ReceiverConfig {
-        bind,
-        data_port: o.port,
-        modules: o.modules,
-        slots: o.slots,
-        frames: o.frames,
-        frame_timeout: Duration::from_millis(o.frame_timeout_ms),
-        policy,
-        engine,
-        ..ReceiverConfig::default()
-    })
+    Ok(ReceiverConfig { bind, data_port: o.port, modules: o.modules, slots: o.slots, frames: o.frames, frame_timeout: Duration::from_millis(o.frame_timeout_ms), policy, engine, ..ReceiverConfig::default() })
 }
 
 #[cfg(test)]
@@ -71,12 +49,8 @@ mod tests {
         assert!(parse("").is_ok(), "every field has a default");
         assert!(parse("modulez = 2").unwrap_err().contains("modulez"));
         assert!(parse("bind = \"here\"").unwrap_err().starts_with("bind:"));
-        assert!(parse("policy = \"maybe\"")
-            .unwrap_err()
-            .starts_with("policy:"));
-        assert!(parse("engine = \"pigeon\"")
-            .unwrap_err()
-            .starts_with("engine:"));
+        assert!(parse("policy = \"maybe\"").unwrap_err().starts_with("policy:"));
+        assert!(parse("engine = \"pigeon\"").unwrap_err().starts_with("engine:"));
         assert!(parse("slots = 1").unwrap_err().contains("slots"));
         assert!(parse("modules = \"two\"").unwrap_err().contains("modules"));
     }

@@ -52,8 +52,7 @@ pub fn report(r: Result<(), Failure>) -> RdaqStatus {
         Err(Failure(s, m)) => (s, m),
     };
     // a message with a NUL inside is cut there rather than lost
-    let msg =
-        CString::new(msg).unwrap_or_else(|e| CString::new(&e.into_vec()[..0]).expect("empty"));
+    let msg = CString::new(msg).unwrap_or_else(|e| CString::new(&e.into_vec()[..0]).expect("empty"));
     LAST.with(|l| *l.borrow_mut() = msg);
     status
 }

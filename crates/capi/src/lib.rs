@@ -86,15 +86,8 @@ pub struct RdaqCounters {
 /// Runs `f`, turning a panic into [`RdaqStatus::Internal`], and records the outcome.
 fn guarded(f: impl FnOnce() -> Result<(), Failure>) -> RdaqStatus {
     report(catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let what = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        Err(Failure::new(
-            RdaqStatus::Internal,
-            format!("internal error (a bug of librdaq): {what}"),
-        ))
+        let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+        Err(Failure::new(RdaqStatus::Internal, format!("internal error (a bug of librdaq): {what}")))
     }))
 }
 
@@ -127,8 +120,7 @@ pub unsafe extern "C" fn rdaq_receiver_open(config: *const c_char, handle: *mut 
         }
         // SAFETY: non-null and NUL-terminated by the caller's contract.
         let text = unsafe { text(config, "config") }?;
-        let cfg = config::parse(text)
-            .map_err(|e| Failure::new(RdaqStatus::Config, format!("config: {e}")))?;
+        let cfg = config::parse(text).map_err(|e| Failure::new(RdaqStatus::Config, format!("config: {e}")))?;
         let h = registry::open(cfg)?;
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { *handle = h };
@@ -143,12 +135,7 @@ pub unsafe extern "C" fn rdaq_receiver_open(config: *const c_char, handle: *mut 
 /// # Safety
 /// `buf` is null or points to `len` writable bytes; `needed` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn rdaq_receiver_buffer_map(
-    handle: u64,
-    buf: *mut c_char,
-    len: usize,
-    needed: *mut usize,
-) -> RdaqStatus {
+pub unsafe extern "C" fn rdaq_receiver_buffer_map(handle: u64, buf: *mut c_char, len: usize, needed: *mut usize) -> RdaqStatus {
     guarded(|| {
         let st = registry::station(handle)?;
         let json = serde_json::to_string(st.rx.buffer_map()).expect("a buffer map serializes");
@@ -164,11 +151,7 @@ pub unsafe extern "C" fn rdaq_receiver_buffer_map(
 /// # Safety
 /// `frame` is null or points to a writable `RdaqFrame`.
 #[no_mangle]
-pub unsafe extern "C" fn rdaq_next_frame(
-    handle: u64,
-    timeout_ms: i64,
-    frame: *mut RdaqFrame,
-) -> RdaqStatus {
+pub unsafe extern "C" fn rdaq_next_frame(handle: u64, timeout_ms: i64, frame: *mut RdaqFrame) -> RdaqStatus {
     guarded(|| {
         if frame.is_null() {
             return Err(null("frame"));
@@ -187,12 +170,7 @@ pub unsafe extern "C" fn rdaq_next_frame(
 /// # Safety
 /// `mask` is null or points to `len` writable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn rdaq_frame_missing(
-    handle: u64,
-    id: u64,
-    mask: *mut u8,
-    len: usize,
-) -> RdaqStatus {
+pub unsafe extern "C" fn rdaq_frame_missing(handle: u64, id: u64, mask: *mut u8, len: usize) -> RdaqStatus {
     guarded(|| {
         if mask.is_null() {
             return Err(null("mask"));
@@ -252,9 +230,7 @@ pub extern "C" fn rdaq_receiver_close(handle: u64) -> RdaqStatus {
 /// `p` is non-null and NUL-terminated.
 unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Failure> {
     // SAFETY: non-null and NUL-terminated by the caller's contract.
-    unsafe { CStr::from_ptr(p) }
-        .to_str()
-        .map_err(|_| Failure::new(RdaqStatus::Config, format!("{what}: not UTF-8")))
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| Failure::new(RdaqStatus::Config, format!("{what}: not UTF-8")))
 }
 
 /// Copies `s` and a NUL into `buf` (`len` bytes); `*needed` (when not null) gets the size
@@ -262,13 +238,7 @@ unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Failure> {
 ///
 /// # Safety
 /// `buf` is null or points to `len` writable bytes; `needed` is null or writable.
-unsafe fn copy_out(
-    s: &str,
-    buf: *mut c_char,
-    len: usize,
-    needed: *mut usize,
-    what: &str,
-) -> Result<(), Failure> {
+unsafe fn copy_out(s: &str, buf: *mut c_char, len: usize, needed: *mut usize, what: &str) -> Result<(), Failure> {
     if !needed.is_null() {
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { *needed = s.len() + 1 };
@@ -277,10 +247,7 @@ unsafe fn copy_out(
         return Err(null("buf"));
     }
     if len < s.len() + 1 {
-        return Err(Failure::new(
-            RdaqStatus::Buffer,
-            format!("buf: {len} bytes, the {what} needs {}", s.len() + 1),
-        ));
+        return Err(Failure::new(RdaqStatus::Buffer, format!("buf: {len} bytes, the {what} needs {}", s.len() + 1)));
     }
     // SAFETY: `buf` holds `len` >= s.len() + 1 writable bytes (caller's contract, checked
     // length); the source is a distinct Rust allocation.
@@ -303,11 +270,7 @@ unsafe fn copy_out(
 /// `config` is null or NUL-terminated; `source` is null or NUL-terminated; `handle` is
 /// null or points to a writable `uint64_t`.
 #[no_mangle]
-pub unsafe extern "C" fn rdaq_acquisition_open(
-    config: *const c_char,
-    source: *const c_char,
-    handle: *mut u64,
-) -> RdaqStatus {
+pub unsafe extern "C" fn rdaq_acquisition_open(config: *const c_char, source: *const c_char, handle: *mut u64) -> RdaqStatus {
     guarded(|| {
         if config.is_null() {
             return Err(null("config"));
@@ -318,11 +281,7 @@ pub unsafe extern "C" fn rdaq_acquisition_open(
         // SAFETY: non-null and NUL-terminated by the caller's contract.
         let config = unsafe { text(config, "config") }?;
         // SAFETY: non-null and NUL-terminated by the caller's contract.
-        let source = if source.is_null() {
-            None
-        } else {
-            Some(unsafe { text(source, "source") }?)
-        };
+        let source = if source.is_null() { None } else { Some(unsafe { text(source, "source") }?) };
         let h = acquisition::open(config, source)?;
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { *handle = h };
@@ -336,12 +295,7 @@ pub unsafe extern "C" fn rdaq_acquisition_open(
 /// # Safety
 /// `ports` is null or points to `len` writable `uint16_t`; `count` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn rdaq_acquisition_ports(
-    handle: u64,
-    ports: *mut u16,
-    len: usize,
-    count: *mut usize,
-) -> RdaqStatus {
+pub unsafe extern "C" fn rdaq_acquisition_ports(handle: u64, ports: *mut u16, len: usize, count: *mut usize) -> RdaqStatus {
     guarded(|| {
         let run = acquisition::run(handle)?;
         if !count.is_null() {
@@ -352,13 +306,7 @@ pub unsafe extern "C" fn rdaq_acquisition_ports(
             return Err(null("ports"));
         }
         if len < run.ports.len() {
-            return Err(Failure::new(
-                RdaqStatus::Buffer,
-                format!(
-                    "ports: {len} entries, the acquisition has {}",
-                    run.ports.len()
-                ),
-            ));
+            return Err(Failure::new(RdaqStatus::Buffer, format!("ports: {len} entries, the acquisition has {}", run.ports.len())));
         }
         // SAFETY: `ports` holds `len` >= ports.len() writable entries (caller's contract,
         // checked length); the source is a distinct Rust allocation.
@@ -375,11 +323,7 @@ pub unsafe extern "C" fn rdaq_acquisition_ports(
 /// # Safety
 /// `image` is null or points to a writable `RdaqImage`.
 #[no_mangle]
-pub unsafe extern "C" fn rdaq_acquisition_next(
-    handle: u64,
-    timeout_ms: i64,
-    image: *mut RdaqImage,
-) -> RdaqStatus {
+pub unsafe extern "C" fn rdaq_acquisition_next(handle: u64, timeout_ms: i64, image: *mut RdaqImage) -> RdaqStatus {
     guarded(|| {
         if image.is_null() {
             return Err(null("image"));
@@ -415,12 +359,7 @@ pub extern "C" fn rdaq_acquisition_stop(handle: u64) -> RdaqStatus {
 /// # Safety
 /// `buf` is null or points to `len` writable bytes; `needed` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn rdaq_acquisition_summary(
-    handle: u64,
-    buf: *mut c_char,
-    len: usize,
-    needed: *mut usize,
-) -> RdaqStatus {
+pub unsafe extern "C" fn rdaq_acquisition_summary(handle: u64, buf: *mut c_char, len: usize, needed: *mut usize) -> RdaqStatus {
     guarded(|| {
         let s = acquisition::run(handle)?.summary()?;
         // SAFETY: forwarded from the caller's contract.
@@ -443,18 +382,13 @@ mod tests {
     fn open(config: &std::ffi::CStr) -> u64 {
         let mut h = 0;
         // SAFETY: a NUL-terminated string and a writable handle.
-        assert_eq!(
-            unsafe { rdaq_receiver_open(config.as_ptr(), &mut h) },
-            RdaqStatus::Ok
-        );
+        assert_eq!(unsafe { rdaq_receiver_open(config.as_ptr(), &mut h) }, RdaqStatus::Ok);
         h
     }
 
     fn message() -> String {
         // SAFETY: librdaq's own NUL-terminated message, read before the next call.
-        unsafe { CStr::from_ptr(rdaq_last_error()) }
-            .to_string_lossy()
-            .into_owned()
+        unsafe { CStr::from_ptr(rdaq_last_error()) }.to_string_lossy().into_owned()
     }
 
     #[test]
@@ -482,10 +416,7 @@ mod tests {
         assert!(message().contains("frame id 42"));
         let mut mask = [0u8; 4];
         // SAFETY: 4 writable bytes.
-        assert_eq!(
-            unsafe { rdaq_frame_missing(h, 42, mask.as_mut_ptr(), mask.len()) },
-            RdaqStatus::BadFrame
-        );
+        assert_eq!(unsafe { rdaq_frame_missing(h, 42, mask.as_mut_ptr(), mask.len()) }, RdaqStatus::BadFrame);
         assert_eq!(rdaq_receiver_stop(h), RdaqStatus::Ok);
         assert_eq!(rdaq_receiver_close(h), RdaqStatus::Ok);
         assert_eq!(message(), "");

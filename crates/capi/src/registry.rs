@@ -31,45 +31,21 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Starts a receiver; returns its handle.
 pub fn open(cfg: ReceiverConfig) -> Result<u64, Failure> {
     let modules = cfg.modules;
-    let rx = rdaq_receiver::Receiver::start(cfg)
-        .map_err(|e| Failure::new(RdaqStatus::Start, format!("cannot start the receiver: {e}")))?;
+    let rx = rdaq_receiver::Receiver::start(cfg).map_err(|e| Failure::new(RdaqStatus::Start, format!("cannot start the receiver: {e}")))?;
     let h = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
-    let st = Arc::new(Station {
-        rx,
-        held: Mutex::default(),
-        next_id: AtomicU64::new(1),
-        modules,
-    });
-    lock(&RECEIVERS)
-        .get_or_insert_with(HashMap::new)
-        .insert(h, st);
+    let st = Arc::new(Station { rx, held: Mutex::default(), next_id: AtomicU64::new(1), modules });
+    lock(&RECEIVERS).get_or_insert_with(HashMap::new).insert(h, st);
     Ok(h)
 }
 
 pub fn station(h: u64) -> Result<Arc<Station>, Failure> {
-    lock(&RECEIVERS)
-        .as_ref()
-        .and_then(|m| m.get(&h).cloned())
-        .ok_or_else(|| {
-            Failure::new(
-                RdaqStatus::BadHandle,
-                format!("handle {h}: no such receiver (never opened, or closed)"),
-            )
-        })
+    lock(&RECEIVERS).as_ref().and_then(|m| m.get(&h).cloned()).ok_or_else(|| Failure::new(RdaqStatus::BadHandle, format!("handle {h}: no such receiver (never opened, or closed)")))
 }
 
 /// Forgets the receiver: its frames go back, and it stops; it is freed when the last call
 /// still using it returns.
 pub fn close(h: u64) -> Result<(), Failure> {
-    let st = lock(&RECEIVERS)
-        .as_mut()
-        .and_then(|m| m.remove(&h))
-        .ok_or_else(|| {
-            Failure::new(
-                RdaqStatus::BadHandle,
-                format!("handle {h}: no such receiver (never opened, or closed)"),
-            )
-        })?;
+    let st = lock(&RECEIVERS).as_mut().and_then(|m| m.remove(&h)).ok_or_else(|| Failure::new(RdaqStatus::BadHandle, format!("handle {h}: no such receiver (never opened, or closed)")))?;
     st.rx.stop();
     for (_, f) in lock(&st.held).drain() {
         st.rx.release(f).expect("a frame of this receiver");
@@ -82,28 +58,15 @@ impl Station {
     /// held by the caller.
     pub fn next(&self, timeout_ms: i64) -> Result<RdaqFrame, Failure> {
         let got = if timeout_ms < 0 {
-            self.rx
-                .frames()
-                .recv()
-                .map_err(|_| RecvTimeoutError::Disconnected)
+            self.rx.frames().recv().map_err(|_| RecvTimeoutError::Disconnected)
         } else {
             let deadline = Instant::now() + Duration::from_millis(timeout_ms as u64);
             self.rx.frames().recv_deadline(deadline)
         };
         let f = match got {
             Ok(f) => f,
-            Err(RecvTimeoutError::Timeout) => {
-                return Err(Failure::new(
-                    RdaqStatus::Timeout,
-                    format!("no frame within {timeout_ms} ms"),
-                ))
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(Failure::new(
-                    RdaqStatus::Finished,
-                    "the receiver has finished: no more frames",
-                ))
-            }
+            Err(RecvTimeoutError::Timeout) => return Err(Failure::new(RdaqStatus::Timeout, format!("no frame within {timeout_ms} ms"))),
+            Err(RecvTimeoutError::Disconnected) => return Err(Failure::new(RdaqStatus::Finished, "the receiver has finished: no more frames")),
         };
         let (data, len) = match self.rx.data(&f) {
             Ok(d) => (d.as_ptr(), d.len()),
@@ -115,30 +78,17 @@ impl Station {
             FrameStatus::Discarded => 2,
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame = RdaqFrame {
-            id,
-            number: f.frame(),
-            status,
-            data,
-            len,
-            modules: self.modules,
-            missing_cells: f.missing().len() as u32,
-        };
+        let frame = RdaqFrame { id, number: f.frame(), status, data, len, modules: self.modules, missing_cells: f.missing().len() as u32 };
         lock(&self.held).insert(id, f);
         Ok(frame)
     }
 
     fn unknown(id: u64) -> Failure {
-        Failure::new(
-            RdaqStatus::BadFrame,
-            format!("frame id {id}: not held (never handed out, or released already)"),
-        )
+        Failure::new(RdaqStatus::BadFrame, format!("frame id {id}: not held (never handed out, or released already)"))
     }
 
     pub fn release(&self, id: u64) -> Result<(), Failure> {
-        let f = lock(&self.held)
-            .remove(&id)
-            .ok_or_else(|| Self::unknown(id))?;
+        let f = lock(&self.held).remove(&id).ok_or_else(|| Self::unknown(id))?;
         self.rx.release(f).expect("a frame of this receiver");
         Ok(())
     }
@@ -149,14 +99,9 @@ impl Station {
         let f = held.get(&id).ok_or_else(|| Self::unknown(id))?;
         let pixels = self.rx.grid().frame_pixels();
         if out.len() < pixels {
-            return Err(Failure::new(
-                RdaqStatus::Buffer,
-                format!("mask: {} bytes, the frame has {pixels} pixels", out.len()),
-            ));
+            return Err(Failure::new(RdaqStatus::Buffer, format!("mask: {} bytes, the frame has {pixels} pixels", out.len())));
         }
-        self.rx
-            .missing_mask(f, out)
-            .expect("a frame of this receiver");
+        self.rx.missing_mask(f, out).expect("a frame of this receiver");
         Ok(())
     }
 

@@ -24,33 +24,16 @@ impl IntoResponse for ApiError {
 /// with the same status and headers, as every other error.
 pub async fn json_errors(resp: Response) -> Response {
     let status = resp.status();
-    let json = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    let json = resp.headers().get(header::CONTENT_TYPE).is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
     if json || !(status.is_client_error() || status.is_server_error()) {
         return resp;
     }
     let (parts, body) = resp.into_parts();
     // axum's rejections are one line; more is not a message
-    let text = axum::body::to_bytes(body, 16 * 1024)
-        .await
-        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
-        .unwrap_or_default();
-    let msg = if text.is_empty() {
-        status
-            .canonical_reason()
-            .unwrap_or("error")
-            .to_ascii_lowercase()
-    } else {
-        text
-    };
+    let text = axum::body::to_bytes(body, 16 * 1024).await.map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
+    let msg = if text.is_empty() { status.canonical_reason().unwrap_or("error").to_ascii_lowercase() } else { text };
     let mut answer = ApiError(status, msg).into_response();
-    for (k, v) in parts
-        .headers
-        .iter()
-        .filter(|(k, _)| *k != header::CONTENT_TYPE && *k != header::CONTENT_LENGTH)
-    {
+    for (k, v) in parts.headers.iter().filter(|(k, _)| *k != header::CONTENT_TYPE && *k != header::CONTENT_LENGTH) {
         answer.headers_mut().insert(k, v.clone());
     }
     answer
@@ -68,33 +51,13 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for NoParameters {
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, _: &S) -> Result<Self, ApiError> {
-        let too_large = |_| {
-            ApiError(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "body: more than {NO_PARAMETERS_MAX} bytes for a call that takes no parameters"
-                ),
-            )
-        };
-        let bytes = axum::body::to_bytes(req.into_body(), NO_PARAMETERS_MAX)
-            .await
-            .map_err(too_large)?;
+        let too_large = |_| ApiError(StatusCode::PAYLOAD_TOO_LARGE, format!("body: more than {NO_PARAMETERS_MAX} bytes for a call that takes no parameters"));
+        let bytes = axum::body::to_bytes(req.into_body(), NO_PARAMETERS_MAX).await.map_err(too_large)?;
         if !bytes.iter().all(u8::is_ascii_whitespace) {
-            let refuse = |why: String| {
-                bad(format!(
-                    "body: this call takes no parameters, only {{}} or nothing ({why})"
-                ))
-            };
-            match serde_json::from_slice::<serde_json::Value>(&bytes)
-                .map_err(|e| refuse(e.to_string()))?
-            {
+            let refuse = |why: String| bad(format!("body: this call takes no parameters, only {{}} or nothing ({why})"));
+            match serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|e| refuse(e.to_string()))? {
                 serde_json::Value::Object(fields) if fields.is_empty() => {}
-                serde_json::Value::Object(fields) => {
-                    return Err(refuse(format!(
-                        "unknown field {:?}",
-                        fields.keys().next().expect("not empty")
-                    )))
-                }
+                serde_json::Value::Object(fields) => return Err(refuse(format!("unknown field {:?}", fields.keys().next().expect("not empty")))),
                 _ => return Err(refuse("not an object".into())),
             }
         }
@@ -135,3 +98,4 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub fn events_page(log: &Mutex<EventLog>, q: &Since) -> EventPage {
     lock(log).since(q.since, q.limit.min(100_000))
 }
+

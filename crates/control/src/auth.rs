@@ -93,12 +93,7 @@ impl AccessArgs {
         if self.protect_reads && token.is_none() {
             return Err(AuthError::ReadsWithoutToken);
         }
-        Ok(Access {
-            token,
-            protect_reads: self.protect_reads,
-            names: Names::of_this_host(&self.allow_hosts),
-            refused: AtomicU64::new(0),
-        })
+        Ok(Access { token, protect_reads: self.protect_reads, names: Names::of_this_host(&self.allow_hosts), refused: AtomicU64::new(0) })
     }
 }
 
@@ -117,20 +112,14 @@ fn token_from_env(v: Result<String, std::env::VarError>) -> Result<Option<Token>
 fn read_token(p: &Path) -> Result<Token, AuthError> {
     let text = std::fs::read_to_string(p).map_err(|e| AuthError::Read(p.to_path_buf(), e))?;
     warn_if_readable_by_others(p);
-    Token::new(
-        text.lines().next().unwrap_or(""),
-        &format!("--token-file {}", p.display()),
-    )
+    Token::new(text.lines().next().unwrap_or(""), &format!("--token-file {}", p.display()))
 }
 
 fn warn_if_readable_by_others(p: &Path) {
     use std::os::unix::fs::PermissionsExt;
     if let Ok(m) = std::fs::metadata(p) {
         if m.permissions().mode() & 0o077 != 0 {
-            tracing::warn!(
-                "token file {} can be read by other users (chmod 600 it)",
-                p.display()
-            );
+            tracing::warn!("token file {} can be read by other users (chmod 600 it)", p.display());
         }
     }
 }
@@ -179,23 +168,14 @@ impl Access {
     /// Whether a call with `method` on `path` and `authorization` header may go on. The
     /// dashboard's page and files carry no data: reading them is always open (the page then
     /// asks for the token where reads need it).
-    pub fn check(
-        &self,
-        method: &Method,
-        path: &str,
-        authorization: Option<&HeaderValue>,
-    ) -> Result<(), Refusal> {
-        let Some(token) = &self.token else {
-            return Ok(());
-        };
+    pub fn check(&self, method: &Method, path: &str, authorization: Option<&HeaderValue>) -> Result<(), Refusal> {
+        let Some(token) = &self.token else { return Ok(()) };
         let reads = method == Method::GET || method == Method::HEAD;
         let shell = path == "/" || path.starts_with(ASSETS);
         if reads && (!self.protect_reads || shell) {
             return Ok(());
         }
-        let given = authorization
-            .and_then(|h| h.as_bytes().strip_prefix(b"Bearer "))
-            .ok_or(Refusal::Missing)?;
+        let given = authorization.and_then(|h| h.as_bytes().strip_prefix(b"Bearer ")).ok_or(Refusal::Missing)?;
         if bool::from(given.ct_eq(token.0.as_bytes())) {
             Ok(())
         } else {
@@ -206,29 +186,17 @@ impl Access {
 
 /// Middleware: lets a call through, or answers the refusal and counts and logs it. A call
 /// a foreign page could have made ([`crate::site`]) is refused before its token is looked at.
-pub async fn guard(
-    State(access): State<Arc<Access>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub async fn guard(State(access): State<Arc<Access>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request, next: Next) -> Response {
     let refusal = match access.names.check(req.method(), req.headers()) {
         Err(f) => Err(f.into()),
-        Ok(()) => access.check(
-            req.method(),
-            req.uri().path(),
-            req.headers().get(header::AUTHORIZATION),
-        ),
+        Ok(()) => access.check(req.method(), req.uri().path(), req.headers().get(header::AUTHORIZATION)),
     };
     let Err(r) = refusal else {
         return next.run(req).await;
     };
     let n = access.refused.fetch_add(1, Ordering::Relaxed) + 1;
     let (status, why) = match r {
-        Refusal::Missing => (
-            StatusCode::UNAUTHORIZED,
-            "this call needs the API token: send `Authorization: Bearer <token>`",
-        ),
+        Refusal::Missing => (StatusCode::UNAUTHORIZED, "this call needs the API token: send `Authorization: Bearer <token>`"),
         Refusal::Wrong => (StatusCode::FORBIDDEN, "wrong API token"),
         Refusal::Foreign(f @ Foreign::Host) => (StatusCode::MISDIRECTED_REQUEST, f.why()),
         Refusal::Foreign(f @ Foreign::Origin) => (StatusCode::FORBIDDEN, f.why()),
@@ -237,10 +205,7 @@ pub async fn guard(
     tracing::warn!(method = %req.method(), path = req.uri().path(), %peer, refused = n, "refused {} {} from {peer}: {why}", req.method(), req.uri().path());
     let mut resp = crate::answer::ApiError(status, why.into()).into_response();
     if r == Refusal::Missing {
-        resp.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Bearer realm=\"rdaq\""),
-        );
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"rdaq\""));
     }
     resp
 }
@@ -250,12 +215,7 @@ mod tests {
     use super::*;
 
     fn access(protect_reads: bool) -> Access {
-        Access {
-            token: Some(Token::new("0123456789abcdef0123", "test").unwrap()),
-            protect_reads,
-            names: Names::default(),
-            refused: AtomicU64::new(0),
-        }
+        Access { token: Some(Token::new("0123456789abcdef0123", "test").unwrap()), protect_reads, names: Names::default(), refused: AtomicU64::new(0) }
     }
 
     fn h(s: &str) -> HeaderValue {
@@ -266,141 +226,42 @@ mod tests {
     fn mutating_calls_need_the_exact_token() {
         let a = access(false);
         assert_eq!(a.check(&Method::POST, "/stop", None), Err(Refusal::Missing));
-        assert_eq!(
-            a.check(
-                &Method::PUT,
-                "/buffers",
-                Some(&h("Basic 0123456789abcdef0123"))
-            ),
-            Err(Refusal::Missing)
-        );
-        assert_eq!(
-            a.check(
-                &Method::POST,
-                "/start",
-                Some(&h("Bearer 0123456789abcdef012"))
-            ),
-            Err(Refusal::Wrong)
-        );
-        assert_eq!(
-            a.check(
-                &Method::POST,
-                "/start",
-                Some(&h("Bearer 0123456789abcdef01234"))
-            ),
-            Err(Refusal::Wrong)
-        );
-        assert_eq!(
-            a.check(
-                &Method::DELETE,
-                "/x",
-                Some(&h("Bearer 0123456789abcdef0123"))
-            ),
-            Ok(())
-        );
-        assert_eq!(
-            a.check(&Method::GET, "/status", None),
-            Ok(()),
-            "reads are open unless protected"
-        );
-        assert_eq!(
-            access(true).check(&Method::GET, "/status", None),
-            Err(Refusal::Missing)
-        );
-        assert_eq!(
-            access(true).check(&Method::GET, "/dashboard/live", None),
-            Err(Refusal::Missing)
-        );
-        assert_eq!(
-            access(true).check(
-                &Method::GET,
-                "/status",
-                Some(&h("Bearer 0123456789abcdef0123"))
-            ),
-            Ok(())
-        );
-        assert_eq!(
-            access(true).check(&Method::GET, "/", None),
-            Ok(()),
-            "the dashboard's page carries no data"
-        );
-        assert_eq!(
-            access(true).check(&Method::GET, "/dashboard/assets/app.js", None),
-            Ok(())
-        );
-        assert_eq!(
-            access(true).check(&Method::POST, "/", None),
-            Err(Refusal::Missing),
-            "only reads of the page are open"
-        );
-        assert_eq!(
-            Access::default().check(&Method::POST, "/stop", None),
-            Ok(()),
-            "no token: open"
-        );
+        assert_eq!(a.check(&Method::PUT, "/buffers", Some(&h("Basic 0123456789abcdef0123"))), Err(Refusal::Missing));
+        assert_eq!(a.check(&Method::POST, "/start", Some(&h("Bearer 0123456789abcdef012"))), Err(Refusal::Wrong));
+        assert_eq!(a.check(&Method::POST, "/start", Some(&h("Bearer 0123456789abcdef01234"))), Err(Refusal::Wrong));
+        assert_eq!(a.check(&Method::DELETE, "/x", Some(&h("Bearer 0123456789abcdef0123"))), Ok(()));
+        assert_eq!(a.check(&Method::GET, "/status", None), Ok(()), "reads are open unless protected");
+        assert_eq!(access(true).check(&Method::GET, "/status", None), Err(Refusal::Missing));
+        assert_eq!(access(true).check(&Method::GET, "/dashboard/live", None), Err(Refusal::Missing));
+        assert_eq!(access(true).check(&Method::GET, "/status", Some(&h("Bearer 0123456789abcdef0123"))), Ok(()));
+        assert_eq!(access(true).check(&Method::GET, "/", None), Ok(()), "the dashboard's page carries no data");
+        assert_eq!(access(true).check(&Method::GET, "/dashboard/assets/app.js", None), Ok(()));
+        assert_eq!(access(true).check(&Method::POST, "/", None), Err(Refusal::Missing), "only reads of the page are open");
+        assert_eq!(Access::default().check(&Method::POST, "/stop", None), Ok(()), "no token: open");
     }
 
     #[test]
     fn short_tokens_and_protected_reads_without_a_token_are_refused() {
-        assert!(matches!(
-            Token::new(" short\n", "f"),
-            Err(AuthError::Short(_, 5))
-        ));
-        assert_eq!(
-            Token::new("0123456789abcdef\n", "f").unwrap().bearer(),
-            "Bearer 0123456789abcdef"
-        );
-        assert_eq!(
-            format!("{:?}", Token::new("0123456789abcdef", "f").unwrap()),
-            "Token(..)"
-        );
-        let args = AccessArgs {
-            token_file: Some("/nonexistent/token".into()),
-            ..AccessArgs::default()
-        };
+        assert!(matches!(Token::new(" short\n", "f"), Err(AuthError::Short(_, 5))));
+        assert_eq!(Token::new("0123456789abcdef\n", "f").unwrap().bearer(), "Bearer 0123456789abcdef");
+        assert_eq!(format!("{:?}", Token::new("0123456789abcdef", "f").unwrap()), "Token(..)");
+        let args = AccessArgs { token_file: Some("/nonexistent/token".into()), ..AccessArgs::default() };
         assert!(matches!(args.access(), Err(AuthError::Read(..))));
     }
 
     #[test]
     fn a_token_variable_set_blank_is_refused_and_a_file_gives_its_first_line() {
-        assert!(
-            token_from_env(Err(std::env::VarError::NotPresent))
-                .unwrap()
-                .is_none(),
-            "not set: open"
-        );
-        assert!(matches!(
-            token_from_env(Ok(" \n".into())),
-            Err(AuthError::BadEnv("blank"))
-        ));
-        assert!(matches!(
-            token_from_env(Err(std::env::VarError::NotUnicode("x".into()))),
-            Err(AuthError::BadEnv(_))
-        ));
-        assert_eq!(
-            token_from_env(Ok("0123456789abcdef".into()))
-                .unwrap()
-                .unwrap()
-                .bearer(),
-            "Bearer 0123456789abcdef"
-        );
+        assert!(token_from_env(Err(std::env::VarError::NotPresent)).unwrap().is_none(), "not set: open");
+        assert!(matches!(token_from_env(Ok(" \n".into())), Err(AuthError::BadEnv("blank"))));
+        assert!(matches!(token_from_env(Err(std::env::VarError::NotUnicode("x".into()))), Err(AuthError::BadEnv(_))));
+        assert_eq!(token_from_env(Ok("0123456789abcdef".into())).unwrap().unwrap().bearer(), "Bearer 0123456789abcdef");
         let dir = std::env::temp_dir().join(format!("rdaq-token-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("token");
-        std::fs::write(
-            &f,
-            "  0123456789abcdef0123  \n# a comment the first line does not hold\n",
-        )
-        .unwrap();
-        assert_eq!(
-            read_token(&f).unwrap().bearer(),
-            "Bearer 0123456789abcdef0123"
-        );
+        std::fs::write(&f, "  0123456789abcdef0123  \n# a comment the first line does not hold\n").unwrap();
+        assert_eq!(read_token(&f).unwrap().bearer(), "Bearer 0123456789abcdef0123");
         std::fs::write(&f, "\n0123456789abcdef0123\n").unwrap();
-        assert!(
-            matches!(read_token(&f), Err(AuthError::Short(_, 0))),
-            "the first line is the token, even blank"
-        );
+        assert!(matches!(read_token(&f), Err(AuthError::Short(_, 0))), "the first line is the token, even blank");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

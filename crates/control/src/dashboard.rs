@@ -140,13 +140,7 @@ pub fn from_board(b: &Board, s: &mut Snapshot) {
     s.latency = b.latency().report();
     s.process = process_view(b);
     s.threads = b.threads();
-    s.preview = b.glance().map(|g| PreviewView {
-        frame: g.frame,
-        width: g.width,
-        height: g.height,
-        spots: g.spots.len(),
-        unit: g.unit,
-    });
+    s.preview = b.glance().map(|g| PreviewView { frame: g.frame, width: g.width, height: g.height, spots: g.spots.len(), unit: g.unit });
 }
 
 /// The processing counts of the board's acquisition; `None` when it is raw.
@@ -199,36 +193,11 @@ fn stage_view(st: &rdaq_process::pipeline::StageStats) -> StageView {
 
 /// The dashboard's routes as an OpenAPI document describes them.
 pub const DESCRIBED: [Described; 5] = [
-    Described {
-        path: "/",
-        method: Method::Get,
-        summary: "The dashboard's page",
-        answers: "text/html",
-    },
-    Described {
-        path: "/dashboard/assets/{file}",
-        method: Method::Get,
-        summary: "The dashboard's script and style files",
-        answers: "text/plain",
-    },
-    Described {
-        path: "/dashboard/live",
-        method: Method::Get,
-        summary: "The dashboard's live feed: a snapshot per event (server-sent events)",
-        answers: "text/event-stream",
-    },
-    Described {
-        path: "/dashboard/snapshot",
-        method: Method::Get,
-        summary: "What the dashboard shows (receivers, plan, result)",
-        answers: "application/json",
-    },
-    Described {
-        path: "/dashboard/preview.png",
-        method: Method::Get,
-        summary: "The latest frame, as an image",
-        answers: "image/png",
-    },
+    Described { path: "/", method: Method::Get, summary: "The dashboard's page", answers: "text/html" },
+    Described { path: "/dashboard/assets/{file}", method: Method::Get, summary: "The dashboard's script and style files", answers: "text/plain" },
+    Described { path: "/dashboard/live", method: Method::Get, summary: "The dashboard's live feed: a snapshot per event (server-sent events)", answers: "text/event-stream" },
+    Described { path: "/dashboard/snapshot", method: Method::Get, summary: "What the dashboard shows (receivers, plan, result)", answers: "application/json" },
+    Described { path: "/dashboard/preview.png", method: Method::Get, summary: "The latest frame, as an image", answers: "image/png" },
 ];
 
 /// The dashboard's routes over `view`: the page at `/`, its files, the live feed and the
@@ -247,26 +216,10 @@ const INDEX: &str = include_str!("../assets/dashboard/index.html");
 
 /// The page's files, compiled in: name, content type, bytes.
 const FILES: [(&str, &str, &[u8]); 4] = [
-    (
-        "app.js",
-        "text/javascript; charset=utf-8",
-        include_bytes!("../assets/dashboard/app.js"),
-    ),
-    (
-        "app.css",
-        "text/css; charset=utf-8",
-        include_bytes!("../assets/dashboard/app.css"),
-    ),
-    (
-        "uPlot.iife.min.js",
-        "text/javascript; charset=utf-8",
-        include_bytes!("../assets/dashboard/vendor/uPlot.iife.min.js"),
-    ),
-    (
-        "uPlot.min.css",
-        "text/css; charset=utf-8",
-        include_bytes!("../assets/dashboard/vendor/uPlot.min.css"),
-    ),
+    ("app.js", "text/javascript; charset=utf-8", include_bytes!("../assets/dashboard/app.js")),
+    ("app.css", "text/css; charset=utf-8", include_bytes!("../assets/dashboard/app.css")),
+    ("uPlot.iife.min.js", "text/javascript; charset=utf-8", include_bytes!("../assets/dashboard/vendor/uPlot.iife.min.js")),
+    ("uPlot.min.css", "text/css; charset=utf-8", include_bytes!("../assets/dashboard/vendor/uPlot.min.css")),
 ];
 
 async fn page() -> axum::response::Html<&'static str> {
@@ -275,18 +228,8 @@ async fn page() -> axum::response::Html<&'static str> {
 
 async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {
     match FILES.iter().find(|(name, ..)| *name == file) {
-        Some((_, kind, bytes)) => (
-            [
-                (header::CONTENT_TYPE, *kind),
-                (header::CACHE_CONTROL, "max-age=3600"),
-            ],
-            *bytes,
-        )
-            .into_response(),
-        None => {
-            crate::answer::ApiError(StatusCode::NOT_FOUND, format!("no dashboard file {file:?}"))
-                .into_response()
-        }
+        Some((_, kind, bytes)) => ([(header::CONTENT_TYPE, *kind), (header::CACHE_CONTROL, "max-age=3600")], *bytes).into_response(),
+        None => crate::answer::ApiError(StatusCode::NOT_FOUND, format!("no dashboard file {file:?}")).into_response(),
     }
 }
 
@@ -302,18 +245,9 @@ fn notable(e: &Event) -> bool {
 /// One update of the live feed: the snapshot and the notable events from `since` on.
 fn update(v: &dyn View, since: u64) -> (String, u64) {
     let page = v.events(since);
-    let events: Vec<&Event> = page
-        .events
-        .iter()
-        .filter(|e| notable(e))
-        .take(EVENTS_PER_UPDATE)
-        .collect();
+    let events: Vec<&Event> = page.events.iter().filter(|e| notable(e)).take(EVENTS_PER_UPDATE).collect();
     // events past the cap come in the next update
-    let next = if events.len() == EVENTS_PER_UPDATE {
-        page.first + position_after_cap(&page)
-    } else {
-        page.next
-    };
+    let next = if events.len() == EVENTS_PER_UPDATE { page.first + position_after_cap(&page) } else { page.next };
     let data = serde_json::json!({ "snapshot": v.snapshot(), "events": events, "events_dropped": page.dropped });
     (data.to_string(), next)
 }
@@ -330,9 +264,7 @@ fn position_after_cap(page: &EventPage) -> u64 {
     page.events.len() as u64
 }
 
-async fn live(
-    State(v): State<Arc<dyn View>>,
-) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
+async fn live(State(v): State<Arc<dyn View>>) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
     let feed = futures_util::stream::unfold((v, 0u64, true), |(v, since, first)| async move {
         if !first {
             tokio::time::sleep(PERIOD).await;
@@ -341,29 +273,18 @@ async fn live(
             return None;
         }
         let (data, next) = update(v.as_ref(), since);
-        Some((
-            Ok(SseEvent::default().event("update").data(data)),
-            (v, next, false),
-        ))
+        Some((Ok(SseEvent::default().event("update").data(data)), (v, next, false)))
     });
     Sse::new(feed).keep_alive(KeepAlive::default())
 }
 
 async fn preview(State(v): State<Arc<dyn View>>) -> Response {
     let Some(g) = v.glance() else {
-        return crate::answer::ApiError(StatusCode::NOT_FOUND, "no frame yet".into())
-            .into_response();
+        return crate::answer::ApiError(StatusCode::NOT_FOUND, "no frame yet".into()).into_response();
     };
     let png = tokio::task::spawn_blocking(move || render(&g)).await;
     match png {
-        Ok(Ok(png)) => (
-            [
-                (header::CONTENT_TYPE, "image/png"),
-                (header::CACHE_CONTROL, "no-store"),
-            ],
-            png,
-        )
-            .into_response(),
+        Ok(Ok(png)) => ([(header::CONTENT_TYPE, "image/png"), (header::CACHE_CONTROL, "no-store")], png).into_response(),
         Ok(Err(e)) => crate::answer::internal(e).into_response(),
         Err(e) => crate::answer::internal(e).into_response(),
     }
@@ -371,16 +292,9 @@ async fn preview(State(v): State<Arc<dyn View>>) -> Response {
 
 /// The glance as the preview renders it: color map, spots circled, scale bar.
 fn render(g: &Glance) -> Result<Vec<u8>, String> {
-    let shown = rdaq_preview::Shown {
-        width: g.width,
-        height: g.height,
-        values: &g.values,
-        spots: &g.spots,
-        pixel_size_m: rdaq_detector::jungfrau::PIXEL_SIZE_M,
-    };
+    let shown = rdaq_preview::Shown { width: g.width, height: g.height, values: &g.values, spots: &g.spots, pixel_size_m: rdaq_detector::jungfrau::PIXEL_SIZE_M };
     let mut png = Vec::new();
-    rdaq_preview::write_png(&rdaq_preview::render(&shown), &mut png)
-        .map_err(|e| format!("preview: {e}"))?;
+    rdaq_preview::write_png(&rdaq_preview::render(&shown), &mut png).map_err(|e| format!("preview: {e}"))?;
     Ok(png)
 }
 
@@ -392,22 +306,10 @@ mod tests {
     fn capped_updates_resume_after_the_last_event_sent() {
         let mut events = Vec::new();
         for f in 0..(EVENTS_PER_UPDATE as u64 + 10) {
-            events.push(Event::FrameComplete {
-                receiver: "r".into(),
-                frame: f,
-                imm: None,
-            });
-            events.push(Event::Error {
-                source: "t".into(),
-                message: format!("{f}"),
-            });
+            events.push(Event::FrameComplete { receiver: "r".into(), frame: f, imm: None });
+            events.push(Event::Error { source: "t".into(), message: format!("{f}") });
         }
-        let page = EventPage {
-            first: 100,
-            next: 100 + events.len() as u64,
-            dropped: 0,
-            events,
-        };
+        let page = EventPage { first: 100, next: 100 + events.len() as u64, dropped: 0, events };
         // the 500th notable event is the 1000th event: the next update starts after it
         assert_eq!(position_after_cap(&page), 2 * EVENTS_PER_UPDATE as u64);
     }

@@ -20,9 +20,7 @@ use rdaq_proto::events::EventPage;
 use rdaq_proto::telegram::{DetectorTelegram, ModuleDtp, NativeRequest, TELEGRAM_VERSION};
 use serde::{Deserialize, Serialize};
 
-use crate::http::{
-    bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since,
-};
+use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
 use crate::openapi::{self, Described, Method};
 
 #[derive(Clone, Debug)]
@@ -46,21 +44,9 @@ impl Native {
     /// header), at its bit depth and link.
     pub fn new(request: NativeRequest, modules: u16) -> anyhow::Result<Native> {
         let d = Description::named_or_text(&request.detector)?;
-        let wire = d
-            .wire(request.bit_depth, request.link.as_deref())
-            .map_err(|e| {
-                anyhow::anyhow!("--{} {}: {}", e.field.replace('_', "-"), e.value, e.why)
-            })?;
-        let detector = DescribedDetector::new(&d, &wire, modules, request.module_cols)
-            .map_err(|e| anyhow::anyhow!("--detector {}: {e}", d.name))?;
-        Ok(Native {
-            detector,
-            request: NativeRequest {
-                bit_depth: Some(wire.bits),
-                link: Some(wire.link),
-                ..request
-            },
-        })
+        let wire = d.wire(request.bit_depth, request.link.as_deref()).map_err(|e| anyhow::anyhow!("--{} {}: {}", e.field.replace('_', "-"), e.value, e.why))?;
+        let detector = DescribedDetector::new(&d, &wire, modules, request.module_cols).map_err(|e| anyhow::anyhow!("--detector {}: {e}", d.name))?;
+        Ok(Native { detector, request: NativeRequest { bit_depth: Some(wire.bits), link: Some(wire.link), ..request } })
     }
 }
 
@@ -84,26 +70,14 @@ impl Daemon for DetectorDaemon {
 
 /// Frames per second one module's synthesis reaches on this machine (measured once).
 fn measure_rate(seed: u64) -> f64 {
-    1.0 / rdaq_emulator::config::frame_make_time(&SynthConfig {
-        seed,
-        ..Default::default()
-    })
-    .as_secs_f64()
+    1.0 / rdaq_emulator::config::frame_make_time(&SynthConfig { seed, ..Default::default() }).as_secs_f64()
 }
 
 /// The daemon's API; `access` is the one [`crate::http::serve`] guards it with (its
 /// refusals are counted in `/status`).
 pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
     let max_rate_hz = measure_rate(opts.seed);
-    let d = DetectorDaemon {
-        opts,
-        max_rate_hz,
-        dtps: None,
-        control: Arc::new(Control::default()),
-        run: None,
-        report: None,
-        access,
-    };
+    let d = DetectorDaemon { opts, max_rate_hz, dtps: None, control: Arc::new(Control::default()), run: None, report: None, access };
     let routes = Router::new()
         .route("/telegram", get(telegram))
         .route("/dtp", put(dtp))
@@ -112,61 +86,24 @@ pub fn router(opts: Options, access: Arc<crate::auth::Access>) -> Router {
         .route("/status", get(status))
         .route("/manifest", get(manifest));
     let doc = openapi::document("rdaq detector daemon", "Emulated detector modules: the manager uploads what each module sends where (DTPs), then starts and stops them. Calls that change something need the token when one is set (Authorization: Bearer). Bodies are JSON objects, described in docs/control.md, not here.", &DESCRIBED);
-    openapi::serve_document(
-        daemon_router(Arc::new(std::sync::Mutex::new(d)), routes),
-        doc,
-    )
+    openapi::serve_document(daemon_router(Arc::new(std::sync::Mutex::new(d)), routes), doc)
 }
 
 /// The daemon's routes as its OpenAPI document describes them.
 const DESCRIBED: [Described; 7] = [
-    Described {
-        path: "/telegram",
-        method: Method::Get,
-        summary: "What the modules offer: their count, sizes and links (the manager plans with it)",
-        answers: "application/json",
-    },
-    Described {
-        path: "/dtp",
-        method: Method::Put,
-        summary: "What each module sends where (the manager's data transfer processes)",
-        answers: "application/json",
-    },
-    Described {
-        path: "/start",
-        method: Method::Post,
-        summary: "Starts sending frames (count, rate, faults)",
-        answers: "application/json",
-    },
-    Described {
-        path: "/stop",
-        method: Method::Post,
-        summary: "Stops sending; answers what was sent",
-        answers: "application/json",
-    },
-    Described {
-        path: "/status",
-        method: Method::Get,
-        summary: "Whether the modules send, and what they sent",
-        answers: "application/json",
-    },
-    Described {
-        path: "/manifest",
-        method: Method::Get,
-        summary: "The frames sent, one CSV line each",
-        answers: "text/csv",
-    },
+    Described { path: "/telegram", method: Method::Get, summary: "What the modules offer: their count, sizes and links (the manager plans with it)", answers: "application/json" },
+    Described { path: "/dtp", method: Method::Put, summary: "What each module sends where (the manager's data transfer processes)", answers: "application/json" },
+    Described { path: "/start", method: Method::Post, summary: "Starts sending frames (count, rate, faults)", answers: "application/json" },
+    Described { path: "/stop", method: Method::Post, summary: "Stops sending; answers what was sent", answers: "application/json" },
+    Described { path: "/status", method: Method::Get, summary: "Whether the modules send, and what they sent", answers: "application/json" },
+    Described { path: "/manifest", method: Method::Get, summary: "The frames sent, one CSV line each", answers: "text/csv" },
     openapi::EVENTS,
 ];
 
 async fn telegram(State(s): State<Shared>) -> Json<DetectorTelegram> {
     let d = lock(&s);
     let (module_bytes, links, payload) = match &d.opts.native {
-        Some(n) => (
-            n.detector.module_bytes(),
-            n.detector.ports() as u16,
-            n.detector.payload() as u32,
-        ),
+        Some(n) => (n.detector.module_bytes(), n.detector.ports() as u16, n.detector.payload() as u32),
         None => (MODULE_BYTES as u64, 1, rdaq_proto::MAX_PAYLOAD as u32),
     };
     Json(DetectorTelegram {
@@ -194,23 +131,15 @@ fn running(d: &DetectorDaemon) -> bool {
     d.run.as_ref().is_some_and(|h| !h.is_finished())
 }
 
-async fn dtp(
-    State(s): State<Shared>,
-    Json(up): Json<DtpUpload>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+async fn dtp(State(s): State<Shared>, Json(up): Json<DtpUpload>) -> Result<Json<serde_json::Value>, ApiError> {
     let mut d = lock(&s);
     if up.dtps.len() != d.opts.modules as usize {
-        return Err(bad(format!(
-            "dtps: {} DTPs for {} modules",
-            up.dtps.len(),
-            d.opts.modules
-        )));
+        return Err(bad(format!("dtps: {} DTPs for {} modules", up.dtps.len(), d.opts.modules)));
     }
     match &d.opts.native {
         Some(n) => check_native_routes(n, &up)?,
         // what the modules could not run is refused here, not in their threads
-        None => rdaq_emulator::check_dtps(d.opts.modules, MODULE_BYTES as u64, &up.dtps)
-            .map_err(|e| bad(format!("dtps: {e}")))?,
+        None => rdaq_emulator::check_dtps(d.opts.modules, MODULE_BYTES as u64, &up.dtps).map_err(|e| bad(format!("dtps: {e}")))?,
     }
     if running(&d) {
         let Some(from) = up.from_frame else {
@@ -220,17 +149,13 @@ async fn dtp(
             Ok(()) => Ok(Json(serde_json::json!({ "applied_from": from }))),
             Err(EmulatorError::UpdateTooLate { frontier, .. }) => Err(ApiError(
                 StatusCode::CONFLICT,
-                format!(
-                    "from_frame {from} has started already; the first free frame is {frontier}"
-                ),
+                format!("from_frame {from} has started already; the first free frame is {frontier}"),
             )),
             Err(e) => Err(bad(format!("dtps: {e}"))),
         };
     }
     if up.from_frame.is_some() {
-        return Err(conflict(
-            "not running: a live update (from_frame) has nothing to update",
-        ));
+        return Err(conflict("not running: a live update (from_frame) has nothing to update"));
     }
     d.dtps = Some(up.dtps);
     Ok(Json(serde_json::json!({ "applied_from": 0 })))
@@ -246,13 +171,7 @@ fn check_native_routes(n: &Native, up: &DtpUpload) -> Result<(), ApiError> {
     for dtp in &up.dtps {
         match &dtp.routes[..] {
             [r] if r.ports.len() == ports => {}
-            _ => {
-                return Err(bad(format!(
-                    "dtps: module {} of {} needs one route with {ports} ports",
-                    dtp.module,
-                    n.detector.name()
-                )))
-            }
+            _ => return Err(bad(format!("dtps: module {} of {} needs one route with {ports} ports", dtp.module, n.detector.name()))),
         }
     }
     Ok(())
@@ -260,14 +179,7 @@ fn check_native_routes(n: &Native, up: &DtpUpload) -> Result<(), ApiError> {
 
 /// Where each module's ports send, module after module (`described::send`'s order).
 fn native_destinations(dtps: &[ModuleDtp]) -> Vec<SocketAddr> {
-    dtps.iter()
-        .flat_map(|d| {
-            d.routes[0]
-                .ports
-                .iter()
-                .map(|&p| SocketAddr::new(d.routes[0].data.ip(), p))
-        })
-        .collect()
+    dtps.iter().flat_map(|d| d.routes[0].ports.iter().map(|&p| SocketAddr::new(d.routes[0].data.ip(), p))).collect()
 }
 
 /// `POST /start`: send frames `first_frame..first_frame + frames` at `rate_hz`.
@@ -282,10 +194,7 @@ pub struct StartRequest {
     pub first_frame: u64,
 }
 
-async fn start(
-    State(s): State<Shared>,
-    Json(req): Json<StartRequest>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<serde_json::Value>, ApiError> {
     let mut d = lock(&s);
     if running(&d) {
         return Err(conflict("already running"));
@@ -298,15 +207,11 @@ async fn start(
         frames: req.frames,
         first_frame: req.first_frame,
         rate_hz: (req.rate_hz != 0.0).then_some(req.rate_hz),
-        synth: SynthConfig {
-            seed: d.opts.seed,
-            ..Default::default()
-        },
+        synth: SynthConfig { seed: d.opts.seed, ..Default::default() },
         ..EmulatorConfig::default()
     };
     rdaq_emulator::config::check_rate(cfg.rate_hz).map_err(|e| bad(format!("rate_hz: {e}")))?;
-    cfg.last_frame()
-        .map_err(|e| bad(format!("first_frame: {e}")))?;
+    cfg.last_frame().map_err(|e| bad(format!("first_frame: {e}")))?;
     let control = Arc::new(Control::default());
     d.control = control.clone();
     d.report = None;
@@ -325,17 +230,9 @@ async fn start(
 /// A described detector's frames from `cfg.first_frame` on, numbered as the manager counts
 /// them (a detector with reset frames starts with one, an even number), reported as the
 /// rdaq modules' run is.
-fn send_native(
-    det: &DescribedDetector,
-    cfg: &EmulatorConfig,
-    dests: &[SocketAddr],
-    control: &Control,
-) -> Result<EmulatorReport, EmulatorError> {
-    let first = cfg
-        .first_frame
-        .saturating_add((det.sends_reset_frames() && cfg.first_frame % 2 == 1) as u64);
-    let r = described::send(det, dests, first, cfg.frames, cfg.rate_hz, true, control)
-        .map_err(|source| EmulatorError::Send { module: 0, source })?;
+fn send_native(det: &DescribedDetector, cfg: &EmulatorConfig, dests: &[SocketAddr], control: &Control) -> Result<EmulatorReport, EmulatorError> {
+    let first = cfg.first_frame.saturating_add((det.sends_reset_frames() && cfg.first_frame % 2 == 1) as u64);
+    let r = described::send(det, dests, first, cfg.frames, cfg.rate_hz, true, control).map_err(|source| EmulatorError::Send { module: 0, source })?;
     Ok(r.into())
 }
 
@@ -357,10 +254,7 @@ pub struct StopAnswer {
     pub elapsed_s: f64,
 }
 
-async fn stop(
-    State(s): State<Shared>,
-    _: crate::answer::NoParameters,
-) -> Result<Json<StopAnswer>, ApiError> {
+async fn stop(State(s): State<Shared>, _: crate::answer::NoParameters) -> Result<Json<StopAnswer>, ApiError> {
     let handle = {
         let mut d = lock(&s);
         d.control.stop.store(true, Ordering::Relaxed);
@@ -369,10 +263,7 @@ async fn stop(
     let Some(handle) = handle else {
         return Err(conflict("not running"));
     };
-    let r = tokio::task::spawn_blocking(move || handle.join())
-        .await
-        .map_err(internal)?
-        .map_err(|_| internal("emulator panicked"))?;
+    let r = tokio::task::spawn_blocking(move || handle.join()).await.map_err(internal)?.map_err(|_| internal("emulator panicked"))?;
     let r = r.map_err(internal)?;
     let answer = StopAnswer {
         module_frames: r.manifest.len() as u64,

@@ -77,8 +77,8 @@ mod report;
 mod session;
 
 pub(crate) use board::{described as board_described, router as board_router, Board};
-use report::{print_report, JOINED};
 pub(crate) use session::{Files, Names, Running, Session};
+use report::{print_report, JOINED};
 
 /// The manager's acquisition: configure, start, watch, gather, report. Exit 1 when data was
 /// lost (unless `--tolerate-loss`). With `--data-root` the command serves the acquisition
@@ -95,22 +95,10 @@ pub fn manage(a: ManageArgs) -> anyhow::Result<ExitCode> {
         let _ = interrupted.send(());
     })?;
     let frame_time_s = if a.rate > 0.0 { 1.0 / a.rate } else { 0.0 };
-    let names = Names {
-        prefix: None,
-        directory: None,
-        overwrite: a.overwrite,
-        sections: s.sections.clone(),
-        times: (0.0, frame_time_s),
-    };
+    let names = Names { prefix: None, directory: None, overwrite: a.overwrite, sections: s.sections.clone(), times: (0.0, frame_time_s) };
     let mut run = s.begin(&names)?;
     s.send(&mut run, 0, a.frames, a.rate)?;
-    let files = Files {
-        report: a.out.join("report.json"),
-        events: a.out.join("events.jsonl"),
-        manifest: a.out.join("manifest.csv"),
-        master: a.out.join(JOINED),
-        overwrite: a.overwrite,
-    };
+    let files = Files { report: a.out.join("report.json"), events: a.out.join("events.jsonl"), manifest: a.out.join("manifest.csv"), master: a.out.join(JOINED), overwrite: a.overwrite };
     let report = s.end(run, &files, a.frames)?;
     let loss = report.lost();
     s.publish(&report, loss, &files)?;

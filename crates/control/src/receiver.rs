@@ -17,22 +17,18 @@ use indicatif::ProgressBar;
 use rdaq_detector::{Description, Geometry, MODULE_BYTES};
 use rdaq_proto::events::{Event, EventLog, EventPage};
 use rdaq_proto::telegram::{BufferMap, BufferRequest, ReceiverTelegram, TELEGRAM_VERSION};
-use rdaq_receiver::{
-    Counters, FrameStatus, IncompletePolicy, Receiver, ReceiverConfig, ReceiverError,
-};
+use rdaq_receiver::{Counters, FrameStatus, IncompletePolicy, Receiver, ReceiverConfig, ReceiverError};
 use rdaq_sink::NxmxWriter;
 use serde::{Deserialize, Serialize};
 
 use crate::dashboard::{self, ReceiverView, Snapshot, View};
-use crate::http::{
-    bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since,
-};
+use crate::http::{bad, conflict, daemon_router, events_page, internal, lock, ApiError, Daemon, Since};
 use crate::openapi::{self, Described, Method};
 use rdaq_run::acquisition::{self, Chain};
-use rdaq_run::board::{incomplete_event, Board};
+use rdaq_run::remote;
 use rdaq_run::config::Config;
 use rdaq_run::consume::ConsumeStats;
-use rdaq_run::remote;
+use rdaq_run::board::{incomplete_event, Board};
 use rdaq_run::stream::{Stream, StreamReport};
 
 #[derive(Clone, Debug)]
@@ -92,18 +88,10 @@ impl Daemon for ReceiverDaemon {
 
 /// Serves the daemon's API on `addr` behind `access` until SIGINT or SIGTERM; an acquisition
 /// still running then is stopped as `POST /stop` stops it (its files closed and readable).
-pub fn serve(
-    addr: std::net::SocketAddr,
-    opts: Options,
-    access: Arc<crate::auth::Access>,
-) -> anyhow::Result<()> {
+pub fn serve(addr: std::net::SocketAddr, opts: Options, access: Arc<crate::auth::Access>) -> anyhow::Result<()> {
     let (app, shared) = router(opts, access.clone());
     crate::http::serve(addr, app, "receive", access)?;
-    let acquiring = lock(&shared)
-        .active
-        .as_ref()
-        .filter(|a| a.acq.is_some())
-        .map(|a| a.rx.clone());
+    let acquiring = lock(&shared).active.as_ref().filter(|a| a.acq.is_some()).map(|a| a.rx.clone());
     if let Some(rx) = acquiring {
         tracing::warn!("stopping the acquisition under way: the daemon was told to end");
         // a detector still sending would keep the consumer busy: nothing more is received
@@ -116,15 +104,7 @@ pub fn serve(
 /// The daemon's API and its state; `access` is the one [`crate::http::serve`] guards it
 /// with (its refusals are counted in `/metrics`).
 fn router(opts: Options, access: Arc<crate::auth::Access>) -> (Router, Shared) {
-    let d = ReceiverDaemon {
-        opts,
-        active: None,
-        events: Arc::new(Mutex::new(EventLog::new(1 << 16))),
-        board: Arc::default(),
-        last: None,
-        access,
-        started: std::time::Instant::now(),
-    };
+    let d = ReceiverDaemon { opts, active: None, events: Arc::new(Mutex::new(EventLog::new(1 << 16))), board: Arc::default(), last: None, access, started: std::time::Instant::now() };
     let shared: Shared = Arc::new(Mutex::new(d));
     let routes = Router::new()
         .route("/telegram", get(telegram))
@@ -133,8 +113,7 @@ fn router(opts: Options, access: Arc<crate::auth::Access>) -> (Router, Shared) {
         .route("/stop", post(stop))
         .route("/status", get(status))
         .route("/metrics", get(metrics));
-    let app = daemon_router(shared.clone(), routes)
-        .merge(dashboard::routes(Arc::new(DaemonView(shared.clone()))));
+    let app = daemon_router(shared.clone(), routes).merge(dashboard::routes(Arc::new(DaemonView(shared.clone()))));
     let described: Vec<Described> = DESCRIBED.into_iter().chain(dashboard::DESCRIBED).collect();
     let doc = openapi::document("rdaq receiver daemon", "A data receiver: its buffers defined by the manager, one acquisition at a time into its output directory. Calls that change something need the token when one is set (Authorization: Bearer). Bodies are JSON objects, described in docs/control.md, not here.", &described);
     (openapi::serve_document(app, doc), shared)
@@ -159,35 +138,18 @@ impl View for DaemonView {
         let d = lock(&self.0);
         let (state, counters) = match &d.active {
             None => ("idle", None),
-            Some(a) => (
-                if a.acq.is_some() {
-                    "acquiring"
-                } else if a.starting {
-                    "starting"
-                } else {
-                    "configured"
-                },
-                Some(a.rx.counters().to_json()),
-            ),
+            Some(a) => (if a.acq.is_some() { "acquiring" } else if a.starting { "starting" } else { "configured" }, Some(a.rx.counters().to_json())),
         };
         let mut s = Snapshot {
             title: format!("receiver {}", d.opts.name),
             state: state.into(),
             uptime_s: d.started.elapsed().as_secs_f64(),
-            receivers: vec![ReceiverView {
-                name: d.opts.name.clone(),
-                alive: true,
-                counters,
-            }],
+            receivers: vec![ReceiverView { name: d.opts.name.clone(), alive: true, counters }],
             stop: (state == "acquiring").then(|| "/stop".into()),
             start: (state == "configured").then(|| "/start".into()),
             token_required: d.access.has_token(),
             api_refused: d.access.refused(),
-            result: if state == "acquiring" {
-                None
-            } else {
-                d.last.clone()
-            },
+            result: if state == "acquiring" { None } else { d.last.clone() },
             ..Snapshot::default()
         };
         dashboard::from_board(&d.board, &mut s);
@@ -217,18 +179,13 @@ async fn telegram(State(s): State<Shared>) -> Json<ReceiverTelegram> {
 
 fn check_request(opts: &Options, r: &BufferRequest) -> Result<(), ApiError> {
     if r.version != TELEGRAM_VERSION {
-        return Err(bad(format!(
-            "version: telegram version {} is not {TELEGRAM_VERSION}",
-            r.version
-        )));
+        return Err(bad(format!("version: telegram version {} is not {TELEGRAM_VERSION}", r.version)));
     }
     if r.modules.is_empty() || r.modules.len() > 64 {
         return Err(bad("modules: 1 to 64 modules"));
     }
     if r.native.is_none() && r.module_bytes != MODULE_BYTES as u64 {
-        return Err(bad(format!(
-            "module_bytes: rdaq datagrams carry JUNGFRAU modules of {MODULE_BYTES} bytes"
-        )));
+        return Err(bad(format!("module_bytes: rdaq datagrams carry JUNGFRAU modules of {MODULE_BYTES} bytes")));
     }
     if r.native.is_some() && (r.roce.is_some() || r.checksum) {
         return Err(bad("native: a detector's own packets are neither RoCEv2 WRITEs nor rdaq datagrams with checksums"));
@@ -236,54 +193,34 @@ fn check_request(opts: &Options, r: &BufferRequest) -> Result<(), ApiError> {
     if r.slots < 2 {
         return Err(bad("slots: at least 2"));
     }
-    let need = r
-        .slots
-        .saturating_mul(r.modules.len() as u64 * r.module_bytes);
+    let need = r.slots.saturating_mul(r.modules.len() as u64 * r.module_bytes);
     if need > opts.memory_bytes {
-        return Err(bad(format!(
-            "slots: {} slots need {need} bytes, this receiver has {}",
-            r.slots, opts.memory_bytes
-        )));
+        return Err(bad(format!("slots: {} slots need {need} bytes, this receiver has {}", r.slots, opts.memory_bytes)));
     }
     Ok(())
 }
 
-async fn buffers(
-    State(s): State<Shared>,
-    Json(req): Json<BufferRequest>,
-) -> Result<Json<BufferMap>, ApiError> {
+async fn buffers(State(s): State<Shared>, Json(req): Json<BufferRequest>) -> Result<Json<BufferMap>, ApiError> {
     let (old, old_rcfg, rcfg) = {
         let mut d = lock(&s);
         check_request(&d.opts, &req)?;
         match &d.active {
-            Some(a) if a.acq.is_some() || a.starting => {
-                return Err(conflict("an acquisition is running: stop it first"))
-            }
+            Some(a) if a.acq.is_some() || a.starting => return Err(conflict("an acquisition is running: stop it first")),
             Some(a) if a.request == req => return Ok(Json(a.rx.buffer_map().clone())),
             _ => {}
         }
         // a request refused here leaves the buffers in place as they were
         let rcfg = receiver_config(&d.opts, &req)?;
         rcfg.validate().map_err(|e| bad(format!("{e}")))?;
-        let old_rcfg = d
-            .active
-            .as_ref()
-            .and_then(|a| receiver_config(&d.opts, &a.request).ok());
+        let old_rcfg = d.active.as_ref().and_then(|a| receiver_config(&d.opts, &a.request).ok());
         (d.active.take(), old_rcfg, rcfg)
     };
-    let (started, old) = tokio::task::spawn_blocking(move || replace(old, old_rcfg, rcfg))
-        .await
-        .map_err(internal)?;
+    let (started, old) = tokio::task::spawn_blocking(move || replace(old, old_rcfg, rcfg)).await.map_err(internal)?;
     let mut d = lock(&s);
     match (started, old) {
         (Ok(rx), _) => {
             let map = rx.buffer_map().clone();
-            d.active = Some(Active {
-                request: req,
-                rx: Arc::new(rx),
-                acq: None,
-                starting: false,
-            });
+            d.active = Some(Active { request: req, rx: Arc::new(rx), acq: None, starting: false });
             Ok(Json(map))
         }
         (Err(e), Old::Kept(a)) => {
@@ -302,17 +239,11 @@ async fn buffers(
 /// new one is tried beside it first, then, when it may need the old one's ports, without it.
 /// On failure the old buffers are handed back, set up again from `old_rcfg` if they had to
 /// go (new keys; the same ports unless the kernel picked them).
-fn replace(
-    old: Option<Active>,
-    old_rcfg: Option<ReceiverConfig>,
-    rcfg: ReceiverConfig,
-) -> (Result<Receiver, ReceiverError>, Old) {
+fn replace(old: Option<Active>, old_rcfg: Option<ReceiverConfig>, rcfg: ReceiverConfig) -> (Result<Receiver, ReceiverError>, Old) {
     match (Receiver::start(rcfg.clone()), old) {
         (Ok(rx), _) => (Ok(rx), Old::None),
         (Err(e), None) => (Err(e), Old::None),
-        (Err(e), Some(old)) if !shares_ports(old.rx.buffer_map(), &rcfg) => {
-            (Err(e), Old::Kept(old))
-        }
+        (Err(e), Some(old)) if !shares_ports(old.rx.buffer_map(), &rcfg) => (Err(e), Old::Kept(old)),
         (Err(_), Some(old)) => {
             let request = old.request.clone();
             drop(old);
@@ -320,17 +251,7 @@ fn replace(
                 Ok(rx) => (Ok(rx), Old::None),
                 Err(e) => {
                     let again = old_rcfg.and_then(|c| Receiver::start(c).ok());
-                    (
-                        Err(e),
-                        again.map_or(Old::None, |rx| {
-                            Old::Rebound(Active {
-                                request,
-                                rx: Arc::new(rx),
-                                acq: None,
-                                starting: false,
-                            })
-                        }),
-                    )
+                    (Err(e), again.map_or(Old::None, |rx| Old::Rebound(Active { request, rx: Arc::new(rx), acq: None, starting: false })))
                 }
             }
         }
@@ -350,12 +271,8 @@ enum Old {
 /// Whether the receiver `new` may need a port the buffers `old` hold: one of the ports from
 /// its first data port on (a few per module, generously), or RoCEv2's one port.
 fn shares_ports(old: &BufferMap, new: &ReceiverConfig) -> bool {
-    let wanted = new.data_port
-        ..new
-            .data_port
-            .saturating_add(8u16.saturating_mul(new.modules));
-    !old.roce.is_empty()
-        || (new.data_port != 0 && old.data_ports.iter().any(|p| wanted.contains(p)))
+    let wanted = new.data_port..new.data_port.saturating_add(8u16.saturating_mul(new.modules));
+    !old.roce.is_empty() || (new.data_port != 0 && old.data_ports.iter().any(|p| wanted.contains(p)))
 }
 
 /// The receiver that takes what request `r` asks for: rdaq datagrams or RoCEv2 WRITEs into
@@ -365,48 +282,24 @@ fn receiver_config(opts: &Options, r: &BufferRequest) -> Result<ReceiverConfig, 
     let base = match &r.native {
         None => ReceiverConfig::for_request(r),
         Some(_) => {
-            let geometry =
-                Geometry::new(r.modules.len() as u16, 1, 0, 0).expect("one column fits any count");
-            let cfg = acquisition_config(opts, None, geometry, false)
-                .map_err(|e| bad(format!("{e:#}")))?;
-            let rcfg = remote::setup(&source_of(r)?, &cfg)
-                .map_err(|e| bad(format!("{e:#}")))?
-                .rcfg;
+            let geometry = Geometry::new(r.modules.len() as u16, 1, 0, 0).expect("one column fits any count");
+            let cfg = acquisition_config(opts, None, geometry, false).map_err(|e| bad(format!("{e:#}")))?;
+            let rcfg = remote::setup(&source_of(r)?, &cfg).map_err(|e| bad(format!("{e:#}")))?.rcfg;
             if rcfg.module_bytes != r.module_bytes {
-                return Err(bad(format!(
-                    "module_bytes: the detector's packets make module frames of {} bytes, not {}",
-                    rcfg.module_bytes, r.module_bytes
-                )));
+                return Err(bad(format!("module_bytes: the detector's packets make module frames of {} bytes, not {}", rcfg.module_bytes, r.module_bytes)));
             }
-            ReceiverConfig {
-                data_port: r.data_port,
-                slots: r.slots as usize,
-                frames: None,
-                ..rcfg
-            }
+            ReceiverConfig { data_port: r.data_port, slots: r.slots as usize, frames: None, ..rcfg }
         }
     };
-    Ok(ReceiverConfig {
-        bind: opts.data,
-        recv_buffer: opts.recv_buffer,
-        engine: opts.engine,
-        frame_timeout: opts.frame_timeout,
-        policy: opts.policy,
-        ..base
-    })
+    Ok(ReceiverConfig { bind: opts.data, recv_buffer: opts.recv_buffer, engine: opts.engine, frame_timeout: opts.frame_timeout, policy: opts.policy, ..base })
 }
 
 /// What the modules of request `r` send, as the source of an acquisition.
 fn source_of(r: &BufferRequest) -> Result<remote::Source, ApiError> {
-    let s = remote::Source {
-        module_ids: r.modules.clone(),
-        naming: remote::Naming::Fields("native"),
-        ..remote::Source::new("rdaq")
-    };
+    let s = remote::Source { module_ids: r.modules.clone(), naming: remote::Naming::Fields("native"), ..remote::Source::new("rdaq") };
     Ok(match (&r.native, r.roce) {
         (Some(n), _) => {
-            let d = Description::named_or_text(&n.detector)
-                .map_err(|e| bad(format!("native.detector: {e}")))?;
+            let d = Description::named_or_text(&n.detector).map_err(|e| bad(format!("native.detector: {e}")))?;
             remote::Source {
                 format: "sls".into(),
                 detector: Some(d),
@@ -419,12 +312,7 @@ fn source_of(r: &BufferRequest) -> Result<remote::Source, ApiError> {
                 ..s
             }
         }
-        (None, Some(roce)) => remote::Source {
-            format: "roce".into(),
-            roce_mtu: roce.mtu,
-            first_frame: roce.first_frame,
-            ..s
-        },
+        (None, Some(roce)) => remote::Source { format: "roce".into(), roce_mtu: roce.mtu, first_frame: roce.first_frame, ..s },
         (None, None) => s,
     })
 }
@@ -433,35 +321,16 @@ fn source_of(r: &BufferRequest) -> Result<remote::Source, ApiError> {
 /// the start request's configuration `sections` over the daemon's (over the defaults of
 /// a detector outside this process, [`Config::remote`]), its ring the daemon's memory.
 /// With `streaming`, the images go on a Stream V2 stream too.
-fn acquisition_config(
-    opts: &Options,
-    sections: Option<toml::Table>,
-    geometry: Geometry,
-    streaming: bool,
-) -> anyhow::Result<Config> {
+fn acquisition_config(opts: &Options, sections: Option<toml::Table>, geometry: Geometry, streaming: bool) -> anyhow::Result<Config> {
     let mut cfg = match sections {
         Some(t) => Config::with_sections(opts.config.clone(), t)?,
         None => opts.config.clone(),
     };
-    (
-        cfg.detector.modules,
-        cfg.detector.module_cols,
-        cfg.detector.gap_x,
-        cfg.detector.gap_y,
-    ) = (
-        geometry.modules,
-        geometry.module_cols,
-        geometry.gap_x,
-        geometry.gap_y,
-    );
+    (cfg.detector.modules, cfg.detector.module_cols, cfg.detector.gap_x, cfg.detector.gap_y) = (geometry.modules, geometry.module_cols, geometry.gap_x, geometry.gap_y);
     cfg.receiver.ring_mib = (opts.memory_bytes >> 20).max(1) as usize;
     // the stream is the daemon's (or the start request's); the preview is the
     // configuration's unless the start request names one
-    cfg.stream.endpoint = if streaming {
-        cfg.stream.endpoint
-    } else {
-        "none".into()
-    };
+    cfg.stream.endpoint = if streaming { cfg.stream.endpoint } else { "none".into() };
     if !cfg.jungfrau() || cfg.detector.bit_depth.is_some() || cfg.detector.link.is_some() {
         anyhow::bail!("detector.name, bit_depth and link: a daemon's detector is the one its buffer request names (native.detector)");
     }
@@ -530,6 +399,7 @@ pub struct DetectorGrid {
     pub module_cols: u16,
 }
 
+
 /// The answer to `POST /start`: the file being written, and the number of the acquisition's
 /// first event (its events are those from there on).
 #[derive(Serialize, Deserialize)]
@@ -549,14 +419,9 @@ pub struct StartAnswer {
 /// `/status` must answer while files are created): the request is checked and the
 /// acquisition marked as starting, the chain, the files and the stream are made outside the
 /// lock, and the acquisition is launched under it.
-async fn start(
-    State(s): State<Shared>,
-    Json(req): Json<StartRequest>,
-) -> Result<Json<StartAnswer>, ApiError> {
+async fn start(State(s): State<Shared>, Json(req): Json<StartRequest>) -> Result<Json<StartAnswer>, ApiError> {
     let plan = prepare(&mut lock(&s), &req)?;
-    let opened = tokio::task::spawn_blocking(move || open_outputs(plan))
-        .await
-        .map_err(internal);
+    let opened = tokio::task::spawn_blocking(move || open_outputs(plan)).await.map_err(internal);
     let mut d = lock(&s);
     let (plan, outputs) = match opened {
         Ok((plan, Ok(outputs))) => (plan, outputs),
@@ -601,13 +466,7 @@ struct Outputs {
 /// Checks start request `req` against the buffers held, and marks the acquisition as
 /// starting (a second start, a new buffer request or a stop waits for it).
 fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError> {
-    let (name, out_dir, events, daemon_stream, opts) = (
-        d.opts.name.clone(),
-        d.opts.out_dir.clone(),
-        d.events.clone(),
-        d.opts.stream.clone(),
-        d.opts.clone(),
-    );
+    let (name, out_dir, events, daemon_stream, opts) = (d.opts.name.clone(), d.opts.out_dir.clone(), d.events.clone(), d.opts.stream.clone(), d.opts.clone());
     let Some(active) = d.active.as_mut() else {
         return Err(conflict("no buffers: PUT /buffers first"));
     };
@@ -615,52 +474,25 @@ fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError>
         return Err(conflict("an acquisition is already running"));
     }
     let modules = active.request.modules.len() as u16;
-    rdaq_proto::times::check(req.count_time_s, req.frame_time_s)
-        .map_err(|(field, why)| bad(format!("{field}: {why}")))?;
-    if let Some((field, gap)) = [("gap_x", req.gap_x), ("gap_y", req.gap_y)]
-        .into_iter()
-        .find(|&(_, g)| g > rdaq_run::config::MAX_GAP)
-    {
-        return Err(bad(format!(
-            "{field}: {gap} gap pixels; at most {} (a module's width)",
-            rdaq_run::config::MAX_GAP
-        )));
+    rdaq_proto::times::check(req.count_time_s, req.frame_time_s).map_err(|(field, why)| bad(format!("{field}: {why}")))?;
+    if let Some((field, gap)) = [("gap_x", req.gap_x), ("gap_y", req.gap_y)].into_iter().find(|&(_, g)| g > rdaq_run::config::MAX_GAP) {
+        return Err(bad(format!("{field}: {gap} gap pixels; at most {} (a module's width)", rdaq_run::config::MAX_GAP)));
     }
-    let geometry =
-        Geometry::new(modules, req.module_cols, req.gap_x, req.gap_y).ok_or_else(|| {
-            bad(format!(
-                "module_cols: {} does not divide the {modules} modules held here into rows",
-                req.module_cols
-            ))
-        })?;
-    let whole = req
-        .detector
-        .map(|d| detector_of(d, &active.request.modules, geometry))
-        .transpose()?;
+    let geometry = Geometry::new(modules, req.module_cols, req.gap_x, req.gap_y)
+        .ok_or_else(|| bad(format!("module_cols: {} does not divide the {modules} modules held here into rows", req.module_cols)))?;
+    let whole = req.detector.map(|d| detector_of(d, &active.request.modules, geometry)).transpose()?;
     let subdir = match &req.directory {
         Some(_) if req.output.is_none() => return Err(bad("directory: only with an output")),
-        Some(d) => Some(
-            rdaq_run::outputs::subdirectory("directory", d).map_err(|e| bad(format!("{e:#}")))?,
-        ),
+        Some(d) => Some(rdaq_run::outputs::subdirectory("directory", d).map_err(|e| bad(format!("{e:#}")))?),
         None => None,
     };
     let path = match &req.output {
-        Some(f) if !rdaq_proto::names::is_plain_file_name(f) => {
-            return Err(bad(format!("output: {f:?} is not a plain file name")))
-        }
-        Some(f) => Some(
-            out_dir
-                .join(subdir.as_deref().unwrap_or(Path::new("")))
-                .join(f),
-        ),
+        Some(f) if !rdaq_proto::names::is_plain_file_name(f) => return Err(bad(format!("output: {f:?} is not a plain file name"))),
+        Some(f) => Some(out_dir.join(subdir.as_deref().unwrap_or(Path::new(""))).join(f)),
         None => None,
     };
     let series = path.as_deref().map(rdaq_run::outputs::series_files);
-    if let Some(p) = series
-        .iter()
-        .flatten()
-        .find(|p| rdaq_sink::claim::taken(p) && !req.overwrite)
-    {
+    if let Some(p) = series.iter().flatten().find(|p| rdaq_sink::claim::taken(p) && !req.overwrite) {
         return Err(conflict(format!("output: {} exists: the receiver does not overwrite data (start with \"overwrite\": true to replace it)", p.display())));
     }
     let mut stream_cfg = match &req.stream {
@@ -673,50 +505,22 @@ fn prepare(d: &mut ReceiverDaemon, req: &StartRequest) -> Result<Plan, ApiError>
             c.endpoint = free;
         }
     }
-    let source = remote::Source {
-        whole,
-        ..source_of(&active.request)?
-    };
-    let mut cfg = acquisition_config(&opts, req.config.clone(), geometry, stream_cfg.is_some())
-        .map_err(|e| bad(format!("config: {e:#}")))?;
+    let source = remote::Source { whole, ..source_of(&active.request)? };
+    let mut cfg = acquisition_config(&opts, req.config.clone(), geometry, stream_cfg.is_some()).map_err(|e| bad(format!("config: {e:#}")))?;
     if let Some(p) = &req.preview {
         cfg.stream.preview = p.clone();
     }
-    let preview = cfg
-        .stream
-        .preview_config()
-        .map_err(|e| bad(format!("preview: {e:#}")))?;
+    let preview = cfg.stream.preview_config().map_err(|e| bad(format!("preview: {e:#}")))?;
     active.starting = true;
-    Ok(Plan {
-        rx: active.rx.clone(),
-        name,
-        events,
-        out_dir,
-        subdir,
-        path,
-        overwrite: req.overwrite,
-        source,
-        cfg,
-        stream_cfg,
-        preview,
-        times: (req.count_time_s, req.frame_time_s),
-    })
+    Ok(Plan { rx: active.rx.clone(), name, events, out_dir, subdir, path, overwrite: req.overwrite, source, cfg, stream_cfg, preview, times: (req.count_time_s, req.frame_time_s) })
 }
 
 /// The whole detector of grid `d` that the modules `ids` held here (in the image
 /// `geometry`) are part of; they must be one column of it.
 fn detector_of(d: DetectorGrid, ids: &[u16], geometry: Geometry) -> Result<Geometry, ApiError> {
     let whole = Geometry::new(d.modules, d.module_cols, geometry.gap_x, geometry.gap_y)
-        .ok_or_else(|| {
-            bad(format!(
-                "detector.module_cols: {} does not divide the detector's {} modules into rows",
-                d.module_cols, d.modules
-            ))
-        })?;
-    let part = rdaq_sink::DetectorPart {
-        module_ids: ids.to_vec(),
-        detector: whole,
-    };
+        .ok_or_else(|| bad(format!("detector.module_cols: {} does not divide the detector's {} modules into rows", d.module_cols, d.modules)))?;
+    let part = rdaq_sink::DetectorPart { module_ids: ids.to_vec(), detector: whole };
     if !part.valid() {
         return Err(bad(format!("detector.modules: the modules held here ({ids:?}) are not distinct modules of a {}-module detector", d.modules)));
     }
@@ -729,43 +533,25 @@ fn detector_of(d: DetectorGrid, ids: &[u16], geometry: Geometry) -> Result<Geome
 /// Builds the chain and creates the files and the stream of `plan` (slow: not under the lock).
 fn open_outputs(plan: Plan) -> (Plan, Result<Outputs, ApiError>) {
     let opened = (|| {
-        let remote::Setup {
-            chain,
-            mut meta,
-            notes,
-            ..
-        } = remote::setup(&plan.source, &plan.cfg).map_err(|e| bad(format!("config: {e:#}")))?;
+        let remote::Setup { chain, mut meta, notes, .. } = remote::setup(&plan.source, &plan.cfg).map_err(|e| bad(format!("config: {e:#}")))?;
         (meta.count_time_s, meta.frame_time_s) = plan.times;
         for n in notes {
             tracing::info!(receiver = %plan.name, "{n}");
         }
         // the stream's ports before the directory and the file: a refused start makes neither
         let preview = plan.preview.as_ref().map(|(c, every)| (c, *every));
-        let stream = Stream::open(
-            plan.stream_cfg.as_ref(),
-            preview,
-            &meta,
-            events_series(&plan.events),
-        )
-        .map_err(|e| conflict(format!("stream: {e:#}")))?;
+        let stream = Stream::open(plan.stream_cfg.as_ref(), preview, &meta, events_series(&plan.events)).map_err(|e| conflict(format!("stream: {e:#}")))?;
         if let Some(d) = &plan.subdir {
-            rdaq_run::outputs::make_subdirectory("directory", &plan.out_dir, d)
-                .map_err(|e| bad(format!("{e:#}")))?;
+            rdaq_run::outputs::make_subdirectory("directory", &plan.out_dir, d).map_err(|e| bad(format!("{e:#}")))?;
         }
         let writer = match &plan.path {
-            Some(p) => Some(
-                NxmxWriter::create(p, &meta, plan.overwrite).map_err(|e| match e {
-                    rdaq_sink::SinkError::Claim(c) => conflict(format!("output: {c}")),
-                    e => bad(format!("output: {e}")),
-                })?,
-            ),
+            Some(p) => Some(NxmxWriter::create(p, &meta, plan.overwrite).map_err(|e| match e {
+                rdaq_sink::SinkError::Claim(c) => conflict(format!("output: {c}")),
+                e => bad(format!("output: {e}")),
+            })?),
             None => None,
         };
-        Ok(Outputs {
-            chain,
-            writer,
-            stream,
-        })
+        Ok(Outputs { chain, writer, stream })
     })();
     (plan, opened)
 }
@@ -779,24 +565,12 @@ fn finish_starting(d: &mut ReceiverDaemon, rx: &Arc<Receiver>) {
 }
 
 /// Starts the acquisition `plan` into `outputs`: the consumer thread, under the lock.
-fn launch(
-    d: &mut ReceiverDaemon,
-    plan: Plan,
-    outputs: Outputs,
-) -> Result<Json<StartAnswer>, ApiError> {
+fn launch(d: &mut ReceiverDaemon, plan: Plan, outputs: Outputs) -> Result<Json<StartAnswer>, ApiError> {
     let Some(active) = d.active.as_mut().filter(|a| Arc::ptr_eq(&a.rx, &plan.rx)) else {
-        return Err(conflict(
-            "the buffers changed while the acquisition started",
-        ));
+        return Err(conflict("the buffers changed while the acquisition started"));
     };
-    let Plan {
-        name, events, path, ..
-    } = plan;
-    let Outputs {
-        chain,
-        writer,
-        stream,
-    } = outputs;
+    let Plan { name, events, path, .. } = plan;
+    let Outputs { chain, writer, stream } = outputs;
     let (endpoint, preview_endpoint) = stream.as_ref().map(Stream::endpoints).unwrap_or_default();
     let live = stream.as_ref().map(Stream::live);
     // a new acquisition: frame numbers may start again; whatever was in progress is finished
@@ -811,86 +585,41 @@ fn launch(
     let loss_rx = active.rx.clone();
     let (events_w, name_w) = (events.clone(), name.clone());
     let board = Arc::new(Board::default());
-    let chain = Chain {
-        board: board.clone(),
-        name: name.clone(),
-        consumer_delay: Duration::ZERO,
-        ..chain
-    };
+    let chain = Chain { board: board.clone(), name: name.clone(), consumer_delay: Duration::ZERO, ..chain };
     let consumer = std::thread::Builder::new()
         .name("rdaq-consume".into())
         .spawn(move || -> Outcome {
             let on_frame = |f: &rdaq_receiver::FrameReady| {
                 let e = match f.status() {
-                    FrameStatus::Complete => Event::FrameComplete {
-                        receiver: name.clone(),
-                        frame: f.frame(),
-                        imm: f.imm(),
-                    },
+                    FrameStatus::Complete => Event::FrameComplete { receiver: name.clone(), frame: f.frame(), imm: f.imm() },
                     _ => incomplete_event(&name, f),
                 };
                 let mut log = lock(&events);
                 log.push(e);
                 for l in loss_rx.losses().try_iter() {
-                    log.push(Event::PacketLoss {
-                        receiver: name.clone(),
-                        module: l.module,
-                        start: l.start,
-                        end: l.end,
-                    });
+                    log.push(Event::PacketLoss { receiver: name.clone(), module: l.module, start: l.start, end: l.end });
                 }
             };
-            let outcome = acquisition::consume(
-                &rx,
-                chain,
-                acquisition::Sinks { writer, stream },
-                &ProgressBar::hidden(),
-                Some(&flag),
-                on_frame,
-            )?;
+            let outcome = acquisition::consume(&rx, chain, acquisition::Sinks { writer, stream }, &ProgressBar::hidden(), Some(&flag), on_frame)?;
             if let Some(e) = &outcome.consumed.write_error {
-                lock(&events_w).push(Event::Error {
-                    source: name_w.clone(),
-                    message: e.clone(),
-                });
+                lock(&events_w).push(Event::Error { source: name_w.clone(), message: e.clone() });
             }
             Ok(outcome)
         })
         .map_err(internal)?;
-    active.acq = Some(Acquisition {
-        stop,
-        consumer,
-        stream: live,
-    });
+    active.acq = Some(Acquisition { stop, consumer, stream: live });
     d.board = board;
     tracing::info!(receiver = %d.opts.name, output = ?path, events_from, "acquisition started");
-    Ok(Json(StartAnswer {
-        state: "acquiring".into(),
-        output: path,
-        events_from,
-        stream: endpoint,
-        preview: preview_endpoint,
-    }))
+    Ok(Json(StartAnswer { state: "acquiring".into(), output: path, events_from, stream: endpoint, preview: preview_endpoint }))
 }
 
 /// The daemon's stream settings (`--stream-policy`, ...) at `endpoint`, which a start
 /// request names; "none": no stream.
-fn stream_at(
-    daemon: Option<rdaq_stream::StreamConfig>,
-    endpoint: &str,
-) -> anyhow::Result<Option<rdaq_stream::StreamConfig>> {
-    let Some(asked) = (rdaq_run::config::Stream {
-        endpoint: endpoint.into(),
-        ..Default::default()
-    })
-    .config()?
-    else {
+fn stream_at(daemon: Option<rdaq_stream::StreamConfig>, endpoint: &str) -> anyhow::Result<Option<rdaq_stream::StreamConfig>> {
+    let Some(asked) = (rdaq_run::config::Stream { endpoint: endpoint.into(), ..Default::default() }).config()? else {
         return Ok(None);
     };
-    Ok(Some(rdaq_stream::StreamConfig {
-        endpoint: asked.endpoint.clone(),
-        ..daemon.unwrap_or(asked)
-    }))
+    Ok(Some(rdaq_stream::StreamConfig { endpoint: asked.endpoint.clone(), ..daemon.unwrap_or(asked) }))
 }
 
 /// The receiver daemon's answer to `POST /stop`: what the acquisition came to. The manager
@@ -917,14 +646,8 @@ pub struct StopAnswer {
     pub processing: Option<serde_json::Value>,
 }
 
-async fn stop(
-    State(s): State<Shared>,
-    _: crate::answer::NoParameters,
-) -> Result<Json<StopAnswer>, ApiError> {
-    tokio::task::spawn_blocking(move || stop_active(&s))
-        .await
-        .map_err(internal)?
-        .map(Json)
+async fn stop(State(s): State<Shared>, _: crate::answer::NoParameters) -> Result<Json<StopAnswer>, ApiError> {
+    tokio::task::spawn_blocking(move || stop_active(&s)).await.map_err(internal)?.map(Json)
 }
 
 /// Stops the acquisition under way: frames in progress are finished (under the policy),
@@ -943,18 +666,8 @@ fn stop_active(s: &Shared) -> Result<StopAnswer, ApiError> {
     // frames in progress are finished (under the policy) and queued before the flag
     let counters = rx.flush().unwrap_or_else(|| rx.counters());
     acq.stop.store(true, Ordering::Relaxed);
-    let outcome = acq
-        .consumer
-        .join()
-        .map_err(|_| anyhow::anyhow!("consumer panicked"))
-        .map_err(internal)?
-        .map_err(internal)?;
-    let (stats, output, stream, processed) = (
-        outcome.consumed,
-        outcome.h5,
-        outcome.stream,
-        outcome.processed,
-    );
+    let outcome = acq.consumer.join().map_err(|_| anyhow::anyhow!("consumer panicked")).map_err(internal)?.map_err(internal)?;
+    let (stats, output, stream, processed) = (outcome.consumed, outcome.h5, outcome.stream, outcome.processed);
     let lost = log_summary(&lock(s).opts.name, &stats, &counters, output.as_deref());
     let answer = StopAnswer {
         frames_complete: stats.complete,
@@ -975,17 +688,9 @@ fn stop_active(s: &Shared) -> Result<StopAnswer, ApiError> {
 
 /// The acquisition's one summary line in the log (a warning when anything was lost or not
 /// saved); returns whether anything was.
-fn log_summary(
-    name: &str,
-    stats: &ConsumeStats,
-    c: &Counters,
-    output: Option<&std::path::Path>,
-) -> bool {
-    let output = output
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "none".into());
-    let lost = stats.incomplete + stats.discarded + c.frames_refused + stats.not_saved > 0
-        || stats.write_error.is_some();
+fn log_summary(name: &str, stats: &ConsumeStats, c: &Counters, output: Option<&std::path::Path>) -> bool {
+    let output = output.map(|p| p.display().to_string()).unwrap_or_else(|| "none".into());
+    let lost = stats.incomplete + stats.discarded + c.frames_refused + stats.not_saved > 0 || stats.write_error.is_some();
     macro_rules! summary {
         ($level:ident) => {
             tracing::$level!(
@@ -1015,25 +720,13 @@ async fn status(State(s): State<Shared>) -> Json<serde_json::Value> {
     let d = lock(&s);
     let (state, request, counters) = match &d.active {
         None => ("idle", None, None),
-        Some(a) => (
-            if a.acq.is_some() {
-                "acquiring"
-            } else if a.starting {
-                "starting"
-            } else {
-                "configured"
-            },
-            Some(&a.request),
-            Some(a.rx.counters().to_json()),
-        ),
+        Some(a) => (if a.acq.is_some() { "acquiring" } else if a.starting { "starting" } else { "configured" }, Some(&a.request), Some(a.rx.counters().to_json())),
     };
     let dropped_events = lock(&d.events).dropped;
     let stream = stream_live(&d);
     let processing = dashboard::process_view(&d.board);
     let (frames_done, frames_to_writer) = d.board.frames_done();
-    Json(
-        serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream, "processing": processing, "frames_done": frames_done, "frames_to_writer": frames_to_writer, "threads": d.board.threads(), "api_refused": d.access.refused() }),
-    )
+    Json(serde_json::json!({ "name": d.opts.name, "state": state, "request": request, "counters": counters, "events_dropped": dropped_events, "stream": stream, "processing": processing, "frames_done": frames_done, "frames_to_writer": frames_to_writer, "threads": d.board.threads(), "api_refused": d.access.refused() }))
 }
 
 /// The running acquisition's stream counts.
@@ -1066,48 +759,16 @@ fn events_series(events: &Arc<Mutex<EventLog>>) -> u64 {
 
 async fn metrics(State(s): State<Shared>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
     let d = lock(&s);
-    let c = d
-        .active
-        .as_ref()
-        .map(|a| a.rx.counters())
-        .unwrap_or_default();
+    let c = d.active.as_ref().map(|a| a.rx.counters()).unwrap_or_default();
     let mut m = crate::metrics::Scrape::new("receiver", &d.opts.name);
     m.receiver(&c, &d.board);
-    m.counter(
-        "events_dropped",
-        "Events pushed out of the event log unread",
-        lock(&d.events).dropped,
-    );
-    m.counter(
-        "api_refused",
-        "Control calls refused for a missing or wrong token",
-        d.access.refused(),
-    );
+    m.counter("events_dropped", "Events pushed out of the event log unread", lock(&d.events).dropped);
+    m.counter("api_refused", "Control calls refused for a missing or wrong token", d.access.refused());
     let st = stream_live(&d).unwrap_or_default();
-    m.counter(
-        "stream_images_sent",
-        "Images published on the Stream V2 stream (this acquisition)",
-        st.images_sent,
-    );
-    m.counter(
-        "stream_images_dropped",
-        "Images the stream dropped: no consumer, or its queue full (this acquisition)",
-        st.images_dropped,
-    );
-    m.counter(
-        "stream_waits",
-        "Images that waited for a stream consumer (block policy; this acquisition)",
-        st.waits,
-    );
-    m.counter(
-        "stream_consumers",
-        "Stream consumers connected while images went out (this acquisition)",
-        st.consumers,
-    );
-    m.counter(
-        "stream_images_encoded",
-        "Images encoded for the stream or the preview: those someone would take (this acquisition)",
-        st.images_encoded,
-    );
+    m.counter("stream_images_sent", "Images published on the Stream V2 stream (this acquisition)", st.images_sent);
+    m.counter("stream_images_dropped", "Images the stream dropped: no consumer, or its queue full (this acquisition)", st.images_dropped);
+    m.counter("stream_waits", "Images that waited for a stream consumer (block policy; this acquisition)", st.waits);
+    m.counter("stream_consumers", "Stream consumers connected while images went out (this acquisition)", st.consumers);
+    m.counter("stream_images_encoded", "Images encoded for the stream or the preview: those someone would take (this acquisition)", st.images_encoded);
     m.answer()
 }

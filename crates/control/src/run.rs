@@ -39,8 +39,7 @@ impl RunView {
         let first = !self.control.stop.swap(true, Ordering::Relaxed);
         if first {
             tracing::warn!(%by, "stop requested through the API: the detector stops, the receiver finishes what it has");
-            self.board
-                .push_event(Event::StopRequested { by: by.to_string() });
+            self.board.push_event(Event::StopRequested { by: by.to_string() });
         }
         first
     }
@@ -55,13 +54,8 @@ impl View for RunView {
             title: self.title.clone(),
             uptime_s: b.uptime_s(),
             frames_expected: self.frames,
-            receivers: vec![ReceiverView {
-                name: "receiver".into(),
-                alive: true,
-                counters,
-            }],
-            stop: (state == "acquiring" && !self.control.stop.load(Ordering::Relaxed))
-                .then(|| "/stop".into()),
+            receivers: vec![ReceiverView { name: "receiver".into(), alive: true, counters }],
+            stop: (state == "acquiring" && !self.control.stop.load(Ordering::Relaxed)).then(|| "/stop".into()),
             token_required: self.access.has_token(),
             api_refused: self.access.refused(),
             result: lock(&self.result).clone(),
@@ -83,36 +77,12 @@ impl View for RunView {
 
 /// Serves the dashboard of the run on `board` (stopped through `control`) at `addr` while
 /// it runs; returns the view, to be told when the run has finished.
-pub fn serve(
-    addr: SocketAddr,
-    access: Access,
-    title: String,
-    frames: Option<u64>,
-    board: Arc<Board>,
-    control: Arc<Control>,
-) -> anyhow::Result<Arc<RunView>> {
+pub fn serve(addr: SocketAddr, access: Access, title: String, frames: Option<u64>, board: Arc<Board>, control: Arc<Control>) -> anyhow::Result<Arc<RunView>> {
     let access = Arc::new(access);
-    let view = Arc::new(RunView {
-        title,
-        frames,
-        board,
-        control,
-        access: access.clone(),
-        result: Mutex::new(None),
-    });
+    let view = Arc::new(RunView { title, frames, board, control, access: access.clone(), result: Mutex::new(None) });
     let api = Router::new()
-        .route(
-            "/status",
-            get(|State(v): State<Arc<RunView>>| async move { Json(v.snapshot()) }),
-        )
-        .route(
-            "/events",
-            get(
-                |State(v): State<Arc<RunView>>, Query(q): Query<Since>| async move {
-                    Json(v.board.events_since(q.since, q.limit.min(100_000)))
-                },
-            ),
-        )
+        .route("/status", get(|State(v): State<Arc<RunView>>| async move { Json(v.snapshot()) }))
+        .route("/events", get(|State(v): State<Arc<RunView>>, Query(q): Query<Since>| async move { Json(v.board.events_since(q.since, q.limit.min(100_000))) }))
         .route("/stop", post(stop))
         .with_state(view.clone());
     let app = api.merge(dashboard::routes(view.clone()));
@@ -120,16 +90,10 @@ pub fn serve(
     Ok(view)
 }
 
-async fn stop(
-    State(v): State<Arc<RunView>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    _: crate::answer::NoParameters,
-) -> Result<Json<serde_json::Value>, crate::http::ApiError> {
+async fn stop(State(v): State<Arc<RunView>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, _: crate::answer::NoParameters) -> Result<Json<serde_json::Value>, crate::http::ApiError> {
     if v.board.state() != "acquiring" {
         return Err(crate::http::conflict("the run is not acquiring"));
     }
     let first = v.stop(peer);
-    Ok(Json(
-        serde_json::json!({ "state": "stopping", "first_request": first }),
-    ))
+    Ok(Json(serde_json::json!({ "state": "stopping", "first_request": first })))
 }

@@ -28,9 +28,9 @@ use anyhow::Context;
 use axum::http::StatusCode;
 use rdaq_manager::service::{ArmRequest, Send, Service};
 
+pub use api::{Acquisition, ErrorAnswer, Image, Live, Triggered};
 use crate::auth::Access;
 use crate::http::{lock, ApiError};
-pub use api::{Acquisition, ErrorAnswer, Image, Live, Triggered};
 
 /// What the API reads of the acquisition under way, and how it stops one.
 pub(crate) trait Backend: std::marker::Send + Sync + 'static {
@@ -128,13 +128,7 @@ impl Hub {
     /// dataset is closing, or frames stop coming: none for [`SETTLE`], counted from the
     /// start, or with `from`, once more than `from` came (before, a detector that something
     /// else triggers is waited for as long as it takes).
-    pub(crate) fn settle(
-        &self,
-        target: u64,
-        from: Option<u64>,
-        step: Duration,
-        mut taken: impl FnMut() -> Option<u64>,
-    ) {
+    pub(crate) fn settle(&self, target: u64, from: Option<u64>, step: Duration, mut taken: impl FnMut() -> Option<u64>) {
         let (mut best, mut since) = (0, Instant::now());
         loop {
             let Some(done) = taken() else { return };
@@ -173,24 +167,14 @@ pub(crate) struct Serving {
 
 /// Serves the service's API, and carries out its datasets with the worker `make` gives
 /// until Ctrl-C (which ends a dataset under way as a cancel does).
-pub(crate) fn serve<W: Worker>(
-    s: Serving,
-    make: impl FnOnce(SharedHub) -> W,
-) -> anyhow::Result<()> {
+pub(crate) fn serve<W: Worker>(s: Serving, make: impl FnOnce(SharedHub) -> W) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::channel();
     let (quit, backend) = (tx.clone(), s.backend.clone());
     ctrlc::set_handler(move || {
         backend.stop_trigger();
         let _ = quit.send(Work::Quit);
     })?;
-    let hub = Arc::new(Hub {
-        service: Mutex::new(Service::new(s.root.clone())),
-        backend: s.backend,
-        work: Mutex::new(tx),
-        root: s.root,
-        image: s.image,
-        refused: AtomicU64::new(0),
-    });
+    let hub = Arc::new(Hub { service: Mutex::new(Service::new(s.root.clone())), backend: s.backend, work: Mutex::new(tx), root: s.root, image: s.image, refused: AtomicU64::new(0) });
     let app = api::router(hub.clone(), &s.extra_described).merge(s.extra);
     crate::http::serve_in_background(s.addr, app, s.what, s.access)?;
     tracing::info!(data_root = %hub.root.display(), "acquisition service ready: POST /arm, then /trigger");
@@ -204,11 +188,7 @@ fn run(hub: &Hub, rx: mpsc::Receiver<Work>, w: &mut impl Worker) {
     for job in rx {
         match job {
             Work::Trigger(send, mut ready) => {
-                let made = if w.is_open() {
-                    Ok(())
-                } else {
-                    make_directory(hub)
-                };
+                let made = if w.is_open() { Ok(()) } else { make_directory(hub) };
                 if let Err(e) = made.and_then(|()| w.trigger(&send, &mut ready)) {
                     fail(hub, w, e, &mut ready);
                     continue;
@@ -231,10 +211,7 @@ fn run(hub: &Hub, rx: mpsc::Receiver<Work>, w: &mut impl Worker) {
 
 /// Makes the directory of the dataset armed (its first trigger is starting).
 fn make_directory(hub: &Hub) -> anyhow::Result<()> {
-    let rel = lock(&hub.service)
-        .dataset()
-        .map(|d| PathBuf::from(&d.request.directory))
-        .context("no dataset armed")?;
+    let rel = lock(&hub.service).dataset().map(|d| PathBuf::from(&d.request.directory)).context("no dataset armed")?;
     rdaq_run::outputs::make_subdirectory("directory", &hub.root, &rel).map(|_| ())
 }
 
@@ -277,10 +254,8 @@ const READY_WAIT: Duration = Duration::from_secs(60);
 
 /// The service's data root, made if missing, as an absolute path without links.
 pub(crate) fn data_root(dir: &Path) -> anyhow::Result<PathBuf> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("--data-root: cannot create {}", dir.display()))?;
-    dir.canonicalize()
-        .with_context(|| format!("--data-root: {}", dir.display()))
+    std::fs::create_dir_all(dir).with_context(|| format!("--data-root: cannot create {}", dir.display()))?;
+    dir.canonicalize().with_context(|| format!("--data-root: {}", dir.display()))
 }
 
 /// Why an arm's directory or files cannot be used.
@@ -306,6 +281,5 @@ impl DirError {
 /// (`files` there) exist.
 fn prepare_directory(root: &Path, rel: &Path, files: &[PathBuf]) -> Result<(), DirError> {
     rdaq_run::outputs::check_subdirectory("directory", root, rel).map_err(DirError::Path)?;
-    rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), false)
-        .map_err(DirError::Exists)
+    rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), false).map_err(DirError::Exists)
 }

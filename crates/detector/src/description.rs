@@ -15,27 +15,17 @@ pub const BUILTIN: [(&str, &str); 3] = [
     ("jungfrau", include_str!("../../../detectors/jungfrau.toml")),
     ("eiger", include_str!("../../../detectors/eiger.toml")),
     // an example of a descrambled detector, not a real one's description (see the file)
-    (
-        "percival-like",
-        include_str!("../../../detectors/percival-like.toml"),
-    ),
+    ("percival-like", include_str!("../../../detectors/percival-like.toml")),
 ];
 
 #[derive(Debug, Error)]
 pub enum DescriptionError {
     #[error("cannot read detector description {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    Read { path: String, source: std::io::Error },
     #[error("detector description {origin}: {message}")]
     Parse { origin: String, message: String },
     #[error("detector description {origin}: {field}: {why}")]
-    Field {
-        origin: String,
-        field: &'static str,
-        why: String,
-    },
+    Field { origin: String, field: &'static str, why: String },
     #[error("{0:?} is neither a shipped detector ({names}) nor a description file", names = BUILTIN.map(|b| b.0).join(", "))]
     Unknown(String),
 }
@@ -225,20 +215,14 @@ impl Description {
 
     /// The text of a shipped description by name, or of a description file.
     pub fn text(name_or_path: &str) -> Result<String, DescriptionError> {
-        if let Some((_, text)) = BUILTIN
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name_or_path))
-        {
+        if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| n.eq_ignore_ascii_case(name_or_path)) {
             return Ok((*text).to_owned());
         }
         let path = Path::new(name_or_path);
         if !path.exists() && !name_or_path.contains(['/', '.']) {
             return Err(DescriptionError::Unknown(name_or_path.into()));
         }
-        std::fs::read_to_string(path).map_err(|source| DescriptionError::Read {
-            path: path.display().to_string(),
-            source,
-        })
+        std::fs::read_to_string(path).map_err(|source| DescriptionError::Read { path: path.display().to_string(), source })
     }
 
     /// A shipped description by name, or a description's TOML text, as a request over the
@@ -253,35 +237,19 @@ impl Description {
 
     /// Parses and checks a description; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Description, DescriptionError> {
-        let d: Description = toml::from_str(text).map_err(|e| DescriptionError::Parse {
-            origin: origin.into(),
-            message: one_line(&e.to_string()),
-        })?;
-        d.check().map_err(|(field, why)| DescriptionError::Field {
-            origin: origin.into(),
-            field,
-            why,
-        })?;
+        let d: Description = toml::from_str(text).map_err(|e| DescriptionError::Parse { origin: origin.into(), message: one_line(&e.to_string()) })?;
+        d.check().map_err(|(field, why)| DescriptionError::Field { origin: origin.into(), field, why })?;
         Ok(d)
     }
 
     /// The payload of link `name`, or why there is none.
     pub fn link(&self, name: &str) -> Result<usize, String> {
-        self.links.get(name).map(|l| l.payload).ok_or_else(|| {
-            format!(
-                "{} has no link {name:?} (it has {})",
-                self.name,
-                self.links.keys().cloned().collect::<Vec<_>>().join(", ")
-            )
-        })
+        self.links.get(name).map(|l| l.payload).ok_or_else(|| format!("{} has no link {name:?} (it has {})", self.name, self.links.keys().cloned().collect::<Vec<_>>().join(", ")))
     }
 
     /// The link used unless one is named: the fastest (largest payload).
     pub fn default_link(&self) -> &str {
-        self.links
-            .iter()
-            .max_by_key(|(_, l)| l.payload)
-            .map_or("", |(n, _)| n.as_str())
+        self.links.iter().max_by_key(|(_, l)| l.payload).map_or("", |(n, _)| n.as_str())
     }
 
     /// Bytes of one port image at `bits` per pixel.
@@ -304,69 +272,34 @@ impl Description {
     /// Checks what serde cannot: sizes that fit together. The error names the field.
     fn check(&self) -> Result<(), (&'static str, String)> {
         if self.header.format != "sls" {
-            return Err((
-                "header.format",
-                format!(
-                    "{:?} is not a known header (\"sls\": the 48-byte slsDetectorPackage header)",
-                    self.header.format
-                ),
-            ));
+            return Err(("header.format", format!("{:?} is not a known header (\"sls\": the 48-byte slsDetectorPackage header)", self.header.format)));
         }
-        for (field, um) in [
-            ("pixel_size_um", self.pixel_size_um),
-            ("sensor_thickness_um", self.sensor_thickness_um),
-        ] {
+        for (field, um) in [("pixel_size_um", self.pixel_size_um), ("sensor_thickness_um", self.sensor_thickness_um)] {
             // the files' geometry and DIALS' models are made of these: NaN or a negative size
             // would be written as if it were a detector
             if !(um.is_finite() && um > 0.0) {
-                return Err((
-                    field,
-                    format!("{um} µm; a size is finite and greater than 0"),
-                ));
+                return Err((field, format!("{um} µm; a size is finite and greater than 0")));
             }
         }
         let (m, p) = (&self.module, &self.ports);
         if m.width == 0 || m.height == 0 {
-            return Err((
-                "module.width",
-                format!(
-                    "a module of {} x {} pixels has no pixels",
-                    m.width, m.height
-                ),
-            ));
+            return Err(("module.width", format!("a module of {} x {} pixels has no pixels", m.width, m.height)));
         }
         if p.rows * p.height != m.height || p.cols * p.width != m.width {
-            return Err((
-                "ports",
-                format!(
-                    "{} x {} ports of {} x {} pixels do not tile a {} x {} module",
-                    p.rows, p.cols, p.width, p.height, m.width, m.height
-                ),
-            ));
+            return Err(("ports", format!("{} x {} ports of {} x {} pixels do not tile a {} x {} module", p.rows, p.cols, p.width, p.height, m.width, m.height)));
         }
         if p.flip.len() > p.rows {
-            return Err((
-                "ports.flip",
-                format!("{} entries for {} port rows", p.flip.len(), p.rows),
-            ));
+            return Err(("ports.flip", format!("{} entries for {} port rows", p.flip.len(), p.rows)));
         }
         self.check_pixel()?;
         self.check_links()?;
         if let Some(c) = &self.chips {
             if c.cols == 0 || c.rows == 0 || m.width % c.cols != 0 || m.height % c.rows != 0 {
-                return Err((
-                    "chips",
-                    format!(
-                        "{} x {} chips do not divide a {} x {} module",
-                        c.rows, c.cols, m.width, m.height
-                    ),
-                ));
+                return Err(("chips", format!("{} x {} chips do not divide a {} x {} module", c.rows, c.cols, m.width, m.height)));
             }
         }
         self.check_readout()?;
-        if p.place == Place::Packet
-            && (self.header.det_type != DET_TYPE_JUNGFRAU || self.pixel.bit_depths != [16])
-        {
+        if p.place == Place::Packet && (self.header.det_type != DET_TYPE_JUNGFRAU || self.pixel.bit_depths != [16]) {
             return Err(("ports.place", "\"packet\" placement follows JUNGFRAU's rules (detType 3, 16 bits); other detectors are placed by \"header\"".into()));
         }
         Ok(())
@@ -378,38 +311,18 @@ impl Description {
             return Err(("pixel.bit_depths", "lists no bit depth".into()));
         }
         if let Some(b) = px.bit_depths.iter().find(|b| !BIT_DEPTHS.contains(b)) {
-            return Err((
-                "pixel.bit_depths",
-                format!("{b} is not one of {BIT_DEPTHS:?}"),
-            ));
+            return Err(("pixel.bit_depths", format!("{b} is not one of {BIT_DEPTHS:?}")));
         }
         if !px.bit_depths.contains(&px.default_bit_depth) {
-            return Err((
-                "pixel.default_bit_depth",
-                format!(
-                    "{} is not in pixel.bit_depths {:?}",
-                    px.default_bit_depth, px.bit_depths
-                ),
-            ));
+            return Err(("pixel.default_bit_depth", format!("{} is not in pixel.bit_depths {:?}", px.default_bit_depth, px.bit_depths)));
         }
         if self.ports.width % 2 != 0 && px.bit_depths.iter().any(|&b| b == 4 || b == 12) {
-            return Err((
-                "ports.width",
-                "4- and 12-bit pixels come in pairs: a port row needs an even width".into(),
-            ));
+            return Err(("ports.width", "4- and 12-bit pixels come in pairs: a port row needs an even width".into()));
         }
         let word = px.bit_depths.iter().max().copied().unwrap_or(0);
         for f in &px.fields {
             if f.bits == 0 || f.shift + f.bits > word {
-                return Err((
-                    "pixel.fields",
-                    format!(
-                        "field {:?} (bits {}..{}) is not inside a {word}-bit pixel",
-                        f.name,
-                        f.shift,
-                        f.shift + f.bits
-                    ),
-                ));
+                return Err(("pixel.fields", format!("field {:?} (bits {}..{}) is not inside a {word}-bit pixel", f.name, f.shift, f.shift + f.bits)));
             }
         }
         Ok(())
@@ -420,66 +333,36 @@ impl Description {
     fn check_readout(&self) -> Result<(), (&'static str, String)> {
         let Some(r) = self.descrambled() else {
             return match self.readout.is_some() {
-                true => Err((
-                    "readout",
-                    "only integrating detectors placed by header are descrambled".into(),
-                )),
+                true => Err(("readout", "only integrating detectors placed by header are descrambled".into())),
                 false => Ok(()),
             };
         };
         if self.pixel.bit_depths != [16] || self.pixel.fields.is_empty() {
-            return Err((
-                "pixel",
-                "a descrambled detector sends 16-bit words with [[pixel.fields]]".into(),
-            ));
+            return Err(("pixel", "a descrambled detector sends 16-bit words with [[pixel.fields]]".into()));
         }
         if self.pixel.fields.iter().any(|f| f.bits > 15) {
-            return Err((
-                "pixel.fields",
-                "a field is at most 15 bits (its reset-subtracted value is a 16-bit signed number)"
-                    .into(),
-            ));
+            return Err(("pixel.fields", "a field is at most 15 bits (its reset-subtracted value is a 16-bit signed number)".into()));
         }
         let w = self.ports.width;
         match r.order {
-            Order::Interleave if r.adcs == 0 || w % r.adcs != 0 => Err((
-                "readout.adcs",
-                format!("{} ADCs do not divide a port row of {w} pixels", r.adcs),
-            )),
-            Order::Map if !is_permutation(r.map.iter().copied(), w) => Err((
-                "readout.map",
-                format!(
-                    "must list each of the {w} columns of a port row once ({} entries)",
-                    r.map.len()
-                ),
-            )),
+            Order::Interleave if r.adcs == 0 || w % r.adcs != 0 => Err(("readout.adcs", format!("{} ADCs do not divide a port row of {w} pixels", r.adcs))),
+            Order::Map if !is_permutation(r.map.iter().copied(), w) => Err(("readout.map", format!("must list each of the {w} columns of a port row once ({} entries)", r.map.len()))),
             _ => Ok(()),
         }
     }
 
     /// The readout of a descrambled detector (`None`: not descrambled).
     pub fn descrambled(&self) -> Option<Readout> {
-        (self.kind == Kind::Integrating && self.ports.place == Place::Header)
-            .then(|| self.readout.clone().unwrap_or_default())
+        (self.kind == Kind::Integrating && self.ports.place == Place::Header).then(|| self.readout.clone().unwrap_or_default())
     }
 
     fn check_links(&self) -> Result<(), (&'static str, String)> {
         if self.links.is_empty() {
-            return Err((
-                "links",
-                "names no link (e.g. [links.10g] payload = 4096)".into(),
-            ));
+            return Err(("links", "names no link (e.g. [links.10g] payload = 4096)".into()));
         }
         for (name, l) in &self.links {
             if l.payload == 0 || l.payload > 9000 - SLS_HEADER_LEN {
-                return Err((
-                    "links.*.payload",
-                    format!(
-                        "link {name}: {} bytes do not fit a datagram (1..={})",
-                        l.payload,
-                        9000 - SLS_HEADER_LEN
-                    ),
-                ));
+                return Err(("links.*.payload", format!("link {name}: {} bytes do not fit a datagram (1..={})", l.payload, 9000 - SLS_HEADER_LEN)));
             }
             for &b in &self.pixel.bit_depths {
                 if self.packets_per_port(b, l.payload).is_none() {
@@ -494,20 +377,12 @@ impl Description {
 /// Whether `v` holds each of `0..n` exactly once.
 pub fn is_permutation(v: impl ExactSizeIterator<Item = usize>, n: usize) -> bool {
     let mut seen = vec![false; n];
-    v.len() == n
-        && v.into_iter()
-            .all(|c| c < n && !std::mem::replace(&mut seen[c], true))
+    v.len() == n && v.into_iter().all(|c| c < n && !std::mem::replace(&mut seen[c], true))
 }
 
 /// toml's errors span lines (a snippet of the file); logs and the CLI want one.
 fn one_line(s: &str) -> String {
-    s.lines()
-        .map(str::trim)
-        .filter(|l| {
-            !l.is_empty() && !l.starts_with('|') && !l.chars().all(|c| c == '^' || c == ' ')
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
+    s.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('|') && !l.chars().all(|c| c == '^' || c == ' ')).collect::<Vec<_>>().join("; ")
 }
 
 #[cfg(test)]
@@ -516,55 +391,30 @@ mod tests {
 
     #[test]
     fn a_request_names_a_shipped_description_or_gives_its_text_never_a_path() {
-        assert_eq!(
-            Description::named_or_text("EIGER").unwrap(),
-            Description::load("eiger").unwrap()
-        );
+        assert_eq!(Description::named_or_text("EIGER").unwrap(), Description::load("eiger").unwrap());
         let text = Description::text("eiger").unwrap();
         assert_eq!(Description::named_or_text(&text).unwrap().name, "EIGER");
         let dir = std::env::temp_dir().join(format!("rdaq-desc-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("d.toml");
         std::fs::write(&path, &text).unwrap();
-        assert!(
-            Description::load(path.to_str().unwrap()).is_ok(),
-            "a file is loaded where the user names it"
-        );
-        assert!(
-            matches!(
-                Description::named_or_text(path.to_str().unwrap()),
-                Err(DescriptionError::Unknown(_))
-            ),
-            "a request's path is not read"
-        );
+        assert!(Description::load(path.to_str().unwrap()).is_ok(), "a file is loaded where the user names it");
+        assert!(matches!(Description::named_or_text(path.to_str().unwrap()), Err(DescriptionError::Unknown(_))), "a request's path is not read");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn shipped_descriptions_load() {
         let e = Description::load("eiger").unwrap();
-        assert_eq!(
-            (e.ports.rows * e.ports.cols, e.kind, e.header.det_type),
-            (4, Kind::Counting, 1)
-        );
+        assert_eq!((e.ports.rows * e.ports.cols, e.kind, e.header.det_type), (4, Kind::Counting, 1));
         assert_eq!(e.packets_per_port(16, e.link("1g").unwrap()), Some(256));
         assert_eq!(e.packets_per_port(12, e.link("10g").unwrap()), Some(48));
         assert_eq!(e.packets_per_port(4, 1024), Some(64));
         assert!(e.flipped(1) && !e.flipped(0));
         assert_eq!(e.default_link(), "10g");
         let j = Description::load("JUNGFRAU").unwrap();
-        assert_eq!(
-            (j.ports.place, j.packets_per_port(16, 8192)),
-            (Place::Packet, Some(128))
-        );
-        assert_eq!(
-            j.pixel
-                .fields
-                .iter()
-                .map(|f| f.name.as_str())
-                .collect::<Vec<_>>(),
-            ["adc", "gain"]
-        );
+        assert_eq!((j.ports.place, j.packets_per_port(16, 8192)), (Place::Packet, Some(128)));
+        assert_eq!(j.pixel.fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), ["adc", "gain"]);
     }
 
     fn eiger_with(from: &str, to: &str) -> Result<Description, DescriptionError> {
@@ -577,60 +427,24 @@ mod tests {
     fn errors_name_the_field() {
         let msg = |r: Result<Description, DescriptionError>| r.unwrap_err().to_string();
         assert!(msg(eiger_with("width = 512", "width = 500")).contains("ports:"));
-        assert!(msg(eiger_with(
-            "default_bit_depth = 16",
-            "default_bit_depth = 24"
-        ))
-        .contains("pixel.default_bit_depth"));
+        assert!(msg(eiger_with("default_bit_depth = 16", "default_bit_depth = 24")).contains("pixel.default_bit_depth"));
         assert!(msg(eiger_with("payload = 1024", "payload = 1000")).contains("links.*.payload"));
         assert!(msg(eiger_with("det_type = 1", "det_typ = 1")).contains("det_typ"));
         assert!(msg(eiger_with("format = \"sls\"", "format = \"rdaq\"")).contains("header.format"));
-        assert!(msg(eiger_with(
-            "flip = [false, true]",
-            "flip = [false, true, true]"
-        ))
-        .contains("ports.flip"));
+        assert!(msg(eiger_with("flip = [false, true]", "flip = [false, true, true]")).contains("ports.flip"));
         assert!(msg(eiger_with("place = \"header\"", "place = \"packet\"")).contains("ports.place"));
         let e = msg(eiger_with("cols = 4", "cols = 3"));
         assert!(e.contains("chips") && !e.contains('\n'), "{e}");
-        assert!(matches!(
-            Description::load("pilatus"),
-            Err(DescriptionError::Unknown(_))
-        ));
-        let percival = |from: &str, to: &str| {
-            Description::parse(&BUILTIN[2].1.replace(from, to), "p.toml")
-                .unwrap_err()
-                .to_string()
-        };
+        assert!(matches!(Description::load("pilatus"), Err(DescriptionError::Unknown(_))));
+        let percival = |from: &str, to: &str| Description::parse(&BUILTIN[2].1.replace(from, to), "p.toml").unwrap_err().to_string();
         assert!(percival("adcs = 8", "adcs = 7").contains("readout.adcs"));
-        assert!(
-            percival("order = \"interleave\"", "order = \"map\"\nmap = [0, 1]")
-                .contains("readout.map")
-        );
+        assert!(percival("order = \"interleave\"", "order = \"map\"\nmap = [0, 1]").contains("readout.map"));
         assert!(percival("bits = 5", "bits = 16").contains("pixel.fields"));
-        assert!(msg(eiger_with(
-            "[links.1g]",
-            "[readout]\nreset_frame = true\n\n[links.1g]"
-        ))
-        .contains("readout"));
-        assert!(matches!(
-            Description::load("/nonexistent/x.toml"),
-            Err(DescriptionError::Read { .. })
-        ));
+        assert!(msg(eiger_with("[links.1g]", "[readout]\nreset_frame = true\n\n[links.1g]")).contains("readout"));
+        assert!(matches!(Description::load("/nonexistent/x.toml"), Err(DescriptionError::Read { .. })));
         for bad in ["nan", "-75.0", "0.0", "inf"] {
-            assert!(
-                msg(eiger_with(
-                    "pixel_size_um = 75.0",
-                    &format!("pixel_size_um = {bad}")
-                ))
-                .contains("pixel_size_um"),
-                "{bad}"
-            );
+            assert!(msg(eiger_with("pixel_size_um = 75.0", &format!("pixel_size_um = {bad}"))).contains("pixel_size_um"), "{bad}");
         }
-        assert!(msg(eiger_with(
-            "sensor_thickness_um = 320.0",
-            "sensor_thickness_um = -nan"
-        ))
-        .contains("sensor_thickness_um"));
+        assert!(msg(eiger_with("sensor_thickness_um = 320.0", "sensor_thickness_um = -nan")).contains("sensor_thickness_um"));
     }
 }

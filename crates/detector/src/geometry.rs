@@ -46,37 +46,21 @@ impl Geometry {
     /// `modules` modules, `module_cols` per grid row, with the given gaps. `None` when the
     /// modules do not fill whole grid rows.
     pub fn new(modules: u16, module_cols: u16, gap_x: usize, gap_y: usize) -> Option<Geometry> {
-        (modules > 0 && module_cols > 0 && modules % module_cols == 0).then_some(Geometry {
-            modules,
-            module_cols,
-            gap_x,
-            gap_y,
-            module_height: MODULE_ROWS,
-            module_width: MODULE_COLS,
-        })
+        (modules > 0 && module_cols > 0 && modules % module_cols == 0)
+            .then_some(Geometry { modules, module_cols, gap_x, gap_y, module_height: MODULE_ROWS, module_width: MODULE_COLS })
     }
 
     /// The same detector with module frames of `rows` pixel rows (a partial readout).
     pub fn with_module_height(self, rows: usize) -> Geometry {
-        assert!(
-            rows > 0 && rows <= MODULE_ROWS,
-            "a module frame has 1 to {MODULE_ROWS} rows"
-        );
-        Geometry {
-            module_height: rows,
-            ..self
-        }
+        assert!(rows > 0 && rows <= MODULE_ROWS, "a module frame has 1 to {MODULE_ROWS} rows");
+        Geometry { module_height: rows, ..self }
     }
 
     /// The same detector with module images of `width x height` pixels (another
     /// detector's modules, or chip gap pixels inside them).
     pub fn with_module_size(self, width: usize, height: usize) -> Geometry {
         assert!(width > 0 && height > 0, "a module image has pixels");
-        Geometry {
-            module_width: width,
-            module_height: height,
-            ..self
-        }
+        Geometry { module_width: width, module_height: height, ..self }
     }
 
     /// Pixels of one module frame.
@@ -107,14 +91,8 @@ impl Geometry {
 
     /// Pixel (row, column) of module `m`'s first pixel in the full image.
     pub fn origin(&self, m: u16) -> (usize, usize) {
-        let (gr, gc) = (
-            (m / self.module_cols) as usize,
-            (m % self.module_cols) as usize,
-        );
-        (
-            gr * (self.module_height + self.gap_y),
-            gc * (self.module_width + self.gap_x),
-        )
+        let (gr, gc) = ((m / self.module_cols) as usize, (m % self.module_cols) as usize);
+        (gr * (self.module_height + self.gap_y), gc * (self.module_width + self.gap_x))
     }
 
     /// Calls `f(image_pixel, len)` for each run of the full image that module `m`'s pixels
@@ -145,9 +123,7 @@ impl Geometry {
     pub fn runs_in_image_order(&self) -> Vec<(usize, usize, usize)> {
         let mut runs = Vec::new();
         for m in 0..self.modules {
-            self.module_runs(m, |from, at, run| {
-                runs.push((m as usize * self.module_pixels() + from, at, run))
-            });
+            self.module_runs(m, |from, at, run| runs.push((m as usize * self.module_pixels() + from, at, run)));
         }
         runs.sort_unstable_by_key(|r| r.1);
         runs
@@ -182,19 +158,12 @@ impl Geometry {
     /// Assembles module images of `pb`-byte pixels into `out` (height x width pixels):
     /// module `m`'s come from `module(m)`; gap pixels get all bits set (the largest value
     /// of the pixel type, [`GAP_WORD`] for 16 bits). Each pixel is written exactly once.
-    pub fn assemble_bytes<'a>(
-        &self,
-        pb: usize,
-        mut module: impl FnMut(u16) -> &'a [u8],
-        out: &mut [u8],
-    ) {
+    pub fn assemble_bytes<'a>(&self, pb: usize, mut module: impl FnMut(u16) -> &'a [u8], out: &mut [u8]) {
         let (w, mw) = (self.width() * pb, self.module_width * pb);
         assert_eq!(out.len(), self.height() * w, "output is the full image");
         for gr in 0..self.module_rows() {
             let row0 = gr * (self.module_height + self.gap_y);
-            let mods: Vec<&[u8]> = (0..self.module_cols)
-                .map(|gc| module(gr as u16 * self.module_cols + gc))
-                .collect();
+            let mods: Vec<&[u8]> = (0..self.module_cols).map(|gc| module(gr as u16 * self.module_cols + gc)).collect();
             for r in 0..self.module_height {
                 let line = &mut out[(row0 + r) * w..(row0 + r + 1) * w];
                 for (gc, m) in mods.iter().enumerate() {
@@ -206,8 +175,7 @@ impl Geometry {
                 }
             }
             if gr + 1 < self.module_rows() {
-                out[(row0 + self.module_height) * w..(row0 + self.module_height + self.gap_y) * w]
-                    .fill(0xff);
+                out[(row0 + self.module_height) * w..(row0 + self.module_height + self.gap_y) * w].fill(0xff);
             }
         }
     }
@@ -226,16 +194,9 @@ mod tests {
         let mask = g.gap_mask();
         let mut seen = vec![false; 4 * g.module_pixels()];
         for (px, &w) in map.iter().enumerate() {
-            assert_eq!(
-                w < 0,
-                mask[px] & MASK_GAP != 0,
-                "pixel {px}: a gap exactly where the mask says"
-            );
+            assert_eq!(w < 0, mask[px] & MASK_GAP != 0, "pixel {px}: a gap exactly where the mask says");
             if w >= 0 {
-                assert!(
-                    !std::mem::replace(&mut seen[w as usize], true),
-                    "word {w} twice"
-                );
+                assert!(!std::mem::replace(&mut seen[w as usize], true), "word {w} twice");
             }
         }
         assert!(seen.iter().all(|&s| s), "every word of the frame somewhere");
@@ -252,20 +213,12 @@ mod tests {
     #[test]
     fn a_partial_readout_has_shorter_modules() {
         let g = Geometry::new(2, 1, 8, 36).unwrap().with_module_height(256);
-        assert_eq!(
-            (g.width(), g.height(), g.origin(1)),
-            (1024, 2 * 256 + 36, (256 + 36, 0))
-        );
+        assert_eq!((g.width(), g.height(), g.origin(1)), (1024, 2 * 256 + 36, (256 + 36, 0)));
         let frames: Vec<Vec<u16>> = (0..2u16).map(|m| vec![m + 1; g.module_pixels()]).collect();
         let mut out = vec![0u16; g.height() * g.width()];
         g.assemble_bytes(2, |m| as_bytes(&frames[m as usize]), as_bytes_mut(&mut out));
-        assert!(
-            out[..256 * 1024].iter().all(|&w| w == 1)
-                && out[(256 + 36) * 1024..].iter().all(|&w| w == 2)
-        );
-        assert!(out[256 * 1024..(256 + 36) * 1024]
-            .iter()
-            .all(|&w| w == GAP_WORD));
+        assert!(out[..256 * 1024].iter().all(|&w| w == 1) && out[(256 + 36) * 1024..].iter().all(|&w| w == 2));
+        assert!(out[256 * 1024..(256 + 36) * 1024].iter().all(|&w| w == GAP_WORD));
     }
 
     #[test]
@@ -279,13 +232,7 @@ mod tests {
     #[test]
     fn assembly_places_every_module_and_marks_gaps() {
         let g = Geometry::new(4, 2, 8, 36).unwrap();
-        let frames: Vec<Vec<u16>> = (0..4u16)
-            .map(|m| {
-                (0..MODULE_PIXELS)
-                    .map(|i| (m * 1000) + (i % 997) as u16)
-                    .collect()
-            })
-            .collect();
+        let frames: Vec<Vec<u16>> = (0..4u16).map(|m| (0..MODULE_PIXELS).map(|i| (m * 1000) + (i % 997) as u16).collect()).collect();
         let mut out = vec![0u16; g.height() * g.width()];
         g.assemble_bytes(2, |m| as_bytes(&frames[m as usize]), as_bytes_mut(&mut out));
         let mask = g.gap_mask();
@@ -293,22 +240,13 @@ mod tests {
             let (r0, c0) = g.origin(m);
             for r in [0, 17, 511] {
                 for c in [0, 500, 1023] {
-                    assert_eq!(
-                        out[(r0 + r) * g.width() + c0 + c],
-                        frames[m as usize][r * 1024 + c]
-                    );
+                    assert_eq!(out[(r0 + r) * g.width() + c0 + c], frames[m as usize][r * 1024 + c]);
                     assert_eq!(mask[(r0 + r) * g.width() + c0 + c], 0);
                 }
             }
         }
         let gaps = mask.iter().filter(|&&b| b == MASK_GAP).count();
         assert_eq!(gaps, g.height() * g.width() - 4 * MODULE_PIXELS);
-        assert_eq!(
-            out.iter()
-                .zip(&mask)
-                .filter(|(&w, &b)| b == MASK_GAP && w != GAP_WORD)
-                .count(),
-            0
-        );
+        assert_eq!(out.iter().zip(&mask).filter(|(&w, &b)| b == MASK_GAP && w != GAP_WORD).count(), 0);
     }
 }

@@ -138,18 +138,13 @@ mod tests {
     fn encode_then_convert_recovers_energy_in_every_gain() {
         let cal = ModuleCalibration::synthetic(1, 0);
         for px in [0usize, 12345, MODULE_PIXELS - 1] {
-            for &e in &[
-                0.0f32, 12.4, 100.0, 300.0, 400.0, 2_000.0, 8_000.0, 20_000.0, 60_000.0,
-            ] {
+            for &e in &[0.0f32, 12.4, 100.0, 300.0, 400.0, 2_000.0, 8_000.0, 20_000.0, 60_000.0] {
                 let w = cal.encode(px, e);
                 let back = cal.energy_kev(px, w).expect("valid word");
                 // one ADU of rounding in the stage used, over that stage's gain
                 let g = Gain::of_word(w).unwrap() as usize;
                 let tol = 0.5 / cal.gain[g][px].abs() + 1e-3 * e;
-                assert!(
-                    (back - e).abs() <= tol,
-                    "px {px} e {e} word {w:#06x} back {back}"
-                );
+                assert!((back - e).abs() <= tol, "px {px} e {e} word {w:#06x} back {back}");
             }
         }
     }

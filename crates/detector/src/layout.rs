@@ -28,56 +28,27 @@ impl ModuleLayout {
     /// The layout of `d`'s modules at `bits` per pixel, with chip gap pixels if `gaps`.
     pub fn new(d: &Description, bits: u32, gaps: bool) -> Result<ModuleLayout, String> {
         if !d.pixel.bit_depths.contains(&bits) {
-            return Err(format!(
-                "{} sends {:?}-bit pixels, not {bits}",
-                d.name, d.pixel.bit_depths
-            ));
+            return Err(format!("{} sends {:?}-bit pixels, not {bits}", d.name, d.pixel.bit_depths));
         }
         let chips = match (&d.chips, gaps) {
             (Some(c), true) => Some((d.module.width / c.cols, d.module.height / c.rows, c.clone())),
-            (None, true) => {
-                return Err(format!("{} has no chips to put gap pixels between", d.name))
-            }
+            (None, true) => return Err(format!("{} has no chips to put gap pixels between", d.name)),
             (_, false) => None,
         };
-        if chips
-            .as_ref()
-            .is_some_and(|(cw, _, _)| bits % 8 != 0 && cw % 2 != 0)
-        {
+        if chips.as_ref().is_some_and(|(cw, _, _)| bits % 8 != 0 && cw % 2 != 0) {
             return Err("4- and 12-bit pixels come in pairs: chips need an even width".into());
         }
         // a port row is unpacked in runs that stay inside one chip
-        if chips
-            .as_ref()
-            .is_some_and(|(cw, _, _)| d.ports.width % cw != 0 && cw % d.ports.width != 0)
-        {
-            return Err(format!(
-                "ports {} pixels wide cannot be cut at chips of {} columns",
-                d.ports.width,
-                d.module.width / d.chips.as_ref().map_or(1, |c| c.cols)
-            ));
+        if chips.as_ref().is_some_and(|(cw, _, _)| d.ports.width % cw != 0 && cw % d.ports.width != 0) {
+            return Err(format!("ports {} pixels wide cannot be cut at chips of {} columns", d.ports.width, d.module.width / d.chips.as_ref().map_or(1, |c| c.cols)));
         }
         let (width, height) = match &chips {
-            Some((_, _, c)) => (
-                d.module.width + (c.cols - 1) * c.gap_x,
-                d.module.height + (c.rows - 1) * c.gap_y,
-            ),
+            Some((_, _, c)) => (d.module.width + (c.cols - 1) * c.gap_x, d.module.height + (c.rows - 1) * c.gap_y),
             None => (d.module.width, d.module.height),
         };
         let p = &d.ports;
         let flip = (0..p.rows).map(|r| d.flipped(r)).collect();
-        Ok(ModuleLayout {
-            bits,
-            nibbles: d.pixel.nibble_order,
-            port_rows: p.rows,
-            port_cols: p.cols,
-            port_w: p.width,
-            port_h: p.height,
-            flip,
-            chips,
-            width,
-            height,
-        })
+        Ok(ModuleLayout { bits, nibbles: d.pixel.nibble_order, port_rows: p.rows, port_cols: p.cols, port_w: p.width, port_h: p.height, flip, chips, width, height })
     }
 
     /// Bytes of one pixel of the module image: 1 for 4 and 8 bits, 2 for 12 and 16, 4 for 32.
@@ -140,12 +111,7 @@ impl ModuleLayout {
 
     /// The module image row that row `i` of port row `pr` lands on (before gaps).
     fn module_row(&self, pr: usize, i: usize) -> usize {
-        pr * self.port_h
-            + if self.flip[pr] {
-                self.port_h - 1 - i
-            } else {
-                i
-            }
+        pr * self.port_h + if self.flip[pr] { self.port_h - 1 - i } else { i }
     }
 
     /// Unpacks the raw module frame `raw` ([`ModuleLayout::raw_bytes`]) into the module
@@ -157,10 +123,7 @@ impl ModuleLayout {
         assert_eq!(out.len(), self.width * self.height * pb, "a module image");
         let row_bytes = self.port_w * self.bits as usize / 8;
         // runs of a port row that stay inside one chip (the whole row without gap pixels)
-        let run = self
-            .chips
-            .as_ref()
-            .map_or(self.port_w, |(cw, _, _)| *cw.min(&self.port_w));
+        let run = self.chips.as_ref().map_or(self.port_w, |(cw, _, _)| *cw.min(&self.port_w));
         if self.chips.is_some() {
             out.fill(0);
         }
@@ -172,10 +135,7 @@ impl ModuleLayout {
                     let (ox, oy) = self.at(pc * self.port_w + x0, y);
                     let at = (oy * self.width + ox) * pb;
                     let s = x0 * self.bits as usize / 8;
-                    self.unpack(
-                        &src[s..s + run * self.bits as usize / 8],
-                        &mut out[at..at + run * pb],
-                    );
+                    self.unpack(&src[s..s + run * self.bits as usize / 8], &mut out[at..at + run * pb]);
                 }
             }
         }
@@ -212,11 +172,7 @@ impl ModuleLayout {
         match self.bits {
             4 => {
                 while let (Some(a), Some(b)) = (px.next(), px.next()) {
-                    let (first, second) = if self.nibbles == NibbleOrder::HighFirst {
-                        (a << 4, b)
-                    } else {
-                        (a, b << 4)
-                    };
+                    let (first, second) = if self.nibbles == NibbleOrder::HighFirst { (a << 4, b) } else { (a, b << 4) };
                     out.push((first | second) as u8);
                 }
             }
@@ -274,8 +230,7 @@ impl ModuleLayout {
         for p in 0..self.port_rows * self.port_cols {
             for i in 0..self.port_h {
                 let (y, x0) = self.port_row_at(p, i);
-                src[y * self.port_cols + x0 / self.port_w] =
-                    ((p * self.port_h + i) * self.port_w) as u32;
+                src[y * self.port_cols + x0 / self.port_w] = ((p * self.port_h + i) * self.port_w) as u32;
             }
         }
         src
@@ -287,19 +242,7 @@ impl ModuleLayout {
         let (cw, ch, c) = self.chips.as_ref()?;
         let gap = |v: usize, size: usize, g: usize| v % (size + g) >= size;
         let (w, h) = (self.width, self.height);
-        Some(
-            (0..h)
-                .flat_map(|y| {
-                    (0..w).map(move |x| {
-                        if gap(x, *cw, c.gap_x) || gap(y, *ch, c.gap_y) {
-                            MASK_GAP
-                        } else {
-                            0
-                        }
-                    })
-                })
-                .collect(),
-        )
+        Some((0..h).flat_map(|y| (0..w).map(move |x| if gap(x, *cw, c.gap_x) || gap(y, *ch, c.gap_y) { MASK_GAP } else { 0 })).collect())
     }
 
     /// Calls `f(first, len)` for each run of module-image pixels that raw bytes
@@ -365,23 +308,11 @@ mod tests {
     fn packed(l: &ModuleLayout, v: impl Fn(usize, usize, usize) -> u32) -> Vec<u8> {
         let mut raw = Vec::new();
         for p in 0..4 {
-            let px: Vec<u32> = (0..l.port_h)
-                .flat_map(|i| (0..l.port_w).map(move |j| (i, j)))
-                .map(|(i, j)| v(p, i, j) & ((1u64 << l.bits) - 1) as u32)
-                .collect();
+            let px: Vec<u32> = (0..l.port_h).flat_map(|i| (0..l.port_w).map(move |j| (i, j))).map(|(i, j)| v(p, i, j) & ((1u64 << l.bits) - 1) as u32).collect();
             match l.bits {
                 4 => raw.extend(px.chunks(2).map(|q| (q[0] << 4 | q[1]) as u8)),
-                12 => raw.extend(px.chunks(2).flat_map(|q| {
-                    [
-                        q[0] as u8,
-                        (q[0] >> 8 | (q[1] & 0xf) << 4) as u8,
-                        (q[1] >> 4) as u8,
-                    ]
-                })),
-                b => raw.extend(
-                    px.iter()
-                        .flat_map(|x| x.to_le_bytes()[..b as usize / 8].to_vec()),
-                ),
+                12 => raw.extend(px.chunks(2).flat_map(|q| [q[0] as u8, (q[0] >> 8 | (q[1] & 0xf) << 4) as u8, (q[1] >> 4) as u8])),
+                b => raw.extend(px.iter().flat_map(|x| x.to_le_bytes()[..b as usize / 8].to_vec())),
             }
         }
         raw
@@ -398,22 +329,10 @@ mod tests {
             let mut out = vec![0u8; 1024 * 512 * l.pixel_bytes()];
             l.decode(&raw, &mut out);
             let mask = ((1u64 << bits) - 1) as u32;
-            for (x, y) in [
-                (0, 0),
-                (511, 255),
-                (512, 3),
-                (1023, 255),
-                (5, 256),
-                (700, 511),
-                (1023, 300),
-            ] {
+            for (x, y) in [(0, 0), (511, 255), (512, 3), (1023, 255), (5, 256), (700, 511), (1023, 300)] {
                 let (pr, pc) = (y / 256, x / 512);
                 let i = if pr == 1 { 255 - (y - 256) } else { y };
-                assert_eq!(
-                    get(&out, y * 1024 + x, l.pixel_bytes()),
-                    v(pr * 2 + pc, i, x % 512) & mask,
-                    "{bits} bits at ({x}, {y})"
-                );
+                assert_eq!(get(&out, y * 1024 + x, l.pixel_bytes()), v(pr * 2 + pc, i, x % 512) & mask, "{bits} bits at ({x}, {y})");
             }
         }
     }
@@ -426,32 +345,13 @@ mod tests {
         let mut out = vec![0u8; 1030 * 514 * 2];
         l.decode(&raw, &mut out);
         let px = |x: usize, y: usize| get(&out, y * 1030 + x, 2);
-        assert_eq!(
-            (
-                px(0, 0),
-                px(254, 0),
-                px(255, 0),
-                px(256, 0),
-                px(257, 0),
-                px(258, 0)
-            ),
-            (100, 100, 50, 50, 50, 50)
-        );
-        assert_eq!(
-            (px(10, 255), px(10, 256), px(10, 257), px(10, 258)),
-            (50, 50, 50, 50)
-        );
+        assert_eq!((px(0, 0), px(254, 0), px(255, 0), px(256, 0), px(257, 0), px(258, 0)), (100, 100, 50, 50, 50, 50));
+        assert_eq!((px(10, 255), px(10, 256), px(10, 257), px(10, 258)), (50, 50, 50, 50));
         assert_eq!((px(255, 255), px(256, 256), px(257, 257)), (25, 25, 25));
         assert_eq!((px(1029, 513), px(771, 100)), (100, 50));
         let mask = l.gap_mask().unwrap();
-        assert_eq!(
-            mask.iter().filter(|&&m| m == MASK_GAP).count(),
-            1030 * 514 - 1024 * 512
-        );
-        assert_eq!(
-            (mask[256], mask[255], mask[257 * 1030 + 3]),
-            (MASK_GAP, 0, MASK_GAP)
-        );
+        assert_eq!(mask.iter().filter(|&&m| m == MASK_GAP).count(), 1030 * 514 - 1024 * 512);
+        assert_eq!((mask[256], mask[255], mask[257 * 1030 + 3]), (MASK_GAP, 0, MASK_GAP));
     }
 
     #[test]
@@ -459,12 +359,7 @@ mod tests {
         let l = ModuleLayout::new(&eiger(), 16, false).unwrap();
         let mut runs = Vec::new();
         // the last port (bottom, right): its first 1024 bytes are its row 0, module row 511
-        l.raw_span(
-            3 * l.port_bytes(),
-            3 * l.port_bytes() + 1024,
-            Span::Pixels,
-            |a, n| runs.push((a, n)),
-        );
+        l.raw_span(3 * l.port_bytes(), 3 * l.port_bytes() + 1024, Span::Pixels, |a, n| runs.push((a, n)));
         assert_eq!(runs, [(511 * 1024 + 512, 512)]);
         runs.clear();
         l.raw_span(1000, 1100, Span::Rows, |a, n| runs.push((a, n)));

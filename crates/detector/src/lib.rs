@@ -12,9 +12,7 @@ pub mod wire;
 
 pub use description::{Description, DescriptionError};
 pub use geometry::Geometry;
-pub use jungfrau::{
-    Gain, ModuleCalibration, MODULE_BYTES, MODULE_COLS, MODULE_PIXELS, MODULE_ROWS,
-};
 pub use layout::{ModuleLayout, Span};
-pub use synth::{as_bytes, as_bytes_mut, as_words, Chopper, ModuleSynth, Spot, SynthConfig};
+pub use jungfrau::{Gain, ModuleCalibration, MODULE_BYTES, MODULE_COLS, MODULE_PIXELS, MODULE_ROWS};
 pub use wire::{Wire, WireError};
+pub use synth::{as_bytes, as_bytes_mut, as_words, Chopper, ModuleSynth, Spot, SynthConfig};

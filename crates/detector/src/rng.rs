@@ -12,9 +12,7 @@ pub fn mix64(mut z: u64) -> u64 {
 
 /// Derives a key from several words (seed, module, frame, purpose...).
 pub fn key(parts: &[u64]) -> u64 {
-    parts
-        .iter()
-        .fold(0x9e37_79b9_7f4a_7c15, |acc, &p| mix64(acc ^ mix64(p)))
+    parts.iter().fold(0x9e37_79b9_7f4a_7c15, |acc, &p| mix64(acc ^ mix64(p)))
 }
 
 /// The `i`-th random word of stream `key`.
@@ -112,10 +110,7 @@ mod tests {
             let n = 100_000;
             let s: u64 = (0..n).map(|i| poisson(lambda, at(11, i)) as u64).sum();
             let mean = s as f64 / n as f64;
-            assert!(
-                (mean - lambda).abs() < 0.03 * lambda.max(1.0),
-                "lambda {lambda} mean {mean}"
-            );
+            assert!((mean - lambda).abs() < 0.03 * lambda.max(1.0), "lambda {lambda} mean {mean}");
         }
     }
 }

@@ -92,17 +92,8 @@ impl ModuleSynth {
         let cal = ModuleCalibration::synthetic(cfg.seed, module);
         let noise_adc = cal.gain[0].iter().map(|g| g * cfg.noise_kev).collect();
         let kn = rng::key(&[cfg.seed, module as u64, 0x401_5e]);
-        let normals = (0..NOISE_TABLE as u64)
-            .map(|i| rng::normal(rng::at(kn, i)))
-            .collect();
-        ModuleSynth {
-            cfg,
-            module,
-            cal,
-            noise_adc,
-            normals,
-            spot_scratch: Vec::new(),
-        }
+        let normals = (0..NOISE_TABLE as u64).map(|i| rng::normal(rng::at(kn, i))).collect();
+        ModuleSynth { cfg, module, cal, noise_adc, normals, spot_scratch: Vec::new() }
     }
 
     pub fn calibration(&self) -> &ModuleCalibration {
@@ -120,8 +111,7 @@ impl ModuleSynth {
 
     /// Whether a signal frame has a crystal in the beam (decided per frame, not per module).
     pub fn is_hit(&self, frame: u64) -> bool {
-        !self.is_dark(frame)
-            && rng::unit(rng::at(rng::key(&[self.cfg.seed, 0x417]), frame)) < self.cfg.hit_fraction
+        !self.is_dark(frame) && rng::unit(rng::at(rng::key(&[self.cfg.seed, 0x417]), frame)) < self.cfg.hit_fraction
     }
 
     /// The Bragg spots of a frame (the ground truth for spot finders).
@@ -129,12 +119,7 @@ impl ModuleSynth {
         if !self.is_hit(frame) {
             return Vec::new();
         }
-        let mut s = rng::Stream::new(rng::key(&[
-            self.cfg.seed,
-            self.module as u64,
-            frame,
-            0x5b07,
-        ]));
+        let mut s = rng::Stream::new(rng::key(&[self.cfg.seed, self.module as u64, frame, 0x5b07]));
         let n = s.poisson(self.cfg.spots_per_frame);
         let (lo, hi) = self.cfg.spot_photons;
         (0..n)
@@ -148,11 +133,7 @@ impl ModuleSynth {
 
     /// Writes frame `frame` as raw words into `out` (length [`MODULE_PIXELS`]).
     pub fn frame(&mut self, frame: u64, out: &mut [u16]) {
-        assert_eq!(
-            out.len(),
-            MODULE_PIXELS,
-            "a module frame is {MODULE_PIXELS} words"
-        );
+        assert_eq!(out.len(), MODULE_PIXELS, "a module frame is {MODULE_PIXELS} words");
         let k = rng::key(&[self.cfg.seed, self.module as u64, frame, 0xf7a3e]);
         self.noise(rng::at(k, 0) as usize % NOISE_TABLE, out);
         if self.is_dark(frame) {
@@ -166,17 +147,10 @@ impl ModuleSynth {
     fn noise(&self, shift: usize, out: &mut [u16]) {
         // two straight runs (before and after the table wraps) so each loop vectorizes
         let first = (NOISE_TABLE - shift).min(MODULE_PIXELS);
-        let runs = [
-            (0, &self.normals[shift..shift + first]),
-            (first, &self.normals[..MODULE_PIXELS - first]),
-        ];
+        let runs = [(0, &self.normals[shift..shift + first]), (first, &self.normals[..MODULE_PIXELS - first])];
         for (at, z) in runs {
             let n = z.len();
-            let (w, p, a) = (
-                &mut out[at..at + n],
-                &self.cal.pedestal[0][at..at + n],
-                &self.noise_adc[at..at + n],
-            );
+            let (w, p, a) = (&mut out[at..at + n], &self.cal.pedestal[0][at..at + n], &self.noise_adc[at..at + n]);
             for i in 0..n {
                 // clamp, then round half up by truncation (non-negative here); f32::round is
                 // a libm call on baseline x86-64
@@ -206,9 +180,7 @@ impl ModuleSynth {
             // Poisson conditioned on at least one photon, by inversion from P(0)
             let u = (-lambda).exp() + s.unit() * p_hit;
             let n = rng::poisson(lambda, ((u * (1u64 << 53) as f64) as u64) << 11).max(1) as f32;
-            out[px] = self
-                .cal
-                .encode(px, n * e_ph + s.normal() * self.cfg.noise_kev);
+            out[px] = self.cal.encode(px, n * e_ph + s.normal() * self.cfg.noise_kev);
             px += 1;
         }
     }
@@ -227,10 +199,7 @@ impl ModuleSynth {
                     let dx = c as f64 + 0.5 - spot.x;
                     let dy = r as f64 + 0.5 - spot.y;
                     let lambda = norm * (-(dx * dx + dy * dy) / (2.0 * sigma * sigma)).exp();
-                    scratch.push((
-                        (r as usize * MODULE_COLS + c as usize) as u32,
-                        lambda as f32,
-                    ));
+                    scratch.push(((r as usize * MODULE_COLS + c as usize) as u32, lambda as f32));
                 }
             }
         }
@@ -247,9 +216,7 @@ impl ModuleSynth {
             let h = rng::at(k, px as u64);
             let z = rng::normal(rng::at(k ^ 0x2_0000_0000, px as u64));
             let n = rng::poisson(lambda, h) as f32;
-            out[px as usize] = self
-                .cal
-                .encode(px as usize, n * e_ph + z * self.cfg.noise_kev);
+            out[px as usize] = self.cal.encode(px as usize, n * e_ph + z * self.cfg.noise_kev);
         }
     }
 }
@@ -272,10 +239,7 @@ pub fn as_bytes_mut(words: &mut [u16]) -> &mut [u8] {
 /// The 16-bit words of little-endian bytes as they came off the wire, without a copy.
 /// Panics unless `bytes` is 2-aligned and of even length (frame slots always are).
 pub fn as_words(bytes: &[u8]) -> &[u16] {
-    assert!(
-        bytes.as_ptr() as usize % 2 == 0 && bytes.len() % 2 == 0,
-        "word-aligned whole words"
-    );
+    assert!(bytes.as_ptr() as usize % 2 == 0 && bytes.len() % 2 == 0, "word-aligned whole words");
     // SAFETY: alignment and length checked above; any bit pattern is a valid u16; the
     // lifetime is tied to `bytes`; the host is little-endian (checked at compile time).
     unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<u16>(), bytes.len() / 2) }
@@ -321,29 +285,17 @@ mod tests {
         let mut s = ModuleSynth::new(SynthConfig::default(), 0);
         let mut f = vec![0u16; MODULE_PIXELS];
         s.frame(3, &mut f);
-        let g0 = f
-            .iter()
-            .filter(|&&w| Gain::of_word(w) == Some(Gain::G0))
-            .count();
+        let g0 = f.iter().filter(|&&w| Gain::of_word(w) == Some(Gain::G0)).count();
         assert!(g0 > MODULE_PIXELS * 99 / 100, "mostly G0: {g0}");
         let mean_adc = f.iter().map(|&w| (w & 0x3fff) as f64).sum::<f64>() / MODULE_PIXELS as f64;
-        assert!(
-            (2300.0..2700.0).contains(&mean_adc),
-            "pedestal level {mean_adc}"
-        );
+        assert!((2300.0..2700.0).contains(&mean_adc), "pedestal level {mean_adc}");
         // the brightest spots put pixels above a few photons
         let cal = s.calibration();
         let spots = s.spots(3);
         assert!(!spots.is_empty());
-        let brightest = spots
-            .iter()
-            .max_by(|a, b| a.photons.total_cmp(&b.photons))
-            .unwrap();
+        let brightest = spots.iter().max_by(|a, b| a.photons.total_cmp(&b.photons)).unwrap();
         let px = brightest.y as usize * MODULE_COLS + brightest.x as usize;
         let e = cal.energy_kev(px, f[px]).unwrap();
-        assert!(
-            e > 5.0 * 12.4,
-            "spot centre holds photons: {e} keV for {brightest:?}"
-        );
+        assert!(e > 5.0 * 12.4, "spot centre holds photons: {e} keV for {brightest:?}");
     }
 }

@@ -41,49 +41,25 @@ impl Description {
     /// The packets of this detector at `bit_depth` (none: its default) over `link` (none:
     /// the fastest); only a detector whose packets are placed by their header has them.
     pub fn wire(&self, bit_depth: Option<u32>, link: Option<&str>) -> Result<Wire, WireError> {
-        let bad = |field, value: &dyn std::fmt::Display, why| WireError {
-            field,
-            value: value.to_string(),
-            why,
-        };
+        let bad = |field, value: &dyn std::fmt::Display, why| WireError { field, value: value.to_string(), why };
         let bits = bit_depth.unwrap_or(self.pixel.default_bit_depth);
         if self.ports.place != Place::Header {
             return Err(bad("bit_depth", &bits, format!("bit_depth and link are settings of a detector placed by header; {} sends 16-bit rdaq datagrams", self.name)));
         }
         if !self.pixel.bit_depths.contains(&bits) {
-            return Err(bad(
-                "bit_depth",
-                &bits,
-                format!(
-                    "{} sends {:?}-bit pixels, not {bits}",
-                    self.name, self.pixel.bit_depths
-                ),
-            ));
+            return Err(bad("bit_depth", &bits, format!("{} sends {:?}-bit pixels, not {bits}", self.name, self.pixel.bit_depths)));
         }
         let link = link.unwrap_or_else(|| self.default_link()).to_owned();
         let payload = self.link(&link).map_err(|why| bad("link", &link, why))?;
-        let packets_per_port = self.packets_per_port(bits, payload).ok_or_else(|| {
-            bad(
-                "link",
-                &link,
-                format!("a {bits}-bit port image is not a whole number of {payload}-byte packets"),
-            )
-        })?;
-        Ok(Wire {
-            bits,
-            link,
-            payload,
-            packets_per_port,
-            ports: self.ports.rows * self.ports.cols,
-        })
+        let packets_per_port = self
+            .packets_per_port(bits, payload)
+            .ok_or_else(|| bad("link", &link, format!("a {bits}-bit port image is not a whole number of {payload}-byte packets")))?;
+        Ok(Wire { bits, link, payload, packets_per_port, ports: self.ports.rows * self.ports.cols })
     }
 
     /// The name of the link whose packets carry `payload` bytes, if there is one.
     pub fn link_of_payload(&self, payload: usize) -> Option<&str> {
-        self.links
-            .iter()
-            .find(|(_, l)| l.payload == payload)
-            .map(|(n, _)| n.as_str())
+        self.links.iter().find(|(_, l)| l.payload == payload).map(|(n, _)| n.as_str())
     }
 }
 
@@ -97,10 +73,7 @@ mod tests {
         let w = d.wire(None, None).unwrap();
         assert_eq!(w.bits, d.pixel.default_bit_depth);
         assert_eq!(w.payload, d.links[d.default_link()].payload);
-        assert_eq!(
-            w.module_bytes(),
-            d.module.width * d.module.height * w.bits as usize / 8
-        );
+        assert_eq!(w.module_bytes(), d.module.width * d.module.height * w.bits as usize / 8);
         assert_eq!(d.link_of_payload(w.payload), Some(w.link.as_str()));
     }
 

@@ -18,11 +18,7 @@ pub struct SendClock {
 
 impl Default for SendClock {
     fn default() -> Self {
-        SendClock {
-            epoch: Instant::now(),
-            tags: (0..FRAMES_KEPT).map(|_| AtomicU64::new(0)).collect(),
-            ns: (0..FRAMES_KEPT).map(|_| AtomicU64::new(0)).collect(),
-        }
+        SendClock { epoch: Instant::now(), tags: (0..FRAMES_KEPT).map(|_| AtomicU64::new(0)).collect(), ns: (0..FRAMES_KEPT).map(|_| AtomicU64::new(0)).collect() }
     }
 }
 
@@ -40,8 +36,7 @@ impl SendClock {
     /// When frame `frame` started going out, if it is still remembered.
     pub fn sent(&self, frame: u64) -> Option<Instant> {
         let i = (frame % FRAMES_KEPT as u64) as usize;
-        (self.tags[i].load(Ordering::Acquire) == frame + 1)
-            .then(|| self.epoch + Duration::from_nanos(self.ns[i].load(Ordering::Relaxed)))
+        (self.tags[i].load(Ordering::Acquire) == frame + 1).then(|| self.epoch + Duration::from_nanos(self.ns[i].load(Ordering::Relaxed)))
     }
 }
 
@@ -57,11 +52,7 @@ mod tests {
         let t = c.sent(5).unwrap();
         std::thread::sleep(Duration::from_millis(2));
         c.mark(5);
-        assert_eq!(
-            c.sent(5),
-            Some(t),
-            "the second module does not move the stamp"
-        );
+        assert_eq!(c.sent(5), Some(t), "the second module does not move the stamp");
         c.mark(5 + FRAMES_KEPT as u64);
         assert_eq!(c.sent(5), None, "overwritten by a frame FRAMES_KEPT later");
     }

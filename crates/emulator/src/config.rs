@@ -81,12 +81,7 @@ impl EmulatorConfig {
     /// The frame after the last one sent; frame numbers are 64-bit, so a run that would
     /// pass 2^64 is refused (it would never end).
     pub fn last_frame(&self) -> Result<u64, EmulatorError> {
-        self.first_frame.checked_add(self.frames).ok_or_else(|| {
-            EmulatorError::Config(format!(
-                "first_frame {} + frames {} is past the last frame number, 2^64 - 1",
-                self.first_frame, self.frames
-            ))
-        })
+        self.first_frame.checked_add(self.frames).ok_or_else(|| EmulatorError::Config(format!("first_frame {} + frames {} is past the last frame number, 2^64 - 1", self.first_frame, self.frames)))
     }
 }
 
@@ -131,9 +126,7 @@ pub enum EmulatorError {
     #[error("a DTP update must apply from a later frame than the last one, not from {from_frame}")]
     UpdateOrder { from_frame: u64 },
     /// A DTP update for frames a module has already started.
-    #[error(
-        "a DTP update from frame {from_frame} comes too late: frames up to {frontier} have started"
-    )]
+    #[error("a DTP update from frame {from_frame} comes too late: frames up to {frontier} have started")]
     UpdateTooLate { from_frame: u64, frontier: u64 },
     /// Sending failed.
     #[error("module {module}: {source}")]
@@ -142,40 +135,22 @@ pub enum EmulatorError {
 
 /// Checks that `dtps` is one DTP per module, in module order, each with routes to buffers,
 /// the module frame size the emulator makes and a payload size a datagram can carry.
-pub fn check_dtps(
-    modules: u16,
-    module_bytes: u64,
-    dtps: &[ModuleDtp],
-) -> Result<(), EmulatorError> {
+pub fn check_dtps(modules: u16, module_bytes: u64, dtps: &[ModuleDtp]) -> Result<(), EmulatorError> {
     if dtps.len() != modules as usize {
-        return Err(EmulatorError::ModuleCount {
-            dtps: dtps.len(),
-            want: modules,
-        });
+        return Err(EmulatorError::ModuleCount { dtps: dtps.len(), want: modules });
     }
     for (m, d) in dtps.iter().enumerate() {
         if d.module != m as u16 {
-            return Err(EmulatorError::ModuleOrder {
-                position: m as u16,
-                module: d.module,
-            });
+            return Err(EmulatorError::ModuleOrder { position: m as u16, module: d.module });
         }
         if d.module_bytes != module_bytes {
-            return Err(EmulatorError::ModuleBytes {
-                module: m as u16,
-                dtp: d.module_bytes,
-                made: module_bytes,
-            });
+            return Err(EmulatorError::ModuleBytes { module: m as u16, dtp: d.module_bytes, made: module_bytes });
         }
         if d.routes.is_empty() || d.routes.iter().any(|r| r.buffers.is_empty()) {
             return Err(EmulatorError::NoRoute { module: m as u16 });
         }
         if d.payload_bytes == 0 || d.payload_bytes as usize > rdaq_proto::MAX_PAYLOAD {
-            return Err(EmulatorError::Config(format!(
-                "module {m}: payload_bytes {} must be 1..={}",
-                d.payload_bytes,
-                rdaq_proto::MAX_PAYLOAD
-            )));
+            return Err(EmulatorError::Config(format!("module {m}: payload_bytes {} must be 1..={}", d.payload_bytes, rdaq_proto::MAX_PAYLOAD)));
         }
     }
     Ok(())

@@ -54,10 +54,7 @@ impl Control {
         }
         let frontier = self.frontier.load(Ordering::Acquire);
         if from_frame < frontier {
-            return Err(EmulatorError::UpdateTooLate {
-                from_frame,
-                frontier,
-            });
+            return Err(EmulatorError::UpdateTooLate { from_frame, frontier });
         }
         plans.push((from_frame, Arc::new(dtps)));
         Ok(())
@@ -72,17 +69,11 @@ impl Control {
     pub(crate) fn start_frame(&self, frame: u64) -> Option<Arc<Vec<ModuleDtp>>> {
         let plans = self.plans.read().unwrap_or_else(|e| e.into_inner());
         self.frontier.fetch_max(frame + 1, Ordering::AcqRel);
-        plans
-            .iter()
-            .rev()
-            .find(|(from, _)| *from <= frame)
-            .map(|(_, d)| d.clone())
+        plans.iter().rev().find(|(from, _)| *from <= frame).map(|(_, d)| d.clone())
     }
 
     pub(crate) fn event(&self, e: Event) {
-        self.events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(e);
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).push(e);
     }
+
 }

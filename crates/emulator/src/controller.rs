@@ -52,17 +52,10 @@ impl Controller<'_> {
         };
         let mut hdr = [0u8; MAX_HEADER];
         let seq = rec.first_seq.wrapping_add(k as u32);
-        let hl = ch.pk.encode(
-            rec.frame, &rec.buf, rec.offset, k, seq, true, bytes, &mut hdr,
-        );
+        let hl = ch.pk.encode(rec.frame, &rec.buf, rec.offset, k, seq, true, bytes, &mut hdr);
         ch.link.resends += 1;
         let part = [(&hdr[..hl], ch.pk.payload(k, bytes), seq, ch.link.resends)];
-        ch.link.send(
-            &part,
-            self.faults.as_ref(),
-            self.delay,
-            &mut self.report.faults,
-        )?;
+        ch.link.send(&part, self.faults.as_ref(), self.delay, &mut self.report.faults)?;
         self.report.retransmit.resent += 1;
         Ok(())
     }
@@ -104,11 +97,7 @@ impl Controller<'_> {
                     Missing::Frame { frame, start, end } => {
                         let want = (end - start) as u64;
                         self.report.retransmit.requested += want;
-                        let found = ch
-                            .records
-                            .binary_search_by_key(&frame, |r| r.frame)
-                            .ok()
-                            .map(|i| ch.records[i]);
+                        let found = ch.records.binary_search_by_key(&frame, |r| r.frame).ok().map(|i| ch.records[i]);
                         let Some(rec) = found.filter(|_| (end as usize) <= n) else {
                             self.report.retransmit.history_misses += want;
                             continue;
@@ -133,14 +122,8 @@ impl Controller<'_> {
         if self.history == 0 || channels.is_empty() {
             return Ok(());
         }
-        let mut fds: Vec<libc::pollfd> = channels
-            .values()
-            .map(|c| libc::pollfd {
-                fd: c.link.tx.socket().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
+        let mut fds: Vec<libc::pollfd> =
+            channels.values().map(|c| libc::pollfd { fd: c.link.tx.socket().as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
         let mut last = Instant::now();
         let mut next_probe = Instant::now();
         let mut probes = 0;
@@ -179,20 +162,11 @@ impl Controller<'_> {
 impl Controller<'_> {
     /// Takes the RoCEv2 answers waiting on every queue pair (and resends what they ask for).
     fn serve_roce(&mut self) -> io::Result<bool> {
-        let Controller {
-            roce,
-            store,
-            faults,
-            report,
-            ..
-        } = self;
+        let Controller { roce, store, faults, report, .. } = self;
         let bytes = |f: u64| store.bytes(f);
         let mut any = false;
         for l in roce.values_mut() {
-            let mut spoil = Spoil {
-                faults: faults.as_ref(),
-                stats: &mut report.faults,
-            };
+            let mut spoil = Spoil { faults: faults.as_ref(), stats: &mut report.faults };
             any |= l.serve(&bytes, &mut spoil, &mut report.retransmit)?;
         }
         Ok(any)
@@ -201,11 +175,7 @@ impl Controller<'_> {
     /// Waits until no queue pair still needs the history slot frame `frame` is made in.
     fn roce_window(&mut self, frame: u64) -> io::Result<()> {
         let ring = self.store.ring.len() as u64;
-        while self
-            .roce
-            .values()
-            .any(|l| l.oldest_frame().is_some_and(|o| frame >= o + ring))
-        {
+        while self.roce.values().any(|l| l.oldest_frame().is_some_and(|o| frame >= o + ring)) {
             self.wait_roce()?;
         }
         Ok(())
@@ -214,15 +184,7 @@ impl Controller<'_> {
     /// Serves the queue pairs, or waits up to a millisecond for an answer.
     fn wait_roce(&mut self) -> io::Result<()> {
         if !self.serve_roce()? {
-            let mut fds: Vec<libc::pollfd> = self
-                .roce
-                .values()
-                .map(|l| libc::pollfd {
-                    fd: l.fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                })
-                .collect();
+            let mut fds: Vec<libc::pollfd> = self.roce.values().map(|l| libc::pollfd { fd: l.fd(), events: libc::POLLIN, revents: 0 }).collect();
             rdaq_net::socket::wait_readable(&mut fds, 1)?;
         }
         Ok(())
@@ -230,9 +192,7 @@ impl Controller<'_> {
 
     /// After the last frame: until every WRITE is acknowledged (or the receiver is gone).
     fn drain_roce(&mut self) -> io::Result<()> {
-        while self.roce.values().any(|l| l.outstanding() > 0)
-            && !self.control.stop.load(Ordering::Relaxed)
-        {
+        while self.roce.values().any(|l| l.outstanding() > 0) && !self.control.stop.load(Ordering::Relaxed) {
             self.wait_roce()?;
         }
         Ok(())
@@ -241,13 +201,7 @@ impl Controller<'_> {
 
 /// Runs module `module`'s RC: every frame of the run, then the request service until the
 /// receivers are quiet. `start` is the time of frame 0 of the run.
-pub(crate) fn run_module(
-    cfg: &EmulatorConfig,
-    module: u16,
-    start: Instant,
-    control: &Control,
-    trigger: &Trigger,
-) -> Result<EmulatorReport, EmulatorError> {
+pub(crate) fn run_module(cfg: &EmulatorConfig, module: u16, start: Instant, control: &Control, trigger: &Trigger) -> Result<EmulatorReport, EmulatorError> {
     let err = |source| EmulatorError::Send { module, source };
     let mut rc = Controller::new(cfg, module, control);
     let mut channels = Channels::new();
@@ -263,20 +217,14 @@ pub(crate) fn run_module(
             }
         }
         rc.serve_roce().map_err(err)?;
-        if let Some(slow) = cfg
-            .faults
-            .as_ref()
-            .and_then(|f| f.slow)
-            .filter(|s| s.module == module)
-        {
+        if let Some(slow) = cfg.faults.as_ref().and_then(|f| f.slow).filter(|s| s.module == module) {
             std::thread::sleep(slow.per_frame);
         }
         if trigger.wait(i, &control.stop) {
             rc.report.held_back += 1;
         }
         let frame_start = period.map(|p| (start + p.mul_f64(i as f64), p));
-        rc.send_frame(cfg.first_frame + i, frame_start, &mut channels, &mut dests)
-            .map_err(err)?;
+        rc.send_frame(cfg.first_frame + i, frame_start, &mut channels, &mut dests).map_err(err)?;
         trigger.finished(module, i);
     }
     trigger.leave(module);
@@ -291,10 +239,7 @@ impl<'a> Controller<'a> {
         let mut content = if cfg.module_bytes == MODULE_BYTES as u64 {
             Content::Jungfrau(Box::new(ModuleSynth::new(cfg.synth.clone(), module)))
         } else {
-            Content::Pattern {
-                seed: cfg.synth.seed,
-                module,
-            }
+            Content::Pattern { seed: cfg.synth.seed, module }
         };
         let pool: Vec<Vec<u16>> = (0..cfg.frame_pool as u64)
             .map(|f| {
@@ -309,18 +254,11 @@ impl<'a> Controller<'a> {
             cfg,
             module,
             content,
-            store: Store {
-                pool,
-                ring: vec![vec![0u16; words]; ring_len],
-                tags: vec![None; ring_len],
-            },
+            store: Store { pool, ring: vec![vec![0u16; words]; ring_len], tags: vec![None; ring_len] },
             faults: cfg.faults.as_ref().map(|f| Faults::new(f, module)),
             delay: cfg.faults.as_ref().map_or(Duration::ZERO, |f| f.delay_time),
             history,
-            report: EmulatorReport {
-                gso: true,
-                ..Default::default()
-            },
+            report: EmulatorReport { gso: true, ..Default::default() },
             control,
             roce: RoceLinks::new(),
         }
@@ -328,13 +266,7 @@ impl<'a> Controller<'a> {
 
     /// Makes frame `frame` and sends it to every destination its DTP names, spread over the
     /// frame period (`frame_start`: when it starts, and the period) or at full speed.
-    fn send_frame(
-        &mut self,
-        frame: u64,
-        frame_start: Option<(Instant, Duration)>,
-        channels: &mut Channels,
-        dests: &mut Vec<(usize, LocalBufferInfo)>,
-    ) -> io::Result<()> {
+    fn send_frame(&mut self, frame: u64, frame_start: Option<(Instant, Duration)>, channels: &mut Channels, dests: &mut Vec<(usize, LocalBufferInfo)>) -> io::Result<()> {
         let Some(dtps) = self.control.start_frame(frame) else {
             return Ok(());
         };
@@ -346,11 +278,7 @@ impl<'a> Controller<'a> {
             self.store.tags[slot] = Some(frame);
         }
         let bytes = self.store.bytes(frame).expect("the frame was just made");
-        self.report.manifest.push(ManifestEntry {
-            frame,
-            module: self.module,
-            xxh3: xxhash_rust::xxh3::xxh3_64(bytes),
-        });
+        self.report.manifest.push(ManifestEntry { frame, module: self.module, xxh3: xxhash_rust::xxh3::xxh3_64(bytes) });
         if frame_start.is_some_and(|(t0, p)| Instant::now() > t0 + p) {
             self.report.late_frames += 1;
         }
@@ -363,9 +291,7 @@ impl<'a> Controller<'a> {
         self.control.sent.mark(frame);
         let pace = |m: usize| {
             if let Some((t0, p)) = frame_start {
-                rdaq_net::pace::wait_until(
-                    t0 + p.mul_f64(sent_in_frame.get() as f64 / total as f64),
-                );
+                rdaq_net::pace::wait_until(t0 + p.mul_f64(sent_in_frame.get() as f64 / total as f64));
             }
             sent_in_frame.set(sent_in_frame.get() + m);
         };
@@ -373,21 +299,10 @@ impl<'a> Controller<'a> {
             let route = &dtp.routes[r];
             if let Some(qp) = route.roce {
                 let link = roce::link(&mut self.roce, route, qp, self.cfg.send_buffer)?;
-                let mut spoil = Spoil {
-                    faults: self.faults.as_ref(),
-                    stats: &mut self.report.faults,
-                };
+                let mut spoil = Spoil { faults: self.faults.as_ref(), stats: &mut self.report.faults };
                 let store = &self.store;
                 let bytes = |f: u64| store.bytes(f);
-                link.write_frame(
-                    frame,
-                    &buf,
-                    route.offset,
-                    &bytes,
-                    &mut spoil,
-                    &mut self.report.retransmit,
-                    pace,
-                )?;
+                link.write_frame(frame, &buf, route.offset, &bytes, &mut spoil, &mut self.report.retransmit, pace)?;
                 continue;
             }
             let ch = channel(channels, self.cfg, dtp, route)?;
@@ -396,27 +311,11 @@ impl<'a> Controller<'a> {
                 if ch.records.len() >= self.history {
                     ch.records.pop_front();
                 }
-                ch.records.push_back(Record {
-                    frame,
-                    first_seq: ch.pk.first_seq(),
-                    buf,
-                    offset: route.offset,
-                });
+                ch.records.push_back(Record { frame, first_seq: ch.pk.first_seq(), buf, offset: route.offset });
             }
-            send_frame(
-                ch,
-                bytes,
-                self.faults.as_ref(),
-                self.delay,
-                &mut self.report.faults,
-                pace,
-            )?;
+            send_frame(ch, bytes, self.faults.as_ref(), self.delay, &mut self.report.faults, pace)?;
         }
-        self.control.event(Event::EndOfFrame {
-            module: self.module,
-            frame,
-            imm: frame as u32,
-        });
+        self.control.event(Event::EndOfFrame { module: self.module, frame, imm: frame as u32 });
         self.control.module_frames.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -439,16 +338,9 @@ impl<'a> Controller<'a> {
             report.gso &= ch.link.tx.gso();
         }
         if report.late_frames > 0 {
-            control.event(Event::SourceOverflow {
-                module,
-                late_frames: report.late_frames,
-            });
+            control.event(Event::SourceOverflow { module, late_frames: report.late_frames });
         }
-        control.event(Event::EndOfTransfer {
-            module,
-            frames: report.manifest.len() as u64,
-            datagrams: report.sent.datagrams,
-        });
+        control.event(Event::EndOfTransfer { module, frames: report.manifest.len() as u64, datagrams: report.sent.datagrams });
         Ok(report)
     }
 }

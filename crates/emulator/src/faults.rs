@@ -71,10 +71,7 @@ impl FaultConfig {
             }
         }
         if !(1.0..=1000.0).contains(&self.burst) {
-            return Err(format!(
-                "faults.burst = {} must be a mean burst length in 1..=1000",
-                self.burst
-            ));
+            return Err(format!("faults.burst = {} must be a mean burst length in 1..=1000", self.burst));
         }
         if self.corrupt + self.duplicate + self.reorder + self.delay > 1.0 {
             return Err("faults: corrupt + duplicate + reorder + delay must not exceed 1".into());
@@ -84,12 +81,7 @@ impl FaultConfig {
 
     /// True when no fault is asked for.
     pub fn is_clean(&self) -> bool {
-        self.loss == 0.0
-            && self.reorder == 0.0
-            && self.duplicate == 0.0
-            && self.delay == 0.0
-            && self.corrupt == 0.0
-            && self.slow.is_none()
+        self.loss == 0.0 && self.reorder == 0.0 && self.duplicate == 0.0 && self.delay == 0.0 && self.corrupt == 0.0 && self.slow.is_none()
     }
 }
 
@@ -100,10 +92,7 @@ pub enum Fate {
     Drop,
     Duplicate,
     /// Flip bit `bit` of byte `byte % len`.
-    Corrupt {
-        byte: u32,
-        bit: u8,
-    },
+    Corrupt { byte: u32, bit: u8 },
     /// Send after this many later datagrams of the channel.
     Reorder(u32),
     Delay,
@@ -146,12 +135,7 @@ impl Faults {
     pub fn new(cfg: &FaultConfig, module: u16) -> Self {
         let longest = (2.0 * cfg.burst - 1.0).round().max(1.0) as u32;
         let mean = (1 + longest) as f64 / 2.0;
-        Faults {
-            cfg: cfg.clone(),
-            key: rng::key(&[cfg.seed, module as u64, 0xfa_17]),
-            start: cfg.loss / mean,
-            longest,
-        }
+        Faults { cfg: cfg.clone(), key: rng::key(&[cfg.seed, module as u64, 0xfa_17]), start: cfg.loss / mean, longest }
     }
 
     /// Length of the burst that starts at `seq`, or 0.
@@ -173,13 +157,9 @@ impl Faults {
             return Fate::Pass;
         }
         let lost = if attempt == 0 {
-            self.start > 0.0
-                && (0..self.longest).any(|back| self.burst_at(seq.wrapping_sub(back)) > back)
+            self.start > 0.0 && (0..self.longest).any(|back| self.burst_at(seq.wrapping_sub(back)) > back)
         } else {
-            rng::unit(rng::at(
-                self.key ^ 0x5e_7d,
-                rng::key(&[seq as u64, attempt]),
-            )) < self.cfg.loss
+            rng::unit(rng::at(self.key ^ 0x5e_7d, rng::key(&[seq as u64, attempt]))) < self.cfg.loss
         };
         if lost {
             return Fate::Drop;
@@ -190,10 +170,7 @@ impl Faults {
         let mut edge = c.corrupt;
         if u < edge {
             let r = rng::mix64(w);
-            return Fate::Corrupt {
-                byte: (r >> 8) as u32,
-                bit: (r & 7) as u8,
-            };
+            return Fate::Corrupt { byte: (r >> 8) as u32, bit: (r & 7) as u8 };
         }
         edge += c.duplicate;
         if u < edge {
@@ -234,31 +211,16 @@ mod tests {
 
     #[test]
     fn rates_and_bursts_match_the_configuration() {
-        let cfg = FaultConfig {
-            seed: 7,
-            loss: 0.01,
-            burst: 4.0,
-            reorder: 0.01,
-            duplicate: 0.001,
-            corrupt: 0.002,
-            ..Default::default()
-        };
+        let cfg = FaultConfig { seed: 7, loss: 0.01, burst: 4.0, reorder: 0.01, duplicate: 0.001, corrupt: 0.002, ..Default::default() };
         let f = Faults::new(&cfg, 0);
         let n = 2_000_000;
         let (st, bursts) = tally(&f, n);
         let rate = |k: u64| k as f64 / n as f64;
         // overlapping bursts merge, so the loss rate is a little below the target
-        assert!(
-            (rate(st.dropped) - 0.01).abs() < 0.001,
-            "loss {}",
-            rate(st.dropped)
-        );
+        assert!((rate(st.dropped) - 0.01).abs() < 0.001, "loss {}", rate(st.dropped));
         let mean = bursts.iter().sum::<u32>() as f64 / bursts.len() as f64;
         assert!((mean - 4.0).abs() < 0.3, "mean burst {mean}");
-        assert!(
-            bursts.iter().all(|&b| b <= 14),
-            "bursts are at most 7 long, two may touch"
-        );
+        assert!(bursts.iter().all(|&b| b <= 14), "bursts are at most 7 long, two may touch");
         assert!((rate(st.reordered) - 0.0099).abs() < 0.001);
         assert!((rate(st.duplicated) - 0.001).abs() < 0.0002);
         assert!((rate(st.corrupted) - 0.002).abs() < 0.0003);
@@ -266,51 +228,19 @@ mod tests {
 
     #[test]
     fn same_seed_same_fates_other_seed_other_fates() {
-        let cfg = FaultConfig {
-            seed: 3,
-            loss: 0.05,
-            burst: 2.0,
-            corrupt: 0.05,
-            ..Default::default()
-        };
-        let a: Vec<Fate> = (0..10_000)
-            .map(|s| Faults::new(&cfg, 1).fate(s, 0))
-            .collect();
-        let b: Vec<Fate> = (0..10_000)
-            .map(|s| Faults::new(&cfg, 1).fate(s, 0))
-            .collect();
+        let cfg = FaultConfig { seed: 3, loss: 0.05, burst: 2.0, corrupt: 0.05, ..Default::default() };
+        let a: Vec<Fate> = (0..10_000).map(|s| Faults::new(&cfg, 1).fate(s, 0)).collect();
+        let b: Vec<Fate> = (0..10_000).map(|s| Faults::new(&cfg, 1).fate(s, 0)).collect();
         assert_eq!(a, b);
-        let c: Vec<Fate> = (0..10_000)
-            .map(|s| {
-                Faults::new(
-                    &FaultConfig {
-                        seed: 4,
-                        ..cfg.clone()
-                    },
-                    1,
-                )
-                .fate(s, 0)
-            })
-            .collect();
+        let c: Vec<Fate> = (0..10_000).map(|s| Faults::new(&FaultConfig { seed: 4, ..cfg.clone() }, 1).fate(s, 0)).collect();
         assert_ne!(a, c);
         assert!(Faults::new(&FaultConfig::default(), 0).fate(5, 0) == Fate::Pass);
     }
 
     #[test]
     fn bad_rates_are_refused_by_name() {
-        let e = FaultConfig {
-            loss: 1.5,
-            ..Default::default()
-        }
-        .check()
-        .unwrap_err();
+        let e = FaultConfig { loss: 1.5, ..Default::default() }.check().unwrap_err();
         assert!(e.contains("faults.loss"), "{e}");
-        assert!(FaultConfig {
-            burst: 0.5,
-            ..Default::default()
-        }
-        .check()
-        .unwrap_err()
-        .contains("faults.burst"));
+        assert!(FaultConfig { burst: 0.5, ..Default::default() }.check().unwrap_err().contains("faults.burst"));
     }
 }

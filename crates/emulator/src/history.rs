@@ -15,9 +15,7 @@ pub(crate) struct Store {
 impl Store {
     pub(crate) fn bytes(&self, frame: u64) -> Option<&[u8]> {
         if !self.pool.is_empty() {
-            return Some(as_bytes(
-                &self.pool[(frame % self.pool.len() as u64) as usize],
-            ));
+            return Some(as_bytes(&self.pool[(frame % self.pool.len() as u64) as usize]));
         }
         let i = (frame % self.ring.len() as u64) as usize;
         (self.tags[i] == Some(frame)).then(|| as_bytes(&self.ring[i]))

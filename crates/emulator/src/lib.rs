@@ -41,26 +41,16 @@ pub const TRIGGER_LEAD: u64 = 2;
 /// Runs every module's RC to completion (or until `control.stop`); `dtps[m]` is module
 /// `m`'s data transfer process from the first frame on (later ones through
 /// [`Control::update`]).
-pub fn run(
-    cfg: &EmulatorConfig,
-    dtps: &[ModuleDtp],
-    control: Arc<Control>,
-) -> Result<EmulatorReport, EmulatorError> {
+pub fn run(cfg: &EmulatorConfig, dtps: &[ModuleDtp], control: Arc<Control>) -> Result<EmulatorReport, EmulatorError> {
     config::check_dtps(cfg.modules, cfg.module_bytes, dtps)?;
     if cfg.module_bytes == 0 || cfg.module_bytes % 2 != 0 {
-        return Err(EmulatorError::Config(format!(
-            "module_bytes {} must be even and positive",
-            cfg.module_bytes
-        )));
+        return Err(EmulatorError::Config(format!("module_bytes {} must be even and positive", cfg.module_bytes)));
     }
     cfg.check()?;
     if let Some(f) = &cfg.faults {
         f.check().map_err(EmulatorError::Config)?;
         if f.slow.is_some_and(|s| s.module >= cfg.modules) {
-            return Err(EmulatorError::Config(format!(
-                "faults: the slow module must be below {}",
-                cfg.modules
-            )));
+            return Err(EmulatorError::Config(format!("faults: the slow module must be below {}", cfg.modules)));
         }
     }
     {

@@ -65,13 +65,7 @@ impl Link {
     }
 
     /// Sends up to [`CHUNK`] datagrams through the fault injector (if any).
-    pub(crate) fn send(
-        &mut self,
-        parts: &[Part],
-        faults: Option<&Faults>,
-        delay: Duration,
-        stats: &mut FaultStats,
-    ) -> io::Result<()> {
+    pub(crate) fn send(&mut self, parts: &[Part], faults: Option<&Faults>, delay: Duration, stats: &mut FaultStats) -> io::Result<()> {
         let Some(faults) = faults else {
             self.tx.send(parts.len(), |j| (parts[j].0, parts[j].1))?;
             self.sent += parts.len() as u64;
@@ -102,19 +96,11 @@ impl Link {
                 }
                 Fate::Reorder(d) => {
                     let bytes = self.owned(h, p);
-                    self.held.push(Held {
-                        bytes,
-                        after: self.sent + np as u64 + d as u64,
-                        at: None,
-                    });
+                    self.held.push(Held { bytes, after: self.sent + np as u64 + d as u64, at: None });
                 }
                 Fate::Delay => {
                     let bytes = self.owned(h, p);
-                    self.held.push(Held {
-                        bytes,
-                        after: u64::MAX,
-                        at: Some(Instant::now() + delay),
-                    });
+                    self.held.push(Held { bytes, after: u64::MAX, at: Some(Instant::now() + delay) });
                 }
             }
         }
@@ -147,44 +133,14 @@ impl Link {
     }
 }
 
-pub(crate) fn channel<'a>(
-    channels: &'a mut Channels,
-    cfg: &EmulatorConfig,
-    dtp: &ModuleDtp,
-    route: &Route,
-) -> io::Result<&'a mut Channel> {
+pub(crate) fn channel<'a>(channels: &'a mut Channels, cfg: &EmulatorConfig, dtp: &ModuleDtp, route: &Route) -> io::Result<&'a mut Channel> {
     let data = route.data;
     if !channels.contains_key(&data) {
-        let local = SocketAddr::new(
-            if data.is_ipv4() {
-                [0, 0, 0, 0].into()
-            } else {
-                [0u16; 8].into()
-            },
-            0,
-        );
+        let local = SocketAddr::new(if data.is_ipv4() { [0, 0, 0, 0].into() } else { [0u16; 8].into() }, 0);
         let tx = BatchSender::connect(local, data, cfg.gso, cfg.send_buffer)?;
-        let link = Link {
-            tx,
-            sent: 0,
-            resends: 0,
-            held: Vec::new(),
-            spare: Vec::new(),
-        };
-        let pk = Packetizer::new(
-            dtp.module,
-            dtp.module_bytes,
-            dtp.payload_bytes,
-            route.checksum,
-        );
-        channels.insert(
-            data,
-            Channel {
-                link,
-                pk,
-                records: VecDeque::new(),
-            },
-        );
+        let link = Link { tx, sent: 0, resends: 0, held: Vec::new(), spare: Vec::new() };
+        let pk = Packetizer::new(dtp.module, dtp.module_bytes, dtp.payload_bytes, route.checksum);
+        channels.insert(data, Channel { link, pk, records: VecDeque::new() });
     }
     Ok(channels.get_mut(&data).expect("inserted above"))
 }

@@ -46,13 +46,7 @@ impl Packetizer {
 
     /// Writes the headers of frame `frame` (whose bytes are `module_frame`, needed for the
     /// checksums) into `buf` at `offset`; returns the datagram count.
-    pub fn frame(
-        &mut self,
-        frame: u64,
-        buf: &LocalBufferInfo,
-        offset: u64,
-        module_frame: &[u8],
-    ) -> usize {
+    pub fn frame(&mut self, frame: u64, buf: &LocalBufferInfo, offset: u64, module_frame: &[u8]) -> usize {
         self.first_seq = self.seq;
         let mut headers = std::mem::take(&mut self.headers);
         for (k, hdr) in headers.iter_mut().enumerate() {
@@ -85,11 +79,7 @@ impl Packetizer {
         let (mb, pb) = (self.module_bytes, self.payload_bytes);
         let last = k + 1 == self.count;
         let rel = k as u64 * pb;
-        let mut flags = if last {
-            Flags::LAST.with(Flags::IMM)
-        } else {
-            Flags::empty()
-        };
+        let mut flags = if last { Flags::LAST.with(Flags::IMM) } else { Flags::empty() };
         if retransmit {
             flags = flags.with(Flags::RETRANSMIT);
         }
@@ -131,10 +121,7 @@ impl Packetizer {
 
     /// Datagram `k` of the current frame: its header and its slice of the module frame.
     pub fn datagram<'a>(&'a self, k: usize, module_frame: &'a [u8]) -> (&'a [u8], &'a [u8]) {
-        (
-            &self.headers[k][..self.header_len()],
-            self.payload(k, module_frame),
-        )
+        (&self.headers[k][..self.header_len()], self.payload(k, module_frame))
     }
 }
 
@@ -144,12 +131,7 @@ mod tests {
 
     #[test]
     fn cuts_a_module_frame_into_its_cells() {
-        let buf = LocalBufferInfo {
-            id: 6,
-            key: 10,
-            size: 40_000,
-            va: 0,
-        };
+        let buf = LocalBufferInfo { id: 6, key: 10, size: 40_000, va: 0 };
         let mut p = Packetizer::new(1, 20_000, 8192, false);
         let frame_bytes = vec![0u8; 20_000];
         assert_eq!(p.frame(3, &buf, 20_000, &frame_bytes), 3);
@@ -159,10 +141,7 @@ mod tests {
             let mut d = h.to_vec();
             d.extend_from_slice(payload);
             let (hdr, pl) = Header::parse(&d).unwrap();
-            assert_eq!(
-                (hdr.buffer, hdr.key, hdr.module, hdr.frame, hdr.seq),
-                (6, 10, 1, 3, k as u32)
-            );
+            assert_eq!((hdr.buffer, hdr.key, hdr.module, hdr.frame, hdr.seq), (6, 10, 1, 3, k as u32));
             assert_eq!(hdr.offset, 20_000 + k as u64 * 8192);
             assert_eq!(hdr.flags.contains(Flags::LAST), k == 2);
             total += pl.len();
@@ -172,12 +151,7 @@ mod tests {
 
     #[test]
     fn checksummed_and_retransmitted_datagrams_parse_and_verify() {
-        let buf = LocalBufferInfo {
-            id: 2,
-            key: 9,
-            size: 20_000,
-            va: 0,
-        };
+        let buf = LocalBufferInfo { id: 2, key: 9, size: 20_000, va: 0 };
         let mut p = Packetizer::new(0, 20_000, 8192, true);
         let frame_bytes: Vec<u8> = (0..20_000u32).map(|i| (i * 31) as u8).collect();
         p.frame(5, &buf, 0, &frame_bytes);
@@ -188,11 +162,7 @@ mod tests {
         let mut d = out[..hl].to_vec();
         d.extend_from_slice(p.payload(2, &frame_bytes));
         let (h, payload) = Header::parse(&d).unwrap();
-        assert!(
-            h.flags.contains(Flags::RETRANSMIT)
-                && h.flags.contains(Flags::CHECKSUM)
-                && h.flags.contains(Flags::LAST)
-        );
+        assert!(h.flags.contains(Flags::RETRANSMIT) && h.flags.contains(Flags::CHECKSUM) && h.flags.contains(Flags::LAST));
         assert_eq!((h.seq, h.frame, payload.len()), (2, 5, 20_000 - 2 * 8192));
         let (hdr, payload) = p.datagram(0, &frame_bytes);
         let mut d = [hdr, payload].concat();

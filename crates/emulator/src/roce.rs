@@ -71,12 +71,7 @@ pub(crate) struct Spoil<'a> {
 
 /// The link of `route`, opened on first use: the interface towards the receiver, the
 /// hardware addresses of both ends.
-pub(crate) fn link<'a>(
-    links: &'a mut RoceLinks,
-    route: &Route,
-    qp: RoceQp,
-    send_buffer: usize,
-) -> io::Result<&'a mut RoceLink> {
+pub(crate) fn link<'a>(links: &'a mut RoceLinks, route: &Route, qp: RoceQp, send_buffer: usize) -> io::Result<&'a mut RoceLink> {
     if !links.contains_key(&route.data) {
         links.insert(route.data, RoceLink::open(route.data, qp, send_buffer)?);
     }
@@ -91,21 +86,12 @@ impl RoceLink {
 
     fn open(data: SocketAddr, qp: RoceQp, send_buffer: usize) -> io::Result<RoceLink> {
         let IpAddr::V4(dst_ip) = data.ip() else {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("RoCEv2 to {data}: rdaq sends RoCEv2 over IPv4 only"),
-            ));
+            return Err(io::Error::new(io::ErrorKind::Unsupported, format!("RoCEv2 to {data}: rdaq sends RoCEv2 over IPv4 only")));
         };
         let probe = UdpSocket::bind("0.0.0.0:0")?;
         probe.connect((dst_ip, ROCE_PORT))?;
-        let IpAddr::V4(src_ip) = probe.local_addr()?.ip() else {
-            unreachable!("an IPv4 socket has an IPv4 address")
-        };
-        let itf = Interface::holding(src_ip)?.ok_or_else(|| {
-            io::Error::other(format!(
-                "no interface holds {src_ip}, the address towards {dst_ip}"
-            ))
-        })?;
+        let IpAddr::V4(src_ip) = probe.local_addr()?.ip() else { unreachable!("an IPv4 socket has an IPv4 address") };
+        let itf = Interface::holding(src_ip)?.ok_or_else(|| io::Error::other(format!("no interface holds {src_ip}, the address towards {dst_ip}")))?;
         if itf.loopback {
             return Err(io::Error::new(io::ErrorKind::Unsupported, format!("RoCEv2 to {dst_ip} would go over loopback: the receiver must be on another host or network namespace")));
         }
@@ -118,22 +104,13 @@ impl RoceLink {
             src_port: 0xC000 | (qp.peer_qpn & 0x3FFF) as u16,
         };
         Ok(RoceLink {
-            raw: RawSocket::open(itf.index, send_buffer).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!(
-                        "a raw socket on {} for RoCEv2 (needs root or CAP_NET_RAW): {e}",
-                        itf.name
-                    ),
-                )
-            })?,
+            raw: RawSocket::open(itf.index, send_buffer)
+                .map_err(|e| io::Error::new(e.kind(), format!("a raw socket on {} for RoCEv2 (needs root or CAP_NET_RAW): {e}", itf.name)))?,
             ends,
             peer_qpn: qp.peer_qpn,
             req: Requester::new(qp.qpn, qp.start_psn, qp.mtu),
             ident: 0,
-            frames: (0..2 * MAX_SEND_BATCH)
-                .map(|_| Vec::with_capacity(FRAME_MAX))
-                .collect(),
+            frames: (0..2 * MAX_SEND_BATCH).map(|_| Vec::with_capacity(FRAME_MAX)).collect(),
             rx: vec![0; 2048],
             unsent: 0,
             go_backs: 0,
@@ -166,14 +143,7 @@ impl RoceLink {
         pace: impl Fn(usize),
     ) -> io::Result<()> {
         let len = bytes(frame).ok_or_else(|| gone(frame))?.len() as u32;
-        let msg = WriteMessage {
-            frame,
-            from: 0,
-            va: buf.va + offset,
-            rkey: buf.key,
-            len,
-            imm: Some(frame as u32),
-        };
+        let msg = WriteMessage { frame, from: 0, va: buf.va + offset, rkey: buf.key, len, imm: Some(frame as u32) };
         let n = self.req.post(msg);
         let mut k = 0;
         while k < n {
@@ -182,14 +152,7 @@ impl RoceLink {
             self.unsent = n - k;
             while self.req.in_flight() - (n - k) > WINDOW_PACKETS.saturating_sub(m) {
                 if !self.serve(bytes, spoil, stats)? {
-                    rdaq_net::socket::wait_readable(
-                        &mut [libc::pollfd {
-                            fd: self.fd(),
-                            events: libc::POLLIN,
-                            revents: 0,
-                        }],
-                        1,
-                    )?;
+                    rdaq_net::socket::wait_readable(&mut [libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 }], 1)?;
                 }
             }
             pace(m as usize);
@@ -204,38 +167,23 @@ impl RoceLink {
 
     /// Builds and sends packets (window position, packet index), at most a batch; `attempt`
     /// 0 is the first sending.
-    fn send(
-        &mut self,
-        which: impl Iterator<Item = (usize, u32)>,
-        bytes: Bytes,
-        spoil: &mut Spoil,
-        attempt: u64,
-    ) -> io::Result<usize> {
+    fn send(&mut self, which: impl Iterator<Item = (usize, u32)>, bytes: Bytes, spoil: &mut Spoil, attempt: u64) -> io::Result<usize> {
         let mut n = 0;
         let mut late = 0;
         for (i, k) in which.take(MAX_SEND_BATCH) {
             let plan = self.req.packet(i, k);
             let data = bytes(plan.frame).ok_or_else(|| gone(plan.frame))?;
             let f = &mut self.frames[n];
-            build(
-                f,
-                &self.ends,
-                self.ident,
-                &plan.headers,
-                &data[plan.from..plan.from + plan.len],
-            );
+            build(f, &self.ends, self.ident, &plan.headers, &data[plan.from..plan.from + plan.len]);
             self.ident = self.ident.wrapping_add(1);
-            let fate = spoil
-                .faults
-                .map_or(Fate::Pass, |x| x.fate(plan.headers.bth.psn, attempt));
+            let fate = spoil.faults.map_or(Fate::Pass, |x| x.fate(plan.headers.bth.psn, attempt));
             spoil.stats.count(fate);
             match fate {
                 Fate::Pass => n += 1,
                 Fate::Drop => {}
                 Fate::Corrupt { byte, bit } => {
                     // past the Ethernet header, so the frame still reaches the receiver
-                    let at =
-                        frame::ETH_HEADER_LEN + byte as usize % (f.len() - frame::ETH_HEADER_LEN);
+                    let at = frame::ETH_HEADER_LEN + byte as usize % (f.len() - frame::ETH_HEADER_LEN);
                     f[at] ^= 1 << bit;
                     n += 1;
                 }
@@ -250,26 +198,14 @@ impl RoceLink {
             }
         }
         let sent = self.raw.send_batch(n, |j| &self.frames[j][..])?;
-        let held = self
-            .raw
-            .send_batch(late, |j| &self.frames[MAX_SEND_BATCH + j][..])?;
+        let held = self.raw.send_batch(late, |j| &self.frames[MAX_SEND_BATCH + j][..])?;
         self.packets += (sent + held) as u64;
-        self.bytes += self.frames[..n]
-            .iter()
-            .chain(&self.frames[MAX_SEND_BATCH..MAX_SEND_BATCH + late])
-            .map(|f| f.len() as u64)
-            .sum::<u64>();
+        self.bytes += self.frames[..n].iter().chain(&self.frames[MAX_SEND_BATCH..MAX_SEND_BATCH + late]).map(|f| f.len() as u64).sum::<u64>();
         Ok(sent + held)
     }
 
     /// Sends again every packet from `psn` to the end of the window.
-    fn go_back(
-        &mut self,
-        psn: u32,
-        bytes: Bytes,
-        spoil: &mut Spoil,
-        stats: &mut RetransmitStats,
-    ) -> io::Result<()> {
+    fn go_back(&mut self, psn: u32, bytes: Bytes, spoil: &mut Spoil, stats: &mut RetransmitStats) -> io::Result<()> {
         let mut all: Vec<(usize, u32)> = self.req.resend_from(psn).collect();
         all.truncate(all.len().saturating_sub(self.unsent as usize));
         stats.requested += all.len() as u64;
@@ -282,12 +218,7 @@ impl RoceLink {
 
     /// Takes every ACK and NAK waiting, going back where one asks, and goes back to the
     /// oldest packet after a timeout; true if an answer came.
-    pub(crate) fn serve(
-        &mut self,
-        bytes: Bytes,
-        spoil: &mut Spoil,
-        stats: &mut RetransmitStats,
-    ) -> io::Result<bool> {
+    pub(crate) fn serve(&mut self, bytes: Bytes, spoil: &mut Spoil, stats: &mut RetransmitStats) -> io::Result<bool> {
         let mut any = false;
         while let Some(len) = self.raw.try_recv(&mut self.rx)? {
             let (kind, psn) = match self.answer_in(len) {
@@ -312,13 +243,7 @@ impl RoceLink {
         }
         if let Some(psn) = self.req.timed_out(Instant::now(), RETRANSMIT_TIMEOUT) {
             if self.req.retries > RETRY_LIMIT {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "no acknowledgement from {} after {RETRY_LIMIT} retransmissions",
-                        self.ends.dst_ip
-                    ),
-                ));
+                return Err(io::Error::new(io::ErrorKind::TimedOut, format!("no acknowledgement from {} after {RETRY_LIMIT} retransmissions", self.ends.dst_ip)));
             }
             stats.probes += 1;
             self.go_back(psn, bytes, spoil, stats)?;
@@ -331,18 +256,11 @@ impl RoceLink {
     fn answer_in(&self, len: usize) -> Heard {
         let f = &self.rx[..len];
         // from the receiver this queue pair writes to (queue pair numbers are per receiver)
-        let ours = |h: &frame::FrameHeaders| {
-            h.dst_port == ROCE_PORT
-                && h.ends.dst_ip == self.ends.src_ip
-                && h.ends.src_ip == self.ends.dst_ip
-        };
+        let ours = |h: &frame::FrameHeaders| h.dst_port == ROCE_PORT && h.ends.dst_ip == self.ends.src_ip && h.ends.src_ip == self.ends.dst_ip;
         let Some(h) = frame::parse_headers(f).filter(ours) else {
             return Heard::NotOurs;
         };
-        let Some(p) = f
-            .get(frame::FRAME_HEADERS_LEN..frame::FRAME_HEADERS_LEN + h.udp_payload)
-            .and_then(|b| roce::parse(b).ok().map(|p| (b, p)))
-        else {
+        let Some(p) = f.get(frame::FRAME_HEADERS_LEN..frame::FRAME_HEADERS_LEN + h.udp_payload).and_then(|b| roce::parse(b).ok().map(|p| (b, p))) else {
             return Heard::Bad;
         };
         let (body, p) = p;
@@ -350,9 +268,7 @@ impl RoceLink {
             return Heard::NotOurs;
         }
         match p.headers.aeth {
-            Some(a) if p.opcode == Opcode::Ack && p.icrc_ok_ipv4(h.ip, h.udp, body) => {
-                Heard::Answer(a.kind, p.headers.bth.psn)
-            }
+            Some(a) if p.opcode == Opcode::Ack && p.icrc_ok_ipv4(h.ip, h.udp, body) => Heard::Answer(a.kind, p.headers.bth.psn),
             _ => Heard::Bad,
         }
     }
@@ -365,15 +281,12 @@ impl RoceLink {
 /// A frame of the window whose bytes are no longer kept: the history is kept until every
 /// WRITE is acknowledged (`Controller::roce_window`), so this is a bug, reported, not skipped.
 fn gone(frame: u64) -> io::Error {
-    io::Error::other(format!(
-        "frame {frame} left the history before its RoCEv2 WRITE was acknowledged"
-    ))
+    io::Error::other(format!("frame {frame} left the history before its RoCEv2 WRITE was acknowledged"))
 }
 
 /// Writes the whole frame of one packet into `f`.
 fn build(f: &mut Vec<u8>, ends: &Endpoints, ident: u16, headers: &roce::Headers, payload: &[u8]) {
     f.resize(FRAME_MAX, 0);
-    let len = roce::write_frame(ends, ident, headers, payload, f)
-        .expect("the requester makes WRITE packets of at most the MTU");
+    let len = roce::write_frame(ends, ident, headers, payload, f).expect("the requester makes WRITE packets of at most the MTU");
     f.truncate(len);
 }

@@ -24,20 +24,11 @@ pub struct Trigger {
 impl Trigger {
     /// A trigger for `modules` modules, none more than `lead` frames ahead of the slowest.
     pub fn new(modules: u16, lead: u64) -> Trigger {
-        Trigger {
-            done: (0..modules).map(|_| AtomicU64::new(0)).collect(),
-            lead,
-            lock: Mutex::new(()),
-            moved: Condvar::new(),
-        }
+        Trigger { done: (0..modules).map(|_| AtomicU64::new(0)).collect(), lead, lock: Mutex::new(()), moved: Condvar::new() }
     }
 
     fn slowest(&self) -> u64 {
-        self.done
-            .iter()
-            .map(|d| d.load(Ordering::Acquire))
-            .min()
-            .unwrap_or(u64::MAX)
+        self.done.iter().map(|d| d.load(Ordering::Acquire)).min().unwrap_or(u64::MAX)
     }
 
     /// Whether frame `i` may start: every module has finished the frames before `i - lead`.
@@ -53,11 +44,7 @@ impl Trigger {
         }
         let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         while !self.ready(i) && !stop.load(Ordering::Relaxed) {
-            guard = self
-                .moved
-                .wait_timeout(guard, RECHECK)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            guard = self.moved.wait_timeout(guard, RECHECK).unwrap_or_else(|e| e.into_inner()).0;
         }
         true
     }
@@ -101,10 +88,7 @@ mod tests {
         t.finished(1, 0);
         assert!(waiter.join().unwrap(), "released, and it says it waited");
         t.leave(1);
-        assert!(
-            !t.wait(5, &stop),
-            "a module that left holds nobody back: module 0 has finished 3 frames"
-        );
+        assert!(!t.wait(5, &stop), "a module that left holds nobody back: module 0 has finished 3 frames");
     }
 
     #[test]

@@ -14,9 +14,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DevicePtrMut, LaunchConfig, PinnedHostSlice, PushKernelArg,
-};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtrMut, LaunchConfig, PinnedHostSlice, PushKernelArg};
 use rdaq_process::spots::LocalSnrParams;
 use rdaq_process::{Calibration, InvalidGain};
 
@@ -80,34 +78,26 @@ pub enum Found {
 }
 
 fn to_i32(what: &str, x: usize) -> Result<i32, GpuError> {
-    i32::try_from(x)
-        .map_err(|_| GpuError::Input(format!("{what} {x} is more than one launch takes")))
+    i32::try_from(x).map_err(|_| GpuError::Input(format!("{what} {x} is more than one launch takes")))
 }
 
 /// The lanes of a chain for `setup`, `lanes` of them (at least one).
 pub fn lanes(dev: &Device, setup: &ChainSetup, lanes: usize) -> Result<Vec<Lane>, GpuError> {
     let shared = Arc::new(shared(dev, setup)?);
     let ped0 = &setup.calibration.pedestal[0];
-    (0..lanes.max(1))
-        .map(|_| Lane::new(dev, shared.clone(), ped0))
-        .collect()
+    (0..lanes.max(1)).map(|_| Lane::new(dev, shared.clone(), ped0)).collect()
 }
 
 fn shared(dev: &Device, s: &ChainSetup) -> Result<Shared, GpuError> {
     let pixels = s.width * s.height;
     let cal = s.calibration;
-    cal.check(pixels)
-        .map_err(|e| GpuError::Input(e.to_string()))?;
+    cal.check(pixels).map_err(|e| GpuError::Input(e.to_string()))?;
     check_pixel_map(s.src_of, pixels, s.words)?;
     to_i32("an image of pixels", pixels)?;
     let convert = compile(dev, Kernels::Convert)?;
     let spots = compile(dev, Kernels::Spots)?;
     let stream = dev.ctx.default_stream();
-    let ped12: Vec<f32> = cal.pedestal[1]
-        .iter()
-        .chain(&cal.pedestal[2])
-        .copied()
-        .collect();
+    let ped12: Vec<f32> = cal.pedestal[1].iter().chain(&cal.pedestal[2]).copied().collect();
     let gain: Vec<f32> = cal.gain.iter().flatten().copied().collect();
     let shared = Shared {
         assemble_kev: convert.load_function("jf_assemble_kev")?,
@@ -147,8 +137,7 @@ pub trait FrameLane: Send {
     /// Takes the tracked G0 pedestal of `generation` unless the lane already has it.
     fn set_pedestal(&mut self, g0: &[f32], generation: u64) -> Result<(), GpuError>;
     /// [`FrameLane::set_pedestal`] from a pedestal the device's tracker left there.
-    fn set_pedestal_device(&mut self, g0: &DevicePedestal, generation: u64)
-        -> Result<(), GpuError>;
+    fn set_pedestal_device(&mut self, g0: &DevicePedestal, generation: u64) -> Result<(), GpuError>;
     /// The generation of the pedestal the lane converts with (0: the calibration's own).
     fn pedestal_generation(&self) -> u64;
     /// Queues one frame's module words and returns at once.
@@ -167,12 +156,7 @@ pub trait FrameLane: Send {
     /// [`rdaq_process::kev_to_photons`] makes them for photons of `photon_kev`; with
     /// `shuffle`, their bytes transposed in blocks of that many elements, as
     /// [`rdaq_process::bitshuffle::shuffle_blocks`] lays them out (what a chunk compresses).
-    fn photons_into(
-        &mut self,
-        photon_kev: f32,
-        shuffle: Option<usize>,
-        out: Counts<'_>,
-    ) -> Result<(), GpuError>;
+    fn photons_into(&mut self, photon_kev: f32, shuffle: Option<usize>, out: Counts<'_>) -> Result<(), GpuError>;
 }
 
 /// Where a frame's photon counts go: the file's pixel type.
@@ -199,11 +183,7 @@ impl FrameLane for Lane {
         Lane::set_pedestal(self, g0, generation)
     }
 
-    fn set_pedestal_device(
-        &mut self,
-        g0: &DevicePedestal,
-        generation: u64,
-    ) -> Result<(), GpuError> {
+    fn set_pedestal_device(&mut self, g0: &DevicePedestal, generation: u64) -> Result<(), GpuError> {
         Lane::set_pedestal_device(self, g0, generation)
     }
 
@@ -224,12 +204,7 @@ impl FrameLane for Lane {
         Lane::image_into(self, out)
     }
 
-    fn photons_into(
-        &mut self,
-        photon_kev: f32,
-        shuffle: Option<usize>,
-        out: Counts<'_>,
-    ) -> Result<(), GpuError> {
+    fn photons_into(&mut self, photon_kev: f32, shuffle: Option<usize>, out: Counts<'_>) -> Result<(), GpuError> {
         Lane::photons_into(self, photon_kev, shuffle, out)
     }
 }
@@ -265,10 +240,7 @@ pub struct Lane {
 
 /// Pinned host memory that the host reads (not write-combined, which is slow to read),
 /// zeroed.
-fn pinned<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-    dev: &Device,
-    n: usize,
-) -> Result<PinnedHostSlice<T>, GpuError> {
+fn pinned<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(dev: &Device, n: usize) -> Result<PinnedHostSlice<T>, GpuError> {
     // SAFETY: the memory is zeroed below before anything reads it.
     let mut p = unsafe { dev.ctx.alloc_pinned_with_flags::<T>(n, 0) }?;
     // SAFETY: the pointer is to the `n` elements just allocated, and all-zero bytes are a
@@ -321,11 +293,7 @@ impl Lane {
 
     /// [`Lane::set_pedestal`] from a pedestal on the device: a copy there, queued before the
     /// lane's next frame (the lane keeps the source until it takes another).
-    pub fn set_pedestal_device(
-        &mut self,
-        g0: &DevicePedestal,
-        generation: u64,
-    ) -> Result<(), GpuError> {
+    pub fn set_pedestal_device(&mut self, g0: &DevicePedestal, generation: u64) -> Result<(), GpuError> {
         if !self.takes_pedestal(g0.len(), generation)? {
             return Ok(());
         }
@@ -341,10 +309,7 @@ impl Lane {
             return Ok(false);
         }
         if pixels != self.shared.pixels {
-            return Err(GpuError::Input(format!(
-                "a pedestal of {pixels} pixels for an image of {}",
-                self.shared.pixels
-            )));
+            return Err(GpuError::Input(format!("a pedestal of {pixels} pixels for an image of {}", self.shared.pixels)));
         }
         Ok(true)
     }
@@ -359,11 +324,7 @@ impl Lane {
     pub unsafe fn submit(&mut self, words: &[u16]) -> Result<(), GpuError> {
         let sh = self.shared.clone();
         if words.len() != sh.words {
-            return Err(GpuError::Input(format!(
-                "a frame of {} words for a chain of {}",
-                words.len(),
-                sh.words
-            )));
+            return Err(GpuError::Input(format!("a frame of {} words for a chain of {}", words.len(), sh.words)));
         }
         let s = self.stream.clone();
         // the raw copy below does not make the context current on this thread itself
@@ -391,15 +352,7 @@ impl Lane {
         let (sh, s) = (&self.shared, &self.stream);
         let n = sh.pixels as i32;
         let mut b = s.launch_builder(&sh.assemble_kev);
-        b.arg(&self.words)
-            .arg(&sh.src_of)
-            .arg(&self.ped0)
-            .arg(&sh.ped12)
-            .arg(&sh.gain)
-            .arg(&sh.mask)
-            .arg(&sh.invalid)
-            .arg(&mut self.kev)
-            .arg(&n);
+        b.arg(&self.words).arg(&sh.src_of).arg(&self.ped0).arg(&sh.ped12).arg(&sh.gain).arg(&sh.mask).arg(&sh.invalid).arg(&mut self.kev).arg(&n);
         // SAFETY: the parameters are jf_assemble_kev's, in order; src_of, ped0, mask and
         // kev hold n pixels, ped12 2n, gain 3n, and every src_of entry is -1 or below the
         // words' length (checked when the chain was made); no thread touches a pixel >= n.
@@ -418,13 +371,7 @@ impl Lane {
     pub fn launch_colsum(&mut self) -> Result<(), GpuError> {
         let (sh, s) = (&self.shared, &self.stream);
         let mut b = s.launch_builder(&sh.colsum);
-        b.arg(&self.kev)
-            .arg(&sh.width)
-            .arg(&sh.height)
-            .arg(&sh.box_half)
-            .arg(&mut self.sum)
-            .arg(&mut self.sum2)
-            .arg(&mut self.cnt);
+        b.arg(&self.kev).arg(&sh.width).arg(&sh.height).arg(&sh.box_half).arg(&mut self.sum).arg(&mut self.sum2).arg(&mut self.cnt);
         // SAFETY: colsum_running's parameters in order; kev and the sums hold width x
         // height values and thread c touches column c < width only.
         unsafe { b.launch(per_column(sh.width as u32)) }?;
@@ -437,52 +384,23 @@ impl Lane {
         let (sh, s) = (&self.shared, &self.stream);
         s.memset_zeros(&mut self.row_count)?;
         let mut b = s.launch_builder(&sh.flags);
-        b.arg(&self.kev)
-            .arg(&sh.width)
-            .arg(&sh.height)
-            .arg(&sh.box_half)
-            .arg(&sh.threshold)
-            .arg(&sh.snr2);
-        b.arg(&self.sum)
-            .arg(&self.sum2)
-            .arg(&self.cnt)
-            .arg(&mut self.flags)
-            .arg(&mut self.row_count);
+        b.arg(&self.kev).arg(&sh.width).arg(&sh.height).arg(&sh.box_half).arg(&sh.threshold).arg(&sh.snr2);
+        b.arg(&self.sum).arg(&self.sum2).arg(&self.cnt).arg(&mut self.flags).arg(&mut self.row_count);
         // SAFETY: strong_flags' parameters in order; thread p reads pixel p < width x height
         // and the sums of its row, writes flags[p] and counts into its row's entry.
         unsafe { b.launch(threads_for(sh.pixels)) }?;
         let mut b = s.launch_builder(&sh.offsets);
-        b.arg(&self.row_count)
-            .arg(&sh.height)
-            .arg(&mut self.row_off);
+        b.arg(&self.row_count).arg(&sh.height).arg(&mut self.row_off);
         // SAFETY: row_offsets' parameters in order, one block of 1024 threads (its shared
         // array's size); it reads `height` counts and writes height + 1 offsets.
-        unsafe {
-            b.launch(LaunchConfig {
-                grid_dim: (1, 1, 1),
-                block_dim: (1024, 1, 1),
-                shared_mem_bytes: 0,
-            })
-        }?;
+        unsafe { b.launch(LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 }) }?;
         let cap = sh.cap as u32;
         let mut b = s.launch_builder(&sh.compact);
-        b.arg(&self.kev)
-            .arg(&self.flags)
-            .arg(&sh.width)
-            .arg(&self.row_off)
-            .arg(&mut self.index)
-            .arg(&mut self.value)
-            .arg(&cap);
+        b.arg(&self.kev).arg(&self.flags).arg(&sh.width).arg(&self.row_off).arg(&mut self.index).arg(&mut self.value).arg(&cap);
         // SAFETY: strong_compact's parameters in order, one block of 256 threads (a whole
         // number of warps, as its ballots need) per row; block r reads row r and writes list
         // entries below cap, the lists' length.
-        unsafe {
-            b.launch(LaunchConfig {
-                grid_dim: (sh.height as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            })
-        }?;
+        unsafe { b.launch(LaunchConfig { grid_dim: (sh.height as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }) }?;
         Ok(())
     }
 
@@ -499,12 +417,7 @@ impl Lane {
             return Ok(Found::TooMany(n));
         }
         let first = n.min(LISTED_AT_ONCE);
-        out.extend(
-            index[..first]
-                .iter()
-                .copied()
-                .zip(value[..first].iter().copied()),
-        );
+        out.extend(index[..first].iter().copied().zip(value[..first].iter().copied()));
         if n > first {
             // a frame with many strong pixels: the rest in a second (blocking) copy
             let rest_index = self.stream.clone_dtoh(&self.index.slice(first..n))?;
@@ -518,11 +431,7 @@ impl Lane {
     /// registered memory.
     pub fn image_into(&mut self, out: &mut [f32]) -> Result<(), GpuError> {
         if out.len() != self.shared.pixels {
-            return Err(GpuError::Input(format!(
-                "{} pixels out for an image of {}",
-                out.len(),
-                self.shared.pixels
-            )));
+            return Err(GpuError::Input(format!("{} pixels out for an image of {}", out.len(), self.shared.pixels)));
         }
         self.stream.memcpy_dtoh(&self.kev, out)?;
         // registered (page-locked) memory is written asynchronously: wait for it
@@ -535,43 +444,18 @@ impl Lane {
     /// bytes transposed there in blocks of that many elements (`kernels/bitshuffle.cu`), so
     /// that the host only compresses them. A kept frame's file pixels come back in half
     /// (int16) or the same (int32) bytes as its keV image. Fastest into registered memory.
-    pub fn photons_into(
-        &mut self,
-        photon_kev: f32,
-        shuffle: Option<usize>,
-        out: Counts<'_>,
-    ) -> Result<(), GpuError> {
+    pub fn photons_into(&mut self, photon_kev: f32, shuffle: Option<usize>, out: Counts<'_>) -> Result<(), GpuError> {
         if out.len() != self.shared.pixels {
-            return Err(GpuError::Input(format!(
-                "{} counts out for an image of {}",
-                out.len(),
-                self.shared.pixels
-            )));
+            return Err(GpuError::Input(format!("{} counts out for an image of {}", out.len(), self.shared.pixels)));
         }
         if shuffle.is_some_and(|b| b == 0 || !b.is_multiple_of(8)) {
-            return Err(GpuError::Input(format!(
-                "bitshuffle blocks of {shuffle:?} elements (a multiple of 8)"
-            )));
+            return Err(GpuError::Input(format!("bitshuffle blocks of {shuffle:?} elements (a multiple of 8)")));
         }
         let (sh, stream, kev) = (&self.shared, &self.stream, &self.kev);
         let shuffle = shuffle.map(|b| (&sh.shuffle, b));
         match out {
-            Counts::I16(out) => Photons {
-                stream,
-                photons: &sh.photons_i16,
-                shuffle,
-                kev,
-                photon_kev,
-            }
-            .fetch(&mut self.counts16, out),
-            Counts::I32(out) => Photons {
-                stream,
-                photons: &sh.photons_i32,
-                shuffle,
-                kev,
-                photon_kev,
-            }
-            .fetch(&mut self.counts32, out),
+            Counts::I16(out) => Photons { stream, photons: &sh.photons_i16, shuffle, kev, photon_kev }.fetch(&mut self.counts16, out),
+            Counts::I32(out) => Photons { stream, photons: &sh.photons_i32, shuffle, kev, photon_kev }.fetch(&mut self.counts32, out),
         }
     }
 
@@ -598,11 +482,7 @@ struct Photons<'a> {
 
 impl Photons<'_> {
     /// Into the device buffers `dev` (made the first time), then `out`, waiting for the copy.
-    fn fetch<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-        self,
-        dev: &mut Option<[CudaSlice<T>; 2]>,
-        out: &mut [T],
-    ) -> Result<(), GpuError> {
+    fn fetch<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(self, dev: &mut Option<[CudaSlice<T>; 2]>, out: &mut [T]) -> Result<(), GpuError> {
         let (s, n) = (self.stream, self.kev.len());
         let [counts, shuffled] = match dev {
             Some(d) => d,
@@ -610,10 +490,7 @@ impl Photons<'_> {
         };
         let ni = to_i32("an image of pixels", n)?;
         let mut b = s.launch_builder(self.photons);
-        b.arg(self.kev)
-            .arg(&self.photon_kev)
-            .arg(&mut *counts)
-            .arg(&ni);
+        b.arg(self.kev).arg(&self.photon_kev).arg(&mut *counts).arg(&ni);
         // SAFETY: kev_to_photons_i16/_i32's parameters in order, the output of the kernel's
         // element type (the caller pairs them); kev and counts hold n values and no thread
         // touches a pixel >= n.
@@ -626,11 +503,7 @@ impl Photons<'_> {
         let size = std::mem::size_of::<T>();
         let (size32, block32) = (to_i32("an element size", size)?, to_i32("a block", block)?);
         let mut b = s.launch_builder(kernel);
-        b.arg(&*counts)
-            .arg(&mut *shuffled)
-            .arg(&ni)
-            .arg(&size32)
-            .arg(&block32);
+        b.arg(&*counts).arg(&mut *shuffled).arg(&ni).arg(&size32).arg(&block32);
         // SAFETY: bitshuffle_blocks' parameters in order (its byte pointers are the buffers'
         // device addresses); counts and shuffled hold n elements of `size` bytes, block is a
         // positive multiple of 8 (checked by the caller), and each thread writes inside

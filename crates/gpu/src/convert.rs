@@ -29,14 +29,9 @@ fn planes(p: &[Vec<f32>; 3]) -> Vec<f32> {
 
 impl GpuConverter {
     /// Compiles the kernels and copies the calibration to the device.
-    pub fn new(
-        dev: &Device,
-        cal: &Calibration,
-        invalid: InvalidGain,
-    ) -> Result<GpuConverter, GpuError> {
+    pub fn new(dev: &Device, cal: &Calibration, invalid: InvalidGain) -> Result<GpuConverter, GpuError> {
         let pixels = cal.mask.len();
-        cal.check(pixels)
-            .map_err(|e| GpuError::Input(e.to_string()))?;
+        cal.check(pixels).map_err(|e| GpuError::Input(e.to_string()))?;
         let module = compile(dev, Kernels::Convert)?;
         let stream = dev.ctx.default_stream();
         Ok(GpuConverter {
@@ -57,13 +52,9 @@ impl GpuConverter {
 
     fn check(&self, n: usize) -> Result<i32, GpuError> {
         if n != self.pixels {
-            return Err(GpuError::Input(format!(
-                "a frame of {n} pixels for a calibration of {}",
-                self.pixels
-            )));
+            return Err(GpuError::Input(format!("a frame of {n} pixels for a calibration of {}", self.pixels)));
         }
-        i32::try_from(n)
-            .map_err(|_| GpuError::Input(format!("{n} pixels is more than one launch takes")))
+        i32::try_from(n).map_err(|_| GpuError::Input(format!("{n} pixels is more than one launch takes")))
     }
 
     /// One frame to keV on the device; the result stays there.
@@ -76,28 +67,13 @@ impl GpuConverter {
 
     /// Queues the conversion of the device frame `raw` into `out` on `stream` (cudarc makes
     /// the stream wait for the buffers' earlier work on other streams).
-    pub fn launch_kev(
-        &self,
-        stream: &Arc<CudaStream>,
-        raw: &CudaSlice<u16>,
-        out: &mut CudaSlice<f32>,
-    ) -> Result<(), GpuError> {
+    pub fn launch_kev(&self, stream: &Arc<CudaStream>, raw: &CudaSlice<u16>, out: &mut CudaSlice<f32>) -> Result<(), GpuError> {
         let n = self.check(raw.len())?;
         if out.len() != raw.len() {
-            return Err(GpuError::Input(format!(
-                "{} pixels out for {} in",
-                out.len(),
-                raw.len()
-            )));
+            return Err(GpuError::Input(format!("{} pixels out for {} in", out.len(), raw.len())));
         }
         let mut b = stream.launch_builder(&self.kev);
-        b.arg(raw)
-            .arg(&self.pedestal)
-            .arg(&self.gain)
-            .arg(&self.mask)
-            .arg(&self.invalid)
-            .arg(out)
-            .arg(&n);
+        b.arg(raw).arg(&self.pedestal).arg(&self.gain).arg(&self.mask).arg(&self.invalid).arg(out).arg(&n);
         // SAFETY: the kernel's parameters are, in order, the device buffers and values pushed
         // above (raw, mask and out of n pixels, pedestal and gain of 3n), and it touches no
         // pixel at or beyond n.

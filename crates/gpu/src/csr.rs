@@ -5,9 +5,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DeviceRepr, PushKernelArg, ValidAsZeroBits,
-};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DeviceRepr, PushKernelArg, ValidAsZeroBits};
 use rdaq_process::sparse::Csr;
 
 use crate::kernels::{compile, threads_for, Kernels};
@@ -31,44 +29,20 @@ pub struct GpuCsr {
 
 impl GpuCsr {
     pub fn new(dev: &Device) -> Result<GpuCsr, GpuError> {
-        Ok(GpuCsr {
-            stream: dev.ctx.default_stream(),
-            module: compile(dev, Kernels::Csr)?,
-        })
+        Ok(GpuCsr { stream: dev.ctx.default_stream(), module: compile(dev, Kernels::Csr)? })
     }
 
     /// The entries of the device image `image` (`rows x cols`) strictly above `threshold`.
-    pub fn fill<T: CsrValue>(
-        &self,
-        image: &CudaSlice<T>,
-        rows: usize,
-        cols: usize,
-        threshold: T,
-        out: &mut Csr<T>,
-    ) -> Result<(), GpuError> {
+    pub fn fill<T: CsrValue>(&self, image: &CudaSlice<T>, rows: usize, cols: usize, threshold: T, out: &mut Csr<T>) -> Result<(), GpuError> {
         if image.len() != rows * cols || image.len() > u32::MAX as usize || rows == 0 {
-            return Err(GpuError::Input(format!(
-                "an image of {} values for {rows} x {cols}",
-                image.len()
-            )));
+            return Err(GpuError::Input(format!("an image of {} values for {rows} x {cols}", image.len())));
         }
-        let (r32, c32) = (
-            rows as i32,
-            i32::try_from(cols).map_err(|_| GpuError::Input(format!("{cols} columns")))?,
-        );
-        let count: CudaFunction = self
-            .module
-            .load_function(&format!("csr_count_{}", T::NAME))?;
-        let fill: CudaFunction = self
-            .module
-            .load_function(&format!("csr_fill_{}", T::NAME))?;
+        let (r32, c32) = (rows as i32, i32::try_from(cols).map_err(|_| GpuError::Input(format!("{cols} columns")))?);
+        let count: CudaFunction = self.module.load_function(&format!("csr_count_{}", T::NAME))?;
+        let fill: CudaFunction = self.module.load_function(&format!("csr_fill_{}", T::NAME))?;
         let mut counts = self.stream.alloc_zeros::<u32>(rows)?;
         let mut b = self.stream.launch_builder(&count);
-        b.arg(image)
-            .arg(&r32)
-            .arg(&c32)
-            .arg(&threshold)
-            .arg(&mut counts);
+        b.arg(image).arg(&r32).arg(&c32).arg(&threshold).arg(&mut counts);
         // SAFETY: image holds rows x cols values and counts holds rows entries on the device;
         // thread r reads row r and writes counts[r] only; parameters in the kernel's order.
         unsafe { b.launch(threads_for(rows)) }?;
@@ -94,13 +68,7 @@ impl GpuCsr {
         let mut values = self.stream.alloc_zeros::<T>(nnz)?;
         let mut col_of = self.stream.alloc_zeros::<u32>(nnz)?;
         let mut b = self.stream.launch_builder(&fill);
-        b.arg(image)
-            .arg(&r32)
-            .arg(&c32)
-            .arg(&threshold)
-            .arg(&d_ptr)
-            .arg(&mut values)
-            .arg(&mut col_of);
+        b.arg(image).arg(&r32).arg(&c32).arg(&threshold).arg(&d_ptr).arg(&mut values).arg(&mut col_of);
         // SAFETY: row_ptr holds rows + 1 offsets whose last is nnz, the sizes of values and
         // col_of; thread r writes entries row_ptr[r]..row_ptr[r + 1] only, which its count
         // pass found; parameters in the kernel's order.
@@ -111,14 +79,7 @@ impl GpuCsr {
     }
 
     /// `fill` for an image in host memory (copied to the device first).
-    pub fn fill_host<T: CsrValue>(
-        &self,
-        image: &[T],
-        rows: usize,
-        cols: usize,
-        threshold: T,
-        out: &mut Csr<T>,
-    ) -> Result<(), GpuError> {
+    pub fn fill_host<T: CsrValue>(&self, image: &[T], rows: usize, cols: usize, threshold: T, out: &mut Csr<T>) -> Result<(), GpuError> {
         let d = self.stream.clone_htod(image)?;
         self.fill(&d, rows, cols, threshold, out)
     }

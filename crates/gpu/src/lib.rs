@@ -39,11 +39,11 @@ pub mod shuffle;
 pub mod spots;
 pub mod standin;
 
-pub use chain::{ChainSetup, Counts, Found, FrameLane, Lane};
+pub use chain::{ChainSetup, Counts, FrameLane, Found, Lane};
 pub use convert::GpuConverter;
 pub use csr::GpuCsr;
-pub use error::GpuError;
 pub use pedestal::{DevicePedestal, GpuPedestal};
+pub use error::GpuError;
 pub use probe::{probe, Device};
 pub use register::HostRegistration;
 pub use shuffle::GpuShuffle;

@@ -16,14 +16,7 @@ use crate::error::GpuError;
 pub const NAMES: [&str; 3] = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
 
 type Program = *mut std::ffi::c_void;
-type CreateFn = unsafe extern "C" fn(
-    *mut Program,
-    *const c_char,
-    *const c_char,
-    c_int,
-    *const *const c_char,
-    *const *const c_char,
-) -> c_int;
+type CreateFn = unsafe extern "C" fn(*mut Program, *const c_char, *const c_char, c_int, *const *const c_char, *const *const c_char) -> c_int;
 type CompileFn = unsafe extern "C" fn(Program, c_int, *const *const c_char) -> c_int;
 type SizeFn = unsafe extern "C" fn(Program, *mut usize) -> c_int;
 type GetFn = unsafe extern "C" fn(Program, *mut c_char) -> c_int;
@@ -49,20 +42,14 @@ pub struct Nvrtc {
 
 impl std::fmt::Debug for Nvrtc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} (CUDA {}.{})",
-            self.name, self.version.0, self.version.1
-        )
+        write!(f, "{} (CUDA {}.{})", self.name, self.version.0, self.version.1)
     }
 }
 
 /// The names to try: `RDAQ_NVRTC` first when set, then [`NAMES`].
 fn candidates() -> Vec<String> {
     let own = std::env::var("RDAQ_NVRTC").ok().filter(|p| !p.is_empty());
-    own.into_iter()
-        .chain(NAMES.iter().map(|n| n.to_string()))
-        .collect()
+    own.into_iter().chain(NAMES.iter().map(|n| n.to_string())).collect()
 }
 
 impl Nvrtc {
@@ -98,10 +85,7 @@ impl Nvrtc {
     pub fn compile(&self, source: &str, name: &str, options: &[String]) -> Result<String, String> {
         let src = CString::new(source).map_err(|_| "a NUL byte in the source".to_string())?;
         let file = CString::new(name).map_err(|_| "a NUL byte in the name".to_string())?;
-        let opts: Vec<CString> = options
-            .iter()
-            .map(|o| CString::new(o.as_str()).map_err(|_| format!("a NUL byte in option {o}")))
-            .collect::<Result<_, _>>()?;
+        let opts: Vec<CString> = options.iter().map(|o| CString::new(o.as_str()).map_err(|_| format!("a NUL byte in option {o}"))).collect::<Result<_, _>>()?;
         let ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
         let mut prog: Program = std::ptr::null_mut();
         // SAFETY: NVRTC's documented calls on one program: every pointer passed is valid for
@@ -109,27 +93,9 @@ impl Nvrtc {
         // entries, out-parameters on the stack, buffers of the size NVRTC reported), and the
         // program is destroyed once, on every path after it was created.
         unsafe {
-            check(
-                (self.create)(
-                    &mut prog,
-                    src.as_ptr(),
-                    file.as_ptr(),
-                    0,
-                    std::ptr::null(),
-                    std::ptr::null(),
-                ),
-                "nvrtcCreateProgram",
-            )?;
+            check((self.create)(&mut prog, src.as_ptr(), file.as_ptr(), 0, std::ptr::null(), std::ptr::null()), "nvrtcCreateProgram")?;
             let compiled = (self.compile)(prog, ptrs.len() as c_int, ptrs.as_ptr());
-            let out = if compiled != 0 {
-                Err(format!(
-                    "{}\n{}",
-                    code_name(compiled),
-                    self.text(prog, self.log_size, self.log)
-                ))
-            } else {
-                Ok(self.text(prog, self.ptx_size, self.ptx))
-            };
+            let out = if compiled != 0 { Err(format!("{}\n{}", code_name(compiled), self.text(prog, self.log_size, self.log))) } else { Ok(self.text(prog, self.ptx_size, self.ptx)) };
             (self.destroy)(&mut prog);
             out
         }
@@ -148,9 +114,7 @@ impl Nvrtc {
         if get(prog, buf.as_mut_ptr().cast()) != 0 {
             return String::new();
         }
-        CStr::from_bytes_until_nul(&buf)
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default()
+        CStr::from_bytes_until_nul(&buf).map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
     }
 }
 
@@ -182,15 +146,9 @@ pub type CudaVersion = (i32, i32);
 /// driver (`driver`: the driver's CUDA version, `None` where there is no driver and only
 /// compiling is wanted).
 pub fn load(driver: Option<CudaVersion>) -> Result<&'static Nvrtc, GpuError> {
-    let found = LOADED
-        .get_or_init(|| choose(driver))
-        .as_ref()
-        .map_err(|e| GpuError::NoNvrtc(e.clone()))?;
+    let found = LOADED.get_or_init(|| choose(driver)).as_ref().map_err(|e| GpuError::NoNvrtc(e.clone()))?;
     match driver {
-        Some(d) if found.version > d => Err(GpuError::NvrtcTooNew {
-            nvrtc: format!("{found:?}"),
-            driver: format!("{}.{}", d.0, d.1),
-        }),
+        Some(d) if found.version > d => Err(GpuError::NvrtcTooNew { nvrtc: format!("{found:?}"), driver: format!("{}.{}", d.0, d.1) }),
         _ => Ok(found),
     }
 }

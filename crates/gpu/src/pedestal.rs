@@ -68,22 +68,11 @@ impl Sums {
     /// Queues the addition of the assembled frame `raw` (as many pixels as the sums).
     fn push(&mut self, stream: &CudaStream, raw: &CudaSlice<u16>) -> Result<(), GpuError> {
         if raw.len() != self.sum.len() {
-            return Err(GpuError::Input(format!(
-                "a frame of {} pixels for a tracker of {}",
-                raw.len(),
-                self.sum.len()
-            )));
+            return Err(GpuError::Input(format!("a frame of {} pixels for a tracker of {}", raw.len(), self.sum.len())));
         }
         let n = self.sum.len() as i32;
         let mut b = stream.launch_builder(&self.push);
-        b.arg(raw)
-            .arg(&mut self.sum)
-            .arg(&mut self.sum2)
-            .arg(&mut self.samples)
-            .arg(&mut self.wrong)
-            .arg(&self.code)
-            .arg(&self.window)
-            .arg(&n);
+        b.arg(raw).arg(&mut self.sum).arg(&mut self.sum2).arg(&mut self.samples).arg(&mut self.wrong).arg(&self.code).arg(&self.window).arg(&n);
         // SAFETY: every buffer holds n elements on the device, the parameters are pushed in
         // the kernel's order, and it touches no pixel at or beyond n.
         unsafe { b.launch(threads_for(n as usize)) }?;
@@ -100,16 +89,9 @@ struct Assembly {
 
 impl GpuPedestal {
     /// Tracks gain stage `stage` (0..2) of `pixels` pixels over a window of `window` frames.
-    pub fn new(
-        dev: &Device,
-        pixels: usize,
-        stage: u8,
-        window: u32,
-    ) -> Result<GpuPedestal, GpuError> {
+    pub fn new(dev: &Device, pixels: usize, stage: u8, window: u32) -> Result<GpuPedestal, GpuError> {
         if stage > 2 || window == 0 || i32::try_from(pixels).is_err() {
-            return Err(GpuError::Input(format!(
-                "stage {stage} (0..2), window {window} (at least 1), {pixels} pixels"
-            )));
+            return Err(GpuError::Input(format!("stage {stage} (0..2), window {window} (at least 1), {pixels} pixels")));
         }
         let module = compile(dev, Kernels::Pedestal)?;
         // a stream of its own: the frame lanes' work neither waits for it nor it for theirs
@@ -124,20 +106,9 @@ impl GpuPedestal {
             window,
             frames: 0,
         };
-        let events = (0..DARK_IN_FLIGHT)
-            .map(|_| dev.ctx.new_event(None))
-            .collect::<Result<_, _>>()?;
+        let events = (0..DARK_IN_FLIGHT).map(|_| dev.ctx.new_event(None)).collect::<Result<_, _>>()?;
         let raw = stream.alloc_zeros(pixels)?;
-        Ok(GpuPedestal {
-            mean: module.load_function("pedestal_mean")?,
-            sums,
-            raw,
-            assembly: None,
-            stream,
-            pixels,
-            copying: VecDeque::new(),
-            events,
-        })
+        Ok(GpuPedestal { mean: module.load_function("pedestal_mean")?, sums, raw, assembly: None, stream, pixels, copying: VecDeque::new(), events })
     }
 
     /// Dark frames pushed so far.
@@ -147,30 +118,17 @@ impl GpuPedestal {
 
     /// Takes dark frames as module words too ([`GpuPedestal::push_words`]): `src_of` maps
     /// each image pixel to its word among a frame's `words` module words (-1: a gap).
-    pub fn assembling(
-        mut self,
-        dev: &Device,
-        src_of: &[i32],
-        words: usize,
-    ) -> Result<GpuPedestal, GpuError> {
+    pub fn assembling(mut self, dev: &Device, src_of: &[i32], words: usize) -> Result<GpuPedestal, GpuError> {
         check_pixel_map(src_of, self.pixels, words)?;
         let module = compile(dev, Kernels::Convert)?;
-        self.assembly = Some(Assembly {
-            kernel: module.load_function("assemble_words")?,
-            src_of: self.stream.clone_htod(src_of)?,
-            words: self.stream.alloc_zeros(words)?,
-        });
+        self.assembly = Some(Assembly { kernel: module.load_function("assemble_words")?, src_of: self.stream.clone_htod(src_of)?, words: self.stream.alloc_zeros(words)? });
         Ok(self)
     }
 
     /// Adds one dark frame of raw words (the assembled image).
     pub fn push(&mut self, raw: &[u16]) -> Result<(), GpuError> {
         if raw.len() != self.pixels {
-            return Err(GpuError::Input(format!(
-                "a frame of {} pixels for a tracker of {}",
-                raw.len(),
-                self.pixels
-            )));
+            return Err(GpuError::Input(format!("a frame of {} pixels for a tracker of {}", raw.len(), self.pixels)));
         }
         self.stream.memcpy_htod(raw, &mut self.raw)?;
         self.sums.push(&self.stream, &self.raw)
@@ -196,16 +154,10 @@ impl GpuPedestal {
     /// dropped (which waits for its stream).
     pub unsafe fn submit_words(&mut self, words: &[u16]) -> Result<(), GpuError> {
         let Some(a) = self.assembly.as_mut() else {
-            return Err(GpuError::Input(
-                "a tracker made without a pixel map takes assembled frames".into(),
-            ));
+            return Err(GpuError::Input("a tracker made without a pixel map takes assembled frames".into()));
         };
         if words.len() != a.words.len() {
-            return Err(GpuError::Input(format!(
-                "a frame of {} words for a tracker of {}",
-                words.len(),
-                a.words.len()
-            )));
+            return Err(GpuError::Input(format!("a frame of {} words for a tracker of {}", words.len(), a.words.len())));
         }
         let s = self.stream.clone();
         // the raw copy below does not make the context current on this thread itself
@@ -270,19 +222,12 @@ impl GpuPedestal {
     /// device for frame lanes to take there ([`crate::Lane::set_pedestal_device`]).
     pub fn mean_into(&self, out: &mut [f32]) -> Result<DevicePedestal, GpuError> {
         if out.len() != self.pixels {
-            return Err(GpuError::Input(format!(
-                "{} pixels out for a tracker of {}",
-                out.len(),
-                self.pixels
-            )));
+            return Err(GpuError::Input(format!("{} pixels out for a tracker of {}", out.len(), self.pixels)));
         }
         let n = self.pixels as i32;
         let mut mean = self.stream.alloc_zeros::<f32>(self.pixels)?;
         let mut b = self.stream.launch_builder(&self.mean);
-        b.arg(&self.sums.sum)
-            .arg(&self.sums.samples)
-            .arg(&mut mean)
-            .arg(&n);
+        b.arg(&self.sums.sum).arg(&self.sums.samples).arg(&mut mean).arg(&n);
         // SAFETY: sum, samples and mean hold n elements on the device, the parameters are
         // pushed in the kernel's order, and it touches no pixel at or beyond n.
         unsafe { b.launch(threads_for(n as usize)) }?;

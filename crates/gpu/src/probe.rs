@@ -68,13 +68,7 @@ pub fn probe() -> Result<Device, GpuError> {
     let name = ctx.name()?;
     let sync = Sync::from_env()?;
     ctx.set_flags(sync.flags())?;
-    Ok(Device {
-        ctx,
-        name,
-        driver,
-        nvrtc,
-        sync,
-    })
+    Ok(Device { ctx, name, driver, nvrtc, sync })
 }
 
 /// How a host thread waits for the device (the context's scheduling flag), from
@@ -97,9 +91,7 @@ impl Sync {
             Ok("auto") => Ok(Sync::Auto),
             Ok("spin") => Ok(Sync::Spin),
             Ok("yield") => Ok(Sync::Yield),
-            Ok(other) => Err(GpuError::Input(format!(
-                "RDAQ_CUDA_SYNC must be auto, spin, yield or blocking, not {other:?}"
-            ))),
+            Ok(other) => Err(GpuError::Input(format!("RDAQ_CUDA_SYNC must be auto, spin, yield or blocking, not {other:?}"))),
         }
     }
 

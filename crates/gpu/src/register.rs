@@ -27,11 +27,7 @@ impl HostRegistration {
     /// # Safety
     /// The memory stays mapped until this registration is dropped; no other registration
     /// overlaps it.
-    pub unsafe fn new(
-        ctx: &Arc<CudaContext>,
-        ptr: *const u8,
-        len: usize,
-    ) -> Result<HostRegistration, GpuError> {
+    pub unsafe fn new(ctx: &Arc<CudaContext>, ptr: *const u8, len: usize) -> Result<HostRegistration, GpuError> {
         if len == 0 {
             return Err(GpuError::Input("registering no memory".into()));
         }
@@ -40,10 +36,7 @@ impl HostRegistration {
         // SAFETY: the caller vouches that [ptr, ptr + len) is mapped and stays so while the
         // registration lives; flag 0 asks for page-locking only.
         unsafe { sys::cuMemHostRegister_v2(p, len, 0) }.result()?;
-        Ok(HostRegistration {
-            ctx: ctx.clone(),
-            ptr: p,
-        })
+        Ok(HostRegistration { ctx: ctx.clone(), ptr: p })
     }
 }
 

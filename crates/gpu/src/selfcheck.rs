@@ -33,14 +33,8 @@ pub fn all(dev: &Device) -> Vec<Check> {
     let checks: [(&'static str, CheckFn); 6] = [
         ("assembly + conversion to keV, 3 lanes in flight", chain_kev),
         ("strong pixels and spots (local SNR), 3 lanes", chain_spots),
-        (
-            "pedestal tracking of dark frames (from module words)",
-            pedestal,
-        ),
-        (
-            "photon counts (int16, int32) from keV, 3 lanes, bitshuffled",
-            photons,
-        ),
+        ("pedestal tracking of dark frames (from module words)", pedestal),
+        ("photon counts (int16, int32) from keV, 3 lanes, bitshuffled", photons),
         ("bitshuffle transposition (int16, float32)", bitshuffle),
         ("CSR compaction (float32, int32)", csr),
     ];
@@ -49,11 +43,7 @@ pub fn all(dev: &Device) -> Vec<Check> {
         .map(|(name, f)| {
             let t = Instant::now();
             let result = f(dev, &data).unwrap_or_else(|e| Err(format!("device error: {e}")));
-            Check {
-                name,
-                result,
-                ms: t.elapsed().as_secs_f64() * 1e3,
-            }
+            Check { name, result, ms: t.elapsed().as_secs_f64() * 1e3 }
         })
         .collect()
 }
@@ -75,28 +65,17 @@ struct Data {
 
 impl Data {
     fn new() -> Data {
-        let g =
-            Geometry::new(2, 2, DEFAULT_GAP_X, DEFAULT_GAP_Y).expect("two modules side by side");
-        let cfg = SynthConfig {
-            spots_per_frame: 40.0,
-            hit_fraction: 1.0,
-            ..SynthConfig::default()
-        };
+        let g = Geometry::new(2, 2, DEFAULT_GAP_X, DEFAULT_GAP_Y).expect("two modules side by side");
+        let cfg = SynthConfig { spots_per_frame: 40.0, hit_fraction: 1.0, ..SynthConfig::default() };
         let e = cfg.photon_energy_kev;
-        let mut synths: Vec<ModuleSynth> =
-            (0..2).map(|m| ModuleSynth::new(cfg.clone(), m)).collect();
+        let mut synths: Vec<ModuleSynth> = (0..2).map(|m| ModuleSynth::new(cfg.clone(), m)).collect();
         let px = g.height() * g.width();
-        let mut cal = Calibration {
-            pedestal: [vec![0.0; px], vec![0.0; px], vec![0.0; px]],
-            gain: [vec![1.0; px], vec![1.0; px], vec![1.0; px]],
-            mask: g.gap_mask(),
-        };
+        let mut cal = Calibration { pedestal: [vec![0.0; px], vec![0.0; px], vec![0.0; px]], gain: [vec![1.0; px], vec![1.0; px], vec![1.0; px]], mask: g.gap_mask() };
         for (m, s) in synths.iter().enumerate() {
             let mc = s.calibration();
             g.module_runs(m as u16, |from, at, run| {
                 for k in 0..3 {
-                    cal.pedestal[k][at..at + run]
-                        .copy_from_slice(&mc.pedestal[k][from..from + run]);
+                    cal.pedestal[k][at..at + run].copy_from_slice(&mc.pedestal[k][from..from + run]);
                     cal.gain[k][at..at + run].copy_from_slice(&mc.gain[k][from..from + run]);
                 }
             });
@@ -114,13 +93,7 @@ impl Data {
                 words
             })
             .collect();
-        Data {
-            g,
-            frames,
-            cal,
-            finder: LocalSnrParams::for_photon_energy(e),
-            photon_kev: e,
-        }
+        Data { g, frames, cal, finder: LocalSnrParams::for_photon_energy(e), photon_kev: e }
     }
 
     fn pixels(&self) -> usize {
@@ -139,37 +112,21 @@ impl Data {
 /// The raw image of module words `words` along `map` (gaps: the error word), as the device's
 /// `assemble_words` makes it.
 fn assembled(map: &[i32], words: &[u16]) -> Vec<u16> {
-    map.iter()
-        .map(|&s| if s < 0 { 0xffff } else { words[s as usize] })
-        .collect()
+    map.iter().map(|&s| if s < 0 { 0xffff } else { words[s as usize] }).collect()
 }
 
 fn same_bits(a: &[f32], b: &[f32]) -> Option<usize> {
     if a.len() != b.len() {
         return Some(a.len().min(b.len()));
     }
-    a.iter()
-        .zip(b)
-        .position(|(x, y)| x.to_bits() != y.to_bits())
+    a.iter().zip(b).position(|(x, y)| x.to_bits() != y.to_bits())
 }
 
 /// The frames through a chain of 3 lanes, all in flight before the first is collected;
 /// `each(frame, lane)` checks one.
-fn through_lanes(
-    dev: &Device,
-    d: &Data,
-    mut each: impl FnMut(usize, &mut chain::Lane) -> Result<Option<String>, GpuError>,
-) -> Outcome {
+fn through_lanes(dev: &Device, d: &Data, mut each: impl FnMut(usize, &mut chain::Lane) -> Result<Option<String>, GpuError>) -> Outcome {
     let map = d.g.pixel_map();
-    let setup = ChainSetup {
-        width: d.g.width(),
-        height: d.g.height(),
-        words: 2 * MODULE_PIXELS,
-        src_of: &map,
-        calibration: &d.cal,
-        invalid: InvalidGain::Error,
-        finder: d.finder,
-    };
+    let setup = ChainSetup { width: d.g.width(), height: d.g.height(), words: 2 * MODULE_PIXELS, src_of: &map, calibration: &d.cal, invalid: InvalidGain::Error, finder: d.finder };
     let mut lanes = chain::lanes(dev, &setup, 3)?;
     for (k, frames) in d.frames.chunks(3).enumerate() {
         for (lane, words) in lanes.iter_mut().zip(frames) {
@@ -182,12 +139,7 @@ fn through_lanes(
             }
         }
     }
-    Ok(Ok(format!(
-        "{} frames of {} x {} pixels equal",
-        d.frames.len(),
-        d.g.height(),
-        d.g.width()
-    )))
+    Ok(Ok(format!("{} frames of {} x {} pixels equal", d.frames.len(), d.g.height(), d.g.width())))
 }
 
 fn chain_kev(dev: &Device, d: &Data) -> Outcome {
@@ -202,20 +154,9 @@ fn chain_kev(dev: &Device, d: &Data) -> Outcome {
     }
     // a published pedestal: the lane takes it before its next frame
     let mut cal = d.cal.clone();
-    cal.pedestal[0]
-        .iter_mut()
-        .enumerate()
-        .for_each(|(i, p)| *p += (i % 7) as f32 * 0.37);
+    cal.pedestal[0].iter_mut().enumerate().for_each(|(i, p)| *p += (i % 7) as f32 * 0.37);
     let map = d.g.pixel_map();
-    let setup = ChainSetup {
-        width: d.g.width(),
-        height: d.g.height(),
-        words: 2 * MODULE_PIXELS,
-        src_of: &map,
-        calibration: &d.cal,
-        invalid: InvalidGain::Error,
-        finder: d.finder,
-    };
+    let setup = ChainSetup { width: d.g.width(), height: d.g.height(), words: 2 * MODULE_PIXELS, src_of: &map, calibration: &d.cal, invalid: InvalidGain::Error, finder: d.finder };
     let mut lane = chain::lanes(dev, &setup, 1)?.pop().expect("one lane");
     lane.set_pedestal(&cal.pedestal[0], 1)?;
     // SAFETY: `d.frames` outlives the lane's wait below and is not written
@@ -226,10 +167,7 @@ fn chain_kev(dev: &Device, d: &Data) -> Outcome {
         return Ok(Err(format!("after a new pedestal: pixel {p} differs")));
     }
     // another, left on the device by the tracker's stream: the lane copies it there
-    cal.pedestal[0]
-        .iter_mut()
-        .enumerate()
-        .for_each(|(i, p)| *p -= (i % 5) as f32 * 0.61);
+    cal.pedestal[0].iter_mut().enumerate().for_each(|(i, p)| *p -= (i % 5) as f32 * 0.61);
     let s = dev.ctx.new_stream()?;
     let on_device = DevicePedestal(std::sync::Arc::new(s.clone_htod(&cal.pedestal[0])?));
     s.synchronize()?;
@@ -239,9 +177,7 @@ fn chain_kev(dev: &Device, d: &Data) -> Outcome {
     lane.strong_pixels(&mut Vec::new())?;
     lane.image_into(&mut got)?;
     if let Some(p) = same_bits(&d.kev(&cal, 2), &got) {
-        return Ok(Err(format!(
-            "after a new pedestal on the device: pixel {p} differs"
-        )));
+        return Ok(Err(format!("after a new pedestal on the device: pixel {p} differs")));
     }
     Ok(out.map(|s| format!("{s}, and after new pedestals from the host and the device")))
 }
@@ -251,9 +187,7 @@ fn chain_spots(dev: &Device, d: &Data) -> Outcome {
     let (mut want, mut got, mut strong, mut total) = (Vec::new(), Vec::new(), Vec::new(), 0);
     let out = through_lanes(dev, d, |f, lane| {
         if let Found::TooMany(n) = lane.strong_pixels(&mut strong)? {
-            return Ok(Some(format!(
-                "frame {f}: {n} strong pixels, more than the lanes list"
-            )));
+            return Ok(Some(format!("frame {f}: {n} strong pixels, more than the lanes list")));
         }
         let kev = d.kev(&d.cal, f);
         cpu.find(&kev, d.g.width(), d.g.height(), &mut want);
@@ -280,9 +214,7 @@ fn pedestal(dev: &Device, d: &Data) -> Outcome {
         unsafe { gpu.submit_words(words) }?;
     }
     if gpu.reading(0)? != 0 {
-        return Ok(Err(
-            "dark frames still being copied after waiting for them".into()
-        ));
+        return Ok(Err("dark frames still being copied after waiting for them".into()));
     }
     for words in d.frames.iter().chain(&d.frames) {
         cpu.push(&assembled(&map, words));
@@ -296,10 +228,7 @@ fn pedestal(dev: &Device, d: &Data) -> Outcome {
     if gpu.wrong_gain()? != cpu.wrong_gain() {
         return Ok(Err("wrong-gain counts differ".into()));
     }
-    Ok(Ok(format!(
-        "{} dark frames (up to {DARK_IN_FLIGHT} in flight), window 3, equal",
-        2 * d.frames.len()
-    )))
+    Ok(Ok(format!("{} dark frames (up to {DARK_IN_FLIGHT} in flight), window 3, equal", 2 * d.frames.len())))
 }
 
 fn photons(dev: &Device, d: &Data) -> Outcome {
@@ -314,12 +243,7 @@ fn photons(dev: &Device, d: &Data) -> Outcome {
             return Ok(Err(format!("frame {f}: counts differ")));
         }
     }
-    let (mut got16, mut got32, mut want16, mut want32) = (
-        vec![0i16; px],
-        vec![0i32; px],
-        vec![0i16; px],
-        vec![0i32; px],
-    );
+    let (mut got16, mut got32, mut want16, mut want32) = (vec![0i16; px], vec![0i32; px], vec![0i16; px], vec![0i32; px]);
     let (mut shuffled16, mut shuffled32) = (vec![0u8; 2 * px], vec![0u8; 4 * px]);
     let out = through_lanes(dev, d, |f, lane| {
         lane.strong_pixels(&mut Vec::new())?;
@@ -338,9 +262,7 @@ fn photons(dev: &Device, d: &Data) -> Outcome {
             lane.photons_into(d.photon_kev, Some(block), Counts::I16(&mut got16))?;
             lane.photons_into(d.photon_kev, Some(block), Counts::I32(&mut got32))?;
             if bytes_of(&got16) != shuffled16 || bytes_of(&got32) != shuffled32 {
-                return Ok(Some(format!(
-                    "frame {f}: a lane's bitshuffled counts differ (blocks of {block})"
-                )));
+                return Ok(Some(format!("frame {f}: a lane's bitshuffled counts differ (blocks of {block})")));
             }
         }
         Ok(None)
@@ -350,14 +272,8 @@ fn photons(dev: &Device, d: &Data) -> Outcome {
 
 fn bitshuffle(dev: &Device, _: &Data) -> Outcome {
     let gpu = GpuShuffle::new(dev)?;
-    for (size, n) in [
-        (2usize, MODULE_PIXELS),
-        (4, MODULE_PIXELS),
-        (4, 5000 * 8 + 5),
-    ] {
-        let data: Vec<u8> = (0..n * size)
-            .map(|i| (i as u32).wrapping_mul(2_654_435_761) as u8)
-            .collect();
+    for (size, n) in [(2usize, MODULE_PIXELS), (4, MODULE_PIXELS), (4, 5000 * 8 + 5)] {
+        let data: Vec<u8> = (0..n * size).map(|i| (i as u32).wrapping_mul(2_654_435_761) as u8).collect();
         let block = default_block_elems(size);
         let mut want = vec![0u8; data.len()];
         for b0 in (0..n).step_by(block) {
@@ -377,34 +293,20 @@ fn bitshuffle(dev: &Device, _: &Data) -> Outcome {
 fn csr(dev: &Device, d: &Data) -> Outcome {
     let gpu = GpuCsr::new(dev)?;
     let (rows, cols) = (d.g.height(), d.g.width());
-    let kev: Vec<f32> = d
-        .kev(&d.cal, 0)
-        .iter()
-        .zip(&d.cal.mask)
-        .map(|(&v, &m)| if m & MASK_GAP != 0 { 0.0 } else { v })
-        .collect();
+    let kev: Vec<f32> = d.kev(&d.cal, 0).iter().zip(&d.cal.mask).map(|(&v, &m)| if m & MASK_GAP != 0 { 0.0 } else { v }).collect();
     let (mut want, mut got) = (Csr::default(), Csr::default());
     want.fill(&kev, rows, cols, 12.0);
     gpu.fill_host(&kev, rows, cols, 12.0, &mut got)?;
-    if got.row_ptr != want.row_ptr
-        || got.cols != want.cols
-        || same_bits(&got.values, &want.values).is_some()
-    {
+    if got.row_ptr != want.row_ptr || got.cols != want.cols || same_bits(&got.values, &want.values).is_some() {
         return Ok(Err("float32 entries differ".into()));
     }
     let floats = want.values.len();
-    let counts: Vec<i32> = kev
-        .iter()
-        .map(|v| if v.is_finite() { *v as i32 } else { -1 })
-        .collect();
+    let counts: Vec<i32> = kev.iter().map(|v| if v.is_finite() { *v as i32 } else { -1 }).collect();
     let (mut want, mut got) = (Csr::default(), Csr::default());
     want.fill(&counts, rows, cols, 0);
     gpu.fill_host(&counts, rows, cols, 0, &mut got)?;
     if got != want {
         return Ok(Err("int32 entries differ".into()));
     }
-    Ok(Ok(format!(
-        "{floats} float32 and {} int32 entries equal",
-        want.values.len()
-    )))
+    Ok(Ok(format!("{floats} float32 and {} int32 entries equal", want.values.len())))
 }

@@ -17,10 +17,7 @@ pub struct GpuShuffle {
 impl GpuShuffle {
     pub fn new(dev: &Device) -> Result<GpuShuffle, GpuError> {
         let module = compile(dev, Kernels::Bitshuffle)?;
-        Ok(GpuShuffle {
-            stream: dev.ctx.default_stream(),
-            kernel: module.load_function("bitshuffle_blocks")?,
-        })
+        Ok(GpuShuffle { stream: dev.ctx.default_stream(), kernel: module.load_function("bitshuffle_blocks")? })
     }
 
     /// `data` (elements of `size` bytes) transposed in blocks of `block` elements (a multiple
@@ -33,24 +30,9 @@ impl GpuShuffle {
     }
 
     /// The transposition of device bytes `src` into `dst` (as long), queued on the stream.
-    pub fn launch(
-        &self,
-        src: &CudaSlice<u8>,
-        dst: &mut CudaSlice<u8>,
-        size: usize,
-        block: usize,
-    ) -> Result<(), GpuError> {
-        if size == 0
-            || !src.len().is_multiple_of(size)
-            || block == 0
-            || !block.is_multiple_of(8)
-            || dst.len() != src.len()
-        {
-            return Err(GpuError::Input(format!(
-                "{} bytes of {size}-byte elements in blocks of {block} (a multiple of 8) into {}",
-                src.len(),
-                dst.len()
-            )));
+    pub fn launch(&self, src: &CudaSlice<u8>, dst: &mut CudaSlice<u8>, size: usize, block: usize) -> Result<(), GpuError> {
+        if size == 0 || !src.len().is_multiple_of(size) || block == 0 || !block.is_multiple_of(8) || dst.len() != src.len() {
+            return Err(GpuError::Input(format!("{} bytes of {size}-byte elements in blocks of {block} (a multiple of 8) into {}", src.len(), dst.len())));
         }
         let n = src.len() / size;
         let (n32, size32, block32) = (to_i32(n)?, to_i32(size)?, to_i32(block)?);

@@ -9,14 +9,12 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use rdaq_process::spots::{LocalSnr, LocalSnrParams};
 use rdaq_process::bitshuffle::shuffle_blocks;
 use rdaq_process::convert::Count;
-use rdaq_process::spots::{LocalSnr, LocalSnrParams};
-use rdaq_process::{
-    bytes_of, bytes_of_mut, kev_to_photons, Calibration, Converter, InvalidGain, Plain,
-};
+use rdaq_process::{bytes_of, bytes_of_mut, kev_to_photons, Calibration, Converter, InvalidGain, Plain};
 
-use crate::chain::{Counts, Found, FrameLane};
+use crate::chain::{Counts, FrameLane, Found};
 use crate::error::GpuError;
 use crate::pedestal::DevicePedestal;
 
@@ -66,47 +64,11 @@ pub struct CpuLane {
 /// `n` stand-in lanes for an image of `width x height` whose pixels are the runs `runs`
 /// (word in a frame's `words` module words, image pixel, length), with `calibration`.
 #[allow(clippy::too_many_arguments)]
-pub fn lanes(
-    n: usize,
-    width: usize,
-    height: usize,
-    words: usize,
-    runs: Vec<(usize, usize, usize)>,
-    calibration: Arc<Calibration>,
-    invalid: InvalidGain,
-    finder: LocalSnrParams,
-    cap: usize,
-    fail: Failures,
-) -> Result<Vec<CpuLane>, GpuError> {
-    let conv = || {
-        Converter::shared(calibration.clone(), invalid).map_err(|e| GpuError::Input(e.to_string()))
-    };
+pub fn lanes(n: usize, width: usize, height: usize, words: usize, runs: Vec<(usize, usize, usize)>, calibration: Arc<Calibration>, invalid: InvalidGain, finder: LocalSnrParams, cap: usize, fail: Failures) -> Result<Vec<CpuLane>, GpuError> {
+    let conv = || Converter::shared(calibration.clone(), invalid).map_err(|e| GpuError::Input(e.to_string()));
     let convs: Vec<Converter> = (0..n.max(1)).map(|_| conv()).collect::<Result<_, _>>()?;
-    let shared = Arc::new(Shared {
-        base: calibration.clone(),
-        invalid,
-        runs,
-        width,
-        height,
-        words,
-        cap,
-        fail,
-        submits: AtomicU64::new(0),
-        waits: AtomicU64::new(0),
-        images: AtomicU64::new(0),
-    });
-    Ok(convs
-        .into_iter()
-        .map(|conv| CpuLane {
-            shared: shared.clone(),
-            conv,
-            generation: 0,
-            finder: LocalSnr::new(finder),
-            pending: None,
-            kev: vec![f32::NAN; width * height],
-            scratch: Vec::new(),
-        })
-        .collect())
+    let shared = Arc::new(Shared { base: calibration.clone(), invalid, runs, width, height, words, cap, fail, submits: AtomicU64::new(0), waits: AtomicU64::new(0), images: AtomicU64::new(0) });
+    Ok(convs.into_iter().map(|conv| CpuLane { shared: shared.clone(), conv, generation: 0, finder: LocalSnr::new(finder), pending: None, kev: vec![f32::NAN; width * height], scratch: Vec::new() }).collect())
 }
 
 /// Whether the `k`-th call (from 1) is the one told to fail.
@@ -122,16 +84,13 @@ impl FrameLane for CpuLane {
         }
         let mut cal = (*self.shared.base).clone();
         cal.pedestal[0].copy_from_slice(g0);
-        self.conv = Converter::shared(Arc::new(cal), self.shared.invalid)
-            .map_err(|e| GpuError::Input(e.to_string()))?;
+        self.conv = Converter::shared(Arc::new(cal), self.shared.invalid).map_err(|e| GpuError::Input(e.to_string()))?;
         self.generation = generation;
         Ok(())
     }
 
     fn set_pedestal_device(&mut self, _: &DevicePedestal, _: u64) -> Result<(), GpuError> {
-        Err(GpuError::Input(
-            "the CPU stand-in's lanes take the pedestal from the host".into(),
-        ))
+        Err(GpuError::Input("the CPU stand-in's lanes take the pedestal from the host".into()))
     }
 
     fn pedestal_generation(&self) -> u64 {
@@ -140,16 +99,10 @@ impl FrameLane for CpuLane {
 
     unsafe fn submit(&mut self, words: &[u16]) -> Result<(), GpuError> {
         if words.len() != self.shared.words {
-            return Err(GpuError::Input(format!(
-                "a frame of {} words for lanes of {}",
-                words.len(),
-                self.shared.words
-            )));
+            return Err(GpuError::Input(format!("a frame of {} words for lanes of {}", words.len(), self.shared.words)));
         }
         if due(&self.shared.submits, self.shared.fail.submit) {
-            return Err(GpuError::Input(
-                "the stand-in's planned failure at submit".into(),
-            ));
+            return Err(GpuError::Input("the stand-in's planned failure at submit".into()));
         }
         self.pending = Some(Pending(words.as_ptr(), words.len()));
         Ok(())
@@ -161,60 +114,35 @@ impl FrameLane for CpuLane {
             return Err(GpuError::Input("no frame submitted".into()));
         };
         if due(&self.shared.waits, self.shared.fail.wait) {
-            return Err(GpuError::Input(
-                "the stand-in's planned failure at wait".into(),
-            ));
+            return Err(GpuError::Input("the stand-in's planned failure at wait".into()));
         }
         // SAFETY: `submit`'s caller keeps the words alive and unwritten until this returns Ok
         // (its contract), and `p` and `len` are that slice's.
         let words = unsafe { std::slice::from_raw_parts(p, len) };
-        self.conv
-            .to_kev_runs(&self.shared.runs, words, &mut self.kev);
+        self.conv.to_kev_runs(&self.shared.runs, words, &mut self.kev);
         let mut spots = Vec::new();
-        self.finder
-            .find(&self.kev, self.shared.width, self.shared.height, &mut spots);
+        self.finder.find(&self.kev, self.shared.width, self.shared.height, &mut spots);
         out.extend(self.finder.last_strong());
-        Ok(if out.len() > self.shared.cap {
-            Found::TooMany(out.len())
-        } else {
-            Found::Listed(out.len())
-        })
+        Ok(if out.len() > self.shared.cap { Found::TooMany(out.len()) } else { Found::Listed(out.len()) })
     }
 
     fn image_into(&mut self, out: &mut [f32]) -> Result<(), GpuError> {
         if out.len() != self.kev.len() {
-            return Err(GpuError::Input(format!(
-                "{} pixels out for an image of {}",
-                out.len(),
-                self.kev.len()
-            )));
+            return Err(GpuError::Input(format!("{} pixels out for an image of {}", out.len(), self.kev.len())));
         }
         if due(&self.shared.images, self.shared.fail.image) {
-            return Err(GpuError::Input(
-                "the stand-in's planned failure at an image's copy".into(),
-            ));
+            return Err(GpuError::Input("the stand-in's planned failure at an image's copy".into()));
         }
         out.copy_from_slice(&self.kev);
         Ok(())
     }
 
-    fn photons_into(
-        &mut self,
-        photon_kev: f32,
-        shuffle: Option<usize>,
-        out: Counts<'_>,
-    ) -> Result<(), GpuError> {
+    fn photons_into(&mut self, photon_kev: f32, shuffle: Option<usize>, out: Counts<'_>) -> Result<(), GpuError> {
         if out.len() != self.kev.len() {
-            return Err(GpuError::Input(format!(
-                "{} counts out for an image of {}",
-                out.len(),
-                self.kev.len()
-            )));
+            return Err(GpuError::Input(format!("{} counts out for an image of {}", out.len(), self.kev.len())));
         }
         if due(&self.shared.images, self.shared.fail.image) {
-            return Err(GpuError::Input(
-                "the stand-in's planned failure at an image's copy".into(),
-            ));
+            return Err(GpuError::Input("the stand-in's planned failure at an image's copy".into()));
         }
         match out {
             Counts::I16(c) => counts_into(&self.kev, photon_kev, shuffle, &mut self.scratch, c),
@@ -226,13 +154,7 @@ impl FrameLane for CpuLane {
 
 /// What the device's photons and bitshuffle kernels make, on the CPU (`scratch` holds the
 /// counts before their transposition).
-fn counts_into<T: Count + Plain>(
-    kev: &[f32],
-    photon_kev: f32,
-    shuffle: Option<usize>,
-    scratch: &mut Vec<u8>,
-    out: &mut [T],
-) {
+fn counts_into<T: Count + Plain>(kev: &[f32], photon_kev: f32, shuffle: Option<usize>, scratch: &mut Vec<u8>, out: &mut [T]) {
     kev_to_photons(kev, photon_kev, out);
     if let Some(block) = shuffle {
         scratch.clear();

@@ -28,20 +28,10 @@ fn conversion_equals_the_cpu_bit_for_bit() {
             let mut want = vec![0f32; MODULE_PIXELS];
             cpu.to_kev(&raw, &mut want);
             let got = gpu.to_kev(&raw).unwrap();
-            assert!(
-                want.iter()
-                    .zip(&got)
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "keV differ ({}, {invalid:?}, frame {f})",
-                dev.name
-            );
+            assert!(want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "keV differ ({}, {invalid:?}, frame {f})", dev.name);
             let mut want_n = vec![0i32; MODULE_PIXELS];
             kev_to_photons(&want, e, &mut want_n);
-            assert_eq!(
-                gpu.to_photons(&raw, e).unwrap(),
-                want_n,
-                "photon counts differ ({invalid:?}, frame {f})"
-            );
+            assert_eq!(gpu.to_photons(&raw, e).unwrap(), want_n, "photon counts differ ({invalid:?}, frame {f})");
         }
     }
 }

@@ -20,18 +20,10 @@ fn every_kernel_compiles_with_the_backends_options() {
         for arch in [None, Some("compute_90")] {
             let src = ptx(k, arch).unwrap_or_else(|e| panic!("{e}"));
             for entry in k.entries() {
-                assert!(
-                    src.contains(&format!(".entry {entry}(")),
-                    "{}: no kernel {entry} in its PTX",
-                    k.file()
-                );
+                assert!(src.contains(&format!(".entry {entry}(")), "{}: no kernel {entry} in its PTX", k.file());
             }
             if arch.is_some() {
-                assert!(
-                    src.contains(".target sm_90"),
-                    "{}: PTX not for sm_90",
-                    k.file()
-                );
+                assert!(src.contains(".target sm_90"), "{}: PTX not for sm_90", k.file());
             }
         }
         println!("compiled {}", k.file());

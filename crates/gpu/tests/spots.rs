@@ -37,17 +37,8 @@ fn frames(n: u64) -> (Vec<Vec<f32>>, f32) {
 }
 
 /// `colsum_running` on the CPU: the column sums each row sees, in the kernel's order.
-fn colsum_running(
-    image: &[f32],
-    width: usize,
-    height: usize,
-    n: usize,
-) -> (Vec<f64>, Vec<f64>, Vec<u32>) {
-    let (mut sum, mut sum2, mut cnt) = (
-        vec![0f64; image.len()],
-        vec![0f64; image.len()],
-        vec![0u32; image.len()],
-    );
+fn colsum_running(image: &[f32], width: usize, height: usize, n: usize) -> (Vec<f64>, Vec<f64>, Vec<u32>) {
+    let (mut sum, mut sum2, mut cnt) = (vec![0f64; image.len()], vec![0f64; image.len()], vec![0u32; image.len()]);
     for c in 0..width {
         let (mut s1, mut s2, mut k) = (0f64, 0f64, 0u32);
         let add = |v: f32, sign: f64, s1: &mut f64, s2: &mut f64, k: &mut u32| {
@@ -55,15 +46,7 @@ fn colsum_running(
             let x = if ok { v as f64 } else { 0.0 };
             *s1 += sign * x;
             *s2 += (sign * x) * x;
-            *k = k.wrapping_add(if ok {
-                if sign > 0.0 {
-                    1
-                } else {
-                    u32::MAX
-                }
-            } else {
-                0
-            });
+            *k = k.wrapping_add(if ok { if sign > 0.0 { 1 } else { u32::MAX } } else { 0 });
         };
         for r in 0..n.min(height) {
             add(image[r * width + c], 1.0, &mut s1, &mut s2, &mut k);
@@ -73,13 +56,7 @@ fn colsum_running(
                 add(image[(r + n) * width + c], 1.0, &mut s1, &mut s2, &mut k);
             }
             if r > n {
-                add(
-                    image[(r - n - 1) * width + c],
-                    -1.0,
-                    &mut s1,
-                    &mut s2,
-                    &mut k,
-                );
+                add(image[(r - n - 1) * width + c], -1.0, &mut s1, &mut s2, &mut k);
             }
             let at = r * width + c;
             (sum[at], sum2[at], cnt[at]) = (s1, s2, k);
@@ -89,12 +66,7 @@ fn colsum_running(
 }
 
 /// `strong_pixels` on the CPU.
-fn strong_pixels(
-    image: &[f32],
-    width: usize,
-    p: &LocalSnrParams,
-    sums: &(Vec<f64>, Vec<f64>, Vec<u32>),
-) -> Vec<u32> {
+fn strong_pixels(image: &[f32], width: usize, p: &LocalSnrParams, sums: &(Vec<f64>, Vec<f64>, Vec<u32>)) -> Vec<u32> {
     let (sum, sum2, cnt) = sums;
     let n = p.box_half;
     let snr2 = (p.snr as f64) * (p.snr as f64);
@@ -140,12 +112,7 @@ fn the_kernels_rule_finds_the_cpus_spots() {
     let mut total = 0;
     for kev in &frames {
         cpu.find(kev, MODULE_COLS, MODULE_ROWS, &mut want);
-        let strong = strong_pixels(
-            kev,
-            MODULE_COLS,
-            &p,
-            &colsum_running(kev, MODULE_COLS, MODULE_ROWS, p.box_half),
-        );
+        let strong = strong_pixels(kev, MODULE_COLS, &p, &colsum_running(kev, MODULE_COLS, MODULE_ROWS, p.box_half));
         host.group_strong(kev, MODULE_COLS, &strong, &mut got);
         assert_eq!(got, want);
         total += want.len();

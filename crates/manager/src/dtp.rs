@@ -9,9 +9,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use rdaq_detector::Geometry;
-use rdaq_proto::telegram::{
-    BufferMap, BufferRequest, ModuleDtp, RoceRequest, Route, TELEGRAM_VERSION,
-};
+use rdaq_proto::telegram::{BufferMap, BufferRequest, ModuleDtp, RoceRequest, Route, TELEGRAM_VERSION};
 
 use crate::sends::Sends;
 use crate::topology::{Topology, TopologyError, TransferMode, MIN_SLOTS};
@@ -42,8 +40,7 @@ impl ReceiverPlan {
         if self.modules.len() == detector.modules as usize {
             detector
         } else {
-            Geometry::new(self.modules.len() as u16, 1, detector.gap_x, detector.gap_y)
-                .expect("one column fits any count")
+            Geometry::new(self.modules.len() as u16, 1, detector.gap_x, detector.gap_y).expect("one column fits any count")
         }
     }
 }
@@ -87,25 +84,15 @@ impl Plan {
             TransferMode::SpatialTemporal => {
                 let g = t.transfer.groups as usize;
                 if g == 0 || n % g != 0 {
-                    return Err(TopologyError::Groups {
-                        receivers: n,
-                        groups: t.transfer.groups,
-                    });
+                    return Err(TopologyError::Groups { receivers: n, groups: t.transfer.groups });
                 }
                 g
             }
         };
         // broadcast: every receiver is its own group and gets all frames and modules
-        let (groups, per_group) = if t.transfer.mode == TransferMode::Broadcast {
-            (n, 1)
-        } else {
-            (groups, n / groups)
-        };
+        let (groups, per_group) = if t.transfer.mode == TransferMode::Broadcast { (n, 1) } else { (groups, n / groups) };
         if per_group > modules as usize {
-            return Err(TopologyError::TooManyReceivers {
-                receivers: per_group,
-                modules,
-            });
+            return Err(TopologyError::TooManyReceivers { receivers: per_group, modules });
         }
         let mut receivers = Vec::with_capacity(n);
         let mut group_members = vec![Vec::new(); groups];
@@ -121,21 +108,9 @@ impl Plan {
             }
             group_members[g].push(receivers.len());
             let slot = mods.len() as u64 * sends.module_bytes;
-            receivers.push(ReceiverPlan {
-                receiver: r,
-                group: g,
-                modules: mods,
-                slots: (t.receivers[r].memory_mib << 20) / slot,
-                module_bytes: sends.module_bytes,
-            });
+            receivers.push(ReceiverPlan { receiver: r, group: g, modules: mods, slots: (t.receivers[r].memory_mib << 20) / slot, module_bytes: sends.module_bytes });
         }
-        let plan = Plan {
-            mode: t.transfer.mode,
-            receivers,
-            groups: group_members,
-            holder,
-            sends,
-        };
+        let plan = Plan { mode: t.transfer.mode, receivers, groups: group_members, holder, sends };
         plan.check_receivers(t)?;
         Ok(plan)
     }
@@ -152,17 +127,8 @@ impl Plan {
                 return Err(TopologyError::PortRange(spec.name.clone(), spec.data_port));
             }
             let fixed = spec.data_port != 0;
-            if fixed
-                && ranges
-                    .iter()
-                    .any(|(ip, a, b)| *ip == spec.data && (spec.data_port as u32) < *b && *a < end)
-            {
-                return Err(TopologyError::DuplicateData(
-                    spec.name.clone(),
-                    spec.data_port,
-                    end as u16,
-                    spec.data,
-                ));
+            if fixed && ranges.iter().any(|(ip, a, b)| *ip == spec.data && (spec.data_port as u32) < *b && *a < end) {
+                return Err(TopologyError::DuplicateData(spec.name.clone(), spec.data_port, end as u16, spec.data));
             }
             if fixed {
                 ranges.push((spec.data, spec.data_port as u32, end));
@@ -186,17 +152,9 @@ impl Plan {
     fn roce_request(&self, rp: &ReceiverPlan, mtu: u32) -> RoceRequest {
         let n = self.groups.len() as u64;
         if self.mode == TransferMode::Broadcast || n == 1 {
-            RoceRequest {
-                mtu,
-                first_frame: 0,
-                frame_stride: 1,
-            }
+            RoceRequest { mtu, first_frame: 0, frame_stride: 1 }
         } else {
-            RoceRequest {
-                mtu,
-                first_frame: rp.group as u64,
-                frame_stride: n,
-            }
+            RoceRequest { mtu, first_frame: rp.group as u64, frame_stride: n }
         }
     }
 
@@ -224,11 +182,7 @@ impl Plan {
     /// Each module's DTP from the first frame, from the buffer maps the receivers answered
     /// with (`maps[i]` for plan receiver `i`, as ordered by [`Plan::buffer_requests`]). A
     /// receiver's buffer map is authoritative for its ports, buffers and keys.
-    pub fn module_dtps(
-        &self,
-        t: &Topology,
-        maps: &[BufferMap],
-    ) -> Result<Vec<ModuleDtp>, TopologyError> {
+    pub fn module_dtps(&self, t: &Topology, maps: &[BufferMap]) -> Result<Vec<ModuleDtp>, TopologyError> {
         self.module_dtps_from(t, maps, 0, |_| 0)
     }
 
@@ -241,17 +195,10 @@ impl Plan {
         from_frame: u64,
         ring_start: impl Fn(&str) -> u64,
     ) -> Result<Vec<ModuleDtp>, TopologyError> {
-        assert_eq!(
-            maps.len(),
-            self.receivers.len(),
-            "one buffer map per plan receiver"
-        );
+        assert_eq!(maps.len(), self.receivers.len(), "one buffer map per plan receiver");
         for (rp, map) in self.receivers.iter().zip(maps) {
             let name = &t.receivers[rp.receiver].name;
-            if map.data_ports.len() != rp.modules.len() * self.sends.ports
-                || map.buffers.is_empty()
-                || map.module_bytes != self.sends.module_bytes
-            {
+            if map.data_ports.len() != rp.modules.len() * self.sends.ports || map.buffers.is_empty() || map.module_bytes != self.sends.module_bytes {
                 return Err(TopologyError::BadBufferMap(name.clone()));
             }
         }
@@ -262,21 +209,12 @@ impl Plan {
                         let pi = self.holder[m as usize][g];
                         let (rp, map) = (&self.receivers[pi], &maps[pi]);
                         let spec = &t.receivers[rp.receiver];
-                        let idx = rp
-                            .modules
-                            .iter()
-                            .position(|&x| x == m)
-                            .expect("holder holds the module");
-                        let ports =
-                            &map.data_ports[idx * self.sends.ports..(idx + 1) * self.sends.ports];
+                        let idx = rp.modules.iter().position(|&x| x == m).expect("holder holds the module");
+                        let ports = &map.data_ports[idx * self.sends.ports..(idx + 1) * self.sends.ports];
                         Route {
                             receiver: spec.name.clone(),
                             data: SocketAddr::new(spec.data, ports[0]),
-                            ports: if self.sends.native.is_some() {
-                                ports.to_vec()
-                            } else {
-                                Vec::new()
-                            },
+                            ports: if self.sends.native.is_some() { ports.to_vec() } else { Vec::new() },
                             buffers: map.buffers.clone(),
                             offset: idx as u64 * self.sends.module_bytes,
                             ring_start: ring_start(&spec.name),
@@ -302,28 +240,12 @@ impl Plan {
     /// broadcasting). `slots` of every receiver must be non-zero (the topology check).
     pub fn destinations(&self, module: u16, frame: u64, out: &mut Vec<Destination>) {
         let g_count = self.groups.len() as u64;
-        let groups: std::ops::Range<u64> = if self.mode == TransferMode::Broadcast {
-            0..g_count
-        } else {
-            frame % g_count..frame % g_count + 1
-        };
-        let k = if self.mode == TransferMode::Broadcast {
-            frame
-        } else {
-            frame / g_count
-        };
+        let groups: std::ops::Range<u64> = if self.mode == TransferMode::Broadcast { 0..g_count } else { frame % g_count..frame % g_count + 1 };
+        let k = if self.mode == TransferMode::Broadcast { frame } else { frame / g_count };
         for g in groups {
             let rp = &self.receivers[self.holder[module as usize][g as usize]];
-            let idx = rp
-                .modules
-                .iter()
-                .position(|&m| m == module)
-                .expect("holder holds the module") as u64;
-            out.push(Destination {
-                receiver: rp.receiver,
-                slot: k % rp.slots,
-                offset: idx * self.sends.module_bytes,
-            });
+            let idx = rp.modules.iter().position(|&m| m == module).expect("holder holds the module") as u64;
+            out.push(Destination { receiver: rp.receiver, slot: k % rp.slots, offset: idx * self.sends.module_bytes });
         }
     }
 }
@@ -334,9 +256,7 @@ mod tests {
     use crate::topology::Topology;
 
     fn topo(mode: &str, receivers: usize, extra: &str) -> String {
-        let mut s = format!(
-            "[detector]\nmodules = 4\nmodule_cols = 2\n\n[transfer]\nmode = \"{mode}\"\n{extra}\n"
-        );
+        let mut s = format!("[detector]\nmodules = 4\nmodule_cols = 2\n\n[transfer]\nmode = \"{mode}\"\n{extra}\n");
         for i in 0..receivers {
             s += &format!(
                 "\n[[receivers]]\nname = \"dr{i}\"\ncontrol = \"10.0.0.{}:7000\"\ndata = \"10.0.0.{}\"\ndata_port = 50000\nmemory_mib = 64\n",
@@ -381,10 +301,7 @@ mod tests {
         assert_eq!(p.receivers[1].modules, vec![2, 3]);
         for (m, f, dst) in all(&p, 6) {
             assert_eq!(dst.receiver, (m / 2) as usize);
-            assert_eq!(
-                dst.offset,
-                (m % 2) as u64 * rdaq_detector::MODULE_BYTES as u64
-            );
+            assert_eq!(dst.offset, (m % 2) as u64 * rdaq_detector::MODULE_BYTES as u64);
             assert_eq!(dst.slot, f % 32);
         }
     }
@@ -398,11 +315,7 @@ mod tests {
         let p = Plan::new(&t).unwrap();
         for (m, f, dst) in all(&p, 8) {
             let group = (f % 2) as usize;
-            assert_eq!(
-                dst.receiver,
-                group * 2 + (m / 2) as usize,
-                "frame {f} module {m}"
-            );
+            assert_eq!(dst.receiver, group * 2 + (m / 2) as usize, "frame {f} module {m}");
         }
     }
 
@@ -416,85 +329,37 @@ mod tests {
             let t = Topology::from_toml(&topo(mode, 3, extra)).unwrap();
             let mut fewer = t.clone();
             fewer.transfer.receivers = Some(vec!["dr0".into(), "dr1".into()]);
-            let of = |t: &Topology| {
-                Plan::new(t)
-                    .unwrap()
-                    .buffer_requests(t)
-                    .into_iter()
-                    .take(2)
-                    .map(|(_, r)| r)
-                    .collect::<Vec<_>>()
-            };
+            let of = |t: &Topology| Plan::new(t).unwrap().buffer_requests(t).into_iter().take(2).map(|(_, r)| r).collect::<Vec<_>>();
             (of(&t), of(&fewer))
         };
         let (three, two) = requests("temporal", "roce_mtu = 4096");
-        assert_eq!(
-            three
-                .iter()
-                .map(|r| r.roce.unwrap().frame_stride)
-                .collect::<Vec<_>>(),
-            [3, 3]
-        );
-        assert!(
-            three.iter().zip(&two).all(|(a, b)| a != b),
-            "a temporal RoCEv2 re-plan would change every request"
-        );
+        assert_eq!(three.iter().map(|r| r.roce.unwrap().frame_stride).collect::<Vec<_>>(), [3, 3]);
+        assert!(three.iter().zip(&two).all(|(a, b)| a != b), "a temporal RoCEv2 re-plan would change every request");
         let (three, two) = requests("temporal", "");
-        assert_eq!(
-            three, two,
-            "without RoCEv2 the remaining receivers keep their buffers"
-        );
+        assert_eq!(three, two, "without RoCEv2 the remaining receivers keep their buffers");
         let (three, two) = requests("broadcast", "roce_mtu = 4096");
-        assert_eq!(
-            three, two,
-            "broadcast receivers get every frame before and after"
-        );
+        assert_eq!(three, two, "broadcast receivers get every frame before and after");
     }
 
     #[test]
     fn the_example_topology_is_valid() {
         let t = Topology::from_toml(include_str!("../../../topology.example.toml")).unwrap();
         let p = Plan::new(&t).unwrap();
-        assert_eq!(
-            (t.detector.modules, p.receivers.len(), p.receivers[0].slots),
-            (8, 2, 128)
-        );
-        assert_eq!(
-            (t.geometry().width(), t.geometry().height()),
-            (2 * 1024 + 8, 4 * 512 + 3 * 36)
-        );
+        assert_eq!((t.detector.modules, p.receivers.len(), p.receivers[0].slots), (8, 2, 128));
+        assert_eq!((t.geometry().width(), t.geometry().height()), (2 * 1024 + 8, 4 * 512 + 3 * 36));
     }
 
     #[test]
     fn streams_and_previews_of_one_host_do_not_share_an_endpoint() {
         let one_host = topo("temporal", 2, "").replace("10.0.0.2:7000", "10.0.0.1:7001");
-        assert!(
-            Topology::from_toml(&one_host).is_ok(),
-            "the default streams differ"
-        );
-        let clash = one_host.replacen(
-            "memory_mib = 64\n",
-            "memory_mib = 64\npreview = \"tcp://*:31003\"\n",
-            1,
-        );
+        assert!(Topology::from_toml(&one_host).is_ok(), "the default streams differ");
+        let clash = one_host.replacen("memory_mib = 64\n", "memory_mib = 64\npreview = \"tcp://*:31003\"\n", 1);
         let e = Topology::from_toml(&clash).unwrap_err().to_string();
-        assert!(
-            e.starts_with("receivers.dr1.stream: endpoint tcp://127.0.0.1:31003"),
-            "dr0's preview (every address) takes dr1's default stream's port: {e}"
-        );
-        let own = one_host.replacen(
-            "memory_mib = 64\n",
-            "memory_mib = 64\npreview = \"tcp://127.0.0.1:31001\"\n",
-            1,
-        );
+        assert!(e.starts_with("receivers.dr1.stream: endpoint tcp://127.0.0.1:31003"), "dr0's preview (every address) takes dr1's default stream's port: {e}");
+        let own = one_host.replacen("memory_mib = 64\n", "memory_mib = 64\npreview = \"tcp://127.0.0.1:31001\"\n", 1);
         let e = Topology::from_toml(&own).unwrap_err().to_string();
         assert!(e.starts_with("receivers.dr0.preview"), "{e}");
-        let t = Topology::from_toml(&one_host.replacen(
-            "memory_mib = 64\n",
-            "memory_mib = 64\npreview = \"tcp://127.0.0.1:31002\"\n",
-            1,
-        ))
-        .unwrap();
+        let t = Topology::from_toml(&one_host.replacen("memory_mib = 64\n", "memory_mib = 64\npreview = \"tcp://127.0.0.1:31002\"\n", 1)).unwrap();
         assert_eq!(t.previews(), ["tcp://127.0.0.1:31002", "none"]);
     }
 
@@ -502,30 +367,13 @@ mod tests {
     fn bad_topologies_are_refused_with_the_field() {
         use TopologyError as E;
         // what the document says, then what the plan of it needs
-        let bad = |s: &str| {
-            Topology::from_toml(s)
-                .and_then(|t| Plan::new(&t).map(|_| ()))
-                .unwrap_err()
-        };
+        let bad = |s: &str| Topology::from_toml(s).and_then(|t| Plan::new(&t).map(|_| ())).unwrap_err();
         assert_eq!(bad(&topo("temporal", 0, "")), E::NoReceivers);
-        assert!(matches!(
-            bad(&topo("spatial-temporal", 3, "groups = 2")),
-            E::Groups { .. }
-        ));
-        assert!(matches!(
-            bad(&topo("spatial", 5, "")),
-            E::TooManyReceivers { .. }
-        ));
-        assert_eq!(
-            bad(&topo("temporal", 2, "receivers = [\"dr0\", \"dr9\"]")),
-            E::UnknownReceiver("dr9".into())
-        );
+        assert!(matches!(bad(&topo("spatial-temporal", 3, "groups = 2")), E::Groups { .. }));
+        assert!(matches!(bad(&topo("spatial", 5, "")), E::TooManyReceivers { .. }));
+        assert_eq!(bad(&topo("temporal", 2, "receivers = [\"dr0\", \"dr9\"]")), E::UnknownReceiver("dr9".into()));
         for mode in ["temporal", "spatial", "broadcast", "spatial-temporal"] {
-            assert_eq!(
-                bad(&topo(mode, 2, "receivers = []")),
-                E::NoReceivers,
-                "{mode}: an empty list of receivers taking part"
-            );
+            assert_eq!(bad(&topo(mode, 2, "receivers = []")), E::NoReceivers, "{mode}: an empty list of receivers taking part");
         }
         assert!(matches!(bad(&topo("sideways", 2, "")), E::Parse(_)));
         let dup = topo("temporal", 2, "").replace("10.0.0.2:7000", "10.0.0.1:7000");
@@ -536,13 +384,7 @@ mod tests {
         let e = bad(&small);
         assert!(e.to_string().contains("receivers.dr0.memory_mib"), "{e}");
         // spatial needs only 2 modules per receiver: 6 MiB holds 3 frames of 2 MiB
-        assert!(Plan::new(
-            &Topology::from_toml(
-                &topo("spatial", 2, "").replace("memory_mib = 64", "memory_mib = 6")
-            )
-            .unwrap()
-        )
-        .is_ok());
+        assert!(Plan::new(&Topology::from_toml(&topo("spatial", 2, "").replace("memory_mib = 64", "memory_mib = 6")).unwrap()).is_ok());
         let geo = topo("temporal", 1, "").replace("module_cols = 2", "module_cols = 3");
         assert!(matches!(bad(&geo), E::Geometry { .. }));
         let unknown = topo("temporal", 1, "").replace("[detector]", "[detector]\nmodulez = 3");

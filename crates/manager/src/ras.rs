@@ -24,12 +24,7 @@ impl AddressSpace {
             .receivers
             .iter()
             .map(|rp| {
-                let r = Region {
-                    receiver: rp.receiver,
-                    base,
-                    slots: rp.slots,
-                    slot_bytes: rp.slot_bytes(),
-                };
+                let r = Region { receiver: rp.receiver, base, slots: rp.slots, slot_bytes: rp.slot_bytes() };
                 base += r.slots * r.slot_bytes;
                 r
             })
@@ -39,9 +34,7 @@ impl AddressSpace {
 
     /// Total bytes of the space.
     pub fn len(&self) -> u64 {
-        self.regions
-            .last()
-            .map_or(0, |r| r.base + r.slots * r.slot_bytes)
+        self.regions.last().map_or(0, |r| r.base + r.slots * r.slot_bytes)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -74,11 +67,7 @@ mod tests {
             [[receivers]]\nname = \"b\"\ncontrol = \"10.0.0.2:1\"\ndata = \"10.0.0.2\"\ndata_port = 5000\nmemory_mib = 10\n";
         let t = Topology::from_toml(text).unwrap();
         let ras = AddressSpace::new(&Plan::new(&t).unwrap());
-        assert_eq!(
-            ras.regions[1].base,
-            4 * (2 << 20),
-            "b starts where a's 4 slots end"
-        );
+        assert_eq!(ras.regions[1].base, 4 * (2 << 20), "b starts where a's 4 slots end");
         assert_eq!(ras.len(), 4 * (2 << 20) + 5 * (2 << 20));
         for addr in [0, 1, (2 << 20) - 1, 4 * (2 << 20), ras.len() - 1] {
             let (r, s, o) = ras.resolve(addr).unwrap();

@@ -41,9 +41,7 @@ impl Sends {
                 native: None,
             });
         }
-        let wire = desc
-            .wire(d.bit_depth, d.link.as_deref())
-            .map_err(|e| bad(e.field, e.why))?;
+        let wire = desc.wire(d.bit_depth, d.link.as_deref()).map_err(|e| bad(e.field, e.why))?;
         let tx = &t.transfer;
         let one_receiver_per_module = match tx.mode {
             TransferMode::Spatial => true,
@@ -232,9 +230,7 @@ mod tests {
             assert!(e.starts_with(field), "{detector} {mode}: {e}");
         }
         assert!(
-            Topology::from_toml(&topo("name = \"eiger\"", "temporal", 1))
-                .and_then(|t| Sends::of(&t))
-                .is_ok(),
+            Topology::from_toml(&topo("name = \"eiger\"", "temporal", 1)).and_then(|t| Sends::of(&t)).is_ok(),
             "one receiver holds every module for the whole run"
         );
     }

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 
 use rdaq_proto::names;
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
 use utoipa::ToSchema;
+use thiserror::Error;
 
 /// The most frames one trigger may ask for, and the most triggers one arm may ask for:
 /// bounds where the request is read (a JUNGFRAU at 2 kHz for most of a week).
@@ -93,12 +93,7 @@ impl ArmRequest {
     /// (empty where the arm gives none).
     pub fn metadata_sections(&self) -> toml::Table {
         let mut detector = toml::Table::new();
-        let given = [
-            ("photon_energy_kev", self.photon_energy_kev),
-            ("distance_m", self.detector_distance_m),
-            ("beam_center_x", self.beam_center_x),
-            ("beam_center_y", self.beam_center_y),
-        ];
+        let given = [("photon_energy_kev", self.photon_energy_kev), ("distance_m", self.detector_distance_m), ("beam_center_x", self.beam_center_x), ("beam_center_y", self.beam_center_y)];
         for (key, v) in given {
             if let Some(v) = v {
                 detector.insert(key.into(), v.into());
@@ -112,14 +107,7 @@ impl ArmRequest {
             t.insert("detector".into(), detector.into());
         }
         if !self.sample_name.is_empty() {
-            t.insert(
-                "sample".into(),
-                toml::Table::from_iter([(
-                    "name".to_string(),
-                    toml::Value::from(self.sample_name.clone()),
-                )])
-                .into(),
-            );
+            t.insert("sample".into(), toml::Table::from_iter([("name".to_string(), toml::Value::from(self.sample_name.clone()))]).into());
         }
         t
     }
@@ -129,29 +117,13 @@ impl ArmRequest {
         use rdaq_proto::metadata;
         let named = |r: Result<(), metadata::Refused>| r.map_err(|(name, why)| field(name, why));
         named(metadata::sample_name("sample_name", &self.sample_name))?;
-        named(
-            self.photon_energy_kev
-                .map_or(Ok(()), |e| metadata::photon_energy("photon_energy_kev", e)),
-        )?;
-        named(
-            self.detector_distance_m
-                .map_or(Ok(()), |m| metadata::distance("detector_distance_m", m)),
-        )?;
-        named(
-            self.beam_center_x
-                .map_or(Ok(()), |x| metadata::beam_center("beam_center_x", x)),
-        )?;
-        named(
-            self.beam_center_y
-                .map_or(Ok(()), |y| metadata::beam_center("beam_center_y", y)),
-        )?;
+        named(self.photon_energy_kev.map_or(Ok(()), |e| metadata::photon_energy("photon_energy_kev", e)))?;
+        named(self.detector_distance_m.map_or(Ok(()), |m| metadata::distance("detector_distance_m", m)))?;
+        named(self.beam_center_x.map_or(Ok(()), |x| metadata::beam_center("beam_center_x", x)))?;
+        named(self.beam_center_y.map_or(Ok(()), |y| metadata::beam_center("beam_center_y", y)))?;
         if let Some(mode) = &self.trigger_mode {
             named(metadata::trigger_mode("trigger_mode", mode))?;
-            named(metadata::gate_exposure(
-                "count_time_s",
-                mode,
-                self.count_time_s,
-            ))?;
+            named(metadata::gate_exposure("count_time_s", mode, self.count_time_s))?;
         }
         Ok(())
     }
@@ -214,10 +186,7 @@ pub enum ServiceError {
 }
 
 fn field(field: &'static str, why: impl Into<String>) -> ServiceError {
-    ServiceError::Field {
-        field,
-        why: why.into(),
-    }
+    ServiceError::Field { field, why: why.into() }
 }
 
 /// What the I/O side does after a trigger: send `frames` frames from `first_frame` on, into
@@ -247,15 +216,7 @@ pub struct Service {
 impl Service {
     /// A service writing under `root` (absolute: every path it gives out is).
     pub fn new(root: PathBuf) -> Service {
-        Service {
-            root,
-            state: State::Idle,
-            error: None,
-            current: None,
-            closing: None,
-            last: None,
-            datasets: 0,
-        }
+        Service { root, state: State::Idle, error: None, current: None, closing: None, last: None, datasets: 0 }
     }
 
     pub fn state(&self) -> State {
@@ -286,19 +247,12 @@ impl Service {
     /// asks before it touches anything).
     pub fn can_arm(&self) -> Result<(), ServiceError> {
         if self.closing.is_some() {
-            return Err(ServiceError::State(
-                "closing: the dataset's files are being closed".into(),
-            ));
+            return Err(ServiceError::State("closing: the dataset's files are being closed".into()));
         }
         match self.state {
-            State::Acquiring => Err(ServiceError::State(
-                "acquiring: cancel it, or wait until it ends, before arming".into(),
-            )),
+            State::Acquiring => Err(ServiceError::State("acquiring: cancel it, or wait until it ends, before arming".into())),
             State::Armed if self.current.as_ref().is_some_and(|d| d.triggers_done > 0) => {
-                Err(ServiceError::State(
-                    "armed and triggered: the dataset is under way (disarm or cancel it first)"
-                        .into(),
-                ))
+                Err(ServiceError::State("armed and triggered: the dataset is under way (disarm or cancel it first)".into()))
             }
             _ => Ok(()),
         }
@@ -315,101 +269,42 @@ impl Service {
         self.datasets = number;
         self.state = State::Armed;
         self.error = None;
-        Ok(self.current.insert(Dataset {
-            number,
-            request: req,
-            master,
-            dataset: FRAMES_DATASET,
-            triggers_done: 0,
-            frames_written: 0,
-            cancelled: false,
-            frames_lost: None,
-            summary: None,
-            warning: None,
-        }))
+        Ok(self.current.insert(Dataset { number, request: req, master, dataset: FRAMES_DATASET, triggers_done: 0, frames_written: 0, cancelled: false, frames_lost: None, summary: None, warning: None }))
     }
 
     /// The master file an arm request names, once its fields are in range (what `arm`
     /// checks first: the I/O side may look at the file before arming).
     pub fn master(&self, r: &ArmRequest) -> Result<PathBuf, ServiceError> {
         if r.frames_per_trigger == 0 || r.frames_per_trigger > MAX_FRAMES_PER_TRIGGER {
-            return Err(field(
-                "frames_per_trigger",
-                format!(
-                    "{}; from 1 to {MAX_FRAMES_PER_TRIGGER}",
-                    r.frames_per_trigger
-                ),
-            ));
+            return Err(field("frames_per_trigger", format!("{}; from 1 to {MAX_FRAMES_PER_TRIGGER}", r.frames_per_trigger)));
         }
         if r.pedestal && r.triggers != 1 {
-            return Err(field(
-                "triggers",
-                format!(
-                    "{} for a pedestal dataset, which takes one trigger",
-                    r.triggers
-                ),
-            ));
+            return Err(field("triggers", format!("{} for a pedestal dataset, which takes one trigger", r.triggers)));
         }
         if r.triggers > MAX_TRIGGERS {
-            return Err(field(
-                "triggers",
-                format!("{}; up to {MAX_TRIGGERS} (0: until disarm)", r.triggers),
-            ));
+            return Err(field("triggers", format!("{}; up to {MAX_TRIGGERS} (0: until disarm)", r.triggers)));
         }
         if !(r.period_s.is_finite() && (0.0..=MAX_PERIOD_S).contains(&r.period_s)) {
-            return Err(field(
-                "period_s",
-                format!(
-                    "{}; from 0 (as fast as possible) to {MAX_PERIOD_S} s",
-                    r.period_s
-                ),
-            ));
+            return Err(field("period_s", format!("{}; from 0 (as fast as possible) to {MAX_PERIOD_S} s", r.period_s)));
         }
         r.check_metadata()?;
-        rdaq_proto::times::check(r.count_time_s, r.period_s).map_err(|(name, why)| {
-            field(
-                if name == "frame_time_s" {
-                    "period_s"
-                } else {
-                    "count_time_s"
-                },
-                why,
-            )
-        })?;
+        rdaq_proto::times::check(r.count_time_s, r.period_s).map_err(|(name, why)| field(if name == "frame_time_s" { "period_s" } else { "count_time_s" }, why))?;
         if r.prefix.len() > 200 || !names::is_plain_file_name(&r.prefix) {
-            return Err(field(
-                "prefix",
-                format!("{:?} is not a plain file name", r.prefix),
-            ));
+            return Err(field("prefix", format!("{:?} is not a plain file name", r.prefix)));
         }
         if !names::is_relative_dir(&r.directory) {
-            return Err(field(
-                "directory",
-                format!(
-                    "{:?} is not a directory under the data root (relative, without ..)",
-                    r.directory
-                ),
-            ));
+            return Err(field("directory", format!("{:?} is not a directory under the data root (relative, without ..)", r.directory)));
         }
-        Ok(self
-            .root
-            .join(&r.directory)
-            .join(format!("{}_master.h5", r.prefix)))
+        Ok(self.root.join(&r.directory).join(format!("{}_master.h5", r.prefix)))
     }
 
     /// Starts the next trigger of the armed dataset; refused unless armed.
     pub fn trigger(&mut self) -> Result<Send, ServiceError> {
-        let (State::Armed, Some(d), None) = (self.state, self.current.as_mut(), self.closing)
-        else {
+        let (State::Armed, Some(d), None) = (self.state, self.current.as_mut(), self.closing) else {
             return Err(ServiceError::State(self.why_no_trigger()));
         };
         let r = &d.request;
-        let send = Send {
-            number: d.number,
-            first_frame: d.triggers_done * r.frames_per_trigger,
-            frames: r.frames_per_trigger,
-            period_s: r.period_s,
-        };
+        let send = Send { number: d.number, first_frame: d.triggers_done * r.frames_per_trigger, frames: r.frames_per_trigger, period_s: r.period_s };
         self.state = State::Acquiring;
         Ok(send)
     }
@@ -426,13 +321,7 @@ impl Service {
     /// dataset's files and calls [`Service::closed`]; otherwise the service is armed for the
     /// next trigger.
     pub fn trigger_done(&mut self) -> bool {
-        let Some(d) = self
-            .current
-            .as_mut()
-            .filter(|_| self.state == State::Acquiring)
-        else {
-            return false;
-        };
+        let Some(d) = self.current.as_mut().filter(|_| self.state == State::Acquiring) else { return false };
         d.triggers_done += 1;
         let more = d.request.triggers == 0 || d.triggers_done < d.request.triggers;
         if more && self.closing.is_none() {
@@ -456,9 +345,7 @@ impl Service {
         if let Some(d) = self.current.as_mut() {
             d.summary = Some(summary);
             d.frames_lost = frames_lost;
-            d.warning = frames_lost.filter(|&n| n > 0).map(|n| {
-                format!("{n} frames lost: not in the files (the summary says which and why)")
-            });
+            d.warning = frames_lost.filter(|&n| n > 0).map(|n| format!("{n} frames lost: not in the files (the summary says which and why)"));
         }
     }
 
@@ -471,20 +358,12 @@ impl Service {
             return Ok(false);
         }
         match (self.state, &self.current) {
-            (State::Acquiring, _) => {
-                Err(ServiceError::State("acquiring: cancel it instead".into()))
-            }
-            (State::Armed, Some(d)) if d.triggers_done > 0 && d.request.triggers == 0 => {
-                Ok(self.close(false))
-            }
+            (State::Acquiring, _) => Err(ServiceError::State("acquiring: cancel it instead".into())),
+            (State::Armed, Some(d)) if d.triggers_done > 0 && d.request.triggers == 0 => Ok(self.close(false)),
             (State::Armed, Some(d)) if d.triggers_done > 0 => self.cancel(),
             _ => {
                 self.current = None;
-                self.state = if self.state == State::Error {
-                    State::Error
-                } else {
-                    State::Idle
-                };
+                self.state = if self.state == State::Error { State::Error } else { State::Idle };
                 Ok(false)
             }
         }
@@ -506,10 +385,7 @@ impl Service {
     /// the files close asks nothing more.
     pub fn cancel(&mut self) -> Result<bool, ServiceError> {
         let Some(d) = &self.current else {
-            return Err(ServiceError::State(format!(
-                "{}: nothing to cancel",
-                self.state_name()
-            )));
+            return Err(ServiceError::State(format!("{}: nothing to cancel", self.state_name())));
         };
         if self.state == State::Armed && d.triggers_done == 0 {
             self.end(true);
@@ -540,12 +416,8 @@ impl Service {
     /// Why a trigger is refused now, and what would let one through.
     fn why_no_trigger(&self) -> String {
         match (&self.current, self.closing) {
-            (Some(_), Some(true)) => {
-                "cancelling: the dataset's files are being closed; arm the next one".into()
-            }
-            (Some(_), Some(false)) => {
-                "closing: the dataset's files are being closed; arm the next one".into()
-            }
+            (Some(_), Some(true)) => "cancelling: the dataset's files are being closed; arm the next one".into(),
+            (Some(_), Some(false)) => "closing: the dataset's files are being closed; arm the next one".into(),
             (Some(d), None) if self.state == State::Acquiring => {
                 format!("acquiring: trigger {} of dataset {} is under way; the next is taken once its frames are written (state armed)", d.triggers_done + 1, d.number)
             }
@@ -570,22 +442,7 @@ mod tests {
     use super::*;
 
     fn arm(frames: u64, triggers: u64) -> ArmRequest {
-        ArmRequest {
-            frames_per_trigger: frames,
-            triggers,
-            period_s: 0.01,
-            count_time_s: 0.0,
-            directory: "run1".into(),
-            prefix: "sample".into(),
-            process: true,
-            sample_name: String::new(),
-            photon_energy_kev: None,
-            detector_distance_m: None,
-            beam_center_x: None,
-            beam_center_y: None,
-            trigger_mode: None,
-            pedestal: false,
-        }
+        ArmRequest { frames_per_trigger: frames, triggers, period_s: 0.01, count_time_s: 0.0, directory: "run1".into(), prefix: "sample".into(), process: true, sample_name: String::new(), photon_energy_kev: None, detector_distance_m: None, beam_center_x: None, beam_center_y: None, trigger_mode: None, pedestal: false }
     }
 
     #[test]
@@ -593,44 +450,22 @@ mod tests {
         let mut s = Service::new("/data".into());
         for n in 1..=3 {
             let d = s.arm(arm(5, 2)).unwrap();
-            assert_eq!(
-                (d.number, d.master.as_path(), d.dataset),
-                (n, Path::new("/data/run1/sample_master.h5"), FRAMES_DATASET)
-            );
-            assert_eq!(
-                s.trigger().unwrap(),
-                Send {
-                    number: n,
-                    first_frame: 0,
-                    frames: 5,
-                    period_s: 0.01
-                }
-            );
+            assert_eq!((d.number, d.master.as_path(), d.dataset), (n, Path::new("/data/run1/sample_master.h5"), FRAMES_DATASET));
+            assert_eq!(s.trigger().unwrap(), Send { number: n, first_frame: 0, frames: 5, period_s: 0.01 });
             assert_eq!(s.state(), State::Acquiring);
             s.written(3);
             s.written(2);
-            assert_eq!(
-                s.dataset().unwrap().frames_written,
-                3,
-                "the count never goes back"
-            );
+            assert_eq!(s.dataset().unwrap().frames_written, 3, "the count never goes back");
             assert!(!s.trigger_done());
             assert_eq!(s.state(), State::Armed, "one trigger left");
             assert_eq!(s.trigger().unwrap().first_frame, 5);
             s.written(10);
             assert!(s.trigger_done(), "the last trigger: close the files");
-            assert_eq!(
-                s.state(),
-                State::Acquiring,
-                "acquiring until the files are closed"
-            );
+            assert_eq!(s.state(), State::Acquiring, "acquiring until the files are closed");
             s.closed(serde_json::json!({ "frames_complete": 10 }), Some(0));
             assert_eq!(s.state(), State::Idle);
             let d = s.dataset().unwrap();
-            assert_eq!(
-                (d.number, d.triggers_done, d.frames_written, d.cancelled),
-                (n, 2, 10, false)
-            );
+            assert_eq!((d.number, d.triggers_done, d.frames_written, d.cancelled), (n, 2, 10, false));
             assert_eq!(d.summary.as_ref().unwrap()["frames_complete"], 10);
             assert_eq!(d.frames_lost, Some(0));
         }
@@ -639,28 +474,13 @@ mod tests {
     #[test]
     fn what_a_state_does_not_allow_is_refused_and_changes_nothing() {
         let mut s = Service::new("/data".into());
-        assert!(
-            matches!(s.trigger(), Err(ServiceError::State(m)) if m.contains("arm first")),
-            "trigger before arm"
-        );
+        assert!(matches!(s.trigger(), Err(ServiceError::State(m)) if m.contains("arm first")), "trigger before arm");
         assert!(s.cancel().is_err());
         s.arm(arm(5, 1)).unwrap();
-        let again = s
-            .arm(ArmRequest {
-                prefix: "other".into(),
-                ..arm(7, 1)
-            })
-            .unwrap();
-        assert_eq!(
-            (again.number, again.request.frames_per_trigger),
-            (1, 7),
-            "re-arming replaces the arm"
-        );
+        let again = s.arm(ArmRequest { prefix: "other".into(), ..arm(7, 1) }).unwrap();
+        assert_eq!((again.number, again.request.frames_per_trigger), (1, 7), "re-arming replaces the arm");
         s.trigger().unwrap();
-        assert!(
-            matches!(s.arm(arm(5, 1)), Err(ServiceError::State(_))),
-            "a second arm while acquiring"
-        );
+        assert!(matches!(s.arm(arm(5, 1)), Err(ServiceError::State(_))), "a second arm while acquiring");
         assert!(s.disarm().is_err(), "disarm while acquiring");
         assert!(s.trigger().is_err(), "trigger while acquiring");
         assert_eq!(s.state(), State::Acquiring);
@@ -669,17 +489,10 @@ mod tests {
         assert!(s.arm(arm(5, 1)).is_err(), "arm while the files close");
         assert!(s.trigger_done(), "a cancelled trigger closes");
         s.closed(serde_json::Value::Null, None);
-        assert_eq!(
-            (s.state(), s.dataset().unwrap().cancelled),
-            (State::Idle, true)
-        );
+        assert_eq!((s.state(), s.dataset().unwrap().cancelled), (State::Idle, true));
         s.arm(arm(5, 1)).unwrap();
         assert_eq!(s.disarm(), Ok(false));
-        assert_eq!(
-            (s.state(), s.dataset().unwrap().number),
-            (State::Idle, 1),
-            "a dropped arm leaves the last dataset as it was"
-        );
+        assert_eq!((s.state(), s.dataset().unwrap().number), (State::Idle, 1), "a dropped arm leaves the last dataset as it was");
         s.arm(arm(5, 1)).unwrap();
         assert_eq!(s.cancel(), Ok(false), "an arm not triggered ends at once");
         assert_eq!(s.state(), State::Idle);
@@ -697,11 +510,7 @@ mod tests {
         assert_eq!(s.disarm(), Ok(false), "asked once");
         s.closed(serde_json::Value::Null, None);
         let d = s.dataset().unwrap();
-        assert_eq!(
-            (s.state(), d.triggers_done, d.cancelled),
-            (State::Idle, 5, false),
-            "a normal end"
-        );
+        assert_eq!((s.state(), d.triggers_done, d.cancelled), (State::Idle, 5, false), "a normal end");
     }
 
     #[test]
@@ -714,10 +523,7 @@ mod tests {
         assert!(s.trigger().is_err(), "no trigger while the files close");
         s.closed(serde_json::Value::Null, None);
         let d = s.dataset().unwrap();
-        assert_eq!(
-            (s.state(), d.triggers_done, d.cancelled),
-            (State::Idle, 1, true)
-        );
+        assert_eq!((s.state(), d.triggers_done, d.cancelled), (State::Idle, 1, true));
     }
 
     #[test]
@@ -726,10 +532,7 @@ mod tests {
         s.arm(arm(5, 1)).unwrap();
         s.trigger().unwrap();
         s.fail("receiver dr0: disk full".into());
-        assert_eq!(
-            (s.state(), s.error()),
-            (State::Error, Some("receiver dr0: disk full"))
-        );
+        assert_eq!((s.state(), s.error()), (State::Error, Some("receiver dr0: disk full")));
         assert!(s.dataset().unwrap().cancelled);
         assert!(s.trigger().is_err());
         s.arm(arm(5, 1)).unwrap();
@@ -744,186 +547,43 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(bad(&mut s, arm(0, 1)), "frames_per_trigger");
-        assert_eq!(
-            bad(&mut s, arm(MAX_FRAMES_PER_TRIGGER + 1, 1)),
-            "frames_per_trigger"
-        );
+        assert_eq!(bad(&mut s, arm(MAX_FRAMES_PER_TRIGGER + 1, 1)), "frames_per_trigger");
         assert_eq!(bad(&mut s, arm(1, MAX_TRIGGERS + 1)), "triggers");
         assert_eq!(bad(&mut s, arm(1, u64::MAX)), "triggers");
         for p in [f64::NAN, -1.0, f64::INFINITY, 1e9] {
-            assert_eq!(
-                bad(
-                    &mut s,
-                    ArmRequest {
-                        period_s: p,
-                        ..arm(1, 1)
-                    }
-                ),
-                "period_s",
-                "{p}"
-            );
-            assert_eq!(
-                bad(
-                    &mut s,
-                    ArmRequest {
-                        count_time_s: p,
-                        ..arm(1, 1)
-                    }
-                ),
-                "count_time_s",
-                "{p}"
-            );
+            assert_eq!(bad(&mut s, ArmRequest { period_s: p, ..arm(1, 1) }), "period_s", "{p}");
+            assert_eq!(bad(&mut s, ArmRequest { count_time_s: p, ..arm(1, 1) }), "count_time_s", "{p}");
         }
-        assert_eq!(
-            bad(
-                &mut s,
-                ArmRequest {
-                    count_time_s: 0.02,
-                    ..arm(1, 1)
-                }
-            ),
-            "count_time_s",
-            "longer than the period"
-        );
-        assert_eq!(
-            bad(
-                &mut s,
-                ArmRequest {
-                    photon_energy_kev: Some(0.0),
-                    ..arm(1, 1)
-                }
-            ),
-            "photon_energy_kev"
-        );
-        assert_eq!(
-            bad(
-                &mut s,
-                ArmRequest {
-                    detector_distance_m: Some(-0.1),
-                    ..arm(1, 1)
-                }
-            ),
-            "detector_distance_m"
-        );
-        assert_eq!(
-            bad(
-                &mut s,
-                ArmRequest {
-                    beam_center_y: Some(f64::NAN),
-                    ..arm(1, 1)
-                }
-            ),
-            "beam_center_y"
-        );
-        assert_eq!(
-            bad(
-                &mut s,
-                ArmRequest {
-                    sample_name: "a\tb".into(),
-                    ..arm(1, 1)
-                }
-            ),
-            "sample_name"
-        );
-        assert_eq!(
-            bad(
-                &mut s,
-                ArmRequest {
-                    trigger_mode: Some("edge".into()),
-                    ..arm(1, 1)
-                }
-            ),
-            "trigger_mode"
-        );
-        assert_eq!(
-            bad(
-                &mut s,
-                ArmRequest {
-                    pedestal: true,
-                    ..arm(30, 2)
-                }
-            ),
-            "triggers",
-            "a pedestal is one trigger"
-        );
-        let gate = |count_time_s| ArmRequest {
-            trigger_mode: Some("gate".into()),
-            count_time_s,
-            ..arm(1, 1)
-        };
-        assert_eq!(
-            bad(&mut s, gate(0.005)),
-            "count_time_s",
-            "a gate sets the exposure"
-        );
+        assert_eq!(bad(&mut s, ArmRequest { count_time_s: 0.02, ..arm(1, 1) }), "count_time_s", "longer than the period");
+        assert_eq!(bad(&mut s, ArmRequest { photon_energy_kev: Some(0.0), ..arm(1, 1) }), "photon_energy_kev");
+        assert_eq!(bad(&mut s, ArmRequest { detector_distance_m: Some(-0.1), ..arm(1, 1) }), "detector_distance_m");
+        assert_eq!(bad(&mut s, ArmRequest { beam_center_y: Some(f64::NAN), ..arm(1, 1) }), "beam_center_y");
+        assert_eq!(bad(&mut s, ArmRequest { sample_name: "a\tb".into(), ..arm(1, 1) }), "sample_name");
+        assert_eq!(bad(&mut s, ArmRequest { trigger_mode: Some("edge".into()), ..arm(1, 1) }), "trigger_mode");
+        assert_eq!(bad(&mut s, ArmRequest { pedestal: true, ..arm(30, 2) }), "triggers", "a pedestal is one trigger");
+        let gate = |count_time_s| ArmRequest { trigger_mode: Some("gate".into()), count_time_s, ..arm(1, 1) };
+        assert_eq!(bad(&mut s, gate(0.005)), "count_time_s", "a gate sets the exposure");
         for d in ["../elsewhere", "/etc", "a/../../b", "run\n1"] {
-            assert_eq!(
-                bad(
-                    &mut s,
-                    ArmRequest {
-                        directory: d.into(),
-                        ..arm(1, 1)
-                    }
-                ),
-                "directory",
-                "{d}"
-            );
+            assert_eq!(bad(&mut s, ArmRequest { directory: d.into(), ..arm(1, 1) }), "directory", "{d}");
         }
         for p in ["", "a/b", "..", ".hidden", "x\ny"] {
-            assert_eq!(
-                bad(
-                    &mut s,
-                    ArmRequest {
-                        prefix: p.into(),
-                        ..arm(1, 1)
-                    }
-                ),
-                "prefix",
-                "{p:?}"
-            );
+            assert_eq!(bad(&mut s, ArmRequest { prefix: p.into(), ..arm(1, 1) }), "prefix", "{p:?}");
         }
         assert_eq!(s.state(), State::Idle, "refused arms changed nothing");
-        let d = s
-            .arm(ArmRequest {
-                directory: "".into(),
-                ..arm(1, 1)
-            })
-            .unwrap();
-        assert_eq!(
-            d.master,
-            Path::new("/data/sample_master.h5"),
-            "no directory: the root"
-        );
+        let d = s.arm(ArmRequest { directory: "".into(), ..arm(1, 1) }).unwrap();
+        assert_eq!(d.master, Path::new("/data/sample_master.h5"), "no directory: the root");
         let sections = s.arm(gate(0.0)).unwrap().request.metadata_sections();
-        assert_eq!(
-            sections["detector"]["trigger_mode"].as_str(),
-            Some("gate"),
-            "the mode goes to the configuration"
-        );
-        assert!(
-            arm(1, 1).metadata_sections().is_empty(),
-            "no mode given: the configuration's"
-        );
+        assert_eq!(sections["detector"]["trigger_mode"].as_str(), Some("gate"), "the mode goes to the configuration");
+        assert!(arm(1, 1).metadata_sections().is_empty(), "no mode given: the configuration's");
     }
 
     #[test]
     fn an_arm_request_names_its_fields_and_refuses_others() {
-        let r: ArmRequest =
-            serde_json::from_str(r#"{"frames_per_trigger": 10, "prefix": "s"}"#).unwrap();
-        assert_eq!(
-            (r.triggers, r.period_s, r.directory.as_str(), r.process),
-            (1, 0.0, "", true)
-        );
-        let e = serde_json::from_str::<ArmRequest>(
-            r#"{"frames_per_trigger": 10, "prefix": "s", "colour": 1}"#,
-        )
-        .unwrap_err();
+        let r: ArmRequest = serde_json::from_str(r#"{"frames_per_trigger": 10, "prefix": "s"}"#).unwrap();
+        assert_eq!((r.triggers, r.period_s, r.directory.as_str(), r.process), (1, 0.0, "", true));
+        let e = serde_json::from_str::<ArmRequest>(r#"{"frames_per_trigger": 10, "prefix": "s", "colour": 1}"#).unwrap_err();
         assert!(e.to_string().contains("colour"), "{e}");
-        assert!(
-            serde_json::from_str::<ArmRequest>(r#"{"frames_per_trigger": -3, "prefix": "s"}"#)
-                .is_err(),
-            "negative frames"
-        );
+        assert!(serde_json::from_str::<ArmRequest>(r#"{"frames_per_trigger": -3, "prefix": "s"}"#).is_err(), "negative frames");
     }
 
     #[test]
@@ -934,13 +594,7 @@ mod tests {
         assert!(s.trigger_done());
         s.closed(serde_json::Value::Null, Some(3));
         let d = s.dataset().unwrap();
-        assert_eq!(
-            (s.state(), d.warning.as_deref()),
-            (
-                State::Idle,
-                Some("3 frames lost: not in the files (the summary says which and why)")
-            )
-        );
+        assert_eq!((s.state(), d.warning.as_deref()), (State::Idle, Some("3 frames lost: not in the files (the summary says which and why)")));
         s.arm(arm(5, 1)).unwrap();
         s.trigger().unwrap();
         assert!(s.trigger_done());

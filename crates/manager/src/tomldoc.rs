@@ -19,9 +19,7 @@ pub struct TomlError {
 impl fmt::Display for TomlError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.field.is_empty(), self.at) {
-            (false, Some((l, c))) => {
-                write!(f, "{} (line {l}, column {c}): {}", self.field, self.message)
-            }
+            (false, Some((l, c))) => write!(f, "{} (line {l}, column {c}): {}", self.field, self.message),
             (false, None) => write!(f, "{}: {}", self.field, self.message),
             (true, Some((l, c))) => write!(f, "line {l}, column {c}: {}", self.message),
             (true, None) => f.write_str(&self.message),
@@ -38,11 +36,7 @@ pub fn parse<T: DeserializeOwned>(text: &str) -> Result<T, TomlError> {
         let field = e.path().to_string();
         let inner = e.into_inner();
         let at = inner.span().map(|s| line_column(text, s.start));
-        TomlError {
-            field: if field == "." { String::new() } else { field },
-            at,
-            message: inner.message().trim().to_string(),
-        }
+        TomlError { field: if field == "." { String::new() } else { field }, at, message: inner.message().trim().to_string() }
     })
 }
 
@@ -78,15 +72,8 @@ mod tests {
         let e = parse::<Doc>("# comment\n[detector]\nmodules = \"two\"\n").unwrap_err();
         assert_eq!(e.field, "detector.modules");
         assert_eq!(e.at, Some((3, 11)));
-        assert!(
-            e.message
-                .contains("invalid type: string \"two\", expected u16"),
-            "{e}"
-        );
-        assert_eq!(
-            e.to_string(),
-            format!("detector.modules (line 3, column 11): {}", e.message)
-        );
+        assert!(e.message.contains("invalid type: string \"two\", expected u16"), "{e}");
+        assert_eq!(e.to_string(), format!("detector.modules (line 3, column 11): {}", e.message));
     }
 
     #[test]
@@ -96,12 +83,6 @@ mod tests {
         assert!(e.to_string().contains("line 2"), "{e}");
         let e = parse::<Doc>("[detector\n").unwrap_err();
         assert!(e.to_string().starts_with("line 1"), "{e}");
-        assert_eq!(
-            parse::<Doc>("[detector]\nmodules = 3\n")
-                .unwrap()
-                .detector
-                .modules,
-            3
-        );
+        assert_eq!(parse::<Doc>("[detector]\nmodules = 3\n").unwrap().detector.modules, 3);
     }
 }

@@ -147,14 +147,7 @@ fn payload() -> u32 {
 
 impl Default for TransferSpec {
     fn default() -> Self {
-        TransferSpec {
-            mode: TransferMode::default(),
-            receivers: None,
-            groups: 1,
-            payload_bytes: payload(),
-            checksum: false,
-            roce_mtu: None,
-        }
+        TransferSpec { mode: TransferMode::default(), receivers: None, groups: 1, payload_bytes: payload(), checksum: false, roce_mtu: None }
     }
 }
 
@@ -164,9 +157,7 @@ pub enum TopologyError {
     Parse(crate::tomldoc::TomlError),
     #[error("detector.modules must be at least 1")]
     NoModules,
-    #[error(
-        "detector.module_cols {cols} does not divide detector.modules {modules} into whole rows"
-    )]
+    #[error("detector.module_cols {cols} does not divide detector.modules {modules} into whole rows")]
     Geometry { modules: u16, cols: u16 },
     #[error("receivers: at least one data receiver is needed")]
     NoReceivers,
@@ -196,12 +187,7 @@ pub enum TopologyError {
     #[error("receiver {0} answered with a buffer map that does not match its buffer request")]
     BadBufferMap(String),
     #[error("receivers.{name}.memory_mib: {memory_mib} MiB holds {slots} frames of {slot_mib:.1} MiB for this plan; it needs at least {MIN_SLOTS}")]
-    BuffersTooSmall {
-        name: String,
-        memory_mib: u64,
-        slots: u64,
-        slot_mib: f64,
-    },
+    BuffersTooSmall { name: String, memory_mib: u64, slots: u64, slot_mib: f64 },
 }
 
 impl Topology {
@@ -221,15 +207,7 @@ impl Topology {
     pub fn participants(&self) -> Vec<usize> {
         match &self.transfer.receivers {
             None => (0..self.receivers.len()).collect(),
-            Some(names) => names
-                .iter()
-                .map(|n| {
-                    self.receivers
-                        .iter()
-                        .position(|r| &r.name == n)
-                        .expect("checked")
-                })
-                .collect(),
+            Some(names) => names.iter().map(|n| self.receivers.iter().position(|r| &r.name == n).expect("checked")).collect(),
         }
     }
 
@@ -240,10 +218,7 @@ impl Topology {
             return Err(TopologyError::NoModules);
         }
         if Geometry::new(d.modules, d.module_cols, d.gap_x, d.gap_y).is_none() {
-            return Err(TopologyError::Geometry {
-                modules: d.modules,
-                cols: d.module_cols,
-            });
+            return Err(TopologyError::Geometry { modules: d.modules, cols: d.module_cols });
         }
         if d.gap_x.max(d.gap_y) > MAX_GAP {
             return Err(TopologyError::Detector(format!("detector.gap_x and gap_y must be at most {MAX_GAP} pixels (a module's width), not {} and {}", d.gap_x, d.gap_y)));
@@ -284,23 +259,12 @@ impl Topology {
 impl Topology {
     /// Each receiver's Stream V2 endpoint ("none": off), as given or by default.
     pub fn streams(&self) -> Vec<String> {
-        self.receivers
-            .iter()
-            .enumerate()
-            .map(|(k, r)| {
-                r.stream
-                    .clone()
-                    .unwrap_or_else(|| ReceiverSpec::default_stream(k))
-            })
-            .collect()
+        self.receivers.iter().enumerate().map(|(k, r)| r.stream.clone().unwrap_or_else(|| ReceiverSpec::default_stream(k))).collect()
     }
 
     /// Each receiver's preview endpoint ("none": off, the default).
     pub fn previews(&self) -> Vec<String> {
-        self.receivers
-            .iter()
-            .map(|r| r.preview.clone().unwrap_or_else(|| "none".into()))
-            .collect()
+        self.receivers.iter().map(|r| r.preview.clone().unwrap_or_else(|| "none".into())).collect()
     }
 
     /// No two streams or previews of one host (the receivers' control address) publish on
@@ -308,11 +272,7 @@ impl Topology {
     /// wildcard bind takes the port on every address).
     fn check_streams(&self) -> Result<(), TopologyError> {
         let mut seen = HashSet::new();
-        let endpoints = self
-            .streams()
-            .into_iter()
-            .map(|e| ("stream", e))
-            .zip(self.previews().into_iter().map(|e| ("preview", e)));
+        let endpoints = self.streams().into_iter().map(|e| ("stream", e)).zip(self.previews().into_iter().map(|e| ("preview", e)));
         for (r, (stream, preview)) in self.receivers.iter().zip(endpoints) {
             for (field, e) in [stream, preview] {
                 let key = match e.strip_prefix("tcp://").and_then(|a| a.rsplit_once(':')) {

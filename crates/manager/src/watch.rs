@@ -17,10 +17,7 @@ pub struct Heartbeats {
 impl Heartbeats {
     /// A receiver that misses `allowed` heartbeats in a row counts as dead.
     pub fn new(allowed: u32) -> Heartbeats {
-        Heartbeats {
-            allowed: allowed.max(1),
-            missed: BTreeMap::new(),
-        }
+        Heartbeats { allowed: allowed.max(1), missed: BTreeMap::new() }
     }
 
     /// Notes whether receiver `r` answered this heartbeat; true when this miss makes it dead
@@ -59,30 +56,18 @@ pub struct Reported {
 /// receiver its epoch sent it to is alive and reported it complete; it is lost when one of
 /// them died, or when none reported it at all (a frame finished incomplete is counted as
 /// incomplete, not lost).
-pub fn tally(
-    frames: u64,
-    epochs: &[Epoch],
-    dead: &BTreeSet<String>,
-    r: &Reported,
-) -> (u64, Vec<u64>) {
+pub fn tally(frames: u64, epochs: &[Epoch], dead: &BTreeSet<String>, r: &Reported) -> (u64, Vec<u64>) {
     let mut lost = Vec::new();
     let mut complete = 0;
     for f in 0..frames {
-        let epoch = epochs
-            .iter()
-            .rev()
-            .find(|e| e.from_frame <= f)
-            .expect("epoch 0 covers frame 0");
+        let epoch = epochs.iter().rev().find(|e| e.from_frame <= f).expect("epoch 0 covers frame 0");
         let mut to: BTreeSet<&str> = BTreeSet::new();
         for d in &epoch.dtps {
             d.destinations(f, |i, _| {
                 to.insert(d.routes[i].receiver.as_str());
             });
         }
-        if to
-            .iter()
-            .all(|name| !dead.contains(*name) && r.complete.contains(&(name.to_string(), f)))
-        {
+        if to.iter().all(|name| !dead.contains(*name) && r.complete.contains(&(name.to_string(), f))) {
             complete += 1;
         } else if !r.incomplete.contains(&f) || to.iter().any(|n| dead.contains(*n)) {
             lost.push(f);
@@ -124,25 +109,13 @@ mod tests {
                 module_bytes: req.module_bytes,
                 payload_bytes: req.payload_bytes,
                 data_ports: (0..req.modules.len() as u16).map(|m| 50000 + m).collect(),
-                buffers: (0..req.slots as u32)
-                    .map(|i| LocalBufferInfo {
-                        id: i,
-                        key: 1,
-                        size: req.module_bytes * req.modules.len() as u64,
-                        va: 0,
-                    })
-                    .collect(),
+                buffers: (0..req.slots as u32).map(|i| LocalBufferInfo { id: i, key: 1, size: req.module_bytes * req.modules.len() as u64, va: 0 }).collect(),
                 checksum: false,
                 roce: Vec::new(),
             })
             .collect();
         let dtps = plan.module_dtps(&t, &maps).unwrap();
-        Epoch {
-            from_frame: 0,
-            receivers: vec!["dr0".into(), "dr1".into()],
-            reason: "initial plan".into(),
-            dtps,
-        }
+        Epoch { from_frame: 0, receivers: vec!["dr0".into(), "dr1".into()], reason: "initial plan".into(), dtps }
     }
 
     #[test]
@@ -150,8 +123,7 @@ mod tests {
         let e = [temporal_epoch()];
         let mut r = Reported::default();
         for f in 0..4 {
-            r.complete
-                .insert((if f % 2 == 0 { "dr0" } else { "dr1" }.to_string(), f));
+            r.complete.insert((if f % 2 == 0 { "dr0" } else { "dr1" }.to_string(), f));
         }
         r.incomplete.insert(5);
         let none = BTreeSet::new();

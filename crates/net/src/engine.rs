@@ -53,10 +53,7 @@ impl fmt::Display for EngineKind {
 impl FromStr for EngineKind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        EngineKind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown engine {s:?} (recvmmsg, io_uring or af_xdp)"))
+        EngineKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| format!("unknown engine {s:?} (recvmmsg, io_uring or af_xdp)"))
     }
 }
 
@@ -79,33 +76,18 @@ pub struct EngineSpec<'a> {
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("{engine} engine: {source}")]
-    Io {
-        engine: EngineKind,
-        source: io::Error,
-    },
+    Io { engine: EngineKind, source: io::Error },
     #[error(transparent)]
     Xdp(#[from] XdpError),
-    #[error(
-        "RoCEv2 needs whole frames (the CRC covers the IP header): use the af_xdp engine, not {0}"
-    )]
+    #[error("RoCEv2 needs whole frames (the CRC covers the IP header): use the af_xdp engine, not {0}")]
     RoceNeedsXdp(EngineKind),
 }
 
 /// A receive engine of any kind.
 pub enum Engine {
-    Recvmmsg {
-        rx: MmsgReceiver,
-        fds: Vec<OwnedFd>,
-        queue: usize,
-    },
-    IoUring {
-        rx: UringReceiver,
-        queue: usize,
-    },
-    AfXdp {
-        x: XdpReceiver,
-        kernel: KernelPath,
-    },
+    Recvmmsg { rx: MmsgReceiver, fds: Vec<OwnedFd>, queue: usize },
+    IoUring { rx: UringReceiver, queue: usize },
+    AfXdp { x: XdpReceiver, kernel: KernelPath },
 }
 
 /// The data sockets beside AF_XDP: queues after the interface's.
@@ -122,63 +104,26 @@ pub struct KernelPath {
 pub const KERNEL_PATH_EVERY: Duration = Duration::from_millis(1);
 
 fn dup_all(sockets: &[UdpSocket]) -> io::Result<Vec<OwnedFd>> {
-    sockets
-        .iter()
-        .map(|s| s.try_clone().map(OwnedFd::from))
-        .collect()
+    sockets.iter().map(|s| s.try_clone().map(OwnedFd::from)).collect()
 }
 
 impl Engine {
     pub fn open(kind: EngineKind, spec: &EngineSpec<'_>) -> Result<Engine, EngineError> {
-        let io = |source| EngineError::Io {
-            engine: kind,
-            source,
-        };
+        let io = |source| EngineError::Io { engine: kind, source };
         if spec.roce.is_some() && kind != EngineKind::AfXdp {
             return Err(EngineError::RoceNeedsXdp(kind));
         }
         Ok(match kind {
-            EngineKind::Recvmmsg => Engine::Recvmmsg {
-                rx: MmsgReceiver::new(spec.batch, spec.hdr_len, spec.landing_len),
-                fds: dup_all(spec.sockets).map_err(io)?,
-                queue: 0,
-            },
+            EngineKind::Recvmmsg => Engine::Recvmmsg { rx: MmsgReceiver::new(spec.batch, spec.hdr_len, spec.landing_len), fds: dup_all(spec.sockets).map_err(io)?, queue: 0 },
             EngineKind::IoUring => {
-                let rx = UringReceiver::new(
-                    dup_all(spec.sockets).map_err(io)?,
-                    spec.batch,
-                    spec.hdr_len,
-                    spec.landing_len,
-                )
-                .map_err(io)?;
+                let rx = UringReceiver::new(dup_all(spec.sockets).map_err(io)?, spec.batch, spec.hdr_len, spec.landing_len).map_err(io)?;
                 Engine::IoUring { rx, queue: 0 }
             }
             EngineKind::AfXdp => {
-                let ports = spec
-                    .sockets
-                    .iter()
-                    .map(|s| s.local_addr().map(|a| a.port()))
-                    .collect::<io::Result<Vec<_>>>()
-                    .map_err(io)?;
-                let x = XdpSpec {
-                    bind: spec.bind,
-                    ports,
-                    batch: spec.batch,
-                    hdr_len: spec.hdr_len,
-                    landing_len: spec.landing_len,
-                    umem_bytes: spec.buffer_bytes,
-                    roce: spec.roce.clone(),
-                };
-                let kernel = KernelPath {
-                    rx: MmsgReceiver::new(spec.batch, spec.hdr_len, spec.landing_len),
-                    fds: dup_all(spec.sockets).map_err(io)?,
-                    last: None,
-                    polled: vec![Instant::now(); spec.sockets.len()],
-                };
-                Engine::AfXdp {
-                    x: XdpReceiver::open(&x)?,
-                    kernel,
-                }
+                let ports = spec.sockets.iter().map(|s| s.local_addr().map(|a| a.port())).collect::<io::Result<Vec<_>>>().map_err(io)?;
+                let x = XdpSpec { bind: spec.bind, ports, batch: spec.batch, hdr_len: spec.hdr_len, landing_len: spec.landing_len, umem_bytes: spec.buffer_bytes, roce: spec.roce.clone() };
+                let kernel = KernelPath { rx: MmsgReceiver::new(spec.batch, spec.hdr_len, spec.landing_len), fds: dup_all(spec.sockets).map_err(io)?, last: None, polled: vec![Instant::now(); spec.sockets.len()] };
+                Engine::AfXdp { x: XdpReceiver::open(&x)?, kernel }
             }
         })
     }
@@ -219,18 +164,11 @@ impl Engine {
 
     /// File descriptors to poll for readiness, one per queue.
     pub fn pollfds(&self) -> Vec<libc::pollfd> {
-        let fd = |fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let fd = |fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         match self {
             Engine::Recvmmsg { fds, .. } => fds.iter().map(|f| fd(f.as_raw_fd())).collect(),
             Engine::IoUring { rx, .. } => rx.fds().map(fd).collect(),
-            Engine::AfXdp { x, kernel } => (0..x.queues())
-                .map(|q| fd(x.fd(q)))
-                .chain(kernel.fds.iter().map(|f| fd(f.as_raw_fd())))
-                .collect(),
+            Engine::AfXdp { x, kernel } => (0..x.queues()).map(|q| fd(x.fd(q))).chain(kernel.fds.iter().map(|f| fd(f.as_raw_fd()))).collect(),
         }
     }
 
@@ -248,12 +186,7 @@ impl Engine {
             Engine::IoUring { rx, .. } => rx.batch().stats,
             Engine::AfXdp { x, kernel } => {
                 let k = kernel.rx.stats;
-                RecvStats {
-                    datagrams: x.stats.datagrams + k.datagrams,
-                    bytes: x.stats.bytes + k.bytes,
-                    syscalls: k.syscalls,
-                    oversized: x.stats.oversized + k.oversized,
-                }
+                RecvStats { datagrams: x.stats.datagrams + k.datagrams, bytes: x.stats.bytes + k.bytes, syscalls: k.syscalls, oversized: x.stats.oversized + k.oversized }
             }
         }
     }
@@ -283,11 +216,7 @@ impl Engine {
     /// Every pointer `land` returns must be valid for writes of `landing_len` bytes during
     /// the call, and for reads until the next call or the engine's drop ([`Batch::payload`]
     /// reads it); nothing else may write that memory in that time.
-    pub unsafe fn recv(
-        &mut self,
-        queue: usize,
-        mut land: impl FnMut(usize) -> Option<*mut u8>,
-    ) -> io::Result<usize> {
+    pub unsafe fn recv(&mut self, queue: usize, mut land: impl FnMut(usize) -> Option<*mut u8>) -> io::Result<usize> {
         match self {
             Engine::Recvmmsg { rx, fds, queue: q } => {
                 *q = queue;

@@ -17,9 +17,7 @@ pub struct Interface {
 impl Interface {
     /// The interface that holds `ip`, if one does (0.0.0.0 names none).
     pub fn holding(ip: Ipv4Addr) -> io::Result<Option<Interface>> {
-        let Some(name) = name_holding(ip)? else {
-            return Ok(None);
-        };
+        let Some(name) = name_holding(ip)? else { return Ok(None) };
         let c = std::ffi::CString::new(name.clone()).expect("interface names hold no NUL");
         // SAFETY: `c` is a valid NUL-terminated string.
         let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
@@ -29,15 +27,8 @@ impl Interface {
         // ioctls, not /sys: sysfs shows the namespace it was mounted in, not the caller's
         let mtu = ifreq_ioctl(&name, libc::SIOCGIFMTU, None).map_or(1500, |r| r as u32);
         let rx_queues = rx_queues(&name).unwrap_or(1).max(1);
-        let loopback = ifreq_ioctl(&name, libc::SIOCGIFFLAGS, None)
-            .is_some_and(|f| f & libc::IFF_LOOPBACK != 0);
-        Ok(Some(Interface {
-            name,
-            index,
-            mtu,
-            rx_queues,
-            loopback,
-        }))
+        let loopback = ifreq_ioctl(&name, libc::SIOCGIFFLAGS, None).is_some_and(|f| f & libc::IFF_LOOPBACK != 0);
+        Ok(Some(Interface { name, index, mtu, rx_queues, loopback }))
     }
 }
 
@@ -53,16 +44,10 @@ fn name_holding(ip: Ipv4Addr) -> io::Result<Option<String>> {
         // SAFETY: `cur` is a node of the list getifaddrs returned, not freed yet.
         let ifa = unsafe { &*cur };
         // SAFETY: a non-null ifa_addr with family AF_INET points at a sockaddr_in.
-        let addr = (!ifa.ifa_addr.is_null()
-            && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET)
-            .then(|| unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() });
+        let addr = (!ifa.ifa_addr.is_null() && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET).then(|| unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() });
         if addr.is_some_and(|a| Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)) == ip) {
             // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            found = Some(
-                unsafe { CStr::from_ptr(ifa.ifa_name) }
-                    .to_string_lossy()
-                    .into_owned(),
-            );
+            found = Some(unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned());
             break;
         }
         cur = ifa.ifa_next;
@@ -93,15 +78,8 @@ const ETHTOOL_GCHANNELS: u32 = 0x3c;
 /// Receive queues in use (ethtool's channels: rx + combined); `None` when the driver does
 /// not say.
 fn rx_queues(name: &str) -> Option<u32> {
-    let mut ch = EthtoolChannels {
-        cmd: ETHTOOL_GCHANNELS,
-        ..Default::default()
-    };
-    ifreq_ioctl(
-        name,
-        libc::SIOCETHTOOL,
-        Some((&mut ch as *mut EthtoolChannels).cast()),
-    )?;
+    let mut ch = EthtoolChannels { cmd: ETHTOOL_GCHANNELS, ..Default::default() };
+    ifreq_ioctl(name, libc::SIOCETHTOOL, Some((&mut ch as *mut EthtoolChannels).cast()))?;
     Some(ch.rx_count + ch.combined_count)
 }
 
@@ -112,13 +90,7 @@ pub fn hardware_address(name: &str) -> Option<String> {
     let req = ifreq_call(name, libc::SIOCGIFHWADDR, None)?;
     // SAFETY: reading the sockaddr member of the union the kernel filled (SIOCGIFHWADDR).
     let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
-    Some(
-        sa.sa_data[..6]
-            .iter()
-            .map(|&b| format!("{:02x}", b as u8))
-            .collect::<Vec<_>>()
-            .join(":"),
-    )
+    Some(sa.sa_data[..6].iter().map(|&b| format!("{:02x}", b as u8)).collect::<Vec<_>>().join(":"))
 }
 
 fn ifreq_ioctl(name: &str, request: libc::c_ulong, data: Option<*mut libc::c_void>) -> Option<i32> {
@@ -127,11 +99,7 @@ fn ifreq_ioctl(name: &str, request: libc::c_ulong, data: Option<*mut libc::c_voi
 }
 
 /// The ifreq of interface `name` that the ioctl `request` filled.
-fn ifreq_call(
-    name: &str,
-    request: libc::c_ulong,
-    data: Option<*mut libc::c_void>,
-) -> Option<libc::ifreq> {
+fn ifreq_call(name: &str, request: libc::c_ulong, data: Option<*mut libc::c_void>) -> Option<libc::ifreq> {
     // SAFETY: an all-zero ifreq is valid (plain data and a union).
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     let bytes = name.as_bytes();

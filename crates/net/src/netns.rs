@@ -21,18 +21,11 @@ pub struct VethPair {
 }
 
 fn ip(args: &[&str]) -> io::Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| io::Error::new(e.kind(), format!("running ip: {e}")))?;
+    let out = Command::new("ip").args(args).output().map_err(|e| io::Error::new(e.kind(), format!("running ip: {e}")))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(io::Error::other(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
+        Err(io::Error::other(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim())))
     }
 }
 
@@ -48,82 +41,29 @@ impl VethPair {
     pub fn create(tag: &str, mtu: u32) -> io::Result<VethPair> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "network namespaces need root",
-            ));
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "network namespaces need root"));
         }
-        let id = format!(
-            "{}{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
+        let id = format!("{}{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
         let (a, b) = (format!("rdaq-{tag}-{id}-s"), format!("rdaq-{tag}-{id}-r"));
         let (ia, ib) = (format!("rq{id}s"), format!("rq{id}r"));
-        let pair = VethPair {
-            sender_ns: a.clone(),
-            receiver_ns: b.clone(),
-            sender_ip: Ipv4Addr::new(10, 99, 0, 1),
-            receiver_ip: Ipv4Addr::new(10, 99, 0, 2),
-            receiver_if: ib.clone(),
-            sender_if: ia.clone(),
-        };
+        let pair = VethPair { sender_ns: a.clone(), receiver_ns: b.clone(), sender_ip: Ipv4Addr::new(10, 99, 0, 1), receiver_ip: Ipv4Addr::new(10, 99, 0, 2), receiver_if: ib.clone(), sender_if: ia.clone() };
         ip(&["netns", "add", &a])?;
         ip(&["netns", "add", &b])?;
         let mtu = mtu.to_string();
-        ip(&[
-            "link",
-            "add",
-            &ia,
-            "netns",
-            &a,
-            "mtu",
-            &mtu,
-            "address",
-            SENDER_MAC,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &ib,
-            "netns",
-            &b,
-            "mtu",
-            &mtu,
-            "address",
-            RECEIVER_MAC,
-        ])?;
+        ip(&["link", "add", &ia, "netns", &a, "mtu", &mtu, "address", SENDER_MAC, "type", "veth", "peer", "name", &ib, "netns", &b, "mtu", &mtu, "address", RECEIVER_MAC])?;
         for (ns, itf, addr) in [(&a, &ia, "10.99.0.1/24"), (&b, &ib, "10.99.0.2/24")] {
             ip(&["-n", ns, "addr", "add", addr, "dev", itf])?;
             ip(&["-n", ns, "link", "set", itf, "up"])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
-        pair.neighbour(
-            &pair.sender_ns,
-            &pair.sender_if,
-            pair.receiver_ip,
-            RECEIVER_MAC,
-        )?;
-        pair.neighbour(
-            &pair.receiver_ns,
-            &pair.receiver_if,
-            pair.sender_ip,
-            SENDER_MAC,
-        )?;
+        pair.neighbour(&pair.sender_ns, &pair.sender_if, pair.receiver_ip, RECEIVER_MAC)?;
+        pair.neighbour(&pair.receiver_ns, &pair.receiver_if, pair.sender_ip, SENDER_MAC)?;
         Ok(pair)
     }
 
     /// Gives the sender side one more address (a second host on the same link).
     pub fn add_sender_ip(&self, addr: Ipv4Addr) -> io::Result<()> {
-        ip(&[
-            "-n",
-            &self.sender_ns,
-            "addr",
-            "add",
-            &format!("{addr}/24"),
-            "dev",
-            &self.sender_if,
-        ])?;
+        ip(&["-n", &self.sender_ns, "addr", "add", &format!("{addr}/24"), "dev", &self.sender_if])?;
         self.neighbour(&self.receiver_ns, &self.receiver_if, addr, SENDER_MAC)
     }
 
@@ -131,19 +71,7 @@ impl VethPair {
     /// busy machine the kernel's small queue of unresolved packets drops all but the last few
     /// of a burst before the reply comes.
     fn neighbour(&self, ns: &str, itf: &str, addr: Ipv4Addr, mac: &str) -> io::Result<()> {
-        ip(&[
-            "-n",
-            ns,
-            "neigh",
-            "replace",
-            &addr.to_string(),
-            "lladdr",
-            mac,
-            "dev",
-            itf,
-            "nud",
-            "permanent",
-        ])
+        ip(&["-n", ns, "neigh", "replace", &addr.to_string(), "lladdr", mac, "dev", itf, "nud", "permanent"])
     }
 
     /// Moves the calling thread into namespace `ns` (threads it starts later follow).

@@ -26,25 +26,14 @@ impl RawSocket {
     /// interface by anyone are not read back.
     pub fn open(ifindex: u32, send_buffer: usize) -> io::Result<RawSocket> {
         // SAFETY: plain socket creation; the descriptor is owned below.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                ETH_P_IP.to_be() as libc::c_int,
-            )
-        };
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, ETH_P_IP.to_be() as libc::c_int) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `fd` is a fresh descriptor nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let one: libc::c_int = 1;
-        setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            PACKET_IGNORE_OUTGOING,
-            one,
-        )?;
+        setsockopt(fd.as_raw_fd(), libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, one)?;
         let size = send_buffer.min(i32::MAX as usize) as libc::c_int;
         if setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, size).is_err() {
             setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, size)?;
@@ -55,13 +44,7 @@ impl RawSocket {
         sll.sll_protocol = ETH_P_IP.to_be();
         sll.sll_ifindex = ifindex as i32;
         // SAFETY: `sll` is a valid sockaddr_ll and the length says so.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as u32,
-            )
-        };
+        let rc = unsafe { libc::bind(fd.as_raw_fd(), (&sll as *const libc::sockaddr_ll).cast(), std::mem::size_of::<libc::sockaddr_ll>() as u32) };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -75,26 +58,16 @@ impl RawSocket {
     /// Sends frames `0..n` (`frame(i)` gives each whole, Ethernet header first) on the
     /// interface, in order; returns how many the kernel took (the rest were refused and are
     /// counted in [`RawSocket::refused`]: a lost frame, as on a wire).
-    pub fn send_batch<'a>(
-        &mut self,
-        n: usize,
-        frame: impl Fn(usize) -> &'a [u8],
-    ) -> io::Result<usize> {
+    pub fn send_batch<'a>(&mut self, n: usize, frame: impl Fn(usize) -> &'a [u8]) -> io::Result<usize> {
         let (mut sent, mut refused) = (0, 0);
-        let mut iov = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; MAX_SEND_BATCH];
+        let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_SEND_BATCH];
         // SAFETY: mmsghdr is plain data; all-zero is a valid value.
         let mut msgs: [libc::mmsghdr; MAX_SEND_BATCH] = unsafe { std::mem::zeroed() };
         while sent < n {
             let k = (n - sent).min(MAX_SEND_BATCH);
             for j in 0..k {
                 let f = frame(sent + j);
-                iov[j] = libc::iovec {
-                    iov_base: f.as_ptr() as *mut libc::c_void,
-                    iov_len: f.len(),
-                };
+                iov[j] = libc::iovec { iov_base: f.as_ptr() as *mut libc::c_void, iov_len: f.len() };
                 msgs[j].msg_hdr.msg_iov = &mut iov[j];
                 msgs[j].msg_hdr.msg_iovlen = 1;
             }
@@ -124,14 +97,7 @@ impl RawSocket {
     /// `buf` is returned cut to its length.
     pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
-        let rc = unsafe {
-            libc::recv(
-                self.fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
+        let rc = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
         if rc >= 0 {
             return Ok(Some(rc as usize));
         }
@@ -143,22 +109,9 @@ impl RawSocket {
     }
 }
 
-fn setsockopt(
-    fd: RawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
+fn setsockopt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // SAFETY: the option value is one c_int, and the length says so.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as u32,
-        )
-    };
+    let rc = unsafe { libc::setsockopt(fd, level, name, (&value as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as u32) };
     if rc == 0 {
         Ok(())
     } else {
@@ -171,10 +124,7 @@ pub fn mac_address(name: &str) -> io::Result<[u8; 6]> {
     // SAFETY: ifreq is plain data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     if name.len() >= req.ifr_name.len() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("interface name {name} is too long"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("interface name {name} is too long")));
     }
     for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
         *d = s as libc::c_char;
@@ -220,22 +170,13 @@ fn arp_entry(ip: Ipv4Addr) -> io::Result<Option<[u8; 6]>> {
     let table = std::fs::read_to_string("/proc/thread-self/net/arp")?;
     Ok(table.lines().skip(1).find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
-        let complete = f
-            .get(2)
-            .and_then(|fl| u32::from_str_radix(fl.trim_start_matches("0x"), 16).ok())
-            .is_some_and(|fl| fl & 0x2 != 0);
-        (f.first() == Some(&ip.to_string().as_str()) && complete)
-            .then(|| parse_mac(f.get(3)?))
-            .flatten()
+        let complete = f.get(2).and_then(|fl| u32::from_str_radix(fl.trim_start_matches("0x"), 16).ok()).is_some_and(|fl| fl & 0x2 != 0);
+        (f.first() == Some(&ip.to_string().as_str()) && complete).then(|| parse_mac(f.get(3)?)).flatten()
     }))
 }
 
 fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let b: Vec<u8> = s
-        .split(':')
-        .map(|x| u8::from_str_radix(x, 16))
-        .collect::<Result<_, _>>()
-        .ok()?;
+    let b: Vec<u8> = s.split(':').map(|x| u8::from_str_radix(x, 16)).collect::<Result<_, _>>().ok()?;
     b.try_into().ok()
 }
 

@@ -45,10 +45,7 @@ impl MmsgReceiver {
     /// `batch` datagrams per call (1..=[`MAX_BATCH`]), each at most `hdr_len + landing_len`
     /// bytes.
     pub fn new(batch: usize, hdr_len: usize, landing_len: usize) -> Self {
-        assert!(
-            (1..=MAX_BATCH).contains(&batch),
-            "batch {batch} must be 1..={MAX_BATCH}"
-        );
+        assert!((1..=MAX_BATCH).contains(&batch), "batch {batch} must be 1..={MAX_BATCH}");
         MmsgReceiver {
             batch,
             received: 0,
@@ -56,13 +53,7 @@ impl MmsgReceiver {
             landing_len,
             headers: vec![0; batch * hdr_len],
             scratch: vec![0; batch * landing_len],
-            iov: vec![
-                [libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0
-                }; 2];
-                batch
-            ],
+            iov: vec![[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 2]; batch],
             // SAFETY: all-zero is a valid mmsghdr.
             msgs: vec![unsafe { std::mem::zeroed() }; batch],
             // SAFETY: all-zero is a valid sockaddr_storage (family AF_UNSPEC).
@@ -88,19 +79,9 @@ impl MmsgReceiver {
     /// Every pointer returned by `land` must be valid for writes of [`Self::landing_len`]
     /// bytes during the call, and for reads until the next call or the receiver's drop
     /// ([`Self::payload`] reads it); nothing else may write that memory in that time.
-    pub unsafe fn recv(
-        &mut self,
-        fd: RawFd,
-        land: impl FnMut(usize) -> Option<*mut u8>,
-    ) -> io::Result<usize> {
+    pub unsafe fn recv(&mut self, fd: RawFd, land: impl FnMut(usize) -> Option<*mut u8>) -> io::Result<usize> {
         self.prepare(land);
-        let rc = libc::recvmmsg(
-            fd,
-            self.msgs.as_mut_ptr(),
-            self.batch as u32,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-        );
+        let rc = libc::recvmmsg(fd, self.msgs.as_mut_ptr(), self.batch as u32, libc::MSG_DONTWAIT, std::ptr::null_mut());
         self.stats.syscalls += 1;
         if rc < 0 {
             let e = io::Error::last_os_error();
@@ -120,25 +101,17 @@ impl MmsgReceiver {
     pub(crate) unsafe fn prepare(&mut self, mut land: impl FnMut(usize) -> Option<*mut u8>) {
         self.received = 0;
         for i in 0..self.batch {
-            let dst =
-                land(i).unwrap_or_else(|| self.scratch.as_mut_ptr().add(i * self.landing_len));
+            let dst = land(i).unwrap_or_else(|| self.scratch.as_mut_ptr().add(i * self.landing_len));
             self.landed[i] = dst;
             self.iov[i] = [
-                libc::iovec {
-                    iov_base: self.headers.as_mut_ptr().add(i * self.hdr_len).cast(),
-                    iov_len: self.hdr_len,
-                },
-                libc::iovec {
-                    iov_base: dst.cast(),
-                    iov_len: self.landing_len,
-                },
+                libc::iovec { iov_base: self.headers.as_mut_ptr().add(i * self.hdr_len).cast(), iov_len: self.hdr_len },
+                libc::iovec { iov_base: dst.cast(), iov_len: self.landing_len },
             ];
             let m = &mut self.msgs[i];
             m.msg_hdr.msg_iov = self.iov[i].as_mut_ptr();
             m.msg_hdr.msg_iovlen = 2;
             m.msg_hdr.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
-            m.msg_hdr.msg_namelen =
-                std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             m.msg_hdr.msg_flags = 0;
             m.msg_len = 0;
         }
@@ -204,14 +177,8 @@ impl MmsgReceiver {
     /// The payload of datagram `i` of the last call, where it landed.
     #[inline]
     pub fn payload(&self, i: usize) -> &[u8] {
-        assert!(
-            i < self.received,
-            "datagram {i} of a call that received {}",
-            self.received
-        );
-        let len = (self.msgs[i].msg_len as usize)
-            .saturating_sub(self.hdr_len)
-            .min(self.landing_len);
+        assert!(i < self.received, "datagram {i} of a call that received {}", self.received);
+        let len = (self.msgs[i].msg_len as usize).saturating_sub(self.hdr_len).min(self.landing_len);
         // SAFETY: datagram i was received by the last call, so `landed[i]` is the scratch or
         // the caller's landing it was given, which `recv`'s contract keeps readable for
         // `landing_len >= len` bytes until the next call; the kernel wrote those `len` bytes.
@@ -268,16 +235,12 @@ mod tests {
 
     #[test]
     fn gso_batches_arrive_in_order_and_land_where_told() {
-        let (rx, _) =
-            crate::socket::bind_receiver("127.0.0.1:0".parse().unwrap(), 8 << 20).unwrap();
+        let (rx, _) = crate::socket::bind_receiver("127.0.0.1:0".parse().unwrap(), 8 << 20).unwrap();
         let dest = rx.local_addr().unwrap();
-        let mut tx =
-            BatchSender::connect("127.0.0.1:0".parse().unwrap(), dest, true, 4 << 20).unwrap();
+        let mut tx = BatchSender::connect("127.0.0.1:0".parse().unwrap(), dest, true, 4 << 20).unwrap();
         let n = 100;
         let headers: Vec<[u8; 8]> = (0..n as u64).map(|i| i.to_le_bytes()).collect();
-        let payloads: Vec<Vec<u8>> = (0..n)
-            .map(|i| vec![i as u8; if i == n - 1 { 100 } else { 1000 }])
-            .collect();
+        let payloads: Vec<Vec<u8>> = (0..n).map(|i| vec![i as u8; if i == n - 1 { 100 } else { 1000 }]).collect();
         tx.send(n, |i| (&headers[i][..], &payloads[i][..])).unwrap();
         assert_eq!(tx.stats.datagrams, n as u64);
 
@@ -289,12 +252,7 @@ mod tests {
             let base = dest_mem.as_mut_ptr();
             let first = got;
             // SAFETY: each landing is a distinct 1000-byte slot inside dest_mem.
-            let k = unsafe {
-                rxe.recv(rx.as_raw_fd(), |i| {
-                    (first + i < n).then(|| base.add((first + i) * 1000))
-                })
-            }
-            .unwrap();
+            let k = unsafe { rxe.recv(rx.as_raw_fd(), |i| (first + i < n).then(|| base.add((first + i) * 1000))) }.unwrap();
             for i in 0..k {
                 let seq = u64::from_le_bytes(rxe.header(i).try_into().unwrap()) as usize;
                 assert_eq!(seq, first + i, "in order on loopback");
@@ -305,9 +263,7 @@ mod tests {
         }
         assert_eq!(got, n);
         for i in 0..n {
-            assert!(dest_mem[i * 1000..i * 1000 + payloads[i].len()]
-                .iter()
-                .all(|&b| b == i as u8));
+            assert!(dest_mem[i * 1000..i * 1000 + payloads[i].len()].iter().all(|&b| b == i as u8));
         }
     }
 }

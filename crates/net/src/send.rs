@@ -28,6 +28,7 @@ pub struct SendStats {
     pub retries: u64,
 }
 
+
 #[repr(C, align(8))]
 #[derive(Clone, Copy)]
 struct CmsgBuf([u8; 32]);
@@ -49,12 +50,7 @@ unsafe impl Send for BatchSender {}
 impl BatchSender {
     /// Binds to `local` (port 0 for any), connects to `dest`, enables GSO when asked and
     /// available, and sizes the send buffer.
-    pub fn connect(
-        local: SocketAddr,
-        dest: SocketAddr,
-        want_gso: bool,
-        send_buffer: usize,
-    ) -> io::Result<Self> {
+    pub fn connect(local: SocketAddr, dest: SocketAddr, want_gso: bool, send_buffer: usize) -> io::Result<Self> {
         let sock = UdpSocket::bind(local)?;
         sock.connect(dest)?;
         socket::set_send_buffer(&sock, send_buffer)?;
@@ -87,14 +83,7 @@ impl BatchSender {
     /// (or the peer's port was unreachable).
     pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         // SAFETY: `buf` is valid for writes of its length.
-        let rc = unsafe {
-            libc::recv(
-                self.sock.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
+        let rc = unsafe { libc::recv(self.sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
         if rc >= 0 {
             return Ok(Some(rc as usize));
         }
@@ -107,11 +96,7 @@ impl BatchSender {
 
     /// Sends `n` datagrams, datagram `i` being `part(i) = (header, payload)`, in order.
     /// Blocks until the kernel has taken all of them.
-    pub fn send<'a>(
-        &mut self,
-        n: usize,
-        mut part: impl FnMut(usize) -> (&'a [u8], &'a [u8]),
-    ) -> io::Result<()> {
+    pub fn send<'a>(&mut self, n: usize, mut part: impl FnMut(usize) -> (&'a [u8], &'a [u8])) -> io::Result<()> {
         let mut i = 0;
         while i < n {
             self.iov.clear();
@@ -122,11 +107,7 @@ impl BatchSender {
                 // size (the last one of a message may be shorter), up to 64 KiB in all.
                 let (h, p) = part(i);
                 let seg = h.len() + p.len();
-                let max_segs = if self.gso {
-                    (MAX_UDP_PAYLOAD / seg.max(1)).clamp(1, MAX_GSO_SEGMENTS)
-                } else {
-                    1
-                };
+                let max_segs = if self.gso { (MAX_UDP_PAYLOAD / seg.max(1)).clamp(1, MAX_GSO_SEGMENTS) } else { 1 };
                 let mut cur = (h, p);
                 let mut count = 0;
                 loop {
@@ -188,12 +169,7 @@ impl BatchSender {
             // for the duration of the call; the payloads they point to are borrowed by the
             // caller of `send`.
             let rc = unsafe {
-                libc::sendmmsg(
-                    self.sock.as_raw_fd(),
-                    self.msgs.as_mut_ptr().add(done),
-                    (nmsgs - done) as u32,
-                    0,
-                )
+                libc::sendmmsg(self.sock.as_raw_fd(), self.msgs.as_mut_ptr().add(done), (nmsgs - done) as u32, 0)
             };
             self.stats.syscalls += 1;
             if rc >= 0 {
@@ -218,8 +194,5 @@ impl BatchSender {
 }
 
 fn iovec(b: &[u8]) -> libc::iovec {
-    libc::iovec {
-        iov_base: b.as_ptr() as *mut libc::c_void,
-        iov_len: b.len(),
-    }
+    libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: b.len() }
 }

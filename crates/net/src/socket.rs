@@ -4,12 +4,7 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 
-fn setsockopt_int(
-    sock: &UdpSocket,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
+fn setsockopt_int(sock: &UdpSocket, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // SAFETY: the fd is open for the lifetime of `sock`; the option value is a plain int
     // whose pointer and size are passed together.
     let rc = unsafe {
@@ -28,22 +23,12 @@ fn setsockopt_int(
     }
 }
 
-fn getsockopt_int(
-    sock: &UdpSocket,
-    level: libc::c_int,
-    name: libc::c_int,
-) -> io::Result<libc::c_int> {
+fn getsockopt_int(sock: &UdpSocket, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
     let mut value: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: as above; the kernel writes at most `len` bytes into `value`.
     let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            level,
-            name,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
-        )
+        libc::getsockopt(sock.as_raw_fd(), level, name, (&mut value as *mut libc::c_int).cast(), &mut len)
     };
     if rc == 0 {
         Ok(value)
@@ -76,20 +61,14 @@ pub fn set_send_buffer(sock: &UdpSocket, bytes: usize) -> io::Result<usize> {
 pub fn kernel_drops(sock: &UdpSocket) -> Option<u64> {
     let local = sock.local_addr().ok()?;
     let port = format!("{:04X}", local.port());
-    let table = if local.is_ipv4() {
-        "/proc/net/udp"
-    } else {
-        "/proc/net/udp6"
-    };
+    let table = if local.is_ipv4() { "/proc/net/udp" } else { "/proc/net/udp6" };
     let text = std::fs::read_to_string(table).ok()?;
     // columns: sl local_address rem_address st tx_queue:rx_queue tr tm->when retrnsmt uid
     //          timeout inode ref pointer drops
     text.lines().skip(1).find_map(|line| {
         let cols: Vec<&str> = line.split_whitespace().collect();
         let local_port = cols.get(1)?.rsplit(':').next()?;
-        (local_port == port)
-            .then(|| cols.last()?.parse().ok())
-            .flatten()
+        (local_port == port).then(|| cols.last()?.parse().ok()).flatten()
     })
 }
 
@@ -116,22 +95,14 @@ pub fn wait_readable(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<us
     let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
     if rc < 0 {
         let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(0)
-        } else {
-            Err(e)
-        };
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(0) } else { Err(e) };
     }
     Ok(rc as usize)
 }
 
 /// A pollfd for a socket.
 pub fn pollfd(sock: &UdpSocket) -> libc::pollfd {
-    libc::pollfd {
-        fd: sock.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    }
+    libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 }
 }
 
 /// Pins the calling thread to one CPU (benchmarks pin sender and receiver apart).
@@ -150,10 +121,7 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
 
 /// CPU time (user + system) the calling thread has used.
 pub fn thread_cpu_time() -> std::time::Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)

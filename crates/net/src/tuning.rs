@@ -34,20 +34,12 @@ pub struct Finding {
 }
 
 fn finding(setting: &str, value: impl ToString, warning: Option<String>) -> Finding {
-    Finding {
-        setting: setting.into(),
-        value: value.to_string(),
-        warning,
-    }
+    Finding { setting: setting.into(), value: value.to_string(), warning }
 }
 
 /// A number under /proc/sys.
 fn sysctl(path: &str) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/sys/{path}"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    std::fs::read_to_string(format!("/proc/sys/{path}")).ok()?.trim().parse().ok()
 }
 
 /// The findings for `s` on this host.
@@ -67,12 +59,7 @@ pub fn check(s: &Setup) -> Vec<Finding> {
 
 fn buffers(s: &Setup) -> Finding {
     let max = sysctl("net/core/rmem_max");
-    let value = format!(
-        "{} MiB asked, {} MiB granted (net.core.rmem_max {})",
-        s.recv_buffer_asked >> 20,
-        s.recv_buffer_granted >> 20,
-        max.map_or("unknown".into(), |m| format!("{} KiB", m >> 10))
-    );
+    let value = format!("{} MiB asked, {} MiB granted (net.core.rmem_max {})", s.recv_buffer_asked >> 20, s.recv_buffer_granted >> 20, max.map_or("unknown".into(), |m| format!("{} KiB", m >> 10)));
     // Linux reports twice the size asked (half for its bookkeeping)
     let short = s.engine != EngineKind::AfXdp && s.recv_buffer_granted < s.recv_buffer_asked;
     let warning = short.then(|| "the kernel granted less socket buffer than asked: raise net.core.rmem_max (sysctl -w net.core.rmem_max=...), or run as root (SO_RCVBUFFORCE)".to_string());
@@ -84,24 +71,12 @@ fn backlog() -> Finding {
     let warning = b.filter(|&b| b < 4096).map(|b| {
         format!("net.core.netdev_max_backlog is {b}: a burst of more datagrams than that per CPU is dropped before any socket on loopback, veth and drivers without NAPI (sysctl -w net.core.netdev_max_backlog=65536)")
     });
-    finding(
-        "net.core.netdev_max_backlog",
-        b.map_or("unknown".into(), |b| b.to_string()),
-        warning,
-    )
+    finding("net.core.netdev_max_backlog", b.map_or("unknown".into(), |b| b.to_string()), warning)
 }
 
 fn busy_poll() -> Finding {
     let (read, poll) = (sysctl("net/core/busy_read"), sysctl("net/core/busy_poll"));
-    let show = |v: Option<u64>| {
-        v.map_or("unknown".into(), |v| {
-            if v == 0 {
-                "off".to_string()
-            } else {
-                format!("{v} us")
-            }
-        })
-    };
+    let show = |v: Option<u64>| v.map_or("unknown".into(), |v| if v == 0 { "off".to_string() } else { format!("{v} us") });
     finding("busy polling", format!("net.core.busy_read {}, net.core.busy_poll {} (off: interrupt-driven, no core spent spinning)", show(read), show(poll)), None)
 }
 
@@ -119,25 +94,10 @@ fn mtu(i: &Interface, datagram: usize) -> Finding {
 fn placement(i: &Interface, cpu: Option<usize>) -> Finding {
     let irqs = interface_irqs(&i.name);
     let cpus: Vec<usize> = irqs.iter().flat_map(|&q| irq_cpus(q)).collect();
-    let thread = cpu.map_or("receive thread not pinned".into(), |c| {
-        format!("receive thread on CPU {c}")
-    });
-    let irq = if irqs.is_empty() {
-        "no interrupts of its own (a virtual interface: delivery runs on the sender's CPU)"
-            .to_string()
-    } else {
-        format!(
-            "{} interrupt(s) on CPUs {:?}",
-            irqs.len(),
-            dedup(cpus.clone())
-        )
-    };
+    let thread = cpu.map_or("receive thread not pinned".into(), |c| format!("receive thread on CPU {c}"));
+    let irq = if irqs.is_empty() { "no interrupts of its own (a virtual interface: delivery runs on the sender's CPU)".to_string() } else { format!("{} interrupt(s) on CPUs {:?}", irqs.len(), dedup(cpus.clone())) };
     let warning = cpu.filter(|c| cpus.contains(c)).map(|c| format!("the receive thread's CPU {c} also takes {}'s interrupts: move it (--recv-cpu) or the interrupts (/proc/irq/N/smp_affinity_list)", i.name));
-    finding(
-        "CPU placement",
-        format!("{thread}; {}: {irq}", i.name),
-        warning,
-    )
+    finding("CPU placement", format!("{thread}; {}: {irq}", i.name), warning)
 }
 
 fn dedup(mut v: Vec<usize>) -> Vec<usize> {
@@ -150,20 +110,14 @@ fn dedup(mut v: Vec<usize>) -> Vec<usize> {
 fn interface_irqs(name: &str) -> Vec<u32> {
     let text = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
     text.lines()
-        .filter(|l| {
-            l.split_whitespace()
-                .last()
-                .is_some_and(|d| d == name || d.starts_with(&format!("{name}-")))
-        })
+        .filter(|l| l.split_whitespace().last().is_some_and(|d| d == name || d.starts_with(&format!("{name}-"))))
         .filter_map(|l| l.split(':').next()?.trim().parse().ok())
         .collect()
 }
 
 /// The CPUs an IRQ is delivered to ("0-3,8" lists).
 fn irq_cpus(irq: u32) -> Vec<usize> {
-    let text = std::fs::read_to_string(format!("/proc/irq/{irq}/effective_affinity_list"))
-        .or_else(|_| std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list")))
-        .unwrap_or_default();
+    let text = std::fs::read_to_string(format!("/proc/irq/{irq}/effective_affinity_list")).or_else(|_| std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list"))).unwrap_or_default();
     parse_cpu_list(text.trim())
 }
 
@@ -171,9 +125,7 @@ fn irq_cpus(irq: u32) -> Vec<usize> {
 pub fn parse_cpu_list(s: &str) -> Vec<usize> {
     s.split(',')
         .filter_map(|part| match part.split_once('-') {
-            Some((a, b)) => {
-                Some((a.trim().parse().ok()?..=b.trim().parse().ok()?).collect::<Vec<usize>>())
-            }
+            Some((a, b)) => Some((a.trim().parse().ok()?..=b.trim().parse().ok()?).collect::<Vec<usize>>()),
             None => part.trim().parse().ok().map(|c| vec![c]),
         })
         .flatten()
@@ -181,22 +133,11 @@ pub fn parse_cpu_list(s: &str) -> Vec<usize> {
 }
 
 fn huge_pages(s: &Setup) -> Finding {
-    let thp =
-        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    let mode = thp
-        .split_whitespace()
-        .find(|w| w.starts_with('['))
-        .map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string())
-        .unwrap_or_else(|| "unknown".into());
-    let got = s.ring_huge_bytes.map_or("unknown".into(), |h| {
-        format!("{} of {} MiB", h >> 20, s.ring_bytes >> 20)
-    });
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    let mode = thp.split_whitespace().find(|w| w.starts_with('[')).map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string()).unwrap_or_else(|| "unknown".into());
+    let got = s.ring_huge_bytes.map_or("unknown".into(), |h| format!("{} of {} MiB", h >> 20, s.ring_bytes >> 20));
     let warning = (mode == "never").then(|| "transparent huge pages are off (/sys/kernel/mm/transparent_hugepage/enabled = never): the ring is in 4 KiB pages, and the copy into it takes more TLB misses (set madvise or always)".to_string());
-    finding(
-        "ring in huge pages",
-        format!("{got} (transparent huge pages: {mode})"),
-        warning,
-    )
+    finding("ring in huge pages", format!("{got} (transparent huge pages: {mode})"), warning)
 }
 
 #[cfg(test)]
@@ -212,35 +153,12 @@ mod tests {
 
     #[test]
     fn a_short_mtu_and_a_capped_buffer_are_named() {
-        let lo = Interface {
-            name: "eth9".into(),
-            index: 1,
-            mtu: 1500,
-            rx_queues: 1,
-            loopback: false,
-        };
+        let lo = Interface { name: "eth9".into(), index: 1, mtu: 1500, rx_queues: 1, loopback: false };
         let f = mtu(&lo, 8192 + 48);
-        assert!(
-            f.warning.as_deref().unwrap().contains("6 IP fragments"),
-            "{f:?}"
-        );
+        assert!(f.warning.as_deref().unwrap().contains("6 IP fragments"), "{f:?}");
         assert!(mtu(&Interface { mtu: 9000, ..lo }, 8240).warning.is_none());
-        let s = Setup {
-            engine: EngineKind::Recvmmsg,
-            bind: "127.0.0.1".parse().unwrap(),
-            datagram_bytes: 8240,
-            recv_buffer_asked: 64 << 20,
-            recv_buffer_granted: 4 << 20,
-            recv_cpu: None,
-            ring_bytes: 1 << 30,
-            ring_huge_bytes: None,
-        };
+        let s = Setup { engine: EngineKind::Recvmmsg, bind: "127.0.0.1".parse().unwrap(), datagram_bytes: 8240, recv_buffer_asked: 64 << 20, recv_buffer_granted: 4 << 20, recv_cpu: None, ring_bytes: 1 << 30, ring_huge_bytes: None };
         assert!(buffers(&s).warning.unwrap().contains("net.core.rmem_max"));
-        assert!(buffers(&Setup {
-            recv_buffer_granted: 128 << 20,
-            ..s
-        })
-        .warning
-        .is_none());
+        assert!(buffers(&Setup { recv_buffer_granted: 128 << 20, ..s }).warning.is_none());
     }
 }

@@ -27,20 +27,11 @@ pub struct UringReceiver {
 impl UringReceiver {
     /// A ring for batches of `batch` datagrams from `fds` (registered as fixed files, queue
     /// `q` being `fds[q]`), each at most `hdr_len + landing_len` bytes.
-    pub fn new(
-        fds: Vec<OwnedFd>,
-        batch: usize,
-        hdr_len: usize,
-        landing_len: usize,
-    ) -> io::Result<UringReceiver> {
+    pub fn new(fds: Vec<OwnedFd>, batch: usize, hdr_len: usize, landing_len: usize) -> io::Result<UringReceiver> {
         let ring = IoUring::builder().build(batch.next_power_of_two() as u32)?;
         let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
         ring.submitter().register_files(&raw)?;
-        Ok(UringReceiver {
-            ring,
-            msgs: MmsgReceiver::new(batch, hdr_len, landing_len),
-            fds,
-        })
+        Ok(UringReceiver { ring, msgs: MmsgReceiver::new(batch, hdr_len, landing_len),  fds })
     }
 
     pub fn batch(&self) -> &MmsgReceiver {
@@ -60,26 +51,14 @@ impl UringReceiver {
     ///
     /// # Safety
     /// As [`MmsgReceiver::recv`], for the pointers `land` returns.
-    pub unsafe fn recv(
-        &mut self,
-        q: usize,
-        land: impl FnMut(usize) -> Option<*mut u8>,
-    ) -> io::Result<usize> {
+    pub unsafe fn recv(&mut self, q: usize, land: impl FnMut(usize) -> Option<*mut u8>) -> io::Result<usize> {
         let batch = self.msgs.batch();
         self.msgs.prepare(land);
         {
             let mut sq = self.ring.submission();
             for i in 0..batch {
-                let link = if i + 1 < batch {
-                    squeue::Flags::IO_LINK
-                } else {
-                    squeue::Flags::empty()
-                };
-                let e = opcode::RecvMsg::new(types::Fixed(q as u32), self.msgs.msghdr(i))
-                    .flags(libc::MSG_DONTWAIT as u32)
-                    .build()
-                    .flags(link)
-                    .user_data(i as u64);
+                let link = if i + 1 < batch { squeue::Flags::IO_LINK } else { squeue::Flags::empty() };
+                let e = opcode::RecvMsg::new(types::Fixed(q as u32), self.msgs.msghdr(i)).flags(libc::MSG_DONTWAIT as u32).build().flags(link).user_data(i as u64);
                 // SAFETY: the message header, its iovecs, the name and the landings stay valid
                 // until the completions are reaped below, before this function returns.
                 sq.push(&e).expect("the ring holds a whole batch");
@@ -115,9 +94,7 @@ impl UringReceiver {
         }
         self.msgs.complete(n);
         match first_err {
-            Some(e) if n == 0 && e != libc::EAGAIN && e != libc::ECANCELED && e != libc::EINTR => {
-                Err(io::Error::from_raw_os_error(e))
-            }
+            Some(e) if n == 0 && e != libc::EAGAIN && e != libc::ECANCELED && e != libc::EINTR => Err(io::Error::from_raw_os_error(e)),
             _ => Ok(n),
         }
     }
@@ -139,13 +116,9 @@ mod tests {
         let t = Instant::now();
         // SAFETY: no landing named: everything lands in the engine's scratch.
         assert_eq!(unsafe { u.recv(0, |_| None) }.unwrap(), 0);
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "an empty read must not wait for data"
-        );
+        assert!(t.elapsed() < Duration::from_secs(5), "an empty read must not wait for data");
         for k in 0..3u8 {
-            tx.send_to(&[k, k, k, k, 10 + k, 20 + k], rx.local_addr().unwrap())
-                .unwrap();
+            tx.send_to(&[k, k, k, k, 10 + k, 20 + k], rx.local_addr().unwrap()).unwrap();
         }
         let mut land = vec![0u8; 3 * 100];
         let base = land.as_mut_ptr();
@@ -154,8 +127,7 @@ mod tests {
         while got < 3 && Instant::now() < deadline {
             let first = got;
             // SAFETY: each landing is a distinct 100-byte part of `land`, which outlives the call.
-            got += unsafe { u.recv(0, |i| (first + i < 3).then(|| base.add((first + i) * 100))) }
-                .unwrap();
+            got += unsafe { u.recv(0, |i| (first + i < 3).then(|| base.add((first + i) * 100))) }.unwrap();
             for i in 0..u.batch().count() {
                 let k = (first + i) as u8;
                 assert_eq!(u.batch().header(i), [k, k, k, k]);
@@ -164,10 +136,6 @@ mod tests {
             }
         }
         assert_eq!(got, 3);
-        assert_eq!(
-            &land[100..102],
-            &[11, 21],
-            "the second payload landed in the second landing"
-        );
+        assert_eq!(&land[100..102], &[11, 21], "the second payload landed in the second landing");
     }
 }

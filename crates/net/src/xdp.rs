@@ -31,10 +31,7 @@ pub enum XdpError {
     #[error("AF_XDP engine: {what}: {message}")]
     Bpf { what: &'static str, message: String },
     #[error("AF_XDP engine: {what}: {source}")]
-    Os {
-        what: &'static str,
-        source: std::io::Error,
-    },
+    Os { what: &'static str, source: std::io::Error },
     #[error("AF_XDP engine: {0}")]
     Setup(String),
 }
@@ -49,10 +46,7 @@ pub fn available() -> Result<(), XdpError> {
     // SAFETY: socket() with constant arguments; the descriptor is closed right away.
     let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
-        return Err(XdpError::Os {
-            what: "making an AF_XDP socket",
-            source: std::io::Error::last_os_error(),
-        });
+        return Err(XdpError::Os { what: "making an AF_XDP socket", source: std::io::Error::last_os_error() });
     }
     // SAFETY: `fd` is the socket just made, closed once.
     unsafe { libc::close(fd) };
@@ -117,10 +111,7 @@ fn chunks_for(bytes: usize) -> u32 {
 impl XdpReceiver {
     pub fn open(spec: &XdpSpec) -> Result<XdpReceiver, XdpError> {
         let IpAddr::V4(ip) = spec.bind else {
-            return Err(XdpError::Setup(format!(
-                "{} is not an IPv4 address: the engine reads IPv4 only",
-                spec.bind
-            )));
+            return Err(XdpError::Setup(format!("{} is not an IPv4 address: the engine reads IPv4 only", spec.bind)));
         };
         let itf = crate::iface::Interface::holding(ip)
             .map_err(|source| XdpError::Os { what: "finding the interface", source })?
@@ -132,12 +123,7 @@ impl XdpReceiver {
             )));
         }
         let largest = match &spec.roce {
-            Some(r) => {
-                packet::HEADERS_LEN
-                    + rdaq_proto::roce::MAX_HEAD
-                    + r.mtu as usize
-                    + rdaq_proto::roce::ICRC_LEN
-            }
+            Some(r) => packet::HEADERS_LEN + rdaq_proto::roce::MAX_HEAD + r.mtu as usize + rdaq_proto::roce::ICRC_LEN,
             None => packet::HEADERS_LEN + spec.hdr_len + spec.landing_len,
         };
         if largest > itf.mtu as usize + 14 {
@@ -147,20 +133,10 @@ impl XdpReceiver {
             )));
         }
         let chunks = chunks_for(spec.umem_bytes);
-        let queues = (0..itf.rx_queues)
-            .map(|q| XskQueue::open(itf.index, q, chunks))
-            .collect::<Result<Vec<_>, _>>()?;
+        let queues = (0..itf.rx_queues).map(|q| XskQueue::open(itf.index, q, chunks)).collect::<Result<Vec<_>, _>>()?;
         let fds: Vec<(u32, i32)> = queues.iter().map(|q| (q.queue, q.fd())).collect();
-        let steered = if spec.roce.is_some() {
-            vec![rdaq_proto::roce::ROCE_PORT]
-        } else {
-            spec.ports.clone()
-        };
-        let roce = spec
-            .roce
-            .as_ref()
-            .map(|r| RoceTarget::open(r, itf.index))
-            .transpose()?;
+        let steered = if spec.roce.is_some() { vec![rdaq_proto::roce::ROCE_PORT] } else { spec.ports.clone() };
+        let roce = spec.roce.as_ref().map(|r| RoceTarget::open(r, itf.index)).transpose()?;
         let steering = Steering::attach(&itf.name, ip, &steered, &fds)?;
         let b = spec.batch;
         Ok(XdpReceiver {
@@ -190,21 +166,13 @@ impl XdpReceiver {
 
     /// "veth1, 1 queue, native XDP, copy mode": what ran.
     pub fn describe(&self) -> String {
-        let copy = if self.queues.iter().all(|q| q.zero_copy) {
-            "zero-copy"
-        } else {
-            "copy mode"
-        };
+        let copy = if self.queues.iter().all(|q| q.zero_copy) { "zero-copy" } else { "copy mode" };
         let mode = match self.mode {
             AttachMode::Native => "native XDP",
             AttachMode::Generic => "generic XDP",
         };
         let n = self.queues.len();
-        format!(
-            "{}, {n} queue{}, {mode}, {copy}, multi-buffer",
-            self.ifname,
-            if n == 1 { "" } else { "s" }
-        )
+        format!("{}, {n} queue{}, {mode}, {copy}, multi-buffer", self.ifname, if n == 1 { "" } else { "s" })
     }
 
     pub fn queues(&self) -> usize {
@@ -222,11 +190,7 @@ impl XdpReceiver {
     /// Frames the kernel dropped on the way into the sockets: no free chunk, or a full
     /// receive ring.
     pub fn kernel_drops(&self) -> u64 {
-        self.queues
-            .iter()
-            .filter_map(|q| q.statistics())
-            .map(|s| s.rx_dropped + s.rx_ring_full)
-            .sum()
+        self.queues.iter().filter_map(|q| q.statistics()).map(|s| s.rx_dropped + s.rx_ring_full).sum()
     }
 
     /// Receives up to one batch from `queue` without blocking; returns how many datagrams
@@ -236,24 +200,11 @@ impl XdpReceiver {
     /// # Safety
     /// As [`crate::recv::MmsgReceiver::recv`]: every pointer `land` returns must be valid for
     /// writes of `landing_len` bytes during the call and for reads until the next call.
-    pub unsafe fn recv(
-        &mut self,
-        queue: usize,
-        mut land: impl FnMut(usize) -> Option<*mut u8>,
-    ) -> std::io::Result<usize> {
+    pub unsafe fn recv(&mut self, queue: usize, mut land: impl FnMut(usize) -> Option<*mut u8>) -> std::io::Result<usize> {
         if self.roce.is_some() {
             return self.recv_roce(queue, land);
         }
-        let XdpReceiver {
-            queues,
-            ports,
-            slots,
-            hdr_len,
-            landing_len,
-            stats,
-            malformed,
-            ..
-        } = self;
+        let XdpReceiver { queues, ports, slots, hdr_len, landing_len, stats, malformed, .. } = self;
         let (hdr_len, landing_len) = (*hdr_len, *landing_len);
         let mut n = 0;
         let (_, torn) = queues[queue].receive(self.batch, |parts| {
@@ -268,20 +219,12 @@ impl XdpReceiver {
             let have = parts.iter().map(|p| p.len()).sum::<usize>() - packet::HEADERS_LEN;
             let len = udp.payload_len.min(have);
             let h = len.min(hdr_len);
-            gather(
-                parts,
-                packet::HEADERS_LEN,
-                &mut slots.headers[n * hdr_len..n * hdr_len + h],
-            );
+            gather(parts, packet::HEADERS_LEN, &mut slots.headers[n * hdr_len..n * hdr_len + h]);
             let dst = land(ch).unwrap_or_else(|| slots.scratch.as_mut_ptr().add(n * landing_len));
             let body = (len - h).min(landing_len);
             // SAFETY: `dst` is writable for `landing_len >= body` bytes: the caller's landing
             // by this function's contract, or this datagram's own part of the scratch.
-            gather(
-                parts,
-                packet::HEADERS_LEN + h,
-                std::slice::from_raw_parts_mut(dst, body),
-            );
+            gather(parts, packet::HEADERS_LEN + h, std::slice::from_raw_parts_mut(dst, body));
             slots.lens[n] = len as u32;
             slots.truncated[n] = len - h > landing_len;
             slots.sources[n] = udp.source;
@@ -302,21 +245,8 @@ impl XdpReceiver {
     ///
     /// # Safety
     /// As [`XdpReceiver::recv`].
-    unsafe fn recv_roce(
-        &mut self,
-        queue: usize,
-        mut land: impl FnMut(usize) -> Option<*mut u8>,
-    ) -> std::io::Result<usize> {
-        let XdpReceiver {
-            queues,
-            slots,
-            hdr_len,
-            landing_len,
-            stats,
-            malformed,
-            roce,
-            ..
-        } = self;
+    unsafe fn recv_roce(&mut self, queue: usize, mut land: impl FnMut(usize) -> Option<*mut u8>) -> std::io::Result<usize> {
+        let XdpReceiver { queues, slots, hdr_len, landing_len, stats, malformed, roce, .. } = self;
         let target = roce.as_mut().expect("a RoCEv2 target");
         let (hdr_len, landing_len) = (*hdr_len, *landing_len);
         let mut n = 0;
@@ -325,15 +255,10 @@ impl XdpReceiver {
             let len = t.write.len as usize;
             let body = len.min(landing_len);
             slots.headers[n * hdr_len..(n + 1) * hdr_len].copy_from_slice(&t.header[..hdr_len]);
-            let dst =
-                land(t.write.qp).unwrap_or_else(|| slots.scratch.as_mut_ptr().add(n * landing_len));
+            let dst = land(t.write.qp).unwrap_or_else(|| slots.scratch.as_mut_ptr().add(n * landing_len));
             // SAFETY: `dst` is writable for `landing_len >= body` bytes: the caller's landing
             // by this function's contract, or this datagram's own part of the scratch.
-            gather(
-                parts,
-                t.payload_at,
-                std::slice::from_raw_parts_mut(dst, body),
-            );
+            gather(parts, t.payload_at, std::slice::from_raw_parts_mut(dst, body));
             slots.lens[n] = (hdr_len + len) as u32;
             slots.truncated[n] = len > landing_len;
             slots.sources[n] = SocketAddrV4::new(t.from.src_ip, t.from.src_port);
@@ -383,14 +308,8 @@ impl crate::batch::Batch for XdpReceiver {
     }
 
     fn payload(&self, i: usize) -> &[u8] {
-        assert!(
-            i < self.received,
-            "datagram {i} of a call that received {}",
-            self.received
-        );
-        let len = (self.slots.lens[i] as usize)
-            .saturating_sub(self.hdr_len)
-            .min(self.landing_len);
+        assert!(i < self.received, "datagram {i} of a call that received {}", self.received);
+        let len = (self.slots.lens[i] as usize).saturating_sub(self.hdr_len).min(self.landing_len);
         // SAFETY: datagram i was received by the last call, which copied `len` bytes to
         // `landed[i]`: the scratch or the caller's landing, readable until the next call.
         unsafe { std::slice::from_raw_parts(self.slots.landed[i], len) }

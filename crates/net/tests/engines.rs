@@ -31,35 +31,15 @@ fn run(kind: EngineKind) {
             return;
         }
     };
-    let (rns, sns, rip) = (
-        pair.receiver_ns.clone(),
-        pair.sender_ns.clone(),
-        pair.receiver_ip,
-    );
+    let (rns, sns, rip) = (pair.receiver_ns.clone(), pair.sender_ns.clone(), pair.receiver_ip);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Vec<SocketAddr>>();
     let receiver = std::thread::spawn(move || {
         VethPair::enter(&rns).unwrap();
-        let sockets: Vec<UdpSocket> = (0..2)
-            .map(|_| {
-                rdaq_net::socket::bind_receiver(SocketAddr::new(rip.into(), 0), 8 << 20)
-                    .unwrap()
-                    .0
-            })
-            .collect();
-        let spec = EngineSpec {
-            sockets: &sockets,
-            bind: rip.into(),
-            batch: 32,
-            hdr_len: HDR,
-            landing_len: BODY,
-            buffer_bytes: 16 << 20,
-            roce: None,
-        };
+        let sockets: Vec<UdpSocket> = (0..2).map(|_| rdaq_net::socket::bind_receiver(SocketAddr::new(rip.into(), 0), 8 << 20).unwrap().0).collect();
+        let spec = EngineSpec { sockets: &sockets, bind: rip.into(), batch: 32, hdr_len: HDR, landing_len: BODY, buffer_bytes: 16 << 20, roce: None };
         let mut engine = Engine::open(kind, &spec).unwrap_or_else(|e| panic!("{kind}: {e}"));
         eprintln!("{}", engine.describe());
-        ready_tx
-            .send(sockets.iter().map(|s| s.local_addr().unwrap()).collect())
-            .unwrap();
+        ready_tx.send(sockets.iter().map(|s| s.local_addr().unwrap()).collect()).unwrap();
         let mut mem = vec![0u8; 2 * N * BODY];
         let mut got = [0usize; 2];
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -80,22 +60,11 @@ fn run(kind: EngineKind) {
                 for i in 0..n {
                     let ch = engine.channel(i);
                     let h = engine.header(i);
-                    assert_eq!(
-                        u64::from_le_bytes(h[..8].try_into().unwrap()) as usize,
-                        got[ch],
-                        "{kind}: in order on channel {ch}"
-                    );
-                    assert_eq!(
-                        h[8] as usize, ch,
-                        "{kind}: the datagram's channel is the port it was sent to"
-                    );
+                    assert_eq!(u64::from_le_bytes(h[..8].try_into().unwrap()) as usize, got[ch], "{kind}: in order on channel {ch}");
+                    assert_eq!(h[8] as usize, ch, "{kind}: the datagram's channel is the port it was sent to");
                     assert_eq!(engine.datagram_len(i), HDR + BODY);
                     assert!(!engine.truncated(i));
-                    assert_eq!(
-                        engine.payload(i).as_ptr(),
-                        mem[(ch * N + got[ch]) * BODY..].as_ptr(),
-                        "{kind}: landed where named"
-                    );
+                    assert_eq!(engine.payload(i).as_ptr(), mem[(ch * N + got[ch]) * BODY..].as_ptr(), "{kind}: landed where named");
                     got[ch] += 1;
                 }
             }
@@ -103,11 +72,7 @@ fn run(kind: EngineKind) {
         assert_eq!(got, [N, N], "{kind}: every datagram");
         for ch in 0..2 {
             for k in 0..N {
-                assert_eq!(
-                    &mem[(ch * N + k) * BODY..(ch * N + k + 1) * BODY],
-                    &datagram(k, ch)[HDR..],
-                    "{kind}: payload {k} of channel {ch}"
-                );
+                assert_eq!(&mem[(ch * N + k) * BODY..(ch * N + k + 1) * BODY], &datagram(k, ch)[HDR..], "{kind}: payload {k} of channel {ch}");
             }
         }
         assert_eq!(engine.drops_below(), 0);

@@ -23,10 +23,7 @@ pub enum Counts {
 pub enum Unit {
     Kev,
     /// Photon counts of this energy (keV).
-    Photons {
-        energy_kev: f32,
-        counts: Counts,
-    },
+    Photons { energy_kev: f32, counts: Counts },
 }
 
 pub struct ConvertOptions {
@@ -59,13 +56,7 @@ pub fn convert(frames: &FrameReader, o: &ConvertOptions, out: &Output) -> anyhow
     }
     let cal = CalFile::load(&o.calibration)?;
     if (cal.rows, cal.cols) != (frames.rows, frames.cols) {
-        bail!(
-            "calibration is {}x{} pixels, the frames {}x{}",
-            cal.rows,
-            cal.cols,
-            frames.rows,
-            frames.cols
-        );
+        bail!("calibration is {}x{} pixels, the frames {}x{}", cal.rows, cal.cols, frames.rows, frames.cols);
     }
     let conv = Converter::new(cal.cal, o.invalid_gain)?;
     out.make(|path| convert_into(path, o, &conv, frames))?;
@@ -75,10 +66,7 @@ pub fn convert(frames: &FrameReader, o: &ConvertOptions, out: &Output) -> anyhow
 /// The invalid-gain rule of the run that wrote the rdaq master `path` (a processed run's, or
 /// a raw JUNGFRAU run's that it would have converted with); `None` for a file without it.
 pub fn run_invalid_gain(path: &Path) -> Option<String> {
-    rdaq_sink::master::read_series(path)
-        .ok()?
-        .processing
-        .map(|p| p.invalid_gain)
+    rdaq_sink::master::read_series(path).ok()?.processing.map(|p| p.invalid_gain)
 }
 
 /// The series' metadata of a raw run's master at `path`, when rdaq wrote it raw and kept
@@ -94,14 +82,8 @@ fn converted_series(o: &ConvertOptions) -> Option<NxmxMeta> {
     let mut meta = o.series.clone()?;
     meta.pixel = match o.unit {
         Unit::Kev => PixelType::Kev,
-        Unit::Photons {
-            counts: Counts::I16,
-            ..
-        } => PixelType::Photons16,
-        Unit::Photons {
-            counts: Counts::I32,
-            ..
-        } => PixelType::Photons32,
+        Unit::Photons { counts: Counts::I16, .. } => PixelType::Photons16,
+        Unit::Photons { counts: Counts::I32, .. } => PixelType::Photons32,
     };
     if let Unit::Photons { energy_kev, .. } = o.unit {
         meta.photon_energy_kev = energy_kev as f64;
@@ -111,14 +93,8 @@ fn converted_series(o: &ConvertOptions) -> Option<NxmxMeta> {
 }
 
 /// Writes the converted frames into the new file `path`.
-fn convert_into(
-    path: &Path,
-    o: &ConvertOptions,
-    conv: &Converter,
-    frames: &FrameReader,
-) -> anyhow::Result<()> {
-    let out =
-        hdf5::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+fn convert_into(path: &Path, o: &ConvertOptions, conv: &Converter, frames: &FrameReader) -> anyhow::Result<()> {
+    let out = hdf5::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     if let Some(meta) = converted_series(o) {
         rdaq_sink::master::write_series(&out, &meta)?;
     }
@@ -126,27 +102,11 @@ fn convert_into(
     let (r, c) = (frames.rows, frames.cols);
     let ds = match o.unit {
         Unit::Kev => rdaq_sink::frame_stack::<f32>(&g, "data", r, c, o.codec)?,
-        Unit::Photons {
-            counts: Counts::I16,
-            ..
-        } => rdaq_sink::frame_stack::<i16>(&g, "data", r, c, o.codec)?,
-        Unit::Photons {
-            counts: Counts::I32,
-            ..
-        } => rdaq_sink::frame_stack::<i32>(&g, "data", r, c, o.codec)?,
+        Unit::Photons { counts: Counts::I16, .. } => rdaq_sink::frame_stack::<i16>(&g, "data", r, c, o.codec)?,
+        Unit::Photons { counts: Counts::I32, .. } => rdaq_sink::frame_stack::<i32>(&g, "data", r, c, o.codec)?,
     };
     ds.resize((frames.frames, r, c))?;
-    let elem = if matches!(
-        o.unit,
-        Unit::Photons {
-            counts: Counts::I16,
-            ..
-        }
-    ) {
-        2
-    } else {
-        4
-    };
+    let elem = if matches!(o.unit, Unit::Photons { counts: Counts::I16, .. }) { 2 } else { 4 };
     let mut comp = Compressor::new(elem, 0, o.codec);
     let (mut raw, mut chunk) = (Vec::<u16>::new(), Vec::new());
     let (mut kev, mut c16, mut c32) = (vec![0f32; r * c], vec![0i16; r * c], vec![0i32; r * c]);
@@ -157,17 +117,11 @@ fn convert_into(
                 conv.to_kev(&raw, &mut kev);
                 bytes_of(&kev)
             }
-            Unit::Photons {
-                energy_kev,
-                counts: Counts::I16,
-            } => {
+            Unit::Photons { energy_kev, counts: Counts::I16 } => {
                 conv.to_photons(&raw, energy_kev, &mut c16);
                 bytes_of(&c16)
             }
-            Unit::Photons {
-                energy_kev,
-                counts: Counts::I32,
-            } => {
+            Unit::Photons { energy_kev, counts: Counts::I32 } => {
                 conv.to_photons(&raw, energy_kev, &mut c32);
                 bytes_of(&c32)
             }

@@ -14,7 +14,4 @@ pub mod spots;
 pub use convert::{convert, raw_run, run_invalid_gain, ConvertOptions, Counts, Unit};
 pub use output::Output;
 pub use pedestal::{pedestal, PedestalOptions, Pedestalled, Sums};
-pub use spots::{
-    counted, read_radius_map, run_finder, run_peakfinder8, spots, Counted, Finder, Radius,
-    RunFinder,
-};
+pub use spots::{counted, read_radius_map, run_finder, run_peakfinder8, spots, Counted, Finder, Radius, RunFinder};

@@ -16,10 +16,7 @@ pub struct Output {
 impl Output {
     /// Refuses, before any work, an output that exists (unless overwriting) or is a link.
     pub fn check(&self) -> anyhow::Result<()> {
-        Ok(claim::refuse_existing(
-            [self.path.as_path()],
-            self.overwrite,
-        )?)
+        Ok(claim::refuse_existing([self.path.as_path()], self.overwrite)?)
     }
 
     /// Makes the output with `make`, which creates the file at the path it is given: a hidden
@@ -37,9 +34,7 @@ impl Output {
         let tmp = claim::claim_staging(&self.path)?;
         match make(&tmp) {
             Ok(v) => {
-                std::fs::rename(&tmp, &self.path).with_context(|| {
-                    format!("cannot rename {} to {}", tmp.display(), self.path.display())
-                })?;
+                std::fs::rename(&tmp, &self.path).with_context(|| format!("cannot rename {} to {}", tmp.display(), self.path.display()))?;
                 Ok(v)
             }
             Err(e) => {

@@ -55,17 +55,9 @@ impl Sums {
 }
 
 /// The calibration of `o.stage` from the dark `frames`, written to `out`.
-pub fn pedestal(
-    frames: &FrameReader,
-    o: &PedestalOptions,
-    out: &Output,
-) -> anyhow::Result<Pedestalled> {
+pub fn pedestal(frames: &FrameReader, o: &PedestalOptions, out: &Output) -> anyhow::Result<Pedestalled> {
     if o.stage > 2 || o.window == 0 {
-        bail!(
-            "stage must be 0, 1 or 2 and window at least 1 (stage {}, window {})",
-            o.stage,
-            o.window
-        );
+        bail!("stage must be 0, 1 or 2 and window at least 1 (stage {}, window {})", o.stage, o.window);
     }
     match o.sums {
         Sums::F32 => pedestal_with::<f32>(frames, o, out),
@@ -73,11 +65,7 @@ pub fn pedestal(
     }
 }
 
-fn pedestal_with<S: Sum>(
-    frames: &FrameReader,
-    o: &PedestalOptions,
-    out: &Output,
-) -> anyhow::Result<Pedestalled> {
+fn pedestal_with<S: Sum>(frames: &FrameReader, o: &PedestalOptions, out: &Output) -> anyhow::Result<Pedestalled> {
     let px = frames.rows * frames.cols;
     let mut p = Pedestal::<S>::new(px, o.stage, o.window);
     let mut raw = Vec::<u16>::new();
@@ -88,10 +76,7 @@ fn pedestal_with<S: Sum>(
     let mut base = base(frames, o)?;
     let g = o.stage as usize;
     p.mean_into(&mut base.cal.pedestal[g]);
-    let mut rms = base
-        .rms
-        .take()
-        .unwrap_or_else(|| [vec![0.0; px], vec![0.0; px], vec![0.0; px]]);
+    let mut rms = base.rms.take().unwrap_or_else(|| [vec![0.0; px], vec![0.0; px], vec![0.0; px]]);
     p.rms_into(&mut rms[g]);
     base.rms = Some(rms);
     let mut n = base.frames.unwrap_or([0; 3]);
@@ -104,19 +89,10 @@ fn pedestal_with<S: Sum>(
             *ped = TYPICAL_PEDESTAL[g];
         }
     }
-    p.mask(
-        o.min_frames.unwrap_or(o.window),
-        o.max_rms,
-        &mut base.cal.mask,
-    );
+    p.mask(o.min_frames.unwrap_or(o.window), o.max_rms, &mut base.cal.mask);
     let masked = base.cal.mask.iter().filter(|&&m| m != 0).count();
     out.make(|path| Ok(base.save(path)?))?;
-    Ok(Pedestalled {
-        frames: frames.frames,
-        pixels: px,
-        masked,
-        typical_base: o.base.is_none(),
-    })
+    Ok(Pedestalled { frames: frames.frames, pixels: px, masked, typical_base: o.base.is_none() })
 }
 
 /// The calibration the dark run is written over: `o.base`, or typical PSI values.
@@ -126,24 +102,14 @@ fn base(frames: &FrameReader, o: &PedestalOptions) -> anyhow::Result<CalFile> {
         return Ok(CalFile {
             rows: frames.rows,
             cols: frames.cols,
-            cal: Calibration {
-                pedestal: TYPICAL_PEDESTAL.map(|v| vec![v; px]),
-                gain: TYPICAL_GAIN.map(|v| vec![v; px]),
-                mask: vec![0; px],
-            },
+            cal: Calibration { pedestal: TYPICAL_PEDESTAL.map(|v| vec![v; px]), gain: TYPICAL_GAIN.map(|v| vec![v; px]), mask: vec![0; px] },
             rms: None,
             frames: Some([0; 3]),
         });
     };
     let cf = CalFile::load(b)?;
     if (cf.rows, cf.cols) != (frames.rows, frames.cols) {
-        bail!(
-            "base calibration is {}x{} pixels, the frames {}x{}",
-            cf.rows,
-            cf.cols,
-            frames.rows,
-            frames.cols
-        );
+        bail!("base calibration is {}x{} pixels, the frames {}x{}", cf.rows, cf.cols, frames.rows, frames.cols);
     }
     Ok(cf)
 }

@@ -5,9 +5,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use rdaq_process::spots::{
-    LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params, Spot, SpotFinder,
-};
+use rdaq_process::spots::{LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params, Spot, SpotFinder};
 use rdaq_sink::{FrameReader, PixelType};
 
 use crate::Output;
@@ -51,18 +49,8 @@ pub fn run_finder(path: &Path) -> Option<RunFinder> {
         PixelType::Counts(_) => ("counts", 1.0),
         _ => return None,
     };
-    let params = LocalSnrParams {
-        threshold: p.threshold_photons * per_photon,
-        snr: p.snr,
-        box_half: p.box_half,
-        min_pixels: p.min_pixels,
-        max_pixels: p.max_pixels,
-    };
-    (p.finder == "local").then_some(RunFinder {
-        params,
-        threshold_photons: p.threshold_photons,
-        unit,
-    })
+    let params = LocalSnrParams { threshold: p.threshold_photons * per_photon, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels };
+    (p.finder == "local").then_some(RunFinder { params, threshold_photons: p.threshold_photons, unit })
 }
 
 /// The peakfinder8 of the run (a counting detector's, `process.finder = "peakfinder8"`)
@@ -71,10 +59,7 @@ pub fn run_finder(path: &Path) -> Option<RunFinder> {
 pub fn run_peakfinder8(path: &Path) -> Option<(Peakfinder8Params, [f64; 2])> {
     let meta = rdaq_sink::master::read_series(path).ok()?;
     let g = meta.geometry;
-    Some((
-        meta.processing?.peakfinder8(g.width(), g.height())?,
-        meta.beam_center,
-    ))
+    Some((meta.processing?.peakfinder8(g.width(), g.height())?, meta.beam_center))
 }
 
 /// What a counting detector's frames leave out of the finder: every pixel's NXmx mask bits
@@ -88,23 +73,13 @@ pub struct Counted {
 /// (`None` for another file), as its online spot finding left them out.
 pub fn counted(path: &Path) -> Option<Counted> {
     let meta = rdaq_sink::master::read_series(path).ok()?;
-    let PixelType::Counts(bits) = meta.pixel else {
-        return None;
-    };
-    Some(Counted {
-        mask: meta.pixel_mask(),
-        saturation: rdaq_process::spots::count_saturation(bits),
-    })
+    let PixelType::Counts(bits) = meta.pixel else { return None };
+    Some(Counted { mask: meta.pixel_mask(), saturation: rdaq_process::spots::count_saturation(bits) })
 }
 
 /// Finds the spots of every frame of `frames` and writes them to `out`; returns the spots
 /// found per frame. A counting detector's `counted` pixels are left out, as online.
-pub fn spots(
-    frames: &FrameReader,
-    finder: Finder,
-    counted: Option<&Counted>,
-    out: &Output,
-) -> anyhow::Result<Vec<Vec<Spot>>> {
+pub fn spots(frames: &FrameReader, finder: Finder, counted: Option<&Counted>, out: &Output) -> anyhow::Result<Vec<Vec<Spot>>> {
     let (r, c) = (frames.rows, frames.cols);
     if counted.is_some_and(|k| k.mask.len() != r * c) {
         bail!("the series' pixel mask does not cover the {r}x{c} images");
@@ -133,53 +108,29 @@ fn ready(finder: Finder, r: usize, c: usize) -> anyhow::Result<SpotFinder> {
         }
         Finder::Peakfinder8(p, radius) => {
             if (p.asic_ny * p.nasics_y, p.asic_nx * p.nasics_x) != (r, c) {
-                bail!(
-                    "peakfinder8: {}x{} ASICs of {}x{} do not tile the {r}x{c} image",
-                    p.nasics_y,
-                    p.nasics_x,
-                    p.asic_ny,
-                    p.asic_nx
-                );
+                bail!("peakfinder8: {}x{} ASICs of {}x{} do not tile the {r}x{c} image", p.nasics_y, p.nasics_x, p.asic_ny, p.asic_nx);
             }
             let radius = match radius {
-                Radius::Centre { x, y } => Peakfinder8::radius_map(
-                    c,
-                    r,
-                    x.unwrap_or(c as f64 / 2.0),
-                    y.unwrap_or(r as f64 / 2.0),
-                ),
+                Radius::Centre { x, y } => Peakfinder8::radius_map(c, r, x.unwrap_or(c as f64 / 2.0), y.unwrap_or(r as f64 / 2.0)),
                 Radius::Map(m) if m.len() == r * c => m,
                 Radius::Map(m) => bail!("a radius map of {} pixels for a {r}x{c} image", m.len()),
             };
-            Ok(SpotFinder::Peakfinder8(Peakfinder8::new(
-                p,
-                radius,
-                &vec![true; r * c],
-            )))
+            Ok(SpotFinder::Peakfinder8(Peakfinder8::new(p, radius, &vec![true; r * c])))
         }
     }
 }
 
 /// peakfinder8's radius map from `dataset` of the HDF5 file `path` (float, `shape`: the
 /// images' rows and columns).
-pub fn read_radius_map(
-    path: &Path,
-    dataset: &str,
-    shape: (usize, usize),
-) -> anyhow::Result<Vec<f32>> {
+pub fn read_radius_map(path: &Path, dataset: &str, shape: (usize, usize)) -> anyhow::Result<Vec<f32>> {
     let (rows, cols) = shape;
     let what = || format!("{}:{dataset}", path.display());
     let f = hdf5::File::open(path).with_context(what)?;
     let ds = f.dataset(dataset).with_context(what)?;
     if ds.shape() != [rows, cols] {
-        bail!(
-            "{}: shape {:?}, the image is {rows}x{cols}",
-            what(),
-            ds.shape()
-        );
+        bail!("{}: shape {:?}, the image is {rows}x{cols}", what(), ds.shape());
     }
-    let radius: Vec<f32> =
-        rdaq_process::chunk_size::reading(&ds, || ds.read_raw()).with_context(what)?;
+    let radius: Vec<f32> = rdaq_process::chunk_size::reading(&ds, || ds.read_raw()).with_context(what)?;
     if radius.iter().any(|r| !r.is_finite() || *r < 0.0) {
         bail!("{}: radii must be finite and not negative", what());
     }

@@ -55,11 +55,7 @@ fn color(t: f32) -> [u8; 3] {
 
 /// The value shown brightest: the 99.5th percentile of the valid, positive pixels (at least 1).
 fn top(values: &[f32]) -> f32 {
-    let mut v: Vec<f32> = values
-        .iter()
-        .copied()
-        .filter(|x| x.is_finite() && *x > 0.0)
-        .collect();
+    let mut v: Vec<f32> = values.iter().copied().filter(|x| x.is_finite() && *x > 0.0).collect();
     if v.is_empty() {
         return 1.0;
     }
@@ -70,25 +66,13 @@ fn top(values: &[f32]) -> f32 {
 
 /// Renders the image with its spots and a scale bar.
 pub fn render(s: &Shown) -> Picture {
-    assert_eq!(
-        s.values.len(),
-        s.width * s.height,
-        "values hold width x height pixels"
-    );
+    assert_eq!(s.values.len(), s.width * s.height, "values hold width x height pixels");
     let vmax = top(s.values);
     let mut rgb = Vec::with_capacity(s.values.len() * 3);
     for &v in s.values {
-        rgb.extend_from_slice(&if v.is_finite() {
-            color((v.max(0.0) / vmax).sqrt())
-        } else {
-            NO_VALUE
-        });
+        rgb.extend_from_slice(&if v.is_finite() { color((v.max(0.0) / vmax).sqrt()) } else { NO_VALUE });
     }
-    let mut p = Picture {
-        width: s.width,
-        height: s.height,
-        rgb,
-    };
+    let mut p = Picture { width: s.width, height: s.height, rgb };
     for &(x, y) in s.spots {
         p.circle(x, y, CIRCLE);
     }
@@ -130,11 +114,7 @@ impl Picture {
             return;
         }
         let target_mm = self.width as f64 / 5.0 * pixel_size_m * 1e3;
-        let mm = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
-            .into_iter()
-            .rev()
-            .find(|&m| m <= target_mm)
-            .unwrap_or(1.0);
+        let mm = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0].into_iter().rev().find(|&m| m <= target_mm).unwrap_or(1.0);
         let len = (mm / 1e3 / pixel_size_m).round() as i64;
         let (x0, y0) = (16, self.height as i64 - 20);
         for y in y0..y0 + 5 {
@@ -194,13 +174,7 @@ mod tests {
         let mut values: Vec<f32> = (0..w * h).map(|i| (i % 7) as f32).collect();
         values[50 * w + 10] = f32::NAN;
         let spots = [(100.0, 50.0)];
-        let p = render(&Shown {
-            width: w,
-            height: h,
-            values: &values,
-            spots: &spots,
-            pixel_size_m: 75e-6,
-        });
+        let p = render(&Shown { width: w, height: h, values: &values, spots: &spots, pixel_size_m: 75e-6 });
         assert_eq!(p.at(108, 50), SPOT);
         assert_eq!(p.at(100, 42), SPOT);
         assert_ne!(p.at(100, 50), SPOT, "the centre stays visible");

@@ -44,38 +44,14 @@ fn to_values(pixel: PixelType, bytes: &[u8], gaps: &[u32], out: &mut Vec<f32>) {
     let under = pixel.markers().1;
     out.clear();
     match pixel {
-        PixelType::Raw => out.extend(
-            bytes
-                .chunks_exact(2)
-                .map(|b| (u16::from_le_bytes([b[0], b[1]]) & 0x3fff) as f32),
-        ),
-        PixelType::Photons16 | PixelType::Fields => out.extend(
-            bytes
-                .chunks_exact(2)
-                .map(|b| i16::from_le_bytes([b[0], b[1]]) as f32),
-        ),
-        PixelType::Photons32 => out.extend(
-            bytes
-                .chunks_exact(4)
-                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32),
-        ),
-        PixelType::Kev => out.extend(
-            bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        ),
+        PixelType::Raw => out.extend(bytes.chunks_exact(2).map(|b| (u16::from_le_bytes([b[0], b[1]]) & 0x3fff) as f32)),
+        PixelType::Photons16 | PixelType::Fields => out.extend(bytes.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]]) as f32)),
+        PixelType::Photons32 => out.extend(bytes.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)),
+        PixelType::Kev => out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
         PixelType::Counts(_) => match pixel.bytes() {
             1 => out.extend(bytes.iter().map(|&b| b as f32)),
-            2 => out.extend(
-                bytes
-                    .chunks_exact(2)
-                    .map(|b| u16::from_le_bytes([b[0], b[1]]) as f32),
-            ),
-            _ => out.extend(
-                bytes
-                    .chunks_exact(4)
-                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32),
-            ),
+            2 => out.extend(bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]) as f32)),
+            _ => out.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)),
         },
     }
     for (v, &m) in out.iter_mut().zip(gaps) {
@@ -87,63 +63,28 @@ fn to_values(pixel: PixelType, bytes: &[u8], gaps: &[u32], out: &mut Vec<f32>) {
 
 /// Frame `frame` (the index in the series, from 0) of the series whose master is `master`.
 pub fn from_file(master: &Path, frame: usize) -> Result<Preview, PreviewError> {
-    let h5 = |source| PreviewError::Hdf5 {
-        path: master.to_owned(),
-        source,
-    };
+    let h5 = |source| PreviewError::Hdf5 { path: master.to_owned(), source };
     let file = hdf5::File::open(master).map_err(h5)?;
     let det = file.group("entry/instrument/detector").map_err(h5)?;
-    let pixel_size_m: f64 = det
-        .dataset("x_pixel_size")
-        .and_then(|d| d.read_scalar())
-        .map_err(h5)?;
-    let gaps: Vec<u32> = det
-        .dataset("pixel_mask")
-        .and_then(|d| rdaq_process::chunk_size::reading(&d, || d.read_raw()))
-        .map_err(h5)?;
+    let pixel_size_m: f64 = det.dataset("x_pixel_size").and_then(|d| d.read_scalar()).map_err(h5)?;
+    let gaps: Vec<u32> = det.dataset("pixel_mask").and_then(|d| rdaq_process::chunk_size::reading(&d, || d.read_raw())).map_err(h5)?;
     let (link, index) = locate(&file, master, frame)?;
     let reader = FrameReader::open(master, &link)?;
-    let pixel =
-        pixel_type(&file.dataset(&link).map_err(h5)?).ok_or_else(|| PreviewError::File {
-            path: master.into(),
-            message: format!("{link}: pixel type not written by rdaq"),
-        })?;
+    let pixel = pixel_type(&file.dataset(&link).map_err(h5)?).ok_or_else(|| PreviewError::File { path: master.into(), message: format!("{link}: pixel type not written by rdaq") })?;
     let mut values = Vec::new();
     to_values(pixel, &reader.read_bytes(index, pixel)?, &gaps, &mut values);
-    let frame_number = file
-        .dataset("entry/data/frame_number")
-        .and_then(|d| d.read_raw::<u64>())
-        .map_err(h5)?
-        .get(frame)
-        .copied()
-        .unwrap_or(frame as u64);
-    Ok(Preview {
-        width: reader.cols,
-        height: reader.rows,
-        values,
-        spots: file_spots(&file, frame),
-        pixel_size_m,
-        frame_number,
-    })
+    let frame_number = file.dataset("entry/data/frame_number").and_then(|d| d.read_raw::<u64>()).map_err(h5)?.get(frame).copied().unwrap_or(frame as u64);
+    Ok(Preview { width: reader.cols, height: reader.rows, values, spots: file_spots(&file, frame), pixel_size_m, frame_number })
 }
 
 /// The spot positions of frame `frame` from the master's spot list (none without one).
 fn file_spots(file: &hdf5::File, frame: usize) -> Vec<(f32, f32)> {
     let read = || -> hdf5::Result<Vec<(f32, f32)>> {
         let g = file.group("entry/result_1")?;
-        let n = g
-            .dataset("nPeaks")?
-            .read_slice_1d::<u32, _>(frame..frame + 1)?[0] as usize;
-        let row = |name: &str| {
-            g.dataset(name)?
-                .read_slice_1d::<f32, _>(ndarray::s![frame, ..])
-        };
+        let n = g.dataset("nPeaks")?.read_slice_1d::<u32, _>(frame..frame + 1)?[0] as usize;
+        let row = |name: &str| g.dataset(name)?.read_slice_1d::<f32, _>(ndarray::s![frame, ..]);
         let (x, y) = (row("peakXPosRaw")?, row("peakYPosRaw")?);
-        Ok(x.iter()
-            .zip(y.iter())
-            .take(n)
-            .map(|(&x, &y)| (x, y))
-            .collect())
+        Ok(x.iter().zip(y.iter()).take(n).map(|(&x, &y)| (x, y)).collect())
     };
     read().unwrap_or_default()
 }
@@ -160,10 +101,7 @@ fn locate(file: &hdf5::File, master: &Path, frame: usize) -> Result<(String, usi
         }
         first += n;
     }
-    Err(PreviewError::File {
-        path: master.into(),
-        message: format!("no frame {frame}: the series holds {first}"),
-    })
+    Err(PreviewError::File { path: master.into(), message: format!("no frame {frame}: the series holds {first}") })
 }
 
 fn pixel_type(ds: &hdf5::Dataset) -> Option<PixelType> {
@@ -182,10 +120,7 @@ fn pixel_type(ds: &hdf5::Dataset) -> Option<PixelType> {
 /// The next image of the preview stream at `endpoint` (a PUB socket), waiting at most
 /// `timeout` for the series' `start` and an image after it.
 pub fn from_stream(endpoint: &str, timeout: Duration) -> Result<Preview, PreviewError> {
-    let fail = |message: String| PreviewError::Message {
-        endpoint: endpoint.into(),
-        message,
-    };
+    let fail = |message: String| PreviewError::Message { endpoint: endpoint.into(), message };
     let mut c = Consumer::connect(endpoint, SocketKind::Pub, 4)?;
     let (deadline, mut buf, mut meta) = (Instant::now() + timeout, Buffer::new(), None::<NxmxMeta>);
     while Instant::now() < deadline {
@@ -196,36 +131,18 @@ pub fn from_stream(endpoint: &str, timeout: Duration) -> Result<Preview, Preview
             Message::Start(m) => meta = Some(*m),
             Message::Image(img) => {
                 let Some(m) = meta.as_ref() else { continue };
-                let bytes = decompress(&img.chunk, img.elem, Codec::Lz4)
-                    .map_err(|e| fail(format!("image {}: {e}", img.image_id)))?;
+                let bytes = decompress(&img.chunk, img.elem, Codec::Lz4).map_err(|e| fail(format!("image {}: {e}", img.image_id)))?;
                 let (width, height) = (m.geometry.width(), m.geometry.height());
                 if bytes.len() != width * height * m.pixel.bytes() {
-                    return Err(fail(format!(
-                        "image {} decodes to {} bytes, not {width}x{height} pixels",
-                        img.image_id,
-                        bytes.len()
-                    )));
+                    return Err(fail(format!("image {} decodes to {} bytes, not {width}x{height} pixels", img.image_id, bytes.len())));
                 }
                 let mut values = Vec::new();
                 to_values(m.pixel, &bytes, &m.geometry.gap_mask(), &mut values);
-                let spots = img
-                    .spots
-                    .map(|(s, _)| s.iter().map(|s| (s.x, s.y)).collect())
-                    .unwrap_or_default();
-                return Ok(Preview {
-                    width,
-                    height,
-                    values,
-                    spots,
-                    pixel_size_m: m.pixel_size_m,
-                    frame_number: img.frame_number,
-                });
+                let spots = img.spots.map(|(s, _)| s.iter().map(|s| (s.x, s.y)).collect()).unwrap_or_default();
+                return Ok(Preview { width, height, values, spots, pixel_size_m: m.pixel_size_m, frame_number: img.frame_number });
             }
             Message::End => {}
         }
     }
-    Err(PreviewError::Timeout {
-        endpoint: endpoint.into(),
-        secs: timeout.as_secs_f64(),
-    })
+    Err(PreviewError::Timeout { endpoint: endpoint.into(), secs: timeout.as_secs_f64() })
 }

@@ -25,19 +25,10 @@ pub fn default_block_elems(elem_size: usize) -> usize {
 /// ([`shuffle_block`]), the last `n % 8` elements copied as they are: the layout
 /// [`Compressor::compress_shuffled`] takes, and the GPU's bitshuffle makes.
 pub fn shuffle_blocks(src: &[u8], size: usize, block_elems: usize, dst: &mut [u8]) {
-    assert!(
-        src.len().is_multiple_of(size)
-            && dst.len() == src.len()
-            && block_elems.is_multiple_of(8)
-            && block_elems > 0,
-        "whole elements, blocks of whole 8-element groups"
-    );
+    assert!(src.len().is_multiple_of(size) && dst.len() == src.len() && block_elems.is_multiple_of(8) && block_elems > 0, "whole elements, blocks of whole 8-element groups");
     let n = src.len() / size;
     let whole = n / 8 * 8 * size;
-    for (s, d) in src[..whole]
-        .chunks(block_elems * size)
-        .zip(dst[..whole].chunks_mut(block_elems * size))
-    {
+    for (s, d) in src[..whole].chunks(block_elems * size).zip(dst[..whole].chunks_mut(block_elems * size)) {
         shuffle_block(s, d, size);
     }
     dst[whole..].copy_from_slice(&src[whole..]);
@@ -58,10 +49,7 @@ fn transpose8(mut x: u64) -> u64 {
 /// Bit-transposes one block: `src` holds `n` elements of `size` bytes, `n % 8 == 0`.
 pub fn shuffle_block(src: &[u8], dst: &mut [u8], size: usize) {
     let n = src.len() / size;
-    assert!(
-        n % 8 == 0 && src.len() == n * size && dst.len() == src.len(),
-        "block of whole 8-element groups"
-    );
+    assert!(n % 8 == 0 && src.len() == n * size && dst.len() == src.len(), "block of whole 8-element groups");
     #[cfg(target_arch = "x86_64")]
     let done = if (size == 2 || size == 4) && std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked just above).
@@ -116,26 +104,14 @@ mod avx2 {
             let p = src.as_ptr().add(g * 32 * size);
             if size == 2 {
                 // per 128-bit lane: the 8 low bytes, then the 8 high bytes
-                let m = _mm256_setr_epi8(
-                    0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12,
-                    14, 1, 3, 5, 7, 9, 11, 13, 15,
-                );
-                let a = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(
-                    _mm256_loadu_si256(p.cast()),
-                    m,
-                ));
-                let b = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(
-                    _mm256_loadu_si256(p.add(32).cast()),
-                    m,
-                ));
+                let m = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+                let a = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(_mm256_loadu_si256(p.cast()), m));
+                let b = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(_mm256_loadu_si256(p.add(32).cast()), m));
                 planes[0] = _mm256_permute2x128_si256::<0x20>(a, b);
                 planes[1] = _mm256_permute2x128_si256::<0x31>(a, b);
             } else {
                 // per 128-bit lane (4 elements): byte 0 of each, byte 1, byte 2, byte 3
-                let m = _mm256_setr_epi8(
-                    0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13,
-                    2, 6, 10, 14, 3, 7, 11, 15,
-                );
+                let m = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
                 let idx = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
                 let mut q = [_mm256_setzero_si256(); 4];
                 for (k, v) in q.iter_mut().enumerate() {
@@ -143,14 +119,8 @@ mod avx2 {
                     // 64-bit word j now holds byte plane j of these 8 elements
                     *v = _mm256_permutevar8x32_epi32(x, idx);
                 }
-                let (lo_ab, hi_ab) = (
-                    _mm256_unpacklo_epi64(q[0], q[1]),
-                    _mm256_unpackhi_epi64(q[0], q[1]),
-                );
-                let (lo_cd, hi_cd) = (
-                    _mm256_unpacklo_epi64(q[2], q[3]),
-                    _mm256_unpackhi_epi64(q[2], q[3]),
-                );
+                let (lo_ab, hi_ab) = (_mm256_unpacklo_epi64(q[0], q[1]), _mm256_unpackhi_epi64(q[0], q[1]));
+                let (lo_cd, hi_cd) = (_mm256_unpacklo_epi64(q[2], q[3]), _mm256_unpackhi_epi64(q[2], q[3]));
                 planes[0] = _mm256_permute2x128_si256::<0x20>(lo_ab, lo_cd);
                 planes[1] = _mm256_permute2x128_si256::<0x20>(hi_ab, hi_cd);
                 planes[2] = _mm256_permute2x128_si256::<0x31>(lo_ab, lo_cd);
@@ -163,10 +133,7 @@ mod avx2 {
                     // SAFETY (store): 4 bytes at (byte*8 + bit)*row + 4g; 4g + 4 <= row
                     // since g < n/32, and (byte*8 + bit) < 8*size, so inside dst.
                     let at = (byte * 8 + bit) * row + 4 * g;
-                    dst.as_mut_ptr()
-                        .add(at)
-                        .cast::<u32>()
-                        .write_unaligned(mask.to_le());
+                    dst.as_mut_ptr().add(at).cast::<u32>().write_unaligned(mask.to_le());
                     v = _mm256_add_epi8(v, v);
                 }
             }
@@ -187,10 +154,7 @@ mod avx2 {
         let groups = n / 32;
         let row = n / 8;
         // byte e of a lane takes byte e / 8 of the broadcast word, and keeps bit e % 8 of it
-        let spread = _mm256_setr_epi8(
-            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3,
-            3, 3, 3,
-        );
+        let spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
         let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
         let mut planes = [_mm256_setzero_si256(); 4];
         for g in 0..groups {
@@ -202,13 +166,9 @@ mod avx2 {
                     // src's length.
                     let at = (byte * 8 + bit) * row + 4 * g;
                     let word = src.as_ptr().add(at).cast::<u32>().read_unaligned();
-                    let bytes =
-                        _mm256_shuffle_epi8(_mm256_set1_epi32(u32::from_le(word) as i32), spread);
+                    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(u32::from_le(word) as i32), spread);
                     let on = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, select), select);
-                    v = _mm256_or_si256(
-                        v,
-                        _mm256_and_si256(on, _mm256_set1_epi8((1u8 << bit) as i8)),
-                    );
+                    v = _mm256_or_si256(v, _mm256_and_si256(on, _mm256_set1_epi8((1u8 << bit) as i8)));
                 }
                 *plane = v;
             }
@@ -216,44 +176,18 @@ mod avx2 {
             // dst, inside it since g < n / 32.
             let out = dst.as_mut_ptr().add(g * 32 * size);
             if size == 2 {
-                let (lo, hi) = (
-                    _mm256_unpacklo_epi8(planes[0], planes[1]),
-                    _mm256_unpackhi_epi8(planes[0], planes[1]),
-                );
+                let (lo, hi) = (_mm256_unpacklo_epi8(planes[0], planes[1]), _mm256_unpackhi_epi8(planes[0], planes[1]));
                 _mm256_storeu_si256(out.cast(), _mm256_permute2x128_si256::<0x20>(lo, hi));
-                _mm256_storeu_si256(
-                    out.add(32).cast(),
-                    _mm256_permute2x128_si256::<0x31>(lo, hi),
-                );
+                _mm256_storeu_si256(out.add(32).cast(), _mm256_permute2x128_si256::<0x31>(lo, hi));
             } else {
-                let (a, b) = (
-                    _mm256_unpacklo_epi8(planes[0], planes[1]),
-                    _mm256_unpackhi_epi8(planes[0], planes[1]),
-                );
-                let (c, d) = (
-                    _mm256_unpacklo_epi8(planes[2], planes[3]),
-                    _mm256_unpackhi_epi8(planes[2], planes[3]),
-                );
+                let (a, b) = (_mm256_unpacklo_epi8(planes[0], planes[1]), _mm256_unpackhi_epi8(planes[0], planes[1]));
+                let (c, d) = (_mm256_unpacklo_epi8(planes[2], planes[3]), _mm256_unpackhi_epi8(planes[2], planes[3]));
                 // per lane: elements 0-3, 4-7, 8-11, 12-15 of the lane's 16
-                let w = [
-                    _mm256_unpacklo_epi16(a, c),
-                    _mm256_unpackhi_epi16(a, c),
-                    _mm256_unpacklo_epi16(b, d),
-                    _mm256_unpackhi_epi16(b, d),
-                ];
+                let w = [_mm256_unpacklo_epi16(a, c), _mm256_unpackhi_epi16(a, c), _mm256_unpacklo_epi16(b, d), _mm256_unpackhi_epi16(b, d)];
                 _mm256_storeu_si256(out.cast(), _mm256_permute2x128_si256::<0x20>(w[0], w[1]));
-                _mm256_storeu_si256(
-                    out.add(32).cast(),
-                    _mm256_permute2x128_si256::<0x20>(w[2], w[3]),
-                );
-                _mm256_storeu_si256(
-                    out.add(64).cast(),
-                    _mm256_permute2x128_si256::<0x31>(w[0], w[1]),
-                );
-                _mm256_storeu_si256(
-                    out.add(96).cast(),
-                    _mm256_permute2x128_si256::<0x31>(w[2], w[3]),
-                );
+                _mm256_storeu_si256(out.add(32).cast(), _mm256_permute2x128_si256::<0x20>(w[2], w[3]));
+                _mm256_storeu_si256(out.add(64).cast(), _mm256_permute2x128_si256::<0x31>(w[0], w[1]));
+                _mm256_storeu_si256(out.add(96).cast(), _mm256_permute2x128_si256::<0x31>(w[2], w[3]));
             }
         }
         groups * 32
@@ -310,10 +244,7 @@ mod sse2 {
 /// Inverse of [`shuffle_block`].
 pub fn unshuffle_block(src: &[u8], dst: &mut [u8], size: usize) {
     let n = src.len() / size;
-    assert!(
-        n % 8 == 0 && src.len() == n * size && dst.len() == src.len(),
-        "block of whole 8-element groups"
-    );
+    assert!(n % 8 == 0 && src.len() == n * size && dst.len() == src.len(), "block of whole 8-element groups");
     #[cfg(target_arch = "x86_64")]
     let done = if (size == 2 || size == 4) && std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked just above), and the block is as asserted.
@@ -337,11 +268,7 @@ fn unshuffle_groups_of_8(src: &[u8], dst: &mut [u8], size: usize, from: usize) {
         for k0 in (from..wide).step_by(8) {
             let mut a = [0u64; 8];
             for (bit, w) in a.iter_mut().enumerate() {
-                *w = u64::from_le_bytes(
-                    planes[bit * row + k0..bit * row + k0 + 8]
-                        .try_into()
-                        .expect("8 bytes"),
-                );
+                *w = u64::from_le_bytes(planes[bit * row + k0..bit * row + k0 + 8].try_into().expect("8 bytes"));
             }
             transpose_bytes8(&mut a);
             for (j, &y) in a.iter().enumerate() {
@@ -349,9 +276,7 @@ fn unshuffle_groups_of_8(src: &[u8], dst: &mut [u8], size: usize, from: usize) {
             }
         }
         for k in wide..row {
-            let y = (0..8).fold(0u64, |y, bit| {
-                y | (planes[bit * row + k] as u64) << (8 * bit)
-            });
+            let y = (0..8).fold(0u64, |y, bit| y | (planes[bit * row + k] as u64) << (8 * bit));
             put_group(dst, k, byte, size, transpose8(y));
         }
     }
@@ -366,11 +291,7 @@ fn put_group(dst: &mut [u8], k: usize, byte: usize, size: usize, x: u64) {
 
 /// Transposes the 8 x 8 byte matrix whose row `i` is word `i` (byte `j`: column `j`).
 fn transpose_bytes8(a: &mut [u64; 8]) {
-    for (step, mask, pairs) in [
-        (32, 0x0000_0000_ffff_ffffu64, [0, 1, 2, 3]),
-        (16, 0x0000_ffff_0000_ffff, [0, 1, 4, 5]),
-        (8, 0x00ff_00ff_00ff_00ff, [0, 2, 4, 6]),
-    ] {
+    for (step, mask, pairs) in [(32, 0x0000_0000_ffff_ffffu64, [0, 1, 2, 3]), (16, 0x0000_ffff_0000_ffff, [0, 1, 4, 5]), (8, 0x00ff_00ff_00ff_00ff, [0, 2, 4, 6])] {
         let d = step / 8;
         for i in pairs {
             let t = ((a[i] >> step) ^ a[i + d]) & mask;
@@ -394,11 +315,7 @@ impl Codec {
         match name {
             "lz4" => Ok(Codec::Lz4),
             "zstd" => Ok(Codec::Zstd(zstd_level)),
-            _ => Err(crate::UnknownName {
-                what: "codec",
-                name: name.into(),
-                expected: "lz4 or zstd",
-            }),
+            _ => Err(crate::UnknownName { what: "codec", name: name.into(), expected: "lz4 or zstd" }),
         }
     }
 
@@ -423,34 +340,15 @@ pub struct Compressor {
 impl Compressor {
     /// `block_elems` 0 picks the library default.
     pub fn new(elem_size: usize, block_elems: usize, codec: Codec) -> Self {
-        let block_elems = if block_elems == 0 {
-            default_block_elems(elem_size)
-        } else {
-            block_elems
-        };
-        assert!(
-            block_elems % 8 == 0 && block_elems > 0,
-            "block size must be a multiple of 8 elements"
-        );
+        let block_elems = if block_elems == 0 { default_block_elems(elem_size) } else { block_elems };
+        assert!(block_elems % 8 == 0 && block_elems > 0, "block size must be a multiple of 8 elements");
         let zstd = match codec {
             Codec::Lz4 => None,
-            Codec::Zstd(level) => Some(
-                zstd::bulk::Compressor::new(level)
-                    .expect("libzstd accepts every level (it clamps)"),
-            ),
+            Codec::Zstd(level) => Some(zstd::bulk::Compressor::new(level).expect("libzstd accepts every level (it clamps)")),
         };
         let block_bytes = block_elems * elem_size;
-        let worst = lz4_flex::block::get_maximum_output_size(block_bytes)
-            .max(zstd::zstd_safe::compress_bound(block_bytes));
-        Compressor {
-            elem_size,
-            block_elems,
-            shuffled: vec![0; block_bytes],
-            packer: Packer {
-                packed: vec![0; worst],
-                zstd,
-            },
-        }
+        let worst = lz4_flex::block::get_maximum_output_size(block_bytes).max(zstd::zstd_safe::compress_bound(block_bytes));
+        Compressor { elem_size, block_elems, shuffled: vec![0; block_bytes], packer: Packer { packed: vec![0; worst], zstd } }
     }
 
     /// Elements per block (the last block of a chunk may hold fewer).
@@ -469,18 +367,8 @@ impl Compressor {
     /// then never exist as a whole array: each block is made in `staging` (one block long),
     /// which stays in the core's cache until it is compressed. The chunk is the one
     /// [`Compressor::compress`] makes of the same elements.
-    pub fn compress_from<T: crate::Plain + Default>(
-        &mut self,
-        n: usize,
-        staging: &mut Vec<T>,
-        out: &mut Vec<u8>,
-        mut produce: impl FnMut(usize, &mut [T]),
-    ) {
-        assert_eq!(
-            std::mem::size_of::<T>(),
-            self.elem_size,
-            "elements of the compressor's size"
-        );
+    pub fn compress_from<T: crate::Plain + Default>(&mut self, n: usize, staging: &mut Vec<T>, out: &mut Vec<u8>, mut produce: impl FnMut(usize, &mut [T])) {
+        assert_eq!(std::mem::size_of::<T>(), self.elem_size, "elements of the compressor's size");
         staging.resize(self.block_elems.max(8), T::default());
         self.header(n, out);
         let mut at = 0;
@@ -556,11 +444,8 @@ impl Packer {
         // into a scratch block sized once for the worst case, then only the compressed
         // bytes into the chunk: no zeroing of a worst-case output per block
         let c = match self.zstd.as_mut() {
-            None => lz4_flex::block::compress_into(shuffled, &mut self.packed)
-                .expect("scratch sized for the worst case"),
-            Some(z) => z
-                .compress_to_buffer(shuffled, &mut self.packed)
-                .expect("scratch sized for the worst case"),
+            None => lz4_flex::block::compress_into(shuffled, &mut self.packed).expect("scratch sized for the worst case"),
+            Some(z) => z.compress_to_buffer(shuffled, &mut self.packed).expect("scratch sized for the worst case"),
         };
         out.extend_from_slice(&(c as u32).to_be_bytes());
         out.extend_from_slice(&self.packed[..c]);
@@ -586,34 +471,17 @@ pub const MAX_CHUNK_BYTES: u64 = u32::MAX as u64;
 /// Decodes a bitshuffle chunk of `elem_size`-byte elements (for tests and tools; the readers
 /// of our files are hdf5plugin and the bitshuffle library).
 pub fn decompress(chunk: &[u8], elem_size: usize, codec: Codec) -> Result<Vec<u8>, ChunkError> {
-    let total = u64::from_be_bytes(
-        chunk
-            .get(0..8)
-            .ok_or(ChunkError::Truncated)?
-            .try_into()
-            .unwrap(),
-    ) as usize;
-    let block_bytes = u32::from_be_bytes(
-        chunk
-            .get(8..12)
-            .ok_or(ChunkError::Truncated)?
-            .try_into()
-            .unwrap(),
-    );
+    let total = u64::from_be_bytes(chunk.get(0..8).ok_or(ChunkError::Truncated)?.try_into().unwrap()) as usize;
+    let block_bytes = u32::from_be_bytes(chunk.get(8..12).ok_or(ChunkError::Truncated)?.try_into().unwrap());
     let be = block_bytes as usize / elem_size;
     if be == 0 || be % 8 != 0 || block_bytes as usize % elem_size != 0 {
         return Err(ChunkError::BadBlockSize(block_bytes));
     }
     // every block follows its 4-byte length, and the unshuffled rest is under 8 elements:
     // a claim beyond that is refused before anything is allocated for it
-    let most = ((chunk.len() - 12) / 4)
-        .saturating_mul(block_bytes as usize)
-        .saturating_add(elem_size.saturating_mul(8));
+    let most = ((chunk.len() - 12) / 4).saturating_mul(block_bytes as usize).saturating_add(elem_size.saturating_mul(8));
     if total > most || total as u64 > MAX_CHUNK_BYTES {
-        return Err(ChunkError::Claims {
-            total: total as u64,
-            len: chunk.len(),
-        });
+        return Err(ChunkError::Claims { total: total as u64, len: chunk.len() });
     }
     let n = total / elem_size;
     let mut out = vec![0u8; total];
@@ -623,13 +491,7 @@ pub fn decompress(chunk: &[u8], elem_size: usize, codec: Codec) -> Result<Vec<u8
     for b in 0..blocks {
         let elems = if b < n / be { be } else { (n % be) / 8 * 8 };
         let bytes = elems * elem_size;
-        let clen = u32::from_be_bytes(
-            chunk
-                .get(pos..pos + 4)
-                .ok_or(ChunkError::Truncated)?
-                .try_into()
-                .unwrap(),
-        ) as usize;
+        let clen = u32::from_be_bytes(chunk.get(pos..pos + 4).ok_or(ChunkError::Truncated)?.try_into().unwrap()) as usize;
         pos += 4;
         let cblock = chunk.get(pos..pos + clen).ok_or(ChunkError::Truncated)?;
         pos += clen;
@@ -637,11 +499,9 @@ pub fn decompress(chunk: &[u8], elem_size: usize, codec: Codec) -> Result<Vec<u8
             // liblz4's decoder: several times lz4_flex's on these blocks (rdaq bench join)
             Codec::Lz4 => {
                 let size = i32::try_from(bytes).map_err(|_| ChunkError::BadBlock(bytes))?;
-                lz4::block::decompress_to_buffer(cblock, Some(size), &mut tmp[..bytes])
-                    .map_err(|_| ChunkError::BadBlock(bytes))?
+                lz4::block::decompress_to_buffer(cblock, Some(size), &mut tmp[..bytes]).map_err(|_| ChunkError::BadBlock(bytes))?
             }
-            Codec::Zstd(_) => zstd::bulk::decompress_to_buffer(cblock, &mut tmp[..bytes])
-                .map_err(|_| ChunkError::BadBlock(bytes))?,
+            Codec::Zstd(_) => zstd::bulk::decompress_to_buffer(cblock, &mut tmp[..bytes]).map_err(|_| ChunkError::BadBlock(bytes))?,
         };
         if got != bytes {
             return Err(ChunkError::BadBlock(bytes));
@@ -649,9 +509,7 @@ pub fn decompress(chunk: &[u8], elem_size: usize, codec: Codec) -> Result<Vec<u8
         unshuffle_block(&tmp[..bytes], &mut out[at..at + bytes], elem_size);
         at += bytes;
     }
-    let rest = chunk
-        .get(pos..pos + (total - at))
-        .ok_or(ChunkError::Truncated)?;
+    let rest = chunk.get(pos..pos + (total - at)).ok_or(ChunkError::Truncated)?;
     out[at..].copy_from_slice(rest);
     Ok(out)
 }
@@ -666,13 +524,7 @@ mod tests {
         let mut chunk = (32u64 << 30).to_be_bytes().to_vec();
         chunk.extend_from_slice(&8192u32.to_be_bytes());
         chunk.extend_from_slice(&[0u8; 16]);
-        assert_eq!(
-            decompress(&chunk, 2, Codec::Lz4),
-            Err(ChunkError::Claims {
-                total: 32 << 30,
-                len: 28
-            })
-        );
+        assert_eq!(decompress(&chunk, 2, Codec::Lz4), Err(ChunkError::Claims { total: 32 << 30, len: 28 }));
     }
 
     proptest! {
@@ -752,9 +604,7 @@ mod tests {
             let mut c = Compressor::new(4, 0, Codec::Lz4);
             c.compress(crate::bytes_of(&src), &mut whole);
             let mut staging = Vec::new();
-            c.compress_from(n, &mut staging, &mut blocks, |first, b: &mut [i32]| {
-                b.copy_from_slice(&src[first..first + b.len()])
-            });
+            c.compress_from(n, &mut staging, &mut blocks, |first, b: &mut [i32]| b.copy_from_slice(&src[first..first + b.len()]));
             assert_eq!(whole, blocks, "{n} elements");
         }
     }

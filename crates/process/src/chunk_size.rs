@@ -17,13 +17,7 @@ thread_local! {
 /// virtual stack of frames) one frame, the chunk of every file rdaq writes.
 pub fn chunk_bytes(ds: &hdf5::Dataset) -> hdf5::Result<usize> {
     let elem = ds.dtype()?.size();
-    let dims = ds.chunk().unwrap_or_else(|| {
-        ds.shape()
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| if i == 0 { n.min(1) } else { n })
-            .collect()
-    });
+    let dims = ds.chunk().unwrap_or_else(|| ds.shape().iter().enumerate().map(|(i, &n)| if i == 0 { n.min(1) } else { n }).collect());
     Ok(dims.iter().product::<usize>() * elem)
 }
 

@@ -36,11 +36,7 @@ impl InvalidGain {
             "error" => Ok(InvalidGain::Error),
             "g0" => Ok(InvalidGain::AsG0),
             "g2" => Ok(InvalidGain::AsG2),
-            _ => Err(crate::UnknownName {
-                what: "invalid gain policy",
-                name: name.into(),
-                expected: "error, g0 or g2",
-            }),
+            _ => Err(crate::UnknownName { what: "invalid gain policy", name: name.into(), expected: "error, g0 or g2" }),
         }
     }
 }
@@ -53,11 +49,7 @@ pub enum CalibrationError {
     #[error("calibration arrays hold {got} pixels, the module has {want}")]
     Size { got: usize, want: usize },
     #[error("{what} of pixel {pixel} in gain {gain} is not a finite number (or a zero gain)")]
-    NotFinite {
-        what: &'static str,
-        pixel: usize,
-        gain: usize,
-    },
+    NotFinite { what: &'static str, pixel: usize, gain: usize },
 }
 
 /// Per-pixel calibration of one module: pedestal (ADU) and gain (ADU/keV) for each gain
@@ -88,47 +80,23 @@ impl Calibration {
     /// A module's calibration (one module frame of pixels) with no pixel masked.
     pub fn unmasked(m: &rdaq_detector::jungfrau::ModuleCalibration) -> Calibration {
         let pixels = m.pedestal[0].len();
-        Calibration {
-            pedestal: m.pedestal.clone(),
-            gain: m.gain.clone(),
-            mask: vec![0; pixels],
-        }
+        Calibration { pedestal: m.pedestal.clone(), gain: m.gain.clone(), mask: vec![0; pixels] }
     }
 
     /// Checks sizes and values: every array has `pixels` entries, pedestals are finite and
     /// gains finite and non-zero.
     pub fn check(&self, pixels: usize) -> Result<(), CalibrationError> {
-        for a in self
-            .pedestal
-            .iter()
-            .chain(self.gain.iter())
-            .map(Vec::len)
-            .chain([self.mask.len()])
-        {
+        for a in self.pedestal.iter().chain(self.gain.iter()).map(Vec::len).chain([self.mask.len()]) {
             if a != pixels {
-                return Err(CalibrationError::Size {
-                    got: a,
-                    want: pixels,
-                });
+                return Err(CalibrationError::Size { got: a, want: pixels });
             }
         }
         for g in 0..3 {
             if let Some(pixel) = self.pedestal[g].iter().position(|p| !p.is_finite()) {
-                return Err(CalibrationError::NotFinite {
-                    what: "pedestal",
-                    pixel,
-                    gain: g,
-                });
+                return Err(CalibrationError::NotFinite { what: "pedestal", pixel, gain: g });
             }
-            if let Some(pixel) = self.gain[g]
-                .iter()
-                .position(|x| !x.is_finite() || *x == 0.0)
-            {
-                return Err(CalibrationError::NotFinite {
-                    what: "gain",
-                    pixel,
-                    gain: g,
-                });
+            if let Some(pixel) = self.gain[g].iter().position(|x| !x.is_finite() || *x == 0.0) {
+                return Err(CalibrationError::NotFinite { what: "gain", pixel, gain: g });
             }
         }
         Ok(())
@@ -149,11 +117,7 @@ pub trait Count: Copy + Default + Send + Sync {
 /// ±(2^31 - 128), the largest f32 inside the i32 range; NaN counts as 0.
 #[inline(always)]
 fn round_half_away(x: f32) -> i32 {
-    let x = if x.is_nan() {
-        0.0
-    } else {
-        x.clamp(-2_147_483_520.0, 2_147_483_520.0)
-    };
+    let x = if x.is_nan() { 0.0 } else { x.clamp(-2_147_483_520.0, 2_147_483_520.0) };
     // SAFETY: `x` is finite and inside the i32 range (just above); the unchecked
     // truncation then vectorizes where `as` (saturating, NaN-checking) does not.
     let t = unsafe { x.to_int_unchecked::<i32>() };
@@ -209,13 +173,7 @@ fn kev_to_photons_loop<T: Count>(kev: &[f32], photon_kev: f32, out: &mut [T]) {
     for (o, &e) in out.iter_mut().zip(kev) {
         // the markers by selection (NaN fails both comparisons), so the loop has no branch
         let n = T::from_f32(if e.is_finite() { e / photon_kev } else { 0.0 });
-        *o = if e.is_nan() {
-            T::ERROR
-        } else if e == f32::INFINITY {
-            T::SATURATED
-        } else {
-            n
-        };
+        *o = if e.is_nan() { T::ERROR } else if e == f32::INFINITY { T::SATURATED } else { n };
     }
 }
 
@@ -248,11 +206,7 @@ pub struct G0Pedestal(Arc<Vec<f32>>);
 impl G0Pedestal {
     pub fn new(values: Vec<f32>) -> Result<G0Pedestal, CalibrationError> {
         if let Some(pixel) = values.iter().position(|p| !p.is_finite()) {
-            return Err(CalibrationError::NotFinite {
-                what: "pedestal",
-                pixel,
-                gain: 0,
-            });
+            return Err(CalibrationError::NotFinite { what: "pedestal", pixel, gain: 0 });
         }
         Ok(G0Pedestal(Arc::new(values)))
     }
@@ -278,10 +232,7 @@ impl Converter {
 
     /// A converter on a calibration shared with others (a pipeline's workers, which take
     /// a new one when the tracked pedestal is published).
-    pub fn shared(
-        cal: Arc<Calibration>,
-        invalid: InvalidGain,
-    ) -> Result<Converter, CalibrationError> {
+    pub fn shared(cal: Arc<Calibration>, invalid: InvalidGain) -> Result<Converter, CalibrationError> {
         cal.check(cal.mask.len())?;
         let mut masked = vec![0u64; cal.mask.len().div_ceil(64)];
         for (px, &m) in cal.mask.iter().enumerate() {
@@ -290,29 +241,16 @@ impl Converter {
             }
         }
         let g0 = G0Pedestal(Arc::new(cal.pedestal[0].clone()));
-        Ok(Converter {
-            cal,
-            g0,
-            invalid,
-            masked: Arc::new(masked),
-        })
+        Ok(Converter { cal, g0, invalid, masked: Arc::new(masked) })
     }
 
     /// This converter with the G0 pedestal `g0` (a tracked pedestal, published): its gains,
     /// mask and other pedestals shared, nothing checked again but the size.
     pub fn with_g0(&self, g0: G0Pedestal) -> Result<Converter, CalibrationError> {
         if g0.values().len() != self.pixels() {
-            return Err(CalibrationError::Size {
-                got: g0.values().len(),
-                want: self.pixels(),
-            });
+            return Err(CalibrationError::Size { got: g0.values().len(), want: self.pixels() });
         }
-        Ok(Converter {
-            cal: self.cal.clone(),
-            g0,
-            invalid: self.invalid,
-            masked: self.masked.clone(),
-        })
+        Ok(Converter { cal: self.cal.clone(), g0, invalid: self.invalid, masked: self.masked.clone() })
     }
 
     #[inline(always)]
@@ -356,11 +294,7 @@ impl Converter {
 
     #[inline(always)]
     fn kev(&self, px: usize, g: usize, word: u16) -> f32 {
-        let pedestal = if g == 0 {
-            self.g0.values()[px]
-        } else {
-            self.cal.pedestal[g][px]
-        };
+        let pedestal = if g == 0 { self.g0.values()[px] } else { self.cal.pedestal[g][px] };
         ((word & ADC_MAX) as f32 - pedestal) / self.cal.gain[g][px]
     }
 
@@ -373,10 +307,7 @@ impl Converter {
     /// Converts the words of pixels `first..first + raw.len()` (a module's row in an
     /// assembled image) to keV.
     pub fn to_kev_at(&self, first: usize, raw: &[u16], out: &mut [f32]) {
-        assert!(
-            raw.len() == out.len() && first + raw.len() <= self.pixels(),
-            "pixels inside the calibration"
-        );
+        assert!(raw.len() == out.len() && first + raw.len() <= self.pixels(), "pixels inside the calibration");
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2 (checked just above).
@@ -409,10 +340,7 @@ impl Converter {
     /// exceptions (any word with gain bits, or a masked pixel) one by one.
     #[inline(always)]
     fn to_kev_blocks(&self, first: usize, raw: &[u16], out: &mut [f32]) {
-        let (p0, g0) = (
-            &self.g0.values()[first..first + raw.len()],
-            &self.cal.gain[0][first..first + raw.len()],
-        );
+        let (p0, g0) = (&self.g0.values()[first..first + raw.len()], &self.cal.gain[0][first..first + raw.len()]);
         for (b, (w, o)) in raw.chunks(BLOCK).zip(out.chunks_mut(BLOCK)).enumerate() {
             let at = b * BLOCK;
             let (p, g) = (&p0[at..at + w.len()], &g0[at..at + w.len()]);
@@ -445,14 +373,8 @@ impl Converter {
     /// Converts a whole frame to photon counts of `photon_kev` each: keV as
     /// [`Converter::to_kev`], then [`kev_to_photons`], a block at a time.
     pub fn to_photons<T: Count>(&self, raw: &[u16], photon_kev: f32, out: &mut [T]) {
-        assert!(
-            raw.len() == self.pixels() && out.len() == self.pixels(),
-            "one frame in and out"
-        );
-        assert!(
-            photon_kev.is_finite() && photon_kev > 0.0,
-            "a positive photon energy"
-        );
+        assert!(raw.len() == self.pixels() && out.len() == self.pixels(), "one frame in and out");
+        assert!(photon_kev.is_finite() && photon_kev > 0.0, "a positive photon energy");
         let mut kev = [0f32; 1024];
         for (k, (w, o)) in raw.chunks(1024).zip(out.chunks_mut(1024)).enumerate() {
             let kev = &mut kev[..w.len()];
@@ -470,11 +392,7 @@ mod tests {
 
     fn calibration(pixels: usize) -> Calibration {
         let m = ModuleCalibration::synthetic_pixels(3, 0, pixels);
-        Calibration {
-            pedestal: m.pedestal,
-            gain: m.gain,
-            mask: vec![0; pixels],
-        }
+        Calibration { pedestal: m.pedestal, gain: m.gain, mask: vec![0; pixels] }
     }
 
     #[test]
@@ -487,12 +405,7 @@ mod tests {
         conv.to_kev(&raw, &mut out);
         for px in 0..n {
             match model.energy_kev(px, raw[px]) {
-                Some(e) => assert_eq!(
-                    out[px].to_bits(),
-                    e.to_bits(),
-                    "pixel {px} word {:#06x}",
-                    raw[px]
-                ),
+                Some(e) => assert_eq!(out[px].to_bits(), e.to_bits(), "pixel {px} word {:#06x}", raw[px]),
                 None if raw[px] == WORD_SATURATED => assert_eq!(out[px], f32::INFINITY),
                 None => assert!(out[px].is_nan(), "pixel {px} word {:#06x}", raw[px]),
             }
@@ -505,44 +418,24 @@ mod tests {
         let mut cal = calibration(n);
         cal.mask[7] = 1;
         let conv = Converter::new(cal.clone(), InvalidGain::Error).unwrap();
-        let tracked: Vec<f32> = (0..n)
-            .map(|px| cal.pedestal[0][px] + (px % 13) as f32 - 6.0)
-            .collect();
-        let followed = conv
-            .with_g0(G0Pedestal::new(tracked.clone()).unwrap())
-            .unwrap();
+        let tracked: Vec<f32> = (0..n).map(|px| cal.pedestal[0][px] + (px % 13) as f32 - 6.0).collect();
+        let followed = conv.with_g0(G0Pedestal::new(tracked.clone()).unwrap()).unwrap();
         cal.pedestal[0] = tracked;
         let whole = Converter::new(cal.clone(), InvalidGain::Error).unwrap();
         let raw: Vec<u16> = (0..n as u64).map(|i| rng::at(78, i) as u16).collect();
         let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
         followed.to_kev(&raw, &mut a);
         whole.to_kev(&raw, &mut b);
-        assert!(
-            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-            "the same keV, bit for bit, every gain and the mask"
-        );
-        assert!(matches!(
-            G0Pedestal::new(vec![0.0, f32::NAN]),
-            Err(CalibrationError::NotFinite { pixel: 1, .. })
-        ));
-        assert!(matches!(
-            conv.with_g0(G0Pedestal::new(vec![0.0; n - 1]).unwrap()),
-            Err(CalibrationError::Size { .. })
-        ));
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "the same keV, bit for bit, every gain and the mask");
+        assert!(matches!(G0Pedestal::new(vec![0.0, f32::NAN]), Err(CalibrationError::NotFinite { pixel: 1, .. })));
+        assert!(matches!(conv.with_g0(G0Pedestal::new(vec![0.0; n - 1]).unwrap()), Err(CalibrationError::Size { .. })));
     }
 
     #[test]
     fn special_words_invalid_gain_and_mask() {
         let mut cal = calibration(6);
         cal.mask[5] = 1 << 1;
-        let raw = [
-            WORD_SATURATED,
-            WORD_ERROR,
-            WORD_G1_ZERO,
-            0x8000 | 1000,
-            0x8000 | 1000,
-            0x0100,
-        ];
+        let raw = [WORD_SATURATED, WORD_ERROR, WORD_G1_ZERO, 0x8000 | 1000, 0x8000 | 1000, 0x0100];
         let mut out = [0f32; 6];
         let conv = Converter::new(cal.clone(), InvalidGain::Error).unwrap();
         conv.to_kev(&raw, &mut out);
@@ -556,20 +449,13 @@ mod tests {
         assert_eq!(out[4], (1000.0 - cal.pedestal[2][4]) / cal.gain[2][4]);
         let mut counts = [0i16; 6];
         conv.to_photons(&raw, 12.4, &mut counts);
-        assert_eq!(
-            (counts[0], counts[1], counts[5]),
-            (i16::MAX, i16::MIN, i16::MIN)
-        );
+        assert_eq!((counts[0], counts[1], counts[5]), (i16::MAX, i16::MIN, i16::MIN));
     }
 
     #[test]
     fn photon_counts_round_half_away_from_zero_and_saturate() {
         // pedestal 0, gain 1 ADU/keV, photon 1 keV: the count is the ADC value, or minus it
-        let one = |g: f32| Calibration {
-            pedestal: [vec![0.0; 4], vec![0.0; 4], vec![0.0; 4]],
-            gain: [vec![g; 4], vec![g; 4], vec![g; 4]],
-            mask: vec![0; 4],
-        };
+        let one = |g: f32| Calibration { pedestal: [vec![0.0; 4], vec![0.0; 4], vec![0.0; 4]], gain: [vec![g; 4], vec![g; 4], vec![g; 4]], mask: vec![0; 4] };
         let conv = Converter::new(one(2.0), InvalidGain::Error).unwrap();
         let mut c = [0i16; 4];
         conv.to_photons(&[5, 3, 1, 0x3fff], 1.0, &mut c); // 2.5, 1.5, 0.5, 8191.5
@@ -587,33 +473,11 @@ mod tests {
 
     #[test]
     fn rounding_without_libm_equals_round() {
-        let mut xs = vec![
-            0.5f32,
-            -0.5,
-            1.5,
-            -1.5,
-            2.5,
-            0.49999997,
-            -0.49999997,
-            8388607.5,
-            -8388607.5,
-            16777215.0,
-            1e9,
-            -1e9,
-            2147483520.0,
-        ];
-        xs.extend(
-            (0..200_000u64)
-                .map(|i| f32::from_bits(rng::at(9, i) as u32))
-                .filter(|x| x.is_finite() && x.abs() < 2.1e9),
-        );
+        let mut xs = vec![0.5f32, -0.5, 1.5, -1.5, 2.5, 0.49999997, -0.49999997, 8388607.5, -8388607.5, 16777215.0, 1e9, -1e9, 2147483520.0];
+        xs.extend((0..200_000u64).map(|i| f32::from_bits(rng::at(9, i) as u32)).filter(|x| x.is_finite() && x.abs() < 2.1e9));
         for x in xs {
             assert_eq!(round_half_away(x), x.round() as i32, "{x}");
-            assert_eq!(
-                i16::from_f32(x),
-                x.round().clamp(-32767.0, 32766.0) as i16,
-                "{x}"
-            );
+            assert_eq!(i16::from_f32(x), x.round().clamp(-32767.0, 32766.0) as i16, "{x}");
         }
     }
 
@@ -626,27 +490,13 @@ mod tests {
         }
         let conv = Converter::new(cal, InvalidGain::AsG2).unwrap();
         // mostly G0 words, some blocks all G0, some with exceptions
-        let raw: Vec<u16> = (0..n as u64)
-            .map(|i| {
-                let r = rng::at(79, i);
-                if r % 13 == 0 {
-                    r as u16
-                } else {
-                    (r as u16) & 0x3fff
-                }
-            })
-            .collect();
+        let raw: Vec<u16> = (0..n as u64).map(|i| { let r = rng::at(79, i); if r % 13 == 0 { r as u16 } else { (r as u16) & 0x3fff } }).collect();
         for first in [0, 1, 63] {
             let mut out = vec![0f32; n - first];
             conv.to_kev_at(first, &raw[first..], &mut out);
             for (i, o) in out.iter().enumerate() {
                 let want = conv.kev_word(first + i, raw[first + i]);
-                assert!(
-                    o.to_bits() == want.to_bits() || (o.is_nan() && want.is_nan()),
-                    "pixel {} word {:#06x}: {o} vs {want}",
-                    first + i,
-                    raw[first + i]
-                );
+                assert!(o.to_bits() == want.to_bits() || (o.is_nan() && want.is_nan()), "pixel {} word {:#06x}: {o} vs {want}", first + i, raw[first + i]);
             }
         }
     }
@@ -663,30 +513,17 @@ mod tests {
         assert_eq!(a, b);
         let mut half = vec![0f32; n / 2];
         conv.to_kev_at(n / 2, &raw[n / 2..], &mut half);
-        assert_eq!(
-            half.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-            kev[n / 2..].iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-        );
+        assert_eq!(half.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), kev[n / 2..].iter().map(|v| v.to_bits()).collect::<Vec<_>>());
     }
 
     #[test]
     fn bad_calibrations_are_refused() {
         let mut cal = calibration(8);
         cal.gain[1][3] = 0.0;
-        assert_eq!(
-            Converter::new(cal, InvalidGain::Error).err(),
-            Some(CalibrationError::NotFinite {
-                what: "gain",
-                pixel: 3,
-                gain: 1
-            })
-        );
+        assert_eq!(Converter::new(cal, InvalidGain::Error).err(), Some(CalibrationError::NotFinite { what: "gain", pixel: 3, gain: 1 }));
         let mut cal = calibration(8);
         cal.pedestal[2].pop();
-        assert!(matches!(
-            Converter::new(cal, InvalidGain::Error),
-            Err(CalibrationError::Size { got: 7, want: 8 })
-        ));
+        assert!(matches!(Converter::new(cal, InvalidGain::Error), Err(CalibrationError::Size { got: 7, want: 8 })));
         assert_eq!(calibration(MODULE_PIXELS).check(MODULE_PIXELS), Ok(()));
     }
 }

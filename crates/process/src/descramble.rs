@@ -39,45 +39,20 @@ pub struct Descrambler {
 impl Descrambler {
     /// `starts[s]`: the raw word where image segment `s`'s port row starts; `positions[c]`:
     /// the readout position of column `c` of a segment; `fields`: one output plane each.
-    pub fn new(
-        starts: Vec<u32>,
-        positions: Vec<u32>,
-        fields: &[Field],
-        reset: bool,
-    ) -> Result<Descrambler, String> {
+    pub fn new(starts: Vec<u32>, positions: Vec<u32>, fields: &[Field], reset: bool) -> Result<Descrambler, String> {
         let w = positions.len();
         if w == 0 || !is_permutation(positions.iter().map(|&p| p as usize), w) {
             return Err("the readout order is not a permutation of a port row's columns".into());
         }
         let segments: Vec<u32> = starts.iter().map(|&s| s / w as u32).collect();
-        if starts.iter().any(|&s| s as usize % w != 0)
-            || !is_permutation(segments.iter().map(|&s| s as usize), starts.len())
-        {
+        if starts.iter().any(|&s| s as usize % w != 0) || !is_permutation(segments.iter().map(|&s| s as usize), starts.len()) {
             return Err("the port rows do not tile the frame once each".into());
         }
-        if fields.is_empty()
-            || fields
-                .iter()
-                .any(|f| f.bits == 0 || f.bits > 15 || f.shift + f.bits > 16)
-        {
+        if fields.is_empty() || fields.iter().any(|f| f.bits == 0 || f.bits > 15 || f.shift + f.bits > 16) {
             return Err("fields must lie inside the 16-bit word, 1 to 15 bits each".into());
         }
-        let bits = fields
-            .iter()
-            .map(|f| Bits {
-                shift: f.shift,
-                mask: ((1u32 << f.bits) - 1) as u16,
-                subtract: f.subtract_reset && reset,
-            })
-            .collect();
-        Ok(Descrambler {
-            starts,
-            positions,
-            fields: bits,
-            names: fields.iter().map(|f| f.name.clone()).collect(),
-            reset,
-            interleave: None,
-        })
+        let bits = fields.iter().map(|f| Bits { shift: f.shift, mask: ((1u32 << f.bits) - 1) as u16, subtract: f.subtract_reset && reset }).collect();
+        Ok(Descrambler { starts, positions, fields: bits, names: fields.iter().map(|f| f.name.clone()).collect(), reset, interleave: None })
     }
 
     /// Gathers by 8 x 8 transposes of 16-bit words where the readout order is `adcs`
@@ -87,28 +62,16 @@ impl Descrambler {
     pub fn with_interleave(mut self, adcs: usize) -> Descrambler {
         let w = self.positions.len();
         let fits = adcs > 0 && adcs % 8 == 0 && w % adcs == 0 && (w / adcs) % 8 == 0 && w <= STRIP;
-        let same = fits
-            && self
-                .positions
-                .iter()
-                .enumerate()
-                .all(|(c, &k)| k as usize == (c % (w / adcs)) * adcs + c / (w / adcs));
+        let same = fits && self.positions.iter().enumerate().all(|(c, &k)| k as usize == (c % (w / adcs)) * adcs + c / (w / adcs));
         self.interleave = (same && cfg!(target_arch = "x86_64")).then_some(adcs);
         self
     }
 
     /// The stage of a described detector's modules (`None` for one not descrambled).
     pub fn for_description(d: &Description) -> Result<Option<Descrambler>, String> {
-        let Some(readout) = d.descrambled() else {
-            return Ok(None);
-        };
+        let Some(readout) = d.descrambled() else { return Ok(None) };
         let layout = ModuleLayout::new(d, 16, false)?;
-        let s = Descrambler::new(
-            layout.segment_sources(),
-            readout.positions(layout.port_width()),
-            &d.pixel.fields,
-            readout.reset_frame,
-        )?;
+        let s = Descrambler::new(layout.segment_sources(), readout.positions(layout.port_width()), &d.pixel.fields, readout.reset_frame)?;
         Ok(Some(match readout.order {
             Order::Interleave => s.with_interleave(readout.adcs),
             _ => s,
@@ -143,17 +106,8 @@ impl Descrambler {
     pub fn run(&self, data: &[u16], reset: Option<&[u16]>, out: &mut [i16]) {
         let n = self.pixels();
         assert_eq!(data.len(), n, "a raw frame of {n} words");
-        assert_eq!(
-            out.len(),
-            n * self.fields.len(),
-            "{} planes of {n} pixels",
-            self.fields.len()
-        );
-        assert_eq!(
-            reset.is_some(),
-            self.reset,
-            "a reset frame exactly when the detector sends them"
-        );
+        assert_eq!(out.len(), n * self.fields.len(), "{} planes of {n} pixels", self.fields.len());
+        assert_eq!(reset.is_some(), self.reset, "a reset frame exactly when the detector sends them");
         if let Some(r) = reset {
             assert_eq!(r.len(), n, "a reset frame of {n} words");
         }
@@ -169,12 +123,7 @@ impl Descrambler {
                 }
                 let at = s * w + c0;
                 for (k, f) in self.fields.iter().enumerate() {
-                    split(
-                        f,
-                        &d[..len],
-                        f.subtract.then_some(&r[..len]),
-                        &mut out[k * n + at..k * n + at + len],
-                    );
+                    split(f, &d[..len], f.subtract.then_some(&r[..len]), &mut out[k * n + at..k * n + at + len]);
                 }
             }
         }
@@ -198,12 +147,7 @@ impl Descrambler {
 fn transposed(words: &[u16], start: usize, adcs: usize, out: &mut [u16]) {
     use std::arch::x86_64::*;
     let per = out.len() / adcs;
-    assert!(
-        start + out.len() <= words.len()
-            && adcs % 8 == 0
-            && per % 8 == 0
-            && per * adcs == out.len()
-    );
+    assert!(start + out.len() <= words.len() && adcs % 8 == 0 && per % 8 == 0 && per * adcs == out.len());
     for a0 in (0..adcs).step_by(8) {
         for j0 in (0..per).step_by(8) {
             // SAFETY: SSE2 is part of x86_64. Row j0 + i reads words
@@ -214,22 +158,10 @@ fn transposed(words: &[u16], start: usize, adcs: usize, out: &mut [u16]) {
             unsafe {
                 let src = words.as_ptr().add(start + j0 * adcs + a0);
                 let r = |i: usize| _mm_loadu_si128(src.add(i * adcs).cast());
-                let (t0, t1) = (
-                    _mm_unpacklo_epi16(r(0), r(1)),
-                    _mm_unpackhi_epi16(r(0), r(1)),
-                );
-                let (t2, t3) = (
-                    _mm_unpacklo_epi16(r(2), r(3)),
-                    _mm_unpackhi_epi16(r(2), r(3)),
-                );
-                let (t4, t5) = (
-                    _mm_unpacklo_epi16(r(4), r(5)),
-                    _mm_unpackhi_epi16(r(4), r(5)),
-                );
-                let (t6, t7) = (
-                    _mm_unpacklo_epi16(r(6), r(7)),
-                    _mm_unpackhi_epi16(r(6), r(7)),
-                );
+                let (t0, t1) = (_mm_unpacklo_epi16(r(0), r(1)), _mm_unpackhi_epi16(r(0), r(1)));
+                let (t2, t3) = (_mm_unpacklo_epi16(r(2), r(3)), _mm_unpackhi_epi16(r(2), r(3)));
+                let (t4, t5) = (_mm_unpacklo_epi16(r(4), r(5)), _mm_unpackhi_epi16(r(4), r(5)));
+                let (t6, t7) = (_mm_unpacklo_epi16(r(6), r(7)), _mm_unpackhi_epi16(r(6), r(7)));
                 let (u0, u1) = (_mm_unpacklo_epi32(t0, t2), _mm_unpackhi_epi32(t0, t2));
                 let (u2, u3) = (_mm_unpacklo_epi32(t1, t3), _mm_unpackhi_epi32(t1, t3));
                 let (u4, u5) = (_mm_unpacklo_epi32(t4, t6), _mm_unpackhi_epi32(t4, t6));
@@ -267,10 +199,7 @@ fn gather(words: &[u16], start: u32, pos: &[u32], out: &mut [u16]) {
 fn split(f: &Bits, d: &[u16], r: Option<&[u16]>, out: &mut [i16]) {
     let field = |w: u16| ((w >> f.shift) & f.mask) as i16;
     match r {
-        Some(r) => out
-            .iter_mut()
-            .zip(d.iter().zip(r))
-            .for_each(|(o, (&a, &b))| *o = field(a) - field(b)),
+        Some(r) => out.iter_mut().zip(d.iter().zip(r)).for_each(|(o, (&a, &b))| *o = field(a) - field(b)),
         None => out.iter_mut().zip(d).for_each(|(o, &a)| *o = field(a)),
     }
 }
@@ -297,8 +226,7 @@ mod tests {
                     let img = i * mw + p * pw + r.column(k, pw);
                     for (j, f) in d.pixel.fields.iter().enumerate() {
                         let v = |w: u16| ((w >> f.shift) & ((1 << f.bits) - 1)) as i16;
-                        out[j * n + img] =
-                            v(data[raw]) - if f.subtract_reset { v(reset[raw]) } else { 0 };
+                        out[j * n + img] = v(data[raw]) - if f.subtract_reset { v(reset[raw]) } else { 0 };
                     }
                 }
             }
@@ -310,10 +238,7 @@ mod tests {
     fn descrambles_as_the_naive_reading_of_the_description() {
         let d = example();
         let s = Descrambler::for_description(&d).unwrap().unwrap();
-        assert_eq!(
-            (s.pixels(), s.planes(), s.needs_reset()),
-            (1024 * 512, 3, true)
-        );
+        assert_eq!((s.pixels(), s.planes(), s.needs_reset()), (1024 * 512, 3, true));
         let mut x = 12345u32;
         let mut word = || {
             x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
@@ -328,19 +253,13 @@ mod tests {
         assert!(out[..s.pixels()].iter().all(|&g| (0..4).contains(&g)));
         // the transposes (x86_64) and the table give the same planes
         assert_eq!(s.interleave.is_some(), cfg!(target_arch = "x86_64"));
-        let table = Descrambler {
-            interleave: None,
-            ..s.clone()
-        };
+        let table = Descrambler { interleave: None, ..s.clone() };
         let mut by_table = vec![0i16; s.pixels() * 3];
         table.run(&data, Some(&reset), &mut by_table);
         assert_eq!(by_table, out);
         // any order a map gives
         let map: Vec<String> = (0..512).map(|c| ((c * 37) % 512).to_string()).collect();
-        let text = rdaq_detector::description::BUILTIN[2].1.replace(
-            "order = \"interleave\"",
-            &format!("order = \"map\"\nmap = [{}]", map.join(", ")),
-        );
+        let text = rdaq_detector::description::BUILTIN[2].1.replace("order = \"interleave\"", &format!("order = \"map\"\nmap = [{}]", map.join(", ")));
         let m = Description::parse(&text, "map.toml").unwrap();
         let sm = Descrambler::for_description(&m).unwrap().unwrap();
         assert!(sm.interleave.is_none());
@@ -350,32 +269,12 @@ mod tests {
 
     #[test]
     fn refuses_what_does_not_tile_the_frame() {
-        let f = [Field {
-            name: "a".into(),
-            shift: 0,
-            bits: 4,
-            subtract_reset: false,
-        }];
-        assert!(
-            Descrambler::new(vec![0, 2], vec![0, 0], &f, false).is_err(),
-            "a column twice"
-        );
-        assert!(
-            Descrambler::new(vec![0, 2], vec![0, 2], &f, false).is_err(),
-            "a position past the row"
-        );
-        assert!(
-            Descrambler::new(vec![2, 2], vec![1, 0], &f, false).is_err(),
-            "a port row twice"
-        );
-        assert!(
-            Descrambler::new(vec![1, 3], vec![1, 0], &f, false).is_err(),
-            "a row starting mid-row"
-        );
-        assert!(
-            Descrambler::new(vec![0, 4], vec![1, 0], &f, false).is_err(),
-            "a row past the frame"
-        );
+        let f = [Field { name: "a".into(), shift: 0, bits: 4, subtract_reset: false }];
+        assert!(Descrambler::new(vec![0, 2], vec![0, 0], &f, false).is_err(), "a column twice");
+        assert!(Descrambler::new(vec![0, 2], vec![0, 2], &f, false).is_err(), "a position past the row");
+        assert!(Descrambler::new(vec![2, 2], vec![1, 0], &f, false).is_err(), "a port row twice");
+        assert!(Descrambler::new(vec![1, 3], vec![1, 0], &f, false).is_err(), "a row starting mid-row");
+        assert!(Descrambler::new(vec![0, 4], vec![1, 0], &f, false).is_err(), "a row past the frame");
         let s = Descrambler::new(vec![2, 0], vec![1, 0], &f, false).unwrap();
         let mut out = [0i16; 4];
         s.run(&[1, 2, 3, 4], None, &mut out);

@@ -17,23 +17,13 @@ const MAP: usize = MODULE_ROWS * MODULE_COLS;
 #[derive(Debug, Error)]
 pub enum GainMapError {
     #[error("gain map {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("gain map {path}: {bytes} bytes is not 3 to 6 maps of 512 x 1024 float64 (4194304 bytes each)")]
     Size { path: PathBuf, bytes: u64 },
     #[error("gain map {path}: no HG0 map (the file holds {maps} maps; hg0 needs at least 4)")]
     NoHg0 { path: PathBuf, maps: usize },
-    #[error(
-        "gain map {path}: map {map}, pixel {pixel}: {value} is not a usable gain (finite, not 0)"
-    )]
-    Value {
-        path: PathBuf,
-        map: usize,
-        pixel: usize,
-        value: f64,
-    },
+    #[error("gain map {path}: map {map}, pixel {pixel}: {value} is not a usable gain (finite, not 0)")]
+    Value { path: PathBuf, map: usize, pixel: usize, value: f64 },
 }
 
 /// A module's gains of the three stages (ADU/keV, as float32: what the conversion uses).
@@ -45,24 +35,15 @@ pub struct GainMap {
 impl GainMap {
     /// Reads the gain map file `path`; with `hg0`, G0 is the high-gain map.
     pub fn load(path: &Path, hg0: bool) -> Result<GainMap, GainMapError> {
-        let io = |source| GainMapError::Io {
-            path: path.to_owned(),
-            source,
-        };
+        let io = |source| GainMapError::Io { path: path.to_owned(), source };
         let bytes = std::fs::metadata(path).map_err(io)?.len();
         let map_bytes = (MAP * 8) as u64;
         if bytes % map_bytes != 0 || !(3..=6).contains(&(bytes / map_bytes)) {
-            return Err(GainMapError::Size {
-                path: path.to_owned(),
-                bytes,
-            });
+            return Err(GainMapError::Size { path: path.to_owned(), bytes });
         }
         let maps = (bytes / map_bytes) as usize;
         if hg0 && maps < 4 {
-            return Err(GainMapError::NoHg0 {
-                path: path.to_owned(),
-                maps,
-            });
+            return Err(GainMapError::NoHg0 { path: path.to_owned(), maps });
         }
         let raw = std::fs::read(path).map_err(io)?;
         let map = |k: usize| -> Result<Vec<f32>, GainMapError> {
@@ -75,19 +56,12 @@ impl GainMap {
                     if value.is_finite() && value != 0.0 {
                         Ok(value as f32)
                     } else {
-                        Err(GainMapError::Value {
-                            path: path.to_owned(),
-                            map: k,
-                            pixel,
-                            value,
-                        })
+                        Err(GainMapError::Value { path: path.to_owned(), map: k, pixel, value })
                     }
                 })
                 .collect()
         };
-        Ok(GainMap {
-            gain: [map(if hg0 { 3 } else { 0 })?, map(1)?, map(2)?],
-        })
+        Ok(GainMap { gain: [map(if hg0 { 3 } else { 0 })?, map(1)?, map(2)?] })
     }
 
     /// The gains of module row `row` (0..512) in stage `stage`.
@@ -101,10 +75,7 @@ mod tests {
     use super::*;
 
     fn write(path: &Path, maps: usize, f: impl Fn(usize, usize) -> f64) {
-        let bytes: Vec<u8> = (0..maps)
-            .flat_map(|k| (0..MAP).map(move |p| (k, p)))
-            .flat_map(|(k, p)| f(k, p).to_le_bytes())
-            .collect();
+        let bytes: Vec<u8> = (0..maps).flat_map(|k| (0..MAP).map(move |p| (k, p))).flat_map(|(k, p)| f(k, p).to_le_bytes()).collect();
         std::fs::write(path, bytes).unwrap();
     }
 
@@ -115,30 +86,14 @@ mod tests {
         let p = dir.join("gainMaps_M001.bin");
         write(&p, 6, |k, p| (k + 1) as f64 * 10.0 + (p % 7) as f64 * 0.5);
         let g = GainMap::load(&p, false).unwrap();
-        assert_eq!(
-            (g.gain[0][3], g.gain[1][3], g.gain[2][3]),
-            (11.5, 21.5, 31.5)
-        );
-        assert_eq!(
-            GainMap::load(&p, true).unwrap().gain[0][3],
-            41.5,
-            "HG0 is the fourth map"
-        );
+        assert_eq!((g.gain[0][3], g.gain[1][3], g.gain[2][3]), (11.5, 21.5, 31.5));
+        assert_eq!(GainMap::load(&p, true).unwrap().gain[0][3], 41.5, "HG0 is the fourth map");
         write(&p, 3, |_, _| 1.0);
-        assert!(matches!(
-            GainMap::load(&p, true),
-            Err(GainMapError::NoHg0 { maps: 3, .. })
-        ));
+        assert!(matches!(GainMap::load(&p, true), Err(GainMapError::NoHg0 { maps: 3, .. })));
         std::fs::write(&p, [0u8; 100]).unwrap();
-        assert!(GainMap::load(&p, false)
-            .unwrap_err()
-            .to_string()
-            .contains("100 bytes"));
+        assert!(GainMap::load(&p, false).unwrap_err().to_string().contains("100 bytes"));
         write(&p, 3, |k, p| if k == 1 && p == 5 { 0.0 } else { 1.0 });
-        assert!(GainMap::load(&p, false)
-            .unwrap_err()
-            .to_string()
-            .contains("map 1, pixel 5"));
+        assert!(GainMap::load(&p, false).unwrap_err().to_string().contains("map 1, pixel 5"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

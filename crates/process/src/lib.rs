@@ -28,9 +28,7 @@ pub mod psi_pedestal;
 pub mod sparse;
 pub mod spots;
 
-pub use convert::{
-    kev_to_photons, Calibration, CalibrationError, Converter, Count, G0Pedestal, InvalidGain,
-};
+pub use convert::{kev_to_photons, Calibration, CalibrationError, Converter, Count, G0Pedestal, InvalidGain};
 
 /// A setting named by a word that is not one of its choices.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -127,12 +127,7 @@ unsafe fn push_avx2<S: Sum>(b: Band<'_, S>, raw: &[u16]) {
 #[inline(always)]
 fn push_loop<S: Sum>(b: Band<'_, S>, raw: &[u16]) {
     let n = S::from_count(b.window);
-    let rows = raw
-        .iter()
-        .zip(b.sum.iter_mut())
-        .zip(b.sum2.iter_mut())
-        .zip(b.samples.iter_mut())
-        .zip(b.wrong.iter_mut());
+    let rows = raw.iter().zip(b.sum.iter_mut()).zip(b.sum2.iter_mut()).zip(b.samples.iter_mut()).zip(b.wrong.iter_mut());
     for ((((&w, s), s2), k), bad) in rows {
         let ok = w >> 14 == b.code;
         let x = S::from_adc(w & ADC_MAX);
@@ -149,10 +144,7 @@ fn push_loop<S: Sum>(b: Band<'_, S>, raw: &[u16]) {
 
 impl<S: Sum> Pedestal<S> {
     pub fn new(pixels: usize, stage: u8, window: u32) -> Self {
-        assert!(
-            stage < 3 && window > 0,
-            "stage 0..2 and a window of at least one frame"
-        );
+        assert!(stage < 3 && window > 0, "stage 0..2 and a window of at least one frame");
         Pedestal {
             stage,
             window,
@@ -288,16 +280,10 @@ mod tests {
         let mut whole = Pedestal::<f64>::new(px, 0, window);
         let mut alone: Vec<Pedestal<f64>> = (0..px).map(|_| Pedestal::new(1, 0, window)).collect();
         for f in 0..9u32 {
-            let raw: Vec<u16> = (0..px as u32)
-                .map(|i| {
-                    let adc = ((i * 7919 + f * 104729) % 4000) as u16;
-                    if (i + f) % 37 == 0 {
-                        adc | 0x4000
-                    } else {
-                        adc
-                    }
-                })
-                .collect();
+            let raw: Vec<u16> = (0..px as u32).map(|i| {
+                let adc = ((i * 7919 + f * 104729) % 4000) as u16;
+                if (i + f) % 37 == 0 { adc | 0x4000 } else { adc }
+            }).collect();
             for (a, b) in [(0, 7), (7, 64), (64, 256), (256, 300)] {
                 whole.push_at(a, &raw[a..b]);
             }
@@ -313,21 +299,7 @@ mod tests {
             let (mut m1, mut r1) = ([0f32], [0f32]);
             t.mean_into(&mut m1);
             t.rms_into(&mut r1);
-            assert_eq!(
-                (
-                    m[i].to_bits(),
-                    r[i].to_bits(),
-                    whole.wrong_gain[i],
-                    whole.samples[i]
-                ),
-                (
-                    m1[0].to_bits(),
-                    r1[0].to_bits(),
-                    t.wrong_gain[0],
-                    t.samples[0]
-                ),
-                "pixel {i}"
-            );
+            assert_eq!((m[i].to_bits(), r[i].to_bits(), whole.wrong_gain[i], whole.samples[i]), (m1[0].to_bits(), r1[0].to_bits(), t.wrong_gain[0], t.samples[0]), "pixel {i}");
         }
     }
 
@@ -373,11 +345,7 @@ mod tests {
         let mut p = Pedestal::<f64>::new(2, 1, 8);
         for i in 0..10u16 {
             // pixel 0 is in G1 (code 01); pixel 1 switches to G2 every other frame
-            let w1 = if i % 2 == 0 {
-                0x4000 | 13600
-            } else {
-                0xC000 | 14100
-            };
+            let w1 = if i % 2 == 0 { 0x4000 | 13600 } else { 0xC000 | 14100 };
             p.push(&[0x4000 | 13600, w1]);
         }
         let mut m = [0f32; 2];

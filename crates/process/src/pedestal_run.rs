@@ -28,11 +28,7 @@ struct StageSums {
 
 impl StageSums {
     fn new(px: usize) -> StageSums {
-        StageSums {
-            sum: vec![0.0; px],
-            sum2: vec![0.0; px],
-            samples: vec![0; px],
-        }
+        StageSums { sum: vec![0.0; px], sum2: vec![0.0; px], samples: vec![0; px] }
     }
 
     /// Each pixel's mean (f32) and RMS (`sqrt(variance)` in f64; a variance that is not
@@ -67,41 +63,19 @@ impl PedestalRun {
     /// A run over `rows x cols` pixels whose frames are taken by up to `threads` threads.
     pub fn new(rows: usize, cols: usize, threads: usize) -> PedestalRun {
         let px = rows * cols;
-        PedestalRun {
-            rows,
-            cols,
-            stages: [0, 1, 2].map(|_| StageSums::new(px)),
-            frames: 0,
-            left_out: 0,
-            threads: threads.max(1),
-        }
+        PedestalRun { rows, cols, stages: [0, 1, 2].map(|_| StageSums::new(px)), frames: 0, left_out: 0, threads: threads.max(1) }
     }
 
     /// Takes one dark frame's raw words (the image, `rows x cols`).
     pub fn push(&mut self, raw: &[u16]) {
         let px = self.rows * self.cols;
         assert_eq!(raw.len(), px, "a frame of the run's image");
-        let per = px
-            .div_ceil(self.threads.min(px.div_ceil(MIN_BAND_PIXELS)).max(1))
-            .max(1);
+        let per = px.div_ceil(self.threads.min(px.div_ceil(MIN_BAND_PIXELS)).max(1)).max(1);
         let [g0, g1, g2] = &mut self.stages;
         let sums = banded([&mut g0.sum[..], &mut g1.sum[..], &mut g2.sum[..]], per);
         let squares = banded([&mut g0.sum2[..], &mut g1.sum2[..], &mut g2.sum2[..]], per);
-        let samples = banded(
-            [
-                &mut g0.samples[..],
-                &mut g1.samples[..],
-                &mut g2.samples[..],
-            ],
-            per,
-        );
-        let mut work = raw
-            .chunks(per)
-            .zip(sums)
-            .zip(squares)
-            .zip(samples)
-            .map(|(((w, s), q), n)| (w, s, q, n))
-            .peekable();
+        let samples = banded([&mut g0.samples[..], &mut g1.samples[..], &mut g2.samples[..]], per);
+        let mut work = raw.chunks(per).zip(sums).zip(squares).zip(samples).map(|(((w, s), q), n)| (w, s, q, n)).peekable();
         let (w, s, q, n) = work.next().expect("a frame has pixels");
         if work.peek().is_none() {
             add_band(w, s, q, n);
@@ -134,28 +108,16 @@ impl PedestalRun {
     /// The share of the pixels that were in each stage in at least one frame.
     pub fn measured_shares(&self) -> [f64; 3] {
         let px = (self.rows * self.cols).max(1) as f64;
-        self.stages
-            .each_ref()
-            .map(|st| st.samples.iter().filter(|&&n| n > 0).count() as f64 / px)
+        self.stages.each_ref().map(|st| st.samples.iter().filter(|&&n| n > 0).count() as f64 / px)
     }
 
     /// The calibration: each stage's pedestal, RMS and frame count, the `gain` given, and a
     /// mask: `mask` (gaps, say) with the pixels that had fewer than `min_frames` frames in a
     /// stage (their pedestal is `fallback`'s) or a G0 RMS above `max_rms_g0` ADU. Frames in
     /// other stages are what a pedestal run is made of: they mask nothing.
-    pub fn calibration(
-        &self,
-        gain: [Vec<f32>; 3],
-        mut mask: Vec<u32>,
-        fallback: [f32; 3],
-        min_frames: u32,
-        max_rms_g0: f32,
-    ) -> CalFile {
+    pub fn calibration(&self, gain: [Vec<f32>; 3], mut mask: Vec<u32>, fallback: [f32; 3], min_frames: u32, max_rms_g0: f32) -> CalFile {
         let px = self.rows * self.cols;
-        assert!(
-            mask.len() == px && gain.iter().all(|g| g.len() == px),
-            "a mask and gains of the image"
-        );
+        assert!(mask.len() == px && gain.iter().all(|g| g.len() == px), "a mask and gains of the image");
         let mut pedestal = [vec![0.0; px], vec![0.0; px], vec![0.0; px]];
         let mut rms = [vec![0.0; px], vec![0.0; px], vec![0.0; px]];
         let mut frames = [0u32; 3];
@@ -174,26 +136,13 @@ impl PedestalRun {
                 }
             }
         }
-        CalFile {
-            rows: self.rows,
-            cols: self.cols,
-            cal: Calibration {
-                pedestal,
-                gain,
-                mask,
-            },
-            rms: Some(rms),
-            frames: Some(frames),
-        }
+        CalFile { rows: self.rows, cols: self.cols, cal: Calibration { pedestal, gain, mask }, rms: Some(rms), frames: Some(frames) }
     }
 }
 
 /// The three stages' slices of `per` pixels each, band by band.
 fn banded<T>([a, b, c]: [&mut [T]; 3], per: usize) -> impl Iterator<Item = [&mut [T]; 3]> {
-    a.chunks_mut(per)
-        .zip(b.chunks_mut(per))
-        .zip(c.chunks_mut(per))
-        .map(|((a, b), c)| [a, b, c])
+    a.chunks_mut(per).zip(b.chunks_mut(per)).zip(c.chunks_mut(per)).map(|((a, b), c)| [a, b, c])
 }
 
 /// Adds a band of a frame's words to the sums of each word's stage (gain bits 00: G0, 01: G1,
@@ -225,36 +174,18 @@ mod tests {
         let (rows, cols) = (2, 3);
         let mut run = PedestalRun::new(rows, cols, 1);
         // two G0 frames, one G1, one G2; pixel 5 never leaves G0
-        let frames: [[u16; 6]; 4] = [
-            [10, 10, 10, 10, 10, 10],
-            [12, 12, 12, 12, 12, 12],
-            [0x4000 | 100; 6],
-            [0xC000 | 200; 6],
-        ];
+        let frames: [[u16; 6]; 4] = [[10, 10, 10, 10, 10, 10], [12, 12, 12, 12, 12, 12], [0x4000 | 100; 6], [0xC000 | 200; 6]];
         for mut f in frames {
             if f[0] & 0xC000 != 0 {
                 f[5] = 30;
             }
             run.push(&f);
         }
-        let cf = run.calibration(
-            [vec![1.0; 6], vec![1.0; 6], vec![1.0; 6]],
-            vec![0; 6],
-            [1.0, 2.0, 3.0],
-            1,
-            100.0,
-        );
+        let cf = run.calibration([vec![1.0; 6], vec![1.0; 6], vec![1.0; 6]], vec![0; 6], [1.0, 2.0, 3.0], 1, 100.0);
         assert_eq!(cf.cal.pedestal[0][0], 11.0);
-        assert_eq!(
-            (cf.cal.pedestal[1][0], cf.cal.pedestal[2][0]),
-            (100.0, 200.0)
-        );
+        assert_eq!((cf.cal.pedestal[1][0], cf.cal.pedestal[2][0]), (100.0, 200.0));
         assert_eq!(cf.cal.pedestal[0][5], 20.5, "pixel 5: four G0 frames");
-        assert_eq!(
-            (cf.cal.pedestal[1][5], cf.cal.pedestal[2][5]),
-            (2.0, 3.0),
-            "no G1 or G2 frame: the fallback"
-        );
+        assert_eq!((cf.cal.pedestal[1][5], cf.cal.pedestal[2][5]), (2.0, 3.0), "no G1 or G2 frame: the fallback");
         assert_eq!(cf.cal.mask[0], 0);
         assert_eq!(cf.cal.mask[5], mask_bits::TOO_FEW_FRAMES);
         assert_eq!(cf.frames, Some([4, 1, 1]));
@@ -282,33 +213,16 @@ mod tests {
             run.push(&frame);
             oracle.iter_mut().for_each(|p| p.push(&frame));
         }
-        let cf = run.calibration(
-            [vec![1.0; px], vec![1.0; px], vec![1.0; px]],
-            vec![0; px],
-            [0.0; 3],
-            1,
-            f32::MAX,
-        );
+        let cf = run.calibration([vec![1.0; px], vec![1.0; px], vec![1.0; px]], vec![0; px], [0.0; 3], 1, f32::MAX);
         let rms = cf.rms.expect("a run keeps its RMS");
         for (s, p) in oracle.iter().enumerate() {
             let (mut mean, mut r) = (vec![0.0; px], vec![0.0; px]);
             p.mean_into(&mut mean);
             p.rms_into(&mut r);
             let seen = |i: usize| p.samples()[i] > 0;
-            assert!(
-                (0..px)
-                    .filter(|&i| seen(i))
-                    .all(|i| mean[i].to_bits() == cf.cal.pedestal[s][i].to_bits()),
-                "G{s} pedestal"
-            );
-            assert!(
-                (0..px).all(|i| r[i].to_bits() == rms[s][i].to_bits()),
-                "G{s} RMS"
-            );
-            assert_eq!(
-                cf.frames.expect("counted")[s],
-                p.samples().iter().copied().max().unwrap_or(0)
-            );
+            assert!((0..px).filter(|&i| seen(i)).all(|i| mean[i].to_bits() == cf.cal.pedestal[s][i].to_bits()), "G{s} pedestal");
+            assert!((0..px).all(|i| r[i].to_bits() == rms[s][i].to_bits()), "G{s} RMS");
+            assert_eq!(cf.frames.expect("counted")[s], p.samples().iter().copied().max().unwrap_or(0));
         }
         assert_eq!(run.frames(), 7);
     }

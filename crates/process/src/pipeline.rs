@@ -71,23 +71,13 @@ pub struct StageStats {
 
 impl StageStats {
     pub fn blocked(&self) -> u64 {
-        self.rings
-            .iter()
-            .map(|r| r.blocked.load(Ordering::Relaxed))
-            .sum()
+        self.rings.iter().map(|r| r.blocked.load(Ordering::Relaxed)).sum()
     }
     pub fn dropped(&self) -> u64 {
-        self.rings
-            .iter()
-            .map(|r| r.dropped.load(Ordering::Relaxed))
-            .sum()
+        self.rings.iter().map(|r| r.dropped.load(Ordering::Relaxed)).sum()
     }
     pub fn high_water(&self) -> u64 {
-        self.rings
-            .iter()
-            .map(|r| r.high_water.load(Ordering::Relaxed))
-            .max()
-            .unwrap_or(0)
+        self.rings.iter().map(|r| r.high_water.load(Ordering::Relaxed)).max().unwrap_or(0)
     }
 }
 
@@ -102,13 +92,7 @@ pub struct Port<M> {
 
 impl<M> Clone for Port<M> {
     fn clone(&self) -> Self {
-        Port {
-            targets: self.targets.clone(),
-            policy: self.policy,
-            full: self.full,
-            next: self.next.clone(),
-            share: self.share,
-        }
+        Port { targets: self.targets.clone(), policy: self.policy, full: self.full, next: self.next.clone(), share: self.share }
     }
 }
 
@@ -122,18 +106,14 @@ impl<M> Port<M> {
                 self.send_to(i, m)
             }
             Policy::LeastLoaded => {
-                let i = (0..self.targets.len())
-                    .min_by_key(|&i| self.targets[i].0.len())
-                    .expect("a port has targets");
+                let i = (0..self.targets.len()).min_by_key(|&i| self.targets[i].0.len()).expect("a port has targets");
                 if self.full == WhenFull::Block && self.targets[i].0.is_full() {
                     return self.send_to_first_free(m);
                 }
                 self.send_to(i, m)
             }
             Policy::Broadcast => {
-                let share = self
-                    .share
-                    .expect("broadcast ports are built with a share function");
+                let share = self.share.expect("broadcast ports are built with a share function");
                 let last = self.targets.len() - 1;
                 let mut all = true;
                 for i in 0..last {
@@ -157,9 +137,7 @@ impl<M> Port<M> {
         let ok = op.send(tx, m).is_ok();
         if ok {
             stats.sent.fetch_add(1, Ordering::Relaxed);
-            stats
-                .high_water
-                .fetch_max(tx.len() as u64, Ordering::Relaxed);
+            stats.high_water.fetch_max(tx.len() as u64, Ordering::Relaxed);
         } else {
             stats.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -181,9 +159,7 @@ impl<M> Port<M> {
         };
         if ok {
             stats.sent.fetch_add(1, Ordering::Relaxed);
-            stats
-                .high_water
-                .fetch_max(tx.len() as u64, Ordering::Relaxed);
+            stats.high_water.fetch_max(tx.len() as u64, Ordering::Relaxed);
         } else {
             stats.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -244,36 +220,17 @@ impl<'a, M: Send + 'a> Default for Pipeline<'a, M> {
 impl<'a, M: Send + 'a> Pipeline<'a, M> {
     /// Adds a stage of `workers` threads, each with an input ring of `capacity` messages;
     /// `make(k)` builds worker k's function (its own state and scratch buffers).
-    pub fn stage(
-        &mut self,
-        name: &str,
-        workers: usize,
-        capacity: usize,
-        make: impl FnMut(usize) -> WorkerFn<'a, M>,
-    ) -> StageId {
+    pub fn stage(&mut self, name: &str, workers: usize, capacity: usize, make: impl FnMut(usize) -> WorkerFn<'a, M>) -> StageId {
         self.add_stage(name, workers, workers, capacity, make)
     }
 
     /// Adds a stage of `workers` threads that take from one shared ring of `capacity`
     /// messages, each whenever it is free (messages start in the order sent).
-    pub fn shared_stage(
-        &mut self,
-        name: &str,
-        workers: usize,
-        capacity: usize,
-        make: impl FnMut(usize) -> WorkerFn<'a, M>,
-    ) -> StageId {
+    pub fn shared_stage(&mut self, name: &str, workers: usize, capacity: usize, make: impl FnMut(usize) -> WorkerFn<'a, M>) -> StageId {
         self.add_stage(name, workers, 1, capacity, make)
     }
 
-    fn add_stage(
-        &mut self,
-        name: &str,
-        workers: usize,
-        rings: usize,
-        capacity: usize,
-        mut make: impl FnMut(usize) -> WorkerFn<'a, M>,
-    ) -> StageId {
+    fn add_stage(&mut self, name: &str, workers: usize, rings: usize, capacity: usize, mut make: impl FnMut(usize) -> WorkerFn<'a, M>) -> StageId {
         assert!(workers > 0 && capacity > 0, "a stage has workers and rings");
         let inputs: Vec<_> = (0..rings).map(|_| bounded(capacity)).collect();
         let rings = (0..rings).map(|_| Arc::new(RingStats::default())).collect();
@@ -286,46 +243,20 @@ impl<'a, M: Send + 'a> Pipeline<'a, M> {
             discarded: AtomicU64::new(0),
             rings,
         });
-        self.stages.push(StageSpec {
-            stats,
-            inputs,
-            workers: (0..workers).map(&mut make).collect(),
-            ports: Vec::new(),
-        });
+        self.stages.push(StageSpec { stats, inputs, workers: (0..workers).map(&mut make).collect(), ports: Vec::new() });
         StageId(self.stages.len() - 1)
     }
 
-    fn port(
-        &self,
-        to: StageId,
-        policy: Policy,
-        full: WhenFull,
-        share: Option<fn(&M) -> M>,
-    ) -> Port<M> {
+    fn port(&self, to: StageId, policy: Policy, full: WhenFull, share: Option<fn(&M) -> M>) -> Port<M> {
         let t = &self.stages[to.0];
-        let targets = t
-            .inputs
-            .iter()
-            .zip(&t.stats.rings)
-            .map(|((tx, _), s)| (tx.clone(), s.clone()))
-            .collect();
-        Port {
-            targets,
-            policy,
-            full,
-            next: Arc::new(AtomicUsize::new(0)),
-            share,
-        }
+        let targets = t.inputs.iter().zip(&t.stats.rings).map(|((tx, _), s)| (tx.clone(), s.clone())).collect();
+        Port { targets, policy, full, next: Arc::new(AtomicUsize::new(0)), share }
     }
 
     /// Connects `from`'s next output port to `to`; returns the port number. Broadcast
     /// needs [`Pipeline::connect_broadcast`].
     pub fn connect(&mut self, from: StageId, to: StageId, policy: Policy, full: WhenFull) -> usize {
-        assert_ne!(
-            policy,
-            Policy::Broadcast,
-            "broadcast needs connect_broadcast (messages must be shareable)"
-        );
+        assert_ne!(policy, Policy::Broadcast, "broadcast needs connect_broadcast (messages must be shareable)");
         let p = self.port(to, policy, full, None);
         self.stages[from.0].ports.push(p);
         self.stages[from.0].ports.len() - 1
@@ -333,13 +264,7 @@ impl<'a, M: Send + 'a> Pipeline<'a, M> {
 
     /// Connects with the broadcast policy: every worker of `to` gets `share(&m)`, the last
     /// one `m` itself.
-    pub fn connect_broadcast(
-        &mut self,
-        from: StageId,
-        to: StageId,
-        full: WhenFull,
-        share: fn(&M) -> M,
-    ) -> usize {
+    pub fn connect_broadcast(&mut self, from: StageId, to: StageId, full: WhenFull, share: fn(&M) -> M) -> usize {
         let p = self.port(to, Policy::Broadcast, full, Some(share));
         self.stages[from.0].ports.push(p);
         self.stages[from.0].ports.len() - 1
@@ -366,11 +291,7 @@ impl<'a, M: Send + 'a> Pipeline<'a, M> {
             let ring_of = |k: usize| receivers[k % receivers.len()].clone();
             for (k, mut work) in spec.workers.into_iter().enumerate() {
                 let rx = ring_of(k);
-                let emit = Emit {
-                    ports: spec.ports.clone(),
-                    stats: spec.stats.clone(),
-                    input: rx.clone(),
-                };
+                let emit = Emit { ports: spec.ports.clone(), stats: spec.stats.clone(), input: rx.clone() };
                 let st = spec.stats.clone();
                 let name = format!("{}-{k}", st.name);
                 let h = std::thread::Builder::new()
@@ -379,8 +300,7 @@ impl<'a, M: Send + 'a> Pipeline<'a, M> {
                         for m in rx.iter() {
                             let t = Instant::now();
                             work(m, &emit);
-                            st.busy_ns
-                                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                            st.busy_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             st.processed.fetch_add(1, Ordering::Relaxed);
                         }
                     })
@@ -414,29 +334,16 @@ mod tests {
     use std::sync::Mutex;
 
     /// source -> double (n workers, policy) -> collect (1 worker)
-    fn run(
-        workers: usize,
-        policy: Policy,
-        shared: bool,
-        n: u64,
-    ) -> (Vec<(usize, u64)>, Vec<Arc<StageStats>>) {
+    fn run(workers: usize, policy: Policy, shared: bool, n: u64) -> (Vec<(usize, u64)>, Vec<Arc<StageStats>>) {
         let out = Mutex::new(Vec::new());
         let stats = std::thread::scope(|s| {
             let mut p: Pipeline<(usize, u64)> = Pipeline::default();
-            let double = |k| -> WorkerFn<(usize, u64)> {
-                Box::new(move |(_, v), e: &Emit<_>| {
-                    e.send(0, (k, v * 2));
-                })
-            };
-            let double = if shared {
-                p.shared_stage("double", workers, 4, double)
-            } else {
-                p.stage("double", workers, 4, double)
-            };
+            let double = |k| -> WorkerFn<(usize, u64)> { Box::new(move |(_, v), e: &Emit<_>| {
+                e.send(0, (k, v * 2));
+            }) };
+            let double = if shared { p.shared_stage("double", workers, 4, double) } else { p.stage("double", workers, 4, double) };
             let out = &out;
-            let collect = p.stage("collect", 1, 4, |_| {
-                Box::new(move |m, _: &Emit<_>| out.lock().unwrap().push(m))
-            });
+            let collect = p.stage("collect", 1, 4, |_| Box::new(move |m, _: &Emit<_>| out.lock().unwrap().push(m)));
             p.connect(double, collect, Policy::RoundRobin, WhenFull::Block);
             let src = p.source(double, policy, WhenFull::Block);
             let running = p.spawn(s);
@@ -451,24 +358,13 @@ mod tests {
 
     #[test]
     fn every_message_arrives_once_and_is_counted() {
-        for (policy, shared) in [
-            (Policy::RoundRobin, false),
-            (Policy::LeastLoaded, false),
-            (Policy::LeastLoaded, true),
-        ] {
+        for (policy, shared) in [(Policy::RoundRobin, false), (Policy::LeastLoaded, false), (Policy::LeastLoaded, true)] {
             let (mut got, stats) = run(3, policy, shared, 1000);
             got.sort_by_key(|m| m.1);
-            assert_eq!(
-                got.iter().map(|m| m.1).collect::<Vec<_>>(),
-                (0..1000).map(|v| v * 2).collect::<Vec<_>>()
-            );
+            assert_eq!(got.iter().map(|m| m.1).collect::<Vec<_>>(), (0..1000).map(|v| v * 2).collect::<Vec<_>>());
             assert_eq!(stats[0].processed.load(Ordering::Relaxed), 1000);
             assert_eq!(stats[1].processed.load(Ordering::Relaxed), 1000);
-            let sent: u64 = stats[0]
-                .rings
-                .iter()
-                .map(|r| r.sent.load(Ordering::Relaxed))
-                .sum();
+            let sent: u64 = stats[0].rings.iter().map(|r| r.sent.load(Ordering::Relaxed)).sum();
             assert_eq!(sent, 1000);
             assert_eq!(stats[0].dropped(), 0);
             assert!(stats[0].high_water() <= 4);
@@ -489,14 +385,12 @@ mod tests {
         std::thread::scope(|s| {
             let mut p: Pipeline<u64> = Pipeline::default();
             let out = &out;
-            let st = p.stage("work", 2, 2, |k| {
-                Box::new(move |_, _: &Emit<_>| {
-                    if k == 0 {
-                        std::thread::sleep(std::time::Duration::from_millis(5));
-                    }
-                    out.lock().unwrap()[k] += 1;
-                })
-            });
+            let st = p.stage("work", 2, 2, |k| Box::new(move |_, _: &Emit<_>| {
+                if k == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                out.lock().unwrap()[k] += 1;
+            }));
             let src = p.source(st, Policy::LeastLoaded, WhenFull::Block);
             let running = p.spawn(s);
             for v in 0..200 {
@@ -517,32 +411,25 @@ mod tests {
         let stats = std::thread::scope(|s| {
             let mut p: Pipeline<u64> = Pipeline::default();
             let (done, stuck) = (&done, &stuck);
-            let st = p.shared_stage("work", 2, 2, |_| {
-                Box::new(move |v, _: &Emit<_>| {
-                    if v == 0 {
-                        stuck.recv().expect("released");
-                    }
-                    done.fetch_add(1, Ordering::Relaxed);
-                })
-            });
+            let st = p.shared_stage("work", 2, 2, |_| Box::new(move |v, _: &Emit<_>| {
+                if v == 0 {
+                    stuck.recv().expect("released");
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }));
             let src = p.source(st, Policy::LeastLoaded, WhenFull::Block);
             let running = p.spawn(s);
             let sender = s.spawn(move || (0..=20).all(|v| src.send(v)));
             // message 0 holds one worker: the other takes every later one (with a ring each,
             // message 2 would wait behind message 0)
             let t = Instant::now();
-            while done.load(Ordering::Relaxed) < 20
-                && t.elapsed() < std::time::Duration::from_secs(60)
-            {
+            while done.load(Ordering::Relaxed) < 20 && t.elapsed() < std::time::Duration::from_secs(60) {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
             let passed = done.load(Ordering::Relaxed);
             release.send(()).expect("the stuck worker waits");
             assert!(sender.join().expect("the sender ends"));
-            assert_eq!(
-                passed, 20,
-                "messages 1..=20 taken while message 0 held a worker"
-            );
+            assert_eq!(passed, 20, "messages 1..=20 taken while message 0 held a worker");
             running.join()
         });
         assert_eq!(stats[0].rings.len(), 1);
@@ -555,15 +442,11 @@ mod tests {
         let out = Mutex::new(Vec::new());
         std::thread::scope(|s| {
             let mut p: Pipeline<Arc<u64>> = Pipeline::default();
-            let src_stage = p.stage("src", 1, 4, |_| {
-                Box::new(|m, e: &Emit<_>| {
-                    e.send(0, m);
-                })
-            });
+            let src_stage = p.stage("src", 1, 4, |_| Box::new(|m, e: &Emit<_>| {
+                e.send(0, m);
+            }));
             let out = &out;
-            let sink = p.stage("sink", 3, 4, |k| {
-                Box::new(move |m: Arc<u64>, _: &Emit<_>| out.lock().unwrap().push((k, *m)))
-            });
+            let sink = p.stage("sink", 3, 4, |k| Box::new(move |m: Arc<u64>, _: &Emit<_>| out.lock().unwrap().push((k, *m))));
             p.connect_broadcast(src_stage, sink, WhenFull::Block, |m| m.clone());
             let src = p.source(src_stage, Policy::RoundRobin, WhenFull::Block);
             let running = p.spawn(s);
@@ -587,14 +470,12 @@ mod tests {
         let stats = std::thread::scope(|s| {
             let mut p: Pipeline<u64> = Pipeline::default();
             let (gate, done) = (&gate, &done);
-            let slow = p.stage("slow", 1, 2, |_| {
-                Box::new(move |v, _: &Emit<_>| {
-                    if v == 0 {
-                        gate.wait();
-                    }
-                    done.fetch_add(1, Ordering::Relaxed);
-                })
-            });
+            let slow = p.stage("slow", 1, 2, |_| Box::new(move |v, _: &Emit<_>| {
+                if v == 0 {
+                    gate.wait();
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }));
             let drop_src = p.source(slow, Policy::RoundRobin, WhenFull::Drop);
             let running = p.spawn(s);
             // the worker holds message 0 until the gate opens: the ring (2) fills, the rest drops
@@ -620,14 +501,12 @@ mod tests {
         std::thread::scope(|s| {
             let mut p: Pipeline<u64> = Pipeline::default();
             let (gate, seen) = (&gate, &seen);
-            let stage = p.stage("look", 1, 8, |_| {
-                Box::new(move |v, e: &Emit<_>| {
-                    if v == 0 {
-                        gate.wait();
-                    }
-                    seen.lock().expect("not poisoned").push((v, e.queued()));
-                })
-            });
+            let stage = p.stage("look", 1, 8, |_| Box::new(move |v, e: &Emit<_>| {
+                if v == 0 {
+                    gate.wait();
+                }
+                seen.lock().expect("not poisoned").push((v, e.queued()));
+            }));
             let src = p.source(stage, Policy::RoundRobin, WhenFull::Block);
             let running = p.spawn(s);
             // message 0 is taken and held at the gate while 1..=3 wait behind it
@@ -640,9 +519,6 @@ mod tests {
             drop(src);
             running.join()
         });
-        assert_eq!(
-            seen.into_inner().expect("not poisoned"),
-            vec![(0, 3), (1, 2), (2, 1), (3, 0)]
-        );
+        assert_eq!(seen.into_inner().expect("not poisoned"), vec![(0, 3), (1, 2), (2, 1), (3, 0)]);
     }
 }

@@ -54,17 +54,7 @@ mod tests {
 
     #[test]
     fn layout_is_scipy_csr() {
-        let img = [
-            0.0f32,
-            5.0,
-            0.0,
-            7.0,
-            0.0,
-            0.0,
-            f32::NAN,
-            f32::INFINITY,
-            1.0,
-        ];
+        let img = [0.0f32, 5.0, 0.0, 7.0, 0.0, 0.0, f32::NAN, f32::INFINITY, 1.0];
         let mut c = Csr::default();
         c.fill(&img, 3, 3, 0.5);
         assert_eq!(c.values, vec![5.0, 7.0, f32::INFINITY, 1.0]);

@@ -79,6 +79,7 @@ pub fn mask_counts(image: &mut [f32], mask: &[u32], saturation: f32) {
     }
 }
 
+
 #[cfg(test)]
 mod count_tests {
     use super::*;
@@ -102,8 +103,7 @@ fn blob(image: &mut [f32], width: usize, cx: f32, cy: f32, total: f32) {
     for r in 0..height {
         for c in 0..width {
             let (dx, dy) = (c as f32 + 0.5 - cx, r as f32 + 0.5 - cy);
-            image[r * width + c] +=
-                total / (2.0 * std::f32::consts::PI) * (-(dx * dx + dy * dy) / 2.0).exp();
+            image[r * width + c] += total / (2.0 * std::f32::consts::PI) * (-(dx * dx + dy * dy) / 2.0).exp();
         }
     }
 }

@@ -159,16 +159,10 @@ impl Header {
         };
         let actual = datagram_len.saturating_sub(h.header_len());
         if h.length as usize != actual || datagram_len < h.header_len() {
-            return Err(DecodeError::LengthMismatch {
-                declared: h.length,
-                actual,
-            });
+            return Err(DecodeError::LengthMismatch { declared: h.length, actual });
         }
         if h.offset.checked_add(h.length as u64).is_none() {
-            return Err(DecodeError::OffsetOverflow {
-                offset: h.offset,
-                length: h.length,
-            });
+            return Err(DecodeError::OffsetOverflow { offset: h.offset, length: h.length });
         }
         Ok(h)
     }
@@ -189,17 +183,11 @@ impl Header {
         let hdr: &[u8; HEADER_LEN] = datagram
             .get(..HEADER_LEN)
             .and_then(|s| s.try_into().ok())
-            .ok_or(DecodeError::Truncated {
-                len: datagram.len(),
-            })?;
+            .ok_or(DecodeError::Truncated { len: datagram.len() })?;
         let h = Header::decode(hdr, datagram.len())?;
         let payload = &datagram[h.header_len()..];
         if h.flags.contains(Flags::CHECKSUM) {
-            let stored = u32::from_le_bytes(
-                datagram[HEADER_LEN..HEADER_LEN + CHECKSUM_LEN]
-                    .try_into()
-                    .expect("4 bytes"),
-            );
+            let stored = u32::from_le_bytes(datagram[HEADER_LEN..HEADER_LEN + CHECKSUM_LEN].try_into().expect("4 bytes"));
             if stored != checksum(hdr, payload) {
                 return Err(DecodeError::BadChecksum);
             }
@@ -249,26 +237,22 @@ mod tests {
             any::<u16>(),
             any::<u32>(),
         )
-            .prop_map(
-                |(f, module, buffer, key, offset, length, seq, frame, dataset, imm)| Header {
-                    flags: Flags::from_bits(f).unwrap(),
-                    module,
-                    buffer,
-                    key,
-                    offset,
-                    length,
-                    seq,
-                    frame,
-                    dataset,
-                    imm,
-                },
-            )
+            .prop_map(|(f, module, buffer, key, offset, length, seq, frame, dataset, imm)| Header {
+                flags: Flags::from_bits(f).unwrap(),
+                module,
+                buffer,
+                key,
+                offset,
+                length,
+                seq,
+                frame,
+                dataset,
+                imm,
+            })
     }
 
     fn datagram(h: &Header) -> Vec<u8> {
-        let mut v: Vec<u8> = (0..h.header_len() + h.length as usize)
-            .map(|i| (i * 7) as u8)
-            .collect();
+        let mut v: Vec<u8> = (0..h.header_len() + h.length as usize).map(|i| (i * 7) as u8).collect();
         let hdr: &mut [u8; HEADER_LEN] = (&mut v[..HEADER_LEN]).try_into().unwrap();
         h.encode(hdr);
         if h.flags.contains(Flags::CHECKSUM) {
@@ -349,15 +333,9 @@ mod tests {
 
     #[test]
     fn typed_errors() {
-        let h = Header {
-            length: 4,
-            ..Default::default()
-        };
+        let h = Header { length: 4, ..Default::default() };
         let mut d = datagram(&h);
-        assert_eq!(
-            Header::parse(&d[..10]),
-            Err(DecodeError::Truncated { len: 10 })
-        );
+        assert_eq!(Header::parse(&d[..10]), Err(DecodeError::Truncated { len: 10 }));
         d[0] = b'X';
         assert!(matches!(Header::parse(&d), Err(DecodeError::BadMagic(_))));
         d[0] = b'R';
@@ -367,16 +345,10 @@ mod tests {
         d[5] = 0x80;
         assert_eq!(Header::parse(&d), Err(DecodeError::ReservedFlags(0x80)));
         d[5] = Flags::CHECKSUM.bits();
-        assert!(
-            matches!(Header::parse(&d), Err(DecodeError::LengthMismatch { .. })),
-            "no room for the extension"
-        );
+        assert!(matches!(Header::parse(&d), Err(DecodeError::LengthMismatch { .. })), "no room for the extension");
         d[5] = 0;
         d[16..24].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
-        assert!(matches!(
-            Header::parse(&d),
-            Err(DecodeError::OffsetOverflow { .. })
-        ));
+        assert!(matches!(Header::parse(&d), Err(DecodeError::OffsetOverflow { .. })));
     }
 
     #[test]
@@ -396,19 +368,8 @@ mod tests {
         let mut b = [0u8; HEADER_LEN];
         h.encode(&mut b);
         let expect = concat!(
-            "52444151",
-            "01",
-            "03",
-            "0201",
-            "06050403",
-            "0a090807",
-            "1817161514131211",
-            "00000000",
-            "24232221",
-            "3837363534333231",
-            "4241",
-            "0000",
-            "54535251"
+            "52444151", "01", "03", "0201", "06050403", "0a090807", "1817161514131211",
+            "00000000", "24232221", "3837363534333231", "4241", "0000", "54535251"
         );
         assert_eq!(hex(&b), expect);
     }
@@ -429,11 +390,7 @@ mod tests {
         for &b in data {
             crc ^= b as u32;
             for _ in 0..8 {
-                crc = if crc & 1 != 0 {
-                    (crc >> 1) ^ 0x82f6_3b78
-                } else {
-                    crc >> 1
-                };
+                crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82f6_3b78 } else { crc >> 1 };
             }
         }
         !crc

@@ -9,60 +9,24 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     /// A module sent its last datagram of a frame (carrying `imm`).
-    EndOfFrame {
-        module: u16,
-        frame: u64,
-        imm: u32,
-    },
+    EndOfFrame { module: u16, frame: u64, imm: u32 },
     /// A module finished its transfer.
-    EndOfTransfer {
-        module: u16,
-        frames: u64,
-        datagrams: u64,
-    },
+    EndOfTransfer { module: u16, frames: u64, datagrams: u64 },
     /// A module could not send as fast as asked (frames started late).
-    SourceOverflow {
-        module: u16,
-        late_frames: u64,
-    },
+    SourceOverflow { module: u16, late_frames: u64 },
     /// A receiver completed a frame.
-    FrameComplete {
-        receiver: String,
-        frame: u64,
-        imm: Option<u32>,
-    },
+    FrameComplete { receiver: String, frame: u64, imm: Option<u32> },
     /// A receiver finished a frame with cells missing: `missing` lists half-open cell
     /// ranges of the frame's packet grid; `kept` says whether it was handed on (policy keep).
-    FrameIncomplete {
-        receiver: String,
-        frame: u64,
-        received: u32,
-        total: u32,
-        missing: Vec<(u32, u32)>,
-        kept: bool,
-    },
+    FrameIncomplete { receiver: String, frame: u64, received: u32, total: u32, missing: Vec<(u32, u32)>, kept: bool },
     /// A receiver's loss window declared sequence numbers `start..end` (wrapping) of a
     /// module's data channel missing; retransmission may still recover them.
-    PacketLoss {
-        receiver: String,
-        module: u16,
-        start: u32,
-        end: u32,
-    },
+    PacketLoss { receiver: String, module: u16, start: u32, end: u32 },
     /// The manager changed the data transfer processes from `from_frame` on.
-    Replanned {
-        from_frame: u64,
-        receivers: Vec<String>,
-        reason: String,
-    },
-    Error {
-        source: String,
-        message: String,
-    },
+    Replanned { from_frame: u64, receivers: Vec<String>, reason: String },
+    Error { source: String, message: String },
     /// An operator asked for the acquisition to stop (through the control API, from `by`).
-    StopRequested {
-        by: String,
-    },
+    StopRequested { by: String },
 }
 
 /// Half-open ranges of consecutive cells.
@@ -101,12 +65,7 @@ pub struct EventPage {
 
 impl EventLog {
     pub fn new(capacity: usize) -> Self {
-        EventLog {
-            capacity: capacity.max(1),
-            first: 0,
-            events: VecDeque::new(),
-            dropped: 0,
-        }
+        EventLog { capacity: capacity.max(1), first: 0, events: VecDeque::new(), dropped: 0 }
     }
 
     pub fn push(&mut self, e: Event) {
@@ -129,12 +88,7 @@ impl EventLog {
         let start = since.max(self.first);
         let skip = (start - self.first) as usize;
         let events: Vec<Event> = self.events.iter().skip(skip).take(limit).cloned().collect();
-        EventPage {
-            first: start,
-            next: start + events.len() as u64,
-            dropped: self.dropped,
-            events,
-        }
+        EventPage { first: start, next: start + events.len() as u64, dropped: self.dropped, events }
     }
 }
 
@@ -146,24 +100,13 @@ mod tests {
     fn bounded_numbered_and_counted() {
         let mut log = EventLog::new(3);
         for f in 0..5 {
-            log.push(Event::EndOfFrame {
-                module: 0,
-                frame: f,
-                imm: f as u32,
-            });
+            log.push(Event::EndOfFrame { module: 0, frame: f, imm: f as u32 });
         }
         assert_eq!(log.dropped, 2);
         let p = log.since(0, 10);
         assert_eq!((p.first, p.next, p.events.len()), (2, 5, 3));
         let p = log.since(4, 10);
-        assert_eq!(
-            p.events,
-            vec![Event::EndOfFrame {
-                module: 0,
-                frame: 4,
-                imm: 4
-            }]
-        );
+        assert_eq!(p.events, vec![Event::EndOfFrame { module: 0, frame: 4, imm: 4 }]);
         assert_eq!(log.since(5, 10).events.len(), 0);
         assert_eq!(ranges(&[1, 2, 3, 7, 9, 10]), vec![(1, 4), (7, 8), (9, 11)]);
         let j = serde_json::to_string(&p.events[0]).unwrap();

@@ -19,8 +19,8 @@
 
 pub mod datagram;
 pub mod events;
-pub mod metadata;
 pub mod nack;
+pub mod metadata;
 pub mod names;
 pub mod roce;
 pub mod seq;
@@ -28,7 +28,5 @@ pub mod sls;
 pub mod telegram;
 pub mod times;
 
-pub use datagram::{
-    checksum, DecodeError, Flags, Header, CHECKSUM_LEN, HEADER_LEN, MAGIC, MAX_PAYLOAD, VERSION,
-};
+pub use datagram::{checksum, DecodeError, Flags, Header, CHECKSUM_LEN, HEADER_LEN, MAGIC, MAX_PAYLOAD, VERSION};
 pub use sls::{SlsError, SlsHeader, SLS_HEADER_LEN};

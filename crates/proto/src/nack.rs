@@ -43,15 +43,8 @@ pub enum NackError {
 
 /// Writes a NACK for `module` with `entries` (at most [`NACK_MAX_ENTRIES`]) into `out`;
 /// returns its length. Never allocates.
-pub fn encode(
-    module: u16,
-    entries: &[Missing],
-    out: &mut [u8; NACK_HEADER_LEN + NACK_MAX_ENTRIES * NACK_ENTRY_LEN],
-) -> usize {
-    assert!(
-        entries.len() <= NACK_MAX_ENTRIES,
-        "at most {NACK_MAX_ENTRIES} entries per NACK"
-    );
+pub fn encode(module: u16, entries: &[Missing], out: &mut [u8; NACK_HEADER_LEN + NACK_MAX_ENTRIES * NACK_ENTRY_LEN]) -> usize {
+    assert!(entries.len() <= NACK_MAX_ENTRIES, "at most {NACK_MAX_ENTRIES} entries per NACK");
     out[0..4].copy_from_slice(&NACK_MAGIC);
     out[4] = NACK_VERSION;
     out[5] = 0;
@@ -114,15 +107,8 @@ mod tests {
 
     fn arb_missing() -> impl Strategy<Value = Missing> {
         prop_oneof![
-            (any::<u32>(), 1u32..1000).prop_map(|(s, n)| Missing::Seq {
-                start: s,
-                end: s.wrapping_add(n)
-            }),
-            (0u64..u64::MAX, 0u32..1000, 1u32..1000).prop_map(|(f, s, n)| Missing::Frame {
-                frame: f,
-                start: s,
-                end: s + n
-            }),
+            (any::<u32>(), 1u32..1000).prop_map(|(s, n)| Missing::Seq { start: s, end: s.wrapping_add(n) }),
+            (0u64..u64::MAX, 0u32..1000, 1u32..1000).prop_map(|(f, s, n)| Missing::Frame { frame: f, start: s, end: s + n }),
         ]
     }
 
@@ -147,28 +133,12 @@ mod tests {
     #[test]
     fn malformed_is_refused() {
         let mut buf = [0u8; NACK_HEADER_LEN + NACK_MAX_ENTRIES * NACK_ENTRY_LEN];
-        let n = encode(
-            3,
-            &[Missing::Frame {
-                frame: 7,
-                start: 2,
-                end: 5,
-            }],
-            &mut buf,
-        );
+        let n = encode(3, &[Missing::Frame { frame: 7, start: 2, end: 5 }], &mut buf);
         assert!(decode(&buf[..n - 1]).is_err());
         let mut bad = buf;
         bad[0] = b'X';
         assert_eq!(decode(&bad[..n]).err(), Some(NackError::Magic));
-        let n = encode(
-            3,
-            &[Missing::Frame {
-                frame: 7,
-                start: 5,
-                end: 5,
-            }],
-            &mut buf,
-        );
+        let n = encode(3, &[Missing::Frame { frame: 7, start: 5, end: 5 }], &mut buf);
         assert_eq!(decode(&buf[..n]).err(), Some(NackError::EmptyRange(0)));
     }
 }

@@ -7,19 +7,13 @@ use std::path::{Component, Path};
 /// A plain file name: not empty, no `/`, not hidden (no leading `.`, so neither `.` nor
 /// `..`), no control characters.
 pub fn is_plain_file_name(name: &str) -> bool {
-    !(name.is_empty()
-        || name.contains('/')
-        || name.starts_with('.')
-        || name.chars().any(char::is_control))
+    !(name.is_empty() || name.contains('/') || name.starts_with('.') || name.chars().any(char::is_control))
 }
 
 /// A directory below a root: relative, without `..` (only plain components and `.`), no
 /// control characters. Empty is the root itself.
 pub fn is_relative_dir(dir: &str) -> bool {
-    Path::new(dir)
-        .components()
-        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
-        && !dir.chars().any(char::is_control)
+    Path::new(dir).components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir)) && !dir.chars().any(char::is_control)
 }
 
 #[cfg(test)]

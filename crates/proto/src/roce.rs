@@ -9,13 +9,7 @@ pub mod headers;
 pub mod icrc;
 pub mod packet;
 
-pub use frame::{
-    parse_headers, write_frame, write_headers, Endpoints, FrameHeaders, FRAME_HEADERS_LEN,
-};
-pub use headers::{
-    Aeth, AethKind, Bth, Opcode, Reth, AETH_LEN, BTH_LEN, IMMDT_LEN, RETH_LEN, ROCE_PORT,
-};
+pub use headers::{Aeth, AethKind, Bth, Opcode, Reth, AETH_LEN, BTH_LEN, IMMDT_LEN, RETH_LEN, ROCE_PORT};
+pub use frame::{parse_headers, write_frame, write_headers, Endpoints, FrameHeaders, FRAME_HEADERS_LEN};
 pub use icrc::{icrc_ipv4, icrc_ipv4_parts, icrc_ipv6, ICRC_LEN};
-pub use packet::{
-    encode, encoded_len, parse, parse_head, seal_ipv4, Head, Headers, Packet, RoceError, MAX_HEAD,
-};
+pub use packet::{encode, encoded_len, parse, parse_head, seal_ipv4, Head, Headers, Packet, RoceError, MAX_HEAD};

@@ -14,17 +14,7 @@ pub const SLS_HEADER_VERSION: u8 = 2;
 /// The detector a header's detType names (slsDetectorPackage's `detectorType`), for
 /// messages; `None` for a number it does not define.
 pub fn det_type_name(det_type: u8) -> Option<&'static str> {
-    const NAMES: [&str; 9] = [
-        "GENERIC",
-        "EIGER",
-        "GOTTHARD",
-        "JUNGFRAU",
-        "CHIPTESTBOARD",
-        "MOENCH",
-        "MYTHEN3",
-        "GOTTHARD2",
-        "XILINX_CHIPTESTBOARD",
-    ];
+    const NAMES: [&str; 9] = ["GENERIC", "EIGER", "GOTTHARD", "JUNGFRAU", "CHIPTESTBOARD", "MOENCH", "MYTHEN3", "GOTTHARD2", "XILINX_CHIPTESTBOARD"];
     NAMES.get(det_type as usize).copied()
 }
 
@@ -101,11 +91,7 @@ impl SlsHeader {
 
     /// Checks that this is a JUNGFRAU version-2 packet with a full payload and a packet
     /// number below `packets_per_port` (128 on one interface, 64 on each of two).
-    pub fn check_jungfrau(
-        &self,
-        payload_len: usize,
-        packets_per_port: u32,
-    ) -> Result<(), SlsError> {
+    pub fn check_jungfrau(&self, payload_len: usize, packets_per_port: u32) -> Result<(), SlsError> {
         if self.det_type != DET_TYPE_JUNGFRAU {
             return Err(SlsError::NotJungfrau(self.det_type));
         }
@@ -116,10 +102,7 @@ impl SlsHeader {
             return Err(SlsError::BadPayload(payload_len));
         }
         if self.packet_number >= packets_per_port {
-            return Err(SlsError::PacketOutOfRange {
-                packet: self.packet_number,
-                limit: packets_per_port,
-            });
+            return Err(SlsError::PacketOutOfRange { packet: self.packet_number, limit: packets_per_port });
         }
         Ok(())
     }
@@ -156,16 +139,7 @@ mod tests {
         b[46] = 3;
         b[47] = 2;
         let h = SlsHeader::decode(&b);
-        assert_eq!(
-            (
-                h.frame_number,
-                h.packet_number,
-                h.mod_id,
-                h.det_type,
-                h.version
-            ),
-            (14, 0, 1234, 3, 2)
-        );
+        assert_eq!((h.frame_number, h.packet_number, h.mod_id, h.det_type, h.version), (14, 0, 1234, 3, 2));
         assert_eq!(h.check_jungfrau(8192, 128), Ok(()));
         assert_eq!(h.check_jungfrau(8191, 128), Err(SlsError::BadPayload(8191)));
     }

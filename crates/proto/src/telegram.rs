@@ -285,11 +285,7 @@ impl ModuleDtp {
             .iter()
             .enumerate()
             .map(|(r, route)| {
-                let count = if self.broadcast {
-                    frames
-                } else {
-                    (frames + n - 1 - r as u64) / n
-                };
+                let count = if self.broadcast { frames } else { (frames + n - 1 - r as u64) / n };
                 (route.receiver.as_str(), route.ring_start + count)
             })
             .collect()
@@ -308,14 +304,7 @@ mod tests {
             module_bytes: 1 << 20,
             payload_bytes: 8192,
             data_ports: vec![50000, 50001],
-            buffers: (0..3)
-                .map(|i| LocalBufferInfo {
-                    id: i,
-                    key: 100 + i,
-                    size: 2 << 20,
-                    va: 0,
-                })
-                .collect(),
+            buffers: (0..3).map(|i| LocalBufferInfo { id: i, key: 100 + i, size: 2 << 20, va: 0 }).collect(),
             checksum: true,
             roce: Vec::new(),
         };
@@ -331,26 +320,8 @@ mod tests {
 
     #[test]
     fn dtp_round_robin_and_broadcast() {
-        let bufs = |base: u32| {
-            (0..3)
-                .map(|i| LocalBufferInfo {
-                    id: base + i,
-                    key: 0,
-                    size: 1,
-                    va: 0,
-                })
-                .collect()
-        };
-        let route = |n: &str, base| Route {
-            receiver: n.into(),
-            data: "127.0.0.1:1".parse().unwrap(),
-            ports: Vec::new(),
-            buffers: bufs(base),
-            offset: 0,
-            ring_start: 0,
-            checksum: false,
-            roce: None,
-        };
+        let bufs = |base: u32| (0..3).map(|i| LocalBufferInfo { id: base + i, key: 0, size: 1, va: 0 }).collect();
+        let route = |n: &str, base| Route { receiver: n.into(), data: "127.0.0.1:1".parse().unwrap(), ports: Vec::new(), buffers: bufs(base), offset: 0, ring_start: 0, checksum: false, roce: None };
         let mut dtp = ModuleDtp {
             version: TELEGRAM_VERSION,
             module: 0,
@@ -367,29 +338,14 @@ mod tests {
         };
         assert_eq!(dest(&dtp, 0), vec![(0, 10)]);
         assert_eq!(dest(&dtp, 1), vec![(1, 20)]);
-        assert_eq!(
-            dest(&dtp, 7),
-            vec![(1, 20)],
-            "frame 7 is b's 4th frame: buffer 3 % 3 = 0"
-        );
-        assert_eq!(
-            dtp.ring_next(7),
-            vec![("a", 4), ("b", 3)],
-            "a got 0,2,4,6; b got 1,3,5"
-        );
+        assert_eq!(dest(&dtp, 7), vec![(1, 20)], "frame 7 is b's 4th frame: buffer 3 % 3 = 0");
+        assert_eq!(dtp.ring_next(7), vec![("a", 4), ("b", 3)], "a got 0,2,4,6; b got 1,3,5");
         // a re-plan from frame 7 that continues b's ring
         let mut next = dtp.clone();
         next.from_frame = 7;
-        next.routes = vec![Route {
-            ring_start: 3,
-            ..dtp.routes[1].clone()
-        }];
+        next.routes = vec![Route { ring_start: 3, ..dtp.routes[1].clone() }];
         assert_eq!(dest(&next, 6), vec![]);
-        assert_eq!(
-            dest(&next, 7),
-            vec![(0, 20)],
-            "ring position 3 of 3 buffers"
-        );
+        assert_eq!(dest(&next, 7), vec![(0, 20)], "ring position 3 of 3 buffers");
         assert_eq!(dest(&next, 8), vec![(0, 21)]);
         dtp.broadcast = true;
         assert_eq!(dest(&dtp, 4), vec![(0, 11), (1, 21)]);

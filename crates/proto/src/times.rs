@@ -7,19 +7,13 @@ pub const MAX_TIME_S: f64 = 3600.0;
 /// Checks a count time and a frame time (0: unknown): finite, 0 to [`MAX_TIME_S`], and the
 /// exposure no longer than the period when both are known. The error names the field.
 pub fn check(count_time_s: f64, frame_time_s: f64) -> Result<(), (&'static str, String)> {
-    for (field, t) in [
-        ("count_time_s", count_time_s),
-        ("frame_time_s", frame_time_s),
-    ] {
+    for (field, t) in [("count_time_s", count_time_s), ("frame_time_s", frame_time_s)] {
         if !(t.is_finite() && (0.0..=MAX_TIME_S).contains(&t)) {
             return Err((field, format!("{t}; from 0 (unknown) to {MAX_TIME_S} s")));
         }
     }
     if count_time_s > frame_time_s && frame_time_s > 0.0 {
-        return Err((
-            "count_time_s",
-            format!("{count_time_s} s is longer than the frame time, {frame_time_s} s"),
-        ));
+        return Err(("count_time_s", format!("{count_time_s} s is longer than the frame time, {frame_time_s} s")));
     }
     Ok(())
 }

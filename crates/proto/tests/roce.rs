@@ -6,21 +6,12 @@ use proptest::prelude::*;
 use rdaq_proto::roce::{self, Aeth, AethKind, Bth, Headers, Opcode, Reth};
 
 fn hex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
 }
 
 #[test]
 fn the_icrc_of_a_hardware_cnp_matches_the_capture() {
-    let frame = [
-        hex("e41d2dab2bc27cfe90643b32080045c2003c718c4000401191610a0011010a001201000012b700280000"),
-        hex("8100ffff4000011800000000"),
-        vec![0; 16],
-        hex("82fd002a"),
-    ]
-    .concat();
+    let frame = [hex("e41d2dab2bc27cfe90643b32080045c2003c718c4000401191610a0011010a001201000012b700280000"), hex("8100ffff4000011800000000"), vec![0; 16], hex("82fd002a")].concat();
     let ip: [u8; 20] = frame[14..34].try_into().unwrap();
     let udp: [u8; 8] = frame[34..42].try_into().unwrap();
     let rest = &frame[42..frame.len() - 4];
@@ -62,19 +53,11 @@ fn the_ipv6_icrc_ignores_what_routers_change_and_nothing_else() {
     for at in [4, 6, 9, 39] {
         let mut other = ip;
         other[at] ^= 1;
-        assert_ne!(
-            roce::icrc_ipv6(&other, &udp, &rest),
-            c,
-            "byte {at} of the IPv6 header is covered"
-        );
+        assert_ne!(roce::icrc_ipv6(&other, &udp, &rest), c, "byte {at} of the IPv6 header is covered");
     }
     let mut v = ip;
     v[0] = 0x70;
-    assert_ne!(
-        roce::icrc_ipv6(&v, &udp, &rest),
-        c,
-        "the version nibble is covered"
-    );
+    assert_ne!(roce::icrc_ipv6(&v, &udp, &rest), c, "the version nibble is covered");
 }
 
 /// IPv4 and UDP headers of a 10.99.0.1 -> 10.99.0.2 packet, UDP 49152 -> 4791, as in the
@@ -99,23 +82,8 @@ fn headers_for(packet_len: usize) -> ([u8; 20], [u8; 8]) {
 fn golden(opcode: Opcode, solicited: bool, psn: u32, va: u64, imm: Option<u32>, icrc_wire: &str) {
     let payload: Vec<u8> = (0..32).collect();
     let h = Headers {
-        bth: Bth {
-            opcode: opcode as u8,
-            solicited,
-            mig_req: false,
-            pad: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qp: 0x11,
-            ack_req: true,
-            psn,
-        },
-        reth: Some(Reth {
-            va,
-            rkey: 0x1234,
-            len: 32,
-        }),
+        bth: Bth { opcode: opcode as u8, solicited, mig_req: false, pad: 0, pkey: 0xFFFF, fecn: false, becn: false, dest_qp: 0x11, ack_req: true, psn },
+        reth: Some(Reth { va, rkey: 0x1234, len: 32 }),
         imm,
         aeth: None,
     };
@@ -130,64 +98,27 @@ fn golden(opcode: Opcode, solicited: bool, psn: u32, va: u64, imm: Option<u32>, 
     let mut flipped = buf;
     flipped[n - 10] ^= 0x40;
     let q = roce::parse(&flipped[..n]).unwrap();
-    assert!(
-        !q.icrc_ok_ipv4(&ip, &udp, &flipped[..n]),
-        "a flipped payload bit fails the ICRC"
-    );
+    assert!(!q.icrc_ok_ipv4(&ip, &udp, &flipped[..n]), "a flipped payload bit fails the ICRC");
 }
 
 #[test]
 fn write_only_matches_its_golden_icrc() {
-    golden(
-        Opcode::WriteOnly,
-        false,
-        0x100,
-        0x0000_7f00_0000_1000,
-        None,
-        "f0c386ca",
-    );
+    golden(Opcode::WriteOnly, false, 0x100, 0x0000_7f00_0000_1000, None, "f0c386ca");
 }
 
 #[test]
 fn write_only_with_immediate_matches_its_golden_icrc() {
-    golden(
-        Opcode::WriteOnlyImm,
-        true,
-        0x101,
-        0x0000_7f00_0000_2000,
-        Some(0xdead_beef),
-        "9a1bd366",
-    );
+    golden(Opcode::WriteOnlyImm, true, 0x101, 0x0000_7f00_0000_2000, Some(0xdead_beef), "9a1bd366");
 }
 
 #[test]
 fn acks_and_naks_round_trip() {
-    for kind in [
-        AethKind::Ack { credits: 31 },
-        AethKind::Nak {
-            code: roce::headers::NAK_PSN_SEQUENCE_ERROR,
-        },
-        AethKind::Rnr { timer: 7 },
-    ] {
+    for kind in [AethKind::Ack { credits: 31 }, AethKind::Nak { code: roce::headers::NAK_PSN_SEQUENCE_ERROR }, AethKind::Rnr { timer: 7 }] {
         let h = Headers {
-            bth: Bth {
-                opcode: Opcode::Ack as u8,
-                solicited: false,
-                mig_req: false,
-                pad: 0,
-                pkey: 0xFFFF,
-                fecn: false,
-                becn: false,
-                dest_qp: 0xabcdef,
-                ack_req: false,
-                psn: 0xFF_FFFF,
-            },
+            bth: Bth { opcode: Opcode::Ack as u8, solicited: false, mig_req: false, pad: 0, pkey: 0xFFFF, fecn: false, becn: false, dest_qp: 0xabcdef, ack_req: false, psn: 0xFF_FFFF },
             reth: None,
             imm: None,
-            aeth: Some(Aeth {
-                kind,
-                msn: 0x12_3456,
-            }),
+            aeth: Some(Aeth { kind, msn: 0x12_3456 }),
         };
         let mut buf = [0u8; 64];
         let n = roce::encode(&h, &[], &mut buf).unwrap();
@@ -198,23 +129,7 @@ fn acks_and_naks_round_trip() {
 
 #[test]
 fn payloads_are_padded_to_four_bytes_and_the_pad_is_not_payload() {
-    let h = Headers {
-        bth: Bth {
-            opcode: Opcode::WriteMiddle as u8,
-            solicited: false,
-            mig_req: false,
-            pad: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qp: 1,
-            ack_req: false,
-            psn: 5,
-        },
-        reth: None,
-        imm: None,
-        aeth: None,
-    };
+    let h = Headers { bth: Bth { opcode: Opcode::WriteMiddle as u8, solicited: false, mig_req: false, pad: 0, pkey: 0xFFFF, fecn: false, becn: false, dest_qp: 1, ack_req: false, psn: 5 }, reth: None, imm: None, aeth: None };
     let mut buf = [0u8; 64];
     let n = roce::encode(&h, &[1, 2, 3, 4, 5], &mut buf).unwrap();
     assert_eq!(n, 12 + 8 + 4);
@@ -236,41 +151,19 @@ fn bad_packets_are_refused_by_reason() {
     assert_eq!(roce::parse(&b), Err(Opcode(0x81)));
     b[0] = 0x08; // WRITE_LAST with pad 3 and 1 payload byte
     b[1] = 0x30;
-    assert!(matches!(
-        roce::parse(&b[..12 + 1 + 4]),
-        Err(Pad { pad: 3, payload: 1 })
-    ));
+    assert!(matches!(roce::parse(&b[..12 + 1 + 4]), Err(Pad { pad: 3, payload: 1 })));
     b[0] = 0x11;
     b[1] = 0;
     b[12] = 0x40; // reserved AETH syndrome
     assert_eq!(roce::parse(&b[..20]), Err(Aeth));
-    let h = Headers {
-        bth: Bth::parse(&[0x08, 0, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 1]).unwrap(),
-        reth: None,
-        imm: None,
-        aeth: None,
-    };
-    assert!(matches!(
-        roce::encode(&h, &[0; 100], &mut [0u8; 50]),
-        Err(Output { need: 116, .. })
-    ));
+    let h = Headers { bth: Bth::parse(&[0x08, 0, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 1]).unwrap(), reth: None, imm: None, aeth: None };
+    assert!(matches!(roce::encode(&h, &[0; 100], &mut [0u8; 50]), Err(Output { need: 116, .. })));
 }
 
 fn opcode() -> impl Strategy<Value = Opcode> {
     prop::sample::select(vec![
-        Opcode::SendFirst,
-        Opcode::SendMiddle,
-        Opcode::SendLast,
-        Opcode::SendLastImm,
-        Opcode::SendOnly,
-        Opcode::SendOnlyImm,
-        Opcode::WriteFirst,
-        Opcode::WriteMiddle,
-        Opcode::WriteLast,
-        Opcode::WriteLastImm,
-        Opcode::WriteOnly,
-        Opcode::WriteOnlyImm,
-        Opcode::Ack,
+        Opcode::SendFirst, Opcode::SendMiddle, Opcode::SendLast, Opcode::SendLastImm, Opcode::SendOnly, Opcode::SendOnlyImm,
+        Opcode::WriteFirst, Opcode::WriteMiddle, Opcode::WriteLast, Opcode::WriteLastImm, Opcode::WriteOnly, Opcode::WriteOnlyImm, Opcode::Ack,
     ])
 }
 
@@ -308,18 +201,12 @@ proptest! {
 
 #[test]
 fn icrc_over_several_buffers_equals_the_icrc_over_one() {
-    let ip: [u8; 20] = [
-        0x45, 0, 0, 60, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0, 10, 99, 0, 1, 10, 99, 0, 2,
-    ];
+    let ip: [u8; 20] = [0x45, 0, 0, 60, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0, 10, 99, 0, 1, 10, 99, 0, 2];
     let udp: [u8; 8] = [0xC0, 0, 0x12, 0xB7, 0, 40, 0, 0];
     let rest: Vec<u8> = (0..200u32).map(|i| (i * 7) as u8).collect();
     let whole = rdaq_proto::roce::icrc_ipv4(&ip, &udp, &rest);
     for cut in [12, 13, 100, 199] {
         let parts = [&rest[..cut], &rest[cut..]];
-        assert_eq!(
-            rdaq_proto::roce::icrc_ipv4_parts(&ip, &udp, &parts),
-            whole,
-            "cut at {cut}"
-        );
+        assert_eq!(rdaq_proto::roce::icrc_ipv4_parts(&ip, &udp, &parts), whole, "cut at {cut}");
     }
 }

@@ -52,15 +52,10 @@ pub struct Acquisition {
 impl Acquisition {
     /// Waits for the run's end and keeps its summary; an error of the run raises.
     fn finish(&self, py: Python<'_>) -> PyResult<()> {
-        let Some(run) = lock(&self.run).take() else {
-            return Ok(());
-        };
-        let r = py
-            .detach(|| run.join())
-            .map_err(|_| PyRuntimeError::new_err("the acquisition's thread panicked"))?;
+        let Some(run) = lock(&self.run).take() else { return Ok(()) };
+        let r = py.detach(|| run.join()).map_err(|_| PyRuntimeError::new_err("the acquisition's thread panicked"))?;
         let sum = r.map_err(|e| PyRuntimeError::new_err(format!("{e:#}")))?;
-        *lock(&self.summary) =
-            Some(serde_json::to_value(&sum).map_err(|e| PyRuntimeError::new_err(e.to_string()))?);
+        *lock(&self.summary) = Some(serde_json::to_value(&sum).map_err(|e| PyRuntimeError::new_err(e.to_string()))?);
         Ok(())
     }
 }
@@ -73,17 +68,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The `source` dict as a [`Source`] (through JSON; errors name `source.<field>`); the
 /// `frames` keyword goes over its `frames`.
 fn source_of(py: Python<'_>, source: &Bound<'_, PyAny>, frames: Option<u64>) -> PyResult<Source> {
-    let text: String = py
-        .import("json")?
-        .call_method1("dumps", (source,))?
-        .extract()?;
-    let s: Source =
-        serde_json::from_str(&text).map_err(|e| PyValueError::new_err(format!("source: {e}")))?;
-    Ok(Source {
-        frames: frames.or(s.frames),
-        naming: remote::Naming::Fields("source"),
-        ..s
-    })
+    let text: String = py.import("json")?.call_method1("dumps", (source,))?.extract()?;
+    let s: Source = serde_json::from_str(&text).map_err(|e| PyValueError::new_err(format!("source: {e}")))?;
+    Ok(Source { frames: frames.or(s.frames), naming: remote::Naming::Fields("source"), ..s })
 }
 
 #[pymethods]
@@ -102,19 +89,12 @@ impl Acquisition {
         source: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Acquisition> {
         let bad = |e: anyhow::Error| PyValueError::new_err(format!("{e:#}"));
-        let base = if source.is_some() {
-            Config::remote()
-        } else {
-            Config::default()
-        };
+        let base = if source.is_some() { Config::remote() } else { Config::default() };
         let mut cfg = match &config {
             Some(p) => Config::load_over(base, p).map_err(bad)?,
             None => base,
         };
-        (cfg.emulator.frames, cfg.detector.modules) = (
-            frames.unwrap_or(cfg.emulator.frames),
-            modules.unwrap_or(cfg.detector.modules),
-        );
+        (cfg.emulator.frames, cfg.detector.modules) = (frames.unwrap_or(cfg.emulator.frames), modules.unwrap_or(cfg.detector.modules));
         cfg.emulator.rate_hz = rate_hz.unwrap_or(cfg.emulator.rate_hz);
         cfg.output.dir = out.unwrap_or(cfg.output.dir);
         cfg.output.overwrite |= overwrite;
@@ -122,18 +102,8 @@ impl Acquisition {
         let source = source.map(|s| source_of(py, &s, frames)).transpose()?;
         // the start waits a little for stream consumers, perhaps threads of this program
         let e = py.detach(|| embedded::start(cfg, source)).map_err(bad)?;
-        let shape = [
-            e.geometry.height() as ffi::Py_ssize_t,
-            e.geometry.width() as ffi::Py_ssize_t,
-        ];
-        Ok(Acquisition {
-            frames: e.frames,
-            run: Mutex::new(Some(e.run)),
-            control: e.control,
-            summary: Mutex::new(None),
-            shape,
-            ports: e.ports,
-        })
+        let shape = [e.geometry.height() as ffi::Py_ssize_t, e.geometry.width() as ffi::Py_ssize_t];
+        Ok(Acquisition { frames: e.frames, run: Mutex::new(Some(e.run)), control: e.control, summary: Mutex::new(None), shape, ports: e.ports })
     }
 
     /// The data ports the detector sends to (a `source` outside this process; empty for
@@ -170,10 +140,7 @@ impl Acquisition {
     /// The run's summary (a dict, as `--summary-json` writes it), once iteration ended.
     #[getter]
     fn summary(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        lock(&self.summary)
-            .as_ref()
-            .map(|s| crate::from_json(py, s))
-            .transpose()
+        lock(&self.summary).as_ref().map(|s| crate::from_json(py, s)).transpose()
     }
 
     /// The shape of the images: (rows, cols).
@@ -187,13 +154,7 @@ impl Acquisition {
     }
 
     /// Stops the detector, lets the frames still coming go, and waits for the run's end.
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _t: Py<PyAny>,
-        _v: Py<PyAny>,
-        _tb: Py<PyAny>,
-    ) -> PyResult<bool> {
+    fn __exit__(&self, py: Python<'_>, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> PyResult<bool> {
         self.stop();
         while let Ok(p) = py.detach(|| self.frames.recv()) {
             drop(p);
@@ -218,19 +179,11 @@ pub struct ProcessedFrame {
 impl ProcessedFrame {
     fn new(p: Processed, shape: [ffi::Py_ssize_t; 2]) -> ProcessedFrame {
         let item = layout(&p.pixels()).item as ffi::Py_ssize_t;
-        ProcessedFrame {
-            number: p.frame(),
-            frame: Some(p),
-            exports: 0,
-            shape,
-            strides: [shape[1] * item, item],
-        }
+        ProcessedFrame { number: p.frame(), frame: Some(p), exports: 0, shape, strides: [shape[1] * item, item] }
     }
 
     fn held(&self) -> PyResult<&Processed> {
-        self.frame
-            .as_ref()
-            .ok_or_else(|| FrameReleased::new_err(format!("frame {} was released", self.number)))
+        self.frame.as_ref().ok_or_else(|| FrameReleased::new_err(format!("frame {} was released", self.number)))
     }
 }
 
@@ -250,13 +203,7 @@ impl ProcessedFrame {
     /// The Bragg spots: (x, y, intensity in photons, pixels) each, x along the columns.
     #[getter]
     fn spots(&self) -> PyResult<Vec<(f32, f32, f32, u32)>> {
-        Ok(self
-            .held()?
-            .spots()
-            .0
-            .iter()
-            .map(|s| (s.x, s.y, s.intensity, s.pixels))
-            .collect())
+        Ok(self.held()?.spots().0.iter().map(|s| (s.x, s.y, s.intensity, s.pixels)).collect())
     }
 
     /// The pixels as a read-only numpy array over the graph's buffer (no copy).
@@ -269,11 +216,7 @@ impl ProcessedFrame {
     /// numpy's fallback when the buffer protocol fails (a released frame): raise, rather
     /// than let numpy wrap the frame object in an object array.
     #[pyo3(signature = (dtype=None, copy=None))]
-    fn __array__(
-        slf: &Bound<'_, Self>,
-        dtype: Option<Py<PyAny>>,
-        copy: Option<bool>,
-    ) -> PyResult<Py<PyAny>> {
+    fn __array__(slf: &Bound<'_, Self>, dtype: Option<Py<PyAny>>, copy: Option<bool>) -> PyResult<Py<PyAny>> {
         let _ = (dtype, copy);
         slf.borrow().held()?;
         crate::view::array(slf.as_any())
@@ -296,25 +239,11 @@ impl ProcessedFrame {
     }
 
     fn __repr__(&self) -> String {
-        format!(
-            "<rdaq.ProcessedFrame {} {}x{}{}>",
-            self.number,
-            self.shape[0],
-            self.shape[1],
-            if self.frame.is_none() {
-                " released"
-            } else {
-                ""
-            }
-        )
+        format!("<rdaq.ProcessedFrame {} {}x{}{}>", self.number, self.shape[0], self.shape[1], if self.frame.is_none() { " released" } else { "" })
     }
 
     /// The buffer protocol: the pixels, read-only, of the image's shape.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
         crate::view::check(view, flags, "the processing graph owns the data")?;
         let mut f = slf.borrow_mut();
         let p = layout(&f.held()?.pixels());
@@ -350,10 +279,5 @@ fn layout(px: &Pixels) -> crate::view::Pixels {
             (bytes.as_ptr(), *size, format, bytes.len())
         }
     };
-    crate::view::Pixels {
-        buf,
-        len,
-        item,
-        format,
-    }
+    crate::view::Pixels { buf, len, item, format }
 }

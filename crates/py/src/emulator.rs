@@ -31,54 +31,23 @@ impl Emulator {
     #[new]
     #[pyo3(signature = (buffer_map, frames=10, rate=100.0, seed=1, target="127.0.0.1", pool=0, loss=0.0, retransmit=true))]
     #[allow(clippy::too_many_arguments)]
-    fn new(
-        buffer_map: &str,
-        frames: u64,
-        rate: f64,
-        seed: u64,
-        target: &str,
-        pool: usize,
-        loss: f64,
-        retransmit: bool,
-    ) -> PyResult<Emulator> {
-        let map: BufferMap = serde_json::from_str(buffer_map)
-            .map_err(|e| PyValueError::new_err(format!("buffer_map: {e}")))?;
-        let target = target.parse().map_err(|_| {
-            PyValueError::new_err(format!("target: {target:?} is not an IP address"))
-        })?;
+    fn new(buffer_map: &str, frames: u64, rate: f64, seed: u64, target: &str, pool: usize, loss: f64, retransmit: bool) -> PyResult<Emulator> {
+        let map: BufferMap = serde_json::from_str(buffer_map).map_err(|e| PyValueError::new_err(format!("buffer_map: {e}")))?;
+        let target = target.parse().map_err(|_| PyValueError::new_err(format!("target: {target:?} is not an IP address")))?;
         if !(rate >= 0.0 && rate.is_finite()) {
-            return Err(PyValueError::new_err(format!(
-                "rate: {rate} is not 0 (full speed) or a positive number of frames per second"
-            )));
+            return Err(PyValueError::new_err(format!("rate: {rate} is not 0 (full speed) or a positive number of frames per second")));
         }
-        let mut cfg = EmulatorConfig {
-            modules: map.modules,
-            frames,
-            rate_hz: (rate > 0.0).then_some(rate),
-            frame_pool: pool,
-            ..EmulatorConfig::default()
-        };
+        let mut cfg = EmulatorConfig { modules: map.modules, frames, rate_hz: (rate > 0.0).then_some(rate), frame_pool: pool, ..EmulatorConfig::default() };
         cfg.synth.seed = seed;
         if loss != 0.0 {
-            let f = rdaq_emulator::FaultConfig {
-                seed,
-                loss,
-                ..rdaq_emulator::FaultConfig::default()
-            };
-            f.check()
-                .map_err(|e| PyValueError::new_err(format!("loss: {e}")))?;
+            let f = rdaq_emulator::FaultConfig { seed, loss, ..rdaq_emulator::FaultConfig::default() };
+            f.check().map_err(|e| PyValueError::new_err(format!("loss: {e}")))?;
             cfg.faults = Some(f);
         }
         if !retransmit {
             cfg.history_bytes = 0;
         }
-        Ok(Emulator {
-            cfg,
-            map,
-            target,
-            control: Arc::default(),
-            thread: None,
-        })
+        Ok(Emulator { cfg, map, target, control: Arc::default(), thread: None })
     }
 
     /// Starts sending in the background.
@@ -86,48 +55,24 @@ impl Emulator {
         if self.thread.is_some() {
             return Err(PyRuntimeError::new_err("the emulator was started already"));
         }
-        let dtps: Vec<_> = (0..self.map.modules)
-            .map(|m| {
-                rdaq_proto::telegram::ModuleDtp::single(
-                    &self.map,
-                    m,
-                    SocketAddr::new(self.target, self.map.data_ports[m as usize]),
-                )
-            })
-            .collect();
+        let dtps: Vec<_> = (0..self.map.modules).map(|m| rdaq_proto::telegram::ModuleDtp::single(&self.map, m, SocketAddr::new(self.target, self.map.data_ports[m as usize]))).collect();
         let (cfg, control) = (self.cfg.clone(), self.control.clone());
-        self.thread = Some(
-            std::thread::Builder::new()
-                .name("rdaq-emulator".into())
-                .spawn(move || rdaq_emulator::run(&cfg, &dtps, control))
-                .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
-        );
+        self.thread = Some(std::thread::Builder::new().name("rdaq-emulator".into()).spawn(move || rdaq_emulator::run(&cfg, &dtps, control)).map_err(|e| PyRuntimeError::new_err(e.to_string()))?);
         Ok(())
     }
 
     /// Stops sending after the frame in progress.
     fn stop(&self) {
-        self.control
-            .stop
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.control.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Waits until everything was sent; returns the manifest: (frame, module, xxh3-64 of
     /// the raw module frame) for every module frame sent.
     fn join(&mut self, py: Python<'_>) -> PyResult<Vec<(u64, u16, u64)>> {
-        let t = self
-            .thread
-            .take()
-            .ok_or_else(|| PyRuntimeError::new_err("the emulator was not started"))?;
-        let report = py
-            .detach(|| t.join())
-            .map_err(|_| PyRuntimeError::new_err("the emulator thread panicked"))?;
+        let t = self.thread.take().ok_or_else(|| PyRuntimeError::new_err("the emulator was not started"))?;
+        let report = py.detach(|| t.join()).map_err(|_| PyRuntimeError::new_err("the emulator thread panicked"))?;
         let report = report.map_err(|e| PyRuntimeError::new_err(format!("emulator: {e}")))?;
-        Ok(report
-            .manifest
-            .iter()
-            .map(|e| (e.frame, e.module, e.xxh3))
-            .collect())
+        Ok(report.manifest.iter().map(|e| (e.frame, e.module, e.xxh3)).collect())
     }
 
     /// Sends everything and returns the manifest (`start` then `join`).

@@ -20,10 +20,7 @@ mod view;
 
 /// Python's view of a JSON value (dicts, lists, numbers, strings).
 fn from_json(py: Python<'_>, v: &serde_json::Value) -> PyResult<Py<PyAny>> {
-    Ok(py
-        .import("json")?
-        .call_method1("loads", (v.to_string(),))?
-        .unbind())
+    Ok(py.import("json")?.call_method1("loads", (v.to_string(),))?.unbind())
 }
 
 #[pymodule]
@@ -41,9 +38,6 @@ fn _rdaq(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stages::compress, m)?)?;
     m.add_function(wrap_pyfunction!(stages::decompress, m)?)?;
     m.add_function(wrap_pyfunction!(stages::radius_map, m)?)?;
-    m.add(
-        "FrameReleased",
-        m.py().get_type::<receiver::FrameReleased>(),
-    )?;
+    m.add("FrameReleased", m.py().get_type::<receiver::FrameReleased>())?;
     Ok(())
 }

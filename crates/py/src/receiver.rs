@@ -12,15 +12,10 @@ use std::time::Duration;
 use crossbeam_channel::RecvTimeoutError;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::{create_exception, ffi};
+use pyo3::{ffi, create_exception};
 use rdaq_receiver::{FrameReady, FrameStatus, IncompletePolicy, ReceiverConfig};
 
-create_exception!(
-    _rdaq,
-    FrameReleased,
-    pyo3::exceptions::PyRuntimeError,
-    "The frame was released: its slot belongs to the receiver again."
-);
+create_exception!(_rdaq, FrameReleased, pyo3::exceptions::PyRuntimeError, "The frame was released: its slot belongs to the receiver again.");
 
 /// How long `__next__` waits between looks at Ctrl-C.
 const POLL: Duration = Duration::from_millis(100);
@@ -37,11 +32,7 @@ pub struct Receiver {
 
 impl Receiver {
     fn rx(&self) -> PyResult<Arc<rdaq_receiver::Receiver>> {
-        self.rx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or_else(|| PyValueError::new_err("the receiver is closed"))
+        self.rx.lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or_else(|| PyValueError::new_err("the receiver is closed"))
     }
 
     fn closed(&self) -> bool {
@@ -54,20 +45,13 @@ impl Receiver {
         let rx = self.rx()?;
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         loop {
-            let wait = deadline.map_or(POLL, |d| {
-                d.saturating_duration_since(std::time::Instant::now())
-                    .min(POLL)
-            });
+            let wait = deadline.map_or(POLL, |d| d.saturating_duration_since(std::time::Instant::now()).min(POLL));
             match py.detach(|| rx.frames().recv_timeout(wait)) {
                 Ok(f) => return Ok(Some(Frame::new(rx, f, self.modules))),
                 Err(RecvTimeoutError::Disconnected) => return Ok(None),
                 // closed by another thread: iteration ends (within one poll)
                 Err(RecvTimeoutError::Timeout) if self.closed() => return Ok(None),
-                Err(RecvTimeoutError::Timeout)
-                    if deadline.is_some_and(|d| std::time::Instant::now() >= d) =>
-                {
-                    return Ok(None)
-                }
+                Err(RecvTimeoutError::Timeout) if deadline.is_some_and(|d| std::time::Instant::now() >= d) => return Ok(None),
                 Err(RecvTimeoutError::Timeout) => py.check_signals()?,
             }
         }
@@ -81,47 +65,16 @@ impl Receiver {
     #[new]
     #[pyo3(signature = (modules=1, bind="127.0.0.1", port=0, slots=16, frames=None, frame_timeout_ms=500, policy="keep", engine="recvmmsg"))]
     #[allow(clippy::too_many_arguments)]
-    fn new(
-        modules: u16,
-        bind: &str,
-        port: u16,
-        slots: usize,
-        frames: Option<u64>,
-        frame_timeout_ms: u64,
-        policy: &str,
-        engine: &str,
-    ) -> PyResult<Receiver> {
-        let bind: IpAddr = bind
-            .parse()
-            .map_err(|_| PyValueError::new_err(format!("bind: {bind:?} is not an IP address")))?;
-        let policy: IncompletePolicy = policy
-            .parse()
-            .map_err(|e| PyValueError::new_err(format!("policy: {e}")))?;
-        let engine = engine
-            .parse()
-            .map_err(|e| PyValueError::new_err(format!("engine: {e}")))?;
+    fn new(modules: u16, bind: &str, port: u16, slots: usize, frames: Option<u64>, frame_timeout_ms: u64, policy: &str, engine: &str) -> PyResult<Receiver> {
+        let bind: IpAddr = bind.parse().map_err(|_| PyValueError::new_err(format!("bind: {bind:?} is not an IP address")))?;
+        let policy: IncompletePolicy = policy.parse().map_err(|e| PyValueError::new_err(format!("policy: {e}")))?;
+        let engine = engine.parse().map_err(|e| PyValueError::new_err(format!("engine: {e}")))?;
         if modules == 0 || slots < 2 {
-            return Err(PyValueError::new_err(
-                "modules: at least 1; slots: at least 2",
-            ));
+            return Err(PyValueError::new_err("modules: at least 1; slots: at least 2"));
         }
-        let cfg = ReceiverConfig {
-            bind,
-            data_port: port,
-            modules,
-            slots,
-            frames,
-            frame_timeout: Duration::from_millis(frame_timeout_ms),
-            policy,
-            engine,
-            ..ReceiverConfig::default()
-        };
-        let rx = rdaq_receiver::Receiver::start(cfg)
-            .map_err(|e| PyValueError::new_err(format!("cannot start the receiver: {e}")))?;
-        Ok(Receiver {
-            rx: Mutex::new(Some(Arc::new(rx))),
-            modules,
-        })
+        let cfg = ReceiverConfig { bind, data_port: port, modules, slots, frames, frame_timeout: Duration::from_millis(frame_timeout_ms), policy, engine, ..ReceiverConfig::default() };
+        let rx = rdaq_receiver::Receiver::start(cfg).map_err(|e| PyValueError::new_err(format!("cannot start the receiver: {e}")))?;
+        Ok(Receiver { rx: Mutex::new(Some(Arc::new(rx))), modules })
     }
 
     /// The buffer map the senders need (JSON), as `rdaq receive --buffers-out` writes it.
@@ -152,13 +105,7 @@ impl Receiver {
     /// finished); None when it has finished or the time ran out.
     #[pyo3(signature = (timeout=None))]
     fn next_frame(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Frame>> {
-        let timeout = timeout
-            .map(|t| {
-                Duration::try_from_secs_f64(t).map_err(|_| {
-                    PyValueError::new_err(format!("timeout: {t} is not a number of seconds"))
-                })
-            })
-            .transpose()?;
+        let timeout = timeout.map(|t| Duration::try_from_secs_f64(t).map_err(|_| PyValueError::new_err(format!("timeout: {t} is not a number of seconds")))).transpose()?;
         self.next(py, timeout)
     }
 
@@ -213,29 +160,15 @@ pub struct Frame {
 
 impl Frame {
     fn new(rx: Arc<rdaq_receiver::Receiver>, f: FrameReady, modules: u16) -> Frame {
-        let rows =
-            modules as ffi::Py_ssize_t * rdaq_detector::jungfrau::MODULE_ROWS as ffi::Py_ssize_t;
+        let rows = modules as ffi::Py_ssize_t * rdaq_detector::jungfrau::MODULE_ROWS as ffi::Py_ssize_t;
         let cols = rdaq_detector::jungfrau::MODULE_COLS as ffi::Py_ssize_t;
-        Frame {
-            number: f.frame(),
-            status: f.status(),
-            rx,
-            ready: Some(f),
-            exports: 0,
-            shape: [rows, cols],
-            strides: [cols * 2, 2],
-        }
+        Frame { number: f.frame(), status: f.status(), rx, ready: Some(f), exports: 0, shape: [rows, cols], strides: [cols * 2, 2] }
     }
 
     /// The slot's bytes, while the frame holds it.
     fn bytes(&self) -> PyResult<&[u8]> {
-        let f = self
-            .ready
-            .as_ref()
-            .ok_or_else(|| FrameReleased::new_err(format!("frame {} was released", self.number)))?;
-        self.rx
-            .data(f)
-            .map_err(|e| PyValueError::new_err(format!("frame {}: {e}", self.number)))
+        let f = self.ready.as_ref().ok_or_else(|| FrameReleased::new_err(format!("frame {} was released", self.number)))?;
+        self.rx.data(f).map_err(|e| PyValueError::new_err(format!("frame {}: {e}", self.number)))
     }
 
     fn give_back(&mut self) {
@@ -289,20 +222,12 @@ impl Frame {
     /// carries the pixel never arrived. All False for a complete frame.
     #[getter]
     fn missing_mask(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let f = self
-            .ready
-            .as_ref()
-            .ok_or_else(|| FrameReleased::new_err(format!("frame {} was released", self.number)))?;
+        let f = self.ready.as_ref().ok_or_else(|| FrameReleased::new_err(format!("frame {} was released", self.number)))?;
         let mut mask = vec![0u8; self.rx.grid().frame_pixels()];
-        self.rx
-            .missing_mask(f, &mut mask)
-            .expect("a frame of this receiver");
+        self.rx.missing_mask(f, &mut mask).expect("a frame of this receiver");
         let np = py.import("numpy")?;
         let bytes = pyo3::types::PyBytes::new(py, &mask);
-        Ok(np
-            .call_method1("frombuffer", (bytes, "bool"))?
-            .call_method1("reshape", (self.shape(),))?
-            .unbind())
+        Ok(np.call_method1("frombuffer", (bytes, "bool"))?.call_method1("reshape", (self.shape(),))?.unbind())
     }
 
     /// The image as a read-only numpy uint16 array over the slot (no copy).
@@ -315,11 +240,7 @@ impl Frame {
     /// numpy's fallback when the buffer protocol fails (a released frame): raise, rather
     /// than let numpy wrap the frame object in an object array.
     #[pyo3(signature = (dtype=None, copy=None))]
-    fn __array__(
-        slf: &Bound<'_, Self>,
-        dtype: Option<Py<PyAny>>,
-        copy: Option<bool>,
-    ) -> PyResult<Py<PyAny>> {
+    fn __array__(slf: &Bound<'_, Self>, dtype: Option<Py<PyAny>>, copy: Option<bool>) -> PyResult<Py<PyAny>> {
         let _ = (dtype, copy);
         slf.borrow().bytes()?;
         crate::view::array(slf.as_any())
@@ -343,36 +264,16 @@ impl Frame {
     }
 
     fn __repr__(&self) -> String {
-        format!(
-            "<rdaq.Frame {} {} {}x{}{}>",
-            self.number,
-            self.status(),
-            self.shape[0],
-            self.shape[1],
-            if self.ready.is_none() {
-                " released"
-            } else {
-                ""
-            }
-        )
+        format!("<rdaq.Frame {} {} {}x{}{}>", self.number, self.status(), self.shape[0], self.shape[1], if self.ready.is_none() { " released" } else { "" })
     }
 
     /// The buffer protocol: the slot, read-only, as uint16 of the frame's shape.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
         crate::view::check(view, flags, "the receiver owns the data")?;
         let mut f = slf.borrow_mut();
         let p = {
             let b = f.bytes()?;
-            crate::view::Pixels {
-                buf: b.as_ptr(),
-                len: b.len(),
-                item: 2,
-                format: c"H",
-            }
+            crate::view::Pixels { buf: b.as_ptr(), len: b.len(), item: 2, format: c"H" }
         };
         f.exports += 1;
         let (shape, strides) = (f.shape.as_mut_ptr(), f.strides.as_mut_ptr());

@@ -34,14 +34,7 @@ pub fn check(view: *mut ffi::Py_buffer, flags: c_int, what: &str) -> PyResult<()
 /// `p.buf..p.buf + p.len` must stay valid and unchanged, and `shape` and `strides` (two
 /// each) must stay where they are, for as long as `obj` is referenced by the view: the
 /// caller keeps its memory while it counts the view as exported.
-pub unsafe fn fill(
-    view: *mut ffi::Py_buffer,
-    obj: Bound<'_, PyAny>,
-    p: &Pixels,
-    shape: *mut ffi::Py_ssize_t,
-    strides: *mut ffi::Py_ssize_t,
-    flags: c_int,
-) {
+pub unsafe fn fill(view: *mut ffi::Py_buffer, obj: Bound<'_, PyAny>, p: &Pixels, shape: *mut ffi::Py_ssize_t, strides: *mut ffi::Py_ssize_t, flags: c_int) {
     let nd = flags & ffi::PyBUF_ND == ffi::PyBUF_ND;
     // SAFETY: `view` is non-null (checked) and CPython's to fill; the memory it points to
     // stays valid while `obj` is referenced (the caller's contract); the formats are static.
@@ -51,22 +44,10 @@ pub unsafe fn fill(
         (*view).len = p.len as ffi::Py_ssize_t;
         (*view).readonly = 1;
         (*view).itemsize = if nd { p.item as ffi::Py_ssize_t } else { 1 };
-        (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
-            if nd {
-                p.format.as_ptr() as *mut _
-            } else {
-                c"B".as_ptr() as *mut _
-            }
-        } else {
-            std::ptr::null_mut()
-        };
+        (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT { if nd { p.format.as_ptr() as *mut _ } else { c"B".as_ptr() as *mut _ } } else { std::ptr::null_mut() };
         (*view).ndim = if nd { 2 } else { 1 };
         (*view).shape = if nd { shape } else { std::ptr::null_mut() };
-        (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
-            strides
-        } else {
-            std::ptr::null_mut()
-        };
+        (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES { strides } else { std::ptr::null_mut() };
         (*view).suboffsets = std::ptr::null_mut();
         (*view).internal = std::ptr::null_mut();
     }
@@ -76,20 +57,14 @@ pub unsafe fn fill(
 /// checked that its memory is still there (numpy would otherwise wrap the object itself).
 pub fn array(obj: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
     let view = pyo3::types::PyMemoryView::from(obj)?;
-    Ok(obj
-        .py()
-        .import("numpy")?
-        .call_method1("asarray", (view,))?
-        .unbind())
+    Ok(obj.py().import("numpy")?.call_method1("asarray", (view,))?.unbind())
 }
 
 /// Refuses to give frame `number`'s memory back while `exports` arrays read it (`what`:
 /// the memory, as its owner calls it).
 pub fn refuse_while_exported(number: u64, exports: usize, what: &str) -> PyResult<()> {
     if exports > 0 {
-        return Err(PyBufferError::new_err(format!(
-            "frame {number}: {exports} array(s) still read {what}; delete them before releasing it"
-        )));
+        return Err(PyBufferError::new_err(format!("frame {number}: {exports} array(s) still read {what}; delete them before releasing it")));
     }
     Ok(())
 }

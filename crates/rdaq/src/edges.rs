@@ -17,15 +17,7 @@ use clap::{CommandFactory, Parser};
 
 use super::{dispatch, Cli};
 
-const EDGES: [&str; 7] = [
-    "0",
-    "-1",
-    "NaN",
-    "inf",
-    "-inf",
-    "1e308",
-    "18446744073709551615",
-];
+const EDGES: [&str; 7] = ["0", "-1", "NaN", "inf", "-inf", "1e308", "18446744073709551615"];
 /// The environment variable that hands a child its command line (arguments joined by 0x1f).
 const CHILD: &str = "RDAQ_EDGE_ARGS";
 /// A case still running after this long (a value that asks for a long run, 2^64 frames say)
@@ -38,30 +30,15 @@ const PARALLEL: usize = 4;
 fn numeric(p: &ValueParser) -> bool {
     use std::any::TypeId as T;
     let t = p.type_id();
-    [
-        T::of::<f64>(),
-        T::of::<f32>(),
-        T::of::<u64>(),
-        T::of::<u32>(),
-        T::of::<u16>(),
-        T::of::<u8>(),
-        T::of::<usize>(),
-        T::of::<i64>(),
-        T::of::<i32>(),
-    ]
-    .iter()
-    .any(|x| t == *x)
+    [T::of::<f64>(), T::of::<f32>(), T::of::<u64>(), T::of::<u32>(), T::of::<u16>(), T::of::<u8>(), T::of::<usize>(), T::of::<i64>(), T::of::<i32>()]
+        .iter()
+        .any(|x| t == *x)
 }
 
 /// (the subcommand's path, the option's long name) of every numeric option.
 fn numeric_options(c: &clap::Command, path: &[String], out: &mut Vec<(Vec<String>, String)>) {
     for a in c.get_arguments().filter(|a| numeric(a.get_value_parser())) {
-        out.push((
-            path.to_vec(),
-            a.get_long()
-                .expect("numeric options are long options")
-                .to_string(),
-        ));
+        out.push((path.to_vec(), a.get_long().expect("numeric options are long options").to_string()));
     }
     for s in c.get_subcommands() {
         numeric_options(s, &[path, &[s.get_name().to_string()]].concat(), out);
@@ -124,14 +101,7 @@ fn spawn(dir: &Path, args: &[String], err: &Path) -> std::process::Child {
         });
     }
     command
-        .args([
-            "--exact",
-            "edges::edge_case",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+        .args(["--exact", "edges::edge_case", "--include-ignored", "--nocapture", "--test-threads=1", "-q"])
         .env(CHILD, args.join("\x1f"))
         .env("RUST_BACKTRACE", "0")
         .current_dir(dir)
@@ -159,28 +129,14 @@ fn verdict(dir: &Path, args: &[String], err: &Path) -> Option<String> {
         if start.elapsed() > RUNNING + GRACE {
             let _ = child.kill();
             let _ = child.wait();
-            return Some(format!(
-                "rdaq {}: still running {GRACE:?} after SIGINT",
-                args.join(" ")
-            ));
+            return Some(format!("rdaq {}: still running {GRACE:?} after SIGINT", args.join(" ")));
         }
         std::thread::sleep(Duration::from_millis(20));
     };
     let stderr = std::fs::read_to_string(err).unwrap_or_default();
     let signal = std::os::unix::process::ExitStatusExt::signal(&status);
-    let bad = status.code() == Some(101)
-        || stderr.contains("panicked")
-        || signal.is_some_and(|s| s != libc::SIGINT);
-    bad.then(|| {
-        format!(
-            "rdaq {}: {status}: {}",
-            args.join(" "),
-            stderr
-                .lines()
-                .find(|l| l.contains("panicked"))
-                .unwrap_or_else(|| stderr.lines().last().unwrap_or(""))
-        )
-    })
+    let bad = status.code() == Some(101) || stderr.contains("panicked") || signal.is_some_and(|s| s != libc::SIGINT);
+    bad.then(|| format!("rdaq {}: {status}: {}", args.join(" "), stderr.lines().find(|l| l.contains("panicked")).unwrap_or_else(|| stderr.lines().last().unwrap_or(""))))
 }
 
 /// Runs `args` to make a fixture; it must succeed.
@@ -188,11 +144,7 @@ fn fixture(dir: &Path, line: &str) {
     let args: Vec<String> = line.split(' ').map(String::from).collect();
     let err = dir.join("fixture.err");
     let status = spawn(dir, &args, &err).wait().expect("wait");
-    assert!(
-        status.success(),
-        "fixture rdaq {line}: {status}: {}",
-        std::fs::read_to_string(&err).unwrap_or_default()
-    );
+    assert!(status.success(), "fixture rdaq {line}: {status}: {}", std::fs::read_to_string(&err).unwrap_or_default());
 }
 
 /// The files the quick commands read: a small ring, a raw and a processed run, a
@@ -202,28 +154,11 @@ fn fixtures(dir: &Path) {
     std::fs::write(dir.join("c.toml"), "[receiver]\nring_mib = 16\n").expect("config");
     let nobody = "control = \"127.0.0.1:1\"\n";
     std::fs::write(dir.join("topo.toml"), format!("[detector]\nmodules = 1\n{nobody}[[receivers]]\nname = \"r\"\n{nobody}data = \"127.0.0.1\"\n")).expect("topology");
-    fixture(
-        dir,
-        "run --config c.toml --raw --frames 4 --out raw --stream none --preview none",
-    );
-    fixture(
-        dir,
-        "run --config c.toml --frames 4 --out proc --stream none --preview none",
-    );
-    fixture(
-        dir,
-        "process pedestal --input raw/rdaq_run_master.h5 --output cal.h5 --min-frames 1",
-    );
+    fixture(dir, "run --config c.toml --raw --frames 4 --out raw --stream none --preview none");
+    fixture(dir, "run --config c.toml --frames 4 --out proc --stream none --preview none");
+    fixture(dir, "process pedestal --input raw/rdaq_run_master.h5 --output cal.h5 --min-frames 1");
     // the receiver stops after its timeout, exit 1 (nothing came), having written the map
-    let _ = spawn(
-        dir,
-        &"receive --config c.toml --port 0 --frames 1 --timeout-s 0.2 --buffers-out bm.json"
-            .split(' ')
-            .map(String::from)
-            .collect::<Vec<_>>(),
-        &dir.join("fixture.err"),
-    )
-    .wait();
+    let _ = spawn(dir, &"receive --config c.toml --port 0 --frames 1 --timeout-s 0.2 --buffers-out bm.json".split(' ').map(String::from).collect::<Vec<_>>(), &dir.join("fixture.err")).wait();
     assert!(dir.join("bm.json").exists(), "the buffer map fixture");
 }
 
@@ -234,9 +169,7 @@ fn run_cases(dir: &Path, cases: VecDeque<(usize, Vec<String>)>) -> Vec<String> {
     std::thread::scope(|s| {
         for _ in 0..PARALLEL {
             s.spawn(|| loop {
-                let Some((case, args)) = queue.lock().unwrap().pop_front() else {
-                    break;
-                };
+                let Some((case, args)) = queue.lock().unwrap().pop_front() else { break };
                 if let Some(f) = verdict(dir, &args, &dir.join(format!("out/{case}.err"))) {
                     failures.lock().unwrap().push(f);
                 }
@@ -252,30 +185,16 @@ fn numeric_options_at_their_edges_answer_without_panic_or_hang() {
     fixtures(&dir);
     let mut options = Vec::new();
     numeric_options(&Cli::command(), &[], &mut options);
-    assert!(
-        options.len() > 100,
-        "the parser lists {} numeric options",
-        options.len()
-    );
+    assert!(options.len() > 100, "the parser lists {} numeric options", options.len());
     let mut cases = VecDeque::new();
     for (path, option) in &options {
         for value in EDGES {
-            let line = base(path, cases.len()).unwrap_or_else(|| {
-                panic!(
-                    "no quick command line of `rdaq {}` for its --{option}: add one to base()",
-                    path.join(" ")
-                )
-            });
+            let line = base(path, cases.len()).unwrap_or_else(|| panic!("no quick command line of `rdaq {}` for its --{option}: add one to base()", path.join(" ")));
             cases.push_back((cases.len(), with_value(line, option, value)));
         }
     }
     let failures = run_cases(&dir, cases);
-    assert!(
-        failures.is_empty(),
-        "{} of the cases panicked or hung:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of the cases panicked or hung:\n{}", failures.len(), failures.join("\n"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -290,15 +209,7 @@ fn numeric_fields(v: &toml::Value, path: &str, out: &mut BTreeSet<String>) {
         }
         toml::Value::Table(t) => {
             for (k, x) in t {
-                numeric_fields(
-                    x,
-                    &if path.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{path}.{k}")
-                    },
-                    out,
-                );
+                numeric_fields(x, &if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, out);
             }
         }
         _ => {}
@@ -309,11 +220,7 @@ fn numeric_fields(v: &toml::Value, path: &str, out: &mut BTreeSet<String>) {
 /// ring of the quick runs unless that is the field.
 fn config_with(field: &str, value: &str, list: bool) -> String {
     let (section, name) = field.split_once('.').expect("fields are in sections");
-    let value = if list {
-        format!("[{value}]")
-    } else {
-        value.to_string()
-    };
+    let value = if list { format!("[{value}]") } else { value.to_string() };
     match (section, name) {
         ("receiver", "ring_mib") => format!("[receiver]\nring_mib = {value}\n"),
         ("receiver", _) => format!("[receiver]\nring_mib = 16\n{name} = {value}\n"),
@@ -330,52 +237,19 @@ fn configuration_numbers_at_their_edges_are_refused_or_run_without_panic() {
     std::fs::create_dir_all(dir.join("out")).expect("dir");
     let base = rdaq_run::config::Config::default();
     let mut fields = BTreeSet::new();
-    numeric_fields(
-        &toml::Value::try_from(&base).expect("the defaults serialize"),
-        "",
-        &mut fields,
-    );
-    numeric_fields(
-        &include_str!("../../../rdaq.example.toml")
-            .parse::<toml::Value>()
-            .expect("the example parses"),
-        "",
-        &mut fields,
-    );
+    numeric_fields(&toml::Value::try_from(&base).expect("the defaults serialize"), "", &mut fields);
+    numeric_fields(&include_str!("../../../rdaq.example.toml").parse::<toml::Value>().expect("the example parses"), "", &mut fields);
     assert!(fields.len() > 30, "{} numeric fields", fields.len());
     let defaults = toml::Value::try_from(&base).expect("the defaults serialize");
-    let example = include_str!("../../../rdaq.example.toml")
-        .parse::<toml::Value>()
-        .expect("the example parses");
+    let example = include_str!("../../../rdaq.example.toml").parse::<toml::Value>().expect("the example parses");
     let mut cases = VecDeque::new();
     let (mut refused, mut panicked) = (0, Vec::new());
     for field in &fields {
-        let list = [&defaults, &example].iter().any(|v| {
-            field
-                .split('.')
-                .try_fold(*v, |v, k| v.get(k))
-                .is_some_and(toml::Value::is_array)
-        });
-        for value in [
-            "0",
-            "-1",
-            "9223372036854775807",
-            "0.0",
-            "-1.0",
-            "nan",
-            "inf",
-            "-inf",
-            "1e308",
-        ] {
+        let list = [&defaults, &example].iter().any(|v| field.split('.').try_fold(*v, |v, k| v.get(k)).is_some_and(toml::Value::is_array));
+        for value in ["0", "-1", "9223372036854775807", "0.0", "-1.0", "nan", "inf", "-inf", "1e308"] {
             let text = config_with(field, value, list);
-            let Ok(accepted) = std::panic::catch_unwind(|| {
-                rdaq_run::config::Config::parse_over(base.clone(), &text, "edge")
-                    .and_then(|c| c.check())
-                    .is_ok()
-            }) else {
-                panicked.push(format!(
-                    "{field} = {value}: reading the configuration panicked"
-                ));
+            let Ok(accepted) = std::panic::catch_unwind(|| rdaq_run::config::Config::parse_over(base.clone(), &text, "edge").and_then(|c| c.check()).is_ok()) else {
+                panicked.push(format!("{field} = {value}: reading the configuration panicked"));
                 continue;
             };
             if !accepted {
@@ -389,18 +263,9 @@ fn configuration_numbers_at_their_edges_are_refused_or_run_without_panic() {
             cases.push_back((case, line.split(' ').map(String::from).collect()));
         }
     }
-    eprintln!(
-        "{} numeric fields: {refused} edge values refused, {} run",
-        fields.len(),
-        cases.len()
-    );
+    eprintln!("{} numeric fields: {refused} edge values refused, {} run", fields.len(), cases.len());
     let failures = [panicked, run_cases(&dir, cases)].concat();
-    assert!(
-        failures.is_empty(),
-        "{} of the cases panicked or hung:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of the cases panicked or hung:\n{}", failures.len(), failures.join("\n"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -408,9 +273,7 @@ fn configuration_numbers_at_their_edges_are_refused_or_run_without_panic() {
 #[test]
 #[ignore = "a case of numeric_options_at_their_edges_answer_without_panic_or_hang, in its child process"]
 fn edge_case() {
-    let Ok(args) = std::env::var(CHILD) else {
-        return;
-    };
+    let Ok(args) = std::env::var(CHILD) else { return };
     let argv = std::iter::once("rdaq".to_string()).chain(args.split('\x1f').map(String::from));
     let code = match Cli::try_parse_from(argv) {
         Ok(cli) => dispatch(cli),
@@ -419,9 +282,6 @@ fn edge_case() {
             ExitCode::from(e.exit_code() as u8)
         }
     };
-    let status = [0u8, 1, 2, 3]
-        .into_iter()
-        .find(|&n| code == ExitCode::from(n))
-        .unwrap_or(2);
+    let status = [0u8, 1, 2, 3].into_iter().find(|&n| code == ExitCode::from(n)).unwrap_or(2);
     std::process::exit(i32::from(status));
 }

@@ -94,14 +94,7 @@ pub struct EmulateArgs {
 
 /// The faults `--loss`, `--corrupt`, `--duplicate` and `--reorder` ask for (none: `None`).
 fn faults(a: &EmulateArgs) -> anyhow::Result<Option<FaultConfig>> {
-    let f = FaultConfig {
-        seed: a.seed,
-        loss: a.loss,
-        corrupt: a.corrupt,
-        duplicate: a.duplicate,
-        reorder: a.reorder,
-        ..FaultConfig::default()
-    };
+    let f = FaultConfig { seed: a.seed, loss: a.loss, corrupt: a.corrupt, duplicate: a.duplicate, reorder: a.reorder, ..FaultConfig::default() };
     f.check().map_err(|e| anyhow::anyhow!("fault rates: {e}"))?;
     Ok((!f.is_clean()).then_some(f))
 }
@@ -116,6 +109,7 @@ fn first_frame(a: &EmulateArgs, map: &BufferMap, path: &std::path::Path) -> anyh
     }
 }
 
+
 pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
     if a.detector.is_none() && (a.bit_depth.is_some() || a.link.is_some()) {
         bail!("--bit-depth and --link are settings of a --detector; JUNGFRAU's modules send 16-bit rdaq datagrams");
@@ -124,39 +118,19 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         if a.modules == 0 || a.modules > 64 {
             bail!("--modules must be 1..=64");
         }
-        let native = a
-            .detector
-            .as_deref()
-            .map(|name| served_native(&a, name))
-            .transpose()?;
-        let opts = detector::Options {
-            name: a.name,
-            modules: a.modules,
-            seed: a.seed,
-            native,
-        };
+        let native = a.detector.as_deref().map(|name| served_native(&a, name)).transpose()?;
+        let opts = detector::Options { name: a.name, modules: a.modules, seed: a.seed, native };
         let access = Arc::new(a.access.access()?);
-        rdaq_control::http::serve(
-            addr,
-            detector::router(opts, access.clone()),
-            "emulate",
-            access,
-        )?;
+        rdaq_control::http::serve(addr, detector::router(opts, access.clone()), "emulate", access)?;
         return Ok(ExitCode::SUCCESS);
     }
-    rdaq_emulator::config::check_rate((a.rate != 0.0).then_some(a.rate))
-        .map_err(|e| anyhow::anyhow!("--rate: {e}"))?;
+    rdaq_emulator::config::check_rate((a.rate != 0.0).then_some(a.rate)).map_err(|e| anyhow::anyhow!("--rate: {e}"))?;
     if let (Some(name), Some(port)) = (&a.detector, a.port) {
         return emulate_described(&a, name, Receiving::Port(port));
     }
-    let buffers = a
-        .buffers
-        .clone()
-        .expect("clap requires --buffers without --serve or --port");
-    let text = std::fs::read_to_string(&buffers)
-        .with_context(|| format!("cannot read {}", buffers.display()))?;
-    let map: BufferMap = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a buffer map", buffers.display()))?;
+    let buffers = a.buffers.clone().expect("clap requires --buffers without --serve or --port");
+    let text = std::fs::read_to_string(&buffers).with_context(|| format!("cannot read {}", buffers.display()))?;
+    let map: BufferMap = serde_json::from_str(&text).with_context(|| format!("{} is not a buffer map", buffers.display()))?;
     if let Some(name) = &a.detector {
         return emulate_described(&a, name, Receiving::Map(&map, &buffers));
     }
@@ -167,24 +141,14 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
         faults: faults(&a)?,
         rate_hz: (a.rate > 0.0).then_some(a.rate),
         gso: !a.no_gso,
-        synth: rdaq_detector::SynthConfig {
-            seed: a.seed,
-            ..Default::default()
-        },
+        synth: rdaq_detector::SynthConfig { seed: a.seed, ..Default::default() },
         ..EmulatorConfig::default()
     };
     let progress = Arc::new(Control::default());
     let p2 = progress.clone();
-    on_interrupt("rdaq emulate", "stopping", move || {
-        p2.stop.store(true, Ordering::Relaxed)
-    });
+    on_interrupt("rdaq emulate", "stopping", move || p2.stop.store(true, Ordering::Relaxed));
     if map.data_ports.len() != map.modules as usize {
-        bail!(
-            "{}: {} data ports for {} modules",
-            buffers.display(),
-            map.data_ports.len(),
-            map.modules
-        );
+        bail!("{}: {} data ports for {} modules", buffers.display(), map.data_ports.len(), map.modules);
     }
     outputs::refuse_existing(a.manifest.as_deref(), a.overwrite)?;
     let r = rdaq_emulator::run(&cfg, &single_receiver_dtps(&map, a.target), progress)?;
@@ -220,47 +184,23 @@ pub fn emulate(a: EmulateArgs) -> anyhow::Result<ExitCode> {
 
 /// The receiver's data ports for `det`'s packets, checked against its buffer map when it
 /// has one.
-fn described_destinations(
-    a: &EmulateArgs,
-    det: &DescribedDetector,
-    wire: &rdaq_detector::Wire,
-    to: &Receiving,
-) -> anyhow::Result<Vec<SocketAddr>> {
+fn described_destinations(a: &EmulateArgs, det: &DescribedDetector, wire: &rdaq_detector::Wire, to: &Receiving) -> anyhow::Result<Vec<SocketAddr>> {
     match to {
         Receiving::Map(map, buffers) => {
             if wire.payload != map.payload_bytes as usize {
-                bail!(
-                    "--link {}: {}-byte packets, but the receiver of {} takes {}-byte packets",
-                    wire.link,
-                    wire.payload,
-                    buffers.display(),
-                    map.payload_bytes
-                );
+                bail!("--link {}: {}-byte packets, but the receiver of {} takes {}-byte packets", wire.link, wire.payload, buffers.display(), map.payload_bytes);
             }
             if det.module_bytes() != map.module_bytes {
-                bail!(
-                    "{}: the receiver holds module frames of {} bytes, {} at {} bits sends {}",
-                    buffers.display(),
-                    map.module_bytes,
-                    det.name(),
-                    wire.bits,
-                    det.module_bytes()
-                );
+                bail!("{}: the receiver holds module frames of {} bytes, {} at {} bits sends {}", buffers.display(), map.module_bytes, det.name(), wire.bits, det.module_bytes());
             }
-            Ok(map
-                .data_ports
-                .iter()
-                .map(|&p| SocketAddr::new(a.target, p))
-                .collect())
+            Ok(map.data_ports.iter().map(|&p| SocketAddr::new(a.target, p)).collect())
         }
         Receiving::Port(first) => {
             let ports = a.modules as usize * det.ports();
             if *first as usize + ports > 65_536 {
                 bail!("--port {first}: {ports} ports from there run past 65535");
             }
-            Ok((0..ports)
-                .map(|k| SocketAddr::new(a.target, first + k as u16))
-                .collect())
+            Ok((0..ports).map(|k| SocketAddr::new(a.target, first + k as u16)).collect())
         }
     }
 }
@@ -295,47 +235,22 @@ fn emulate_described(a: &EmulateArgs, name: &str, to: Receiving) -> anyhow::Resu
     let d = Description::load(name)?;
     let link = match (a.link.as_deref(), &to) {
         (Some(l), _) => Some(l),
-        (None, Receiving::Map(map, buffers)) => Some(
-            d.link_of_payload(map.payload_bytes as usize)
-                .with_context(|| {
-                    format!(
-                        "{}: the receiver takes {}-byte packets, which {} sends on no link",
-                        buffers.display(),
-                        map.payload_bytes,
-                        d.name
-                    )
-                })?,
-        ),
+        (None, Receiving::Map(map, buffers)) => Some(d.link_of_payload(map.payload_bytes as usize).with_context(|| format!("{}: the receiver takes {}-byte packets, which {} sends on no link", buffers.display(), map.payload_bytes, d.name))?),
         (None, Receiving::Port(_)) => None,
     };
-    let wire = d
-        .wire(a.bit_depth, link)
-        .map_err(|e| anyhow::anyhow!("--{} {}: {}", e.field.replace('_', "-"), e.value, e.why))?;
+    let wire = d.wire(a.bit_depth, link).map_err(|e| anyhow::anyhow!("--{} {}: {}", e.field.replace('_', "-"), e.value, e.why))?;
     let modules = match &to {
         Receiving::Map(map, _) => map.modules,
         Receiving::Port(_) => a.modules,
     };
-    let det = DescribedDetector::new(&d, &wire, modules, a.module_cols)
-        .map_err(|e| anyhow::anyhow!("--detector {name}: {e}"))?;
+    let det = DescribedDetector::new(&d, &wire, modules, a.module_cols).map_err(|e| anyhow::anyhow!("--detector {name}: {e}"))?;
     let dests = described_destinations(a, &det, &wire, &to)?;
     let progress = Arc::new(Control::default());
     let p2 = progress.clone();
-    on_interrupt("rdaq emulate", "stopping", move || {
-        p2.stop.store(true, Ordering::Relaxed)
-    });
+    on_interrupt("rdaq emulate", "stopping", move || p2.stop.store(true, Ordering::Relaxed));
     // sls detectors count frames from 1; a detector with reset frames starts with one (even)
-    let first = a
-        .first_frame
-        .unwrap_or(if det.sends_reset_frames() { 2 } else { 1 });
-    let r = described::send(
-        &det,
-        &dests,
-        first,
-        a.frames,
-        (a.rate > 0.0).then_some(a.rate),
-        !a.no_gso,
-        &progress,
-    )?;
+    let first = a.first_frame.unwrap_or(if det.sends_reset_frames() { 2 } else { 1 });
+    let r = described::send(&det, &dests, first, a.frames, (a.rate > 0.0).then_some(a.rate), !a.no_gso, &progress)?;
     let secs = r.elapsed.as_secs_f64();
     rdaq_run::summary::print_out(&format!(
         "rdaq emulate: {} modules of {} at {} bits x {} frames, {} datagrams of {} bytes, {:.3} GB in {:.3} s ({:.2} GB/s), late frames {}, refused {}\n",

@@ -21,21 +21,13 @@ impl Interrupts {
     /// Waits for Ctrl-C or SIGTERM (at once when one came already).
     pub fn wait(&self) {
         if !self.seen() {
-            let _ = self
-                .next
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .recv();
+            let _ = self.next.lock().unwrap_or_else(std::sync::PoisonError::into_inner).recv();
         }
     }
 }
 
 /// From now on Ctrl-C and SIGTERM call `stop` and say `"{who}: interrupted, {doing}"`.
-pub fn on_interrupt(
-    who: &'static str,
-    doing: &'static str,
-    stop: impl Fn() + Send + 'static,
-) -> Interrupts {
+pub fn on_interrupt(who: &'static str, doing: &'static str, stop: impl Fn() + Send + 'static) -> Interrupts {
     let (tx, rx) = mpsc::channel();
     let seen = Arc::new(AtomicBool::new(false));
     let flag = seen.clone();
@@ -46,8 +38,5 @@ pub fn on_interrupt(
         flag.store(true, Ordering::Relaxed);
         let _ = tx.send(());
     });
-    Interrupts {
-        seen,
-        next: Mutex::new(rx),
-    }
+    Interrupts { seen, next: Mutex::new(rx) }
 }

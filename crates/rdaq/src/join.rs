@@ -22,11 +22,6 @@ pub struct JoinArgs {
 
 pub fn join(a: JoinArgs) -> anyhow::Result<()> {
     let j = rdaq_sink::join::join(&a.out, &a.masters, a.overwrite)?;
-    println!(
-        "master      : {} joins {} frames of {} data files",
-        a.out.display(),
-        j.frames,
-        j.data_files
-    );
+    println!("master      : {} joins {} frames of {} data files", a.out.display(), j.frames, j.data_files);
     Ok(())
 }

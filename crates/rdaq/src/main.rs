@@ -4,10 +4,10 @@
 
 mod acquire;
 mod check;
-#[cfg(test)]
-mod edges;
 mod emulate;
 mod interrupt;
+#[cfg(test)]
+mod edges;
 mod join;
 mod offline;
 mod preview;
@@ -46,16 +46,11 @@ fn init_logs(format: LogFormat, level: &str) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
         Ok(f) => EnvFilter::try_new(f).map_err(|e| anyhow::anyhow!("RUST_LOG: {e}"))?,
-        Err(_) => {
-            EnvFilter::try_new(level).map_err(|e| anyhow::anyhow!("--log-level {level:?}: {e}"))?
-        }
+        Err(_) => EnvFilter::try_new(level).map_err(|e| anyhow::anyhow!("--log-level {level:?}: {e}"))?,
     };
     // colour codes only on a terminal: in a file or a pipe they are noise (and forge nothing)
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(colour)
-        .with_env_filter(filter);
+    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(colour).with_env_filter(filter);
     match format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),
@@ -97,7 +92,9 @@ enum Cmd {
     /// Write the manual pages (rdaq.1 and one per subcommand) into DIR, from this help: the
     /// Debian package's (scripts/deb.sh).
     #[command(hide = true)]
-    Manpages { dir: std::path::PathBuf },
+    Manpages {
+        dir: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -135,3 +132,5 @@ fn dispatch(cli: Cli) -> ExitCode {
         }
     }
 }
+
+

@@ -45,10 +45,7 @@ pub struct Output {
 impl Output {
     /// The library's output, refused now if it exists (unless --overwrite) or is a link.
     fn checked(&self) -> anyhow::Result<rdaq_offline::Output> {
-        let out = rdaq_offline::Output {
-            path: self.output.clone(),
-            overwrite: self.overwrite,
-        };
+        let out = rdaq_offline::Output { path: self.output.clone(), overwrite: self.overwrite };
         out.check()?;
         Ok(out)
     }
@@ -181,13 +178,7 @@ fn photon_kev(s: &str) -> Result<f32, String> {
 }
 
 /// The local finder's settings when neither the options nor the file say otherwise.
-const LOCAL_DEFAULTS: LocalSnrParams = LocalSnrParams {
-    threshold: 6.2,
-    snr: 3.0,
-    box_half: 15,
-    min_pixels: 4,
-    max_pixels: 200,
-};
+const LOCAL_DEFAULTS: LocalSnrParams = LocalSnrParams { threshold: 6.2, snr: 3.0, box_half: 15, min_pixels: 4, max_pixels: 200 };
 
 /// The local-SNR finder's settings: each option given, else the run's that made the file
 /// (`run`: its settings in the unit of the file's image), else [`LOCAL_DEFAULTS`].
@@ -195,9 +186,7 @@ fn local_params(a: &SpotsArgs, run: Option<LocalSnrParams>) -> anyhow::Result<Lo
     let base = run.unwrap_or(LOCAL_DEFAULTS);
     let threshold = match (a.threshold_photons, a.photon_energy_kev) {
         (Some(p), Some(e)) if p > 0.0 && e > 0.0 => p * e,
-        (Some(p), Some(e)) => anyhow::bail!(
-            "--threshold-photons {p} and --photon-energy-kev {e} must both be positive"
-        ),
+        (Some(p), Some(e)) => anyhow::bail!("--threshold-photons {p} and --photon-energy-kev {e} must both be positive"),
         _ => a.threshold.unwrap_or(base.threshold),
     };
     Ok(LocalSnrParams {
@@ -246,24 +235,15 @@ fn convert(a: ConvertArgs) -> anyhow::Result<()> {
     let out = a.out.checked()?;
     let counts = Counts::parse(&a.counts).map_err(|e| anyhow::anyhow!("--counts: {e}"))?;
     let series = rdaq_offline::raw_run(&a.input.input);
-    let run_gain = series
-        .as_ref()
-        .and_then(|m| m.processing.as_ref())
-        .map(|p| p.invalid_gain.clone());
+    let run_gain = series.as_ref().and_then(|m| m.processing.as_ref()).map(|p| p.invalid_gain.clone());
     if let (None, Some(gain)) = (&a.invalid_gain, &run_gain) {
         eprintln!("rdaq process convert: defaults from the run that wrote {}: invalid gain {gain}; its finder's settings go with the frames for rdaq process spots (options given override them)", a.input.input.display());
     }
-    let gain = a
-        .invalid_gain
-        .or(run_gain)
-        .unwrap_or_else(|| "error".into());
+    let gain = a.invalid_gain.or(run_gain).unwrap_or_else(|| "error".into());
     let o = ConvertOptions {
         calibration: a.calibration,
-        unit: a
-            .photon_kev
-            .map_or(Unit::Kev, |energy_kev| Unit::Photons { energy_kev, counts }),
-        invalid_gain: InvalidGain::parse(&gain)
-            .map_err(|e| anyhow::anyhow!("--invalid-gain: {e}"))?,
+        unit: a.photon_kev.map_or(Unit::Kev, |energy_kev| Unit::Photons { energy_kev, counts }),
+        invalid_gain: InvalidGain::parse(&gain).map_err(|e| anyhow::anyhow!("--invalid-gain: {e}"))?,
         codec: Codec::parse(&a.codec, a.zstd_level)?,
         series,
     };
@@ -276,28 +256,13 @@ fn convert(a: ConvertArgs) -> anyhow::Result<()> {
 fn pedestal(a: PedestalArgs) -> anyhow::Result<()> {
     let out = a.out.checked()?;
     let sums = Sums::parse(&a.sums).map_err(|e| anyhow::anyhow!("--sums: {e}"))?;
-    let o = PedestalOptions {
-        stage: a.stage,
-        window: a.window,
-        sums,
-        base: a.base,
-        min_frames: a.min_frames,
-        max_rms: a.max_rms,
-    };
+    let o = PedestalOptions { stage: a.stage, window: a.window, sums, base: a.base, min_frames: a.min_frames, max_rms: a.max_rms };
     let frames = open_frames(&a.input)?;
     let p = rdaq_offline::pedestal(&frames, &o, &out)?;
     if p.typical_base {
         eprintln!("rdaq process pedestal: no --base calibration: gains and the other stages' pedestals are typical PSI values");
     }
-    eprintln!(
-        "rdaq process pedestal: G{} from {} dark frames (window {}), {} of {} pixels masked -> {}",
-        a.stage,
-        p.frames,
-        a.window,
-        p.masked,
-        p.pixels,
-        out.path.display()
-    );
+    eprintln!("rdaq process pedestal: G{} from {} dark frames (window {}), {} of {} pixels masked -> {}", a.stage, p.frames, a.window, p.masked, p.pixels, out.path.display());
     Ok(())
 }
 
@@ -310,12 +275,7 @@ fn spots(a: SpotsArgs) -> anyhow::Result<()> {
         eprintln!("rdaq process spots: a counting detector's counts: the series' masked and saturated pixels are left out, as online");
     }
     let all = rdaq_offline::spots(&frames, finder, counted.as_ref(), &out)?;
-    eprintln!(
-        "rdaq process spots: {} frames, {} spots -> {}",
-        all.len(),
-        all.iter().map(Vec::len).sum::<usize>(),
-        out.path.display()
-    );
+    eprintln!("rdaq process spots: {} frames, {} spots -> {}", all.len(), all.iter().map(Vec::len).sum::<usize>(), out.path.display());
     Ok(())
 }
 
@@ -333,13 +293,7 @@ fn finder(a: &SpotsArgs, frames: &FrameReader) -> anyhow::Result<Finder> {
                 p.max_pixel_count,
                 p.local_bg_radius
             );
-            return Ok(Finder::Peakfinder8(
-                p,
-                Radius::Centre {
-                    x: Some(x),
-                    y: Some(y),
-                },
-            ));
+            return Ok(Finder::Peakfinder8(p, Radius::Centre { x: Some(x), y: Some(y) }));
         }
     }
     match a.finder.as_deref().unwrap_or("local") {
@@ -366,18 +320,8 @@ fn finder(a: &SpotsArgs, frames: &FrameReader) -> anyhow::Result<Finder> {
                 max_res: a.max_res,
             };
             let radius = match &a.radius_map {
-                Some(path) => Radius::Map(
-                    rdaq_offline::read_radius_map(
-                        path,
-                        &a.radius_dataset,
-                        (frames.rows, frames.cols),
-                    )
-                    .context("--radius-map")?,
-                ),
-                None => Radius::Centre {
-                    x: a.center_x,
-                    y: a.center_y,
-                },
+                Some(path) => Radius::Map(rdaq_offline::read_radius_map(path, &a.radius_dataset, (frames.rows, frames.cols)).context("--radius-map")?),
+                None => Radius::Centre { x: a.center_x, y: a.center_y },
             };
             Ok(Finder::Peakfinder8(p, radius))
         }
@@ -398,40 +342,17 @@ mod tests {
 
     fn args(extra: &[&str]) -> SpotsArgs {
         let base = ["spots", "--input", "m.h5", "--output", "s.h5"];
-        Spots::try_parse_from(base.iter().chain(extra))
-            .expect("valid options")
-            .a
+        Spots::try_parse_from(base.iter().chain(extra)).expect("valid options").a
     }
 
     #[test]
     fn the_options_given_override_the_runs_settings_which_override_the_defaults() {
-        let run = LocalSnrParams {
-            threshold: 8.0,
-            snr: 4.0,
-            box_half: 10,
-            min_pixels: 3,
-            max_pixels: 100,
-        };
-        assert_eq!(
-            local_params(&args(&[]), None).expect("defaults"),
-            LOCAL_DEFAULTS
-        );
+        let run = LocalSnrParams { threshold: 8.0, snr: 4.0, box_half: 10, min_pixels: 3, max_pixels: 100 };
+        assert_eq!(local_params(&args(&[]), None).expect("defaults"), LOCAL_DEFAULTS);
         assert_eq!(local_params(&args(&[]), Some(run)).expect("the run's"), run);
-        let mixed =
-            local_params(&args(&["--snr", "2.5", "--min-pixels", "6"]), Some(run)).expect("mixed");
-        assert_eq!(
-            mixed,
-            LocalSnrParams {
-                snr: 2.5,
-                min_pixels: 6,
-                ..run
-            }
-        );
-        let photons = local_params(
-            &args(&["--threshold-photons", "2", "--photon-energy-kev", "12.4"]),
-            Some(run),
-        )
-        .expect("photons");
+        let mixed = local_params(&args(&["--snr", "2.5", "--min-pixels", "6"]), Some(run)).expect("mixed");
+        assert_eq!(mixed, LocalSnrParams { snr: 2.5, min_pixels: 6, ..run });
+        let photons = local_params(&args(&["--threshold-photons", "2", "--photon-energy-kev", "12.4"]), Some(run)).expect("photons");
         assert_eq!(photons.threshold, 2.0 * 12.4);
     }
 }

@@ -35,32 +35,15 @@ pub fn preview(a: PreviewArgs) -> anyhow::Result<()> {
     rdaq_run::outputs::refuse_existing([a.png.as_path()], a.overwrite)?;
     let p = match (&a.from, &a.file) {
         (Some(endpoint), _) => {
-            anyhow::ensure!(
-                a.timeout_s > 0.0 && a.timeout_s.is_finite(),
-                "--timeout-s must be positive"
-            );
+            anyhow::ensure!(a.timeout_s > 0.0 && a.timeout_s.is_finite(), "--timeout-s must be positive");
             from_stream(endpoint, Duration::from_secs_f64(a.timeout_s))?
         }
         (None, Some(file)) => from_file(file, a.frame)?,
         (None, None) => unreachable!("clap requires a source"),
     };
-    let picture = render(&Shown {
-        width: p.width,
-        height: p.height,
-        values: &p.values,
-        spots: &p.spots,
-        pixel_size_m: p.pixel_size_m,
-    });
+    let picture = render(&Shown { width: p.width, height: p.height, values: &p.values, spots: &p.spots, pixel_size_m: p.pixel_size_m });
     let out = rdaq_sink::claim::create(&a.png, a.overwrite)?;
-    write_png(&picture, std::io::BufWriter::new(out))
-        .with_context(|| format!("cannot write {}", a.png.display()))?;
-    println!(
-        "preview: frame {}, {} x {} pixels, {} spots -> {}",
-        p.frame_number,
-        p.width,
-        p.height,
-        p.spots.len(),
-        a.png.display()
-    );
+    write_png(&picture, std::io::BufWriter::new(out)).with_context(|| format!("cannot write {}", a.png.display()))?;
+    println!("preview: frame {}, {} x {} pixels, {} spots -> {}", p.frame_number, p.width, p.height, p.spots.len(), a.png.display());
     Ok(())
 }

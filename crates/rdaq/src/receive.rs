@@ -18,8 +18,8 @@ use rdaq_run::config::Config;
 use rdaq_run::drive::{Ask, Drive, LANDED, PATIENCE};
 use rdaq_run::pedestal;
 use rdaq_run::receive::{Ended, Ending};
-use rdaq_run::receiver_report::{recv_buffer_line, report_tuning};
 use rdaq_run::remote;
+use rdaq_run::receiver_report::{recv_buffer_line, report_tuning};
 use rdaq_run::summary::Summary;
 use rdaq_run::{outputs, progress_bar};
 
@@ -217,27 +217,13 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let processing = setup.chain.processing.is_some() || setup.chain.finding.is_some();
     let overwrite = cfg.output.overwrite;
     let series = a.out.as_deref().map(outputs::series_files);
-    let named = series
-        .iter()
-        .flatten()
-        .map(PathBuf::as_path)
-        .chain(a.buffers_out.as_deref())
-        .chain(a.acq.summary_json.as_deref())
-        .chain(a.pedestal_run.as_deref());
+    let named = series.iter().flatten().map(PathBuf::as_path).chain(a.buffers_out.as_deref()).chain(a.acq.summary_json.as_deref()).chain(a.pedestal_run.as_deref());
     outputs::refuse_existing(named, overwrite)?;
     let (count, frame) = told_times(&a)?;
-    rdaq_proto::metadata::gate_exposure("--count-time-s", &cfg.detector.trigger_mode, count)
-        .map_err(|(field, why)| anyhow::anyhow!("{field}: {why}"))?;
+    rdaq_proto::metadata::gate_exposure("--count-time-s", &cfg.detector.trigger_mode, count).map_err(|(field, why)| anyhow::anyhow!("{field}: {why}"))?;
     let drive_command = match &a.sls.sls_detector {
         Some(_) => {
-            let ask = Ask::of(
-                &cfg,
-                &source(&a, &cfg)?,
-                a.frames.unwrap_or_default(),
-                (frame, count),
-                a.pedestal_run.is_some(),
-                cfg.detector.trigger_mode.clone(),
-            )?;
+            let ask = Ask::of(&cfg, &source(&a, &cfg)?, a.frames.unwrap_or_default(), (frame, count), a.pedestal_run.is_some(), cfg.detector.trigger_mode.clone())?;
             a.sls.driver().command(&ask)?
         }
         None => None,
@@ -245,74 +231,31 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
     let receiving = rdaq_run::receive::start(setup, &cfg, a.out.as_deref())?;
     let rx = &receiving.rx;
     if let Some(p) = &a.buffers_out {
-        outputs::write_file(
-            p,
-            serde_json::to_string_pretty(rx.buffer_map())?.as_bytes(),
-            overwrite,
-        )?;
+        outputs::write_file(p, serde_json::to_string_pretty(rx.buffer_map())?.as_bytes(), overwrite)?;
     }
     let bind = cfg.network.bind;
-    let ports: Vec<SocketAddr> = rx
-        .ports()
-        .iter()
-        .map(|&p| SocketAddr::new(bind, p))
-        .collect();
+    let ports: Vec<SocketAddr> = rx.ports().iter().map(|&p| SocketAddr::new(bind, p)).collect();
     let slots = rx.buffer_map().buffers.len();
-    let what = if processing {
-        cfg.processing_said()
-    } else {
-        "raw".into()
-    };
-    eprintln!(
-        "rdaq receive: listening on {ports:?} ({}), {slots} slots, {}; {what}",
-        rx.engine(),
-        recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted())
-    );
+    let what = if processing { cfg.processing_said() } else { "raw".into() };
+    eprintln!("rdaq receive: listening on {ports:?} ({}), {slots} slots, {}; {what}", rx.engine(), recv_buffer_line(cfg.network.recv_buffer_mib << 20, rx.recv_buffer_granted()));
     eprintln!("rdaq receive: threads: {}", cfg.thread_budget().describe());
     report_tuning("rdaq receive", rx);
     let bar = progress_bar(a.frames, "receive");
     let stop = Arc::new(Control::default());
     let flag = stop.clone();
-    let interrupted = on_interrupt("rdaq receive", "finishing", move || {
-        flag.stop.store(true, Ordering::Relaxed)
-    });
+    let interrupted = on_interrupt("rdaq receive", "finishing", move || flag.stop.store(true, Ordering::Relaxed));
     let view = match a.dashboard {
-        Some(addr) => Some(rdaq_control::run::serve(
-            addr,
-            a.access.access()?,
-            format!("rdaq receive {}", ports[0]),
-            a.frames,
-            receiving.board(),
-            stop.clone(),
-        )?),
+        Some(addr) => Some(rdaq_control::run::serve(addr, a.access.access()?, format!("rdaq receive {}", ports[0]), a.frames, receiving.board(), stop.clone())?),
         None => None,
     };
-    let deadline = a
-        .timeout_s
-        .map(|t| Instant::now() + Duration::from_secs_f64(t));
-    let quiet = a
-        .quiet_s
-        .or(a.frames.map(|_| DEFAULT_QUIET_S))
-        .filter(|&q| q > 0.0)
-        .map(Duration::from_secs_f64);
+    let deadline = a.timeout_s.map(|t| Instant::now() + Duration::from_secs_f64(t));
+    let quiet = a.quiet_s.or(a.frames.map(|_| DEFAULT_QUIET_S)).filter(|&q| q > 0.0).map(Duration::from_secs_f64);
     let drive = drive_command.map(Drive::start).transpose()?;
-    let finished = drive
-        .as_ref()
-        .map(|d| (d.ended(), cfg.frame_timeout() + LANDED));
-    let done = receiving.run(
-        &bar,
-        Ending {
-            deadline,
-            quiet,
-            finished,
-        },
-        &stop,
-    );
+    let finished = drive.as_ref().map(|d| (d.ended(), cfg.frame_timeout() + LANDED));
+    let done = receiving.run(&bar, Ending { deadline, quiet, finished }, &stop);
     // a receiver that has its frames lets the detector end by itself; one stopped early
     // (Ctrl-C, the dashboard, the deadline, an error) stops the detector at once
-    let early = stop.stop.load(Ordering::Relaxed)
-        || deadline.is_some_and(|d| Instant::now() >= d)
-        || done.is_err();
+    let early = stop.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) || done.is_err();
     let patience = if early { Duration::ZERO } else { PATIENCE };
     let drove = drive.map(|d| d.finish(patience)).transpose();
     let done = done?;
@@ -343,11 +286,7 @@ pub fn receive(a: ReceiveArgs) -> anyhow::Result<ExitCode> {
 
 /// Shows the summary on the dashboard until Ctrl-C (at once when Ctrl-C ended the
 /// acquisition: the operator wants out).
-fn show_until_interrupted(
-    view: &rdaq_control::run::RunView,
-    sum: &Summary,
-    interrupted: &Interrupts,
-) {
+fn show_until_interrupted(view: &rdaq_control::run::RunView, sum: &Summary, interrupted: &Interrupts) {
     view.finish(serde_json::json!({ "lost": sum.lost(), "summary": sum }));
     if !interrupted.seen() {
         eprintln!("rdaq receive: finished; the dashboard shows the summary until Ctrl-C");
@@ -373,8 +312,7 @@ fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Res
     if let Some((opt, _)) = standalone.iter().find(|(_, given)| *given) {
         bail!("{opt} is an option of a receiver on its own; the daemon (--serve) writes what each POST /start asks into --out-dir");
     }
-    std::fs::create_dir_all(&a.out_dir)
-        .with_context(|| format!("cannot create {}", a.out_dir.display()))?;
+    std::fs::create_dir_all(&a.out_dir).with_context(|| format!("cannot create {}", a.out_dir.display()))?;
     let opts = daemon::Options {
         name: a.name,
         data: cfg.network.bind,
@@ -383,11 +321,7 @@ fn serve_receiver(a: ReceiveArgs, cfg: &Config, addr: SocketAddr) -> anyhow::Res
         policy: cfg.policy()?,
         frame_timeout: cfg.frame_timeout(),
         recv_buffer: cfg.network.recv_buffer_mib << 20,
-        engine: cfg
-            .network
-            .engine
-            .parse()
-            .map_err(|e: String| anyhow::anyhow!("network.engine: {e}"))?,
+        engine: cfg.network.engine.parse().map_err(|e: String| anyhow::anyhow!("network.engine: {e}"))?,
         stream: cfg.stream.config()?,
         config: cfg.clone(),
     };
@@ -439,7 +373,6 @@ fn source(a: &ReceiveArgs, cfg: &Config) -> anyhow::Result<remote::Source> {
 /// and the period (not told: 0, unknown).
 fn told_times(a: &ReceiveArgs) -> anyhow::Result<(f64, f64)> {
     let (count, frame) = (a.count_time_s.unwrap_or(0.0), a.frame_time_s.unwrap_or(0.0));
-    rdaq_proto::times::check(count, frame)
-        .map_err(|(field, why)| anyhow::anyhow!("--{}: {why}", field.replace('_', "-")))?;
+    rdaq_proto::times::check(count, frame).map_err(|(field, why)| anyhow::anyhow!("--{}: {why}", field.replace('_', "-")))?;
     Ok((count, frame))
 }

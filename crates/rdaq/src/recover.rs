@@ -26,12 +26,7 @@ pub fn recover(a: RecoverArgs) -> anyhow::Result<()> {
     for p in &r.removed {
         writeln!(o, "removed     : {}", p.display())?;
     }
-    writeln!(
-        o,
-        "master      : {} lists {} frames",
-        a.master.display(),
-        r.frames
-    )?;
+    writeln!(o, "master      : {} lists {} frames", a.master.display(), r.frames)?;
     rdaq_run::summary::print_out(&o);
     Ok(())
 }

@@ -42,6 +42,7 @@ pub struct RunArgs {
     topology: Option<PathBuf>,
 }
 
+
 pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = a.acq.config(Config::default())?;
     set(&mut cfg.emulator.frames, a.frames);
@@ -51,9 +52,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     rdaq_run::outputs::refuse_existing(a.acq.summary_json.as_deref(), cfg.output.overwrite)?;
     let control = Arc::new(Control::default());
     let stop = control.clone();
-    let interrupts = on_interrupt("rdaq", "finishing", move || {
-        stop.stop.store(true, Ordering::Relaxed)
-    });
+    let interrupts = on_interrupt("rdaq", "finishing", move || stop.stop.store(true, Ordering::Relaxed));
     if let Some(t) = &a.topology {
         if a.serve.is_some() {
             anyhow::bail!("--serve: the dashboard shows a run of one receiver; with --topology, run the daemons under `rdaq manage --serve`");
@@ -62,22 +61,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let board = Arc::new(Board::default());
     let view = match a.serve {
-        Some(addr) => Some(rdaq_control::run::serve(
-            addr,
-            a.access.access()?,
-            format!("rdaq run {}", cfg.output.name),
-            Some(cfg.emulator.frames),
-            board.clone(),
-            control.clone(),
-        )?),
+        Some(addr) => Some(rdaq_control::run::serve(addr, a.access.access()?, format!("rdaq run {}", cfg.output.name), Some(cfg.emulator.frames), board.clone(), control.clone())?),
         None => None,
     };
-    let sum = rdaq_run::emulated::run(
-        &cfg,
-        control,
-        board,
-        &progress_bar(Some(cfg.emulator.frames), "run"),
-    )?;
+    let sum = rdaq_run::emulated::run(&cfg, control, board, &progress_bar(Some(cfg.emulator.frames), "run"))?;
     sum.print();
     if let Some(p) = a.acq.summary_json {
         sum.write_json(&p, cfg.output.overwrite)?;
@@ -105,12 +92,8 @@ fn run_topology(cfg: &Config, path: &Path, control: Arc<Control>) -> anyhow::Res
             worst = sum.exit_code("run", cfg.output.tolerate_loss);
         }
     }
-    text.push_str(&format!(
-        "sent: {} datagrams, {:.3} GB in {:.2} s\n",
-        emu.sent.datagrams,
-        emu.sent.bytes as f64 / 1e9,
-        emu.elapsed.as_secs_f64()
-    ));
+    text.push_str(&format!("sent: {} datagrams, {:.3} GB in {:.2} s\n", emu.sent.datagrams, emu.sent.bytes as f64 / 1e9, emu.elapsed.as_secs_f64()));
     rdaq_run::summary::print_out(&text);
     Ok(worst)
 }
+

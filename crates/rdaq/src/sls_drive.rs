@@ -20,21 +20,12 @@ pub struct SlsArgs {
     #[arg(long, requires = "sls_detector")]
     pub receiver_mac: Option<String>,
     /// The Python that runs slsdet (the environment rdaq's Python package is installed in).
-    #[arg(
-        long,
-        env = "RDAQ_PYTHON",
-        default_value = "python3",
-        requires = "sls_detector"
-    )]
+    #[arg(long, env = "RDAQ_PYTHON", default_value = "python3", requires = "sls_detector")]
     pub python: String,
 }
 
 impl SlsArgs {
     pub fn driver(&self) -> Driver {
-        Driver {
-            sls_detector: self.sls_detector.clone(),
-            receiver_mac: self.receiver_mac.clone(),
-            python: self.python.clone(),
-        }
+        Driver { sls_detector: self.sls_detector.clone(), receiver_mac: self.receiver_mac.clone(), python: self.python.clone() }
     }
 }

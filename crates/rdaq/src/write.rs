@@ -61,28 +61,17 @@ pub fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
     let idle_timeout = a.idle_timeout_s.map(Duration::from_secs_f64);
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
-    on_interrupt("rdaq write", "closing the files", move || {
-        flag.store(true, Ordering::Relaxed)
-    });
+    on_interrupt("rdaq write", "closing the files", move || flag.store(true, Ordering::Relaxed));
     let stream = match a.stream {
         Some(endpoint) => {
-            let s = rdaq_run::config::Stream {
-                endpoint,
-                socket: a.stream_socket,
-                policy: a.stream_policy,
-                ..Default::default()
-            };
+            let s = rdaq_run::config::Stream { endpoint, socket: a.stream_socket, policy: a.stream_policy, ..Default::default() };
             s.config().map_err(|e| anyhow::anyhow!("--stream: {e}"))?
         }
         None => None,
     };
     let o = WriteOptions {
         from: a.from,
-        socket: if a.sub {
-            SocketKind::Pub
-        } else {
-            SocketKind::Push
-        },
+        socket: if a.sub { SocketKind::Pub } else { SocketKind::Push },
         dir: a.out,
         stream,
         name: Some(a.name),
@@ -91,18 +80,11 @@ pub fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
         idle_timeout,
     };
     rdaq_run::outputs::refuse_existing(a.summary_json.as_deref(), a.overwrite)?;
-    eprintln!(
-        "rdaq write: waiting for a series from {}",
-        o.from.join(", ")
-    );
+    eprintln!("rdaq write: waiting for a series from {}", o.from.join(", "));
     let report = write_series(&o, &stop, &progress_bar(None, "write"))?;
     report.print();
     if let Some(p) = a.summary_json {
-        rdaq_run::outputs::write_file(
-            &p,
-            serde_json::to_string_pretty(&report)?.as_bytes(),
-            a.overwrite,
-        )?;
+        rdaq_run::outputs::write_file(&p, serde_json::to_string_pretty(&report)?.as_bytes(), a.overwrite)?;
     }
     if report.complete() {
         return Ok(ExitCode::SUCCESS);

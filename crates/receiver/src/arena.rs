@@ -26,9 +26,7 @@ unsafe impl Sync for Arena {}
 
 impl Arena {
     pub fn new(slots: usize, slot_bytes: usize) -> io::Result<Arena> {
-        let body = slots
-            .checked_mul(slot_bytes)
-            .ok_or_else(|| io::Error::other("ring size overflows"))?;
+        let body = slots.checked_mul(slot_bytes).ok_or_else(|| io::Error::other("ring size overflows"))?;
         let map_len = body + 2 * GUARD_BYTES;
         // SAFETY: anonymous private mapping, no fd.
         let p = unsafe {
@@ -60,12 +58,7 @@ impl Arena {
             std::ptr::write_bytes(base, GUARD_PATTERN, GUARD_BYTES);
             std::ptr::write_bytes(base.add(GUARD_BYTES + body), GUARD_PATTERN, GUARD_BYTES);
         }
-        Ok(Arena {
-            base,
-            map_len,
-            slot_bytes,
-            slots,
-        })
+        Ok(Arena { base, map_len, slot_bytes, slots })
     }
 
     /// Bytes of the mapping the kernel backs with huge pages (AnonHugePages of its entry in
@@ -77,14 +70,7 @@ impl Arena {
         lines.next()?;
         // the first AnonHugePages after the entry's header line is the entry's own
         let kb = lines.find_map(|l| l.strip_prefix("AnonHugePages:"))?;
-        Some(
-            kb.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<usize>()
-                .ok()?
-                << 10,
-        )
+        Some(kb.trim().trim_end_matches("kB").trim().parse::<usize>().ok()? << 10)
     }
 
     pub fn slots(&self) -> usize {

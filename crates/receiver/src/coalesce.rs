@@ -35,13 +35,7 @@ impl Coalesce {
     /// datagrams a round.
     pub fn new(min: Duration, max: Duration, target: usize) -> Coalesce {
         let min = min.min(max);
-        Coalesce {
-            min,
-            max,
-            target: target.max(1),
-            sleep: min,
-            after_sleep: false,
-        }
+        Coalesce { min, max, target: target.max(1), sleep: min, after_sleep: false }
     }
 
     /// After a round that read `got` datagrams; `more` when a socket still had data,
@@ -81,26 +75,14 @@ mod tests {
         let mut c = Coalesce::new(MS, 10 * MS, 128);
         // a frame of 128 datagrams every 10 ms: the first datagram wakes the thread
         assert_eq!(c.next(1, false, true), Next::Sleep(MS));
-        assert_eq!(
-            c.next(127, false, true),
-            Next::Sleep(MS),
-            "a good round keeps the sleep"
-        );
-        assert_eq!(
-            c.next(0, false, true),
-            Next::Idle,
-            "the pause makes the next sleep longer"
-        );
+        assert_eq!(c.next(127, false, true), Next::Sleep(MS), "a good round keeps the sleep");
+        assert_eq!(c.next(0, false, true), Next::Idle, "the pause makes the next sleep longer");
         assert_eq!(c.next(1, false, true), Next::Sleep(2 * MS));
         for _ in 0..4 {
             c.next(0, false, true);
             c.next(1, false, true);
         }
-        assert_eq!(
-            c.next(128, false, true),
-            Next::Sleep(10 * MS),
-            "bounded by the maximum"
-        );
+        assert_eq!(c.next(128, false, true), Next::Sleep(10 * MS), "bounded by the maximum");
     }
 
     #[test]
@@ -109,17 +91,9 @@ mod tests {
         c.next(1, false, true);
         c.next(0, false, true);
         c.next(1, false, true);
-        assert_eq!(
-            c.next(1000, false, true),
-            Next::Sleep(MS),
-            "halved, down to the minimum"
-        );
+        assert_eq!(c.next(1000, false, true), Next::Sleep(MS), "halved, down to the minimum");
         assert_eq!(c.next(5000, true, true), Next::Now);
-        assert_eq!(
-            Coalesce::new(MS, Duration::ZERO, 128).next(5, false, true),
-            Next::Idle,
-            "a zero maximum never sleeps"
-        );
+        assert_eq!(Coalesce::new(MS, Duration::ZERO, 128).next(5, false, true), Next::Idle, "a zero maximum never sleeps");
     }
 
     #[test]

@@ -44,11 +44,7 @@ pub enum Format {
     /// the frames are numbered from `first_frame`, `frame_stride` apart (1; n for one of n
     /// receivers of a temporal plan). A software RoCEv2 target: see
     /// `rdaq_net::roce::responder`.
-    Roce {
-        mtu: u32,
-        first_frame: u64,
-        frame_stride: u64,
-    },
+    Roce { mtu: u32, first_frame: u64, frame_stride: u64 },
     /// Native sls packets placed by their header (EIGER, and detectors described with
     /// "header" placement; see [`PortGrid`]): each module has `grid.ports()` data ports,
     /// port `p` of module `m` at `data_port + m * ports + p` (any of them may carry any
@@ -67,10 +63,7 @@ pub const ROCE_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 impl Format {
     /// Native JUNGFRAU packets of a full readout on `interfaces` interfaces.
     pub fn sls(interfaces: u8) -> Format {
-        Format::Sls {
-            interfaces,
-            rows: JUNGFRAU_ROWS,
-        }
+        Format::Sls { interfaces, rows: JUNGFRAU_ROWS }
     }
 }
 
@@ -89,12 +82,7 @@ pub fn sls_sources(module: u16, interfaces: u8, rows: u16) -> Vec<SourceKind> {
     (0..interfaces as u32)
         .map(|i| {
             let (a, b) = (lo.max(i * per_if), hi.min((i + 1) * per_if));
-            SourceKind::Sls {
-                module,
-                first_cell: a - lo,
-                first_packet: a - i * per_if,
-                packets: b.saturating_sub(a),
-            }
+            SourceKind::Sls { module, first_cell: a - lo, first_packet: a - i * per_if, packets: b.saturating_sub(a) }
         })
         .collect()
 }
@@ -117,12 +105,7 @@ pub struct NackConfig {
 
 impl Default for NackConfig {
     fn default() -> Self {
-        NackConfig {
-            quiet: Duration::from_millis(20),
-            interval: Duration::from_millis(50),
-            retries: 10,
-            rate: 20_000,
-        }
+        NackConfig { quiet: Duration::from_millis(20), interval: Duration::from_millis(50), retries: 10, rate: 20_000 }
     }
 }
 
@@ -229,11 +212,7 @@ impl ReceiverConfig {
     /// datagrams, or RoCEv2 WRITEs); the rest is the default, to be set by the caller.
     pub fn for_request(req: &BufferRequest) -> ReceiverConfig {
         let format = match req.roce {
-            Some(r) => Format::Roce {
-                mtu: r.mtu,
-                first_frame: r.first_frame,
-                frame_stride: r.frame_stride,
-            },
+            Some(r) => Format::Roce { mtu: r.mtu, first_frame: r.first_frame, frame_stride: r.frame_stride },
             None => Format::Rdaq,
         };
         ReceiverConfig {
@@ -263,19 +242,13 @@ impl ReceiverConfig {
         if self.slots == 0 {
             return bad("slots must be at least 1".into());
         }
-        if self.frame_timeout.is_zero()
-            || self.frame_timeout > MAX_FRAME_TIMEOUT
-            || self.linger > MAX_FRAME_TIMEOUT
-        {
+        if self.frame_timeout.is_zero() || self.frame_timeout > MAX_FRAME_TIMEOUT || self.linger > MAX_FRAME_TIMEOUT {
             return bad(format!("frame_timeout {:?} and linger {:?} must be above 0 and at most {MAX_FRAME_TIMEOUT:?}", self.frame_timeout, self.linger));
         }
         // SAFETY: sysconf has no preconditions.
         let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
         if let Some(c) = self.cpu.filter(|&c| c >= cpus) {
-            return bad(format!(
-                "cpu {c}: the receive thread can run on CPUs 0..{}",
-                cpus - 1
-            ));
+            return bad(format!("cpu {c}: the receive thread can run on CPUs 0..{}", cpus - 1));
         }
         if !(1..=MAX_BATCH).contains(&self.batch) {
             return Err(ReceiverError::Batch { batch: self.batch });
@@ -284,12 +257,8 @@ impl ReceiverConfig {
             let mut ids = self.module_ids.clone();
             ids.sort_unstable();
             ids.dedup();
-            if self.module_ids.len() != self.modules as usize || ids.len() != self.module_ids.len()
-            {
-                return bad(format!(
-                    "module_ids {:?} must name {} distinct modules",
-                    self.module_ids, self.modules
-                ));
+            if self.module_ids.len() != self.modules as usize || ids.len() != self.module_ids.len() {
+                return bad(format!("module_ids {:?} must name {} distinct modules", self.module_ids, self.modules));
             }
         }
         let (cell, sources) = self.sources()?;
@@ -312,36 +281,24 @@ impl ReceiverConfig {
         let bad = |m: String| Err(ReceiverError::Config(m));
         Ok(match self.format {
             Format::Rdaq => {
-                if self.payload_bytes == 0 || self.payload_bytes as usize > rdaq_proto::MAX_PAYLOAD
-                {
-                    return bad(format!(
-                        "payload_bytes {} must be 1..={}",
-                        self.payload_bytes,
-                        rdaq_proto::MAX_PAYLOAD
-                    ));
+                if self.payload_bytes == 0 || self.payload_bytes as usize > rdaq_proto::MAX_PAYLOAD {
+                    return bad(format!("payload_bytes {} must be 1..={}", self.payload_bytes, rdaq_proto::MAX_PAYLOAD));
                 }
                 let ports = (0..self.modules).map(|m| (m, SourceKind::Rdaq)).collect();
                 (self.payload_bytes as u64, ports)
             }
-            Format::Roce {
-                mtu, frame_stride, ..
-            } => {
+            Format::Roce { mtu, frame_stride, .. } => {
                 if frame_stride == 0 {
                     return bad("RoCEv2 frame stride must be at least 1".into());
                 }
                 if !ROCE_MTUS.contains(&mtu) {
-                    return bad(format!(
-                        "RoCEv2 path MTU {mtu} must be one of {ROCE_MTUS:?}"
-                    ));
+                    return bad(format!("RoCEv2 path MTU {mtu} must be one of {ROCE_MTUS:?}"));
                 }
                 if self.engine != EngineKind::AfXdp {
                     return bad(format!("RoCEv2 needs whole frames (the ICRC covers the IP header): use the af_xdp engine, not {}", self.engine));
                 }
                 if self.checksum {
-                    return bad(
-                        "RoCEv2 packets carry the ICRC; the CRC32C extension is for rdaq datagrams"
-                            .into(),
-                    );
+                    return bad("RoCEv2 packets carry the ICRC; the CRC32C extension is for rdaq datagrams".into());
                 }
                 let ports = (0..self.modules).map(|m| (m, SourceKind::Rdaq)).collect();
                 (mtu as u64, ports)
@@ -351,50 +308,27 @@ impl ReceiverConfig {
                     return bad(format!("JUNGFRAU has 1 or 2 interfaces, not {interfaces}"));
                 }
                 if rows == 0 || rows > JUNGFRAU_ROWS || rows % 8 != 0 {
-                    return bad(format!(
-                        "read rows {rows}: JUNGFRAU reads 8 to 512 rows, a multiple of 8"
-                    ));
+                    return bad(format!("read rows {rows}: JUNGFRAU reads 8 to 512 rows, a multiple of 8"));
                 }
                 let want = rows as u64 / ROWS_PER_PACKET as u64 * JUNGFRAU_PACKET_PAYLOAD as u64;
                 if self.module_bytes != want {
                     return bad(format!("sls ingest of {rows} rows needs JUNGFRAU module frames of {want} bytes, not {}", self.module_bytes));
                 }
-                let ports = (0..self.modules)
-                    .flat_map(|m| {
-                        sls_sources(m, interfaces, rows)
-                            .into_iter()
-                            .map(move |k| (m, k))
-                    })
-                    .collect();
+                let ports = (0..self.modules).flat_map(|m| sls_sources(m, interfaces, rows).into_iter().map(move |k| (m, k))).collect();
                 (JUNGFRAU_PACKET_PAYLOAD as u64, ports)
             }
             Format::SlsByHeader(g) => {
                 // a receiver of some of the modules (module_ids) holds part of the grid's rows
-                if g.packets == 0
-                    || g.ports() == 0
-                    || g.module_cols == 0
-                    || (self.module_ids.is_empty() && self.modules % g.module_cols != 0)
-                {
+                if g.packets == 0 || g.ports() == 0 || g.module_cols == 0 || (self.module_ids.is_empty() && self.modules % g.module_cols != 0) {
                     return bad(format!("port grid {g:?}: packets, ports and modules per row must be at least 1, the modules whole rows"));
                 }
                 if self.module_bytes != g.module_bytes() {
-                    return bad(format!(
-                        "{} ports of {} packets of {} bytes make module frames of {} bytes, not {}",
-                        g.ports(),
-                        g.packets,
-                        g.payload,
-                        g.module_bytes(),
-                        self.module_bytes
-                    ));
+                    return bad(format!("{} ports of {} packets of {} bytes make module frames of {} bytes, not {}", g.ports(), g.packets, g.payload, g.module_bytes(), self.module_bytes));
                 }
-                let ports = (0..self.modules)
-                    .flat_map(|m| {
-                        (0..g.ports())
-                            .map(move |port| (m, SourceKind::SlsByHeader { port, grid: g }))
-                    })
-                    .collect();
+                let ports = (0..self.modules).flat_map(|m| (0..g.ports()).map(move |port| (m, SourceKind::SlsByHeader { port, grid: g }))).collect();
                 (g.payload as u64, ports)
             }
         })
     }
 }
+

@@ -213,11 +213,7 @@ impl Counters {
 
     /// The non-zero drop counters by name.
     pub fn drops_by_reason(&self) -> Vec<(&'static str, u64)> {
-        DropReason::ALL
-            .iter()
-            .filter(|r| self.dropped(**r) > 0)
-            .map(|r| (r.name(), self.dropped(*r)))
-            .collect()
+        DropReason::ALL.iter().filter(|r| self.dropped(**r) > 0).map(|r| (r.name(), self.dropped(*r))).collect()
     }
 
     /// Frames that left the receiver, in any state (refused frames not included).
@@ -298,16 +294,9 @@ impl Counters {
     /// As JSON, the shape `/status`, the stop answer, the dashboard and Python show: every
     /// field of [`FIELDS`], the drops in total and by reason, and the ring.
     pub fn to_json(&self) -> serde_json::Value {
-        let mut m: serde_json::Map<String, serde_json::Value> = FIELDS
-            .iter()
-            .map(|f| (f.name.to_string(), (f.get)(self).into()))
-            .collect();
+        let mut m: serde_json::Map<String, serde_json::Value> = FIELDS.iter().map(|f| (f.name.to_string(), (f.get)(self).into())).collect();
         m.insert("dropped".into(), self.dropped_total().into());
-        let by_reason: serde_json::Map<String, serde_json::Value> = self
-            .drops_by_reason()
-            .into_iter()
-            .map(|(r, n)| (r.to_string(), n.into()))
-            .collect();
+        let by_reason: serde_json::Map<String, serde_json::Value> = self.drops_by_reason().into_iter().map(|(r, n)| (r.to_string(), n.into())).collect();
         m.insert("dropped_by_reason".into(), by_reason.into());
         m.insert("ring".into(), serde_json::json!({ "slots": self.slots, "filling": self.slots_filling, "handed": self.slots_handed }));
         m.into()
@@ -344,28 +333,11 @@ mod json_tests {
     fn each_counter_has_one_name_and_reads_its_own_field() {
         let names: std::collections::BTreeSet<_> = FIELDS.iter().map(|f| f.name).collect();
         assert_eq!(names.len(), FIELDS.len(), "names are unique");
-        let c = Counters {
-            frames_complete: 7,
-            kernel_drops: 3,
-            nacks_sent: 5,
-            slots: 8,
-            slots_handed: 2,
-            ..Counters::default()
-        };
+        let c = Counters { frames_complete: 7, kernel_drops: 3, nacks_sent: 5, slots: 8, slots_handed: 2, ..Counters::default() };
         let j = c.to_json();
         assert_eq!(j.as_object().unwrap().len(), FIELDS.len() + 3);
-        assert_eq!(
-            (
-                j["frames_complete"].as_u64(),
-                j["kernel_drops"].as_u64(),
-                j["nacks_sent"].as_u64()
-            ),
-            (Some(7), Some(3), Some(5))
-        );
-        assert_eq!(
-            j["ring"],
-            serde_json::json!({ "slots": 8, "filling": 0, "handed": 2 })
-        );
+        assert_eq!((j["frames_complete"].as_u64(), j["kernel_drops"].as_u64(), j["nacks_sent"].as_u64()), (Some(7), Some(3), Some(5)));
+        assert_eq!(j["ring"], serde_json::json!({ "slots": 8, "filling": 0, "handed": 2 }));
         assert_eq!(j["dropped_by_reason"], serde_json::json!({}));
     }
 }

@@ -34,10 +34,7 @@ pub fn hints(s: &Seen) -> Vec<String> {
     let mut out = Vec::new();
     for (i, src) in s.sources.iter().enumerate() {
         let port = s.ports[i];
-        if let Some(h) = unexpected_packets(s, src, port)
-            .or_else(|| foreign(src, port))
-            .or_else(|| more_packets(src, port))
-        {
+        if let Some(h) = unexpected_packets(s, src, port).or_else(|| foreign(src, port)).or_else(|| more_packets(src, port)) {
             out.push(h);
         }
     }
@@ -57,25 +54,15 @@ pub fn hints(s: &Seen) -> Vec<String> {
 /// Packets whose numbers a port does not expect: another interface's, or rows outside the
 /// readout.
 fn unexpected_packets(s: &Seen, src: &Source, port: u16) -> Option<String> {
-    let (Format::Sls { interfaces, rows }, SourceKind::Sls { module, .. }) = (s.format, src.kind)
-    else {
-        return None;
-    };
+    let (Format::Sls { interfaces, rows }, SourceKind::Sls { module, .. }) = (s.format, src.kind) else { return None };
     let u = src.unexpected;
     if u.packets == 0 {
         return None;
     }
     let per_if = rdaq_proto::sls::JUNGFRAU_PACKETS_PER_FRAME / interfaces as u32;
     if interfaces == 2 && u.highest >= per_if {
-        let silent: Vec<u16> = sibling_ports(s, module)
-            .filter(|&(_, o)| o.accepted == 0 && o.unexpected.packets == 0)
-            .map(|(p, _)| p)
-            .collect();
-        let nothing = if silent.is_empty() {
-            String::new()
-        } else {
-            format!(" and port {} received nothing", join(&silent))
-        };
+        let silent: Vec<u16> = sibling_ports(s, module).filter(|&(_, o)| o.accepted == 0 && o.unexpected.packets == 0).map(|(p, _)| p).collect();
+        let nothing = if silent.is_empty() { String::new() } else { format!(" and port {} received nothing", join(&silent)) };
         return Some(format!(
             "module {module}: port {port} received packet numbers up to {} (one interface of two sends 0-{}){nothing}: \
              the detector seems to send on one interface; use --interfaces 1",
@@ -118,11 +105,7 @@ fn foreign(src: &Source, port: u16) -> Option<String> {
             det_type(want_type)
         ));
     }
-    let size = if f.oversized > 0 {
-        "larger packets".to_string()
-    } else {
-        format!("packets of {} pixel bytes", f.payload)
-    };
+    let size = if f.oversized > 0 { "larger packets".to_string() } else { format!("packets of {} pixel bytes", f.payload) };
     Some(match src.kind {
         SourceKind::SlsByHeader { .. } => {
             format!("port {port} received {} {size} where the link set takes {want_payload}: check --link (the detector's tengiga setting)", f.packets)
@@ -134,9 +117,7 @@ fn foreign(src: &Source, port: u16) -> Option<String> {
 /// A detector placed by header (EIGER) whose packets are numbered past a frame: it sends
 /// more bits per pixel than the receiver was set for.
 fn more_packets(src: &Source, port: u16) -> Option<String> {
-    let SourceKind::SlsByHeader { grid: g, .. } = src.kind else {
-        return None;
-    };
+    let SourceKind::SlsByHeader { grid: g, .. } = src.kind else { return None };
     let u = src.unexpected;
     (u.packets > 0).then(|| {
         format!(
@@ -153,16 +134,9 @@ fn frame_numbers_disagree(s: &Seen) -> Option<String> {
     if s.frames_incomplete == 0 {
         return None;
     }
-    let spans: Vec<(u16, u64, u64)> = s
-        .sources
-        .iter()
-        .zip(s.ports)
-        .filter_map(|(src, &p)| Some((p, src.oldest_frame?, src.newest_frame?)))
-        .collect();
+    let spans: Vec<(u16, u64, u64)> = s.sources.iter().zip(s.ports).filter_map(|(src, &p)| Some((p, src.oldest_frame?, src.newest_frame?))).collect();
     let &(p0, a0, b0) = spans.first()?;
-    let &(p, a, b) = spans
-        .iter()
-        .find(|&&(_, a, b)| a != a0 && a.wrapping_sub(a0) == b.wrapping_sub(b0))?;
+    let &(p, a, b) = spans.iter().find(|&&(_, a, b)| a != a0 && a.wrapping_sub(a0) == b.wrapping_sub(b0))?;
     Some(format!(
         "port {p0} received frames {a0}-{b0} and port {p} frames {a}-{b}: the modules' frame numbers disagree by {}, so no frame number holds one exposure of every module; \
          start the modules together with the same next frame number (sls: nextframenumber)",
@@ -172,19 +146,11 @@ fn frame_numbers_disagree(s: &Seen) -> Option<String> {
 
 /// The ports of module `module`'s sources, with the sources.
 fn sibling_ports<'a>(s: &'a Seen, module: u16) -> impl Iterator<Item = (u16, &'a Source)> + 'a {
-    s.sources
-        .iter()
-        .zip(s.ports)
-        .filter(move |(o, _)| o.module == module)
-        .map(|(o, &p)| (p, o))
+    s.sources.iter().zip(s.ports).filter(move |(o, _)| o.module == module).map(|(o, &p)| (p, o))
 }
 
 fn join(ports: &[u16]) -> String {
-    ports
-        .iter()
-        .map(u16::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+    ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
 }
 
 /// The cells of module `m` missing from every frame, when no frame was complete.
@@ -195,9 +161,7 @@ fn always_missing(s: &Seen, m: u16) -> Option<Vec<u32>> {
     }
     let cpm = s.grid.cells_per_module;
     let base = m as u32 * cpm;
-    let cells: Vec<u32> = (0..cpm)
-        .filter(|k| always[(base + k) as usize / 64] & (1 << ((base + k) % 64)) != 0)
-        .collect();
+    let cells: Vec<u32> = (0..cpm).filter(|k| always[(base + k) as usize / 64] & (1 << ((base + k) % 64)) != 0).collect();
     (!cells.is_empty()).then_some(cells)
 }
 
@@ -208,10 +172,7 @@ fn module_pattern(s: &Seen, m: u16) -> Option<String> {
     let cpm = s.grid.cells_per_module;
     let frames = s.frames_incomplete;
     if missing.len() as u32 == cpm {
-        let silent: Vec<u16> = sibling_ports(s, m)
-            .filter(|(_, o)| o.accepted == 0)
-            .map(|(p, _)| p)
-            .collect();
+        let silent: Vec<u16> = sibling_ports(s, m).filter(|(_, o)| o.accepted == 0).map(|(p, _)| p).collect();
         return Some(format!(
             "module {m}: nothing of it arrived in any of the {frames} frames (port {} received nothing): check where it sends \
              (the receiver's --bind address and port)",
@@ -231,17 +192,12 @@ fn module_pattern(s: &Seen, m: u16) -> Option<String> {
             )
         });
     }
-    let Format::Sls { interfaces, rows } = s.format else {
-        return None;
-    };
+    let Format::Sls { interfaces, rows } = s.format else { return None };
     let contiguous = |cells: &[u32]| cells.windows(2).all(|w| w[1] == w[0] + 1);
     // a partial readout sends the rows around the centre: the same number missing at each end
     let edge = missing.iter().take_while(|&&k| k < cpm / 2).count() as u32;
-    if missing.len() as u32 == 2 * edge
-        && contiguous(&missing[..edge as usize])
-        && contiguous(&missing[edge as usize..])
-        && missing[0] == 0
-        && missing[missing.len() - 1] == cpm - 1
+    if missing.len() as u32 == 2 * edge && contiguous(&missing[..edge as usize]) && contiguous(&missing[edge as usize..])
+        && missing[0] == 0 && missing[missing.len() - 1] == cpm - 1
     {
         let read = rows as u32 - 2 * edge * ROWS_PER_CELL;
         return Some(format!(
@@ -251,12 +207,7 @@ fn module_pattern(s: &Seen, m: u16) -> Option<String> {
         ));
     }
     // one interface sends the first half of the module's rows, the second the other half
-    if interfaces == 1
-        && contiguous(&missing)
-        && missing[missing.len() - 1] == cpm - 1
-        && missing[0] * ROWS_PER_CELL + (JUNGFRAU_ROWS as u32 - rows as u32) / 2
-            == JUNGFRAU_ROWS as u32 / 2
-    {
+    if interfaces == 1 && contiguous(&missing) && missing[missing.len() - 1] == cpm - 1 && missing[0] * ROWS_PER_CELL + (JUNGFRAU_ROWS as u32 - rows as u32) / 2 == JUNGFRAU_ROWS as u32 / 2 {
         return Some(format!(
             "module {m}: every one of the {frames} frames lacks the second half of its rows: the detector seems to send on two \
              interfaces (the second to the next port); use --interfaces 2"
@@ -279,27 +230,11 @@ mod tests {
     }
 
     fn sources(interfaces: u8, rows: u16, grid: &Grid) -> Vec<Source> {
-        sls_sources(0, interfaces, rows)
-            .into_iter()
-            .map(|k| Source::new(k, 0, 0, grid, None))
-            .collect()
+        sls_sources(0, interfaces, rows).into_iter().map(|k| Source::new(k, 0, 0, grid, None)).collect()
     }
 
-    fn seen<'a>(
-        format: Format,
-        grid: &'a Grid,
-        sources: &'a [Source],
-        always: Option<&'a [u64]>,
-    ) -> Seen<'a> {
-        Seen {
-            format,
-            grid,
-            sources,
-            ports: &[50001, 50002],
-            always_missing: always,
-            frames_complete: 0,
-            frames_incomplete: 3,
-        }
+    fn seen<'a>(format: Format, grid: &'a Grid, sources: &'a [Source], always: Option<&'a [u64]>) -> Seen<'a> {
+        Seen { format, grid, sources, ports: &[50001, 50002], always_missing: always, frames_complete: 0, frames_incomplete: 3 }
     }
 
     #[test]
@@ -309,10 +244,7 @@ mod tests {
         let always = bitmap(128, |c| !(32..96).contains(&c));
         let h = hints(&seen(Format::sls(1), &grid, &src, Some(&always)));
         assert_eq!(h.len(), 1);
-        assert!(
-            h[0].contains("--read-rows 256") && h[0].contains("first and last 128 rows"),
-            "{h:?}"
-        );
+        assert!(h[0].contains("--read-rows 256") && h[0].contains("first and last 128 rows"), "{h:?}");
     }
 
     #[test]
@@ -335,12 +267,7 @@ mod tests {
         }
         let always = bitmap(128, |c| c >= 64);
         let h = hints(&seen(Format::sls(2), &grid, &src, Some(&always)));
-        assert!(
-            h.len() == 1
-                && h[0].contains("--interfaces 1")
-                && h[0].contains("port 50002 received nothing"),
-            "{h:?}"
-        );
+        assert!(h.len() == 1 && h[0].contains("--interfaces 1") && h[0].contains("port 50002 received nothing"), "{h:?}");
     }
 
     #[test]
@@ -357,24 +284,12 @@ mod tests {
     #[test]
     fn frame_numbers_that_disagree_at_both_ends_are_named() {
         let grid = Grid::new(2, 1 << 20, 8192);
-        let mut src: Vec<Source> = (0..2)
-            .map(|m| Source::new(sls_sources(m, 1, 512)[0], m, m, &grid, None))
-            .collect();
+        let mut src: Vec<Source> = (0..2).map(|m| Source::new(sls_sources(m, 1, 512)[0], m, m, &grid, None)).collect();
         let spans = |src: &mut [Source], a: (u64, u64), b: (u64, u64)| {
             (src[0].oldest_frame, src[0].newest_frame) = (Some(a.0), Some(a.1));
             (src[1].oldest_frame, src[1].newest_frame) = (Some(b.0), Some(b.1));
         };
-        let s = |src: &[Source]| {
-            hints(&Seen {
-                format: Format::sls(1),
-                grid: &grid,
-                sources: src,
-                ports: &[50001, 50002],
-                always_missing: None,
-                frames_complete: 2,
-                frames_incomplete: 2,
-            })
-        };
+        let s = |src: &[Source]| hints(&Seen { format: Format::sls(1), grid: &grid, sources: src, ports: &[50001, 50002], always_missing: None, frames_complete: 2, frames_incomplete: 2 });
         spans(&mut src, (14, 16), (15, 17));
         let h = s(&src);
         assert!(h.len() == 1 && h[0].contains("disagree by 1"), "{h:?}");

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver as ChanRx, Sender as ChanTx};
 use rdaq_net::batch::Subset;
 use rdaq_net::engine::{Engine, EngineSpec};
-use rdaq_net::roce::responder::{QpConfig, Region};
 use rdaq_net::socket;
-use rdaq_net::xdp::RoceSpec;
 use rdaq_proto::nack::{self, Missing, NACK_ENTRY_LEN, NACK_HEADER_LEN, NACK_MAX_ENTRIES};
+use rdaq_net::roce::responder::{QpConfig, Region};
+use rdaq_net::xdp::RoceSpec;
 use rdaq_proto::telegram::{BufferMap, LocalBufferInfo, RoceQp, TELEGRAM_VERSION};
 
 use crate::arena::Arena;
@@ -30,10 +30,7 @@ use crate::ledger::Ledger;
 use crate::placement::Placement;
 use crate::source::{Loss, Source, SourceKind};
 
-pub use crate::config::{
-    sls_sources, Format, NackConfig, ReceiverConfig, ReceiverError, JUNGFRAU_ROWS, MAX_BATCH,
-    ROCE_MTUS,
-};
+pub use crate::config::{sls_sources, Format, NackConfig, ReceiverConfig, ReceiverError, JUNGFRAU_ROWS, MAX_BATCH, ROCE_MTUS};
 pub use crate::frame::IncompletePolicy;
 
 /// What a receiver made of an acquisition beyond its counters: which frames it finished or
@@ -66,12 +63,7 @@ pub struct Receiver {
 }
 
 /// The host's transport settings for this receiver, as found at start.
-fn tuning(
-    cfg: &ReceiverConfig,
-    datagram_bytes: usize,
-    granted: usize,
-    arena: &Arena,
-) -> Vec<rdaq_net::tuning::Finding> {
+fn tuning(cfg: &ReceiverConfig, datagram_bytes: usize, granted: usize, arena: &Arena) -> Vec<rdaq_net::tuning::Finding> {
     rdaq_net::tuning::check(&rdaq_net::tuning::Setup {
         engine: cfg.engine,
         bind: cfg.bind,
@@ -94,15 +86,11 @@ fn keys(n: usize, seed: Option<u64>) -> Vec<u32> {
         if got == 8 {
             u64::from_le_bytes(b)
         } else {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
         }
     });
     // key i: a hash of i under the seed (never 0, which no buffer has)
-    (0..n as u64)
-        .map(|i| (xxhash_rust::xxh3::xxh3_64_with_seed(&i.to_le_bytes(), seed) as u32).max(1))
-        .collect()
+    (0..n as u64).map(|i| (xxhash_rust::xxh3::xxh3_64_with_seed(&i.to_le_bytes(), seed) as u32).max(1)).collect()
 }
 
 /// The data channels of a receiver: one socket each, bound in port order, with its source
@@ -115,73 +103,31 @@ struct Bound {
 }
 
 /// Binds a socket per source (`data_port + i`, or any port when `data_port` is 0).
-fn bind(
-    cfg: &ReceiverConfig,
-    grid: &Grid,
-    ids: &[u16],
-    kinds: &[(u16, SourceKind)],
-) -> Result<Bound, ReceiverError> {
-    let mut b = Bound {
-        sockets: Vec::with_capacity(kinds.len()),
-        sources: Vec::with_capacity(kinds.len()),
-        ports: Vec::with_capacity(kinds.len()),
-        granted: usize::MAX,
-    };
+fn bind(cfg: &ReceiverConfig, grid: &Grid, ids: &[u16], kinds: &[(u16, SourceKind)]) -> Result<Bound, ReceiverError> {
+    let mut b = Bound { sockets: Vec::with_capacity(kinds.len()), sources: Vec::with_capacity(kinds.len()), ports: Vec::with_capacity(kinds.len()), granted: usize::MAX };
     for (i, (module, kind)) in kinds.iter().enumerate() {
-        let port = if cfg.data_port == 0 {
-            0
-        } else {
-            cfg.data_port + i as u16
-        };
+        let port = if cfg.data_port == 0 { 0 } else { cfg.data_port + i as u16 };
         let addr = SocketAddr::new(cfg.bind, port);
-        let (s, g) = socket::bind_receiver(addr, cfg.recv_buffer)
-            .map_err(|source| ReceiverError::Bind { addr, source })?;
+        let (s, g) = socket::bind_receiver(addr, cfg.recv_buffer).map_err(|source| ReceiverError::Bind { addr, source })?;
         b.granted = b.granted.min(g);
         b.ports.push(s.local_addr()?.port());
         b.sockets.push(s);
-        b.sources.push(Source::new(
-            *kind,
-            *module,
-            ids[*module as usize],
-            grid,
-            Some(cfg.loss_window),
-        ));
+        b.sources.push(Source::new(*kind, *module, ids[*module as usize], grid, Some(cfg.loss_window)));
     }
     Ok(b)
 }
 
 /// What senders need to know of the receiver's buffers: ids, keys, sizes, data ports.
-fn buffer_map(
-    cfg: &ReceiverConfig,
-    grid: &Grid,
-    keys: &[u32],
-    ports: &[u16],
-    arena: &Arena,
-) -> BufferMap {
+fn buffer_map(cfg: &ReceiverConfig, grid: &Grid, keys: &[u32], ports: &[u16], arena: &Arena) -> BufferMap {
     let qps = roce_qps(cfg, keys);
-    let va = |i: usize| {
-        if qps.is_empty() {
-            0
-        } else {
-            arena.slot_ptr(i) as u64
-        }
-    };
+    let va = |i: usize| if qps.is_empty() { 0 } else { arena.slot_ptr(i) as u64 };
     BufferMap {
         version: TELEGRAM_VERSION,
         modules: cfg.modules,
         module_bytes: cfg.module_bytes,
         payload_bytes: grid.cell_bytes as u32,
         data_ports: ports.to_vec(),
-        buffers: keys
-            .iter()
-            .enumerate()
-            .map(|(i, &key)| LocalBufferInfo {
-                id: cfg.buffer_base + i as u32,
-                key,
-                size: grid.slot_bytes(),
-                va: va(i),
-            })
-            .collect(),
+        buffers: keys.iter().enumerate().map(|(i, &key)| LocalBufferInfo { id: cfg.buffer_base + i as u32, key, size: grid.slot_bytes(), va: va(i) }).collect(),
         checksum: cfg.checksum,
         roce: qps,
     }
@@ -190,27 +136,12 @@ fn buffer_map(
 /// The queue pair of each module of a RoCEv2 receiver (none for other formats): numbers
 /// 0x100 + m (the module's own 0x200 + m), a first PSN drawn like the keys.
 fn roce_qps(cfg: &ReceiverConfig, keys: &[u32]) -> Vec<RoceQp> {
-    let Format::Roce {
-        mtu,
-        first_frame,
-        frame_stride,
-    } = cfg.format
-    else {
-        return Vec::new();
-    };
+    let Format::Roce { mtu, first_frame, frame_stride } = cfg.format else { return Vec::new() };
     let seed = keys.first().copied().unwrap_or(0) as u64;
     (0..cfg.modules as u32)
         .map(|m| {
-            let start_psn =
-                xxhash_rust::xxh3::xxh3_64_with_seed(&m.to_le_bytes(), seed) as u32 & 0xFF_FFFF;
-            RoceQp {
-                qpn: 0x100 + m,
-                peer_qpn: 0x200 + m,
-                start_psn,
-                mtu,
-                first_frame,
-                frame_stride,
-            }
+            let start_psn = xxhash_rust::xxh3::xxh3_64_with_seed(&m.to_le_bytes(), seed) as u32 & 0xFF_FFFF;
+            RoceQp { qpn: 0x100 + m, peer_qpn: 0x200 + m, start_psn, mtu, first_frame, frame_stride }
         })
         .collect()
 }
@@ -218,33 +149,9 @@ fn roce_qps(cfg: &ReceiverConfig, keys: &[u32]) -> Vec<RoceQp> {
 /// What the AF_XDP engine needs to be the RoCEv2 target of `map` (none for other formats).
 fn roce_spec(map: &BufferMap, ids: &[u16]) -> Option<RoceSpec> {
     let mtu = map.roce.first()?.mtu;
-    let qps = map
-        .roce
-        .iter()
-        .map(|q| QpConfig {
-            qpn: q.qpn,
-            peer_qpn: q.peer_qpn,
-            start_psn: q.start_psn,
-            first_frame: q.first_frame,
-            frame_stride: q.frame_stride,
-        })
-        .collect();
-    let regions = map
-        .buffers
-        .iter()
-        .map(|b| Region {
-            va: b.va,
-            len: b.size,
-            rkey: b.key,
-            buffer: b.id,
-        })
-        .collect();
-    Some(RoceSpec {
-        qps,
-        modules: ids.to_vec(),
-        regions,
-        mtu,
-    })
+    let qps = map.roce.iter().map(|q| QpConfig { qpn: q.qpn, peer_qpn: q.peer_qpn, start_psn: q.start_psn, first_frame: q.first_frame, frame_stride: q.frame_stride }).collect();
+    let regions = map.buffers.iter().map(|b| Region { va: b.va, len: b.size, rkey: b.key, buffer: b.id }).collect();
+    Some(RoceSpec { qps, modules: ids.to_vec(), regions, mtu })
 }
 
 impl Receiver {
@@ -252,50 +159,23 @@ impl Receiver {
     pub fn start(cfg: ReceiverConfig) -> Result<Receiver, ReceiverError> {
         let (grid, source_kinds) = cfg.check()?;
         let slot_bytes = grid.slot_bytes() as usize;
-        let arena = Arc::new(Arena::new(cfg.slots, slot_bytes).map_err(|source| {
-            ReceiverError::Memory {
-                bytes: (cfg.slots * slot_bytes) as u64,
-                source,
-            }
-        })?);
-        let ids: Vec<u16> = if cfg.module_ids.is_empty() {
-            (0..cfg.modules).collect()
-        } else {
-            cfg.module_ids.clone()
-        };
-        let Bound {
-            sockets,
-            sources,
-            ports,
-            granted,
-        } = bind(&cfg, &grid, &ids, &source_kinds)?;
+        let arena = Arc::new(
+            Arena::new(cfg.slots, slot_bytes)
+                .map_err(|source| ReceiverError::Memory { bytes: (cfg.slots * slot_bytes) as u64, source })?,
+        );
+        let ids: Vec<u16> = if cfg.module_ids.is_empty() { (0..cfg.modules).collect() } else { cfg.module_ids.clone() };
+        let Bound { sockets, sources, ports, granted } = bind(&cfg, &grid, &ids, &source_kinds)?;
         let keys = keys(cfg.slots, cfg.key_seed);
         let map = buffer_map(&cfg, &grid, &keys, &ports, &arena);
-        let placement = Placement::new(
-            arena.clone(),
-            grid,
-            &ids,
-            cfg.buffer_base,
-            keys,
-            cfg.policy,
-            cfg.batch,
-        )
-        .with_checksum(cfg.checksum)
-        .with_allowed_sources(cfg.sources.clone());
+        let placement = Placement::new(arena.clone(), grid, &ids, cfg.buffer_base, keys, cfg.policy, cfg.batch)
+            .with_checksum(cfg.checksum)
+            .with_allowed_sources(cfg.sources.clone());
         let placement_owner = placement.owner();
         let hdr_len = match cfg.format {
             Format::Rdaq | Format::Roce { .. } => placement.header_len(),
             Format::Sls { .. } | Format::SlsByHeader(_) => rdaq_proto::SLS_HEADER_LEN,
         };
-        let spec = EngineSpec {
-            sockets: &sockets,
-            bind: cfg.bind,
-            batch: cfg.batch,
-            hdr_len,
-            landing_len: grid.cell_bytes as usize,
-            buffer_bytes: cfg.recv_buffer,
-            roce: roce_spec(&map, &ids),
-        };
+        let spec = EngineSpec { sockets: &sockets, bind: cfg.bind, batch: cfg.batch, hdr_len, landing_len: grid.cell_bytes as usize, buffer_bytes: cfg.recv_buffer, roce: roce_spec(&map, &ids) };
         let engine = Engine::open(cfg.engine, &spec)?;
         let engine_line = engine.describe();
         let tuning = tuning(&cfg, hdr_len + grid.cell_bytes as usize, granted, &arena);
@@ -326,9 +206,7 @@ impl Receiver {
             tokens: 0.0,
             last_refill: Instant::now(),
         };
-        let thread = std::thread::Builder::new()
-            .name("rdaq-recv".into())
-            .spawn(move || ctx.run())?;
+        let thread = std::thread::Builder::new().name("rdaq-recv".into()).spawn(move || ctx.run())?;
         Ok(Receiver {
             arena,
             map,
@@ -351,13 +229,7 @@ impl Receiver {
 
     /// A receiver whose frames come from elsewhere in this process (see `crate::memory`):
     /// no data ports, no receive thread.
-    pub(crate) fn without_thread(
-        arena: Arc<Arena>,
-        grid: Grid,
-        owner: Owner,
-        frames: ChanRx<FrameReady>,
-        release_tx: ChanTx<FrameReady>,
-    ) -> Receiver {
+    pub(crate) fn without_thread(arena: Arc<Arena>, grid: Grid, owner: Owner, frames: ChanRx<FrameReady>, release_tx: ChanTx<FrameReady>) -> Receiver {
         let map = BufferMap {
             version: TELEGRAM_VERSION,
             modules: grid.modules,
@@ -460,17 +332,10 @@ impl Receiver {
     pub fn missing_mask(&self, f: &FrameReady, mask: &mut [u8]) -> Result<(), FrameError> {
         f.check_owner(self.owner)?;
         let pixels = self.grid.frame_pixels();
-        assert!(
-            mask.len() >= pixels,
-            "a mask of {} bytes for {pixels} pixels",
-            mask.len()
-        );
+        assert!(mask.len() >= pixels, "a mask of {} bytes for {pixels} pixels", mask.len());
         mask[..pixels].fill(0);
         for &c in f.missing() {
-            let (off, len) = (
-                self.grid.cell_offset(c) as usize / 2,
-                self.grid.cell_len(c) as usize / 2,
-            );
+            let (off, len) = (self.grid.cell_offset(c) as usize / 2, self.grid.cell_len(c) as usize / 2);
             mask[off..off + len].fill(1);
         }
         Ok(())
@@ -495,10 +360,7 @@ impl Receiver {
     /// Which frames were finished or refused, and hints at a wrong setting: as of the end
     /// of the receive thread, or of the last [`Receiver::flush`].
     pub fn outcome(&self) -> Outcome {
-        self.outcome
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.outcome.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Places what has already arrived, then finishes every frame in progress, under the
@@ -548,9 +410,7 @@ impl Receiver {
     /// Waits for the receive thread and returns the final counters.
     pub fn join(&mut self) -> Result<Counters, ReceiverError> {
         match self.thread.take() {
-            Some(t) => t
-                .join()
-                .map_err(|_| ReceiverError::Io(io::Error::other("receive thread panicked")))?,
+            Some(t) => t.join().map_err(|_| ReceiverError::Io(io::Error::other("receive thread panicked")))?,
             None => Ok(self.counters()),
         }
     }
@@ -631,15 +491,10 @@ impl Loop {
             }
             if now.duration_since(last_expire) >= EXPIRE_EVERY {
                 // RoCEv2 recovers losses itself (the responder's NAKs)
-                if let Some(nc) = self
-                    .cfg
-                    .nack
-                    .filter(|_| !matches!(self.cfg.format, Format::Roce { .. }))
-                {
+                if let Some(nc) = self.cfg.nack.filter(|_| !matches!(self.cfg.format, Format::Roce { .. })) {
                     self.request_retransmissions(now, nc);
                 }
-                self.placement
-                    .expire(now, self.cfg.frame_timeout, &self.sources);
+                self.placement.expire(now, self.cfg.frame_timeout, &self.sources);
                 last_expire = now;
             }
             self.hand_on();
@@ -648,10 +503,7 @@ impl Loop {
                 last_publish = now;
             }
             let c = &self.placement.counters;
-            let limit_reached = self
-                .cfg
-                .frames
-                .is_some_and(|n| c.frames_finished() + c.frames_refused >= n);
+            let limit_reached = self.cfg.frames.is_some_and(|n| c.frames_finished() + c.frames_refused >= n);
             let stopping = match self.stop.load(Ordering::Relaxed) {
                 RUNNING => false,
                 WHEN_QUIET => now.duration_since(last_data) >= self.cfg.linger,
@@ -674,12 +526,7 @@ impl Loop {
         }
         self.placement.finish_all();
         self.hand_on();
-        self.placement.counters.kernel_drops = self
-            .sockets
-            .iter()
-            .filter_map(socket::kernel_drops)
-            .sum::<u64>()
-            + self.engine.drops_below();
+        self.placement.counters.kernel_drops = self.sockets.iter().filter_map(socket::kernel_drops).sum::<u64>() + self.engine.drops_below();
         self.placement.counters.cpu_time = socket::thread_cpu_time();
         self.placement.counters.sleeps = socket::thread_waits();
         self.publish();
@@ -736,10 +583,7 @@ impl Loop {
             frames_complete: c.frames_complete,
             frames_incomplete: c.frames_incomplete + c.frames_discarded,
         };
-        let outcome = Outcome {
-            ledger: self.placement.ledger.clone(),
-            hints: diagnose::hints(&seen),
-        };
+        let outcome = Outcome { ledger: self.placement.ledger.clone(), hints: diagnose::hints(&seen) };
         *self.outcome.lock().unwrap_or_else(|e| e.into_inner()) = outcome;
     }
 
@@ -771,8 +615,7 @@ impl Loop {
         for ch in channels.clone() {
             landings.next[ch] = 0;
             if self.cfg.predict {
-                self.placement
-                    .predict(&self.sources[ch], landing, &mut landings.cells[ch]);
+                self.placement.predict(&self.sources[ch], landing, &mut landings.cells[ch]);
             } else {
                 landings.cells[ch].fill(None);
             }
@@ -793,24 +636,15 @@ impl Loop {
         }
         let now = Instant::now();
         if let Some(ch) = one {
-            self.placement
-                .place_batch(&self.engine, &mut self.sources[ch], now);
+            self.placement.place_batch(&self.engine, &mut self.sources[ch], now);
             return Ok(n);
         }
         for ch in channels {
             landings.picked.clear();
-            landings.picked.extend(
-                (0..n)
-                    .filter(|&i| self.engine.channel(i) == ch)
-                    .map(|i| i as u16),
-            );
+            landings.picked.extend((0..n).filter(|&i| self.engine.channel(i) == ch).map(|i| i as u16));
             if !landings.picked.is_empty() {
-                let part = Subset {
-                    batch: &self.engine,
-                    indices: &landings.picked,
-                };
-                self.placement
-                    .place_batch(&part, &mut self.sources[ch], now);
+                let part = Subset { batch: &self.engine, indices: &landings.picked };
+                self.placement.place_batch(&part, &mut self.sources[ch], now);
             }
         }
         Ok(n)
@@ -841,18 +675,9 @@ impl Loop {
 
     /// Finds what quiet channels and stalled frames lack, and asks the senders for it.
     fn request_retransmissions(&mut self, now: Instant, nc: NackConfig) {
-        let Loop {
-            placement,
-            sources,
-            progress,
-            ..
-        } = self;
+        let Loop { placement, sources, progress, .. } = self;
         for src in sources.iter_mut() {
-            if !src.flushed
-                && src
-                    .last_data
-                    .is_some_and(|t| now.duration_since(t) >= nc.quiet)
-            {
+            if !src.flushed && src.last_data.is_some_and(|t| now.duration_since(t) >= nc.quiet) {
                 src.flush_window(&mut placement.counters, &mut placement.losses);
                 src.flushed = true;
             }
@@ -866,29 +691,18 @@ impl Loop {
             progress.extend(sources.iter().map(|s| (s.newest_frame, s.last_data)));
             let is_past = |m: u16, frame: u64| {
                 let (newest, last) = progress[m as usize];
-                newest.is_some_and(|n| {
-                    n > frame
-                        || (n == frame && last.is_some_and(|t| now.duration_since(t) >= nc.quiet))
-                })
+                newest.is_some_and(|n| n > frame || (n == frame && last.is_some_and(|t| now.duration_since(t) >= nc.quiet)))
             };
-            placement.stalled(
-                now,
-                nc.quiet,
-                nc.interval,
-                nc.retries,
-                is_past,
-                |m, frame, start, end| {
-                    if !sources[m as usize].request(Missing::Frame { frame, start, end }) {
-                        full += 1;
-                    }
-                },
-            );
+            placement.stalled(now, nc.quiet, nc.interval, nc.retries, is_past, |m, frame, start, end| {
+                if !sources[m as usize].request(Missing::Frame { frame, start, end }) {
+                    full += 1;
+                }
+            });
             placement.counters.nack_ranges_dropped += full;
         }
         let elapsed = now.duration_since(self.last_refill).as_secs_f64();
         self.last_refill = now;
-        self.tokens =
-            (self.tokens + elapsed * nc.rate as f64).min((nc.rate as f64 / 10.0).max(1.0));
+        self.tokens = (self.tokens + elapsed * nc.rate as f64).min((nc.rate as f64 / 10.0).max(1.0));
         let mut buf = [0u8; NACK_HEADER_LEN + NACK_MAX_ENTRIES * NACK_ENTRY_LEN];
         let counters = &mut self.placement.counters;
         for (sock, src) in self.sockets.iter().zip(self.sources.iter_mut()) {
@@ -919,11 +733,7 @@ impl Loop {
 
     fn publish(&mut self) {
         self.placement.counters.recv_syscalls = self.engine.stats().syscalls;
-        (
-            self.placement.counters.slots_filling,
-            self.placement.counters.slots_handed,
-            self.placement.counters.slots,
-        ) = self.placement.ring_fill();
+        (self.placement.counters.slots_filling, self.placement.counters.slots_handed, self.placement.counters.slots) = self.placement.ring_fill();
         *self.shared.lock().unwrap_or_else(|e| e.into_inner()) = self.counters();
     }
 }
@@ -939,10 +749,6 @@ struct Landings {
 
 impl Landings {
     fn new(channels: usize, batch: usize) -> Landings {
-        Landings {
-            cells: vec![vec![None; batch]; channels],
-            next: vec![0; channels],
-            picked: Vec::with_capacity(batch),
-        }
+        Landings { cells: vec![vec![None; batch]; channels], next: vec![0; channels], picked: Vec::with_capacity(batch) }
     }
 }

@@ -38,9 +38,7 @@ impl std::str::FromStr for IncompletePolicy {
         match s {
             "keep" => Ok(IncompletePolicy::Keep),
             "discard" => Ok(IncompletePolicy::Discard),
-            other => Err(format!(
-                "policy must be \"keep\" or \"discard\", not {other:?}"
-            )),
+            other => Err(format!("policy must be \"keep\" or \"discard\", not {other:?}")),
         }
     }
 }

@@ -12,17 +12,9 @@ pub struct Grid {
 
 impl Grid {
     pub fn new(modules: u16, module_bytes: u64, cell_bytes: u64) -> Grid {
-        assert!(
-            modules > 0 && module_bytes > 0 && cell_bytes > 0,
-            "empty grid"
-        );
+        assert!(modules > 0 && module_bytes > 0 && cell_bytes > 0, "empty grid");
         let cells_per_module = module_bytes.div_ceil(cell_bytes) as u32;
-        Grid {
-            modules,
-            module_bytes,
-            cell_bytes,
-            cells_per_module,
-        }
+        Grid { modules, module_bytes, cell_bytes, cells_per_module }
     }
 
     pub fn slot_bytes(&self) -> u64 {
@@ -77,11 +69,7 @@ mod tests {
         assert_eq!(g.cell_len(2), 10_000 - 8192);
         assert_eq!(g.cell_at(1, 10_000 + 4096, 4096), Some(4));
         assert_eq!(g.cell_at(1, 10_000 + 8192, 10_000 - 8192), Some(5));
-        assert_eq!(
-            g.cell_at(0, 10_000, 4096),
-            None,
-            "module 0 cannot write module 1"
-        );
+        assert_eq!(g.cell_at(0, 10_000, 4096), None, "module 0 cannot write module 1");
         assert_eq!(g.cell_at(0, 100, 4096), None, "misaligned");
         assert_eq!(g.cell_at(0, 0, 4095), None, "short");
         assert_eq!(g.cell_offset(4), 10_000 + 4096);

@@ -70,8 +70,7 @@ impl FrameSet {
 
     /// The runs of `[start, end)` that are in neither this set nor `other`.
     pub fn gaps(&self, other: &FrameSet, start: u64, end: u64) -> Vec<(u64, u64)> {
-        let mut both: Vec<(u64, u64)> =
-            self.runs.iter().chain(other.runs.iter()).copied().collect();
+        let mut both: Vec<(u64, u64)> = self.runs.iter().chain(other.runs.iter()).copied().collect();
         both.sort_unstable();
         let mut out = Vec::new();
         let mut at = start;
@@ -111,14 +110,8 @@ impl Ledger {
 
     /// The lowest and highest frame seen (finished or refused).
     pub fn span(&self) -> Option<(u64, u64)> {
-        let first = [self.finished.first(), self.refused.first()]
-            .into_iter()
-            .flatten()
-            .min()?;
-        let last = [self.finished.last(), self.refused.last()]
-            .into_iter()
-            .flatten()
-            .max()?;
+        let first = [self.finished.first(), self.refused.first()].into_iter().flatten().min()?;
+        let last = [self.finished.last(), self.refused.last()].into_iter().flatten().max()?;
         Some((first, last))
     }
 
@@ -133,13 +126,7 @@ pub fn describe_runs(runs: &[(u64, u64)], max: usize) -> String {
     let mut parts: Vec<String> = runs
         .iter()
         .take(max)
-        .map(|&(s, e)| {
-            if e - s == 1 {
-                s.to_string()
-            } else {
-                format!("{s}-{}", e - 1)
-            }
-        })
+        .map(|&(s, e)| if e - s == 1 { s.to_string() } else { format!("{s}-{}", e - 1) })
         .collect();
     if runs.len() > max {
         parts.push(format!("... ({} more runs)", runs.len() - max));
@@ -164,14 +151,8 @@ mod tests {
         let mut r = FrameSet::default();
         r.insert(10);
         assert_eq!(s.gaps(&r, 0, 25), vec![(0, 3), (7, 9), (11, 20), (21, 25)]);
-        assert_eq!(
-            describe_runs(&s.gaps(&r, 0, 25), 2),
-            "0-2, 7-8, ... (2 more runs)"
-        );
-        let l = Ledger {
-            finished: s,
-            refused: r,
-        };
+        assert_eq!(describe_runs(&s.gaps(&r, 0, 25), 2), "0-2, 7-8, ... (2 more runs)");
+        let l = Ledger { finished: s, refused: r };
         assert_eq!(l.span(), Some((3, 20)));
     }
 

@@ -36,7 +36,7 @@ pub mod target;
 pub mod window;
 
 pub use counters::{Counters, DropReason};
-pub use engine::{Format, IncompletePolicy, Outcome, Receiver, ReceiverConfig, ReceiverError};
-pub use frame::{FrameError, FrameReady, FrameStatus, MISSING_BYTE};
-pub use ledger::{FrameSet, Ledger};
 pub use source::PortGrid;
+pub use engine::{Format, IncompletePolicy, Outcome, Receiver, ReceiverConfig, ReceiverError};
+pub use ledger::{FrameSet, Ledger};
+pub use frame::{FrameError, FrameReady, FrameStatus, MISSING_BYTE};

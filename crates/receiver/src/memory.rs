@@ -41,40 +41,19 @@ pub struct Placer {
 impl Receiver {
     /// A receiver of `modules` modules of `module_bytes` each, with a ring of `slots` frames
     /// and no data ports, and the [`Placer`] that hands its frames on.
-    pub fn in_memory(
-        modules: u16,
-        module_bytes: u64,
-        slots: usize,
-    ) -> Result<(Receiver, Placer), ReceiverError> {
+    pub fn in_memory(modules: u16, module_bytes: u64, slots: usize) -> Result<(Receiver, Placer), ReceiverError> {
         if modules == 0 || module_bytes == 0 || slots == 0 {
             return Err(ReceiverError::Config(format!("an in-memory receiver needs modules, bytes and slots ({modules}, {module_bytes}, {slots})")));
         }
         let grid = Grid::new(modules, module_bytes, module_bytes.min(8192));
         let slot_bytes = grid.slot_bytes() as usize;
-        let arena =
-            Arc::new(
-                Arena::new(slots, slot_bytes).map_err(|source| ReceiverError::Memory {
-                    bytes: (slots * slot_bytes) as u64,
-                    source,
-                })?,
-            );
+        let arena = Arc::new(Arena::new(slots, slot_bytes).map_err(|source| ReceiverError::Memory { bytes: (slots * slot_bytes) as u64, source })?);
         let (frames_tx, frames) = crossbeam_channel::unbounded();
         let (release_tx, release_rx) = crossbeam_channel::unbounded();
         let owner = Owner::new();
         let rx = Receiver::without_thread(arena.clone(), grid, owner, frames, release_tx);
         let counters = rx.shared_counters();
-        Ok((
-            rx,
-            Placer {
-                arena,
-                grid,
-                owner,
-                frames_tx,
-                release_rx,
-                handed: vec![false; slots],
-                counters,
-            },
-        ))
+        Ok((rx, Placer { arena, grid, owner, frames_tx, release_rx, handed: vec![false; slots], counters }))
     }
 }
 
@@ -91,12 +70,7 @@ impl Placer {
         // SAFETY: slot_ptr checks the index; the slot is not handed on (checked above), so
         // no frame token gives the consumer its bytes, and `&mut self` keeps this the only
         // reference the placer gives out until it is handed.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.arena.slot_ptr(slot as usize),
-                self.arena.slot_bytes(),
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut(self.arena.slot_ptr(slot as usize), self.arena.slot_bytes()) }
     }
 
     /// Hands `slot` on as complete frame `frame` (panics if it is already handed on, as
@@ -106,18 +80,7 @@ impl Placer {
         self.handed[slot as usize] = true;
         let now = Instant::now();
         let cells = self.grid.cells();
-        let f = FrameReady {
-            owner: self.owner,
-            slot,
-            frame,
-            status: FrameStatus::Complete,
-            received_cells: cells,
-            total_cells: cells,
-            missing: Vec::new(),
-            imm: None,
-            first_datagram: now,
-            finished: now,
-        };
+        let f = FrameReady { owner: self.owner, slot, frame, status: FrameStatus::Complete, received_cells: cells, total_cells: cells, missing: Vec::new(), imm: None, first_datagram: now, finished: now };
         let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
         c.frames_complete += 1;
         c.bytes_placed += self.grid.slot_bytes();
@@ -149,11 +112,7 @@ impl Placer {
     /// Slots that are not handed on, with those given back since last seen.
     pub fn free(&mut self) -> impl Iterator<Item = u32> + '_ {
         self.take_released();
-        self.handed
-            .iter()
-            .enumerate()
-            .filter(|(_, &h)| !h)
-            .map(|(i, _)| i as u32)
+        self.handed.iter().enumerate().filter(|(_, &h)| !h).map(|(i, _)| i as u32)
     }
 
     fn take_released(&mut self) {
@@ -191,20 +150,11 @@ mod tests {
     fn waiting_for_a_slot_can_stop() {
         let (rx, mut placer) = Receiver::in_memory(1, 4096, 1).unwrap();
         placer.hand(0, 0);
-        assert_eq!(
-            placer.wait_released_for(Duration::from_millis(1)),
-            Released::NotYet
-        );
+        assert_eq!(placer.wait_released_for(Duration::from_millis(1)), Released::NotYet);
         rx.release(rx.frames().recv().unwrap()).unwrap();
-        assert_eq!(
-            placer.wait_released_for(Duration::from_secs(60)),
-            Released::Slot(0)
-        );
+        assert_eq!(placer.wait_released_for(Duration::from_secs(60)), Released::Slot(0));
         drop(rx);
-        assert_eq!(
-            placer.wait_released_for(Duration::from_secs(60)),
-            Released::Gone
-        );
+        assert_eq!(placer.wait_released_for(Duration::from_secs(60)), Released::Gone);
     }
 
     #[test]

@@ -16,9 +16,7 @@ use crate::counters::{Counters, DropReason};
 use crate::frame::{FrameError, FrameReady, FrameStatus, IncompletePolicy, Owner, MISSING_BYTE};
 use crate::grid::Grid;
 use crate::ledger::Ledger;
-use crate::source::{
-    declare_lost, sls_packet_number, Loss, PortGrid, Source, SourceKind, LOSS_LOG,
-};
+use crate::source::{declare_lost, sls_packet_number, Loss, PortGrid, Source, SourceKind, LOSS_LOG};
 use crate::target::{Target, Targets};
 use crate::window::Seen;
 
@@ -119,20 +117,9 @@ impl Placement {
         batch: usize,
     ) -> Self {
         assert_eq!(arena.slots(), keys.len(), "one key per slot");
-        assert_eq!(
-            module_ids.len(),
-            grid.modules as usize,
-            "one id per module of the grid"
-        );
-        assert!(
-            (1..=MAX_BATCH).contains(&batch),
-            "batch {batch} must be 1..={MAX_BATCH}"
-        );
-        assert_eq!(
-            arena.slot_bytes() as u64,
-            grid.slot_bytes(),
-            "slot size matches the grid"
-        );
+        assert_eq!(module_ids.len(), grid.modules as usize, "one id per module of the grid");
+        assert!((1..=MAX_BATCH).contains(&batch), "batch {batch} must be 1..={MAX_BATCH}");
+        assert_eq!(arena.slot_bytes() as u64, grid.slot_bytes(), "slot size matches the grid");
         let words = grid.cells().div_ceil(64) as usize;
         let now = Instant::now();
         let slots = (0..arena.slots())
@@ -205,19 +192,10 @@ impl Placement {
 
     #[inline]
     fn dest(&self, t: &Target) -> *mut u8 {
-        assert!(
-            t.cell < self.grid.cells(),
-            "cell {} of a {}-cell slot",
-            t.cell,
-            self.grid.cells()
-        );
+        assert!(t.cell < self.grid.cells(), "cell {} of a {}-cell slot", t.cell, self.grid.cells());
         // SAFETY: slot_ptr checks slot < slots, and cell < grid.cells() (checked above), so
         // the cell's offset lies inside the slot.
-        unsafe {
-            self.arena
-                .slot_ptr(t.slot as usize)
-                .add(self.grid.cell_offset(t.cell) as usize)
-        }
+        unsafe { self.arena.slot_ptr(t.slot as usize).add(self.grid.cell_offset(t.cell) as usize) }
     }
 
     /// Predicted landings for the next batch on `src`, one per entry of `out`: the cells
@@ -228,11 +206,7 @@ impl Placement {
     pub fn predict(&self, src: &Source, landing_len: usize, out: &mut [Option<*mut u8>]) {
         let span = match src.kind {
             SourceKind::Rdaq => self.grid.cells_per_module,
-            SourceKind::Sls { packets, .. }
-            | SourceKind::SlsByHeader {
-                grid: PortGrid { packets, .. },
-                ..
-            } => packets,
+            SourceKind::Sls { packets, .. } | SourceKind::SlsByHeader { grid: PortGrid { packets, .. }, .. } => packets,
         } as usize;
         let distinct = span * self.slots.len();
         let mut next = src.next;
@@ -243,21 +217,9 @@ impl Placement {
             }
             *o = next.and_then(|(slot, cell)| {
                 let s = &self.slots[slot as usize];
-                let bit_set = s.state == State::Filling
-                    && s.bitmap[cell as usize / 64] & (1 << (cell % 64)) != 0;
-                let usable = s.state != State::Handed
-                    && !bit_set
-                    && self.grid.cell_len(cell) as usize == landing_len;
-                usable.then(|| {
-                    self.dest(&Target {
-                        slot,
-                        cell,
-                        frame: 0,
-                        imm: None,
-                        seq: 0,
-                        retransmit: false,
-                    })
-                })
+                let bit_set = s.state == State::Filling && s.bitmap[cell as usize / 64] & (1 << (cell % 64)) != 0;
+                let usable = s.state != State::Handed && !bit_set && self.grid.cell_len(cell) as usize == landing_len;
+                usable.then(|| self.dest(&Target { slot, cell, frame: 0, imm: None, seq: 0, retransmit: false }))
             });
             next = next.map(|(slot, cell)| self.successor(src.kind, slot, cell));
         }
@@ -268,11 +230,7 @@ impl Placement {
         let m = cell / cpm;
         let (lo, hi) = match kind {
             SourceKind::Rdaq => (0, cpm),
-            SourceKind::Sls {
-                first_cell,
-                packets,
-                ..
-            } => (first_cell, first_cell + packets),
+            SourceKind::Sls { first_cell, packets, .. } => (first_cell, first_cell + packets),
             // the port of the cell placed last: the header, not the socket, said which
             SourceKind::SlsByHeader { grid, .. } => {
                 let lo = cell % cpm / grid.packets * grid.packets;
@@ -292,11 +250,7 @@ impl Placement {
     /// When the batch holds more datagrams than announced to [`Placement::new`].
     pub fn place_batch(&mut self, batch: &impl Batch, src: &mut Source, now: Instant) {
         let n = batch.count();
-        assert!(
-            n <= self.batch,
-            "a batch of {n} datagrams, where at most {} were announced",
-            self.batch
-        );
+        assert!(n <= self.batch, "a batch of {n} datagrams, where at most {} were announced", self.batch);
         self.counters.datagrams += n as u64;
         // Pass 1 (stateless): targets, and move every payload that landed in a wrong
         // predicted cell out of the arena, so that pass 2 may write any cell of this batch.
@@ -326,37 +280,23 @@ impl Placement {
 
     /// Where datagram `i` of the batch goes, with the checks that need its source; notes
     /// on the source where it came from (or what unexpected packet it was).
-    fn accept(
-        &self,
-        batch: &impl Batch,
-        i: usize,
-        payload: &[u8],
-        src: &mut Source,
-    ) -> Result<Target, DropReason> {
+    fn accept(&self, batch: &impl Batch, i: usize, payload: &[u8], src: &mut Source) -> Result<Target, DropReason> {
         let from = batch.source(i);
         let t = if batch.truncated(i) {
             Err(DropReason::Oversized)
-        } else if !self.allowed.is_empty() && !from.is_some_and(|a| self.allowed.contains(&a.ip()))
-        {
+        } else if !self.allowed.is_empty() && !from.is_some_and(|a| self.allowed.contains(&a.ip())) {
             Err(DropReason::UnknownSource)
         } else {
-            self.targets
-                .find(src.kind, batch.header(i), batch.datagram_len(i), payload)
+            self.targets.find(src.kind, batch.header(i), batch.datagram_len(i), payload)
         };
         match &t {
             Ok(_) => {
                 src.peer = from;
                 src.accepted += 1;
             }
-            Err(DropReason::UnexpectedPacket) => {
-                src.unexpected.record(sls_packet_number(batch.header(i)))
-            }
-            Err(DropReason::BadSlsPacket) => {
-                src.foreign.record(batch.header(i), Some(payload.len()))
-            }
-            Err(DropReason::Oversized) if !matches!(src.kind, SourceKind::Rdaq) => {
-                src.foreign.record(batch.header(i), None)
-            }
+            Err(DropReason::UnexpectedPacket) => src.unexpected.record(sls_packet_number(batch.header(i))),
+            Err(DropReason::BadSlsPacket) => src.foreign.record(batch.header(i), Some(payload.len())),
+            Err(DropReason::Oversized) if !matches!(src.kind, SourceKind::Rdaq) => src.foreign.record(batch.header(i), None),
             Err(_) => {}
         }
         t
@@ -371,10 +311,7 @@ impl Placement {
             Ok(t) if self.dest(t).cast_const() == landed => Payload::InPlace,
             Ok(_) if self.arena.contains(landed, payload.len()) => {
                 let at = i * self.grid.cell_bytes as usize;
-                assert!(
-                    at + payload.len() <= self.evac.len(),
-                    "the batch fits the space `new` set aside for it"
-                );
+                assert!(at + payload.len() <= self.evac.len(), "the batch fits the space `new` set aside for it");
                 // Raw pointers from `as_mut_ptr` (no reference to the whole buffer is made),
                 // so that the pointers of earlier datagrams of the batch stay valid for pass 2.
                 // SAFETY: `at + payload.len()` lies inside `evac` (checked above), which
@@ -394,15 +331,8 @@ impl Placement {
     /// Feeds an accepted datagram's sequence number to its channel's loss window.
     fn observe(&mut self, src: &mut Source, seq: u32) {
         let Some(w) = src.window.as_mut() else { return };
-        let (counters, losses, nacks, module) = (
-            &mut self.counters,
-            &mut self.losses,
-            &mut src.nacks,
-            src.module_id,
-        );
-        match w.observe(seq, |a, b| {
-            declare_lost(counters, losses, nacks, module, a, b)
-        }) {
+        let (counters, losses, nacks, module) = (&mut self.counters, &mut self.losses, &mut src.nacks, src.module_id);
+        match w.observe(seq, |a, b| declare_lost(counters, losses, nacks, module, a, b)) {
             Seen::Recovered => self.counters.seq_recovered += 1,
             Seen::Reordered => self.counters.seq_reordered += 1,
             Seen::New | Seen::Duplicate | Seen::TooOld => {}
@@ -411,20 +341,12 @@ impl Placement {
 
     /// Places one contiguous datagram read from `src` (the path for tests and fuzzing; the
     /// engine uses [`Placement::place_batch`]). Returns the drop reason, if dropped.
-    pub fn place_datagram(
-        &mut self,
-        datagram: &[u8],
-        src: SourceKind,
-        now: Instant,
-    ) -> Result<Target, DropReason> {
+    pub fn place_datagram(&mut self, datagram: &[u8], src: SourceKind, now: Instant) -> Result<Target, DropReason> {
         self.counters.datagrams += 1;
         let hl = self.targets.header_len(src).min(datagram.len());
         let (hdr, payload) = datagram.split_at(hl);
         let t = self.targets.find(src, hdr, datagram.len(), payload);
-        let r = t.and_then(|t| {
-            self.place(t, Payload::At(payload.as_ptr()), payload.len(), now)
-                .map(|()| t)
-        });
+        let r = t.and_then(|t| self.place(t, Payload::At(payload.as_ptr()), payload.len(), now).map(|()| t));
         if let Err(reason) = r {
             self.count_drop(&t, reason);
         }
@@ -435,20 +357,12 @@ impl Placement {
     /// filled or its frame finished) is redundant, not a fault; everything else is a drop.
     fn count_drop(&mut self, t: &Result<Target, DropReason>, r: DropReason) {
         match t {
-            Ok(t) if t.retransmit && matches!(r, DropReason::Duplicate | DropReason::Stale) => {
-                self.counters.redundant += 1
-            }
+            Ok(t) if t.retransmit && matches!(r, DropReason::Duplicate | DropReason::Stale) => self.counters.redundant += 1,
             _ => self.counters.drop(r),
         }
     }
 
-    fn place(
-        &mut self,
-        t: Target,
-        from: Payload,
-        payload: usize,
-        now: Instant,
-    ) -> Result<(), DropReason> {
+    fn place(&mut self, t: Target, from: Payload, payload: usize, now: Instant) -> Result<(), DropReason> {
         let si = t.slot as usize;
         if self.slots[si].refused == Some(t.frame) {
             return Err(DropReason::RingFull);
@@ -545,14 +459,10 @@ impl Placement {
         let s = &self.slots[si];
         let mut missing = Vec::new();
         if !complete {
-            missing
-                .extend((0..total).filter(|c| s.bitmap[*c as usize / 64] & (1 << (c % 64)) == 0));
+            missing.extend((0..total).filter(|c| s.bitmap[*c as usize / 64] & (1 << (c % 64)) == 0));
             self.counters.cells_missing += missing.len() as u64;
             match self.always_missing.as_mut() {
-                Some(always) => always
-                    .iter_mut()
-                    .zip(s.bitmap.iter())
-                    .for_each(|(a, have)| *a &= !have),
+                Some(always) => always.iter_mut().zip(s.bitmap.iter()).for_each(|(a, have)| *a &= !have),
                 None => self.always_missing = Some(s.bitmap.iter().map(|have| !have).collect()),
             }
         }
@@ -566,21 +476,14 @@ impl Placement {
             for &c in &missing {
                 // SAFETY: the slot is Filling, owned by this thread; the cell lies inside it.
                 unsafe {
-                    let p = self
-                        .arena
-                        .slot_ptr(si)
-                        .add(self.grid.cell_offset(c) as usize);
+                    let p = self.arena.slot_ptr(si).add(self.grid.cell_offset(c) as usize);
                     std::ptr::write_bytes(p, MISSING_BYTE, self.grid.cell_len(c) as usize);
                 }
             }
         }
         let s = &mut self.slots[si];
         s.last_frame = Some(s.frame);
-        s.state = if status == FrameStatus::Discarded {
-            State::Free
-        } else {
-            State::Handed
-        };
+        s.state = if status == FrameStatus::Discarded { State::Free } else { State::Handed };
         self.filling -= 1;
         if complete && s.retransmitted > 0 {
             self.counters.frames_recovered += 1;
@@ -628,34 +531,19 @@ impl Placement {
             (true, None) => self.active_since = heard,
             (true, Some(_)) => {}
         }
-        let sending = self
-            .active_since
-            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        let sending = self.active_since.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
         for si in 0..self.slots.len() {
             let s = &self.slots[si];
             let age = now.duration_since(s.first_seen);
-            let due = if active || sources.is_empty() {
-                age >= timeout && (sending >= timeout || sources.is_empty())
-            } else {
-                age >= timeout * QUIET_FACTOR
-            };
+            let due = if active || sources.is_empty() { age >= timeout && (sending >= timeout || sources.is_empty()) } else { age >= timeout * QUIET_FACTOR };
             if s.state != State::Filling || !due {
                 continue;
             }
             // a source never heard from has not started yet (a module whose start was slow,
             // or whose packets a busy machine delivers late): it is waited for as long as a
             // stalled detector, not written off after one timeout
-            let late = |src: &Source| {
-                src.on_its_way_to(s.frame, now, timeout)
-                    || (src.last_data.is_none() && age < timeout * QUIET_FACTOR)
-            };
-            let waiting = sources.iter().any(|src| {
-                late(src)
-                    && src
-                        .kind
-                        .cells(src.module, &self.grid)
-                        .any(|c| s.bitmap[c as usize / 64] & (1 << (c % 64)) == 0)
-            });
+            let late = |src: &Source| src.on_its_way_to(s.frame, now, timeout) || (src.last_data.is_none() && age < timeout * QUIET_FACTOR);
+            let waiting = sources.iter().any(|src| late(src) && src.kind.cells(src.module, &self.grid).any(|c| s.bitmap[c as usize / 64] & (1 << (c % 64)) == 0));
             if !waiting {
                 self.finish(si, false);
             }
@@ -681,8 +569,7 @@ impl Placement {
             let due = s.state == State::Filling
                 && s.nacks < retries
                 && now.duration_since(s.last_activity) >= quiet
-                && s.last_nack
-                    .is_none_or(|t| now.duration_since(t) >= interval);
+                && s.last_nack.is_none_or(|t| now.duration_since(t) >= interval);
             if !due {
                 continue;
             }
@@ -716,9 +603,7 @@ impl Placement {
 
     /// Finishes every frame still filling, oldest frame first (end of acquisition).
     pub fn finish_all(&mut self) {
-        let mut filling: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].state == State::Filling)
-            .collect();
+        let mut filling: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].state == State::Filling).collect();
         filling.sort_by_key(|&i| self.slots[i].frame);
         for si in filling {
             self.finish(si, false);
@@ -741,11 +626,7 @@ impl Placement {
     /// Slots being filled and slots held by the consumer, of all the ring's slots.
     pub fn ring_fill(&self) -> (u32, u32, u32) {
         let count = |st: State| self.slots.iter().filter(|s| s.state == st).count() as u32;
-        (
-            count(State::Filling),
-            count(State::Handed),
-            self.slots.len() as u32,
-        )
+        (count(State::Filling), count(State::Handed), self.slots.len() as u32)
     }
 
     /// Gives the slot of a handed frame back (a discarded frame has none: nothing to do).
@@ -758,12 +639,7 @@ impl Placement {
         let s = &mut self.slots[f.slot as usize];
         // a token of this placement is the one claim on its handed slot (it cannot be
         // copied, forged or given back twice)
-        assert!(
-            s.state == State::Handed && s.frame == f.frame,
-            "frame {} is not handed in slot {}",
-            f.frame,
-            f.slot
-        );
+        assert!(s.state == State::Handed && s.frame == f.frame, "frame {} is not handed in slot {}", f.frame, f.slot);
         s.state = State::Free;
         Ok(())
     }

@@ -36,12 +36,7 @@ pub enum SourceKind {
     /// `first_packet..first_packet + packets`) of frame `f` goes to the slot of `f`, cell
     /// `module * cells_per_module + first_cell + p - first_packet`. A partial readout
     /// (`readnrows`) sends only the packets of the rows read, numbered as in a full frame.
-    Sls {
-        module: u16,
-        first_cell: u32,
-        first_packet: u32,
-        packets: u32,
-    },
+    Sls { module: u16, first_cell: u32, first_packet: u32, packets: u32 },
     /// Native sls packets placed by their header (EIGER, and every detector whose
     /// description places by "header"): row and column name the port block in the
     /// detector's grid of ports, the packet number its place in that port image. `port` is
@@ -81,8 +76,7 @@ impl PortGrid {
     /// past the module grid's width.
     pub fn locate(&self, row: u16, col: u16) -> Option<(u16, u32)> {
         let (mr, mc) = (row / self.port_rows, col / self.port_cols);
-        let port =
-            (row % self.port_rows) as u32 * self.port_cols as u32 + (col % self.port_cols) as u32;
+        let port = (row % self.port_rows) as u32 * self.port_cols as u32 + (col % self.port_cols) as u32;
         if mc >= self.module_cols {
             return None;
         }
@@ -96,14 +90,8 @@ impl SourceKind {
         let base = module as u32 * grid.cells_per_module;
         match self {
             SourceKind::Rdaq => base..base + grid.cells_per_module,
-            SourceKind::Sls {
-                first_cell,
-                packets,
-                ..
-            } => base + first_cell..base + first_cell + packets,
-            SourceKind::SlsByHeader { port, grid } => {
-                base + port * grid.packets..base + (port + 1) * grid.packets
-            }
+            SourceKind::Sls { first_cell, packets, .. } => base + first_cell..base + first_cell + packets,
+            SourceKind::SlsByHeader { port, grid } => base + port * grid.packets..base + (port + 1) * grid.packets,
         }
     }
 }
@@ -187,21 +175,13 @@ impl Source {
     /// A source whose first datagram is guessed to be local module `module`'s first cell of
     /// slot 0 (where a ring starting at frame 0 puts it); `window` is `(size, lag)` of its
     /// loss window (rdaq sources only).
-    pub fn new(
-        kind: SourceKind,
-        module: u16,
-        module_id: u16,
-        grid: &Grid,
-        window: Option<(u32, u32)>,
-    ) -> Self {
+    pub fn new(kind: SourceKind, module: u16, module_id: u16, grid: &Grid, window: Option<(u32, u32)>) -> Self {
         let first = match kind {
             SourceKind::Rdaq => 0,
             SourceKind::Sls { first_cell, .. } => first_cell,
             SourceKind::SlsByHeader { port, grid } => port * grid.packets,
         };
-        let window = window
-            .filter(|_| kind == SourceKind::Rdaq)
-            .map(|(size, lag)| LossWindow::new(size, lag));
+        let window = window.filter(|_| kind == SourceKind::Rdaq).map(|(size, lag)| LossWindow::new(size, lag));
         Source {
             kind,
             module,
@@ -226,10 +206,7 @@ impl Source {
     /// before it) must not have its frame expired; one that went silent, or went on to later
     /// frames, may.
     pub fn on_its_way_to(&self, frame: u64, now: Instant, silence: Duration) -> bool {
-        self.newest_frame.is_some_and(|n| n <= frame)
-            && self
-                .last_data
-                .is_some_and(|t| now.duration_since(t) < silence)
+        self.newest_frame.is_some_and(|n| n <= frame) && self.last_data.is_some_and(|t| now.duration_since(t) < silence)
     }
 
     /// Queues a request; false (and nothing queued) when the queue is full.
@@ -244,9 +221,7 @@ impl Source {
     /// The channel went quiet: everything below the window's head that has not arrived is
     /// lost; queue requests for it.
     pub fn flush_window(&mut self, counters: &mut Counters, losses: &mut Vec<Loss>) {
-        let Some(w) = self.window.as_mut() else {
-            return;
-        };
+        let Some(w) = self.window.as_mut() else { return };
         let (nacks, module) = (&mut self.nacks, self.module_id);
         w.flush(|a, b| declare_lost(counters, losses, nacks, module, a, b));
     }
@@ -269,41 +244,22 @@ impl Source {
 
 /// The packet number of an sls header that was decoded before (so is long enough).
 pub(crate) fn sls_packet_number(hdr: &[u8]) -> u32 {
-    hdr.get(12..16)
-        .and_then(|b| b.try_into().ok())
-        .map_or(u32::MAX, u32::from_le_bytes)
+    hdr.get(12..16).and_then(|b| b.try_into().ok()).map_or(u32::MAX, u32::from_le_bytes)
 }
 
 /// Records a run of lost sequence numbers: counted, reported, and queued as a request. A
 /// burst is declared one number per arrival as the head moves on, so a run that continues
 /// the previous one extends it.
-pub(crate) fn declare_lost(
-    counters: &mut Counters,
-    losses: &mut Vec<Loss>,
-    nacks: &mut Vec<Missing>,
-    module: u16,
-    a: u32,
-    b: u32,
-) {
+pub(crate) fn declare_lost(counters: &mut Counters, losses: &mut Vec<Loss>, nacks: &mut Vec<Missing>, module: u16, a: u32, b: u32) {
     counters.seq_missing += b.wrapping_sub(a) as u64;
-    if let Some(l) = losses
-        .last_mut()
-        .filter(|l| l.module == module && l.end == a)
-    {
+    if let Some(l) = losses.last_mut().filter(|l| l.module == module && l.end == a) {
         l.end = b;
     } else if losses.len() < LOSS_LOG {
-        losses.push(Loss {
-            module,
-            start: a,
-            end: b,
-        });
+        losses.push(Loss { module, start: a, end: b });
     } else {
         counters.loss_reports_dropped += 1;
     }
-    if let Some(Missing::Seq { end, .. }) = nacks
-        .last_mut()
-        .filter(|m| matches!(m, Missing::Seq { end, .. } if *end == a))
-    {
+    if let Some(Missing::Seq { end, .. }) = nacks.last_mut().filter(|m| matches!(m, Missing::Seq { end, .. } if *end == a)) {
         *end = b;
     } else if nacks.len() < NACK_QUEUE {
         nacks.push(Missing::Seq { start: a, end: b });
@@ -319,14 +275,7 @@ mod tests {
     #[test]
     fn header_rows_and_columns_name_module_and_port() {
         // EIGER: 2 x 2 ports per module, a 2-module-wide detector (e.g. 4 modules, 2 x 2)
-        let g = PortGrid {
-            det_type: 1,
-            payload: 1024,
-            packets: 256,
-            port_rows: 2,
-            port_cols: 2,
-            module_cols: 2,
-        };
+        let g = PortGrid { det_type: 1, payload: 1024, packets: 256, port_rows: 2, port_cols: 2, module_cols: 2 };
         assert_eq!(g.locate(0, 0), Some((0, 0)));
         assert_eq!(g.locate(1, 0), Some((0, 2)), "bottom half-module, left");
         assert_eq!(g.locate(0, 3), Some((1, 1)));

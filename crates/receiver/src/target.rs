@@ -40,19 +40,11 @@ pub(crate) struct Targets {
 
 impl Targets {
     pub(crate) fn new(grid: Grid, module_ids: &[u16], buffer_base: u32, keys: Vec<u32>) -> Targets {
-        let mut module_index =
-            vec![u16::MAX; module_ids.iter().max().map_or(0, |&m| m as usize + 1)];
+        let mut module_index = vec![u16::MAX; module_ids.iter().max().map_or(0, |&m| m as usize + 1)];
         for (i, &m) in module_ids.iter().enumerate() {
             module_index[m as usize] = i as u16;
         }
-        Targets {
-            grid,
-            module_index,
-            buffer_base,
-            keys,
-            checksum: false,
-            hdr_len: HEADER_LEN,
-        }
+        Targets { grid, module_index, buffer_base, keys, checksum: false, hdr_len: HEADER_LEN }
     }
 
     pub(crate) fn set_checksum(&mut self, on: bool) {
@@ -71,29 +63,11 @@ impl Targets {
     /// Where a datagram read from a source of kind `kind` goes: `hdr` is its header area as
     /// read ([`Targets::header_len`] bytes, fewer if the datagram was shorter), `payload`
     /// the rest.
-    pub(crate) fn find(
-        &self,
-        kind: SourceKind,
-        hdr: &[u8],
-        datagram_len: usize,
-        payload: &[u8],
-    ) -> Result<Target, DropReason> {
+    pub(crate) fn find(&self, kind: SourceKind, hdr: &[u8], datagram_len: usize, payload: &[u8]) -> Result<Target, DropReason> {
         match kind {
-            SourceKind::Rdaq => self
-                .rdaq(hdr, datagram_len)
-                .and_then(|t| self.verify(hdr, payload).map(|()| t)),
-            SourceKind::Sls {
-                module,
-                first_cell,
-                first_packet,
-                packets,
-            } => {
-                let port = SlsPort {
-                    module,
-                    first_cell,
-                    first_packet,
-                    packets,
-                };
+            SourceKind::Rdaq => self.rdaq(hdr, datagram_len).and_then(|t| self.verify(hdr, payload).map(|()| t)),
+            SourceKind::Sls { module, first_cell, first_packet, packets } => {
+                let port = SlsPort { module, first_cell, first_packet, packets };
                 self.sls(hdr, datagram_len, port)
             }
             SourceKind::SlsByHeader { grid, .. } => self.sls_by_header(hdr, datagram_len, &grid),
@@ -113,9 +87,7 @@ impl Targets {
         if hdr.len() < self.hdr_len {
             return Err(DropReason::Truncated);
         }
-        let hdr: &[u8; HEADER_LEN] = hdr[..HEADER_LEN]
-            .try_into()
-            .map_err(|_| DropReason::Truncated)?;
+        let hdr: &[u8; HEADER_LEN] = hdr[..HEADER_LEN].try_into().map_err(|_| DropReason::Truncated)?;
         let h = Header::decode(hdr, datagram_len).map_err(drop_reason)?;
         if h.flags.contains(Flags::CHECKSUM) != self.checksum {
             return Err(DropReason::ChecksumMode);
@@ -134,19 +106,9 @@ impl Targets {
         if h.dataset != 0 {
             return Err(DropReason::UnknownDataset);
         }
-        let cell = self
-            .grid
-            .cell_at(module, h.offset, h.length as u64)
-            .ok_or(DropReason::Misaligned)?;
+        let cell = self.grid.cell_at(module, h.offset, h.length as u64).ok_or(DropReason::Misaligned)?;
         let imm = h.flags.contains(Flags::IMM).then_some(h.imm);
-        Ok(Target {
-            slot,
-            cell,
-            frame: h.frame,
-            imm,
-            seq: h.seq,
-            retransmit: h.flags.contains(Flags::RETRANSMIT),
-        })
+        Ok(Target { slot, cell, frame: h.frame, imm, seq: h.seq, retransmit: h.flags.contains(Flags::RETRANSMIT) })
     }
 
     /// Checks the checksum extension of an rdaq datagram whose target was found.
@@ -154,13 +116,8 @@ impl Targets {
         if !self.checksum {
             return Ok(());
         }
-        let head: &[u8; HEADER_LEN] = hdr[..HEADER_LEN]
-            .try_into()
-            .map_err(|_| DropReason::Truncated)?;
-        let stored = hdr[HEADER_LEN..]
-            .get(..CHECKSUM_LEN)
-            .and_then(|b| b.try_into().ok())
-            .map(u32::from_le_bytes);
+        let head: &[u8; HEADER_LEN] = hdr[..HEADER_LEN].try_into().map_err(|_| DropReason::Truncated)?;
+        let stored = hdr[HEADER_LEN..].get(..CHECKSUM_LEN).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes);
         if stored == Some(checksum(head, payload)) {
             Ok(())
         } else {
@@ -174,48 +131,29 @@ impl Targets {
     fn sls(&self, hdr: &[u8], datagram_len: usize, port: SlsPort) -> Result<Target, DropReason> {
         let hdr: &[u8; SLS_HEADER_LEN] = hdr.try_into().map_err(|_| DropReason::Truncated)?;
         let h = SlsHeader::decode(hdr);
-        h.check_jungfrau(datagram_len - SLS_HEADER_LEN, u32::MAX)
-            .map_err(|_| DropReason::BadSlsPacket)?;
+        h.check_jungfrau(datagram_len - SLS_HEADER_LEN, u32::MAX).map_err(|_| DropReason::BadSlsPacket)?;
         let k = h.packet_number.wrapping_sub(port.first_packet);
         if k >= port.packets {
             return Err(DropReason::UnexpectedPacket);
         }
         // a port's rules name cells of its own module only (`sls_sources` makes them so; a
         // hand-made source kind that does not is refused here, not written out of bounds)
-        let in_module = port
-            .first_cell
-            .checked_add(k)
-            .filter(|&c| c < self.grid.cells_per_module);
+        let in_module = port.first_cell.checked_add(k).filter(|&c| c < self.grid.cells_per_module);
         let (Some(c), true) = (in_module, port.module < self.grid.modules) else {
             return Err(DropReason::OutOfBounds);
         };
         let slot = (h.frame_number % self.keys.len() as u64) as u32;
         let cell = port.module as u32 * self.grid.cells_per_module + c;
-        Ok(Target {
-            slot,
-            cell,
-            frame: h.frame_number,
-            imm: None,
-            seq: 0,
-            retransmit: false,
-        })
+        Ok(Target { slot, cell, frame: h.frame_number, imm: None, seq: 0, retransmit: false })
     }
 
     /// Where an sls packet placed by its header goes: packet `p` of port `q` of the module
     /// that row and column name, in the slot of its frame (frame number modulo the ring),
     /// cell `module * cells_per_module + q * packets + p`.
-    fn sls_by_header(
-        &self,
-        hdr: &[u8],
-        datagram_len: usize,
-        g: &PortGrid,
-    ) -> Result<Target, DropReason> {
+    fn sls_by_header(&self, hdr: &[u8], datagram_len: usize, g: &PortGrid) -> Result<Target, DropReason> {
         let hdr: &[u8; SLS_HEADER_LEN] = hdr.try_into().map_err(|_| DropReason::Truncated)?;
         let h = SlsHeader::decode(hdr);
-        if h.det_type != g.det_type
-            || h.version != SLS_HEADER_VERSION
-            || datagram_len - SLS_HEADER_LEN != g.payload as usize
-        {
+        if h.det_type != g.det_type || h.version != SLS_HEADER_VERSION || datagram_len - SLS_HEADER_LEN != g.payload as usize {
             return Err(DropReason::BadSlsPacket);
         }
         if h.packet_number >= g.packets {
@@ -228,14 +166,7 @@ impl Targets {
             return Err(DropReason::OutOfBounds);
         }
         let slot = (h.frame_number % self.keys.len() as u64) as u32;
-        Ok(Target {
-            slot,
-            cell,
-            frame: h.frame_number,
-            imm: None,
-            seq: 0,
-            retransmit: false,
-        })
+        Ok(Target { slot, cell, frame: h.frame_number, imm: None, seq: 0, retransmit: false })
     }
 }
 

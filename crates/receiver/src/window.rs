@@ -36,17 +36,9 @@ impl LossWindow {
     /// A window of `size` sequence numbers (a multiple of 64) that declares loss `lag`
     /// behind the head (`lag < size`).
     pub fn new(size: u32, lag: u32) -> Self {
-        assert!(
-            size >= 64 && size % 64 == 0,
-            "window size must be a positive multiple of 64"
-        );
+        assert!(size >= 64 && size % 64 == 0, "window size must be a positive multiple of 64");
         assert!(lag < size, "the lag must be shorter than the window");
-        LossWindow {
-            size,
-            lag,
-            state: None,
-            bits: vec![0; size as usize / 64].into_boxed_slice(),
-        }
+        LossWindow { size, lag, state: None, bits: vec![0; size as usize / 64].into_boxed_slice() }
     }
 
     #[inline]
@@ -84,21 +76,13 @@ impl LossWindow {
             }
             self.set(seq, true);
             let was_declared = distance(seq, declared) > 0 && distance(first, seq) >= 0;
-            return if was_declared {
-                Seen::Recovered
-            } else {
-                Seen::Reordered
-            };
+            return if was_declared { Seen::Recovered } else { Seen::Reordered };
         }
         let new_head = seq.wrapping_add(1);
         // the numbers between the old head and seq never arrived: clear their bits (at most
         // the window's worth; older ones fall out of the window anyway)
         let span = ahead as u32;
-        let clear_from = if span >= self.size {
-            new_head.wrapping_sub(self.size)
-        } else {
-            head
-        };
+        let clear_from = if span >= self.size { new_head.wrapping_sub(self.size) } else { head };
         let mut s = clear_from;
         while s != seq {
             self.set(s, false);
@@ -121,30 +105,20 @@ impl LossWindow {
 
     /// Judges `from..to` (if `to` is ahead of `from`) and moves the declared mark to `to`.
     fn declare(&mut self, from: u32, to: u32, missing: &mut impl FnMut(u32, u32)) {
-        let Some((head, _, first)) = self.state else {
-            return;
-        };
+        let Some((head, _, first)) = self.state else { return };
         if distance(from, to) <= 0 {
             return;
         }
         // nothing before the first arrival is loss; numbers older than the window (after a
         // jump) never arrived
-        let from = if distance(first, from) < 0 {
-            first
-        } else {
-            from
-        };
+        let from = if distance(first, from) < 0 { first } else { from };
         let oldest_tracked = head.wrapping_sub(self.size);
         let mut s = from;
         let mut run: Option<u32> = None;
         while distance(s, to) > 0 {
             if distance(s, oldest_tracked) > 0 {
                 // a whole untracked stretch, never received: one run up to the tracked part
-                let stop = if distance(oldest_tracked, to) > 0 {
-                    oldest_tracked
-                } else {
-                    to
-                };
+                let stop = if distance(oldest_tracked, to) > 0 { oldest_tracked } else { to };
                 run.get_or_insert(s);
                 s = stop;
                 continue;
@@ -208,10 +182,7 @@ mod tests {
     #[test]
     fn reorder_within_the_lag_is_not_loss_and_late_arrivals_are_recovered() {
         let mut w = LossWindow::new(64, 8);
-        let (seen, lost) = run(
-            &mut w,
-            &[0, 1, 3, 4, 2, 2, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
-        );
+        let (seen, lost) = run(&mut w, &[0, 1, 3, 4, 2, 2, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]);
         assert_eq!(seen[4], Seen::Reordered);
         assert_eq!(seen[5], Seen::Duplicate);
         assert!(lost.is_empty());
@@ -241,10 +212,7 @@ mod tests {
     fn works_across_the_wrap() {
         let mut w = LossWindow::new(128, 16);
         let start = u32::MAX - 40;
-        let seqs: Vec<u32> = (0..100u32)
-            .map(|i| start.wrapping_add(i))
-            .filter(|s| *s != 2)
-            .collect();
+        let seqs: Vec<u32> = (0..100u32).map(|i| start.wrapping_add(i)).filter(|s| *s != 2).collect();
         let (_, lost) = run(&mut w, &seqs);
         assert_eq!(lost, vec![(2, 3)]);
     }

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use rdaq_net::send::BatchSender;
 use rdaq_proto::datagram::{Flags, Header, HEADER_LEN};
-use rdaq_proto::telegram::BufferMap;
 use rdaq_receiver::FrameStatus;
+use rdaq_proto::telegram::BufferMap;
 use rdaq_receiver::{Counters, Format, IncompletePolicy, Receiver, ReceiverConfig};
 
 const MODULE_BYTES: u64 = 64 * 1024;
@@ -35,17 +35,8 @@ fn take_frames(rx: &Receiver, seen: &mut Vec<(u64, FrameStatus, Vec<u32>)>) {
                 let at = (m as u64 * MODULE_BYTES + c * CELL as u64) as usize;
                 let expect_missing = f.missing().contains(&cell);
                 for i in (0..CELL).step_by(97) {
-                    let want = if expect_missing {
-                        0xff
-                    } else {
-                        byte(f.frame(), m, c, i)
-                    };
-                    assert_eq!(
-                        data[at + i],
-                        want,
-                        "frame {} module {m} cell {c} byte {i}",
-                        f.frame()
-                    );
+                    let want = if expect_missing { 0xff } else { byte(f.frame(), m, c, i) };
+                    assert_eq!(data[at + i], want, "frame {} module {m} cell {c} byte {i}", f.frame());
                 }
             }
         }
@@ -61,11 +52,7 @@ fn take_frames(rx: &Receiver, seen: &mut Vec<(u64, FrameStatus, Vec<u32>)>) {
 fn take_through(rx: &Receiver, seen: &mut Vec<(u64, FrameStatus, Vec<u32>)>, frame: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while seen.len() as u64 <= frame {
-        assert!(
-            Instant::now() < deadline,
-            "frame {frame} not handed on in 30 s: {} frames were",
-            seen.len()
-        );
+        assert!(Instant::now() < deadline, "frame {frame} not handed on in 30 s: {} frames were", seen.len());
         std::thread::sleep(Duration::from_millis(1));
         take_frames(rx, seen);
     }
@@ -90,11 +77,7 @@ fn datagrams(map: &BufferMap, frame: u64, m: u16, disorder: bool) -> Vec<(Vec<u8
         .iter()
         .map(|&c| {
             let h = Header {
-                flags: if c == CELLS - 1 {
-                    Flags::LAST
-                } else {
-                    Flags::empty()
-                },
+                flags: if c == CELLS - 1 { Flags::LAST } else { Flags::empty() },
                 module: m,
                 buffer: buf.id,
                 key: buf.key,
@@ -136,23 +119,13 @@ fn run(net: &Net, predict: bool, disorder: bool) {
     let mut senders: Vec<BatchSender> = map
         .data_ports
         .iter()
-        .map(|&p| {
-            BatchSender::connect(
-                SocketAddr::new(net.sender_ip(), 0),
-                SocketAddr::new(net.receiver_ip(), p),
-                true,
-                1 << 20,
-            )
-            .unwrap()
-        })
+        .map(|&p| BatchSender::connect(SocketAddr::new(net.sender_ip(), 0), SocketAddr::new(net.receiver_ip(), p), true, 1 << 20).unwrap())
         .collect();
     let mut seen = Vec::new();
     for frame in 0..frames {
         for m in 0..2u16 {
             let dgrams = datagrams(&map, frame, m, disorder);
-            senders[m as usize]
-                .send(dgrams.len(), |i| (&dgrams[i].0, &dgrams[i].1))
-                .unwrap();
+            senders[m as usize].send(dgrams.len(), |i| (&dgrams[i].0, &dgrams[i].1)).unwrap();
         }
         take_through(&rx, &mut seen, frame);
     }
@@ -164,10 +137,7 @@ fn run(net: &Net, predict: bool, disorder: bool) {
     assert_eq!(seen.len(), frames as usize, "{counters}");
     for (frame, status, missing) in &seen {
         if *frame == 17 {
-            assert_eq!(
-                (*status, missing.clone()),
-                (FrameStatus::Incomplete, vec![(CELLS + LOST_CELL) as u32])
-            );
+            assert_eq!((*status, missing.clone()), (FrameStatus::Incomplete, vec![(CELLS + LOST_CELL) as u32]));
         } else {
             assert_eq!(*status, FrameStatus::Complete, "frame {frame}: {counters}");
         }
@@ -178,33 +148,15 @@ fn run(net: &Net, predict: bool, disorder: bool) {
 /// What the counters must say of the stream `run` sent.
 fn check_counters(counters: &Counters, frames: u64, predict: bool, disorder: bool) {
     // a duplicate is `duplicate` while its frame fills, `stale` once the frame was handed
-    let dups = if disorder {
-        (0..frames).filter(|f| f % 5 == 2).count() as u64 * 2
-    } else {
-        0
-    };
-    let (d, s) = (
-        rdaq_receiver::DropReason::Duplicate,
-        rdaq_receiver::DropReason::Stale,
-    );
-    assert_eq!(
-        counters.dropped(d) + counters.dropped(s),
-        dups,
-        "{counters}"
-    );
+    let dups = if disorder { (0..frames).filter(|f| f % 5 == 2).count() as u64 * 2 } else { 0 };
+    let (d, s) = (rdaq_receiver::DropReason::Duplicate, rdaq_receiver::DropReason::Stale);
+    assert_eq!(counters.dropped(d) + counters.dropped(s), dups, "{counters}");
     assert_eq!(counters.dropped_total(), dups, "{counters}");
     assert_eq!(counters.placed, frames * 2 * CELLS - 1);
-    assert_eq!(
-        counters.landed_in_place + counters.copied,
-        counters.placed,
-        "every placed payload landed or was copied once: {counters}"
-    );
+    assert_eq!(counters.landed_in_place + counters.copied, counters.placed, "every placed payload landed or was copied once: {counters}");
     if predict && !disorder {
         // all but the three cells after the lost one (they land one cell early)
-        assert!(
-            counters.landed_in_place >= counters.placed - 3,
-            "in-order data lands in place: {counters}"
-        );
+        assert!(counters.landed_in_place >= counters.placed - 3, "in-order data lands in place: {counters}");
     } else if predict {
         assert!(counters.landed_in_place > 0, "{counters}");
     } else {
@@ -244,46 +196,25 @@ fn flush_finishes_frames_in_progress_and_keeps_receiving(net: &Net) {
     let rx = Receiver::start(cfg).unwrap();
     let map = rx.buffer_map().clone();
     net.as_sender();
-    let mut tx = BatchSender::connect(
-        SocketAddr::new(net.sender_ip(), 0),
-        SocketAddr::new(net.receiver_ip(), map.data_ports[0]),
-        true,
-        1 << 20,
-    )
-    .unwrap();
+    let mut tx = BatchSender::connect(SocketAddr::new(net.sender_ip(), 0), SocketAddr::new(net.receiver_ip(), map.data_ports[0]), true, 1 << 20).unwrap();
     let send = |tx: &mut BatchSender, frame: u64, cells: std::ops::Range<u64>| {
         let buf = map.buffer_for(frame);
         let dgrams: Vec<(Vec<u8>, Vec<u8>)> = cells
             .map(|c| {
-                let h = Header {
-                    module: 0,
-                    buffer: buf.id,
-                    key: buf.key,
-                    offset: c * CELL as u64,
-                    length: CELL as u32,
-                    frame,
-                    ..Header::default()
-                };
+                let h = Header { module: 0, buffer: buf.id, key: buf.key, offset: c * CELL as u64, length: CELL as u32, frame, ..Header::default() };
                 let mut hb = vec![0u8; HEADER_LEN];
                 h.encode((&mut hb[..]).try_into().unwrap());
                 (hb, vec![frame as u8; CELL])
             })
             .collect();
-        tx.send(dgrams.len(), |i| (&dgrams[i].0, &dgrams[i].1))
-            .unwrap();
+        tx.send(dgrams.len(), |i| (&dgrams[i].0, &dgrams[i].1)).unwrap();
     };
     send(&mut tx, 0, 0..3); // 3 of 8 cells, and the timeout is long
     std::thread::sleep(Duration::from_millis(100));
     let c = rx.flush().unwrap();
     assert_eq!((c.frames_incomplete, c.placed), (1, 3));
-    let f = rx
-        .frames()
-        .try_recv()
-        .expect("the flushed frame is there when flush returns");
-    assert_eq!(
-        (f.frame(), f.status(), f.missing().len()),
-        (0, FrameStatus::Incomplete, 5)
-    );
+    let f = rx.frames().try_recv().expect("the flushed frame is there when flush returns");
+    assert_eq!((f.frame(), f.status(), f.missing().len()), (0, FrameStatus::Incomplete, 5));
     rx.release(f).unwrap();
     send(&mut tx, 1, 0..CELLS); // the receiver is still up
     let f = rx.frames().recv_timeout(Duration::from_secs(5)).unwrap();

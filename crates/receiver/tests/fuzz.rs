@@ -17,8 +17,8 @@ use rdaq_receiver::arena::Arena;
 use rdaq_receiver::grid::Grid;
 use rdaq_receiver::placement::Placement;
 use rdaq_receiver::source::SourceKind;
-use rdaq_receiver::IncompletePolicy;
 use rdaq_receiver::{FrameReady, FrameStatus, MISSING_BYTE};
+use rdaq_receiver::IncompletePolicy;
 
 const MODULES: u16 = 2;
 const MODULE_BYTES: u64 = 3500;
@@ -55,16 +55,7 @@ fn valid(rng: &mut Rng, with_checksum: bool, epoch: u64) -> Vec<u8> {
     let cell = module as u32 * grid.cells_per_module + k;
     let len = grid.cell_len(cell) as usize;
     let h = Header {
-        flags: if with_checksum {
-            Flags::CHECKSUM
-        } else {
-            Flags::empty()
-        }
-        .with(if rng.below(4) == 0 {
-            Flags::RETRANSMIT
-        } else {
-            Flags::empty()
-        }),
+        flags: if with_checksum { Flags::CHECKSUM } else { Flags::empty() }.with(if rng.below(4) == 0 { Flags::RETRANSMIT } else { Flags::empty() }),
         module,
         buffer: BASE + slot,
         key: 0x5eed_0000 + slot,
@@ -103,28 +94,9 @@ fn mutate(rng: &mut Rng, d: &mut Vec<u8>) {
             }
             2 if d.len() >= HEADER_LEN => {
                 // a header field set to a boundary value
-                let fields = [
-                    (6, 2),
-                    (8, 4),
-                    (12, 4),
-                    (16, 8),
-                    (24, 4),
-                    (28, 4),
-                    (32, 8),
-                    (40, 2),
-                ];
+                let fields = [(6, 2), (8, 4), (12, 4), (16, 8), (24, 4), (28, 4), (32, 8), (40, 2)];
                 let (at, n) = fields[rng.below(fields.len() as u64) as usize];
-                let vals = [
-                    0u64,
-                    1,
-                    u64::MAX,
-                    MODULE_BYTES,
-                    MODULE_BYTES * MODULES as u64,
-                    CELL,
-                    CELL - 1,
-                    BASE as u64,
-                    rng.next(),
-                ];
+                let vals = [0u64, 1, u64::MAX, MODULE_BYTES, MODULE_BYTES * MODULES as u64, CELL, CELL - 1, BASE as u64, rng.next()];
                 let v = vals[rng.below(vals.len() as u64) as usize];
                 d[at..at + n].copy_from_slice(&v.to_le_bytes()[..n]);
             }
@@ -184,19 +156,11 @@ fn place_and_check(l: &mut Lane, m: &mut Memory, d: &[u8], ctx: &dyn Fn(&str) ->
     m.marked.clear();
     m.marked.resize(m.after.len(), false);
     for f in l.p.take_ready() {
-        assert!(
-            f.status() != FrameStatus::Incomplete || !f.missing().is_empty(),
-            "{}",
-            ctx()
-        );
+        assert!(f.status() != FrameStatus::Incomplete || !f.missing().is_empty(), "{}", ctx());
         if f.status() == FrameStatus::Incomplete {
             for &c in f.missing() {
                 let r = cell_range(f.slot(), c);
-                assert!(
-                    m.after[r.clone()].iter().all(|&b| b == MISSING_BYTE),
-                    "missing cell not marked: {}",
-                    ctx()
-                );
+                assert!(m.after[r.clone()].iter().all(|&b| b == MISSING_BYTE), "missing cell not marked: {}", ctx());
                 m.marked[r].fill(true);
             }
         }
@@ -206,20 +170,12 @@ fn place_and_check(l: &mut Lane, m: &mut Memory, d: &[u8], ctx: &dyn Fn(&str) ->
     }
     if let Ok(t) = r {
         let r = cell_range(t.slot, t.cell);
-        let hl = if l.checksum {
-            HEADER_LEN + CHECKSUM_LEN
-        } else {
-            HEADER_LEN
-        };
+        let hl = if l.checksum { HEADER_LEN + CHECKSUM_LEN } else { HEADER_LEN };
         assert_eq!(&m.after[r.clone()], &d[hl..], "{}", ctx());
         m.marked[r].fill(true);
     }
     let stray = (0..m.after.len()).find(|&i| m.after[i] != m.before[i] && !m.marked[i]);
-    assert!(
-        stray.is_none(),
-        "byte {stray:?} changed outside the placed cell and marked cells: {}",
-        ctx()
-    );
+    assert!(stray.is_none(), "byte {stray:?} changed outside the placed cell and marked cells: {}", ctx());
     r.is_ok()
 }
 
@@ -227,10 +183,7 @@ fn place_and_check(l: &mut Lane, m: &mut Memory, d: &[u8], ctx: &dyn Fn(&str) ->
 fn fuzz_decoders_and_placement() {
     let secs = env("RDAQ_FUZZ_SECS").unwrap_or(3);
     let seed = env("RDAQ_FUZZ_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64)
-            ^ std::process::id() as u64
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64) ^ std::process::id() as u64
     });
     let mut rng = Rng(seed | 1);
     let grid = Grid::new(MODULES, MODULE_BYTES, CELL);
@@ -239,22 +192,8 @@ fn fuzz_decoders_and_placement() {
         .into_iter()
         .map(|checksum| {
             let arena = Arc::new(Arena::new(SLOTS, grid.slot_bytes() as usize).unwrap());
-            let p = Placement::new(
-                arena.clone(),
-                grid,
-                &[0, 1],
-                BASE,
-                keys.clone(),
-                IncompletePolicy::Keep,
-                8,
-            )
-            .with_checksum(checksum);
-            Lane {
-                arena,
-                p,
-                checksum,
-                handed: Vec::new(),
-            }
+            let p = Placement::new(arena.clone(), grid, &[0, 1], BASE, keys.clone(), IncompletePolicy::Keep, 8).with_checksum(checksum);
+            Lane { arena, p, checksum, handed: Vec::new() }
         })
         .collect();
     let mut mem = Memory::default();
@@ -267,18 +206,13 @@ fn fuzz_decoders_and_placement() {
             let mut d = if rng.below(8) == 0 {
                 (0..rng.below(1200)).map(|_| rng.next() as u8).collect()
             } else {
-                let with_checksum = if rng.below(16) == 0 {
-                    !l.checksum
-                } else {
-                    l.checksum
-                };
+                let with_checksum = if rng.below(16) == 0 { !l.checksum } else { l.checksum };
                 valid(&mut rng, with_checksum, cases / 64)
             };
             mutate(&mut rng, &mut d);
             let _ = Header::parse(&d);
             let _ = rdaq_proto::nack::decode(&d).map(|(_, e)| e.count());
-            let ctx =
-                |r: &str| format!("seed {seed} case {cases} lane {lane}: {r} datagram {d:02x?}");
+            let ctx = |r: &str| format!("seed {seed} case {cases} lane {lane}: {r} datagram {d:02x?}");
             placed += place_and_check(l, &mut mem, &d, &ctx) as u64;
             cases += 1;
         }
@@ -286,10 +220,7 @@ fn fuzz_decoders_and_placement() {
         for l in lanes.iter_mut() {
             if rng.below(4) == 0 {
                 l.p.finish_all();
-                l.handed.extend(
-                    l.p.take_ready()
-                        .filter(|f| f.status() != FrameStatus::Discarded),
-                );
+                l.handed.extend(l.p.take_ready().filter(|f| f.status() != FrameStatus::Discarded));
             }
             for f in l.handed.drain(..) {
                 l.p.release(f).expect("a handed frame can be released");
@@ -297,8 +228,5 @@ fn fuzz_decoders_and_placement() {
         }
     }
     println!("fuzz: {cases} datagrams in {secs} s (seed {seed}), {placed} placed, all within their cells");
-    assert!(
-        placed > 0 && cases > placed,
-        "the generator reaches both outcomes"
-    );
+    assert!(placed > 0 && cases > placed, "the generator reaches both outcomes");
 }

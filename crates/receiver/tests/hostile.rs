@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use rdaq_proto::datagram::{checksum, Flags, Header, CHECKSUM_LEN, HEADER_LEN};
 use rdaq_proto::telegram::BufferMap;
-use rdaq_receiver::{DropReason, IncompletePolicy, Receiver, ReceiverConfig};
 use rdaq_receiver::{FrameReady, FrameStatus};
+use rdaq_receiver::{DropReason, IncompletePolicy, Receiver, ReceiverConfig};
 
 const MODULE_BYTES: u64 = 32 * 1024;
 const CELL: usize = 8192;
@@ -74,37 +74,18 @@ fn hostile_variant(map: &BufferMap, d: &[u8], f: u64, c: u64) -> Option<(Vec<u8>
         1 => (vec![0xAB; 60_000], DropReason::Oversized),
         2 => (flipped(0, b'Z' ^ d[0]), DropReason::BadMagic),
         3 => (flipped(4, 7 ^ d[4]), DropReason::BadVersion),
-        4 => (
-            sealed(Header {
-                key: h.key ^ 1,
-                ..h
-            }),
-            DropReason::BadKey,
-        ),
-        5 => (
-            sealed(Header {
-                offset: MODULE_BYTES,
-                ..h
-            }),
-            DropReason::OutOfBounds,
-        ),
+        4 => (sealed(Header { key: h.key ^ 1, ..h }), DropReason::BadKey),
+        5 => (sealed(Header { offset: MODULE_BYTES, ..h }), DropReason::OutOfBounds),
         6 => (sealed(Header { module: 3, ..h }), DropReason::UnknownModule),
         7 => (flipped(HEADER_LEN + 100, 0x10), DropReason::BadChecksum),
         8 => {
             // the same datagram without the extension: not what this receiver takes
             let mut x = vec![0u8; HEADER_LEN + CELL];
-            Header {
-                flags: Flags::empty(),
-                ..h
-            }
-            .encode((&mut x[..HEADER_LEN]).try_into().unwrap());
+            Header { flags: Flags::empty(), ..h }.encode((&mut x[..HEADER_LEN]).try_into().unwrap());
             x[HEADER_LEN..].copy_from_slice(&d[HEADER_LEN + CHECKSUM_LEN..]);
             (x, DropReason::ChecksumMode)
         }
-        9 => (
-            sealed(Header { buffer: 999, ..h }),
-            DropReason::UnknownBuffer,
-        ),
+        9 => (sealed(Header { buffer: 999, ..h }), DropReason::UnknownBuffer),
         // a replay of a frame that finished long ago (its slot has moved on)
         10 if f >= 10 => (datagram(map, f - 8, c, 0), DropReason::Stale),
         _ => return None,
@@ -116,12 +97,7 @@ fn check_bytes(rx: &Receiver, fr: &FrameReady) {
     let data = rx.data(fr).unwrap();
     for c in 0..CELLS {
         for i in (0..CELL).step_by(61) {
-            assert_eq!(
-                data[c as usize * CELL + i],
-                byte(fr.frame(), c, i),
-                "frame {} cell {c}",
-                fr.frame()
-            );
+            assert_eq!(data[c as usize * CELL + i], byte(fr.frame(), c, i), "frame {} cell {c}", fr.frame());
         }
     }
 }
@@ -197,25 +173,14 @@ fn every_hostile_datagram_is_dropped_by_reason_and_the_real_stream_completes(net
     let counters = rx.join().unwrap();
     assert!(rx.guards_intact(), "nothing written outside the ring");
     assert_eq!(frames_seen.len(), FRAMES as usize, "{counters}");
-    assert!(
-        frames_seen.iter().all(|(_, s)| *s == FrameStatus::Complete),
-        "{frames_seen:?}"
-    );
+    assert!(frames_seen.iter().all(|(_, s)| *s == FrameStatus::Complete), "{frames_seen:?}");
     assert_eq!(counters.placed, FRAMES * CELLS);
     let stranger_sent = FRAMES * CELLS + FRAMES * 500;
-    assert_eq!(
-        counters.dropped(DropReason::UnknownSource),
-        stranger_sent,
-        "{counters}"
-    );
+    assert_eq!(counters.dropped(DropReason::UnknownSource), stranger_sent, "{counters}");
     for (r, n) in &expect {
         assert_eq!(counters.dropped(*r), *n, "{r:?}: {counters}");
     }
     let accounted: u64 = expect.iter().map(|(_, n)| n).sum::<u64>() + stranger_sent;
-    assert_eq!(
-        counters.dropped_total(),
-        accounted,
-        "no other drops: {counters}"
-    );
+    assert_eq!(counters.dropped_total(), accounted, "no other drops: {counters}");
     assert_eq!(counters.kernel_drops, 0);
 }

@@ -63,12 +63,7 @@ impl Chain {
     /// The chain of the configuration `cfg` (its workers, thread budget and consumer delay)
     /// for `processing` (none: raw frames) over the image `geometry`, JUNGFRAU's module
     /// frames, on a board of its own, reported as `name`.
-    pub fn new(
-        cfg: &Config,
-        geometry: Geometry,
-        processing: Option<graph::Setup>,
-        name: impl Into<String>,
-    ) -> Chain {
+    pub fn new(cfg: &Config, geometry: Geometry, processing: Option<graph::Setup>, name: impl Into<String>) -> Chain {
         Chain {
             geometry,
             decoder: None,
@@ -88,10 +83,7 @@ impl Chain {
     /// Hands every written frame to `tx` before its buffer is reused: the graph's
     /// processed frames, or a counting detector's counts with their spots. False (and
     /// nothing handed out) for a chain of raw frames.
-    pub fn deliver_to(
-        &mut self,
-        tx: crossbeam_channel::Sender<crate::graph::deliver::Processed>,
-    ) -> bool {
+    pub fn deliver_to(&mut self, tx: crossbeam_channel::Sender<crate::graph::deliver::Processed>) -> bool {
         match self.processing.as_mut() {
             Some(p) => p.deliver = Some(tx),
             None if self.finding.is_some() => self.deliver = Some(tx),
@@ -125,73 +117,21 @@ pub struct Outcome {
 /// Takes the receiver's frames through the chain into the sinks until the receiver
 /// finishes (or `until` is set and no frame is waiting); `on_frame` sees every frame first.
 /// The stream is finished also when consuming failed; the files are closed when it did not.
-pub fn consume(
-    rx: &Receiver,
-    chain: Chain,
-    sinks: Sinks,
-    bar: &ProgressBar,
-    until: Option<&AtomicBool>,
-    mut on_frame: impl FnMut(&FrameReady),
-) -> anyhow::Result<Outcome> {
-    let Sinks {
-        mut writer,
-        mut stream,
-    } = sinks;
-    let Chain {
-        geometry,
-        decoder,
-        processing,
-        board,
-        sent,
-        consumer_delay,
-        name,
-        mut pedestal_run,
-        workers,
-        threads,
-        finding,
-        deliver,
-    } = chain;
+pub fn consume(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, until: Option<&AtomicBool>, mut on_frame: impl FnMut(&FrameReady)) -> anyhow::Result<Outcome> {
+    let Sinks { mut writer, mut stream } = sinks;
+    let Chain { geometry, decoder, processing, board, sent, consumer_delay, name, mut pedestal_run, workers, threads, finding, deliver } = chain;
     if let Some(w) = threads.warning() {
         eprintln!("rdaq: warning: {w}");
     }
     board.set_threads(threads.clone());
-    anyhow::ensure!(
-        processing.is_none() || pedestal_run.is_none(),
-        "a pedestal run takes raw frames, not processed ones"
-    );
+    anyhow::ensure!(processing.is_none() || pedestal_run.is_none(), "a pedestal run takes raw frames, not processed ones");
     let consumed = match processing {
         Some(setup) => {
-            let setup = graph::Setup {
-                board: board.clone(),
-                sent: sent.clone(),
-                consumer_delay,
-                ..setup
-            };
-            graph::run(
-                rx,
-                writer.as_mut(),
-                stream.as_mut(),
-                setup,
-                bar,
-                until,
-                &mut on_frame,
-            )
-            .map(|(c, r)| (c, Some(r)))
+            let setup = graph::Setup { board: board.clone(), sent: sent.clone(), consumer_delay, ..setup };
+            graph::run(rx, writer.as_mut(), stream.as_mut(), setup, bar, until, &mut on_frame).map(|(c, r)| (c, Some(r)))
         }
         None => {
-            let sinks = consume::Sinks {
-                geometry,
-                writer: writer.as_mut(),
-                stream: stream.as_mut(),
-                sent: sent.as_deref().map(|c| &c.sent),
-                board: Some(&board),
-                decoder,
-                pedestal_run: pedestal_run.as_mut(),
-                workers,
-                canned: None,
-                finding,
-                deliver,
-            };
+            let sinks = consume::Sinks { geometry, writer: writer.as_mut(), stream: stream.as_mut(), sent: sent.as_deref().map(|c| &c.sent), board: Some(&board), decoder, pedestal_run: pedestal_run.as_mut(), workers, canned: None, finding, deliver };
             consume::consume(rx, sinks, bar, until, |f| {
                 if f.status() != FrameStatus::Complete {
                     board.push_event(incomplete_event(&name, f));
@@ -211,12 +151,5 @@ pub fn consume(
         Some(w) => outputs::close(w, &mut consumed)?,
         None => None,
     };
-    Ok(Outcome {
-        consumed,
-        processed,
-        h5,
-        stream: streamed,
-        pedestal_run,
-        threads,
-    })
+    Ok(Outcome { consumed, processed, h5, stream: streamed, pedestal_run, threads })
 }

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use rdaq_detector::Geometry;
 use rdaq_process::pipeline::StageStats;
-use rdaq_proto::events::ranges;
 use rdaq_proto::events::{Event, EventLog};
+use rdaq_proto::events::ranges;
 use rdaq_receiver::{Counters, FrameReady, FrameStatus};
 
 use crate::latency::Latency;
@@ -42,25 +42,8 @@ impl Glance {
     /// A glance at an assembled raw frame: the ADC value of each pixel (gain bits cleared),
     /// gaps without a value.
     pub fn raw(g: &Geometry, frame: u64, words: &[u16]) -> Glance {
-        let values = words
-            .iter()
-            .zip(g.gap_mask())
-            .map(|(&w, m)| {
-                if m & rdaq_detector::geometry::MASK_GAP != 0 {
-                    f32::NAN
-                } else {
-                    (w & 0x3fff) as f32
-                }
-            })
-            .collect();
-        Glance {
-            frame,
-            width: g.width(),
-            height: g.height(),
-            values,
-            spots: Vec::new(),
-            unit: "raw ADC",
-        }
+        let values = words.iter().zip(g.gap_mask()).map(|(&w, m)| if m & rdaq_detector::geometry::MASK_GAP != 0 { f32::NAN } else { (w & 0x3fff) as f32 }).collect();
+        Glance { frame, width: g.width(), height: g.height(), values, spots: Vec::new(), unit: "raw ADC" }
     }
 }
 
@@ -206,16 +189,7 @@ impl Board {
     fn due(&self, late: u64) -> bool {
         let now = self.start.elapsed().as_nanos() as u64;
         let next = self.next_glance_ns.load(Ordering::Relaxed);
-        now >= next + late
-            && self
-                .next_glance_ns
-                .compare_exchange(
-                    next,
-                    now + GLANCE_EVERY.as_nanos() as u64,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
+        now >= next + late && self.next_glance_ns.compare_exchange(next, now + GLANCE_EVERY.as_nanos() as u64, Ordering::Relaxed, Ordering::Relaxed).is_ok()
     }
 
     pub fn show(&self, g: Glance) {
@@ -238,10 +212,7 @@ impl Board {
     /// Frames the consumer finished so far, and those that reached the writer (the final
     /// written count, after write errors, is the summary's).
     pub fn frames_done(&self) -> (u64, u64) {
-        (
-            self.frames_done.load(Ordering::Relaxed),
-            self.frames_to_writer.load(Ordering::Relaxed),
-        )
+        (self.frames_done.load(Ordering::Relaxed), self.frames_to_writer.load(Ordering::Relaxed))
     }
 
     pub fn waited_for_buffer(&self) {
@@ -305,20 +276,14 @@ mod tests {
     fn one_glance_per_period_and_raw_glances_mark_gaps() {
         let b = Board::default();
         assert!(b.glance_due());
-        assert!(
-            !b.glance_due(),
-            "the second caller in the same period gets none"
-        );
+        assert!(!b.glance_due(), "the second caller in the same period gets none");
         assert!(!b.glance_due_without_hit());
         let g = Geometry::new(2, 2, 2, 4).unwrap();
         let words = vec![0xc005u16; g.height() * g.width()];
         let gl = Glance::raw(&g, 7, &words);
         let gaps = g.gap_mask().iter().filter(|&&m| m != 0).count();
         assert_eq!(gl.values.iter().filter(|v| v.is_nan()).count(), gaps);
-        assert!(
-            gl.values.iter().filter(|v| !v.is_nan()).all(|&v| v == 5.0),
-            "gain bits cleared"
-        );
+        assert!(gl.values.iter().filter(|v| !v.is_nan()).all(|&v| v == 5.0), "gain bits cleared");
         b.show(gl);
         assert_eq!(b.glance().unwrap().frame, 7);
     }

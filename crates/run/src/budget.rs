@@ -63,32 +63,17 @@ pub struct ThreadBudget {
 impl ThreadBudget {
     /// Shares `cores` among the `busy` threads and the processing, whose work is `dark_share`
     /// pedestal tracking; `bands` false: raw frames (no bands).
-    pub fn share(
-        cores: usize,
-        busy: Busy,
-        dark_share: f64,
-        bands: bool,
-        asked: Asked,
-    ) -> ThreadBudget {
+    pub fn share(cores: usize, busy: Busy, dark_share: f64, bands: bool, asked: Asked) -> ThreadBudget {
         let cores = cores.max(1);
         let left = cores.saturating_sub(busy.total());
-        let dark_share = if bands {
-            dark_share.clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
+        let dark_share = if bands { dark_share.clamp(0.0, 1.0) } else { 0.0 };
         let chosen_bands = match (bands, dark_share > 0.0) {
             (false, _) => 0,
             // no dark frames after the start: one band, idle
             (true, false) => 1,
-            (true, true) => ((left as f64 * dark_share).round() as usize)
-                .clamp(1, left.saturating_sub(1).max(1)),
+            (true, true) => ((left as f64 * dark_share).round() as usize).clamp(1, left.saturating_sub(1).max(1)),
         };
-        let bands_n = if bands && asked.bands > 0 {
-            asked.bands
-        } else {
-            chosen_bands
-        };
+        let bands_n = if bands && asked.bands > 0 { asked.bands } else { chosen_bands };
         let busy_bands = if dark_share > 0.0 { bands_n } else { 0 };
         let workers = match asked.workers {
             0 => left.saturating_sub(busy_bands).max(1),
@@ -96,16 +81,7 @@ impl ThreadBudget {
         };
         let threads = busy.total() + workers + busy_bands;
         let set = asked.workers > 0 || (bands && asked.bands > 0);
-        ThreadBudget {
-            cores,
-            busy,
-            workers,
-            bands: bands_n,
-            dark_share,
-            set,
-            threads,
-            oversubscribed: threads > cores,
-        }
+        ThreadBudget { cores, busy, workers, bands: bands_n, dark_share, set, threads, oversubscribed: threads > cores }
     }
 
     /// The bands that keep pace with `workers` process workers when dark frames make
@@ -139,12 +115,7 @@ impl ThreadBudget {
             (n, false) => format!(" + {} (idle: no dark frames)", plural(n, "pedestal band")),
         };
         let how = if self.set { "as set" } else { "chosen" };
-        format!(
-            "{}{bands} ({how}) beside {} on {}",
-            plural(self.workers, "worker"),
-            busy.join(", "),
-            plural(self.cores, "core")
-        )
+        format!("{}{bands} ({how}) beside {} on {}", plural(self.workers, "worker"), busy.join(", "), plural(self.cores, "core"))
     }
 
     /// The warning a configuration that oversubscribes the cores gets at start; a budget the
@@ -170,52 +141,31 @@ fn plural(n: usize, what: &str) -> String {
 mod tests {
     use super::*;
 
-    const RUN4: Busy = Busy {
-        receivers: 1,
-        writers: 1,
-        senders: 4,
-    };
+    const RUN4: Busy = Busy { receivers: 1, writers: 1, senders: 4 };
 
     #[test]
     fn the_processing_gets_the_cores_left_and_the_bands_the_dark_share() {
         let chopper = ThreadBudget::dark_share(1, 1);
         assert!((chopper - 1.0 / 3.0).abs() < 1e-12);
         let b = ThreadBudget::share(16, RUN4, chopper, true, Asked::default());
-        assert_eq!(
-            (b.workers, b.bands, b.threads, b.oversubscribed),
-            (7, 3, 16, false)
-        );
-        let recv = Busy {
-            receivers: 1,
-            writers: 1,
-            senders: 0,
-        };
+        assert_eq!((b.workers, b.bands, b.threads, b.oversubscribed), (7, 3, 16, false));
+        let recv = Busy { receivers: 1, writers: 1, senders: 0 };
         let b = ThreadBudget::share(16, recv, chopper, true, Asked::default());
         assert_eq!((b.workers, b.bands), (9, 5));
-        assert_eq!(
-            b.describe(),
-            "9 workers + 5 pedestal bands (chosen) beside 1 receiver, 1 writer on 16 cores"
-        );
+        assert_eq!(b.describe(), "9 workers + 5 pedestal bands (chosen) beside 1 receiver, 1 writer on 16 cores");
     }
 
     #[test]
     fn beside_a_count_of_workers_the_bands_keep_the_budgets_proportion() {
         let chopper = ThreadBudget::dark_share(1, 1);
-        let bands: Vec<usize> = [1, 2, 4, 8, 14]
-            .iter()
-            .map(|&w| ThreadBudget::bands_beside(w, chopper))
-            .collect();
+        let bands: Vec<usize> = [1, 2, 4, 8, 14].iter().map(|&w| ThreadBudget::bands_beside(w, chopper)).collect();
         assert_eq!(bands, [1, 1, 2, 4, 7]);
         assert_eq!(ThreadBudget::bands_beside(8, 0.0), 1);
     }
 
     #[test]
     fn without_dark_frames_one_idle_band_and_raw_frames_none() {
-        let recv = Busy {
-            receivers: 1,
-            writers: 1,
-            senders: 0,
-        };
+        let recv = Busy { receivers: 1, writers: 1, senders: 0 };
         let b = ThreadBudget::share(16, recv, 0.0, true, Asked::default());
         assert_eq!((b.workers, b.bands, b.threads), (14, 1, 16));
         assert!(b.describe().contains("(idle: no dark frames)"));
@@ -225,38 +175,14 @@ mod tests {
 
     #[test]
     fn a_small_host_gets_one_of_each_and_no_warning_a_set_excess_gets_one() {
-        let b = ThreadBudget::share(
-            2,
-            RUN4,
-            ThreadBudget::dark_share(1, 1),
-            true,
-            Asked::default(),
-        );
+        let b = ThreadBudget::share(2, RUN4, ThreadBudget::dark_share(1, 1), true, Asked::default());
         assert_eq!((b.workers, b.bands, b.oversubscribed), (1, 1, true));
         assert_eq!(b.warning(), None, "the cores forced it");
-        let b = ThreadBudget::share(
-            16,
-            RUN4,
-            ThreadBudget::dark_share(1, 1),
-            true,
-            Asked {
-                workers: 14,
-                bands: 0,
-            },
-        );
+        let b = ThreadBudget::share(16, RUN4, ThreadBudget::dark_share(1, 1), true, Asked { workers: 14, bands: 0 });
         assert_eq!((b.workers, b.bands), (14, 3));
         let w = b.warning().expect("14 + 3 + 6 threads on 16 cores");
         assert!(w.starts_with("23 threads run busy on 16 cores"), "{w}");
-        let b = ThreadBudget::share(
-            16,
-            RUN4,
-            ThreadBudget::dark_share(1, 1),
-            true,
-            Asked {
-                workers: 6,
-                bands: 4,
-            },
-        );
+        let b = ThreadBudget::share(16, RUN4, ThreadBudget::dark_share(1, 1), true, Asked { workers: 6, bands: 4 });
         assert_eq!((b.threads, b.warning()), (16, None));
     }
 
@@ -265,18 +191,8 @@ mod tests {
         for cores in 1..=64 {
             for senders in 0..=8 {
                 for (dark, signal) in [(0, 0), (1, 1), (1, 9), (9, 1), (1, 0)] {
-                    let busy = Busy {
-                        receivers: 1,
-                        writers: 1,
-                        senders,
-                    };
-                    let b = ThreadBudget::share(
-                        cores,
-                        busy,
-                        ThreadBudget::dark_share(dark, signal),
-                        true,
-                        Asked::default(),
-                    );
+                    let busy = Busy { receivers: 1, writers: 1, senders };
+                    let b = ThreadBudget::share(cores, busy, ThreadBudget::dark_share(dark, signal), true, Asked::default());
                     assert!(b.workers >= 1 && b.bands >= 1);
                     let floor = busy.total() + 1 + usize::from(dark > 0);
                     assert!(b.threads <= cores.max(floor), "{cores} cores, {b:?}");

@@ -15,10 +15,7 @@ use crate::graph;
 pub fn calibration(cfg: &Config, g: Geometry) -> anyhow::Result<Calibration> {
     let maps = cfg.process.gain_maps.len();
     if maps > 0 && maps != g.modules as usize {
-        bail!(
-            "process.gain_maps: {maps} files for {} modules (one per module, in module order)",
-            g.modules
-        );
+        bail!("process.gain_maps: {maps} files for {} modules (one per module, in module order)", g.modules);
     }
     calibration_of(cfg, g, &(0..g.modules).collect::<Vec<_>>())
 }
@@ -32,22 +29,12 @@ pub fn calibration_of(cfg: &Config, g: Geometry, ids: &[u16]) -> anyhow::Result<
         graph::emulated_calibration_of(cfg.detector.seed, &g, ids)
     } else {
         let cf = if is_psi_pedestal(&p.calibration) {
-            PsiPedestal::load(&p.calibration, p.hg0)
-                .context("process.calibration")?
-                .calibration(&g, ids, typical_calibration(&g))
-                .context("process.calibration")?
+            PsiPedestal::load(&p.calibration, p.hg0).context("process.calibration")?.calibration(&g, ids, typical_calibration(&g)).context("process.calibration")?
         } else {
             rdaq_process::calfile::CalFile::load(&p.calibration)?
         };
         if (cf.rows, cf.cols) != (g.height(), g.width()) {
-            bail!(
-                "process.calibration {} is {}x{} pixels, the detector image {}x{}",
-                p.calibration.display(),
-                cf.rows,
-                cf.cols,
-                g.height(),
-                g.width()
-            );
+            bail!("process.calibration {} is {}x{} pixels, the detector image {}x{}", p.calibration.display(), cf.rows, cf.cols, g.height(), g.width());
         }
         refuse_masked(cfg, &g, &cf)?;
         cf.cal
@@ -61,11 +48,7 @@ pub fn psi_said(cfg: &Config) -> Option<String> {
     if cfg.emulated_calibration() || !is_psi_pedestal(&p.calibration) {
         return None;
     }
-    let gains = if p.gain_maps.is_empty() {
-        "typical PSI gains (no process.gain_maps)"
-    } else {
-        "the gains of process.gain_maps"
-    };
+    let gains = if p.gain_maps.is_empty() { "typical PSI gains (no process.gain_maps)" } else { "the gains of process.gain_maps" };
     Some(format!("calibration: {} is a PSI pedestal file (jungfrau_utils' layout): its pedestals and bad pixels, with {gains}", p.calibration.display()))
 }
 
@@ -85,41 +68,19 @@ pub fn masked_shares(g: &Geometry, cal: &Calibration) -> Vec<f64> {
 
 /// What the start says of a calibration: the share of each module's pixels it masks.
 pub fn masked_said(g: &Geometry, cal: &Calibration) -> String {
-    let shares: Vec<String> = masked_shares(g, cal)
-        .iter()
-        .map(|s| format!("{:.1}%", 100.0 * s))
-        .collect();
-    format!(
-        "calibration: pixels masked per module: {}",
-        shares.join(", ")
-    )
+    let shares: Vec<String> = masked_shares(g, cal).iter().map(|s| format!("{:.1}%", 100.0 * s)).collect();
+    format!("calibration: pixels masked per module: {}", shares.join(", "))
 }
 
 /// Refuses a calibration file that masks more of a module than `process.max_masked`, naming
 /// the gains its file measured from no frame (a pedestal run without forced G1 and G2 frames
 /// masks every pixel, and every processed pixel would be the masked value).
-fn refuse_masked(
-    cfg: &Config,
-    g: &Geometry,
-    cf: &rdaq_process::calfile::CalFile,
-) -> anyhow::Result<()> {
+fn refuse_masked(cfg: &Config, g: &Geometry, cf: &rdaq_process::calfile::CalFile) -> anyhow::Result<()> {
     let limit = cfg.process.max_masked;
     let shares = masked_shares(g, &cf.cal);
-    let Some((m, share)) = shares.iter().enumerate().find(|(_, &s)| s > limit) else {
-        return Ok(());
-    };
-    let unmeasured: Vec<String> = cf
-        .frames
-        .iter()
-        .flat_map(|f| f.iter().enumerate())
-        .filter(|(_, &n)| n == 0)
-        .map(|(s, _)| format!("G{s}"))
-        .collect();
-    let why = if unmeasured.is_empty() {
-        String::new()
-    } else {
-        format!(" (its pedestals of {} were measured from no frame: take dark frames in each gain, e.g. forceswitchg1 and forceswitchg2)", unmeasured.join(" and "))
-    };
+    let Some((m, share)) = shares.iter().enumerate().find(|(_, &s)| s > limit) else { return Ok(()) };
+    let unmeasured: Vec<String> = cf.frames.iter().flat_map(|f| f.iter().enumerate()).filter(|(_, &n)| n == 0).map(|(s, _)| format!("G{s}")).collect();
+    let why = if unmeasured.is_empty() { String::new() } else { format!(" (its pedestals of {} were measured from no frame: take dark frames in each gain, e.g. forceswitchg1 and forceswitchg2)", unmeasured.join(" and ")) };
     bail!(
         "process.calibration {}: module {m} has {:.1}% of its pixels masked, more than process.max_masked = {limit}{why}; set process.max_masked = 1 to use it anyway",
         cfg.process.calibration.display(),
@@ -132,41 +93,21 @@ fn refuse_masked(
 pub fn typical_calibration(g: &Geometry) -> Calibration {
     use rdaq_detector::jungfrau::{TYPICAL_GAIN, TYPICAL_PEDESTAL};
     let px = g.height() * g.width();
-    Calibration {
-        pedestal: TYPICAL_PEDESTAL.map(|v| vec![v; px]),
-        gain: TYPICAL_GAIN.map(|v| vec![v; px]),
-        mask: g.gap_mask(),
-    }
+    Calibration { pedestal: TYPICAL_PEDESTAL.map(|v| vec![v; px]), gain: TYPICAL_GAIN.map(|v| vec![v; px]), mask: g.gap_mask() }
 }
 
 /// `cal` with the gains of `process.gain_maps` of the modules `ids` (the image's m-th module
 /// is the detector's `ids[m]`), when the configuration has gain maps.
-pub fn with_gain_maps(
-    cfg: &Config,
-    g: Geometry,
-    ids: &[u16],
-    mut cal: Calibration,
-) -> anyhow::Result<Calibration> {
+pub fn with_gain_maps(cfg: &Config, g: Geometry, ids: &[u16], mut cal: Calibration) -> anyhow::Result<Calibration> {
     let p = &cfg.process;
     if p.gain_maps.is_empty() {
         return Ok(cal);
     }
-    if g.module_width != rdaq_detector::jungfrau::MODULE_COLS
-        || g.module_height > rdaq_detector::jungfrau::MODULE_ROWS
-    {
-        bail!(
-            "process.gain_maps are JUNGFRAU's (1024 x 512 per module); these modules are {} x {}",
-            g.module_width,
-            g.module_height
-        );
+    if g.module_width != rdaq_detector::jungfrau::MODULE_COLS || g.module_height > rdaq_detector::jungfrau::MODULE_ROWS {
+        bail!("process.gain_maps are JUNGFRAU's (1024 x 512 per module); these modules are {} x {}", g.module_width, g.module_height);
     }
     for (m, &id) in ids.iter().enumerate() {
-        let path = p.gain_maps.get(id as usize).with_context(|| {
-            format!(
-                "process.gain_maps: no file for module {id} ({} files)",
-                p.gain_maps.len()
-            )
-        })?;
+        let path = p.gain_maps.get(id as usize).with_context(|| format!("process.gain_maps: no file for module {id} ({} files)", p.gain_maps.len()))?;
         let map = rdaq_process::gainmap::GainMap::load(path, p.hg0).context("process.gain_maps")?;
         place_gains(&g, m as u16, &map, &mut cal);
     }

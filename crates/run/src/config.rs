@@ -13,9 +13,7 @@ use serde::{Deserialize, Serialize};
 mod check;
 mod sections;
 
-pub use check::{
-    photon_kev_arg, physical_mib, seconds_arg, seconds_or_off_arg, MAX_GAP, MAX_SECONDS,
-};
+pub use check::{photon_kev_arg, physical_mib, seconds_arg, seconds_or_off_arg, MAX_GAP, MAX_SECONDS};
 pub use sections::*;
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -46,10 +44,7 @@ impl Config {
     /// the receiver daemon): one module, the slsDetectorPackage's first data port (50001), a
     /// 256 MiB ring, no beam chopper (every frame a signal frame unless told), no preview.
     pub fn remote() -> Config {
-        let mut c = Config {
-            source: Source::Remote,
-            ..Config::default()
-        };
+        let mut c = Config { source: Source::Remote, ..Config::default() };
         c.detector.modules = 1;
         (c.detector.chopper_dark, c.detector.chopper_signal) = (0, 1);
         c.network.data_port = 50001;
@@ -62,8 +57,7 @@ impl Config {
     /// file sets replace the base's, the others keep it. Errors name the file, the field
     /// and its line.
     pub fn load_over(base: Config, path: &Path) -> anyhow::Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
         Config::parse_over(base, &text, &path.display().to_string())
     }
 
@@ -82,35 +76,23 @@ impl Config {
     pub fn with_sections(base: Config, sections: toml::Table) -> anyhow::Result<Config> {
         let mut doc = toml::Table::try_from(&base).context("the base configuration")?;
         merge(&mut doc, sections);
-        let merged: Config = serde_path_to_error::deserialize(toml::Value::Table(doc))
-            .map_err(|e| anyhow::anyhow!("{}: {}", e.path(), e.inner().to_string().trim()))?;
-        Ok(Config {
-            source: base.source,
-            ..merged
-        })
+        let merged: Config = serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| anyhow::anyhow!("{}: {}", e.path(), e.inner().to_string().trim()))?;
+        Ok(Config { source: base.source, ..merged })
     }
 
     /// What the files say of an acquisition with this configuration, the detector image
     /// `geometry` and (when processing) its `calibration`: the pixel type, the codec and
     /// spot lists, the beam, the images per file, the rotation. What only the source knows
     /// (the number of images, the exposure and the period) is left unknown.
-    pub fn file_meta(
-        &self,
-        geometry: rdaq_detector::Geometry,
-        calibration: Option<&rdaq_process::Calibration>,
-    ) -> anyhow::Result<rdaq_sink::NxmxMeta> {
-        let mut meta =
-            rdaq_sink::NxmxMeta::jungfrau(geometry, self.detector.photon_energy_kev, 0.0);
+    pub fn file_meta(&self, geometry: rdaq_detector::Geometry, calibration: Option<&rdaq_process::Calibration>) -> anyhow::Result<rdaq_sink::NxmxMeta> {
+        let mut meta = rdaq_sink::NxmxMeta::jungfrau(geometry, self.detector.photon_energy_kev, 0.0);
         meta.pixel = self.pixel_type(calibration)?;
         meta.images_per_file = self.output.images_per_file;
         meta.rotation = self.goniometer.rotation();
         self.experiment_into(&mut meta);
         let applied = self.processing();
         if applied {
-            meta.codec = rdaq_process::bitshuffle::Codec::parse(
-                &self.process.codec,
-                self.process.zstd_level,
-            )?;
+            meta.codec = rdaq_process::bitshuffle::Codec::parse(&self.process.codec, self.process.zstd_level)?;
             meta.max_spots = self.process.max_spots;
         }
         // raw JUNGFRAU frames keep the settings they would have been processed with
@@ -137,16 +119,14 @@ impl Config {
         }
     }
 
+
     /// What the configuration says of the experiment, into the files' metadata: the
     /// detector's distance, the beam centre (when given), the sample's name and how the
     /// frames are triggered.
     pub fn experiment_into(&self, meta: &mut rdaq_sink::NxmxMeta) {
         let d = &self.detector;
         meta.detector_distance_m = d.distance_m;
-        meta.beam_center = [
-            d.beam_center_x.unwrap_or(meta.beam_center[0]),
-            d.beam_center_y.unwrap_or(meta.beam_center[1]),
-        ];
+        meta.beam_center = [d.beam_center_x.unwrap_or(meta.beam_center[0]), d.beam_center_y.unwrap_or(meta.beam_center[1])];
         meta.sample_name = self.sample.name.clone();
         meta.trigger_mode = d.trigger_mode.clone();
     }
@@ -178,22 +158,10 @@ impl Config {
     pub fn thread_budget(&self) -> crate::budget::ThreadBudget {
         use crate::budget::{Asked, Busy, ThreadBudget};
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let senders = if self.source == Source::Emulated {
-            self.detector.modules as usize
-        } else {
-            0
-        };
-        let busy = Busy {
-            receivers: 1,
-            writers: 1,
-            senders,
-        };
-        let dark =
-            ThreadBudget::dark_share(self.detector.chopper_dark, self.detector.chopper_signal);
-        let asked = Asked {
-            workers: self.process.workers,
-            bands: self.process.pedestal_bands,
-        };
+        let senders = if self.source == Source::Emulated { self.detector.modules as usize } else { 0 };
+        let busy = Busy { receivers: 1, writers: 1, senders };
+        let dark = ThreadBudget::dark_share(self.detector.chopper_dark, self.detector.chopper_signal);
+        let asked = Asked { workers: self.process.workers, bands: self.process.pedestal_bands };
         ThreadBudget::share(cores, busy, dark, self.processing(), asked)
     }
 
@@ -205,10 +173,7 @@ impl Config {
     /// The workers that assemble and compress raw frames: the process workers' count and
     /// rings.
     pub fn raw_workers(&self) -> crate::consume::Workers {
-        crate::consume::Workers {
-            count: self.workers(),
-            ring_frames: self.process.ring_frames,
-        }
+        crate::consume::Workers { count: self.workers(), ring_frames: self.process.ring_frames }
     }
 
     /// The pedestal bands of the thread budget (at least one).
@@ -221,19 +186,12 @@ impl Config {
     }
 
     /// `base` with this configuration's network and receiver settings.
-    pub fn tune(
-        &self,
-        base: rdaq_receiver::ReceiverConfig,
-    ) -> anyhow::Result<rdaq_receiver::ReceiverConfig> {
+    pub fn tune(&self, base: rdaq_receiver::ReceiverConfig) -> anyhow::Result<rdaq_receiver::ReceiverConfig> {
         Ok(rdaq_receiver::ReceiverConfig {
             recv_buffer: self.network.recv_buffer_mib << 20,
             batch: self.network.batch,
             cpu: self.network.recv_cpu,
-            engine: self
-                .network
-                .engine
-                .parse()
-                .map_err(|e: String| anyhow::anyhow!("network.engine: {e}"))?,
+            engine: self.network.engine.parse().map_err(|e: String| anyhow::anyhow!("network.engine: {e}"))?,
             coalesce: Duration::from_secs_f64(self.network.coalesce_ms / 1e3),
             frame_timeout: self.frame_timeout(),
             policy: self.policy()?,
@@ -241,15 +199,12 @@ impl Config {
             linger: Duration::from_millis(300).max(self.frame_timeout()),
             checksum: self.reliability.checksum,
             loss_window: (self.reliability.loss_window, self.reliability.loss_lag),
-            nack: self
-                .reliability
-                .retransmit
-                .then(|| rdaq_receiver::engine::NackConfig {
-                    quiet: Duration::from_millis(self.reliability.nack_quiet_ms),
-                    interval: Duration::from_millis(self.reliability.nack_interval_ms),
-                    retries: self.reliability.nack_retries,
-                    ..Default::default()
-                }),
+            nack: self.reliability.retransmit.then(|| rdaq_receiver::engine::NackConfig {
+                quiet: Duration::from_millis(self.reliability.nack_quiet_ms),
+                interval: Duration::from_millis(self.reliability.nack_interval_ms),
+                retries: self.reliability.nack_retries,
+                ..Default::default()
+            }),
             ..base
         })
     }
@@ -262,11 +217,7 @@ impl Config {
             rate_hz: self.rate(),
             gso: self.emulator.gso,
             synth: self.synth(),
-            history_bytes: if self.reliability.retransmit {
-                self.reliability.history_mib << 20
-            } else {
-                0
-            },
+            history_bytes: if self.reliability.retransmit { self.reliability.history_mib << 20 } else { 0 },
             faults: self.faults.config(),
             ..Default::default()
         }
@@ -285,10 +236,7 @@ impl Config {
     }
 
     pub fn chopper(&self) -> rdaq_detector::Chopper {
-        rdaq_detector::Chopper {
-            dark: self.detector.chopper_dark,
-            signal: self.detector.chopper_signal,
-        }
+        rdaq_detector::Chopper { dark: self.detector.chopper_dark, signal: self.detector.chopper_signal }
     }
 
     /// Whether the frames go through the processing graph: process.mode "jungfrau", or
@@ -297,19 +245,12 @@ impl Config {
     /// keeps the hits only.
     pub fn processing_said(&self) -> String {
         let p = &self.process;
-        let veto = if p.veto {
-            format!("veto on: a signal frame with fewer than {} spots is not written (process.min_spots, process.veto)", p.min_spots)
-        } else {
-            "veto off: every signal frame is written".into()
-        };
+        let veto = if p.veto { format!("veto on: a signal frame with fewer than {} spots is not written (process.min_spots, process.veto)", p.min_spots) } else { "veto off: every signal frame is written".into() };
         if p.mode == "spots" {
             if p.finder == "peakfinder8" {
                 return format!("spots found in the counts (peakfinder8, ADC threshold {} counts, SNR {}, background ring {} pixels), {veto}", p.threshold_photons, p.snr, p.local_bg_radius);
             }
-            return format!(
-                "spots found in the counts (local SNR, {} counts and SNR {} to be strong), {veto}",
-                p.threshold_photons, p.snr
-            );
+            return format!("spots found in the counts (local SNR, {} counts and SNR {} to be strong), {veto}", p.threshold_photons, p.snr);
         }
         format!("processing to {}, {veto}", p.output)
     }
@@ -317,11 +258,7 @@ impl Config {
     pub fn processing(&self) -> bool {
         match self.process.mode.as_str() {
             "jungfrau" => true,
-            "auto" => {
-                self.jungfrau()
-                    && (self.source == Source::Emulated
-                        || !self.process.calibration.as_os_str().is_empty())
-            }
+            "auto" => self.jungfrau() && (self.source == Source::Emulated || !self.process.calibration.as_os_str().is_empty()),
             _ => false,
         }
     }
@@ -337,8 +274,7 @@ impl Config {
         if self.jungfrau() {
             return Ok(None);
         }
-        let d = rdaq_detector::Description::load(&self.detector.name)
-            .map_err(|e| anyhow::anyhow!("detector.name: {e}"))?;
+        let d = rdaq_detector::Description::load(&self.detector.name).map_err(|e| anyhow::anyhow!("detector.name: {e}"))?;
         if d.ports.place != rdaq_detector::description::Place::Header {
             bail!("detector.name: {} is placed by packet number; \"jungfrau\" is the JUNGFRAU rdaq emulates and takes (rdaq receive --format sls for its own packets)", d.name);
         }
@@ -355,10 +291,7 @@ impl Config {
     /// The file's pixel type; for "auto", from the calibration in use: int16 photon counts
     /// when the largest energy it converts to is at most 32766 photons (the largest count
     /// below the saturation marker), int32 otherwise or without a calibration.
-    pub fn pixel_type(
-        &self,
-        calibration: Option<&rdaq_process::Calibration>,
-    ) -> anyhow::Result<rdaq_sink::PixelType> {
+    pub fn pixel_type(&self, calibration: Option<&rdaq_process::Calibration>) -> anyhow::Result<rdaq_sink::PixelType> {
         use rdaq_sink::PixelType;
         if !self.processing() {
             return Ok(PixelType::Raw);
@@ -400,24 +333,14 @@ mod tests {
     fn auto_output_is_int16_only_where_every_count_fits() {
         use rdaq_sink::PixelType;
         let px = 4;
-        let cal = |g2: f32| rdaq_process::Calibration {
-            pedestal: [vec![1000.0; px], vec![1000.0; px], vec![1000.0; px]],
-            gain: [vec![40.0; px], vec![-1.5; px], vec![g2; px]],
-            mask: vec![0; px],
-        };
+        let cal = |g2: f32| rdaq_process::Calibration { pedestal: [vec![1000.0; px], vec![1000.0; px], vec![1000.0; px]], gain: [vec![40.0; px], vec![-1.5; px], vec![g2; px]], mask: vec![0; px] };
         let mut c = Config::default();
         c.detector.photon_energy_kev = 12.4;
         // G2: (16383 - 1000) / 0.1 = 153830 keV, 12406 photons: fits
-        assert_eq!(
-            c.pixel_type(Some(&cal(-0.1))).unwrap(),
-            PixelType::Photons16
-        );
+        assert_eq!(c.pixel_type(Some(&cal(-0.1))).unwrap(), PixelType::Photons16);
         // ... at 2 keV, 76915 photons: it does not
         c.detector.photon_energy_kev = 2.0;
-        assert_eq!(
-            c.pixel_type(Some(&cal(-0.1))).unwrap(),
-            PixelType::Photons32
-        );
+        assert_eq!(c.pixel_type(Some(&cal(-0.1))).unwrap(), PixelType::Photons32);
         // a masked pixel's range does not count
         let mut masked = cal(-0.01);
         masked.gain[2][0] = -0.1;
@@ -450,10 +373,7 @@ mod tests {
         std::fs::write(&p, "[detector]\nmodules = \"two\"\n").unwrap();
         let e = format!("{:#}", Config::load(&p).unwrap_err());
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(
-            e.contains("bad.toml") && e.contains("detector.modules (line 2, column 11)"),
-            "{e}"
-        );
+        assert!(e.contains("bad.toml") && e.contains("detector.modules (line 2, column 11)"), "{e}");
     }
 
     #[test]
@@ -471,20 +391,8 @@ mod tests {
         let p = dir.join("c.toml");
         std::fs::write(&p, "[process]\nveto = false\n[detector]\nmodules = 3\n").unwrap();
         let c = Config::load_over(Config::remote(), &p).unwrap();
-        assert_eq!(
-            (c.process.veto, c.detector.modules),
-            (false, 3),
-            "the file's fields"
-        );
-        assert_eq!(
-            (
-                c.network.data_port,
-                c.detector.chopper_dark,
-                c.stream.preview.as_str()
-            ),
-            (50001, 0, "none"),
-            "the base's others"
-        );
+        assert_eq!((c.process.veto, c.detector.modules), (false, 3), "the file's fields");
+        assert_eq!((c.network.data_port, c.detector.chopper_dark, c.stream.preview.as_str()), (50001, 0, "none"), "the base's others");
         assert_eq!(c.source, Source::Remote);
         std::fs::write(&p, "[process]\nveto = \"no\"\n").unwrap();
         let e = format!("{:#}", Config::load_over(Config::remote(), &p).unwrap_err());
@@ -494,23 +402,11 @@ mod tests {
 
     #[test]
     fn the_finders_numbers_are_bounded() {
-        for (box_half, snr, threshold) in [
-            (1 << 40, 3.0, 0.5),
-            (15, f32::NAN, 0.5),
-            (15, f32::INFINITY, 0.5),
-            (15, 3.0, f32::INFINITY),
-        ] {
+        for (box_half, snr, threshold) in [(1 << 40, 3.0, 0.5), (15, f32::NAN, 0.5), (15, f32::INFINITY, 0.5), (15, 3.0, f32::INFINITY)] {
             let mut c = Config::default();
-            (
-                c.process.box_half,
-                c.process.snr,
-                c.process.threshold_photons,
-            ) = (box_half, snr, threshold);
+            (c.process.box_half, c.process.snr, c.process.threshold_photons) = (box_half, snr, threshold);
             let e = format!("{:#}", c.check().unwrap_err());
-            assert!(
-                e.contains("box_half") || e.contains("threshold_photons"),
-                "{e}"
-            );
+            assert!(e.contains("box_half") || e.contains("threshold_photons"), "{e}");
         }
     }
 

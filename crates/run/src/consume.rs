@@ -119,9 +119,7 @@ pub fn next_frame(rx: &Receiver, until: Option<&AtomicBool>) -> Option<FrameRead
     loop {
         match rx.frames().recv_timeout(POLL) {
             Ok(f) => return Some(f),
-            Err(RecvTimeoutError::Timeout) if until.is_some_and(|u| u.load(Ordering::Relaxed)) => {
-                return None
-            }
+            Err(RecvTimeoutError::Timeout) if until.is_some_and(|u| u.load(Ordering::Relaxed)) => return None,
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => return None,
         }
@@ -283,13 +281,7 @@ struct Consumer<'a> {
 /// compresses it once, publishes the chunk on the stream and writes it, in the source's
 /// order. Without a writer, a stream and a pedestal run, frames are only counted.
 /// `on_frame` sees every frame first.
-pub fn consume(
-    rx: &Receiver,
-    mut sinks: Sinks,
-    bar: &ProgressBar,
-    until: Option<&AtomicBool>,
-    mut on_frame: impl FnMut(&FrameReady),
-) -> anyhow::Result<ConsumeStats> {
+pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option<&AtomicBool>, mut on_frame: impl FnMut(&FrameReady)) -> anyhow::Result<ConsumeStats> {
     let assemble = sinks.writer.is_some() || sinks.stream.is_some() || sinks.pedestal_run.is_some();
     let Workers { count, ring_frames } = sinks.workers;
     let by = format!("{count} worker{}", if count == 1 { "" } else { "s" });
@@ -299,16 +291,9 @@ pub fn consume(
         (false, false) if assemble => format!("assembling ({by}) frames for the pedestal run"),
         (false, false) => "counting frames".to_string(),
     };
-    anyhow::ensure!(
-        count > 0 && ring_frames > 0,
-        "the consumer needs workers and rings"
-    );
+    anyhow::ensure!(count > 0 && ring_frames > 0, "the consumer needs workers and rings");
     let demand = ChunkDemand::new(sinks.writer.is_some(), sinks.stream.as_deref_mut());
-    let (pool, pool_rx) = job_pool(if assemble {
-        (count + 2) * ring_frames + 4
-    } else {
-        0
-    });
+    let (pool, pool_rx) = job_pool(if assemble { (count + 2) * ring_frames + 4 } else { 0 });
     let c = Consumer {
         rx,
         geometry: sinks.geometry,
@@ -318,10 +303,7 @@ pub fn consume(
         codec: sinks.writer.as_ref().map_or(Codec::Lz4, |w| w.meta().codec),
         has_pedestal_run: sinks.pedestal_run.is_some(),
         demand,
-        stats: Mutex::new(ConsumeStats {
-            what,
-            ..Default::default()
-        }),
+        stats: Mutex::new(ConsumeStats { what, ..Default::default() }),
         pool,
         canned: sinks.canned,
         finding: sinks.finding.take(),
@@ -338,12 +320,8 @@ pub fn consume(
     let fed = std::thread::scope(|s| {
         let mut p: Pipeline<Box<Job>> = Pipeline::default();
         let mut sinks = Some(sinks);
-        let write = p.stage("write", 1, ring_frames, |_| {
-            c.write_worker(sinks.take().expect("one write worker"))
-        });
-        let assemble = p.shared_stage("assemble", count, count * ring_frames, |_| {
-            c.assemble_worker()
-        });
+        let write = p.stage("write", 1, ring_frames, |_| c.write_worker(sinks.take().expect("one write worker")));
+        let assemble = p.shared_stage("assemble", count, count * ring_frames, |_| c.assemble_worker());
         p.connect(assemble, write, Policy::RoundRobin, WhenFull::Block);
         let to_assemble = p.source(assemble, Policy::LeastLoaded, WhenFull::Block);
         let running = p.spawn(s);
@@ -358,13 +336,7 @@ pub fn consume(
     fed?;
     let mut stats = c.stats.into_inner().expect("not poisoned");
     if let (Some(f), Some(b)) = (&c.finding, c.board) {
-        stats.processed = Some(crate::counts::report(
-            f,
-            b,
-            stats.written,
-            c.compressed.load(Ordering::Relaxed),
-            stats.pool_waits,
-        ));
+        stats.processed = Some(crate::counts::report(f, b, stats.written, c.compressed.load(Ordering::Relaxed), stats.pool_waits));
     }
     Ok(stats)
 }
@@ -398,12 +370,7 @@ fn job_pool(n: usize) -> (Sender<Box<Job>>, ChanRx<Box<Job>>) {
 
 impl<'a> Consumer<'a> {
     /// Without sinks: counts each frame and gives its slots back.
-    fn count(
-        &self,
-        bar: &ProgressBar,
-        until: Option<&AtomicBool>,
-        on_frame: &mut dyn FnMut(&FrameReady),
-    ) -> anyhow::Result<()> {
+    fn count(&self, bar: &ProgressBar, until: Option<&AtomicBool>, on_frame: &mut dyn FnMut(&FrameReady)) -> anyhow::Result<()> {
         while let Some(f) = next_frame(self.rx, until) {
             on_frame(&f);
             bar.inc(1);
@@ -417,14 +384,7 @@ impl<'a> Consumer<'a> {
     /// The source: counts every frame, pairs a descrambled detector's data frames with
     /// their reset frames, and hands the frames with data on to the assemble workers,
     /// numbered in order. Gives back the slots of frames without data.
-    fn feed(
-        &self,
-        pool: &ChanRx<Box<Job>>,
-        to: Port<Box<Job>>,
-        bar: &ProgressBar,
-        until: Option<&AtomicBool>,
-        on_frame: &mut dyn FnMut(&FrameReady),
-    ) -> anyhow::Result<()> {
+    fn feed(&self, pool: &ChanRx<Box<Job>>, to: Port<Box<Job>>, bar: &ProgressBar, until: Option<&AtomicBool>, on_frame: &mut dyn FnMut(&FrameReady)) -> anyhow::Result<()> {
         let needs_reset = self.decoder.as_ref().is_some_and(Decoder::needs_reset);
         // a descrambled detector's frames waiting for their partners (their slots held), and
         // what an offered frame settled
@@ -453,13 +413,7 @@ impl<'a> Consumer<'a> {
 
     /// Hands on the pairs of data and reset frames settled, and gives back every other
     /// frame settled (counting the data frames without their reset frame).
-    fn settle(
-        &self,
-        pool: &ChanRx<Box<Job>>,
-        to: &Port<Box<Job>>,
-        seq: &mut u64,
-        settled: &mut Vec<Outcome<FrameReady>>,
-    ) -> anyhow::Result<()> {
+    fn settle(&self, pool: &ChanRx<Box<Job>>, to: &Port<Box<Job>>, seq: &mut u64, settled: &mut Vec<Outcome<FrameReady>>) -> anyhow::Result<()> {
         for o in settled.drain(..) {
             match o {
                 Outcome::Pair { data, reset } => {
@@ -482,18 +436,9 @@ impl<'a> Consumer<'a> {
 
     /// Frame `f` (with its reset frame, when the detector sends them) into a pooled buffer,
     /// to the assemble workers.
-    fn hand_on(
-        &self,
-        pool: &ChanRx<Box<Job>>,
-        to: &Port<Box<Job>>,
-        seq: &mut u64,
-        f: FrameReady,
-        reset: Option<FrameReady>,
-    ) {
+    fn hand_on(&self, pool: &ChanRx<Box<Job>>, to: &Port<Box<Job>>, seq: &mut u64, f: FrameReady, reset: Option<FrameReady>) {
         // the stats' lock is not held while waiting: the write stage takes it to free a buffer
-        let mut job = from_pool(pool, self.board, || {
-            self.stats.lock().expect("not poisoned").pool_waits += 1
-        });
+        let mut job = from_pool(pool, self.board, || self.stats.lock().expect("not poisoned").pool_waits += 1);
         (job.seq, job.frame, job.complete) = (*seq, f.frame(), f.status() == FrameStatus::Complete);
         job.times = Some(FrameTimes::of(&f, self.sent));
         (job.data, job.reset) = (Some(f), reset);
@@ -509,12 +454,7 @@ impl<'a> Consumer<'a> {
         let asm = Assembler::new(self.geometry, self.decoder.clone());
         let comp = Compressor::new(asm.pixel_bytes(), 0, self.codec);
         let finder = self.finding.clone().map(CountFinder::new);
-        let mut w = Worker {
-            asm,
-            comp,
-            staging: Vec::new(),
-            finder,
-        };
+        let mut w = Worker { asm, comp, staging: Vec::new(), finder };
         Box::new(move |mut job: Box<Job>, e: &Emit<Box<Job>>| {
             self.assemble_one(&mut w, &mut job);
             e.send(0, job);
@@ -522,10 +462,7 @@ impl<'a> Consumer<'a> {
     }
 
     fn assemble_one(&self, w: &mut Worker, job: &mut Job) {
-        let (f, reset) = (
-            job.data.take().expect("handed on with its slot"),
-            job.reset.take(),
-        );
+        let (f, reset) = (job.data.take().expect("handed on with its slot"), job.reset.take());
         job.missing.clear();
         job.missing.extend(w.asm.missing(self.rx, &f));
         if let Some(r) = &reset {
@@ -558,10 +495,7 @@ impl<'a> Consumer<'a> {
     /// and the veto's word, and its chunk where it is wanted and not vetoed.
     fn image_and_chunk(&self, w: &mut Worker, job: &mut Job, raw: &[u8], reset_raw: Option<&[u8]>) {
         job.glance = self.board.is_some_and(|b| b.glance_due());
-        job.assembled = job.glance
-            || self.has_pedestal_run
-            || w.finder.is_some()
-            || (job.chunked && !w.asm.raw_words());
+        job.assembled = job.glance || self.has_pedestal_run || w.finder.is_some() || (job.chunked && !w.asm.raw_words());
         if job.assembled {
             let image = w.asm.assemble(raw, reset_raw, &mut job.image);
             if let Some(f) = w.finder.as_mut() {
@@ -579,20 +513,14 @@ impl<'a> Consumer<'a> {
             }
         } else if job.chunked {
             // only the chunk is wanted: made from the slot, without the image in memory
-            w.asm
-                .compress_words(raw, &mut w.comp, &mut w.staging, &mut job.chunk.make_mut());
+            w.asm.compress_words(raw, &mut w.comp, &mut w.staging, &mut job.chunk.make_mut());
         }
     }
 
     /// The write stage: puts the frames back into the source's order, then gives each to
     /// the pedestal run and the board, publishes its chunk and writes it.
     fn write_worker(&'a self, sinks: Sinks<'a>) -> WorkerFn<'a, Box<Job>> {
-        let Sinks {
-            mut writer,
-            mut stream,
-            mut pedestal_run,
-            ..
-        } = sinks;
+        let Sinks { mut writer, mut stream, mut pedestal_run, .. } = sinks;
         let mut order = Reorder::new();
         Box::new(move |job: Box<Job>, _: &Emit<Box<Job>>| {
             order.push(job.seq, job, |job| {
@@ -606,32 +534,14 @@ impl<'a> Consumer<'a> {
                 let chunk = self.canned.unwrap_or(&job.chunk);
                 let spots = self.finding.is_some().then_some((&job.spots[..], job.hit));
                 if let Some(s) = stream.as_deref_mut() {
-                    self.demand.publish(
-                        s,
-                        job.chunked,
-                        job.frame,
-                        &chunk.read(),
-                        &job.missing,
-                        spots,
-                    );
+                    self.demand.publish(s, job.chunked, job.frame, &chunk.read(), &job.missing, spots);
                 }
                 let mut st = self.stats.lock().expect("not poisoned");
                 if let Some(w) = writer.as_deref_mut() {
-                    write_one(
-                        w,
-                        &mut st,
-                        job.frame,
-                        chunk,
-                        &job.missing,
-                        job.bytes_in,
-                        spots,
-                    );
+                    write_one(w, &mut st, job.frame, chunk, &job.missing, job.bytes_in, spots);
                 }
                 drop(st);
-                self.record(
-                    job.times.as_ref().expect("set by the source"),
-                    Some(Instant::now()),
-                );
+                self.record(job.times.as_ref().expect("set by the source"), Some(Instant::now()));
                 self.hand_back(job);
             });
         })
@@ -646,12 +556,7 @@ impl<'a> Consumer<'a> {
         };
         let pixel_bytes = f.pixel_bytes();
         let bytes = self.geometry.width() * self.geometry.height() * pixel_bytes;
-        let d = Delivered {
-            job: Some(job),
-            pool: self.pool.clone(),
-            pixel_bytes,
-            bytes,
-        };
+        let d = Delivered { job: Some(job), pool: self.pool.clone(), pixel_bytes, bytes };
         // a holder that went away takes no more frames: they go back to the pool
         if let Err(e) = to.send(Processed::counted(d)) {
             drop(e.into_inner());
@@ -676,11 +581,7 @@ impl<'a> Consumer<'a> {
     }
 
     fn record(&self, t: &FrameTimes, written: Option<Instant>) {
-        self.stats
-            .lock()
-            .expect("not poisoned")
-            .latency
-            .record(t, written);
+        self.stats.lock().expect("not poisoned").latency.record(t, written);
         if let Some(b) = self.board {
             b.record(t, written);
         }
@@ -689,23 +590,13 @@ impl<'a> Consumer<'a> {
 
 /// Writes one frame's chunk and counts it; after a write error, frames are counted as not
 /// saved.
-fn write_one(
-    w: &mut NxmxWriter,
-    s: &mut ConsumeStats,
-    frame: u64,
-    chunk: &SharedChunk,
-    missing: &[(usize, usize)],
-    bytes_in: u64,
-    spots: Option<(&[Spot], bool)>,
-) {
+fn write_one(w: &mut NxmxWriter, s: &mut ConsumeStats, frame: u64, chunk: &SharedChunk, missing: &[(usize, usize)], bytes_in: u64, spots: Option<(&[Spot], bool)>) {
     if s.write_error.is_some() {
         s.not_saved += 1;
         return;
     }
     let before = w.bytes_written;
-    let written = w
-        .write_shared(frame, chunk, missing)
-        .and_then(|()| spots.map_or(Ok(()), |(sp, hit)| w.write_spots(sp, sp.len(), hit)));
+    let written = w.write_shared(frame, chunk, missing).and_then(|()| spots.map_or(Ok(()), |(sp, hit)| w.write_spots(sp, sp.len(), hit)));
     match written {
         Ok(()) => {
             s.bytes_in += bytes_in;

@@ -10,10 +10,7 @@
 
 use std::sync::Arc;
 
-use rdaq_process::spots::{
-    count_saturation, is_hit, mask_counts, LocalSnr, LocalSnrParams, Peakfinder8,
-    Peakfinder8Params, Spot, SpotFinder,
-};
+use rdaq_process::spots::{count_saturation, is_hit, mask_counts, LocalSnr, LocalSnrParams, Peakfinder8, Peakfinder8Params, Spot, SpotFinder};
 use rdaq_sink::PixelType;
 
 use crate::board::{Board, Glance, ProcessCounts};
@@ -62,63 +59,29 @@ pub(crate) struct Judged {
 
 impl CountFinder {
     pub fn new(finding: Arc<Finding>) -> CountFinder {
-        let finder =
-            match &finding.finder {
-                CountFinderKind::Local(p) => SpotFinder::Local(LocalSnr::new(*p)),
-                // every pixel searched, as offline: the masked ones are NaN, which no test passes
-                CountFinderKind::Peakfinder8(p, radius) => SpotFinder::Peakfinder8(
-                    Peakfinder8::new(*p, radius.to_vec(), &vec![true; radius.len()]),
-                ),
-            };
-        CountFinder {
-            finder,
-            saturation: count_saturation(finding.bits),
-            finding,
-            image: Vec::new(),
-        }
+        let finder = match &finding.finder {
+            CountFinderKind::Local(p) => SpotFinder::Local(LocalSnr::new(*p)),
+            // every pixel searched, as offline: the masked ones are NaN, which no test passes
+            CountFinderKind::Peakfinder8(p, radius) => SpotFinder::Peakfinder8(Peakfinder8::new(*p, radius.to_vec(), &vec![true; radius.len()])),
+        };
+        CountFinder { finder, saturation: count_saturation(finding.bits), finding, image: Vec::new() }
     }
 
     /// A glance at the frame judged last (its counts, the left-out pixels without a value,
     /// its spots), for the dashboard.
     pub fn glance(&self, frame: u64, width: usize, height: usize, spots: &[Spot]) -> Glance {
-        let values = self
-            .image
-            .iter()
-            .map(|&v| if v.is_finite() { v } else { f32::NAN })
-            .collect();
-        Glance {
-            frame,
-            width,
-            height,
-            values,
-            spots: spots.iter().map(|s| (s.x, s.y)).collect(),
-            unit: "counts",
-        }
+        let values = self.image.iter().map(|&v| if v.is_finite() { v } else { f32::NAN }).collect();
+        Glance { frame, width, height, values, spots: spots.iter().map(|s| (s.x, s.y)).collect(), unit: "counts" }
     }
 
     /// Finds the spots of the assembled image `bytes` (`width` x `height` little-endian
     /// counts) into `spots`, judges the frame and counts it on `board`.
-    pub fn judge(
-        &mut self,
-        bytes: &[u8],
-        width: usize,
-        height: usize,
-        spots: &mut Vec<Spot>,
-        board: Option<&Board>,
-    ) -> Judged {
+    pub fn judge(&mut self, bytes: &[u8], width: usize, height: usize, spots: &mut Vec<Spot>, board: Option<&Board>) -> Judged {
         self.image.clear();
         match self.finding.pixel_bytes() {
             1 => self.image.extend(bytes.iter().map(|&b| b as f32)),
-            2 => self.image.extend(
-                bytes
-                    .chunks_exact(2)
-                    .map(|b| u16::from_le_bytes([b[0], b[1]]) as f32),
-            ),
-            _ => self.image.extend(
-                bytes
-                    .chunks_exact(4)
-                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32),
-            ),
+            2 => self.image.extend(bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]) as f32)),
+            _ => self.image.extend(bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)),
         }
         mask_counts(&mut self.image, &self.finding.mask, self.saturation);
         self.finder.find(&self.image, width, height, spots);
@@ -140,21 +103,8 @@ impl CountFinder {
 
 /// The processing report of a counting detector's frames: the board's counts, the frames
 /// written and compressed.
-pub fn report(
-    finding: &Finding,
-    board: &Board,
-    frames_written: u64,
-    frames_compressed: u64,
-    pool_waits: u64,
-) -> ProcessReport {
-    let mut r = ProcessReport {
-        frames_written,
-        frames_compressed,
-        veto: finding.veto,
-        min_spots: finding.min_spots,
-        pool_waits,
-        ..ProcessReport::default()
-    };
+pub fn report(finding: &Finding, board: &Board, frames_written: u64, frames_compressed: u64, pool_waits: u64) -> ProcessReport {
+    let mut r = ProcessReport { frames_written, frames_compressed, veto: finding.veto, min_spots: finding.min_spots, pool_waits, ..ProcessReport::default() };
     r.take_counts(&board.process);
     r
 }

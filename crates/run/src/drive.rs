@@ -77,14 +77,7 @@ impl Ask {
     /// What the receiver of `source` under `cfg` asks of the detector it drives: `frames`
     /// (a pedestal's three stages together), the period and exposure when told (above 0),
     /// and the trigger mode.
-    pub fn of(
-        cfg: &crate::config::Config,
-        source: &crate::remote::Source,
-        frames: u64,
-        (period_s, exptime_s): (f64, f64),
-        pedestal: bool,
-        trigger: String,
-    ) -> anyhow::Result<Ask> {
+    pub fn of(cfg: &crate::config::Config, source: &crate::remote::Source, frames: u64, (period_s, exptime_s): (f64, f64), pedestal: bool, trigger: String) -> anyhow::Result<Ask> {
         let told = |t: f64| (t > 0.0).then_some(t);
         Ok(Ask {
             kind: Kind::of(source)?,
@@ -112,9 +105,7 @@ pub struct Drive {
 impl Driver {
     /// The client's command line for `ask`; checked before anything starts.
     pub fn command(&self, ask: &Ask) -> anyhow::Result<Option<Command>> {
-        let Some(host) = &self.sls_detector else {
-            return Ok(None);
-        };
+        let Some(host) = &self.sls_detector else { return Ok(None) };
         if ask.bind.is_unspecified() {
             bail!("--sls-detector needs --bind <the address of the card the detector sends to>: the detector's udp_dstip cannot be {}", ask.bind);
         }
@@ -140,25 +131,8 @@ impl Driver {
             ask.frames
         };
         let mut c = Command::new(&self.python);
-        c.args([
-            "-m",
-            "rdaq.sls",
-            "drive",
-            "--detector",
-            host,
-            "--receiver-ip",
-            &ask.bind.to_string(),
-            "--receiver-mac",
-            &mac,
-        ]);
-        c.args([
-            "--port",
-            &ask.port.to_string(),
-            "--interfaces",
-            &ask.interfaces.to_string(),
-            "--frames",
-            &frames.to_string(),
-        ]);
+        c.args(["-m", "rdaq.sls", "drive", "--detector", host, "--receiver-ip", &ask.bind.to_string(), "--receiver-mac", &mac]);
+        c.args(["--port", &ask.port.to_string(), "--interfaces", &ask.interfaces.to_string(), "--frames", &frames.to_string()]);
         for (opt, v) in [("--period-s", ask.period_s), ("--exptime-s", ask.exptime_s)] {
             if let Some(v) = v {
                 c.args([opt, &v.to_string()]);
@@ -177,31 +151,14 @@ impl Driver {
 
 /// The MAC address of the interface that holds `ip`: where the detector is to send.
 fn mac_of(ip: IpAddr) -> anyhow::Result<String> {
-    let IpAddr::V4(v4) = ip else {
-        bail!("--sls-detector: give --receiver-mac for an IPv6 --bind ({ip})")
-    };
-    let iface = rdaq_net::iface::Interface::holding(v4)
-        .ok()
-        .flatten()
-        .with_context(|| {
-            format!(
-                "--sls-detector: no interface of this host holds --bind {ip}: give --receiver-mac"
-            )
-        })?;
-    rdaq_net::iface::hardware_address(&iface.name).with_context(|| {
-        format!(
-            "--sls-detector: the MAC address of {} cannot be read: give --receiver-mac",
-            iface.name
-        )
-    })
+    let IpAddr::V4(v4) = ip else { bail!("--sls-detector: give --receiver-mac for an IPv6 --bind ({ip})") };
+    let iface = rdaq_net::iface::Interface::holding(v4).ok().flatten().with_context(|| format!("--sls-detector: no interface of this host holds --bind {ip}: give --receiver-mac"))?;
+    rdaq_net::iface::hardware_address(&iface.name).with_context(|| format!("--sls-detector: the MAC address of {} cannot be read: give --receiver-mac", iface.name))
 }
 
 fn is_mac(s: &str) -> bool {
     let parts: Vec<&str> = s.split(':').collect();
-    parts.len() == 6
-        && parts
-            .iter()
-            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()))
+    parts.len() == 6 && parts.iter().all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 impl Drive {
@@ -209,18 +166,13 @@ impl Drive {
     pub fn start(mut command: Command) -> anyhow::Result<Drive> {
         use std::os::unix::process::CommandExt;
         let program = command.get_program().to_string_lossy().into_owned();
-        let child = command.process_group(0).spawn().with_context(|| {
-            format!("--sls-detector: cannot start {program} (--python, RDAQ_PYTHON)")
-        })?;
+        let child = command.process_group(0).spawn().with_context(|| format!("--sls-detector: cannot start {program} (--python, RDAQ_PYTHON)"))?;
         let child = Arc::new(Mutex::new(child));
         let ended = Arc::new(AtomicBool::new(false));
         let status = Arc::new(Mutex::new(None));
         let (c, e, s) = (child.clone(), ended.clone(), status.clone());
         let watcher = std::thread::spawn(move || loop {
-            let polled = c
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .try_wait();
+            let polled = c.lock().unwrap_or_else(std::sync::PoisonError::into_inner).try_wait();
             match polled {
                 Ok(None) => std::thread::sleep(Duration::from_millis(20)),
                 Ok(Some(st)) => {
@@ -234,12 +186,7 @@ impl Drive {
                 }
             }
         });
-        Ok(Drive {
-            child,
-            ended,
-            status,
-            watcher,
-        })
+        Ok(Drive { child, ended, status, watcher })
     }
 
     /// Set once the client has ended: the detector has sent what it will send.
@@ -257,10 +204,7 @@ impl Drive {
         }
         let mut interrupted = false;
         {
-            let mut child = self
-                .child
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut child = self.child.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Ok(None) = child.try_wait() {
                 // SAFETY: kill(2) of our child's pid: try_wait said, under the lock that every
                 // reaping of it holds, that it is not reaped, so the pid still names it.
@@ -268,9 +212,7 @@ impl Drive {
                 interrupted = true;
             }
         }
-        self.watcher
-            .join()
-            .map_err(|_| anyhow::anyhow!("--sls-detector: the client's watcher panicked"))?;
+        self.watcher.join().map_err(|_| anyhow::anyhow!("--sls-detector: the client's watcher panicked"))?;
         match *self.status.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
             Some(st) if st.success() => Ok(()),
             // stopped and restored as asked: the summary says what the receiver took
@@ -286,109 +228,34 @@ mod tests {
     use super::*;
 
     fn ask(frames: u64, pedestal: bool) -> Ask {
-        Ask {
-            kind: Kind::Jungfrau,
-            bind: "10.1.1.100".parse().unwrap(),
-            port: 50001,
-            interfaces: 2,
-            frames,
-            period_s: Some(0.002),
-            exptime_s: None,
-            pedestal,
-            trigger: "internal".into(),
-        }
+        Ask { kind: Kind::Jungfrau, bind: "10.1.1.100".parse().unwrap(), port: 50001, interfaces: 2, frames, period_s: Some(0.002), exptime_s: None, pedestal, trigger: "internal".into() }
     }
 
     fn args() -> Driver {
-        Driver {
-            sls_detector: Some("jf1+jf2".into()),
-            receiver_mac: Some("9c:dc:71:47:e5:d4".into()),
-            python: "python3".into(),
-        }
+        Driver { sls_detector: Some("jf1+jf2".into()), receiver_mac: Some("9c:dc:71:47:e5:d4".into()), python: "python3".into() }
     }
 
     #[test]
     fn the_client_is_asked_for_what_the_receiver_takes() {
         let c = args().command(&ask(3000, true)).unwrap().unwrap();
-        let line: Vec<String> = c
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let line: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(line.join(" "), "-m rdaq.sls drive --detector jf1+jf2 --receiver-ip 10.1.1.100 --receiver-mac 9c:dc:71:47:e5:d4 --port 50001 --interfaces 2 --frames 1000 --period-s 0.002 --trigger internal --pedestal");
         assert!(Driver::default().command(&ask(1, false)).unwrap().is_none());
         // without --receiver-mac, the MAC of the interface holding --bind (loopback's: zeros)
-        let lo = Driver {
-            receiver_mac: None,
-            ..args()
-        }
-        .command(&Ask {
-            bind: "127.0.0.1".parse().unwrap(),
-            ..ask(3, false)
-        })
-        .unwrap()
-        .unwrap();
-        assert!(
-            lo.get_args().any(|a| a == "00:00:00:00:00:00"),
-            "{:?}",
-            lo.get_args().collect::<Vec<_>>()
-        );
-        let c = args()
-            .command(&Ask {
-                kind: Kind::Eiger { bit_depth: 8 },
-                ..ask(5, false)
-            })
-            .unwrap()
-            .unwrap();
-        let line: Vec<String> = c
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        assert!(
-            line.join(" ").ends_with(
-                "--frames 5 --period-s 0.002 --trigger internal --kind eiger --bit-depth 8"
-            ),
-            "{line:?}"
-        );
+        let lo = Driver { receiver_mac: None, ..args() }.command(&Ask { bind: "127.0.0.1".parse().unwrap(), ..ask(3, false) }).unwrap().unwrap();
+        assert!(lo.get_args().any(|a| a == "00:00:00:00:00:00"), "{:?}", lo.get_args().collect::<Vec<_>>());
+        let c = args().command(&Ask { kind: Kind::Eiger { bit_depth: 8 }, ..ask(5, false) }).unwrap().unwrap();
+        let line: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(line.join(" ").ends_with("--frames 5 --period-s 0.002 --trigger internal --kind eiger --bit-depth 8"), "{line:?}");
     }
 
     #[test]
     fn what_the_detector_cannot_take_is_refused_before_anything_starts() {
         let e = |a: Driver, k: Ask| a.command(&k).unwrap_err().to_string();
         assert!(e(args(), ask(1000, true)).contains("a multiple of 3"));
-        assert!(e(
-            Driver {
-                receiver_mac: Some("9c:dc:71".into()),
-                ..args()
-            },
-            ask(3, false)
-        )
-        .contains("--receiver-mac"));
-        assert!(e(
-            args(),
-            Ask {
-                bind: "0.0.0.0".parse().unwrap(),
-                ..ask(3, false)
-            }
-        )
-        .contains("--bind"));
-        assert!(e(
-            Driver {
-                receiver_mac: None,
-                ..args()
-            },
-            Ask {
-                bind: "192.0.2.7".parse().unwrap(),
-                ..ask(3, false)
-            }
-        )
-        .contains("no interface of this host holds"));
-        assert!(e(
-            args(),
-            Ask {
-                kind: Kind::Eiger { bit_depth: 16 },
-                ..ask(3, true)
-            }
-        )
-        .contains("JUNGFRAU's"));
+        assert!(e(Driver { receiver_mac: Some("9c:dc:71".into()), ..args() }, ask(3, false)).contains("--receiver-mac"));
+        assert!(e(args(), Ask { bind: "0.0.0.0".parse().unwrap(), ..ask(3, false) }).contains("--bind"));
+        assert!(e(Driver { receiver_mac: None, ..args() }, Ask { bind: "192.0.2.7".parse().unwrap(), ..ask(3, false) }).contains("no interface of this host holds"));
+        assert!(e(args(), Ask { kind: Kind::Eiger { bit_depth: 16 }, ..ask(3, true) }).contains("JUNGFRAU's"));
     }
 }

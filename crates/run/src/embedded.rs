@@ -42,23 +42,13 @@ pub fn start(cfg: Config, source: Option<Source>) -> anyhow::Result<Embedded> {
         Some(s) => start_remote(cfg, s, control.clone(), tx)?,
         None => start_emulated(cfg, control.clone(), tx)?,
     };
-    Ok(Embedded {
-        frames,
-        run,
-        control,
-        geometry,
-        ports,
-    })
+    Ok(Embedded { frames, run, control, geometry, ports })
 }
 
 type Started = (JoinHandle<anyhow::Result<Summary>>, Geometry, Vec<u16>);
 
 /// `rdaq run`'s acquisition, its processed frames to `tx`.
-fn start_emulated(
-    cfg: Config,
-    control: Arc<Control>,
-    tx: Sender<Processed>,
-) -> anyhow::Result<Started> {
+fn start_emulated(cfg: Config, control: Arc<Control>, tx: Sender<Processed>) -> anyhow::Result<Started> {
     // a JUNGFRAU's processed frames, or a counting detector's counts with their spots
     let counted = cfg.process.mode == "spots" && cfg.described()?.is_some();
     if !cfg.processing() && !counted {
@@ -67,51 +57,26 @@ fn start_emulated(
     let g = cfg.geometry().expect("checked");
     let run = std::thread::Builder::new()
         .name("rdaq-acquisition".into())
-        .spawn(move || {
-            crate::emulated::run_delivering(
-                &cfg,
-                control,
-                Arc::default(),
-                &indicatif::ProgressBar::hidden(),
-                Some(tx),
-            )
-        })
+        .spawn(move || crate::emulated::run_delivering(&cfg, control, Arc::default(), &indicatif::ProgressBar::hidden(), Some(tx)))
         .context("cannot start the acquisition")?;
     Ok((run, g, Vec::new()))
 }
 
 /// `rdaq receive`'s acquisition of what `source` sends, its processed frames to `tx`; the
 /// series is `<output.dir>/<output.name>_master.h5`.
-fn start_remote(
-    cfg: Config,
-    source: Source,
-    control: Arc<Control>,
-    tx: Sender<Processed>,
-) -> anyhow::Result<Started> {
+fn start_remote(cfg: Config, source: Source, control: Arc<Control>, tx: Sender<Processed>) -> anyhow::Result<Started> {
     let mut setup = remote::setup(&source, &cfg)?;
     if !setup.chain.deliver_to(tx) {
         bail!("process: an embedded acquisition hands out processed frames: give a JUNGFRAU's calibration (process.calibration), or process.mode = \"spots\" for a counting detector; raw frames come from a receiver of their own");
     }
     let g = setup.chain.geometry;
-    let out = cfg
-        .output
-        .dir
-        .join(format!("{}_master.h5", cfg.output.name));
-    std::fs::create_dir_all(&cfg.output.dir)
-        .with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
+    let out = cfg.output.dir.join(format!("{}_master.h5", cfg.output.name));
+    std::fs::create_dir_all(&cfg.output.dir).with_context(|| format!("cannot create {}", cfg.output.dir.display()))?;
     let receiving = receive::start(setup, &cfg, Some(&out))?;
     let ports = receiving.rx.ports().to_vec();
     let run = std::thread::Builder::new()
         .name("rdaq-acquisition".into())
-        .spawn(move || {
-            receiving
-                .run(
-                    &indicatif::ProgressBar::hidden(),
-                    receive::Ending::default(),
-                    &control,
-                )
-                .map(|r| r.summary)
-        })
+        .spawn(move || receiving.run(&indicatif::ProgressBar::hidden(), receive::Ending::default(), &control).map(|r| r.summary))
         .context("cannot start the acquisition")?;
     Ok((run, g, ports))
 }

@@ -26,9 +26,7 @@ use rdaq_detector::jungfrau::ModuleCalibration;
 use rdaq_detector::{as_words, Chopper, Geometry};
 use rdaq_gpu::pedestal::DARK_IN_FLIGHT;
 use rdaq_process::bitshuffle::{Codec, Compressor};
-use rdaq_process::pipeline::{
-    Emit, Pipeline, Policy, Port, StageId, StageStats, WhenFull, WorkerFn,
-};
+use rdaq_process::pipeline::{Emit, Pipeline, Policy, Port, StageId, StageStats, WhenFull, WorkerFn};
 use rdaq_process::spots::{is_hit, LocalSnrParams, Spot};
 use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, G0Pedestal, InvalidGain};
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
@@ -49,6 +47,7 @@ mod process;
 use crate::reorder::Reorder;
 use dark::{Band, DarkTracker};
 pub use gpu::GpuReport;
+
 
 /// What the graph needs besides the receiver and the writer.
 pub struct Setup {
@@ -112,12 +111,7 @@ impl Canned {
         let mut wk = Work::new(g.height() * g.width(), None);
         conv.to_kev_runs(&g.runs_in_image_order(), words, &mut wk.image);
         let mut spots = Vec::new();
-        rdaq_process::spots::LocalSnr::new(setup.finder).find(
-            &wk.image,
-            g.width(),
-            g.height(),
-            &mut spots,
-        );
+        rdaq_process::spots::LocalSnr::new(setup.finder).find(&wk.image, g.width(), g.height(), &mut spots);
         ChunkMaker::new(setup).make(&mut wk);
         let chunk = std::mem::take(&mut *wk.chunk.make_mut());
         Ok(Canned { chunk, spots })
@@ -143,17 +137,7 @@ struct ChunkMaker {
 
 impl ChunkMaker {
     fn new(setup: &Setup) -> ChunkMaker {
-        ChunkMaker {
-            comp: Compressor::new(
-                setup.pixel.bytes(),
-                chunk_block_elems(setup.pixel),
-                setup.codec,
-            ),
-            pixel: setup.pixel,
-            photon_kev: setup.photon_kev,
-            c16: Vec::new(),
-            c32: Vec::new(),
-        }
+        ChunkMaker { comp: Compressor::new(setup.pixel.bytes(), chunk_block_elems(setup.pixel), setup.codec), pixel: setup.pixel, photon_kev: setup.photon_kev, c16: Vec::new(), c32: Vec::new() }
     }
 
     /// The chunk of `wk`'s pixels: its counts when they hold them, else made from its keV.
@@ -161,28 +145,12 @@ impl ChunkMaker {
         let mut chunk = wk.chunk.make_mut();
         let (image, chunk, n, e) = (&wk.image, &mut *chunk, wk.image.len(), self.photon_kev);
         match (self.pixel, wk.counts) {
-            (PixelType::Photons16, Counts::Plain) => {
-                self.comp.compress(bytes_of(&wk.counts16), chunk)
-            }
-            (PixelType::Photons32, Counts::Plain) => {
-                self.comp.compress(bytes_of(&wk.counts32), chunk)
-            }
-            (PixelType::Photons16, Counts::Shuffled) => {
-                self.comp.compress_shuffled(bytes_of(&wk.counts16), chunk)
-            }
-            (PixelType::Photons32, Counts::Shuffled) => {
-                self.comp.compress_shuffled(bytes_of(&wk.counts32), chunk)
-            }
-            (PixelType::Photons16, _) => {
-                self.comp.compress_from(n, &mut self.c16, chunk, |at, b| {
-                    kev_to_photons(&image[at..at + b.len()], e, b)
-                })
-            }
-            (PixelType::Photons32, _) => {
-                self.comp.compress_from(n, &mut self.c32, chunk, |at, b| {
-                    kev_to_photons(&image[at..at + b.len()], e, b)
-                })
-            }
+            (PixelType::Photons16, Counts::Plain) => self.comp.compress(bytes_of(&wk.counts16), chunk),
+            (PixelType::Photons32, Counts::Plain) => self.comp.compress(bytes_of(&wk.counts32), chunk),
+            (PixelType::Photons16, Counts::Shuffled) => self.comp.compress_shuffled(bytes_of(&wk.counts16), chunk),
+            (PixelType::Photons32, Counts::Shuffled) => self.comp.compress_shuffled(bytes_of(&wk.counts32), chunk),
+            (PixelType::Photons16, _) => self.comp.compress_from(n, &mut self.c16, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
+            (PixelType::Photons32, _) => self.comp.compress_from(n, &mut self.c32, chunk, |at, b| kev_to_photons(&image[at..at + b.len()], e, b)),
             _ => self.comp.compress(bytes_of(image), chunk),
         }
     }
@@ -207,17 +175,9 @@ pub fn emulated_calibration(seed: u64, g: &Geometry) -> Calibration {
 /// [`emulated_calibration`] of an image whose m-th module is the emulated detector's
 /// module `ids[m]` (a receiver that holds some of the modules).
 pub fn emulated_calibration_of(seed: u64, g: &Geometry, ids: &[u16]) -> Calibration {
-    assert_eq!(
-        ids.len(),
-        g.modules as usize,
-        "one module id per module of the image"
-    );
+    assert_eq!(ids.len(), g.modules as usize, "one module id per module of the image");
     let px = g.height() * g.width();
-    let mut cal = Calibration {
-        pedestal: [vec![0.0; px], vec![0.0; px], vec![0.0; px]],
-        gain: [vec![1.0; px], vec![1.0; px], vec![1.0; px]],
-        mask: g.gap_mask(),
-    };
+    let mut cal = Calibration { pedestal: [vec![0.0; px], vec![0.0; px], vec![0.0; px]], gain: [vec![1.0; px], vec![1.0; px], vec![1.0; px]], mask: g.gap_mask() };
     for (m, &id) in (0..g.modules).zip(ids) {
         let mc = ModuleCalibration::synthetic(seed, id);
         g.module_runs(m, |from, at, run| {
@@ -274,23 +234,7 @@ impl Work {
     /// frames come back as the file's photon counts), room for them too, made now so that
     /// it can be registered with the driver.
     fn new(pixels: usize, counts: Option<PixelType>) -> Work {
-        let mut w = Work {
-            frame: 0,
-            seq: 0,
-            ready: None,
-            missing: Vec::new(),
-            image: vec![f32::NAN; pixels],
-            image_valid: false,
-            spots: Vec::new(),
-            hit: false,
-            vetoed: false,
-            chunk: SharedChunk::default(),
-            chunked: false,
-            times: None,
-            counts16: Vec::new(),
-            counts32: Vec::new(),
-            counts: Counts::Stale,
-        };
+        let mut w = Work { frame: 0, seq: 0, ready: None, missing: Vec::new(), image: vec![f32::NAN; pixels], image_valid: false, spots: Vec::new(), hit: false, vetoed: false, chunk: SharedChunk::default(), chunked: false, times: None, counts16: Vec::new(), counts32: Vec::new(), counts: Counts::Stale };
         match counts {
             Some(PixelType::Photons16) => w.counts16.resize(pixels, 0),
             Some(PixelType::Photons32) => w.counts32.resize(pixels, 0),
@@ -337,26 +281,9 @@ impl ProcessReport {
     /// The board's running counts into the report, and the share of signal frames vetoed.
     pub fn take_counts(&mut self, c: &ProcessCounts) {
         let get = ProcessCounts::get;
-        (self.dark_frames, self.signal_frames, self.hits, self.vetoed) = (
-            get(&c.dark_frames),
-            get(&c.signal_frames),
-            get(&c.hits),
-            get(&c.vetoed),
-        );
-        (
-            self.spots_found,
-            self.pedestal_updates,
-            self.dark_incomplete,
-        ) = (
-            get(&c.spots_found),
-            get(&c.pedestal_updates),
-            get(&c.dark_incomplete),
-        );
-        self.vetoed_fraction = if self.signal_frames > 0 {
-            self.vetoed as f64 / self.signal_frames as f64
-        } else {
-            0.0
-        };
+        (self.dark_frames, self.signal_frames, self.hits, self.vetoed) = (get(&c.dark_frames), get(&c.signal_frames), get(&c.hits), get(&c.vetoed));
+        (self.spots_found, self.pedestal_updates, self.dark_incomplete) = (get(&c.spots_found), get(&c.pedestal_updates), get(&c.dark_incomplete));
+        self.vetoed_fraction = if self.signal_frames > 0 { self.vetoed as f64 / self.signal_frames as f64 } else { 0.0 };
     }
 }
 
@@ -389,11 +316,7 @@ impl StageReport {
             workers: s.workers,
             frames,
             busy_s,
-            ms_per_frame: if frames > 0 {
-                busy_s * 1e3 / frames as f64
-            } else {
-                0.0
-            },
+            ms_per_frame: if frames > 0 { busy_s * 1e3 / frames as f64 } else { 0.0 },
             blocked: s.blocked(),
             dropped: s.dropped(),
             discarded: s.discarded.load(Ordering::Relaxed),
@@ -417,20 +340,8 @@ struct SharedCal {
 impl SharedCal {
     fn new(base: Arc<Calibration>) -> anyhow::Result<SharedCal> {
         let g0 = G0Pedestal::new(base.pedestal[0].clone())?;
-        let gaps = base
-            .mask
-            .iter()
-            .enumerate()
-            .filter(|(_, &m)| m & rdaq_detector::geometry::MASK_GAP != 0)
-            .map(|(p, _)| p)
-            .collect();
-        Ok(SharedCal {
-            base,
-            g0: RwLock::new(g0),
-            generation: AtomicU64::new(0),
-            gaps,
-            spare: Mutex::new(Vec::new()),
-        })
+        let gaps = base.mask.iter().enumerate().filter(|(_, &m)| m & rdaq_detector::geometry::MASK_GAP != 0).map(|(p, _)| p).collect();
+        Ok(SharedCal { base, g0: RwLock::new(g0), generation: AtomicU64::new(0), gaps, spare: Mutex::new(Vec::new()) })
     }
 
     /// Publishes the tracked G0 pedestal `mean` to the converters (gap pixels from the
@@ -460,9 +371,7 @@ impl SharedCal {
     fn follow(&self, seen: u64, conv: &mut Converter) -> u64 {
         let gen = self.generation.load(Ordering::Acquire);
         if gen != seen {
-            *conv = conv
-                .with_g0(self.g0())
-                .expect("the tracked pedestal has the image's pixels");
+            *conv = conv.with_g0(self.g0()).expect("the tracked pedestal has the image's pixels");
         }
         gen
     }
@@ -475,8 +384,7 @@ fn work_pool(setup: &Setup) -> (Sender<Box<Work>>, ChanRx<Box<Work>>) {
     let (tx, rx) = bounded::<Box<Work>>(pool_size);
     let counts = setup.gpu.as_ref().map(|_| setup.pixel);
     for _ in 0..pool_size {
-        tx.send(Box::new(Work::new(pixels, counts)))
-            .expect("pool has room");
+        tx.send(Box::new(Work::new(pixels, counts))).expect("pool has room");
     }
     (tx, rx)
 }
@@ -523,10 +431,7 @@ pub fn run(
 ) -> anyhow::Result<(ConsumeStats, ProcessReport)> {
     let demand = ChunkDemand::new(writer.is_some(), stream.as_deref_mut());
     Converter::shared(setup.calibration.clone(), setup.invalid)?;
-    anyhow::ensure!(
-        setup.workers > 0 && setup.pedestal_bands > 0 && setup.ring_frames > 0,
-        "the graph needs workers, pedestal bands and rings"
-    );
+    anyhow::ensure!(setup.workers > 0 && setup.pedestal_bands > 0 && setup.ring_frames > 0, "the graph needs workers, pedestal bands and rings");
     let (pool, pool_rx) = work_pool(&setup);
     let pixels = setup.geometry.height() * setup.geometry.width();
     let g = Graph {
@@ -536,15 +441,7 @@ pub fn run(
         dark_mean: Mutex::new(vec![0.0; pixels]),
         steps: StepTimes::default(),
         reorder_high_water: AtomicU64::new(0),
-        stats: Mutex::new(ConsumeStats {
-            what: if writer.is_some() {
-                "processing and writing frames"
-            } else {
-                "processing frames (no file)"
-            }
-            .to_string(),
-            ..Default::default()
-        }),
+        stats: Mutex::new(ConsumeStats { what: if writer.is_some() { "processing and writing frames" } else { "processing frames (no file)" }.to_string(), ..Default::default() }),
         demand,
         writer: Mutex::new(writer),
         stream: Mutex::new(stream),
@@ -569,28 +466,16 @@ pub fn run(
             // tracks the pedestal; the CPU workers compress
             (Some(off), Some(tracker)) => {
                 let pedestal = g.pedestal_chain(&mut p, vec![tracker]);
-                let gpu = p.shared_stage("gpu", setup.workers, setup.workers * rf, |k| {
-                    g.gpu_worker(off, k)
-                });
+                let gpu = p.shared_stage("gpu", setup.workers, setup.workers * rf, |k| g.gpu_worker(off, k));
                 p.connect(gpu, write, Policy::RoundRobin, WhenFull::Block);
                 (gpu, pedestal)
             }
             _ => {
                 let pedestal = match setup.canned {
-                    Some(_) => g.pedestal_chain(
-                        &mut p,
-                        (0..setup.pedestal_bands)
-                            .map(|_| dark::Counted::default())
-                            .collect(),
-                    ),
-                    None => g.pedestal_chain(
-                        &mut p,
-                        Band::split(pixels, setup.pedestal_bands, setup.window),
-                    ),
+                    Some(_) => g.pedestal_chain(&mut p, (0..setup.pedestal_bands).map(|_| dark::Counted::default()).collect()),
+                    None => g.pedestal_chain(&mut p, Band::split(pixels, setup.pedestal_bands, setup.window)),
                 };
-                let process = p.shared_stage("process", setup.workers, setup.workers * rf, |k| {
-                    g.process_worker(k)
-                });
+                let process = p.shared_stage("process", setup.workers, setup.workers * rf, |k| g.process_worker(k));
                 p.connect(process, write, Policy::RoundRobin, WhenFull::Block);
                 (process, pedestal)
             }
@@ -615,13 +500,7 @@ fn pool_images(pool: &Sender<Box<Work>>, rx: &ChanRx<Box<Work>>) -> Vec<(*const 
     let span = |b: &[u8]| (b.as_ptr(), b.len());
     let images = all
         .iter()
-        .flat_map(|w| {
-            [
-                span(bytes_of(&w.image)),
-                span(bytes_of(&w.counts16)),
-                span(bytes_of(&w.counts32)),
-            ]
-        })
+        .flat_map(|w| [span(bytes_of(&w.image)), span(bytes_of(&w.counts16)), span(bytes_of(&w.counts32))])
         .filter(|&(_, len)| len > 0)
         .collect();
     for w in all {
@@ -636,9 +515,7 @@ fn pin_once(pinned: &mut bool, cpus: &[usize], k: usize) {
         // a CPU that cannot be had (a cpuset, say) leaves the worker unpinned: the run goes on
         let cpu = cpus[k % cpus.len()];
         if let Err(e) = rdaq_net::socket::pin_current_thread(cpu) {
-            eprintln!(
-                "rdaq: process.cpus: cannot pin a worker to CPU {cpu} ({e}); it runs unpinned"
-            );
+            eprintln!("rdaq: process.cpus: cannot pin a worker to CPU {cpu} ({e}); it runs unpinned");
         }
     }
     *pinned = true;
@@ -648,14 +525,7 @@ impl Graph<'_> {
     /// The source: finished frames from the receiver, sent by the chopper to the pedestal
     /// (dark) or the processing (signal, numbered in order). Returns its own counts; the
     /// ports close when it returns.
-    fn feed(
-        &self,
-        pool: &ChanRx<Box<Work>>,
-        [to_pedestal, to_process]: [Port<Box<Work>>; 2],
-        bar: &ProgressBar,
-        until: Option<&AtomicBool>,
-        on_frame: &mut dyn FnMut(&FrameReady),
-    ) -> ProcessReport {
+    fn feed(&self, pool: &ChanRx<Box<Work>>, [to_pedestal, to_process]: [Port<Box<Work>>; 2], bar: &ProgressBar, until: Option<&AtomicBool>, on_frame: &mut dyn FnMut(&FrameReady)) -> ProcessReport {
         let mut source = ProcessReport::default();
         let mut seq = 0u64;
         while let Some(f) = next_frame(self.rx, until) {
@@ -672,9 +542,7 @@ impl Graph<'_> {
                 }
             }
             if f.status() != FrameStatus::Complete {
-                self.setup
-                    .board
-                    .push_event(incomplete_event("receiver", &f));
+                self.setup.board.push_event(incomplete_event("receiver", &f));
             }
             if f.status() == FrameStatus::Discarded {
                 continue;
@@ -701,24 +569,14 @@ impl Graph<'_> {
     }
 
     /// The pedestal stages, one per tracker, chained: returns the first.
-    fn pedestal_chain<'g, T: DarkTracker + 'g>(
-        &'g self,
-        p: &mut Pipeline<'g, Box<Work>>,
-        trackers: Vec<T>,
-    ) -> StageId {
+    fn pedestal_chain<'g, T: DarkTracker + 'g>(&'g self, p: &mut Pipeline<'g, Box<Work>>, trackers: Vec<T>) -> StageId {
         let k = trackers.len();
         let mut stages = Vec::with_capacity(k);
         for (i, t) in trackers.into_iter().enumerate() {
-            let name = if k == 1 {
-                "pedestal".to_string()
-            } else {
-                format!("pedestal {}/{k}", i + 1)
-            };
+            let name = if k == 1 { "pedestal".to_string() } else { format!("pedestal {}/{k}", i + 1) };
             let mut t = Some(t);
             let cpu = self.setup.workers + i;
-            stages.push(p.stage(&name, 1, self.setup.ring_frames, |_| {
-                self.pedestal_worker(t.take().expect("one worker per band"), i + 1 == k, cpu)
-            }));
+            stages.push(p.stage(&name, 1, self.setup.ring_frames, |_| self.pedestal_worker(t.take().expect("one worker per band"), i + 1 == k, cpu)));
         }
         for w in stages.windows(2) {
             p.connect(w[0], w[1], Policy::RoundRobin, WhenFull::Block);
@@ -732,12 +590,7 @@ impl Graph<'_> {
     /// converters, gives the slots back and the buffers to the pool. A tracker that reads
     /// its frames late (the GPU's) keeps several in flight while more wait in the stage's
     /// ring, and all of them read when none waits (so at the end of the run).
-    fn pedestal_worker<'g, T: DarkTracker + 'g>(
-        &'g self,
-        mut tracker: T,
-        last: bool,
-        cpu: usize,
-    ) -> WorkerFn<'g, Box<Work>> {
+    fn pedestal_worker<'g, T: DarkTracker + 'g>(&'g self, mut tracker: T, last: bool, cpu: usize) -> WorkerFn<'g, Box<Work>> {
         let g = self.setup.geometry;
         let (mut since_publish, mut pinned) = (0u32, false);
         let mut held: VecDeque<Box<Work>> = VecDeque::with_capacity(DARK_IN_FLIGHT);
@@ -757,17 +610,12 @@ impl Graph<'_> {
                 }
                 self.hand_on_dark(wk, last, e);
             }
-            let mut due =
-                tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish;
+            let mut due = tracker.frames() >= self.setup.window as u64 && since_publish >= self.setup.publish;
             if due {
                 since_publish = 0;
                 due = tracker.mean_into(&mut self.dark_mean.lock().expect("not poisoned"));
             }
-            let keep = if e.queued() > 0 {
-                DARK_IN_FLIGHT - 1
-            } else {
-                0
-            };
+            let keep = if e.queued() > 0 { DARK_IN_FLIGHT - 1 } else { 0 };
             let reading = tracker.reading(keep);
             while held.len() > reading {
                 self.hand_on_dark(held.pop_front().expect("more held than read"), last, e);
@@ -785,16 +633,13 @@ impl Graph<'_> {
             e.send(0, wk);
             return;
         }
-        self.rx
-            .release(wk.ready.take().expect("still held"))
-            .expect(OWN_FRAME);
+        self.rx.release(wk.ready.take().expect("still held")).expect(OWN_FRAME);
         let _ = self.pool.send(wk);
     }
 
     /// Replaces the converters' G0 pedestal with the one the bands wrote.
     fn publish_pedestal(&self) {
-        self.cal
-            .publish(&self.dark_mean.lock().expect("not poisoned"));
+        self.cal.publish(&self.dark_mean.lock().expect("not poisoned"));
         ProcessCounts::add(&self.setup.board.process.pedestal_updates, 1);
     }
 
@@ -813,9 +658,7 @@ impl Graph<'_> {
         let (setup, counts) = (self.setup, &self.setup.board.process);
         // the finder sums keV; the file's spot list speaks the unit of its image
         if matches!(setup.pixel, PixelType::Photons16 | PixelType::Photons32) {
-            wk.spots
-                .iter_mut()
-                .for_each(|s| s.intensity /= setup.photon_kev);
+            wk.spots.iter_mut().for_each(|s| s.intensity /= setup.photon_kev);
         }
         wk.hit = is_hit(&wk.spots, setup.min_spots);
         if let Some(t) = wk.times.as_mut() {
@@ -845,8 +688,7 @@ impl Graph<'_> {
     pub(super) fn compress_if_wanted(&self, compress: &mut dyn FnMut(&mut Work), wk: &mut Work) {
         // a frame whose image the GPU path did not fetch (nobody wanted it then) stays
         // without a chunk, as one that nobody wanted: the stream counts it as dropped
-        wk.chunked =
-            !wk.vetoed && (wk.image_valid || wk.counts != Counts::Stale) && self.demand.wanted();
+        wk.chunked = !wk.vetoed && (wk.image_valid || wk.counts != Counts::Stale) && self.demand.wanted();
         if wk.chunked {
             compress(wk);
             self.steps.compressed.fetch_add(1, Ordering::Relaxed);
@@ -857,14 +699,7 @@ impl Graph<'_> {
     fn glance(&self, wk: &Work) -> Glance {
         let g = &self.setup.geometry;
         let spots = wk.spots.iter().map(|s| (s.x, s.y)).collect();
-        Glance {
-            frame: wk.frame,
-            width: g.width(),
-            height: g.height(),
-            values: wk.image.clone(),
-            spots,
-            unit: "keV",
-        }
+        Glance { frame: wk.frame, width: g.width(), height: g.height(), values: wk.image.clone(), spots, unit: "keV" }
     }
 
     /// Puts the frames back into the source's order, then publishes each chunk with its spot
@@ -874,8 +709,7 @@ impl Graph<'_> {
         let mut order = Reorder::new();
         Box::new(move |wk: Box<Work>, _: &Emit<Box<Work>>| {
             order.push(wk.seq, wk, |wk| self.write_one(wk));
-            self.reorder_high_water
-                .fetch_max(order.high_water as u64, Ordering::Relaxed);
+            self.reorder_high_water.fetch_max(order.high_water as u64, Ordering::Relaxed);
         })
     }
 
@@ -888,28 +722,16 @@ impl Graph<'_> {
             return;
         }
         if let Some(s) = self.stream.lock().expect("not poisoned").as_deref_mut() {
-            self.demand.publish(
-                s,
-                wk.chunked,
-                wk.frame,
-                &wk.chunk.read(),
-                &wk.missing,
-                Some((&wk.spots, wk.hit)),
-            );
+            self.demand.publish(s, wk.chunked, wk.frame, &wk.chunk.read(), &wk.missing, Some((&wk.spots, wk.hit)));
         }
-        let frame_bytes = (self.setup.geometry.height()
-            * self.setup.geometry.width()
-            * self.setup.pixel.bytes()) as u64;
+        let frame_bytes = (self.setup.geometry.height() * self.setup.geometry.width() * self.setup.pixel.bytes()) as u64;
         let mut st = self.stats.lock().expect("not poisoned");
         let mut writer = self.writer.lock().expect("not poisoned");
         if st.write_error.is_some() {
             st.not_saved += 1;
         } else if let Some(wr) = writer.as_deref_mut() {
             let before = wr.bytes_written;
-            match wr
-                .write_shared(wk.frame, &wk.chunk, &wk.missing)
-                .and_then(|()| wr.write_spots(&wk.spots, wk.spots.len(), wk.hit))
-            {
+            match wr.write_shared(wk.frame, &wk.chunk, &wk.missing).and_then(|()| wr.write_spots(&wk.spots, wk.spots.len(), wk.hit)) {
                 Ok(()) => {
                     st.written += 1;
                     st.bytes_out += wr.bytes_written - before;
@@ -927,12 +749,7 @@ impl Graph<'_> {
         match &self.setup.deliver {
             // a holder that went away takes no more frames: they go back to the pool
             Some(to) => {
-                if let Err(e) = to.send(deliver::Processed::new(
-                    wk,
-                    self.setup.pixel,
-                    self.setup.photon_kev,
-                    self.pool.clone(),
-                )) {
+                if let Err(e) = to.send(deliver::Processed::new(wk, self.setup.pixel, self.setup.photon_kev, self.pool.clone())) {
                     drop(e.into_inner());
                 }
             }
@@ -949,25 +766,13 @@ impl Graph<'_> {
         if frames == 0 {
             return Vec::new();
         }
-        let step = |name, ns: &AtomicU64| StepReport {
-            name,
-            frames,
-            ms_per_frame: ns.load(Ordering::Relaxed) as f64 / 1e6 / frames as f64,
-        };
-        vec![
-            step("convert", &st.convert),
-            step("spots + veto", &st.spots),
-            step("compress", &st.compress),
-        ]
+        let step = |name, ns: &AtomicU64| StepReport { name, frames, ms_per_frame: ns.load(Ordering::Relaxed) as f64 / 1e6 / frames as f64 };
+        vec![step("convert", &st.convert), step("spots + veto", &st.spots), step("compress", &st.compress)]
     }
 
     /// The consumer's statistics and the processing report, from the source's counts, the
     /// stages' and the tracked calibration.
-    fn report(
-        self,
-        stages: Vec<Arc<StageStats>>,
-        mut r: ProcessReport,
-    ) -> (ConsumeStats, ProcessReport) {
+    fn report(self, stages: Vec<Arc<StageStats>>, mut r: ProcessReport) -> (ConsumeStats, ProcessReport) {
         r.take_counts(&self.setup.board.process);
         r.stages = stages.iter().map(|s| StageReport::of(s)).collect();
         r.steps = self.step_report();
@@ -991,19 +796,11 @@ mod tests {
     #[test]
     fn a_publication_keeps_the_gaps_and_never_writes_a_pedestal_still_held() {
         let mask = vec![0, rdaq_detector::geometry::MASK_GAP, 0, 0];
-        let base = Calibration {
-            pedestal: [vec![7.0; 4], vec![0.0; 4], vec![0.0; 4]],
-            gain: [vec![1.0; 4], vec![1.0; 4], vec![1.0; 4]],
-            mask,
-        };
+        let base = Calibration { pedestal: [vec![7.0; 4], vec![0.0; 4], vec![0.0; 4]], gain: [vec![1.0; 4], vec![1.0; 4], vec![1.0; 4]], mask };
         let cal = SharedCal::new(Arc::new(base)).expect("a valid calibration");
         cal.publish(&[1.0, 2.0, 3.0, 4.0]);
         let held = cal.g0();
-        assert_eq!(
-            held.values(),
-            [1.0, 7.0, 3.0, 4.0],
-            "the gap pixel keeps the base's pedestal"
-        );
+        assert_eq!(held.values(), [1.0, 7.0, 3.0, 4.0], "the gap pixel keeps the base's pedestal");
         // the first publication is held: the next two must not reuse its buffer
         cal.publish(&[5.0; 4]);
         cal.publish(&[6.0; 4]);

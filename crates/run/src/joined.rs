@@ -16,11 +16,7 @@ pub struct Joined {
 impl Joined {
     /// Binds the joined stream's endpoint; fails naming it.
     pub fn bind(cfg: &StreamConfig) -> Result<Joined, StreamError> {
-        Ok(Joined {
-            publisher: Publisher::bind(cfg)?,
-            encoder: None,
-            next_id: 0,
-        })
+        Ok(Joined { publisher: Publisher::bind(cfg)?, encoder: None, next_id: 0 })
     }
 
     /// The endpoint bound (a `tcp://*:0` one says its port here).
@@ -44,17 +40,9 @@ impl Joined {
     /// Sends one merged image as the next of the series (an image before `start` is not
     /// sent, and not counted).
     pub fn image(&mut self, img: &Image) -> Result<(), StreamError> {
-        let Some(encoder) = self.encoder.as_mut() else {
-            return Ok(());
-        };
+        let Some(encoder) = self.encoder.as_mut() else { return Ok(()) };
         let spots = img.spots.as_ref().map(|(s, hit)| (s.as_slice(), *hit));
-        let info = ImageInfo {
-            image_id: self.next_id,
-            frame_number: img.frame_number,
-            missing: &img.missing,
-            spots,
-            time_ns: img.time_ns,
-        };
+        let info = ImageInfo { image_id: self.next_id, frame_number: img.frame_number, missing: &img.missing, spots, time_ns: img.time_ns };
         self.next_id += 1;
         self.publisher.image(encoder.image(&info, &img.chunk))
     }
@@ -63,13 +51,8 @@ impl Joined {
     /// skipped (`missing`), and says what the stream did.
     pub fn end(mut self, missing: u64) -> Result<StreamStats, StreamError> {
         if let Some(encoder) = self.encoder.as_mut() {
-            let (sent, dropped) = (
-                self.publisher.stats.images_sent,
-                self.publisher.stats.images_dropped,
-            );
-            self.publisher.stats.end_sent =
-                self.publisher
-                    .control(encoder.end(sent, dropped, Some(missing)))?;
+            let (sent, dropped) = (self.publisher.stats.images_sent, self.publisher.stats.images_dropped);
+            self.publisher.stats.end_sent = self.publisher.control(encoder.end(sent, dropped, Some(missing)))?;
         }
         Ok(self.publisher.stats)
     }

@@ -17,12 +17,7 @@ use rdaq_receiver::FrameReady;
 use serde::Serialize;
 
 /// The steps, in order.
-pub const STEPS: [&str; 4] = [
-    "sent -> received",
-    "received -> complete",
-    "complete -> processed",
-    "processed -> written",
-];
+pub const STEPS: [&str; 4] = ["sent -> received", "received -> complete", "complete -> processed", "processed -> written"];
 
 /// When one frame passed each point (those it reached).
 #[derive(Clone, Copy, Debug)]
@@ -36,22 +31,12 @@ pub struct FrameTimes {
 impl FrameTimes {
     /// The times a finished frame carries, with its send time if `sent` remembers it.
     pub fn of(f: &FrameReady, sent: Option<&SendClock>) -> FrameTimes {
-        FrameTimes {
-            sent: sent.and_then(|c| c.sent(f.frame())),
-            received: f.first_datagram(),
-            complete: f.finished(),
-            processed: None,
-        }
+        FrameTimes { sent: sent.and_then(|c| c.sent(f.frame())), received: f.first_datagram(), complete: f.finished(), processed: None }
     }
 }
 
 /// The steps as metric labels.
-const LABELS: [&str; 4] = [
-    "sent_to_received",
-    "received_to_complete",
-    "complete_to_processed",
-    "processed_to_written",
-];
+const LABELS: [&str; 4] = ["sent_to_received", "received_to_complete", "complete_to_processed", "processed_to_written"];
 
 /// One step's frames per latency bucket ([`Latency::buckets`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -73,9 +58,7 @@ impl Default for Latency {
     fn default() -> Self {
         // 1 us to 1 h, 3 significant digits
         let h = || Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
-        Latency {
-            steps: [h(), h(), h(), h()],
-        }
+        Latency { steps: [h(), h(), h(), h()] }
     }
 }
 
@@ -92,13 +75,7 @@ pub struct StepLatency {
 impl Latency {
     /// Records the steps frame `t` went through, ending `written` if it was.
     pub fn record(&mut self, t: &FrameTimes, written: Option<Instant>) {
-        let points = [
-            t.sent,
-            Some(t.received),
-            Some(t.complete),
-            t.processed,
-            written,
-        ];
+        let points = [t.sent, Some(t.received), Some(t.complete), t.processed, written];
         for (i, h) in self.steps.iter_mut().enumerate() {
             if let (Some(a), Some(b)) = (points[i], points[i + 1]) {
                 h.saturating_record(b.saturating_duration_since(a).as_micros().max(1) as u64);
@@ -118,12 +95,7 @@ impl Latency {
                     let s = v.value_iterated_to() as f64 / 1e6;
                     counts[bounds.partition_point(|b| *b < s)] += v.count_at_value();
                 }
-                StepBuckets {
-                    label: l,
-                    counts,
-                    count: h.len(),
-                    sum_s: h.mean() * h.len() as f64 / 1e6,
-                }
+                StepBuckets { label: l, counts, count: h.len(), sum_s: h.mean() * h.len() as f64 / 1e6 }
             })
             .collect()
     }
@@ -134,13 +106,7 @@ impl Latency {
             .iter()
             .zip(&self.steps)
             .filter(|(_, h)| !h.is_empty())
-            .map(|(step, h)| StepLatency {
-                step,
-                frames: h.len(),
-                p50_us: h.value_at_quantile(0.5),
-                p99_us: h.value_at_quantile(0.99),
-                max_us: h.max(),
-            })
+            .map(|(step, h)| StepLatency { step, frames: h.len(), p50_us: h.value_at_quantile(0.5), p99_us: h.value_at_quantile(0.99), max_us: h.max() })
             .collect()
     }
 }
@@ -155,24 +121,8 @@ mod tests {
         let t0 = Instant::now();
         let ms = |m| t0 + Duration::from_millis(m);
         let mut l = Latency::default();
-        l.record(
-            &FrameTimes {
-                sent: Some(ms(0)),
-                received: ms(1),
-                complete: ms(3),
-                processed: Some(ms(6)),
-            },
-            Some(ms(10)),
-        );
-        l.record(
-            &FrameTimes {
-                sent: None,
-                received: ms(0),
-                complete: ms(2),
-                processed: None,
-            },
-            None,
-        );
+        l.record(&FrameTimes { sent: Some(ms(0)), received: ms(1), complete: ms(3), processed: Some(ms(6)) }, Some(ms(10)));
+        l.record(&FrameTimes { sent: None, received: ms(0), complete: ms(2), processed: None }, None);
         let r = l.report();
         let by = |s: &str| r.iter().find(|x| x.step == s).unwrap().clone();
         assert_eq!(by("sent -> received").frames, 1);
@@ -183,15 +133,7 @@ mod tests {
         // the same frames in buckets of 1.5 ms and 3.5 ms
         let b = l.buckets(&[0.0015, 0.0035]);
         assert_eq!(b[1].label, "received_to_complete");
-        assert_eq!(
-            (
-                b[0].counts.clone(),
-                b[1].counts.clone(),
-                b[2].counts.clone(),
-                b[3].counts.clone()
-            ),
-            (vec![1, 0, 0], vec![0, 2, 0], vec![0, 1, 0], vec![0, 0, 1])
-        );
+        assert_eq!((b[0].counts.clone(), b[1].counts.clone(), b[2].counts.clone(), b[3].counts.clone()), (vec![1, 0, 0], vec![0, 2, 0], vec![0, 1, 0], vec![0, 0, 1]));
         assert_eq!(b[1].count, 2);
         assert!((b[1].sum_s - 0.004).abs() < 1e-5, "{}", b[1].sum_s);
     }

@@ -41,12 +41,12 @@
 pub mod acquisition;
 pub mod assemble;
 pub mod board;
+pub mod drive;
 pub mod budget;
 pub mod calibration;
 pub mod config;
 pub mod consume;
 pub mod counts;
-pub mod drive;
 pub mod embedded;
 pub mod emulated;
 pub mod graph;
@@ -56,11 +56,11 @@ pub mod outputs;
 pub mod pairs;
 pub mod parts;
 pub mod pedestal;
-pub mod plan;
 pub mod receive;
 pub mod receiver_report;
-pub mod remote;
+pub mod plan;
 mod reorder;
+pub mod remote;
 pub mod stream;
 pub mod summary;
 pub mod topology;
@@ -71,14 +71,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// A bar when the frame count is known, a counter otherwise (drawn only on a terminal).
 pub fn progress_bar(len: Option<u64>, what: &str) -> ProgressBar {
     let (bar, template) = match len {
-        Some(n) => (
-            ProgressBar::new(n),
-            "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} frames ({per_sec})",
-        ),
-        None => (
-            ProgressBar::new_spinner(),
-            "{prefix} [{elapsed_precise}] {spinner} {pos} frames ({per_sec})",
-        ),
+        Some(n) => (ProgressBar::new(n), "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} frames ({per_sec})"),
+        None => (ProgressBar::new_spinner(), "{prefix} [{elapsed_precise}] {spinner} {pos} frames ({per_sec})"),
     };
     bar.set_style(ProgressStyle::with_template(template).expect("valid template"));
     bar.set_prefix(what.to_string());

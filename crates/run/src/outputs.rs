@@ -28,9 +28,7 @@ pub fn plain_name(what: &str, name: &str) -> anyhow::Result<()> {
 /// without `..`, without control characters. Nothing is created (see [`make_subdirectory`]).
 pub fn subdirectory(what: &str, rel: &str) -> anyhow::Result<PathBuf> {
     if rel.len() > 1024 || !rdaq_proto::names::is_relative_dir(rel) {
-        anyhow::bail!(
-            "{what}: {rel:?} is not a directory under the output directory (relative, without ..)"
-        );
+        anyhow::bail!("{what}: {rel:?} is not a directory under the output directory (relative, without ..)");
     }
     Ok(PathBuf::from(rel))
 }
@@ -50,26 +48,17 @@ pub fn check_subdirectory(what: &str, root: &Path, rel: &Path) -> anyhow::Result
 
 fn walk_subdirectory(what: &str, root: &Path, rel: &Path, create: bool) -> anyhow::Result<PathBuf> {
     let mut at = root.to_owned();
-    for c in rel
-        .components()
-        .filter(|c| matches!(c, std::path::Component::Normal(_)))
-    {
+    for c in rel.components().filter(|c| matches!(c, std::path::Component::Normal(_))) {
         at.push(c);
         match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => anyhow::bail!(
-                "{what}: {} is a symbolic link: rdaq writes only under the output directory",
-                at.display()
-            ),
+            Ok(m) if m.file_type().is_symlink() => anyhow::bail!("{what}: {} is a symbolic link: rdaq writes only under the output directory", at.display()),
             Ok(m) if !m.is_dir() => anyhow::bail!("{what}: {} is not a directory", at.display()),
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => break,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::create_dir(&at) {
                 Ok(()) => {}
                 // made meanwhile by another start: a directory is what was wanted
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::AlreadyExists
-                        && !claim::is_link(&at)
-                        && at.is_dir() => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && !claim::is_link(&at) && at.is_dir() => {}
                 Err(e) => anyhow::bail!("{what}: cannot create {}: {e}", at.display()),
             },
             Err(e) => anyhow::bail!("{what}: {}: {e}", at.display()),
@@ -87,10 +76,7 @@ pub fn write_file(path: &Path, bytes: &[u8], overwrite: bool) -> anyhow::Result<
 /// The files of the series whose master is `master` that an earlier run would have left:
 /// the master and its first data file (refused like any other existing file).
 pub fn series_files(master: &Path) -> [PathBuf; 2] {
-    [
-        master.to_owned(),
-        master.with_file_name(rdaq_sink::data_file_name(master, 1)),
-    ]
+    [master.to_owned(), master.with_file_name(rdaq_sink::data_file_name(master, 1))]
 }
 
 /// Claims the first run name whose files (`<name><suffix>` in `dir`) are all free: `name`
@@ -98,27 +84,13 @@ pub fn series_files(master: &Path) -> [PathBuf; 2] {
 /// the series of a candidate's master (`<name>_master.h5`) and claims its name exclusively:
 /// when another process got there first it fails with a [`ClaimError::Exists`], and the
 /// next number is tried. Returns the name and what `create` made.
-pub fn claim_run<T>(
-    dir: &Path,
-    name: &str,
-    suffixes: &[&str],
-    overwrite: bool,
-    mut create: impl FnMut(&Path) -> Result<T, SinkError>,
-) -> anyhow::Result<(String, T)> {
-    let free = |n: &str| {
-        !suffixes
-            .iter()
-            .any(|s| claim::taken(&dir.join(format!("{n}{s}"))))
-    };
-    let candidates =
-        std::iter::once(name.to_string()).chain((2u32..=999_999).map(|k| format!("{name}_{k:06}")));
+pub fn claim_run<T>(dir: &Path, name: &str, suffixes: &[&str], overwrite: bool, mut create: impl FnMut(&Path) -> Result<T, SinkError>) -> anyhow::Result<(String, T)> {
+    let free = |n: &str| !suffixes.iter().any(|s| claim::taken(&dir.join(format!("{n}{s}"))));
+    let candidates = std::iter::once(name.to_string()).chain((2u32..=999_999).map(|k| format!("{name}_{k:06}")));
     for n in candidates.filter(|n| overwrite || free(n)) {
         if overwrite {
             // replaced files must be files: a link of the run's names is refused before it starts
-            let files: Vec<PathBuf> = suffixes
-                .iter()
-                .map(|s| dir.join(format!("{n}{s}")))
-                .collect();
+            let files: Vec<PathBuf> = suffixes.iter().map(|s| dir.join(format!("{n}{s}"))).collect();
             refuse_existing(files.iter().map(PathBuf::as_path), true)?;
         }
         match create(&dir.join(format!("{n}_master.h5"))) {
@@ -160,10 +132,7 @@ pub fn warn_without_reserve(w: &rdaq_sink::NxmxWriter, path: &Path) {
 /// failed write, HDF5 may hold fewer frames than were handed to it). Keeps the file only if
 /// it holds a frame: a run that saved nothing leaves no empty file behind (the summary says
 /// so).
-pub fn close(
-    w: rdaq_sink::NxmxWriter,
-    stats: &mut ConsumeStats,
-) -> anyhow::Result<Option<PathBuf>> {
+pub fn close(w: rdaq_sink::NxmxWriter, stats: &mut ConsumeStats) -> anyhow::Result<Option<PathBuf>> {
     let closed = w.finish()?;
     if closed.frames < stats.written {
         stats.not_saved += stats.written - closed.frames;
@@ -179,18 +148,13 @@ pub fn close(
     if closed.frames > 0 {
         return Ok(Some(closed.path));
     }
-    std::fs::remove_file(&closed.path)
-        .map_err(|e| anyhow::anyhow!("cannot remove the empty {}: {e}", closed.path.display()))?;
+    std::fs::remove_file(&closed.path).map_err(|e| anyhow::anyhow!("cannot remove the empty {}: {e}", closed.path.display()))?;
     Ok(None)
 }
 
 /// Writes what the modules sent (see [`rdaq_emulator::manifest_csv`]) to a new file (or
 /// replacing one, with `overwrite`).
-pub fn write_manifest(
-    path: &Path,
-    m: &[rdaq_emulator::ManifestEntry],
-    overwrite: bool,
-) -> anyhow::Result<()> {
+pub fn write_manifest(path: &Path, m: &[rdaq_emulator::ManifestEntry], overwrite: bool) -> anyhow::Result<()> {
     write_file(path, rdaq_emulator::manifest_csv(m).as_bytes(), overwrite)
 }
 
@@ -215,28 +179,14 @@ mod tests {
         for bad in ["../x", "/etc", "a/../../x", "a\nb"] {
             assert!(subdirectory("directory", bad).is_err(), "{bad}");
         }
-        let made = make_subdirectory(
-            "directory",
-            &root,
-            &subdirectory("directory", "a/./b").unwrap(),
-        )
-        .unwrap();
+        let made = make_subdirectory("directory", &root, &subdirectory("directory", "a/./b").unwrap()).unwrap();
         assert_eq!(made, root.join("a/b"));
         assert!(made.is_dir());
-        assert_eq!(
-            make_subdirectory("directory", &root, Path::new("a/b")).unwrap(),
-            made,
-            "again: it exists"
-        );
-        let e = make_subdirectory("directory", &root, Path::new("escape/x"))
-            .unwrap_err()
-            .to_string();
+        assert_eq!(make_subdirectory("directory", &root, Path::new("a/b")).unwrap(), made, "again: it exists");
+        let e = make_subdirectory("directory", &root, Path::new("escape/x")).unwrap_err().to_string();
         assert!(e.contains("symbolic link"), "{e}");
         assert!(!outside.join("x").exists(), "nothing made through the link");
-        assert!(make_subdirectory("directory", &root, Path::new("file/x"))
-            .unwrap_err()
-            .to_string()
-            .contains("not a directory"));
+        assert!(make_subdirectory("directory", &root, Path::new("file/x")).unwrap_err().to_string().contains("not a directory"));
         std::fs::remove_dir_all(&base).unwrap();
     }
 
@@ -245,38 +195,21 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rdaq-outputs-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let sfx = ["_master.h5", "_manifest.csv"];
-        let name = |overwrite| {
-            claim_run(&dir, "run", &sfx, overwrite, claim_master)
-                .unwrap()
-                .0
-        };
+        let name = |overwrite| claim_run(&dir, "run", &sfx, overwrite, claim_master).unwrap().0;
         assert_eq!(name(false), "run");
         // the master just claimed is taken now: the next run is numbered
         assert_eq!(name(false), "run_000002");
         std::fs::write(dir.join("run_000003_manifest.csv"), "x").unwrap();
         assert_eq!(name(false), "run_000004");
-        let replace = |p: &Path| -> Result<PathBuf, SinkError> {
-            Ok(claim::claim(p, true).map(|()| p.to_owned())?)
-        };
-        assert_eq!(
-            claim_run(&dir, "run", &sfx, true, replace).unwrap().0,
-            "run",
-            "--overwrite takes the name itself"
-        );
-        let e = refuse_existing([dir.join("run_000002_master.h5").as_path()], false)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("run_000002_master.h5 exists") && e.contains("--overwrite"),
-            "{e}"
-        );
+        let replace = |p: &Path| -> Result<PathBuf, SinkError> { Ok(claim::claim(p, true).map(|()| p.to_owned())?) };
+        assert_eq!(claim_run(&dir, "run", &sfx, true, replace).unwrap().0, "run", "--overwrite takes the name itself");
+        let e = refuse_existing([dir.join("run_000002_master.h5").as_path()], false).unwrap_err().to_string();
+        assert!(e.contains("run_000002_master.h5 exists") && e.contains("--overwrite"), "{e}");
         refuse_existing([dir.join("run_000002_master.h5").as_path()], true).unwrap();
         refuse_existing([dir.join("new.h5").as_path()], false).unwrap();
         std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("dangling.h5")).unwrap();
         for overwrite in [false, true] {
-            let e = refuse_existing([dir.join("dangling.h5").as_path()], overwrite)
-                .unwrap_err()
-                .to_string();
+            let e = refuse_existing([dir.join("dangling.h5").as_path()], overwrite).unwrap_err().to_string();
             assert!(e.contains("symbolic link"), "{e}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
@@ -288,22 +221,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let barrier = std::sync::Barrier::new(8);
         let names: Vec<String> = std::thread::scope(|s| {
-            let runs: Vec<_> = (0..8)
-                .map(|_| {
-                    s.spawn(|| {
-                        barrier.wait();
-                        claim_run(
-                            &dir,
-                            "run",
-                            &["_master.h5", "_manifest.csv"],
-                            false,
-                            claim_master,
-                        )
-                        .unwrap()
-                        .0
-                    })
-                })
-                .collect();
+            let runs: Vec<_> = (0..8).map(|_| s.spawn(|| {
+                barrier.wait();
+                claim_run(&dir, "run", &["_master.h5", "_manifest.csv"], false, claim_master).unwrap().0
+            })).collect();
             runs.into_iter().map(|r| r.join().unwrap()).collect()
         });
         let unique: std::collections::HashSet<_> = names.iter().collect();

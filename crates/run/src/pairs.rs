@@ -48,10 +48,7 @@ pub struct Pairs<F> {
 impl<F: Numbered> Pairs<F> {
     /// At most `max_waiting` pairs wait at once (at least 1).
     pub fn new(max_waiting: usize) -> Pairs<F> {
-        Pairs {
-            waiting: VecDeque::new(),
-            max_waiting: max_waiting.max(1),
-        }
+        Pairs { waiting: VecDeque::new(), max_waiting: max_waiting.max(1) }
     }
 
     /// Takes a finished frame; calls `out` for what it settles.
@@ -87,15 +84,7 @@ impl<F: Numbered> Pairs<F> {
             Some(i) if self.waiting[i].pair == pair => i,
             at => {
                 let at = at.unwrap_or(self.waiting.len());
-                self.waiting.insert(
-                    at,
-                    Waiting {
-                        pair,
-                        reset: None,
-                        data: None,
-                        gone: false,
-                    },
-                );
+                self.waiting.insert(at, Waiting { pair, reset: None, data: None, gone: false });
                 at
             }
         };
@@ -112,26 +101,14 @@ impl<F: Numbered> Pairs<F> {
 
     /// Pair `pair`, settled when both frames came or one is gone.
     fn settle(&mut self, pair: u64, out: &mut impl FnMut(Outcome<F>)) {
-        let Some(i) = self.waiting.iter().position(|w| w.pair == pair) else {
-            return;
-        };
+        let Some(i) = self.waiting.iter().position(|w| w.pair == pair) else { return };
         let w = &self.waiting[i];
         // a pair with one frame gone and none come stays, to settle the other when it comes
-        if (w.reset.is_some() && w.data.is_some())
-            || (w.gone && (w.reset.is_some() || w.data.is_some()))
-        {
+        if (w.reset.is_some() && w.data.is_some()) || (w.gone && (w.reset.is_some() || w.data.is_some())) {
             let w = self.waiting.remove(i).expect("found above");
             match (w.data, w.reset) {
                 (Some(data), Some(reset)) => out(Outcome::Pair { data, reset }),
-                (data, reset) => unpaired(
-                    Waiting {
-                        pair,
-                        reset,
-                        data,
-                        gone: true,
-                    },
-                    out,
-                ),
+                (data, reset) => unpaired(Waiting { pair, reset, data, gone: true }, out),
             }
         }
     }
@@ -176,40 +153,20 @@ mod tests {
 
     #[test]
     fn frames_pair_in_any_order() {
-        assert_eq!(
-            run(&[2, 3, 4, 5], 4),
-            [Pair { data: 3, reset: 2 }, Pair { data: 5, reset: 4 }]
-        );
-        assert_eq!(
-            run(&[3, 2, 5, 4], 4),
-            [Pair { data: 3, reset: 2 }, Pair { data: 5, reset: 4 }]
-        );
+        assert_eq!(run(&[2, 3, 4, 5], 4), [Pair { data: 3, reset: 2 }, Pair { data: 5, reset: 4 }]);
+        assert_eq!(run(&[3, 2, 5, 4], 4), [Pair { data: 3, reset: 2 }, Pair { data: 5, reset: 4 }]);
         // a reset frame that finishes at its timeout, after the next pair
-        assert_eq!(
-            run(&[3, 4, 5, 2], 4),
-            [Pair { data: 5, reset: 4 }, Pair { data: 3, reset: 2 }]
-        );
+        assert_eq!(run(&[3, 4, 5, 2], 4), [Pair { data: 5, reset: 4 }, Pair { data: 3, reset: 2 }]);
     }
 
     #[test]
     fn a_frame_whose_partner_is_gone_is_given_back_once() {
-        assert_eq!(
-            run(&[3, -2, 4, 5], 4),
-            [WithoutReset(3), Pair { data: 5, reset: 4 }],
-            "reset 2 discarded"
-        );
-        assert_eq!(
-            run(&[-3, 2, 4, 5], 4),
-            [UnusedReset(2), Pair { data: 5, reset: 4 }],
-            "data 3 discarded first"
-        );
+        assert_eq!(run(&[3, -2, 4, 5], 4), [WithoutReset(3), Pair { data: 5, reset: 4 }], "reset 2 discarded");
+        assert_eq!(run(&[-3, 2, 4, 5], 4), [UnusedReset(2), Pair { data: 5, reset: 4 }], "data 3 discarded first");
         assert_eq!(run(&[3], 4), [WithoutReset(3)]);
         assert_eq!(run(&[2], 4), [UnusedReset(2)]);
         // reset 2 never arrives at all: data 3 waits until 2 newer pairs wait beside it
-        assert_eq!(
-            run(&[3, 4, 6, 5], 2),
-            [WithoutReset(3), Pair { data: 5, reset: 4 }, UnusedReset(6)]
-        );
+        assert_eq!(run(&[3, 4, 6, 5], 2), [WithoutReset(3), Pair { data: 5, reset: 4 }, UnusedReset(6)]);
         // every frame comes out exactly once
         let mut seen: Vec<u64> = run(&[7, 2, 3, 10, 6, 11, 9, 8, 20, 13, 15], 3)
             .into_iter()

@@ -4,12 +4,12 @@
 
 use std::path::Path;
 
-use crate::acquisition::Chain;
-use crate::config::Config;
 use anyhow::bail;
 use rdaq_detector::jungfrau::TYPICAL_PEDESTAL;
 use rdaq_detector::Geometry;
 use rdaq_process::pedestal_run::PedestalRun;
+use crate::acquisition::Chain;
+use crate::config::Config;
 
 /// Pixels whose G0 pedestal RMS is above this (ADU) are masked (as `rdaq process pedestal`).
 const MAX_RMS_G0: f32 = 100.0;
@@ -27,31 +27,16 @@ pub fn start(chain: &Chain) -> anyhow::Result<PedestalRun> {
 /// Writes the run's calibration to `path`: the gains of `process.gain_maps`, else typical
 /// PSI values; gaps and pixels without a frame in a stage masked. Returns what to say of
 /// it, warnings first word "warning:".
-pub fn save(
-    cfg: &Config,
-    g: Geometry,
-    run: &PedestalRun,
-    path: &Path,
-    overwrite: bool,
-) -> anyhow::Result<Vec<String>> {
+pub fn save(cfg: &Config, g: Geometry, run: &PedestalRun, path: &Path, overwrite: bool) -> anyhow::Result<Vec<String>> {
     if run.frames() == 0 {
-        bail!(
-            "--pedestal-run: no complete frame came ({} incomplete left out); {} is not written",
-            run.left_out(),
-            path.display()
-        );
+        bail!("--pedestal-run: no complete frame came ({} incomplete left out); {} is not written", run.left_out(), path.display());
     }
     let mut said = Vec::new();
     if cfg.process.gain_maps.is_empty() {
-        said.push(format!(
-            "pedestal run: no process.gain_maps: the gains in {} are typical PSI values",
-            path.display()
-        ));
+        said.push(format!("pedestal run: no process.gain_maps: the gains in {} are typical PSI values", path.display()));
     }
     let typical = crate::calibration::typical_calibration(&g);
-    let gain =
-        crate::calibration::with_gain_maps(cfg, g, &(0..g.modules).collect::<Vec<_>>(), typical)?
-            .gain;
+    let gain = crate::calibration::with_gain_maps(cfg, g, &(0..g.modules).collect::<Vec<_>>(), typical)?.gain;
     let cf = run.calibration(gain, g.gap_mask(), TYPICAL_PEDESTAL, 1, MAX_RMS_G0);
     let masked = cf.cal.mask.iter().filter(|&&m| m != 0).count();
     rdaq_sink::claim::claim(path, overwrite)?;

@@ -17,11 +17,7 @@ use crate::graph;
 /// it is processed, the graph's settings with the calibration it starts from: of the whole
 /// detector (`ids` none: [`calibration`]), or of the detector's modules `ids` the image holds
 /// ([`calibration_of`]).
-pub fn plan(
-    cfg: &Config,
-    g: Geometry,
-    ids: Option<&[u16]>,
-) -> anyhow::Result<(NxmxMeta, Option<graph::Setup>)> {
+pub fn plan(cfg: &Config, g: Geometry, ids: Option<&[u16]>) -> anyhow::Result<(NxmxMeta, Option<graph::Setup>)> {
     if cfg.process.mode == "spots" {
         anyhow::bail!("process.mode = \"spots\" finds the spots in a counting detector's counts; a JUNGFRAU's frames are converted first: process.mode = \"jungfrau\" (or \"auto\" with its calibration)");
     }
@@ -31,9 +27,7 @@ pub fn plan(
         (true, Some(ids)) => Some(calibration_of(cfg, g, ids)?),
     };
     let meta = cfg.file_meta(g, calibration.as_ref())?;
-    let processing = calibration
-        .map(|c| processing_setup(cfg, &meta, c))
-        .transpose()?;
+    let processing = calibration.map(|c| processing_setup(cfg, &meta, c)).transpose()?;
     Ok((meta, processing))
 }
 
@@ -46,22 +40,12 @@ pub fn finder_params(cfg: &Config) -> rdaq_process::spots::LocalSnrParams {
 /// photon energy; a counting detector's counts: 1).
 pub fn finder_params_in(cfg: &Config, per_photon: f32) -> rdaq_process::spots::LocalSnrParams {
     let p = &cfg.process;
-    rdaq_process::spots::LocalSnrParams {
-        threshold: p.threshold_photons * per_photon,
-        snr: p.snr,
-        box_half: p.box_half,
-        min_pixels: p.min_pixels,
-        max_pixels: p.max_pixels,
-    }
+    rdaq_process::spots::LocalSnrParams { threshold: p.threshold_photons * per_photon, snr: p.snr, box_half: p.box_half, min_pixels: p.min_pixels, max_pixels: p.max_pixels }
 }
 
 /// The processing graph's settings from the configuration, the file's pixel type and the
 /// calibration to start with.
-pub fn processing_setup(
-    cfg: &Config,
-    meta: &NxmxMeta,
-    calibration: Calibration,
-) -> anyhow::Result<graph::Setup> {
+pub fn processing_setup(cfg: &Config, meta: &NxmxMeta, calibration: Calibration) -> anyhow::Result<graph::Setup> {
     let p = &cfg.process;
     let g = meta.geometry;
     let e = cfg.detector.photon_energy_kev as f32;
@@ -83,13 +67,7 @@ pub fn processing_setup(
         cpus: p.cpus.clone(),
         ring_frames: p.ring_frames,
         consumer_delay: cfg.faults.consumer_delay(),
-        gpu: if p.backend == "gpu" {
-            Some(graph::GpuBackend::Device(rdaq_gpu::probe().map_err(
-                |e| anyhow::anyhow!("process.backend = \"gpu\": {e}"),
-            )?))
-        } else {
-            None
-        },
+        gpu: if p.backend == "gpu" { Some(graph::GpuBackend::Device(rdaq_gpu::probe().map_err(|e| anyhow::anyhow!("process.backend = \"gpu\": {e}"))?)) } else { None },
         gpu_lanes: p.gpu_lanes,
         gpu_cpu_workers: p.gpu_cpu_workers,
         sent: None,
@@ -103,18 +81,12 @@ pub fn processing_setup(
 pub fn emulated_series(cfg: &Config, meta: &mut NxmxMeta) {
     let frame_time = cfg.rate().map_or(0.0, |r| 1.0 / r);
     // behind a gate the exposure is the gate's, not known here
-    let count_time = if meta.trigger_mode == "gate" {
-        0.0
-    } else {
-        frame_time
-    };
+    let count_time = if meta.trigger_mode == "gate" { 0.0 } else { frame_time };
     (meta.frame_time_s, meta.count_time_s) = (frame_time, count_time);
     meta.number_of_images = Some(cfg.emulator.frames);
 }
 
 /// Hand configuration of one receiver: module m sends every frame to its port there.
 pub fn single_receiver_dtps(map: &BufferMap, data: IpAddr) -> Vec<ModuleDtp> {
-    (0..map.modules)
-        .map(|m| ModuleDtp::single(map, m, SocketAddr::new(data, map.data_ports[m as usize])))
-        .collect()
+    (0..map.modules).map(|m| ModuleDtp::single(map, m, SocketAddr::new(data, map.data_ports[m as usize]))).collect()
 }

@@ -21,11 +21,11 @@ use crate::acquisition::{self, Chain, Outcome, Sinks};
 use crate::board::Board;
 use crate::config::Config;
 use crate::graph::ProcessReport;
-use crate::outputs;
-use crate::receiver_report::check_guards;
 use crate::remote::Setup;
+use crate::receiver_report::check_guards;
 use crate::stream::Stream;
 use crate::summary::{Expected, Summary};
+use crate::outputs;
 
 /// How often the board takes the receiver's counters.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
@@ -43,9 +43,7 @@ pub struct Receiving {
 /// configuration's stream and preview. The receiver stops after the frames of its
 /// configuration (the source's count), which the files and the stream announce.
 pub fn start(setup: Setup, cfg: &Config, out: Option<&Path>) -> anyhow::Result<Receiving> {
-    let Setup {
-        rcfg, chain, meta, ..
-    } = setup;
+    let Setup { rcfg, chain, meta, .. } = setup;
     let frames = rcfg.frames;
     let rx = Receiver::start(rcfg).context("starting the receiver")?;
     // the stream's ports before the files: a start that fails leaves no file behind
@@ -54,35 +52,15 @@ pub fn start(setup: Setup, cfg: &Config, out: Option<&Path>) -> anyhow::Result<R
         Some(p) => Some(open_series(p, &meta, frames, cfg.output.overwrite)?),
         None => None,
     };
-    Ok(Receiving {
-        rx,
-        chain,
-        sinks: Sinks { writer, stream },
-        frames,
-    })
+    Ok(Receiving { rx, chain, sinks: Sinks { writer, stream }, frames })
 }
 
 /// The series at `p`, after a look at the free space when the frame count is known.
-fn open_series(
-    p: &Path,
-    meta: &NxmxMeta,
-    frames: Option<u64>,
-    overwrite: bool,
-) -> anyhow::Result<NxmxWriter> {
-    let dir = p
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+fn open_series(p: &Path, meta: &NxmxMeta, frames: Option<u64>, overwrite: bool) -> anyhow::Result<NxmxWriter> {
+    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if let Some(n) = frames {
         let frame = meta.image_bytes() as u64;
-        outputs::warn_if_short(
-            dir,
-            n * frame,
-            &format!(
-                "{n} frames of {:.1} MB before compression",
-                frame as f64 / 1e6
-            ),
-        );
+        outputs::warn_if_short(dir, n * frame, &format!("{n} frames of {:.1} MB before compression", frame as f64 / 1e6));
     }
     let w = NxmxWriter::create(p, meta, overwrite)?;
     outputs::warn_without_reserve(&w, p);
@@ -134,18 +112,8 @@ impl Receiving {
     /// Takes the frames through the chain until the receiver stops by itself (its frame
     /// count), `stop` is set (Ctrl-C, the dashboard, Python), or as `ending` says; then the
     /// summary.
-    pub fn run(
-        self,
-        bar: &ProgressBar,
-        ending: Ending,
-        stop: &Control,
-    ) -> anyhow::Result<Received> {
-        let Receiving {
-            mut rx,
-            chain,
-            sinks,
-            frames,
-        } = self;
+    pub fn run(self, bar: &ProgressBar, ending: Ending, stop: &Control) -> anyhow::Result<Received> {
+        let Receiving { mut rx, chain, sinks, frames } = self;
         let board = chain.board.clone();
         let start = Instant::now();
         let (outcome, ended) = consume_until_stopped(&rx, chain, sinks, bar, ending, stop);
@@ -154,41 +122,18 @@ impl Receiving {
         let counters = rx.join()?;
         board.sample(counters);
         let expected = frames.map_or(Expected::Unknown, Expected::Count);
-        let mut summary = Summary::for_receiver(
-            expected,
-            &counters,
-            &rx.outcome(),
-            &outcome.consumed,
-            start.elapsed(),
-            outcome.h5.as_deref(),
-        )
-        .with_receiver(&rx);
+        let mut summary = Summary::for_receiver(expected, &counters, &rx.outcome(), &outcome.consumed, start.elapsed(), outcome.h5.as_deref()).with_receiver(&rx);
         summary.stream = outcome.stream;
         summary.threads = Some(outcome.threads);
-        summary.processing = outcome.processed.map(|p| ProcessReport {
-            calibration: None,
-            ..p
-        });
+        summary.processing = outcome.processed.map(|p| ProcessReport { calibration: None, ..p });
         check_guards(&rx)?;
-        Ok(Received {
-            summary,
-            counters,
-            pedestal_run: outcome.pedestal_run,
-            ended,
-        })
+        Ok(Received { summary, counters, pedestal_run: outcome.pedestal_run, ended })
     }
 }
 
 /// Takes the frames through the chain until the receiver stops by itself, `stop`, or as
 /// `ending` says; the board follows the receiver's counters. Says what ended it.
-fn consume_until_stopped(
-    rx: &Receiver,
-    chain: Chain,
-    sinks: Sinks,
-    bar: &ProgressBar,
-    ending: Ending,
-    stop: &Control,
-) -> (anyhow::Result<Outcome>, Ended) {
+fn consume_until_stopped(rx: &Receiver, chain: Chain, sinks: Sinks, bar: &ProgressBar, ending: Ending, stop: &Control) -> (anyhow::Result<Outcome>, Ended) {
     let board = chain.board.clone();
     board.set_state("acquiring");
     std::thread::scope(|s| {
@@ -223,10 +168,7 @@ fn consume_until_stopped(
 /// Whether the ports' quiet ends the receiving: no datagram for `ending.quiet` once one came,
 /// or, once the detector has finished, none for its grace (also when none came at all).
 fn quiet_end(heard: &mut (u64, Instant), datagrams: u64, ending: &Ending) -> Ended {
-    let finished = ending
-        .finished
-        .as_ref()
-        .filter(|(f, _)| f.load(Ordering::Acquire));
+    let finished = ending.finished.as_ref().filter(|(f, _)| f.load(Ordering::Acquire));
     if went_quiet(heard, datagrams, ending.quiet) {
         Ended::Quiet
     } else if finished.is_some_and(|(_, grace)| heard.1.elapsed() >= *grace) {

@@ -19,11 +19,7 @@ pub fn report_tuning(command: &str, rx: &Receiver) {
 /// request, half of it for its own bookkeeping). Whether that is a cap, and what to do, is
 /// the tuning check's warning ([`report_tuning`]), printed after the start line.
 pub fn recv_buffer_line(asked: usize, granted: usize) -> String {
-    format!(
-        "receive buffer {} MiB asked, {} MiB granted",
-        asked >> 20,
-        granted >> 20
-    )
+    format!("receive buffer {} MiB asked, {} MiB granted", asked >> 20, granted >> 20)
 }
 
 /// Fails when a guard region around the receiver's ring was overwritten (a bug of rdaq's:

@@ -82,9 +82,7 @@ impl Default for Source {
 /// A description by the name of a shipped one or a description file.
 fn described<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Description>, D::Error> {
     let name = String::deserialize(d)?;
-    Description::load(&name)
-        .map(Some)
-        .map_err(serde::de::Error::custom)
+    Description::load(&name).map(Some).map_err(serde::de::Error::custom)
 }
 
 impl Source {
@@ -144,81 +142,35 @@ pub fn setup(a: &Source, cfg: &Config) -> anyhow::Result<Setup> {
             }
             // a description placed by packet number is JUNGFRAU's (checked when loaded)
             if a.bit_depth.is_some_and(|b| b != 16) || a.gap_pixels {
-                bail!(
-                    "{} {}: JUNGFRAU sends 16-bit pixels and has no chip gaps",
-                    a.name("detector"),
-                    d.name
-                );
+                bail!("{} {}: JUNGFRAU sends 16-bit pixels and has no chip gaps", a.name("detector"), d.name);
             }
             if let Some(l) = &a.link {
-                d.link(l)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", a.name("link")))?;
+                d.link(l).map_err(|e| anyhow::anyhow!("{}: {e}", a.name("link")))?;
             }
-            Format::Sls {
-                interfaces: a.interfaces,
-                rows: a.read_rows,
-            }
+            Format::Sls { interfaces: a.interfaces, rows: a.read_rows }
         }
         None if a.bit_depth.is_some() || a.link.is_some() || a.gap_pixels => {
-            bail!(
-                "{}, {} and {} are settings of a {}",
-                a.name("bit_depth"),
-                a.name("link"),
-                a.name("gap_pixels"),
-                a.name("detector")
-            )
+            bail!("{}, {} and {} are settings of a {}", a.name("bit_depth"), a.name("link"), a.name("gap_pixels"), a.name("detector"))
         }
         None => match a.format.as_str() {
-            "rdaq" if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS => bail!(
-                "{} is a setting of native JUNGFRAU packets (--format sls)",
-                a.name("read_rows")
-            ),
+            "rdaq" if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS => bail!("{} is a setting of native JUNGFRAU packets (--format sls)", a.name("read_rows")),
             "rdaq" => Format::Rdaq,
-            "sls" => Format::Sls {
-                interfaces: a.interfaces,
-                rows: a.read_rows,
-            },
-            "roce" => Format::Roce {
-                mtu: a.roce_mtu,
-                first_frame: a.first_frame,
-                frame_stride: 1,
-            },
+            "sls" => Format::Sls { interfaces: a.interfaces, rows: a.read_rows },
+            "roce" => Format::Roce { mtu: a.roce_mtu, first_frame: a.first_frame, frame_stride: 1 },
             other => bail!("--format must be rdaq, sls or roce, not {other:?}"),
         },
     };
     if a.read_rows == 0 || a.read_rows > 512 || a.read_rows % 8 != 0 {
-        bail!(
-            "{} {} must be 8 to 512, a multiple of 8",
-            a.name("read_rows"),
-            a.read_rows
-        );
+        bail!("{} {} must be 8 to 512, a multiple of 8", a.name("read_rows"), a.read_rows);
     }
-    let geometry = cfg
-        .geometry()
-        .expect("checked")
-        .with_module_height(a.read_rows as usize);
-    let rcfg = ReceiverConfig {
-        format,
-        module_bytes: geometry.module_bytes() as u64,
-        ..common_config(a, cfg, geometry.module_bytes())?
-    };
+    let geometry = cfg.geometry().expect("checked").with_module_height(a.read_rows as usize);
+    let rcfg = ReceiverConfig { format, module_bytes: geometry.module_bytes() as u64, ..common_config(a, cfg, geometry.module_bytes())? };
     let (mut meta, processing) = crate::plan::plan(cfg, geometry, ids(a))?;
     meta.number_of_images = a.frames;
     held_part(a, cfg, &mut meta);
-    let masked = processing
-        .iter()
-        .filter(|_| !cfg.emulated_calibration())
-        .map(|p| crate::calibration::masked_said(&geometry, &p.calibration));
-    let notes = crate::calibration::psi_said(cfg)
-        .into_iter()
-        .chain(masked)
-        .collect();
-    Ok(Setup {
-        rcfg,
-        chain: Chain::new(cfg, geometry, processing, "receiver"),
-        meta,
-        notes,
-    })
+    let masked = processing.iter().filter(|_| !cfg.emulated_calibration()).map(|p| crate::calibration::masked_said(&geometry, &p.calibration));
+    let notes = crate::calibration::psi_said(cfg).into_iter().chain(masked).collect();
+    Ok(Setup { rcfg, chain: Chain::new(cfg, geometry, processing, "receiver"), meta, notes })
 }
 
 /// Makes `meta` the images of the modules `a` holds of the whole detector it names (a
@@ -227,9 +179,7 @@ pub fn setup(a: &Source, cfg: &Config) -> anyhow::Result<Setup> {
 /// counted from the part's first module, so that a joiner adding that module's place gets
 /// it back (and peakfinder8's radii are the whole detector's).
 fn held_part(a: &Source, cfg: &Config, meta: &mut NxmxMeta) {
-    let (Some(whole), Some(&first)) = (a.whole, a.module_ids.first()) else {
-        return;
-    };
+    let (Some(whole), Some(&first)) = (a.whole, a.module_ids.first()) else { return };
     let ids = &a.module_ids;
     let g = meta.geometry;
     let detector = whole.with_module_size(g.module_width, g.module_height);
@@ -239,15 +189,8 @@ fn held_part(a: &Source, cfg: &Config, meta: &mut NxmxMeta) {
     let y = d.beam_center_y.unwrap_or(detector.height() as f64 / 2.0);
     meta.beam_center = [x - c0 as f64, y - r0 as f64];
     // the name is the detector's (made from the modules of the image)
-    meta.detector_name = meta.detector_name.replacen(
-        &format!(" {}-module", g.modules),
-        &format!(" {}-module", detector.modules),
-        1,
-    );
-    meta.part = Some(DetectorPart {
-        module_ids: ids.to_vec(),
-        detector,
-    });
+    meta.detector_name = meta.detector_name.replacen(&format!(" {}-module", g.modules), &format!(" {}-module", detector.modules), 1);
+    meta.part = Some(DetectorPart { module_ids: ids.to_vec(), detector });
 }
 
 /// The module ids the calibration is taken for (`None`: the first modules).
@@ -259,52 +202,24 @@ fn ids(a: &Source) -> Option<&[u16]> {
 /// column, and the decoding of its module frames.
 fn described_setup(a: &Source, cfg: &Config, d: &Description) -> anyhow::Result<Setup> {
     if a.read_rows != rdaq_receiver::engine::JUNGFRAU_ROWS || a.interfaces != 1 {
-        bail!(
-            "{} and {} are settings of JUNGFRAU; {} sends what its description says",
-            a.name("read_rows"),
-            a.name("interfaces"),
-            d.name
-        );
+        bail!("{} and {} are settings of JUNGFRAU; {} sends what its description says", a.name("read_rows"), a.name("interfaces"), d.name);
     }
     if cfg.processing() {
         bail!("process: the processing graph is JUNGFRAU's; {} frames are written as the detector counts them (drop --calibration, or process.mode = \"raw\")", d.name);
     }
-    let wire = d
-        .wire(a.bit_depth, a.link.as_deref())
-        .map_err(|e| anyhow::anyhow!("{} {}: {}", a.name(e.field), e.value, e.why))?;
+    let wire = d.wire(a.bit_depth, a.link.as_deref()).map_err(|e| anyhow::anyhow!("{} {}: {}", a.name(e.field), e.value, e.why))?;
     let (bits, payload, packets) = (wire.bits, wire.payload, wire.packets_per_port as u32);
-    let layout = ModuleLayout::new(d, bits, a.gap_pixels)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", a.name("gap_pixels")))?;
+    let layout = ModuleLayout::new(d, bits, a.gap_pixels).map_err(|e| anyhow::anyhow!("{}: {e}", a.name("gap_pixels")))?;
     let module_cols = a.grid_cols.unwrap_or(cfg.detector.module_cols);
-    let grid = PortGrid {
-        det_type: d.header.det_type,
-        payload: payload as u32,
-        packets,
-        port_rows: d.ports.rows as u16,
-        port_cols: d.ports.cols as u16,
-        module_cols,
-    };
-    let rcfg = ReceiverConfig {
-        format: Format::SlsByHeader(grid),
-        module_bytes: grid.module_bytes(),
-        payload_bytes: payload as u32,
-        ..common_config(a, cfg, layout.raw_bytes())?
-    };
+    let grid = PortGrid { det_type: d.header.det_type, payload: payload as u32, packets, port_rows: d.ports.rows as u16, port_cols: d.ports.cols as u16, module_cols };
+    let rcfg = ReceiverConfig { format: Format::SlsByHeader(grid), module_bytes: grid.module_bytes(), payload_bytes: payload as u32, ..common_config(a, cfg, layout.raw_bytes())? };
     let mask = layout.gap_mask();
     let mut notes = Vec::new();
-    let (decoder, pixel) = match Descrambler::for_description(d)
-        .map_err(|e| anyhow::anyhow!("{} {}: {e}", a.name("detector"), d.name))?
-    {
+    let (decoder, pixel) = match Descrambler::for_description(d).map_err(|e| anyhow::anyhow!("{} {}: {e}", a.name("detector"), d.name))? {
         Some(s) => {
             let fields = s.field_names().join(", ");
-            let reset = if s.needs_reset() {
-                "; even frame numbers are reset frames, subtracted from the next frame"
-            } else {
-                ""
-            };
-            notes.push(format!(
-                "descrambling into the int16 planes {fields}, stacked in each module{reset}"
-            ));
+            let reset = if s.needs_reset() { "; even frame numbers are reset frames, subtracted from the next frame" } else { "" };
+            notes.push(format!("descrambling into the int16 planes {fields}, stacked in each module{reset}"));
             (Decoder::Descramble(layout, s), PixelType::Fields)
         }
         None => (Decoder::Layout(layout), PixelType::Counts(bits as u8)),
@@ -322,49 +237,25 @@ fn described_setup(a: &Source, cfg: &Config, d: &Description) -> anyhow::Result<
     held_part(a, cfg, &mut meta);
     notes.push(format!("{} module(s) of {} at {bits} bits on link {}: {} ports of {packets} packets of {payload} bytes per module and frame", cfg.detector.modules, d.name, wire.link, grid.ports()));
     let finding = counting_spots(cfg, d, &decoder, &mut meta)?;
-    Ok(Setup {
-        rcfg,
-        chain: Chain {
-            decoder: Some(decoder),
-            finding,
-            ..Chain::new(cfg, geometry, None, "receiver")
-        },
-        meta,
-        notes,
-    })
+    Ok(Setup { rcfg, chain: Chain { decoder: Some(decoder), finding, ..Chain::new(cfg, geometry, None, "receiver") }, meta, notes })
 }
 
 /// With `process.mode = "spots"`, a counting detector's spot finding and veto, and what the
 /// files say of them (spot lists, the finder's settings, the codec).
-fn counting_spots(
-    cfg: &Config,
-    d: &Description,
-    decoder: &Decoder,
-    meta: &mut NxmxMeta,
-) -> anyhow::Result<Option<Arc<Finding>>> {
+fn counting_spots(cfg: &Config, d: &Description, decoder: &Decoder, meta: &mut NxmxMeta) -> anyhow::Result<Option<Arc<Finding>>> {
     let p = &cfg.process;
     if p.mode != "spots" {
         return Ok(None);
     }
-    if d.kind != rdaq_detector::description::Kind::Counting
-        || !matches!(decoder, Decoder::Layout(_))
-    {
+    if d.kind != rdaq_detector::description::Kind::Counting || !matches!(decoder, Decoder::Layout(_)) {
         bail!("process.mode = \"spots\" finds spots in a counting detector's counts; {} integrates (its description's kind), and its planes are written as they come", d.name);
     }
     let finder = count_finder(cfg, meta)?;
     meta.codec = rdaq_process::bitshuffle::Codec::parse(&p.codec, p.zstd_level)?;
     meta.max_spots = p.max_spots;
     meta.processing = Some(cfg.processing_meta(true));
-    let PixelType::Counts(bits) = meta.pixel else {
-        bail!("process.mode = \"spots\": {} writes no counts", d.name)
-    };
-    Ok(Some(Arc::new(Finding {
-        finder,
-        min_spots: p.min_spots,
-        veto: p.veto,
-        mask: Arc::new(meta.pixel_mask()),
-        bits,
-    })))
+    let PixelType::Counts(bits) = meta.pixel else { bail!("process.mode = \"spots\": {} writes no counts", d.name) };
+    Ok(Some(Arc::new(Finding { finder, min_spots: p.min_spots, veto: p.veto, mask: Arc::new(meta.pixel_mask()), bits })))
 }
 
 /// The finder `process.finder` names for the counts of the images `meta` describes, its
@@ -373,15 +264,10 @@ fn count_finder(cfg: &Config, meta: &NxmxMeta) -> anyhow::Result<CountFinderKind
     let (h, w) = (meta.geometry.height(), meta.geometry.width());
     if let Some(params) = cfg.processing_meta(true).peakfinder8(w, h) {
         let [x, y] = meta.beam_center;
-        return Ok(CountFinderKind::Peakfinder8(
-            params,
-            Arc::new(Peakfinder8::radius_map(w, h, x, y)),
-        ));
+        return Ok(CountFinderKind::Peakfinder8(params, Arc::new(Peakfinder8::radius_map(w, h, x, y))));
     }
     let params = crate::plan::finder_params_in(cfg, 1.0);
-    params
-        .check(h, w)
-        .map_err(|e| anyhow::anyhow!("process: {e}"))?;
+    params.check(h, w).map_err(|e| anyhow::anyhow!("process: {e}"))?;
     Ok(CountFinderKind::Local(params))
 }
 
@@ -391,11 +277,7 @@ fn common_config(a: &Source, cfg: &Config, module_bytes: usize) -> anyhow::Resul
     let frame_bytes = modules as usize * module_bytes;
     let slots = (cfg.receiver.ring_mib << 20) / frame_bytes.max(1);
     if slots < 2 {
-        bail!(
-            "receiver.ring_mib (--ring-mib) {} holds fewer than 2 frames of {} bytes",
-            cfg.receiver.ring_mib,
-            frame_bytes
-        );
+        bail!("receiver.ring_mib (--ring-mib) {} holds fewer than 2 frames of {} bytes", cfg.receiver.ring_mib, frame_bytes);
     }
     cfg.tune(ReceiverConfig {
         bind: cfg.network.bind,
@@ -408,3 +290,4 @@ fn common_config(a: &Source, cfg: &Config, module_bytes: usize) -> anyhow::Resul
         ..ReceiverConfig::default()
     })
 }
+

@@ -15,20 +15,13 @@ pub(crate) struct Reorder<T> {
 
 impl<T> Reorder<T> {
     pub(crate) fn new() -> Self {
-        Reorder {
-            next: 0,
-            waiting: BTreeMap::new(),
-            high_water: 0,
-        }
+        Reorder { next: 0, waiting: BTreeMap::new(), high_water: 0 }
     }
 
     /// Takes item `seq` and gives `out` every item that is now next in order. The number of
     /// items held is bounded by what the source can have in flight (its pool).
     pub(crate) fn push(&mut self, seq: u64, item: T, mut out: impl FnMut(T)) {
-        assert!(
-            seq >= self.next && !self.waiting.contains_key(&seq),
-            "item {seq} given twice"
-        );
+        assert!(seq >= self.next && !self.waiting.contains_key(&seq), "item {seq} given twice");
         if seq != self.next {
             self.waiting.insert(seq, item);
             self.high_water = self.high_water.max(self.waiting.len());

@@ -68,10 +68,7 @@ impl ChunkDemand {
     /// The demand of a chain with a file (`has_file`) and `stream`.
     pub fn new(has_file: bool, stream: Option<&mut Stream>) -> ChunkDemand {
         let wanted = has_file || stream.is_some_and(|s| s.wants_image().any());
-        ChunkDemand {
-            wanted: AtomicBool::new(wanted),
-            has_file,
-        }
+        ChunkDemand { wanted: AtomicBool::new(wanted), has_file }
     }
 
     /// Whether the next chunks are wanted (read by the workers).
@@ -81,18 +78,9 @@ impl ChunkDemand {
 
     /// Publishes the next image on `stream` (its chunk made when `chunked`) to those it
     /// would reach, and sets the demand from who that is.
-    pub fn publish(
-        &self,
-        stream: &mut Stream,
-        chunked: bool,
-        frame_number: u64,
-        chunk: &[u8],
-        missing: &[(usize, usize)],
-        spots: Option<(&[Spot], bool)>,
-    ) {
+    pub fn publish(&self, stream: &mut Stream, chunked: bool, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)], spots: Option<(&[Spot], bool)>) {
         let wanted = stream.wants_image();
-        self.wanted
-            .store(self.has_file || wanted.any(), Ordering::Relaxed);
+        self.wanted.store(self.has_file || wanted.any(), Ordering::Relaxed);
         // a frame not compressed (nobody wanted it then) meets a consumer that just
         // connected: dropped
         let wanted = if chunked { wanted } else { Wanted::default() };
@@ -130,32 +118,18 @@ impl Stream {
     /// Opens the stream and preview of a run's configuration `s`, moved off a default port
     /// another acquisition holds ([`crate::config::Stream::off_busy_defaults`]), saying so as
     /// `who` (the command).
-    pub fn open_configured(
-        s: &crate::config::Stream,
-        meta: &NxmxMeta,
-        who: &str,
-    ) -> anyhow::Result<Option<Stream>> {
+    pub fn open_configured(s: &crate::config::Stream, meta: &NxmxMeta, who: &str) -> anyhow::Result<Option<Stream>> {
         let (s, moved) = s.off_busy_defaults();
         for m in moved {
             eprintln!("{who}: warning: {m}");
         }
         let preview = s.preview_config()?;
-        Stream::open(
-            s.config()?.as_ref(),
-            preview.as_ref().map(|(c, every)| (c, *every)),
-            meta,
-            1,
-        )
+        Stream::open(s.config()?.as_ref(), preview.as_ref().map(|(c, every)| (c, *every)), meta, 1)
     }
 
     /// Binds the publishers that are configured and sends `start` (waiting a little for a
     /// consumer). `None` when neither is.
-    pub fn open(
-        main: Option<&StreamConfig>,
-        preview: Option<(&StreamConfig, Duration)>,
-        meta: &NxmxMeta,
-        series_id: u64,
-    ) -> anyhow::Result<Option<Stream>> {
+    pub fn open(main: Option<&StreamConfig>, preview: Option<(&StreamConfig, Duration)>, meta: &NxmxMeta, series_id: u64) -> anyhow::Result<Option<Stream>> {
         if main.is_none() && preview.is_none() {
             return Ok(None);
         }
@@ -176,27 +150,12 @@ impl Stream {
             Some((cfg, every)) => {
                 let publisher = Publisher::bind(cfg)?;
                 warn_if_exposed(&publisher, "preview");
-                Some(Preview {
-                    publisher,
-                    every,
-                    last: None,
-                    start,
-                })
+                Some(Preview { publisher, every, last: None, start })
             }
             None => None,
         };
         let count_ns = (meta.count_time_s * 1e9) as u64;
-        Ok(Some(Stream {
-            enc,
-            main,
-            preview,
-            images: 0,
-            encoded: 0,
-            t0,
-            count_ns,
-            live: Arc::default(),
-            error: None,
-        }))
+        Ok(Some(Stream { enc, main, preview, images: 0, encoded: 0, t0, count_ns, live: Arc::default(), error: None }))
     }
 
     /// The counts as they go.
@@ -212,10 +171,7 @@ impl Stream {
             return Wanted::default();
         }
         let main = self.main.as_mut().is_some_and(Publisher::wants_images);
-        let preview = self
-            .preview
-            .as_mut()
-            .is_some_and(|pv| pv.due() && pv.publisher.wants_images());
+        let preview = self.preview.as_mut().is_some_and(|pv| pv.due() && pv.publisher.wants_images());
         Wanted { main, preview }
     }
 
@@ -230,14 +186,7 @@ impl Stream {
 
     /// Publishes the next image of the series to those [`Stream::wants_image`] said it
     /// would reach (`chunk` is not read when nobody).
-    pub fn image(
-        &mut self,
-        wanted: Wanted,
-        frame_number: u64,
-        chunk: &[u8],
-        missing: &[(usize, usize)],
-        spots: Option<(&[Spot], bool)>,
-    ) {
+    pub fn image(&mut self, wanted: Wanted, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)], spots: Option<(&[Spot], bool)>) {
         if self.error.is_some() {
             return;
         }
@@ -247,13 +196,7 @@ impl Stream {
         // rdaq has no exposure clock of the detector's: the exposure ended before the image
         // was handed on, and lasted the count time
         let stop = self.t0.elapsed().as_nanos() as u64;
-        let info = ImageInfo {
-            image_id: self.images,
-            frame_number,
-            missing,
-            spots,
-            time_ns: (stop.saturating_sub(self.count_ns), stop),
-        };
+        let info = ImageInfo { image_id: self.images, frame_number, missing, spots, time_ns: (stop.saturating_sub(self.count_ns), stop) };
         let Wanted { main, preview } = wanted;
         self.images += 1;
         self.encoded += 1;
@@ -266,9 +209,7 @@ impl Stream {
         }
         if let Some(pv) = self.preview.as_mut().filter(|_| preview) {
             pv.last = Some(Instant::now());
-            r = r
-                .and_then(|()| pv.publisher.image(&pv.start))
-                .and_then(|()| pv.publisher.image(msg));
+            r = r.and_then(|()| pv.publisher.image(&pv.start)).and_then(|()| pv.publisher.image(msg));
         }
         self.show_live();
         if let Err(e) = r {
@@ -279,40 +220,26 @@ impl Stream {
 
     /// The counts for a daemon's `/status` and `/metrics`.
     fn show_live(&self) {
-        self.live
-            .images_encoded
-            .store(self.encoded, Ordering::Relaxed);
+        self.live.images_encoded.store(self.encoded, Ordering::Relaxed);
         if let Some(p) = &self.main {
-            self.live
-                .images_sent
-                .store(p.stats.images_sent, Ordering::Relaxed);
-            self.live
-                .images_dropped
-                .store(p.stats.images_dropped, Ordering::Relaxed);
+            self.live.images_sent.store(p.stats.images_sent, Ordering::Relaxed);
+            self.live.images_dropped.store(p.stats.images_dropped, Ordering::Relaxed);
             self.live.waits.store(p.stats.waits, Ordering::Relaxed);
-            self.live
-                .consumers
-                .store(p.stats.consumers, Ordering::Relaxed);
+            self.live.consumers.store(p.stats.consumers, Ordering::Relaxed);
         }
     }
 
     /// The endpoints bound (the port the system picked where the configuration said 0):
     /// the stream's and the preview's.
     pub fn endpoints(&self) -> (Option<String>, Option<String>) {
-        (
-            self.main.as_ref().map(Publisher::endpoint),
-            self.preview.as_ref().map(|p| p.publisher.endpoint()),
-        )
+        (self.main.as_ref().map(Publisher::endpoint), self.preview.as_ref().map(|p| p.publisher.endpoint()))
     }
 
     /// Sends `end` and reports.
     pub fn finish(mut self) -> StreamReport {
         let mut stats = StreamStats::default();
         if let Some(p) = self.main.as_mut() {
-            let end = self
-                .enc
-                .end(p.stats.images_sent, p.stats.images_dropped, None)
-                .to_vec();
+            let end = self.enc.end(p.stats.images_sent, p.stats.images_dropped, None).to_vec();
             p.stats.end_sent = self.error.is_none() && p.control(&end).unwrap_or(false);
             stats = p.stats.clone();
         }
@@ -321,10 +248,7 @@ impl Stream {
             stats,
             preview: self.preview.as_ref().map(|p| p.publisher.endpoint()),
             // each preview sends the start and the image
-            preview_images: self
-                .preview
-                .as_ref()
-                .map_or(0, |p| p.publisher.stats.images_sent / 2),
+            preview_images: self.preview.as_ref().map_or(0, |p| p.publisher.stats.images_sent / 2),
             images_encoded: self.encoded,
             split: self.main.as_ref().is_some_and(Publisher::split),
             error: self.error.take(),
@@ -375,11 +299,7 @@ impl StreamReport {
 /// The consumers that took images; on a PUSH stream with several at once, each has only
 /// part of the series.
 fn consumers(s: &StreamStats, split: bool) -> String {
-    let mut l = format!(
-        "; {} consumer{} took images",
-        s.consumers,
-        if s.consumers == 1 { "" } else { "s" }
-    );
+    let mut l = format!("; {} consumer{} took images", s.consumers, if s.consumers == 1 { "" } else { "s" });
     if split {
         l.push_str(&format!(" ({} at once: the stream shared its images between them, each has only part of the series)", s.consumers_at_once));
     }

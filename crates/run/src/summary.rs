@@ -157,10 +157,7 @@ pub struct Summary {
 /// count (a detector whose numbering starts anywhere).
 #[derive(Clone, Debug)]
 pub enum Expected {
-    Range {
-        first: u64,
-        count: u64,
-    },
+    Range { first: u64, count: u64 },
     /// These frame numbers (a receiver of a temporal plan gets every n-th frame).
     Frames(FrameSet),
     Count(u64),
@@ -180,15 +177,7 @@ impl Summary {
     pub fn with_receiver(mut self, rx: &rdaq_receiver::Receiver) -> Summary {
         self.engine = Some(rx.engine().to_string());
         self.kernel_drops_recovered = rx.recovers_drops_below();
-        self.tuning = rx
-            .tuning()
-            .iter()
-            .map(|f| Tuning {
-                setting: f.setting.clone(),
-                value: f.value.clone(),
-                warning: f.warning.clone(),
-            })
-            .collect();
+        self.tuning = rx.tuning().iter().map(|f| Tuning { setting: f.setting.clone(), value: f.value.clone(), warning: f.warning.clone() }).collect();
         self
     }
 
@@ -204,17 +193,7 @@ impl Summary {
         output: Option<&Path>,
         manifest: Option<&Path>,
     ) -> Summary {
-        let mut s = Summary::for_receiver(
-            Expected::Range {
-                first: 0,
-                count: frames,
-            },
-            c,
-            outcome,
-            consumed,
-            elapsed,
-            output,
-        );
+        let mut s = Summary::for_receiver(Expected::Range { first: 0, count: frames }, c, outcome, consumed, elapsed, output);
         s.datagrams_sent = Some(emu.sent.datagrams);
         s.sends_refused = Some(emu.refused_in_frames);
         s.roce_sends_refused = Some(emu.roce_refused);
@@ -224,20 +203,12 @@ impl Summary {
         s.late_frames = Some(emu.late_frames);
         s.held_back = Some(emu.held_back);
         let f = &emu.faults;
-        s.faults_injected = Some([f.dropped, f.reordered, f.duplicated, f.corrupted, f.delayed])
-            .filter(|v| v.iter().any(|&x| x > 0));
+        s.faults_injected = Some([f.dropped, f.reordered, f.duplicated, f.corrupted, f.delayed]).filter(|v| v.iter().any(|&x| x > 0));
         s.manifest = manifest.map(Path::to_owned);
         s
     }
 
-    pub fn for_receiver(
-        expected: Expected,
-        c: &Counters,
-        outcome: &Outcome,
-        consumed: &ConsumeStats,
-        elapsed: Duration,
-        output: Option<&Path>,
-    ) -> Summary {
+    pub fn for_receiver(expected: Expected, c: &Counters, outcome: &Outcome, consumed: &ConsumeStats, elapsed: Duration, output: Option<&Path>) -> Summary {
         let window = match (consumed.first, consumed.last) {
             (Some(a), Some(b)) if b > a => (b - a).as_secs_f64(),
             _ => 0.0,
@@ -255,14 +226,7 @@ impl Summary {
             frames_incomplete: c.frames_incomplete,
             frames_discarded: c.frames_discarded,
             frames_refused: c.frames_refused,
-            frames_refused_runs: outcome
-                .ledger
-                .refused
-                .runs()
-                .iter()
-                .take(RUNS_SHOWN)
-                .copied()
-                .collect(),
+            frames_refused_runs: outcome.ledger.refused.runs().iter().take(RUNS_SHOWN).copied().collect(),
             frames_never_seen: never,
             frames_never_seen_runs: never_runs,
             frames_beyond_expected: beyond_expected(&expected, outcome),
@@ -283,11 +247,7 @@ impl Summary {
             copied: c.copied,
             evacuated: c.evacuated,
             datagrams_dropped: c.dropped_total(),
-            dropped_by_reason: c
-                .drops_by_reason()
-                .into_iter()
-                .map(|(n, v)| (n.to_string(), v))
-                .collect(),
+            dropped_by_reason: c.drops_by_reason().into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
             packets_misfit: c.dropped(rdaq_receiver::DropReason::UnexpectedPacket),
             kernel_drops: c.kernel_drops,
             kernel_drops_recovered: false,
@@ -310,23 +270,14 @@ impl Summary {
             held_back: None,
             faults_injected: None,
             bytes_placed: c.bytes_placed,
-            gb_per_s: if window > 0.0 {
-                c.bytes_placed as f64 / 1e9 / window
-            } else {
-                0.0
-            },
+            gb_per_s: if window > 0.0 { c.bytes_placed as f64 / 1e9 / window } else { 0.0 },
             data_window_s: window,
             elapsed_s: elapsed.as_secs_f64(),
-            consumer_frames_per_s: if window > 0.0 {
-                seen as f64 / window
-            } else {
-                0.0
-            },
+            consumer_frames_per_s: if window > 0.0 { seen as f64 / window } else { 0.0 },
             consumer: consumed.what.clone(),
             consumer_waits: consumed.pool_waits,
             receiver_cpu_s: c.cpu_time.as_secs_f64(),
-            compression_ratio: (consumed.bytes_out > 0)
-                .then(|| consumed.bytes_in as f64 / consumed.bytes_out as f64),
+            compression_ratio: (consumed.bytes_out > 0).then(|| consumed.bytes_in as f64 / consumed.bytes_out as f64),
             chunks_handed_on: consumed.chunks_handed_on,
             io_waits: consumed.io_waits,
             output: output.map(Path::to_owned),
@@ -343,18 +294,14 @@ impl Summary {
     /// or, of a known count, never come.
     pub fn frames_lost(&self) -> u64 {
         let gone = self.frames_never_seen + self.frames_refused + self.frames_discarded;
-        let short = self.frames_expected.map_or(0, |e| {
-            e.saturating_sub(self.frames_complete + self.frames_incomplete + gone)
-        });
+        let short = self.frames_expected.map_or(0, |e| e.saturating_sub(self.frames_complete + self.frames_incomplete + gone));
         gone + short
     }
 
     /// True when any frame expected did not arrive complete or was not saved, or the frames
     /// are not what the detector sent (its packets did not fit the settings).
     pub fn lost(&self) -> bool {
-        let short = self
-            .frames_expected
-            .is_some_and(|e| self.frames_complete < e);
+        let short = self.frames_expected.is_some_and(|e| self.frames_complete < e);
         short
             || self.frames_incomplete > 0
             || self.frames_discarded > 0
@@ -402,46 +349,24 @@ impl Summary {
         for h in &self.hints {
             say!(o, "hint        : {h}");
         }
-        say!(
-            o,
-            "loss        : {}",
-            if self.lost() { "YES" } else { "none" }
-        );
+        say!(o, "loss        : {}", if self.lost() { "YES" } else { "none" });
     }
 
     fn print_latency(&self, o: &mut String) {
         for (i, l) in self.latency.iter().enumerate() {
             let label = if i == 0 { "latency" } else { "" };
-            say!(
-                o,
-                "{label:<11} : {:<22} p50 {:>9.3} ms  p99 {:>9.3} ms  max {:>9.3} ms  ({} frames)",
-                l.step,
-                l.p50_us as f64 / 1e3,
-                l.p99_us as f64 / 1e3,
-                l.max_us as f64 / 1e3,
-                l.frames
-            );
+            say!(o, "{label:<11} : {:<22} p50 {:>9.3} ms  p99 {:>9.3} ms  max {:>9.3} ms  ({} frames)", l.step, l.p50_us as f64 / 1e3, l.p99_us as f64 / 1e3, l.max_us as f64 / 1e3, l.frames);
         }
     }
 
     fn print_frames(&self, o: &mut String) {
-        let beyond = if self.frames_beyond_expected > 0 {
-            format!(
-                "; {} more came than expected (see hint)",
-                self.frames_beyond_expected
-            )
-        } else {
-            String::new()
-        };
+        let beyond = if self.frames_beyond_expected > 0 { format!("; {} more came than expected (see hint)", self.frames_beyond_expected) } else { String::new() };
         let arrived = format!(
             "{} complete, {} incomplete (kept), {} discarded, {} refused (ring full), {} never arrived{beyond}",
             self.frames_complete, self.frames_incomplete, self.frames_discarded, self.frames_refused, self.frames_never_seen
         );
         if let (Some(asked), Some(sent)) = (self.stopped_early_of, self.frames_expected) {
-            say!(
-                o,
-                "stopped     : early, after {sent} of the {asked} frames asked for"
-            );
+            say!(o, "stopped     : early, after {sent} of the {asked} frames asked for");
         }
         match self.frames_expected {
             Some(e) => say!(o, "frames      : {e} expected: {arrived}"),
@@ -452,10 +377,7 @@ impl Summary {
             let unknown = self.frames_never_seen - known;
             let mut parts = Vec::new();
             if !self.frames_never_seen_runs.is_empty() {
-                parts.push(format!(
-                    "frames {}",
-                    describe_runs(&self.frames_never_seen_runs, RUNS_SHOWN)
-                ));
+                parts.push(format!("frames {}", describe_runs(&self.frames_never_seen_runs, RUNS_SHOWN)));
             }
             if unknown > 0 {
                 parts.push(format!("{unknown} whose numbers are unknown (before the first or after the last frame seen)"));
@@ -465,21 +387,13 @@ impl Summary {
         if self.frames_refused > 0 {
             say!(o, "refused     : frames {} (the ring was full: the consumer was behind; each refused whole)", describe_runs(&self.frames_refused_runs, RUNS_SHOWN));
         }
-        let not_saved = if self.frames_not_saved > 0 {
-            format!(", {} received but not saved", self.frames_not_saved)
-        } else {
-            String::new()
-        };
+        let not_saved = if self.frames_not_saved > 0 { format!(", {} received but not saved", self.frames_not_saved) } else { String::new() };
         let which = match &self.processing {
             Some(p) if p.veto => " (the signal frames that were hits: see processing)",
             Some(_) => " (every signal frame: the veto is off)",
             None => "",
         };
-        say!(
-            o,
-            "saved       : {} frames written{which}{not_saved}",
-            self.frames_written
-        );
+        say!(o, "saved       : {} frames written{which}{not_saved}", self.frames_written);
         if self.reset_frames + self.data_without_reset + self.unused_reset_frames > 0 {
             say!(o, 
                 "reset frames: {} subtracted from their data frames (not written); {} data frames without their reset frame (not written); {} reset frames without their data frame (not used)",
@@ -493,9 +407,7 @@ impl Summary {
             say!(o, "engine      : {e}");
         }
         let sent = match (self.datagrams_sent, self.datagrams_resent) {
-            (Some(s), Some(r)) if r > 0 => {
-                format!("sent {s} ({r} of them again: requested, or tail probes), ")
-            }
+            (Some(s), Some(r)) if r > 0 => format!("sent {s} ({r} of them again: requested, or tail probes), "),
             (Some(s), _) => format!("sent {s}, "),
             _ => String::new(),
         };
@@ -505,22 +417,14 @@ impl Summary {
             say!(o, "moved       : {} payloads landed in a wrongly predicted cell and were moved out first (two copies)", self.evacuated);
         }
         if self.datagrams_dropped > 0 {
-            let reasons: Vec<String> = self
-                .dropped_by_reason
-                .iter()
-                .map(|(n, v)| format!("{n}={v}"))
-                .collect();
+            let reasons: Vec<String> = self.dropped_by_reason.iter().map(|(n, v)| format!("{n}={v}")).collect();
             say!(o, "rejected    : {}", reasons.join(" "));
         }
         if self.packets_misfit > 0 {
             say!(o, "misfit      : {} of the detector's packets had no place in the frames as set up: the frames are not what it sent (see hint)", self.packets_misfit);
         }
         if self.cells_missing > 0 || self.kernel_drops > 0 || self.sends_refused.unwrap_or(0) > 0 {
-            let recovered = if self.kernel_drops_recovered {
-                ", sent again by the RoCEv2 sender"
-            } else {
-                ""
-            };
+            let recovered = if self.kernel_drops_recovered { ", sent again by the RoCEv2 sender" } else { "" };
             say!(o, "missing     : {} datagram cells missing in {} incomplete or discarded frames; {} datagrams dropped by the kernel (socket buffer full{recovered}); {} sends refused (nothing listened at the receiver's port)",
                 self.cells_missing, self.frames_incomplete + self.frames_discarded, self.kernel_drops, self.sends_refused.unwrap_or(0));
         }
@@ -531,12 +435,8 @@ impl Summary {
 
     fn print_recovery(&self, o: &mut String) {
         if self.seq_missing > 0 || self.nacks_sent > 0 || self.datagrams_retransmitted_placed > 0 {
-            let resent = self
-                .datagrams_resent
-                .map_or(String::new(), |r| format!(", resent {r}"));
-            let misses = self.history_misses.map_or(String::new(), |m| {
-                format!(", not in the sender's history {m}")
-            });
+            let resent = self.datagrams_resent.map_or(String::new(), |r| format!(", resent {r}"));
+            let misses = self.history_misses.map_or(String::new(), |m| format!(", not in the sender's history {m}"));
             say!(o, "recovery    : seq missing {}, requests {}{resent}{misses}, placed {} (redundant {}), frames recovered {}, given up {}",
                 self.seq_missing, self.nacks_sent, self.datagrams_retransmitted_placed, self.datagrams_redundant,
                 self.frames_recovered, self.frames_given_up);
@@ -547,8 +447,7 @@ impl Summary {
         }
         // gaps that were not asked for only matter when something stayed missing; the
         // counts are in the JSON either way
-        let unasked =
-            self.nack_ranges_dropped + self.loss_reports_dropped + self.bad_nacks.unwrap_or(0);
+        let unasked = self.nack_ranges_dropped + self.loss_reports_dropped + self.bad_nacks.unwrap_or(0);
         if unasked > 0 && self.lost() {
             say!(o, "not asked   : {} missing ranges were not asked for again (request queue full, rate limit, or nobody to ask), {} loss reports dropped, {} requests refused by the modules",
                 self.nack_ranges_dropped, self.loss_reports_dropped, self.bad_nacks.unwrap_or(0));
@@ -563,21 +462,10 @@ impl Summary {
     fn print_rates(&self, o: &mut String) {
         say!(o, "throughput  : {:.3} GB placed; {:.3} GB/s over the {:.2} s data window (first to last frame); receiver CPU {:.2} s",
             self.bytes_placed as f64 / 1e9, self.gb_per_s, self.data_window_s, self.receiver_cpu_s);
-        say!(
-            o,
-            "elapsed     : {:.2} s (start to end, waits included)",
-            self.elapsed_s
-        );
+        say!(o, "elapsed     : {:.2} s (start to end, waits included)", self.elapsed_s);
         if self.frames_refused > 0 {
-            let sent = self.frames_complete
-                + self.frames_incomplete
-                + self.frames_discarded
-                + self.frames_refused;
-            let arriving = if self.data_window_s > 0.0 {
-                sent as f64 / self.data_window_s
-            } else {
-                0.0
-            };
+            let sent = self.frames_complete + self.frames_incomplete + self.frames_discarded + self.frames_refused;
+            let arriving = if self.data_window_s > 0.0 { sent as f64 / self.data_window_s } else { 0.0 };
             say!(o, "limit       : the consumer ({}) was the limit: it took {:.0} frames/s while frames arrived at {:.0} frames/s",
                 self.consumer, self.consumer_frames_per_s, arriving);
         }
@@ -585,14 +473,7 @@ impl Summary {
             say!(o, "consumer    : waited {} times for a free frame buffer (back-pressure from its workers and the writer)", self.consumer_waits);
         }
         if let Some(t) = &self.threads {
-            let over = if t.oversubscribed {
-                format!(
-                    "; {} busy threads on {} cores: they took turns",
-                    t.threads, t.cores
-                )
-            } else {
-                String::new()
-            };
+            let over = if t.oversubscribed { format!("; {} busy threads on {} cores: they took turns", t.threads, t.cores) } else { String::new() };
             say!(o, "threads     : {}{over}", t.describe());
         }
     }
@@ -606,34 +487,15 @@ impl Summary {
             p.dark_frames, p.dark_incomplete, p.pedestal_updates, p.signal_frames, p.hits, p.vetoed, 100.0 * p.vetoed_fraction, p.spots_found, p.frames_compressed, p.frames_written);
         say!(o, "  stage          workers  frames   ms/frame  busy s  waits  dropped  discarded  ring max");
         for s in &p.stages {
-            say!(
-                o,
-                "  {:<13} {:>7} {:>7} {:>10.3} {:>7.2} {:>6} {:>8} {:>10} {:>9}",
-                s.name,
-                s.workers,
-                s.frames,
-                s.ms_per_frame,
-                s.busy_s,
-                s.blocked,
-                s.dropped,
-                s.discarded,
-                s.high_water
-            );
+            say!(o, "  {:<13} {:>7} {:>7} {:>10.3} {:>7.2} {:>6} {:>8} {:>10} {:>9}",
+                s.name, s.workers, s.frames, s.ms_per_frame, s.busy_s, s.blocked, s.dropped, s.discarded, s.high_water);
         }
         if !p.steps.is_empty() {
-            let steps: Vec<String> = p
-                .steps
-                .iter()
-                .map(|s| format!("{} {:.3}", s.name, s.ms_per_frame))
-                .collect();
+            let steps: Vec<String> = p.steps.iter().map(|s| format!("{} {:.3}", s.name, s.ms_per_frame)).collect();
             say!(o, "  per signal frame (ms, process workers): {}; frames held back for order: at most {}", steps.join(", "), p.reorder_high_water);
         }
         if p.pool_waits > 0 {
-            say!(
-                o,
-                "  the receiver side waited {} times for a free frame buffer (back-pressure)",
-                p.pool_waits
-            );
+            say!(o, "  the receiver side waited {} times for a free frame buffer (back-pressure)", p.pool_waits);
         }
         if let Some(g) = &p.gpu {
             say!(o, "  gpu: {}, {} lanes, ring {}registered; {} images copied back, {} frames with too many strong pixels for the device's list, {} waits for a free lane",
@@ -642,39 +504,21 @@ impl Summary {
                 say!(o, "  gpu: {} frames processed on the CPU while every lane was busy (process.gpu_cpu_workers)", g.frames_shared_with_cpu);
             }
             if g.device_errors > 0 {
-                say!(
-                    o,
-                    "  gpu errors: {} (first: {}); {} frames processed on the CPU after it",
-                    g.device_errors,
-                    g.first_error.as_deref().unwrap_or("?"),
-                    g.frames_on_cpu
-                );
+                say!(o, "  gpu errors: {} (first: {}); {} frames processed on the CPU after it", g.device_errors, g.first_error.as_deref().unwrap_or("?"), g.frames_on_cpu);
             }
         }
     }
 
     fn print_outputs(&self, o: &mut String) {
         if let Some(r) = self.compression_ratio {
-            say!(
-                o,
-                "compression : ratio {r:.2} (bitshuffle chunks of the written pixels)"
-            );
+            say!(o, "compression : ratio {r:.2} (bitshuffle chunks of the written pixels)");
         }
         match &self.output {
             Some(path) => {
                 say!(o, "output      : {}", path.display());
-                say!(
-                    o,
-                    "  {} chunks written out by the writer's {} I/O threads; {} waits for them",
-                    self.chunks_handed_on,
-                    rdaq_sink::deferred::IO_THREADS,
-                    self.io_waits
-                );
+                say!(o, "  {} chunks written out by the writer's {} I/O threads; {} waits for them", self.chunks_handed_on, rdaq_sink::deferred::IO_THREADS, self.io_waits);
             }
-            None if self.frames_written == 0 => say!(
-                o,
-                "output      : none (no frame was written, so no data file was kept)"
-            ),
+            None if self.frames_written == 0 => say!(o, "output      : none (no frame was written, so no data file was kept)"),
             None => {}
         }
         if let Some(e) = &self.write_error {
@@ -684,11 +528,7 @@ impl Summary {
             say!(o, "manifest    : {}", m.display());
         }
         if let Some(c) = &self.calibration {
-            say!(
-                o,
-                "calibration : {} (with the tracked pedestal)",
-                c.display()
-            );
+            say!(o, "calibration : {} (with the tracked pedestal)", c.display());
         }
         if let Some(s) = &self.stream {
             say!(o, "stream      : {}", s.line());
@@ -697,11 +537,7 @@ impl Summary {
 
     /// Writes the summary to the new file `path` (or replacing one, with `overwrite`).
     pub fn write_json(&self, path: &Path, overwrite: bool) -> anyhow::Result<()> {
-        crate::outputs::write_file(
-            path,
-            serde_json::to_string_pretty(self)?.as_bytes(),
-            overwrite,
-        )
+        crate::outputs::write_file(path, serde_json::to_string_pretty(self)?.as_bytes(), overwrite)
     }
 }
 
@@ -712,11 +548,7 @@ fn never_seen(expected: &Expected, outcome: &Outcome) -> (u64, Vec<(u64, u64)>) 
     let l = &outcome.ledger;
     let runs = match (expected, l.span()) {
         (Expected::Range { first, count }, _) => l.never_seen(*first, first + count),
-        (Expected::Frames(set), _) => set
-            .runs()
-            .iter()
-            .flat_map(|&(a, b)| l.never_seen(a, b))
-            .collect(),
+        (Expected::Frames(set), _) => set.runs().iter().flat_map(|&(a, b)| l.never_seen(a, b)).collect(),
         (_, Some((lo, hi))) => l.never_seen(lo, hi + 1),
         (_, None) => Vec::new(),
     };
@@ -739,11 +571,7 @@ fn beyond_expected(expected: &Expected, outcome: &Outcome) -> u64 {
     let l = &outcome.ledger;
     let came = || l.finished.runs().iter().chain(l.refused.runs());
     let outside = |want: &[(u64, u64)]| -> u64 {
-        let inside = |&(a, b): &(u64, u64)| {
-            want.iter()
-                .map(|&(c, d)| b.min(d).saturating_sub(a.max(c)))
-                .sum::<u64>()
-        };
+        let inside = |&(a, b): &(u64, u64)| want.iter().map(|&(c, d)| b.min(d).saturating_sub(a.max(c))).sum::<u64>();
         came().map(|r| (r.1 - r.0) - inside(r)).sum()
     };
     match expected {
@@ -767,163 +595,59 @@ mod tests {
         for &f in refused {
             l.refused.insert(f);
         }
-        Outcome {
-            ledger: l,
-            hints: Vec::new(),
-        }
+        Outcome { ledger: l, hints: Vec::new() }
     }
 
     #[test]
     fn frames_never_seen_are_counted_with_their_numbers() {
         let o = ledger(&(0..50).collect::<Vec<_>>(), &[]);
-        assert_eq!(
-            never_seen(
-                &Expected::Range {
-                    first: 0,
-                    count: 100
-                },
-                &o
-            ),
-            (50, vec![(50, 100)])
-        );
+        assert_eq!(never_seen(&Expected::Range { first: 0, count: 100 }, &o), (50, vec![(50, 100)]));
         // a count only: the 50 missing after frame 49 have no known numbers
         assert_eq!(never_seen(&Expected::Count(100), &o), (50, vec![]));
         let o = ledger(&[14, 15, 18], &[16]);
         assert_eq!(never_seen(&Expected::Count(5), &o), (1, vec![(17, 18)]));
         assert_eq!(never_seen(&Expected::Count(8), &o), (4, vec![(17, 18)]));
-        assert_eq!(
-            never_seen(&Expected::Count(3), &ledger(&[], &[])),
-            (3, vec![])
-        );
+        assert_eq!(never_seen(&Expected::Count(3), &ledger(&[], &[])), (3, vec![]));
     }
 
     #[test]
     fn frames_of_disagreeing_modules_add_up() {
         // two modules 100 frames apart, 3 frames each: 6 frame numbers for 3 expected
         let o = ledger(&[14, 15, 16, 114, 115, 116], &[]);
-        assert_eq!(
-            never_seen(&Expected::Count(3), &o),
-            (0, vec![]),
-            "the jump is not 97 frames lost"
-        );
+        assert_eq!(never_seen(&Expected::Count(3), &o), (0, vec![]), "the jump is not 97 frames lost");
         assert_eq!(beyond_expected(&Expected::Count(3), &o), 3);
-        assert_eq!(
-            beyond_expected(
-                &Expected::Range {
-                    first: 14,
-                    count: 3
-                },
-                &o
-            ),
-            3
-        );
-        assert_eq!(
-            beyond_expected(
-                &Expected::Range {
-                    first: 0,
-                    count: 200
-                },
-                &o
-            ),
-            0
-        );
-        let c = Counters {
-            frames_incomplete: 6,
-            ..Default::default()
-        };
-        let s = Summary::for_receiver(
-            Expected::Count(3),
-            &c,
-            &o,
-            &ConsumeStats::default(),
-            Duration::ZERO,
-            None,
-        );
-        assert_eq!(
-            s.frames_incomplete + s.frames_never_seen - s.frames_beyond_expected,
-            3
-        );
+        assert_eq!(beyond_expected(&Expected::Range { first: 14, count: 3 }, &o), 3);
+        assert_eq!(beyond_expected(&Expected::Range { first: 0, count: 200 }, &o), 0);
+        let c = Counters { frames_incomplete: 6, ..Default::default() };
+        let s = Summary::for_receiver(Expected::Count(3), &c, &o, &ConsumeStats::default(), Duration::ZERO, None);
+        assert_eq!(s.frames_incomplete + s.frames_never_seen - s.frames_beyond_expected, 3);
         assert!(s.lost());
     }
 
     #[test]
     fn packets_that_did_not_fit_the_settings_are_loss() {
-        let mut c = Counters {
-            frames_complete: 3,
-            ..Default::default()
-        };
+        let mut c = Counters { frames_complete: 3, ..Default::default() };
         let o = ledger(&[0, 1, 2], &[]);
-        assert!(!Summary::for_receiver(
-            Expected::Count(3),
-            &c,
-            &o,
-            &ConsumeStats {
-                written: 3,
-                ..Default::default()
-            },
-            Duration::ZERO,
-            None
-        )
-        .lost());
+        assert!(!Summary::for_receiver(Expected::Count(3), &c, &o, &ConsumeStats { written: 3, ..Default::default() }, Duration::ZERO, None).lost());
         c.drop(rdaq_receiver::DropReason::UnexpectedPacket);
-        let s = Summary::for_receiver(
-            Expected::Count(3),
-            &c,
-            &o,
-            &ConsumeStats {
-                written: 3,
-                ..Default::default()
-            },
-            Duration::ZERO,
-            None,
-        );
+        let s = Summary::for_receiver(Expected::Count(3), &c, &o, &ConsumeStats { written: 3, ..Default::default() }, Duration::ZERO, None);
         assert!(s.lost() && s.packets_misfit == 1);
     }
 
     #[test]
     fn every_frame_expected_is_in_exactly_one_count() {
-        let c = Counters {
-            frames_complete: 40,
-            frames_incomplete: 5,
-            frames_discarded: 2,
-            frames_refused: 3,
-            ..Default::default()
-        };
+        let c = Counters { frames_complete: 40, frames_incomplete: 5, frames_discarded: 2, frames_refused: 3, ..Default::default() };
         let finished: Vec<u64> = (0..47).collect();
         let o = ledger(&finished, &[60, 61, 62]);
-        let s = Summary::for_receiver(
-            Expected::Range {
-                first: 0,
-                count: 100,
-            },
-            &c,
-            &o,
-            &ConsumeStats::default(),
-            Duration::ZERO,
-            None,
-        );
-        assert_eq!(
-            s.frames_complete
-                + s.frames_incomplete
-                + s.frames_discarded
-                + s.frames_refused
-                + s.frames_never_seen,
-            100
-        );
+        let s = Summary::for_receiver(Expected::Range { first: 0, count: 100 }, &c, &o, &ConsumeStats::default(), Duration::ZERO, None);
+        assert_eq!(s.frames_complete + s.frames_incomplete + s.frames_discarded + s.frames_refused + s.frames_never_seen, 100);
         assert_eq!(s.frames_never_seen_runs, vec![(47, 60), (63, 100)]);
         assert!(s.lost());
     }
 
     #[test]
     fn a_run_that_received_nothing_lost_everything() {
-        let s = Summary::for_receiver(
-            Expected::Unknown,
-            &Counters::default(),
-            &Outcome::default(),
-            &ConsumeStats::default(),
-            Duration::ZERO,
-            None,
-        );
+        let s = Summary::for_receiver(Expected::Unknown, &Counters::default(), &Outcome::default(), &ConsumeStats::default(), Duration::ZERO, None);
         assert!(s.lost(), "nothing arrived: exit 1, not 0");
     }
 }

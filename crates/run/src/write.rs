@@ -26,9 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use indicatif::ProgressBar;
 use rdaq_sink::{DetectorPart, NxmxMeta, NxmxWriter};
-use rdaq_stream::{
-    decode, Buffer, Consumer, Image, Message, SocketKind, StreamConfig, StreamStats,
-};
+use rdaq_stream::{decode, Buffer, Consumer, Image, Message, SocketKind, StreamConfig, StreamStats};
 
 use crate::joined::Joined;
 use crate::outputs;
@@ -104,69 +102,33 @@ pub struct SourceReport {
 impl WriteReport {
     /// Whether the series arrived whole and was saved.
     pub fn complete(&self) -> bool {
-        self.ended
-            && self.images_missing == 0
-            && self.images_before_start == 0
-            && self.messages_undecodable == 0
-            && self.parts_late == 0
-            && self.write_error.is_none()
+        self.ended && self.images_missing == 0 && self.images_before_start == 0 && self.messages_undecodable == 0 && self.parts_late == 0 && self.write_error.is_none()
     }
 
     pub fn print(&self) {
         println!("---- rdaq write ----");
-        let rate = if self.data_window_s > 0.0 {
-            self.images_written as f64 / self.data_window_s
-        } else {
-            0.0
-        };
-        let mb = if self.data_window_s > 0.0 {
-            self.bytes as f64 / 1e6 / self.data_window_s
-        } else {
-            0.0
-        };
+        let rate = if self.data_window_s > 0.0 { self.images_written as f64 / self.data_window_s } else { 0.0 };
+        let mb = if self.data_window_s > 0.0 { self.bytes as f64 / 1e6 / self.data_window_s } else { 0.0 };
         println!("images      : {} written ({:.1} MB compressed, {rate:.1} images/s, {mb:.1} MB/s over the data window)", self.images_written, self.bytes as f64 / 1e6);
         println!("missing     : {} images skipped in the series' numbering, {} before start, {} undecodable messages", self.images_missing, self.images_before_start, self.messages_undecodable);
         if self.sources.len() > 1 {
             for s in &self.sources {
-                println!(
-                    "source      : {}: {} images, {} skipped, {}",
-                    s.endpoint,
-                    s.images,
-                    s.images_missing,
-                    if s.ended { "ended" } else { "no end" }
-                );
+                println!("source      : {}: {} images, {} skipped, {}", s.endpoint, s.images, s.images_missing, if s.ended { "ended" } else { "no end" });
             }
-            println!(
-                "order       : {} images written out of frame order",
-                self.images_out_of_order
-            );
+            println!("order       : {} images written out of frame order", self.images_out_of_order);
         }
         if self.images_with_parts_absent > 0 || self.parts_late > 0 {
             println!("parts       : {} images with some sources' parts absent (marked missing), {} parts late (not joined)", self.images_with_parts_absent, self.parts_late);
         }
-        println!(
-            "end         : {}",
-            if self.ended {
-                "received"
-            } else {
-                "not received (timeout or interrupted)"
-            }
-        );
+        println!("end         : {}", if self.ended { "received" } else { "not received (timeout or interrupted)" });
         match &self.master {
             Some(m) => println!("output      : {}", m.display()),
             None => println!("output      : no files"),
         }
         if let Some(j) = &self.stream {
             let s = &j.stats;
-            println!(
-                "stream      : {}: {} images sent, {} dropped, {} waits; start {}, end {}",
-                j.endpoint,
-                s.images_sent,
-                s.images_dropped,
-                s.waits,
-                if s.start_sent { "sent" } else { "not sent" },
-                if s.end_sent { "sent" } else { "not sent" }
-            );
+            println!("stream      : {}: {} images sent, {} dropped, {} waits; start {}, end {}", j.endpoint, s.images_sent, s.images_dropped, s.waits,
+                if s.start_sent { "sent" } else { "not sent" }, if s.end_sent { "sent" } else { "not sent" });
         }
         if let Some(e) = &self.write_error {
             println!("write error : {e}");
@@ -202,11 +164,7 @@ struct Source {
 
 /// Consumes one series from each of `o.from` and writes them as one; stops when every
 /// source ended, when `stop` is set, or after `o.idle_timeout` without a message.
-pub fn write(
-    o: &WriteOptions,
-    stop: &AtomicBool,
-    bar: &ProgressBar,
-) -> anyhow::Result<WriteReport> {
+pub fn write(o: &WriteOptions, stop: &AtomicBool, bar: &ProgressBar) -> anyhow::Result<WriteReport> {
     if o.from.is_empty() {
         bail!("--from: at least one stream endpoint");
     }
@@ -220,27 +178,13 @@ pub fn write(
     let mut sources = Vec::with_capacity(o.from.len());
     for e in &o.from {
         let consumer = Consumer::connect(e, o.socket, 1000)?;
-        sources.push(Source {
-            consumer,
-            report: SourceReport {
-                endpoint: e.clone(),
-                ..Default::default()
-            },
-            started: false,
-            announced: None,
-            part: None,
-            next_id: 0,
-            waiting: VecDeque::new(),
-        });
+        sources.push(Source { consumer, report: SourceReport { endpoint: e.clone(), ..Default::default() }, started: false, announced: None, part: None, next_id: 0, waiting: VecDeque::new() });
     }
     let mut report = consume(o, stop, bar, &mut sources, joined.as_mut())?;
     report.images_missing = sources.iter().map(|s| s.report.images_missing).sum();
     if let Some(j) = joined {
         let endpoint = j.endpoint();
-        report.stream = Some(JoinedReport {
-            endpoint,
-            stats: j.end(report.images_missing)?,
-        });
+        report.stream = Some(JoinedReport { endpoint, stats: j.end(report.images_missing)? });
     }
     report.sources = sources.into_iter().map(|s| s.report).collect();
     Ok(report)
@@ -248,13 +192,7 @@ pub fn write(
 
 /// Takes the sources' messages until every source ended, `stop` is set, or `o.idle_timeout`
 /// passed without a message, merging their images into the series.
-fn consume(
-    o: &WriteOptions,
-    stop: &AtomicBool,
-    bar: &ProgressBar,
-    sources: &mut [Source],
-    mut joined: Option<&mut Joined>,
-) -> anyhow::Result<WriteReport> {
+fn consume(o: &WriteOptions, stop: &AtomicBool, bar: &ProgressBar, sources: &mut [Source], mut joined: Option<&mut Joined>) -> anyhow::Result<WriteReport> {
     let (mut buf, mut report, mut series) = (Buffer::new(), WriteReport::default(), None::<Series>);
     let mut heard = Instant::now();
     while !stop.load(Ordering::Relaxed) && !sources.iter().all(|s| s.report.ended) {
@@ -268,14 +206,7 @@ fn consume(
             take(o, &mut sources[k], &buf, &mut series, &mut report, bar)?;
         }
         if let Some(s) = series.as_mut() {
-            merge(
-                s,
-                sources,
-                Merge::InOrder,
-                &mut report,
-                bar,
-                joined.as_deref_mut(),
-            )?;
+            merge(s, sources, Merge::InOrder, &mut report, bar, joined.as_deref_mut())?;
         }
         if any {
             heard = Instant::now();
@@ -287,14 +218,7 @@ fn consume(
     report.ended = sources.iter().all(|s| s.report.ended);
     if let Some(mut s) = series {
         // what still waits (interrupted, or a source that never ended) is written too
-        merge(
-            &mut s,
-            sources,
-            Merge::All,
-            &mut report,
-            bar,
-            joined.as_deref_mut(),
-        )?;
+        merge(&mut s, sources, Merge::All, &mut report, bar, joined.as_deref_mut())?;
         // a series without images (every frame vetoed) still starts and ends
         if let Some(j) = joined.filter(|j| !j.started()) {
             j.start(&joined_meta(&s.meta, sources))?;
@@ -306,14 +230,7 @@ fn consume(
 
 /// Takes one message of source `src`: a start opens the series (or must match it), an
 /// image waits for the merge, an end ends the source.
-fn take(
-    o: &WriteOptions,
-    src: &mut Source,
-    buf: &Buffer,
-    series: &mut Option<Series>,
-    report: &mut WriteReport,
-    bar: &ProgressBar,
-) -> anyhow::Result<()> {
+fn take(o: &WriteOptions, src: &mut Source, buf: &Buffer, series: &mut Option<Series>, report: &mut WriteReport, bar: &ProgressBar) -> anyhow::Result<()> {
     let from = &src.report.endpoint;
     match decode(buf) {
         Ok(Message::Start(_)) if src.started => bail!("{from}: a second series started before the first ended; rdaq write writes one series per source"),
@@ -354,25 +271,9 @@ fn same_images(s: &Series, b: &NxmxMeta) -> anyhow::Result<()> {
         (None, Some(_)) => bail!("its images are parts of the detector (modules held by one receiver each), the first source's whole images"),
         _ => {}
     }
-    let (ga, gb) = (
-        &a.geometry,
-        &b.part.as_ref().map_or(b.geometry, |p| p.detector),
-    );
-    if (ga.height(), ga.width()) != (gb.height(), gb.width())
-        || a.pixel != b.pixel
-        || a.max_spots != b.max_spots
-    {
-        bail!(
-            "its images are {}x{} {:?} with {} spots kept, the first's {}x{} {:?} with {}",
-            gb.height(),
-            gb.width(),
-            b.pixel,
-            b.max_spots,
-            ga.height(),
-            ga.width(),
-            a.pixel,
-            a.max_spots
-        );
+    let (ga, gb) = (&a.geometry, &b.part.as_ref().map_or(b.geometry, |p| p.detector));
+    if (ga.height(), ga.width()) != (gb.height(), gb.width()) || a.pixel != b.pixel || a.max_spots != b.max_spots {
+        bail!("its images are {}x{} {:?} with {} spots kept, the first's {}x{} {:?} with {}", gb.height(), gb.width(), b.pixel, b.max_spots, ga.height(), ga.width(), a.pixel, a.max_spots);
     }
     Ok(())
 }
@@ -389,19 +290,9 @@ enum Merge {
 
 /// Writes the waiting images in frame order, as `how` says. The joined stream starts with
 /// the first.
-fn merge(
-    s: &mut Series,
-    sources: &mut [Source],
-    how: Merge,
-    report: &mut WriteReport,
-    bar: &ProgressBar,
-    mut joined: Option<&mut Joined>,
-) -> anyhow::Result<()> {
+fn merge(s: &mut Series, sources: &mut [Source], how: Merge, report: &mut WriteReport, bar: &ProgressBar, mut joined: Option<&mut Joined>) -> anyhow::Result<()> {
     loop {
-        let held = how == Merge::InOrder
-            && sources
-                .iter()
-                .any(|x| !x.report.ended && x.waiting.is_empty());
+        let held = how == Merge::InOrder && sources.iter().any(|x| !x.report.ended && x.waiting.is_empty());
         let waiting: usize = sources.iter().map(|x| x.waiting.len()).sum();
         if waiting == 0 || (held && waiting <= MAX_WAITING) {
             return Ok(());
@@ -409,10 +300,7 @@ fn merge(
         if let Some(j) = joined.as_deref_mut().filter(|j| !j.started()) {
             j.start(&joined_meta(&s.meta, sources))?;
         }
-        let k = (0..sources.len())
-            .filter(|&k| !sources[k].waiting.is_empty())
-            .min_by_key(|&k| sources[k].waiting[0].frame_number)
-            .expect("an image waits");
+        let k = (0..sources.len()).filter(|&k| !sources[k].waiting.is_empty()).min_by_key(|&k| sources[k].waiting[0].frame_number).expect("an image waits");
         let img = match s.joiner.is_some() {
             true => match join_parts(s, sources, sources[k].waiting[0].frame_number, report) {
                 Some(img) => img,
@@ -435,18 +323,9 @@ fn merge(
 /// The whole image of frame `frame` from the parts of it waiting first in line; `None`
 /// when they came after the frame was written (counted late), or cannot be joined
 /// (counted undecodable).
-fn join_parts(
-    s: &mut Series,
-    sources: &mut [Source],
-    frame: u64,
-    report: &mut WriteReport,
-) -> Option<Image> {
-    let taken: Vec<(usize, Image)> = sources
-        .iter_mut()
-        .enumerate()
-        .filter(|(_, x)| x.waiting.front().is_some_and(|i| i.frame_number == frame))
-        .map(|(k, x)| (k, x.waiting.pop_front().expect("an image waits")))
-        .collect();
+fn join_parts(s: &mut Series, sources: &mut [Source], frame: u64, report: &mut WriteReport) -> Option<Image> {
+    let taken: Vec<(usize, Image)> =
+        sources.iter_mut().enumerate().filter(|(_, x)| x.waiting.front().is_some_and(|i| i.frame_number == frame)).map(|(k, x)| (k, x.waiting.pop_front().expect("an image waits"))).collect();
     if s.highest.is_some_and(|h| frame <= h) {
         if report.parts_late == 0 {
             eprintln!("rdaq write: parts of frame {frame} came after it was written (a source fell behind): counted, not joined");
@@ -454,10 +333,7 @@ fn join_parts(
         report.parts_late += taken.len() as u64;
         return None;
     }
-    let parts: Vec<(&DetectorPart, Image)> = taken
-        .into_iter()
-        .map(|(k, img)| (sources[k].part.as_ref().expect("a source of parts"), img))
-        .collect();
+    let parts: Vec<(&DetectorPart, Image)> = taken.into_iter().map(|(k, img)| (sources[k].part.as_ref().expect("a source of parts"), img)).collect();
     let brought: usize = parts.iter().map(|(p, _)| p.module_ids.len()).sum();
     let joiner = s.joiner.as_mut().expect("parts are joined");
     match joiner.join(&parts) {
@@ -466,8 +342,7 @@ fn join_parts(
             if let Some((spots, _)) = img.spots.as_mut() {
                 spots.truncate(s.meta.max_spots);
             }
-            report.images_with_parts_absent +=
-                u64::from(brought < joiner.detector().modules as usize);
+            report.images_with_parts_absent += u64::from(brought < joiner.detector().modules as usize);
             Some(img)
         }
         Err(e) => {
@@ -485,22 +360,9 @@ fn join_parts(
 /// the modules).
 fn joined_meta(first: &NxmxMeta, sources: &[Source]) -> NxmxMeta {
     let modules = first.geometry.modules as u64;
-    let shares: Option<u64> = sources
-        .iter()
-        .map(|x| {
-            Some(
-                x.announced?
-                    * x.part
-                        .as_ref()
-                        .map_or(modules, |p| p.module_ids.len() as u64),
-            )
-        })
-        .sum();
+    let shares: Option<u64> = sources.iter().map(|x| Some(x.announced? * x.part.as_ref().map_or(modules, |p| p.module_ids.len() as u64))).sum();
     let announced = shares.filter(|n| n % modules == 0).map(|n| n / modules);
-    NxmxMeta {
-        number_of_images: announced,
-        ..first.clone()
-    }
+    NxmxMeta { number_of_images: announced, ..first.clone() }
 }
 
 /// Creates the files of the series the `start` message describes (none without a
@@ -523,25 +385,14 @@ fn open(o: &WriteOptions, meta: NxmxMeta, bar: &ProgressBar) -> anyhow::Result<S
         Some(dir) => {
             let name = o.name.clone().unwrap_or_else(|| "series".to_string());
             let master = dir.join(format!("{name}_master.h5"));
-            outputs::refuse_existing(
-                outputs::series_files(&master).iter().map(PathBuf::as_path),
-                o.overwrite,
-            )?;
+            outputs::refuse_existing(outputs::series_files(&master).iter().map(PathBuf::as_path), o.overwrite)?;
             let writer = NxmxWriter::create(&master, &meta, o.overwrite)?;
             outputs::warn_without_reserve(&writer, &master);
             Some(writer)
         }
         None => None,
     };
-    Ok(Series {
-        spots: meta.max_spots > 0,
-        meta,
-        writer,
-        first: None,
-        last: None,
-        highest: None,
-        joiner,
-    })
+    Ok(Series { spots: meta.max_spots > 0, meta, writer, first: None, last: None, highest: None, joiner })
 }
 
 /// The series of the whole detector that a part's series belongs to: its images and
@@ -549,12 +400,7 @@ fn open(o: &WriteOptions, meta: NxmxMeta, bar: &ProgressBar) -> anyhow::Result<S
 fn whole_meta(part_meta: NxmxMeta, part: &DetectorPart) -> NxmxMeta {
     let (r0, c0) = part.detector.origin(part.module_ids[0]);
     let [x, y] = part_meta.beam_center;
-    NxmxMeta {
-        geometry: part.detector,
-        beam_center: [x + c0 as f64, y + r0 as f64],
-        part: None,
-        ..part_meta
-    }
+    NxmxMeta { geometry: part.detector, beam_center: [x + c0 as f64, y + r0 as f64], part: None, ..part_meta }
 }
 
 /// Writes one image's chunk as it came, with its spot list.
@@ -562,30 +408,21 @@ fn put(s: &mut Series, img: Image, report: &mut WriteReport) {
     let now = Instant::now();
     s.first.get_or_insert(now);
     s.last = Some(now);
-    let Some(writer) = s.writer.as_mut().filter(|_| report.write_error.is_none()) else {
-        return;
-    };
+    let Some(writer) = s.writer.as_mut().filter(|_| report.write_error.is_none()) else { return };
     let want = s.meta.pixel.bytes();
     if img.elem != want {
-        report.write_error = Some(format!(
-            "image {} (frame {}): {}-byte pixels, the series' start said {want}",
-            img.image_id, img.frame_number, img.elem
-        ));
+        report.write_error = Some(format!("image {} (frame {}): {}-byte pixels, the series' start said {want}", img.image_id, img.frame_number, img.elem));
         return;
     }
-    let r = writer
-        .write_chunk(img.frame_number, &img.chunk, &img.missing)
-        .and_then(|()| match (s.spots, &img.spots) {
-            (true, Some((spots, hit))) => writer.write_spots(spots, spots.len(), *hit),
-            (true, None) => writer.write_spots(&[], 0, false),
-            (false, _) => Ok(()),
-        });
+    let r = writer.write_chunk(img.frame_number, &img.chunk, &img.missing).and_then(|()| match (s.spots, &img.spots) {
+        (true, Some((spots, hit))) => writer.write_spots(spots, spots.len(), *hit),
+        (true, None) => writer.write_spots(&[], 0, false),
+        (false, _) => Ok(()),
+    });
     match r {
         Ok(()) => report.bytes += img.chunk.len() as u64,
         Err(e) => {
-            eprintln!(
-                "rdaq write: {e}: writing stops; images still arriving are counted but not saved"
-            );
+            eprintln!("rdaq write: {e}: writing stops; images still arriving are counted but not saved");
             report.write_error = Some(e.to_string());
         }
     }
@@ -596,9 +433,7 @@ fn close(s: Series, report: &mut WriteReport) -> anyhow::Result<()> {
         (Some(a), Some(b)) => (b - a).as_secs_f64(),
         _ => 0.0,
     };
-    let Some(writer) = s.writer else {
-        return Ok(());
-    };
+    let Some(writer) = s.writer else { return Ok(()) };
     let closed = writer.finish()?;
     if let Some(why) = closed.unreadable {
         report.write_error.get_or_insert(why);

@@ -20,9 +20,7 @@ const FRAMES: u64 = 12;
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn topology(mode: &str, extra: &str) -> Topology {
-    let mut s = format!(
-        "[detector]\nmodules = 4\nmodule_cols = 2\n[transfer]\nmode = \"{mode}\"\n{extra}\n"
-    );
+    let mut s = format!("[detector]\nmodules = 4\nmodule_cols = 2\n[transfer]\nmode = \"{mode}\"\n{extra}\n");
     for i in 0..2 {
         s += &format!(
             "[[receivers]]\nname = \"dr{i}\"\ncontrol = \"127.0.0.1:{}\"\ndata = \"127.0.0.1\"\ndata_port = 0\nmemory_mib = 128\n",
@@ -42,12 +40,7 @@ fn acquire(t: &Topology) -> (Plan, Vec<Seen>, HashMap<(u64, u16), u64>) {
 /// Runs an acquisition; `during(control, plan, maps, dtps)` runs once the emulator started.
 fn acquire_with(
     t: &Topology,
-    during: impl FnOnce(
-            &Control,
-            &Plan,
-            &[rdaq_proto::telegram::BufferMap],
-            &[rdaq_proto::telegram::ModuleDtp],
-        ) + Send,
+    during: impl FnOnce(&Control, &Plan, &[rdaq_proto::telegram::BufferMap], &[rdaq_proto::telegram::ModuleDtp]) + Send,
 ) -> (Plan, Vec<Seen>, HashMap<(u64, u16), u64>) {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let plan = Plan::new(t).unwrap();
@@ -55,21 +48,13 @@ fn acquire_with(
         .buffer_requests(t)
         .into_iter()
         .map(|(_, req)| {
-            Receiver::start(ReceiverConfig {
-                linger: Duration::from_millis(300),
-                ..ReceiverConfig::for_request(&req)
-            })
+            Receiver::start(ReceiverConfig { linger: Duration::from_millis(300), ..ReceiverConfig::for_request(&req) })
             .unwrap()
         })
         .collect();
     let maps: Vec<_> = receivers.iter().map(|r| r.buffer_map().clone()).collect();
     let dtps = plan.module_dtps(t, &maps).unwrap();
-    let cfg = EmulatorConfig {
-        modules: 4,
-        frames: FRAMES,
-        rate_hz: Some(200.0),
-        ..EmulatorConfig::default()
-    };
+    let cfg = EmulatorConfig { modules: 4, frames: FRAMES, rate_hz: Some(200.0), ..EmulatorConfig::default() };
     let (report, seen) = std::thread::scope(|s| {
         let consumers: Vec<_> = receivers
             .iter()
@@ -78,10 +63,7 @@ fn acquire_with(
                     let mut seen = Seen::new();
                     for f in rx.frames().iter() {
                         let data = rx.data(&f).unwrap();
-                        let hashes = data
-                            .chunks(MODULE_BYTES)
-                            .map(xxhash_rust::xxh3::xxh3_64)
-                            .collect();
+                        let hashes = data.chunks(MODULE_BYTES).map(xxhash_rust::xxh3::xxh3_64).collect();
                         seen.push((f.frame(), f.status(), hashes));
                         rx.release(f).unwrap();
                     }
@@ -99,23 +81,13 @@ fn acquire_with(
         for rx in &receivers {
             rx.stop();
         }
-        (
-            report,
-            consumers
-                .into_iter()
-                .map(|c| c.join().unwrap())
-                .collect::<Vec<_>>(),
-        )
+        (report, consumers.into_iter().map(|c| c.join().unwrap()).collect::<Vec<_>>())
     });
     for rx in receivers.iter_mut() {
         let c = rx.join().unwrap();
         assert_eq!(c.dropped_total(), 0, "{c}");
     }
-    let manifest = report
-        .manifest
-        .iter()
-        .map(|e| ((e.frame, e.module), e.xxh3))
-        .collect();
+    let manifest = report.manifest.iter().map(|e| ((e.frame, e.module), e.xxh3)).collect();
     (plan, seen, manifest)
 }
 
@@ -129,26 +101,15 @@ fn temporal_mode_sends_each_frame_once_to_its_receiver() {
             assert_eq!(*status, FrameStatus::Complete);
             let mut d = Vec::new();
             plan.destinations(0, *frame, &mut d);
-            assert_eq!(
-                d[0].receiver, r,
-                "frame {frame} on the receiver its DTP names"
-            );
+            assert_eq!(d[0].receiver, r, "frame {frame} on the receiver its DTP names");
             for m in 0..4u16 {
-                assert_eq!(
-                    hashes[m as usize],
-                    manifest[&(*frame, m)],
-                    "frame {frame} module {m}"
-                );
+                assert_eq!(hashes[m as usize], manifest[&(*frame, m)], "frame {frame} module {m}");
             }
             all_frames.push(*frame);
         }
     }
     all_frames.sort_unstable();
-    assert_eq!(
-        all_frames,
-        (0..FRAMES).collect::<Vec<_>>(),
-        "every frame exactly once"
-    );
+    assert_eq!(all_frames, (0..FRAMES).collect::<Vec<_>>(), "every frame exactly once");
 }
 
 #[test]
@@ -162,11 +123,7 @@ fn spatial_mode_gives_each_receiver_exactly_its_modules() {
             assert_eq!(*status, FrameStatus::Complete);
             assert_eq!(hashes.len(), modules.len());
             for (pos, &m) in modules.iter().enumerate() {
-                assert_eq!(
-                    hashes[pos],
-                    manifest[&(*frame, m)],
-                    "receiver {r} frame {frame} module {m}"
-                );
+                assert_eq!(hashes[pos], manifest[&(*frame, m)], "receiver {r} frame {frame} module {m}");
             }
         }
     }
@@ -195,26 +152,12 @@ fn a_dtp_update_moves_the_rest_of_the_run() {
     t1.transfer.receivers = Some(vec!["dr1".into()]);
     let (_, seen, manifest) = acquire_with(&t, |control, plan, maps, dtps| {
         let p1 = Plan::new(&t1).unwrap();
-        let dr1 = plan
-            .receivers
-            .iter()
-            .position(|rp| t.receivers[rp.receiver].name == "dr1")
-            .unwrap();
-        assert_eq!(
-            p1.buffer_requests(&t1)[0].1,
-            plan.buffer_requests(&t)[dr1].1,
-            "same request: same buffers"
-        );
+        let dr1 = plan.receivers.iter().position(|rp| t.receivers[rp.receiver].name == "dr1").unwrap();
+        assert_eq!(p1.buffer_requests(&t1)[0].1, plan.buffer_requests(&t)[dr1].1, "same request: same buffers");
         // dr1's ring continues after the frames the first plan gave it before frame 6
         let next = dtps[0].ring_next(6);
         let start = |name: &str| next.iter().find(|(n, _)| *n == name).map_or(0, |(_, k)| *k);
-        control
-            .update(
-                6,
-                p1.module_dtps_from(&t1, &maps[dr1..dr1 + 1], 6, start)
-                    .unwrap(),
-            )
-            .unwrap();
+        control.update(6, p1.module_dtps_from(&t1, &maps[dr1..dr1 + 1], 6, start).unwrap()).unwrap();
         assert!(control.update(6, Vec::new()).is_err(), "updates go forward");
     });
     let on = |r: usize| -> Vec<u64> {

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use rdaq_emulator::{Control, EmulatorConfig, EmulatorReport, Fate, FaultConfig, Faults};
 use rdaq_proto::telegram::ModuleDtp;
-use rdaq_receiver::{Counters, DropReason, IncompletePolicy, Receiver, ReceiverConfig};
 use rdaq_receiver::{FrameStatus, MISSING_BYTE};
+use rdaq_receiver::{Counters, DropReason, IncompletePolicy, Receiver, ReceiverConfig};
 
 const FRAME_BYTES: u64 = 64 * 1024;
 const CELL: u32 = 8192;
@@ -20,11 +20,7 @@ const CELLS: u32 = (FRAME_BYTES / CELL as u64) as u32;
 /// frame handed on: (status, missing cells, xxh3, whether missing cells hold the mark).
 type Seen = HashMap<u64, (FrameStatus, Vec<u32>, u64, bool)>;
 
-fn acquire(
-    frames: u64,
-    history_frames: u64,
-    faults: FaultConfig,
-) -> (Seen, EmulatorReport, Counters) {
+fn acquire(frames: u64, history_frames: u64, faults: FaultConfig) -> (Seen, EmulatorReport, Counters) {
     let mut rx = Receiver::start(ReceiverConfig {
         data_port: 0,
         module_bytes: FRAME_BYTES,
@@ -58,19 +54,9 @@ fn acquire(
                 let data = rx.data(&f).unwrap();
                 let marked = f.missing().iter().all(|&c| {
                     let at = (c * CELL) as usize;
-                    data[at..at + CELL as usize]
-                        .iter()
-                        .all(|&b| b == MISSING_BYTE)
+                    data[at..at + CELL as usize].iter().all(|&b| b == MISSING_BYTE)
                 });
-                seen.insert(
-                    f.frame(),
-                    (
-                        f.status(),
-                        f.missing().to_vec(),
-                        xxhash_rust::xxh3::xxh3_64(data),
-                        marked,
-                    ),
-                );
+                seen.insert(f.frame(), (f.status(), f.missing().to_vec(), xxhash_rust::xxh3::xxh3_64(data), marked));
                 rx.release(f).unwrap();
             }
             seen
@@ -87,54 +73,23 @@ fn acquire(
 
 #[test]
 fn lost_and_corrupted_datagrams_are_recovered_bit_exact() {
-    let faults = FaultConfig {
-        seed: 11,
-        loss: 0.02,
-        burst: 3.0,
-        corrupt: 0.005,
-        reorder: 0.02,
-        duplicate: 0.005,
-        ..FaultConfig::default()
-    };
+    let faults = FaultConfig { seed: 11, loss: 0.02, burst: 3.0, corrupt: 0.005, reorder: 0.02, duplicate: 0.005, ..FaultConfig::default() };
     let (seen, report, c) = acquire(400, 256, faults);
-    assert!(
-        report.faults.dropped > 20 && report.faults.corrupted > 3,
-        "{:?}",
-        report.faults
-    );
+    assert!(report.faults.dropped > 20 && report.faults.corrupted > 3, "{:?}", report.faults);
     for e in &report.manifest {
-        let (status, missing, hash, _) = seen
-            .get(&e.frame)
-            .unwrap_or_else(|| panic!("frame {} never handed on: {c}", e.frame));
-        assert_eq!(
-            *status,
-            FrameStatus::Complete,
-            "frame {} missing {missing:?}: {c}",
-            e.frame
-        );
+        let (status, missing, hash, _) = seen.get(&e.frame).unwrap_or_else(|| panic!("frame {} never handed on: {c}", e.frame));
+        assert_eq!(*status, FrameStatus::Complete, "frame {} missing {missing:?}: {c}", e.frame);
         assert_eq!(*hash, e.xxh3, "frame {} bytes", e.frame);
     }
-    assert_eq!(
-        c.dropped(DropReason::BadChecksum),
-        report.faults.corrupted,
-        "every corruption caught: {c}"
-    );
+    assert_eq!(c.dropped(DropReason::BadChecksum), report.faults.corrupted, "every corruption caught: {c}");
     assert!(c.placed_retransmitted >= report.faults.dropped, "{c}");
-    assert!(
-        c.frames_recovered > 0 && c.nacks_sent > 0 && c.frames_given_up == 0,
-        "{c}"
-    );
+    assert!(c.frames_recovered > 0 && c.nacks_sent > 0 && c.frames_given_up == 0, "{c}");
     assert_eq!(report.retransmit.history_misses, 0);
 }
 
 #[test]
 fn without_a_history_each_loss_is_reported_exactly() {
-    let faults = FaultConfig {
-        seed: 5,
-        loss: 0.01,
-        burst: 2.0,
-        ..FaultConfig::default()
-    };
+    let faults = FaultConfig { seed: 5, loss: 0.01, burst: 2.0, ..FaultConfig::default() };
     let frames = 300u64;
     let (seen, report, c) = acquire(frames, 0, faults.clone());
     // the injector's first-transmission fates are a pure function of the seed: the cells it
@@ -143,44 +98,23 @@ fn without_a_history_each_loss_is_reported_exactly() {
     let mut dropped: HashMap<u64, BTreeSet<u32>> = HashMap::new();
     for seq in 0..(frames as u32 * CELLS) {
         if f.fate(seq, 0) == Fate::Drop {
-            dropped
-                .entry((seq / CELLS) as u64)
-                .or_default()
-                .insert(seq % CELLS);
+            dropped.entry((seq / CELLS) as u64).or_default().insert(seq % CELLS);
         }
     }
     assert!(!dropped.is_empty());
     for frame in 0..frames {
         let lost = dropped.get(&frame).cloned().unwrap_or_default();
         match seen.get(&frame) {
-            None => assert_eq!(
-                lost.len() as u32,
-                CELLS,
-                "frame {frame} was never seen, so all of it was lost"
-            ),
+            None => assert_eq!(lost.len() as u32, CELLS, "frame {frame} was never seen, so all of it was lost"),
             Some((status, missing, _, marked)) => {
-                assert_eq!(
-                    missing.iter().copied().collect::<BTreeSet<u32>>(),
-                    lost,
-                    "frame {frame}"
-                );
-                assert_eq!(
-                    *status == FrameStatus::Complete,
-                    lost.is_empty(),
-                    "frame {frame}"
-                );
+                assert_eq!(missing.iter().copied().collect::<BTreeSet<u32>>(), lost, "frame {frame}");
+                assert_eq!(*status == FrameStatus::Complete, lost.is_empty(), "frame {frame}");
                 assert!(marked, "frame {frame}: missing cells hold the missing byte");
             }
         }
     }
-    let incomplete = dropped
-        .values()
-        .filter(|l| (l.len() as u32) < CELLS)
-        .count() as u64;
+    let incomplete = dropped.values().filter(|l| (l.len() as u32) < CELLS).count() as u64;
     assert_eq!(c.frames_incomplete, incomplete, "{c}");
     assert_eq!(report.retransmit.resent, 0);
-    assert!(
-        c.nacks_sent > 0 && c.frames_given_up > 0,
-        "requests were made and given up: {c}"
-    );
+    assert!(c.nacks_sent > 0 && c.frames_given_up > 0, "requests were made and given up: {c}");
 }

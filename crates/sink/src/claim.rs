@@ -22,10 +22,7 @@ pub enum ClaimError {
     #[error("{0} is a symbolic link: rdaq does not write through links (remove it, or choose another name)")]
     Link(PathBuf),
     #[error("cannot create {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
 }
 
 /// Creates the file `path` for writing: new (refused when anything has that name) or, with
@@ -44,10 +41,7 @@ pub fn create(path: &Path, overwrite: bool) -> Result<File, ClaimError> {
         match source.raw_os_error() {
             _ if link => ClaimError::Link(path.to_owned()),
             Some(libc::EEXIST) => ClaimError::Exists(path.to_owned()),
-            _ => ClaimError::Io {
-                path: path.to_owned(),
-                source,
-            },
+            _ => ClaimError::Io { path: path.to_owned(), source },
         }
     })
 }
@@ -61,10 +55,7 @@ pub fn claim(path: &Path, overwrite: bool) -> Result<(), ClaimError> {
 /// The hidden name beside `path` (`.<name>.tmp`) under which a file is made before a rename
 /// gives it `path`.
 pub fn staging(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     path.with_file_name(format!(".{name}.tmp"))
 }
 
@@ -85,10 +76,7 @@ pub fn claim_staging(path: &Path) -> Result<PathBuf, ClaimError> {
 /// Writes `bytes` to the new file `path` (or replaces it, with `overwrite`).
 pub fn write(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), ClaimError> {
     let mut f = create(path, overwrite)?;
-    f.write_all(bytes).map_err(|source| ClaimError::Io {
-        path: path.to_owned(),
-        source,
-    })
+    f.write_all(bytes).map_err(|source| ClaimError::Io { path: path.to_owned(), source })
 }
 
 /// Whether `path` is a symbolic link (dangling or not).
@@ -111,10 +99,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let (a, target, link) = (dir.join("a"), dir.join("target"), dir.join("link"));
         write(&a, b"one", false).unwrap();
-        assert!(matches!(
-            write(&a, b"two", false),
-            Err(ClaimError::Exists(_))
-        ));
+        assert!(matches!(write(&a, b"two", false), Err(ClaimError::Exists(_))));
         write(&a, b"three", true).unwrap();
         assert_eq!(std::fs::read(&a).unwrap(), b"three");
         // a dangling link: neither created through nor counted as free
@@ -127,10 +112,7 @@ mod tests {
         }
         // a link to an existing file: its target is not replaced
         std::fs::write(&target, b"theirs").unwrap();
-        assert!(matches!(
-            write(&link, b"ours", true),
-            Err(ClaimError::Link(_))
-        ));
+        assert!(matches!(write(&link, b"ours", true), Err(ClaimError::Link(_))));
         assert_eq!(std::fs::read(&target).unwrap(), b"theirs");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -139,10 +121,7 @@ mod tests {
 /// Fails, naming the file, when one of `paths` is a symbolic link, or exists and
 /// `overwrite` is off. (The files are claimed again when they are created: this is the
 /// early, friendly refusal before anything starts.)
-pub fn refuse_existing<'a>(
-    paths: impl IntoIterator<Item = &'a Path>,
-    overwrite: bool,
-) -> Result<(), ClaimError> {
+pub fn refuse_existing<'a>(paths: impl IntoIterator<Item = &'a Path>, overwrite: bool) -> Result<(), ClaimError> {
     for p in paths {
         if is_link(p) {
             return Err(ClaimError::Link(p.to_owned()));

@@ -55,29 +55,13 @@ impl DataFile {
     /// writer killed before SWMR writing started leaves no file of that name that a SWMR
     /// reader cannot open, only the claimed empty one and the hidden leftover.
     pub fn create(path: &Path, meta: &NxmxMeta, first_image: u64) -> hdf5::Result<DataFile> {
-        let tmp =
-            crate::claim::claim_staging(path).map_err(|e| hdf5::Error::from(e.to_string()))?;
+        let tmp = crate::claim::claim_staging(path).map_err(|e| hdf5::Error::from(e.to_string()))?;
         let file = crate::deferred::create(&tmp)?;
         let entry = nx_group(&file, "entry", "NXentry")?;
         let (data, tables) = data_group(&entry, meta, first_image)?;
-        let results = if meta.max_spots > 0 {
-            Some(SpotLists::create(
-                &entry,
-                meta.max_spots,
-                Some(meta.pixel.units()),
-                true,
-            )?)
-        } else {
-            None
-        };
+        let results = if meta.max_spots > 0 { Some(SpotLists::create(&entry, meta.max_spots, Some(meta.pixel.units()), true)?) } else { None };
         file.start_swmr()?;
-        std::fs::rename(&tmp, path).map_err(|e| {
-            hdf5::Error::from(format!(
-                "cannot rename {} to {}: {e}",
-                tmp.display(),
-                path.display()
-            ))
-        })?;
+        std::fs::rename(&tmp, path).map_err(|e| hdf5::Error::from(format!("cannot rename {} to {}: {e}", tmp.display(), path.display())))?;
         Ok(DataFile {
             file,
             data,
@@ -92,12 +76,7 @@ impl DataFile {
 
     /// Appends one compressed frame; `missing` lists the runs of pixels (first, count) that
     /// carry no data, inside the image (checked by the writer). Returns the bytes written.
-    pub fn append(
-        &mut self,
-        frame_number: u64,
-        chunk: &[u8],
-        missing: &[(usize, usize)],
-    ) -> hdf5::Result<u64> {
+    pub fn append(&mut self, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)]) -> hdf5::Result<u64> {
         let (h, w) = self.meta_hw;
         // one row at a time: a failed write leaves at most its own row behind
         let k = self.frames();
@@ -121,17 +100,12 @@ impl DataFile {
     /// The frames written out by the last flush, and the frame numbers of the incomplete ones
     /// among them.
     pub fn flushed(&self) -> (u64, &[u64]) {
-        (
-            self.tables.written as u64,
-            &self.tables.incomplete[..self.tables.incomplete_written],
-        )
+        (self.tables.written as u64, &self.tables.incomplete[..self.tables.incomplete_written])
     }
 
     /// Records the spots and the hit decision of the frame appended last.
     pub fn spots(&mut self, spots: &[Spot], total: usize, hit: bool) -> bool {
-        let Some(r) = self.results.as_mut() else {
-            return false;
-        };
+        let Some(r) = self.results.as_mut() else { return false };
         r.push(spots, total, hit);
         true
     }
@@ -156,9 +130,7 @@ impl DataFile {
         let k = self.tables.incomplete.len();
         self.tables.incomplete_mask.resize((k + 1, h, w))?;
         // SAFETY: u32 has no padding; the host is little-endian like the HDF5 type.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(self.mask_buf.as_ptr().cast::<u8>(), self.mask_buf.len() * 4)
-        };
+        let bytes = unsafe { std::slice::from_raw_parts(self.mask_buf.as_ptr().cast::<u8>(), self.mask_buf.len() * 4) };
         self.mask_words.compress(bytes, &mut self.mask_chunk);
         write_chunk(&self.tables.incomplete_mask, k, &self.mask_chunk)?;
         Ok(self.mask_chunk.len() as u64)
@@ -195,11 +167,7 @@ impl DataFile {
             Err(err) => return Err(err),
         };
         self.file.flush()?;
-        Ok((
-            self.frames() as u64,
-            std::mem::take(&mut self.tables.incomplete),
-            untrimmed,
-        ))
+        Ok((self.frames() as u64, std::mem::take(&mut self.tables.incomplete), untrimmed))
     }
 }
 
@@ -212,9 +180,7 @@ fn data_group(entry: &Group, meta: &NxmxMeta, first_image: u64) -> hdf5::Result<
     let data = match meta.pixel {
         PixelType::Raw => frame_stack::<u16>(&g, "data", h, w, meta.codec)?,
         PixelType::Kev => frame_stack::<f32>(&g, "data", h, w, meta.codec)?,
-        PixelType::Photons16 | PixelType::Fields => {
-            frame_stack::<i16>(&g, "data", h, w, meta.codec)?
-        }
+        PixelType::Photons16 | PixelType::Fields => frame_stack::<i16>(&g, "data", h, w, meta.codec)?,
         PixelType::Photons32 => frame_stack::<i32>(&g, "data", h, w, meta.codec)?,
         PixelType::Counts(_) => match meta.pixel.bytes() {
             1 => frame_stack::<u8>(&g, "data", h, w, meta.codec)?,
@@ -224,26 +190,12 @@ fn data_group(entry: &Group, meta: &NxmxMeta, first_image: u64) -> hdf5::Result<
     };
     str_attr(&data, "units", meta.pixel.units())?;
     // the series' image number of this file's first image (1-based, as Dectris counts)
-    data.new_attr::<u64>()
-        .create("image_nr_low")?
-        .write_scalar(&(first_image + 1))?;
+    data.new_attr::<u64>().create("image_nr_low")?.write_scalar(&(first_image + 1))?;
     let tables = Tables {
-        frame_number: g
-            .new_dataset::<u64>()
-            .chunk(GROW)
-            .shape(0..)
-            .create("frame_number")?,
-        complete: g
-            .new_dataset::<u8>()
-            .chunk(GROW)
-            .shape(0..)
-            .create("frame_complete")?,
+        frame_number: g.new_dataset::<u64>().chunk(GROW).shape(0..).create("frame_number")?,
+        complete: g.new_dataset::<u8>().chunk(GROW).shape(0..).create("frame_complete")?,
         incomplete_mask: frame_stack::<u32>(&g, "incomplete_pixel_mask", h, w, Codec::Lz4)?,
-        incomplete_number: g
-            .new_dataset::<u64>()
-            .chunk(GROW)
-            .shape(0..)
-            .create("incomplete_frame_number")?,
+        incomplete_number: g.new_dataset::<u64>().chunk(GROW).shape(0..).create("incomplete_frame_number")?,
         numbers: Vec::new(),
         flags: Vec::new(),
         incomplete: Vec::new(),
@@ -266,8 +218,7 @@ impl Tables {
         let (a, b) = (self.incomplete_written, self.incomplete.len());
         if b > a {
             self.incomplete_number.resize(b)?;
-            self.incomplete_number
-                .write_slice(&self.incomplete[a..b], a..b)?;
+            self.incomplete_number.write_slice(&self.incomplete[a..b], a..b)?;
             self.incomplete_written = b;
         }
         Ok(())

@@ -79,9 +79,7 @@ fn params(cd: &[c_uint]) -> Result<Params, String> {
     }
     let block_elems = cd.get(3).copied().unwrap_or(0) as usize;
     if block_elems % 8 != 0 {
-        return Err(format!(
-            "block size {block_elems} is not a multiple of 8 (cd_values[3])"
-        ));
+        return Err(format!("block size {block_elems} is not a multiple of 8 (cd_values[3])"));
     }
     let codec = match cd.get(4).copied().unwrap_or(0) {
         0 => None,
@@ -89,33 +87,18 @@ fn params(cd: &[c_uint]) -> Result<Params, String> {
         3 => Some(Codec::Zstd(cd.get(5).copied().unwrap_or(0) as i32)),
         c => return Err(format!("compression {c} (cd_values[4]: 0, 2 or 3)")),
     };
-    Ok(Params {
-        elem_size,
-        block_elems,
-        codec,
-    })
+    Ok(Params { elem_size, block_elems, codec })
 }
 
 /// Decodes one stored chunk of `want` bytes (the dataset's chunk: HDF5 takes what the
 /// filter returns as a whole chunk, so anything else is refused before it is decoded).
 fn decode(p: &Params, chunk: &[u8], want: usize) -> Result<Vec<u8>, String> {
     let Some(codec) = p.codec else {
-        return if chunk.len() == want {
-            Ok(unshuffle_all(p, chunk))
-        } else {
-            Err(format!(
-                "an unshuffled chunk of {} bytes, the dataset's chunks hold {want}",
-                chunk.len()
-            ))
-        };
+        return if chunk.len() == want { Ok(unshuffle_all(p, chunk)) } else { Err(format!("an unshuffled chunk of {} bytes, the dataset's chunks hold {want}", chunk.len())) };
     };
-    let total = chunk
-        .get(..8)
-        .map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
+    let total = chunk.get(..8).map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
     if total != want as u64 || total > MAX_CHUNK_BYTES || total % p.elem_size as u64 != 0 {
-        return Err(format!(
-            "chunk header says {total} bytes, the dataset's chunks hold {want}"
-        ));
+        return Err(format!("chunk header says {total} bytes, the dataset's chunks hold {want}"));
     }
     decompress(chunk, p.elem_size, codec).map_err(|e| e.to_string())
 }
@@ -124,21 +107,13 @@ fn decode(p: &Params, chunk: &[u8], want: usize) -> Result<Vec<u8>, String> {
 /// down to 8 elements, the rest as it is.
 fn unshuffle_all(p: &Params, data: &[u8]) -> Vec<u8> {
     let es = p.elem_size;
-    let be = if p.block_elems == 0 {
-        rdaq_process::bitshuffle::default_block_elems(es)
-    } else {
-        p.block_elems
-    };
+    let be = if p.block_elems == 0 { rdaq_process::bitshuffle::default_block_elems(es) } else { p.block_elems };
     let n = data.len() / es;
     let mut out = data.to_vec();
     let mut at = 0;
     while n - at / es >= 8 {
         let elems = be.min((n - at / es) / 8 * 8);
-        unshuffle_block(
-            &data[at..at + elems * es],
-            &mut out[at..at + elems * es],
-            es,
-        );
+        unshuffle_block(&data[at..at + elems * es], &mut out[at..at + elems * es], es);
         at += elems * es;
     }
     out
@@ -147,15 +122,9 @@ fn unshuffle_all(p: &Params, data: &[u8]) -> Vec<u8> {
 /// Encodes one chunk (for writes through HDF5; rdaq's writers compress themselves and write
 /// chunks directly).
 fn encode(p: &Params, data: &[u8]) -> Result<Vec<u8>, String> {
-    let codec = p
-        .codec
-        .ok_or("rdaq writes bitshuffle with LZ4 or Zstd only")?;
+    let codec = p.codec.ok_or("rdaq writes bitshuffle with LZ4 or Zstd only")?;
     if data.len() % p.elem_size != 0 {
-        return Err(format!(
-            "{} bytes are not whole {}-byte elements",
-            data.len(),
-            p.elem_size
-        ));
+        return Err(format!("{} bytes are not whole {}-byte elements", data.len(), p.elem_size));
     }
     let mut out = Vec::new();
     Compressor::new(p.elem_size, p.block_elems, codec).compress(data, &mut out);
@@ -164,31 +133,18 @@ fn encode(p: &Params, data: &[u8]) -> Result<Vec<u8>, String> {
 
 /// The H5Z_func_t: decodes (H5Z_FLAG_REVERSE) or encodes `*buf` in place, replacing the
 /// buffer; returns the new size, 0 on failure (HDF5 then fails the read or write).
-unsafe extern "C" fn filter(
-    flags: c_uint,
-    cd_nelmts: usize,
-    cd_values: *const c_uint,
-    nbytes: usize,
-    buf_size: *mut usize,
-    buf: *mut *mut c_void,
-) -> usize {
+unsafe extern "C" fn filter(flags: c_uint, cd_nelmts: usize, cd_values: *const c_uint, nbytes: usize, buf_size: *mut usize, buf: *mut *mut c_void) -> usize {
     // SAFETY: HDF5 passes `cd_nelmts` values at `cd_values` (or none) and a live buffer
     // `*buf` of at least `nbytes` bytes, both valid for this call.
     let (cd, input) = unsafe {
-        let cd = if cd_values.is_null() {
-            &[][..]
-        } else {
-            std::slice::from_raw_parts(cd_values, cd_nelmts)
-        };
+        let cd = if cd_values.is_null() { &[][..] } else { std::slice::from_raw_parts(cd_values, cd_nelmts) };
         (cd, std::slice::from_raw_parts((*buf).cast::<u8>(), nbytes))
     };
     // a panic must not unwind into C
     let out = std::panic::catch_unwind(|| {
         let p = params(cd)?;
         if flags & H5Z_FLAG_REVERSE != 0 {
-            let want = chunk_size::expected().ok_or(
-                "a chunk read without its dataset's chunk size (rdaq_process::chunk_size::reading)",
-            )?;
+            let want = chunk_size::expected().ok_or("a chunk read without its dataset's chunk size (rdaq_process::chunk_size::reading)")?;
             decode(&p, input, want)
         } else {
             encode(&p, input)
@@ -224,22 +180,8 @@ mod tests {
 
     #[test]
     fn cd_values_are_read_as_the_bitshuffle_library_defines_them() {
-        assert_eq!(
-            params(&[0, 4, 2, 0, 2, 0]).unwrap(),
-            Params {
-                elem_size: 2,
-                block_elems: 0,
-                codec: Some(Codec::Lz4)
-            }
-        );
-        assert_eq!(
-            params(&[0, 4, 4, 1024, 3, 5]).unwrap(),
-            Params {
-                elem_size: 4,
-                block_elems: 1024,
-                codec: Some(Codec::Zstd(5))
-            }
-        );
+        assert_eq!(params(&[0, 4, 2, 0, 2, 0]).unwrap(), Params { elem_size: 2, block_elems: 0, codec: Some(Codec::Lz4) });
+        assert_eq!(params(&[0, 4, 4, 1024, 3, 5]).unwrap(), Params { elem_size: 4, block_elems: 1024, codec: Some(Codec::Zstd(5)) });
         assert_eq!(params(&[0, 4, 1]).unwrap().codec, None);
         // what a bitshuffle plugin's set_local made of rdaq's values: refused, not misread
         let e = params(&[0, 4, 2, 0, 4, 2, 0, 2, 0]).unwrap_err();
@@ -250,17 +192,12 @@ mod tests {
 
     #[test]
     fn chunks_roundtrip_and_lies_are_refused() {
-        let data: Vec<u8> = (0..4000u32)
-            .flat_map(|i| (((i * 7) % 300) as u16).to_le_bytes())
-            .collect();
+        let data: Vec<u8> = (0..4000u32).flat_map(|i| (((i * 7) % 300) as u16).to_le_bytes()).collect();
         for codec in [2, 3] {
             let p = params(&[0, 4, 2, 0, codec, 1]).unwrap();
             let chunk = encode(&p, &data).unwrap();
             assert_eq!(decode(&p, &chunk, data.len()).unwrap(), data);
-            assert!(
-                decode(&p, &chunk, data.len() + 2).is_err(),
-                "a chunk of another size than the dataset's"
-            );
+            assert!(decode(&p, &chunk, data.len() + 2).is_err(), "a chunk of another size than the dataset's");
             let mut lie = chunk.clone();
             lie[..8].copy_from_slice(&u64::MAX.to_be_bytes());
             assert!(decode(&p, &lie, data.len()).is_err());
@@ -270,20 +207,12 @@ mod tests {
 
     #[test]
     fn uncompressed_bitshuffle_is_unshuffled_block_by_block() {
-        let p = Params {
-            elem_size: 2,
-            block_elems: 16,
-            codec: None,
-        };
+        let p = Params { elem_size: 2, block_elems: 16, codec: None };
         let data: Vec<u8> = (0..45u8).flat_map(|i| [i, i ^ 0x5a]).collect();
         // as the bitshuffle library stores it: blocks of 16, then 8, then 5 elements as they are
         let mut stored = data.clone();
         for (a, n) in [(0, 16), (16, 16), (32, 8)] {
-            shuffle_block(
-                &data[a * 2..(a + n) * 2],
-                &mut stored[a * 2..(a + n) * 2],
-                2,
-            );
+            shuffle_block(&data[a * 2..(a + n) * 2], &mut stored[a * 2..(a + n) * 2], 2);
         }
         assert_eq!(decode(&p, &stored, data.len()).unwrap(), data);
         assert!(decode(&p, &stored[2..], data.len()).is_err());

@@ -22,25 +22,16 @@ impl MaskChunk {
 
     pub fn new(meta: &NxmxMeta) -> MaskChunk {
         use std::io::Write;
-        let mut z = flate2::write::ZlibEncoder::new(
-            Vec::new(),
-            flate2::Compression::new(Self::LEVEL as u32),
-        );
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(Self::LEVEL as u32));
         // little-endian u32, as the dataset's type
-        z.write_all(rdaq_process::bytes_of(&meta.pixel_mask()))
-            .expect("writing to memory");
+        z.write_all(rdaq_process::bytes_of(&meta.pixel_mask())).expect("writing to memory");
         MaskChunk(z.finish().expect("writing to memory"))
     }
 }
 
 /// Writes `/entry` and everything in it but `/entry/data`; `frames` are the detector frame
 /// numbers of the images, which set the rotation angle of each image of a rotation series.
-pub(crate) fn write_metadata(
-    file: &File,
-    meta: &NxmxMeta,
-    mask: &MaskChunk,
-    frames: &[u64],
-) -> hdf5::Result<Group> {
+pub(crate) fn write_metadata(file: &File, meta: &NxmxMeta, mask: &MaskChunk, frames: &[u64]) -> hdf5::Result<Group> {
     str_attr(file, "default", "entry")?;
     let entry = nx_group(file, "entry", "NXentry")?;
     str_attr(&entry, "default", "data")?;
@@ -49,12 +40,7 @@ pub(crate) fn write_metadata(
     let instrument = nx_group(&entry, "instrument", "NXinstrument")?;
     str_ds(&instrument, "name", &meta.detector_name)?;
     let beam = nx_group(&instrument, "beam", "NXbeam")?;
-    f64_ds(
-        &beam,
-        "incident_wavelength",
-        meta.wavelength_angstrom(),
-        "angstrom",
-    )?;
+    f64_ds(&beam, "incident_wavelength", meta.wavelength_angstrom(), "angstrom")?;
     detector_group(&instrument, meta, mask)?;
     sample_group(&entry, meta, frames)?;
     let source = nx_group(&entry, "source", "NXsource")?;
@@ -75,27 +61,14 @@ fn sample_group(entry: &Group, meta: &NxmxMeta, frames: &[u64]) -> hdf5::Result<
     };
     str_ds(&sample, "depends_on", "/entry/sample/transformations/omega")?;
     let tr = nx_group(&sample, "transformations", "NXtransformations")?;
-    let angles: Vec<f64> = frames
-        .iter()
-        .map(|&f| rot.start_deg + f as f64 * rot.increment_deg)
-        .collect();
-    let omega = tr
-        .new_dataset::<f64>()
-        .shape(angles.len())
-        .create("omega")?;
+    let angles: Vec<f64> = frames.iter().map(|&f| rot.start_deg + f as f64 * rot.increment_deg).collect();
+    let omega = tr.new_dataset::<f64>().shape(angles.len()).create("omega")?;
     omega.write(&angles)?;
     str_attr(&omega, "units", "deg")?;
     str_attr(&omega, "transformation_type", "rotation")?;
     str_attr(&omega, "depends_on", ".")?;
-    omega
-        .new_attr::<f64>()
-        .shape(3)
-        .create("vector")?
-        .write(&[-1.0, 0.0, 0.0])?;
-    let inc = tr
-        .new_dataset::<f64>()
-        .shape(angles.len())
-        .create("omega_increment_set")?;
+    omega.new_attr::<f64>().shape(3).create("vector")?.write(&[-1.0, 0.0, 0.0])?;
+    let inc = tr.new_dataset::<f64>().shape(angles.len()).create("omega_increment_set")?;
     inc.write(&vec![rot.increment_deg; angles.len()])?;
     str_attr(&inc, "units", "deg")?;
     Ok(())
@@ -121,23 +94,11 @@ fn detector_group(instrument: &Group, meta: &NxmxMeta, mask: &MaskChunk) -> hdf5
     trigger_mode(&det, &meta.trigger_mode)?;
     // gaps between modules (and chips, when assembled with gap pixels); the emulated detector has no static defects, and transfer
     // losses go to the per-frame mask. Deflated: it is mostly zeros.
-    let pixel_mask = det
-        .new_dataset::<u32>()
-        .chunk((h, w))
-        .deflate(MaskChunk::LEVEL)
-        .shape((h, w))
-        .create("pixel_mask")?;
+    let pixel_mask = det.new_dataset::<u32>().chunk((h, w)).deflate(MaskChunk::LEVEL).shape((h, w)).create("pixel_mask")?;
     write_chunk_at(&pixel_mask, &[0, 0], &mask.0)?;
     str_ds(&det, "depends_on", DETECTOR_AXIS)?;
     let tr = nx_group(&det, "transformations", "NXtransformations")?;
-    let along_beam = Axis {
-        kind: "translation",
-        value: meta.detector_distance_m,
-        units: "m",
-        vector: [0.0, 0.0, 1.0],
-        depends_on: ".",
-        offset: None,
-    };
+    let along_beam = Axis { kind: "translation", value: meta.detector_distance_m, units: "m", vector: [0.0, 0.0, 1.0], depends_on: ".", offset: None };
     axis(&tr, "translation", &along_beam)?;
     for m in 0..g.modules {
         module_group(&det, meta, m)?;
@@ -162,27 +123,15 @@ fn trigger_mode(det: &Group, mode: &str) -> hdf5::Result<()> {
 fn pixel_markers(det: &Group, pixel: PixelType) -> hdf5::Result<()> {
     let (sat, under) = pixel.markers();
     if pixel == PixelType::Kev {
-        det.new_dataset::<f64>()
-            .create("saturation_value")?
-            .write_scalar(&sat)?;
-        det.new_dataset::<f64>()
-            .create("underload_value")?
-            .write_scalar(&under)?;
+        det.new_dataset::<f64>().create("saturation_value")?.write_scalar(&sat)?;
+        det.new_dataset::<f64>().create("underload_value")?.write_scalar(&under)?;
     } else {
-        det.new_dataset::<i64>()
-            .create("saturation_value")?
-            .write_scalar(&(sat as i64))?;
-        det.new_dataset::<i64>()
-            .create("underload_value")?
-            .write_scalar(&(under as i64))?;
+        det.new_dataset::<i64>().create("saturation_value")?.write_scalar(&(sat as i64))?;
+        det.new_dataset::<i64>().create("underload_value")?.write_scalar(&(under as i64))?;
     }
-    det.new_dataset::<i32>()
-        .create("bit_depth_image")?
-        .write_scalar(&(pixel.bytes() as i32 * 8))?;
+    det.new_dataset::<i32>().create("bit_depth_image")?.write_scalar(&(pixel.bytes() as i32 * 8))?;
     if let PixelType::Counts(bits) = pixel {
-        det.new_dataset::<i32>()
-            .create("bit_depth_readout")?
-            .write_scalar(&(bits as i32))?;
+        det.new_dataset::<i32>().create("bit_depth_readout")?.write_scalar(&(bits as i32))?;
     }
     Ok(())
 }
@@ -192,44 +141,17 @@ fn module_group(det: &Group, meta: &NxmxMeta, m: u16) -> hdf5::Result<()> {
     let g = meta.geometry;
     let mg = nx_group(det, &format!("module_{m}"), "NXdetector_module")?;
     let (r0, c0) = g.origin(m);
-    mg.new_dataset::<i32>()
-        .shape(2)
-        .create("data_origin")?
-        .write(&[r0 as i32, c0 as i32])?;
-    mg.new_dataset::<i32>()
-        .shape(2)
-        .create("data_size")?
-        .write(&[g.module_height as i32, g.module_width as i32])?;
+    mg.new_dataset::<i32>().shape(2).create("data_origin")?.write(&[r0 as i32, c0 as i32])?;
+    mg.new_dataset::<i32>().shape(2).create("data_size")?.write(&[g.module_height as i32, g.module_width as i32])?;
     // the module's first pixel relative to the beam centre, with the fast axis along -x
     // and the slow axis along -y
     let px = meta.pixel_size_m;
     let [bx, by] = meta.beam_center;
     let origin = [(bx - c0 as f64) * px, (by - r0 as f64) * px, 0.0];
     let offset = format!("/entry/instrument/detector/module_{m}/module_offset");
-    for (name, vector) in [
-        ("fast_pixel_direction", [-1.0, 0.0, 0.0]),
-        ("slow_pixel_direction", [0.0, -1.0, 0.0]),
-    ] {
-        axis(
-            &mg,
-            name,
-            &Axis {
-                kind: "translation",
-                value: px,
-                units: "m",
-                vector,
-                depends_on: &offset,
-                offset: None,
-            },
-        )?;
+    for (name, vector) in [("fast_pixel_direction", [-1.0, 0.0, 0.0]), ("slow_pixel_direction", [0.0, -1.0, 0.0])] {
+        axis(&mg, name, &Axis { kind: "translation", value: px, units: "m", vector, depends_on: &offset, offset: None })?;
     }
-    let module_offset = Axis {
-        kind: "translation",
-        value: 0.0,
-        units: "m",
-        vector: [1.0, 0.0, 0.0],
-        depends_on: DETECTOR_AXIS,
-        offset: Some(origin),
-    };
+    let module_offset = Axis { kind: "translation", value: 0.0, units: "m", vector: [1.0, 0.0, 0.0], depends_on: DETECTOR_AXIS, offset: Some(origin) };
     axis(&mg, "module_offset", &module_offset).map(drop)
 }

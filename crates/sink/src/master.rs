@@ -34,10 +34,7 @@ pub struct Part {
 /// The name of data file `k` (from 1) of the series whose master is `master`:
 /// `<name>_data_00000k.h5` for `<name>_master.h5` (or for `<name>.h5`).
 pub fn data_file_name(master: &Path, k: usize) -> String {
-    let stem = master
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let stem = master.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let name = stem.strip_suffix("_master").unwrap_or(&stem);
     format!("{name}_data_{k:06}.h5")
 }
@@ -83,13 +80,7 @@ impl Layout<'_> {
             for p in c.parts {
                 let count = rows(p) as usize;
                 if count > 0 {
-                    out.push(Piece {
-                        file: p.file.clone(),
-                        src_start: 0,
-                        dst_start: at,
-                        dst_step: 1,
-                        count,
-                    });
+                    out.push(Piece { file: p.file.clone(), src_start: 0, dst_start: at, dst_step: 1, count });
                 }
                 at += count;
             }
@@ -107,23 +98,13 @@ impl Layout<'_> {
 }
 
 /// Writes the master file `path` (beside it first, then renamed over it).
-pub fn write_master(
-    path: &Path,
-    meta: &NxmxMeta,
-    mask: &MaskChunk,
-    c: &Contents,
-) -> hdf5::Result<()> {
+pub fn write_master(path: &Path, meta: &NxmxMeta, mask: &MaskChunk, c: &Contents) -> hdf5::Result<()> {
     write_layout(path, meta, mask, &Layout::of(c))
 }
 
 /// Writes a master file `path` whose rows are laid out as `l` says (beside it first, then
 /// renamed over it).
-pub fn write_layout(
-    path: &Path,
-    meta: &NxmxMeta,
-    mask: &MaskChunk,
-    l: &Layout,
-) -> hdf5::Result<()> {
+pub fn write_layout(path: &Path, meta: &NxmxMeta, mask: &MaskChunk, l: &Layout) -> hdf5::Result<()> {
     let tmp = crate::claim::claim_staging(path).map_err(|e| hdf5::Error::from(e.to_string()))?;
     let written = write_staged(&tmp, meta, mask, l);
     if written.is_err() {
@@ -131,13 +112,7 @@ pub fn write_layout(
         let _ = std::fs::remove_file(&tmp);
     }
     written?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        hdf5::Error::from(format!(
-            "cannot rename {} to {}: {e}",
-            tmp.display(),
-            path.display()
-        ))
-    })
+    std::fs::rename(&tmp, path).map_err(|e| hdf5::Error::from(format!("cannot rename {} to {}: {e}", tmp.display(), path.display())))
 }
 
 /// The master's content, written to its staging name `tmp`.
@@ -170,20 +145,9 @@ pub fn read_meta(path: &Path) -> hdf5::Result<NxmxMeta> {
     let mask: Vec<u32> = rdaq_process::chunk_size::reading(&mask_ds, || mask_ds.read_raw())?;
     let g = meta.geometry;
     if mask.len() != g.height() * g.width() {
-        return Err(format!(
-            "pixel_mask has {} pixels, the image {}",
-            mask.len(),
-            g.height() * g.width()
-        )
-        .into());
+        return Err(format!("pixel_mask has {} pixels, the image {}", mask.len(), g.height() * g.width()).into());
     }
-    let module: Vec<u32> = (0..g.module_height)
-        .flat_map(|y| {
-            mask[y * g.width()..y * g.width() + g.module_width]
-                .iter()
-                .copied()
-        })
-        .collect();
+    let module: Vec<u32> = (0..g.module_height).flat_map(|y| mask[y * g.width()..y * g.width() + g.module_width].iter().copied()).collect();
     meta.module_mask = module.iter().any(|&m| m != 0).then_some(module);
     Ok(meta)
 }
@@ -202,8 +166,7 @@ pub fn write_series(file: &File, meta: &NxmxMeta) -> hdf5::Result<()> {
 
 fn series_of(file: &File) -> hdf5::Result<NxmxMeta> {
     let json: hdf5::types::VarLenUnicode = file.attr(SERIES_ATTR)?.read_scalar()?;
-    serde_json::from_str(json.as_str())
-        .map_err(|e| hdf5::Error::from(format!("{SERIES_ATTR}: {e}")))
+    serde_json::from_str(json.as_str()).map_err(|e| hdf5::Error::from(format!("{SERIES_ATTR}: {e}")))
 }
 
 /// `/entry/data`: the links to the data files and the virtual datasets across them.
@@ -228,38 +191,17 @@ fn data_group(entry: &Group, meta: &NxmxMeta, l: &Layout) -> hdf5::Result<()> {
     };
     str_attr(&data, "units", meta.pixel.units())?;
     join::<u64>(&g, "frame_number", f, n, "/entry/data/frame_number", &[])?;
-    join::<u8>(
-        &g,
-        "frame_complete",
-        f,
-        n,
-        "/entry/data/frame_complete",
-        &[],
-    )?;
-    g.new_dataset::<u64>()
-        .shape(l.incomplete.len())
-        .create("incomplete_frame_number")?
-        .write(l.incomplete)?;
+    join::<u8>(&g, "frame_complete", f, n, "/entry/data/frame_complete", &[])?;
+    g.new_dataset::<u64>().shape(l.incomplete.len()).create("incomplete_frame_number")?.write(l.incomplete)?;
     // the missing pixels of the incomplete frames, one mask per incomplete frame
-    join::<u32>(
-        &g,
-        "incomplete_pixel_mask",
-        &l.masks,
-        l.incomplete.len(),
-        "/entry/data/incomplete_pixel_mask",
-        &[h, w],
-    )?;
+    join::<u32>(&g, "incomplete_pixel_mask", &l.masks, l.incomplete.len(), "/entry/data/incomplete_pixel_mask", &[h, w])?;
     Ok(())
 }
 
 /// `/entry/result_1`: the spot lists across the data files.
 fn results_group(entry: &Group, meta: &NxmxMeta, l: &Layout) -> hdf5::Result<()> {
     let g = nx_group(entry, "result_1", "NXcollection")?;
-    str_attr(
-        &g,
-        "description",
-        "Bragg spots per frame (CXI peak-list layout); positions in pixels, fast (x) and slow (y)",
-    )?;
+    str_attr(&g, "description", "Bragg spots per frame (CXI peak-list layout); positions in pixels, fast (x) and slow (y)")?;
     let m = [meta.max_spots];
     let src = |name: &str| format!("/entry/result_1/{name}");
     let (f, n) = (&l.frames, l.frame_numbers.len());
@@ -267,14 +209,7 @@ fn results_group(entry: &Group, meta: &NxmxMeta, l: &Layout) -> hdf5::Result<()>
     join::<u8>(&g, "hit", f, n, &src("hit"), &[])?;
     join::<f32>(&g, "peakXPosRaw", f, n, &src("peakXPosRaw"), &m)?;
     join::<f32>(&g, "peakYPosRaw", f, n, &src("peakYPosRaw"), &m)?;
-    let intensity = join::<f32>(
-        &g,
-        "peakTotalIntensity",
-        f,
-        n,
-        &src("peakTotalIntensity"),
-        &m,
-    )?;
+    let intensity = join::<f32>(&g, "peakTotalIntensity", f, n, &src("peakTotalIntensity"), &m)?;
     str_attr(&intensity, "units", meta.pixel.units())?;
     join::<u32>(&g, "peakNPixels", f, n, &src("peakNPixels"), &m)?;
     Ok(())
@@ -282,35 +217,16 @@ fn results_group(entry: &Group, meta: &NxmxMeta, l: &Layout) -> hdf5::Result<()>
 
 /// A virtual dataset `name` of `total` rows of shape `row`: each piece's rows of dataset
 /// `src` of its file, at the piece's rows.
-fn join<T: H5Type>(
-    g: &Group,
-    name: &str,
-    pieces: &[Piece],
-    total: usize,
-    src: &str,
-    row: &[usize],
-) -> hdf5::Result<Dataset> {
+fn join<T: H5Type>(g: &Group, name: &str, pieces: &[Piece], total: usize, src: &str, row: &[usize]) -> hdf5::Result<Dataset> {
     let dims = |n: usize| Extents::from([&[n][..], row].concat());
     let rows = |start: usize, step: usize, count: usize| {
-        let mut s = vec![SliceOrIndex::SliceCount {
-            start,
-            step,
-            count,
-            block: 1,
-        }];
+        let mut s = vec![SliceOrIndex::SliceCount { start, step, count, block: 1 }];
         s.extend(row.iter().map(|_| SliceOrIndex::from(..)));
         Selection::from(Hyperslab::from(s))
     };
     let mut b = g.new_dataset::<T>().shape(dims(total));
     for p in pieces {
-        b = b.virtual_map(
-            &p.file,
-            src,
-            dims(p.src_start + p.count),
-            rows(p.src_start, 1, p.count),
-            dims(total),
-            rows(p.dst_start, p.dst_step, p.count),
-        );
+        b = b.virtual_map(&p.file, src, dims(p.src_start + p.count), rows(p.src_start, 1, p.count), dims(total), rows(p.dst_start, p.dst_step, p.count));
     }
     b.create(name)
 }
@@ -325,34 +241,16 @@ mod tests {
     fn the_master_keeps_the_series_metadata() {
         let dir = std::env::temp_dir().join(format!("rdaq-master-meta-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let geometry = rdaq_detector::Geometry::new(2, 2, 8, 36)
-            .unwrap()
-            .with_module_size(6, 4);
+        let geometry = rdaq_detector::Geometry::new(2, 2, 8, 36).unwrap().with_module_size(6, 4);
         let module_mask: Vec<u32> = (0..24).map(|i| (i % 5 == 0) as u32).collect();
-        let mut meta = NxmxMeta::described(
-            geometry,
-            &rdaq_detector::Description::load("eiger").unwrap(),
-            PixelType::Counts(12),
-            Some(module_mask),
-        );
+        let mut meta = NxmxMeta::described(geometry, &rdaq_detector::Description::load("eiger").unwrap(), PixelType::Counts(12), Some(module_mask));
         meta.codec = Codec::Zstd(7);
-        meta.rotation = Some(Rotation {
-            start_deg: 1.5,
-            increment_deg: 0.25,
-        });
+        meta.rotation = Some(Rotation { start_deg: 1.5, increment_deg: 0.25 });
         meta.max_spots = 3;
         let path = dir.join("m_master.h5");
-        let c = Contents {
-            parts: &[],
-            incomplete: &[],
-            frames: &[],
-            end_time: None,
-        };
+        let c = Contents { parts: &[], incomplete: &[], frames: &[], end_time: None };
         write_master(&path, &meta, &MaskChunk::new(&meta), &c).unwrap();
-        assert_eq!(
-            format!("{:?}", read_meta(&path).unwrap()),
-            format!("{meta:?}")
-        );
+        assert_eq!(format!("{:?}", read_meta(&path).unwrap()), format!("{meta:?}"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

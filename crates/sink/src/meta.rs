@@ -76,9 +76,7 @@ impl PixelType {
             PixelType::Kev => "float32",
             PixelType::Photons16 | PixelType::Fields => "int16",
             PixelType::Photons32 => "int32",
-            PixelType::Counts(_) => {
-                ["uint8", "uint16", "uint32"][self.bytes().trailing_zeros() as usize]
-            }
+            PixelType::Counts(_) => ["uint8", "uint16", "uint32"][self.bytes().trailing_zeros() as usize],
         }
     }
 }
@@ -161,21 +159,13 @@ impl DetectorPart {
     /// module size.
     pub fn geometry(&self) -> Geometry {
         let d = self.detector;
-        Geometry {
-            modules: self.module_ids.len() as u16,
-            module_cols: 1,
-            ..d
-        }
+        Geometry { modules: self.module_ids.len() as u16, module_cols: 1, ..d }
     }
 
     /// Whether every module id is one of the detector's, each once.
     pub fn valid(&self) -> bool {
         let mut seen = vec![false; self.detector.modules as usize];
-        !self.module_ids.is_empty()
-            && self.module_ids.iter().all(|&m| {
-                seen.get_mut(m as usize)
-                    .is_some_and(|s| !std::mem::replace(s, true))
-            })
+        !self.module_ids.is_empty() && self.module_ids.iter().all(|&m| seen.get_mut(m as usize).is_some_and(|s| !std::mem::replace(s, true)))
     }
 
     /// Where the part's image position (x fast, y slow) lands in the whole detector's
@@ -184,9 +174,7 @@ impl DetectorPart {
     pub fn to_detector(&self, x: f64, y: f64) -> (f64, f64) {
         let d = self.detector;
         let pitch = (d.module_height + d.gap_y) as f64;
-        let i = (y / pitch)
-            .floor()
-            .clamp(0.0, (self.module_ids.len() - 1) as f64);
+        let i = (y / pitch).floor().clamp(0.0, (self.module_ids.len() - 1) as f64);
         let (r0, c0) = d.origin(self.module_ids[i as usize]);
         (x + c0 as f64, y - i * pitch + r0 as f64)
     }
@@ -224,14 +212,8 @@ pub struct ProcessingMeta {
 impl ProcessingMeta {
     /// peakfinder8's parameters when it was the finder, for `width` x `height` images: the
     /// whole image one panel, its thresholds in counts.
-    pub fn peakfinder8(
-        &self,
-        width: usize,
-        height: usize,
-    ) -> Option<rdaq_process::spots::Peakfinder8Params> {
-        let local_bg_radius = self
-            .local_bg_radius
-            .filter(|_| self.finder == "peakfinder8")?;
+    pub fn peakfinder8(&self, width: usize, height: usize) -> Option<rdaq_process::spots::Peakfinder8Params> {
+        let local_bg_radius = self.local_bg_radius.filter(|_| self.finder == "peakfinder8")?;
         Some(rdaq_process::spots::Peakfinder8Params {
             asic_nx: width,
             asic_ny: height,
@@ -272,9 +254,7 @@ mod codec_values {
         match <[u32; 2]>::deserialize(d)? {
             [2, _] => Ok(Codec::Lz4),
             [3, level] => Ok(Codec::Zstd(level as i32)),
-            v => Err(serde::de::Error::custom(format!(
-                "codec {v:?}: 2 (LZ4) or 3 (Zstd)"
-            ))),
+            v => Err(serde::de::Error::custom(format!("codec {v:?}: 2 (LZ4) or 3 (Zstd)"))),
         }
     }
 }
@@ -294,10 +274,7 @@ impl NxmxMeta {
             frame_time_s,
             count_time_s: frame_time_s,
             detector_distance_m: 0.1,
-            beam_center: [
-                geometry.width() as f64 / 2.0,
-                geometry.height() as f64 / 2.0,
-            ],
+            beam_center: [geometry.width() as f64 / 2.0, geometry.height() as f64 / 2.0],
             pixel_size_m: rdaq_detector::jungfrau::PIXEL_SIZE_M,
             sensor_material: "Si".into(),
             sensor_thickness_m: 320e-6,
@@ -320,12 +297,7 @@ impl NxmxMeta {
     /// What a standalone receiver writes for a detector described as data: its pixel size,
     /// sensor and name, its pixels as `pixel` (counts of a counting detector), and the chip
     /// gap pixels of `module_mask`; the experiment's placeholders as [`NxmxMeta::receiver`].
-    pub fn described(
-        geometry: Geometry,
-        d: &rdaq_detector::Description,
-        pixel: PixelType,
-        module_mask: Option<Vec<u32>>,
-    ) -> NxmxMeta {
+    pub fn described(geometry: Geometry, d: &rdaq_detector::Description, pixel: PixelType, module_mask: Option<Vec<u32>>) -> NxmxMeta {
         NxmxMeta {
             pixel_size_m: d.pixel_size_um * 1e-6,
             sensor_material: d.sensor_material.clone(),
@@ -345,12 +317,7 @@ impl NxmxMeta {
         let mut mask = g.gap_mask();
         if let Some(mm) = &self.module_mask {
             for m in 0..g.modules {
-                g.module_runs(m, |at, image, len| {
-                    mask[image..image + len]
-                        .iter_mut()
-                        .zip(&mm[at..at + len])
-                        .for_each(|(o, b)| *o |= b)
-                });
+                g.module_runs(m, |at, image, len| mask[image..image + len].iter_mut().zip(&mm[at..at + len]).for_each(|(o, b)| *o |= b));
             }
         }
         mask

@@ -8,12 +8,8 @@ use rdaq_process::bitshuffle::Codec;
 use crate::filter::BSHUF_FILTER;
 
 pub(crate) fn str_attr(loc: &hdf5::Location, name: &str, value: &str) -> hdf5::Result<()> {
-    let v: VarLenUnicode = value
-        .parse()
-        .map_err(|e| hdf5::Error::from(format!("{e:?}")))?;
-    loc.new_attr::<VarLenUnicode>()
-        .create(name)?
-        .write_scalar(&v)
+    let v: VarLenUnicode = value.parse().map_err(|e| hdf5::Error::from(format!("{e:?}")))?;
+    loc.new_attr::<VarLenUnicode>().create(name)?.write_scalar(&v)
 }
 
 pub(crate) fn nx_group(parent: &Group, name: &str, class: &str) -> hdf5::Result<Group> {
@@ -23,9 +19,7 @@ pub(crate) fn nx_group(parent: &Group, name: &str, class: &str) -> hdf5::Result<
 }
 
 pub(crate) fn str_ds(g: &Group, name: &str, value: &str) -> hdf5::Result<Dataset> {
-    let v: VarLenUnicode = value
-        .parse()
-        .map_err(|e| hdf5::Error::from(format!("{e:?}")))?;
+    let v: VarLenUnicode = value.parse().map_err(|e| hdf5::Error::from(format!("{e:?}")))?;
     let d = g.new_dataset::<VarLenUnicode>().create(name)?;
     d.write_scalar(&v)?;
     Ok(d)
@@ -55,10 +49,7 @@ pub(crate) fn axis(g: &Group, name: &str, a: &Axis) -> hdf5::Result<Dataset> {
     let d = f64_ds(g, name, a.value, a.units)?;
     str_attr(&d, "transformation_type", a.kind)?;
     str_attr(&d, "depends_on", a.depends_on)?;
-    d.new_attr::<f64>()
-        .shape(3)
-        .create("vector")?
-        .write(&a.vector)?;
+    d.new_attr::<f64>().shape(3).create("vector")?.write(&a.vector)?;
     if let Some(o) = a.offset {
         d.new_attr::<f64>().shape(3).create("offset")?.write(&o)?;
         str_attr(&d, "offset_units", "m")?;
@@ -72,13 +63,7 @@ type libc_uint = std::os::raw::c_uint;
 /// A chunked, resizable 3-D dataset with bitshuffle in its filter pipeline (rdaq's own
 /// registration, [`crate::filter`]: the cd_values are stored as given, whatever plugins the
 /// environment offers).
-pub fn frame_stack<T: hdf5::H5Type>(
-    g: &Group,
-    name: &str,
-    h: usize,
-    w: usize,
-    codec: Codec,
-) -> hdf5::Result<Dataset> {
+pub fn frame_stack<T: hdf5::H5Type>(g: &Group, name: &str, h: usize, w: usize, codec: Codec) -> hdf5::Result<Dataset> {
     crate::filter::register().map_err(hdf5::Error::from)?;
     let dcpl = hdf5::plist::DatasetCreate::try_new()?;
     // 0, 4: bitshuffle version fields (informational), element size, block size 0 (auto),
@@ -88,22 +73,12 @@ pub fn frame_stack<T: hdf5::H5Type>(
     // SAFETY: `dcpl` is a live dataset-creation property list for the call, and `cd` holds
     // the `cd.len()` values the call reads; HDF5's global lock is held (`sync`).
     let rc = hdf5::sync::sync(|| unsafe {
-        hdf5_sys::h5p::H5Pset_filter(
-            dcpl.id(),
-            BSHUF_FILTER,
-            hdf5_sys::h5z::H5Z_FLAG_OPTIONAL,
-            cd.len(),
-            cd.as_ptr(),
-        )
+        hdf5_sys::h5p::H5Pset_filter(dcpl.id(), BSHUF_FILTER, hdf5_sys::h5z::H5Z_FLAG_OPTIONAL, cd.len(), cd.as_ptr())
     });
     if rc < 0 {
         return Err("H5Pset_filter(bitshuffle) failed".into());
     }
-    g.new_dataset::<T>()
-        .set_dcpl(&dcpl)
-        .chunk((1, h, w))
-        .shape((0.., h, w))
-        .create(name)
+    g.new_dataset::<T>().set_dcpl(&dcpl).chunk((1, h, w)).shape((0.., h, w)).create(name)
 }
 
 /// Rows of a frame stack (one chunk per row) from the first on whose chunks HDF5 holds: after
@@ -112,10 +87,7 @@ pub(crate) fn rows_with_chunks(ds: &Dataset) -> usize {
     let rows = ds.shape()[0];
     let mut have = vec![false; rows];
     for i in 0..ds.num_chunks().unwrap_or(0) {
-        if let Some(h) = ds
-            .chunk_info(i)
-            .and_then(|c| have.get_mut(c.offset[0] as usize))
-        {
+        if let Some(h) = ds.chunk_info(i).and_then(|c| have.get_mut(c.offset[0] as usize)) {
             *h = true;
         }
     }
@@ -129,31 +101,15 @@ pub fn write_chunk(ds: &Dataset, index: usize, chunk: &[u8]) -> hdf5::Result<()>
 }
 
 /// Writes one pre-compressed chunk at `offset` (one entry per dimension of `ds`).
-pub(crate) fn write_chunk_at(
-    ds: &Dataset,
-    offset: &[hdf5_sys::h5::hsize_t],
-    chunk: &[u8],
-) -> hdf5::Result<()> {
+pub(crate) fn write_chunk_at(ds: &Dataset, offset: &[hdf5_sys::h5::hsize_t], chunk: &[u8]) -> hdf5::Result<()> {
     if offset.len() != ds.ndim() {
-        return Err(format!(
-            "a chunk offset of {} dimensions for a dataset of {}",
-            offset.len(),
-            ds.ndim()
-        )
-        .into());
+        return Err(format!("a chunk offset of {} dimensions for a dataset of {}", offset.len(), ds.ndim()).into());
     }
     hdf5::sync::sync(|| {
         // SAFETY: `offset` has one entry per dataset dimension (checked above) and `chunk`
         // is a live buffer of the given size; filter mask 0 says every filter was applied.
         let rc = unsafe {
-            hdf5_sys::h5d::H5Dwrite_chunk(
-                ds.id(),
-                hdf5_sys::h5p::H5P_DEFAULT,
-                0,
-                offset.as_ptr(),
-                chunk.len(),
-                chunk.as_ptr().cast(),
-            )
+            hdf5_sys::h5d::H5Dwrite_chunk(ds.id(), hdf5_sys::h5p::H5P_DEFAULT, 0, offset.as_ptr(), chunk.len(), chunk.as_ptr().cast())
         };
         // the stack is read under the same lock, before another call can replace it
         hdf5::h5check(rc).map(drop)
@@ -165,11 +121,7 @@ pub(crate) fn write_chunk_at(
 pub fn brief(e: &hdf5::Error) -> String {
     match os_error(e) {
         Some(o) => o.to_string(),
-        None => e
-            .to_string()
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" "),
+        None => e.to_string().split_whitespace().collect::<Vec<_>>().join(" "),
     }
 }
 
@@ -179,10 +131,8 @@ pub fn os_error(e: &hdf5::Error) -> Option<std::io::Error> {
     let stack = e.stack()?;
     stack.iter().find_map(|f| {
         let at = f.desc().find("errno = ")? + "errno = ".len();
-        let digits: String = f.desc()[at..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
+        let digits: String = f.desc()[at..].chars().take_while(char::is_ascii_digit).collect();
         digits.parse().ok().map(std::io::Error::from_raw_os_error)
     })
 }
+

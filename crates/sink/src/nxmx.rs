@@ -17,8 +17,8 @@ use rdaq_process::bitshuffle::Compressor;
 use rdaq_process::spots::Spot;
 use thiserror::Error;
 
-use crate::data_file::DataFile;
 use crate::deferred::SharedChunk;
+use crate::data_file::DataFile;
 use crate::instrument::MaskChunk;
 use crate::master::{data_file_name, write_master, Contents, Part};
 use crate::meta::NxmxMeta;
@@ -34,24 +34,13 @@ pub enum SinkError {
     /// Writing a frame failed (a full disk, an I/O error). The writer stops: the files keep
     /// the frames written before, and [`NxmxWriter::finish`] still closes them cleanly.
     #[error("writing frame {frame} to {path} failed: {cause}")]
-    Write {
-        path: PathBuf,
-        frame: u64,
-        cause: String,
-    },
+    Write { path: PathBuf, frame: u64, cause: String },
     /// A write after a failed one.
     #[error("{path}: writing stopped after an earlier failure")]
     Stopped { path: PathBuf },
     /// Missing pixels said to lie outside the image (a caller's or a sender's error).
-    #[error(
-        "frame {frame}: missing pixels {start}..+{len} lie outside the image of {pixels} pixels"
-    )]
-    MissingPixels {
-        frame: u64,
-        start: usize,
-        len: usize,
-        pixels: usize,
-    },
+    #[error("frame {frame}: missing pixels {start}..+{len} lie outside the image of {pixels} pixels")]
+    MissingPixels { frame: u64, start: usize, len: usize, pixels: usize },
     /// The master's name is taken (or a link): nothing was written.
     #[error(transparent)]
     Claim(#[from] crate::claim::ClaimError),
@@ -116,23 +105,10 @@ impl NxmxWriter {
         }
         crate::claim::claim(master, overwrite)?;
         let mask = MaskChunk::new(meta);
-        if let Err(source) = write_master(
-            master,
-            meta,
-            &mask,
-            &Contents {
-                parts: &[],
-                incomplete: &[],
-                frames: &[],
-                end_time: None,
-            },
-        ) {
+        if let Err(source) = write_master(master, meta, &mask, &Contents { parts: &[], incomplete: &[], frames: &[], end_time: None }) {
             // the claim left an empty file of that name: nothing of this series stays
             let _ = std::fs::remove_file(master);
-            return Err(SinkError::Hdf5 {
-                path: master.to_owned(),
-                error: source,
-            });
+            return Err(SinkError::Hdf5 { path: master.to_owned(), error: source });
         }
         Ok(NxmxWriter {
             master: master.to_owned(),
@@ -173,8 +149,7 @@ impl NxmxWriter {
 
     /// The data file being written (or to be written next).
     fn data_path(&self) -> PathBuf {
-        self.master
-            .with_file_name(data_file_name(&self.master, self.parts.len() + 1))
+        self.master.with_file_name(data_file_name(&self.master, self.parts.len() + 1))
     }
 
     /// Stops writing after a failed write of `frame`, saying why in terms of the operating
@@ -189,40 +164,22 @@ impl NxmxWriter {
         if let Some(r) = self.reserve.as_mut() {
             r.release();
         }
-        SinkError::Write {
-            path: self.data_path(),
-            frame,
-            cause,
-        }
+        SinkError::Write { path: self.data_path(), frame, cause }
     }
 
     /// The filesystem's free space when it is short of `bytes` plus [`HEADROOM_BYTES`].
     fn short_of_space(&self, bytes: usize) -> Option<u64> {
-        let dir = self
-            .master
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        crate::space::free_bytes(dir)
-            .ok()
-            .filter(|&free| free < bytes as u64 + HEADROOM_BYTES)
+        let dir = self.master.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        crate::space::free_bytes(dir).ok().filter(|&free| free < bytes as u64 + HEADROOM_BYTES)
     }
 
     /// Appends an assembled frame of little-endian pixels of the series' pixel type,
     /// compressing it here. `missing` lists the runs of pixels (first, count; row-major) that
     /// carry no data (incomplete frame); they are flagged in a per-frame mask.
-    pub fn write_frame(
-        &mut self,
-        frame_number: u64,
-        pixels: &[u8],
-        missing: &[(usize, usize)],
-    ) -> Result<(), SinkError> {
+    pub fn write_frame(&mut self, frame_number: u64, pixels: &[u8], missing: &[(usize, usize)]) -> Result<(), SinkError> {
         let want = self.meta.image_bytes();
         if pixels.len() != want {
-            return Err(SinkError::FrameSize {
-                got: pixels.len(),
-                want,
-            });
+            return Err(SinkError::FrameSize { got: pixels.len(), want });
         }
         let mut chunk = std::mem::take(&mut self.chunk);
         self.words.compress(pixels, &mut chunk);
@@ -234,15 +191,8 @@ impl NxmxWriter {
     /// As [`NxmxWriter::write_chunk`], but the chunk's bytes are copied into the data file by
     /// an I/O thread while the writer goes on ([`crate::deferred`]); the chunk cannot be
     /// changed until then. A failed copy fails a later write, the flush or the close.
-    pub fn write_shared(
-        &mut self,
-        frame_number: u64,
-        chunk: &SharedChunk,
-        missing: &[(usize, usize)],
-    ) -> Result<(), SinkError> {
-        let (r, handed) = crate::deferred::lend(chunk, |bytes| {
-            self.write_chunk(frame_number, bytes, missing)
-        });
+    pub fn write_shared(&mut self, frame_number: u64, chunk: &SharedChunk, missing: &[(usize, usize)]) -> Result<(), SinkError> {
+        let (r, handed) = crate::deferred::lend(chunk, |bytes| self.write_chunk(frame_number, bytes, missing));
         self.chunks_handed_on += handed.chunks;
         self.io_waits += handed.waits;
         r
@@ -251,35 +201,16 @@ impl NxmxWriter {
     /// Appends a frame already compressed as a chunk of the series' codec and pixel type.
     /// `missing` as in [`NxmxWriter::write_frame`]; a run outside the image is refused
     /// (nothing of the frame is written, and writing goes on).
-    pub fn write_chunk(
-        &mut self,
-        frame_number: u64,
-        chunk: &[u8],
-        missing: &[(usize, usize)],
-    ) -> Result<(), SinkError> {
+    pub fn write_chunk(&mut self, frame_number: u64, chunk: &[u8], missing: &[(usize, usize)]) -> Result<(), SinkError> {
         if self.failed {
-            return Err(SinkError::Stopped {
-                path: self.data_path(),
-            });
+            return Err(SinkError::Stopped { path: self.data_path() });
         }
         let pixels = self.meta.geometry.height() * self.meta.geometry.width();
-        if let Some(&(start, len)) = missing
-            .iter()
-            .find(|&&(s, n)| s.checked_add(n).is_none_or(|end| end > pixels))
-        {
-            return Err(SinkError::MissingPixels {
-                frame: frame_number,
-                start,
-                len,
-                pixels,
-            });
+        if let Some(&(start, len)) = missing.iter().find(|&&(s, n)| s.checked_add(n).is_none_or(|end| end > pixels)) {
+            return Err(SinkError::MissingPixels { frame: frame_number, start, len, pixels });
         }
         if let Some(free) = self.short_of_space(chunk.len()) {
-            let cause = format!(
-                "{} ({free} bytes free for a {}-byte frame)",
-                std::io::Error::from_raw_os_error(libc::ENOSPC),
-                chunk.len()
-            );
+            let cause = format!("{} ({free} bytes free for a {}-byte frame)", std::io::Error::from_raw_os_error(libc::ENOSPC), chunk.len());
             return Err(self.stop_writing(frame_number, cause));
         }
         if let Err(e) = self.flush_if_due().and_then(|()| self.roll()) {
@@ -301,13 +232,7 @@ impl NxmxWriter {
     /// Flushes the data file and writes the master for it when [`FLUSH_EVERY`] has passed.
     /// Called before a frame is appended: every frame before it has its spot list by then.
     fn flush_if_due(&mut self) -> hdf5::Result<()> {
-        let Some(f) = self
-            .current
-            .as_mut()
-            .filter(|_| self.last_flush.elapsed() >= FLUSH_EVERY)
-        else {
-            return Ok(());
-        };
+        let Some(f) = self.current.as_mut().filter(|_| self.last_flush.elapsed() >= FLUSH_EVERY) else { return Ok(()) };
         self.last_flush = Instant::now();
         f.flush()?;
         self.write_master_flushed()
@@ -320,35 +245,17 @@ impl NxmxWriter {
         let mut incomplete = self.incomplete.clone();
         if let Some(f) = &self.current {
             let (frames, flushed_incomplete) = f.flushed();
-            parts.push(Part {
-                file: data_file_name(&self.master, self.parts.len() + 1),
-                frames,
-                incomplete: flushed_incomplete.len() as u64,
-            });
+            parts.push(Part { file: data_file_name(&self.master, self.parts.len() + 1), frames, incomplete: flushed_incomplete.len() as u64 });
             incomplete.extend_from_slice(flushed_incomplete);
         }
         let n: u64 = parts.iter().map(|p| p.frames).sum();
-        write_master(
-            &self.master,
-            &self.meta,
-            &self.mask,
-            &Contents {
-                parts: &parts,
-                incomplete: &incomplete,
-                frames: &self.numbers[..n as usize],
-                end_time: None,
-            },
-        )
+        write_master(&self.master, &self.meta, &self.mask, &Contents { parts: &parts, incomplete: &incomplete, frames: &self.numbers[..n as usize], end_time: None })
     }
 
     /// Opens the first data file, or closes a full one and opens the next (not after a
     /// closed one failed to read back: the next would fail the same way).
     fn roll(&mut self) -> hdf5::Result<()> {
-        if self
-            .current
-            .as_ref()
-            .is_some_and(|f| f.frames() >= self.meta.images_per_file)
-        {
+        if self.current.as_ref().is_some_and(|f| f.frames() >= self.meta.images_per_file) {
             self.close_current()?;
             if let Some(why) = &self.unreadable {
                 return Err(hdf5::Error::from(why.clone()));
@@ -357,21 +264,14 @@ impl NxmxWriter {
         }
         if self.current.is_none() {
             let path = self.data_path();
-            crate::claim::claim(&path, self.overwrite)
-                .map_err(|e| hdf5::Error::from(e.to_string()))?;
-            self.current = Some(DataFile::create(
-                &path,
-                &self.meta,
-                self.numbers.len() as u64,
-            )?);
+            crate::claim::claim(&path, self.overwrite).map_err(|e| hdf5::Error::from(e.to_string()))?;
+            self.current = Some(DataFile::create(&path, &self.meta, self.numbers.len() as u64)?);
         }
         Ok(())
     }
 
     fn close_current(&mut self) -> hdf5::Result<()> {
-        let Some(f) = self.current.take() else {
-            return Ok(());
-        };
+        let Some(f) = self.current.take() else { return Ok(()) };
         let file = data_file_name(&self.master, self.parts.len() + 1);
         let failed = self.failed;
         let (frames, incomplete, untrimmed) = f.finish(failed)?;
@@ -379,35 +279,19 @@ impl NxmxWriter {
         self.untrimmed = self.untrimmed.take().or(untrimmed);
         if frames > 0 && self.unreadable.is_none() {
             let path = self.master.with_file_name(&file);
-            self.unreadable =
-                crate::readback::first_frame(&path, &self.meta, &self.first_chunk).err();
+            self.unreadable = crate::readback::first_frame(&path, &self.meta, &self.first_chunk).err();
         }
-        self.parts.push(Part {
-            file,
-            frames,
-            incomplete: incomplete.len() as u64,
-        });
+        self.parts.push(Part { file, frames, incomplete: incomplete.len() as u64 });
         Ok(())
     }
 
     /// Records the spots and the hit decision of the frame written last (call once per
     /// frame written, from the first frame on, or never).
-    pub fn write_spots(
-        &mut self,
-        spots: &[Spot],
-        total: usize,
-        hit: bool,
-    ) -> Result<(), SinkError> {
-        if self
-            .current
-            .as_mut()
-            .is_some_and(|f| f.spots(spots, total, hit))
-        {
+    pub fn write_spots(&mut self, spots: &[Spot], total: usize, hit: bool) -> Result<(), SinkError> {
+        if self.current.as_mut().is_some_and(|f| f.spots(spots, total, hit)) {
             return Ok(());
         }
-        Err(SinkError::NoSpotList {
-            path: self.data_path(),
-        })
+        Err(SinkError::NoSpotList { path: self.data_path() })
     }
 
     /// Frames written so far.
@@ -423,24 +307,12 @@ impl NxmxWriter {
             r.release();
         }
         let path = self.data_path();
-        self.close_current()
-            .map_err(|error| SinkError::Hdf5 { path, error })?;
+        self.close_current().map_err(|error| SinkError::Hdf5 { path, error })?;
         let end = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
         // after a failed write, the files hold the first frames only
-        self.numbers
-            .truncate(self.parts.iter().map(|p| p.frames as usize).sum());
-        let c = Contents {
-            parts: &self.parts,
-            incomplete: &self.incomplete,
-            frames: &self.numbers,
-            end_time: Some(&end),
-        };
-        write_master(&self.master, &self.meta, &self.mask, &c).map_err(|error| {
-            SinkError::Hdf5 {
-                path: self.master.clone(),
-                error,
-            }
-        })?;
+        self.numbers.truncate(self.parts.iter().map(|p| p.frames as usize).sum());
+        let c = Contents { parts: &self.parts, incomplete: &self.incomplete, frames: &self.numbers, end_time: Some(&end) };
+        write_master(&self.master, &self.meta, &self.mask, &c).map_err(|error| SinkError::Hdf5 { path: self.master.clone(), error })?;
         let dir = self.master.parent().unwrap_or(Path::new(""));
         Ok(Closed {
             path: self.master.clone(),

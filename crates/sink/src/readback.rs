@@ -14,28 +14,12 @@ use crate::reader::FrameReader;
 /// writer wrote for it (decoded with the series' own codec and element size). The error
 /// names the file and says what differs.
 pub(crate) fn first_frame(path: &Path, meta: &NxmxMeta, chunk: &[u8]) -> Result<(), String> {
-    let fail = |why: String| {
-        format!(
-            "{}: frame 0 read back through HDF5 {why}: readers would not see what was written",
-            path.display()
-        )
-    };
-    let want = decompress(chunk, meta.pixel.bytes(), meta.codec).map_err(|e| {
-        fail(format!(
-            "cannot be compared: the written chunk does not decode ({e})"
-        ))
-    })?;
-    let reader =
-        FrameReader::open(path, "entry/data/data").map_err(|e| fail(format!("fails ({e})")))?;
-    let got = reader
-        .read_bytes(0, meta.pixel)
-        .map_err(|e| fail(format!("fails ({e})")))?;
+    let fail = |why: String| format!("{}: frame 0 read back through HDF5 {why}: readers would not see what was written", path.display());
+    let want = decompress(chunk, meta.pixel.bytes(), meta.codec).map_err(|e| fail(format!("cannot be compared: the written chunk does not decode ({e})")))?;
+    let reader = FrameReader::open(path, "entry/data/data").map_err(|e| fail(format!("fails ({e})")))?;
+    let got = reader.read_bytes(0, meta.pixel).map_err(|e| fail(format!("fails ({e})")))?;
     if got != want {
-        let at = got
-            .iter()
-            .zip(&want)
-            .position(|(a, b)| a != b)
-            .unwrap_or(got.len().min(want.len()));
+        let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
         return Err(fail(format!("differs from the frame written ({} bytes read, {} written; first difference at byte {at})", got.len(), want.len())));
     }
     Ok(())
@@ -51,9 +35,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rdaq-readback-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let meta = NxmxMeta::receiver(rdaq_detector::Geometry::new(1, 1, 0, 0).unwrap());
-        let pixels: Vec<u8> = (0..meta.image_bytes())
-            .map(|i| (i * 31 % 253) as u8)
-            .collect();
+        let pixels: Vec<u8> = (0..meta.image_bytes()).map(|i| (i * 31 % 253) as u8).collect();
         let mut w = crate::NxmxWriter::create(&dir.join("r_master.h5"), &meta, false).unwrap();
         w.write_frame(7, &pixels, &[]).unwrap();
         let closed = w.finish().unwrap();
@@ -66,10 +48,7 @@ mod tests {
         other[1000] ^= 1;
         Compressor::new(2, 0, meta.codec).compress(&other, &mut chunk);
         let e = first_frame(data, &meta, &chunk).unwrap_err();
-        assert!(
-            e.contains("r_data_000001.h5") && e.contains("first difference at byte 1000"),
-            "{e}"
-        );
+        assert!(e.contains("r_data_000001.h5") && e.contains("first difference at byte 1000"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -38,10 +38,7 @@ pub enum RecoverError {
     #[error("{path}: {source}")]
     Hdf5 { path: PathBuf, source: hdf5::Error },
     #[error("cannot remove {path}: {source}")]
-    Remove {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Remove { path: PathBuf, source: std::io::Error },
     /// A writer is still alive: its files are left as they are.
     #[error("{path} is open in process {pid}: its writer still runs; the series is left as it is")]
     InUse { path: PathBuf, pid: u32 },
@@ -59,10 +56,7 @@ pub fn recover(master: &Path) -> Result<Recovered, RecoverError> {
     if let Some((pid, path)) = holder(master) {
         return Err(RecoverError::InUse { path, pid });
     }
-    let meta = read_meta(master).map_err(|source| RecoverError::NotMaster {
-        path: master.to_owned(),
-        source,
-    })?;
+    let meta = read_meta(master).map_err(|source| RecoverError::NotMaster { path: master.to_owned(), source })?;
     let mut done = Recovered::default();
     let (mut parts, mut numbers, mut incomplete) = (Vec::new(), Vec::new(), Vec::new());
     for k in 1.. {
@@ -76,10 +70,7 @@ pub fn recover(master: &Path) -> Result<Recovered, RecoverError> {
             // the writer died while it made this data file, before it took its name
             remove(&staged, &mut done)?;
         }
-        let hdf5 = |source| RecoverError::Hdf5 {
-            path: path.clone(),
-            source,
-        };
+        let hdf5 = |source| RecoverError::Hdf5 { path: path.clone(), source };
         if std::fs::metadata(&path).is_ok_and(|m| m.len() == 0) {
             // claimed, but the writer died before HDF5 created it
             remove(&path, &mut done)?;
@@ -92,36 +83,16 @@ pub fn recover(master: &Path) -> Result<Recovered, RecoverError> {
             remove(&path, &mut done)?;
             continue;
         }
-        parts.push(Part {
-            file,
-            frames: held.numbers.len() as u64,
-            incomplete: held.incomplete.len() as u64,
-        });
+        parts.push(Part { file, frames: held.numbers.len() as u64, incomplete: held.incomplete.len() as u64 });
         done.data_files.push((path, held.numbers.len() as u64));
         numbers.extend(held.numbers);
         incomplete.extend(held.incomplete);
     }
-    let c = Contents {
-        parts: &parts,
-        incomplete: &incomplete,
-        frames: &numbers,
-        end_time: None,
-    };
-    write_master(master, &meta, &MaskChunk::new(&meta), &c).map_err(|source| {
-        RecoverError::Hdf5 {
-            path: master.to_owned(),
-            source,
-        }
-    })?;
+    let c = Contents { parts: &parts, incomplete: &incomplete, frames: &numbers, end_time: None };
+    write_master(master, &meta, &MaskChunk::new(&meta), &c).map_err(|source| RecoverError::Hdf5 { path: master.to_owned(), source })?;
     done.frames = numbers.len() as u64;
-    let name = master
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    for p in [
-        crate::claim::staging(master),
-        master.with_file_name(format!(".{name}.reserve")),
-    ] {
+    let name = master.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    for p in [crate::claim::staging(master), master.with_file_name(format!(".{name}.reserve"))] {
         if crate::claim::taken(&p) {
             remove(&p, &mut done)?;
         }
@@ -134,34 +105,17 @@ pub fn recover(master: &Path) -> Result<Recovered, RecoverError> {
 /// A writer on another host that shares the file system is not seen.
 fn holder(master: &Path) -> Option<(u32, PathBuf)> {
     let dir = master.parent()?.canonicalize().ok()?;
-    let stem = master
-        .file_stem()?
-        .to_string_lossy()
-        .strip_suffix("_master")
-        .map(str::to_owned)?;
+    let stem = master.file_stem()?.to_string_lossy().strip_suffix("_master").map(str::to_owned)?;
     let ours = |p: &Path| {
-        let name = p
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        p.parent() == Some(dir.as_path())
-            && (name.starts_with(&stem)
-                || name.strip_prefix('.').is_some_and(|n| n.starts_with(&stem)))
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        p.parent() == Some(dir.as_path()) && (name.starts_with(&stem) || name.strip_prefix('.').is_some_and(|n| n.starts_with(&stem)))
     };
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
         if pid == std::process::id() {
             continue;
         }
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
-            continue;
-        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
         for fd in fds.flatten() {
             if let Ok(target) = std::fs::read_link(fd.path()) {
                 if ours(&target) {
@@ -174,10 +128,7 @@ fn holder(master: &Path) -> Option<(u32, PathBuf)> {
 }
 
 fn remove(path: &Path, done: &mut Recovered) -> Result<(), RecoverError> {
-    std::fs::remove_file(path).map_err(|source| RecoverError::Remove {
-        path: path.to_owned(),
-        source,
-    })?;
+    std::fs::remove_file(path).map_err(|source| RecoverError::Remove { path: path.to_owned(), source })?;
     done.removed.push(path.to_owned());
     Ok(())
 }
@@ -185,8 +136,7 @@ fn remove(path: &Path, done: &mut Recovered) -> Result<(), RecoverError> {
 /// Clears the superblock's flags that a killed SWMR writer left (what `h5clear -s` does,
 /// through the same file-access property), so that any reader opens the file.
 fn clear_writer_flags(path: &Path) -> hdf5::Result<()> {
-    let name = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| hdf5::Error::from("a path with a NUL byte"))?;
+    let name = CString::new(path.as_os_str().as_bytes()).map_err(|_| hdf5::Error::from("a path with a NUL byte"))?;
     let fapl = hdf5::plist::FileAccess::try_new()?;
     let property = c"clear_status_flags";
     hdf5::sync::sync(|| {
@@ -198,16 +148,8 @@ fn clear_writer_flags(path: &Path) -> hdf5::Result<()> {
                 return Err(hdf5::Error::from("this HDF5 library cannot clear a writer's flags; run `h5clear -s` on the data files first"));
             }
             let mut clear: hdf5_sys::h5::hbool_t = 1;
-            hdf5::h5check(hdf5_sys::h5p::H5Pset(
-                fapl.id(),
-                property.as_ptr(),
-                (&mut clear as *mut hdf5_sys::h5::hbool_t).cast(),
-            ))?;
-            let id = hdf5::h5check(hdf5_sys::h5f::H5Fopen(
-                name.as_ptr(),
-                hdf5_sys::h5f::H5F_ACC_RDWR,
-                fapl.id(),
-            ))?;
+            hdf5::h5check(hdf5_sys::h5p::H5Pset(fapl.id(), property.as_ptr(), (&mut clear as *mut hdf5_sys::h5::hbool_t).cast()))?;
+            let id = hdf5::h5check(hdf5_sys::h5f::H5Fopen(name.as_ptr(), hdf5_sys::h5f::H5F_ACC_RDWR, fapl.id()))?;
             hdf5::h5check(hdf5_sys::h5f::H5Fclose(id)).map(drop)
         }
     })
@@ -221,20 +163,9 @@ fn trim(path: &Path) -> hdf5::Result<Held> {
     let numbers: Vec<u64> = file.dataset("entry/data/frame_number")?.read_raw()?;
     let complete = file.dataset("entry/data/frame_complete")?;
     let rows = data.shape()[0];
-    let mut n = numbers
-        .len()
-        .min(complete.shape()[0])
-        .min(rows)
-        .min(rows_with_chunks(&data));
+    let mut n = numbers.len().min(complete.shape()[0]).min(rows).min(rows_with_chunks(&data));
     let results = file.group("entry/result_1").ok();
-    let per_frame = [
-        "nPeaks",
-        "hit",
-        "peakXPosRaw",
-        "peakYPosRaw",
-        "peakTotalIntensity",
-        "peakNPixels",
-    ];
+    let per_frame = ["nPeaks", "hit", "peakXPosRaw", "peakYPosRaw", "peakTotalIntensity", "peakNPixels"];
     if let Some(r) = &results {
         for name in per_frame {
             n = n.min(r.dataset(name)?.shape()[0]);
@@ -250,23 +181,13 @@ fn trim(path: &Path) -> hdf5::Result<Held> {
     }
     let kept = &numbers[..n];
     // incomplete frames come in the order of the frames: the kept ones are a prefix
-    let listed: Vec<u64> = file
-        .dataset("entry/data/incomplete_frame_number")?
-        .read_raw()?;
+    let listed: Vec<u64> = file.dataset("entry/data/incomplete_frame_number")?.read_raw()?;
     let mask = file.dataset("entry/data/incomplete_pixel_mask")?;
-    let k = listed
-        .iter()
-        .take_while(|f| kept.contains(f))
-        .count()
-        .min(rows_with_chunks(&mask));
+    let k = listed.iter().take_while(|f| kept.contains(f)).count().min(rows_with_chunks(&mask));
     resize_rows(&file.dataset("entry/data/incomplete_frame_number")?, k)?;
     resize_rows(&mask, k)?;
     file.flush()?;
-    Ok(Held {
-        numbers: kept.to_vec(),
-        incomplete: listed[..k].to_vec(),
-        dropped: (rows - n) as u64,
-    })
+    Ok(Held { numbers: kept.to_vec(), incomplete: listed[..k].to_vec(), dropped: (rows - n) as u64 })
 }
 
 /// Resizes `ds` along its first dimension to `n` rows.

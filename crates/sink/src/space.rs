@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// Bytes the filesystem holding `path` has free for an unprivileged writer.
 pub fn free_bytes(path: &Path) -> io::Result<u64> {
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: an all-zero statvfs is valid (plain integers).
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: statvfs writes one struct into `st`; `c` is a valid NUL-terminated path.
@@ -35,9 +34,7 @@ impl Reserve {
     /// is replaced, a symbolic link of that name is refused). Fails when the filesystem
     /// cannot give them (then there is no reserve, and nothing is left behind).
     pub fn hold(next_to: &Path, bytes: u64) -> io::Result<Reserve> {
-        let name = next_to
-            .file_name()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let name = next_to.file_name().ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         let path = next_to.with_file_name(format!(".{}.reserve", name.to_string_lossy()));
         let f = crate::claim::create(&path, true).map_err(io::Error::other)?;
         let r = Reserve { path: Some(path) };

@@ -36,44 +36,22 @@ pub struct SpotLists {
 impl SpotLists {
     /// Creates `entry/result_1` with rows of `max` spots (at least 1: a chunk has a width);
     /// the intensities in `units` when known, and a `hit` flag per frame when `hits`.
-    pub fn create(
-        entry: &Group,
-        max: usize,
-        units: Option<&str>,
-        hits: bool,
-    ) -> hdf5::Result<SpotLists> {
+    pub fn create(entry: &Group, max: usize, units: Option<&str>, hits: bool) -> hdf5::Result<SpotLists> {
         let max = max.max(1);
         let g = nx_group(entry, "result_1", "NXcollection")?;
         str_attr(&g, "description", "Bragg spots per frame (CXI peak-list layout); positions in pixels, fast (x) and slow (y)")?;
-        let per_frame = |name: &str| {
-            g.new_dataset::<f32>()
-                .chunk((GROW, max))
-                .shape((0.., max))
-                .create(name)
-        };
+        let per_frame = |name: &str| g.new_dataset::<f32>().chunk((GROW, max)).shape((0.., max)).create(name);
         let intensity = per_frame("peakTotalIntensity")?;
         if let Some(u) = units {
             str_attr(&intensity, "units", u)?;
         }
-        let hit = if hits {
-            Some(g.new_dataset::<u8>().chunk(GROW).shape(0..).create("hit")?)
-        } else {
-            None
-        };
+        let hit = if hits { Some(g.new_dataset::<u8>().chunk(GROW).shape(0..).create("hit")?) } else { None };
         Ok(SpotLists {
-            n_peaks: g
-                .new_dataset::<u32>()
-                .chunk(GROW)
-                .shape(0..)
-                .create("nPeaks")?,
+            n_peaks: g.new_dataset::<u32>().chunk(GROW).shape(0..).create("nPeaks")?,
             x: per_frame("peakXPosRaw")?,
             y: per_frame("peakYPosRaw")?,
             intensity,
-            pixels: g
-                .new_dataset::<u32>()
-                .chunk((GROW, max))
-                .shape((0.., max))
-                .create("peakNPixels")?,
+            pixels: g.new_dataset::<u32>().chunk((GROW, max)).shape((0.., max)).create("peakNPixels")?,
             hit,
             max,
             written: 0,
@@ -113,22 +91,12 @@ impl SpotLists {
             hit.resize(a + n)?;
             hit.write_slice(&self.buf_hit, a..a + n)?;
         }
-        for (ds, buf) in [
-            (&self.x, &self.buf_x),
-            (&self.y, &self.buf_y),
-            (&self.intensity, &self.buf_i),
-        ] {
+        for (ds, buf) in [(&self.x, &self.buf_x), (&self.y, &self.buf_y), (&self.intensity, &self.buf_i)] {
             ds.resize((a + n, m))?;
-            ds.write_slice(
-                ndarray::ArrayView2::from_shape((n, m), buf).map_err(to_err)?,
-                ndarray::s![a..a + n, ..],
-            )?;
+            ds.write_slice(ndarray::ArrayView2::from_shape((n, m), buf).map_err(to_err)?, ndarray::s![a..a + n, ..])?;
         }
         self.pixels.resize((a + n, m))?;
-        self.pixels.write_slice(
-            ndarray::ArrayView2::from_shape((n, m), &self.buf_p).map_err(to_err)?,
-            ndarray::s![a..a + n, ..],
-        )?;
+        self.pixels.write_slice(ndarray::ArrayView2::from_shape((n, m), &self.buf_p).map_err(to_err)?, ndarray::s![a..a + n, ..])?;
         self.written += n;
         self.buf_n.clear();
         self.buf_x.clear();

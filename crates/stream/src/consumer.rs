@@ -23,10 +23,7 @@ impl Consumer {
             sock.set_subscribe(b"")?;
         }
         sock.set_rcvhwm(hwm)?;
-        sock.connect(endpoint).map_err(|source| StreamError::Bind {
-            endpoint: endpoint.into(),
-            source,
-        })?;
+        sock.connect(endpoint).map_err(|source| StreamError::Bind { endpoint: endpoint.into(), source })?;
         Ok(Consumer { sock, _ctx: ctx })
     }
 

@@ -19,6 +19,4 @@ pub use zmq::Message as Buffer;
 pub use consumer::Consumer;
 pub use decode::{decode, DecodeError, Image, Message};
 pub use message::{Encoder, ImageInfo};
-pub use publisher::{
-    exposed, Policy, Publisher, SocketKind, StreamConfig, StreamError, StreamStats,
-};
+pub use publisher::{exposed, Policy, Publisher, SocketKind, StreamConfig, StreamError, StreamStats};

@@ -22,10 +22,10 @@ pub const TAG_MULTI_DIM: u64 = 40;
 /// RFC 8746's typed-array tag of the pixel type (little-endian).
 pub fn typed_array_tag(p: PixelType) -> u64 {
     match p {
-        PixelType::Raw => 69,                           // uint16
+        PixelType::Raw => 69,       // uint16
         PixelType::Photons16 | PixelType::Fields => 77, // sint16
-        PixelType::Photons32 => 78,                     // sint32
-        PixelType::Kev => 85,                           // float32
+        PixelType::Photons32 => 78, // sint32
+        PixelType::Kev => 85,       // float32
         PixelType::Counts(_) => [64, 69, 70][p.bytes().trailing_zeros() as usize], // uint8, uint16, uint32
     }
 }
@@ -66,14 +66,10 @@ impl Cbor<'_> {
         self.0.push(h).expect("writing to a Vec does not fail");
     }
     fn text(&mut self, s: &str) {
-        self.0
-            .text(s, None)
-            .expect("writing to a Vec does not fail");
+        self.0.text(s, None).expect("writing to a Vec does not fail");
     }
     fn bytes(&mut self, b: &[u8]) {
-        self.0
-            .bytes(b, None)
-            .expect("writing to a Vec does not fail");
+        self.0.bytes(b, None).expect("writing to a Vec does not fail");
     }
     fn uint(&mut self, key: &str, v: u64) {
         self.text(key);
@@ -93,11 +89,7 @@ impl Cbor<'_> {
     }
     fn boolean(&mut self, key: &str, v: bool) {
         self.text(key);
-        self.h(Header::Simple(if v {
-            ciborium_ll::simple::TRUE
-        } else {
-            ciborium_ll::simple::FALSE
-        }));
+        self.h(Header::Simple(if v { ciborium_ll::simple::TRUE } else { ciborium_ll::simple::FALSE }));
     }
     fn date(&mut self, key: &str, v: &str) {
         self.text(key);
@@ -137,13 +129,7 @@ impl Encoder {
     pub fn new(meta: &NxmxMeta, series_id: u64) -> Encoder {
         let unique_id = format!("rdaq-{}-{series_id}", meta.start_time);
         let series_date = humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string();
-        Encoder {
-            meta: meta.clone(),
-            series_id,
-            unique_id,
-            series_date,
-            buf: Vec::new(),
-        }
+        Encoder { meta: meta.clone(), series_id, unique_id, series_date, buf: Vec::new() }
     }
 
     fn begin(&mut self, kind: &str, fields: usize) -> Cbor<'_> {
@@ -172,10 +158,7 @@ impl Encoder {
         c.float("pixel_size_y", m.pixel_size_m);
         c.float("beam_center_x", m.beam_center[0]);
         c.float("beam_center_y", m.beam_center[1]);
-        c.floats(
-            "detector_translation",
-            [0.0, 0.0, m.detector_distance_m].into_iter(),
-        );
+        c.floats("detector_translation", [0.0, 0.0, m.detector_distance_m].into_iter());
         c.float("incident_energy", m.photon_energy_kev * 1e3);
         c.float("incident_wavelength", m.wavelength_angstrom());
         c.float("count_time", m.count_time_s);
@@ -183,11 +166,7 @@ impl Encoder {
         Self::corrections(&mut c, &m);
         c.text("saturation_value");
         let (sat, _) = m.pixel.markers();
-        if sat.is_finite() {
-            c.h(Header::Positive(sat as u64))
-        } else {
-            c.h(Header::Float(sat))
-        }
+        if sat.is_finite() { c.h(Header::Positive(sat as u64)) } else { c.h(Header::Float(sat)) }
         c.string("sensor_material", &m.sensor_material);
         c.float("sensor_thickness", m.sensor_thickness_m);
         c.text("channels");
@@ -195,11 +174,7 @@ impl Encoder {
         c.text(CHANNEL);
         c.map("pixel_mask", 1);
         c.text(CHANNEL);
-        let mask: Vec<u8> = m
-            .pixel_mask()
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
+        let mask: Vec<u8> = m.pixel_mask().iter().flat_map(|v| v.to_le_bytes()).collect();
         let mut packed = Vec::new();
         Compressor::new(4, 0, Codec::Lz4).compress(&mask, &mut packed);
         c.image(h, w, 70, 4, &packed);
@@ -226,9 +201,7 @@ impl Encoder {
         if let Some(p) = &m.part {
             c.text("module_ids");
             c.h(Header::Array(Some(p.module_ids.len())));
-            p.module_ids
-                .iter()
-                .for_each(|&id| c.h(Header::Positive(id as u64)));
+            p.module_ids.iter().for_each(|&id| c.h(Header::Positive(id as u64)));
             c.uint("detector_modules", p.detector.modules as u64);
             c.uint("detector_module_cols", p.detector.module_cols as u64);
         }
@@ -268,22 +241,12 @@ impl Encoder {
         c.rational_ns("real_time", stop.saturating_sub(start));
         c.map("data", 1);
         c.text(CHANNEL);
-        c.image(
-            g.height(),
-            g.width(),
-            typed_array_tag(pixel),
-            pixel.bytes(),
-            chunk,
-        );
+        c.image(g.height(), g.width(), typed_array_tag(pixel), pixel.bytes(), chunk);
         c.map("user_data", 1);
         c.map("rdaq", 3 + usize::from(info.spots.is_some()));
         c.uint("frame_number", info.frame_number);
         c.text("complete");
-        c.h(Header::Simple(if info.missing.is_empty() {
-            ciborium_ll::simple::TRUE
-        } else {
-            ciborium_ll::simple::FALSE
-        }));
+        c.h(Header::Simple(if info.missing.is_empty() { ciborium_ll::simple::TRUE } else { ciborium_ll::simple::FALSE }));
         // the incomplete-pixel mask as runs of pixels [first, count] (row-major)
         c.text("missing_pixels");
         c.h(Header::Array(Some(info.missing.len())));
@@ -299,15 +262,9 @@ impl Encoder {
             c.floats("intensity", spots.iter().map(|s| s.intensity as f64));
             c.text("pixels");
             c.h(Header::Array(Some(spots.len())));
-            spots
-                .iter()
-                .for_each(|s| c.h(Header::Positive(s.pixels as u64)));
+            spots.iter().for_each(|s| c.h(Header::Positive(s.pixels as u64)));
             c.text("hit");
-            c.h(Header::Simple(if hit {
-                ciborium_ll::simple::TRUE
-            } else {
-                ciborium_ll::simple::FALSE
-            }));
+            c.h(Header::Simple(if hit { ciborium_ll::simple::TRUE } else { ciborium_ll::simple::FALSE }));
         }
         self.series_date = date;
         &self.buf
@@ -315,12 +272,7 @@ impl Encoder {
 
     /// The `end` message, with what the publisher counted, and for a series joined from
     /// several sources the images their own numbering skipped (lost before the joiner).
-    pub fn end(
-        &mut self,
-        images_sent: u64,
-        images_dropped: u64,
-        images_missing: Option<u64>,
-    ) -> &[u8] {
+    pub fn end(&mut self, images_sent: u64, images_dropped: u64, images_missing: Option<u64>) -> &[u8] {
         let mut c = self.begin("end", 1);
         c.map("user_data", 1);
         c.map("rdaq", 2 + usize::from(images_missing.is_some()));
@@ -339,11 +291,7 @@ mod tests {
     use ciborium::Value;
 
     fn meta() -> NxmxMeta {
-        let mut m = NxmxMeta::jungfrau(
-            rdaq_detector::Geometry::new(1, 1, 8, 36).unwrap(),
-            12.4,
-            0.01,
-        );
+        let mut m = NxmxMeta::jungfrau(rdaq_detector::Geometry::new(1, 1, 8, 36).unwrap(), 12.4, 0.01);
         m.number_of_images = Some(5);
         m
     }
@@ -351,119 +299,49 @@ mod tests {
     fn decode(b: &[u8]) -> Vec<(String, Value)> {
         assert_eq!(&b[..3], [0xd9, 0xd9, 0xf7], "self-described CBOR first");
         let v: Value = ciborium::from_reader(b).unwrap();
-        let Value::Tag(TAG_SELF_DESCRIBED, inner) = v else {
-            panic!("{v:?}")
-        };
-        inner
-            .into_map()
-            .unwrap()
-            .into_iter()
-            .map(|(k, v)| (k.into_text().unwrap(), v))
-            .collect()
+        let Value::Tag(TAG_SELF_DESCRIBED, inner) = v else { panic!("{v:?}") };
+        inner.into_map().unwrap().into_iter().map(|(k, v)| (k.into_text().unwrap(), v)).collect()
     }
 
     fn get<'a>(m: &'a [(String, Value)], k: &str) -> &'a Value {
-        &m.iter()
-            .find(|(key, _)| key == k)
-            .unwrap_or_else(|| panic!("no {k}"))
-            .1
+        &m.iter().find(|(key, _)| key == k).unwrap_or_else(|| panic!("no {k}")).1
     }
 
     #[test]
     fn start_image_and_end_decode_with_an_independent_parser() {
         let mut e = Encoder::new(&meta(), 7);
         let s = decode(e.start());
-        assert_eq!(
-            s[0],
-            ("type".into(), Value::Text("start".into())),
-            "type first"
-        );
+        assert_eq!(s[0], ("type".into(), Value::Text("start".into())), "type first");
         assert_eq!(get(&s, "number_of_images"), &Value::Integer(5.into()));
         assert_eq!(get(&s, "image_size_x"), &Value::Integer(1024.into()));
         assert_eq!(get(&s, "image_dtype"), &Value::Text("uint16".into()));
         assert!(matches!(get(&s, "arm_date"), Value::Tag(0, _)));
-        for (k, v) in [
-            ("countrate_correction_enabled", false),
-            ("flatfield_enabled", false),
-            ("pixel_mask_enabled", true),
-            ("virtual_pixel_interpolation_enabled", false),
-        ] {
+        for (k, v) in [("countrate_correction_enabled", false), ("flatfield_enabled", false), ("pixel_mask_enabled", true), ("virtual_pixel_interpolation_enabled", false)] {
             assert_eq!(get(&s, k), &Value::Bool(v), "{k}");
         }
-        assert_eq!(
-            get(&s, "countrate_correction_lookup_table"),
-            &Value::Tag(70, Box::new(Value::Bytes(vec![])))
-        );
-        assert_eq!(
-            (get(&s, "flatfield"), get(&s, "threshold_energy")),
-            (&Value::Map(vec![]), &Value::Map(vec![]))
-        );
+        assert_eq!(get(&s, "countrate_correction_lookup_table"), &Value::Tag(70, Box::new(Value::Bytes(vec![]))));
+        assert_eq!((get(&s, "flatfield"), get(&s, "threshold_energy")), (&Value::Map(vec![]), &Value::Map(vec![])));
         assert_eq!(get(&s, "count_time"), &Value::Float(0.01));
         let chunk = [1u8, 2, 3, 4, 5];
-        let spots = [Spot {
-            x: 1.5,
-            y: 2.5,
-            intensity: 30.0,
-            pixels: 4,
-        }];
-        let info = ImageInfo {
-            image_id: 3,
-            frame_number: 42,
-            missing: &[(2, 4)],
-            spots: Some((&spots, true)),
-            time_ns: (10, 20),
-        };
+        let spots = [Spot { x: 1.5, y: 2.5, intensity: 30.0, pixels: 4 }];
+        let info = ImageInfo { image_id: 3, frame_number: 42, missing: &[(2, 4)], spots: Some((&spots, true)), time_ns: (10, 20) };
         let i = decode(e.image(&info, &chunk));
         assert_eq!(get(&i, "image_id"), &Value::Integer(3.into()));
         assert!(matches!(get(&i, "series_date"), Value::Tag(0, _)));
-        let ns = |n: u64| {
-            Value::Array(vec![
-                Value::Integer(n.into()),
-                Value::Integer(1_000_000_000u64.into()),
-            ])
-        };
-        assert_eq!(
-            (
-                get(&i, "start_time"),
-                get(&i, "stop_time"),
-                get(&i, "real_time")
-            ),
-            (&ns(10), &ns(20), &ns(10))
-        );
+        let ns = |n: u64| Value::Array(vec![Value::Integer(n.into()), Value::Integer(1_000_000_000u64.into())]);
+        assert_eq!((get(&i, "start_time"), get(&i, "stop_time"), get(&i, "real_time")), (&ns(10), &ns(20), &ns(10)));
         let data = get(&i, "data").as_map().unwrap();
-        let Value::Tag(40, arr) = &data[0].1 else {
-            panic!()
-        };
+        let Value::Tag(40, arr) = &data[0].1 else { panic!() };
         let arr = arr.as_array().unwrap();
-        let Value::Tag(69, comp) = &arr[1] else {
-            panic!("{:?}", arr[1])
-        };
-        let Value::Tag(TAG_COMPRESSED, c) = &**comp else {
-            panic!()
-        };
+        let Value::Tag(69, comp) = &arr[1] else { panic!("{:?}", arr[1]) };
+        let Value::Tag(TAG_COMPRESSED, c) = &**comp else { panic!() };
         let c = c.as_array().unwrap();
         assert_eq!(c[0], Value::Text("bslz4".into()));
         assert_eq!(c[2], Value::Bytes(chunk.to_vec()));
-        let rdaq = get(&i, "user_data").as_map().unwrap()[0]
-            .1
-            .as_map()
-            .unwrap()
-            .clone();
-        assert_eq!(
-            rdaq[0],
-            (
-                Value::Text("frame_number".into()),
-                Value::Integer(42.into())
-            )
-        );
+        let rdaq = get(&i, "user_data").as_map().unwrap()[0].1.as_map().unwrap().clone();
+        assert_eq!(rdaq[0], (Value::Text("frame_number".into()), Value::Integer(42.into())));
         assert_eq!(rdaq[1].1, Value::Bool(false));
-        assert_eq!(
-            rdaq[2].1,
-            Value::Array(vec![Value::Array(vec![
-                Value::Integer(2.into()),
-                Value::Integer(4.into())
-            ])])
-        );
+        assert_eq!(rdaq[2].1, Value::Array(vec![Value::Array(vec![Value::Integer(2.into()), Value::Integer(4.into())])]));
         let end = decode(e.end(4, 1, Some(2)));
         assert_eq!(get(&end, "type"), &Value::Text("end".into()));
     }

@@ -48,10 +48,7 @@ pub struct StreamConfig {
 #[derive(Debug, Error)]
 pub enum StreamError {
     #[error("stream endpoint {endpoint}: {source}")]
-    Bind {
-        endpoint: String,
-        source: zmq::Error,
-    },
+    Bind { endpoint: String, source: zmq::Error },
     #[error("stream: {0}")]
     Zmq(#[from] zmq::Error),
 }
@@ -101,21 +98,8 @@ impl Publisher {
         // at the end, queued messages get this long to leave before the socket closes
         sock.set_linger(CONTROL_WAIT.as_millis() as i32)?;
         let watch = Watch::start(&ctx, &sock)?;
-        sock.bind(&cfg.endpoint)
-            .map_err(|source| StreamError::Bind {
-                endpoint: cfg.endpoint.clone(),
-                source,
-            })?;
-        Ok(Publisher {
-            sock,
-            watch,
-            watched: 0,
-            _ctx: ctx,
-            policy: cfg.policy,
-            kind: cfg.socket,
-            endpoint: cfg.endpoint.clone(),
-            stats: StreamStats::default(),
-        })
+        sock.bind(&cfg.endpoint).map_err(|source| StreamError::Bind { endpoint: cfg.endpoint.clone(), source })?;
+        Ok(Publisher { sock, watch, watched: 0, _ctx: ctx, policy: cfg.policy, kind: cfg.socket, endpoint: cfg.endpoint.clone(), stats: StreamStats::default() })
     }
 
     /// Whether hosts other than this one can connect: the socket is bound to a network
@@ -140,21 +124,13 @@ impl Publisher {
 
     /// The endpoint the socket is bound to (a `tcp://*:0` endpoint says its port here).
     pub fn endpoint(&self) -> String {
-        self.sock
-            .get_last_endpoint()
-            .ok()
-            .and_then(|e| e.ok())
-            .unwrap_or_else(|| self.endpoint.clone())
+        self.sock.get_last_endpoint().ok().and_then(|e| e.ok()).unwrap_or_else(|| self.endpoint.clone())
     }
 
     /// Sends `start` or `end`, waiting at most [`CONTROL_WAIT`] (or [`CONTROL_WAIT_DROP`])
     /// for a consumer.
     pub fn control(&mut self, msg: &[u8]) -> Result<bool, StreamError> {
-        let wait = if self.policy == Policy::Drop {
-            CONTROL_WAIT_DROP
-        } else {
-            CONTROL_WAIT
-        };
+        let wait = if self.policy == Policy::Drop { CONTROL_WAIT_DROP } else { CONTROL_WAIT };
         self.sock.set_sndtimeo(wait.as_millis() as i32)?;
         self.watch();
         let r = self.sock.send(msg, 0);
@@ -214,11 +190,7 @@ pub fn exposed(endpoint: &str) -> bool {
     };
     let host = rest.rsplit_once(':').map_or(rest, |(h, _)| h);
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    !(host == "localhost"
-        || host == "::1"
-        || host
-            .parse::<std::net::Ipv4Addr>()
-            .is_ok_and(|a| a.is_loopback()))
+    !(host == "localhost" || host == "::1" || host.parse::<std::net::Ipv4Addr>().is_ok_and(|a| a.is_loopback()))
 }
 
 #[cfg(test)]
@@ -227,24 +199,10 @@ mod tests {
 
     #[test]
     fn only_the_loopback_and_local_transports_are_private() {
-        for e in [
-            "tcp://*:31001",
-            "tcp://0.0.0.0:31001",
-            "tcp://10.0.0.5:31001",
-            "tcp://[::]:31001",
-            "tcp://eth0:31001",
-            "tcp://receiver-host:1",
-        ] {
+        for e in ["tcp://*:31001", "tcp://0.0.0.0:31001", "tcp://10.0.0.5:31001", "tcp://[::]:31001", "tcp://eth0:31001", "tcp://receiver-host:1"] {
             assert!(exposed(e), "{e}");
         }
-        for e in [
-            "tcp://127.0.0.1:31001",
-            "tcp://127.1.2.3:0",
-            "tcp://localhost:31001",
-            "tcp://[::1]:31001",
-            "ipc:///tmp/s",
-            "inproc://s",
-        ] {
+        for e in ["tcp://127.0.0.1:31001", "tcp://127.1.2.3:0", "tcp://localhost:31001", "tcp://[::1]:31001", "ipc:///tmp/s", "inproc://s"] {
             assert!(!exposed(e), "{e}");
         }
     }
@@ -252,12 +210,7 @@ mod tests {
     /// Two PULL consumers on a PUSH stream each take part of the images: the stats say two.
     #[test]
     fn counts_the_consumers_that_took_images() {
-        let cfg = StreamConfig {
-            endpoint: "tcp://127.0.0.1:0".into(),
-            socket: SocketKind::Push,
-            hwm: 1000,
-            policy: Policy::Block,
-        };
+        let cfg = StreamConfig { endpoint: "tcp://127.0.0.1:0".into(), socket: SocketKind::Push, hwm: 1000, policy: Policy::Block };
         let mut p = Publisher::bind(&cfg).unwrap();
         let ctx = zmq::Context::new();
         let pulls: Vec<zmq::Socket> = (0..2).map(|_| ctx.socket(zmq::PULL).unwrap()).collect();
@@ -275,11 +228,7 @@ mod tests {
         p.watch();
         assert_eq!((p.stats.consumers, p.stats.consumers_at_once), (2, 2));
         for s in &pulls {
-            assert_eq!(
-                s.recv_bytes(0).unwrap(),
-                b"image",
-                "each consumer got some of the images"
-            );
+            assert_eq!(s.recv_bytes(0).unwrap(), b"image", "each consumer got some of the images");
         }
     }
 

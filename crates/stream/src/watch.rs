@@ -45,37 +45,24 @@ pub struct Watch {
 impl Watch {
     /// Starts the monitor of `sock` (a socket of `ctx`) and connects to it.
     pub fn start(ctx: &zmq::Context, sock: &zmq::Socket) -> Result<Watch, zmq::Error> {
-        let endpoint = format!(
-            "inproc://rdaq-stream-monitor-{}",
-            NEXT_MONITOR.fetch_add(1, Ordering::Relaxed)
-        );
-        let events =
-            zmq::SocketEvent::HANDSHAKE_SUCCEEDED as i32 | zmq::SocketEvent::DISCONNECTED as i32;
+        let endpoint = format!("inproc://rdaq-stream-monitor-{}", NEXT_MONITOR.fetch_add(1, Ordering::Relaxed));
+        let events = zmq::SocketEvent::HANDSHAKE_SUCCEEDED as i32 | zmq::SocketEvent::DISCONNECTED as i32;
         sock.monitor(&endpoint, events)?;
         let monitor = ctx.socket(zmq::PAIR)?;
         monitor.connect(&endpoint)?;
-        Ok(Watch {
-            monitor,
-            open: Vec::new(),
-            readers: Readers::default(),
-        })
+        Ok(Watch { monitor, open: Vec::new(), readers: Readers::default() })
     }
 
     /// Reads the events that arrived; `images_went_out`: images were sent since the last call.
     pub fn drain(&mut self, images_went_out: bool) {
         if images_went_out {
-            self.open.iter_mut().for_each(|o| {
-                self.readers.took_images += u64::from(!std::mem::replace(&mut o.took, true))
-            });
+            self.open.iter_mut().for_each(|o| self.readers.took_images += u64::from(!std::mem::replace(&mut o.took, true)));
         }
         while let Some((event, fd)) = self.next_event() {
             if event == zmq::SocketEvent::HANDSHAKE_SUCCEEDED as u16 {
                 self.readers.connected += 1;
                 self.readers.took_images += u64::from(images_went_out);
-                self.open.push(Open {
-                    fd,
-                    took: images_went_out,
-                });
+                self.open.push(Open { fd, took: images_went_out });
                 self.readers.most_at_once = self.readers.most_at_once.max(self.open.len() as u64);
             } else if event == zmq::SocketEvent::DISCONNECTED as u16 {
                 self.open.retain(|o| o.fd != fd);
@@ -98,9 +85,6 @@ impl Watch {
             }
         }
         let head: [u8; 6] = first.get(..6)?.try_into().ok()?;
-        Some((
-            u16::from_le_bytes([head[0], head[1]]),
-            u32::from_le_bytes([head[2], head[3], head[4], head[5]]),
-        ))
+        Some((u16::from_le_bytes([head[0], head[1]]), u32::from_le_bytes([head[2], head[3], head[4], head[5]])))
     }
 }

@@ -22,28 +22,16 @@ use super::{measure_point, PipelineArgs, Point, Pool, Work};
 /// Worker counts of the Amdahl table.
 const PREDICTED: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 
-pub(crate) fn bench(
-    a: &PipelineArgs,
-    cfg: &mut Config,
-    pool: &Pool,
-    dir: &Path,
-    counts: &[usize],
-) -> anyhow::Result<ExitCode> {
+pub(crate) fn bench(a: &PipelineArgs, cfg: &mut Config, pool: &Pool, dir: &Path, counts: &[usize]) -> anyhow::Result<ExitCode> {
     super::set_workers(cfg, a, 1);
     let canned = std::sync::Arc::new(super::canned(cfg, pool)?);
     let real = measure_point(cfg, pool, dir, a.seconds, Work::Real)?;
-    eprintln!(
-        "  1 real worker: {:.0} module frames/s",
-        real.module_frames_per_s
-    );
+    eprintln!("  1 real worker: {:.0} module frames/s", real.module_frames_per_s);
     let mut points = Vec::new();
     for &w in counts {
         super::set_workers(cfg, a, w);
         let p = measure_point(cfg, pool, dir, a.seconds, Work::Canned(&canned))?;
-        eprintln!(
-            "  {w} worker(s) handing on results: {:.0} module frames/s",
-            p.module_frames_per_s
-        );
+        eprintln!("  {w} worker(s) handing on results: {:.0} module frames/s", p.module_frames_per_s);
         points.push(p);
     }
     let most = counts.iter().copied().max().unwrap_or(1);
@@ -54,38 +42,20 @@ pub(crate) fn bench(
     let locked = locked?;
     eprintln!("  {most} worker(s) handing on results, chunks written under HDF5's lock: {:.0} module frames/s", locked.module_frames_per_s);
     let chunk = &canned.chunk;
-    let plain = if a.raw {
-        Some(plain_write(cfg, chunk, dir, a.seconds)?)
-    } else {
-        None
-    };
+    let plain = if a.raw { Some(plain_write(cfg, chunk, dir, a.seconds)?) } else { None };
     std::fs::remove_dir_all(dir).ok();
-    println!(
-        "results handed on: a chunk of {} bytes a frame ({:.0} bytes a module frame)",
-        chunk.len(),
-        chunk.len() as f64 / cfg.detector.modules as f64
-    );
+    println!("results handed on: a chunk of {} bytes a frame ({:.0} bytes a module frame)", chunk.len(), chunk.len() as f64 / cfg.detector.modules as f64);
     print(a, &real, &points, plain);
     print_locked(&points, &locked);
     if let Some(path) = &a.json {
-        std::fs::write(
-            path,
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "real": real, "ceiling": points, "chunks_under_hdf5_lock": locked, "plain_write_module_frames_per_s": plain }),
-            )?,
-        )?;
+        std::fs::write(path, serde_json::to_string_pretty(&serde_json::json!({ "real": real, "ceiling": points, "chunks_under_hdf5_lock": locked, "plain_write_module_frames_per_s": plain }))?)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Module frames/s a plain sequential write of `chunk` sustains: written again and again to
 /// one file for `seconds`, then fdatasync.
-pub(crate) fn plain_write(
-    cfg: &Config,
-    chunk: &[u8],
-    dir: &Path,
-    seconds: f64,
-) -> anyhow::Result<f64> {
+pub(crate) fn plain_write(cfg: &Config, chunk: &[u8], dir: &Path, seconds: f64) -> anyhow::Result<f64> {
     let path = dir.join("plain.bin");
     let mut f = std::fs::File::create(&path)?;
     let (t0, mut n) = (Instant::now(), 0u64);
@@ -102,9 +72,7 @@ pub(crate) fn plain_write(
 /// The most workers' point with the chunks written by the I/O threads against the same with
 /// the writer thread writing them itself.
 fn print_locked(points: &[Point], locked: &Point) {
-    let Some(p) = points.iter().find(|p| p.workers == locked.workers) else {
-        return;
-    };
+    let Some(p) = points.iter().find(|p| p.workers == locked.workers) else { return };
     let (handed, waited) = rdaq_sink::deferred::counters();
     println!("{} workers, chunks written by {} I/O threads: {:.0} module frames/s; by the writer thread under HDF5's lock: {:.0} ({:.2}x)",
         p.workers, rdaq_sink::deferred::IO_THREADS, p.module_frames_per_s, locked.module_frames_per_s, p.module_frames_per_s / locked.module_frames_per_s);
@@ -112,45 +80,21 @@ fn print_locked(points: &[Point], locked: &Point) {
 }
 
 fn print(a: &PipelineArgs, real: &Point, points: &[Point], plain: Option<f64>) {
-    let what = if a.raw {
-        "raw chain"
-    } else if a.no_dark {
-        "graph, no dark frames"
-    } else {
-        "graph, chopper 1 dark : 1 signal"
-    };
+    let what = if a.raw { "raw chain" } else if a.no_dark { "graph, no dark frames" } else { "graph, chopper 1 dark : 1 signal" };
     println!("serial ceiling of the {what}: {} module(s) per frame, workers and bands handing on results made once", a.modules);
-    println!(
-        "{:>7} {:>5} {:>10} {:>8} {:>6}",
-        "workers", "bands", "mod.fr/s", "waits", "held"
-    );
+    println!("{:>7} {:>5} {:>10} {:>8} {:>6}", "workers", "bands", "mod.fr/s", "waits", "held");
     for p in points {
-        println!(
-            "{:>7} {:>5} {:>10.0} {:>8} {:>6}",
-            p.workers, p.pedestal_bands, p.module_frames_per_s, p.pool_waits, p.reorder_high_water
-        );
+        println!("{:>7} {:>5} {:>10.0} {:>8} {:>6}", p.workers, p.pedestal_bands, p.module_frames_per_s, p.pool_waits, p.reorder_high_water);
     }
-    let ceiling = points
-        .iter()
-        .map(|p| p.module_frames_per_s)
-        .fold(0.0, f64::max);
+    let ceiling = points.iter().map(|p| p.module_frames_per_s).fold(0.0, f64::max);
     let (t1, ts) = (1e6 / real.module_frames_per_s, 1e6 / ceiling);
     let s = (ts / t1).min(1.0);
     println!("one real worker: {:.0} module frames/s, {t1:.1} us a module frame; the ceiling: {ceiling:.0} module frames/s, {ts:.1} us of serial work a module frame", real.module_frames_per_s);
-    println!(
-        "serial fraction: {s:.4} of a worker's time (1/{:.1})",
-        1.0 / s
-    );
-    println!(
-        "Amdahl's law with it: {:>7} {:>12} {:>8}",
-        "workers", "mod.fr/s", "speedup"
-    );
+    println!("serial fraction: {s:.4} of a worker's time (1/{:.1})", 1.0 / s);
+    println!("Amdahl's law with it: {:>7} {:>12} {:>8}", "workers", "mod.fr/s", "speedup");
     for n in PREDICTED {
         let rate = 1e6 / (ts + (t1 - ts) / n as f64);
-        println!(
-            "                      {n:>7} {rate:>12.0} {:>8.1}",
-            rate / real.module_frames_per_s
-        );
+        println!("                      {n:>7} {rate:>12.0} {:>8.1}", rate / real.module_frames_per_s);
     }
     if let Some(w) = plain {
         println!("plain sequential write of the same chunks (one file, fdatasync): {w:.0} module frames/s; the ceiling is {:.2} of it", ceiling / w);

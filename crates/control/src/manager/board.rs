@@ -71,9 +71,7 @@ impl Board {
     /// The plan as the dashboard shows it: the mode, the detector and each epoch's receivers.
     pub fn set_plan(&mut self, mode: &str, modules: u16, detector: SocketAddr, epochs: &[Epoch]) {
         let epochs: Vec<_> = epochs.iter().map(|e| serde_json::json!({ "from_frame": e.from_frame, "receivers": e.receivers, "reason": e.reason, "dtps": e.dtps.len() })).collect();
-        self.topology = Some(
-            serde_json::json!({ "mode": mode, "modules": modules, "detector": detector.to_string(), "epochs": epochs }),
-        );
+        self.topology = Some(serde_json::json!({ "mode": mode, "modules": modules, "detector": detector.to_string(), "epochs": epochs }));
     }
 }
 
@@ -89,15 +87,7 @@ impl View for ManagerView {
     fn snapshot(&self) -> Snapshot {
         let b = lock(&self.board);
         let state = b.status["state"].as_str().unwrap_or("unknown").to_string();
-        let receivers = b
-            .receivers
-            .iter()
-            .map(|(name, (alive, counters))| ReceiverView {
-                name: name.clone(),
-                alive: *alive,
-                counters: counters.clone(),
-            })
-            .collect();
+        let receivers = b.receivers.iter().map(|(name, (alive, counters))| ReceiverView { name: name.clone(), alive: *alive, counters: counters.clone() }).collect();
         Snapshot {
             title: b.title.clone(),
             uptime_s: b.start.elapsed().as_secs_f64(),
@@ -108,10 +98,7 @@ impl View for ManagerView {
             stop: (state == "running" && !b.stop_requested).then(|| "/stop".into()),
             token_required: self.access.has_token(),
             api_refused: self.access.refused(),
-            result: b
-                .report
-                .as_ref()
-                .map(|r| serde_json::json!({ "lost": b.lost, "summary": r })),
+            result: b.report.as_ref().map(|r| serde_json::json!({ "lost": b.lost, "summary": r })),
             state,
             ..Snapshot::default()
         }
@@ -129,37 +116,17 @@ impl View for ManagerView {
 /// Starts the manager's API and dashboard in a background thread.
 pub fn serve(addr: SocketAddr, b: SharedBoard, access: Arc<Access>) -> anyhow::Result<()> {
     let doc = crate::openapi::document("rdaq system manager", "One acquisition over the receiver and detector daemons of a topology: its state, plan, events and report. Stop needs the token when one is set (Authorization: Bearer).", &described());
-    crate::http::serve_in_background(
-        addr,
-        crate::openapi::serve_document(router(b, access.clone()), doc),
-        "manage",
-        access,
-    )?;
+    crate::http::serve_in_background(addr, crate::openapi::serve_document(router(b, access.clone()), doc), "manage", access)?;
     Ok(())
 }
 
 /// The manager's API and dashboard as an OpenAPI document describes them.
 pub fn described() -> Vec<Described> {
     let api = [
-        Described {
-            path: "/status",
-            method: Method::Get,
-            summary: "The manager's state, plan and receivers",
-            answers: "application/json",
-        },
+        Described { path: "/status", method: Method::Get, summary: "The manager's state, plan and receivers", answers: "application/json" },
         crate::openapi::EVENTS,
-        Described {
-            path: "/report",
-            method: Method::Get,
-            summary: "The last acquisition's report (409 while one runs)",
-            answers: "application/json",
-        },
-        Described {
-            path: "/stop",
-            method: Method::Post,
-            summary: "Stops the acquisition under way early",
-            answers: "application/json",
-        },
+        Described { path: "/report", method: Method::Get, summary: "The last acquisition's report (409 while one runs)", answers: "application/json" },
+        Described { path: "/stop", method: Method::Post, summary: "Stops the acquisition under way early", answers: "application/json" },
     ];
     api.into_iter().chain(dashboard::DESCRIBED).collect()
 }
@@ -167,18 +134,8 @@ pub fn described() -> Vec<Described> {
 /// The manager's API and dashboard.
 pub fn router(b: SharedBoard, access: Arc<Access>) -> axum::Router {
     let api = axum::Router::new()
-        .route(
-            "/status",
-            get(|State(b): State<SharedBoard>| async move { Json(lock(&b).status.clone()) }),
-        )
-        .route(
-            "/events",
-            get(
-                |State(b): State<SharedBoard>, Query(q): Query<crate::http::Since>| async move {
-                    Json(lock(&b).events.since(q.since, q.limit.min(100_000)))
-                },
-            ),
-        )
+        .route("/status", get(|State(b): State<SharedBoard>| async move { Json(lock(&b).status.clone()) }))
+        .route("/events", get(|State(b): State<SharedBoard>, Query(q): Query<crate::http::Since>| async move { Json(lock(&b).events.since(q.since, q.limit.min(100_000))) }))
         .route(
             "/report",
             get(|State(b): State<SharedBoard>| async move {
@@ -190,17 +147,10 @@ pub fn router(b: SharedBoard, access: Arc<Access>) -> axum::Router {
         )
         .route("/stop", post(stop))
         .with_state(b.clone());
-    api.merge(dashboard::routes(Arc::new(ManagerView {
-        board: b,
-        access,
-    })))
+    api.merge(dashboard::routes(Arc::new(ManagerView { board: b, access })))
 }
 
-async fn stop(
-    State(b): State<SharedBoard>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    _: crate::answer::NoParameters,
-) -> Result<Json<serde_json::Value>, crate::http::ApiError> {
+async fn stop(State(b): State<SharedBoard>, ConnectInfo(peer): ConnectInfo<SocketAddr>, _: crate::answer::NoParameters) -> Result<Json<serde_json::Value>, crate::http::ApiError> {
     let mut b = lock(&b);
     if b.status["state"] != "running" {
         return Err(crate::http::conflict("the acquisition is not running"));
@@ -208,9 +158,7 @@ async fn stop(
     if !b.stop_requested {
         b.stop_requested = true;
         tracing::warn!(%peer, "stop requested through the API: the detector stops, the receivers finish what they have");
-        b.events.push(Event::StopRequested {
-            by: peer.to_string(),
-        });
+        b.events.push(Event::StopRequested { by: peer.to_string() });
     }
     Ok(Json(serde_json::json!({ "state": "stopping" })))
 }

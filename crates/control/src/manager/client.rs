@@ -21,13 +21,7 @@ pub(crate) struct Api {
 
 impl Api {
     pub(crate) fn new(timeout: Duration, token: Option<&crate::auth::Token>) -> Api {
-        Api {
-            agent: ureq::AgentBuilder::new()
-                .timeout_connect(Duration::from_millis(1000))
-                .timeout(timeout)
-                .build(),
-            bearer: token.map(|t| t.bearer()),
-        }
+        Api { agent: ureq::AgentBuilder::new().timeout_connect(Duration::from_millis(1000)).timeout(timeout).build(), bearer: token.map(|t| t.bearer()) }
     }
 
     pub(crate) fn request(&self, method: &str, url: &str) -> ureq::Request {
@@ -38,58 +32,31 @@ impl Api {
         }
     }
 
-    pub(crate) fn answer<T: DeserializeOwned>(
-        url: &str,
-        r: Result<ureq::Response, ureq::Error>,
-    ) -> anyhow::Result<T> {
+    pub(crate) fn answer<T: DeserializeOwned>(url: &str, r: Result<ureq::Response, ureq::Error>) -> anyhow::Result<T> {
         match r {
-            Ok(resp) => resp
-                .into_json::<T>()
-                .with_context(|| format!("{url}: unexpected answer")),
+            Ok(resp) => resp.into_json::<T>().with_context(|| format!("{url}: unexpected answer")),
             Err(ureq::Error::Status(code, resp)) => {
-                let msg = resp
-                    .into_json::<serde_json::Value>()
-                    .ok()
-                    .and_then(|v| v["error"].as_str().map(String::from))
-                    .unwrap_or_default();
+                let msg = resp.into_json::<serde_json::Value>().ok().and_then(|v| v["error"].as_str().map(String::from)).unwrap_or_default();
                 bail!("{url}: {code} {msg}")
             }
             Err(e) => bail!("{url}: {e}"),
         }
     }
 
-    pub(crate) fn get<T: DeserializeOwned>(
-        &self,
-        host: SocketAddr,
-        path: &str,
-    ) -> anyhow::Result<T> {
+    pub(crate) fn get<T: DeserializeOwned>(&self, host: SocketAddr, path: &str) -> anyhow::Result<T> {
         let url = format!("http://{host}{path}");
         Self::answer(&url, self.request("GET", &url).call())
     }
 
     pub(crate) fn text(&self, host: SocketAddr, path: &str) -> anyhow::Result<String> {
         let url = format!("http://{host}{path}");
-        let r = self
-            .request("GET", &url)
-            .call()
-            .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
-        r.into_string()
-            .with_context(|| format!("{url}: unreadable answer"))
+        let r = self.request("GET", &url).call().map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+        r.into_string().with_context(|| format!("{url}: unreadable answer"))
     }
 
-    pub(crate) fn send<T: DeserializeOwned>(
-        &self,
-        method: &str,
-        host: SocketAddr,
-        path: &str,
-        body: &impl Serialize,
-    ) -> anyhow::Result<T> {
+    pub(crate) fn send<T: DeserializeOwned>(&self, method: &str, host: SocketAddr, path: &str, body: &impl Serialize) -> anyhow::Result<T> {
         let url = format!("http://{host}{path}");
-        Self::answer(
-            &url,
-            self.request(method, &url)
-                .send_json(serde_json::to_value(body)?),
-        )
+        Self::answer(&url, self.request(method, &url).send_json(serde_json::to_value(body)?))
     }
 }
 
@@ -104,29 +71,18 @@ pub(crate) struct Feed {
 
 impl Feed {
     pub(crate) fn new(host: SocketAddr, next: u64) -> Feed {
-        Feed {
-            host,
-            next,
-            dropped: 0,
-            events: Vec::new(),
-        }
+        Feed { host, next, dropped: 0, events: Vec::new() }
     }
 
     /// Fetches what is new; copies it to the manager's log.
     pub(crate) fn pull(&mut self, api: &Api, log: &SharedBoard) -> anyhow::Result<()> {
         loop {
-            let page: EventPage = api.get(
-                self.host,
-                &format!("/events?since={}&limit=10000", self.next),
-            )?;
+            let page: EventPage = api.get(self.host, &format!("/events?since={}&limit=10000", self.next))?;
             self.dropped = self.dropped.max(page.dropped);
             if page.first > self.next {
                 // the component's log dropped events before we read them: say so in ours
                 let lost = page.first - self.next;
-                let e = Event::Error {
-                    source: self.host.to_string(),
-                    message: format!("{lost} events dropped before they were read"),
-                };
+                let e = Event::Error { source: self.host.to_string(), message: format!("{lost} events dropped before they were read") };
                 lock(log).events.push(e);
             }
             if page.events.is_empty() {

@@ -7,22 +7,12 @@ use rdaq_manager::Topology;
 use rdaq_run::config::Config;
 
 /// The processing counts summed over the receivers.
-pub const TOTALS: [&str; 7] = [
-    "dark_frames",
-    "signal_frames",
-    "hits",
-    "vetoed",
-    "spots_found",
-    "frames_written",
-    "pedestal_updates",
-];
+pub const TOTALS: [&str; 7] = ["dark_frames", "signal_frames", "hits", "vetoed", "spots_found", "frames_written", "pedestal_updates"];
 
 /// The configuration sections every receiver's acquisition gets (`None`: the topology has no
 /// `[process]`, the receivers write raw frames), checked as a receiver will check them.
 pub fn sections(t: &Topology) -> anyhow::Result<Option<toml::Table>> {
-    let Some(process) = &t.process else {
-        return Ok(None);
-    };
+    let Some(process) = &t.process else { return Ok(None) };
     let d = &t.detector;
     let mut detector = toml::Table::new();
     let mut put = |k: &str, v: Option<toml::Value>| {
@@ -30,19 +20,10 @@ pub fn sections(t: &Topology) -> anyhow::Result<Option<toml::Table>> {
             detector.insert(k.into(), v);
         }
     };
-    put(
-        "photon_energy_kev",
-        d.photon_energy_kev.map(toml::Value::Float),
-    );
+    put("photon_energy_kev", d.photon_energy_kev.map(toml::Value::Float));
     put("seed", d.seed.map(|s| toml::Value::Integer(s as i64)));
-    put(
-        "chopper_dark",
-        d.chopper_dark.map(|c| toml::Value::Integer(c.into())),
-    );
-    put(
-        "chopper_signal",
-        d.chopper_signal.map(|c| toml::Value::Integer(c.into())),
-    );
+    put("chopper_dark", d.chopper_dark.map(|c| toml::Value::Integer(c.into())));
+    put("chopper_signal", d.chopper_signal.map(|c| toml::Value::Integer(c.into())));
     let mut s = toml::Table::new();
     s.insert("detector".into(), toml::Value::Table(detector));
     s.insert("process".into(), toml::Value::Table(process.clone()));
@@ -54,9 +35,7 @@ pub fn sections(t: &Topology) -> anyhow::Result<Option<toml::Table>> {
 
 /// The sum of [`TOTALS`] over the receivers' processing reports; `None` when no receiver
 /// processed.
-pub fn totals<'a>(
-    reports: impl Iterator<Item = &'a serde_json::Value>,
-) -> Option<serde_json::Value> {
+pub fn totals<'a>(reports: impl Iterator<Item = &'a serde_json::Value>) -> Option<serde_json::Value> {
     let mut sum = serde_json::Map::new();
     for r in reports {
         for k in TOTALS {

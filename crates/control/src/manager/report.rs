@@ -75,8 +75,7 @@ pub(crate) struct Gathered {
 impl Report {
     /// Whether data was lost: frames not complete, or a receiver's writing failed.
     pub(crate) fn lost(&self) -> bool {
-        self.frames_complete < self.frames_expected
-            || self.receivers.values().any(|r| r.write_error.is_some())
+        self.frames_complete < self.frames_expected || self.receivers.values().any(|r| r.write_error.is_some())
     }
 }
 
@@ -84,9 +83,7 @@ impl Gathered {
     /// Notes a receiver's frame event.
     pub(crate) fn note(&mut self, e: Event) {
         match e {
-            Event::FrameComplete {
-                receiver, frame, ..
-            } => {
+            Event::FrameComplete { receiver, frame, .. } => {
                 self.reported.complete.insert((receiver, frame));
             }
             Event::FrameIncomplete { frame, .. } => {
@@ -122,9 +119,7 @@ impl ReceiverReport {
     /// that stopped answering but still runs) and says so; the caller only asks for a
     /// receiver of this host, where that is seen.
     pub(crate) fn recover(&mut self, name: &str, master: Option<&PathBuf>) {
-        let Some(master) = master.filter(|m| m.exists()) else {
-            return;
-        };
+        let Some(master) = master.filter(|m| m.exists()) else { return };
         match rdaq_sink::recover::recover(master) {
             Ok(r) => {
                 tracing::warn!(receiver = name, frames = r.frames, master = %master.display(), "recovered the dead receiver's files");
@@ -133,10 +128,7 @@ impl ReceiverReport {
                 self.recovered = Some(Recovery::Frames(r.frames));
             }
             Err(e) => {
-                tracing::error!(
-                    receiver = name,
-                    "cannot recover the dead receiver's files: {e}"
-                );
+                tracing::error!(receiver = name, "cannot recover the dead receiver's files: {e}");
                 self.recovered = Some(Recovery::Failed(e.to_string()));
             }
         }
@@ -148,15 +140,8 @@ pub(crate) const JOINED: &str = "acquisition_master.h5";
 
 /// Writes `out`, one master over the receivers' series, when their files are visible from
 /// here and hold whole frames (temporal receivers); otherwise says why not.
-pub(crate) fn join_outputs(
-    out: &std::path::Path,
-    receivers: &BTreeMap<String, ReceiverReport>,
-    overwrite: bool,
-) -> Result<PathBuf, String> {
-    let masters: Vec<PathBuf> = receivers
-        .values()
-        .filter_map(|r| r.output.clone())
-        .collect();
+pub(crate) fn join_outputs(out: &std::path::Path, receivers: &BTreeMap<String, ReceiverReport>, overwrite: bool) -> Result<PathBuf, String> {
+    let masters: Vec<PathBuf> = receivers.values().filter_map(|r| r.output.clone()).collect();
     match rdaq_sink::join::join(out, &masters, overwrite) {
         Ok(j) => {
             tracing::info!(master = %out.display(), frames = j.frames, data_files = j.data_files, "joined the receivers' files");
@@ -176,17 +161,10 @@ pub(crate) fn sum_stops(mut stops: Vec<serde_json::Value>) -> serde_json::Value 
         return stops.pop().expect("one");
     }
     let mut sum = serde_json::Map::new();
-    for (k, v) in stops
-        .iter()
-        .flat_map(|s| s.as_object().into_iter().flatten())
-    {
+    for (k, v) in stops.iter().flat_map(|s| s.as_object().into_iter().flatten()) {
         let add = |old: Option<&serde_json::Value>| match (old, v) {
-            (Some(o), v) if o.is_u64() && v.is_u64() => {
-                serde_json::json!(o.as_u64().unwrap_or(0) + v.as_u64().unwrap_or(0))
-            }
-            (Some(o), v) => {
-                serde_json::json!(o.as_f64().unwrap_or(0.0) + v.as_f64().unwrap_or(0.0))
-            }
+            (Some(o), v) if o.is_u64() && v.is_u64() => serde_json::json!(o.as_u64().unwrap_or(0) + v.as_u64().unwrap_or(0)),
+            (Some(o), v) => serde_json::json!(o.as_f64().unwrap_or(0.0) + v.as_f64().unwrap_or(0.0)),
             (None, v) => v.clone(),
         };
         let new = add(sum.get(k));
@@ -200,13 +178,7 @@ pub(crate) fn module_ends(det_events: &[Event]) -> Vec<serde_json::Value> {
     det_events
         .iter()
         .filter_map(|e| match e {
-            Event::EndOfTransfer {
-                module,
-                frames,
-                datagrams,
-            } => Some(
-                serde_json::json!({ "module": module, "frames": frames, "datagrams": datagrams }),
-            ),
+            Event::EndOfTransfer { module, frames, datagrams } => Some(serde_json::json!({ "module": module, "frames": frames, "datagrams": datagrams })),
             _ => None,
         })
         .collect()
@@ -227,35 +199,18 @@ pub(crate) fn print_report(report: &Report, report_file: &std::path::Path) {
             println!("receiver {name:<8}: {n} frames recovered from its files (in the master, counted lost)");
         }
         if let Some(e) = &r.write_error {
-            println!(
-                "receiver {name:<8}: {e}; {} frames not saved",
-                r.frames_not_saved
-            );
+            println!("receiver {name:<8}: {e}; {} frames not saved", r.frames_not_saved);
         }
     }
     if let Some(p) = &report.processing {
         let n = |k: &str| p[k].as_u64().unwrap_or(0);
-        println!(
-            "processing : {} dark, {} signal frames, {} hits, {} vetoed, {} spots, {} written",
-            n("dark_frames"),
-            n("signal_frames"),
-            n("hits"),
-            n("vetoed"),
-            n("spots_found"),
-            n("frames_written")
-        );
+        println!("processing : {} dark, {} signal frames, {} hits, {} vetoed, {} spots, {} written", n("dark_frames"), n("signal_frames"), n("hits"), n("vetoed"), n("spots_found"), n("frames_written"));
     }
     for e in &report.epochs {
-        println!(
-            "from frame {:>6}: {:?} ({})",
-            e.from_frame, e.receivers, e.reason
-        );
+        println!("from frame {:>6}: {:?} ({})", e.from_frame, e.receivers, e.reason);
     }
     if let Some(m) = &report.master {
-        println!(
-            "master     : {} (every receiver's frames, in order)",
-            m.display()
-        );
+        println!("master     : {} (every receiver's frames, in order)", m.display());
     }
     println!("report     : {}", report_file.display());
 }

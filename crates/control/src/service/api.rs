@@ -81,10 +81,9 @@ pub struct ErrorAnswer {
 }
 
 #[derive(OpenApi)]
-#[openapi(info(
-    title = "rdaq acquisition service",
-    description = "Configured once, then datasets: arm, trigger, cancel, follow. Every call that changes something needs the token when one is set (Authorization: Bearer); with --protect-reads, reads too."
-))]
+#[openapi(
+    info(title = "rdaq acquisition service", description = "Configured once, then datasets: arm, trigger, cancel, follow. Every call that changes something needs the token when one is set (Authorization: Bearer); with --protect-reads, reads too.")
+)]
 struct ApiDoc;
 
 /// The service's routes, each with its part of the OpenAPI document.
@@ -115,13 +114,8 @@ async fn note_refusal(State(hub): State<SharedHub>, req: Request, next: Next) ->
     let n = hub.refused.fetch_add(1, Ordering::Relaxed) + 1;
     let (parts, body) = resp.into_parts();
     // the answers here are one-line JSON errors
-    let bytes = axum::body::to_bytes(body, 16 * 1024)
-        .await
-        .unwrap_or_default();
-    let why = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|v| v["error"].as_str().map(String::from))
-        .unwrap_or_default();
+    let bytes = axum::body::to_bytes(body, 16 * 1024).await.unwrap_or_default();
+    let why = serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| v["error"].as_str().map(String::from)).unwrap_or_default();
     tracing::warn!(%method, path, status = parts.status.as_u16(), refused = n, "refused {method} {path}: {why}");
     Response::from_parts(parts, axum::body::Body::from(bytes))
 }
@@ -143,15 +137,7 @@ impl Hub {
             s.written(to_writer);
         }
         let requests_refused = self.refused.load(Ordering::Relaxed);
-        Acquisition {
-            state: s.state(),
-            data_root: self.root.clone(),
-            image: self.image,
-            error: s.error().map(String::from),
-            dataset: s.dataset().cloned(),
-            live,
-            requests_refused,
-        }
+        Acquisition { state: s.state(), data_root: self.root.clone(), image: self.image, error: s.error().map(String::from), dataset: s.dataset().cloned(), live, requests_refused }
     }
 }
 
@@ -178,19 +164,14 @@ async fn arm(State(hub): State<SharedHub>, body: Bytes) -> Result<Json<Acquisiti
     if let Some((field, why)) = hub.backend.refuses(&req) {
         return Err(answer(ServiceError::Field { field, why }));
     }
-    let dir = master
-        .parent()
-        .expect("a master path has a directory")
-        .to_path_buf();
+    let dir = master.parent().expect("a master path has a directory").to_path_buf();
     let rel = Path::new(&req.directory).to_path_buf();
     let h = hub.clone();
-    tokio::task::spawn_blocking(move || {
-        prepare_directory(&h.root, &rel, &h.backend.files(&dir, &req)).map(|()| req)
-    })
-    .await
-    .map_err(crate::http::internal)?
-    .map_err(|e| e.answer())
-    .and_then(|req| lock(&hub.service).arm(req).map(|_| ()).map_err(answer))?;
+    tokio::task::spawn_blocking(move || prepare_directory(&h.root, &rel, &h.backend.files(&dir, &req)).map(|()| req))
+        .await
+        .map_err(crate::http::internal)?
+        .map_err(|e| e.answer())
+        .and_then(|req| lock(&hub.service).arm(req).map(|_| ()).map_err(answer))?;
     Ok(Json(hub.acquisition()))
 }
 
@@ -200,11 +181,7 @@ fn read_arm(body: &[u8]) -> Result<ArmRequest, ApiError> {
     serde_path_to_error::deserialize(de).map_err(|e| {
         let at = e.path().to_string();
         let inner = e.into_inner();
-        crate::http::bad(if at == "." {
-            inner.to_string()
-        } else {
-            format!("{at}: {inner}")
-        })
+        crate::http::bad(if at == "." { inner.to_string() } else { format!("{at}: {inner}") })
     })
 }
 
@@ -215,28 +192,14 @@ fn read_arm(body: &[u8]) -> Result<ArmRequest, ApiError> {
     (status = 409, body = ErrorAnswer, description = "not armed"),
     (status = 500, body = ErrorAnswer, description = "the trigger failed (the service is in error, saying why)"),
 ))]
-async fn trigger(
-    State(hub): State<SharedHub>,
-    _: crate::answer::NoParameters,
-) -> Result<(StatusCode, Json<Triggered>), ApiError> {
+async fn trigger(State(hub): State<SharedHub>, _: crate::answer::NoParameters) -> Result<(StatusCode, Json<Triggered>), ApiError> {
     let send: Send = lock(&hub.service).trigger().map_err(answer)?;
-    let t = Triggered {
-        state: Phase::Acquiring,
-        number: send.number,
-        first_frame: send.first_frame,
-        frames: send.frames,
-    };
+    let t = Triggered { state: Phase::Acquiring, number: send.number, first_frame: send.first_frame, frames: send.frames };
     let (tx, rx) = tokio::sync::oneshot::channel();
     hub.send(Work::Trigger(send, Ready(Some(tx))));
     match tokio::time::timeout(READY_WAIT, rx).await {
-        Ok(Ok(Err(why))) => Err(ApiError(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the trigger failed: {why}"),
-        )),
-        Err(_) => Err(ApiError(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the receivers did not start within {READY_WAIT:?}"),
-        )),
+        Ok(Ok(Err(why))) => Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("the trigger failed: {why}"))),
+        Err(_) => Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("the receivers did not start within {READY_WAIT:?}"))),
         // ready, or a step that needed no receiver (a cancel came first)
         Ok(_) => Ok((StatusCode::ACCEPTED, Json(t))),
     }
@@ -247,10 +210,7 @@ async fn trigger(
     (status = 200, body = Acquisition),
     (status = 409, body = ErrorAnswer, description = "acquiring: cancel instead"),
 ))]
-async fn disarm(
-    State(hub): State<SharedHub>,
-    _: crate::answer::NoParameters,
-) -> Result<Json<Acquisition>, ApiError> {
+async fn disarm(State(hub): State<SharedHub>, _: crate::answer::NoParameters) -> Result<Json<Acquisition>, ApiError> {
     let close = lock(&hub.service).disarm().map_err(answer)?;
     if close {
         hub.send(Work::Close);
@@ -264,10 +224,7 @@ async fn disarm(
     (status = 200, body = Acquisition),
     (status = 409, body = ErrorAnswer, description = "nothing to cancel"),
 ))]
-async fn cancel(
-    State(hub): State<SharedHub>,
-    _: crate::answer::NoParameters,
-) -> Result<Json<Acquisition>, ApiError> {
+async fn cancel(State(hub): State<SharedHub>, _: crate::answer::NoParameters) -> Result<Json<Acquisition>, ApiError> {
     let mut s = lock(&hub.service);
     let acquiring = s.state() == Phase::Acquiring;
     let close = s.cancel().map_err(answer)?;
@@ -287,15 +244,8 @@ mod tests {
 
     #[test]
     fn a_bad_arm_names_its_field() {
-        let msg = |body: &str| {
-            read_arm(body.as_bytes())
-                .map(|_| ())
-                .expect_err("refused")
-                .1
-        };
-        assert!(
-            msg(r#"{"frames_per_trigger": -3, "prefix": "s"}"#).starts_with("frames_per_trigger: ")
-        );
+        let msg = |body: &str| read_arm(body.as_bytes()).map(|_| ()).expect_err("refused").1;
+        assert!(msg(r#"{"frames_per_trigger": -3, "prefix": "s"}"#).starts_with("frames_per_trigger: "));
         assert!(msg(r#"{"frames_per_trigger": 3, "prefix": "s", "colour": 1}"#).contains("colour"));
         assert!(msg(r#"{"prefix": "s"}"#).contains("frames_per_trigger"));
         assert!(msg("not json").contains("expected"));
@@ -308,23 +258,11 @@ mod tests {
         for p in ["/acquisition", "/arm", "/trigger", "/disarm", "/cancel"] {
             assert!(v["paths"][p].is_object(), "{p}");
         }
-        assert_eq!(
-            v["components"]["securitySchemes"]["bearer"]["scheme"],
-            "bearer"
-        );
-        assert!(
-            v["paths"]["/arm"]["post"]["security"][0]["bearer"].is_array(),
-            "a change needs the token"
-        );
-        assert!(
-            v["paths"]["/acquisition"]["get"]["security"].is_null(),
-            "a read does not (without --protect-reads)"
-        );
+        assert_eq!(v["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+        assert!(v["paths"]["/arm"]["post"]["security"][0]["bearer"].is_array(), "a change needs the token");
+        assert!(v["paths"]["/acquisition"]["get"]["security"].is_null(), "a read does not (without --protect-reads)");
         let arm = &v["components"]["schemas"]["ArmRequest"];
         assert_eq!(arm["properties"]["frames_per_trigger"]["minimum"], 1);
-        assert!(arm["required"]
-            .as_array()
-            .unwrap()
-            .contains(&"prefix".into()));
+        assert!(arm["required"].as_array().unwrap().contains(&"prefix".into()));
     }
 }

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use axum::extract::State;
 use indicatif::ProgressBar;
-use rdaq_detector::Geometry;
 use rdaq_emulator::Control;
+use rdaq_detector::Geometry;
 use rdaq_manager::service::{ArmRequest, Dataset, Send};
 use rdaq_run::board::Board;
 use rdaq_run::config::Config;
@@ -76,50 +76,16 @@ pub fn serve(o: Options) -> anyhow::Result<()> {
         tracing::info!("{note}");
     }
     let g = setup.chain.geometry;
-    let image = Image {
-        height: g.height(),
-        width: g.width(),
-    };
+    let image = Image { height: g.height(), width: g.width() };
     drop(setup);
-    let shown = Arc::new(Shown {
-        showing: Mutex::default(),
-        driven: o.driver.sls_detector.is_some(),
-    });
+    let shown = Arc::new(Shown { showing: Mutex::default(), driven: o.driver.sls_detector.is_some() });
     let access = Arc::new(o.access);
-    let scraped = Arc::new(Scraped {
-        name: o.name,
-        shown: shown.clone(),
-        access: access.clone(),
-    });
-    let extra = axum::Router::new()
-        .route("/metrics", axum::routing::get(metrics))
-        .with_state(scraped);
-    let metrics = Described {
-        path: "/metrics",
-        method: Method::Get,
-        summary: "The receiver's counters in the dataset under way (or the last), OpenMetrics text",
-        answers: "application/openmetrics-text",
-    };
-    let serving = Serving {
-        addr: o.addr,
-        access,
-        root,
-        image,
-        backend: shown.clone(),
-        extra,
-        extra_described: vec![metrics],
-        what: "receive",
-    };
+    let scraped = Arc::new(Scraped { name: o.name, shown: shown.clone(), access: access.clone() });
+    let extra = axum::Router::new().route("/metrics", axum::routing::get(metrics)).with_state(scraped);
+    let metrics = Described { path: "/metrics", method: Method::Get, summary: "The receiver's counters in the dataset under way (or the last), OpenMetrics text", answers: "application/openmetrics-text" };
+    let serving = Serving { addr: o.addr, access, root, image, backend: shown.clone(), extra, extra_described: vec![metrics], what: "receive" };
     let (source, config, count_time_s, driver) = (o.source, o.config, o.count_time_s, o.driver);
-    super::serve(serving, |hub| Datasets {
-        hub,
-        shown,
-        source,
-        config,
-        count_time_s,
-        driver,
-        open: None,
-    })
+    super::serve(serving, |hub| Datasets { hub, shown, source, config, count_time_s, driver, open: None })
 }
 
 /// What `GET /metrics` shows: the receiver's counters in the dataset under way (or the
@@ -130,27 +96,18 @@ struct Scraped {
     access: Arc<Access>,
 }
 
-async fn metrics(
-    State(s): State<Arc<Scraped>>,
-) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+async fn metrics(State(s): State<Arc<Scraped>>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
     let mut m = crate::metrics::Scrape::new("receiver", &s.name);
     if let Some(board) = lock(&s.shown.showing).board.clone() {
         m.receiver(&board.receiver().unwrap_or_default(), &board);
     }
-    m.counter(
-        "api_refused",
-        "Control calls refused for a missing or wrong token",
-        s.access.refused(),
-    );
+    m.counter("api_refused", "Control calls refused for a missing or wrong token", s.access.refused());
     m.answer()
 }
 
 /// A dataset's master, and its summary beside it.
 fn dataset_files(dir: &Path, prefix: &str) -> (PathBuf, PathBuf) {
-    (
-        dir.join(format!("{prefix}_master.h5")),
-        dir.join(format!("{prefix}_summary.json")),
-    )
+    (dir.join(format!("{prefix}_master.h5")), dir.join(format!("{prefix}_summary.json")))
 }
 
 /// The calibration a pedestal dataset records.
@@ -175,9 +132,7 @@ struct Showing {
 impl Backend for Shown {
     fn live(&self) -> (Live, u64) {
         let shown = lock(&self.showing);
-        let Some(board) = &shown.board else {
-            return (Live::default(), 0);
-        };
+        let Some(board) = &shown.board else { return (Live::default(), 0) };
         let counters = board.receiver();
         let live = Live {
             processing: process_view(board),
@@ -185,11 +140,7 @@ impl Backend for Shown {
             frames_incomplete: counters.map_or(0, |c| c.frames_incomplete),
             threads: board.threads(),
         };
-        let to_writer = if shown.stop.is_some() {
-            board.frames_done().1
-        } else {
-            0
-        };
+        let to_writer = if shown.stop.is_some() { board.frames_done().1 } else { 0 };
         (live, to_writer)
     }
 
@@ -257,126 +208,59 @@ impl Datasets {
     /// Starts the armed dataset's acquisition on a thread of its own; returns once its
     /// receiver listens.
     fn open_dataset(&self) -> anyhow::Result<Open> {
-        let d = lock(&self.hub.service)
-            .dataset()
-            .cloned()
-            .context("no dataset armed")?;
+        let d = lock(&self.hub.service).dataset().cloned().context("no dataset armed")?;
         let dir = d.master.parent().context("the master has a directory")?;
         let summary = dataset_files(dir, &d.request.prefix).1;
         let (source, cfg) = self.configured(&d)?;
         let stop = Arc::new(Control::default());
         let (tx, rx) = mpsc::sync_channel(1);
         // the arm's exposure, else the one the service was started with
-        let count_time_s = if d.request.count_time_s > 0.0 {
-            d.request.count_time_s
-        } else {
-            self.count_time_s
-        };
-        let (master, period_s, halt, pedestal, thread_cfg) = (
-            d.master.clone(),
-            d.request.period_s,
-            stop.clone(),
-            d.request.pedestal,
-            cfg.clone(),
-        );
+        let count_time_s = if d.request.count_time_s > 0.0 { d.request.count_time_s } else { self.count_time_s };
+        let (master, period_s, halt, pedestal, thread_cfg) = (d.master.clone(), d.request.period_s, stop.clone(), d.request.pedestal, cfg.clone());
         let thread = std::thread::Builder::new()
             .name("rdaq-dataset".into())
-            .spawn(move || {
-                acquire(
-                    &source,
-                    &thread_cfg,
-                    &master,
-                    (count_time_s, period_s),
-                    pedestal,
-                    &halt,
-                    tx,
-                )
-            })?;
+            .spawn(move || acquire(&source, &thread_cfg, &master, (count_time_s, period_s), pedestal, &halt, tx))?;
         // the thread says whether it listens before anything else it does
-        let l = rx.recv().map_err(|_| {
-            anyhow::anyhow!("the dataset's acquisition panicked before its receiver listened")
-        })??;
-        *lock(&self.shown.showing) = Showing {
-            board: Some(l.board.clone()),
-            stop: Some(stop.clone()),
-        };
+        let l = rx.recv().map_err(|_| anyhow::anyhow!("the dataset's acquisition panicked before its receiver listened"))??;
+        *lock(&self.shown.showing) = Showing { board: Some(l.board.clone()), stop: Some(stop.clone()) };
         tracing::info!(dataset = d.number, master = %d.master.display(), frames = d.request.frames_per_trigger, triggers = d.request.triggers, pedestal, ports = ?l.ports, engine = l.engine, "dataset opened: the receiver listens");
-        let calibration =
-            pedestal.then(|| (calibration_file(dir, &d.request.prefix), cfg, l.geometry));
-        Ok(Open {
-            thread,
-            board: l.board,
-            stop,
-            closing: Closing {
-                summary,
-                calibration,
-            },
-        })
+        let calibration = pedestal.then(|| (calibration_file(dir, &d.request.prefix), cfg, l.geometry));
+        Ok(Open { thread, board: l.board, stop, closing: Closing { summary, calibration } })
     }
 
     /// The source and configuration of dataset `d`: its frame count, processing on or off.
     fn configured(&self, d: &Dataset) -> anyhow::Result<(Source, Config)> {
         let r = &d.request;
-        let mut cfg = Config::with_sections(self.config.clone(), r.metadata_sections())
-            .context("the arm's metadata")?;
+        let mut cfg = Config::with_sections(self.config.clone(), r.metadata_sections()).context("the arm's metadata")?;
         // a pedestal run takes the raw words
         if !r.process || r.pedestal {
             cfg.process.mode = "raw".into();
         }
         // bounded where the arm was read: at most 2^50
         let frames = (r.triggers > 0).then(|| r.frames_per_trigger * r.triggers);
-        Ok((
-            Source {
-                frames,
-                ..self.source.clone()
-            },
-            cfg,
-        ))
+        Ok((Source { frames, ..self.source.clone() }, cfg))
     }
 
     /// Stops the open dataset's acquisition and waits for its end.
     fn stop(&mut self) -> Option<(anyhow::Result<Received>, Closing)> {
         let open = self.open.take()?;
         open.stop.stop.store(true, Ordering::Relaxed);
-        let done = open
-            .thread
-            .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the dataset's acquisition panicked")));
+        let done = open.thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the dataset's acquisition panicked")));
         lock(&self.shown.showing).stop = None;
         Some((done, open.closing))
     }
 
     /// What the driven detector is asked for in the trigger `send` of the armed dataset.
     fn ask(&self, send: &Send) -> anyhow::Result<Ask> {
-        let d = lock(&self.hub.service)
-            .dataset()
-            .cloned()
-            .context("no dataset armed")?;
+        let d = lock(&self.hub.service).dataset().cloned().context("no dataset armed")?;
         let r = &d.request;
-        let trigger = r
-            .trigger_mode
-            .clone()
-            .unwrap_or_else(|| self.config.detector.trigger_mode.clone());
-        Ask::of(
-            &self.config,
-            &self.source,
-            send.frames,
-            (send.period_s, r.count_time_s),
-            r.pedestal,
-            trigger,
-        )
+        let trigger = r.trigger_mode.clone().unwrap_or_else(|| self.config.detector.trigger_mode.clone());
+        Ask::of(&self.config, &self.source, send.frames, (send.period_s, r.count_time_s), r.pedestal, trigger)
     }
 
     /// Records a pedestal dataset's calibration, and takes it for the datasets after.
-    fn keep_calibration(
-        &mut self,
-        received: &Received,
-        (path, cfg, g): (PathBuf, Config, Geometry),
-    ) -> anyhow::Result<PathBuf> {
-        let run = received
-            .pedestal_run
-            .as_ref()
-            .context("the pedestal dataset recorded no pedestal run")?;
+    fn keep_calibration(&mut self, received: &Received, (path, cfg, g): (PathBuf, Config, Geometry)) -> anyhow::Result<PathBuf> {
+        let run = received.pedestal_run.as_ref().context("the pedestal dataset recorded no pedestal run")?;
         for line in rdaq_run::pedestal::save(&cfg, g, run, &path, false)? {
             tracing::info!("{line}");
         }
@@ -389,12 +273,7 @@ impl Datasets {
 /// Waits for the trigger's frames (as [`super::Hub::settle`]); with a driven detector, the
 /// trigger is also done once the detector has said it is finished and the datagrams in
 /// flight have landed.
-fn take_trigger(
-    hub: &SharedHub,
-    open: &Open,
-    send: &Send,
-    finished: Option<(Arc<AtomicBool>, Duration)>,
-) {
+fn take_trigger(hub: &SharedHub, open: &Open, send: &Send, finished: Option<(Arc<AtomicBool>, Duration)>) {
     let mut heard = (0u64, Instant::now());
     let taken = || {
         if open.thread.is_finished() || open.stop.stop.load(Ordering::Relaxed) {
@@ -404,30 +283,15 @@ fn take_trigger(
         if done != heard.0 {
             heard = (done, Instant::now());
         }
-        let landed = finished
-            .as_ref()
-            .is_some_and(|(f, grace)| f.load(Ordering::Acquire) && heard.1.elapsed() >= *grace);
+        let landed = finished.as_ref().is_some_and(|(f, grace)| f.load(Ordering::Acquire) && heard.1.elapsed() >= *grace);
         (!landed).then_some(done)
     };
-    hub.settle(
-        send.first_frame + send.frames,
-        Some(send.first_frame),
-        POLL,
-        taken,
-    );
+    hub.settle(send.first_frame + send.frames, Some(send.first_frame), POLL, taken);
 }
 
 /// An acquisition's thread: starts the receiver on the dataset's files, says so through
 /// `started`, and takes the frames until the receiver has its count or `stop`.
-fn acquire(
-    source: &Source,
-    cfg: &Config,
-    master: &Path,
-    (count_time_s, period_s): (f64, f64),
-    pedestal: bool,
-    stop: &Control,
-    started: mpsc::SyncSender<anyhow::Result<Listening>>,
-) -> anyhow::Result<Received> {
+fn acquire(source: &Source, cfg: &Config, master: &Path, (count_time_s, period_s): (f64, f64), pedestal: bool, stop: &Control, started: mpsc::SyncSender<anyhow::Result<Listening>>) -> anyhow::Result<Received> {
     let mut geometry = None;
     let receiving = remote::setup(source, cfg).and_then(|mut setup| {
         (setup.meta.count_time_s, setup.meta.frame_time_s) = (count_time_s, period_s);
@@ -445,18 +309,9 @@ fn acquire(
         }
     };
     let geometry = geometry.expect("set before the receiver started");
-    let l = Listening {
-        board: receiving.board(),
-        ports: receiving.rx.ports().to_vec(),
-        engine: receiving.rx.engine().to_string(),
-        geometry,
-    };
+    let l = Listening { board: receiving.board(), ports: receiving.rx.ports().to_vec(), engine: receiving.rx.engine().to_string(), geometry };
     let _ = started.send(Ok(l));
-    receiving.run(
-        &ProgressBar::hidden(),
-        rdaq_run::receive::Ending::default(),
-        stop,
-    )
+    receiving.run(&ProgressBar::hidden(), rdaq_run::receive::Ending::default(), stop)
 }
 
 impl super::Worker for Datasets {
@@ -465,18 +320,12 @@ impl super::Worker for Datasets {
             self.open = Some(self.open_dataset()?);
         }
         let drive = match &self.driver.sls_detector {
-            Some(_) => self
-                .driver
-                .command(&self.ask(send)?)?
-                .map(Drive::start)
-                .transpose()?,
+            Some(_) => self.driver.command(&self.ask(send)?)?.map(Drive::start).transpose()?,
             None => None,
         };
         ready.listening();
         let open = self.open.as_ref().expect("opened above");
-        let finished = drive
-            .as_ref()
-            .map(|d| (d.ended(), self.config.frame_timeout() + LANDED));
+        let finished = drive.as_ref().map(|d| (d.ended(), self.config.frame_timeout() + LANDED));
         take_trigger(&self.hub, open, send, finished);
         let stopped = open.stop.stop.load(Ordering::Relaxed);
         if stopped {
@@ -484,9 +333,7 @@ impl super::Worker for Datasets {
             let _ = lock(&self.hub.service).cancel();
         }
         // a cancelled trigger stops the detector at once; one that has its frames lets it end
-        drive
-            .map(|d| d.finish(if stopped { Duration::ZERO } else { PATIENCE }))
-            .transpose()?;
+        drive.map(|d| d.finish(if stopped { Duration::ZERO } else { PATIENCE })).transpose()?;
         Ok(())
     }
 
@@ -508,17 +355,9 @@ impl super::Worker for Datasets {
         tracing::info!(frames_complete = sum.frames_complete, frames_expected = ?sum.frames_expected, written = sum.frames_written, frames_lost = ?frames_lost, datagrams_dropped = sum.datagrams_dropped, "dataset closed");
         let mut summary = serde_json::to_value(sum)?;
         if let Some(c) = closing.calibration {
-            summary["calibration"] = self
-                .keep_calibration(&received, c)?
-                .display()
-                .to_string()
-                .into();
+            summary["calibration"] = self.keep_calibration(&received, c)?.display().to_string().into();
         }
-        Ok(Closed {
-            summary,
-            frames_lost,
-            no_master: sum.write_error.clone(),
-        })
+        Ok(Closed { summary, frames_lost, no_master: sum.write_error.clone() })
     }
 
     /// The receiver is stopped, its files kept.

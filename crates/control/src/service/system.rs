@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 mod datasets;
 
+use datasets::Worker;
 use crate::dashboard::ProcessView;
 use crate::http::lock;
 use crate::manager::{Board, ManageArgs, Session};
 use crate::service::{self, Backend, Image, Live, Serving};
-use datasets::Worker;
 use rdaq_manager::service::ArmRequest;
 
 /// Serves the acquisition service until Ctrl-C: checks the system, then carries out the
@@ -25,26 +25,15 @@ pub fn serve(a: &ManageArgs) -> anyhow::Result<ExitCode> {
     let s = Session::connect(a, &access, 0)?;
     datasets::check_topology(&s)?;
     wait_for_daemons(&s)?;
-    let receivers = s
-        .plan
-        .receivers
-        .iter()
-        .map(|rp| s.t.receivers[rp.receiver].name.clone())
-        .collect();
+    let receivers = s.plan.receivers.iter().map(|rp| s.t.receivers[rp.receiver].name.clone()).collect();
     let g = s.t.geometry();
     let access = Arc::new(access);
-    let backend = Arc::new(System {
-        board: s.shared.clone(),
-        receivers,
-    });
+    let backend = Arc::new(System { board: s.shared.clone(), receivers });
     let serving = Serving {
         addr: a.serve.expect("--serve given with --data-root"),
         access: access.clone(),
         root,
-        image: Image {
-            height: g.height(),
-            width: g.width(),
-        },
+        image: Image { height: g.height(), width: g.width() },
         backend,
         extra: crate::manager::board_router(s.shared.clone(), access),
         extra_described: crate::manager::board_described(),
@@ -66,9 +55,7 @@ fn wait_for_daemons(s: &Session) -> anyhow::Result<()> {
     loop {
         match s.check_telegrams() {
             Ok(()) => return Ok(()),
-            Err(e)
-                if Instant::now() < deadline && format!("{e:#}").contains("Connection refused") =>
-            {
+            Err(e) if Instant::now() < deadline && format!("{e:#}").contains("Connection refused") => {
                 if !said {
                     tracing::info!("waiting for the daemons ({e:#})");
                     said = true;
@@ -91,26 +78,9 @@ struct System {
 impl Backend for System {
     fn live(&self) -> (Live, u64) {
         let b = lock(&self.board);
-        let base = |name: &str, k: &str| {
-            b.counters_base
-                .get(name)
-                .and_then(|c| c[k].as_u64())
-                .unwrap_or(0)
-        };
-        let counted = |k: &str| {
-            b.receivers
-                .iter()
-                .filter_map(|(name, (_, c))| {
-                    Some(c.as_ref()?[k].as_u64()?.saturating_sub(base(name, k)))
-                })
-                .sum()
-        };
-        let live = Live {
-            processing: ProcessView::sum(b.processing.values()),
-            datagrams_dropped: counted("dropped"),
-            frames_incomplete: counted("frames_incomplete"),
-            threads: None,
-        };
+        let base = |name: &str, k: &str| b.counters_base.get(name).and_then(|c| c[k].as_u64()).unwrap_or(0);
+        let counted = |k: &str| b.receivers.iter().filter_map(|(name, (_, c))| Some(c.as_ref()?[k].as_u64()?.saturating_sub(base(name, k)))).sum();
+        let live = Live { processing: ProcessView::sum(b.processing.values()), datagrams_dropped: counted("dropped"), frames_incomplete: counted("frames_incomplete"), threads: None };
         // the worker clears these between datasets
         (live, b.to_writer.values().sum())
     }
@@ -120,11 +90,7 @@ impl Backend for System {
         let prefix = &req.prefix;
         let f = datasets::dataset_files(dir, prefix);
         let mut paths = vec![f.report, f.events, f.manifest, f.master];
-        paths.extend(
-            self.receivers
-                .iter()
-                .map(|name| dir.join(format!("{prefix}_{name}_master.h5"))),
-        );
+        paths.extend(self.receivers.iter().map(|name| dir.join(format!("{prefix}_{name}_master.h5"))));
         paths
     }
 

@@ -68,14 +68,7 @@ impl Requester {
     /// A queue pair writing to the responder's `dest_qp` from `start_psn`, `mtu` payload bytes
     /// per packet.
     pub fn new(dest_qp: u32, start_psn: u32, mtu: u32) -> Requester {
-        Requester {
-            dest_qp,
-            mtu,
-            next_psn: start_psn & PSN_MASK,
-            window: VecDeque::new(),
-            progress: Instant::now(),
-            retries: 0,
-        }
+        Requester { dest_qp, mtu, next_psn: start_psn & PSN_MASK, window: VecDeque::new(), progress: Instant::now(), retries: 0 }
     }
 
     /// Messages sent and not yet acknowledged.
@@ -85,9 +78,7 @@ impl Requester {
 
     /// Packets sent and not yet acknowledged.
     pub fn in_flight(&self) -> u32 {
-        self.window
-            .front()
-            .map_or(0, |p| psn_ahead(self.next_psn, p.first_psn))
+        self.window.front().map_or(0, |p| psn_ahead(self.next_psn, p.first_psn))
     }
 
     /// The oldest frame still in the window (the caller must keep its bytes).
@@ -102,11 +93,7 @@ impl Requester {
         if self.window.is_empty() {
             self.progress = Instant::now();
         }
-        self.window.push_back(Posted {
-            msg,
-            first_psn: self.next_psn,
-            packets,
-        });
+        self.window.push_back(Posted { msg, first_psn: self.next_psn, packets });
         self.next_psn = (self.next_psn + packets) & PSN_MASK;
         packets
     }
@@ -128,47 +115,18 @@ impl Requester {
         let off = k as usize * self.mtu as usize;
         let len = (m.len as usize - off).min(self.mtu as usize);
         let psn = (p.first_psn + k) & PSN_MASK;
-        let bth = Bth {
-            opcode: opcode as u8,
-            solicited: last && m.imm.is_some(),
-            mig_req: false,
-            pad: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qp: self.dest_qp,
-            ack_req: last,
-            psn,
-        };
-        let reth = first.then_some(Reth {
-            va: m.va,
-            rkey: m.rkey,
-            len: m.len,
-        });
+        let bth = Bth { opcode: opcode as u8, solicited: last && m.imm.is_some(), mig_req: false, pad: 0, pkey: 0xFFFF, fecn: false, becn: false, dest_qp: self.dest_qp, ack_req: last, psn };
+        let reth = first.then_some(Reth { va: m.va, rkey: m.rkey, len: m.len });
         let imm = if last { m.imm } else { None };
-        PacketPlan {
-            headers: Headers {
-                bth,
-                reth,
-                imm,
-                aeth: None,
-            },
-            frame: m.frame,
-            from: m.from + off,
-            len,
-        }
+        PacketPlan { headers: Headers { bth, reth, imm, aeth: None }, frame: m.frame, from: m.from + off, len }
     }
 
     /// Takes an ACK or NAK for PSN `psn`.
     pub fn answer(&mut self, kind: AethKind, psn: u32) -> Answer {
-        let Some(front) = self.window.front() else {
-            return Answer::Ignored;
-        };
+        let Some(front) = self.window.front() else { return Answer::Ignored };
         let base = front.first_psn;
         // an answer can only be about PSNs sent: from the window's start to next_psn
-        let inside = |psn: u32| {
-            !psn_behind(psn, base.wrapping_sub(1) & PSN_MASK) && psn_behind(psn, self.next_psn)
-        };
+        let inside = |psn: u32| !psn_behind(psn, base.wrapping_sub(1) & PSN_MASK) && psn_behind(psn, self.next_psn);
         match kind {
             AethKind::Ack { .. } if inside(psn) => {
                 let mut released = 0;
@@ -200,10 +158,7 @@ impl Requester {
     /// The packets to send again from `psn` to the end of the window, as (window position,
     /// packet) in order (empty when `psn` is not in the window).
     pub fn resend_from(&self, psn: u32) -> impl Iterator<Item = (usize, u32)> + '_ {
-        let start = self
-            .window
-            .iter()
-            .position(|p| psn_ahead(psn, p.first_psn) < p.packets);
+        let start = self.window.iter().position(|p| psn_ahead(psn, p.first_psn) < p.packets);
         let skip = start.map_or(0, |i| psn_ahead(psn, self.window[i].first_psn));
         self.window
             .iter()
@@ -233,14 +188,7 @@ mod tests {
     use super::*;
 
     fn msg(frame: u64, len: u32) -> WriteMessage {
-        WriteMessage {
-            frame,
-            from: 0,
-            va: 0x1000,
-            rkey: 9,
-            len,
-            imm: Some(frame as u32),
-        }
+        WriteMessage { frame, from: 0, va: 0x1000, rkey: 9, len, imm: Some(frame as u32) }
     }
 
     #[test]
@@ -249,32 +197,11 @@ mod tests {
         assert_eq!(r.post(msg(3, 2500)), 3);
         let p: Vec<PacketPlan> = (0..3).map(|k| r.packet(0, k)).collect();
         let ops: Vec<u8> = p.iter().map(|x| x.headers.bth.opcode).collect();
-        assert_eq!(
-            ops,
-            vec![
-                Opcode::WriteFirst as u8,
-                Opcode::WriteMiddle as u8,
-                Opcode::WriteLastImm as u8
-            ]
-        );
-        assert_eq!(
-            p.iter().map(|x| x.headers.bth.psn).collect::<Vec<_>>(),
-            vec![PSN_MASK - 1, PSN_MASK, 0]
-        );
-        assert_eq!(
-            (
-                p[0].headers.reth.unwrap().len,
-                p[2].from,
-                p[2].len,
-                p[2].headers.imm
-            ),
-            (2500, 2048, 452, Some(3))
-        );
+        assert_eq!(ops, vec![Opcode::WriteFirst as u8, Opcode::WriteMiddle as u8, Opcode::WriteLastImm as u8]);
+        assert_eq!(p.iter().map(|x| x.headers.bth.psn).collect::<Vec<_>>(), vec![PSN_MASK - 1, PSN_MASK, 0]);
+        assert_eq!((p[0].headers.reth.unwrap().len, p[2].from, p[2].len, p[2].headers.imm), (2500, 2048, 452, Some(3)));
         assert!(p[1].headers.reth.is_none() && p[2].headers.bth.ack_req);
-        r.post(WriteMessage {
-            imm: None,
-            ..msg(4, 100)
-        });
+        r.post(WriteMessage { imm: None, ..msg(4, 100) });
         assert_eq!(r.packet(1, 0).headers.bth.opcode, Opcode::WriteOnly as u8);
     }
 
@@ -283,43 +210,19 @@ mod tests {
         let mut r = Requester::new(0x11, 10, 1024);
         r.post(msg(0, 3000)); // PSN 10..12
         r.post(msg(1, 3000)); // 13..15
-        assert_eq!(
-            r.answer(AethKind::Ack { credits: 0 }, 11),
-            Answer::Acked { released: 0 }
-        );
-        assert_eq!(
-            r.answer(AethKind::Nak { code: 0 }, 12),
-            Answer::GoBack { psn: 12 }
-        );
+        assert_eq!(r.answer(AethKind::Ack { credits: 0 }, 11), Answer::Acked { released: 0 });
+        assert_eq!(r.answer(AethKind::Nak { code: 0 }, 12), Answer::GoBack { psn: 12 });
         let again: Vec<(usize, u32)> = r.resend_from(12).collect();
         assert_eq!(again, vec![(0, 2), (1, 0), (1, 1), (1, 2)]);
         assert_eq!(r.in_flight(), 6);
-        assert_eq!(
-            r.answer(AethKind::Ack { credits: 0 }, 13),
-            Answer::Acked { released: 1 }
-        );
+        assert_eq!(r.answer(AethKind::Ack { credits: 0 }, 13), Answer::Acked { released: 1 });
         assert_eq!(r.in_flight(), 3);
         assert_eq!(r.oldest_frame(), Some(1));
-        assert_eq!(
-            r.answer(AethKind::Ack { credits: 0 }, 99),
-            Answer::Ignored,
-            "not a PSN sent"
-        );
-        assert_eq!(
-            r.answer(AethKind::Nak { code: 0 }, 11),
-            Answer::Ignored,
-            "a late NAK of a PSN acknowledged"
-        );
-        assert_eq!(
-            r.answer(AethKind::Ack { credits: 0 }, 15),
-            Answer::Acked { released: 1 }
-        );
+        assert_eq!(r.answer(AethKind::Ack { credits: 0 }, 99), Answer::Ignored, "not a PSN sent");
+        assert_eq!(r.answer(AethKind::Nak { code: 0 }, 11), Answer::Ignored, "a late NAK of a PSN acknowledged");
+        assert_eq!(r.answer(AethKind::Ack { credits: 0 }, 15), Answer::Acked { released: 1 });
         assert_eq!(r.outstanding(), 0);
-        assert_eq!(
-            r.answer(AethKind::Nak { code: 2 }, 16),
-            Answer::Ignored,
-            "nothing outstanding"
-        );
+        assert_eq!(r.answer(AethKind::Nak { code: 2 }, 16), Answer::Ignored, "nothing outstanding");
     }
 
     #[test]
@@ -329,14 +232,7 @@ mod tests {
         let t = Instant::now() + Duration::from_secs(1);
         assert_eq!(r.timed_out(t, Duration::from_millis(10)), Some(0));
         assert_eq!(r.retries, 1);
-        assert_eq!(
-            r.timed_out(t, Duration::from_millis(10)),
-            None,
-            "the resend restarted the clock"
-        );
-        assert_eq!(
-            r.answer(AethKind::Nak { code: 2 }, 0),
-            Answer::Fatal { code: 2 }
-        );
+        assert_eq!(r.timed_out(t, Duration::from_millis(10)), None, "the resend restarted the clock");
+        assert_eq!(r.answer(AethKind::Nak { code: 2 }, 0), Answer::Fatal { code: 2 });
     }
 }

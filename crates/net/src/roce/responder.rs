@@ -160,25 +160,9 @@ impl Responder {
         regions.sort_by_key(|r| r.va);
         let qps = qps
             .iter()
-            .map(|&cfg| Qp {
-                cfg,
-                epsn: cfg.start_psn & PSN_MASK,
-                msn: 0,
-                seq: 0,
-                frame: cfg.first_frame,
-                msg: None,
-                nak_sent: false,
-                ack_due: false,
-                nak_due: None,
-                peer: None,
-            })
+            .map(|&cfg| Qp { cfg, epsn: cfg.start_psn & PSN_MASK, msn: 0, seq: 0, frame: cfg.first_frame, msg: None, nak_sent: false, ack_due: false, nak_due: None, peer: None })
             .collect();
-        Responder {
-            qps,
-            regions,
-            mtu,
-            stats: ResponderStats::default(),
-        }
+        Responder { qps, regions, mtu, stats: ResponderStats::default() }
     }
 
     /// Counts a packet dropped before it reached [`Responder::take`].
@@ -199,11 +183,7 @@ impl Responder {
 
     fn check(&mut self, p: &Head, from: &Endpoints) -> Result<Write, RoceDrop> {
         let bth = p.headers.bth;
-        let i = self
-            .qps
-            .iter()
-            .position(|q| q.cfg.qpn == bth.dest_qp)
-            .ok_or(RoceDrop::UnknownQp)?;
+        let i = self.qps.iter().position(|q| q.cfg.qpn == bth.dest_qp).ok_or(RoceDrop::UnknownQp)?;
         let mtu = self.mtu as u64;
         let q = &mut self.qps[i];
         q.peer = Some(*from);
@@ -225,31 +205,18 @@ impl Responder {
                 let reth = p.headers.reth.expect("a FIRST or ONLY packet has a RETH");
                 let only = p.opcode != Opcode::WriteFirst;
                 let total = reth.len as u64;
-                let fits = if only {
-                    len == total && len <= mtu && len > 0
-                } else {
-                    len == mtu && total > mtu
-                };
+                let fits = if only { len == total && len <= mtu && len > 0 } else { len == mtu && total > mtu };
                 if !fits {
                     return refuse(q, RoceDrop::InvalidRequest);
                 }
                 let Some(region) = find_region(&self.regions, reth.va, reth.rkey, total) else {
                     return refuse(q, RoceDrop::RemoteAccess);
                 };
-                Message {
-                    region,
-                    rkey: reth.rkey,
-                    next: reth.va - self.regions[region].va,
-                    remaining: total,
-                }
+                Message { region, rkey: reth.rkey, next: reth.va - self.regions[region].va, remaining: total }
             }
             (Opcode::WriteMiddle | Opcode::WriteLast | Opcode::WriteLastImm, Some(m)) => {
                 let middle = p.opcode == Opcode::WriteMiddle;
-                let fits = if middle {
-                    len == mtu && m.remaining > mtu
-                } else {
-                    len == m.remaining && len <= mtu
-                };
+                let fits = if middle { len == mtu && m.remaining > mtu } else { len == m.remaining && len <= mtu };
                 if !fits {
                     return refuse(q, RoceDrop::InvalidRequest);
                 }
@@ -258,26 +225,13 @@ impl Responder {
             _ => return refuse(q, RoceDrop::InvalidRequest),
         };
         let region = self.regions[msg.region];
-        let w = Write {
-            qp: i,
-            buffer: region.buffer,
-            rkey: msg.rkey,
-            offset: msg.next,
-            len: len as u32,
-            seq: q.seq,
-            frame: q.frame,
-            imm: p.headers.imm,
-        };
+        let w = Write { qp: i, buffer: region.buffer, rkey: msg.rkey, offset: msg.next, len: len as u32, seq: q.seq, frame: q.frame, imm: p.headers.imm };
         q.epsn = (q.epsn + 1) & PSN_MASK;
         q.seq = q.seq.wrapping_add(1);
         q.nak_sent = false;
         q.ack_due = true;
         let ends = msg.remaining == len;
-        q.msg = (!ends).then_some(Message {
-            next: msg.next + len,
-            remaining: msg.remaining - len,
-            ..msg
-        });
+        q.msg = (!ends).then_some(Message { next: msg.next + len, remaining: msg.remaining - len, ..msg });
         if ends {
             q.msn = (q.msn + 1) & PSN_MASK;
         }
@@ -301,28 +255,14 @@ impl Responder {
             let answer = |kind, psn| Reply {
                 to,
                 headers: Headers {
-                    bth: Bth {
-                        opcode: Opcode::Ack as u8,
-                        solicited: false,
-                        mig_req: false,
-                        pad: 0,
-                        pkey: 0xFFFF,
-                        fecn: false,
-                        becn: false,
-                        dest_qp: q.cfg.peer_qpn,
-                        ack_req: false,
-                        psn,
-                    },
+                    bth: Bth { opcode: Opcode::Ack as u8, solicited: false, mig_req: false, pad: 0, pkey: 0xFFFF, fecn: false, becn: false, dest_qp: q.cfg.peer_qpn, ack_req: false, psn },
                     reth: None,
                     imm: None,
                     aeth: Some(Aeth { kind, msn: q.msn }),
                 },
             };
             if std::mem::take(&mut q.ack_due) {
-                send(answer(
-                    AethKind::Ack { credits: 0x1F },
-                    q.epsn.wrapping_sub(1) & PSN_MASK,
-                ));
+                send(answer(AethKind::Ack { credits: 0x1F }, q.epsn.wrapping_sub(1) & PSN_MASK));
                 self.stats.acks += 1;
             }
             if let Some((code, psn)) = q.nak_due.take() {
@@ -335,11 +275,7 @@ impl Responder {
 
 /// Refuses the packet at the expected PSN with a NAK (the last refusal of a batch is answered).
 fn refuse(q: &mut Qp, why: RoceDrop) -> Result<Write, RoceDrop> {
-    let code = if why == RoceDrop::RemoteAccess {
-        NAK_REMOTE_ACCESS
-    } else {
-        NAK_INVALID_REQUEST
-    };
+    let code = if why == RoceDrop::RemoteAccess { NAK_REMOTE_ACCESS } else { NAK_INVALID_REQUEST };
     q.nak_due = Some((code, q.epsn));
     Err(why)
 }
@@ -361,64 +297,18 @@ mod tests {
     const MTU: u32 = 1024;
 
     fn ends() -> Endpoints {
-        Endpoints {
-            src_mac: [2; 6],
-            dst_mac: [4; 6],
-            src_ip: Ipv4Addr::new(10, 0, 0, 1),
-            dst_ip: Ipv4Addr::new(10, 0, 0, 2),
-            src_port: 49152,
-        }
+        Endpoints { src_mac: [2; 6], dst_mac: [4; 6], src_ip: Ipv4Addr::new(10, 0, 0, 1), dst_ip: Ipv4Addr::new(10, 0, 0, 2), src_port: 49152 }
     }
 
     fn responder() -> Responder {
-        let qp = QpConfig {
-            qpn: 0x11,
-            peer_qpn: 0x100,
-            start_psn: 0xFF_FFFE,
-            first_frame: 7,
-            frame_stride: 1,
-        };
-        let regions = [
-            Region {
-                va: 0x10_0000,
-                len: 4096,
-                rkey: 5,
-                buffer: 1,
-            },
-            Region {
-                va: 0x20_0000,
-                len: 4096,
-                rkey: 6,
-                buffer: 2,
-            },
-        ];
+        let qp = QpConfig { qpn: 0x11, peer_qpn: 0x100, start_psn: 0xFF_FFFE, first_frame: 7, frame_stride: 1 };
+        let regions = [Region { va: 0x10_0000, len: 4096, rkey: 5, buffer: 1 }, Region { va: 0x20_0000, len: 4096, rkey: 6, buffer: 2 }];
         Responder::new(&[qp], &regions, MTU)
     }
 
     fn packet(op: Opcode, psn: u32, reth: Option<Reth>, imm: Option<u32>, payload: &[u8]) -> Head {
-        let bth = Bth {
-            opcode: op as u8,
-            solicited: false,
-            mig_req: false,
-            pad: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qp: 0x11,
-            ack_req: false,
-            psn,
-        };
-        Head {
-            opcode: op,
-            headers: Headers {
-                bth,
-                reth,
-                imm,
-                aeth: None,
-            },
-            payload_at: 0,
-            payload_len: payload.len(),
-        }
+        let bth = Bth { opcode: op as u8, solicited: false, mig_req: false, pad: 0, pkey: 0xFFFF, fecn: false, becn: false, dest_qp: 0x11, ack_req: false, psn };
+        Head { opcode: op, headers: Headers { bth, reth, imm, aeth: None }, payload_at: 0, payload_len: payload.len() }
     }
 
     fn replies(r: &mut Responder) -> Vec<(AethKind, u32)> {
@@ -431,94 +321,29 @@ mod tests {
     fn places_a_message_in_order_across_the_psn_wrap_and_numbers_its_frame() {
         let mut r = responder();
         let data = [1u8; 1024];
-        let reth = Reth {
-            va: 0x20_0000 + 1024,
-            rkey: 6,
-            len: 2500,
-        };
-        let w0 = r
-            .take(
-                &packet(Opcode::WriteFirst, 0xFF_FFFE, Some(reth), None, &data),
-                &ends(),
-            )
-            .unwrap();
-        let w1 = r
-            .take(
-                &packet(Opcode::WriteMiddle, 0xFF_FFFF, None, None, &data),
-                &ends(),
-            )
-            .unwrap();
-        let w2 = r
-            .take(
-                &packet(Opcode::WriteLastImm, 0, None, Some(7), &data[..452]),
-                &ends(),
-            )
-            .unwrap();
+        let reth = Reth { va: 0x20_0000 + 1024, rkey: 6, len: 2500 };
+        let w0 = r.take(&packet(Opcode::WriteFirst, 0xFF_FFFE, Some(reth), None, &data), &ends()).unwrap();
+        let w1 = r.take(&packet(Opcode::WriteMiddle, 0xFF_FFFF, None, None, &data), &ends()).unwrap();
+        let w2 = r.take(&packet(Opcode::WriteLastImm, 0, None, Some(7), &data[..452]), &ends()).unwrap();
         assert_eq!((w0.buffer, w0.offset, w0.seq, w0.frame), (2, 1024, 0, 7));
-        assert_eq!(
-            (w1.offset, w2.offset, w2.len, w2.imm),
-            (2048, 3072, 452, Some(7))
-        );
+        assert_eq!((w1.offset, w2.offset, w2.len, w2.imm), (2048, 3072, 452, Some(7)));
         assert_eq!(replies(&mut r), vec![(AethKind::Ack { credits: 0x1F }, 0)]);
-        let next = r
-            .take(
-                &packet(
-                    Opcode::WriteOnlyImm,
-                    1,
-                    Some(Reth {
-                        va: 0x10_0000,
-                        rkey: 5,
-                        len: 8,
-                    }),
-                    Some(8),
-                    &data[..8],
-                ),
-                &ends(),
-            )
-            .unwrap();
+        let next = r.take(&packet(Opcode::WriteOnlyImm, 1, Some(Reth { va: 0x10_0000, rkey: 5, len: 8 }), Some(8), &data[..8]), &ends()).unwrap();
         assert_eq!((next.frame, next.buffer), (8, 1));
     }
 
     #[test]
     fn a_gap_is_naked_once_and_a_resend_is_acked() {
         let mut r = responder();
-        let p = |psn| {
-            packet(
-                Opcode::WriteOnly,
-                psn,
-                Some(Reth {
-                    va: 0x10_0000,
-                    rkey: 5,
-                    len: 8,
-                }),
-                None,
-                &[0; 8],
-            )
-        };
+        let p = |psn| packet(Opcode::WriteOnly, psn, Some(Reth { va: 0x10_0000, rkey: 5, len: 8 }), None, &[0; 8]);
         assert!(r.take(&p(0xFF_FFFE), &ends()).is_ok());
         assert_eq!(r.take(&p(0), &ends()), Err(RoceDrop::OutOfSequence));
         assert_eq!(r.take(&p(1), &ends()), Err(RoceDrop::OutOfSequence));
-        assert_eq!(
-            replies(&mut r),
-            vec![
-                (AethKind::Ack { credits: 0x1F }, 0xFF_FFFE),
-                (AethKind::Nak { code: 0 }, 0xFF_FFFF)
-            ]
-        );
+        assert_eq!(replies(&mut r), vec![(AethKind::Ack { credits: 0x1F }, 0xFF_FFFE), (AethKind::Nak { code: 0 }, 0xFF_FFFF)]);
         assert_eq!(r.take(&p(0xFF_FFFE), &ends()), Err(RoceDrop::Duplicate));
         assert!(r.take(&p(0xFF_FFFF), &ends()).is_ok());
-        assert_eq!(
-            replies(&mut r),
-            vec![(AethKind::Ack { credits: 0x1F }, 0xFF_FFFF)]
-        );
-        assert_eq!(
-            (
-                r.stats.dropped(RoceDrop::OutOfSequence),
-                r.stats.dropped(RoceDrop::Duplicate),
-                r.stats.taken
-            ),
-            (2, 1, 2)
-        );
+        assert_eq!(replies(&mut r), vec![(AethKind::Ack { credits: 0x1F }, 0xFF_FFFF)]);
+        assert_eq!((r.stats.dropped(RoceDrop::OutOfSequence), r.stats.dropped(RoceDrop::Duplicate), r.stats.taken), (2, 1, 2));
     }
 
     #[test]
@@ -526,146 +351,25 @@ mod tests {
         let mut r = responder();
         let reth = |va, rkey, len| Some(Reth { va, rkey, len });
         let e = ends();
-        assert_eq!(
-            r.take(
-                &packet(
-                    Opcode::WriteOnly,
-                    0xFF_FFFE,
-                    reth(0x10_0000, 6, 8),
-                    None,
-                    &[0; 8]
-                ),
-                &e
-            ),
-            Err(RoceDrop::RemoteAccess)
-        );
-        assert_eq!(
-            r.take(
-                &packet(
-                    Opcode::WriteOnly,
-                    0xFF_FFFE,
-                    reth(0x10_0FFC, 5, 8),
-                    None,
-                    &[0; 8]
-                ),
-                &e
-            ),
-            Err(RoceDrop::RemoteAccess)
-        );
-        assert_eq!(
-            r.take(
-                &packet(
-                    Opcode::WriteOnly,
-                    0xFF_FFFE,
-                    reth(0x0F_FFFF, 5, 1),
-                    None,
-                    &[0; 1]
-                ),
-                &e
-            ),
-            Err(RoceDrop::RemoteAccess)
-        );
-        assert_eq!(
-            r.take(
-                &packet(Opcode::WriteMiddle, 0xFF_FFFE, None, None, &[0; 1024]),
-                &e
-            ),
-            Err(RoceDrop::InvalidRequest)
-        );
-        assert_eq!(
-            r.take(
-                &packet(
-                    Opcode::WriteOnly,
-                    0xFF_FFFE,
-                    reth(0x10_0000, 5, 9),
-                    None,
-                    &[0; 8]
-                ),
-                &e
-            ),
-            Err(RoceDrop::InvalidRequest)
-        );
-        assert_eq!(
-            r.take(
-                &packet(
-                    Opcode::WriteFirst,
-                    0xFF_FFFE,
-                    reth(0x10_0000, 5, 4096),
-                    None,
-                    &[0; 1000]
-                ),
-                &e
-            ),
-            Err(RoceDrop::InvalidRequest)
-        );
-        let mut bad_qp = packet(
-            Opcode::WriteOnly,
-            0xFF_FFFE,
-            reth(0x10_0000, 5, 8),
-            None,
-            &[0; 8],
-        );
+        assert_eq!(r.take(&packet(Opcode::WriteOnly, 0xFF_FFFE, reth(0x10_0000, 6, 8), None, &[0; 8]), &e), Err(RoceDrop::RemoteAccess));
+        assert_eq!(r.take(&packet(Opcode::WriteOnly, 0xFF_FFFE, reth(0x10_0FFC, 5, 8), None, &[0; 8]), &e), Err(RoceDrop::RemoteAccess));
+        assert_eq!(r.take(&packet(Opcode::WriteOnly, 0xFF_FFFE, reth(0x0F_FFFF, 5, 1), None, &[0; 1]), &e), Err(RoceDrop::RemoteAccess));
+        assert_eq!(r.take(&packet(Opcode::WriteMiddle, 0xFF_FFFE, None, None, &[0; 1024]), &e), Err(RoceDrop::InvalidRequest));
+        assert_eq!(r.take(&packet(Opcode::WriteOnly, 0xFF_FFFE, reth(0x10_0000, 5, 9), None, &[0; 8]), &e), Err(RoceDrop::InvalidRequest));
+        assert_eq!(r.take(&packet(Opcode::WriteFirst, 0xFF_FFFE, reth(0x10_0000, 5, 4096), None, &[0; 1000]), &e), Err(RoceDrop::InvalidRequest));
+        let mut bad_qp = packet(Opcode::WriteOnly, 0xFF_FFFE, reth(0x10_0000, 5, 8), None, &[0; 8]);
         bad_qp.headers.bth.dest_qp = 0x12;
         assert_eq!(r.take(&bad_qp, &e), Err(RoceDrop::UnknownQp));
         let naks = replies(&mut r);
-        assert_eq!(
-            naks,
-            vec![(
-                AethKind::Nak {
-                    code: NAK_INVALID_REQUEST
-                },
-                0xFF_FFFE
-            )],
-            "one NAK per batch"
-        );
-        assert!(
-            r.take(
-                &packet(
-                    Opcode::WriteOnly,
-                    0xFF_FFFE,
-                    reth(0x10_0FF8, 5, 8),
-                    None,
-                    &[0; 8]
-                ),
-                &e
-            )
-            .is_ok(),
-            "nothing was taken before"
-        );
+        assert_eq!(naks, vec![(AethKind::Nak { code: NAK_INVALID_REQUEST }, 0xFF_FFFE)], "one NAK per batch");
+        assert!(r.take(&packet(Opcode::WriteOnly, 0xFF_FFFE, reth(0x10_0FF8, 5, 8), None, &[0; 8]), &e).is_ok(), "nothing was taken before");
     }
 
     #[test]
     fn frames_follow_the_stride_of_a_temporal_plan() {
-        let qp = QpConfig {
-            qpn: 0x11,
-            peer_qpn: 0x100,
-            start_psn: 0,
-            first_frame: 1,
-            frame_stride: 3,
-        };
-        let mut r = Responder::new(
-            &[qp],
-            &[Region {
-                va: 0x10_0000,
-                len: 4096,
-                rkey: 5,
-                buffer: 1,
-            }],
-            MTU,
-        );
-        let p = |psn, imm| {
-            packet(
-                Opcode::WriteOnlyImm,
-                psn,
-                Some(Reth {
-                    va: 0x10_0000,
-                    rkey: 5,
-                    len: 8,
-                }),
-                Some(imm),
-                &[0; 8],
-            )
-        };
+        let qp = QpConfig { qpn: 0x11, peer_qpn: 0x100, start_psn: 0, first_frame: 1, frame_stride: 3 };
+        let mut r = Responder::new(&[qp], &[Region { va: 0x10_0000, len: 4096, rkey: 5, buffer: 1 }], MTU);
+        let p = |psn, imm| packet(Opcode::WriteOnlyImm, psn, Some(Reth { va: 0x10_0000, rkey: 5, len: 8 }), Some(imm), &[0; 8]);
         assert_eq!(r.take(&p(0, 1), &ends()).map(|w| w.frame), Ok(1));
         assert_eq!(r.take(&p(1, 4), &ends()).map(|w| w.frame), Ok(4));
         assert_eq!(r.take(&p(2, 7), &ends()).map(|w| w.frame), Ok(7));
@@ -674,23 +378,8 @@ mod tests {
     #[test]
     fn an_immediate_of_another_frame_is_refused_and_followed() {
         let mut r = responder();
-        let p = |psn, imm| {
-            packet(
-                Opcode::WriteOnlyImm,
-                psn,
-                Some(Reth {
-                    va: 0x10_0000,
-                    rkey: 5,
-                    len: 8,
-                }),
-                Some(imm),
-                &[0; 8],
-            )
-        };
-        assert_eq!(
-            r.take(&p(0xFF_FFFE, 9), &ends()),
-            Err(RoceDrop::ImmMismatch)
-        );
+        let p = |psn, imm| packet(Opcode::WriteOnlyImm, psn, Some(Reth { va: 0x10_0000, rkey: 5, len: 8 }), Some(imm), &[0; 8]);
+        assert_eq!(r.take(&p(0xFF_FFFE, 9), &ends()), Err(RoceDrop::ImmMismatch));
         assert_eq!(r.take(&p(0xFF_FFFF, 10), &ends()).map(|w| w.frame), Ok(10));
     }
 }

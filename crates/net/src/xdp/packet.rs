@@ -21,11 +21,7 @@ pub struct Udp {
 pub fn parse(frame: &[u8]) -> Option<Udp> {
     let h = frame.get(..HEADERS_LEN)?;
     let (eth, ip, udp) = (&h[..14], &h[14..34], &h[34..42]);
-    if eth[12..14] != [0x08, 0x00]
-        || ip[0] != 0x45
-        || ip[9] != 17
-        || u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0
-    {
+    if eth[12..14] != [0x08, 0x00] || ip[0] != 0x45 || ip[9] != 17 || u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
         return None;
     }
     let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
@@ -57,10 +53,7 @@ mod tests {
     #[test]
     fn reads_addresses_and_length() {
         let u = parse(&frame(0x4000, 17, 12)).unwrap();
-        assert_eq!(
-            u.source,
-            SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 4000)
-        );
+        assert_eq!(u.source, SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 4000));
         assert_eq!((u.dest_port, u.payload_len), (50000, 4));
     }
 

@@ -32,21 +32,9 @@ impl Mapping {
     fn new(len: usize) -> Result<Mapping, XdpError> {
         // SAFETY: an anonymous private mapping at an address the kernel chooses; no existing
         // memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
         if p == libc::MAP_FAILED {
-            return Err(XdpError::Os {
-                what: "mapping the UMEM",
-                source: std::io::Error::last_os_error(),
-            });
+            return Err(XdpError::Os { what: "mapping the UMEM", source: std::io::Error::last_os_error() });
         }
         // huge pages where granted (fewer TLB misses when the engine reads the frames), then
         // every page written so that none faults on the receive path
@@ -55,10 +43,7 @@ impl Mapping {
             libc::madvise(p, len, libc::MADV_HUGEPAGE);
             std::ptr::write_bytes(p.cast::<u8>(), 0, len);
         }
-        Ok(Mapping {
-            ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
-            len,
-        })
+        Ok(Mapping { ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"), len })
     }
 }
 
@@ -94,37 +79,19 @@ impl XskQueue {
     pub fn open(ifindex: u32, queue: u32, chunks: u32) -> Result<XskQueue, XdpError> {
         debug_assert!(chunks.is_power_of_two());
         let mapping = Mapping::new(chunks as usize * CHUNK as usize)?;
-        let os = |what: &'static str| {
-            move |e: xdpilone::Errno| XdpError::Os {
-                what,
-                source: std::io::Error::from_raw_os_error(e.get_raw()),
-            }
-        };
-        let config = UmemConfig {
-            fill_size: chunks,
-            complete_size: 64,
-            frame_size: CHUNK,
-            headroom: 0,
-            flags: 0,
-        };
+        let os = |what: &'static str| move |e: xdpilone::Errno| XdpError::Os { what, source: std::io::Error::from_raw_os_error(e.get_raw()) };
+        let config = UmemConfig { fill_size: chunks, complete_size: 64, frame_size: CHUNK, headroom: 0, flags: 0 };
         let area = NonNull::slice_from_raw_parts(mapping.ptr, mapping.len);
         // SAFETY: the area is page-aligned (mmap) and stays mapped while the UMEM lives: the
         // mapping is the last field of XskQueue and so is dropped after the UMEM.
         let umem = unsafe { Umem::new(config, area) }.map_err(os("registering the UMEM"))?;
         let mut info = IfInfo::invalid();
-        info.from_ifindex(ifindex)
-            .map_err(os("reading the interface"))?;
+        info.from_ifindex(ifindex).map_err(os("reading the interface"))?;
         info.set_queue(queue);
         let sock = Socket::with_shared(&info, &umem).map_err(os("creating the AF_XDP socket"))?;
         let mut device = umem.fq_cq(&sock).map_err(os("creating the fill ring"))?;
-        let cfg = SocketConfig {
-            rx_size: NonZeroU32::new(chunks),
-            tx_size: None,
-            bind_flags: XDP_USE_SG,
-        };
-        let user = umem
-            .rx_tx(&sock, &cfg)
-            .map_err(os("creating the receive ring"))?;
+        let cfg = SocketConfig { rx_size: NonZeroU32::new(chunks), tx_size: None, bind_flags: XDP_USE_SG };
+        let user = umem.rx_tx(&sock, &cfg).map_err(os("creating the receive ring"))?;
         let rx = user.map_rx().map_err(os("mapping the receive ring"))?;
         {
             let mut fill = device.fill(chunks);
@@ -132,20 +99,9 @@ impl XskQueue {
             fill.commit();
             debug_assert_eq!(given, chunks);
         }
-        umem.bind(&user).map_err(os(
-            "binding to the interface queue (AF_XDP with multi-buffer needs Linux 6.6)",
-        ))?;
+        umem.bind(&user).map_err(os("binding to the interface queue (AF_XDP with multi-buffer needs Linux 6.6)"))?;
         let zero_copy = xdp_options(user.as_raw_fd()) & XDP_OPTIONS_ZEROCOPY != 0;
-        Ok(XskQueue {
-            rx,
-            device,
-            user,
-            _umem: umem,
-            queue,
-            zero_copy,
-            done: Vec::with_capacity(chunks as usize),
-            mapping,
-        })
+        Ok(XskQueue { rx, device, user, _umem: umem, queue, zero_copy, done: Vec::with_capacity(chunks as usize), mapping })
     }
 
     pub fn fd(&self) -> libc::c_int {
@@ -158,13 +114,7 @@ impl XskQueue {
     /// whose last buffer was missing (the kernel publishes packets whole, so this counts what
     /// should never happen).
     pub fn receive(&mut self, max: usize, mut each: impl FnMut(&[&[u8]])) -> (usize, u64) {
-        let XskQueue {
-            rx,
-            device,
-            done,
-            mapping,
-            ..
-        } = self;
+        let XskQueue { rx, device, done, mapping, .. } = self;
         let mut r = rx.receive(u32::MAX);
         let (mut packets, mut dropped) = (0, 0);
         let mut parts: [&[u8]; MAX_FRAGS] = [&[]; MAX_FRAGS];
@@ -179,12 +129,7 @@ impl XskQueue {
                 // SAFETY: in bounds (checked above); the kernel wrote this chunk before it
                 // published the descriptor and will not write it again until the chunk is back
                 // in the fill ring, which happens below, after `each` is done with it.
-                parts[n] = unsafe {
-                    std::slice::from_raw_parts(
-                        mapping.ptr.as_ptr().add(d.addr as usize),
-                        d.len as usize,
-                    )
-                };
+                parts[n] = unsafe { std::slice::from_raw_parts(mapping.ptr.as_ptr().add(d.addr as usize), d.len as usize) };
                 n += 1;
             }
             done.push(d.addr & !(CHUNK as u64 - 1));
@@ -217,15 +162,7 @@ fn xdp_options(fd: libc::c_int) -> u32 {
     let mut flags: u32 = 0;
     let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
     // SAFETY: the kernel writes at most `len` bytes (struct xdp_options is one u32) into `flags`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            SOL_XDP,
-            XDP_OPTIONS,
-            (&mut flags as *mut u32).cast(),
-            &mut len,
-        )
-    };
+    let rc = unsafe { libc::getsockopt(fd, SOL_XDP, XDP_OPTIONS, (&mut flags as *mut u32).cast(), &mut len) };
     if rc == 0 {
         flags
     } else {

@@ -53,24 +53,12 @@ pub(super) struct Taken {
 
 impl RoceTarget {
     pub(super) fn open(spec: &RoceSpec, ifindex: u32) -> Result<RoceTarget, XdpError> {
-        let tx = RawSocket::open(ifindex, 1 << 20).map_err(|source| XdpError::Os {
-            what: "opening the raw socket for ACKs",
-            source,
-        })?;
-        Ok(RoceTarget {
-            responder: Responder::new(&spec.qps, &spec.regions, spec.mtu),
-            modules: spec.modules.clone(),
-            tx,
-            replies: Vec::new(),
-            ident: 0,
-        })
+        let tx = RawSocket::open(ifindex, 1 << 20).map_err(|source| XdpError::Os { what: "opening the raw socket for ACKs", source })?;
+        Ok(RoceTarget { responder: Responder::new(&spec.qps, &spec.regions, spec.mtu), modules: spec.modules.clone(), tx, replies: Vec::new(), ident: 0 })
     }
 
     pub(super) fn stats(&self) -> RoceStats {
-        RoceStats {
-            responder: self.responder.stats,
-            replies_refused: self.tx.refused,
-        }
+        RoceStats { responder: self.responder.stats, replies_refused: self.tx.refused }
     }
 
     /// Checks one received frame (`parts`: its buffers in order) and takes it; `None` when
@@ -120,44 +108,28 @@ impl RoceTarget {
         };
         let mut header = [0u8; HEADER_LEN];
         hdr.encode(&mut header);
-        Some(Taken {
-            header,
-            write,
-            payload_at: at + h.payload_at,
-            from: fh.ends,
-        })
+        Some(Taken { header, write, payload_at: at + h.payload_at, from: fh.ends })
     }
 
     /// Sends the ACKs and NAKs due (one system call).
     pub(super) fn answer(&mut self) -> std::io::Result<()> {
-        let RoceTarget {
-            responder,
-            replies,
-            ident,
-            ..
-        } = self;
+        let RoceTarget { responder, replies, ident, .. } = self;
         replies.clear();
         responder.replies(|r: Reply| {
             let mut f = [0u8; REPLY_LEN];
-            roce::write_frame(&r.to, *ident, &r.headers, &[], &mut f)
-                .expect("an ACK fits its frame");
+            roce::write_frame(&r.to, *ident, &r.headers, &[], &mut f).expect("an ACK fits its frame");
             *ident = ident.wrapping_add(1);
             replies.push(f);
         });
         if !replies.is_empty() {
-            self.tx
-                .send_batch(replies.len(), |i| &self.replies[i][..])?;
+            self.tx.send_batch(replies.len(), |i| &self.replies[i][..])?;
         }
         Ok(())
     }
 }
 
 /// The bytes `from..from + len` of a packet lying in `parts`, as slices of them.
-fn window<'a>(
-    parts: &[&'a [u8]],
-    mut from: usize,
-    mut len: usize,
-) -> ([&'a [u8]; MAX_FRAGS], usize) {
+fn window<'a>(parts: &[&'a [u8]], mut from: usize, mut len: usize) -> ([&'a [u8]; MAX_FRAGS], usize) {
     let mut out: [&[u8]; MAX_FRAGS] = [&[]; MAX_FRAGS];
     let mut n = 0;
     for p in parts {

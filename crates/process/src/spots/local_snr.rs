@@ -37,38 +37,20 @@ impl LocalSnrParams {
     /// a 31 x 31 box (large enough that a spot does not dominate its own statistics), 4 to
     /// 200 pixels (fewer than 4 connected pixels are what background photons make by chance).
     pub fn for_photon_energy(kev: f32) -> Self {
-        LocalSnrParams {
-            threshold: 0.5 * kev,
-            snr: 3.0,
-            box_half: 15,
-            min_pixels: 4,
-            max_pixels: 200,
-        }
+        LocalSnrParams { threshold: 0.5 * kev, snr: 3.0, box_half: 15, min_pixels: 4, max_pixels: 200 }
     }
 
     /// Why these settings cannot find spots on an image of `rows x cols`, if they cannot:
     /// what every entry point that takes them from outside checks.
     pub fn check(&self, rows: usize, cols: usize) -> Result<(), String> {
         if self.min_pixels == 0 || self.min_pixels > self.max_pixels {
-            return Err(format!(
-                "min_pixels {} must be at least 1 and at most max_pixels {}",
-                self.min_pixels, self.max_pixels
-            ));
+            return Err(format!("min_pixels {} must be at least 1 and at most max_pixels {}", self.min_pixels, self.max_pixels));
         }
-        if !(self.threshold.is_finite() && self.threshold > 0.0)
-            || !(self.snr.is_finite() && self.snr >= 0.0)
-        {
-            return Err(format!(
-                "threshold {} must be positive and snr {} not negative",
-                self.threshold, self.snr
-            ));
+        if !(self.threshold.is_finite() && self.threshold > 0.0) || !(self.snr.is_finite() && self.snr >= 0.0) {
+            return Err(format!("threshold {} must be positive and snr {} not negative", self.threshold, self.snr));
         }
         if self.box_half >= rows.min(cols) {
-            return Err(format!(
-                "box_half {} must be less than the image's smaller side ({})",
-                self.box_half,
-                rows.min(cols)
-            ));
+            return Err(format!("box_half {} must be less than the image's smaller side ({})", self.box_half, rows.min(cols)));
         }
         Ok(())
     }
@@ -153,10 +135,7 @@ unsafe fn slide_avx2(c: &mut ColumnSums, enter: &[f32], leave: &[f32]) {
 fn slide_loop(c: &mut ColumnSums, enter: &[f32], leave: &[f32]) {
     let w = enter.len();
     let (s1, s2) = (&mut c.sum[..w], &mut c.sum2[..w]);
-    let rows = enter
-        .iter()
-        .zip(&leave[..w])
-        .zip(s1.iter_mut().zip(s2.iter_mut()));
+    let rows = enter.iter().zip(&leave[..w]).zip(s1.iter_mut().zip(s2.iter_mut()));
     // two roundings, entering row first: the order of the GPU kernel
     for (((&a, &b), (s1, s2)), n) in rows.zip(c.count[..w].iter_mut()) {
         let (ao, bo) = (a.is_finite(), b.is_finite());
@@ -172,10 +151,7 @@ fn slide_loop(c: &mut ColumnSums, enter: &[f32], leave: &[f32]) {
 /// time, then its set bits.
 fn candidates_from(row: &[f32], from: usize, t: f32, out: &mut Vec<u32>) {
     for (k, chunk) in row[from..].chunks(32).enumerate() {
-        let bits = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |m, (i, &v)| m | (((v >= t) as u32) << i));
+        let bits = chunk.iter().enumerate().fold(0u32, |m, (i, &v)| m | (((v >= t) as u32) << i));
         push_bits(out, (from + k * 32) as u32, bits);
     }
 }
@@ -194,9 +170,7 @@ fn push_bits(out: &mut Vec<u32>, at: u32, mut bits: u32) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn candidates_avx2(row: &[f32], t: f32, out: &mut Vec<u32>) {
-    use std::arch::x86_64::{
-        _mm256_cmp_ps, _mm256_loadu_ps, _mm256_movemask_ps, _mm256_set1_ps, _CMP_GE_OQ,
-    };
+    use std::arch::x86_64::{_mm256_cmp_ps, _mm256_loadu_ps, _mm256_movemask_ps, _mm256_set1_ps, _CMP_GE_OQ};
     let tv = _mm256_set1_ps(t);
     let whole = row.len() / 8 * 8;
     for at in (0..whole).step_by(8) {
@@ -219,8 +193,8 @@ unsafe fn candidates_avx2(row: &[f32], t: f32, out: &mut Vec<u32>) {
 #[target_feature(enable = "avx512f")]
 unsafe fn candidates_avx512(row: &[f32], t: f32, out: &mut Vec<u32>) {
     use std::arch::x86_64::{
-        _mm512_add_epi32, _mm512_cmp_ps_mask, _mm512_loadu_ps, _mm512_maskz_compress_epi32,
-        _mm512_set1_epi32, _mm512_set1_ps, _mm512_setr_epi32, _mm512_storeu_si512, _CMP_GE_OQ,
+        _mm512_add_epi32, _mm512_cmp_ps_mask, _mm512_loadu_ps, _mm512_maskz_compress_epi32, _mm512_set1_epi32,
+        _mm512_set1_ps, _mm512_setr_epi32, _mm512_storeu_si512, _CMP_GE_OQ,
     };
     out.reserve(row.len() + 16);
     let (tv, step) = (_mm512_set1_ps(t), _mm512_set1_epi32(16));
@@ -235,12 +209,7 @@ unsafe fn candidates_avx512(row: &[f32], t: f32, out: &mut Vec<u32>) {
         // SAFETY: at most `at` candidates precede, so `len + 16 <= first + row.len() + 16`,
         // within the capacity reserved above; the lanes past the new candidates are written
         // but not counted in the length.
-        unsafe {
-            _mm512_storeu_si512(
-                out.as_mut_ptr().add(len).cast(),
-                _mm512_maskz_compress_epi32(k, columns),
-            )
-        };
+        unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(len).cast(), _mm512_maskz_compress_epi32(k, columns)) };
         len += k.count_ones() as usize;
         columns = _mm512_add_epi32(columns, step);
     }
@@ -260,11 +229,7 @@ struct RowCursor {
 
 impl RowCursor {
     fn new(width: usize) -> Self {
-        RowCursor {
-            width: width as u32,
-            row: 0,
-            start: 0,
-        }
+        RowCursor { width: width as u32, row: 0, start: 0 }
     }
 
     /// `(row, column)` of `p`, which is not below the previous one asked.
@@ -314,10 +279,7 @@ fn finite(v: f32) -> Option<f64> {
 
 impl LocalSnr {
     pub fn new(p: LocalSnrParams) -> Self {
-        assert!(
-            p.min_pixels >= 1 && p.min_pixels <= p.max_pixels,
-            "1 <= min_pixels <= max_pixels"
-        );
+        assert!(p.min_pixels >= 1 && p.min_pixels <= p.max_pixels, "1 <= min_pixels <= max_pixels");
         LocalSnr {
             p,
             frame: Frame::default(),
@@ -347,12 +309,7 @@ impl LocalSnr {
     /// still in the cache of the core that made them, and [`LocalSnr::end`] gives the spots.
     /// The result is [`LocalSnr::find`]'s, whatever the steps.
     pub fn begin(&mut self, width: usize, height: usize) {
-        self.frame = Frame {
-            width,
-            height,
-            next_row: 0,
-            primed: false,
-        };
+        self.frame = Frame { width, height, next_row: 0, primed: false };
         self.strong.clear();
         self.strong_values.clear();
         self.cols.reset(width);
@@ -378,11 +335,7 @@ impl LocalSnr {
         }
         while self.frame.next_row < height && (self.frame.next_row + n < ready || ready == height) {
             let r = self.frame.next_row;
-            let enter = if r + n < height {
-                row(r + n)
-            } else {
-                &self.none
-            };
+            let enter = if r + n < height { row(r + n) } else { &self.none };
             let leave = if r > n { row(r - n - 1) } else { &self.none };
             self.cols.slide(enter, leave);
             self.candidates(row(r));
@@ -462,11 +415,7 @@ impl LocalSnr {
         }
         let n = self.p.box_half;
         let (lo, hi) = (c.saturating_sub(n), (c + n + 1).min(row.len()));
-        let (s, s2, cnt) = (
-            self.cols.sum[lo..hi].iter().sum(),
-            self.cols.sum2[lo..hi].iter().sum(),
-            self.cols.count[lo..hi].iter().sum(),
-        );
+        let (s, s2, cnt) = (self.cols.sum[lo..hi].iter().sum(), self.cols.sum2[lo..hi].iter().sum(), self.cols.count[lo..hi].iter().sum());
         self.judge(row[c], s, s2, cnt, at + c);
     }
 
@@ -495,32 +444,18 @@ impl LocalSnr {
     /// The spots of `image` given its strong pixels (row-major indices, ascending), found
     /// elsewhere by the same rule (the GPU backend's kernels): grouped as [`LocalSnr::find`]
     /// groups its own.
-    pub fn group_strong(
-        &mut self,
-        image: &[f32],
-        width: usize,
-        strong: &[u32],
-        spots: &mut Vec<Spot>,
-    ) {
+    pub fn group_strong(&mut self, image: &[f32], width: usize, strong: &[u32], spots: &mut Vec<Spot>) {
         self.group_strong_pixels(width, strong.iter().map(|&p| (p, image[p as usize])), spots);
     }
 
     /// The strong pixels of the last image found, `(index, value)` ascending by index.
     pub fn last_strong(&self) -> impl Iterator<Item = (u32, f32)> + '_ {
-        self.strong
-            .iter()
-            .copied()
-            .zip(self.strong_values.iter().copied())
+        self.strong.iter().copied().zip(self.strong_values.iter().copied())
     }
 
     /// [`LocalSnr::group_strong`] given the strong pixels with their values, `(index,
     /// value)` ascending by index, without the image (the GPU backend sends back only these).
-    pub fn group_strong_pixels(
-        &mut self,
-        width: usize,
-        strong: impl Iterator<Item = (u32, f32)>,
-        spots: &mut Vec<Spot>,
-    ) {
+    pub fn group_strong_pixels(&mut self, width: usize, strong: impl Iterator<Item = (u32, f32)>, spots: &mut Vec<Spot>) {
         spots.clear();
         self.strong.clear();
         self.strong_values.clear();
@@ -528,10 +463,7 @@ impl LocalSnr {
             self.strong.push(p);
             self.strong_values.push(v);
         }
-        assert!(
-            self.strong.windows(2).all(|w| w[0] < w[1]),
-            "strong pixels ascending"
-        );
+        assert!(self.strong.windows(2).all(|w| w[0] < w[1]), "strong pixels ascending");
         self.group(width, spots);
     }
 
@@ -547,10 +479,7 @@ impl LocalSnr {
     /// Joins strong pixels `i` and `j`: the earlier root stays the root, so groups come
     /// out in scan order.
     fn join(parent: &mut [u32], i: usize, j: usize) {
-        let (a, b) = (
-            Self::find_root(parent, i as u32),
-            Self::find_root(parent, j as u32),
-        );
+        let (a, b) = (Self::find_root(parent, i as u32), Self::find_root(parent, j as u32));
         let (lo, hi) = (a.min(b), a.max(b));
         parent[hi as usize] = lo;
     }
@@ -571,10 +500,7 @@ impl LocalSnr {
             if p < width {
                 continue;
             }
-            let (first, last) = (
-                p - width - (c > 0) as usize,
-                p - width + (c + 1 < width) as usize,
-            );
+            let (first, last) = (p - width - (c > 0) as usize, p - width + (c + 1 < width) as usize);
             // s[i] = p > last, so `up` stops at i at the latest
             while (s[up] as usize) < first {
                 up += 1;
@@ -616,12 +542,7 @@ impl LocalSnr {
             if count < self.p.min_pixels || count > self.p.max_pixels || sum <= 0.0 {
                 continue;
             }
-            spots.push(Spot {
-                x: (sx / sum) as f32,
-                y: (sy / sum) as f32,
-                intensity: sum as f32,
-                pixels: count,
-            });
+            spots.push(Spot { x: (sx / sum) as f32, y: (sy / sum) as f32, intensity: sum as f32, pixels: count });
         }
     }
 }
@@ -648,14 +569,8 @@ mod tests {
     /// Every variant of the slide and of the candidate scan this CPU can run, beside the
     /// plain loops (which are what a CPU without AVX2 runs).
     #[allow(clippy::type_complexity)]
-    fn variants() -> (
-        Vec<fn(&mut ColumnSums, &[f32], &[f32])>,
-        Vec<fn(&[f32], f32, &mut Vec<u32>)>,
-    ) {
-        let (mut slides, mut scans): (
-            Vec<fn(&mut ColumnSums, &[f32], &[f32])>,
-            Vec<fn(&[f32], f32, &mut Vec<u32>)>,
-        ) = (vec![], vec![]);
+    fn variants() -> (Vec<fn(&mut ColumnSums, &[f32], &[f32])>, Vec<fn(&[f32], f32, &mut Vec<u32>)>) {
+        let (mut slides, mut scans): (Vec<fn(&mut ColumnSums, &[f32], &[f32])>, Vec<fn(&[f32], f32, &mut Vec<u32>)>) = (vec![], vec![]);
         #[cfg(target_arch = "x86_64")]
         {
             if std::is_x86_feature_detected!("avx2") {
@@ -714,47 +629,25 @@ mod tests {
         blob(&mut img, w, 50.3, 40.7, 1000.0);
         blob(&mut img, w, 150.5, 60.5, 300.0);
         img[10] = f32::NAN;
-        let mut f = LocalSnr::new(LocalSnrParams {
-            threshold: 1.0,
-            snr: 3.0,
-            box_half: 15,
-            min_pixels: 2,
-            max_pixels: 200,
-        });
+        let mut f = LocalSnr::new(LocalSnrParams { threshold: 1.0, snr: 3.0, box_half: 15, min_pixels: 2, max_pixels: 200 });
         let mut spots = Vec::new();
         f.find(&img, w, h, &mut spots);
         assert_eq!(spots.len(), 2, "{spots:?}");
-        assert!(
-            (spots[0].x - 50.3).abs() < 0.1 && (spots[0].y - 40.7).abs() < 0.1,
-            "{:?}",
-            spots[0]
-        );
-        assert!(
-            (spots[1].x - 150.5).abs() < 0.05 && (spots[1].y - 60.5).abs() < 0.05,
-            "{:?}",
-            spots[1]
-        );
+        assert!((spots[0].x - 50.3).abs() < 0.1 && (spots[0].y - 40.7).abs() < 0.1, "{:?}", spots[0]);
+        assert!((spots[1].x - 150.5).abs() < 0.05 && (spots[1].y - 60.5).abs() < 0.05, "{:?}", spots[1]);
         assert!(is_hit(&spots, 2) && !is_hit(&spots, 3));
     }
 
     #[test]
     fn rows_given_in_steps_give_the_spots_of_the_whole_image() {
         let (w, h) = (120, 90);
-        let mut img: Vec<f32> = (0..w * h)
-            .map(|i| ((i * 7919) % 23) as f32 * 0.05)
-            .collect();
+        let mut img: Vec<f32> = (0..w * h).map(|i| ((i * 7919) % 23) as f32 * 0.05).collect();
         for (x, y) in [(20.3, 10.5), (60.5, 44.2), (100.1, 80.9), (5.5, 2.5)] {
             blob(&mut img, w, x, y, 400.0);
         }
         img[40 * w + 7] = f32::NAN;
         img[41 * w + 70] = f32::INFINITY;
-        let p = LocalSnrParams {
-            threshold: 1.0,
-            snr: 3.0,
-            box_half: 6,
-            min_pixels: 2,
-            max_pixels: 200,
-        };
+        let p = LocalSnrParams { threshold: 1.0, snr: 3.0, box_half: 6, min_pixels: 2, max_pixels: 200 };
         let (mut whole, mut stepped) = (Vec::new(), Vec::new());
         LocalSnr::new(p).find(&img, w, h, &mut whole);
         assert!(whole.len() >= 4, "{whole:?}");
@@ -777,22 +670,13 @@ mod tests {
         for (r, c) in [(10, 10), (11, 11), (12, 12), (30, 5)] {
             img[r * w + c] = 100.0;
         }
-        let mut f = LocalSnr::new(LocalSnrParams {
-            threshold: 1.0,
-            snr: 3.0,
-            box_half: 5,
-            min_pixels: 2,
-            max_pixels: 3,
-        });
+        let mut f = LocalSnr::new(LocalSnrParams { threshold: 1.0, snr: 3.0, box_half: 5, min_pixels: 2, max_pixels: 3 });
         let mut spots = Vec::new();
         f.find(&img, w, h, &mut spots);
         assert_eq!(spots.len(), 1);
         assert_eq!(spots[0].pixels, 3);
         assert!((spots[0].x - 11.5).abs() < 1e-6 && (spots[0].y - 11.5).abs() < 1e-6);
-        f = LocalSnr::new(LocalSnrParams {
-            max_pixels: 2,
-            ..*f.params()
-        });
+        f = LocalSnr::new(LocalSnrParams { max_pixels: 2, ..*f.params() });
         f.find(&img, w, h, &mut spots);
         assert!(spots.is_empty());
     }
@@ -816,13 +700,7 @@ mod tests {
         let var = s.iter().map(|x| x * x).sum::<f64>() / s.len() as f64 - mean * mean;
         let z = (5.0 - mean) / var.sqrt();
         for (snr, strong) in [(z as f32 - 0.01, true), (z as f32 + 0.01, false)] {
-            let mut f = LocalSnr::new(LocalSnrParams {
-                threshold: 2.0,
-                snr,
-                box_half: n,
-                min_pixels: 1,
-                max_pixels: 10,
-            });
+            let mut f = LocalSnr::new(LocalSnrParams { threshold: 2.0, snr, box_half: n, min_pixels: 1, max_pixels: 10 });
             let mut spots = Vec::new();
             f.find(&img, w, h, &mut spots);
             assert_eq!(!spots.is_empty(), strong, "snr {snr} against z {z}");
@@ -836,11 +714,7 @@ mod tests {
         let why = |q: LocalSnrParams| q.check(512, 1024).expect_err("refused");
         assert!(why(LocalSnrParams { box_half: 512, ..p }).contains("box_half 512"));
         assert!(why(LocalSnrParams { snr: f32::NAN, ..p }).contains("snr NaN"));
-        assert!(why(LocalSnrParams {
-            threshold: f32::INFINITY,
-            ..p
-        })
-        .contains("threshold inf"));
+        assert!(why(LocalSnrParams { threshold: f32::INFINITY, ..p }).contains("threshold inf"));
         assert!(why(LocalSnrParams { min_pixels: 0, ..p }).contains("min_pixels 0"));
     }
 }

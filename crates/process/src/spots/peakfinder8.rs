@@ -83,19 +83,9 @@ impl Peakfinder8 {
     /// pixels to search (both `nasics_y*asic_ny x nasics_x*asic_nx`, row-major).
     pub fn new(p: Peakfinder8Params, radius: Vec<f32>, mask: &[bool]) -> Self {
         let pixels = p.asic_nx * p.nasics_x * p.asic_ny * p.nasics_y;
-        assert!(
-            radius.len() == pixels && mask.len() == pixels,
-            "radius map and mask of the image size"
-        );
-        assert!(
-            p.min_pixel_count >= 1 && p.max_pixel_count >= p.min_pixel_count,
-            "pixel counts"
-        );
-        let mask: Vec<bool> = mask
-            .iter()
-            .zip(&radius)
-            .map(|(&m, &r)| m && r >= p.min_res && r <= p.max_res)
-            .collect();
+        assert!(radius.len() == pixels && mask.len() == pixels, "radius map and mask of the image size");
+        assert!(p.min_pixel_count >= 1 && p.max_pixel_count >= p.min_pixel_count, "pixel counts");
+        let mask: Vec<bool> = mask.iter().zip(&radius).map(|(&m, &r)| m && r >= p.min_res && r <= p.max_res).collect();
         let max_r = radius.iter().fold(-1e9f32, |a, &r| a.max(r));
         let bins = max_r.ceil() as usize + 1;
         let bin: Vec<u32> = radius.iter().map(|&r| rint(r) as u32).collect();
@@ -142,13 +132,7 @@ impl Peakfinder8 {
             self.roffset.fill(0.0);
             self.rsigma.fill(0.0);
             self.rcount.fill(0);
-            self.lanes.sums(
-                &self.lthreshold,
-                &self.rthreshold,
-                &mut self.roffset,
-                &mut self.rsigma,
-                &mut self.rcount,
-            );
+            self.lanes.sums(&self.lthreshold, &self.rthreshold, &mut self.roffset, &mut self.rsigma, &mut self.rcount);
             for b in 0..self.roffset.len() {
                 if self.rcount[b] == 0 {
                     self.roffset[b] = 0.0;
@@ -195,46 +179,23 @@ impl Peakfinder8 {
 
     /// Seeds, grows and measures the peaks of one panel; `floor` is the lowest threshold of
     /// any bin.
-    fn panel(
-        &mut self,
-        data: &[f32],
-        aifs: usize,
-        aiss: usize,
-        floor: f32,
-        count: &mut usize,
-        peaks: &mut Vec<Spot>,
-    ) {
+    fn panel(&mut self, data: &[f32], aifs: usize, aiss: usize, floor: f32, count: &mut usize, peaks: &mut Vec<Spot>) {
         let (afs, ass) = (self.p.asic_nx as i32, self.p.asic_ny as i32);
-        let o = Panel {
-            afs,
-            ass,
-            wfs: (self.p.asic_nx * self.p.nasics_x) as i32,
-            ofs: aifs as i32 * afs,
-            oss: aiss as i32 * ass,
-        };
+        let o = Panel { afs, ass, wfs: (self.p.asic_nx * self.p.nasics_x) as i32, ofs: aifs as i32 * afs, oss: aiss as i32 * ass };
         for pxss in 1..ass - 1 {
             let row = ((pxss + o.oss) * o.wfs + o.ofs) as usize;
             for pxfs in 1..afs - 1 {
                 let idx = row + pxfs as usize;
                 // most pixels are ruled out by the lowest threshold, without their bin
                 let v = data[idx];
-                if !(v > floor
-                    && v > self.rthreshold[self.bin[idx] as usize]
-                    && self.in_peak[idx] == 0
-                    && self.mask[idx])
-                {
+                if !(v > floor && v > self.rthreshold[self.bin[idx] as usize] && self.in_peak[idx] == 0 && self.mask[idx]) {
                     continue;
                 }
                 let (npix, sums) = self.flood(data, pxfs, pxss, idx, o);
-                if npix < self.p.min_pixel_count
-                    || npix > self.p.max_pixel_count
-                    || sums[0].abs() < 1e-10
-                {
+                if npix < self.p.min_pixel_count || npix > self.p.max_pixel_count || sums[0].abs() < 1e-10 {
                     continue;
                 }
-                let Some(spot) = self.measure(data, npix, sums, o) else {
-                    continue;
-                };
+                let Some(spot) = self.measure(data, npix, sums, o) else { continue };
                 for &ci in &self.peak_pixels[..npix.min(self.p.max_pixel_count)] {
                     self.in_peak[ci] = 2;
                 }
@@ -250,14 +211,7 @@ impl Peakfinder8 {
     /// reference's visiting order: its pixel count, and the sums of intensity over the
     /// radial offset and of intensity times fast and slow position. Its pixels are in
     /// `peak_pixels` (at most `max_pixel_count`).
-    fn flood(
-        &mut self,
-        data: &[f32],
-        pxfs: i32,
-        pxss: i32,
-        idx: usize,
-        o: Panel,
-    ) -> (usize, [f32; 3]) {
+    fn flood(&mut self, data: &[f32], pxfs: i32, pxss: i32, idx: usize, o: Panel) -> (usize, [f32; 3]) {
         self.peak_fs[0] = pxfs;
         self.peak_ss[0] = pxss;
         self.peak_pixels[0] = idx;
@@ -267,17 +221,7 @@ impl Peakfinder8 {
             let before = npix;
             let mut k = 0;
             while k <= npix {
-                for (dfs, dss) in [
-                    (0, 0),
-                    (-1, -1),
-                    (0, -1),
-                    (1, -1),
-                    (-1, 0),
-                    (1, 0),
-                    (-1, 1),
-                    (0, 1),
-                    (1, 1),
-                ] {
+                for (dfs, dss) in [(0, 0), (-1, -1), (0, -1), (1, -1), (-1, 0), (1, 0), (-1, 1), (0, 1), (1, 1)] {
                     let (fs, ss) = (self.peak_fs[k] + dfs, self.peak_ss[k] + dss);
                     if fs < 0 || fs >= o.afs || ss < 0 || ss >= o.ass {
                         continue;
@@ -309,19 +253,12 @@ impl Peakfinder8 {
 
     /// The integrated-SNR test of a grown peak against its local background, and its centre
     /// of mass; `None` when it fails or its centre lies outside the panel.
-    fn measure(
-        &self,
-        data: &[f32],
-        npix: usize,
-        [sum_i, sum_fs, sum_ss]: [f32; 3],
-        o: Panel,
-    ) -> Option<Spot> {
+    fn measure(&self, data: &[f32], npix: usize, [sum_i, sum_fs, sum_ss]: [f32; 3], o: Panel) -> Option<Spot> {
         let com_fs = sum_fs / sum_i.abs();
         let com_ss = sum_ss / sum_i.abs();
         let com_idx = (rint(com_fs) + rint(com_ss) * o.wfs) as usize;
         let (cfs, css) = (rint(com_fs) - o.ofs, rint(com_ss) - o.oss);
-        let (local_offset, local_sigma, bg_max) =
-            self.background_ring(data, cfs, css, o.ofs, o.oss, com_idx);
+        let (local_offset, local_sigma, bg_max) = self.background_ring(data, cfs, css, o.ofs, o.oss, com_idx);
         let (mut tot, mut tot_raw, mut max_i, mut sfs, mut sss) = (0f32, 0f32, 0f32, 0f32, 0f32);
         for &ci in &self.peak_pixels[..npix.min(self.p.max_pixel_count)] {
             let raw = data[ci];
@@ -338,40 +275,19 @@ impl Peakfinder8 {
             return None;
         }
         let (pfs, pss) = (sfs / tot_raw.abs(), sss / tot_raw.abs());
-        let snr = if local_sigma.abs() > 1e-10 {
-            tot / local_sigma
-        } else {
-            0.0
-        };
+        let snr = if local_sigma.abs() > 1e-10 { tot / local_sigma } else { 0.0 };
         if snr < self.p.minimum_snr || max_i < bg_max - local_offset {
             return None;
         }
-        if pfs < o.ofs as f32
-            || pfs > (o.ofs + o.afs - 1) as f32
-            || pss < o.oss as f32
-            || pss > (o.oss + o.ass - 1) as f32
-        {
+        if pfs < o.ofs as f32 || pfs > (o.ofs + o.afs - 1) as f32 || pss < o.oss as f32 || pss > (o.oss + o.ass - 1) as f32 {
             return None;
         }
-        Some(Spot {
-            x: pfs,
-            y: pss,
-            intensity: tot,
-            pixels: npix as u32,
-        })
+        Some(Spot { x: pfs, y: pss, intensity: tot, pixels: npix as u32 })
     }
 
     /// The local background around a peak: mean, sigma and maximum of the pixels below their
     /// radial threshold and outside peaks, within radius `2 * local_bg_radius`.
-    fn background_ring(
-        &self,
-        data: &[f32],
-        cfs: i32,
-        css: i32,
-        ofs: i32,
-        oss: i32,
-        com_idx: usize,
-    ) -> (f32, f32, f32) {
+    fn background_ring(&self, data: &[f32], cfs: i32, css: i32, ofs: i32, oss: i32, com_idx: usize) -> (f32, f32, f32) {
         let (afs, ass) = (self.p.asic_nx as i32, self.p.asic_ny as i32);
         let wfs = (self.p.asic_nx * self.p.nasics_x) as i32;
         let w = 2 * self.p.local_bg_radius;
@@ -386,10 +302,7 @@ impl Peakfinder8 {
                 }
                 let pi = ((cfs + dfs + ofs) + (css + dss + oss) * wfs) as usize;
                 let v = data[pi];
-                if v < self.rthreshold[self.bin[pi] as usize]
-                    && self.in_peak[pi] == 0
-                    && self.mask[pi]
-                {
+                if v < self.rthreshold[self.bin[pi] as usize] && self.in_peak[pi] == 0 && self.mask[pi] {
                     np += 1;
                     s += v;
                     s2 += v * v;
@@ -416,14 +329,7 @@ mod tests {
 
     #[test]
     fn peakfinder8_finds_a_peak_above_flat_background() {
-        let p = Peakfinder8Params {
-            asic_nx: 64,
-            asic_ny: 64,
-            nasics_x: 2,
-            nasics_y: 1,
-            adc_threshold: 10.0,
-            ..Peakfinder8Params::jungfrau_module()
-        };
+        let p = Peakfinder8Params { asic_nx: 64, asic_ny: 64, nasics_x: 2, nasics_y: 1, adc_threshold: 10.0, ..Peakfinder8Params::jungfrau_module() };
         let (w, h) = (128, 64);
         let mut img: Vec<f32> = (0..w * h).map(|i| ((i * 7919) % 7) as f32).collect();
         blob(&mut img, w, 30.5, 20.5, 2000.0);
@@ -433,10 +339,6 @@ mod tests {
         pf.find(&img, &mut peaks);
         assert_eq!(peaks.len(), 1, "{peaks:?}");
         // pixel-index centre of mass: the blob centre minus half a pixel
-        assert!(
-            (peaks[0].x - 30.0).abs() < 0.1 && (peaks[0].y - 20.0).abs() < 0.1,
-            "{:?}",
-            peaks[0]
-        );
+        assert!((peaks[0].x - 30.0).abs() < 0.1 && (peaks[0].y - 20.0).abs() < 0.1, "{:?}", peaks[0]);
     }
 }

@@ -39,9 +39,7 @@ impl RadialLanes {
         for (&b, _) in bin.iter().zip(searched).filter(|(_, &s)| s) {
             count[b as usize] += 1;
         }
-        let mut order: Vec<u32> = (0..bins as u32)
-            .filter(|&b| count[b as usize] > 0)
-            .collect();
+        let mut order: Vec<u32> = (0..bins as u32).filter(|&b| count[b as usize] > 0).collect();
         order.sort_by_key(|&b| std::cmp::Reverse(count[b as usize]));
         let (mut groups, mut lane_bins) = (Vec::new(), Vec::new());
         // each bin's first slot (its lane in step 0)
@@ -57,10 +55,7 @@ impl RadialLanes {
             groups.push((first, steps));
             first += steps * LANES;
         }
-        assert!(
-            first < NOT_SEARCHED as usize,
-            "slots are numbered in 32 bits"
-        );
+        assert!(first < NOT_SEARCHED as usize, "slots are numbered in 32 bits");
         let mut taken = vec![0usize; bins];
         let slots = bin.iter().zip(searched).map(|(&b, &s)| {
             if !s {
@@ -70,22 +65,13 @@ impl RadialLanes {
             taken[b] += 1;
             (first_slot[b] + (taken[b] - 1) * LANES) as u32
         });
-        RadialLanes {
-            groups,
-            lane_bins,
-            slots: slots.collect(),
-            vals: vec![f32::NAN; first],
-        }
+        RadialLanes { groups, lane_bins, slots: slots.collect(), vals: vec![f32::NAN; first] }
     }
 
     /// Copies the searched pixels of `data` (of the layout's size) into their lanes (once
     /// per image).
     pub(super) fn load(&mut self, data: &[f32]) {
-        assert_eq!(
-            data.len(),
-            self.slots.len(),
-            "an image of the layout's size"
-        );
+        assert_eq!(data.len(), self.slots.len(), "an image of the layout's size");
         for (&v, &slot) in data.iter().zip(&self.slots) {
             if slot != NOT_SEARCHED {
                 self.vals[slot as usize] = v;
@@ -95,14 +81,7 @@ impl RadialLanes {
 
     /// The sums of each bin's loaded pixels with `lo[b] < v < hi[b]`, into `sum`, `sum2`
     /// and `count` (bins without searched pixels are not written).
-    pub(super) fn sums(
-        &self,
-        lo: &[f32],
-        hi: &[f32],
-        sum: &mut [f32],
-        sum2: &mut [f32],
-        count: &mut [i32],
-    ) {
+    pub(super) fn sums(&self, lo: &[f32], hi: &[f32], sum: &mut [f32], sum2: &mut [f32], count: &mut [i32]) {
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: AVX2 is present (checked on the line above).
             unsafe { self.sums_avx2(lo, hi, sum, sum2, count) }
@@ -113,26 +92,12 @@ impl RadialLanes {
 
     /// [`RadialLanes::sums`] compiled for AVX2 (the lanes of a group are one vector).
     #[target_feature(enable = "avx2")]
-    unsafe fn sums_avx2(
-        &self,
-        lo: &[f32],
-        hi: &[f32],
-        sum: &mut [f32],
-        sum2: &mut [f32],
-        count: &mut [i32],
-    ) {
+    unsafe fn sums_avx2(&self, lo: &[f32], hi: &[f32], sum: &mut [f32], sum2: &mut [f32], count: &mut [i32]) {
         self.sums_lanes(lo, hi, sum, sum2, count)
     }
 
     #[inline(always)]
-    fn sums_lanes(
-        &self,
-        lo: &[f32],
-        hi: &[f32],
-        sum: &mut [f32],
-        sum2: &mut [f32],
-        count: &mut [i32],
-    ) {
+    fn sums_lanes(&self, lo: &[f32], hi: &[f32], sum: &mut [f32], sum2: &mut [f32], count: &mut [i32]) {
         for (&(first, steps), bins) in self.groups.iter().zip(self.lane_bins.chunks_exact(LANES)) {
             let (mut l, mut h) = ([0f32; LANES], [0f32; LANES]);
             for (lane, b) in bins.iter().enumerate() {
@@ -166,13 +131,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// The reference's loop: every searched pixel in image order, into its bin.
-    fn sums_in_image_order(
-        data: &[f32],
-        bin: &[u32],
-        searched: &[bool],
-        lo: &[f32],
-        hi: &[f32],
-    ) -> (Vec<f32>, Vec<f32>, Vec<i32>) {
+    fn sums_in_image_order(data: &[f32], bin: &[u32], searched: &[bool], lo: &[f32], hi: &[f32]) -> (Vec<f32>, Vec<f32>, Vec<i32>) {
         let bins = lo.len();
         let (mut s, mut s2, mut n) = (vec![0f32; bins], vec![0f32; bins], vec![0i32; bins]);
         for i in 0..data.len() {

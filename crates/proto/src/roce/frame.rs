@@ -29,24 +29,13 @@ pub struct Endpoints {
 impl Endpoints {
     /// The same two ends the other way round (for an answer), from the sender's port.
     pub fn reversed(&self, src_port: u16) -> Endpoints {
-        Endpoints {
-            src_mac: self.dst_mac,
-            dst_mac: self.src_mac,
-            src_ip: self.dst_ip,
-            dst_ip: self.src_ip,
-            src_port,
-        }
+        Endpoints { src_mac: self.dst_mac, dst_mac: self.src_mac, src_ip: self.dst_ip, dst_ip: self.src_ip, src_port }
     }
 }
 
 /// Writes the headers of a frame carrying `udp_payload` bytes (the RoCEv2 packet, ICRC
 /// included) from `e`, with IP identification `ident`.
-pub fn write_headers(
-    e: &Endpoints,
-    ident: u16,
-    udp_payload: usize,
-    out: &mut [u8; FRAME_HEADERS_LEN],
-) {
+pub fn write_headers(e: &Endpoints, ident: u16, udp_payload: usize, out: &mut [u8; FRAME_HEADERS_LEN]) {
     let (eth, rest) = out.split_at_mut(ETH_HEADER_LEN);
     eth[..6].copy_from_slice(&e.dst_mac);
     eth[6..12].copy_from_slice(&e.src_mac);
@@ -73,38 +62,22 @@ pub fn write_headers(
 
 /// Writes a whole frame into `out`: headers from `e` with IP identification `ident`, the
 /// packet of `headers` and `payload`, its ICRC; returns its length.
-pub fn write_frame(
-    e: &Endpoints,
-    ident: u16,
-    headers: &Headers,
-    payload: &[u8],
-    out: &mut [u8],
-) -> Result<usize, RoceError> {
+pub fn write_frame(e: &Endpoints, ident: u16, headers: &Headers, payload: &[u8], out: &mut [u8]) -> Result<usize, RoceError> {
     let op = Opcode::from_u8(headers.bth.opcode).ok_or(RoceError::Opcode(headers.bth.opcode))?;
     let len = FRAME_HEADERS_LEN + encoded_len(op, payload.len());
     let have = out.len();
-    let (hdr, pkt) = out
-        .get_mut(..len)
-        .ok_or(RoceError::Output { have, need: len })?
-        .split_at_mut(FRAME_HEADERS_LEN);
+    let (hdr, pkt) = out.get_mut(..len).ok_or(RoceError::Output { have, need: len })?.split_at_mut(FRAME_HEADERS_LEN);
     let hdr: &mut [u8; FRAME_HEADERS_LEN] = hdr.try_into().expect("header bytes");
     write_headers(e, ident, pkt.len(), hdr);
     encode(headers, payload, pkt)?;
     let (ip, udp) = hdr[ETH_HEADER_LEN..].split_at(IPV4_HEADER_LEN);
-    seal_ipv4(
-        ip.try_into().expect("20 bytes"),
-        udp.try_into().expect("8 bytes"),
-        pkt,
-    );
+    seal_ipv4(ip.try_into().expect("20 bytes"), udp.try_into().expect("8 bytes"), pkt);
     Ok(len)
 }
 
 /// The one's-complement checksum of an IPv4 header (its checksum field taken as it is).
 pub fn ipv4_checksum(ip: &[u8]) -> u16 {
-    let mut sum: u32 = ip
-        .chunks(2)
-        .map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32)
-        .sum();
+    let mut sum: u32 = ip.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u32).sum();
     while sum > 0xFFFF {
         sum = (sum & 0xFFFF) + (sum >> 16);
     }
@@ -131,11 +104,7 @@ pub fn parse_headers(frame: &[u8]) -> Option<FrameHeaders<'_>> {
     let (ip, udp) = rest.split_at(IPV4_HEADER_LEN);
     let ip: &[u8; IPV4_HEADER_LEN] = ip.try_into().ok()?;
     let udp: &[u8; UDP_HEADER_LEN] = udp.try_into().ok()?;
-    if eth[12..14] != ETHERTYPE_IPV4
-        || ip[0] != 0x45
-        || ip[9] != 17
-        || u16::from_be_bytes([ip[6], ip[7]]) & 0x3FFF != 0
-    {
+    if eth[12..14] != ETHERTYPE_IPV4 || ip[0] != 0x45 || ip[9] != 17 || u16::from_be_bytes([ip[6], ip[7]]) & 0x3FFF != 0 {
         return None;
     }
     let ip_total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
@@ -174,11 +143,7 @@ mod tests {
         };
         let mut h = [0u8; FRAME_HEADERS_LEN];
         write_headers(&e, 0x1234, 64, &mut h);
-        assert_eq!(
-            ipv4_checksum(&h[14..34]),
-            0,
-            "a header with its checksum sums to zero"
-        );
+        assert_eq!(ipv4_checksum(&h[14..34]), 0, "a header with its checksum sums to zero");
         let p = parse_headers(&h).unwrap();
         assert_eq!((p.ends, p.dst_port, p.udp_payload), (e, ROCE_PORT, 64));
         assert_eq!(p.ends.reversed(7).src_ip, e.dst_ip);
@@ -190,10 +155,7 @@ mod tests {
     #[test]
     fn checksum_matches_a_known_header() {
         // the IPv4 header of the hardware capture in docs/formats.md section 5, checksum 0x9161
-        let ip = [
-            0x45, 0xc2, 0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0, 0, 0x0a, 0x00, 0x11,
-            0x01, 0x0a, 0x00, 0x12, 0x01,
-        ];
+        let ip = [0x45, 0xc2, 0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0, 0, 0x0a, 0x00, 0x11, 0x01, 0x0a, 0x00, 0x12, 0x01];
         assert_eq!(ipv4_checksum(&ip), 0x9161);
     }
 }

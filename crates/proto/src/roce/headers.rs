@@ -52,18 +52,12 @@ impl Opcode {
 
     /// The first (or only) packet of an RDMA WRITE names the remote address: a RETH follows.
     pub fn has_reth(self) -> bool {
-        matches!(
-            self,
-            Opcode::WriteFirst | Opcode::WriteOnly | Opcode::WriteOnlyImm
-        )
+        matches!(self, Opcode::WriteFirst | Opcode::WriteOnly | Opcode::WriteOnlyImm)
     }
 
     /// The packet carries a 32-bit immediate after its other headers.
     pub fn has_imm(self) -> bool {
-        matches!(
-            self,
-            Opcode::WriteLastImm | Opcode::WriteOnlyImm | Opcode::SendLastImm | Opcode::SendOnlyImm
-        )
+        matches!(self, Opcode::WriteLastImm | Opcode::WriteOnlyImm | Opcode::SendLastImm | Opcode::SendOnlyImm)
     }
 
     pub fn has_aeth(self) -> bool {
@@ -74,6 +68,7 @@ impl Opcode {
     pub fn has_deth(self) -> bool {
         self == Opcode::UdSendOnly
     }
+
 }
 
 /// Base transport header (12 bytes).
@@ -200,9 +195,6 @@ impl Aeth {
             0b011 => AethKind::Nak { code: s & 0x1F },
             _ => return None,
         };
-        Some(Aeth {
-            kind,
-            msn: u32::from_be_bytes([0, b[1], b[2], b[3]]),
-        })
+        Some(Aeth { kind, msn: u32::from_be_bytes([0, b[1], b[2], b[3]]) })
     }
 }

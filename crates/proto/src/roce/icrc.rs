@@ -24,11 +24,7 @@ pub fn icrc_ipv4(ip: &[u8; IPV4_HEADER_LEN], udp: &[u8; UDP_HEADER_LEN], rest: &
 
 /// [`icrc_ipv4`] of a packet that lies in several buffers (a multi-buffer AF_XDP frame):
 /// `rest` is the concatenation of `parts`, whose first holds at least the BTH.
-pub fn icrc_ipv4_parts(
-    ip: &[u8; IPV4_HEADER_LEN],
-    udp: &[u8; UDP_HEADER_LEN],
-    parts: &[&[u8]],
-) -> u32 {
+pub fn icrc_ipv4_parts(ip: &[u8; IPV4_HEADER_LEN], udp: &[u8; UDP_HEADER_LEN], parts: &[&[u8]]) -> u32 {
     let mut ip = *ip;
     ip[1] = 0xFF; // type of service
     ip[8] = 0xFF; // time to live

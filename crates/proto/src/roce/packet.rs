@@ -47,10 +47,7 @@ pub struct Packet<'a> {
 
 /// Header bytes after the BTH for `op`.
 fn ext_len(op: Opcode) -> usize {
-    (op.has_deth() as usize) * DETH_LEN
-        + (op.has_reth() as usize) * RETH_LEN
-        + (op.has_aeth() as usize) * AETH_LEN
-        + (op.has_imm() as usize) * IMMDT_LEN
+    (op.has_deth() as usize) * DETH_LEN + (op.has_reth() as usize) * RETH_LEN + (op.has_aeth() as usize) * AETH_LEN + (op.has_imm() as usize) * IMMDT_LEN
 }
 
 /// The headers of a packet and where its payload lies, read from its first bytes.
@@ -86,35 +83,15 @@ pub fn parse_head(head: &[u8], total: usize) -> Result<Head, RoceError> {
         at += n;
         s
     };
-    let reth = opcode
-        .has_reth()
-        .then(|| Reth::parse(take(RETH_LEN).try_into().expect("RETH_LEN bytes")));
+    let reth = opcode.has_reth().then(|| Reth::parse(take(RETH_LEN).try_into().expect("RETH_LEN bytes")));
     let aeth = match opcode.has_aeth() {
-        true => Some(
-            Aeth::parse(take(AETH_LEN).try_into().expect("AETH_LEN bytes"))
-                .ok_or(RoceError::Aeth)?,
-        ),
+        true => Some(Aeth::parse(take(AETH_LEN).try_into().expect("AETH_LEN bytes")).ok_or(RoceError::Aeth)?),
         false => None,
     };
-    let imm = opcode
-        .has_imm()
-        .then(|| u32::from_be_bytes(take(IMMDT_LEN).try_into().expect("4 bytes")));
+    let imm = opcode.has_imm().then(|| u32::from_be_bytes(take(IMMDT_LEN).try_into().expect("4 bytes")));
     let body = total - at - ICRC_LEN;
-    let payload_len = body.checked_sub(bth.pad as usize).ok_or(RoceError::Pad {
-        pad: bth.pad,
-        payload: body,
-    })?;
-    Ok(Head {
-        opcode,
-        headers: Headers {
-            bth,
-            reth,
-            imm,
-            aeth,
-        },
-        payload_at: at,
-        payload_len,
-    })
+    let payload_len = body.checked_sub(bth.pad as usize).ok_or(RoceError::Pad { pad: bth.pad, payload: body })?;
+    Ok(Head { opcode, headers: Headers { bth, reth, imm, aeth }, payload_at: at, payload_len })
 }
 
 /// Parses the UDP payload `b` of a RoCEv2 datagram.
@@ -122,12 +99,7 @@ pub fn parse(b: &[u8]) -> Result<Packet<'_>, RoceError> {
     let h = parse_head(b, b.len())?;
     let payload = &b[h.payload_at..h.payload_at + h.payload_len];
     let icrc = icrc::get(b[b.len() - ICRC_LEN..].try_into().expect("ICRC_LEN bytes"));
-    Ok(Packet {
-        opcode: h.opcode,
-        headers: h.headers,
-        payload,
-        icrc,
-    })
+    Ok(Packet { opcode: h.opcode, headers: h.headers, payload, icrc })
 }
 
 /// Length of the packet [`encode`] makes for `op` with `payload` bytes (ICRC included).
@@ -141,10 +113,7 @@ pub fn encode(h: &Headers, payload: &[u8], out: &mut [u8]) -> Result<usize, Roce
     let op = Opcode::from_u8(h.bth.opcode).ok_or(RoceError::Opcode(h.bth.opcode))?;
     let len = encoded_len(op, payload.len());
     if out.len() < len {
-        return Err(RoceError::Output {
-            have: out.len(),
-            need: len,
-        });
+        return Err(RoceError::Output { have: out.len(), need: len });
     }
     let pad = (payload.len().next_multiple_of(4) - payload.len()) as u8;
     let bth = Bth { pad, ..h.bth };
@@ -155,29 +124,12 @@ pub fn encode(h: &Headers, payload: &[u8], out: &mut [u8]) -> Result<usize, Roce
         at += DETH_LEN;
     }
     if op.has_reth() {
-        h.reth
-            .unwrap_or(Reth {
-                va: 0,
-                rkey: 0,
-                len: 0,
-            })
-            .encode(
-                (&mut out[at..at + RETH_LEN])
-                    .try_into()
-                    .expect("RETH_LEN bytes"),
-            );
+        h.reth.unwrap_or(Reth { va: 0, rkey: 0, len: 0 }).encode((&mut out[at..at + RETH_LEN]).try_into().expect("RETH_LEN bytes"));
         at += RETH_LEN;
     }
     if op.has_aeth() {
-        let a = h.aeth.unwrap_or(Aeth {
-            kind: super::AethKind::Ack { credits: 0 },
-            msn: 0,
-        });
-        a.encode(
-            (&mut out[at..at + AETH_LEN])
-                .try_into()
-                .expect("AETH_LEN bytes"),
-        );
+        let a = h.aeth.unwrap_or(Aeth { kind: super::AethKind::Ack { credits: 0 }, msn: 0 });
+        a.encode((&mut out[at..at + AETH_LEN]).try_into().expect("AETH_LEN bytes"));
         at += AETH_LEN;
     }
     if op.has_imm() {
@@ -201,13 +153,7 @@ pub fn seal_ipv4(ip: &[u8; IPV4_HEADER_LEN], udp: &[u8; UDP_HEADER_LEN], packet:
 impl Packet<'_> {
     /// Whether the ICRC carried matches the packet `whole` (the UDP payload this was parsed
     /// from) under its IPv4 and UDP headers.
-    pub fn icrc_ok_ipv4(
-        &self,
-        ip: &[u8; IPV4_HEADER_LEN],
-        udp: &[u8; UDP_HEADER_LEN],
-        whole: &[u8],
-    ) -> bool {
-        whole.len() >= ICRC_LEN
-            && icrc::icrc_ipv4(ip, udp, &whole[..whole.len() - ICRC_LEN]) == self.icrc
+    pub fn icrc_ok_ipv4(&self, ip: &[u8; IPV4_HEADER_LEN], udp: &[u8; UDP_HEADER_LEN], whole: &[u8]) -> bool {
+        whole.len() >= ICRC_LEN && icrc::icrc_ipv4(ip, udp, &whole[..whole.len() - ICRC_LEN]) == self.icrc
     }
 }

@@ -15,26 +15,17 @@ pub struct Net {
 
 impl Net {
     pub fn receiver_ip(&self) -> IpAddr {
-        self.pair
-            .as_ref()
-            .map_or(Ipv4Addr::LOCALHOST, |p| p.receiver_ip)
-            .into()
+        self.pair.as_ref().map_or(Ipv4Addr::LOCALHOST, |p| p.receiver_ip).into()
     }
 
     pub fn sender_ip(&self) -> IpAddr {
-        self.pair
-            .as_ref()
-            .map_or(Ipv4Addr::LOCALHOST, |p| p.sender_ip)
-            .into()
+        self.pair.as_ref().map_or(Ipv4Addr::LOCALHOST, |p| p.sender_ip).into()
     }
 
     /// A second sending host (all of 127/8 is loopback; on the veth pair, an added address).
     #[allow(dead_code)] // each test file uses part of this module
     pub fn stranger_ip(&self) -> IpAddr {
-        self.pair
-            .as_ref()
-            .map_or(Ipv4Addr::new(127, 0, 0, 2), |_| STRANGER)
-            .into()
+        self.pair.as_ref().map_or(Ipv4Addr::new(127, 0, 0, 2), |_| STRANGER).into()
     }
 
     /// Moves the calling thread to the receiver's side.
@@ -71,8 +62,7 @@ pub fn on(engine: EngineKind, body: fn(&Net)) {
         _ => None,
     };
     let net = Net { engine, pair };
-    std::thread::scope(|s| s.spawn(|| body(&net)).join())
-        .unwrap_or_else(|e| std::panic::resume_unwind(e));
+    std::thread::scope(|s| s.spawn(|| body(&net)).join()).unwrap_or_else(|e| std::panic::resume_unwind(e));
 }
 
 /// One test per engine: `engines!(body)` makes `body::recvmmsg`, `body::io_uring` and

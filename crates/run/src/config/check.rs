@@ -23,15 +23,11 @@ pub const MAX_SECONDS: f64 = 30.0 * 86_400.0;
 /// Reads a time in seconds from the command line (clap's `value_parser`): a finite number
 /// above 0 and at most [`MAX_SECONDS`], so that it is a duration and every wait ends.
 pub fn seconds_arg(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
     if v > 0.0 && v <= MAX_SECONDS {
         Ok(v)
     } else {
-        Err(format!(
-            "{s} s: give a time above 0 and at most {MAX_SECONDS} s (30 days)"
-        ))
+        Err(format!("{s} s: give a time above 0 and at most {MAX_SECONDS} s (30 days)"))
     }
 }
 
@@ -46,12 +42,8 @@ pub fn seconds_or_off_arg(s: &str) -> Result<f64, String> {
 /// Reads a photon energy in keV from the command line (clap's `value_parser`): finite and
 /// within the energies a detector of this kind is used at.
 pub fn photon_kev_arg(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a photon energy in keV"))?;
-    metadata::photon_energy("", v).map(|()| v).map_err(|_| {
-        format!("{s} keV: give a photon energy of {MIN_PHOTON_KEV} to {MAX_PHOTON_KEV} keV")
-    })
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a photon energy in keV"))?;
+    metadata::photon_energy("", v).map(|()| v).map_err(|_| format!("{s} keV: give a photon energy of {MIN_PHOTON_KEV} to {MAX_PHOTON_KEV} keV"))
 }
 
 const MAX_FRAME_TIMEOUT_MS: u64 = rdaq_receiver::config::MAX_FRAME_TIMEOUT.as_millis() as u64;
@@ -66,10 +58,7 @@ const MAX_GPU_LANES: usize = 32;
 /// This machine's memory in MiB (from /proc/meminfo; unknown: no bound).
 pub fn physical_mib() -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let kib = text
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    let kib = text.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
     kib.map_or(u64::MAX, |k| k >> 10)
 }
 
@@ -79,9 +68,7 @@ impl Config {
     fn check_backend(&self) -> anyhow::Result<()> {
         match self.process.backend.as_str() {
             "cpu" => Ok(()),
-            "gpu" => rdaq_gpu::probe()
-                .map(drop)
-                .map_err(|e| anyhow::anyhow!("process.backend = \"gpu\": {e}")),
+            "gpu" => rdaq_gpu::probe().map(drop).map_err(|e| anyhow::anyhow!("process.backend = \"gpu\": {e}")),
             b => bail!("process.backend must be \"cpu\" or \"gpu\", not {b:?}"),
         }
     }
@@ -89,15 +76,10 @@ impl Config {
     /// The files, the stream and what they say about the sample.
     fn check_outputs(&self) -> anyhow::Result<()> {
         let (stream, preview) = (self.stream.config()?, self.stream.preview_config()?);
-        if (stream.is_some() || preview.is_some())
-            && self.processing()
-            && self.process.codec != "lz4"
-        {
+        if (stream.is_some() || preview.is_some()) && self.processing() && self.process.codec != "lz4" {
             bail!("stream: Stream V2 carries bitshuffle-LZ4 images only; set process.codec = \"lz4\", or stream.endpoint and stream.preview = \"none\"");
         }
-        if !(self.goniometer.omega_start_deg.is_finite()
-            && self.goniometer.omega_increment_deg.is_finite())
-        {
+        if !(self.goniometer.omega_start_deg.is_finite() && self.goniometer.omega_increment_deg.is_finite()) {
             bail!("goniometer.omega_start_deg and omega_increment_deg must be finite");
         }
         if self.output.images_per_file == 0 {
@@ -128,39 +110,21 @@ impl Config {
             bail!("detector.modules must be 1..=64, not {}", d.modules);
         }
         if self.geometry().is_none() {
-            bail!(
-                "detector.module_cols {} must divide detector.modules {} into whole rows",
-                d.module_cols,
-                d.modules
-            );
+            bail!("detector.module_cols {} must divide detector.modules {} into whole rows", d.module_cols, d.modules);
         }
-        let m = |r: Result<(), (&str, String)>| {
-            r.map_err(|(field, why)| anyhow::anyhow!("{field}: {why}"))
-        };
-        m(metadata::photon_energy(
-            "detector.photon_energy_kev",
-            d.photon_energy_kev,
-        ))?;
+        let m = |r: Result<(), (&str, String)>| r.map_err(|(field, why)| anyhow::anyhow!("{field}: {why}"));
+        m(metadata::photon_energy("detector.photon_energy_kev", d.photon_energy_kev))?;
         m(metadata::distance("detector.distance_m", d.distance_m))?;
-        for (field, v) in [
-            ("detector.beam_center_x", d.beam_center_x),
-            ("detector.beam_center_y", d.beam_center_y),
-        ] {
+        for (field, v) in [("detector.beam_center_x", d.beam_center_x), ("detector.beam_center_y", d.beam_center_y)] {
             m(v.map_or(Ok(()), |px| metadata::beam_center(field, px)))?;
         }
         m(metadata::sample_name("sample.name", &self.sample.name))?;
-        m(metadata::trigger_mode(
-            "detector.trigger_mode",
-            &d.trigger_mode,
-        ))?;
+        m(metadata::trigger_mode("detector.trigger_mode", &d.trigger_mode))?;
         if self.described()?.is_none() && (d.bit_depth.is_some() || d.link.is_some()) {
             bail!("detector.bit_depth and detector.link are settings of a detector placed by header (detector.name), not of JUNGFRAU");
         }
         if !(0.0..=1.0).contains(&d.hit_fraction) {
-            bail!(
-                "detector.hit_fraction must be in 0..=1, not {}",
-                d.hit_fraction
-            );
+            bail!("detector.hit_fraction must be in 0..=1, not {}", d.hit_fraction);
         }
         if d.chopper_dark > 0 && d.chopper_signal == 0 {
             bail!("detector.chopper_signal must be at least 1 with a chopper (only dark frames otherwise)");
@@ -173,8 +137,7 @@ impl Config {
             bail!("emulator.frames must be at least 1");
         }
         if self.emulator.rate_hz != 0.0 {
-            rdaq_emulator::config::check_rate(Some(self.emulator.rate_hz))
-                .map_err(|e| anyhow::anyhow!("emulator.rate_hz: {e}"))?;
+            rdaq_emulator::config::check_rate(Some(self.emulator.rate_hz)).map_err(|e| anyhow::anyhow!("emulator.rate_hz: {e}"))?;
         }
         Ok(())
     }
@@ -182,43 +145,26 @@ impl Config {
     fn check_network(&self) -> anyhow::Result<()> {
         let n = &self.network;
         if n.payload_bytes == 0 || n.payload_bytes > MAX_PAYLOAD {
-            bail!(
-                "network.payload_bytes must be 1..={MAX_PAYLOAD}, not {}",
-                n.payload_bytes
-            );
+            bail!("network.payload_bytes must be 1..={MAX_PAYLOAD}, not {}", n.payload_bytes);
         }
         if !(1..=rdaq_receiver::engine::MAX_BATCH).contains(&n.batch) {
-            bail!(
-                "network.batch must be 1..={}, not {}",
-                rdaq_receiver::engine::MAX_BATCH,
-                n.batch
-            );
+            bail!("network.batch must be 1..={}, not {}", rdaq_receiver::engine::MAX_BATCH, n.batch);
         }
         if let Err(e) = n.engine.parse::<rdaq_receiver::EngineKind>() {
             bail!("network.engine: {e}");
         }
         if !(0.0..=100.0).contains(&n.coalesce_ms) {
-            bail!(
-                "network.coalesce_ms must be 0 to 100, not {}",
-                n.coalesce_ms
-            );
+            bail!("network.coalesce_ms must be 0 to 100, not {}", n.coalesce_ms);
         }
         Ok(())
     }
 
     fn check_receiver(&self) -> anyhow::Result<()> {
         if !(1..=MAX_FRAME_TIMEOUT_MS).contains(&self.receiver.frame_timeout_ms) {
-            bail!(
-                "receiver.frame_timeout_ms must be 1 to {MAX_FRAME_TIMEOUT_MS}, not {}",
-                self.receiver.frame_timeout_ms
-            );
+            bail!("receiver.frame_timeout_ms must be 1 to {MAX_FRAME_TIMEOUT_MS}, not {}", self.receiver.frame_timeout_ms);
         }
         if self.slots() < 2 {
-            bail!(
-                "receiver.ring_mib {} holds fewer than 2 frames of {} MiB",
-                self.receiver.ring_mib,
-                self.frame_bytes() >> 20
-            );
+            bail!("receiver.ring_mib {} holds fewer than 2 frames of {} MiB", self.receiver.ring_mib, self.frame_bytes() >> 20);
         }
         self.policy()?;
         Ok(())
@@ -237,11 +183,7 @@ impl Config {
 
     fn check_faults(&self) -> anyhow::Result<()> {
         // the times first: the emulator's fault configuration makes durations of them
-        for (name, ms) in [
-            ("delay_ms", self.faults.delay_ms),
-            ("consumer_delay_ms", self.faults.consumer_delay_ms),
-            ("slow_ms", self.faults.slow_ms),
-        ] {
+        for (name, ms) in [("delay_ms", self.faults.delay_ms), ("consumer_delay_ms", self.faults.consumer_delay_ms), ("slow_ms", self.faults.slow_ms)] {
             if !(0.0..=10_000.0).contains(&ms) {
                 bail!("faults.{name} must be 0 to 10000, not {ms}");
             }
@@ -250,11 +192,7 @@ impl Config {
             f.check().map_err(anyhow::Error::msg)?;
         }
         if self.faults.slow_ms > 0.0 && self.faults.slow_module >= self.detector.modules {
-            bail!(
-                "faults.slow_module {} must be a module of the detector (below {})",
-                self.faults.slow_module,
-                self.detector.modules
-            );
+            bail!("faults.slow_module {} must be a module of the detector (below {})", self.faults.slow_module, self.detector.modules);
         }
         Ok(())
     }
@@ -262,18 +200,12 @@ impl Config {
     fn check_process(&self) -> anyhow::Result<()> {
         let p = &self.process;
         if !["auto", "jungfrau", "spots", "raw"].contains(&p.mode.as_str()) {
-            bail!(
-                "process.mode must be \"auto\", \"jungfrau\", \"spots\" or \"raw\", not {:?}",
-                p.mode
-            );
+            bail!("process.mode must be \"auto\", \"jungfrau\", \"spots\" or \"raw\", not {:?}", p.mode);
         }
         if p.hg0 && p.gain_maps.is_empty() {
             bail!("process.hg0 takes the HG0 map of process.gain_maps: give the gain maps too");
         }
-        if self.processing()
-            && p.calibration.as_os_str().is_empty()
-            && self.source == Source::Remote
-        {
+        if self.processing() && p.calibration.as_os_str().is_empty() && self.source == Source::Remote {
             bail!("process.mode = \"jungfrau\": a detector outside this process needs its calibration: process.calibration (--calibration FILE; \"emulated\" for rdaq emulate's own), or process.mode = \"raw\"");
         }
         self.pixel_type(None)?;
@@ -289,43 +221,25 @@ impl Config {
             "peakfinder8" => {}
             f => bail!("process.finder must be \"local\" or \"peakfinder8\", not {f:?}"),
         }
-        if !(p.threshold_photons.is_finite() && p.threshold_photons > 0.0)
-            || !(p.snr.is_finite() && p.snr >= 0.0)
-            || p.min_pixels == 0
-            || p.max_pixels < p.min_pixels
-        {
+        if !(p.threshold_photons.is_finite() && p.threshold_photons > 0.0) || !(p.snr.is_finite() && p.snr >= 0.0) || p.min_pixels == 0 || p.max_pixels < p.min_pixels {
             bail!("process: threshold_photons must be positive, snr not negative, and 1 <= min_pixels <= max_pixels");
         }
-        let side = self
-            .geometry()
-            .map_or(usize::MAX, |g| g.height().min(g.width()));
+        let side = self.geometry().map_or(usize::MAX, |g| g.height().min(g.width()));
         if p.box_half >= side {
-            bail!(
-                "process.box_half must be less than the image's smaller side ({side}), not {}",
-                p.box_half
-            );
+            bail!("process.box_half must be less than the image's smaller side ({side}), not {}", p.box_half);
         }
         if !(1..=MAX_GPU_LANES).contains(&p.gpu_lanes) {
-            bail!(
-                "process.gpu_lanes must be 1..={MAX_GPU_LANES}, not {}",
-                p.gpu_lanes
-            );
+            bail!("process.gpu_lanes must be 1..={MAX_GPU_LANES}, not {}", p.gpu_lanes);
         }
         if p.ring_frames == 0 {
             bail!("process.ring_frames must be at least 1");
         }
         if !(0.0..=1.0).contains(&p.max_masked) {
-            bail!(
-                "process.max_masked must be 0 to 1 (a share of a module's pixels), not {}",
-                p.max_masked
-            );
+            bail!("process.max_masked must be 0 to 1 (a share of a module's pixels), not {}", p.max_masked);
         }
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         if let Some(c) = p.cpus.iter().find(|&&c| c >= cpus) {
-            bail!(
-                "process.cpus: CPU {c} is not one of this machine's 0..{}",
-                cpus - 1
-            );
+            bail!("process.cpus: CPU {c} is not one of this machine's 0..{}", cpus - 1);
         }
         Ok(())
     }
@@ -347,11 +261,7 @@ impl Config {
             bail!("detector.background_photons must be 0 to {MAX_BACKGROUND} (mean photons per pixel), not {}", d.background_photons);
         }
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        for (field, n) in [
-            ("process.workers", p.workers),
-            ("process.pedestal_bands", p.pedestal_bands),
-            ("process.gpu_cpu_workers", p.gpu_cpu_workers),
-        ] {
+        for (field, n) in [("process.workers", p.workers), ("process.pedestal_bands", p.pedestal_bands), ("process.gpu_cpu_workers", p.gpu_cpu_workers)] {
             if n > THREADS_PER_CPU * cpus {
                 bail!("{field} {n} must be at most {} ({THREADS_PER_CPU} per CPU of this machine's {cpus}); 0 chooses", THREADS_PER_CPU * cpus);
             }
@@ -360,18 +270,12 @@ impl Config {
             bail!("process.max_spots must be at most {MAX_SPOTS} and process.ring_frames at most {MAX_RING_FRAMES}, not {} and {}", p.max_spots, p.ring_frames);
         }
         let memory = physical_mib();
-        let history = self
-            .reliability
-            .history_mib
-            .saturating_mul(self.detector.modules as u64);
+        let history = self.reliability.history_mib.saturating_mul(self.detector.modules as u64);
         if self.reliability.retransmit && history > memory / 2 {
             bail!("reliability.history_mib {} for each of {} modules is more than half of this machine's {memory} MiB", self.reliability.history_mib, self.detector.modules);
         }
         if self.receiver.ring_mib as u64 > memory / 2 {
-            bail!(
-                "receiver.ring_mib {} is more than half of this machine's {memory} MiB",
-                self.receiver.ring_mib
-            );
+            bail!("receiver.ring_mib {} is more than half of this machine's {memory} MiB", self.receiver.ring_mib);
         }
         Ok(())
     }

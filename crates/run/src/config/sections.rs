@@ -31,10 +31,7 @@ pub struct Goniometer {
 impl Goniometer {
     /// The rotation the files describe; `None` for stills.
     pub fn rotation(&self) -> Option<rdaq_sink::Rotation> {
-        (self.omega_increment_deg != 0.0).then_some(rdaq_sink::Rotation {
-            start_deg: self.omega_start_deg,
-            increment_deg: self.omega_increment_deg,
-        })
+        (self.omega_increment_deg != 0.0).then_some(rdaq_sink::Rotation { start_deg: self.omega_start_deg, increment_deg: self.omega_increment_deg })
     }
 }
 
@@ -79,14 +76,8 @@ impl Stream {
         let d = Stream::default();
         let mut s = self.clone();
         let mut moved = Vec::new();
-        for (field, e, default) in [
-            ("stream.endpoint", &mut s.endpoint, d.endpoint),
-            ("stream.preview", &mut s.preview, d.preview),
-        ] {
-            if let Some(free) = (*e == default)
-                .then(|| free_port_if_taken(&default))
-                .flatten()
-            {
+        for (field, e, default) in [("stream.endpoint", &mut s.endpoint, d.endpoint), ("stream.preview", &mut s.preview, d.preview)] {
+            if let Some(free) = (*e == default).then(|| free_port_if_taken(&default)).flatten() {
                 moved.push(format!("{field}: {default} is taken (another acquisition on this host?): this run uses a free port instead, named in its summary"));
                 *e = free;
             }
@@ -113,12 +104,7 @@ impl Stream {
         if self.hwm < 1 {
             bail!("stream.hwm must be at least 1, not {}", self.hwm);
         }
-        Ok(Some(rdaq_stream::StreamConfig {
-            endpoint: self.endpoint.clone(),
-            socket,
-            hwm: self.hwm,
-            policy,
-        }))
+        Ok(Some(rdaq_stream::StreamConfig { endpoint: self.endpoint.clone(), socket, hwm: self.hwm, policy }))
     }
 
     /// The preview publisher's settings and its period; `None` when the preview is off.
@@ -127,17 +113,9 @@ impl Stream {
             return Ok(None);
         }
         if !(self.preview_hz > 0.0 && self.preview_hz.is_finite()) {
-            bail!(
-                "stream.preview_hz must be positive, not {}",
-                self.preview_hz
-            );
+            bail!("stream.preview_hz must be positive, not {}", self.preview_hz);
         }
-        let cfg = rdaq_stream::StreamConfig {
-            endpoint: self.preview.clone(),
-            socket: rdaq_stream::SocketKind::Pub,
-            hwm: 4,
-            policy: rdaq_stream::Policy::Drop,
-        };
+        let cfg = rdaq_stream::StreamConfig { endpoint: self.preview.clone(), socket: rdaq_stream::SocketKind::Pub, hwm: 4, policy: rdaq_stream::Policy::Drop };
         Ok(Some((cfg, Duration::from_secs_f64(1.0 / self.preview_hz))))
     }
 }
@@ -146,11 +124,8 @@ impl Stream {
 /// `tcp://ADDRESS:0` (a port the system picks when the stream binds) when another process
 /// holds the port of the TCP `endpoint`; `None` when it is free or not a TCP address.
 pub fn free_port_if_taken(endpoint: &str) -> Option<String> {
-    let addr = endpoint
-        .strip_prefix("tcp://")
-        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())?;
-    let taken =
-        std::net::TcpListener::bind(addr).is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse);
+    let addr = endpoint.strip_prefix("tcp://").and_then(|a| a.parse::<std::net::SocketAddr>().ok())?;
+    let taken = std::net::TcpListener::bind(addr).is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse);
     taken.then(|| format!("tcp://{}", std::net::SocketAddr::new(addr.ip(), 0)))
 }
 
@@ -439,38 +414,20 @@ impl Default for Process {
 
 impl Default for Emulator {
     fn default() -> Self {
-        Emulator {
-            frames: 1000,
-            rate_hz: 100.0,
-            gso: true,
-        }
+        Emulator { frames: 1000, rate_hz: 100.0, gso: true }
     }
 }
 
 impl Default for Network {
     fn default() -> Self {
         let coalesce = rdaq_receiver::ReceiverConfig::default().coalesce;
-        Network {
-            bind: IpAddr::from([127, 0, 0, 1]),
-            data_port: 0,
-            payload_bytes: 8192,
-            recv_buffer_mib: 64,
-            batch: 64,
-            engine: "recvmmsg".into(),
-            recv_cpu: None,
-            coalesce_ms: coalesce.as_secs_f64() * 1e3,
-        }
+        Network { bind: IpAddr::from([127, 0, 0, 1]), data_port: 0, payload_bytes: 8192, recv_buffer_mib: 64, batch: 64, engine: "recvmmsg".into(), recv_cpu: None, coalesce_ms: coalesce.as_secs_f64() * 1e3 }
     }
 }
 
 impl Default for ReceiverCfg {
     fn default() -> Self {
-        ReceiverCfg {
-            ring_mib: 512,
-            frame_timeout_ms: 500,
-            policy: "keep".into(),
-            predict: true,
-        }
+        ReceiverCfg { ring_mib: 512, frame_timeout_ms: 500, policy: "keep".into(), predict: true }
     }
 }
 
@@ -526,10 +483,8 @@ impl Faults {
             delay: self.delay,
             delay_time: Duration::from_secs_f64(self.delay_ms.max(0.0) / 1e3),
             corrupt: self.corrupt,
-            slow: (self.slow_ms > 0.0).then(|| rdaq_emulator::Slow {
-                module: self.slow_module,
-                per_frame: Duration::from_secs_f64(self.slow_ms / 1e3),
-            }),
+            slow: (self.slow_ms > 0.0)
+                .then(|| rdaq_emulator::Slow { module: self.slow_module, per_frame: Duration::from_secs_f64(self.slow_ms / 1e3) }),
             ..Default::default()
         };
         (!f.is_clean()).then_some(f)

@@ -74,12 +74,7 @@ impl Band {
             .step_by(len)
             .map(|lo| {
                 let hi = (lo + len).min(pixels);
-                Band {
-                    lo,
-                    hi,
-                    tracker: Pedestal::new(hi - lo, 0, window),
-                    mean: vec![0.0; hi - lo],
-                }
+                Band { lo, hi, tracker: Pedestal::new(hi - lo, 0, window), mean: vec![0.0; hi - lo] }
             })
             .collect()
     }
@@ -94,8 +89,7 @@ impl DarkTracker for Band {
                 // the part of this run of image pixels [at, at + run) inside the band
                 let (s, e) = (at.max(self.lo), (at + run).min(self.hi));
                 if s < e {
-                    self.tracker
-                        .push_at(s - self.lo, &module[from + (s - at)..from + (e - at)]);
+                    self.tracker.push_at(s - self.lo, &module[from + (s - at)..from + (e - at)]);
                 }
             });
         }
@@ -128,9 +122,7 @@ pub(super) struct Deferred<T> {
 
 /// FNV-1a of the words: tells a frame's words from another frame's.
 fn digest(words: &[u16]) -> u64 {
-    words.iter().fold(0xcbf2_9ce4_8422_2325, |h, &w| {
-        (h ^ u64::from(w)).wrapping_mul(0x0100_0000_01b3)
-    })
+    words.iter().fold(0xcbf2_9ce4_8422_2325, |h, &w| (h ^ u64::from(w)).wrapping_mul(0x0100_0000_01b3))
 }
 
 // SAFETY: the pointers are to slots of the receiver's ring, which every thread may read;
@@ -139,20 +131,14 @@ unsafe impl<T: Send> Send for Deferred<T> {}
 
 impl<T: DarkTracker> Deferred<T> {
     pub(super) fn new(inner: T, geometry: Geometry, in_flight: usize) -> Deferred<T> {
-        Deferred {
-            inner,
-            geometry,
-            waiting: VecDeque::new(),
-            in_flight: in_flight.max(1),
-        }
+        Deferred { inner, geometry, waiting: VecDeque::new(), in_flight: in_flight.max(1) }
     }
 }
 
 impl<T: DarkTracker> DarkTracker for Deferred<T> {
     unsafe fn push_frame(&mut self, _: &Geometry, words: &[u16]) {
         self.reading(self.in_flight - 1);
-        self.waiting
-            .push_back((words.as_ptr(), words.len(), digest(words)));
+        self.waiting.push_back((words.as_ptr(), words.len(), digest(words)));
     }
 
     fn reading(&mut self, keep: usize) -> usize {
@@ -161,11 +147,7 @@ impl<T: DarkTracker> DarkTracker for Deferred<T> {
             // SAFETY: `push_frame`'s caller keeps the frame's words valid and unwritten until
             // this function no longer counts it, that is, until after this read.
             let words = unsafe { std::slice::from_raw_parts(p, len) };
-            assert_eq!(
-                digest(words),
-                pushed,
-                "a dark frame's slot was given back while its tracker still read it"
-            );
+            assert_eq!(digest(words), pushed, "a dark frame's slot was given back while its tracker still read it");
             // SAFETY: the inner tracker is a CPU one: it has read the words when it returns.
             unsafe { self.inner.push_frame(&self.geometry, words) };
         }
@@ -195,10 +177,7 @@ mod tests {
         assert_eq!(three.last().map(|b| b.hi), Some(pixels));
         let mut words = vec![0u16; 2 * g.module_pixels()];
         for f in 0..5u16 {
-            words
-                .iter_mut()
-                .enumerate()
-                .for_each(|(i, w)| *w = ((i as u16).wrapping_mul(7) ^ f.wrapping_mul(13)) & 0x3FFF);
+            words.iter_mut().enumerate().for_each(|(i, w)| *w = ((i as u16).wrapping_mul(7) ^ f.wrapping_mul(13)) & 0x3FFF);
             for b in one.iter_mut().chain(three.iter_mut()) {
                 // SAFETY: a CPU band has read the words when its push returns.
                 unsafe { b.push_frame(&g, &words) };
@@ -214,13 +193,7 @@ mod tests {
     fn a_deferred_tracker_reads_late_and_tracks_what_a_band_tracks() {
         let g = Geometry::new(2, 1, 2, 2).expect("a 2-module detector with gaps");
         let pixels = g.height() * g.width();
-        let frames: Vec<Vec<u16>> = (0..7u16)
-            .map(|f| {
-                (0..2 * g.module_pixels())
-                    .map(|i| ((i as u16).wrapping_mul(5) ^ f.wrapping_mul(11)) & 0x3FFF)
-                    .collect()
-            })
-            .collect();
+        let frames: Vec<Vec<u16>> = (0..7u16).map(|f| (0..2 * g.module_pixels()).map(|i| ((i as u16).wrapping_mul(5) ^ f.wrapping_mul(11)) & 0x3FFF).collect()).collect();
         let mut band = Band::split(pixels, 1, 4).pop().expect("one band");
         let mut late = Deferred::new(Band::split(pixels, 1, 4).pop().expect("one band"), g, 3);
         let mut waiting = Vec::new();

@@ -24,11 +24,7 @@ pub struct Processed {
 /// Whose buffer a frame is.
 enum Held {
     /// The processing graph's.
-    Graph {
-        work: Option<Box<Work>>,
-        pixel: PixelType,
-        pool: Sender<Box<Work>>,
-    },
+    Graph { work: Option<Box<Work>>, pixel: PixelType, pool: Sender<Box<Work>> },
     /// The raw chain's, a counting detector's frame with its spots.
     Counted(crate::consume::Delivered),
 }
@@ -46,21 +42,12 @@ pub enum Pixels<'a> {
 impl Processed {
     /// Converts `wk`'s image to the file's pixels (`pixel`, photons of `photon_kev`) and
     /// wraps it; dropping it gives the buffer back to `pool`.
-    pub(super) fn new(
-        mut wk: Box<Work>,
-        pixel: PixelType,
-        photon_kev: f32,
-        pool: Sender<Box<Work>>,
-    ) -> Processed {
+    pub(super) fn new(mut wk: Box<Work>, pixel: PixelType, photon_kev: f32, pool: Sender<Box<Work>>) -> Processed {
         let n = wk.image.len();
         // allocated once per pooled buffer, the first time it is handed out; counts that
         // came from the device are the frame's already (plain: frames delivered are not
         // fetched bitshuffled)
-        debug_assert_ne!(
-            wk.counts,
-            Counts::Shuffled,
-            "a delivered frame's counts are plain"
-        );
+        debug_assert_ne!(wk.counts, Counts::Shuffled, "a delivered frame's counts are plain");
         match pixel {
             _ if wk.counts == Counts::Plain => {}
             PixelType::Photons16 => {
@@ -73,20 +60,12 @@ impl Processed {
             }
             _ => {}
         }
-        Processed {
-            held: Held::Graph {
-                work: Some(wk),
-                pixel,
-                pool,
-            },
-        }
+        Processed { held: Held::Graph { work: Some(wk), pixel, pool } }
     }
 
     /// A counting detector's frame of the raw chain.
     pub(crate) fn counted(d: crate::consume::Delivered) -> Processed {
-        Processed {
-            held: Held::Counted(d),
-        }
+        Processed { held: Held::Counted(d) }
     }
 
     /// The frame number.
@@ -108,10 +87,7 @@ impl Processed {
                     _ => Pixels::F32(&w.image),
                 }
             }
-            Held::Counted(d) => Pixels::Counts {
-                bytes: d.bytes(),
-                size: d.pixel_bytes(),
-            },
+            Held::Counted(d) => Pixels::Counts { bytes: d.bytes(), size: d.pixel_bytes() },
         }
     }
 

@@ -27,10 +27,7 @@ use crossbeam_channel::{Receiver as ChanRx, Sender};
 
 use rdaq_detector::{as_words, Geometry};
 use rdaq_gpu::pedestal::DARK_IN_FLIGHT;
-use rdaq_gpu::{
-    ChainSetup, Counts as LaneCounts, Device, DevicePedestal, Found, FrameLane, GpuError,
-    GpuPedestal, HostRegistration,
-};
+use rdaq_gpu::{ChainSetup, Counts as LaneCounts, Device, DevicePedestal, FrameLane, Found, GpuError, GpuPedestal, HostRegistration};
 use rdaq_process::pipeline::{Emit, WorkerFn};
 use rdaq_process::spots::LocalSnr;
 use rdaq_process::Converter;
@@ -89,17 +86,11 @@ impl GpuTracker {
         self.errors.record(&self.counts, "pedestal", &e);
         self.gpu = None;
         *self.published.lock().expect("not poisoned") = None;
-        self.cpu = Some(Box::new(
-            super::dark::Band::split(self.pixels, 1, self.window)
-                .pop()
-                .expect("an image has pixels"),
-        ));
+        self.cpu = Some(Box::new(super::dark::Band::split(self.pixels, 1, self.window).pop().expect("an image has pixels")));
     }
 
     fn cpu(&mut self) -> &mut dyn DarkTracker {
-        self.cpu
-            .as_deref_mut()
-            .expect("a CPU tracker after a device error")
+        self.cpu.as_deref_mut().expect("a CPU tracker after a device error")
     }
 }
 
@@ -168,10 +159,7 @@ impl Errors {
     fn record(&self, board: &Board, stage: &str, e: &GpuError) {
         ProcessCounts::add(&board.process.device_errors, 1);
         let line = format!("{stage}: {e}");
-        board.push_event(Event::Error {
-            source: "gpu".into(),
-            message: line.clone(),
-        });
+        board.push_event(Event::Error { source: "gpu".into(), message: line.clone() });
         let mut first = self.first.lock().expect("not poisoned");
         if first.is_none() {
             eprintln!("rdaq: GPU {line}; the run goes on on the CPU");
@@ -186,8 +174,7 @@ fn register(dev: &Device, rx: &Receiver, images: &[(*const u8, usize)]) -> Vec<H
     let (start, end) = rx.ring_span();
     // SAFETY: the ring is mapped for the receiver's life, which outlasts the graph and so
     // this registration (dropped with the Offload, inside `graph::run`).
-    let Ok(ring) = (unsafe { HostRegistration::new(&dev.ctx, start as *const u8, end - start) })
-    else {
+    let Ok(ring) = (unsafe { HostRegistration::new(&dev.ctx, start as *const u8, end - start) }) else {
         return Vec::new();
     };
     let mut registered = vec![ring];
@@ -247,83 +234,27 @@ impl Offload {
     /// The lanes and the pedestal tracker for `setup` on `backend`; on a device,
     /// registers the receiver's ring and the frame buffers' images, so that copies run as
     /// DMA (where registration is refused, the driver stages them: slower, the same results).
-    pub(super) fn new(
-        backend: &GpuBackend,
-        setup: &Setup,
-        rx: &Receiver,
-        images: &[(*const u8, usize)],
-    ) -> anyhow::Result<(Offload, GpuTracker)> {
+    pub(super) fn new(backend: &GpuBackend, setup: &Setup, rx: &Receiver, images: &[(*const u8, usize)]) -> anyhow::Result<(Offload, GpuTracker)> {
         let g = setup.geometry;
-        let (pixels, words, n) = (
-            g.height() * g.width(),
-            g.modules as usize * g.module_pixels(),
-            setup.gpu_lanes.max(1),
-        );
+        let (pixels, words, n) = (g.height() * g.width(), g.modules as usize * g.module_pixels(), setup.gpu_lanes.max(1));
         let (errors, published) = (Arc::new(Errors::default()), Arc::new(Published::default()));
-        let mut tracker = GpuTracker {
-            gpu: None,
-            cpu: None,
-            pixels,
-            window: setup.window,
-            published: published.clone(),
-            counts: setup.board.clone(),
-            errors: errors.clone(),
-        };
+        let mut tracker = GpuTracker { gpu: None, cpu: None, pixels, window: setup.window, published: published.clone(), counts: setup.board.clone(), errors: errors.clone() };
         let mut registered = Vec::new();
         let (device, lanes): (String, Vec<Box<dyn FrameLane>>) = match backend {
             GpuBackend::Device(dev) => {
                 let map = g.pixel_map();
-                let chain = ChainSetup {
-                    width: g.width(),
-                    height: g.height(),
-                    words,
-                    src_of: &map,
-                    calibration: &setup.calibration,
-                    invalid: setup.invalid,
-                    finder: setup.finder,
-                };
+                let chain = ChainSetup { width: g.width(), height: g.height(), words, src_of: &map, calibration: &setup.calibration, invalid: setup.invalid, finder: setup.finder };
                 let lanes = rdaq_gpu::chain::lanes(dev, &chain, n)?;
-                tracker.gpu = Some(
-                    GpuPedestal::new(dev, pixels, 0, setup.window)?.assembling(dev, &map, words)?,
-                );
+                tracker.gpu = Some(GpuPedestal::new(dev, pixels, 0, setup.window)?.assembling(dev, &map, words)?);
                 registered = register(dev, rx, images);
-                (
-                    dev.name.clone(),
-                    lanes
-                        .into_iter()
-                        .map(|l| Box::new(l) as Box<dyn FrameLane>)
-                        .collect(),
-                )
+                (dev.name.clone(), lanes.into_iter().map(|l| Box::new(l) as Box<dyn FrameLane>).collect())
             }
             GpuBackend::StandIn(fail) => {
                 let runs = g.runs_in_image_order();
-                let lanes = rdaq_gpu::standin::lanes(
-                    n,
-                    g.width(),
-                    g.height(),
-                    words,
-                    runs,
-                    setup.calibration.clone(),
-                    setup.invalid,
-                    setup.finder,
-                    pixels / 16,
-                    *fail,
-                )?;
-                let band = super::dark::Band::split(pixels, 1, setup.window)
-                    .pop()
-                    .expect("an image has pixels");
-                tracker.cpu = Some(Box::new(super::dark::Deferred::new(
-                    band,
-                    g,
-                    DARK_IN_FLIGHT,
-                )));
-                (
-                    "CPU stand-in".to_string(),
-                    lanes
-                        .into_iter()
-                        .map(|l| Box::new(l) as Box<dyn FrameLane>)
-                        .collect(),
-                )
+                let lanes = rdaq_gpu::standin::lanes(n, g.width(), g.height(), words, runs, setup.calibration.clone(), setup.invalid, setup.finder, pixels / 16, *fail)?;
+                let band = super::dark::Band::split(pixels, 1, setup.window).pop().expect("an image has pixels");
+                tracker.cpu = Some(Box::new(super::dark::Deferred::new(band, g, DARK_IN_FLIGHT)));
+                ("CPU stand-in".to_string(), lanes.into_iter().map(|l| Box::new(l) as Box<dyn FrameLane>).collect())
             }
         };
         let ring_registered = !registered.is_empty();
@@ -362,11 +293,7 @@ impl Offload {
         if let Ok(l) = self.free.1.try_recv() {
             return Take::Lane(l);
         }
-        let turn = self
-            .cpu_now
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.cpu_max).then_some(n + 1)
-            });
+        let turn = self.cpu_now.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.cpu_max).then_some(n + 1));
         if turn.is_ok() {
             return Take::Shared(CpuTurn(self));
         }
@@ -419,24 +346,22 @@ impl Graph<'_> {
         Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
             super::pin_once(&mut pinned, &self.setup.cpus, k);
             match off.take() {
-                Take::Lane(mut l) => {
-                    match self.spots_on_device(off, l.as_mut(), &mut finder, &mut strong, &mut wk) {
-                        Ok(()) => {
-                            self.judge_and_fetch(off, &mut l, &mut cpu, &runs, &mut wk);
-                            if !off.failed.load(Ordering::Relaxed) {
-                                // the free queue has room for every lane: this send does not wait
-                                let _ = off.free.0.send(l);
-                            }
-                        }
-                        Err(err) => {
-                            off.fail(&self.setup.board, &err);
-                            // dropping the lane waits for its copies: the slot is then free to go
-                            drop(l);
-                            self.frame_on_cpu(&mut cpu, &runs, &mut finder, &mut wk);
-                            off.on_cpu.fetch_add(1, Ordering::Relaxed);
+                Take::Lane(mut l) => match self.spots_on_device(off, l.as_mut(), &mut finder, &mut strong, &mut wk) {
+                    Ok(()) => {
+                        self.judge_and_fetch(off, &mut l, &mut cpu, &runs, &mut wk);
+                        if !off.failed.load(Ordering::Relaxed) {
+                            // the free queue has room for every lane: this send does not wait
+                            let _ = off.free.0.send(l);
                         }
                     }
-                }
+                    Err(err) => {
+                        off.fail(&self.setup.board, &err);
+                        // dropping the lane waits for its copies: the slot is then free to go
+                        drop(l);
+                        self.frame_on_cpu(&mut cpu, &runs, &mut finder, &mut wk);
+                        off.on_cpu.fetch_add(1, Ordering::Relaxed);
+                    }
+                },
                 Take::Shared(turn) => {
                     self.frame_on_cpu(&mut cpu, &runs, &mut finder, &mut wk);
                     drop(turn);
@@ -446,9 +371,7 @@ impl Graph<'_> {
                     off.on_cpu.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            self.rx
-                .release(wk.ready.take().expect("signal frames come with their slot"))
-                .expect(OWN_FRAME);
+            self.rx.release(wk.ready.take().expect("signal frames come with their slot")).expect(OWN_FRAME);
             self.compress_if_wanted(&mut compress, &mut wk);
             e.send(0, wk);
         })
@@ -456,13 +379,7 @@ impl Graph<'_> {
 
     /// The whole frame on the CPU, as a process worker does it: its image, its spots, the
     /// decision.
-    fn frame_on_cpu(
-        &self,
-        cpu: &mut Option<(u64, Converter)>,
-        runs: &[(usize, usize, usize)],
-        finder: &mut LocalSnr,
-        wk: &mut Work,
-    ) {
+    fn frame_on_cpu(&self, cpu: &mut Option<(u64, Converter)>, runs: &[(usize, usize, usize)], finder: &mut LocalSnr, wk: &mut Work) {
         self.image_on_cpu(cpu, runs, wk);
         let mut spots = std::mem::take(&mut wk.spots);
         let g = &self.setup.geometry;
@@ -473,14 +390,7 @@ impl Graph<'_> {
 
     /// The frame's spots through `lane`: its words to the device, the strong pixels back,
     /// grouped (or, when the device lists too many, the image back and searched here).
-    fn spots_on_device(
-        &self,
-        off: &Offload,
-        lane: &mut dyn FrameLane,
-        finder: &mut LocalSnr,
-        strong: &mut Vec<(u32, f32)>,
-        wk: &mut Work,
-    ) -> Result<(), GpuError> {
+    fn spots_on_device(&self, off: &Offload, lane: &mut dyn FrameLane, finder: &mut LocalSnr, strong: &mut Vec<(u32, f32)>, wk: &mut Work) -> Result<(), GpuError> {
         let gen = self.cal.generation.load(Ordering::Acquire);
         if gen != lane.pedestal_generation() {
             // the device's own pedestal, where its tracker made it (the one the graph
@@ -491,10 +401,7 @@ impl Graph<'_> {
                 None => lane.set_pedestal(self.cal.g0().values(), gen)?,
             }
         }
-        let f = wk
-            .ready
-            .as_ref()
-            .expect("signal frames come with their slot");
+        let f = wk.ready.as_ref().expect("signal frames come with their slot");
         let words = as_words(self.rx.data(f).expect(OWN_FRAME));
         // SAFETY: the words are the slot's, held in `wk.ready` until after the lane's results
         // are in (below) or the lane is dropped (on an error), which waits for its copies.
@@ -504,9 +411,7 @@ impl Graph<'_> {
         let mut spots = std::mem::take(&mut wk.spots);
         let found = lane.strong_pixels(strong);
         match found {
-            Ok(Found::Listed(_)) => {
-                finder.group_strong_pixels(width, strong.iter().copied(), &mut spots)
-            }
+            Ok(Found::Listed(_)) => finder.group_strong_pixels(width, strong.iter().copied(), &mut spots),
             Ok(Found::TooMany(_)) => {
                 off.overflow.fetch_add(1, Ordering::Relaxed);
                 lane.image_into(&mut wk.image)?;
@@ -522,14 +427,7 @@ impl Graph<'_> {
     /// The hit decision on the spots found, then the keV image from `lane` if the frame is
     /// kept or shown; if the device fails now, the image is converted on the CPU (with the
     /// pedestal in use then) and the frame is not judged again.
-    fn judge_and_fetch(
-        &self,
-        off: &Offload,
-        lane: &mut Box<dyn FrameLane>,
-        cpu: &mut Option<(u64, Converter)>,
-        runs: &[(usize, usize, usize)],
-        wk: &mut Work,
-    ) {
+    fn judge_and_fetch(&self, off: &Offload, lane: &mut Box<dyn FrameLane>, cpu: &mut Option<(u64, Converter)>, runs: &[(usize, usize, usize)], wk: &mut Work) {
         let glance = self.decide(wk);
         if !wk.image_valid && (glance || self.image_kept(wk)) {
             match self.fetch(lane.as_mut(), glance, wk) {
@@ -555,21 +453,12 @@ impl Graph<'_> {
         let e = self.setup.photon_kev;
         let (shuffle, held) = match self.setup.deliver {
             Some(_) => (None, Counts::Plain),
-            None => (
-                Some(super::chunk_block_elems(self.setup.pixel)),
-                Counts::Shuffled,
-            ),
+            None => (Some(super::chunk_block_elems(self.setup.pixel)), Counts::Shuffled),
         };
         match self.setup.pixel {
-            PixelType::Photons16 if !glance => lane
-                .photons_into(e, shuffle, LaneCounts::I16(&mut wk.counts16))
-                .map(|()| wk.counts = held),
-            PixelType::Photons32 if !glance => lane
-                .photons_into(e, shuffle, LaneCounts::I32(&mut wk.counts32))
-                .map(|()| wk.counts = held),
-            _ => lane
-                .image_into(&mut wk.image)
-                .map(|()| wk.image_valid = true),
+            PixelType::Photons16 if !glance => lane.photons_into(e, shuffle, LaneCounts::I16(&mut wk.counts16)).map(|()| wk.counts = held),
+            PixelType::Photons32 if !glance => lane.photons_into(e, shuffle, LaneCounts::I32(&mut wk.counts32)).map(|()| wk.counts = held),
+            _ => lane.image_into(&mut wk.image).map(|()| wk.image_valid = true),
         }
     }
 
@@ -581,24 +470,10 @@ impl Graph<'_> {
 
     /// The frame's keV image converted on the CPU from its slot (after a device error), as
     /// a process worker does; the converter follows the published pedestal.
-    fn image_on_cpu(
-        &self,
-        cpu: &mut Option<(u64, Converter)>,
-        runs: &[(usize, usize, usize)],
-        wk: &mut Work,
-    ) {
-        let (seen, conv) = cpu.get_or_insert_with(|| {
-            (
-                0,
-                Converter::shared(self.cal.base.clone(), self.setup.invalid)
-                    .expect("the calibration was checked when the run started"),
-            )
-        });
+    fn image_on_cpu(&self, cpu: &mut Option<(u64, Converter)>, runs: &[(usize, usize, usize)], wk: &mut Work) {
+        let (seen, conv) = cpu.get_or_insert_with(|| (0, Converter::shared(self.cal.base.clone(), self.setup.invalid).expect("the calibration was checked when the run started")));
         *seen = self.cal.follow(*seen, conv);
-        let f = wk
-            .ready
-            .as_ref()
-            .expect("signal frames come with their slot");
+        let f = wk.ready.as_ref().expect("signal frames come with their slot");
         let words = as_words(self.rx.data(f).expect(OWN_FRAME));
         conv.to_kev_runs(runs, words, &mut wk.image);
         wk.image_valid = true;
@@ -626,53 +501,30 @@ mod tests {
     /// Two emulated modules, three workers and two lanes, no veto.
     fn two_modules() -> Config {
         let mut cfg = Config::default();
-        (
-            cfg.detector.modules,
-            cfg.process.veto,
-            cfg.process.workers,
-            cfg.process.gpu_lanes,
-        ) = (2, false, 3, 2);
+        (cfg.detector.modules, cfg.process.veto, cfg.process.workers, cfg.process.gpu_lanes) = (2, false, 3, 2);
         cfg
     }
 
     /// With `file`, the frames go to that file (master) instead of being delivered.
-    fn run_graph(
-        gpu: Option<GpuBackend>,
-        frames: u64,
-        file: Option<&std::path::Path>,
-    ) -> (Vec<Seen>, crate::graph::ProcessReport) {
+    fn run_graph(gpu: Option<GpuBackend>, frames: u64, file: Option<&std::path::Path>) -> (Vec<Seen>, crate::graph::ProcessReport) {
         run_graph_of(two_modules(), gpu, frames, file)
     }
 
-    fn run_graph_of(
-        cfg: Config,
-        gpu: Option<GpuBackend>,
-        frames: u64,
-        file: Option<&std::path::Path>,
-    ) -> (Vec<Seen>, crate::graph::ProcessReport) {
+    fn run_graph_of(cfg: Config, gpu: Option<GpuBackend>, frames: u64, file: Option<&std::path::Path>) -> (Vec<Seen>, crate::graph::ProcessReport) {
         let g = cfg.geometry().expect("two modules");
         let (meta, setup) = crate::plan::plan(&cfg, g, None).expect("a plan");
         let (tx, delivered) = crossbeam_channel::bounded::<Processed>(4);
-        let mut writer =
-            file.map(|p| rdaq_sink::NxmxWriter::create(p, &meta, true).expect("a file"));
-        let setup = crate::graph::Setup {
-            gpu,
-            deliver: file.is_none().then_some(tx),
-            ..setup.expect("processing")
-        };
-        let (rx, mut placer) =
-            Receiver::in_memory(2, MODULE_BYTES as u64, 6).expect("an in-memory receiver");
-        let mut synths: Vec<ModuleSynth> =
-            (0..2).map(|m| ModuleSynth::new(cfg.synth(), m)).collect();
+        let mut writer = file.map(|p| rdaq_sink::NxmxWriter::create(p, &meta, true).expect("a file"));
+        let setup = crate::graph::Setup { gpu, deliver: file.is_none().then_some(tx), ..setup.expect("processing") };
+        let (rx, mut placer) = Receiver::in_memory(2, MODULE_BYTES as u64, 6).expect("an in-memory receiver");
+        let mut synths: Vec<ModuleSynth> = (0..2).map(|m| ModuleSynth::new(cfg.synth(), m)).collect();
         let bar = indicatif::ProgressBar::hidden();
         std::thread::scope(|s| {
             s.spawn(move || {
                 let mut words = vec![0u16; 2 * MODULE_PIXELS];
                 for f in 0..frames {
                     let free = placer.free().next();
-                    let slot = free.unwrap_or_else(|| {
-                        placer.wait_released().expect("the graph gives slots back")
-                    });
+                    let slot = free.unwrap_or_else(|| placer.wait_released().expect("the graph gives slots back"));
                     for (m, syn) in synths.iter_mut().enumerate() {
                         syn.frame(f, &mut words[m * MODULE_PIXELS..(m + 1) * MODULE_PIXELS]);
                     }
@@ -690,18 +542,14 @@ mod tests {
                             Pixels::I16(v) => v.iter().map(|&x| x as i64).collect(),
                             Pixels::I32(v) => v.iter().map(|&x| x as i64).collect(),
                             Pixels::F32(v) => v.iter().map(|&x| x.to_bits() as i64).collect(),
-                            Pixels::Counts { bytes, .. } => {
-                                bytes.iter().map(|&x| x as i64).collect()
-                            }
+                            Pixels::Counts { bytes, .. } => bytes.iter().map(|&x| x as i64).collect(),
                         };
                         let (spots, hit) = p.spots();
                         (p.frame(), pixels, spots.to_vec(), hit)
                     })
                     .collect::<Vec<Seen>>()
             });
-            let (_, report) =
-                crate::graph::run(&rx, writer.as_mut(), None, setup, &bar, None, &mut |_| {})
-                    .expect("the graph runs");
+            let (_, report) = crate::graph::run(&rx, writer.as_mut(), None, setup, &bar, None, &mut |_| {}).expect("the graph runs");
             if let Some(w) = writer {
                 w.finish().expect("the file closes");
             }
@@ -714,57 +562,32 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rdaq-gpu-path-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a directory");
         let cfg = two_modules();
-        let (meta, _) =
-            crate::plan::plan(&cfg, cfg.geometry().expect("two modules"), None).expect("a plan");
+        let (meta, _) = crate::plan::plan(&cfg, cfg.geometry().expect("two modules"), None).expect("a plan");
         let written = |name: &str, gpu: Option<GpuBackend>| {
             let master = dir.join(format!("{name}_master.h5"));
             let (_, report) = run_graph(gpu, 24, Some(&master));
-            let data = rdaq_sink::FrameReader::open(
-                &dir.join(rdaq_sink::data_file_name(&master, 1)),
-                "entry/data/data",
-            )
-            .expect("the data file");
-            let frames: Vec<Vec<u8>> = (0..data.frames)
-                .map(|i| data.read_bytes(i, meta.pixel).expect("a frame"))
-                .collect();
+            let data = rdaq_sink::FrameReader::open(&dir.join(rdaq_sink::data_file_name(&master, 1)), "entry/data/data").expect("the data file");
+            let frames: Vec<Vec<u8>> = (0..data.frames).map(|i| data.read_bytes(i, meta.pixel).expect("a frame")).collect();
             (frames, report)
         };
         let (want, _) = written("cpu", None);
         let (got, report) = written("standin", Some(GpuBackend::StandIn(Failures::default())));
         std::fs::remove_dir_all(&dir).ok();
         assert_eq!(want.len(), 12, "every signal frame written");
-        assert!(
-            got == want,
-            "the frames written differ from the CPU graph's"
-        );
-        assert!(
-            report
-                .gpu
-                .expect("the GPU path's report")
-                .images_copied_back
-                > 0,
-            "kept frames came back from the lanes"
-        );
+        assert!(got == want, "the frames written differ from the CPU graph's");
+        assert!(report.gpu.expect("the GPU path's report").images_copied_back > 0, "kept frames came back from the lanes");
     }
 
     #[test]
     fn a_worker_takes_the_cpu_while_every_lane_is_busy_up_to_the_limit() {
         let mut cfg = two_modules();
         (cfg.process.gpu_lanes, cfg.process.gpu_cpu_workers) = (1, 1);
-        let (_, setup) =
-            crate::plan::plan(&cfg, cfg.geometry().expect("two modules"), None).expect("a plan");
+        let (_, setup) = crate::plan::plan(&cfg, cfg.geometry().expect("two modules"), None).expect("a plan");
         let setup = setup.expect("processing");
-        let (rx, _placer) =
-            Receiver::in_memory(2, MODULE_BYTES as u64, 2).expect("an in-memory receiver");
-        let (off, _tracker) =
-            Offload::new(&GpuBackend::StandIn(Failures::default()), &setup, &rx, &[])
-                .expect("the stand-in's lanes");
-        let Take::Lane(lane) = off.take() else {
-            panic!("the free lane first")
-        };
-        let Take::Shared(turn) = off.take() else {
-            panic!("the CPU while the only lane is busy")
-        };
+        let (rx, _placer) = Receiver::in_memory(2, MODULE_BYTES as u64, 2).expect("an in-memory receiver");
+        let (off, _tracker) = Offload::new(&GpuBackend::StandIn(Failures::default()), &setup, &rx, &[]).expect("the stand-in's lanes");
+        let Take::Lane(lane) = off.take() else { panic!("the free lane first") };
+        let Take::Shared(turn) = off.take() else { panic!("the CPU while the only lane is busy") };
         // the one turn on the CPU is taken too: the next worker waits for the lane
         let waited = std::thread::scope(|s| {
             let next = s.spawn(|| matches!(off.take(), Take::Lane(_)));
@@ -774,23 +597,10 @@ mod tests {
             off.free.0.send(lane).expect("room for the lane");
             next.join().expect("the waiting worker")
         });
-        assert!(
-            waited,
-            "the lane given back goes to the worker waiting for it"
-        );
-        assert_eq!(
-            off.shared.load(Ordering::Relaxed),
-            0,
-            "counted when the turn ends"
-        );
+        assert!(waited, "the lane given back goes to the worker waiting for it");
+        assert_eq!(off.shared.load(Ordering::Relaxed), 0, "counted when the turn ends");
         drop(turn);
-        assert_eq!(
-            (
-                off.shared.load(Ordering::Relaxed),
-                off.cpu_now.load(Ordering::Relaxed)
-            ),
-            (1, 0)
-        );
+        assert_eq!((off.shared.load(Ordering::Relaxed), off.cpu_now.load(Ordering::Relaxed)), (1, 0));
     }
 
     #[test]
@@ -798,22 +608,10 @@ mod tests {
         let (want, _) = run_graph(None, 24, None);
         let mut cfg = two_modules();
         (cfg.process.gpu_lanes, cfg.process.gpu_cpu_workers) = (1, 2);
-        let (got, report) = run_graph_of(
-            cfg,
-            Some(GpuBackend::StandIn(Failures::default())),
-            24,
-            None,
-        );
-        assert!(
-            got == want,
-            "the frames delivered differ from the CPU graph's"
-        );
+        let (got, report) = run_graph_of(cfg, Some(GpuBackend::StandIn(Failures::default())), 24, None);
+        assert!(got == want, "the frames delivered differ from the CPU graph's");
         let gpu = report.gpu.expect("the GPU path's report");
-        assert_eq!(
-            gpu.images_copied_back + gpu.frames_shared_with_cpu,
-            12,
-            "every frame's image came from the lane or the CPU"
-        );
+        assert_eq!(gpu.images_copied_back + gpu.frames_shared_with_cpu, 12, "every frame's image came from the lane or the CPU");
         assert_eq!((gpu.device_errors, gpu.frames_on_cpu), (0, 0));
     }
 
@@ -823,54 +621,20 @@ mod tests {
         let (want, cpu) = run_graph(None, frames, None);
         assert_eq!(want.len(), 12, "every signal frame");
         assert!(want.windows(2).all(|w| w[0].0 < w[1].0), "in frame order");
-        assert!(
-            want.iter().any(|s| !s.2.is_empty()),
-            "the frames have spots"
-        );
+        assert!(want.iter().any(|s| !s.2.is_empty()), "the frames have spots");
         assert!(cpu.gpu.is_none());
-        let fails = [
-            Failures::default(),
-            Failures {
-                submit: Some(3),
-                ..Default::default()
-            },
-            Failures {
-                wait: Some(5),
-                ..Default::default()
-            },
-            Failures {
-                image: Some(4),
-                ..Default::default()
-            },
-        ];
+        let fails = [Failures::default(), Failures { submit: Some(3), ..Default::default() }, Failures { wait: Some(5), ..Default::default() }, Failures { image: Some(4), ..Default::default() }];
         for fail in fails {
             let (got, report) = run_graph(Some(GpuBackend::StandIn(fail)), frames, None);
-            assert!(
-                got == want,
-                "{fail:?}: the frames delivered differ from the CPU graph's"
-            );
+            assert!(got == want, "{fail:?}: the frames delivered differ from the CPU graph's");
             let gpu = report.gpu.as_ref().expect("the GPU path's report");
             let failing = fail.submit.is_some() || fail.wait.is_some() || fail.image.is_some();
             assert_eq!(gpu.device_errors, failing as u64, "{fail:?}");
-            assert_eq!(
-                gpu.frames_on_cpu > 0,
-                failing,
-                "{fail:?}: frames after the error go to the CPU"
-            );
+            assert_eq!(gpu.frames_on_cpu > 0, failing, "{fail:?}: frames after the error go to the CPU");
             let lost_image = fail.image.is_some() as u64;
-            assert_eq!(
-                gpu.images_copied_back + gpu.frames_on_cpu + lost_image,
-                12,
-                "{fail:?}: every delivered frame's image came from its lane, or the CPU"
-            );
-            let counts = |r: &crate::graph::ProcessReport| {
-                (r.signal_frames, r.hits, r.vetoed, r.spots_found)
-            };
-            assert_eq!(
-                counts(&report),
-                counts(&cpu),
-                "{fail:?}: each frame judged once"
-            );
+            assert_eq!(gpu.images_copied_back + gpu.frames_on_cpu + lost_image, 12, "{fail:?}: every delivered frame's image came from its lane, or the CPU");
+            let counts = |r: &crate::graph::ProcessReport| (r.signal_frames, r.hits, r.vetoed, r.spots_found);
+            assert_eq!(counts(&report), counts(&cpu), "{fail:?}: each frame judged once");
         }
     }
 
@@ -890,26 +654,18 @@ mod tests {
         for pixel in [PixelType::Photons16, PixelType::Photons32] {
             setup.pixel = pixel;
             let mut wk = Work::new(n, Some(pixel));
-            wk.image
-                .iter_mut()
-                .enumerate()
-                .for_each(|(i, v)| *v = kev(i));
+            wk.image.iter_mut().enumerate().for_each(|(i, v)| *v = kev(i));
             let mut maker = crate::graph::ChunkMaker::new(&setup);
             maker.make(&mut wk);
             let from_kev = std::mem::take(&mut *wk.chunk.make_mut());
             match pixel {
-                PixelType::Photons16 => {
-                    kev_to_photons(&wk.image, setup.photon_kev, &mut wk.counts16)
-                }
+                PixelType::Photons16 => kev_to_photons(&wk.image, setup.photon_kev, &mut wk.counts16),
                 _ => kev_to_photons(&wk.image, setup.photon_kev, &mut wk.counts32),
             }
             wk.image.fill(f32::NAN);
             wk.counts = Counts::Plain;
             maker.make(&mut wk);
-            assert!(
-                *wk.chunk.read() == from_kev,
-                "{pixel:?}: the chunk of the counts differs"
-            );
+            assert!(*wk.chunk.read() == from_kev, "{pixel:?}: the chunk of the counts differs");
             let block = crate::graph::chunk_block_elems(pixel);
             match pixel {
                 PixelType::Photons16 => shuffle_in_place(&mut wk.counts16, block),
@@ -917,21 +673,13 @@ mod tests {
             }
             wk.counts = Counts::Shuffled;
             maker.make(&mut wk);
-            assert!(
-                *wk.chunk.read() == from_kev,
-                "{pixel:?}: the chunk of the bitshuffled counts differs"
-            );
+            assert!(*wk.chunk.read() == from_kev, "{pixel:?}: the chunk of the bitshuffled counts differs");
         }
     }
 
     /// What the device's bitshuffle makes of `v`, on the CPU.
     fn shuffle_in_place<T: rdaq_process::Plain>(v: &mut [T], block: usize) {
         let plain = rdaq_process::bytes_of(v).to_vec();
-        rdaq_process::bitshuffle::shuffle_blocks(
-            &plain,
-            std::mem::size_of::<T>(),
-            block,
-            rdaq_process::bytes_of_mut(v),
-        );
+        rdaq_process::bitshuffle::shuffle_blocks(&plain, std::mem::size_of::<T>(), block, rdaq_process::bytes_of_mut(v));
     }
 }

@@ -43,8 +43,7 @@ impl Graph<'_> {
             let ns = |d: std::time::Duration| d.as_nanos() as u64;
             let st = &self.steps;
             st.convert.fetch_add(convert_ns, Ordering::Relaxed);
-            st.spots
-                .fetch_add(ns(t2 - t).saturating_sub(convert_ns), Ordering::Relaxed);
+            st.spots.fetch_add(ns(t2 - t).saturating_sub(convert_ns), Ordering::Relaxed);
             st.compress.fetch_add(ns(t2.elapsed()), Ordering::Relaxed);
             st.frames.fetch_add(1, Ordering::Relaxed);
             e.send(0, wk);
@@ -54,9 +53,7 @@ impl Graph<'_> {
     /// The serial-ceiling benchmark's worker: gives the slot back and hands on the canned
     /// spots and chunk (judged and counted as a frame's own), without the steps' work.
     fn hand_on_canned(&self, c: &Canned, wk: &mut Work) {
-        self.rx
-            .release(wk.ready.take().expect("signal frames come with their slot"))
-            .expect(OWN_FRAME);
+        self.rx.release(wk.ready.take().expect("signal frames come with their slot")).expect(OWN_FRAME);
         wk.spots.clone_from(&c.spots);
         self.judge(wk);
         wk.chunked = !wk.vetoed && self.demand.wanted();
@@ -68,13 +65,7 @@ impl Graph<'_> {
     /// Converts the frame's modules straight from the slot into the assembled image (keV) in
     /// strips of rows, the finder following each strip; gives the slot back, then the spots
     /// into `wk.spots`. Returns the time spent converting and when it started.
-    fn convert_and_find(
-        &self,
-        conv: &Converter,
-        runs: &[(usize, usize, usize)],
-        finder: &mut LocalSnr,
-        wk: &mut Work,
-    ) -> (u64, Instant) {
+    fn convert_and_find(&self, conv: &Converter, runs: &[(usize, usize, usize)], finder: &mut LocalSnr, wk: &mut Work) -> (u64, Instant) {
         let g = &self.setup.geometry;
         let (w, h) = (g.width(), g.height());
         let start = Instant::now();

@@ -12,8 +12,8 @@ use anyhow::{bail, Context};
 use rdaq_manager::service::Send;
 use rdaq_manager::TransferMode;
 
-use crate::http::lock;
 use crate::manager::{Files, Names, Running, Session};
+use crate::http::lock;
 use crate::service::{self, Closed, Ready, SharedHub};
 
 /// The service needs every frame whole in one receiver's files, to join them into one
@@ -28,13 +28,7 @@ pub(super) fn check_topology(s: &Session) -> anyhow::Result<()> {
 /// The files the manager writes for dataset `prefix` in `dir`.
 pub(super) fn dataset_files(dir: &Path, prefix: &str) -> Files {
     let f = |suffix: &str| dir.join(format!("{prefix}_{suffix}"));
-    Files {
-        report: f("report.json"),
-        events: f("events.jsonl"),
-        manifest: f("manifest.csv"),
-        master: f("master.h5"),
-        overwrite: false,
-    }
+    Files { report: f("report.json"), events: f("events.jsonl"), manifest: f("manifest.csv"), master: f("master.h5"), overwrite: false }
 }
 
 /// The dataset whose files are open: the acquisition, where its files go, and the frames
@@ -71,35 +65,23 @@ impl<'a> Worker<'a> {
             lock(&self.s.shared).stop_requested = false;
         }
         let open = self.open.as_mut().expect("opened above");
-        let rate = if send.period_s > 0.0 {
-            1.0 / send.period_s
-        } else {
-            0.0
-        };
+        let rate = if send.period_s > 0.0 { 1.0 / send.period_s } else { 0.0 };
         open.asked += send.frames;
-        self.s
-            .send(&mut open.run, send.first_frame, send.frames, rate)?;
+        self.s.send(&mut open.run, send.first_frame, send.frames, rate)?;
         if lock(&self.s.shared).stop_requested {
             // a cancel, or the dashboard's stop (one more cancel asks nothing)
             let _ = lock(&self.hub.service).cancel();
             return Ok(());
         }
         // what the detector sent is all that can come: the clock runs from now
-        let (target, step) = (
-            open.run.frames,
-            Duration::from_millis(self.s.a.heartbeat_ms.clamp(10, 20)),
-        );
-        self.hub
-            .settle(target, None, step, || Some(self.receivers_done()));
+        let (target, step) = (open.run.frames, Duration::from_millis(self.s.a.heartbeat_ms.clamp(10, 20)));
+        self.hub.settle(target, None, step, || Some(self.receivers_done()));
         Ok(())
     }
 
     /// Starts the receivers on the armed dataset's files.
     fn open_dataset(&self) -> anyhow::Result<Open> {
-        let d = lock(&self.hub.service)
-            .dataset()
-            .cloned()
-            .context("no dataset armed")?;
+        let d = lock(&self.hub.service).dataset().cloned().context("no dataset armed")?;
         let r = &d.request;
         let dir = d.master.parent().context("the master has a directory")?;
         let files = dataset_files(dir, &r.prefix);
@@ -111,67 +93,31 @@ impl<'a> Worker<'a> {
             b.report = None;
             b.lost = None;
         }
-        let sections = with_metadata(
-            if r.process {
-                self.s.sections.clone()
-            } else {
-                None
-            },
-            r.metadata_sections(),
-        );
-        let names = Names {
-            prefix: Some(r.prefix.clone()),
-            directory: (!r.directory.is_empty()).then(|| r.directory.clone()),
-            overwrite: false,
-            sections,
-            times: (r.count_time_s, r.period_s),
-        };
+        let sections = with_metadata(if r.process { self.s.sections.clone() } else { None }, r.metadata_sections());
+        let names = Names { prefix: Some(r.prefix.clone()), directory: (!r.directory.is_empty()).then(|| r.directory.clone()), overwrite: false, sections, times: (r.count_time_s, r.period_s) };
         tracing::info!(dataset = d.number, master = %d.master.display(), frames = r.frames_per_trigger, triggers = r.triggers, "dataset opened");
         let run = self.s.begin(&names)?;
         self.count_from_here(&run);
-        Ok(Open {
-            run,
-            files,
-            asked: 0,
-        })
+        Ok(Open { run, files, asked: 0 })
     }
 
     /// Takes the started receivers' counters as the dataset's zero (nothing was sent yet).
     fn count_from_here(&self, run: &Running) {
-        let base = self
-            .look(&run.w.live)
-            .into_iter()
-            .filter_map(|(name, a)| {
-                Some((
-                    name,
-                    a.map(|v| v["counters"].clone()).filter(|c| !c.is_null())?,
-                ))
-            })
-            .collect();
+        let base = self.look(&run.w.live).into_iter().filter_map(|(name, a)| Some((name, a.map(|v| v["counters"].clone()).filter(|c| !c.is_null())?))).collect();
         lock(&self.s.shared).counters_base = base;
     }
 
     /// Frames the live receivers took in this dataset.
     fn receivers_done(&self) -> u64 {
         let Some(open) = &self.open else { return 0 };
-        self.look(&open.run.w.live)
-            .iter()
-            .map(|(_, a)| {
-                a.as_ref()
-                    .map_or(0, |v| v["frames_done"].as_u64().unwrap_or(0))
-            })
-            .sum()
+        self.look(&open.run.w.live).iter().map(|(_, a)| a.as_ref().map_or(0, |v| v["frames_done"].as_u64().unwrap_or(0))).sum()
     }
 
     /// Each of the receivers' `/status` answer (none: it did not answer), noted on the board.
     fn look(&self, receivers: &[usize]) -> Vec<(String, Option<serde_json::Value>)> {
         let look_at = |r: usize| {
             let spec = &self.s.t.receivers[r];
-            let answer = self
-                .s
-                .heartbeat
-                .get::<serde_json::Value>(spec.control, "/status")
-                .ok();
+            let answer = self.s.heartbeat.get::<serde_json::Value>(spec.control, "/status").ok();
             self.s.note_status(&spec.name, answer.as_ref());
             (spec.name.clone(), answer)
         };
@@ -198,9 +144,7 @@ impl service::Worker for Worker<'_> {
     /// can be (a dead receiver's recovered).
     fn abandon(&mut self) -> Option<Closed> {
         let open = self.open.take()?;
-        self.close(open)
-            .map_err(|e| tracing::warn!("closing the failed dataset: {e:#}"))
-            .ok()
+        self.close(open).map_err(|e| tracing::warn!("closing the failed dataset: {e:#}")).ok()
     }
 }
 
@@ -215,20 +159,9 @@ impl Worker<'_> {
         let written = report.receivers.values().map(|r| r.frames_written).sum();
         lock(&self.hub.service).written(written);
         // a dataset that wrote no frame (cancelled at once, every frame vetoed) has no master
-        let no_master = (report.master.is_none() && written > 0)
-            .then(|| report.master_note.clone().unwrap_or_default());
-        tracing::info!(
-            frames_complete = report.frames_complete,
-            frames_expected = report.frames_expected,
-            written,
-            lost,
-            "dataset closed"
-        );
-        Ok(Closed {
-            summary: serde_json::to_value(&report)?,
-            frames_lost: Some(report.frames_lost.len() as u64),
-            no_master,
-        })
+        let no_master = (report.master.is_none() && written > 0).then(|| report.master_note.clone().unwrap_or_default());
+        tracing::info!(frames_complete = report.frames_complete, frames_expected = report.frames_expected, written, lost, "dataset closed");
+        Ok(Closed { summary: serde_json::to_value(&report)?, frames_lost: Some(report.frames_lost.len() as u64), no_master })
     }
 }
 
