@@ -4,7 +4,7 @@
 //! time in the kernel's copy of the chunks into the page cache, under that lock. The data files
 //! are therefore opened with rdaq's own file driver (`csrc/deferred_vfd.c`, a POSIX file like
 //! HDF5's sec2): when the writer writes a [`SharedChunk`], HDF5 still allocates its place and
-//! records it, but the driver hands the bytes to one of a few I/O threads and returns. The chunk
+//! records it, but the driver hands the bytes to one of [`IO_THREADS`] I/O threads and returns. The chunk
 //! cannot be changed until its write is done ([`SharedChunk::make_mut`] waits), every other
 //! write or read of the file waits for the file's chunks first (so metadata never reaches the
 //! disk before the chunks it points to, as SWMR readers need), and flush, truncate and close
@@ -62,8 +62,7 @@ pub struct Handed {
 }
 
 /// Runs `write` with the chunk's bytes lent to the data files' driver: a raw-data write of
-/// exactly these bytes inside it may be handed to an I/O thread.
-/// Also returns what it came to.
+/// exactly these bytes inside it may be handed to an I/O thread. Also returns what it came to.
 pub(crate) fn lend<T>(chunk: &SharedChunk, write: impl FnOnce(&[u8]) -> T) -> (T, Handed) {
     let bytes = chunk.read();
     MINE.set(Handed::default());
