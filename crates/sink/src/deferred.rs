@@ -72,7 +72,11 @@ pub(crate) fn lend<T>(chunk: &SharedChunk, write: impl FnOnce(&[u8]) -> T) -> (T
     (r, MINE.take())
 }
 
-fn count_mine(chunks: u64, waits: u64) {
+/// Counts handed-on chunks and waits, for the process ([`counters`]) and for the writing
+/// thread's lent write ([`lend`]).
+fn count(chunks: u64, waits: u64) {
+    HANDED_ON.fetch_add(chunks, Ordering::Relaxed);
+    WAITED.fetch_add(waits, Ordering::Relaxed);
     let m = MINE.get();
     MINE.set(Handed {
         chunks: m.chunks + chunks,
@@ -129,8 +133,7 @@ impl Pending {
             st = self.changed.wait(st).expect("not poisoned");
         }
         if waited {
-            WAITED.fetch_add(1, Ordering::Relaxed);
-            count_mine(0, 1);
+            count(0, 1);
         }
         st.in_flight.push(range);
     }
@@ -179,25 +182,13 @@ impl Job {
     }
 }
 
-fn write_all_at(fd: c_int, mut bytes: &[u8], mut at: u64) -> std::io::Result<()> {
-    while !bytes.is_empty() {
-        // SAFETY: `bytes` is a live slice (its chunk is read-locked by the job), and `fd` stays
-        // open until the file's writes are drained: the driver's close drains before it closes.
-        let n = unsafe { libc::pwrite(fd, bytes.as_ptr().cast(), bytes.len(), at as libc::off_t) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO));
-        }
-        bytes = &bytes[n as usize..];
-        at += n as u64;
-    }
-    Ok(())
+fn write_all_at(fd: c_int, bytes: &[u8], at: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    use std::os::unix::io::FromRawFd;
+    // SAFETY: `fd` stays open until the file's writes are drained (the driver's close drains
+    // before it closes it), and the File is never dropped, so it never closes the driver's fd.
+    let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+    file.write_all_at(bytes, at)
 }
 
 /// The I/O threads: two, so that one chunk's copy follows another's without a pause. More
@@ -268,8 +259,7 @@ extern "C" fn rdaq_deferred_submit(
         Arc::from_raw(pending as *const Pending)
     };
     pending.start((addr, addr + size as u64));
-    HANDED_ON.fetch_add(1, Ordering::Relaxed);
-    count_mine(1, 0);
+    count(1, 0);
     let job = match queue.try_send(Job {
         pending,
         fd,
@@ -278,8 +268,7 @@ extern "C" fn rdaq_deferred_submit(
     }) {
         Ok(()) => return 1,
         Err(mpsc::TrySendError::Full(job)) => {
-            WAITED.fetch_add(1, Ordering::Relaxed);
-            count_mine(0, 1);
+            count(0, 1);
             queue.send(job)
         }
         Err(mpsc::TrySendError::Disconnected(job)) => Err(mpsc::SendError(job)),
