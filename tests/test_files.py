@@ -67,7 +67,9 @@ def test_a_reader_follows_a_run_through_its_data_files_and_its_master(rdaq, tmp_
             assert p.poll() is None, p.stderr.read()
             time.sleep(0.3)
             seen.append(frames_readable(out))
-            listed.append(master_frames(out) if (out / "rdaq_run_master.h5").exists() else 0)
+            # until the first master is renamed over it, the master's name is claimed by an empty file
+            master = out / "rdaq_run_master.h5"
+            listed.append(master_frames(out) if master.exists() and master.stat().st_size > 0 else 0)
     finally:
         p.send_signal(signal.SIGKILL)
         p.wait()
