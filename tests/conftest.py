@@ -51,18 +51,31 @@ def read_capture(path):
     return out
 
 
+# Ports handed out in this session: the kernel may hand a closed port out again at once, and a
+# test that asks for several (a detector's, each receiver's, the manager's) needs them distinct:
+# two daemons on one port fail, or worse, one answers the other's requests.
+_HANDED_OUT = set()
+
+
+def _free(kind):
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, kind) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise AssertionError("no port free that this session has not handed out already")
+
+
 def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free now and not handed out before in this session."""
+    return _free(socket.SOCK_STREAM)
 
 
 def free_udp_port():
-    import socket
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A UDP port free now and not handed out before in this session."""
+    return _free(socket.SOCK_DGRAM)
 
 
 def frames_in(path, swmr=False, origins=None):

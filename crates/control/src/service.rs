@@ -234,18 +234,21 @@ fn close(hub: &Hub, w: &mut impl Worker) {
     }
 }
 
-/// A trigger failed: what is open stops (its files kept), the trigger's caller and the
-/// service say why.
+/// A trigger failed: what is open stops (its files kept), the service and then the
+/// trigger's caller say why; in that order, so that a caller that reads the state after its
+/// refused trigger finds the error.
 fn fail(hub: &Hub, w: &mut impl Worker, e: anyhow::Error, ready: &mut Ready) {
     let reason = format!("{e:#}");
     tracing::error!("dataset failed: {reason}");
     let closed = w.abandon();
-    ready.failed(&reason);
-    let mut s = lock(&hub.service);
-    if let Some(c) = closed {
-        s.ended_with(c.summary, c.frames_lost);
+    {
+        let mut s = lock(&hub.service);
+        if let Some(c) = closed {
+            s.ended_with(c.summary, c.frames_lost);
+        }
+        s.fail(reason.clone());
     }
-    s.fail(reason);
+    ready.failed(&reason);
 }
 
 /// How long `POST /trigger` waits for the worker to say the frames may come (a receiver
@@ -282,4 +285,77 @@ impl DirError {
 fn prepare_directory(root: &Path, rel: &Path, files: &[PathBuf]) -> Result<(), DirError> {
     rdaq_run::outputs::check_subdirectory("directory", root, rel).map_err(DirError::Path)?;
     rdaq_run::outputs::refuse_existing(files.iter().map(PathBuf::as_path), false).map_err(DirError::Exists)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdaq_manager::service::State;
+
+    struct NoBackend;
+
+    impl Backend for NoBackend {
+        fn live(&self) -> (Live, u64) {
+            (Live::default(), 0)
+        }
+        fn files(&self, _: &Path, _: &ArmRequest) -> Vec<PathBuf> {
+            Vec::new()
+        }
+        fn stop_trigger(&self) {}
+    }
+
+    /// A worker whose receivers cannot start; it meets the test at `abandon` twice: once
+    /// on arriving, once more when the test holds the service.
+    struct Failing<'a>(&'a std::sync::Barrier);
+
+    impl Worker for Failing<'_> {
+        fn trigger(&mut self, _: &Send, _: &mut Ready) -> anyhow::Result<()> {
+            anyhow::bail!("Address already in use")
+        }
+        fn is_open(&self) -> bool {
+            false
+        }
+        fn finish(&mut self) -> anyhow::Result<Closed> {
+            unreachable!("nothing is opened")
+        }
+        fn abandon(&mut self) -> Option<Closed> {
+            self.0.wait();
+            self.0.wait();
+            None
+        }
+    }
+
+    #[test]
+    fn a_failed_trigger_is_answered_only_after_the_state_says_error() {
+        let root = std::env::temp_dir().join(format!("rdaq-service-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let hub = Hub { service: Mutex::new(Service::new(root.clone())), backend: Arc::new(NoBackend), work: Mutex::new(tx.clone()), root: root.clone(), image: Image { height: 1, width: 1 }, refused: AtomicU64::new(0) };
+        let req: ArmRequest = serde_json::from_str(r#"{"frames_per_trigger": 1, "prefix": "x", "directory": "d"}"#).unwrap();
+        let send = {
+            let mut s = lock(&hub.service);
+            s.arm(req).unwrap();
+            s.trigger().unwrap()
+        };
+        let (ready_tx, mut ready_rx) = tokio::sync::oneshot::channel();
+        tx.send(Work::Trigger(send, Ready(Some(ready_tx)))).unwrap();
+        tx.send(Work::Quit).unwrap();
+        let met = std::sync::Barrier::new(2);
+        std::thread::scope(|scope| {
+            scope.spawn(|| run(&hub, rx, &mut Failing(&met)));
+            met.wait();
+            // while the service is held, the worker cannot say the trigger failed yet
+            let held = lock(&hub.service);
+            met.wait();
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(ready_rx.try_recv().is_err(), "answered before the state was written");
+            drop(held);
+        });
+        let why = ready_rx.try_recv().expect("the worker answered").unwrap_err();
+        assert!(why.contains("Address already in use"), "{why}");
+        let s = lock(&hub.service);
+        assert_eq!(s.state(), State::Error);
+        assert!(s.error().unwrap().contains("Address already in use"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }
