@@ -8,7 +8,7 @@
 //! With `--raw`, a plain sequential write of the same bytes (one file, fdatasync), measured
 //! in the same run, is the writer's floor. The most workers' point is measured again with the
 //! data files' chunks written by the writer thread itself under HDF5's lock, as before the I/O
-//! threads took them ([`rdaq_sink::deferred`]).
+//! threads took them ([`rdaq_sink::deferred`]), and then once more by the I/O threads.
 
 use std::io::Write;
 use std::path::Path;
@@ -41,14 +41,18 @@ pub(crate) fn bench(a: &PipelineArgs, cfg: &mut Config, pool: &Pool, dir: &Path,
     rdaq_sink::deferred::set_handing_on(true);
     let locked = locked?;
     eprintln!("  {most} worker(s) handing on results, chunks written under HDF5's lock: {:.0} module frames/s", locked.module_frames_per_s);
+    // once more by the I/O threads: a machine that speeds up or slows down during the run
+    // (a VM's memory first touched, another job) then biases neither side
+    let again = measure_point(cfg, pool, dir, a.seconds, Work::Canned(&canned))?;
+    eprintln!("  {most} worker(s) handing on results, again by the I/O threads: {:.0} module frames/s", again.module_frames_per_s);
     let chunk = &canned.chunk;
     let plain = if a.raw { Some(plain_write(cfg, chunk, dir, a.seconds)?) } else { None };
     std::fs::remove_dir_all(dir).ok();
     println!("results handed on: a chunk of {} bytes a frame ({:.0} bytes a module frame)", chunk.len(), chunk.len() as f64 / cfg.detector.modules as f64);
     print(a, &real, &points, plain);
-    print_locked(&points, &locked);
+    print_locked(&points, &locked, &again);
     if let Some(path) = &a.json {
-        std::fs::write(path, serde_json::to_string_pretty(&serde_json::json!({ "real": real, "ceiling": points, "chunks_under_hdf5_lock": locked, "plain_write_module_frames_per_s": plain }))?)?;
+        std::fs::write(path, serde_json::to_string_pretty(&serde_json::json!({ "real": real, "ceiling": points, "chunks_under_hdf5_lock": locked, "chunks_by_io_threads_again": again, "plain_write_module_frames_per_s": plain }))?)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -69,13 +73,14 @@ pub(crate) fn plain_write(cfg: &Config, chunk: &[u8], dir: &Path, seconds: f64) 
     Ok(rate)
 }
 
-/// The most workers' point with the chunks written by the I/O threads against the same with
-/// the writer thread writing them itself.
-fn print_locked(points: &[Point], locked: &Point) {
+/// The most workers' point with the chunks written by the I/O threads (before and after)
+/// against the same with the writer thread writing them itself (between the two).
+fn print_locked(points: &[Point], locked: &Point, again: &Point) {
     let Some(p) = points.iter().find(|p| p.workers == locked.workers) else { return };
     let (handed, waited) = rdaq_sink::deferred::counters();
-    println!("{} workers, chunks written by {} I/O threads: {:.0} module frames/s; by the writer thread under HDF5's lock: {:.0} ({:.2}x)",
-        p.workers, rdaq_sink::deferred::IO_THREADS, p.module_frames_per_s, locked.module_frames_per_s, p.module_frames_per_s / locked.module_frames_per_s);
+    let (first, second, under) = (p.module_frames_per_s, again.module_frames_per_s, locked.module_frames_per_s);
+    println!("{} workers, chunks written by {} I/O threads: {first:.0} and {second:.0} module frames/s (before and after); by the writer thread under HDF5's lock: {under:.0} ({:.2}x of their mean)",
+        p.workers, rdaq_sink::deferred::IO_THREADS, (first + second) / 2.0 / under);
     println!("  chunks handed to the I/O threads in this run: {handed}; the writer waited for a place among a file's writes in flight {waited} times");
 }
 
