@@ -601,7 +601,7 @@ fn launch(d: &mut ReceiverDaemon, plan: Plan, outputs: Outputs) -> Result<Json<S
                 }
             };
             let outcome = acquisition::consume(&rx, chain, acquisition::Sinks { writer, stream }, &ProgressBar::hidden(), Some(&flag), on_frame)?;
-            if let Some(e) = &outcome.consumed.write_error {
+            for e in [&outcome.consumed.write_error, &outcome.consumed.stage_failure].into_iter().flatten() {
                 lock(&events_w).push(Event::Error { source: name_w.clone(), message: e.clone() });
             }
             Ok(outcome)
@@ -635,6 +635,9 @@ pub struct StopAnswer {
     /// Frames received after writing failed, and why it failed.
     pub frames_not_saved: u64,
     pub write_error: Option<String>,
+    /// Why processing stopped (a worker of the graph panicked: a bug), if it did.
+    #[serde(default)]
+    pub stage_failure: Option<String>,
     pub output: Option<PathBuf>,
     pub counters: serde_json::Value,
     /// What the Stream V2 publisher did (none: no stream).
@@ -677,6 +680,7 @@ fn stop_active(s: &Shared) -> Result<StopAnswer, ApiError> {
         frames_written: stats.written,
         frames_not_saved: stats.not_saved,
         write_error: stats.write_error,
+        stage_failure: stats.stage_failure,
         output,
         counters: counters.to_json(),
         stream,
@@ -690,7 +694,7 @@ fn stop_active(s: &Shared) -> Result<StopAnswer, ApiError> {
 /// saved); returns whether anything was.
 fn log_summary(name: &str, stats: &ConsumeStats, c: &Counters, output: Option<&std::path::Path>) -> bool {
     let output = output.map(|p| p.display().to_string()).unwrap_or_else(|| "none".into());
-    let lost = stats.incomplete + stats.discarded + c.frames_refused + stats.not_saved > 0 || stats.write_error.is_some();
+    let lost = stats.incomplete + stats.discarded + c.frames_refused + stats.not_saved > 0 || stats.write_error.is_some() || stats.stage_failure.is_some();
     macro_rules! summary {
         ($level:ident) => {
             tracing::$level!(
@@ -703,6 +707,7 @@ fn log_summary(name: &str, stats: &ConsumeStats, c: &Counters, output: Option<&s
                 frames_not_saved = stats.not_saved,
                 datagrams_dropped = c.dropped_total(),
                 write_error = stats.write_error.as_deref().unwrap_or("none"),
+                stage_failure = stats.stage_failure.as_deref().unwrap_or("none"),
                 output = %output,
                 "acquisition finished"
             )

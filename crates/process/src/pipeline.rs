@@ -18,9 +18,14 @@
 //!
 //! The graph ends when its sources are dropped: each worker drains its ring and exits,
 //! which closes the rings it feeds.
+//!
+//! A worker that panics (a bug in its stage) stops, and the graph's [`Failure`] says which
+//! and why: its sources look at it and stop feeding, since a stage downstream may wait for
+//! the message that worker held (a reorder does) and never get it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{Scope, ScopedJoinHandle};
 use std::time::Instant;
 
@@ -78,6 +83,30 @@ impl StageStats {
     }
     pub fn high_water(&self) -> u64 {
         self.rings.iter().map(|r| r.high_water.load(Ordering::Relaxed)).max().unwrap_or(0)
+    }
+}
+
+/// Whether a worker of the graph panicked, and the first one's stage, number and message.
+#[derive(Debug, Default)]
+pub struct Failure {
+    failed: AtomicBool,
+    first: Mutex<Option<String>>,
+}
+
+impl Failure {
+    pub fn is_set(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// What the first worker that panicked said, naming its stage and number.
+    pub fn first(&self) -> Option<String> {
+        self.first.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn record(&self, stage: &str, worker: usize, payload: &(dyn std::any::Any + Send)) {
+        let said = payload.downcast_ref::<&str>().copied().or_else(|| payload.downcast_ref::<String>().map(String::as_str)).unwrap_or("no message");
+        self.first.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert_with(|| format!("worker {worker} of the {stage} stage panicked (a bug): {said}"));
+        self.failed.store(true, Ordering::Release);
     }
 }
 
@@ -205,6 +234,7 @@ struct StageSpec<'a, M> {
 /// A graph under construction.
 pub struct Pipeline<'a, M> {
     stages: Vec<StageSpec<'a, M>>,
+    failure: Arc<Failure>,
 }
 
 /// A stage, by index, for connecting.
@@ -213,7 +243,7 @@ pub struct StageId(usize);
 
 impl<'a, M: Send + 'a> Default for Pipeline<'a, M> {
     fn default() -> Self {
-        Pipeline { stages: Vec::new() }
+        Pipeline { stages: Vec::new(), failure: Arc::default() }
     }
 }
 
@@ -270,6 +300,11 @@ impl<'a, M: Send + 'a> Pipeline<'a, M> {
         self.stages[from.0].ports.len() - 1
     }
 
+    /// Whether a worker panicked, for the sources to look at as they feed.
+    pub fn failure(&self) -> Arc<Failure> {
+        self.failure.clone()
+    }
+
     /// A port into `to` for a source outside the graph.
     pub fn source(&self, to: StageId, policy: Policy, full: WhenFull) -> Port<M> {
         assert_ne!(policy, Policy::Broadcast, "sources send to one worker");
@@ -293,13 +328,18 @@ impl<'a, M: Send + 'a> Pipeline<'a, M> {
                 let rx = ring_of(k);
                 let emit = Emit { ports: spec.ports.clone(), stats: spec.stats.clone(), input: rx.clone() };
                 let st = spec.stats.clone();
+                let failure = self.failure.clone();
                 let name = format!("{}-{k}", st.name);
                 let h = std::thread::Builder::new()
                     .name(name)
                     .spawn_scoped(s, move || {
                         for m in rx.iter() {
                             let t = Instant::now();
-                            work(m, &emit);
+                            // the worker's state may be half changed: it takes nothing more
+                            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| work(m, &emit))) {
+                                failure.record(&st.name, k, payload.as_ref());
+                                return;
+                            }
                             st.busy_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             st.processed.fetch_add(1, Ordering::Relaxed);
                         }
@@ -319,10 +359,10 @@ pub struct Running<'scope> {
 }
 
 impl Running<'_> {
-    /// Waits for every worker; panics if one panicked (a bug in a stage).
+    /// Waits for every worker (one that panicked says so in the graph's [`Failure`]).
     pub fn join(self) -> Vec<Arc<StageStats>> {
         for t in self.threads {
-            t.join().expect("a pipeline worker panicked");
+            t.join().expect("a worker's panic is caught in its loop");
         }
         self.stats
     }
@@ -369,6 +409,39 @@ mod tests {
             assert_eq!(stats[0].dropped(), 0);
             assert!(stats[0].high_water() <= 4);
         }
+    }
+
+    #[test]
+    fn a_panicking_worker_stops_and_the_graph_says_which() {
+        let out = Mutex::new(Vec::new());
+        let (sent, failure, stats) = std::thread::scope(|s| {
+            let mut p: Pipeline<u64> = Pipeline::default();
+            let out = &out;
+            let work = p.shared_stage("work", 2, 4, |_| Box::new(move |v, e: &Emit<_>| {
+                assert_ne!(v, 10, "a bug met message {v}");
+                e.send(0, v);
+            }));
+            let collect = p.stage("collect", 1, 4, |_| Box::new(move |m, _: &Emit<_>| out.lock().unwrap().push(m)));
+            p.connect(work, collect, Policy::RoundRobin, WhenFull::Block);
+            let src = p.source(work, Policy::LeastLoaded, WhenFull::Block);
+            let failure = p.failure();
+            let running = p.spawn(s);
+            let mut sent = 0;
+            while !failure.is_set() {
+                assert!(src.send(sent), "the other worker still takes messages");
+                sent += 1;
+                assert!(sent < 10_000_000, "the failure is seen");
+            }
+            drop(src);
+            (sent, failure, running.join())
+        });
+        let why = failure.first().expect("the panic is recorded");
+        assert!(why.contains("of the work stage panicked") && why.contains("a bug met message 10"), "{why}");
+        // the worker that panicked stopped; the other took the rest of the shared ring
+        let mut got = out.into_inner().unwrap();
+        got.sort_unstable();
+        assert_eq!(got, (0..sent).filter(|&v| v != 10).collect::<Vec<_>>());
+        assert_eq!(stats[0].processed.load(Ordering::Relaxed), sent - 1);
     }
 
     #[test]

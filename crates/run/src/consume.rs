@@ -23,7 +23,7 @@ use indicatif::ProgressBar;
 use rdaq_detector::Geometry;
 use rdaq_process::bitshuffle::{Codec, Compressor};
 use rdaq_process::pedestal_run::PedestalRun;
-use rdaq_process::pipeline::{Emit, Pipeline, Policy, Port, WhenFull, WorkerFn};
+use rdaq_process::pipeline::{Emit, Failure, Pipeline, Policy, Port, WhenFull, WorkerFn};
 use rdaq_process::spots::Spot;
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
 use rdaq_sink::{NxmxWriter, SharedChunk};
@@ -47,6 +47,8 @@ pub struct ConsumeStats {
     pub not_saved: u64,
     /// The first write failure (the file, the frame and the operating system's reason).
     pub write_error: Option<String>,
+    /// Why processing stopped: the worker of the graph that panicked, and what it said.
+    pub stage_failure: Option<String>,
     pub bytes_in: u64,
     pub bytes_out: u64,
     /// The writer's chunks written out by its I/O threads, and its waits for them.
@@ -85,6 +87,26 @@ impl ConsumeStats {
             FrameStatus::Incomplete => self.incomplete += 1,
         }
         f.status() != FrameStatus::Discarded
+    }
+
+    /// Counts a frame not saved because a worker of the graph panicked (`failure` is set),
+    /// saying so once.
+    pub fn not_saved_after(&mut self, failure: &Failure) {
+        if self.stage_failure.is_none() {
+            let why = failure.first().unwrap_or_default();
+            eprintln!("rdaq: {why}: processing stops; frames still arriving are counted as not saved");
+            self.stage_failure = Some(why);
+        }
+        self.not_saved += 1;
+    }
+
+    /// After the graph ended: the frames handed on that never left it (held by the worker
+    /// that panicked, or waiting behind its frame to be put in order), counted as not saved.
+    pub fn lost_in_graph(&mut self, failure: &Failure, frames: u64) {
+        if let Some(why) = failure.first() {
+            self.stage_failure.get_or_insert(why);
+            self.not_saved += frames;
+        }
     }
 
     /// Records a failed write: writing stops, the frame is counted as not saved.
@@ -127,15 +149,35 @@ pub fn next_frame(rx: &Receiver, until: Option<&AtomicBool>) -> Option<FrameRead
 }
 
 /// A free buffer of `pool`; when none is free, counts the wait on `board` (for `/metrics`),
-/// calls `waited` (to count it for the summary) and waits for one.
-pub(crate) fn from_pool<T>(pool: &ChanRx<T>, board: Option<&Board>, waited: impl FnOnce()) -> T {
-    pool.try_recv().unwrap_or_else(|_| {
-        if let Some(b) = board {
-            b.waited_for_buffer();
+/// calls `waited` (to count it for the summary) and waits for one. `None` once `failure`
+/// says a worker panicked: the buffers it and the stages after it held may never come back.
+pub(crate) fn from_pool<T>(pool: &ChanRx<T>, board: Option<&Board>, failure: &Failure, waited: impl FnOnce()) -> Option<T> {
+    if failure.is_set() {
+        return None;
+    }
+    if let Ok(t) = pool.try_recv() {
+        return Some(t);
+    }
+    if let Some(b) = board {
+        b.waited_for_buffer();
+    }
+    waited();
+    loop {
+        match pool.recv_timeout(POLL) {
+            Ok(t) => return Some(t),
+            Err(_) if failure.is_set() => return None,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => unreachable!("the pool outlives the graph"),
         }
-        waited();
-        pool.recv().expect("the pool outlives the graph")
-    })
+    }
+}
+
+/// Where the raw chain's source hands frames on: the pool of buffers, the assemble
+/// workers' port, and whether one of the graph's workers panicked.
+struct Handing<'p> {
+    pool: &'p ChanRx<Box<Job>>,
+    to: &'p Port<Box<Job>>,
+    failure: &'p Failure,
 }
 
 /// The workers that assemble and compress raw frames side by side, and the frames queued
@@ -273,6 +315,9 @@ struct Consumer<'a> {
     finding: Option<Arc<Finding>>,
     /// Frames compressed (with spot finding: the report's count).
     compressed: AtomicU64,
+    /// Frames that left the write stage's reorder (written, vetoed or not saved): the rest
+    /// of those handed on were lost in the graph when a worker panicked.
+    delivered: AtomicU64,
     deliver: Option<Sender<Processed>>,
 }
 
@@ -308,6 +353,7 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         canned: sinks.canned,
         finding: sinks.finding.take(),
         compressed: AtomicU64::new(0),
+        delivered: AtomicU64::new(0),
         deliver: sinks.deliver.take(),
     };
     if !assemble {
@@ -324,17 +370,19 @@ pub fn consume(rx: &Receiver, mut sinks: Sinks, bar: &ProgressBar, until: Option
         let assemble = p.shared_stage("assemble", count, count * ring_frames, |_| c.assemble_worker());
         p.connect(assemble, write, Policy::RoundRobin, WhenFull::Block);
         let to_assemble = p.source(assemble, Policy::LeastLoaded, WhenFull::Block);
+        let failure = p.failure();
         let running = p.spawn(s);
         if let Some(b) = c.board {
             b.set_stages(running.stats.clone());
             b.set_consuming();
         }
-        let fed = c.feed(&pool_rx, to_assemble, bar, until, &mut on_frame);
+        let fed = c.feed(&pool_rx, to_assemble, &failure, bar, until, &mut on_frame);
         running.join();
-        fed
+        fed.map(|handed_on| (handed_on, failure))
     });
-    fed?;
+    let (handed_on, failure) = fed?;
     let mut stats = c.stats.into_inner().expect("not poisoned");
+    stats.lost_in_graph(&failure, handed_on - c.delivered.load(Ordering::Relaxed));
     if let (Some(f), Some(b)) = (&c.finding, c.board) {
         stats.processed = Some(crate::counts::report(f, b, stats.written, c.compressed.load(Ordering::Relaxed), stats.pool_waits));
     }
@@ -383,8 +431,10 @@ impl<'a> Consumer<'a> {
 
     /// The source: counts every frame, pairs a descrambled detector's data frames with
     /// their reset frames, and hands the frames with data on to the assemble workers,
-    /// numbered in order. Gives back the slots of frames without data.
-    fn feed(&self, pool: &ChanRx<Box<Job>>, to: Port<Box<Job>>, bar: &ProgressBar, until: Option<&AtomicBool>, on_frame: &mut dyn FnMut(&FrameReady)) -> anyhow::Result<()> {
+    /// numbered in order; returns how many it handed on. Gives back the slots of frames
+    /// without data, and after a worker panicked, of every frame (counted as not saved).
+    fn feed(&self, pool: &ChanRx<Box<Job>>, to: Port<Box<Job>>, failure: &Failure, bar: &ProgressBar, until: Option<&AtomicBool>, on_frame: &mut dyn FnMut(&FrameReady)) -> anyhow::Result<u64> {
+        let to = Handing { pool, to: &to, failure };
         let needs_reset = self.decoder.as_ref().is_some_and(Decoder::needs_reset);
         // a descrambled detector's frames waiting for their partners (their slots held), and
         // what an offered frame settled
@@ -403,22 +453,23 @@ impl<'a> Consumer<'a> {
             } else if needs_reset {
                 pairs.offer(f, |o| settled.push(o));
             } else {
-                self.hand_on(pool, &to, &mut seq, f, None);
+                self.hand_on(&to, &mut seq, f, None)?;
             }
-            self.settle(pool, &to, &mut seq, &mut settled)?;
+            self.settle(&to, &mut seq, &mut settled)?;
         }
         pairs.finish(|o| settled.push(o));
-        self.settle(pool, &to, &mut seq, &mut settled)
+        self.settle(&to, &mut seq, &mut settled)?;
+        Ok(seq)
     }
 
     /// Hands on the pairs of data and reset frames settled, and gives back every other
     /// frame settled (counting the data frames without their reset frame).
-    fn settle(&self, pool: &ChanRx<Box<Job>>, to: &Port<Box<Job>>, seq: &mut u64, settled: &mut Vec<Outcome<FrameReady>>) -> anyhow::Result<()> {
+    fn settle(&self, to: &Handing, seq: &mut u64, settled: &mut Vec<Outcome<FrameReady>>) -> anyhow::Result<()> {
         for o in settled.drain(..) {
             match o {
                 Outcome::Pair { data, reset } => {
                     self.stats.lock().expect("not poisoned").reset_frames += 1;
-                    self.hand_on(pool, to, seq, data, Some(reset));
+                    self.hand_on(to, seq, data, Some(reset))?;
                 }
                 Outcome::WithoutReset(d) => {
                     self.stats.lock().expect("not poisoned").without_reset += 1;
@@ -435,15 +486,24 @@ impl<'a> Consumer<'a> {
     }
 
     /// Frame `f` (with its reset frame, when the detector sends them) into a pooled buffer,
-    /// to the assemble workers.
-    fn hand_on(&self, pool: &ChanRx<Box<Job>>, to: &Port<Box<Job>>, seq: &mut u64, f: FrameReady, reset: Option<FrameReady>) {
+    /// to the assemble workers; after a worker panicked, its slots given back instead.
+    fn hand_on(&self, to: &Handing, seq: &mut u64, f: FrameReady, reset: Option<FrameReady>) -> anyhow::Result<()> {
         // the stats' lock is not held while waiting: the write stage takes it to free a buffer
-        let mut job = from_pool(pool, self.board, || self.stats.lock().expect("not poisoned").pool_waits += 1);
+        let Some(mut job) = from_pool(to.pool, self.board, to.failure, || self.stats.lock().expect("not poisoned").pool_waits += 1) else {
+            self.stats.lock().expect("not poisoned").not_saved_after(to.failure);
+            self.record(&FrameTimes::of(&f, self.sent), None);
+            self.rx.release(f)?;
+            if let Some(r) = reset {
+                self.rx.release(r)?;
+            }
+            return Ok(());
+        };
         (job.seq, job.frame, job.complete) = (*seq, f.frame(), f.status() == FrameStatus::Complete);
         job.times = Some(FrameTimes::of(&f, self.sent));
         (job.data, job.reset) = (Some(f), reset);
         *seq += 1;
-        to.send(job);
+        to.to.send(job);
+        Ok(())
     }
 
     /// An assemble worker: each frame's missing pixels, its image (when the pedestal run, a
@@ -462,6 +522,8 @@ impl<'a> Consumer<'a> {
     }
 
     fn assemble_one(&self, w: &mut Worker, job: &mut Job) {
+        #[cfg(test)]
+        crate::fault::bug_at(job.frame);
         let (f, reset) = (job.data.take().expect("handed on with its slot"), job.reset.take());
         job.missing.clear();
         job.missing.extend(w.asm.missing(self.rx, &f));
@@ -524,6 +586,7 @@ impl<'a> Consumer<'a> {
         let mut order = Reorder::new();
         Box::new(move |job: Box<Job>, _: &Emit<Box<Job>>| {
             order.push(job.seq, job, |job| {
+                self.delivered.fetch_add(1, Ordering::Relaxed);
                 self.take_image(&job, pedestal_run.as_deref_mut());
                 if job.vetoed {
                     // counted by the finder; neither written nor streamed
@@ -605,5 +668,44 @@ fn write_one(w: &mut NxmxWriter, s: &mut ConsumeStats, frame: u64, chunk: &Share
             s.written += 1;
         }
         Err(e) => s.write_failed(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdaq_detector::jungfrau::MODULE_BYTES;
+
+    #[test]
+    fn an_assemble_worker_that_panics_ends_the_chain_and_every_frame_not_written_is_counted() {
+        let dir = std::env::temp_dir().join(format!("rdaq-consume-panic-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let mut cfg = crate::config::Config::default();
+        (cfg.detector.modules, cfg.process.mode) = (1, "none".into());
+        let g = cfg.geometry().expect("one module");
+        let (meta, setup) = crate::plan::plan(&cfg, g, None).expect("a plan");
+        assert!(setup.is_none(), "raw frames");
+        let mut writer = NxmxWriter::create(&dir.join("raw_master.h5"), &meta, true).expect("a file");
+        let (rx, mut placer) = Receiver::in_memory(1, MODULE_BYTES as u64, 6).expect("an in-memory receiver");
+        // the fourth of forty frames makes its worker panic; the pool has buffers for twelve
+        let first = crate::fault::PANIC_FRAME - 3;
+        let stats = std::thread::scope(|s| {
+            s.spawn(move || {
+                for f in first..first + 40 {
+                    let free = placer.free().next();
+                    let slot = free.unwrap_or_else(|| placer.wait_released().expect("the chain gives slots back"));
+                    placer.hand(slot, f);
+                }
+            });
+            let workers = Workers { count: 2, ring_frames: 2 };
+            let sinks = Sinks { geometry: g, writer: Some(&mut writer), stream: None, sent: None, board: None, decoder: None, pedestal_run: None, workers, canned: None, finding: None, deliver: None };
+            consume(&rx, sinks, &ProgressBar::hidden(), None, |_| {}).expect("the chain ends")
+        });
+        let closed = writer.finish().expect("the files close");
+        std::fs::remove_dir_all(&dir).ok();
+        let why = stats.stage_failure.expect("the panic is reported");
+        assert!(why.contains("of the assemble stage panicked") && why.contains("a bug met frame 7777777"), "{why}");
+        assert_eq!((stats.written, closed.frames), (3, 3), "the frames before it, in order");
+        assert_eq!(stats.not_saved, 37, "the frame and every frame after it counted");
     }
 }

@@ -26,7 +26,7 @@ use rdaq_detector::jungfrau::ModuleCalibration;
 use rdaq_detector::{as_words, Chopper, Geometry};
 use rdaq_gpu::pedestal::DARK_IN_FLIGHT;
 use rdaq_process::bitshuffle::{Codec, Compressor};
-use rdaq_process::pipeline::{Emit, Pipeline, Policy, Port, StageId, StageStats, WhenFull, WorkerFn};
+use rdaq_process::pipeline::{Emit, Failure, Pipeline, Policy, Port, StageId, StageStats, WhenFull, WorkerFn};
 use rdaq_process::spots::{is_hit, LocalSnrParams, Spot};
 use rdaq_process::{bytes_of, kev_to_photons, Calibration, Converter, G0Pedestal, InvalidGain};
 use rdaq_receiver::{FrameReady, FrameStatus, Receiver};
@@ -415,6 +415,9 @@ struct Graph<'a> {
     /// Whether the workers compress (set by the write stage as it publishes).
     demand: ChunkDemand,
     pool: Sender<Box<Work>>,
+    /// Signal frames that left the write stage's reorder (written, vetoed or not saved):
+    /// the rest of those handed on were lost in the graph when a worker panicked.
+    delivered: AtomicU64,
 }
 
 /// Runs the graph until the receiver finishes (or `until` is set and no frame waits);
@@ -446,6 +449,7 @@ pub fn run(
         writer: Mutex::new(writer),
         stream: Mutex::new(stream),
         pool,
+        delivered: AtomicU64::new(0),
     };
     // the device's lanes and the memory registered with it: dropped after the graph's
     // threads, before the pool and the receiver whose memory it registered
@@ -482,12 +486,18 @@ pub fn run(
         };
         let to_pedestal = p.source(pedestal, Policy::RoundRobin, WhenFull::Block);
         let to_process = p.source(first, Policy::LeastLoaded, WhenFull::Block);
+        let failure = p.failure();
+        if let Some(off) = &offload {
+            off.watch(failure.clone());
+        }
         let running = p.spawn(s);
         setup.board.set_stages(running.stats.clone());
         setup.board.set_consuming();
-        let source = g.feed(&pool_rx, [to_pedestal, to_process], bar, until, on_frame);
-        (running.join(), source)
+        let source = g.feed(&pool_rx, [to_pedestal, to_process], &failure, bar, until, on_frame);
+        (running.join(), (source, failure))
     });
+    let ((source, handed_on), failure) = source;
+    g.stats.lock().expect("not poisoned").lost_in_graph(&failure, handed_on - g.delivered.load(Ordering::Relaxed));
     let mut report = g.report(stage_stats, source);
     report.1.gpu = offload.as_ref().map(|o| o.report(&setup.board));
     Ok(report)
@@ -523,9 +533,10 @@ fn pin_once(pinned: &mut bool, cpus: &[usize], k: usize) {
 
 impl Graph<'_> {
     /// The source: finished frames from the receiver, sent by the chopper to the pedestal
-    /// (dark) or the processing (signal, numbered in order). Returns its own counts; the
-    /// ports close when it returns.
-    fn feed(&self, pool: &ChanRx<Box<Work>>, [to_pedestal, to_process]: [Port<Box<Work>>; 2], bar: &ProgressBar, until: Option<&AtomicBool>, on_frame: &mut dyn FnMut(&FrameReady)) -> ProcessReport {
+    /// (dark) or the processing (signal, numbered in order). Returns its own counts and the
+    /// signal frames it handed on; the ports close when it returns. After a worker
+    /// panicked, it gives every frame's slots back (a signal frame counted as not saved).
+    fn feed(&self, pool: &ChanRx<Box<Work>>, [to_pedestal, to_process]: [Port<Box<Work>>; 2], failure: &Failure, bar: &ProgressBar, until: Option<&AtomicBool>, on_frame: &mut dyn FnMut(&FrameReady)) -> (ProcessReport, u64) {
         let mut source = ProcessReport::default();
         let mut seq = 0u64;
         while let Some(f) = next_frame(self.rx, until) {
@@ -547,7 +558,14 @@ impl Graph<'_> {
             if f.status() == FrameStatus::Discarded {
                 continue;
             }
-            let mut wk = from_pool(pool, Some(&self.setup.board), || source.pool_waits += 1);
+            let Some(mut wk) = from_pool(pool, Some(&self.setup.board), failure, || source.pool_waits += 1) else {
+                if !dark {
+                    self.stats.lock().expect("not poisoned").not_saved_after(failure);
+                    self.setup.board.record(&times, None);
+                }
+                self.rx.release(f).expect(OWN_FRAME);
+                continue;
+            };
             wk.frame = f.frame();
             wk.missing = missing_ranges(self.rx, &self.setup.geometry, &f);
             wk.spots.clear();
@@ -565,7 +583,7 @@ impl Graph<'_> {
                 to_process.send(wk);
             }
         }
-        source
+        (source, seq)
     }
 
     /// The pedestal stages, one per tracker, chained: returns the first.
@@ -714,6 +732,7 @@ impl Graph<'_> {
     }
 
     fn write_one(&self, wk: Box<Work>) {
+        self.delivered.fetch_add(1, Ordering::Relaxed);
         if wk.vetoed {
             if let Some(t) = &wk.times {
                 self.setup.board.record(t, None);

@@ -49,6 +49,8 @@ pub mod consume;
 pub mod counts;
 pub mod embedded;
 pub mod emulated;
+#[cfg(test)]
+mod fault;
 pub mod graph;
 pub mod joined;
 pub mod latency;

@@ -68,6 +68,10 @@ pub struct Summary {
     pub unused_reset_frames: u64,
     /// Why writing stopped (the file and the operating system's reason).
     pub write_error: Option<String>,
+    /// Why processing stopped: the worker of the graph that panicked (a bug), and what it
+    /// said; the frames from then on are counted as not saved.
+    #[serde(default)]
+    pub stage_failure: Option<String>,
     pub datagrams_sent: Option<u64>,
     /// Sends of frames refused by the receiver's host (nothing listened at the port).
     pub sends_refused: Option<u64>,
@@ -236,6 +240,7 @@ impl Summary {
             data_without_reset: consumed.without_reset,
             unused_reset_frames: consumed.unused_resets,
             write_error: consumed.write_error.clone(),
+            stage_failure: consumed.stage_failure.clone(),
             datagrams_sent: None,
             sends_refused: None,
             engine: None,
@@ -313,6 +318,7 @@ impl Summary {
             || self.frames_not_saved > 0
             || self.data_without_reset > 0
             || self.write_error.is_some()
+            || self.stage_failure.is_some()
             || self.frames_complete + self.frames_incomplete + self.frames_discarded == 0
     }
 
@@ -523,6 +529,9 @@ impl Summary {
         }
         if let Some(e) = &self.write_error {
             say!(o, "write error : {e}");
+        }
+        if let Some(e) = &self.stage_failure {
+            say!(o, "stage failed: {e}");
         }
         if let Some(m) = &self.manifest {
             say!(o, "manifest    : {}", m.display());

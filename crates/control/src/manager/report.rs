@@ -23,6 +23,8 @@ pub(crate) struct ReceiverReport {
     /// Frames it received after writing failed, and why writing failed.
     pub(crate) frames_not_saved: u64,
     pub(crate) write_error: Option<String>,
+    /// Why its processing stopped (a worker of its graph panicked).
+    pub(crate) stage_failure: Option<String>,
     pub(crate) counters: serde_json::Value,
     pub(crate) events_dropped: u64,
     /// Its processing report (none: it wrote raw frames).
@@ -73,9 +75,10 @@ pub(crate) struct Gathered {
 }
 
 impl Report {
-    /// Whether data was lost: frames not complete, or a receiver's writing failed.
+    /// Whether data was lost: frames not complete, or a receiver did not save some (its
+    /// writing or its processing failed).
     pub(crate) fn lost(&self) -> bool {
-        self.frames_complete < self.frames_expected || self.receivers.values().any(|r| r.write_error.is_some())
+        self.frames_complete < self.frames_expected || self.receivers.values().any(|r| r.write_error.is_some() || r.stage_failure.is_some() || r.frames_not_saved > 0)
     }
 }
 
@@ -106,6 +109,7 @@ impl ReceiverReport {
             frames_refused: v.frames_refused,
             frames_not_saved: v.frames_not_saved,
             write_error: v.write_error,
+            stage_failure: v.stage_failure,
             counters: v.counters,
             events_dropped: 0,
             processing: v.processing,
@@ -198,7 +202,7 @@ pub(crate) fn print_report(report: &Report, report_file: &std::path::Path) {
         if let Some(Recovery::Frames(n)) = &r.recovered {
             println!("receiver {name:<8}: {n} frames recovered from its files (in the master, counted lost)");
         }
-        if let Some(e) = &r.write_error {
+        for e in [&r.write_error, &r.stage_failure].into_iter().flatten() {
             println!("receiver {name:<8}: {e}; {} frames not saved", r.frames_not_saved);
         }
     }

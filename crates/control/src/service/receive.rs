@@ -348,8 +348,9 @@ impl super::Worker for Datasets {
         let (done, closing) = self.stop().context("no dataset open")?;
         let received = done?;
         let sum = &received.summary;
-        // of a known count, a cancelled dataset's frames after the cancel were not waited for
-        let frames_lost = (!cancelled || sum.frames_expected.is_none()).then(|| sum.frames_lost());
+        // of a known count, a cancelled dataset's frames after the cancel were not waited for;
+        // frames received but not saved (writing or processing failed) are not in the files
+        let frames_lost = (!cancelled || sum.frames_expected.is_none()).then(|| sum.frames_lost() + sum.frames_not_saved);
         sum.write_json(&closing.summary, false)?;
         lock(&self.hub.service).written(sum.frames_written);
         tracing::info!(frames_complete = sum.frames_complete, frames_expected = ?sum.frames_expected, written = sum.frames_written, frames_lost = ?frames_lost, datagrams_dropped = sum.datagrams_dropped, "dataset closed");

@@ -20,7 +20,7 @@
 //! frames by a CPU tracker that starts over. The run goes on.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver as ChanRx, Sender};
@@ -28,7 +28,7 @@ use crossbeam_channel::{Receiver as ChanRx, Sender};
 use rdaq_detector::{as_words, Geometry};
 use rdaq_gpu::pedestal::DARK_IN_FLIGHT;
 use rdaq_gpu::{ChainSetup, Counts as LaneCounts, Device, DevicePedestal, FrameLane, Found, GpuError, GpuPedestal, HostRegistration};
-use rdaq_process::pipeline::{Emit, WorkerFn};
+use rdaq_process::pipeline::{Emit, Failure, WorkerFn};
 use rdaq_process::spots::LocalSnr;
 use rdaq_process::Converter;
 use rdaq_receiver::Receiver;
@@ -215,6 +215,9 @@ pub(super) struct Offload {
     lane_waits: AtomicU64,
     /// Set at the first device error: every worker then processes on the CPU.
     failed: AtomicBool,
+    /// The graph's: a worker that panicked holding a lane took it with it, so once it is
+    /// set no worker waits for a lane any more.
+    graph_failure: OnceLock<Arc<Failure>>,
     published: Arc<Published>,
     errors: Arc<Errors>,
     images: AtomicU64,
@@ -269,6 +272,7 @@ impl Offload {
             lanes: count,
             lane_waits: AtomicU64::new(0),
             failed: AtomicBool::new(false),
+            graph_failure: OnceLock::new(),
             published,
             errors,
             images: AtomicU64::new(0),
@@ -300,11 +304,17 @@ impl Offload {
         self.lane().map_or(Take::AfterError, Take::Lane)
     }
 
-    /// The next lane to come free, waiting (counted); `None` once the device has failed
-    /// (a failed frame's lane is not given back).
+    /// Where the GPU workers learn that one of the graph's workers panicked.
+    pub(super) fn watch(&self, failure: Arc<Failure>) {
+        let _ = self.graph_failure.set(failure);
+    }
+
+    /// The next lane to come free, waiting (counted); `None` once the device has failed (a
+    /// failed frame's lane is not given back) or a worker panicked (and may have held one).
     fn lane(&self) -> Option<Box<dyn FrameLane>> {
         self.lane_waits.fetch_add(1, Ordering::Relaxed);
-        while !self.failed.load(Ordering::Relaxed) {
+        let graph_failed = || self.graph_failure.get().is_some_and(|f| f.is_set());
+        while !self.failed.load(Ordering::Relaxed) && !graph_failed() {
             if let Ok(l) = self.free.1.recv_timeout(Duration::from_millis(20)) {
                 return Some(l);
             }
@@ -346,6 +356,8 @@ impl Graph<'_> {
         Box::new(move |mut wk: Box<Work>, e: &Emit<Box<Work>>| {
             super::pin_once(&mut pinned, &self.setup.cpus, k);
             match off.take() {
+                #[cfg(test)]
+                Take::Lane(_) if wk.frame == crate::fault::PANIC_FRAME => crate::fault::bug_at(wk.frame),
                 Take::Lane(mut l) => match self.spots_on_device(off, l.as_mut(), &mut finder, &mut strong, &mut wk) {
                     Ok(()) => {
                         self.judge_and_fetch(off, &mut l, &mut cpu, &runs, &mut wk);
@@ -489,6 +501,7 @@ mod tests {
     use rdaq_detector::ModuleSynth;
     use rdaq_gpu::standin::Failures;
     use rdaq_process::kev_to_photons;
+    use rdaq_process::pipeline::{Pipeline, Policy, WhenFull};
     use rdaq_process::spots::Spot;
 
     /// What the graph delivered of one frame: number, pixels, spots, hit.
@@ -511,6 +524,12 @@ mod tests {
     }
 
     fn run_graph_of(cfg: Config, gpu: Option<GpuBackend>, frames: u64, file: Option<&std::path::Path>) -> (Vec<Seen>, crate::graph::ProcessReport) {
+        let (seen, _, report) = run_graph_from(cfg, gpu, 0, frames, file);
+        (seen, report)
+    }
+
+    /// Frames `first..first + frames` through the graph; also what the source counted.
+    fn run_graph_from(cfg: Config, gpu: Option<GpuBackend>, first: u64, frames: u64, file: Option<&std::path::Path>) -> (Vec<Seen>, crate::consume::ConsumeStats, crate::graph::ProcessReport) {
         let g = cfg.geometry().expect("two modules");
         let (meta, setup) = crate::plan::plan(&cfg, g, None).expect("a plan");
         let (tx, delivered) = crossbeam_channel::bounded::<Processed>(4);
@@ -522,7 +541,7 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(move || {
                 let mut words = vec![0u16; 2 * MODULE_PIXELS];
-                for f in 0..frames {
+                for f in first..first + frames {
                     let free = placer.free().next();
                     let slot = free.unwrap_or_else(|| placer.wait_released().expect("the graph gives slots back"));
                     for (m, syn) in synths.iter_mut().enumerate() {
@@ -549,12 +568,30 @@ mod tests {
                     })
                     .collect::<Vec<Seen>>()
             });
-            let (_, report) = crate::graph::run(&rx, writer.as_mut(), None, setup, &bar, None, &mut |_| {}).expect("the graph runs");
+            let (consumed, report) = crate::graph::run(&rx, writer.as_mut(), None, setup, &bar, None, &mut |_| {}).expect("the graph runs");
             if let Some(w) = writer {
                 w.finish().expect("the file closes");
             }
-            (seen.join().expect("the reader"), report)
+            (seen.join().expect("the reader"), consumed, report)
         })
+    }
+
+    #[test]
+    fn a_worker_that_panics_ends_the_graph_and_every_frame_not_delivered_is_counted() {
+        // even frames dark: the panic frame is the fourth signal frame of the twelve
+        let first = crate::fault::PANIC_FRAME - 7;
+        for gpu in [None, Some(GpuBackend::StandIn(Failures::default()))] {
+            let mut cfg = two_modules();
+            // on the GPU path the worker that panics holds the only lane
+            cfg.process.gpu_lanes = 1;
+            let what = if gpu.is_some() { "gpu" } else { "cpu" };
+            let (seen, consumed, _) = run_graph_from(cfg, gpu, first, 24, None);
+            let why = consumed.stage_failure.expect("the panic is reported");
+            assert!(why.contains("panicked") && why.contains("a bug met frame 7777777"), "{what}: {why}");
+            let delivered: Vec<u64> = seen.iter().map(|s| s.0).collect();
+            assert_eq!(delivered, [first + 1, first + 3, first + 5], "{what}: the frames before it, in order");
+            assert_eq!(consumed.not_saved, 9, "{what}: the frame and every signal frame after it counted");
+        }
     }
 
     #[test]
@@ -601,6 +638,30 @@ mod tests {
         assert_eq!(off.shared.load(Ordering::Relaxed), 0, "counted when the turn ends");
         drop(turn);
         assert_eq!((off.shared.load(Ordering::Relaxed), off.cpu_now.load(Ordering::Relaxed)), (1, 0));
+    }
+
+    #[test]
+    fn no_worker_waits_for_a_lane_once_a_worker_panicked() {
+        let mut cfg = two_modules();
+        cfg.process.gpu_lanes = 1;
+        let (_, setup) = crate::plan::plan(&cfg, cfg.geometry().expect("two modules"), None).expect("a plan");
+        let (rx, _placer) = Receiver::in_memory(2, MODULE_BYTES as u64, 2).expect("an in-memory receiver");
+        let (off, _tracker) = Offload::new(&GpuBackend::StandIn(Failures::default()), &setup.expect("processing"), &rx, &[]).expect("the stand-in's lanes");
+        // the worker that panicked held the only lane
+        let Take::Lane(held) = off.take() else { panic!("the free lane first") };
+        std::thread::scope(|s| {
+            let mut p: Pipeline<()> = Pipeline::default();
+            let bug = p.stage("bug", 1, 1, |_| Box::new(|(), _: &Emit<()>| panic!("a bug")));
+            let src = p.source(bug, Policy::RoundRobin, WhenFull::Block);
+            off.watch(p.failure());
+            let waiting = s.spawn(|| off.lane().is_none());
+            let running = p.spawn(s);
+            src.send(());
+            drop(src);
+            running.join();
+            assert!(waiting.join().expect("the waiting worker"), "a worker waiting for a lane gives up once the graph failed");
+        });
+        drop(held);
     }
 
     #[test]

@@ -35,6 +35,8 @@ impl Graph<'_> {
                 e.send(0, wk);
                 return;
             }
+            #[cfg(test)]
+            crate::fault::bug_at(wk.frame);
             seen = cal.follow(seen, &mut conv);
             let (convert_ns, t) = self.convert_and_find(&conv, &runs, &mut finder, &mut wk);
             self.judge(&mut wk);
