@@ -99,9 +99,17 @@ pub fn set_handing_on(on: bool) {
     HANDING_ON.store(on, Ordering::Relaxed);
 }
 
+/// Bytes handed to the I/O threads and not yet written, of every file in the process. A
+/// writer's free-space check counts them as taken: they take their room on the disk only
+/// when copied (of another file system's files too, which errs on the safe side).
+pub fn bytes_in_flight() -> u64 {
+    IN_FLIGHT.load(Ordering::Acquire)
+}
+
 static HANDING_ON: AtomicBool = AtomicBool::new(true);
 static HANDED_ON: AtomicU64 = AtomicU64::new(0);
 static WAITED: AtomicU64 = AtomicU64::new(0);
+static IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
 
 /// One open data file's chunk writes in flight.
 #[derive(Default)]
@@ -171,12 +179,19 @@ struct Job {
 }
 
 impl Job {
+    /// A write of `bytes` at `addr`, counted in [`bytes_in_flight`] until it has run.
+    fn new(pending: Arc<Pending>, fd: c_int, addr: u64, bytes: ArcRwLockReadGuard<RawRwLock, Vec<u8>>) -> Job {
+        IN_FLIGHT.fetch_add(bytes.len() as u64, Ordering::AcqRel);
+        Job { pending, fd, addr, bytes }
+    }
+
     fn run(self) {
         let range = (self.addr, self.addr + self.bytes.len() as u64);
         let error = match write_all_at(self.fd, &self.bytes, self.addr) {
             Ok(()) => 0,
             Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
         };
+        IN_FLIGHT.fetch_sub(self.bytes.len() as u64, Ordering::AcqRel);
         drop(self.bytes);
         self.pending.finish(range, error);
     }
@@ -260,12 +275,7 @@ extern "C" fn rdaq_deferred_submit(
     };
     pending.start((addr, addr + size as u64));
     count(1, 0);
-    let job = match queue.try_send(Job {
-        pending,
-        fd,
-        addr,
-        bytes,
-    }) {
+    let job = match queue.try_send(Job::new(pending, fd, addr, bytes)) {
         Ok(()) => return 1,
         Err(mpsc::TrySendError::Full(job)) => {
             count(0, 1);
@@ -331,12 +341,7 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     fn job(pending: &Arc<Pending>, fd: c_int, addr: u64, bytes: &[u8]) -> Job {
-        Job {
-            pending: pending.clone(),
-            fd,
-            addr,
-            bytes: Arc::new(RwLock::new(bytes.to_vec())).read_arc_recursive(),
-        }
+        Job::new(pending.clone(), fd, addr, Arc::new(RwLock::new(bytes.to_vec())).read_arc_recursive())
     }
 
     #[test]

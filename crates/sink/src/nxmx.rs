@@ -167,10 +167,14 @@ impl NxmxWriter {
         SinkError::Write { path: self.data_path(), frame, cause }
     }
 
-    /// The filesystem's free space when it is short of `bytes` plus [`HEADROOM_BYTES`].
-    fn short_of_space(&self, bytes: usize) -> Option<u64> {
+    /// The filesystem's free space and the bytes of chunks still being copied to disk by the
+    /// I/O threads (they take their room only then), when the free space is short of them,
+    /// `bytes` and [`HEADROOM_BYTES`].
+    fn short_of_space(&self, bytes: usize) -> Option<(u64, u64)> {
         let dir = self.master.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        crate::space::free_bytes(dir).ok().filter(|&free| free < bytes as u64 + HEADROOM_BYTES)
+        let copying = crate::deferred::bytes_in_flight();
+        let free = crate::space::free_bytes(dir).ok()?;
+        (free < bytes as u64 + HEADROOM_BYTES + copying).then_some((free, copying))
     }
 
     /// Appends an assembled frame of little-endian pixels of the series' pixel type,
@@ -209,8 +213,8 @@ impl NxmxWriter {
         if let Some(&(start, len)) = missing.iter().find(|&&(s, n)| s.checked_add(n).is_none_or(|end| end > pixels)) {
             return Err(SinkError::MissingPixels { frame: frame_number, start, len, pixels });
         }
-        if let Some(free) = self.short_of_space(chunk.len()) {
-            let cause = format!("{} ({free} bytes free for a {}-byte frame)", std::io::Error::from_raw_os_error(libc::ENOSPC), chunk.len());
+        if let Some((free, copying)) = self.short_of_space(chunk.len()) {
+            let cause = format!("{} ({free} bytes free, {copying} of them for chunks still being copied, for a {}-byte frame)", std::io::Error::from_raw_os_error(libc::ENOSPC), chunk.len());
             return Err(self.stop_writing(frame_number, cause));
         }
         if let Err(e) = self.flush_if_due().and_then(|()| self.roll()) {
