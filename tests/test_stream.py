@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import stream_consumer as sc
-from conftest import free_port
+from conftest import frames_in, free_port
 
 
 def run_with_consumers(rdaq, out, n_consumers, *args):
@@ -235,11 +235,17 @@ def test_a_consumer_connecting_mid_run_gets_the_images_from_then_on(rdaq, tmp_pa
     finally:
         consumer.kill()
     got = [int(line) for line in consumer.stdout.read().split()]
-    assert run.returncode == 0, out + err
-    st = json.loads((tmp_path / "s.json").read_text())["stream"]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    # a busy machine may lose datagrams of a frame or two (exit 1, said): the stream is judged
+    # against the frames the run wrote
+    assert run.returncode == 0 or (run.returncode == 1 and "loss        : YES" in out), out + err
+    written = sorted(frames_in(tmp_path / "rdaq_run_master.h5"))
+    assert run.returncode == 1 or written == list(range(600)), "without loss every frame is written"
+    st = summary["stream"]
     assert got and got[0] > 0, "connected mid-run"
-    assert got == list(range(got[0], 600)), "every image from the connection on"
-    assert (st["images_sent"], st["images_dropped"], st["images_encoded"]) == (len(got), got[0], len(got)), st
+    assert got == [f for f in written if f >= got[0]], "every image from the connection on"
+    before = len([f for f in written if f < got[0]])
+    assert (st["images_sent"], st["images_dropped"], st["images_encoded"]) == (len(got), before, len(got)), st
 
 
 def test_an_interrupted_run_still_ends_its_stream(rdaq, tmp_path):
