@@ -9,7 +9,8 @@
 //!
 //! Byte traffic per pixel counts what the stage must read and write at least once:
 //! conversion 2 (raw) + 4 (G0 pedestal) + 4 (G0 gain) + 1/8 (mask bit) + 4 (out) = 14.125
-//! bytes for a G0 pixel; pedestal 2 + 2x8 (sums read and written) x2 + 4 (count) = 38;
+//! bytes for a G0 pixel; pedestal 2 + 2x8 (sums read and written) x2 + 4 (count read) = 38
+//! once the window is full;
 //! spot finding 4
 //! (the keV image); compression 4 in (int32 counts or keV) or 2 (int16 counts) plus the chunk
 //! out; counts made from keV inside the compressor ("keV->photons16+bslz4") 4 (the keV read);

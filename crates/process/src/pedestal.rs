@@ -108,18 +108,56 @@ impl<S: Sum> Band<'_, S> {
             unsafe { push_avx2(self, raw) };
             return;
         }
-        push_loop(self, raw);
+        push_blocks(self, raw);
     }
 }
 
-/// [`push_loop`] compiled for AVX2.
+/// [`push_blocks`] compiled for AVX2.
 ///
 /// # Safety
 /// The CPU must have AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn push_avx2<S: Sum>(b: Band<'_, S>, raw: &[u16]) {
-    push_loop(b, raw);
+    push_blocks(b, raw);
+}
+
+/// Pixels taken at a time. A block whose pixels all have a full window and whose words all
+/// carry the tracked stage (nearly every block of a dark frame once the window has filled)
+/// takes the running update alone: its counters are read, not written, which takes a third
+/// of the memory traffic off the dark frames' work.
+const BLOCK: usize = 64;
+
+/// Each block of the band's pixels, by the steady update where it applies and by the
+/// general one elsewhere.
+#[inline(always)]
+fn push_blocks<S: Sum>(b: Band<'_, S>, raw: &[u16]) {
+    let Band { code, window, sum, sum2, samples, wrong } = b;
+    // x / 2^k and x * 2^-k are the same rounding of the same number: for a window of a
+    // power of two the reciprocal's product is aare's quotient, bit for bit
+    let pow2 = window.is_power_of_two();
+    let (n, recip) = (S::from_count(window), S::from_count(1).div(S::from_count(window)));
+    let blocks = sum.chunks_mut(BLOCK).zip(sum2.chunks_mut(BLOCK)).zip(samples.chunks_mut(BLOCK)).zip(wrong.chunks_mut(BLOCK)).zip(raw.chunks(BLOCK));
+    for ((((s, s2), k), bad), w) in blocks {
+        let in_stage = w.iter().fold(true, |all, &w| all & (w >> 14 == code));
+        let full = k.iter().fold(true, |all, &k| all & (k >= window));
+        match (in_stage && full, pow2) {
+            (true, true) => running(s, s2, w, |v| v.mul(recip)),
+            (true, false) => running(s, s2, w, |v| v.div(n)),
+            (false, _) => push_loop(Band { code, window, sum: s, sum2: s2, samples: k, wrong: bad }, w),
+        }
+    }
+}
+
+/// The running update of pixels whose window is full and whose words are all in the
+/// tracked stage: `S += x - S/N; S2 += x*x - S2/N`, `over_n` dividing by `N`.
+#[inline(always)]
+fn running<S: Sum>(sum: &mut [S], sum2: &mut [S], raw: &[u16], over_n: impl Fn(S) -> S) {
+    for ((s, s2), &w) in sum.iter_mut().zip(sum2.iter_mut()).zip(raw) {
+        let x = S::from_adc(w & ADC_MAX);
+        *s = s.add(x.sub(over_n(*s)));
+        *s2 = s2.add(x.mul(x).sub(over_n(*s2)));
+    }
 }
 
 /// The window's update of each pixel, branch-free so that it vectorizes: both updates are
@@ -301,6 +339,62 @@ mod tests {
             t.rms_into(&mut r1);
             assert_eq!((m[i].to_bits(), r[i].to_bits(), whole.wrong_gain[i], whole.samples[i]), (m1[0].to_bits(), r1[0].to_bits(), t.wrong_gain[0], t.samples[0]), "pixel {i}");
         }
+    }
+
+    /// aare's `Pedestal::push` for one pixel, written out plainly: the oracle of the
+    /// vectorized updates.
+    fn aare_push<S: Sum>(window: u32, code: u16, w: u16, (s, s2, k, bad): &mut (S, S, u32, u32)) {
+        if w >> 14 != code {
+            *bad += 1;
+            return;
+        }
+        let x = S::from_adc(w & ADC_MAX);
+        if *k < window {
+            *s = s.add(x);
+            *s2 = s2.add(x.mul(x));
+            *k += 1;
+        } else {
+            *s = s.add(x.sub(s.div(S::from_count(*k))));
+            *s2 = s2.add(x.mul(x).sub(s2.div(S::from_count(*k))));
+        }
+    }
+
+    fn equals_aare_pixel_by_pixel<S: Sum>(window: u32, stage: u8) {
+        // 1,000 pixels in pieces across the blocks' edges; a few pixels often leave the
+        // stage, so some blocks take the general update and most the steady one
+        let (px, frames) = (1000usize, 3 * window as usize + 5);
+        let code = STAGE_CODE[stage as usize];
+        let mut ours = Pedestal::<S>::new(px, stage, window);
+        let mut oracle = vec![(S::default(), S::default(), 0u32, 0u32); px];
+        for f in 0..frames as u32 {
+            let raw: Vec<u16> = (0..px as u32).map(|i| {
+                let adc = ((i * 7919 + f * 104_729) % 16_384) as u16;
+                let other = if i % 97 == 3 && f % 3 == 0 { (code + 1) & 3 } else { code };
+                adc | other << 14
+            }).collect();
+            for (a, b) in [(0, 5), (5, 64), (64, 200), (200, 201), (201, 777), (777, 1000)] {
+                ours.push_at(a, &raw[a..b]);
+            }
+            ours.frame_done();
+            for (o, &w) in oracle.iter_mut().zip(&raw) {
+                aare_push(window, code, w, o);
+            }
+        }
+        for (i, o) in oracle.iter().enumerate() {
+            let got = (ours.sum[i].to_f32().to_bits(), ours.sum2[i].to_f32().to_bits(), ours.samples[i], ours.wrong_gain[i]);
+            assert_eq!(got, (o.0.to_f32().to_bits(), o.1.to_f32().to_bits(), o.2, o.3), "pixel {i}, window {window}");
+            assert!(ours.sum[i].sub(o.0).to_f32() == 0.0 && ours.sum2[i].sub(o.1).to_f32() == 0.0, "pixel {i}: the sums themselves");
+        }
+    }
+
+    #[test]
+    fn the_running_update_equals_aares_for_windows_of_a_power_of_two_and_others() {
+        for window in [1, 16, 100, 128] {
+            equals_aare_pixel_by_pixel::<f64>(window, 0);
+            equals_aare_pixel_by_pixel::<f32>(window, 0);
+        }
+        equals_aare_pixel_by_pixel::<f64>(64, 1);
+        equals_aare_pixel_by_pixel::<f64>(32, 2);
     }
 
     #[test]
