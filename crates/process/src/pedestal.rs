@@ -124,8 +124,8 @@ unsafe fn push_avx2<S: Sum>(b: Band<'_, S>, raw: &[u16]) {
 
 /// Pixels taken at a time. A block whose pixels all have a full window and whose words all
 /// carry the tracked stage (nearly every block of a dark frame once the window has filled)
-/// takes the running update alone: its counters are read, not written, which takes a third
-/// of the memory traffic off the dark frames' work.
+/// takes the running update alone: its counters are read, not written, which takes a quarter
+/// of the memory traffic (38 bytes a pixel instead of 50) off the dark frames' work.
 const BLOCK: usize = 64;
 
 /// Each block of the band's pixels, by the steady update where it applies and by the
